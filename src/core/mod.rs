@@ -1,0 +1,15 @@
+//! The rules of contract v1 that need no I/O: parsing, the frame engine, the coalescer, the
+//! reconnect policy, the single-run invite rule, the cycle decision and the identity block.
+//! Every time is an injected number of milliseconds, so each rule is tested without a runtime
+//! against the fixtures in `conformance/`.
+
+pub mod coalescer;
+pub mod cycle;
+pub mod engine;
+pub mod frames;
+pub mod handle;
+pub mod identity;
+pub mod invite_rule;
+pub mod reconnect;
+pub mod texts;
+pub mod tray;

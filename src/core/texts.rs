@@ -1,0 +1,54 @@
+//! Texts v1 (`GET /v1/texts?runtime=`, contract 3.6). Unknown fields are ignored; every field may be
+//! missing on an older server, and a missing prompt means "no run" rather than a text of our own.
+
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, thiserror::Error)]
+pub enum TextsError {
+    #[error("texts are not valid JSON: {0}")]
+    Json(#[from] serde_json::Error),
+    #[error("texts version {0:?} is not \"1\"")]
+    Version(String),
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Manual {
+    #[serde(default)]
+    pub url: Option<String>,
+    #[serde(default)]
+    pub version: Option<String>,
+    #[serde(default)]
+    pub sha256: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Texts {
+    pub version: String,
+    #[serde(default)]
+    pub manual: Option<Manual>,
+    #[serde(default)]
+    pub wake_instruction: Option<String>,
+    #[serde(default)]
+    pub invite_prompt: Option<String>,
+    #[serde(default)]
+    pub identity_line: Option<String>,
+    #[serde(default)]
+    pub identity_line_template: Option<String>,
+    #[serde(default)]
+    pub gate_call_preamble: Option<String>,
+    #[serde(default)]
+    pub gate_call_answer_format: Option<String>,
+    #[serde(default)]
+    pub reply_turn_template: Option<String>,
+}
+
+impl Texts {
+    /// Parses texts; refuses a `version` other than "1".
+    pub fn parse(bytes: &[u8]) -> Result<Texts, TextsError> {
+        let texts: Texts = serde_json::from_slice(bytes)?;
+        if texts.version != "1" {
+            return Err(TextsError::Version(texts.version));
+        }
+        Ok(texts)
+    }
+}

@@ -1,0 +1,12 @@
+//! agentchat: the resident listener for AgentChat (`agentchat listen`), the pure rules of contract v1
+//! it follows (`core`), and a faithful local AgentChat server (`sim`).
+//!
+//! Data path: frame -> wake -> coalescer -> cycle (tray, run, tray, invite rule) -> status.
+
+pub mod config;
+pub mod core;
+pub mod demo;
+pub mod listen;
+pub mod runtime;
+pub mod sim;
+pub mod tls;

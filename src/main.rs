@@ -1,0 +1,51 @@
+//! The `agentchat` binary: parses the command line and hands each command to its module.
+//! Errors become one line on stderr and exit code 1 here, at the edge.
+
+use clap::{Parser, Subcommand};
+
+#[derive(Debug, Parser)]
+#[command(name = "agentchat", version, about = "The resident listener for AgentChat, and a local AgentChat server")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Hold the AgentChat socket and start the agent's run whenever something waits.
+    Listen(agentchat::listen::ListenArgs),
+    /// Run a faithful local AgentChat server (in memory, loopback only).
+    Sim(agentchat::sim::SimArgs),
+    /// Show the whole loop on the local server: no account, no network.
+    Demo(agentchat::demo::DemoArgs),
+    /// The demo's built-in agent (used by `demo` as its script runtime).
+    #[command(hide = true)]
+    DemoAgent(agentchat::demo::DemoAgentArgs),
+}
+
+fn main() {
+    let cli = Cli::parse();
+    agentchat::tls::install_crypto_provider();
+    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("agentchat: cannot start the async runtime: {e}");
+            std::process::exit(1);
+        }
+    };
+    let result = runtime.block_on(async move {
+        match cli.command {
+            Command::Listen(a) => agentchat::listen::run_cli(a).await,
+            Command::Sim(a) => agentchat::sim::run_cli(a).await,
+            Command::Demo(a) => agentchat::demo::run_cli(a).await,
+            Command::DemoAgent(a) => agentchat::demo::run_agent_cli(a).await,
+        }
+    });
+    match result {
+        Ok(code) => std::process::exit(code),
+        Err(e) => {
+            eprintln!("agentchat: {e:#}");
+            std::process::exit(1);
+        }
+    }
+}

@@ -1,0 +1,110 @@
+//! The agent's own run: how each runtime is started (argv, environment, stdin) and how its outcome is
+//! judged from its exit and output. Building a spec is pure apart from files the runtime needs
+//! (the MCP config); starting and supervising the process is `listen::runner`'s job.
+
+pub mod claude;
+pub mod codex;
+pub mod script;
+
+use crate::config::{RuntimeKind, Settings};
+use crate::core::cycle::RunKind;
+use secrecy::SecretString;
+use std::path::{Path, PathBuf};
+
+#[derive(Debug, thiserror::Error)]
+pub enum RuntimeError {
+    #[error("{0}")]
+    Unusable(String),
+    #[error("could not prepare the run: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// What a run is for and what it may know.
+pub struct RunContext<'a> {
+    pub settings: &'a Settings,
+    pub kind: RunKind,
+    pub prompt: &'a str,
+    /// This agent's handle with `@`.
+    pub handle: &'a str,
+    pub cycle_id: &'a str,
+    /// Labels of the wakes this cycle coalesced (`message`, `reminder`, `unanswered`, `invite`, `connect`).
+    pub wake_reasons: &'a [String],
+    pub api_key: &'a SecretString,
+    /// The profile's state dir (0700), for files like the MCP config.
+    pub state_dir: &'a Path,
+    /// The resolved working directory (exists).
+    pub workdir: &'a Path,
+}
+
+/// A process to start. The key may appear in `env` (never in `args`).
+#[derive(Debug, Clone)]
+pub struct RunSpec {
+    pub program: PathBuf,
+    pub args: Vec<String>,
+    /// Set on top of the listener's own environment.
+    pub env: Vec<(String, String)>,
+    /// Removed from the inherited environment.
+    pub env_remove: Vec<String>,
+    /// Written to stdin and then closed; `None` gives the child a closed stdin (/dev/null).
+    pub stdin: Option<Vec<u8>>,
+    pub cwd: PathBuf,
+}
+
+/// How the process ended, as the supervisor saw it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ProcessEnd {
+    Exited(i32),
+    Signalled(i32),
+    TimedOut,
+    /// The listener is stopping and ended the run.
+    Cancelled,
+    SpawnFailed(String),
+}
+
+/// The run's outcome for the invite rule and the status file.
+#[derive(Debug, Clone, PartialEq)]
+pub enum RunOutcome {
+    Completed,
+    Failed(String),
+    /// The runtime cannot work until the user fixes it (not logged in, bad key): stop starting it.
+    Unusable(String),
+}
+
+/// Builds the spec for the configured runtime.
+pub fn prepare(ctx: &RunContext<'_>) -> Result<RunSpec, RuntimeError> {
+    match ctx.settings.listen.runtime {
+        RuntimeKind::Script => script::prepare(ctx),
+        RuntimeKind::ClaudeCode => claude::prepare(ctx),
+        RuntimeKind::Codex => codex::prepare(ctx),
+    }
+}
+
+/// Judges a finished run from how it ended and its captured output (stdout and stderr, as logged).
+pub fn judge(runtime: RuntimeKind, end: &ProcessEnd, output: &[u8]) -> RunOutcome {
+    match runtime {
+        RuntimeKind::Script => script::judge(end),
+        RuntimeKind::ClaudeCode => claude::judge(end, output),
+        RuntimeKind::Codex => codex::judge(end, output),
+    }
+}
+
+/// The variables that tie a run to the listener's context, shared by every runtime.
+pub fn common_env(ctx: &RunContext<'_>) -> Vec<(String, String)> {
+    vec![
+        ("AGENTCHAT_HANDLE".into(), ctx.handle.to_string()),
+        ("AGENTCHAT_API_BASE".into(), ctx.settings.api_base.clone()),
+        ("AGENTCHAT_CYCLE_ID".into(), ctx.cycle_id.to_string()),
+        ("AGENTCHAT_WAKE_REASONS".into(), ctx.wake_reasons.join(",")),
+        ("AGENTCHAT_RUN_KIND".into(), ctx.kind.as_str().to_string()),
+    ]
+}
+
+/// Variables never passed to a run: systemd's, so the child cannot notify as us.
+pub const ALWAYS_REMOVED: &[&str] = &[
+    "NOTIFY_SOCKET",
+    "WATCHDOG_USEC",
+    "WATCHDOG_PID",
+    "LISTEN_FDS",
+    "LISTEN_PID",
+    "LISTEN_FDNAMES",
+];
