@@ -130,3 +130,57 @@ pub struct ConfigArgs {
     #[arg(long, value_name = "URL")]
     pub api_base: Option<String>,
 }
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// A key the file or environment set that we do not know; the message names it.
+    #[error("unknown config key `{0}`")]
+    UnknownKey(String),
+    #[error("bad value for `{key}`: {problem}")]
+    BadValue { key: String, problem: String },
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("config file {path} is not valid TOML: {message}")]
+    Toml { path: PathBuf, message: String },
+}
+
+/// Whether the integration is switched off (`AGENTCHAT_INTEGRATION=off`, or the deprecated
+/// `AGENTCHAT_DOORBELL=off` until 2027-02-01).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum IntegrationSwitch {
+    On,
+    Off,
+    /// Off through the deprecated variable; the string is the warning to log.
+    OffDeprecated(String),
+    /// The deprecated variable after its removal date: ignored; the string is the warning.
+    IgnoredDeprecated(String),
+}
+
+/// Resolves settings from flags, an environment map and the config file's text (if any).
+/// Pure: no process environment, no file reads.
+pub fn resolve(
+    args: &ConfigArgs,
+    env: &std::collections::HashMap<String, String>,
+    file: Option<(&std::path::Path, &str)>,
+) -> Result<Settings, ConfigError> {
+    let _ = (args, env, file);
+    todo!("ops: config resolve")
+}
+
+/// Reads the config file (if any) and the process environment, then `resolve`s.
+pub fn load(args: &ConfigArgs) -> Result<Settings, ConfigError> {
+    let _ = args;
+    todo!("ops: config load")
+}
+
+/// Reads the integration switch from an environment map, on `today` (UTC, `YYYY-MM-DD`).
+pub fn integration_switch(
+    env: &std::collections::HashMap<String, String>,
+    today: &str,
+) -> IntegrationSwitch {
+    let _ = (env, today);
+    todo!("ops: integration switch")
+}

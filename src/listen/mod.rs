@@ -1,5 +1,7 @@
 //! `agentchat listen`: the resident listener (design 2-7). Owned by the listener work (issue 4).
 
+pub mod runner;
+
 use crate::config::ConfigArgs;
 
 #[derive(Debug, Clone, clap::Args)]
