@@ -178,6 +178,24 @@ proptest! {
     }
 
     #[test]
+    fn tray_errors_never_quote_a_value(
+        secret in "zq[a-z]{8,16}",
+        place in 0usize..6,
+    ) {
+        let s = Value::from(secret.clone());
+        let v = match place {
+            0 => serde_json::json!({"conversations": [], "truncated": s}),
+            1 => serde_json::json!({"conversations": [], "version": s}),
+            2 => serde_json::json!({"conversations": [{"conversation_id": "c", "muted": s}]}),
+            3 => serde_json::json!({"conversations": [s]}),
+            4 => serde_json::json!({"conversations": [], "invites": [{"invite_id": 1, "x": s}], "invites_truncated": s}),
+            _ => serde_json::json!({"conversations": s}),
+        };
+        let err = Tray::parse(v.to_string().as_bytes()).unwrap_err().to_string();
+        prop_assert!(!err.contains(&secret), "{}", err);
+    }
+
+    #[test]
     fn close_reason_parsing_never_panics(code in any::<u16>(), reason in any::<String>()) {
         let _ = reconnect::parse_retry_after(&reason);
         let kind = reconnect::classify_close(code, &reason);
