@@ -84,10 +84,11 @@ fn main() {
         |i| {
             now += 7;
             coalescer.wake(now);
-            if let Some(due) = coalescer.due() {
-                if due <= now && coalescer.try_start(now) && i % 3 == 0 {
-                    coalescer.end(now);
-                }
+            if coalescer.due().is_some_and(|due| due <= now)
+                && coalescer.try_start(now)
+                && i % 3 == 0
+            {
+                coalescer.end(now);
             }
             if coalescer.is_running() {
                 coalescer.end(now);
