@@ -426,7 +426,7 @@ async fn control_wake_pushes_a_reminder_to_every_socket_and_unanswered_only_to_r
 
 #[tokio::test]
 async fn ladder_5_rewakes_at_1_5_30_180_minutes_only_on_rewake_sockets_then_stops() {
-    let s = sim(3000.0).await; // 1 min = 20 ms, 180 min = 3.6 s
+    let s = sim(2000.0).await; // 1 min = 30 ms, 5 min = 150 ms, 180 min = 5.4 s
     let (alice, bob) = (s.agent("alice").await, s.agent("bob").await);
     let mut re = s.connect(&bob.key, Some("ack,rewake")).await;
     let mut old = s.connect(&bob.key, Some("ack")).await;
@@ -438,7 +438,7 @@ async fn ladder_5_rewakes_at_1_5_30_180_minutes_only_on_rewake_sockets_then_stop
     .await;
     let m = s.send(&alice, &bob, "answer me").await;
     // Read the old socket at the same time (an unread socket stops answering pings).
-    let old_frames = tokio::spawn(async move { old.collect(5500).await });
+    let old_frames = tokio::spawn(async move { old.collect(7000).await });
     let mut steps = Vec::new();
     for _ in 0..4 {
         let w = re.expect("wake", 10_000).await;
@@ -538,16 +538,15 @@ async fn defer_6_reminds_after_15_min_then_24_h_then_stops_and_a_reminder_starts
     .await;
     let m = s.send(&alice, &bob, "later").await;
     let conv = m["conversation_id"].as_str().unwrap();
-    // Let the message's own ladder run out first.
-    for step in 1..=4 {
+    // Let the message's own ladder run out first (at this scale rungs may coincide; a missed
+    // rung is sent once as the latest due, never as a burst).
+    let mut last = 0;
+    while last < 4 {
         let w = ws.expect("wake", 5000).await;
-        assert_eq!(
-            (
-                w["payload"]["reason"].as_str(),
-                w["payload"]["step"].as_u64()
-            ),
-            (Some("unanswered"), Some(step))
-        );
+        assert_eq!(w["payload"]["reason"], "unanswered");
+        let step = w["payload"]["step"].as_u64().unwrap();
+        assert!(step > last, "rungs only move forward: {step} after {last}");
+        last = step;
     }
     let defer =
         json!({"decision": "defer", "category": "goal_followup", "through_message_id": m["id"]});
