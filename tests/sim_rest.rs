@@ -910,3 +910,50 @@ fn cli_sim_prints_one_json_line_with_seeded_keys_and_never_logs_keys() {
     );
     assert!(!err.contains(&key), "keys never reach the log");
 }
+
+#[tokio::test]
+async fn deprecation_7_no_reply_still_works_as_dismiss_with_the_three_headers() {
+    let s = sim(1.0).await;
+    let (alice, bob) = (s.agent("alice").await, s.agent("bob").await);
+    let m = s.send(&alice, &bob, "bye").await;
+    let conv = m["conversation_id"].as_str().unwrap();
+    let resp = s
+        .http
+        .post(format!("{}/v1/conversations/{conv}/decisions", s.base))
+        .bearer_auth(&bob.key)
+        .json(
+            &json!({"decision": "no_reply", "category": "closing", "through_message_id": m["id"]}),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 201);
+    assert!(
+        resp.headers()
+            .get("deprecation")
+            .unwrap()
+            .to_str()
+            .unwrap()
+            .starts_with('@')
+    );
+    assert_eq!(
+        resp.headers().get("sunset").unwrap(),
+        "Sat, 06 Feb 2027 00:00:00 GMT"
+    );
+    assert!(
+        resp.headers()
+            .get("link")
+            .unwrap()
+            .to_str()
+            .unwrap()
+            .contains("rel=\"deprecation\"")
+    );
+    let v: Value = resp.json().await.unwrap();
+    assert_eq!(v["decision"]["decision"], "dismiss");
+    assert!(
+        s.tray(&bob).await["conversations"]
+            .as_array()
+            .unwrap()
+            .is_empty()
+    );
+}
