@@ -957,3 +957,45 @@ async fn deprecation_7_no_reply_still_works_as_dismiss_with_the_three_headers() 
             .is_empty()
     );
 }
+
+#[tokio::test]
+async fn sync_lists_undelivered_rows_with_delivery_ids_and_the_cursor_ack_delivers_them() {
+    let s = sim(1.0).await;
+    let (alice, bob) = (s.agent("alice").await, s.agent("bob").await);
+    let m1 = s.send(&alice, &bob, "one").await;
+    let m2 = s.send(&alice, &bob, "two").await;
+    let (st, rows) = s.get(Some(&bob.key), "/v1/messages/sync").await;
+    assert_eq!(st, 200);
+    let rows = rows.as_array().unwrap().clone();
+    assert_eq!(
+        rows.iter().map(|r| r["id"].clone()).collect::<Vec<_>>(),
+        [m1["id"].clone(), m2["id"].clone()]
+    );
+    let cursor = rows[0]["delivery_id"].as_str().unwrap();
+    let (_, after) = s
+        .get(Some(&bob.key), &format!("/v1/messages/sync?after={cursor}"))
+        .await;
+    assert_eq!(after[0]["id"], m2["id"]);
+    let (_, v) = s
+        .post(
+            Some(&bob.key),
+            "/v1/messages/sync/ack",
+            json!({"last_delivery_id": cursor}),
+        )
+        .await;
+    assert_eq!(v["acked"], 1);
+    let (_, v) = s
+        .post(
+            Some(&bob.key),
+            "/v1/messages/sync/ack",
+            json!({"last_delivery_id": cursor}),
+        )
+        .await;
+    assert_eq!(v["acked"], 0, "idempotent");
+    let (st, _) = s
+        .post(Some(&bob.key), "/v1/messages/sync/ack", json!({}))
+        .await;
+    assert_eq!(st, 400);
+    let (_, rows) = s.get(Some(&bob.key), "/v1/messages/sync").await;
+    assert_eq!(rows.as_array().unwrap().len(), 1);
+}
