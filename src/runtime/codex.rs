@@ -4,9 +4,7 @@ use super::{ProcessEnd, RunContext, RunOutcome, RunSpec, RuntimeError};
 
 pub fn prepare(ctx: &RunContext<'_>) -> Result<RunSpec, RuntimeError> {
     let _ = ctx;
-    Err(RuntimeError::Unusable(
-        "the codex runtime is not built yet".into(),
-    ))
+    Err(RuntimeError::Unusable("the codex runtime is not built yet".into()))
 }
 
 pub fn judge(end: &ProcessEnd, output: &[u8]) -> RunOutcome {
