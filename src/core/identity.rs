@@ -4,7 +4,9 @@
 
 #[derive(Debug, thiserror::Error, PartialEq)]
 pub enum AnchorError {
-    #[error("the identity block in this file is damaged (only one marker); fix or remove it by hand")]
+    #[error(
+        "the identity block in this file is damaged (only one marker); fix or remove it by hand"
+    )]
     Damaged,
 }
 
