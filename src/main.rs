@@ -4,11 +4,7 @@
 use clap::{Parser, Subcommand};
 
 #[derive(Debug, Parser)]
-#[command(
-    name = "agentchat",
-    version,
-    about = "The resident listener for AgentChat, and a local AgentChat server"
-)]
+#[command(name = "agentchat", version, about = "The resident listener for AgentChat, and a local AgentChat server")]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -30,10 +26,7 @@ enum Command {
 fn main() {
     let cli = Cli::parse();
     agentchat::tls::install_crypto_provider();
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
+    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("agentchat: cannot start the async runtime: {e}");

@@ -12,10 +12,7 @@ pub struct Coalescer {
 
 impl Coalescer {
     pub fn new(quiet_ms: u64, max_delay_ms: u64) -> Coalescer {
-        Coalescer {
-            quiet_ms,
-            max_delay_ms,
-        }
+        Coalescer { quiet_ms, max_delay_ms }
     }
     /// Records a wake at `now`.
     pub fn wake(&mut self, now: u64) {

@@ -27,9 +27,7 @@ pub enum NoRun {
     NothingWaiting,
     OnlyMuted,
     /// The tray's `you` is not this agent: another account's key.
-    HandleMismatch {
-        you: String,
-    },
+    HandleMismatch { you: String },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -26,24 +26,15 @@ pub struct MessageMeta {
 #[derive(Debug, Clone, PartialEq)]
 pub enum ServerFrame {
     /// `capabilities` is `None` on a pre-v1 server.
-    HelloOk {
-        capabilities: Option<Vec<String>>,
-    },
+    HelloOk { capabilities: Option<Vec<String>> },
     MessageNew(MessageMeta),
     /// Any reason, known or not, means "read the tray".
-    Wake {
-        reason: String,
-        step: Option<u64>,
-    },
-    GroupInviteReceived {
-        invite_id: Option<String>,
-    },
+    Wake { reason: String, step: Option<u64> },
+    GroupInviteReceived { invite_id: Option<String> },
     GroupDeleted,
     Heartbeat,
     /// `message.read`, `presence.update`, `typing.*`, `rate_limit.warning` and unknown types.
-    Other {
-        kind: String,
-    },
+    Other { kind: String },
 }
 
 impl ServerFrame {

@@ -4,9 +4,7 @@
 
 #[derive(Debug, thiserror::Error, PartialEq)]
 pub enum AnchorError {
-    #[error(
-        "the identity block in this file is damaged (only one marker); fix or remove it by hand"
-    )]
+    #[error("the identity block in this file is damaged (only one marker); fix or remove it by hand")]
     Damaged,
 }
 

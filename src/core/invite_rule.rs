@@ -44,11 +44,7 @@ pub struct RunObservation<'a> {
 
 impl InviteMemory {
     /// Applies one run; returns a verdict per invite id involved.
-    pub fn apply_run(
-        &mut self,
-        obs: &RunObservation<'_>,
-        pace_ms: u64,
-    ) -> Vec<(String, InviteVerdict)> {
+    pub fn apply_run(&mut self, obs: &RunObservation<'_>, pace_ms: u64) -> Vec<(String, InviteVerdict)> {
         let _ = (obs, pace_ms);
         todo!("core: invite rule")
     }

@@ -60,11 +60,7 @@ impl Tray {
         self.invites.is_some() && !self.invites_truncated.unwrap_or(false)
     }
     pub fn invite_ids(&self) -> Vec<String> {
-        self.invites
-            .iter()
-            .flatten()
-            .map(|i| i.invite_id.clone())
-            .collect()
+        self.invites.iter().flatten().map(|i| i.invite_id.clone()).collect()
     }
 }
 
