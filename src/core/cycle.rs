@@ -27,7 +27,9 @@ pub enum NoRun {
     NothingWaiting,
     OnlyMuted,
     /// The tray's `you` is not this agent: another account's key.
-    HandleMismatch { you: String },
+    HandleMismatch {
+        you: String,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -37,9 +39,38 @@ pub enum CycleDecision {
 }
 
 /// Decides from the tray alone. `own_handle` in any spelling.
+///
+/// A tray whose `you` names another agent runs nothing (a missing `you`, the pre-v1 shape, is not
+/// a mismatch). A card that is not muted, or `truncated` (cards wait beyond the limit), runs with
+/// `wake_instruction`; otherwise listed invites run with `invite_prompt`; muted cards alone, or an
+/// empty tray, run nothing (mute means "don't wake me").
 pub fn decide(tray: &Tray, own_handle: &str) -> CycleDecision {
-    let _ = (tray, own_handle);
-    todo!("core: decide")
+    if let Some(you) = &tray.you
+        && !super::handle::same(you, own_handle)
+    {
+        return CycleDecision::NoRun(NoRun::HandleMismatch { you: you.clone() });
+    }
+    if tray.is_truncated() || tray.conversations.iter().any(|c| !c.is_muted()) {
+        return CycleDecision::Run(RunKind::Wake);
+    }
+    if tray.invites.as_ref().is_some_and(|i| !i.is_empty()) {
+        return CycleDecision::Run(RunKind::Invite);
+    }
+    if !tray.conversations.is_empty() {
+        return CycleDecision::NoRun(NoRun::OnlyMuted);
+    }
+    CycleDecision::NoRun(NoRun::NothingWaiting)
+}
+
+impl NoRun {
+    /// The word used in logs and the status file.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            NoRun::NothingWaiting => "nothing_waiting",
+            NoRun::OnlyMuted => "only_muted",
+            NoRun::HandleMismatch { .. } => "handle_mismatch",
+        }
+    }
 }
 
 /// The served prompt for a run kind; `None` when the texts lack it (then: no run).
@@ -47,5 +78,67 @@ pub fn prompt_for(kind: RunKind, texts: &Texts) -> Option<&str> {
     match kind {
         RunKind::Wake => texts.wake_instruction.as_deref(),
         RunKind::Invite => texts.invite_prompt.as_deref(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tray(json: serde_json::Value) -> Tray {
+        Tray::parse(json.to_string().as_bytes()).unwrap()
+    }
+
+    #[test]
+    fn decisions() {
+        let me = "example-relay";
+        let card = |muted: bool| serde_json::json!({"conversation_id": "c", "muted": muted});
+        assert_eq!(
+            decide(
+                &tray(serde_json::json!({"you": "@other", "conversations": [card(false)]})),
+                me
+            ),
+            CycleDecision::NoRun(NoRun::HandleMismatch {
+                you: "@other".into()
+            })
+        );
+        assert_eq!(
+            decide(
+                &tray(
+                    serde_json::json!({"you": "@Example-Relay", "conversations": [card(true), card(false)]})
+                ),
+                me
+            ),
+            CycleDecision::Run(RunKind::Wake)
+        );
+        assert_eq!(
+            decide(
+                &tray(serde_json::json!({"conversations": [card(true)], "truncated": true})),
+                me
+            ),
+            CycleDecision::Run(RunKind::Wake)
+        );
+        assert_eq!(
+            decide(
+                &tray(
+                    serde_json::json!({"conversations": [card(true)], "invites": [{"invite_id": "i"}]})
+                ),
+                me
+            ),
+            CycleDecision::Run(RunKind::Invite)
+        );
+        assert_eq!(
+            decide(
+                &tray(
+                    serde_json::json!({"you": "@example-relay", "conversations": [card(true)], "invites": []})
+                ),
+                me
+            ),
+            CycleDecision::NoRun(NoRun::OnlyMuted)
+        );
+        assert_eq!(
+            decide(&tray(serde_json::json!({"conversations": []})), me),
+            CycleDecision::NoRun(NoRun::NothingWaiting)
+        );
     }
 }

@@ -2,6 +2,10 @@
 //! `engine-scenarios.json`). Dedupes message ids in a bounded memory so a re-pushed message is
 //! acked again and wakes nothing new.
 
+use std::collections::{HashSet, VecDeque};
+
+use super::frames::ServerFrame;
+
 /// Why a cycle was asked for. Carried into the run as `AGENTCHAT_WAKE_REASONS`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum WakeCause {
@@ -39,17 +43,25 @@ pub struct FrameAction {
     pub malformed: Option<super::frames::FrameError>,
 }
 
+/// The default size of the dedupe memory (the SDKs keep 2048 ids).
+pub const DEFAULT_DEDUPE_CAPACITY: usize = 2048;
+
 pub struct Engine {
     own_handle: String,
     capacity: usize,
+    /// Seen message ids, oldest first; `seen_set` mirrors it for lookups.
+    seen_order: VecDeque<String>,
+    seen_set: HashSet<String>,
 }
 
 impl Engine {
-    /// `own_handle` in any spelling; `capacity` bounds the dedupe memory.
+    /// `own_handle` in any spelling; `capacity` bounds the dedupe memory (at least 1).
     pub fn new(own_handle: &str, capacity: usize) -> Engine {
         Engine {
             own_handle: super::handle::normalize(own_handle),
-            capacity,
+            capacity: capacity.max(1),
+            seen_order: VecDeque::new(),
+            seen_set: HashSet::new(),
         }
     }
 
@@ -58,8 +70,154 @@ impl Engine {
         self.own_handle = super::handle::normalize(handle);
     }
 
+    /// Remembers `id`; returns false when it was already remembered (a duplicate).
+    fn remember(&mut self, id: &str) -> bool {
+        if self.seen_set.contains(id) {
+            return false;
+        }
+        if self.seen_order.len() >= self.capacity
+            && let Some(old) = self.seen_order.pop_front()
+        {
+            self.seen_set.remove(&old);
+        }
+        self.seen_order.push_back(id.to_owned());
+        self.seen_set.insert(id.to_owned());
+        true
+    }
+
+    fn is_own(&self, sender: Option<&str>) -> bool {
+        match sender {
+            Some(s) if !self.own_handle.is_empty() => {
+                super::handle::normalize(s) == self.own_handle
+            }
+            _ => false,
+        }
+    }
+
+    /// Decides what one inbound text frame asks for. Every `message.new` is acked (a duplicate
+    /// again: the previous ack may have been lost); only a new message from someone else that is
+    /// not a system notice wakes. `wake` and `group.invite.received` wake and are never acked.
     pub fn on_text(&mut self, text: &str) -> FrameAction {
-        let _ = (text, self.capacity, &self.own_handle);
-        todo!("core: engine")
+        let frame = match ServerFrame::parse(text) {
+            Ok(frame) => frame,
+            Err(e) => {
+                return FrameAction {
+                    malformed: Some(e),
+                    ..FrameAction::default()
+                };
+            }
+        };
+        match frame {
+            ServerFrame::HelloOk { capabilities } => FrameAction {
+                hello: Some(capabilities),
+                ..FrameAction::default()
+            },
+            ServerFrame::MessageNew(meta) => {
+                let fresh = self.remember(&meta.id);
+                let wakes = fresh
+                    && !self.is_own(meta.sender.as_deref())
+                    && meta.kind.as_deref() != Some("system");
+                FrameAction {
+                    ack: Some(meta.id),
+                    wake: wakes.then_some(WakeCause::Message),
+                    ..FrameAction::default()
+                }
+            }
+            ServerFrame::Wake { reason, .. } => FrameAction {
+                wake: Some(WakeCause::Wake(reason)),
+                ..FrameAction::default()
+            },
+            ServerFrame::GroupInviteReceived { .. } => FrameAction {
+                wake: Some(WakeCause::Invite),
+                ..FrameAction::default()
+            },
+            // A group deletion is a system notice: it never wakes by itself (contract 4 step 1).
+            ServerFrame::GroupDeleted | ServerFrame::Heartbeat | ServerFrame::Other { .. } => {
+                FrameAction::default()
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn msg(id: &str, sender: &str, kind: &str) -> String {
+        serde_json::json!({"type":"message.new","payload":{"id":id,"sender":sender,"type":kind}})
+            .to_string()
+    }
+
+    #[test]
+    fn new_message_is_acked_and_wakes_duplicate_is_reacked_without_wake() {
+        let mut e = Engine::new("@me", 8);
+        let a = e.on_text(&msg("msg_1", "scout", "text"));
+        assert_eq!(a.ack.as_deref(), Some("msg_1"));
+        assert_eq!(a.wake, Some(WakeCause::Message));
+        let b = e.on_text(&msg("msg_1", "scout", "text"));
+        assert_eq!(b.ack.as_deref(), Some("msg_1"));
+        assert_eq!(b.wake, None);
+    }
+
+    #[test]
+    fn own_and_system_messages_are_acked_without_wake() {
+        let mut e = Engine::new("@Me", 8);
+        let own = e.on_text(&msg("msg_1", "me", "text"));
+        assert_eq!((own.ack.as_deref(), own.wake), (Some("msg_1"), None));
+        let own_at = e.on_text(&msg("msg_2", "@ME", "text"));
+        assert_eq!(own_at.wake, None);
+        let sys = e.on_text(&msg("msg_3", "scout", "system"));
+        assert_eq!((sys.ack.as_deref(), sys.wake), (Some("msg_3"), None));
+    }
+
+    #[test]
+    fn dedupe_memory_is_bounded_and_forgets_oldest() {
+        let mut e = Engine::new("me", 2);
+        e.on_text(&msg("a", "x", "text"));
+        e.on_text(&msg("b", "x", "text"));
+        e.on_text(&msg("c", "x", "text"));
+        assert_eq!(e.seen_order.len(), 2);
+        // `a` was forgotten, so it wakes again; `c` is still remembered.
+        assert_eq!(
+            e.on_text(&msg("a", "x", "text")).wake,
+            Some(WakeCause::Message)
+        );
+        assert_eq!(e.on_text(&msg("c", "x", "text")).wake, None);
+    }
+
+    #[test]
+    fn wake_and_invite_wake_without_ack_heartbeat_does_nothing() {
+        let mut e = Engine::new("me", 8);
+        let w = e.on_text(r#"{"type":"wake","payload":{"reason":"brand_new"}}"#);
+        assert_eq!(
+            (w.ack, w.wake),
+            (None, Some(WakeCause::Wake("brand_new".into())))
+        );
+        let i = e.on_text(r#"{"type":"group.invite.received","payload":{"id":"gri_1"}}"#);
+        assert_eq!((i.ack, i.wake), (None, Some(WakeCause::Invite)));
+        assert_eq!(e.on_text(r#"{"type":"heartbeat"}"#), FrameAction::default());
+        assert_eq!(
+            e.on_text(r#"{"type":"group.deleted","payload":{}}"#),
+            FrameAction::default()
+        );
+    }
+
+    #[test]
+    fn malformed_frame_only_reports() {
+        let mut e = Engine::new("me", 8);
+        let a = e.on_text("nope");
+        assert!(a.malformed.is_some());
+        assert_eq!((a.ack, a.wake, a.hello), (None, None, None));
+    }
+
+    #[test]
+    fn unknown_own_handle_never_suppresses() {
+        let mut e = Engine::new("", 8);
+        assert_eq!(
+            e.on_text(&msg("m", "", "text")).wake,
+            Some(WakeCause::Message)
+        );
+        e.set_own_handle("@x");
+        assert_eq!(e.on_text(&msg("m2", "X", "text")).wake, None);
     }
 }

@@ -4,7 +4,7 @@
 //! Times are wall-clock unix milliseconds, because the memory outlives the process.
 
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 pub const SINGLE_RUN_PACE_MS: u64 = 60_000;
 
@@ -43,9 +43,173 @@ pub struct RunObservation<'a> {
 }
 
 impl InviteMemory {
-    /// Applies one run; returns a verdict per invite id involved.
-    pub fn apply_run(&mut self, obs: &RunObservation<'_>, pace_ms: u64) -> Vec<(String, InviteVerdict)> {
-        let _ = (obs, pace_ms);
-        todo!("core: invite rule")
+    /// Applies one run; returns a verdict per invite id involved, sorted by id.
+    ///
+    /// Involved: every id on the before or after list, plus remembered ids a complete after-list
+    /// no longer shows (reported `Forgotten`). A failed run changes nothing and reports every
+    /// listed id `NotCounted` (contract 4: a failed turn records nothing).
+    pub fn apply_run(
+        &mut self,
+        obs: &RunObservation<'_>,
+        pace_ms: u64,
+    ) -> Vec<(String, InviteVerdict)> {
+        let before: BTreeSet<&str> = obs.before.iter().map(String::as_str).collect();
+        let after: BTreeSet<&str> = obs.after.iter().map(String::as_str).collect();
+        let mut ids: BTreeSet<String> = before.union(&after).map(|s| (*s).to_owned()).collect();
+        if !obs.run_completed {
+            return ids
+                .into_iter()
+                .map(|id| (id, InviteVerdict::NotCounted))
+                .collect();
+        }
+        if obs.after_complete {
+            ids.extend(self.counted.keys().cloned());
+        }
+        ids.into_iter()
+            .map(|id| {
+                let verdict = self.judge(&id, &before, &after, obs, pace_ms);
+                (id, verdict)
+            })
+            .collect()
+    }
+
+    fn judge(
+        &mut self,
+        id: &str,
+        before: &BTreeSet<&str>,
+        after: &BTreeSet<&str>,
+        obs: &RunObservation<'_>,
+        pace_ms: u64,
+    ) -> InviteVerdict {
+        if !after.contains(id) {
+            if obs.after_complete {
+                self.counted.remove(id);
+                return InviteVerdict::Forgotten;
+            }
+            // Maybe only cut off by the truncated list: keep what we know.
+            return InviteVerdict::NotCounted;
+        }
+        if !before.contains(id) {
+            // Arrived during the run: the run may never have seen it.
+            return InviteVerdict::NotCounted;
+        }
+        match self.counted.get(id) {
+            None => {
+                self.counted.insert(id.to_owned(), obs.run_ended_at_ms);
+                InviteVerdict::Counted
+            }
+            Some(&counted_at) if obs.run_ended_at_ms.saturating_sub(counted_at) >= pace_ms => {
+                self.counted.remove(id);
+                InviteVerdict::Dismiss
+            }
+            Some(_) => InviteVerdict::SilentPaced,
+        }
+    }
+}
+
+impl InviteVerdict {
+    /// The word used in `turn-outcome.cases.json`, logs and status.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            InviteVerdict::Counted => "counted",
+            InviteVerdict::Dismiss => "dismiss",
+            InviteVerdict::SilentPaced => "silent_paced",
+            InviteVerdict::Forgotten => "forgotten",
+            InviteVerdict::NotCounted => "not_counted",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ids(v: &[&str]) -> Vec<String> {
+        v.iter().map(|s| s.to_string()).collect()
+    }
+
+    fn run(
+        m: &mut InviteMemory,
+        before: &[&str],
+        after: &[&str],
+        complete: bool,
+        completed: bool,
+        at: u64,
+    ) -> Vec<(String, InviteVerdict)> {
+        let (b, a) = (ids(before), ids(after));
+        m.apply_run(
+            &RunObservation {
+                before: &b,
+                after: &a,
+                after_complete: complete,
+                run_completed: completed,
+                run_ended_at_ms: at,
+            },
+            SINGLE_RUN_PACE_MS,
+        )
+    }
+
+    #[test]
+    fn counted_then_paced_then_dismissed() {
+        let mut m = InviteMemory::default();
+        assert_eq!(
+            run(&mut m, &["i"], &["i"], true, true, 1_000),
+            vec![("i".into(), InviteVerdict::Counted)]
+        );
+        assert_eq!(
+            run(&mut m, &["i"], &["i"], true, true, 60_999),
+            vec![("i".into(), InviteVerdict::SilentPaced)]
+        );
+        assert_eq!(m.counted.get("i"), Some(&1_000));
+        assert_eq!(
+            run(&mut m, &["i"], &["i"], true, true, 61_000),
+            vec![("i".into(), InviteVerdict::Dismiss)]
+        );
+        assert!(m.counted.is_empty());
+    }
+
+    #[test]
+    fn failed_run_counts_nothing() {
+        let mut m = InviteMemory::default();
+        assert_eq!(
+            run(&mut m, &["i"], &[], true, false, 1_000),
+            vec![("i".into(), InviteVerdict::NotCounted)]
+        );
+        assert!(m.counted.is_empty());
+    }
+
+    #[test]
+    fn gone_from_complete_list_forgets_but_truncated_list_keeps() {
+        let mut m = InviteMemory::default();
+        run(&mut m, &["i"], &["i"], true, true, 0);
+        assert_eq!(
+            run(&mut m, &["i"], &[], false, true, 100_000),
+            vec![("i".into(), InviteVerdict::NotCounted)]
+        );
+        assert!(m.counted.contains_key("i"));
+        // Remembered but not even on the before list: a complete list still forgets it.
+        assert_eq!(
+            run(&mut m, &[], &[], true, true, 200_000),
+            vec![("i".into(), InviteVerdict::Forgotten)]
+        );
+        assert!(m.counted.is_empty());
+    }
+
+    #[test]
+    fn arrived_during_run_is_not_counted() {
+        let mut m = InviteMemory::default();
+        assert_eq!(
+            run(&mut m, &[], &["new"], true, true, 0),
+            vec![("new".into(), InviteVerdict::NotCounted)]
+        );
+        assert!(m.counted.is_empty());
+    }
+
+    #[test]
+    fn memory_serialises_round_trip() {
+        let mut m = InviteMemory::default();
+        run(&mut m, &["gri_1"], &["gri_1"], true, true, 42);
+        let json = serde_json::to_string(&m).unwrap();
+        assert_eq!(serde_json::from_str::<InviteMemory>(&json).unwrap(), m);
     }
 }

@@ -3,6 +3,16 @@
 
 use std::time::Duration;
 
+/// The budget delay's floor and cap, in seconds (contract 3.4: floor 1 s, cap 1 h).
+pub const BUDGET_FLOOR_S: u64 = 1;
+pub const BUDGET_CAP_S: u64 = 3_600;
+/// Ordinary backoff: first delay, cap, and how long a connection must stay up to reset it.
+pub const BACKOFF_BASE: Duration = Duration::from_secs(1);
+pub const BACKOFF_CAP: Duration = Duration::from_secs(60);
+pub const STABLE_AFTER: Duration = Duration::from_secs(30);
+/// How long to wait after a refused key before trying again (design 2).
+pub const KEY_REFUSED_RETRY: Duration = Duration::from_secs(600);
+
 /// What a close (or failed connect) means for the next attempt.
 #[derive(Debug, Clone, PartialEq)]
 pub enum CloseKind {
@@ -16,25 +26,100 @@ pub enum CloseKind {
     Ordinary,
 }
 
-/// Classifies a close frame's code and reason.
+/// Classifies a close frame's code and reason. Only `1013` reads the reason: the same hint on
+/// another code is not the connect budget (contract 3.4).
 pub fn classify_close(code: u16, reason: &str) -> CloseKind {
-    let _ = (code, reason);
-    todo!("core: classify_close")
+    match code {
+        1013 => match parse_retry_after(reason) {
+            Some(retry_after_s) => CloseKind::Budget { retry_after_s },
+            None => CloseKind::Ordinary,
+        },
+        1008 => CloseKind::KeyRefused,
+        4426 => CloseKind::UpgradeRequired,
+        _ => CloseKind::Ordinary,
+    }
 }
 
 /// `retry_after=<s>` in a close reason, tolerant of spaces; `None` for garbage.
+///
+/// The key matches case-insensitively as a whole word, with optional spaces around `=`. The value
+/// is whole seconds (a fraction rounds up); a number too large for `u64` saturates (it is capped
+/// to 1 h later anyway). A value that is not a non-negative number (`abc`, `-5`, `30s`, empty)
+/// is garbage: `None`, so the close takes the ordinary backoff. The first well-formed hint wins.
 pub fn parse_retry_after(reason: &str) -> Option<u64> {
-    let _ = reason;
-    todo!("core: parse_retry_after")
+    const KEY: &[u8] = b"retry_after";
+    let bytes = reason.as_bytes();
+    let mut from = 0;
+    while from + KEY.len() <= bytes.len() {
+        let pos = bytes[from..]
+            .windows(KEY.len())
+            .position(|w| w.eq_ignore_ascii_case(KEY))?
+            + from;
+        from = pos + KEY.len();
+        let word_start = pos == 0 || !is_word_byte(bytes[pos - 1]);
+        if !word_start {
+            continue;
+        }
+        if let Some(v) = parse_value(&reason[pos + KEY.len()..]) {
+            return Some(v);
+        }
+    }
+    None
+}
+
+fn is_word_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b == b'_' || b == b'-'
+}
+
+/// Parses `<spaces>=<spaces><number>` followed by the end, whitespace, `;` or `,`.
+fn parse_value(rest: &str) -> Option<u64> {
+    let rest = rest.trim_start().strip_prefix('=')?.trim_start();
+    let end = rest
+        .find(|c: char| c.is_whitespace() || c == ';' || c == ',')
+        .unwrap_or(rest.len());
+    let token = &rest[..end];
+    let (whole, frac) = match token.split_once('.') {
+        Some((w, f)) => (w, Some(f)),
+        None => (token, None),
+    };
+    if whole.is_empty() || !whole.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let mut secs = whole.parse::<u64>().unwrap_or(u64::MAX);
+    if let Some(frac) = frac {
+        if frac.is_empty() || !frac.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        if frac.bytes().any(|b| b != b'0') {
+            secs = secs.saturating_add(1);
+        }
+    }
+    Some(secs)
+}
+
+/// Clamps `rand01` into [0, 1); NaN counts as 0.
+fn unit(rand01: f64) -> f64 {
+    if rand01.is_nan() || rand01 < 0.0 {
+        0.0
+    } else if rand01 >= 1.0 {
+        1.0 - f64::EPSILON
+    } else {
+        rand01
+    }
 }
 
 /// The budget delay: clamp(s, 1 s, 1 h) plus 0-10 % above it, never less.
 pub fn budget_delay(retry_after_s: u64, rand01: f64) -> Duration {
-    let _ = (retry_after_s, rand01);
-    todo!("core: budget_delay")
+    let base = retry_after_s.clamp(BUDGET_FLOOR_S, BUDGET_CAP_S);
+    let jitter = base as f64 * 0.10 * unit(rand01);
+    Duration::from_secs(base) + Duration::from_secs_f64(jitter)
 }
 
 /// Ordinary backoff: 1 s doubling to 60 s with jitter, reset only after a connection stayed up 30 s.
+///
+/// The n-th delay (from 0) is drawn from [c/2, c] with c = min(2^n s, 60 s), and is never below
+/// 1 s: so 1 s, then 1-2 s, 2-4 s, ... up to 30-60 s. Drawing below the ceiling spreads many
+/// listeners that lost the server at once.
 #[derive(Debug, Clone, Default)]
 pub struct Backoff {
     attempt: u32,
@@ -43,13 +128,22 @@ pub struct Backoff {
 impl Backoff {
     /// The delay before the next attempt after a failure or close.
     pub fn next_delay(&mut self, rand01: f64) -> Duration {
-        let _ = (rand01, self.attempt);
-        todo!("core: backoff")
+        let ceiling = BACKOFF_BASE
+            .saturating_mul(1u32 << self.attempt.min(16))
+            .min(BACKOFF_CAP);
+        self.attempt = self.attempt.saturating_add(1);
+        let factor = 0.5 + 0.5 * unit(rand01);
+        ceiling.mul_f64(factor).max(BACKOFF_BASE).min(BACKOFF_CAP)
     }
     /// A connection ended after staying up `up_for`; resets when that was at least 30 s.
     pub fn connection_lasted(&mut self, up_for: Duration) {
-        let _ = up_for;
-        todo!("core: backoff")
+        if up_for >= STABLE_AFTER {
+            self.attempt = 0;
+        }
+    }
+    /// How many delays were drawn since the last reset.
+    pub fn attempt(&self) -> u32 {
+        self.attempt
     }
 }
 
@@ -61,6 +155,101 @@ pub fn delay_after(
     key_refused_retry: Duration,
     rand01: f64,
 ) -> Duration {
-    let _ = (kind, backoff, key_refused_retry, rand01);
-    todo!("core: delay_after")
+    match kind {
+        CloseKind::Budget { retry_after_s } => budget_delay(*retry_after_s, rand01),
+        CloseKind::KeyRefused => key_refused_retry,
+        CloseKind::UpgradeRequired | CloseKind::Ordinary => backoff.next_delay(rand01),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retry_after_parsing() {
+        assert_eq!(parse_retry_after("rate_limited; retry_after=30"), Some(30));
+        assert_eq!(
+            parse_retry_after("rate_limited;  retry_after = 30 "),
+            Some(30)
+        );
+        assert_eq!(parse_retry_after("RETRY_AFTER=7"), Some(7));
+        assert_eq!(parse_retry_after("retry_after=1.5"), Some(2));
+        assert_eq!(parse_retry_after("retry_after=abc"), None);
+        assert_eq!(parse_retry_after("retry_after=-5"), None);
+        assert_eq!(parse_retry_after("retry_after=30s"), None);
+        assert_eq!(parse_retry_after("retry_after="), None);
+        assert_eq!(parse_retry_after("retry_after"), None);
+        assert_eq!(parse_retry_after("overload"), None);
+        assert_eq!(parse_retry_after("xretry_after=5"), None);
+        assert_eq!(
+            parse_retry_after("retry_after=99999999999999999999999999"),
+            Some(u64::MAX)
+        );
+        assert_eq!(parse_retry_after("retry_after=x; retry_after=9"), Some(9));
+    }
+
+    #[test]
+    fn close_classification() {
+        assert_eq!(
+            classify_close(1013, "rate_limited; retry_after=12"),
+            CloseKind::Budget { retry_after_s: 12 }
+        );
+        assert_eq!(classify_close(1013, "overload"), CloseKind::Ordinary);
+        assert_eq!(classify_close(1008, "Invalid token"), CloseKind::KeyRefused);
+        assert_eq!(
+            classify_close(4426, "upgrade required"),
+            CloseKind::UpgradeRequired
+        );
+        assert_eq!(classify_close(1001, "retry_after=5"), CloseKind::Ordinary);
+    }
+
+    #[test]
+    fn budget_delay_clamps_and_adds_up_to_ten_percent() {
+        assert_eq!(budget_delay(0, 0.0), Duration::from_secs(1));
+        assert_eq!(budget_delay(30, 0.0), Duration::from_secs(30));
+        assert_eq!(budget_delay(u64::MAX, 0.0), Duration::from_secs(3600));
+        let top = budget_delay(100, 0.999_999);
+        assert!(top >= Duration::from_secs(100) && top < Duration::from_secs(110));
+        assert_eq!(budget_delay(100, f64::NAN), Duration::from_secs(100));
+        assert!(budget_delay(100, 5.0) <= Duration::from_secs(110));
+    }
+
+    #[test]
+    fn backoff_doubles_to_cap_and_resets_only_after_stable_connection() {
+        let mut b = Backoff::default();
+        let ceilings: Vec<Duration> = (0..10).map(|_| b.next_delay(0.999_999)).collect();
+        assert_eq!(ceilings[0], Duration::from_secs(1));
+        assert!(ceilings[5] > Duration::from_secs(31) && ceilings[5] <= Duration::from_secs(32));
+        assert!(ceilings[9] <= Duration::from_secs(60) && ceilings[9] > Duration::from_secs(59));
+        b.connection_lasted(Duration::from_secs(29));
+        assert!(b.next_delay(0.0) >= Duration::from_secs(30));
+        b.connection_lasted(Duration::from_secs(30));
+        assert_eq!(b.next_delay(0.0), Duration::from_secs(1));
+    }
+
+    #[test]
+    fn delay_after_dispatches_by_kind() {
+        let mut b = Backoff::default();
+        let ten_min = Duration::from_secs(600);
+        assert_eq!(
+            delay_after(
+                &CloseKind::Budget { retry_after_s: 5 },
+                &mut b,
+                ten_min,
+                0.0
+            ),
+            Duration::from_secs(5)
+        );
+        assert_eq!(b.attempt(), 0);
+        assert_eq!(
+            delay_after(&CloseKind::KeyRefused, &mut b, ten_min, 0.0),
+            ten_min
+        );
+        assert_eq!(
+            delay_after(&CloseKind::UpgradeRequired, &mut b, ten_min, 0.0),
+            Duration::from_secs(1)
+        );
+        assert_eq!(b.attempt(), 1);
+    }
 }

@@ -1,6 +1,10 @@
 //! The tray (`GET /v1/inbox`, contract 3.1), v1 and the pre-v1 shape. Unknown fields are kept so a
 //! round trip preserves them.
+//!
+//! A modelled field the server sent as an explicit `null` is read as `None` and its `null` is kept
+//! in `extra`, so parse-then-serialize gives back the same JSON value.
 
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
@@ -12,6 +16,7 @@ pub enum TrayError {
 
 /// A tray as served. Every field but `conversations` may be missing (pre-v1 servers).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(try_from = "Map<String, Value>")]
 pub struct Tray {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub version: Option<u64>,
@@ -33,6 +38,7 @@ pub struct Tray {
 /// One briefing card. Only `conversation_id` is required; the listener reads `muted` and never
 /// the preview text.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(try_from = "Map<String, Value>")]
 pub struct Card {
     pub conversation_id: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -43,10 +49,75 @@ pub struct Card {
 
 /// A pending group invite on the tray.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(try_from = "Map<String, Value>")]
 pub struct Invite {
     pub invite_id: String,
     #[serde(flatten)]
     pub extra: Map<String, Value>,
+}
+
+/// Takes `key` out of `map`: `Ok(None)` when absent or `null` (a `null` is put back, to stay in
+/// `extra`), else the value read as `T`.
+fn take<T: DeserializeOwned>(
+    map: &mut Map<String, Value>,
+    key: &str,
+) -> Result<Option<T>, serde_json::Error> {
+    match map.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(_) => match map.remove(key) {
+            Some(v) => serde_json::from_value(v)
+                .map(Some)
+                .map_err(|e| field_error(key, e)),
+            None => Ok(None),
+        },
+    }
+}
+
+fn field_error(key: &str, e: serde_json::Error) -> serde_json::Error {
+    serde::de::Error::custom(format_args!("field `{key}`: {e}"))
+}
+
+fn required<T: DeserializeOwned>(
+    map: &mut Map<String, Value>,
+    key: &'static str,
+) -> Result<T, serde_json::Error> {
+    take(map, key)?.ok_or_else(|| serde::de::Error::missing_field(key))
+}
+
+impl TryFrom<Map<String, Value>> for Tray {
+    type Error = serde_json::Error;
+    fn try_from(mut map: Map<String, Value>) -> Result<Tray, Self::Error> {
+        Ok(Tray {
+            version: take(&mut map, "version")?,
+            you: take(&mut map, "you")?,
+            conversations: take(&mut map, "conversations")?.unwrap_or_default(),
+            truncated: take(&mut map, "truncated")?,
+            invites: take(&mut map, "invites")?,
+            invites_truncated: take(&mut map, "invites_truncated")?,
+            extra: map,
+        })
+    }
+}
+
+impl TryFrom<Map<String, Value>> for Card {
+    type Error = serde_json::Error;
+    fn try_from(mut map: Map<String, Value>) -> Result<Card, Self::Error> {
+        Ok(Card {
+            conversation_id: required(&mut map, "conversation_id")?,
+            muted: take(&mut map, "muted")?,
+            extra: map,
+        })
+    }
+}
+
+impl TryFrom<Map<String, Value>> for Invite {
+    type Error = serde_json::Error;
+    fn try_from(mut map: Map<String, Value>) -> Result<Invite, Self::Error> {
+        Ok(Invite {
+            invite_id: required(&mut map, "invite_id")?,
+            extra: map,
+        })
+    }
 }
 
 impl Tray {
@@ -60,12 +131,53 @@ impl Tray {
         self.invites.is_some() && !self.invites_truncated.unwrap_or(false)
     }
     pub fn invite_ids(&self) -> Vec<String> {
-        self.invites.iter().flatten().map(|i| i.invite_id.clone()).collect()
+        self.invites
+            .iter()
+            .flatten()
+            .map(|i| i.invite_id.clone())
+            .collect()
     }
 }
 
 impl Card {
     pub fn is_muted(&self) -> bool {
         self.muted.unwrap_or(false)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn round_trip_keeps_unknown_fields_and_nulls() {
+        let v = json!({
+            "version": 1, "you": "@me", "question": "q", "waited_ms": null, "truncated": null,
+            "conversations": [{"conversation_id": "c", "muted": null, "preview": null, "x": {"y": 1}}],
+            "invites": [{"invite_id": "i", "group": {"id": "g"}, "at": null}],
+            "invites_truncated": false, "future": [1, 2]
+        });
+        let tray = Tray::parse(v.to_string().as_bytes()).unwrap();
+        assert_eq!(tray.truncated, None);
+        assert_eq!(tray.conversations[0].muted, None);
+        assert_eq!(tray.invite_ids(), vec!["i".to_string()]);
+        assert_eq!(serde_json::to_value(&tray).unwrap(), v);
+    }
+
+    #[test]
+    fn pre_v1_has_unknown_invites() {
+        let tray = Tray::parse(br#"{"conversations": []}"#).unwrap();
+        assert_eq!(tray.version, None);
+        assert!(!tray.invites_complete());
+        assert!(tray.invite_ids().is_empty());
+    }
+
+    #[test]
+    fn card_without_id_or_wrong_type_is_an_error() {
+        assert!(Tray::parse(br#"{"conversations": [{"muted": true}]}"#).is_err());
+        let err = Tray::parse(br#"{"conversations": [], "truncated": "yes"}"#).unwrap_err();
+        assert!(err.to_string().contains("truncated"), "{err}");
+        assert!(Tray::parse(b"[]").is_err());
     }
 }
