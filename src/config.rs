@@ -504,11 +504,15 @@ fn parse_listen(
     }
     if let Some(v) = t.get("command") {
         let key = k("command");
-        let argv = want_str_array(v, &key)?;
-        if let Some(first) = argv.first()
-            && first.trim().is_empty()
-        {
-            return Err(bad(&key, "the program (first item) must not be empty"));
+        let mut argv = want_str_array(v, &key)?;
+        if let Some(first) = argv.first_mut() {
+            if first.trim().is_empty() {
+                return Err(bad(&key, "the program (first item) must not be empty"));
+            }
+            // Like `binary`: bare names are looked up on PATH at run time, paths are made
+            // absolute against the config file's folder.
+            let program = expand_binary(first, &key, base, env)?;
+            *first = program.to_string_lossy().into_owned();
         }
         layer.command = Some(argv);
     }

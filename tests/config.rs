@@ -509,3 +509,24 @@ fn integration_switch_honours_off_and_the_deprecated_doorbell_until_its_date() {
         IntegrationSwitch::Off
     );
 }
+
+#[test]
+fn command_program_path_is_made_absolute_but_a_bare_name_stays_bare() {
+    let s = resolve(
+        &ConfigArgs::default(),
+        &env(&[]),
+        file("[listen]\ncommand = [\"bin/agent.sh\", \"bin/arg\"]"),
+    )
+    .unwrap();
+    assert_eq!(
+        s.listen.command,
+        vec!["/etc/agentchat/bin/agent.sh", "bin/arg"]
+    );
+    let s = resolve(
+        &ConfigArgs::default(),
+        &env(&[]),
+        file("[listen]\ncommand = [\"~/agent\"]"),
+    )
+    .unwrap();
+    assert_eq!(s.listen.command, vec!["/home/u/agent"]);
+}
