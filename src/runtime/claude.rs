@@ -65,6 +65,12 @@ pub fn prepare(ctx: &RunContext<'_>) -> Result<RunSpec, RuntimeError> {
         .map(|s| s.to_string())
         .collect();
     env_remove.extend(NESTED_SESSION_VARS.iter().map(|s| s.to_string()));
+    if claude.mcp == McpMode::Listener {
+        // The key reaches Claude through the MCP config only; the listener's own
+        // `AGENTCHAT_API_KEY` stays away from the model's tools. With `mcp = "user"` it is left
+        // inherited: the user's MCP config may expand it.
+        env_remove.push("AGENTCHAT_API_KEY".into());
+    }
 
     Ok(RunSpec {
         program,
@@ -373,6 +379,8 @@ mod tests {
                 .ends_with(&["--allowedTools".into(), "mcp__agentchat__*".into()])
         );
         assert!(!fx.state_dir().join(MCP_CONFIG_FILE).exists());
+        // The user's own MCP config may read the key from the environment.
+        assert!(!spec.env_remove.iter().any(|r| r == "AGENTCHAT_API_KEY"));
     }
 
     #[test]
@@ -388,6 +396,7 @@ mod tests {
             assert!(spec.env_remove.iter().any(|r| r == v), "{v} not removed");
         }
         assert!(!spec.env_remove.iter().any(|r| r == "CLAUDE_CONFIG_DIR"));
+        assert!(spec.env_remove.iter().any(|r| r == "AGENTCHAT_API_KEY"));
         assert!(!spec.env.iter().any(|(k, _)| k == "CLAUDE_CONFIG_DIR"));
         assert!(
             spec.env
