@@ -1,7 +1,31 @@
 //! `agentchat sim`: a faithful in-memory AgentChat server on loopback, with a control API for
 //! tests and demos (design 8). Owned by the sim work (issue 3).
+//!
+//! Layout: `state`/`model` hold the data and the operations every door shares; `tray` builds the
+//! v1 tray; `timers` run the defer and re-wake ladders; `budget` holds the poll and connect
+//! budgets; `http` routes to `api` (the agent's REST hands), `ws` (the socket), `mcp` (the hosted
+//! tools) and `control` (`/_sim/`); `texts` serves the texts; `clock` scales every timer.
+
+mod api;
+mod budget;
+pub mod clock;
+mod control;
+mod error;
+mod http;
+mod mcp;
+mod model;
+mod state;
+mod texts;
+mod timers;
+mod tray;
+mod ws;
 
 use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::json;
+use tokio::sync::watch;
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct SimArgs {
@@ -16,9 +40,35 @@ pub struct SimArgs {
     pub seed_demo: bool,
 }
 
+/// Prints one JSON line (`api_base`, and the seeded agents' keys) on stdout, then logs requests
+/// on stderr (never keys) until SIGINT or SIGTERM.
 pub async fn run_cli(args: SimArgs) -> anyhow::Result<i32> {
-    let _ = args;
-    anyhow::bail!("agentchat sim is not built yet")
+    let _ = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .with_ansi(false)
+        .with_max_level(tracing::Level::INFO)
+        .try_init();
+    let handle = start(SimConfig { listen: args.listen, time_scale: args.time_scale, seed_demo: args.seed_demo }).await?;
+    let mut line = json!({"api_base": handle.api_base});
+    if args.seed_demo {
+        line["agents"] = handle.seeded.iter().map(|(h, k)| json!({"handle": h, "api_key": k})).collect();
+    }
+    {
+        use std::io::Write;
+        let mut out = std::io::stdout().lock();
+        writeln!(out, "{line}")?;
+        out.flush()?;
+    }
+    tracing::info!("sim: listening on {} (time scale {})", handle.api_base, args.time_scale);
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+    tracing::info!("sim: shutting down");
+    handle.shutdown().await;
+    Ok(0)
 }
 
 /// How to start the server in-process.
@@ -29,6 +79,12 @@ pub struct SimConfig {
     pub seed_demo: bool,
 }
 
+impl Default for SimConfig {
+    fn default() -> Self {
+        SimConfig { listen: SocketAddr::from(([127, 0, 0, 1], 0)), time_scale: 1.0, seed_demo: false }
+    }
+}
+
 /// A running server. Dropping it (or `shutdown`) stops it.
 pub struct SimHandle {
     pub addr: SocketAddr,
@@ -36,14 +92,60 @@ pub struct SimHandle {
     pub api_base: String,
     /// `(handle with @, api key)` of the seeded agents, when `seed_demo`.
     pub seeded: Vec<(String, String)>,
+    stop: watch::Sender<bool>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
 }
 
 impl SimHandle {
-    pub async fn shutdown(self) {}
+    /// Stops the server: sockets close `1001 Server shutting down`, held requests end.
+    pub async fn shutdown(mut self) {
+        let _ = self.stop.send(true);
+        for t in self.tasks.drain(..) {
+            let _ = tokio::time::timeout(Duration::from_secs(5), t).await;
+        }
+    }
+}
+
+impl Drop for SimHandle {
+    fn drop(&mut self) {
+        let _ = self.stop.send(true);
+    }
 }
 
 /// Starts the server on a tokio runtime that is already running; returns once it listens.
 pub async fn start(config: SimConfig) -> anyhow::Result<SimHandle> {
-    let _ = config;
-    anyhow::bail!("agentchat sim is not built yet")
+    if !config.listen.ip().is_loopback() {
+        anyhow::bail!("agentchat sim listens on loopback only; {} is not a loopback address", config.listen);
+    }
+    let listener = tokio::net::TcpListener::bind(config.listen)
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", config.listen))?;
+    let addr = listener.local_addr()?;
+    let clock = clock::Clock::new(config.time_scale);
+    let mut st = state::State::new(clock.clone());
+    let mut seeded = Vec::new();
+    if config.seed_demo {
+        for h in ["alice", "bob"] {
+            let (h, key) = st.create_agent(h, None).map_err(|e| anyhow::anyhow!("{e}"))?;
+            seeded.push((format!("@{h}"), key));
+        }
+    }
+    let (stop, shutdown) = watch::channel(false);
+    let sim: http::Sim = Arc::new(http::Shared { state: Mutex::new(st), clock, shutdown });
+    let serve = tokio::spawn(http::serve(sim.clone(), listener));
+    let ticker = tokio::spawn(tick_loop(sim));
+    Ok(SimHandle { addr, api_base: format!("http://{addr}"), seeded, stop, tasks: vec![serve, ticker] })
+}
+
+/// Drives the server-owned timers (defer reminders, re-wake rungs) on the scaled clock.
+async fn tick_loop(sim: http::Sim) {
+    let mut shutdown = sim.shutdown.clone();
+    let mut every = tokio::time::interval(Duration::from_millis(20));
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = every.tick() => timers::tick(&mut sim.lock()),
+            _ = shutdown.changed() => return,
+        }
+    }
 }

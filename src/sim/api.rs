@@ -1,0 +1,199 @@
+//! The `/v1` REST routes an agent uses (its hands): identity, messages, the tray, verdicts,
+//! invites, mutes, texts. Each authenticates with `Authorization: Bearer <key>`.
+
+use std::time::Instant;
+
+use serde_json::{Value, json};
+use tokio::sync::broadcast::error::RecvError;
+
+use super::error::{ApiError, ApiResult};
+use super::http::{Reply, Req, Sim, not_found};
+use super::model::Landing;
+use super::texts;
+use super::tray;
+
+pub async fn route(sim: &Sim, r: &Req) -> ApiResult<Reply> {
+    let segs: Vec<&str> = r.segs.iter().map(String::as_str).collect();
+    let m = r.method.as_str();
+    if let (m2, ["v1", "texts"]) = (m, &segs[..])
+        && m2 == "GET"
+    {
+        return texts_route(sim, r);
+    }
+    let me = sim.lock().auth(r.bearer())?;
+    match (m, &segs[1..]) {
+        ("GET", ["agents", "me"]) => Ok(Reply::ok(sim.lock().me(&me)?)),
+        ("POST", ["messages"]) => {
+            let body = r.json_object()?;
+            let (status, v) = sim.lock().send_message(&me, &body)?;
+            Ok(Reply::json(status, v))
+        }
+        ("GET", ["messages", "sync"]) => sync(sim, r, &me).await,
+        ("POST", ["messages", "sync", "ack"]) => sync_ack(sim, r, &me),
+        ("GET", ["messages", conv]) | ("GET", ["conversations", conv, "messages"]) => {
+            let limit = r.query_u64("limit")?.unwrap_or(50).clamp(1, 200) as usize;
+            let after = r.query_u64("after_seq")?;
+            let before = r.query_u64("before_seq")?;
+            Ok(Reply::ok(sim.lock().conversation_messages(&me, conv, limit, after, before)?))
+        }
+        ("POST", ["conversations", conv, "decisions"]) => {
+            let body = r.json_object()?;
+            Ok(Reply::json(201, sim.lock().decide(&me, conv, &body)?))
+        }
+        ("POST", ["conversations", conv, "read"]) => {
+            let body = r.json_object()?;
+            Ok(Reply::ok(sim.lock().mark_read(&me, conv, &body)?))
+        }
+        ("GET", ["inbox"]) => {
+            let limit = match r.query_u64("limit")? {
+                None => 20,
+                Some(0) => return Err(ApiError::validation("limit must be a positive integer")),
+                Some(n) => n.min(50) as usize,
+            };
+            let wait_ms = match r.query_u64("wait_ms")? {
+                None | Some(0) => 0,
+                Some(n) if n <= 50_000 => n,
+                Some(_) => return Err(ApiError::validation("wait_ms must be between 1 and 50000")),
+            };
+            let invites = matches!(r.query.get("invites").map(String::as_str), Some("1") | Some("true"));
+            Ok(Reply::ok(inbox(sim, &me, limit, wait_ms, invites).await?))
+        }
+        ("GET", ["groups", "invites"]) => Ok(Reply::ok(sim.lock().list_invites(&me))),
+        ("POST", ["groups", "invites", id, "accept"]) => idempotent(sim, r, &me, |s| s.accept_invite(&me, id)),
+        ("POST", ["groups", "invites", id, "dismiss"]) => idempotent(sim, r, &me, |s| s.dismiss_invite(&me, id)),
+        ("DELETE", ["groups", "invites", id]) => Ok(Reply::ok(sim.lock().decline_invite(&me, id)?)),
+        ("GET", ["groups", id]) => {
+            let s = sim.lock();
+            let g = s.group(id)?;
+            if !g.members.contains_key(&me) {
+                return Err(ApiError::not_found("GROUP_NOT_FOUND", format!("no group {id}")));
+            }
+            Ok(Reply::ok(s.group_detail(id, &me)))
+        }
+        ("POST", ["mutes"]) => {
+            let body = r.json_object()?;
+            Ok(Reply::json(201, sim.lock().mute(&me, &body, true)?))
+        }
+        ("DELETE", ["mutes", kind @ ("agent" | "conversation"), target]) => {
+            let key = if *kind == "agent" { "target_handle" } else { "target_id" };
+            let body = json!({"target_kind": kind, key: target});
+            Ok(Reply::ok(sim.lock().mute(&me, &body, false)?))
+        }
+        _ => Ok(not_found(r)),
+    }
+}
+
+fn texts_route(sim: &Sim, r: &Req) -> ApiResult<Reply> {
+    let runtime = r.query.get("runtime").map(String::as_str).unwrap_or("generic");
+    if !texts::RUNTIMES.contains(&runtime) {
+        return Err(ApiError::validation(format!("runtime must be one of {}", texts::RUNTIMES.join(", "))));
+    }
+    let s = sim.lock();
+    let v = s.texts.get(runtime).cloned().unwrap_or_else(|| texts::default_texts(runtime));
+    Ok(Reply::ok(v))
+}
+
+/// Honours `Idempotency-Key` (8-128 of `[A-Za-z0-9_-]`, per agent): a replay answers the stored
+/// result with `Idempotent-Replay: true`; the same key on another route is `422`.
+fn idempotent(
+    sim: &Sim,
+    r: &Req,
+    me: &str,
+    op: impl FnOnce(&mut super::state::State) -> ApiResult<Value>,
+) -> ApiResult<Reply> {
+    let key = r.header("idempotency-key").map(str::to_string);
+    let fingerprint = format!("{} /{}", r.method, r.segs.join("/"));
+    let mut s = sim.lock();
+    if let Some(k) = &key {
+        let ok = (8..=128).contains(&k.len()) && k.bytes().all(|c| c.is_ascii_alphanumeric() || c == b'_' || c == b'-');
+        if !ok {
+            return Err(ApiError::new(400, "IDEMPOTENCY_KEY_INVALID", "Idempotency-Key must be 8-128 characters of A-Z a-z 0-9 _ -"));
+        }
+        if let Some((fp, status, body)) = s.agent(me)?.idem.get(k) {
+            if *fp != fingerprint {
+                return Err(ApiError::new(422, "IDEMPOTENCY_KEY_CONFLICT", "this Idempotency-Key was used for another request"));
+            }
+            return Ok(Reply::json(*status, body.clone()).header("idempotent-replay", "true"));
+        }
+    }
+    let v = op(&mut s)?;
+    if let Some(k) = key {
+        s.agent_mut(me)?.idem.insert(k, (fingerprint, 200, v.clone()));
+    }
+    Ok(Reply::ok(v))
+}
+
+/// The tray read shared by `GET /v1/inbox` and the hosted `agentchat_inbox` (3.1): both poll
+/// budgets, the `wait_ms` hold, `invites=1` semantics.
+pub async fn inbox(sim: &Sim, me: &str, limit: usize, wait_ms: u64, invites: bool) -> ApiResult<Value> {
+    let started = Instant::now();
+    let mut rx = {
+        let mut s = sim.lock();
+        let now = s.now_v();
+        let scale = s.clock.clone();
+        let a = s.agent_mut(me)?;
+        if let Err(wait) = a.polls.admit(now) {
+            return Err(ApiError::rate_limited(scale.real_secs_ceil(wait)));
+        }
+        let t = tray::build(&s, me);
+        if wait_ms == 0 || t.shows_something(limit, invites) {
+            let shows = t.shows_something(limit, invites);
+            let body = t.body(&s, me, limit, (wait_ms > 0).then_some(0));
+            settle(&mut s, me, shows);
+            return Ok(body);
+        }
+        s.agent(me)?.landing.subscribe()
+    };
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_millis(wait_ms);
+    let mut shutdown = sim.shutdown.clone();
+    loop {
+        tokio::select! {
+            got = rx.recv() => match got {
+                Ok(Landing::Invite) if !invites => continue,
+                Ok(_) | Err(RecvError::Lagged(_)) => break,
+                Err(RecvError::Closed) => { tokio::time::sleep_until(deadline).await; break; }
+            },
+            _ = tokio::time::sleep_until(deadline) => break,
+            _ = shutdown.changed() => break,
+        }
+    }
+    let mut s = sim.lock();
+    let t = tray::build(&s, me);
+    let shows = t.shows_something(limit, invites);
+    let body = t.body(&s, me, limit, Some(started.elapsed().as_millis() as u64));
+    settle(&mut s, me, shows);
+    Ok(body)
+}
+
+fn settle(s: &mut super::state::State, me: &str, shows: bool) {
+    let now = s.now_v();
+    let progress = s.progress_recently(me);
+    if let Some(a) = s.agents.get_mut(me) {
+        a.polls.settle(now, shows, progress);
+    }
+}
+
+/// `GET /v1/messages/sync?after=&limit=`: undelivered rows, oldest first, with `delivery_id`.
+async fn sync(sim: &Sim, r: &Req, me: &str) -> ApiResult<Reply> {
+    let limit = r.query_u64("limit")?.unwrap_or(200).clamp(1, 500) as usize;
+    let after = r.query.get("after").cloned();
+    let mut s = sim.lock();
+    let now = s.now_v();
+    let clock = s.clock.clone();
+    if let Err(wait) = s.agent_mut(me)?.polls.admit(now) {
+        return Err(ApiError::rate_limited(clock.real_secs_ceil(wait)));
+    }
+    let rows = s.stored_rows(me, after.as_deref(), limit);
+    let shows = !rows.is_empty();
+    settle(&mut s, me, shows);
+    Ok(Reply::ok(Value::Array(rows)))
+}
+
+fn sync_ack(sim: &Sim, r: &Req, me: &str) -> ApiResult<Reply> {
+    let body = r.json_object()?;
+    let Some(cursor) = body.get("last_delivery_id").and_then(Value::as_str).filter(|s| !s.is_empty()) else {
+        return Err(ApiError::validation("last_delivery_id is required"));
+    };
+    let n = sim.lock().ack_through(me, cursor);
+    Ok(Reply::ok(json!({"acked": n})))
+}

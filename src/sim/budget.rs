@@ -1,0 +1,188 @@
+//! The budgets of contract 3.1 (poll) and 3.4 (socket connects), as pure functions of server-clock
+//! milliseconds. No I/O: the HTTP and socket layers ask, then spend.
+
+use std::collections::VecDeque;
+
+use super::clock::{HOUR, MIN, SEC};
+
+/// A token bucket that refills continuously and may go negative (the no-progress budget does).
+#[derive(Debug, Clone)]
+pub struct Bucket {
+    pub burst: f64,
+    /// Server-clock ms per token.
+    pub refill_ms: f64,
+    pub floor: f64,
+    tokens: f64,
+    at: u64,
+}
+
+impl Bucket {
+    pub fn new(burst: f64, refill_ms: f64, floor: f64) -> Bucket {
+        Bucket { burst, refill_ms, floor, tokens: burst, at: 0 }
+    }
+    fn refill(&mut self, now: u64) {
+        if now > self.at {
+            let gained = (now - self.at) as f64 / self.refill_ms;
+            self.tokens = (self.tokens + gained).min(self.burst);
+            self.at = now;
+        }
+    }
+    /// Server-clock ms until the bucket holds at least one token (0 when it does).
+    pub fn wait_for_one(&mut self, now: u64) -> u64 {
+        self.refill(now);
+        if self.tokens >= 1.0 { 0 } else { ((1.0 - self.tokens) * self.refill_ms).ceil() as u64 }
+    }
+    pub fn spend(&mut self, now: u64) {
+        self.refill(now);
+        self.tokens = (self.tokens - 1.0).max(self.floor);
+    }
+}
+
+/// The two poll budgets shared by tray and sync reads (contract 3.1).
+#[derive(Debug, Clone)]
+pub struct PollBudget {
+    /// Burst 50, one per 30 s, spent only by a read that showed nothing with no progress; down to -170.
+    pub no_progress: Bucket,
+    /// Burst 120, one per second, spent by every read before it runs.
+    pub ceiling: Bucket,
+}
+
+impl Default for PollBudget {
+    fn default() -> Self {
+        PollBudget {
+            no_progress: Bucket::new(50.0, 30.0 * SEC as f64, -170.0),
+            ceiling: Bucket::new(120.0, SEC as f64, 0.0),
+        }
+    }
+}
+
+impl PollBudget {
+    /// Checks both budgets before a read: `Err(wait_ms)` (the longer of the two waits) when refused,
+    /// which spends nothing; otherwise spends one from the ceiling.
+    pub fn admit(&mut self, now: u64) -> Result<(), u64> {
+        let wait = self.no_progress.wait_for_one(now).max(self.ceiling.wait_for_one(now));
+        if wait > 0 {
+            return Err(wait);
+        }
+        self.ceiling.spend(now);
+        Ok(())
+    }
+    /// After the answer: a read that showed nothing while the agent made no progress spends one.
+    pub fn settle(&mut self, now: u64, showed_something: bool, progress_recently: bool) {
+        if !showed_something && !progress_recently {
+            self.no_progress.spend(now);
+        }
+    }
+}
+
+/// A sliding-window count of events (server-clock ms).
+#[derive(Debug, Clone, Default)]
+pub struct Window {
+    times: VecDeque<u64>,
+}
+
+impl Window {
+    fn prune(&mut self, now: u64, span: u64) {
+        while let Some(&t) = self.times.front() {
+            if t + span <= now {
+                self.times.pop_front();
+            } else {
+                break;
+            }
+        }
+    }
+    /// `Err(ms until a slot frees)` when `limit` events already happened in the last `span`.
+    pub fn check(&mut self, now: u64, span: u64, limit: u32) -> Result<(), u64> {
+        self.prune(now, span);
+        if (self.times.len() as u64) < limit as u64 {
+            return Ok(());
+        }
+        let idx = self.times.len() - limit.max(1) as usize;
+        let oldest = self.times.get(idx).copied().unwrap_or(now);
+        Err((oldest + span).saturating_sub(now).max(1))
+    }
+    pub fn record(&mut self, now: u64) {
+        self.times.push_back(now);
+    }
+}
+
+/// Per-agent socket connect budget (contract 3.4): the minute bucket counts every attempt,
+/// refused ones included; the hour bucket counts only allowed connects.
+#[derive(Debug, Clone)]
+pub struct ConnectBudget {
+    pub per_minute: u32,
+    pub per_hour: u32,
+    minute: Window,
+    hour: Window,
+}
+
+impl Default for ConnectBudget {
+    fn default() -> Self {
+        ConnectBudget { per_minute: 20, per_hour: 200, minute: Window::default(), hour: Window::default() }
+    }
+}
+
+impl ConnectBudget {
+    /// Counts one attempt; `Err(wait_ms)` when it is over budget.
+    pub fn attempt(&mut self, now: u64) -> Result<(), u64> {
+        let minute = self.minute.check(now, MIN, self.per_minute);
+        self.minute.record(now);
+        minute?;
+        self.hour.check(now, HOUR, self.per_hour)?;
+        self.hour.record(now);
+        Ok(())
+    }
+}
+
+/// The per-IP connect budget (300 a minute, every attempt counted), checked first.
+#[derive(Debug, Clone, Default)]
+pub struct IpBudget {
+    minute: Window,
+}
+
+impl IpBudget {
+    pub fn attempt(&mut self, now: u64) -> Result<(), u64> {
+        let r = self.minute.check(now, MIN, 300);
+        self.minute.record(now);
+        r
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn connect_minute_bucket_counts_refused_attempts_and_hour_counts_allowed_only() {
+        let mut b = ConnectBudget { per_minute: 2, per_hour: 3, ..Default::default() };
+        assert!(b.attempt(0).is_ok());
+        assert!(b.attempt(1).is_ok());
+        let wait = b.attempt(2).unwrap_err();
+        assert_eq!(wait, MIN - 2, "the attempt at t=0 frees a slot at t=60_000");
+        assert!(b.attempt(MIN - 1).is_err(), "the refused attempt at t=2 still fills the minute");
+        assert!(b.attempt(2 * MIN + 10).is_ok());
+        assert!(b.attempt(4 * MIN).is_err(), "hour bucket holds only the 3 allowed connects");
+    }
+
+    #[test]
+    fn poll_budget_refuses_when_no_progress_runs_out_and_spends_nothing_when_refused() {
+        let mut p = PollBudget::default();
+        for _ in 0..50 {
+            p.admit(0).unwrap();
+            p.settle(0, false, false);
+        }
+        let wait = p.admit(0).unwrap_err();
+        assert_eq!(wait, 30 * SEC);
+        assert!(p.admit(30 * SEC).is_ok());
+    }
+
+    #[test]
+    fn poll_ceiling_spends_on_every_read() {
+        let mut p = PollBudget::default();
+        for _ in 0..120 {
+            p.admit(0).unwrap();
+            p.settle(0, true, false);
+        }
+        assert_eq!(p.admit(0).unwrap_err(), SEC);
+    }
+}

@@ -1,0 +1,82 @@
+//! One clock for every server timer. Contract durations (45 s heartbeat, 1/5/30/180 min rungs,
+//! 15 min / 24 h defer, budget windows, 5 s HELLO) run on a *server clock* that advances
+//! `time_scale` times faster than real time; bodies keep real wall-clock timestamps.
+
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+#[derive(Debug, Clone)]
+pub struct Clock {
+    start: Instant,
+    scale: f64,
+}
+
+impl Clock {
+    pub fn new(scale: f64) -> Clock {
+        let scale = if scale.is_finite() && scale > 0.0 { scale } else { 1.0 };
+        Clock { start: Instant::now(), scale }
+    }
+
+    pub fn scale(&self) -> f64 {
+        self.scale
+    }
+
+    /// Server-clock milliseconds since the sim started (scaled).
+    pub fn now_v(&self) -> u64 {
+        (self.start.elapsed().as_secs_f64() * 1000.0 * self.scale) as u64
+    }
+
+    /// The real duration that a contract duration of `ms` server-clock milliseconds takes.
+    pub fn real(&self, ms: u64) -> Duration {
+        Duration::from_secs_f64(ms as f64 / 1000.0 / self.scale)
+    }
+
+    /// Whole real seconds (at least 1) for a server-clock wait: what `Retry-After` and
+    /// `retry_after=` say, because the client waits in real time.
+    pub fn real_secs_ceil(&self, ms: u64) -> u64 {
+        (self.real(ms).as_secs_f64().ceil() as u64).max(1)
+    }
+}
+
+pub const SEC: u64 = 1000;
+pub const MIN: u64 = 60 * SEC;
+pub const HOUR: u64 = 60 * MIN;
+
+/// RFC 3339 UTC with milliseconds, e.g. `2026-11-08T09:12:41.902Z`.
+pub fn iso(t: SystemTime) -> String {
+    humantime::format_rfc3339_millis(t).to_string()
+}
+
+pub fn now_iso() -> String {
+    iso(SystemTime::now())
+}
+
+/// Real Unix time in milliseconds (for the control API's precise logs).
+pub fn unix_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+}
+
+/// `<prefix>_<16 base64url>`, the real id format.
+pub fn new_id(prefix: &str) -> String {
+    const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    let mut s = String::with_capacity(prefix.len() + 17);
+    s.push_str(prefix);
+    s.push('_');
+    for _ in 0..16 {
+        s.push(ALPHABET[fastrand::usize(..64)] as char);
+    }
+    s
+}
+
+/// `del_<32 hex>`.
+pub fn new_delivery_id() -> String {
+    format!("del_{:016x}{:016x}", fastrand::u64(..), fastrand::u64(..))
+}
+
+/// An API key in the real format (`ac_live_…`).
+pub fn new_key() -> String {
+    let mut s = String::from("ac_live_");
+    for _ in 0..32 {
+        s.push(char::from_digit(fastrand::u32(..36), 36).unwrap_or('x'));
+    }
+    s
+}

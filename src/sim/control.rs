@@ -1,0 +1,268 @@
+//! The control API under `/_sim/` (no auth; the sim listens on loopback only): make agents, cut
+//! or silence sockets, read connect and ack logs and the server's view of an agent, set budgets,
+//! refuse or rotate keys, push wakes, make groups, invites and notices, replace texts.
+
+use serde_json::{Value, json};
+
+use super::error::{ApiError, ApiResult};
+use super::http::{Reply, Req, Sim, not_found};
+use super::state::{State, at, bare};
+use super::texts;
+use super::tray;
+
+pub async fn route(sim: &Sim, r: &Req) -> ApiResult<Reply> {
+    let segs: Vec<&str> = r.segs.iter().map(String::as_str).collect();
+    match (r.method.as_str(), &segs[1..]) {
+        ("POST", ["agents"]) => {
+            let b = r.json_object()?;
+            let h = b.get("handle").and_then(Value::as_str).ok_or_else(|| ApiError::validation("handle is required"))?;
+            let name = b.get("display_name").and_then(Value::as_str);
+            let (h, key) = sim.lock().create_agent(h, name)?;
+            tracing::info!("sim: created agent @{h}");
+            Ok(Reply::json(201, json!({"handle": at(&h), "api_key": key})))
+        }
+        ("GET", ["agents"]) => {
+            let s = sim.lock();
+            let list: Vec<Value> =
+                s.agents.values().map(|a| json!({"handle": at(&a.handle), "sockets": a.sockets.len()})).collect();
+            Ok(Reply::ok(json!({"agents": list})))
+        }
+        (m, ["agents", h, rest @ ..]) => agent_route(sim, r, m, &bare(h), rest),
+        ("POST", ["groups"]) => {
+            let b = r.json_object()?;
+            let owner = str_field(&b, "owner")?;
+            let name = str_field(&b, "name")?;
+            let members = handles(&b, "members")?;
+            let invitees = handles(&b, "invite")?;
+            let mut s = sim.lock();
+            let gid = s.create_group(&owner, &name, &members)?;
+            let mut invites = Vec::new();
+            for h in invitees {
+                let id = s.invite(&gid, &owner, &h)?;
+                invites.push(json!({"handle": at(&bare(&h)), "invite_id": id}));
+            }
+            Ok(Reply::json(201, json!({"group_id": gid, "invites": invites, "group": s.group_detail(&gid, &bare(&owner))})))
+        }
+        ("POST", ["groups", gid, "invite"]) => {
+            let b = r.json_object()?;
+            let h = str_field(&b, "handle")?;
+            let mut s = sim.lock();
+            let by = match b.get("by").and_then(Value::as_str) {
+                Some(x) => bare(x),
+                None => s.group(gid)?.owner.clone(),
+            };
+            let id = s.invite(gid, &by, &h)?;
+            Ok(Reply::json(201, json!({"invite_id": id})))
+        }
+        ("POST", ["groups", gid, "notice"]) => {
+            let b = r.json_object()?;
+            let event = b.get("event").and_then(Value::as_str).unwrap_or("member_joined").to_string();
+            let mut s = sim.lock();
+            let actor = match b.get("agent_handle").or_else(|| b.get("by")).and_then(Value::as_str) {
+                Some(x) => bare(x),
+                None => s.group(gid)?.owner.clone(),
+            };
+            let data = json!({"schema_version": 1, "event": event, "agent_handle": actor});
+            let id = s.notice(gid, &actor, data)?;
+            Ok(Reply::json(201, json!({"message_id": id})))
+        }
+        ("POST", ["groups", gid, "delete"]) | ("DELETE", ["groups", gid]) => {
+            let b = r.json_object()?;
+            let mut s = sim.lock();
+            let by = match b.get("by").and_then(Value::as_str) {
+                Some(x) => bare(x),
+                None => s.group(gid)?.owner.clone(),
+            };
+            Ok(Reply::ok(s.delete_group(gid, &by)?))
+        }
+        ("POST", ["texts", runtime]) => {
+            if !texts::RUNTIMES.contains(runtime) {
+                return Err(ApiError::validation(format!("runtime must be one of {}", texts::RUNTIMES.join(", "))));
+            }
+            let b = r.json_object()?;
+            sim.lock().texts.insert(runtime.to_string(), b);
+            Ok(Reply::ok(json!({"runtime": runtime, "replaced": true})))
+        }
+        ("DELETE", ["texts", runtime]) => {
+            sim.lock().texts.remove(*runtime);
+            Ok(Reply::ok(json!({"runtime": runtime, "replaced": false})))
+        }
+        _ => Ok(not_found(r)),
+    }
+}
+
+fn str_field(b: &Value, name: &str) -> ApiResult<String> {
+    b.get(name)
+        .and_then(Value::as_str)
+        .map(str::to_string)
+        .ok_or_else(|| ApiError::validation(format!("{name} is required (a string)")))
+}
+
+fn handles(b: &Value, name: &str) -> ApiResult<Vec<String>> {
+    match b.get(name) {
+        None | Some(Value::Null) => Ok(Vec::new()),
+        Some(Value::Array(a)) => a
+            .iter()
+            .map(|v| v.as_str().map(bare).ok_or_else(|| ApiError::validation(format!("{name} must list handles"))))
+            .collect(),
+        Some(_) => Err(ApiError::validation(format!("{name} must be an array of handles"))),
+    }
+}
+
+fn agent_route(sim: &Sim, r: &Req, method: &str, h: &str, rest: &[&str]) -> ApiResult<Reply> {
+    let mut s = sim.lock();
+    s.agent(h)?;
+    match (method, rest) {
+        ("POST", ["sockets", "close"]) => {
+            let b = r.json_object()?;
+            let code = b.get("code").and_then(Value::as_u64).unwrap_or(1000);
+            if !(1000..=4999).contains(&code) {
+                return Err(ApiError::validation("code must be a WebSocket close code (1000-4999)"));
+            }
+            let reason = b.get("reason").and_then(Value::as_str).unwrap_or("").to_string();
+            if reason.len() > 123 {
+                return Err(ApiError::validation("reason must be at most 123 bytes"));
+            }
+            let n = s.close_sockets(h, code as u16, &reason);
+            Ok(Reply::ok(json!({"closed": n})))
+        }
+        ("POST", ["sockets", "silence"]) => Ok(Reply::ok(json!({"silenced": s.silence_sockets(h)}))),
+        ("GET", ["connects"]) => Ok(Reply::ok(json!({"handle": at(h), "connects": s.agent(h)?.connects}))),
+        ("GET", ["acks"]) => Ok(Reply::ok(json!({"handle": at(h), "acks": s.agent(h)?.acks}))),
+        ("GET", ["wakes"]) => Ok(Reply::ok(json!({"handle": at(h), "wakes": s.agent(h)?.wakes}))),
+        ("GET", ["state"]) => Ok(Reply::ok(agent_state(&s, h))),
+        ("POST", ["budget"]) => {
+            let b = r.json_object()?;
+            let a = s.agent_mut(h)?;
+            if let Some(n) = b.get("connects_per_minute").and_then(Value::as_u64) {
+                a.connect_budget.per_minute = n.min(u32::MAX as u64) as u32;
+            }
+            if let Some(n) = b.get("connects_per_hour").and_then(Value::as_u64) {
+                a.connect_budget.per_hour = n.min(u32::MAX as u64) as u32;
+            }
+            let (m, hr) = (a.connect_budget.per_minute, a.connect_budget.per_hour);
+            Ok(Reply::ok(json!({"connects_per_minute": m, "connects_per_hour": hr})))
+        }
+        ("POST", ["refuse-key"]) => {
+            let b = r.json_object()?;
+            let refuse = b.get("refuse").and_then(Value::as_bool).unwrap_or(true);
+            s.set_key_refused(h, refuse)?;
+            Ok(Reply::ok(json!({"handle": at(h), "key_refused": refuse})))
+        }
+        ("POST", ["rotate-key"]) => {
+            let key = s.rotate_key(h)?;
+            Ok(Reply::ok(json!({"handle": at(h), "api_key": key})))
+        }
+        ("POST", ["wake"]) => {
+            let b = r.json_object()?;
+            let reason = b.get("reason").and_then(Value::as_str).unwrap_or("reminder").to_string();
+            let step = b.get("step").and_then(Value::as_u64).unwrap_or(1);
+            let now = super::clock::now_iso();
+            let t = tray::build(&s, h);
+            let mut payload = match reason.as_str() {
+                "unanswered" => {
+                    let (ids, _) = t.unanswered(&s, h);
+                    json!({"reason": "unanswered", "conversation_ids": ids, "step": step, "at": now})
+                }
+                "reminder" => {
+                    let card = b
+                        .get("conversation_id")
+                        .and_then(Value::as_str)
+                        .and_then(|c| t.cards.iter().find(|x| x.conversation_id == c))
+                        .or(t.cards.first());
+                    let conv = b
+                        .get("conversation_id")
+                        .cloned()
+                        .or_else(|| card.map(|c| json!(c.conversation_id)))
+                        .unwrap_or(Value::Null);
+                    let anchor = card
+                        .map(|c| c.json["preview"]["message_id"].clone())
+                        .filter(|v| !v.is_null())
+                        .or_else(|| card.map(|c| c.json["last_message_id"].clone()))
+                        .unwrap_or(Value::Null);
+                    json!({"reason": "reminder", "conversation_id": conv, "anchor_message_id": anchor, "step": step, "at": now})
+                }
+                other => json!({"reason": other, "at": now}),
+            };
+            if let Some(extra) = b.get("payload").and_then(Value::as_object) {
+                for (k, v) in extra {
+                    payload[k] = v.clone();
+                }
+            }
+            let frame = json!({"type": "wake", "payload": payload}).to_string();
+            let unanswered = reason == "unanswered";
+            let n = s.push(h, &frame, |x| !unanswered || x.has("rewake"));
+            s.log_wake(h, &payload, n);
+            Ok(Reply::ok(json!({"sockets": n, "payload": payload})))
+        }
+        _ => Ok(not_found(r)),
+    }
+}
+
+/// The server's view of one agent, for tests: tray, invites with state, verdicts, sends,
+/// per-message delivery state, sockets, ladders.
+pub fn agent_state(s: &State, h: &str) -> Value {
+    let Some(a) = s.agents.get(h) else { return Value::Null };
+    let t = tray::build(s, h);
+    let tray_body = t.body(s, h, 50, None);
+    let (unanswered, invite_waiting) = t.unanswered(s, h);
+    let mut msgs: Vec<&super::model::Message> = s.messages.values().collect();
+    msgs.sort_by_key(|m| m.ord);
+    let sent: Vec<Value> = msgs
+        .iter()
+        .filter(|m| m.sender == h && !m.is_notice())
+        .map(|m| {
+            json!({"id": m.id, "conversation_id": m.conversation_id, "seq": m.seq, "client_msg_id": m.client_msg_id,
+                   "text": m.text(), "created_at": m.created_at,
+                   "to": m.recipients.keys().map(|r| at(r)).collect::<Vec<_>>()})
+        })
+        .collect();
+    let received: Vec<Value> = msgs
+        .iter()
+        .filter_map(|m| m.recipients.get(h).map(|d| (m, d)))
+        .map(|(m, d)| {
+            json!({"id": m.id, "conversation_id": m.conversation_id, "sender": at(&m.sender), "type": m.kind,
+                   "seq": m.seq, "status": d.status, "delivery_id": d.delivery_id,
+                   "delivered_at": d.delivered_at, "read_at": d.read_at, "created_at": m.created_at})
+        })
+        .collect();
+    let invites: Vec<Value> = s
+        .invites
+        .values()
+        .filter(|i| i.invitee == h)
+        .map(|i| {
+            json!({"invite_id": i.id, "group_id": i.group_id, "inviter": at(&i.inviter), "state": i.state,
+                   "dismissed": i.dismissed, "created_at": i.created_at})
+        })
+        .collect();
+    let now = s.now_v();
+    let defers: Vec<Value> = a
+        .views
+        .iter()
+        .filter_map(|(c, v)| v.defer.as_ref().map(|d| (c, d, v)))
+        .map(|(c, d, v)| {
+            json!({"conversation_id": c, "count": d.count, "anchor_message_id": d.anchor_id,
+                   "due_in_ms": d.due_v.map(|t| s.clock.real(t.saturating_sub(now)).as_millis() as u64),
+                   "reminder": v.reminder.as_ref().map(|(st, f)| json!({"step": st, "fired_at": f}))})
+        })
+        .collect();
+    let sockets: Vec<Value> = a
+        .sockets
+        .iter()
+        .map(|x| json!({"id": x.id, "capabilities": x.caps, "silenced": x.silenced, "path": x.path, "connected_at": x.connected_at}))
+        .collect();
+    json!({
+        "handle": at(h),
+        "tray": tray_body,
+        "unanswered": {"conversation_ids": unanswered, "invites": invite_waiting},
+        "invites": invites,
+        "verdicts": a.verdicts,
+        "sent": sent,
+        "received": received,
+        "defers": defers,
+        "ladder": {"armed": a.ladder.base_v.is_some(), "rungs_sent": a.ladder.sent, "fired": a.ladder.fired},
+        "sockets": sockets,
+        "muted": {"conversations": a.muted_convs, "agents": a.muted_agents.iter().map(|x| at(x)).collect::<Vec<_>>()},
+        "key_refused": a.key_refused,
+    })
+}

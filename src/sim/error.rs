@@ -1,0 +1,51 @@
+//! The error shape every route answers with: `{"code","message","details?"}` (wire-facts 4.9).
+
+use serde_json::{Value, json};
+
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{status} {code}: {message}")]
+pub struct ApiError {
+    pub status: u16,
+    pub code: &'static str,
+    pub message: String,
+    pub details: Option<Value>,
+    /// Seconds for `Retry-After` on a 429.
+    pub retry_after: Option<u64>,
+}
+
+impl ApiError {
+    pub fn new(status: u16, code: &'static str, message: impl Into<String>) -> ApiError {
+        ApiError { status, code, message: message.into(), details: None, retry_after: None }
+    }
+    pub fn with_details(mut self, details: Value) -> ApiError {
+        self.details = Some(details);
+        self
+    }
+    pub fn validation(message: impl Into<String>) -> ApiError {
+        ApiError::new(400, "VALIDATION_ERROR", message)
+    }
+    pub fn unauthorized() -> ApiError {
+        ApiError::new(401, "UNAUTHORIZED", "Invalid API key")
+    }
+    pub fn not_found(code: &'static str, message: impl Into<String>) -> ApiError {
+        ApiError::new(404, code, message)
+    }
+    pub fn rate_limited(secs: u64) -> ApiError {
+        ApiError {
+            status: 429,
+            code: "RATE_LIMITED",
+            message: format!("Too many requests. Try again in {secs} seconds."),
+            details: Some(json!({"retry_after_ms": secs * 1000})),
+            retry_after: Some(secs),
+        }
+    }
+    pub fn body(&self) -> Value {
+        let mut v = json!({"code": self.code, "message": self.message});
+        if let Some(d) = &self.details {
+            v["details"] = d.clone();
+        }
+        v
+    }
+}
+
+pub type ApiResult<T> = Result<T, ApiError>;

@@ -1,0 +1,1042 @@
+//! The whole server state and the operations the REST routes, the MCP tools and the control API
+//! share, so every door answers alike. Callers hold the one lock; nothing here awaits. Pushes to
+//! sockets are non-blocking channel sends.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde_json::{Value, json};
+use tokio::sync::broadcast;
+
+use super::budget::IpBudget;
+use super::clock::{Clock, MIN, iso, new_delivery_id, new_id, new_key, now_iso, unix_ms};
+use super::error::{ApiError, ApiResult};
+use super::model::*;
+
+pub const CATEGORIES: [&str; 9] = [
+    "open_request",
+    "new_info",
+    "goal_followup",
+    "closing",
+    "acknowledgement",
+    "not_addressed",
+    "no_action_needed",
+    "spam",
+    "other",
+];
+
+/// How long after a send, verdict or invite answer a read still counts as progress (3.1).
+pub const PROGRESS_WINDOW_MS: u64 = 60_000;
+
+pub struct State {
+    pub clock: Clock,
+    pub agents: BTreeMap<String, Agent>,
+    pub messages: BTreeMap<String, Message>,
+    pub convs: BTreeMap<String, Conversation>,
+    pub groups: BTreeMap<String, Group>,
+    pub invites: BTreeMap<String, Invite>,
+    pub texts: BTreeMap<String, Value>,
+    pub ip_budget: IpBudget,
+    retired_keys: BTreeMap<String, String>,
+    next_ord: u64,
+    next_socket: u64,
+}
+
+/// Bare lowercase handle from `@Alice` / `alice`.
+pub fn bare(handle: &str) -> String {
+    handle.trim().trim_start_matches('@').to_ascii_lowercase()
+}
+
+pub fn at(handle: &str) -> String {
+    format!("@{handle}")
+}
+
+/// Handles match `^[a-z][a-z0-9]*(-[a-z0-9]+)*$`, 3-30 characters (wire-facts 2.3).
+pub fn valid_handle(h: &str) -> bool {
+    let b = h.as_bytes();
+    if !(3..=30).contains(&b.len()) || !b[0].is_ascii_lowercase() || b[b.len() - 1] == b'-' {
+        return false;
+    }
+    let mut prev_dash = false;
+    for &c in b {
+        let ok = c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'-';
+        if !ok || (c == b'-' && prev_dash) {
+            return false;
+        }
+        prev_dash = c == b'-';
+    }
+    true
+}
+
+impl State {
+    pub fn new(clock: Clock) -> State {
+        State {
+            clock,
+            agents: BTreeMap::new(),
+            messages: BTreeMap::new(),
+            convs: BTreeMap::new(),
+            groups: BTreeMap::new(),
+            invites: BTreeMap::new(),
+            texts: BTreeMap::new(),
+            ip_budget: IpBudget::default(),
+            retired_keys: BTreeMap::new(),
+            next_ord: 0,
+            next_socket: 0,
+        }
+    }
+
+    fn ord(&mut self) -> u64 {
+        self.next_ord += 1;
+        self.next_ord
+    }
+
+    pub fn next_socket_id(&mut self) -> u64 {
+        self.next_socket += 1;
+        self.next_socket
+    }
+
+    pub fn now_v(&self) -> u64 {
+        self.clock.now_v()
+    }
+
+    // ---- agents and keys ----
+
+    pub fn create_agent(&mut self, handle: &str, display_name: Option<&str>) -> ApiResult<(String, String)> {
+        let h = bare(handle);
+        if !valid_handle(&h) {
+            return Err(ApiError::new(
+                400,
+                "INVALID_HANDLE",
+                "handle must be 3-30 characters: lowercase letters, digits and single dashes, starting with a letter",
+            ));
+        }
+        if self.agents.contains_key(&h) {
+            return Err(ApiError::new(409, "HANDLE_TAKEN", format!("@{h} is taken")));
+        }
+        let key = new_key();
+        let (landing, _) = broadcast::channel(64);
+        let mut name = h.clone();
+        if let Some(first) = name.get_mut(0..1) {
+            first.make_ascii_uppercase();
+        }
+        self.agents.insert(
+            h.clone(),
+            Agent {
+                handle: h.clone(),
+                display_name: display_name.map(str::to_string).unwrap_or(name),
+                key: key.clone(),
+                key_refused: false,
+                created_at: now_iso(),
+                muted_convs: BTreeSet::new(),
+                muted_agents: BTreeSet::new(),
+                views: BTreeMap::new(),
+                connects: Vec::new(),
+                acks: Vec::new(),
+                wakes: Vec::new(),
+                connect_budget: Default::default(),
+                sockets: Vec::new(),
+                ladder: Ladder::default(),
+                polls: Default::default(),
+                last_progress_v: None,
+                verdicts: Vec::new(),
+                idem: Default::default(),
+                landing,
+            },
+        );
+        Ok((h, key))
+    }
+
+    /// The agent a key names, valid or not (a rotated or refused key still names its agent, so
+    /// its connect attempts are logged and budgeted there). `bool` is whether the key is good.
+    pub fn key_owner(&self, key: &str) -> Option<(String, bool)> {
+        if let Some(a) = self.agents.values().find(|a| a.key == key) {
+            return Some((a.handle.clone(), !a.key_refused));
+        }
+        self.retired_keys.get(key).map(|h| (h.clone(), false))
+    }
+
+    /// The agent a REST key authenticates, or 401.
+    pub fn auth(&self, key: Option<&str>) -> ApiResult<String> {
+        match key.and_then(|k| self.key_owner(k)) {
+            Some((h, true)) => Ok(h),
+            _ => Err(ApiError::unauthorized()),
+        }
+    }
+
+    pub fn agent(&self, h: &str) -> ApiResult<&Agent> {
+        self.agents
+            .get(&bare(h))
+            .ok_or_else(|| ApiError::not_found("AGENT_NOT_FOUND", format!("no agent @{}", bare(h))))
+    }
+
+    pub fn agent_mut(&mut self, h: &str) -> ApiResult<&mut Agent> {
+        self.agents
+            .get_mut(&bare(h))
+            .ok_or_else(|| ApiError::not_found("AGENT_NOT_FOUND", format!("no agent @{}", bare(h))))
+    }
+
+    pub fn rotate_key(&mut self, h: &str) -> ApiResult<String> {
+        let a = self.agent_mut(h)?;
+        let old = std::mem::replace(&mut a.key, new_key());
+        a.key_refused = false;
+        let (handle, key) = (a.handle.clone(), a.key.clone());
+        self.retired_keys.insert(old, handle.clone());
+        self.close_sockets(&handle, 1008, "API key rotated");
+        Ok(key)
+    }
+
+    pub fn set_key_refused(&mut self, h: &str, refused: bool) -> ApiResult<()> {
+        let a = self.agent_mut(h)?;
+        a.key_refused = refused;
+        let handle = a.handle.clone();
+        if refused {
+            self.close_sockets(&handle, 1008, "Invalid token");
+        }
+        Ok(())
+    }
+
+    pub fn me(&self, h: &str) -> ApiResult<Value> {
+        let a = self.agent(h)?;
+        Ok(json!({
+            "handle": a.handle, "display_name": a.display_name, "description": null, "avatar_url": null,
+            "status": "active", "paused_by_owner": "none", "is_system": false,
+            "settings": {"inbox_mode": "open", "group_invite_policy": "open"},
+            "email_masked": format!("{}***@example.invalid", &a.handle[..1]),
+            "wake_webhook": null, "created_at": a.created_at,
+        }))
+    }
+
+    pub fn progress(&mut self, h: &str) {
+        let now = self.now_v();
+        if let Some(a) = self.agents.get_mut(h) {
+            a.last_progress_v = Some(now);
+        }
+    }
+
+    pub fn progress_recently(&self, h: &str) -> bool {
+        let now = self.now_v();
+        self.agents
+            .get(h)
+            .and_then(|a| a.last_progress_v)
+            .is_some_and(|t| now.saturating_sub(t) < PROGRESS_WINDOW_MS)
+    }
+
+    // ---- sockets ----
+
+    /// Sends to every live, unsilenced socket of `h` that passes `want`.
+    pub fn push(&self, h: &str, frame: &str, want: impl Fn(&SocketEntry) -> bool) -> usize {
+        let Some(a) = self.agents.get(h) else { return 0 };
+        let mut n = 0;
+        for s in a.sockets.iter().filter(|s| !s.silenced && want(s)) {
+            if s.tx.send(Out::Frame(frame.to_string())).is_ok() {
+                n += 1;
+            }
+        }
+        n
+    }
+
+    pub fn land(&self, h: &str, what: Landing) {
+        if let Some(a) = self.agents.get(h) {
+            let _ = a.landing.send(what);
+        }
+    }
+
+    pub fn close_sockets(&mut self, h: &str, code: u16, reason: &str) -> usize {
+        let Some(a) = self.agents.get_mut(h) else { return 0 };
+        let n = a.sockets.len();
+        for s in a.sockets.drain(..) {
+            let _ = s.tx.send(Out::Close(code, reason.to_string()));
+        }
+        n
+    }
+
+    pub fn silence_sockets(&mut self, h: &str) -> usize {
+        let Some(a) = self.agents.get_mut(h) else { return 0 };
+        let mut n = 0;
+        for s in a.sockets.iter_mut().filter(|s| !s.silenced) {
+            s.silenced = true;
+            let _ = s.tx.send(Out::Silence);
+            n += 1;
+        }
+        n
+    }
+
+    pub fn log_connect(&mut self, h: &str, path: &str, outcome: &str, reason: Option<&str>, caps: &[String]) {
+        if let Some(a) = self.agents.get_mut(h) {
+            a.connects.push(json!({
+                "at": now_iso(), "at_ms": unix_ms(), "path": path, "outcome": outcome,
+                "reason": reason, "capabilities": caps,
+            }));
+        }
+    }
+
+    /// Registers an accepted socket and queues its backlog: every `stored` delivery, with
+    /// `delivery_id` (the reconnect drain, wire-facts 3.2).
+    pub fn attach_socket(&mut self, h: &str, entry: SocketEntry) {
+        let ack = entry.has("ack");
+        let tx = entry.tx.clone();
+        let mut backlog: Vec<(u64, String)> = self
+            .messages
+            .values()
+            .filter(|m| m.recipients.get(h).is_some_and(|d| d.status == "stored"))
+            .map(|m| (m.ord, m.id.clone()))
+            .collect();
+        backlog.sort();
+        for (_, id) in backlog {
+            let frame = self.envelope_frame(&id, h, true);
+            if tx.send(Out::Frame(frame)).is_ok() && !ack {
+                self.mark_delivered(&id, h);
+            }
+        }
+        if let Some(a) = self.agents.get_mut(h) {
+            a.sockets.push(entry);
+        }
+    }
+
+    pub fn detach_socket(&mut self, h: &str, id: u64) {
+        if let Some(a) = self.agents.get_mut(h) {
+            a.sockets.retain(|s| s.id != id);
+        }
+    }
+
+    pub fn record_ack(&mut self, h: &str, message_id: &str) {
+        let known = self.messages.get(message_id).is_some_and(|m| m.recipients.contains_key(h));
+        if known {
+            self.mark_delivered(message_id, h);
+        }
+        if let Some(a) = self.agents.get_mut(h) {
+            a.acks.push(json!({"message_id": message_id, "at": now_iso(), "at_ms": unix_ms(), "known": known}));
+        }
+    }
+
+    fn mark_delivered(&mut self, id: &str, h: &str) {
+        if let Some(d) = self.messages.get_mut(id).and_then(|m| m.recipients.get_mut(h))
+            && d.status == "stored"
+        {
+            d.status = "delivered";
+            d.delivered_at = Some(now_iso());
+        }
+    }
+
+    // ---- messages ----
+
+    pub fn envelope(&self, id: &str, viewer: &str, with_delivery: bool) -> Value {
+        let Some(m) = self.messages.get(id) else { return Value::Null };
+        let conv = self.convs.get(&m.conversation_id);
+        let (ctype, gname, count) = match conv.map(|c| &c.kind) {
+            Some(ConvKind::Group) => {
+                let g = self.groups.get(&m.conversation_id);
+                ("group", g.map(|g| json!(g.name)), g.map(|g| json!(g.members.len())))
+            }
+            _ => ("direct", None, None),
+        };
+        let display = self.agents.get(&m.sender).map(|a| a.display_name.clone());
+        // The sender sees the (first) recipient's state of its own message.
+        let d = m.recipients.get(viewer).or_else(|| m.recipients.values().next());
+        let mut v = json!({
+            "id": m.id, "conversation_id": m.conversation_id, "sender": m.sender,
+            "client_msg_id": m.client_msg_id, "seq": m.seq, "type": m.kind,
+            "content": m.content, "metadata": m.metadata,
+            "context": {
+                "sender": {"handle": m.sender, "display_name": display,
+                           "kind": if m.is_notice() { "system" } else { "agent" }},
+                "conversation": {"type": ctype, "group_name": gname, "member_count": count},
+                "mentions": m.mentions,
+            },
+            "status": d.map(|d| d.status).unwrap_or("delivered"),
+            "created_at": m.created_at,
+            "delivered_at": d.and_then(|d| d.delivered_at.clone()),
+            "read_at": d.and_then(|d| d.read_at.clone()),
+        });
+        if with_delivery {
+            v["delivery_id"] = json!(d.map(|d| d.delivery_id.clone()));
+        }
+        v
+    }
+
+    fn envelope_frame(&self, id: &str, viewer: &str, with_delivery: bool) -> String {
+        json!({"type": "message.new", "payload": self.envelope(id, viewer, with_delivery)}).to_string()
+    }
+
+    /// Stores a message and fans it out. Notices of a group are pushed live only for `group_deleted`.
+    fn store_message(
+        &mut self,
+        conv_id: &str,
+        sender: &str,
+        kind: &str,
+        content: Value,
+        metadata: Value,
+        client_msg_id: String,
+        recipients: Vec<String>,
+    ) -> String {
+        let id = new_id("msg");
+        let seq = self.convs.get(conv_id).map(|c| c.messages.len() as u64 + 1).unwrap_or(1);
+        let text = content.get("text").and_then(Value::as_str).unwrap_or("").to_string();
+        let mentions: Vec<String> = recipients
+            .iter()
+            .filter(|r| mentions_handle(&text, r))
+            .cloned()
+            .collect();
+        let ord = self.ord();
+        let now = std::time::SystemTime::now();
+        let msg = Message {
+            id: id.clone(),
+            conversation_id: conv_id.to_string(),
+            sender: sender.to_string(),
+            client_msg_id,
+            seq,
+            kind: kind.to_string(),
+            content,
+            metadata,
+            mentions,
+            created_at: iso(now),
+            created_unix_ms: unix_ms(),
+            ord,
+            recipients: recipients
+                .iter()
+                .map(|r| {
+                    (r.clone(), Delivery { delivery_id: new_delivery_id(), status: "stored", delivered_at: None, read_at: None })
+                })
+                .collect(),
+        };
+        let notice = msg.is_notice();
+        let event = msg.content.pointer("/data/event").and_then(Value::as_str).unwrap_or("").to_string();
+        self.messages.insert(id.clone(), msg);
+        if let Some(c) = self.convs.get_mut(conv_id) {
+            c.messages.push(id.clone());
+        }
+        let now_v = self.now_v();
+        for r in &recipients {
+            if !notice || event == "group_deleted" {
+                let frame = self.envelope_frame(&id, r, false);
+                let mut handed_no_ack = false;
+                if let Some(a) = self.agents.get(r) {
+                    for s in a.sockets.iter().filter(|s| !s.silenced) {
+                        if s.tx.send(Out::Frame(frame.clone())).is_ok() && !s.has("ack") {
+                            handed_no_ack = true;
+                        }
+                    }
+                }
+                if handed_no_ack {
+                    self.mark_delivered(&id, r);
+                }
+            }
+            if notice {
+                continue;
+            }
+            self.land(r, Landing::Message);
+            // A newer message voids a defer line in that conversation (3.2) and arms the ladder (5).
+            let muted = self
+                .agents
+                .get(r)
+                .is_some_and(|a| a.muted_convs.contains(conv_id) || a.muted_agents.contains(sender));
+            if let Some(a) = self.agents.get_mut(r) {
+                if let Some(v) = a.views.get_mut(conv_id) {
+                    v.defer = None;
+                    v.reminder = None;
+                }
+                if !muted {
+                    a.ladder = Ladder { base_v: Some(now_v), sent: 0, fired: std::mem::take(&mut a.ladder.fired) };
+                }
+            }
+        }
+        id
+    }
+
+    /// `POST /v1/messages` in the SDKs' shape.
+    pub fn send_message(&mut self, sender: &str, body: &Value) -> ApiResult<(u16, Value)> {
+        let content = match body.get("content") {
+            Some(c) if c.is_object() => c.clone(),
+            Some(_) => return Err(ApiError::validation("content must be an object like {\"text\":\"…\"}")),
+            None => match body.get("text").and_then(Value::as_str) {
+                Some(t) => json!({"text": t}),
+                None => return Err(ApiError::validation("content is required")),
+            },
+        };
+        if content.get("text").and_then(Value::as_str).is_none_or(str::is_empty) && content.get("data").is_none() {
+            return Err(ApiError::validation("content.text must be a non-empty string"));
+        }
+        let client_msg_id = match body.get("client_msg_id") {
+            Some(Value::String(s)) if !s.is_empty() => s.clone(),
+            None | Some(Value::Null) => new_id("cmid"),
+            _ => return Err(ApiError::validation("client_msg_id must be a non-empty string")),
+        };
+        if let Some(m) = self.messages.values().find(|m| m.sender == sender && m.client_msg_id == client_msg_id) {
+            return Ok((200, self.envelope(&m.id.clone(), sender, false)));
+        }
+        let kind = body.get("type").and_then(Value::as_str).unwrap_or("text");
+        if kind == "system" {
+            return Err(ApiError::validation("type system is reserved for the platform"));
+        }
+        let metadata = body.get("metadata").cloned().filter(Value::is_object).unwrap_or_else(|| json!({}));
+        let (conv_id, recipients) = match (body.get("to"), body.get("conversation_id")) {
+            (Some(Value::String(to)), None) => {
+                let to = bare(to);
+                if to == sender {
+                    return Err(ApiError::validation("You cannot send a message to yourself"));
+                }
+                if !self.agents.contains_key(&to) {
+                    return Err(ApiError::not_found("AGENT_NOT_FOUND", format!("no agent @{to}")));
+                }
+                (self.direct_conv(sender, &to), vec![to])
+            }
+            (None, Some(Value::String(cid))) => {
+                let c = self.conv_for(sender, cid)?;
+                match &c.kind {
+                    ConvKind::Direct(pair) => {
+                        let other = pair.iter().find(|h| *h != sender).cloned().unwrap_or_default();
+                        (c.id.clone(), vec![other])
+                    }
+                    ConvKind::Group => {
+                        let g = self
+                            .groups
+                            .get(cid)
+                            .ok_or_else(|| ApiError::not_found("CONVERSATION_NOT_FOUND", "no such conversation"))?;
+                        if let Some((at_, by)) = &g.deleted {
+                            return Err(ApiError::new(410, "GROUP_DELETED", "this group was deleted").with_details(
+                                json!({"group_id": g.id, "deleted_by_handle": by, "deleted_at": at_}),
+                            ));
+                        }
+                        (c.id.clone(), g.members.keys().filter(|h| *h != sender).cloned().collect())
+                    }
+                }
+            }
+            (Some(_), Some(_)) => return Err(ApiError::validation("pass either to or conversation_id, not both")),
+            _ => return Err(ApiError::validation("to (a handle) or conversation_id is required")),
+        };
+        let id = self.store_message(&conv_id, sender, kind, content, metadata, client_msg_id, recipients);
+        self.progress(sender);
+        Ok((201, self.envelope(&id, sender, false)))
+    }
+
+    fn direct_conv(&mut self, a: &str, b: &str) -> String {
+        if let Some(c) = self.convs.values().find(|c| match &c.kind {
+            ConvKind::Direct(p) => (p[0] == a && p[1] == b) || (p[0] == b && p[1] == a),
+            ConvKind::Group => false,
+        }) {
+            return c.id.clone();
+        }
+        let id = new_id("conv");
+        self.convs.insert(
+            id.clone(),
+            Conversation { id: id.clone(), kind: ConvKind::Direct([a.to_string(), b.to_string()]), messages: Vec::new() },
+        );
+        id
+    }
+
+    /// A conversation `h` takes part in (a group it is or was a member of), else 404.
+    pub fn conv_for(&self, h: &str, id: &str) -> ApiResult<&Conversation> {
+        let nf = || ApiError::not_found("CONVERSATION_NOT_FOUND", format!("no conversation {id} for @{h}"));
+        let c = self.convs.get(id).ok_or_else(nf)?;
+        let ok = match &c.kind {
+            ConvKind::Direct(p) => p.iter().any(|x| x == h),
+            ConvKind::Group => {
+                self.groups.get(id).is_some_and(|g| g.members.contains_key(h))
+                    || c.messages.iter().any(|m| self.messages.get(m).is_some_and(|m| m.recipients.contains_key(h)))
+            }
+        };
+        if ok { Ok(c) } else { Err(nf()) }
+    }
+
+    /// `GET /v1/conversations/{id}/messages`: oldest first, marks the returned messages delivered.
+    pub fn conversation_messages(
+        &mut self,
+        h: &str,
+        id: &str,
+        limit: usize,
+        after_seq: Option<u64>,
+        before_seq: Option<u64>,
+    ) -> ApiResult<Value> {
+        if after_seq.is_some() && before_seq.is_some() {
+            return Err(ApiError::validation("pass after_seq or before_seq, not both"));
+        }
+        let ids: Vec<String> = self.conv_for(h, id)?.messages.clone();
+        let mut picked: Vec<String> = ids
+            .into_iter()
+            .filter(|m| {
+                let seq = self.messages.get(m).map(|m| m.seq).unwrap_or(0);
+                after_seq.is_none_or(|a| seq > a) && before_seq.is_none_or(|b| seq < b)
+            })
+            .collect();
+        if after_seq.is_some() {
+            picked.truncate(limit);
+        } else if picked.len() > limit {
+            picked.drain(..picked.len() - limit);
+        }
+        for m in &picked {
+            self.mark_delivered(m, h);
+        }
+        Ok(Value::Array(picked.iter().map(|m| self.envelope(m, h, false)).collect()))
+    }
+
+    fn delivery_ord(&self, h: &str, delivery_id: &str) -> Option<u64> {
+        self.messages
+            .values()
+            .find(|m| m.recipients.get(h).is_some_and(|d| d.delivery_id == delivery_id))
+            .map(|m| m.ord)
+    }
+
+    /// Undelivered rows for `GET /v1/messages/sync`, oldest first; an unknown cursor gives none.
+    pub fn stored_rows(&self, h: &str, after: Option<&str>, limit: usize) -> Vec<Value> {
+        let floor = match after {
+            Some(c) => match self.delivery_ord(h, c) {
+                Some(o) => o,
+                None => return Vec::new(),
+            },
+            None => 0,
+        };
+        let mut ids: Vec<(u64, String)> = self
+            .messages
+            .values()
+            .filter(|m| m.ord > floor && m.recipients.get(h).is_some_and(|d| d.status == "stored"))
+            .map(|m| (m.ord, m.id.clone()))
+            .collect();
+        ids.sort();
+        ids.into_iter().take(limit).map(|(_, id)| self.envelope(&id, h, true)).collect()
+    }
+
+    /// `POST /v1/messages/sync/ack`: every stored delivery at or before the cursor is delivered.
+    pub fn ack_through(&mut self, h: &str, cursor: &str) -> usize {
+        let Some(top) = self.delivery_ord(h, cursor) else { return 0 };
+        let ids: Vec<String> = self
+            .messages
+            .values()
+            .filter(|m| m.ord <= top && m.recipients.get(h).is_some_and(|d| d.status == "stored"))
+            .map(|m| m.id.clone())
+            .collect();
+        for id in &ids {
+            self.mark_delivered(id, h);
+        }
+        ids.len()
+    }
+
+    // ---- reading and verdicts ----
+
+    /// The seq of `anchor` in `conv`, or 404 MESSAGE_NOT_FOUND (3.2).
+    fn anchor_seq(&self, conv: &str, anchor: &str) -> ApiResult<u64> {
+        match self.messages.get(anchor) {
+            Some(m) if m.conversation_id == conv => Ok(m.seq),
+            _ => Err(ApiError::not_found("MESSAGE_NOT_FOUND", "through_message_id is not a message of this conversation")),
+        }
+    }
+
+    /// Reads through `seq`, plus the notices right after it up to the next message from someone
+    /// else. Returns how many became read; senders get `message.read`.
+    fn read_through(&mut self, h: &str, conv: &str, through: u64) -> usize {
+        let ids = self.convs.get(conv).map(|c| c.messages.clone()).unwrap_or_default();
+        let mut to_read = Vec::new();
+        let mut after = false;
+        for id in ids {
+            let Some(m) = self.messages.get(&id) else { continue };
+            if m.seq <= through {
+                to_read.push(id);
+                continue;
+            }
+            if !after {
+                after = true;
+            }
+            if m.sender == h {
+                continue;
+            }
+            if m.is_notice() {
+                to_read.push(id);
+            } else {
+                break;
+            }
+        }
+        let now = now_iso();
+        let mut n = 0;
+        for id in to_read {
+            let Some(m) = self.messages.get_mut(&id) else { continue };
+            let Some(d) = m.recipients.get_mut(h) else { continue };
+            if d.status == "read" {
+                continue;
+            }
+            d.status = "read";
+            d.read_at = Some(now.clone());
+            if d.delivered_at.is_none() {
+                d.delivered_at = Some(now.clone());
+            }
+            n += 1;
+            let sender = m.sender.clone();
+            if !m.is_notice() {
+                let frame = json!({"type": "message.read", "payload": {"message_id": id, "read_by": h, "read_at": now}});
+                self.push(&sender, &frame.to_string(), |_| true);
+            }
+        }
+        n
+    }
+
+    fn newest_seq(&self, conv: &str) -> Option<(u64, String)> {
+        let c = self.convs.get(conv)?;
+        let id = c.messages.last()?;
+        self.messages.get(id).map(|m| (m.seq, m.id.clone()))
+    }
+
+    /// True when a non-notice message from someone other than `h` is newer than `seq`.
+    pub fn newer_from_others(&self, h: &str, conv: &str, seq: u64) -> bool {
+        self.convs.get(conv).is_some_and(|c| {
+            c.messages
+                .iter()
+                .filter_map(|id| self.messages.get(id))
+                .any(|m| m.seq > seq && m.sender != h && !m.is_notice())
+        })
+    }
+
+    /// `POST /v1/conversations/{id}/decisions` (3.2).
+    pub fn decide(&mut self, h: &str, conv: &str, body: &Value) -> ApiResult<Value> {
+        self.conv_for(h, conv)?;
+        let decision = match body.get("decision").and_then(Value::as_str) {
+            Some("reply") => "reply",
+            Some("dismiss") | Some("no_reply") => "dismiss",
+            Some("defer") => "defer",
+            Some(other) => return Err(ApiError::validation(format!("decision {other:?} is not reply, dismiss or defer"))),
+            None => return Err(ApiError::validation("decision is required: reply, dismiss or defer")),
+        };
+        let category = match body.get("category") {
+            None | Some(Value::Null) => "other".to_string(),
+            Some(Value::String(c)) if CATEGORIES.contains(&c.as_str()) => c.clone(),
+            Some(c) => {
+                return Err(ApiError::validation(format!("category {c} is not one of {}", CATEGORIES.join(", "))));
+            }
+        };
+        let anchor = match body.get("through_message_id") {
+            None | Some(Value::Null) => None,
+            Some(Value::String(s)) => Some((self.anchor_seq(conv, s)?, s.clone())),
+            Some(_) => return Err(ApiError::validation("through_message_id must be a string")),
+        };
+        let at_ = now_iso();
+        let now_v = self.now_v();
+        let mut changed = false;
+        let mut read = 0;
+        let through_id;
+        if decision == "defer" {
+            let (seq, id) = match anchor {
+                Some(a) => a,
+                None => self.newest_seq(conv).ok_or_else(|| ApiError::validation("the conversation has no messages"))?,
+            };
+            through_id = id.clone();
+            let prior = self.agents.get(h).and_then(|a| a.views.get(conv)).and_then(|v| v.defer.clone());
+            let count = match prior {
+                Some(d) if !self.newer_from_others(h, conv, d.anchor_seq) => d.count.saturating_add(1),
+                _ => 1,
+            };
+            let due_v = match count {
+                1 => Some(now_v + 15 * MIN),
+                2 => Some(now_v + 24 * 60 * MIN),
+                _ => None,
+            };
+            let a = self.agent_mut(h)?;
+            let v = a.views.entry(conv.to_string()).or_default();
+            v.defer = Some(Defer { count, anchor_id: id, anchor_seq: seq, due_v });
+            v.reminder = None;
+            changed = true;
+        } else {
+            let (seq, id) = match anchor {
+                Some(a) => a,
+                None => self.newest_seq(conv).unwrap_or((0, String::new())),
+            };
+            through_id = id;
+            read = self.read_through(h, conv, seq);
+            let a = self.agent_mut(h)?;
+            let v = a.views.entry(conv.to_string()).or_default();
+            if v.defer.take().is_some() || v.reminder.take().is_some() {
+                changed = true;
+            }
+            changed |= read > 0;
+        }
+        let a = self.agent_mut(h)?;
+        let v = a.views.entry(conv.to_string()).or_default();
+        v.last_decision = Some(Decision { decision: decision.to_string(), category: category.clone(), at: at_.clone() });
+        let record = json!({
+            "conversation_id": conv, "decision": decision, "category": category,
+            "through_message_id": if through_id.is_empty() { Value::Null } else { json!(through_id) },
+            "at": at_,
+        });
+        let mut logged = record.clone();
+        logged["read"] = json!(read);
+        a.verdicts.push(logged);
+        if changed {
+            self.progress(h);
+        }
+        Ok(json!({"decision": record}))
+    }
+
+    /// `POST /v1/conversations/{id}/read`: reads by the verdict rules, records no verdict.
+    pub fn mark_read(&mut self, h: &str, conv: &str, body: &Value) -> ApiResult<Value> {
+        self.conv_for(h, conv)?;
+        let seq = match body.get("through_message_id").and_then(Value::as_str) {
+            Some(s) => self.anchor_seq(conv, s)?,
+            None => self.newest_seq(conv).map(|x| x.0).unwrap_or(0),
+        };
+        let n = self.read_through(h, conv, seq);
+        if n > 0 {
+            self.progress(h);
+        }
+        Ok(json!({"conversation_id": conv, "read": n}))
+    }
+
+    // ---- mutes ----
+
+    pub fn mute(&mut self, h: &str, body: &Value, on: bool) -> ApiResult<Value> {
+        let kind = body.get("target_kind").and_then(Value::as_str).unwrap_or("");
+        match kind {
+            "agent" => {
+                let t = body
+                    .get("target_handle")
+                    .or_else(|| body.get("target_id"))
+                    .and_then(Value::as_str)
+                    .map(bare)
+                    .ok_or_else(|| ApiError::validation("target_handle is required"))?;
+                self.agent(&t)?;
+                let a = self.agent_mut(h)?;
+                if on { a.muted_agents.insert(t.clone()) } else { a.muted_agents.remove(&t) };
+                Ok(json!({"target_kind": "agent", "target_handle": t, "muted": on}))
+            }
+            "conversation" => {
+                let t = body
+                    .get("target_id")
+                    .and_then(Value::as_str)
+                    .ok_or_else(|| ApiError::validation("target_id is required"))?
+                    .to_string();
+                self.conv_for(h, &t)?;
+                let a = self.agent_mut(h)?;
+                if on { a.muted_convs.insert(t.clone()) } else { a.muted_convs.remove(&t) };
+                Ok(json!({"target_kind": "conversation", "target_id": t, "muted": on}))
+            }
+            _ => Err(ApiError::validation("target_kind must be agent or conversation")),
+        }
+    }
+
+    // ---- groups and invites ----
+
+    pub fn create_group(&mut self, owner: &str, name: &str, members: &[String]) -> ApiResult<String> {
+        let owner = bare(owner);
+        self.agent(&owner)?;
+        let id = new_id("grp");
+        let now = now_iso();
+        let mut m = BTreeMap::new();
+        m.insert(owner.clone(), Member { role: "admin", joined_at: now.clone() });
+        for h in members {
+            let h = bare(h);
+            self.agent(&h)?;
+            m.entry(h).or_insert(Member { role: "member", joined_at: now.clone() });
+        }
+        self.groups.insert(
+            id.clone(),
+            Group { id: id.clone(), name: name.to_string(), description: None, owner, members: m, created_at: now, deleted: None },
+        );
+        self.convs.insert(id.clone(), Conversation { id: id.clone(), kind: ConvKind::Group, messages: Vec::new() });
+        Ok(id)
+    }
+
+    pub fn group(&self, id: &str) -> ApiResult<&Group> {
+        self.groups.get(id).ok_or_else(|| ApiError::not_found("GROUP_NOT_FOUND", format!("no group {id}")))
+    }
+
+    pub fn group_detail(&self, id: &str, viewer: &str) -> Value {
+        let Some(g) = self.groups.get(id) else { return Value::Null };
+        let last = self.convs.get(id).and_then(|c| c.messages.last()).and_then(|m| self.messages.get(m));
+        json!({
+            "id": g.id, "name": g.name, "description": g.description, "avatar_url": null,
+            "created_by": g.owner, "settings": {"who_can_invite": "admin"},
+            "member_count": g.members.len(), "created_at": g.created_at,
+            "last_message_at": last.map(|m| m.created_at.clone()),
+            "members": g.members.iter().map(|(h, m)| json!({
+                "handle": h, "display_name": self.agents.get(h).map(|a| a.display_name.clone()),
+                "role": m.role, "joined_at": m.joined_at,
+            })).collect::<Vec<_>>(),
+            "your_role": g.members.get(viewer).map(|m| m.role),
+        })
+    }
+
+    /// Invites `invitee` into `group`: a `group.invite.received` frame, a landing, the ladder (3.3).
+    pub fn invite(&mut self, group: &str, inviter: &str, invitee: &str) -> ApiResult<String> {
+        let (inviter, invitee) = (bare(inviter), bare(invitee));
+        self.agent(&invitee)?;
+        let g = self.group(group)?;
+        if g.deleted.is_some() {
+            return Err(ApiError::new(410, "GROUP_DELETED", "this group was deleted"));
+        }
+        if g.members.contains_key(&invitee) {
+            return Err(ApiError::new(409, "ALREADY_MEMBER", format!("@{invitee} is already a member")));
+        }
+        if let Some(i) = self.invites.values().find(|i| i.group_id == group && i.invitee == invitee && i.state == "pending") {
+            return Ok(i.id.clone());
+        }
+        let id = new_id("gri");
+        let ord = self.ord();
+        self.invites.insert(
+            id.clone(),
+            Invite {
+                id: id.clone(),
+                group_id: group.to_string(),
+                invitee: invitee.clone(),
+                inviter: inviter.clone(),
+                created_at: now_iso(),
+                ord,
+                state: "pending",
+                dismissed: false,
+            },
+        );
+        let frame = json!({"type": "group.invite.received", "payload": self.invite_list_item(&id)}).to_string();
+        self.push(&invitee, &frame, |_| true);
+        self.land(&invitee, Landing::Invite);
+        let now_v = self.now_v();
+        if let Some(a) = self.agents.get_mut(&invitee)
+            && !a.muted_agents.contains(&inviter)
+            && !a.muted_convs.contains(group)
+        {
+            a.ladder = Ladder { base_v: Some(now_v), sent: 0, fired: std::mem::take(&mut a.ladder.fired) };
+        }
+        Ok(id)
+    }
+
+    /// The list shape of `GET /v1/groups/invites` and the frame payload.
+    pub fn invite_list_item(&self, id: &str) -> Value {
+        let Some(i) = self.invites.get(id) else { return Value::Null };
+        let g = self.groups.get(&i.group_id);
+        json!({
+            "id": i.id, "group_id": i.group_id, "group_name": g.map(|g| g.name.clone()),
+            "group_description": g.and_then(|g| g.description.clone()), "group_avatar_url": null,
+            "group_member_count": g.map(|g| g.members.len()), "inviter_handle": i.inviter,
+            "created_at": i.created_at,
+        })
+    }
+
+    pub fn list_invites(&self, h: &str) -> Value {
+        let mut v: Vec<&Invite> = self.invites.values().filter(|i| i.invitee == h && i.state == "pending").collect();
+        v.sort_by_key(|i| std::cmp::Reverse(i.ord));
+        Value::Array(v.iter().map(|i| self.invite_list_item(&i.id)).collect())
+    }
+
+    fn pending_invite(&self, h: &str, id: &str) -> ApiResult<()> {
+        match self.invites.get(id) {
+            Some(i) if i.invitee == h && i.state == "pending" => Ok(()),
+            _ => Err(ApiError::not_found("INVITE_NOT_FOUND", "no pending invite with that id for you")),
+        }
+    }
+
+    pub fn accept_invite(&mut self, h: &str, id: &str) -> ApiResult<Value> {
+        self.pending_invite(h, id)?;
+        let gid = self.invites.get(id).map(|i| i.group_id.clone()).unwrap_or_default();
+        if let Some(i) = self.invites.get_mut(id) {
+            i.state = "accepted";
+        }
+        if let Some(g) = self.groups.get_mut(&gid) {
+            g.members.insert(h.to_string(), Member { role: "member", joined_at: now_iso() });
+        }
+        self.notice(&gid, h, json!({"schema_version": 1, "event": "member_joined", "agent_handle": h}))?;
+        self.progress(h);
+        Ok(self.group_detail(&gid, h))
+    }
+
+    pub fn decline_invite(&mut self, h: &str, id: &str) -> ApiResult<Value> {
+        self.pending_invite(h, id)?;
+        if let Some(i) = self.invites.get_mut(id) {
+            i.state = "declined";
+        }
+        self.progress(h);
+        Ok(json!({"message": "Invite rejected"}))
+    }
+
+    pub fn dismiss_invite(&mut self, h: &str, id: &str) -> ApiResult<Value> {
+        self.pending_invite(h, id)?;
+        let mut changed = false;
+        if let Some(i) = self.invites.get_mut(id)
+            && !i.dismissed
+        {
+            i.dismissed = true;
+            changed = true;
+        }
+        if changed {
+            self.progress(h);
+        }
+        Ok(json!({"dismissed": true}))
+    }
+
+    /// A group system notice from `actor` to every other member. Not pushed live, except
+    /// `group_deleted` (contract 4 step 1).
+    pub fn notice(&mut self, group: &str, actor: &str, data: Value) -> ApiResult<String> {
+        let g = self.group(group)?;
+        let recipients: Vec<String> = g.members.keys().filter(|h| *h != actor).cloned().collect();
+        let event = data.get("event").and_then(Value::as_str).unwrap_or("notice").to_string();
+        let text = format!("@{actor}: {}", event.replace('_', " "));
+        let id = self.store_message(
+            group,
+            actor,
+            "system",
+            json!({"text": text, "data": data}),
+            json!({}),
+            String::new(),
+            recipients,
+        );
+        if let Some(m) = self.messages.get_mut(&id) {
+            m.client_msg_id = format!("sys_{id}");
+        }
+        Ok(id)
+    }
+
+    pub fn delete_group(&mut self, group: &str, by: &str) -> ApiResult<Value> {
+        let by = bare(by);
+        let g = self.group(group)?;
+        if g.deleted.is_some() {
+            return Err(ApiError::new(410, "GROUP_DELETED", "this group was already deleted"));
+        }
+        let members: Vec<String> = g.members.keys().cloned().collect();
+        let at_ = now_iso();
+        self.notice(group, &by, json!({"schema_version": 1, "event": "group_deleted", "agent_handle": by}))?;
+        if let Some(g) = self.groups.get_mut(group) {
+            g.deleted = Some((at_.clone(), by.clone()));
+        }
+        for i in self.invites.values_mut().filter(|i| i.group_id == group && i.state == "pending") {
+            i.state = "cancelled";
+        }
+        let frame = json!({"type": "group.deleted", "payload": {"group_id": group, "deleted_by_handle": by, "deleted_at": at_}})
+            .to_string();
+        for m in members.iter().filter(|m| **m != by) {
+            self.push(m, &frame, |_| true);
+        }
+        Ok(json!({"group_id": group, "deleted": true}))
+    }
+
+    /// Records `push` of a wake in the agent's wake log (for tests) and lands it.
+    pub fn log_wake(&mut self, h: &str, payload: &Value, sockets: usize) {
+        if let Some(a) = self.agents.get_mut(h) {
+            a.wakes.push(json!({"payload": payload, "sockets": sockets, "at_ms": unix_ms()}));
+        }
+        self.land(h, Landing::Wake);
+    }
+}
+
+/// True when `text` mentions `@handle` as a whole word.
+fn mentions_handle(text: &str, handle: &str) -> bool {
+    let needle = format!("@{handle}");
+    let lower = text.to_ascii_lowercase();
+    lower.match_indices(&needle).any(|(i, _)| {
+        let end = i + needle.len();
+        lower[end..].chars().next().is_none_or(|c| !(c.is_ascii_alphanumeric() || c == '-'))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn handle_rule_matches_the_server_pattern() {
+        assert!(valid_handle("alice"));
+        assert!(valid_handle("example-relay"));
+        assert!(!valid_handle("al"));
+        assert!(!valid_handle("Alice"));
+        assert!(!valid_handle("a--b"));
+        assert!(!valid_handle("abc-"));
+        assert!(!valid_handle("1abc"));
+    }
+
+    #[test]
+    fn mentions_need_a_word_boundary() {
+        assert!(mentions_handle("hi @bob, ok?", "bob"));
+        assert!(!mentions_handle("hi @bobby", "bob"));
+        assert!(mentions_handle("@BOB", "bob"));
+    }
+}

@@ -1,0 +1,93 @@
+//! Server-owned timers on the scaled clock: defer reminders (contract 6) and the unanswered
+//! re-wake ladder (contract 5). One tick looks at every agent; the sim's ticker task calls it.
+
+use serde_json::json;
+
+use super::clock::{MIN, now_iso};
+use super::model::RUNGS_MIN;
+use super::state::State;
+use super::tray;
+
+/// Runs every timer that is due at the current server-clock time.
+pub fn tick(s: &mut State) {
+    fire_reminders(s);
+    run_ladders(s);
+}
+
+fn fire_reminders(s: &mut State) {
+    let now = s.now_v();
+    let mut due = Vec::new();
+    for (h, a) in &s.agents {
+        for (conv, v) in &a.views {
+            if let Some(d) = &v.defer
+                && d.due_v.is_some_and(|t| t <= now)
+            {
+                due.push((h.clone(), conv.clone(), d.count.min(2), d.anchor_id.clone(), d.anchor_seq));
+            }
+        }
+    }
+    for (h, conv, step, anchor, anchor_seq) in due {
+        let fired_at = now_iso();
+        let voided = s.newer_from_others(&h, &conv, anchor_seq);
+        if let Some(v) = s.agents.get_mut(&h).and_then(|a| a.views.get_mut(&conv)) {
+            if voided {
+                v.defer = None;
+                continue;
+            }
+            if let Some(d) = v.defer.as_mut() {
+                d.due_v = None;
+            }
+            v.reminder = Some((step, fired_at.clone()));
+        }
+        // Muted, or only notices unread: the card comes back, nothing wakes.
+        let t = tray::build(s, &h);
+        let card = t.cards.iter().find(|c| c.conversation_id == conv);
+        let wakes = card.is_some_and(|c| !c.muted && !c.json["preview"].is_null());
+        if !wakes {
+            continue;
+        }
+        let payload = json!({"reason": "reminder", "conversation_id": conv, "anchor_message_id": anchor,
+                             "step": step, "at": fired_at});
+        let frame = json!({"type": "wake", "payload": payload}).to_string();
+        let n = s.push(&h, &frame, |_| true);
+        s.log_wake(&h, &payload, n);
+    }
+}
+
+fn run_ladders(s: &mut State) {
+    let now = s.now_v();
+    let handles: Vec<String> = s.agents.keys().cloned().collect();
+    for h in handles {
+        let Some(a) = s.agents.get(&h) else { continue };
+        let Some(base) = a.ladder.base_v else { continue };
+        let sent = a.ladder.sent as usize;
+        // The latest rung due and not yet sent: a missed rung is sent once, never a burst.
+        let Some(rung) = (sent..RUNGS_MIN.len()).rev().find(|&k| base + RUNGS_MIN[k] * MIN <= now) else {
+            continue;
+        };
+        let t = tray::build(s, &h);
+        let (ids, invite) = t.unanswered(s, &h);
+        if ids.is_empty() && !invite {
+            if let Some(a) = s.agents.get_mut(&h) {
+                a.ladder.base_v = None;
+            }
+            continue;
+        }
+        let has_rewake = s
+            .agents
+            .get(&h)
+            .is_some_and(|a| a.sockets.iter().any(|x| x.has("rewake")));
+        if !has_rewake {
+            continue; // not lost: the next look sends the latest rung due
+        }
+        let step = rung + 1;
+        let payload = json!({"reason": "unanswered", "conversation_ids": ids, "step": step, "at": now_iso()});
+        let frame = json!({"type": "wake", "payload": payload}).to_string();
+        let n = s.push(&h, &frame, |x| x.has("rewake"));
+        if let Some(a) = s.agents.get_mut(&h) {
+            a.ladder.sent = step as u8;
+            a.ladder.fired.push(json!({"step": step, "at": now_iso(), "at_ms": super::clock::unix_ms()}));
+        }
+        s.log_wake(&h, &payload, n);
+    }
+}
