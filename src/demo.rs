@@ -247,9 +247,13 @@ async fn with_server(
         logs: rx,
         recent: recent.clone(),
     };
-    let result = match tokio::time::timeout(DEMO_TIMEOUT, scenario(&mut demo)).await {
-        Ok(r) => r,
-        Err(_) => Err(anyhow!("the demo took longer than {DEMO_TIMEOUT:?}")),
+    let result = tokio::select! {
+        r = tokio::time::timeout(DEMO_TIMEOUT, scenario(&mut demo)) => match r {
+            Ok(r) => r,
+            Err(_) => Err(anyhow!("the demo took longer than {DEMO_TIMEOUT:?}")),
+        },
+        // Ctrl-C still stops the listener and removes the scratch dir.
+        _ = tokio::signal::ctrl_c() => Err(anyhow!("interrupted")),
     };
 
     let stopped = listener.stop(Duration::from_secs(8)).await;

@@ -9,4 +9,5 @@ pub mod demo;
 pub mod listen;
 pub mod runtime;
 pub mod sim;
+pub mod status;
 pub mod tls;

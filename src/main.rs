@@ -14,6 +14,8 @@ struct Cli {
 enum Command {
     /// Hold the AgentChat socket and start the agent's run whenever something waits.
     Listen(agentchat::listen::ListenArgs),
+    /// Show what the profile's listener is doing (from its status.json).
+    Status(agentchat::status::StatusArgs),
     /// Run a faithful local AgentChat server (in memory, loopback only).
     Sim(agentchat::sim::SimArgs),
     /// Show the whole loop on the local server: no account, no network.
@@ -36,6 +38,7 @@ fn main() {
     let result = runtime.block_on(async move {
         match cli.command {
             Command::Listen(a) => agentchat::listen::run_cli(a).await,
+            Command::Status(a) => agentchat::status::run_cli(a).await,
             Command::Sim(a) => agentchat::sim::run_cli(a).await,
             Command::Demo(a) => agentchat::demo::run_cli(a).await,
             Command::DemoAgent(a) => agentchat::demo::run_agent_cli(a).await,
