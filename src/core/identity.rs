@@ -90,12 +90,12 @@ pub fn find(file_text: &str) -> Result<Option<Range<usize>>, AnchorError> {
     Ok(blocks(file_text)?.into_iter().next())
 }
 
-/// The file's line ending: CRLF when its first line ends so, else LF.
+/// The file's line ending: CRLF when most of its line endings are CRLF, else LF. A majority (not
+/// the first line) keeps a second upsert from flipping the style of a mixed file.
 fn line_ending(file_text: &str) -> &'static str {
-    match file_text.find('\n') {
-        Some(i) if i > 0 && file_text.as_bytes()[i - 1] == b'\r' => "\r\n",
-        _ => "\n",
-    }
+    let lf = file_text.matches('\n').count();
+    let crlf = file_text.matches("\r\n").count();
+    if crlf > lf - crlf { "\r\n" } else { "\n" }
 }
 
 /// The marked block for `rendered`, written with `eol`, without a trailing line ending.

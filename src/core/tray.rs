@@ -90,7 +90,13 @@ impl TryFrom<Map<String, Value>> for Tray {
         Ok(Tray {
             version: take(&mut map, "version")?,
             you: take(&mut map, "you")?,
-            conversations: take(&mut map, "conversations")?.unwrap_or_default(),
+            // Missing means none (a very old server); `null` is not a list and is refused.
+            conversations: match map.remove("conversations") {
+                Some(v) => {
+                    serde_json::from_value(v).map_err(|e| field_error("conversations", e))?
+                }
+                None => Vec::new(),
+            },
             truncated: take(&mut map, "truncated")?,
             invites: take(&mut map, "invites")?,
             invites_truncated: take(&mut map, "invites_truncated")?,

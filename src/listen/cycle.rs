@@ -209,7 +209,7 @@ async fn body(input: &mut CycleInput, report: &mut CycleReport) {
         }
     };
 
-    let log_path = input.state.runs_dir().join(format!("{id}.log"));
+    let log_path = input.state.runs_dir().join(runner::log_file_name(&id));
     let limits = RunLimits {
         timeout: input.settings.listen.run_timeout,
         grace: input.settings.listen.kill_grace,
