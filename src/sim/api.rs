@@ -142,8 +142,11 @@ pub async fn inbox(sim: &Sim, me: &str, limit: usize, wait_ms: u64, invites: boo
             settle(&mut s, me, shows);
             return Ok(body);
         }
-        s.agent(me)?.landing.subscribe()
+        let a = s.agent_mut(me)?;
+        a.held += 1;
+        a.landing.subscribe()
     };
+    let parked = Parked { sim, me };
     let deadline = tokio::time::Instant::now() + std::time::Duration::from_millis(wait_ms);
     let mut shutdown = sim.shutdown.clone();
     loop {
@@ -157,12 +160,27 @@ pub async fn inbox(sim: &Sim, me: &str, limit: usize, wait_ms: u64, invites: boo
             _ = shutdown.changed() => break,
         }
     }
+    drop(parked);
     let mut s = sim.lock();
     let t = tray::build(&s, me);
     let shows = t.shows_something(limit, invites);
     let body = t.body(&s, me, limit, Some(started.elapsed().as_millis() as u64));
     settle(&mut s, me, shows);
     Ok(body)
+}
+
+/// Counts a parked read for as long as it is held, even when the client goes away mid-hold.
+struct Parked<'a> {
+    sim: &'a Sim,
+    me: &'a str,
+}
+
+impl Drop for Parked<'_> {
+    fn drop(&mut self) {
+        if let Some(a) = self.sim.lock().agents.get_mut(self.me) {
+            a.held = a.held.saturating_sub(1);
+        }
+    }
 }
 
 fn settle(s: &mut super::state::State, me: &str, shows: bool) {

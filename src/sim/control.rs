@@ -264,5 +264,6 @@ pub fn agent_state(s: &State, h: &str) -> Value {
         "sockets": sockets,
         "muted": {"conversations": a.muted_convs, "agents": a.muted_agents.iter().map(|x| at(x)).collect::<Vec<_>>()},
         "key_refused": a.key_refused,
+        "held_requests": a.held,
     })
 }

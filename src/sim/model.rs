@@ -100,6 +100,8 @@ pub struct Agent {
     pub verdicts: Vec<Value>,
     pub idem: HashMap<String, (String, u16, Value)>,
     pub landing: broadcast::Sender<Landing>,
+    /// Tray reads parked in a `wait_ms` hold right now.
+    pub held: usize,
 }
 
 #[derive(Debug, Clone)]

@@ -140,6 +140,7 @@ impl State {
                 verdicts: Vec::new(),
                 idem: Default::default(),
                 landing,
+                held: 0,
             },
         );
         Ok((h, key))

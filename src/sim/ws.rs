@@ -209,7 +209,8 @@ async fn run(sim: Sim, mut ws: Ws, bearer: Option<String>, caps_header: Option<V
     tracing::info!("sim: socket {id} accepted for @{handle} ({path}, capabilities {caps:?})");
     let ack = caps.iter().any(|c| c == "ack");
     let heartbeat = caps.iter().any(|c| c == "heartbeat");
-    let mut ping = tokio::time::interval(sim.clock.real(HEARTBEAT_MS));
+    // Floor of 50 ms so a very high time scale cannot flood the socket with pings.
+    let mut ping = tokio::time::interval(sim.clock.real(HEARTBEAT_MS).max(Duration::from_millis(50)));
     ping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     ping.tick().await;
     let pong_deadline = sim.clock.real(PONG_DEADLINE_MS).max(Duration::from_secs(2));
