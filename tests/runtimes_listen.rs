@@ -22,6 +22,10 @@ use std::time::{Duration, Instant};
 
 const BIN: &str = env!("CARGO_BIN_EXE_agentchat");
 
+/// The run time limit of the hung-model proofs: short, yet long enough for a CLI on a loaded
+/// 2-core CI machine to reach the model before it fires.
+const HUNG_RUN_LIMIT: &str = "10s";
+
 #[derive(Clone, Copy, PartialEq)]
 enum Rt {
     Claude,
@@ -293,7 +297,7 @@ async fn refused_model_key_makes_the_runtime_unusable_once(rt: Rt) {
 async fn hung_model_is_stopped_at_the_time_limit_without_leftovers_or_key_in_argv(rt: Rt) {
     let sim = Sim::start().await;
     let model = ModelServer::start(Mode::Hang).await;
-    let listener = Listener::start(rt, &sim, &model, "8s");
+    let listener = Listener::start(rt, &sim, &model, HUNG_RUN_LIMIT);
     let key = sim.me.1.clone();
     sim.peer_sends("Are you there?").await;
 
