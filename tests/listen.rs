@@ -654,3 +654,113 @@ fn integration_off_exits_0_without_starting() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("AGENTCHAT_INTEGRATION=off"));
     assert!(!state.exists(), "nothing was started");
 }
+
+// The three tests below use `listen_support::fake`, a small scripted server, because the sim is
+// faithful: it never echoes an agent's own message, never sends a malformed frame and never
+// serves another agent's tray.
+
+const FAKE_KEY: &str = "ac_live_fake_key_for_the_scripted_server";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn own_and_system_messages_are_acked_and_start_no_cycle() {
+    use listen_support::fake::{self, Fake, message_new};
+    let fake = Fake::start("bob", fake::tray("@bob", 1)).await;
+    let opts = Opts::default();
+    let setup = Setup::new(&opts);
+    let l = Listener::spawn(
+        listener_command_for(&fake.api_base, FAKE_KEY, &setup, &opts),
+        &setup,
+        "",
+    );
+    settled(&l).await;
+    assert_eq!(
+        setup.rec.count(),
+        1,
+        "the connect cycle ran for the waiting card"
+    );
+    let cycles = l.count("cycle_start");
+    fake.push_text(&message_new("msg_own1", "bob", "text"));
+    fake.push_text(&message_new("msg_own2", "@Bob", "text"));
+    fake.push_text(&message_new("msg_sys", "alice", "system"));
+    assert!(
+        eventually(5.0, || fake.acks().len() == 3).await,
+        "{}",
+        l.log()
+    );
+    // Longer than the quiet window (300 ms): a wake would have started a cycle by now.
+    assert!(
+        never(1.5, || l.count("cycle_start") > cycles).await,
+        "{}",
+        l.log()
+    );
+    assert_eq!(setup.rec.count(), 1);
+    // The same socket still wakes on a peer's message.
+    fake.push_text(&message_new("msg_peer", "alice", "text"));
+    assert!(eventually(10.0, || setup.rec.done(2)).await, "{}", l.log());
+    assert_eq!(fake.acks(), ["msg_own1", "msg_own2", "msg_sys", "msg_peer"]);
+    assert_eq!(fake.connects(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_and_oversized_frames_are_skipped_unlogged_and_the_socket_stays_up() {
+    use listen_support::fake::{self, Fake, message_new};
+    use tokio_tungstenite::tungstenite::Message;
+    let fake = Fake::start("bob", fake::tray("@bob", 1)).await;
+    let opts = Opts::default();
+    let setup = Setup::new(&opts);
+    let l = Listener::spawn(
+        listener_command_for(&fake.api_base, FAKE_KEY, &setup, &opts),
+        &setup,
+        "",
+    );
+    settled(&l).await;
+    let big = format!(
+        r#"{{"type":"message.new","payload":{{"id":"msg_big","sender":"alice","pad":"{}"}}}}"#,
+        "Q".repeat(1_500_000)
+    );
+    fake.push_text("this is not json MALFORMED-MARKER");
+    fake.push_text(r#"{"payload":{"MISSING-TYPE-MARKER":1}}"#);
+    fake.push_text(&big);
+    fake.push(Message::Binary(vec![1u8, 2, 3].into()));
+    assert!(
+        eventually(10.0, || l.count("frame_skipped") >= 4).await,
+        "{}",
+        l.log()
+    );
+    fake.push_text(&message_new("msg_ok", "alice", "text"));
+    assert!(eventually(10.0, || setup.rec.done(2)).await, "{}", l.log());
+    assert_eq!(
+        fake.acks(),
+        ["msg_ok"],
+        "the oversized message was not acked"
+    );
+    assert_eq!(fake.connects(), 1, "the socket stayed up");
+    let log = l.log();
+    assert!(!log.contains("MALFORMED-MARKER") && !log.contains("MISSING-TYPE-MARKER"));
+    assert!(!log.contains("QQQQQQQQ"), "frame content is never logged");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tray_whose_you_is_another_handle_gives_no_run_and_handle_mismatch() {
+    use listen_support::fake::{self, Fake};
+    let fake = Fake::start("bob", fake::tray("@mallory", 2)).await;
+    let opts = Opts::default();
+    let setup = Setup::new(&opts);
+    let l = Listener::spawn(
+        listener_command_for(&fake.api_base, FAKE_KEY, &setup, &opts),
+        &setup,
+        "",
+    );
+    settled(&l).await;
+    assert!(
+        eventually(5.0, || setup.status()["state"] == "handle_mismatch").await,
+        "{}",
+        setup.status()
+    );
+    assert_eq!(setup.rec.count(), 0, "no run for another agent's tray");
+    assert_eq!(l.count("handle_mismatch"), 1);
+    assert_eq!(
+        setup.status()["last_cycle"]["no_run_reason"],
+        "handle_mismatch"
+    );
+}

@@ -3,6 +3,8 @@
 //! child process with a Drop guard that never leaves a process behind.
 #![allow(dead_code)]
 
+pub mod fake;
+
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -444,6 +446,10 @@ pub struct Listener {
 }
 
 pub fn listener_command(sim: &Sim, agent: &Agent, setup: &Setup, opts: &Opts) -> Command {
+    listener_command_for(&sim.api_base, &agent.key, setup, opts)
+}
+
+pub fn listener_command_for(api_base: &str, key: &str, setup: &Setup, opts: &Opts) -> Command {
     let mut cmd = Command::new(BIN);
     cmd.arg("listen").arg("--log-format").arg("json");
     for (k, _) in std::env::vars() {
@@ -452,8 +458,8 @@ pub fn listener_command(sim: &Sim, agent: &Agent, setup: &Setup, opts: &Opts) ->
         }
     }
     cmd.env("AGENTCHAT_CONFIG", &setup.config)
-        .env("AGENTCHAT_API_KEY", &agent.key)
-        .env("AGENTCHAT_API_BASE", &sim.api_base)
+        .env("AGENTCHAT_API_KEY", key)
+        .env("AGENTCHAT_API_BASE", api_base)
         .env("AGENTCHAT_STATE_DIR", &setup.state_dir)
         .env("AGENTCHAT_TEST_TIME_SCALE", opts.time_scale.to_string())
         .env("AGENTCHAT_LOG", "debug");
