@@ -764,3 +764,70 @@ async fn a_tray_whose_you_is_another_handle_gives_no_run_and_handle_mismatch() {
         "handle_mismatch"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sighup_retries_a_refused_key_at_once_instead_of_after_ten_minutes() {
+    let sim = Sim::start(1.0).await;
+    let bob = sim.agent("bob").await;
+    let opts = Opts::default();
+    let setup = Setup::new(&opts);
+    let l = Listener::start(&sim, &bob, &setup, &opts);
+    settled(&l).await;
+    sim.refuse_key(&bob).await;
+    sim.close_sockets(&bob, 1008, "Invalid token").await;
+    assert!(eventually(10.0, || setup.status()["state"] == "key_refused").await);
+    // The user fixes the key (here: the server accepts it again) and reloads.
+    sim.post(
+        &format!("/_sim/agents/{}/refuse-key", bob.handle),
+        serde_json::json!({"refuse": false}),
+    )
+    .await;
+    l.signal(libc::SIGHUP);
+    assert!(
+        eventually(10.0, || setup.status()["state"] == "connected").await,
+        "{}\n{}",
+        setup.status(),
+        l.log()
+    );
+    assert_eq!(l.count("reload"), 1);
+    assert_eq!(accepted(&sim.connects(&bob).await), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_systemd_it_notifies_ready_watchdog_and_stopping() {
+    use std::os::unix::net::UnixDatagram;
+    let sim = Sim::start(1.0).await;
+    let bob = sim.agent("bob").await;
+    let opts = Opts::default();
+    let setup = Setup::new(&opts);
+    let sock_path = setup.tmp.path().join("notify.sock");
+    let sock = UnixDatagram::bind(&sock_path).unwrap();
+    sock.set_read_timeout(Some(std::time::Duration::from_millis(100)))
+        .unwrap();
+    let mut cmd = listener_command(&sim, &bob, &setup, &opts);
+    cmd.env("NOTIFY_SOCKET", &sock_path)
+        .env("WATCHDOG_USEC", "400000");
+    let mut l = Listener::spawn(cmd, &setup, "");
+    settled(&l).await;
+    let mut seen = String::new();
+    let mut buf = [0u8; 512];
+    let mut read_some = |seen: &mut String| {
+        while let Ok(n) = sock.recv(&mut buf) {
+            seen.push_str(&String::from_utf8_lossy(&buf[..n]));
+            seen.push('\n');
+        }
+    };
+    assert!(
+        eventually(5.0, || {
+            read_some(&mut seen);
+            seen.contains("READY=1") && seen.contains("WATCHDOG=1")
+        })
+        .await,
+        "{seen}"
+    );
+    l.signal(libc::SIGTERM);
+    assert_eq!(l.wait_exit(10.0), Some(0));
+    read_some(&mut seen);
+    assert!(seen.contains("STOPPING=1"), "{seen}");
+    // The run's environment never carries the notify socket (checked in the first test).
+}
