@@ -831,3 +831,53 @@ async fn under_systemd_it_notifies_ready_watchdog_and_stopping() {
     assert!(seen.contains("STOPPING=1"), "{seen}");
     // The run's environment never carries the notify socket (checked in the first test).
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unusable_runtime_shows_runtime_unusable_and_runs_nothing_until_sighup() {
+    let sim = Sim::start(1.0).await;
+    let alice = sim.agent("alice").await;
+    let bob = sim.agent("bob").await;
+    let opts = Opts {
+        extra_env: vec![("AGENTCHAT_RUNTIME".into(), "claude-code".into())],
+        extra_toml: "[listen.claude]\nbinary = \"/nonexistent/claude\"\n".into(),
+        ..Opts::default()
+    };
+    let setup = Setup::new(&opts);
+    let l = Listener::start(&sim, &bob, &setup, &opts);
+    settled(&l).await;
+    sim.send(&alice, &bob, "hi").await;
+    assert!(
+        eventually(10.0, || setup.status()["state"] == "runtime_unusable").await,
+        "{}\n{}",
+        setup.status(),
+        l.log()
+    );
+    assert_eq!(l.count("runtime_unusable"), 1);
+    // The identity block was kept current in the file Claude Code loads, inside the workdir.
+    let claude_md =
+        std::fs::read_to_string(setup.state_dir.join("workdir").join("CLAUDE.md")).unwrap();
+    assert!(claude_md.contains(agentchat::core::identity::START_MARKER));
+    assert!(claude_md.contains("@bob"), "{claude_md}");
+
+    // A later wake runs nothing and logs nothing new about the runtime.
+    let cycles = l.count("cycle_end");
+    sim.wake(&bob, "reminder").await;
+    assert!(eventually(10.0, || l.count("cycle_end") > cycles).await);
+    assert_eq!(
+        l.count("runtime_unusable"),
+        1,
+        "one clear line, not one per wake"
+    );
+    assert_eq!(
+        setup.status()["last_cycle"]["no_run_reason"],
+        "runtime_unusable"
+    );
+
+    // SIGHUP gives the runtime another chance.
+    l.signal(libc::SIGHUP);
+    assert!(
+        eventually(10.0, || setup.status()["state"] == "connected").await,
+        "{}",
+        setup.status()
+    );
+}
