@@ -881,3 +881,69 @@ async fn an_unusable_runtime_shows_runtime_unusable_and_runs_nothing_until_sighu
         setup.status()
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_429_on_the_tray_is_retried_only_after_its_retry_after() {
+    use listen_support::fake::{self, Fake};
+    // A scripted server: the sim's poll budgets need 50+ empty reads before a 429.
+    let fake = Fake::start("bob", fake::tray("@bob", 1)).await;
+    {
+        let mut s = fake.shared.lock().unwrap();
+        s.inbox_429 = 1;
+        s.retry_after_s = 2;
+    }
+    let opts = Opts::default();
+    let setup = Setup::new(&opts);
+    let l = Listener::spawn(
+        listener_command_for(&fake.api_base, FAKE_KEY, &setup, &opts),
+        &setup,
+        "",
+    );
+    assert!(eventually(15.0, || setup.rec.done(1)).await, "{}", l.log());
+    let times = fake.shared.lock().unwrap().inbox_times.clone();
+    assert!(times.len() >= 2, "{times:?}");
+    let gap = times[1] - times[0];
+    assert!(
+        gap >= 2_000,
+        "retried after {gap} ms, before Retry-After: 2"
+    );
+    assert_eq!(l.count("tray_retry"), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_status_file_is_refreshed_on_its_timer_without_any_event() {
+    let sim = Sim::start(1.0).await;
+    let bob = sim.agent("bob").await;
+    // 30 s / 30 = 1 s.
+    let opts = Opts {
+        time_scale: 30.0,
+        ..Opts::default()
+    };
+    let setup = Setup::new(&opts);
+    let l = Listener::start(&sim, &bob, &setup, &opts);
+    settled(&l).await;
+    let first = setup.status()["updated_at"].as_str().unwrap().to_string();
+    assert!(
+        eventually(5.0, || setup.status()["updated_at"].as_str().unwrap_or("")
+            > first.as_str())
+        .await
+    );
+    let s = setup.status();
+    for field in [
+        "state", "since", "pid", "profile", "handle", "api_base", "runtime", "counters",
+    ] {
+        assert!(!s[field].is_null(), "status has {field}: {s}");
+    }
+    assert_eq!(s["pid"], l.pid());
+    assert_eq!(s["counters"]["connects"], 1);
+    let mode = std::os::unix::fs::PermissionsExt::mode(
+        &std::fs::metadata(setup.state_dir.join("status.json"))
+            .unwrap()
+            .permissions(),
+    );
+    assert_eq!(mode & 0o777, 0o600);
+    let dir_mode = std::os::unix::fs::PermissionsExt::mode(
+        &std::fs::metadata(&setup.state_dir).unwrap().permissions(),
+    );
+    assert_eq!(dir_mode & 0o777, 0o700);
+}
