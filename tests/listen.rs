@@ -136,7 +136,7 @@ async fn messages_during_a_run_give_exactly_one_more_cycle() {
         "{}",
         l.log()
     );
-    setup.rec.unset("sleep");
+    // Run 1 sleeps 2 s (run 2 too: the script reads the file at its own pace).
     for i in 0..3 {
         sim.send(&alice, &bob, &format!("during {i}")).await;
     }
