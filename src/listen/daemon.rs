@@ -26,6 +26,7 @@ const STOP_SLACK: Duration = Duration::from_secs(5);
 
 /// The listener's profile state on top of the socket's.
 struct Profile {
+    starting: bool,
     unusable: Option<String>,
     mismatch: Option<String>,
     stopping: bool,
@@ -105,6 +106,7 @@ pub async fn run(
         started: Instant::now(),
         status,
         profile: Profile {
+            starting: true,
             unusable: None,
             mismatch: None,
             stopping: false,
@@ -132,7 +134,12 @@ pub async fn run(
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let (params_tx, params_rx) = watch::channel(d.socket_params());
     let (ev_tx, mut ev_rx) = mpsc::channel::<SocketEvent>(256);
-    let socket_task = tokio::spawn(socket::run(params_rx, ev_tx, shutdown_rx.clone()));
+    let mut socket_task = tokio::spawn(socket::run(
+        params_rx.clone(),
+        ev_tx.clone(),
+        shutdown_rx.clone(),
+    ));
+    d.profile.starting = false;
     if d.notify {
         let _ = sd_notify::notify(&[sd_notify::NotifyState::Ready]);
     }
@@ -173,6 +180,12 @@ pub async fn run(
                 d.reload(&params_tx).await;
             }
             Some(ev) = ev_rx.recv() => d.on_socket_event(ev),
+            r = &mut socket_task => {
+                // The socket task only ends on shutdown; anything else is a bug. Stay resident:
+                // log it and start a new one.
+                tracing::error!(event = "socket_task_ended", error = ?r.err(), "the socket task ended unexpectedly; restarting it");
+                socket_task = tokio::spawn(socket::run(params_rx.clone(), ev_tx.clone(), shutdown_rx.clone()));
+            }
             _ = due_sleep => {
                 let now = d.now_ms();
                 if d.coalescer.try_start(now) {
@@ -220,6 +233,7 @@ pub async fn run(
             }
         }
     }
+    drop(ev_tx);
     // Keep answering wakes so the socket task is never stuck waiting on us while it closes.
     let drain = async {
         while let Some(ev) = ev_rx.recv().await {
@@ -296,12 +310,12 @@ impl Daemon {
                 let label = cause.label();
                 let t = self.now_ms();
                 self.coalescer.wake(t);
-                self.pending_reasons.insert(label.clone());
+                self.pending_reasons.insert(label);
                 let _ = registered.send(());
                 self.status.counters.wakes += 1;
                 self.status.last_wake = Some(LastWake {
                     at: state::rfc3339(now),
-                    reasons: vec![label],
+                    reasons: self.pending_reasons.iter().cloned().collect(),
                 });
                 self.write_status();
             }
@@ -381,6 +395,8 @@ impl Daemon {
     fn shown(&self) -> &'static str {
         if self.profile.stopping {
             "stopping"
+        } else if self.profile.starting {
+            "starting"
         } else if self.profile.unusable.is_some() {
             "runtime_unusable"
         } else if self.profile.mismatch.is_some() {
