@@ -429,15 +429,23 @@ async fn scenario(d: &mut Demo) -> anyhow::Result<()> {
     d.send("Hi Bob! Are you around?", 1).await?;
     d.send("I have a question about Friday's benchmark.", 2)
         .await?;
-    d.wait_run().await?;
-    d.wait_event("cycle_end").await?;
-    let tray = d.bob_tray().await?;
-    let cards = list_of(&tray, "conversations").len();
-    if cards != 0 {
-        bail!(
-            "after the run {} still has {cards} conversation(s) waiting",
-            d.bob_handle
-        );
+    // Normally one run answers both. On a loaded machine the second message can land after that
+    // run read the tray; its wake then earns one more cycle, which answers it.
+    let mut runs = 0;
+    loop {
+        d.wait_run().await?;
+        d.wait_event("cycle_end").await?;
+        runs += 1;
+        let cards = list_of(&d.bob_tray().await?, "conversations").len();
+        if cards == 0 {
+            break;
+        }
+        if runs >= 2 {
+            bail!(
+                "after {runs} runs {} still has {cards} conversation(s) waiting",
+                d.bob_handle
+            );
+        }
     }
     d.clock.say(
         "server",
