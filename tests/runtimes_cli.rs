@@ -8,6 +8,7 @@ use agentchat::config::*;
 use agentchat::core::cycle::RunKind;
 use agentchat::runtime::{self, ProcessEnd, RunContext, RunOutcome, RunSpec};
 use model_server::cli::{base_env, claude_bin, codex_bin, write_codex_home};
+use model_server::sim::{Sim, assert_answered};
 use model_server::{Mode, ModelServer};
 use secrecy::SecretString;
 use std::path::{Path, PathBuf};
@@ -59,6 +60,7 @@ struct Setup {
     model: ModelServer,
     runtime: RuntimeKind,
     settings: Settings,
+    key: String,
 }
 
 impl Setup {
@@ -79,11 +81,12 @@ impl Setup {
             model,
             runtime,
             settings,
+            key: KEY.to_string(),
         }
     }
 
     fn spec(&self) -> RunSpec {
-        let key = SecretString::from(KEY.to_string());
+        let key = SecretString::from(self.key.clone());
         let reasons = vec!["message".to_string()];
         let state = self.dir.path().join("state");
         let work = self.dir.path().join("work");
@@ -134,24 +137,32 @@ impl Setup {
             drop(stdin);
         }
         let pid = child.id().unwrap() as i32;
-        let out = tokio::time::timeout(limit, child.wait_with_output()).await;
-        let (end, output) = match out {
-            Ok(Ok(o)) => {
-                let mut all = o.stdout;
-                all.extend_from_slice(&o.stderr);
-                let end = match o.status.code() {
-                    Some(c) => ProcessEnd::Exited(c),
-                    None => ProcessEnd::Signalled(9),
-                };
-                (end, all)
-            }
-            Ok(Err(e)) => panic!("waiting for the CLI failed: {e}"),
+        let mut out_pipe = child.stdout.take().unwrap();
+        let mut err_pipe = child.stderr.take().unwrap();
+        let read_out = tokio::spawn(async move {
+            let mut buf = Vec::new();
+            let _ = tokio::io::AsyncReadExt::read_to_end(&mut out_pipe, &mut buf).await;
+            buf
+        });
+        let read_err = tokio::spawn(async move {
+            let mut buf = Vec::new();
+            let _ = tokio::io::AsyncReadExt::read_to_end(&mut err_pipe, &mut buf).await;
+            buf
+        });
+        let end = match tokio::time::timeout(limit, child.wait()).await {
+            Ok(status) => match status.unwrap().code() {
+                Some(c) => ProcessEnd::Exited(c),
+                None => ProcessEnd::Signalled(9),
+            },
             Err(_) => {
-                // SAFETY-free: killing our own process group by id.
+                // Our own child's process group.
                 unsafe { libc::kill(-pid, libc::SIGKILL) };
-                (ProcessEnd::TimedOut, Vec::new())
+                let _ = child.wait().await;
+                ProcessEnd::TimedOut
             }
         };
+        let mut output = read_out.await.unwrap();
+        output.extend_from_slice(&read_err.await.unwrap());
         let outcome = runtime::judge(self.runtime, &end, &output);
         (end, output, outcome)
     }
@@ -224,4 +235,39 @@ async fn codex_refused_model_key_is_judged_unusable() {
         "{outcome:?}\n{}",
         show(&output)
     );
+}
+
+/// The whole agent turn, directly (no listener): a peer's message waits on the sim; the real CLI,
+/// started from the built spec, calls the sim's MCP tools as the scripted model tells it to.
+async fn answers_a_peer_through_the_sims_mcp_tools(runtime: RuntimeKind) {
+    let sim = Sim::start().await;
+    let sent = sim.peer_sends("Can you confirm the build is green?").await;
+    let conv = sent["conversation_id"].as_str().unwrap().to_string();
+    let mut s = Setup::new(runtime, Mode::Normal, sim.api_base()).await;
+    s.key = sim.me.1.clone();
+    let (end, output, outcome) = s.run(Duration::from_secs(120)).await;
+    assert_eq!(outcome, RunOutcome::Completed, "{end:?}\n{}", show(&output));
+    let steps = s.model.journal().steps;
+    for step in [
+        "call agentchat_inbox",
+        "call agentchat_get_conversation",
+        "call agentchat_send_message",
+        "call agentchat_decide",
+    ] {
+        assert!(
+            steps.iter().any(|s| s == step),
+            "{step} missing from {steps:?}"
+        );
+    }
+    assert_answered(&sim.my_state().await, &conv);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claude_answers_a_peer_through_the_sims_mcp_tools() {
+    answers_a_peer_through_the_sims_mcp_tools(RuntimeKind::ClaudeCode).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn codex_answers_a_peer_through_the_sims_mcp_tools() {
+    answers_a_peer_through_the_sims_mcp_tools(RuntimeKind::Codex).await;
 }

@@ -148,6 +148,15 @@ pub fn judge(end: &ProcessEnd, output: &[u8]) -> RunOutcome {
         ));
     }
     let events = Events::read(output);
+    let clean_result = events
+        .result
+        .as_ref()
+        .is_some_and(|r| !r.is_error && r.subtype == "success");
+    if *end == ProcessEnd::Exited(0) && clean_result {
+        return RunOutcome::Completed;
+    }
+    // Only a run that did not complete is read for login trouble: a retried 401 followed by
+    // a good answer is not a broken login.
     if let Some(problem) = events.auth_problem() {
         return RunOutcome::Unusable(problem);
     }
@@ -159,10 +168,7 @@ pub fn judge(end: &ProcessEnd, output: &[u8]) -> RunOutcome {
     }
     match &events.result {
         None => RunOutcome::Failed("exited 0 without a final result event".into()),
-        Some(r) if r.is_error || r.subtype != "success" => {
-            RunOutcome::Failed(events.result_summary().unwrap_or_default())
-        }
-        Some(_) => RunOutcome::Completed,
+        Some(_) => RunOutcome::Failed(events.result_summary().unwrap_or_default()),
     }
 }
 
@@ -204,6 +210,15 @@ impl Events {
                     if synthetic && assistant_text(&v).is_some_and(|t| says_auth(&t)) {
                         ev.synthetic_auth_text = true;
                     }
+                }
+                // Claude retrying a refused model call (`"error":"authentication_failed"`).
+                Some("system")
+                    if v.get("subtype").and_then(|t| t.as_str()) == Some("api_retry")
+                        && v.get("error")
+                            .and_then(|e| e.as_str())
+                            .is_some_and(|e| AUTH_ERRORS.contains(&e)) =>
+                {
+                    ev.auth_error = true;
                 }
                 Some("result") => {
                     let is_error = v.get("is_error").and_then(|b| b.as_bool()).unwrap_or(false);
@@ -469,6 +484,27 @@ mod tests {
     fn a_model_quoting_login_text_does_not_make_it_unusable() {
         // The model (not Claude itself) wrote the words; the run completed.
         let out = r#"{"type":"assistant","message":{"model":"claude-x","content":[{"type":"text","text":"The peer says: Not logged in · Please run /login"}]}}
+{"type":"result","subtype":"success","is_error":false}"#;
+        assert_eq!(
+            judge(&ProcessEnd::Exited(0), out.as_bytes()),
+            RunOutcome::Completed
+        );
+    }
+
+    #[test]
+    fn a_run_stopped_while_claude_retries_a_refused_login_is_unusable() {
+        // Recorded from claude 2.1.197 against a 401 endpoint that allows retries.
+        let out = r#"{"type":"system","subtype":"init","cwd":"/w","mcp_servers":[]}
+{"type":"system","subtype":"api_retry","attempt":1,"max_retries":10,"retry_delay_ms":540.8,"error_status":401,"error":"authentication_failed","session_id":"s"}"#;
+        assert!(matches!(
+            judge(&ProcessEnd::TimedOut, out.as_bytes()),
+            RunOutcome::Unusable(_)
+        ));
+    }
+
+    #[test]
+    fn a_retried_refusal_followed_by_a_clean_result_is_completed() {
+        let out = r#"{"type":"system","subtype":"api_retry","attempt":1,"error_status":401,"error":"authentication_failed"}
 {"type":"result","subtype":"success","is_error":false}"#;
         assert_eq!(
             judge(&ProcessEnd::Exited(0), out.as_bytes()),

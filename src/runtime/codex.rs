@@ -100,6 +100,10 @@ pub fn judge(end: &ProcessEnd, output: &[u8]) -> RunOutcome {
         ));
     }
     let ev = Events::read(output);
+    let clean = ev.turn_completed && ev.turn_failed.is_none() && ev.errors.is_empty();
+    if *end == ProcessEnd::Exited(0) && clean {
+        return RunOutcome::Completed;
+    }
     if ev.auth_refused {
         return RunOutcome::Unusable(
             "Codex is not logged in or its model provider refused the credentials; run \

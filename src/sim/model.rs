@@ -100,6 +100,8 @@ pub struct Agent {
     pub verdicts: Vec<Value>,
     pub idem: HashMap<String, (String, u16, Value)>,
     pub landing: broadcast::Sender<Landing>,
+    /// Tray reads parked in a `wait_ms` hold right now.
+    pub held: usize,
 }
 
 #[derive(Debug, Clone)]
@@ -135,7 +137,11 @@ impl Message {
         self.kind == "system"
     }
     pub fn text(&self) -> String {
-        self.content.get("text").and_then(Value::as_str).unwrap_or("").to_string()
+        self.content
+            .get("text")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string()
     }
 }
 

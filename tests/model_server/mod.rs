@@ -16,6 +16,7 @@
 #![allow(dead_code)]
 
 pub mod cli;
+pub mod sim;
 
 use http_body_util::{BodyExt, Full};
 use hyper::body::{Bytes, Incoming};
@@ -115,6 +116,13 @@ async fn handle(
     journal: Arc<Mutex<Journal>>,
     mut shutdown: tokio::sync::watch::Receiver<bool>,
 ) -> Result<Response<Body>, std::convert::Infallible> {
+    let port = req
+        .headers()
+        .get("host")
+        .and_then(|h| h.to_str().ok())
+        .and_then(|h| h.rsplit(':').next())
+        .unwrap_or("0")
+        .to_string();
     let method = req.method().clone();
     let path = req.uri().path().to_string();
     journal
@@ -131,7 +139,7 @@ async fn handle(
     let request: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
     if let Ok(dir) = std::env::var("MODEL_SERVER_DUMP") {
         let n = journal.lock().unwrap().requests.len();
-        let _ = std::fs::write(format!("{dir}/req-{n:03}.json"), &body);
+        let _ = std::fs::write(format!("{dir}/req-{port}-{n:03}.json"), &body);
     }
 
     let is_model_call = method == hyper::Method::POST
@@ -385,8 +393,8 @@ fn offered_tools(tools: &Value) -> Vec<(String, Option<String>, Value)> {
 /// The bare AgentChat tool name a called name stands for (`mcp__agentchat__agentchat_x` or
 /// `agentchat_x`).
 fn bare_tool(name: &str) -> Option<String> {
-    let i = name.find("agentchat_")?;
-    Some(name[i..].to_string())
+    let bare = name.strip_prefix("mcp__agentchat__").unwrap_or(name);
+    bare.starts_with("agentchat_").then(|| bare.to_string())
 }
 
 fn finder(tools: &Value) -> impl Fn(&str) -> Option<Offered> + '_ {
@@ -645,6 +653,19 @@ Output:
             result: "{}".into(),
         });
         assert!(matches!(next_step(&h, &no_tools), Step::Say(_)));
+    }
+
+    #[test]
+    fn called_names_map_to_bare_tools() {
+        assert_eq!(
+            bare_tool("mcp__agentchat__agentchat_inbox").as_deref(),
+            Some("agentchat_inbox")
+        );
+        assert_eq!(
+            bare_tool("agentchat_decide").as_deref(),
+            Some("agentchat_decide")
+        );
+        assert_eq!(bare_tool("Bash"), None);
     }
 
     #[test]

@@ -1,0 +1,268 @@
+//! Helpers for the sim's tests: an in-process sim, a plain HTTP client, and a minimal socket
+//! client of the tests' own (tokio-tungstenite), all over real loopback sockets.
+#![allow(dead_code)]
+
+use std::time::Duration;
+
+use agentchat::sim::{SimConfig, SimHandle, start};
+use futures_util::{SinkExt, StreamExt};
+use serde_json::{Value, json};
+use tokio::net::TcpStream;
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tokio_tungstenite::{MaybeTlsStream, WebSocketStream, connect_async};
+
+pub struct Sim {
+    pub handle: SimHandle,
+    pub base: String,
+    pub http: reqwest::Client,
+}
+
+pub async fn sim(time_scale: f64) -> Sim {
+    agentchat::tls::install_crypto_provider();
+    let handle = start(SimConfig {
+        time_scale,
+        ..SimConfig::default()
+    })
+    .await
+    .unwrap();
+    let base = handle.api_base.clone();
+    Sim {
+        handle,
+        base,
+        http: reqwest::Client::new(),
+    }
+}
+
+pub struct Agent {
+    pub handle: String,
+    pub key: String,
+}
+
+impl Sim {
+    pub async fn agent(&self, h: &str) -> Agent {
+        let (s, v) = self.post(None, "/_sim/agents", json!({"handle": h})).await;
+        assert_eq!(s, 201, "{v}");
+        Agent {
+            handle: v["handle"].as_str().unwrap().to_string(),
+            key: v["api_key"].as_str().unwrap().to_string(),
+        }
+    }
+
+    async fn call(
+        &self,
+        method: reqwest::Method,
+        key: Option<&str>,
+        path: &str,
+        body: Option<Value>,
+    ) -> (u16, Value) {
+        let mut rb = self.http.request(method, format!("{}{path}", self.base));
+        if let Some(k) = key {
+            rb = rb.bearer_auth(k);
+        }
+        if let Some(b) = body {
+            rb = rb.json(&b);
+        }
+        let resp = rb.send().await.unwrap();
+        let status = resp.status().as_u16();
+        let text = resp.text().await.unwrap();
+        let v = if text.is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_str(&text).unwrap()
+        };
+        (status, v)
+    }
+    pub async fn get(&self, key: Option<&str>, path: &str) -> (u16, Value) {
+        self.call(reqwest::Method::GET, key, path, None).await
+    }
+    pub async fn post(&self, key: Option<&str>, path: &str, body: Value) -> (u16, Value) {
+        self.call(reqwest::Method::POST, key, path, Some(body))
+            .await
+    }
+    pub async fn delete(&self, key: Option<&str>, path: &str) -> (u16, Value) {
+        self.call(reqwest::Method::DELETE, key, path, None).await
+    }
+
+    /// Sends `text` from `from` to `to` through the real route; returns the message.
+    pub async fn send(&self, from: &Agent, to: &Agent, text: &str) -> Value {
+        let (s, v) = self
+            .post(
+                Some(&from.key),
+                "/v1/messages",
+                json!({"to": to.handle, "content": {"text": text}}),
+            )
+            .await;
+        assert_eq!(s, 201, "{v}");
+        v
+    }
+    pub async fn send_conv(&self, from: &Agent, conv: &str, text: &str) -> Value {
+        let (s, v) = self
+            .post(
+                Some(&from.key),
+                "/v1/messages",
+                json!({"conversation_id": conv, "content": {"text": text}}),
+            )
+            .await;
+        assert_eq!(s, 201, "{v}");
+        v
+    }
+    pub async fn tray(&self, a: &Agent) -> Value {
+        let (s, v) = self.get(Some(&a.key), "/v1/inbox?invites=1").await;
+        assert_eq!(s, 200, "{v}");
+        v
+    }
+    pub async fn decide(&self, a: &Agent, conv: &str, body: Value) -> (u16, Value) {
+        self.post(
+            Some(&a.key),
+            &format!("/v1/conversations/{conv}/decisions"),
+            body,
+        )
+        .await
+    }
+    pub async fn state(&self, a: &Agent) -> Value {
+        let (s, v) = self
+            .get(None, &format!("/_sim/agents/{}/state", a.handle))
+            .await;
+        assert_eq!(s, 200, "{v}");
+        v
+    }
+    pub async fn connects(&self, a: &Agent) -> Vec<Value> {
+        let (_, v) = self
+            .get(None, &format!("/_sim/agents/{}/connects", a.handle))
+            .await;
+        v["connects"].as_array().unwrap().clone()
+    }
+    pub async fn acks(&self, a: &Agent) -> Vec<Value> {
+        let (_, v) = self
+            .get(None, &format!("/_sim/agents/{}/acks", a.handle))
+            .await;
+        v["acks"].as_array().unwrap().clone()
+    }
+    /// Polls the agent's state until `pred` holds (deadline 10 s).
+    pub async fn wait_state(&self, a: &Agent, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let st = self.state(a).await;
+            if pred(&st) {
+                return st;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "timed out waiting for {what}: {st}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    pub fn ws_url(&self) -> String {
+        format!("{}/v1/ws", self.base.replacen("http", "ws", 1))
+    }
+}
+
+pub struct Ws {
+    pub ws: WebSocketStream<MaybeTlsStream<TcpStream>>,
+}
+
+/// A frame, or how the socket ended.
+#[derive(Debug)]
+pub enum Got {
+    Frame(Value),
+    Closed(u16, String),
+    Timeout,
+}
+
+impl Sim {
+    /// Header path: Bearer key, capabilities header when `caps` is `Some`.
+    pub async fn connect(&self, key: &str, caps: Option<&str>) -> Ws {
+        let mut req = self.ws_url().into_client_request().unwrap();
+        req.headers_mut()
+            .insert("authorization", format!("Bearer {key}").parse().unwrap());
+        if let Some(c) = caps {
+            req.headers_mut()
+                .insert("x-agentchat-capabilities", c.parse().unwrap());
+        }
+        let (ws, _) = connect_async(req).await.unwrap();
+        Ws { ws }
+    }
+    /// HELLO path: no auth on the upgrade.
+    pub async fn connect_bare(&self) -> Ws {
+        let (ws, _) = connect_async(self.ws_url()).await.unwrap();
+        Ws { ws }
+    }
+}
+
+impl Ws {
+    pub async fn send_json(&mut self, v: Value) {
+        self.ws.send(Message::text(v.to_string())).await.unwrap();
+    }
+    pub async fn ack(&mut self, id: &str) {
+        self.send_json(json!({"type": "ack", "message_id": id}))
+            .await;
+    }
+    /// The next text frame within `ms`, skipping protocol pings and pongs.
+    pub async fn next(&mut self, ms: u64) -> Got {
+        let deadline = tokio::time::Instant::now() + Duration::from_millis(ms);
+        loop {
+            match tokio::time::timeout_at(deadline, self.ws.next()).await {
+                Err(_) => return Got::Timeout,
+                Ok(None) | Ok(Some(Err(_))) => return Got::Closed(1006, String::new()),
+                Ok(Some(Ok(Message::Text(t)))) => {
+                    return Got::Frame(serde_json::from_str(t.as_str()).unwrap());
+                }
+                Ok(Some(Ok(Message::Close(f)))) => {
+                    return match f {
+                        Some(f) => Got::Closed(u16::from(f.code), f.reason.to_string()),
+                        None => Got::Closed(1005, String::new()),
+                    };
+                }
+                Ok(Some(Ok(_))) => continue,
+            }
+        }
+    }
+    /// Reads until a frame of type `ty` (others are skipped), or panics after `ms`.
+    pub async fn expect(&mut self, ty: &str, ms: u64) -> Value {
+        let deadline = tokio::time::Instant::now() + Duration::from_millis(ms);
+        loop {
+            let left = deadline
+                .saturating_duration_since(tokio::time::Instant::now())
+                .as_millis() as u64;
+            match self.next(left.max(1)).await {
+                Got::Frame(f) if f["type"] == ty => return f,
+                Got::Frame(_) => continue,
+                other => panic!("expected a {ty} frame, got {other:?}"),
+            }
+        }
+    }
+    /// Every frame that arrives within `ms` (the socket staying open).
+    pub async fn collect(&mut self, ms: u64) -> Vec<Value> {
+        let deadline = tokio::time::Instant::now() + Duration::from_millis(ms);
+        let mut out = Vec::new();
+        loop {
+            let left = deadline
+                .saturating_duration_since(tokio::time::Instant::now())
+                .as_millis() as u64;
+            if left == 0 {
+                return out;
+            }
+            match self.next(left).await {
+                Got::Frame(f) => out.push(f),
+                Got::Timeout => return out,
+                Got::Closed(c, r) => panic!("socket closed {c} {r} while collecting {out:?}"),
+            }
+        }
+    }
+    /// Waits for the close (panics on a frame-less timeout of `ms`), skipping frames.
+    pub async fn closed(&mut self, ms: u64) -> (u16, String) {
+        let deadline = tokio::time::Instant::now() + Duration::from_millis(ms);
+        loop {
+            let left = deadline
+                .saturating_duration_since(tokio::time::Instant::now())
+                .as_millis() as u64;
+            match self.next(left.max(1)).await {
+                Got::Closed(c, r) => return (c, r),
+                Got::Frame(_) => continue,
+                Got::Timeout => panic!("socket did not close within {ms} ms"),
+            }
+        }
+    }
+}
