@@ -8,6 +8,7 @@ pub mod core;
 pub mod demo;
 pub mod listen;
 pub mod runtime;
+pub mod service;
 pub mod sim;
 pub mod status;
 pub mod tls;

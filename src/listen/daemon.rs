@@ -134,6 +134,7 @@ pub async fn run(
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let (params_tx, params_rx) = watch::channel(d.socket_params());
     let (ev_tx, mut ev_rx) = mpsc::channel::<SocketEvent>(256);
+    let (texts_tx, mut texts_rx) = mpsc::channel::<Option<(Texts, &'static str)>>(4);
     let mut socket_task = tokio::spawn(socket::run(
         params_rx.clone(),
         ev_tx.clone(),
@@ -177,7 +178,8 @@ pub async fn run(
             _ = sigterm.recv() => { tracing::info!(event = "stopping", signal = "SIGTERM", "stopping"); break; }
             _ = sigint.recv() => { tracing::info!(event = "stopping", signal = "SIGINT", "stopping"); break; }
             _ = sighup.recv() => {
-                d.reload(&params_tx).await;
+                d.reload(&params_tx);
+                d.spawn_texts_refresh(&texts_tx);
             }
             Some(ev) = ev_rx.recv() => d.on_socket_event(ev),
             r = &mut socket_task => {
@@ -205,7 +207,8 @@ pub async fn run(
                 d.check_key_file(&params_tx);
                 d.write_status();
             }
-            _ = texts_tick.tick() => d.refresh_texts().await,
+            _ = texts_tick.tick() => d.spawn_texts_refresh(&texts_tx),
+            Some(r) = texts_rx.recv() => d.on_texts(r),
             _ = watchdog_tick.tick(), if watchdog.is_some() => {
                 let _ = sd_notify::notify(&[sd_notify::NotifyState::Watchdog]);
             }
@@ -430,9 +433,25 @@ impl Daemon {
     async fn refresh_texts(&mut self) {
         let Some(api) = self.api() else { return };
         let runtime = self.settings.listen.runtime.texts_runtime();
-        if let Some((texts, source)) =
-            load_texts(&api, &self.state, runtime, self.texts.is_none()).await
-        {
+        let r = load_texts(&api, &self.state, runtime, self.texts.is_none()).await;
+        self.on_texts(r);
+    }
+
+    /// The timer's and SIGHUP's refresh runs as a task, so a slow server never holds up wakes.
+    fn spawn_texts_refresh(&self, tx: &mpsc::Sender<Option<(Texts, &'static str)>>) {
+        let Some(api) = self.api() else { return };
+        let runtime = self.settings.listen.runtime.texts_runtime();
+        let state = self.state.clone();
+        let use_cache = self.texts.is_none();
+        let tx = tx.clone();
+        tokio::spawn(async move {
+            let r = load_texts(&api, &state, runtime, use_cache).await;
+            let _ = tx.send(r).await;
+        });
+    }
+
+    fn on_texts(&mut self, r: Option<(Texts, &'static str)>) {
+        if let Some((texts, source)) = r {
             self.texts = Some(texts);
             self.status.texts = TextsStatus {
                 source,
@@ -443,7 +462,7 @@ impl Daemon {
     }
 
     /// SIGHUP: config and texts again; a refused key or an unusable runtime gets a new chance.
-    async fn reload(&mut self, params_tx: &watch::Sender<SocketParams>) {
+    fn reload(&mut self, params_tx: &watch::Sender<SocketParams>) {
         tracing::info!(event = "reload", "reloading configuration and texts");
         match config::load(&self.args) {
             Ok(s) => match s.api_key.clone() {
@@ -475,7 +494,7 @@ impl Daemon {
         }
         self.profile.unusable = None;
         let _ = params_tx.send(self.socket_params());
-        self.refresh_texts().await;
+        self.write_status();
     }
 
     /// While the key is refused, a changed key (file or environment) is tried at once.

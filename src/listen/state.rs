@@ -168,7 +168,11 @@ fn write_atomic_mode(path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<()
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_else(|| "file".into());
-    let tmp = path.with_file_name(format!(".{name}.{}.tmp", std::process::id()));
+    let tmp = path.with_file_name(format!(
+        ".{name}.{}.{:08x}.tmp",
+        std::process::id(),
+        fastrand::u32(..)
+    ));
     {
         let mut f = OpenOptions::new()
             .write(true)
