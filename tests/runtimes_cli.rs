@@ -172,14 +172,17 @@ fn show(output: &[u8]) -> String {
     String::from_utf8_lossy(output).chars().take(4000).collect()
 }
 
+/// An MCP endpoint that is not there: Claude Code still talks to the model and exits 0, but a
+/// run that could not reach the AgentChat tools looked at nothing and must not count as completed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn claude_completes_a_turn_against_the_scripted_model_with_the_built_argv() {
-    // An MCP endpoint that is not there: Claude Code still runs; the model sees no AgentChat
-    // tools and answers in plain text, so this pins argv, stdin and the success judgement.
+async fn claude_run_that_cannot_reach_the_mcp_tools_is_failed_not_completed() {
     let s = Setup::new(RuntimeKind::ClaudeCode, Mode::Normal, "http://127.0.0.1:1").await;
     let (end, output, outcome) = s.run(Duration::from_secs(90)).await;
     assert_eq!(end, ProcessEnd::Exited(0), "{}", show(&output));
-    assert_eq!(outcome, RunOutcome::Completed, "{}", show(&output));
+    match outcome {
+        RunOutcome::Failed(r) => assert!(r.contains("MCP server"), "{r}"),
+        other => panic!("{other:?}\n{}", show(&output)),
+    }
     assert!(
         s.model
             .journal()
@@ -193,12 +196,9 @@ async fn claude_completes_a_turn_against_the_scripted_model_with_the_built_argv(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn claude_refused_model_key_is_judged_unusable() {
-    let s = Setup::new(
-        RuntimeKind::ClaudeCode,
-        Mode::Unauthorized,
-        "http://127.0.0.1:1",
-    )
-    .await;
+    let sim = Sim::start().await;
+    let mut s = Setup::new(RuntimeKind::ClaudeCode, Mode::Unauthorized, sim.api_base()).await;
+    s.key = sim.me.1.clone();
     let (end, output, outcome) = s.run(Duration::from_secs(90)).await;
     assert_ne!(end, ProcessEnd::TimedOut, "{}", show(&output));
     assert!(
@@ -208,26 +208,25 @@ async fn claude_refused_model_key_is_judged_unusable() {
     );
 }
 
+/// The same for Codex: the `required` MCP server makes it stop (exit 1) instead of answering
+/// without the tools.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn codex_completes_a_turn_against_the_scripted_model_with_the_built_argv() {
+async fn codex_run_that_cannot_reach_the_mcp_tools_is_failed_not_completed() {
     let s = Setup::new(RuntimeKind::Codex, Mode::Normal, "http://127.0.0.1:1").await;
     let (end, output, outcome) = s.run(Duration::from_secs(90)).await;
-    assert_eq!(end, ProcessEnd::Exited(0), "{}", show(&output));
-    assert_eq!(outcome, RunOutcome::Completed, "{}", show(&output));
+    assert_eq!(end, ProcessEnd::Exited(1), "{}", show(&output));
     assert!(
-        s.model
-            .journal()
-            .requests
-            .iter()
-            .any(|r| r.contains("/responses")),
-        "{:?}",
-        s.model.journal()
+        matches!(outcome, RunOutcome::Failed(_)),
+        "{outcome:?}\n{}",
+        show(&output)
     );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn codex_refused_model_key_is_judged_unusable() {
-    let s = Setup::new(RuntimeKind::Codex, Mode::Unauthorized, "http://127.0.0.1:1").await;
+    let sim = Sim::start().await;
+    let mut s = Setup::new(RuntimeKind::Codex, Mode::Unauthorized, sim.api_base()).await;
+    s.key = sim.me.1.clone();
     let (end, output, outcome) = s.run(Duration::from_secs(120)).await;
     assert_ne!(end, ProcessEnd::TimedOut, "{}", show(&output));
     assert!(
