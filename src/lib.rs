@@ -8,5 +8,6 @@ pub mod core;
 pub mod demo;
 pub mod listen;
 pub mod runtime;
+pub mod service;
 pub mod sim;
 pub mod tls;

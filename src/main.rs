@@ -4,7 +4,11 @@
 use clap::{Parser, Subcommand};
 
 #[derive(Debug, Parser)]
-#[command(name = "agentchat", version, about = "The resident listener for AgentChat, and a local AgentChat server")]
+#[command(
+    name = "agentchat",
+    version,
+    about = "The resident listener for AgentChat, and a local AgentChat server"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -16,6 +20,8 @@ enum Command {
     Listen(agentchat::listen::ListenArgs),
     /// Run a faithful local AgentChat server (in memory, loopback only).
     Sim(agentchat::sim::SimArgs),
+    /// Install, remove or inspect the listener as a per-user service (systemd or launchd).
+    Service(agentchat::service::ServiceArgs),
     /// Show the whole loop on the local server: no account, no network.
     Demo(agentchat::demo::DemoArgs),
     /// The demo's built-in agent (used by `demo` as its script runtime).
@@ -26,7 +32,10 @@ enum Command {
 fn main() {
     let cli = Cli::parse();
     agentchat::tls::install_crypto_provider();
-    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("agentchat: cannot start the async runtime: {e}");
@@ -37,6 +46,7 @@ fn main() {
         match cli.command {
             Command::Listen(a) => agentchat::listen::run_cli(a).await,
             Command::Sim(a) => agentchat::sim::run_cli(a).await,
+            Command::Service(a) => agentchat::service::run_cli(a).await,
             Command::Demo(a) => agentchat::demo::run_cli(a).await,
             Command::DemoAgent(a) => agentchat::demo::run_agent_cli(a).await,
         }

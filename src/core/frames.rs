@@ -85,9 +85,16 @@ impl ServerFrame {
                 let id = str_field(Some(payload), "id")
                     .filter(|id| !id.is_empty())
                     .ok_or(FrameError::Missing("message.new", "payload.id"))?;
-                // Hermes also read a legacy `from`; the socket sends bare handles, strip `@` anyway.
+                // Hermes also read a legacy `from`, and `context.sender.handle` is platform-authored;
+                // the socket sends bare handles, strip `@` anyway.
                 let sender = str_field(Some(payload), "sender")
                     .or_else(|| str_field(Some(payload), "from"))
+                    .or_else(|| {
+                        str_field(
+                            payload.get("context").and_then(|c| c.get("sender")),
+                            "handle",
+                        )
+                    })
                     .map(|s| s.trim().trim_start_matches('@').to_owned());
                 ServerFrame::MessageNew(MessageMeta {
                     id,
@@ -140,6 +147,15 @@ mod tests {
                 delivery_id: None,
             })
         );
+    }
+
+    #[test]
+    fn message_new_sender_falls_back_to_context() {
+        let f = ServerFrame::parse(
+            r#"{"type":"message.new","payload":{"id":"m","context":{"sender":{"handle":"quill"}}}}"#,
+        )
+        .unwrap();
+        assert!(matches!(f, ServerFrame::MessageNew(m) if m.sender.as_deref() == Some("quill")));
     }
 
     #[test]

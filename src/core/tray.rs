@@ -73,8 +73,19 @@ fn take<T: DeserializeOwned>(
     }
 }
 
+/// Names the field. serde's "invalid type/value" messages quote the offending value, which could
+/// be text from the tray: only the "expected ..." part is kept, so errors are safe to log.
 fn field_error(key: &str, e: serde_json::Error) -> serde_json::Error {
-    serde::de::Error::custom(format_args!("field `{key}`: {e}"))
+    let msg = e.to_string();
+    let detail = if msg.starts_with("invalid type") || msg.starts_with("invalid value") {
+        match msg.find("expected ") {
+            Some(i) => format!("wrong type or value, {}", &msg[i..]),
+            None => "wrong type or value".to_owned(),
+        }
+    } else {
+        msg
+    };
+    serde::de::Error::custom(format_args!("field `{key}`: {detail}"))
 }
 
 fn required<T: DeserializeOwned>(
@@ -182,8 +193,15 @@ mod tests {
     #[test]
     fn card_without_id_or_wrong_type_is_an_error() {
         assert!(Tray::parse(br#"{"conversations": [{"muted": true}]}"#).is_err());
-        let err = Tray::parse(br#"{"conversations": [], "truncated": "yes"}"#).unwrap_err();
+        let err =
+            Tray::parse(br#"{"conversations": [], "truncated": "secret words"}"#).unwrap_err();
         assert!(err.to_string().contains("truncated"), "{err}");
+        assert!(!err.to_string().contains("secret"), "{err}");
+        let err =
+            Tray::parse(br#"{"conversations": [{"conversation_id": "c", "muted": "secret"}]}"#)
+                .unwrap_err();
+        assert!(err.to_string().contains("muted"), "{err}");
+        assert!(!err.to_string().contains("secret"), "{err}");
         assert!(Tray::parse(b"[]").is_err());
     }
 }

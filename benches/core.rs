@@ -1,0 +1,97 @@
+//! Throughput of the pure core on the listener's hot paths: frames through the engine, tray and
+//! texts parsing, and the coalescer. Prints numbers; asserts nothing about speed.
+//!
+//! `cargo bench --bench core` measures; under `cargo test` (no `--bench` flag) it runs each
+//! workload once as a smoke check so the harness cannot rot.
+
+use agentchat::core::coalescer::Coalescer;
+use agentchat::core::engine::Engine;
+use agentchat::core::tray::Tray;
+use std::hint::black_box;
+use std::time::Instant;
+
+fn message_frame(i: usize) -> String {
+    format!(
+        r#"{{"type":"message.new","payload":{{"id":"msg_{i:016}","conversation_id":"conv_Hn4sK0pLq8RzT2vW","sender":"example-scout","client_msg_id":"c{i}","seq":{i},"type":"text","content":{{"text":"hello there, this is message number {i} with some body text"}},"metadata":{{}},"status":"stored","created_at":"2026-11-08T09:12:41.902Z","delivered_at":null,"read_at":null}}}}"#
+    )
+}
+
+fn tray_json(cards: usize) -> String {
+    let card = |i: usize| {
+        format!(
+            r#"{{"conversation_id":"conv_{i:016}","type":"direct","counterparty":{{"handle":"@peer{i}","display_name":"Peer"}},"relationship":"established","you_owe_reply":true,"mentioned_you":false,"unread":2,"oldest_unread_at":"2026-11-03T09:10:00.000Z","newest_unread_at":"2026-11-03T09:12:41.902Z","last_sender":"@peer{i}","last_message_id":"msg_{i:016}","last_message_at":"2026-11-03T09:12:41.902Z","your_last_message_at":null,"pace":{{"last_60s":1,"last_10m":2}},"preview":{{"message_id":"msg_{i:016}","sender":"@peer{i}","text":"Could you share which tokenizer your relay uses?","at":"2026-11-03T09:12:41.902Z"}},"your_last_decision":null,"muted":false,"reminder":null}}"#
+        )
+    };
+    let cards: Vec<String> = (0..cards).map(card).collect();
+    format!(
+        r#"{{"version":1,"you":"@example-relay","question":"For each conversation decide ONE thing","categories":["open_request","other"],"conversations":[{}],"deferred":0,"truncated":false,"invites":[],"invites_truncated":false,"waited_ms":null}}"#,
+        cards.join(",")
+    )
+}
+
+fn measure(name: &str, iterations: usize, unit: &str, mut f: impl FnMut(usize)) {
+    let start = Instant::now();
+    for i in 0..iterations {
+        f(i);
+    }
+    let elapsed = start.elapsed();
+    let per = elapsed.as_nanos() as f64 / iterations as f64;
+    let rate = iterations as f64 / elapsed.as_secs_f64();
+    println!("{name:<40} {iterations:>9} {unit}  {per:>10.0} ns/{unit}  {rate:>12.0} {unit}/s");
+}
+
+fn main() {
+    let measuring = std::env::args().any(|a| a == "--bench");
+    let n = |full: usize| if measuring { full } else { 1 };
+
+    let frames: Vec<String> = (0..10_000).map(message_frame).collect();
+    let mut engine = Engine::new("@example-relay", 4096);
+    measure("engine: message.new (new ids)", n(200_000), "frame", |i| {
+        black_box(engine.on_text(&frames[i % frames.len()]));
+    });
+    let dup = message_frame(7);
+    measure(
+        "engine: message.new (duplicate)",
+        n(200_000),
+        "frame",
+        |_| {
+            black_box(engine.on_text(&dup));
+        },
+    );
+    let heartbeat = r#"{"type":"heartbeat","payload":{"at":"2026-11-08T09:13:30.000Z"}}"#;
+    measure("engine: heartbeat", n(500_000), "frame", |_| {
+        black_box(engine.on_text(heartbeat));
+    });
+
+    for cards in [1usize, 20, 50] {
+        let body = tray_json(cards);
+        measure(
+            &format!("tray: parse {cards} cards ({} B)", body.len()),
+            n(20_000),
+            "tray",
+            |_| {
+                black_box(Tray::parse(body.as_bytes()).ok());
+            },
+        );
+    }
+
+    let mut coalescer = Coalescer::new(3_000, 15_000);
+    let mut now = 0u64;
+    measure(
+        "coalescer: wake + due + start/end",
+        n(1_000_000),
+        "wake",
+        |i| {
+            now += 7;
+            coalescer.wake(now);
+            if let Some(due) = coalescer.due() {
+                if due <= now && coalescer.try_start(now) && i % 3 == 0 {
+                    coalescer.end(now);
+                }
+            }
+            if coalescer.is_running() {
+                coalescer.end(now);
+            }
+        },
+    );
+}
