@@ -888,19 +888,39 @@ pub fn load(args: &ConfigArgs) -> Result<Settings, ConfigError> {
     load_with_env(args, &env)
 }
 
+/// Like `load`, but a key file is only named, never read: for commands that do not talk to the
+/// server (`status`), so an unreadable key file does not stop them.
+pub fn load_unkeyed(args: &ConfigArgs) -> Result<Settings, ConfigError> {
+    let env: HashMap<String, String> = std::env::vars().collect();
+    let text = read_config_file(args, &env)?;
+    resolve(
+        args,
+        &env,
+        text.as_ref().map(|(p, t)| (p.as_path(), t.as_str())),
+    )
+}
+
+/// The config file's path and text, if there is one to read.
+fn read_config_file(
+    args: &ConfigArgs,
+    env: &HashMap<String, String>,
+) -> Result<Option<(PathBuf, String)>, ConfigError> {
+    match config_file_path(args, env) {
+        Some((path, explicit)) => match std::fs::read_to_string(&path) {
+            Ok(text) => Ok(Some((path, text))),
+            Err(e) if !explicit && e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(source) => Err(ConfigError::Read { path, source }),
+        },
+        None => Ok(None),
+    }
+}
+
 /// `load` with a given environment (for callers that already hold one, and tests).
 pub fn load_with_env(
     args: &ConfigArgs,
     env: &HashMap<String, String>,
 ) -> Result<Settings, ConfigError> {
-    let text = match config_file_path(args, env) {
-        Some((path, explicit)) => match std::fs::read_to_string(&path) {
-            Ok(text) => Some((path, text)),
-            Err(e) if !explicit && e.kind() == std::io::ErrorKind::NotFound => None,
-            Err(source) => return Err(ConfigError::Read { path, source }),
-        },
-        None => None,
-    };
+    let text = read_config_file(args, env)?;
     let mut settings = resolve(
         args,
         env,

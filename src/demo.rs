@@ -25,7 +25,7 @@ use tokio::sync::mpsc;
 /// The sim's timers run this many times faster.
 const SIM_TIME_SCALE: f64 = 60.0;
 /// The listener's invite pace (60 s between the two counting runs) is divided by this.
-const LISTENER_TIME_SCALE: f64 = 60.0;
+const LISTENER_TIME_SCALE: f64 = 120.0;
 /// No single step of the demo may take longer than this.
 const STEP_TIMEOUT: Duration = Duration::from_secs(10);
 /// The whole demo must be over within this.
@@ -130,6 +130,9 @@ struct Demo {
     alice: Rest,
     bob: Rest,
     bob_handle: String,
+    alice_handle: String,
+    /// The sim's control API (no key).
+    control: Rest,
     logs: LogRx,
     recent: Arc<Mutex<VecDeque<String>>>,
 }
@@ -239,13 +242,18 @@ async fn with_server(
         alice: Rest::new(api_base, Some(SecretString::from(alice_key)))?,
         bob: Rest::new(api_base, Some(SecretString::from(bob_key)))?,
         bob_handle: bob_handle.clone(),
+        alice_handle: alice_handle.clone(),
+        control: Rest::new(api_base, None)?,
         logs: rx,
         recent: recent.clone(),
     };
-    let _ = alice_handle;
-    let result = match tokio::time::timeout(DEMO_TIMEOUT, scenario(&mut demo)).await {
-        Ok(r) => r,
-        Err(_) => Err(anyhow!("the demo took longer than {DEMO_TIMEOUT:?}")),
+    let result = tokio::select! {
+        r = tokio::time::timeout(DEMO_TIMEOUT, scenario(&mut demo)) => match r {
+            Ok(r) => r,
+            Err(_) => Err(anyhow!("the demo took longer than {DEMO_TIMEOUT:?}")),
+        },
+        // Ctrl-C still stops the listener and removes the scratch dir.
+        _ = tokio::signal::ctrl_c() => Err(anyhow!("interrupted")),
     };
 
     let stopped = listener.stop(Duration::from_secs(8)).await;
@@ -357,6 +365,18 @@ impl Demo {
         }
     }
 
+    /// The next listener line, or `None` once `until` passes.
+    async fn next_event_until(
+        &mut self,
+        until: tokio::time::Instant,
+    ) -> anyhow::Result<Option<Value>> {
+        match tokio::time::timeout_at(until, self.logs.recv()).await {
+            Ok(Some(v)) => Ok(Some(v)),
+            Ok(None) => bail!("the listener exited while the demo was waiting on it"),
+            Err(_) => Ok(None),
+        }
+    }
+
     async fn wait_event(&mut self, name: &str) -> anyhow::Result<Value> {
         self.wait_for(&format!("`{name}` from the listener"), |v| {
             timeline::event(v) == Some(name)
@@ -432,32 +452,58 @@ async fn scenario(d: &mut Demo) -> anyhow::Result<()> {
     }
     d.clock.say("alice", "received the answer");
 
-    // 2. An invite: the agent leaves it alone, twice; the listener then dismisses it.
+    // 2. An invite: each run leaves it alone. The listener counts the first run that left it
+    //    pending and dismisses it when a second one, at least 60 s (scaled) later, leaves it too.
+    //    The second run comes from the server's unanswered re-wake; the demo asks the server for
+    //    it once the pace has passed, so it never waits on the server's ladder.
     let invite_id = invite(d).await?;
-    let first = d.wait_run().await?;
-    let _ = first;
-    d.wait_event("cycle_end").await?;
-    let pending = list_of(&d.bob_tray().await?, "invites")
-        .iter()
-        .any(|i| str_at(i, &["invite_id"]) == Some(invite_id.as_str()));
-    if !pending {
-        bail!(
-            "the invite {invite_id} left the tray after one run; the agent should have left it alone"
-        );
+    let pace = Duration::from_secs_f64(60.0 / LISTENER_TIME_SCALE) + Duration::from_millis(200);
+    let give_up = tokio::time::Instant::now() + STEP_TIMEOUT;
+    // When set: if the invite is not dismissed by then, ask the server for a re-wake.
+    let mut poke_at: Option<tokio::time::Instant> = None;
+    loop {
+        let until = poke_at.map_or(give_up, |p| p.min(give_up));
+        let Some(v) = d.next_event_until(until).await? else {
+            if poke_at.is_some_and(|p| tokio::time::Instant::now() >= p) {
+                poke_at = None;
+                let path = format!("/_sim/agents/{}/wake", d.bob_handle.trim_start_matches('@'));
+                d.control
+                    .post(&path, &json!({ "reason": "unanswered" }))
+                    .await?;
+                d.clock.say(
+                    "demo",
+                    &format!(
+                        "asks the server to re-wake {} now (the invite is unanswered)",
+                        d.bob_handle
+                    ),
+                );
+                continue;
+            }
+            bail!("the listener did not dismiss invite {invite_id} within {STEP_TIMEOUT:?}");
+        };
+        match timeline::event(&v) {
+            Some("invite_dismissed") => break,
+            Some("invite_counted") => {
+                let pending = list_of(&d.bob_tray().await?, "invites")
+                    .iter()
+                    .any(|i| str_at(i, &["invite_id"]) == Some(invite_id.as_str()));
+                if !pending {
+                    bail!(
+                        "the invite {invite_id} left the tray after one run; the agent should have left it alone"
+                    );
+                }
+                d.clock.say(
+                    "server",
+                    &format!("invite {invite_id} still pending: the run left it alone"),
+                );
+                poke_at = Some(tokio::time::Instant::now() + pace);
+            }
+            Some("invite_silent_paced") => {
+                poke_at = Some(tokio::time::Instant::now() + pace);
+            }
+            _ => {}
+        }
     }
-    d.clock.say(
-        "server",
-        &format!("invite {invite_id} still pending after the first run (counted once)"),
-    );
-
-    // The second counting run must end at least 60 s (scaled) after the first.
-    let pace = Duration::from_secs_f64(60.0 / LISTENER_TIME_SCALE) + Duration::from_millis(300);
-    tokio::time::sleep(pace).await;
-    d.send("One more thing: thanks in advance!", 3).await?;
-    d.wait_for("the listener dismissing the invite", |v| {
-        timeline::event(v) == Some("invite_dismissed")
-    })
-    .await?;
     d.wait_event("cycle_end").await?;
 
     let tray = d.bob_tray().await?;
@@ -480,26 +526,25 @@ async fn scenario(d: &mut Demo) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Alice invites Bob to a new group; returns the invite's id as Bob's tray shows it.
+/// Alice invites Bob to a new group (through the sim's control API: the hosted API has no route
+/// to create a group with a pending invite); returns the invite's id.
 async fn invite(d: &mut Demo) -> anyhow::Result<String> {
-    let group = d
-        .alice
+    let made = d
+        .control
         .post(
-            "/v1/groups",
-            &json!({ "name": "demo-crew", "member_handles": [d.bob_handle] }),
+            "/_sim/groups",
+            &json!({
+                "owner": d.alice_handle,
+                "name": "demo-crew",
+                "members": [],
+                "invite": [d.bob_handle],
+            }),
         )
         .await?;
-    let gid = str_at(&group, &["id"]).unwrap_or("?").to_string();
-    let tray = d.bob_tray().await?;
-    let id = list_of(&tray, "invites")
+    let id = list_of(&made, "invites")
         .iter()
         .find_map(|i| str_at(i, &["invite_id"]).map(str::to_string))
-        .ok_or_else(|| {
-            anyhow!(
-                "creating group {gid} left no invite on {}'s tray",
-                d.bob_handle
-            )
-        })?;
+        .ok_or_else(|| anyhow!("the local server made no invite for {}", d.bob_handle))?;
     d.clock.say(
         "alice",
         &format!("invited {} to group demo-crew ({id})", d.bob_handle),

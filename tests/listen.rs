@@ -136,7 +136,7 @@ async fn messages_during_a_run_give_exactly_one_more_cycle() {
         "{}",
         l.log()
     );
-    setup.rec.unset("sleep");
+    // Run 1 sleeps 2 s (run 2 too: the script reads the file at its own pace).
     for i in 0..3 {
         sim.send(&alice, &bob, &format!("during {i}")).await;
     }
@@ -763,4 +763,187 @@ async fn a_tray_whose_you_is_another_handle_gives_no_run_and_handle_mismatch() {
         setup.status()["last_cycle"]["no_run_reason"],
         "handle_mismatch"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sighup_retries_a_refused_key_at_once_instead_of_after_ten_minutes() {
+    let sim = Sim::start(1.0).await;
+    let bob = sim.agent("bob").await;
+    let opts = Opts::default();
+    let setup = Setup::new(&opts);
+    let l = Listener::start(&sim, &bob, &setup, &opts);
+    settled(&l).await;
+    sim.refuse_key(&bob).await;
+    sim.close_sockets(&bob, 1008, "Invalid token").await;
+    assert!(eventually(10.0, || setup.status()["state"] == "key_refused").await);
+    // The user fixes the key (here: the server accepts it again) and reloads.
+    sim.post(
+        &format!("/_sim/agents/{}/refuse-key", bob.handle),
+        serde_json::json!({"refuse": false}),
+    )
+    .await;
+    l.signal(libc::SIGHUP);
+    assert!(
+        eventually(10.0, || setup.status()["state"] == "connected").await,
+        "{}\n{}",
+        setup.status(),
+        l.log()
+    );
+    assert_eq!(l.count("reload"), 1);
+    assert_eq!(accepted(&sim.connects(&bob).await), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_systemd_it_notifies_ready_watchdog_and_stopping() {
+    use std::os::unix::net::UnixDatagram;
+    let sim = Sim::start(1.0).await;
+    let bob = sim.agent("bob").await;
+    let opts = Opts::default();
+    let setup = Setup::new(&opts);
+    let sock_path = setup.tmp.path().join("notify.sock");
+    let sock = UnixDatagram::bind(&sock_path).unwrap();
+    sock.set_read_timeout(Some(std::time::Duration::from_millis(100)))
+        .unwrap();
+    let mut cmd = listener_command(&sim, &bob, &setup, &opts);
+    cmd.env("NOTIFY_SOCKET", &sock_path)
+        .env("WATCHDOG_USEC", "400000");
+    let mut l = Listener::spawn(cmd, &setup, "");
+    settled(&l).await;
+    let mut seen = String::new();
+    let mut buf = [0u8; 512];
+    let mut read_some = |seen: &mut String| {
+        while let Ok(n) = sock.recv(&mut buf) {
+            seen.push_str(&String::from_utf8_lossy(&buf[..n]));
+            seen.push('\n');
+        }
+    };
+    assert!(
+        eventually(5.0, || {
+            read_some(&mut seen);
+            seen.contains("READY=1") && seen.contains("WATCHDOG=1")
+        })
+        .await,
+        "{seen}"
+    );
+    l.signal(libc::SIGTERM);
+    assert_eq!(l.wait_exit(10.0), Some(0));
+    read_some(&mut seen);
+    assert!(seen.contains("STOPPING=1"), "{seen}");
+    // The run's environment never carries the notify socket (checked in the first test).
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unusable_runtime_shows_runtime_unusable_and_runs_nothing_until_sighup() {
+    let sim = Sim::start(1.0).await;
+    let alice = sim.agent("alice").await;
+    let bob = sim.agent("bob").await;
+    let opts = Opts {
+        extra_env: vec![("AGENTCHAT_RUNTIME".into(), "claude-code".into())],
+        extra_toml: "[listen.claude]\nbinary = \"/nonexistent/claude\"\n".into(),
+        ..Opts::default()
+    };
+    let setup = Setup::new(&opts);
+    let l = Listener::start(&sim, &bob, &setup, &opts);
+    settled(&l).await;
+    sim.send(&alice, &bob, "hi").await;
+    assert!(
+        eventually(10.0, || setup.status()["state"] == "runtime_unusable").await,
+        "{}\n{}",
+        setup.status(),
+        l.log()
+    );
+    assert_eq!(l.count("runtime_unusable"), 1);
+    // The identity block was kept current in the file Claude Code loads, inside the workdir.
+    let claude_md =
+        std::fs::read_to_string(setup.state_dir.join("workdir").join("CLAUDE.md")).unwrap();
+    assert!(claude_md.contains(agentchat::core::identity::START_MARKER));
+    assert!(claude_md.contains("@bob"), "{claude_md}");
+
+    // A later wake runs nothing and logs nothing new about the runtime.
+    let cycles = l.count("cycle_end");
+    sim.wake(&bob, "reminder").await;
+    assert!(eventually(10.0, || l.count("cycle_end") > cycles).await);
+    assert_eq!(
+        l.count("runtime_unusable"),
+        1,
+        "one clear line, not one per wake"
+    );
+    assert_eq!(
+        setup.status()["last_cycle"]["no_run_reason"],
+        "runtime_unusable"
+    );
+
+    // SIGHUP gives the runtime another chance.
+    l.signal(libc::SIGHUP);
+    assert!(
+        eventually(10.0, || setup.status()["state"] == "connected").await,
+        "{}",
+        setup.status()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_429_on_the_tray_is_retried_only_after_its_retry_after() {
+    use listen_support::fake::{self, Fake};
+    // A scripted server: the sim's poll budgets need 50+ empty reads before a 429.
+    let fake = Fake::start("bob", fake::tray("@bob", 1)).await;
+    {
+        let mut s = fake.shared.lock().unwrap();
+        s.inbox_429 = 1;
+        s.retry_after_s = 2;
+    }
+    let opts = Opts::default();
+    let setup = Setup::new(&opts);
+    let l = Listener::spawn(
+        listener_command_for(&fake.api_base, FAKE_KEY, &setup, &opts),
+        &setup,
+        "",
+    );
+    assert!(eventually(15.0, || setup.rec.done(1)).await, "{}", l.log());
+    let times = fake.shared.lock().unwrap().inbox_times.clone();
+    assert!(times.len() >= 2, "{times:?}");
+    let gap = times[1] - times[0];
+    assert!(
+        gap >= 2_000,
+        "retried after {gap} ms, before Retry-After: 2"
+    );
+    assert_eq!(l.count("tray_retry"), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_status_file_is_refreshed_on_its_timer_without_any_event() {
+    let sim = Sim::start(1.0).await;
+    let bob = sim.agent("bob").await;
+    // 30 s / 30 = 1 s.
+    let opts = Opts {
+        time_scale: 30.0,
+        ..Opts::default()
+    };
+    let setup = Setup::new(&opts);
+    let l = Listener::start(&sim, &bob, &setup, &opts);
+    settled(&l).await;
+    let first = setup.status()["updated_at"].as_str().unwrap().to_string();
+    assert!(
+        eventually(5.0, || setup.status()["updated_at"].as_str().unwrap_or("")
+            > first.as_str())
+        .await
+    );
+    let s = setup.status();
+    for field in [
+        "state", "since", "pid", "profile", "handle", "api_base", "runtime", "counters",
+    ] {
+        assert!(!s[field].is_null(), "status has {field}: {s}");
+    }
+    assert_eq!(s["pid"], l.pid());
+    assert_eq!(s["counters"]["connects"], 1);
+    let mode = std::os::unix::fs::PermissionsExt::mode(
+        &std::fs::metadata(setup.state_dir.join("status.json"))
+            .unwrap()
+            .permissions(),
+    );
+    assert_eq!(mode & 0o777, 0o600);
+    let dir_mode = std::os::unix::fs::PermissionsExt::mode(
+        &std::fs::metadata(&setup.state_dir).unwrap().permissions(),
+    );
+    assert_eq!(dir_mode & 0o777, 0o700);
 }

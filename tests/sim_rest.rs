@@ -9,22 +9,48 @@ use serde_json::{Value, json};
 use sim_support::sim;
 
 const CARD_FIELDS: [&str; 20] = [
-    "conversation_id", "type", "counterparty", "relationship", "you_owe_reply", "mentioned_you", "unread",
-    "oldest_unread_at", "newest_unread_at", "last_sender", "last_message_id", "last_message_at",
-    "your_last_message_at", "pace", "preview", "your_last_decision", "muted", "reminder", "conversation_id", "type",
+    "conversation_id",
+    "type",
+    "counterparty",
+    "relationship",
+    "you_owe_reply",
+    "mentioned_you",
+    "unread",
+    "oldest_unread_at",
+    "newest_unread_at",
+    "last_sender",
+    "last_message_id",
+    "last_message_at",
+    "your_last_message_at",
+    "pace",
+    "preview",
+    "your_last_decision",
+    "muted",
+    "reminder",
+    "conversation_id",
+    "type",
 ];
 
 #[tokio::test]
 async fn tray_3_1_lists_every_card_field_newest_first_and_reading_marks_nothing() {
     let s = sim(1.0).await;
-    let (alice, bob, carol) = (s.agent("alice").await, s.agent("bob").await, s.agent("carol").await);
+    let (alice, bob, carol) = (
+        s.agent("alice").await,
+        s.agent("bob").await,
+        s.agent("carol").await,
+    );
     let m1 = s.send(&alice, &bob, "hello @bob, a question?").await;
     let m2 = s.send(&carol, &bob, "second").await;
     let t = s.tray(&bob).await;
     assert_eq!(t["version"], 1);
     assert_eq!(t["you"], "@bob");
     assert_eq!(t["categories"].as_array().unwrap().len(), 9);
-    assert!(t["question"].as_str().unwrap().contains("reply, dismiss, or defer"));
+    assert!(
+        t["question"]
+            .as_str()
+            .unwrap()
+            .contains("reply, dismiss, or defer")
+    );
     let cards = t["conversations"].as_array().unwrap();
     assert_eq!(cards.len(), 2);
     assert_eq!(cards[0]["preview"]["message_id"], m2["id"], "newest first");
@@ -48,7 +74,13 @@ async fn tray_3_1_lists_every_card_field_newest_first_and_reading_marks_nothing(
     assert_eq!(t["truncated"], false);
     assert!(t["waited_ms"].is_null());
     // Reading marked nothing: read it again and ask the server.
-    assert_eq!(s.tray(&bob).await["conversations"].as_array().unwrap().len(), 2);
+    assert_eq!(
+        s.tray(&bob).await["conversations"]
+            .as_array()
+            .unwrap()
+            .len(),
+        2
+    );
     let st = s.state(&bob).await;
     for m in st["received"].as_array().unwrap() {
         assert_eq!(m["status"], "stored", "{m}");
@@ -81,14 +113,31 @@ async fn tray_3_1_muted_cards_stay_on_the_tray_flagged() {
     let (alice, bob) = (s.agent("alice").await, s.agent("bob").await);
     let m = s.send(&alice, &bob, "hi").await;
     let conv = m["conversation_id"].as_str().unwrap();
-    let (st, _) = s.post(Some(&bob.key), "/v1/mutes", json!({"target_kind": "conversation", "target_id": conv})).await;
+    let (st, _) = s
+        .post(
+            Some(&bob.key),
+            "/v1/mutes",
+            json!({"target_kind": "conversation", "target_id": conv}),
+        )
+        .await;
     assert_eq!(st, 201);
     assert_eq!(s.tray(&bob).await["conversations"][0]["muted"], true);
-    let (st, _) = s.delete(Some(&bob.key), &format!("/v1/mutes/conversation/{conv}")).await;
+    let (st, _) = s
+        .delete(Some(&bob.key), &format!("/v1/mutes/conversation/{conv}"))
+        .await;
     assert_eq!(st, 200);
     assert_eq!(s.tray(&bob).await["conversations"][0]["muted"], false);
-    s.post(Some(&bob.key), "/v1/mutes", json!({"target_kind": "agent", "target_handle": "@alice"})).await;
-    assert_eq!(s.tray(&bob).await["conversations"][0]["muted"], true, "muting the preview's sender mutes the card");
+    s.post(
+        Some(&bob.key),
+        "/v1/mutes",
+        json!({"target_kind": "agent", "target_handle": "@alice"}),
+    )
+    .await;
+    assert_eq!(
+        s.tray(&bob).await["conversations"][0]["muted"],
+        true,
+        "muting the preview's sender mutes the card"
+    );
 }
 
 #[tokio::test]
@@ -99,7 +148,11 @@ async fn verdict_3_2_dismiss_reads_through_the_anchor_and_newer_messages_stay_un
     let conv = m1["conversation_id"].as_str().unwrap().to_string();
     let m2 = s.send(&alice, &bob, "two").await;
     let (st, v) = s
-        .decide(&bob, &conv, json!({"decision": "dismiss", "category": "closing", "through_message_id": m1["id"]}))
+        .decide(
+            &bob,
+            &conv,
+            json!({"decision": "dismiss", "category": "closing", "through_message_id": m1["id"]}),
+        )
         .await;
     assert_eq!(st, 201, "{v}");
     assert_eq!(v["decision"]["decision"], "dismiss");
@@ -113,16 +166,32 @@ async fn verdict_3_2_dismiss_reads_through_the_anchor_and_newer_messages_stay_un
         .decide(&bob, &conv, json!({"decision": "reply", "category": "open_request", "through_message_id": m2["id"]}))
         .await;
     assert_eq!(st, 201);
-    assert!(s.tray(&bob).await["conversations"].as_array().unwrap().is_empty());
+    assert!(
+        s.tray(&bob).await["conversations"]
+            .as_array()
+            .unwrap()
+            .is_empty()
+    );
     let state = s.state(&bob).await;
-    assert!(state["received"].as_array().unwrap().iter().all(|m| m["status"] == "read"));
+    assert!(
+        state["received"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|m| m["status"] == "read")
+    );
     assert_eq!(state["verdicts"].as_array().unwrap().len(), 2);
 }
 
 #[tokio::test]
-async fn verdict_3_2_a_foreign_anchor_is_404_message_not_found_and_records_nothing_even_for_defer() {
+async fn verdict_3_2_a_foreign_anchor_is_404_message_not_found_and_records_nothing_even_for_defer()
+{
     let s = sim(1.0).await;
-    let (alice, bob, carol) = (s.agent("alice").await, s.agent("bob").await, s.agent("carol").await);
+    let (alice, bob, carol) = (
+        s.agent("alice").await,
+        s.agent("bob").await,
+        s.agent("carol").await,
+    );
     let m1 = s.send(&alice, &bob, "one").await;
     let other = s.send(&carol, &bob, "elsewhere").await;
     let conv = m1["conversation_id"].as_str().unwrap();
@@ -132,10 +201,18 @@ async fn verdict_3_2_a_foreign_anchor_is_404_message_not_found_and_records_nothi
             .await;
         assert_eq!(st, 404);
         assert_eq!(e["code"], "MESSAGE_NOT_FOUND");
-        assert_eq!(e["message"], "through_message_id is not a message of this conversation");
+        assert_eq!(
+            e["message"],
+            "through_message_id is not a message of this conversation"
+        );
     }
-    let (st, e) =
-        s.post(Some(&bob.key), &format!("/v1/conversations/{conv}/read"), json!({"through_message_id": "msg_nope"})).await;
+    let (st, e) = s
+        .post(
+            Some(&bob.key),
+            &format!("/v1/conversations/{conv}/read"),
+            json!({"through_message_id": "msg_nope"}),
+        )
+        .await;
     assert_eq!((st, e["code"].as_str()), (404, Some("MESSAGE_NOT_FOUND")));
     let state = s.state(&bob).await;
     assert!(state["verdicts"].as_array().unwrap().is_empty());
@@ -148,24 +225,54 @@ async fn verdict_3_2_a_foreign_anchor_is_404_message_not_found_and_records_nothi
 async fn tray_3_1_notices_are_never_the_preview_and_a_verdict_reads_the_notices_after_its_anchor() {
     let s = sim(1.0).await;
     let (alice, bob) = (s.agent("alice").await, s.agent("bob").await);
-    let (_, g) = s.post(None, "/_sim/groups", json!({"owner": "alice", "name": "crew", "members": ["bob"]})).await;
+    let (_, g) = s
+        .post(
+            None,
+            "/_sim/groups",
+            json!({"owner": "alice", "name": "crew", "members": ["bob"]}),
+        )
+        .await;
     let gid = g["group_id"].as_str().unwrap().to_string();
     let m = s.send_conv(&alice, &gid, "plan?").await;
-    let (st, n) = s.post(None, &format!("/_sim/groups/{gid}/notice"), json!({"event": "name_changed", "by": "alice"})).await;
+    let (st, n) = s
+        .post(
+            None,
+            &format!("/_sim/groups/{gid}/notice"),
+            json!({"event": "name_changed", "by": "alice"}),
+        )
+        .await;
     assert_eq!(st, 201);
     let card = s.tray(&bob).await["conversations"][0].clone();
     assert_eq!(card["type"], "group");
     assert_eq!(card["group"]["name"], "crew");
     assert_eq!(card["unread"], 2);
     assert_eq!(card["preview"]["message_id"], m["id"]);
-    assert_eq!(card["last_message_id"], n["message_id"], "a notice can be last_message_id");
+    assert_eq!(
+        card["last_message_id"], n["message_id"],
+        "a notice can be last_message_id"
+    );
     let (st, _) = s
-        .decide(&bob, &gid, json!({"decision": "dismiss", "category": "other", "through_message_id": m["id"]}))
+        .decide(
+            &bob,
+            &gid,
+            json!({"decision": "dismiss", "category": "other", "through_message_id": m["id"]}),
+        )
         .await;
     assert_eq!(st, 201);
-    assert!(s.tray(&bob).await["conversations"].as_array().unwrap().is_empty(), "notice after the anchor read too");
+    assert!(
+        s.tray(&bob).await["conversations"]
+            .as_array()
+            .unwrap()
+            .is_empty(),
+        "notice after the anchor read too"
+    );
     // A notices-only card: preview null, nothing owed.
-    s.post(None, &format!("/_sim/groups/{gid}/notice"), json!({"event": "member_left", "by": "alice"})).await;
+    s.post(
+        None,
+        &format!("/_sim/groups/{gid}/notice"),
+        json!({"event": "member_left", "by": "alice"}),
+    )
+    .await;
     let card = s.tray(&bob).await["conversations"][0].clone();
     assert!(card["preview"].is_null());
     assert_eq!(card["you_owe_reply"], false);
@@ -183,7 +290,11 @@ async fn verdict_3_2_defer_hides_the_card_counted_in_deferred_until_a_newer_mess
     let t = s.tray(&bob).await;
     assert!(t["conversations"].as_array().unwrap().is_empty());
     assert_eq!(t["deferred"], 1);
-    assert_eq!(s.state(&bob).await["received"][0]["status"], "stored", "defer reads nothing");
+    assert_eq!(
+        s.state(&bob).await["received"][0]["status"],
+        "stored",
+        "defer reads nothing"
+    );
     s.send(&alice, &bob, "actually now").await;
     let t = s.tray(&bob).await;
     assert_eq!(t["conversations"].as_array().unwrap().len(), 1);
@@ -196,15 +307,43 @@ async fn read_3_2_marks_read_without_a_verdict_and_messages_route_marks_delivere
     let (alice, bob) = (s.agent("alice").await, s.agent("bob").await);
     let m = s.send(&alice, &bob, "x").await;
     let conv = m["conversation_id"].as_str().unwrap();
-    let (st, msgs) = s.get(Some(&bob.key), &format!("/v1/conversations/{conv}/messages")).await;
+    let (st, msgs) = s
+        .get(
+            Some(&bob.key),
+            &format!("/v1/conversations/{conv}/messages"),
+        )
+        .await;
     assert_eq!(st, 200);
     assert_eq!(msgs[0]["content"]["text"], "x");
     assert_eq!(s.state(&bob).await["received"][0]["status"], "delivered");
-    assert_eq!(s.tray(&bob).await["conversations"].as_array().unwrap().len(), 1, "delivered is not read");
-    let (st, _) = s.post(Some(&bob.key), &format!("/v1/conversations/{conv}/read"), json!({"through_message_id": m["id"]})).await;
+    assert_eq!(
+        s.tray(&bob).await["conversations"]
+            .as_array()
+            .unwrap()
+            .len(),
+        1,
+        "delivered is not read"
+    );
+    let (st, _) = s
+        .post(
+            Some(&bob.key),
+            &format!("/v1/conversations/{conv}/read"),
+            json!({"through_message_id": m["id"]}),
+        )
+        .await;
     assert_eq!(st, 200);
-    assert!(s.tray(&bob).await["conversations"].as_array().unwrap().is_empty());
-    assert!(s.state(&bob).await["verdicts"].as_array().unwrap().is_empty());
+    assert!(
+        s.tray(&bob).await["conversations"]
+            .as_array()
+            .unwrap()
+            .is_empty()
+    );
+    assert!(
+        s.state(&bob).await["verdicts"]
+            .as_array()
+            .unwrap()
+            .is_empty()
+    );
 }
 
 #[tokio::test]
@@ -216,13 +355,34 @@ async fn messages_accept_handles_with_or_without_at_dedupe_client_msg_id_and_ref
     let (st2, m2) = s.post(Some(&alice.key), "/v1/messages", body).await;
     assert_eq!((st1, st2), (201, 200));
     assert_eq!(m1["id"], m2["id"]);
-    assert_eq!(m1["sender"], "alice", "frames and envelopes carry bare handles");
-    let (st, m3) = s.post(Some(&alice.key), "/v1/messages", json!({"to": "@BOB", "content": {"text": "b"}})).await;
+    assert_eq!(
+        m1["sender"], "alice",
+        "frames and envelopes carry bare handles"
+    );
+    let (st, m3) = s
+        .post(
+            Some(&alice.key),
+            "/v1/messages",
+            json!({"to": "@BOB", "content": {"text": "b"}}),
+        )
+        .await;
     assert_eq!(st, 201);
     assert_eq!(m3["conversation_id"], m1["conversation_id"]);
-    let (st, e) = s.post(Some(&alice.key), "/v1/messages", json!({"to": "@alice", "content": {"text": "me"}})).await;
+    let (st, e) = s
+        .post(
+            Some(&alice.key),
+            "/v1/messages",
+            json!({"to": "@alice", "content": {"text": "me"}}),
+        )
+        .await;
     assert_eq!((st, e["code"].as_str()), (400, Some("VALIDATION_ERROR")));
-    let (st, e) = s.post(Some(&alice.key), "/v1/messages", json!({"to": "nobody", "content": {"text": "?"}})).await;
+    let (st, e) = s
+        .post(
+            Some(&alice.key),
+            "/v1/messages",
+            json!({"to": "nobody", "content": {"text": "?"}}),
+        )
+        .await;
     assert_eq!((st, e["code"].as_str()), (404, Some("AGENT_NOT_FOUND")));
     assert_eq!(s.state(&alice).await["sent"].as_array().unwrap().len(), 2);
 }
@@ -235,7 +395,10 @@ async fn errors_have_one_shape_auth_unknown_routes_and_malformed_json() {
     assert_eq!((st, e["code"].as_str()), (401, Some("UNAUTHORIZED")));
     let (st, e) = s.get(Some("ac_live_wrong"), "/v1/inbox").await;
     assert_eq!(st, 401);
-    assert!(!e["message"].as_str().unwrap().contains("ac_live_wrong"), "the key never appears in errors");
+    assert!(
+        !e["message"].as_str().unwrap().contains("ac_live_wrong"),
+        "the key never appears in errors"
+    );
     let (st, e) = s.get(Some(&alice.key), "/v1/nothing/here").await;
     assert_eq!((st, e["code"].as_str()), (404, Some("NOT_FOUND")));
     let resp = s
@@ -249,7 +412,10 @@ async fn errors_have_one_shape_auth_unknown_routes_and_malformed_json() {
     assert_eq!(resp.status().as_u16(), 400);
     let e: Value = resp.json().await.unwrap();
     assert_eq!(e["code"], "VALIDATION_ERROR");
-    assert!(e["message"].as_str().unwrap().contains("Invalid JSON"), "{e}");
+    assert!(
+        e["message"].as_str().unwrap().contains("Invalid JSON"),
+        "{e}"
+    );
     let (st, me) = s.get(Some(&alice.key), "/v1/agents/me").await;
     assert_eq!((st, me["handle"].as_str()), (200, Some("alice")));
 }
@@ -257,8 +423,18 @@ async fn errors_have_one_shape_auth_unknown_routes_and_malformed_json() {
 #[tokio::test]
 async fn invites_3_3_list_dismiss_idempotently_then_accept_and_decline_answer_404_once_answered() {
     let s = sim(1.0).await;
-    let (_alice, bob, carol) = (s.agent("alice").await, s.agent("bob").await, s.agent("carol").await);
-    let (st, g) = s.post(None, "/_sim/groups", json!({"owner": "alice", "name": "launch-crew", "invite": ["bob", "carol"]})).await;
+    let (_alice, bob, carol) = (
+        s.agent("alice").await,
+        s.agent("bob").await,
+        s.agent("carol").await,
+    );
+    let (st, g) = s
+        .post(
+            None,
+            "/_sim/groups",
+            json!({"owner": "alice", "name": "launch-crew", "invite": ["bob", "carol"]}),
+        )
+        .await;
     assert_eq!(st, 201, "{g}");
     let bob_inv = g["invites"][0]["invite_id"].as_str().unwrap().to_string();
     let carol_inv = g["invites"][1]["invite_id"].as_str().unwrap().to_string();
@@ -271,13 +447,28 @@ async fn invites_3_3_list_dismiss_idempotently_then_accept_and_decline_answer_40
     assert_eq!(t["invites"][0]["invited_by"], "@alice");
     assert_eq!(t["invites_truncated"], false);
     // Not yours.
-    let (st, e) = s.post(Some(&bob.key), &format!("/v1/groups/invites/{carol_inv}/dismiss"), json!({})).await;
+    let (st, e) = s
+        .post(
+            Some(&bob.key),
+            &format!("/v1/groups/invites/{carol_inv}/dismiss"),
+            json!({}),
+        )
+        .await;
     assert_eq!((st, e["code"].as_str()), (404, Some("INVITE_NOT_FOUND")));
     for _ in 0..2 {
-        let (st, v) = s.post(Some(&bob.key), &format!("/v1/groups/invites/{bob_inv}/dismiss"), json!({})).await;
+        let (st, v) = s
+            .post(
+                Some(&bob.key),
+                &format!("/v1/groups/invites/{bob_inv}/dismiss"),
+                json!({}),
+            )
+            .await;
         assert_eq!((st, v.clone()), (200, json!({"dismissed": true})));
     }
-    assert!(s.tray(&bob).await["invites"].as_array().unwrap().is_empty(), "dismissed leaves the tray");
+    assert!(
+        s.tray(&bob).await["invites"].as_array().unwrap().is_empty(),
+        "dismissed leaves the tray"
+    );
     // Accept still works, with Idempotency-Key replayed.
     let accept = |key: &str| {
         s.http
@@ -293,11 +484,21 @@ async fn invites_3_3_list_dismiss_idempotently_then_accept_and_decline_answer_40
     assert_eq!(r2.headers().get("idempotent-replay").unwrap(), "true");
     let detail: Value = r2.json().await.unwrap();
     assert_eq!(detail["member_count"], 2);
-    let (st, e) = s.post(Some(&bob.key), &format!("/v1/groups/invites/{bob_inv}/accept"), json!({})).await;
+    let (st, e) = s
+        .post(
+            Some(&bob.key),
+            &format!("/v1/groups/invites/{bob_inv}/accept"),
+            json!({}),
+        )
+        .await;
     assert_eq!((st, e["code"].as_str()), (404, Some("INVITE_NOT_FOUND")));
-    let (st, _) = s.delete(Some(&carol.key), &format!("/v1/groups/invites/{carol_inv}")).await;
+    let (st, _) = s
+        .delete(Some(&carol.key), &format!("/v1/groups/invites/{carol_inv}"))
+        .await;
     assert_eq!(st, 200);
-    let (st, _) = s.delete(Some(&carol.key), &format!("/v1/groups/invites/{carol_inv}")).await;
+    let (st, _) = s
+        .delete(Some(&carol.key), &format!("/v1/groups/invites/{carol_inv}"))
+        .await;
     assert_eq!(st, 404);
     let st = s.state(&carol).await;
     assert_eq!(st["invites"][0]["state"], "declined");
@@ -310,15 +511,26 @@ async fn tray_3_1_wait_ms_holds_until_a_message_lands_and_answers_at_once_when_a
     let (http, base, key) = (s.http.clone(), s.base.clone(), bob.key.clone());
     let held = tokio::spawn(async move {
         let t0 = Instant::now();
-        let v: Value =
-            http.get(format!("{base}/v1/inbox?wait_ms=20000")).bearer_auth(key).send().await.unwrap().json().await.unwrap();
+        let v: Value = http
+            .get(format!("{base}/v1/inbox?wait_ms=20000"))
+            .bearer_auth(key)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
         (v, t0.elapsed())
     });
-    s.wait_state(&bob, "the read to be parked", |st| st["held_requests"] == 1).await;
+    s.wait_state(&bob, "the read to be parked", |st| st["held_requests"] == 1)
+        .await;
     s.send(&alice, &bob, "wake up").await;
     let (v, took) = held.await.unwrap();
     assert_eq!(v["conversations"].as_array().unwrap().len(), 1);
-    assert!(took < Duration::from_secs(10), "answered when the message landed");
+    assert!(
+        took < Duration::from_secs(10),
+        "answered when the message landed"
+    );
     assert!(v["waited_ms"].as_u64().unwrap() > 0);
     // A card is showing: answered at once, waited_ms 0.
     let (_, v) = s.get(Some(&bob.key), "/v1/inbox?wait_ms=20000").await;
@@ -342,18 +554,33 @@ async fn tray_3_1_an_invite_ends_a_hold_only_with_invites_1() {
             .unwrap();
         v
     });
-    s.wait_state(&bob, "the read to be parked", |st| st["held_requests"] == 1).await;
-    s.post(None, "/_sim/groups", json!({"owner": "alice", "name": "g1", "invite": ["bob"]})).await;
-    let v = tokio::time::timeout(Duration::from_secs(10), held).await.unwrap().unwrap();
+    s.wait_state(&bob, "the read to be parked", |st| st["held_requests"] == 1)
+        .await;
+    s.post(
+        None,
+        "/_sim/groups",
+        json!({"owner": "alice", "name": "g1", "invite": ["bob"]}),
+    )
+    .await;
+    let v = tokio::time::timeout(Duration::from_secs(10), held)
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(v["invites"].as_array().unwrap().len(), 1);
     // Without invites=1 an invite-only tray holds to the end of wait_ms.
     let t0 = Instant::now();
     let (_, v) = s.get(Some(&bob.key), "/v1/inbox?wait_ms=400").await;
     assert!(t0.elapsed() >= Duration::from_millis(400));
-    assert_eq!(v["invites"].as_array().unwrap().len(), 1, "invites listed anyway (additive)");
+    assert_eq!(
+        v["invites"].as_array().unwrap().len(),
+        1,
+        "invites listed anyway (additive)"
+    );
     assert!(v["waited_ms"].as_u64().unwrap() >= 400);
     // With invites=1 the same tray answers at once.
-    let (_, v) = s.get(Some(&bob.key), "/v1/inbox?wait_ms=20000&invites=1").await;
+    let (_, v) = s
+        .get(Some(&bob.key), "/v1/inbox?wait_ms=20000&invites=1")
+        .await;
     assert_eq!(v["waited_ms"], 0);
 }
 
@@ -365,30 +592,60 @@ async fn poll_budget_3_1_empty_reads_get_50_then_429_with_retry_after() {
         let (st, _) = s.get(Some(&bob.key), "/v1/inbox").await;
         assert_eq!(st, 200, "read {i}");
     }
-    let resp = s.http.get(format!("{}/v1/inbox", s.base)).bearer_auth(&bob.key).send().await.unwrap();
+    let resp = s
+        .http
+        .get(format!("{}/v1/inbox", s.base))
+        .bearer_auth(&bob.key)
+        .send()
+        .await
+        .unwrap();
     assert_eq!(resp.status().as_u16(), 429);
-    let ra: u64 = resp.headers().get("retry-after").unwrap().to_str().unwrap().parse().unwrap();
+    let ra: u64 = resp
+        .headers()
+        .get("retry-after")
+        .unwrap()
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
     assert!((1..=30).contains(&ra), "Retry-After {ra}");
     let e: Value = resp.json().await.unwrap();
     assert_eq!(e["code"], "RATE_LIMITED");
 }
 
 #[tokio::test]
-async fn poll_budget_3_1_a_tray_that_shows_cards_hits_the_120_read_ceiling_not_the_no_progress_budget() {
+async fn poll_budget_3_1_a_tray_that_shows_cards_hits_the_120_read_ceiling_not_the_no_progress_budget()
+ {
     let s = sim(1.0).await;
     let (alice, bob) = (s.agent("alice").await, s.agent("bob").await);
     s.send(&alice, &bob, "never answered").await;
     let mut ok = 0;
     let mut refused = None;
     for _ in 0..130 {
-        let resp = s.http.get(format!("{}/v1/inbox", s.base)).bearer_auth(&bob.key).send().await.unwrap();
+        let resp = s
+            .http
+            .get(format!("{}/v1/inbox", s.base))
+            .bearer_auth(&bob.key)
+            .send()
+            .await
+            .unwrap();
         if resp.status().as_u16() == 429 {
-            refused = Some(resp.headers().get("retry-after").unwrap().to_str().unwrap().to_string());
+            refused = Some(
+                resp.headers()
+                    .get("retry-after")
+                    .unwrap()
+                    .to_str()
+                    .unwrap()
+                    .to_string(),
+            );
             break;
         }
         ok += 1;
     }
-    assert!(ok >= 120, "at least the burst of 120 went through, got {ok}");
+    assert!(
+        ok >= 120,
+        "at least the burst of 120 went through, got {ok}"
+    );
     assert!(refused.is_some(), "the ceiling refuses past its burst");
 }
 
@@ -399,19 +656,45 @@ async fn texts_3_6_spell_tool_names_per_runtime_carry_a_manual_and_can_be_replac
     assert_eq!(st, 200);
     assert_eq!(g["version"], "1");
     assert_eq!(g["manual"]["url"], "https://agentchat.me/skill.md");
-    for f in ["wake_instruction", "invite_prompt", "identity_line", "identity_line_template", "gate_call_preamble",
-              "gate_call_answer_format", "reply_turn_template"] {
+    for f in [
+        "wake_instruction",
+        "invite_prompt",
+        "identity_line",
+        "identity_line_template",
+        "gate_call_preamble",
+        "gate_call_answer_format",
+        "reply_turn_template",
+    ] {
         assert!(g[f].is_string(), "generic lacks {f}");
     }
     assert!(!g["wake_instruction"].as_str().unwrap().contains("mcp__"));
     for rt in ["claude-code", "codex"] {
         let (_, t) = s.get(None, &format!("/v1/texts?runtime={rt}")).await;
-        assert!(t["wake_instruction"].as_str().unwrap().contains("mcp__agentchat__agentchat_inbox"), "{rt}");
-        assert!(t["identity_line_template"].as_str().unwrap().contains("<handle>"));
-        assert!(t["reply_turn_template"].as_str().unwrap().contains("<conversation_id>"));
+        assert!(
+            t["wake_instruction"]
+                .as_str()
+                .unwrap()
+                .contains("mcp__agentchat__agentchat_inbox"),
+            "{rt}"
+        );
+        assert!(
+            t["identity_line_template"]
+                .as_str()
+                .unwrap()
+                .contains("<handle>")
+        );
+        assert!(
+            t["reply_turn_template"]
+                .as_str()
+                .unwrap()
+                .contains("<conversation_id>")
+        );
     }
     let mut lacking = g.clone();
-    lacking.as_object_mut().unwrap().remove("reply_turn_template");
+    lacking
+        .as_object_mut()
+        .unwrap()
+        .remove("reply_turn_template");
     let (st, _) = s.post(None, "/_sim/texts/codex", lacking).await;
     assert_eq!(st, 200);
     let (_, t) = s.get(None, "/v1/texts?runtime=codex").await;
@@ -421,14 +704,25 @@ async fn texts_3_6_spell_tool_names_per_runtime_carry_a_manual_and_can_be_replac
 }
 
 async fn rpc(s: &sim_support::Sim, key: Option<&str>, body: Value) -> (u16, Option<Value>) {
-    let mut rb = s.http.post(format!("{}/mcp", s.base)).header("accept", "application/json, text/event-stream").json(&body);
+    let mut rb = s
+        .http
+        .post(format!("{}/mcp", s.base))
+        .header("accept", "application/json, text/event-stream")
+        .json(&body);
     if let Some(k) = key {
         rb = rb.bearer_auth(k);
     }
     let resp = rb.send().await.unwrap();
     let st = resp.status().as_u16();
     let text = resp.text().await.unwrap();
-    (st, if text.is_empty() { None } else { Some(serde_json::from_str(&text).unwrap()) })
+    (
+        st,
+        if text.is_empty() {
+            None
+        } else {
+            Some(serde_json::from_str(&text).unwrap())
+        },
+    )
 }
 
 fn tool_json(res: &Value) -> Value {
@@ -448,32 +742,73 @@ async fn mcp_speaks_streamable_http_json_rpc_with_bearer_auth_and_five_tools() {
     let v = v.unwrap();
     assert_eq!(v["result"]["protocolVersion"], "2025-11-25");
     assert!(v["result"]["capabilities"]["tools"].is_object());
-    let (st, body) = rpc(&s, Some(&bob.key), json!({"jsonrpc": "2.0", "method": "notifications/initialized"})).await;
+    let (st, body) = rpc(
+        &s,
+        Some(&bob.key),
+        json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+    )
+    .await;
     assert_eq!((st, body), (202, None));
-    let resp = s.http.get(format!("{}/mcp", s.base)).bearer_auth(&bob.key).send().await.unwrap();
+    let resp = s
+        .http
+        .get(format!("{}/mcp", s.base))
+        .bearer_auth(&bob.key)
+        .send()
+        .await
+        .unwrap();
     assert_eq!(resp.status().as_u16(), 405);
-    let (_, v) = rpc(&s, Some(&bob.key), json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"})).await;
+    let (_, v) = rpc(
+        &s,
+        Some(&bob.key),
+        json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}),
+    )
+    .await;
     let tools = v.unwrap()["result"]["tools"].as_array().unwrap().clone();
     let names: Vec<&str> = tools.iter().map(|t| t["name"].as_str().unwrap()).collect();
     assert_eq!(
         names,
-        ["agentchat_inbox", "agentchat_get_conversation", "agentchat_send_message", "agentchat_decide", "agentchat_respond_to_invite"]
+        [
+            "agentchat_inbox",
+            "agentchat_get_conversation",
+            "agentchat_send_message",
+            "agentchat_decide",
+            "agentchat_respond_to_invite"
+        ]
     );
     assert!(tools.iter().all(|t| t["inputSchema"]["type"] == "object"));
 
     let m = s.send(&alice, &bob, "over mcp?").await;
-    let call = |id: u64, name: &str, args: Value| {
-        json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": name, "arguments": args, "_meta": {"progressToken": id}}})
-    };
+    let call = |id: u64, name: &str, args: Value| json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": name, "arguments": args, "_meta": {"progressToken": id}}});
     let (_, v) = rpc(&s, Some(&bob.key), call(3, "agentchat_inbox", json!({}))).await;
     let v = v.unwrap();
     assert_eq!(v["result"]["isError"], false);
     let tray = tool_json(&v);
     assert_eq!(tray["conversations"][0]["preview"]["message_id"], m["id"]);
     let conv = m["conversation_id"].as_str().unwrap();
-    let (_, v) = rpc(&s, Some(&bob.key), call(4, "agentchat_get_conversation", json!({"conversation_id": conv}))).await;
-    assert_eq!(tool_json(&v.unwrap())["messages"][0]["content"]["text"], "over mcp?");
-    let (_, v) = rpc(&s, Some(&bob.key), call(5, "agentchat_send_message", json!({"to": "@alice", "text": "yes"}))).await;
+    let (_, v) = rpc(
+        &s,
+        Some(&bob.key),
+        call(
+            4,
+            "agentchat_get_conversation",
+            json!({"conversation_id": conv}),
+        ),
+    )
+    .await;
+    assert_eq!(
+        tool_json(&v.unwrap())["messages"][0]["content"]["text"],
+        "over mcp?"
+    );
+    let (_, v) = rpc(
+        &s,
+        Some(&bob.key),
+        call(
+            5,
+            "agentchat_send_message",
+            json!({"to": "@alice", "text": "yes"}),
+        ),
+    )
+    .await;
     assert_eq!(tool_json(&v.unwrap())["sender"], "bob");
     let (_, v) = rpc(&s, Some(&bob.key), call(6, "agentchat_decide",
         json!({"conversation_id": conv, "decision": "reply", "category": "open_request", "through_message_id": "msg_foreign"}))).await;
@@ -483,12 +818,37 @@ async fn mcp_speaks_streamable_http_json_rpc_with_bearer_auth_and_five_tools() {
     let (_, v) = rpc(&s, Some(&bob.key), call(7, "agentchat_decide",
         json!({"conversation_id": conv, "decision": "reply", "category": "open_request", "through_message_id": m["id"]}))).await;
     assert_eq!(v.unwrap()["result"]["isError"], false);
-    assert!(s.tray(&bob).await["conversations"].as_array().unwrap().is_empty());
-    let (_, g) = s.post(None, "/_sim/groups", json!({"owner": "alice", "name": "g", "invite": ["bob"]})).await;
+    assert!(
+        s.tray(&bob).await["conversations"]
+            .as_array()
+            .unwrap()
+            .is_empty()
+    );
+    let (_, g) = s
+        .post(
+            None,
+            "/_sim/groups",
+            json!({"owner": "alice", "name": "g", "invite": ["bob"]}),
+        )
+        .await;
     let inv = g["invites"][0]["invite_id"].as_str().unwrap();
-    let (_, v) = rpc(&s, Some(&bob.key), call(8, "agentchat_respond_to_invite", json!({"invite_id": inv, "response": "dismiss"}))).await;
+    let (_, v) = rpc(
+        &s,
+        Some(&bob.key),
+        call(
+            8,
+            "agentchat_respond_to_invite",
+            json!({"invite_id": inv, "response": "dismiss"}),
+        ),
+    )
+    .await;
     assert_eq!(tool_json(&v.unwrap()), json!({"dismissed": true}));
-    let (_, v) = rpc(&s, Some(&bob.key), json!({"jsonrpc": "2.0", "id": 9, "method": "bogus/method"})).await;
+    let (_, v) = rpc(
+        &s,
+        Some(&bob.key),
+        json!({"jsonrpc": "2.0", "id": 9, "method": "bogus/method"}),
+    )
+    .await;
     assert_eq!(v.unwrap()["error"]["code"], -32601);
 }
 
@@ -496,13 +856,22 @@ async fn mcp_speaks_streamable_http_json_rpc_with_bearer_auth_and_five_tools() {
 fn cli_sim_prints_one_json_line_with_seeded_keys_and_never_logs_keys() {
     use std::io::{BufRead, BufReader, Read};
     let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_agentchat"))
-        .args(["sim", "--seed-demo", "--listen", "127.0.0.1:0", "--time-scale", "10"])
+        .args([
+            "sim",
+            "--seed-demo",
+            "--listen",
+            "127.0.0.1:0",
+            "--time-scale",
+            "10",
+        ])
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
     let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
     let v: Value = serde_json::from_str(&line).unwrap();
     let base = v["api_base"].as_str().unwrap().to_string();
     assert!(base.starts_with("http://127.0.0.1:"));
@@ -511,17 +880,33 @@ fn cli_sim_prints_one_json_line_with_seeded_keys_and_never_logs_keys() {
     assert_eq!(agents[1]["handle"], "@bob");
     let key = agents[0]["api_key"].as_str().unwrap().to_string();
     // Use the key once so a request is logged, then stop the server by its pid.
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
     rt.block_on(async {
         agentchat::tls::install_crypto_provider();
-        let r = reqwest::Client::new().get(format!("{base}/v1/agents/me")).bearer_auth(&key).send().await.unwrap();
+        let r = reqwest::Client::new()
+            .get(format!("{base}/v1/agents/me"))
+            .bearer_auth(&key)
+            .send()
+            .await
+            .unwrap();
         assert_eq!(r.status().as_u16(), 200);
     });
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
     let status = child.wait().unwrap();
     assert!(status.success(), "SIGTERM stops it cleanly: {status:?}");
     let mut err = String::new();
-    child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
-    assert!(err.contains("GET /v1/agents/me -> 200"), "requests are logged on stderr: {err}");
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    assert!(
+        err.contains("GET /v1/agents/me -> 200"),
+        "requests are logged on stderr: {err}"
+    );
     assert!(!err.contains(&key), "keys never reach the log");
 }

@@ -17,7 +17,14 @@ fn say(line: &str) {
     println!("{LINE_PREFIX}{line}");
 }
 
+/// Test hook: when set, the agent fails at once (exit 3), so the demo's failure path can be tested.
+pub const FAIL_ENV: &str = "AGENTCHAT_DEMO_AGENT_FAIL";
+
 pub async fn run() -> anyhow::Result<i32> {
+    if std::env::var_os(FAIL_ENV).is_some() {
+        eprintln!("{LINE_PREFIX}failing on purpose ({FAIL_ENV} is set)");
+        return Ok(3);
+    }
     let base = std::env::var("AGENTCHAT_API_BASE")
         .context("AGENTCHAT_API_BASE is not set (the demo agent runs under agentchat listen)")?;
     let key = std::env::var("AGENTCHAT_API_KEY")

@@ -81,6 +81,14 @@ pub fn describe(line: &Value) -> Option<String> {
             "invite {} left pending by two runs: dismissed on the server",
             field_str(line, "invite_id").unwrap_or("?")
         ),
+        "invite_counted" => format!(
+            "invite {} left pending by a completed run: counted",
+            field_str(line, "invite_id").unwrap_or("?")
+        ),
+        "invite_silent_paced" => format!(
+            "invite {} left pending again, but too soon after the counted run: not counted",
+            field_str(line, "invite_id").unwrap_or("?")
+        ),
         "cycle_end" => format!("cycle {cycle} ended"),
         "stopping" => format!(
             "stopping ({})",

@@ -5,7 +5,7 @@
 use super::api::{Api, ApiError};
 use super::runner::{self, RunLimits};
 use super::state::{self, LastCycle, StateDir};
-use crate::config::Settings;
+use crate::config::{RuntimeKind, Settings};
 use crate::core::cycle::{self as decide, CycleDecision, NoRun, RunKind};
 use crate::core::invite_rule::{InviteVerdict, RunObservation};
 use crate::core::texts::Texts;
@@ -180,6 +180,9 @@ async fn body(input: &mut CycleInput, report: &mut CycleReport) {
         return;
     }
     let handle_at = format!("@{}", crate::core::handle::normalize(&input.handle));
+    if input.settings.listen.identity_block {
+        keep_identity_block(&input.settings, texts, &input.handle, &workdir, &id);
+    }
     let ctx = RunContext {
         settings: &input.settings,
         kind,
@@ -322,6 +325,51 @@ async fn apply_invite_rule(
     }
     if let Err(e) = input.state.save_invites(&memory) {
         tracing::warn!(event = "invite_memory_write_failed", error = %e, "could not persist the invite memory");
+    }
+}
+
+/// Keeps the identity block (which handle this agent is, from the served
+/// `identity_line_template`) current in the file the runtime loads every turn inside `workdir`:
+/// `CLAUDE.md` for Claude Code, `AGENTS.md` for Codex; nothing for scripts. Every byte outside
+/// the marked block stays as it was; a damaged block is left alone with a warning.
+fn keep_identity_block(
+    settings: &Settings,
+    texts: &Texts,
+    handle: &str,
+    workdir: &std::path::Path,
+    cycle_id: &str,
+) {
+    let file = match settings.listen.runtime {
+        RuntimeKind::ClaudeCode => "CLAUDE.md",
+        RuntimeKind::Codex => "AGENTS.md",
+        RuntimeKind::Script => return,
+    };
+    let Some(template) = texts.identity_line_template.as_deref() else {
+        tracing::debug!(event = "identity_skipped", cycle_id = %cycle_id, "the texts have no identity_line_template");
+        return;
+    };
+    let path = workdir.join(file);
+    let current = match std::fs::read_to_string(&path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+        Err(e) => {
+            tracing::warn!(event = "identity_failed", cycle_id = %cycle_id, path = %path.display(), error = %e, "cannot read the file for the identity block");
+            return;
+        }
+    };
+    let rendered = crate::core::identity::render(template, &crate::core::handle::normalize(handle));
+    match crate::core::identity::upsert(&current, &rendered) {
+        Ok(next) if next == current => {}
+        Ok(next) => {
+            if let Err(e) = state::write_keeping_mode(&path, next.as_bytes()) {
+                tracing::warn!(event = "identity_failed", cycle_id = %cycle_id, path = %path.display(), error = %e, "cannot write the identity block");
+            } else {
+                tracing::info!(event = "identity_updated", cycle_id = %cycle_id, path = %path.display(), "identity block updated");
+            }
+        }
+        Err(e) => {
+            tracing::warn!(event = "identity_failed", cycle_id = %cycle_id, path = %path.display(), error = %e, "identity block left as it is")
+        }
     }
 }
 

@@ -26,6 +26,7 @@ const STOP_SLACK: Duration = Duration::from_secs(5);
 
 /// The listener's profile state on top of the socket's.
 struct Profile {
+    starting: bool,
     unusable: Option<String>,
     mismatch: Option<String>,
     stopping: bool,
@@ -105,6 +106,7 @@ pub async fn run(
         started: Instant::now(),
         status,
         profile: Profile {
+            starting: true,
             unusable: None,
             mismatch: None,
             stopping: false,
@@ -132,7 +134,13 @@ pub async fn run(
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let (params_tx, params_rx) = watch::channel(d.socket_params());
     let (ev_tx, mut ev_rx) = mpsc::channel::<SocketEvent>(256);
-    let socket_task = tokio::spawn(socket::run(params_rx, ev_tx, shutdown_rx.clone()));
+    let (texts_tx, mut texts_rx) = mpsc::channel::<Option<(Texts, &'static str)>>(4);
+    let mut socket_task = tokio::spawn(socket::run(
+        params_rx.clone(),
+        ev_tx.clone(),
+        shutdown_rx.clone(),
+    ));
+    d.profile.starting = false;
     if d.notify {
         let _ = sd_notify::notify(&[sd_notify::NotifyState::Ready]);
     }
@@ -170,9 +178,16 @@ pub async fn run(
             _ = sigterm.recv() => { tracing::info!(event = "stopping", signal = "SIGTERM", "stopping"); break; }
             _ = sigint.recv() => { tracing::info!(event = "stopping", signal = "SIGINT", "stopping"); break; }
             _ = sighup.recv() => {
-                d.reload(&params_tx).await;
+                d.reload(&params_tx);
+                d.spawn_texts_refresh(&texts_tx);
             }
             Some(ev) = ev_rx.recv() => d.on_socket_event(ev),
+            r = &mut socket_task => {
+                // The socket task only ends on shutdown; anything else is a bug. Stay resident:
+                // log it and start a new one.
+                tracing::error!(event = "socket_task_ended", error = ?r.err(), "the socket task ended unexpectedly; restarting it");
+                socket_task = tokio::spawn(socket::run(params_rx.clone(), ev_tx.clone(), shutdown_rx.clone()));
+            }
             _ = due_sleep => {
                 let now = d.now_ms();
                 if d.coalescer.try_start(now) {
@@ -192,7 +207,8 @@ pub async fn run(
                 d.check_key_file(&params_tx);
                 d.write_status();
             }
-            _ = texts_tick.tick() => d.refresh_texts().await,
+            _ = texts_tick.tick() => d.spawn_texts_refresh(&texts_tx),
+            Some(r) = texts_rx.recv() => d.on_texts(r),
             _ = watchdog_tick.tick(), if watchdog.is_some() => {
                 let _ = sd_notify::notify(&[sd_notify::NotifyState::Watchdog]);
             }
@@ -220,6 +236,7 @@ pub async fn run(
             }
         }
     }
+    drop(ev_tx);
     // Keep answering wakes so the socket task is never stuck waiting on us while it closes.
     let drain = async {
         while let Some(ev) = ev_rx.recv().await {
@@ -296,12 +313,12 @@ impl Daemon {
                 let label = cause.label();
                 let t = self.now_ms();
                 self.coalescer.wake(t);
-                self.pending_reasons.insert(label.clone());
+                self.pending_reasons.insert(label);
                 let _ = registered.send(());
                 self.status.counters.wakes += 1;
                 self.status.last_wake = Some(LastWake {
                     at: state::rfc3339(now),
-                    reasons: vec![label],
+                    reasons: self.pending_reasons.iter().cloned().collect(),
                 });
                 self.write_status();
             }
@@ -381,6 +398,8 @@ impl Daemon {
     fn shown(&self) -> &'static str {
         if self.profile.stopping {
             "stopping"
+        } else if self.profile.starting {
+            "starting"
         } else if self.profile.unusable.is_some() {
             "runtime_unusable"
         } else if self.profile.mismatch.is_some() {
@@ -414,9 +433,25 @@ impl Daemon {
     async fn refresh_texts(&mut self) {
         let Some(api) = self.api() else { return };
         let runtime = self.settings.listen.runtime.texts_runtime();
-        if let Some((texts, source)) =
-            load_texts(&api, &self.state, runtime, self.texts.is_none()).await
-        {
+        let r = load_texts(&api, &self.state, runtime, self.texts.is_none()).await;
+        self.on_texts(r);
+    }
+
+    /// The timer's and SIGHUP's refresh runs as a task, so a slow server never holds up wakes.
+    fn spawn_texts_refresh(&self, tx: &mpsc::Sender<Option<(Texts, &'static str)>>) {
+        let Some(api) = self.api() else { return };
+        let runtime = self.settings.listen.runtime.texts_runtime();
+        let state = self.state.clone();
+        let use_cache = self.texts.is_none();
+        let tx = tx.clone();
+        tokio::spawn(async move {
+            let r = load_texts(&api, &state, runtime, use_cache).await;
+            let _ = tx.send(r).await;
+        });
+    }
+
+    fn on_texts(&mut self, r: Option<(Texts, &'static str)>) {
+        if let Some((texts, source)) = r {
             self.texts = Some(texts);
             self.status.texts = TextsStatus {
                 source,
@@ -427,7 +462,7 @@ impl Daemon {
     }
 
     /// SIGHUP: config and texts again; a refused key or an unusable runtime gets a new chance.
-    async fn reload(&mut self, params_tx: &watch::Sender<SocketParams>) {
+    fn reload(&mut self, params_tx: &watch::Sender<SocketParams>) {
         tracing::info!(event = "reload", "reloading configuration and texts");
         match config::load(&self.args) {
             Ok(s) => match s.api_key.clone() {
@@ -459,7 +494,7 @@ impl Daemon {
         }
         self.profile.unusable = None;
         let _ = params_tx.send(self.socket_params());
-        self.refresh_texts().await;
+        self.write_status();
     }
 
     /// While the key is refused, a changed key (file or environment) is tried at once.

@@ -150,11 +150,29 @@ impl StateDir {
 /// Writes `bytes` to a temp file beside `path` (0600) and renames it over `path`, so a reader
 /// never sees half a file.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    write_atomic_mode(path, bytes, 0o600)
+}
+
+/// `write_atomic` for a file of the user's (the identity block's file): keeps its mode, 0644
+/// when new.
+pub fn write_keeping_mode(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let mode = std::fs::metadata(path)
+        .map(|m| m.mode() & 0o7777)
+        .unwrap_or(0o644);
+    write_atomic_mode(path, bytes, mode)
+}
+
+fn write_atomic_mode(path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<()> {
     let name = path
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_else(|| "file".into());
-    let tmp = path.with_file_name(format!(".{name}.{}.tmp", std::process::id()));
+    let tmp = path.with_file_name(format!(
+        ".{name}.{}.{:08x}.tmp",
+        std::process::id(),
+        fastrand::u32(..)
+    ));
     {
         let mut f = OpenOptions::new()
             .write(true)
@@ -165,7 +183,7 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
         f.write_all(bytes)?;
         f.sync_all()?;
     }
-    std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o600))?;
+    std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(mode))?;
     std::fs::rename(&tmp, path)
 }
 

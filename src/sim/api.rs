@@ -34,7 +34,10 @@ pub async fn route(sim: &Sim, r: &Req) -> ApiResult<Reply> {
             let limit = r.query_u64("limit")?.unwrap_or(50).clamp(1, 200) as usize;
             let after = r.query_u64("after_seq")?;
             let before = r.query_u64("before_seq")?;
-            Ok(Reply::ok(sim.lock().conversation_messages(&me, conv, limit, after, before)?))
+            Ok(Reply::ok(
+                sim.lock()
+                    .conversation_messages(&me, conv, limit, after, before)?,
+            ))
         }
         ("POST", ["conversations", conv, "decisions"]) => {
             let body = r.json_object()?;
@@ -55,18 +58,28 @@ pub async fn route(sim: &Sim, r: &Req) -> ApiResult<Reply> {
                 Some(n) if n <= 50_000 => n,
                 Some(_) => return Err(ApiError::validation("wait_ms must be between 1 and 50000")),
             };
-            let invites = matches!(r.query.get("invites").map(String::as_str), Some("1") | Some("true"));
+            let invites = matches!(
+                r.query.get("invites").map(String::as_str),
+                Some("1") | Some("true")
+            );
             Ok(Reply::ok(inbox(sim, &me, limit, wait_ms, invites).await?))
         }
         ("GET", ["groups", "invites"]) => Ok(Reply::ok(sim.lock().list_invites(&me))),
-        ("POST", ["groups", "invites", id, "accept"]) => idempotent(sim, r, &me, |s| s.accept_invite(&me, id)),
-        ("POST", ["groups", "invites", id, "dismiss"]) => idempotent(sim, r, &me, |s| s.dismiss_invite(&me, id)),
+        ("POST", ["groups", "invites", id, "accept"]) => {
+            idempotent(sim, r, &me, |s| s.accept_invite(&me, id))
+        }
+        ("POST", ["groups", "invites", id, "dismiss"]) => {
+            idempotent(sim, r, &me, |s| s.dismiss_invite(&me, id))
+        }
         ("DELETE", ["groups", "invites", id]) => Ok(Reply::ok(sim.lock().decline_invite(&me, id)?)),
         ("GET", ["groups", id]) => {
             let s = sim.lock();
             let g = s.group(id)?;
             if !g.members.contains_key(&me) {
-                return Err(ApiError::not_found("GROUP_NOT_FOUND", format!("no group {id}")));
+                return Err(ApiError::not_found(
+                    "GROUP_NOT_FOUND",
+                    format!("no group {id}"),
+                ));
             }
             Ok(Reply::ok(s.group_detail(id, &me)))
         }
@@ -75,7 +88,11 @@ pub async fn route(sim: &Sim, r: &Req) -> ApiResult<Reply> {
             Ok(Reply::json(201, sim.lock().mute(&me, &body, true)?))
         }
         ("DELETE", ["mutes", kind @ ("agent" | "conversation"), target]) => {
-            let key = if *kind == "agent" { "target_handle" } else { "target_id" };
+            let key = if *kind == "agent" {
+                "target_handle"
+            } else {
+                "target_id"
+            };
             let body = json!({"target_kind": kind, key: target});
             Ok(Reply::ok(sim.lock().mute(&me, &body, false)?))
         }
@@ -84,12 +101,23 @@ pub async fn route(sim: &Sim, r: &Req) -> ApiResult<Reply> {
 }
 
 fn texts_route(sim: &Sim, r: &Req) -> ApiResult<Reply> {
-    let runtime = r.query.get("runtime").map(String::as_str).unwrap_or("generic");
+    let runtime = r
+        .query
+        .get("runtime")
+        .map(String::as_str)
+        .unwrap_or("generic");
     if !texts::RUNTIMES.contains(&runtime) {
-        return Err(ApiError::validation(format!("runtime must be one of {}", texts::RUNTIMES.join(", "))));
+        return Err(ApiError::validation(format!(
+            "runtime must be one of {}",
+            texts::RUNTIMES.join(", ")
+        )));
     }
     let s = sim.lock();
-    let v = s.texts.get(runtime).cloned().unwrap_or_else(|| texts::default_texts(runtime));
+    let v = s
+        .texts
+        .get(runtime)
+        .cloned()
+        .unwrap_or_else(|| texts::default_texts(runtime));
     Ok(Reply::ok(v))
 }
 
@@ -105,27 +133,45 @@ fn idempotent(
     let fingerprint = format!("{} /{}", r.method, r.segs.join("/"));
     let mut s = sim.lock();
     if let Some(k) = &key {
-        let ok = (8..=128).contains(&k.len()) && k.bytes().all(|c| c.is_ascii_alphanumeric() || c == b'_' || c == b'-');
+        let ok = (8..=128).contains(&k.len())
+            && k.bytes()
+                .all(|c| c.is_ascii_alphanumeric() || c == b'_' || c == b'-');
         if !ok {
-            return Err(ApiError::new(400, "IDEMPOTENCY_KEY_INVALID", "Idempotency-Key must be 8-128 characters of A-Z a-z 0-9 _ -"));
+            return Err(ApiError::new(
+                400,
+                "IDEMPOTENCY_KEY_INVALID",
+                "Idempotency-Key must be 8-128 characters of A-Z a-z 0-9 _ -",
+            ));
         }
         if let Some((fp, status, body)) = s.agent(me)?.idem.get(k) {
             if *fp != fingerprint {
-                return Err(ApiError::new(422, "IDEMPOTENCY_KEY_CONFLICT", "this Idempotency-Key was used for another request"));
+                return Err(ApiError::new(
+                    422,
+                    "IDEMPOTENCY_KEY_CONFLICT",
+                    "this Idempotency-Key was used for another request",
+                ));
             }
             return Ok(Reply::json(*status, body.clone()).header("idempotent-replay", "true"));
         }
     }
     let v = op(&mut s)?;
     if let Some(k) = key {
-        s.agent_mut(me)?.idem.insert(k, (fingerprint, 200, v.clone()));
+        s.agent_mut(me)?
+            .idem
+            .insert(k, (fingerprint, 200, v.clone()));
     }
     Ok(Reply::ok(v))
 }
 
 /// The tray read shared by `GET /v1/inbox` and the hosted `agentchat_inbox` (3.1): both poll
 /// budgets, the `wait_ms` hold, `invites=1` semantics.
-pub async fn inbox(sim: &Sim, me: &str, limit: usize, wait_ms: u64, invites: bool) -> ApiResult<Value> {
+pub async fn inbox(
+    sim: &Sim,
+    me: &str,
+    limit: usize,
+    wait_ms: u64,
+    invites: bool,
+) -> ApiResult<Value> {
     let started = Instant::now();
     let mut rx = {
         let mut s = sim.lock();
@@ -209,7 +255,11 @@ async fn sync(sim: &Sim, r: &Req, me: &str) -> ApiResult<Reply> {
 
 fn sync_ack(sim: &Sim, r: &Req, me: &str) -> ApiResult<Reply> {
     let body = r.json_object()?;
-    let Some(cursor) = body.get("last_delivery_id").and_then(Value::as_str).filter(|s| !s.is_empty()) else {
+    let Some(cursor) = body
+        .get("last_delivery_id")
+        .and_then(Value::as_str)
+        .filter(|s| !s.is_empty())
+    else {
         return Err(ApiError::validation("last_delivery_id is required"));
     };
     let n = sim.lock().ack_through(me, cursor);

@@ -18,7 +18,13 @@ pub struct Bucket {
 
 impl Bucket {
     pub fn new(burst: f64, refill_ms: f64, floor: f64) -> Bucket {
-        Bucket { burst, refill_ms, floor, tokens: burst, at: 0 }
+        Bucket {
+            burst,
+            refill_ms,
+            floor,
+            tokens: burst,
+            at: 0,
+        }
     }
     fn refill(&mut self, now: u64) {
         if now > self.at {
@@ -30,7 +36,11 @@ impl Bucket {
     /// Server-clock ms until the bucket holds at least one token (0 when it does).
     pub fn wait_for_one(&mut self, now: u64) -> u64 {
         self.refill(now);
-        if self.tokens >= 1.0 { 0 } else { ((1.0 - self.tokens) * self.refill_ms).ceil() as u64 }
+        if self.tokens >= 1.0 {
+            0
+        } else {
+            ((1.0 - self.tokens) * self.refill_ms).ceil() as u64
+        }
     }
     pub fn spend(&mut self, now: u64) {
         self.refill(now);
@@ -60,7 +70,10 @@ impl PollBudget {
     /// Checks both budgets before a read: `Err(wait_ms)` (the longer of the two waits) when refused,
     /// which spends nothing; otherwise spends one from the ceiling.
     pub fn admit(&mut self, now: u64) -> Result<(), u64> {
-        let wait = self.no_progress.wait_for_one(now).max(self.ceiling.wait_for_one(now));
+        let wait = self
+            .no_progress
+            .wait_for_one(now)
+            .max(self.ceiling.wait_for_one(now));
         if wait > 0 {
             return Err(wait);
         }
@@ -118,7 +131,12 @@ pub struct ConnectBudget {
 
 impl Default for ConnectBudget {
     fn default() -> Self {
-        ConnectBudget { per_minute: 20, per_hour: 200, minute: Window::default(), hour: Window::default() }
+        ConnectBudget {
+            per_minute: 20,
+            per_hour: 200,
+            minute: Window::default(),
+            hour: Window::default(),
+        }
     }
 }
 
@@ -154,14 +172,24 @@ mod tests {
 
     #[test]
     fn connect_minute_bucket_counts_refused_attempts_and_hour_counts_allowed_only() {
-        let mut b = ConnectBudget { per_minute: 2, per_hour: 3, ..Default::default() };
+        let mut b = ConnectBudget {
+            per_minute: 2,
+            per_hour: 3,
+            ..Default::default()
+        };
         assert!(b.attempt(0).is_ok());
         assert!(b.attempt(1).is_ok());
         let wait = b.attempt(2).unwrap_err();
         assert_eq!(wait, MIN - 2, "the attempt at t=0 frees a slot at t=60_000");
-        assert!(b.attempt(MIN - 1).is_err(), "the refused attempt at t=2 still fills the minute");
+        assert!(
+            b.attempt(MIN - 1).is_err(),
+            "the refused attempt at t=2 still fills the minute"
+        );
         assert!(b.attempt(2 * MIN + 10).is_ok());
-        assert!(b.attempt(4 * MIN).is_err(), "hour bucket holds only the 3 allowed connects");
+        assert!(
+            b.attempt(4 * MIN).is_err(),
+            "hour bucket holds only the 3 allowed connects"
+        );
     }
 
     #[test]

@@ -12,8 +12,15 @@ pub struct Clock {
 
 impl Clock {
     pub fn new(scale: f64) -> Clock {
-        let scale = if scale.is_finite() && scale > 0.0 { scale } else { 1.0 };
-        Clock { start: Instant::now(), scale }
+        let scale = if scale.is_finite() && scale > 0.0 {
+            scale
+        } else {
+            1.0
+        };
+        Clock {
+            start: Instant::now(),
+            scale,
+        }
     }
 
     pub fn scale(&self) -> f64 {
@@ -52,7 +59,10 @@ pub fn now_iso() -> String {
 
 /// Real Unix time in milliseconds (for the control API's precise logs).
 pub fn unix_ms() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
 }
 
 /// `<prefix>_<16 base64url>`, the real id format.

@@ -15,7 +15,10 @@ pub async fn route(sim: &Sim, r: &Req) -> ApiResult<Reply> {
     match (r.method.as_str(), &segs[1..]) {
         ("POST", ["agents"]) => {
             let b = r.json_object()?;
-            let h = b.get("handle").and_then(Value::as_str).ok_or_else(|| ApiError::validation("handle is required"))?;
+            let h = b
+                .get("handle")
+                .and_then(Value::as_str)
+                .ok_or_else(|| ApiError::validation("handle is required"))?;
             let name = b.get("display_name").and_then(Value::as_str);
             let (h, key) = sim.lock().create_agent(h, name)?;
             tracing::info!("sim: created agent @{h}");
@@ -23,8 +26,11 @@ pub async fn route(sim: &Sim, r: &Req) -> ApiResult<Reply> {
         }
         ("GET", ["agents"]) => {
             let s = sim.lock();
-            let list: Vec<Value> =
-                s.agents.values().map(|a| json!({"handle": at(&a.handle), "sockets": a.sockets.len()})).collect();
+            let list: Vec<Value> = s
+                .agents
+                .values()
+                .map(|a| json!({"handle": at(&a.handle), "sockets": a.sockets.len()}))
+                .collect();
             Ok(Reply::ok(json!({"agents": list})))
         }
         (m, ["agents", h, rest @ ..]) => agent_route(sim, r, m, &bare(h), rest),
@@ -41,7 +47,10 @@ pub async fn route(sim: &Sim, r: &Req) -> ApiResult<Reply> {
                 let id = s.invite(&gid, &owner, &h)?;
                 invites.push(json!({"handle": at(&bare(&h)), "invite_id": id}));
             }
-            Ok(Reply::json(201, json!({"group_id": gid, "invites": invites, "group": s.group_detail(&gid, &bare(&owner))})))
+            Ok(Reply::json(
+                201,
+                json!({"group_id": gid, "invites": invites, "group": s.group_detail(&gid, &bare(&owner))}),
+            ))
         }
         ("POST", ["groups", gid, "invite"]) => {
             let b = r.json_object()?;
@@ -56,9 +65,17 @@ pub async fn route(sim: &Sim, r: &Req) -> ApiResult<Reply> {
         }
         ("POST", ["groups", gid, "notice"]) => {
             let b = r.json_object()?;
-            let event = b.get("event").and_then(Value::as_str).unwrap_or("member_joined").to_string();
+            let event = b
+                .get("event")
+                .and_then(Value::as_str)
+                .unwrap_or("member_joined")
+                .to_string();
             let mut s = sim.lock();
-            let actor = match b.get("agent_handle").or_else(|| b.get("by")).and_then(Value::as_str) {
+            let actor = match b
+                .get("agent_handle")
+                .or_else(|| b.get("by"))
+                .and_then(Value::as_str)
+            {
                 Some(x) => bare(x),
                 None => s.group(gid)?.owner.clone(),
             };
@@ -77,7 +94,10 @@ pub async fn route(sim: &Sim, r: &Req) -> ApiResult<Reply> {
         }
         ("POST", ["texts", runtime]) => {
             if !texts::RUNTIMES.contains(runtime) {
-                return Err(ApiError::validation(format!("runtime must be one of {}", texts::RUNTIMES.join(", "))));
+                return Err(ApiError::validation(format!(
+                    "runtime must be one of {}",
+                    texts::RUNTIMES.join(", ")
+                )));
             }
             let b = r.json_object()?;
             sim.lock().texts.insert(runtime.to_string(), b);
@@ -103,9 +123,15 @@ fn handles(b: &Value, name: &str) -> ApiResult<Vec<String>> {
         None | Some(Value::Null) => Ok(Vec::new()),
         Some(Value::Array(a)) => a
             .iter()
-            .map(|v| v.as_str().map(bare).ok_or_else(|| ApiError::validation(format!("{name} must list handles"))))
+            .map(|v| {
+                v.as_str()
+                    .map(bare)
+                    .ok_or_else(|| ApiError::validation(format!("{name} must list handles")))
+            })
             .collect(),
-        Some(_) => Err(ApiError::validation(format!("{name} must be an array of handles"))),
+        Some(_) => Err(ApiError::validation(format!(
+            "{name} must be an array of handles"
+        ))),
     }
 }
 
@@ -117,19 +143,33 @@ fn agent_route(sim: &Sim, r: &Req, method: &str, h: &str, rest: &[&str]) -> ApiR
             let b = r.json_object()?;
             let code = b.get("code").and_then(Value::as_u64).unwrap_or(1000);
             if !(1000..=4999).contains(&code) {
-                return Err(ApiError::validation("code must be a WebSocket close code (1000-4999)"));
+                return Err(ApiError::validation(
+                    "code must be a WebSocket close code (1000-4999)",
+                ));
             }
-            let reason = b.get("reason").and_then(Value::as_str).unwrap_or("").to_string();
+            let reason = b
+                .get("reason")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_string();
             if reason.len() > 123 {
                 return Err(ApiError::validation("reason must be at most 123 bytes"));
             }
             let n = s.close_sockets(h, code as u16, &reason);
             Ok(Reply::ok(json!({"closed": n})))
         }
-        ("POST", ["sockets", "silence"]) => Ok(Reply::ok(json!({"silenced": s.silence_sockets(h)}))),
-        ("GET", ["connects"]) => Ok(Reply::ok(json!({"handle": at(h), "connects": s.agent(h)?.connects}))),
-        ("GET", ["acks"]) => Ok(Reply::ok(json!({"handle": at(h), "acks": s.agent(h)?.acks}))),
-        ("GET", ["wakes"]) => Ok(Reply::ok(json!({"handle": at(h), "wakes": s.agent(h)?.wakes}))),
+        ("POST", ["sockets", "silence"]) => {
+            Ok(Reply::ok(json!({"silenced": s.silence_sockets(h)})))
+        }
+        ("GET", ["connects"]) => Ok(Reply::ok(
+            json!({"handle": at(h), "connects": s.agent(h)?.connects}),
+        )),
+        ("GET", ["acks"]) => Ok(Reply::ok(
+            json!({"handle": at(h), "acks": s.agent(h)?.acks}),
+        )),
+        ("GET", ["wakes"]) => Ok(Reply::ok(
+            json!({"handle": at(h), "wakes": s.agent(h)?.wakes}),
+        )),
         ("GET", ["state"]) => Ok(Reply::ok(agent_state(&s, h))),
         ("POST", ["budget"]) => {
             let b = r.json_object()?;
@@ -141,7 +181,9 @@ fn agent_route(sim: &Sim, r: &Req, method: &str, h: &str, rest: &[&str]) -> ApiR
                 a.connect_budget.per_hour = n.min(u32::MAX as u64) as u32;
             }
             let (m, hr) = (a.connect_budget.per_minute, a.connect_budget.per_hour);
-            Ok(Reply::ok(json!({"connects_per_minute": m, "connects_per_hour": hr})))
+            Ok(Reply::ok(
+                json!({"connects_per_minute": m, "connects_per_hour": hr}),
+            ))
         }
         ("POST", ["refuse-key"]) => {
             let b = r.json_object()?;
@@ -155,7 +197,11 @@ fn agent_route(sim: &Sim, r: &Req, method: &str, h: &str, rest: &[&str]) -> ApiR
         }
         ("POST", ["wake"]) => {
             let b = r.json_object()?;
-            let reason = b.get("reason").and_then(Value::as_str).unwrap_or("reminder").to_string();
+            let reason = b
+                .get("reason")
+                .and_then(Value::as_str)
+                .unwrap_or("reminder")
+                .to_string();
             let step = b.get("step").and_then(Value::as_u64).unwrap_or(1);
             let now = super::clock::now_iso();
             let t = tray::build(&s, h);
@@ -202,7 +248,9 @@ fn agent_route(sim: &Sim, r: &Req, method: &str, h: &str, rest: &[&str]) -> ApiR
 /// The server's view of one agent, for tests: tray, invites with state, verdicts, sends,
 /// per-message delivery state, sockets, ladders.
 pub fn agent_state(s: &State, h: &str) -> Value {
-    let Some(a) = s.agents.get(h) else { return Value::Null };
+    let Some(a) = s.agents.get(h) else {
+        return Value::Null;
+    };
     let t = tray::build(s, h);
     let tray_body = t.body(s, h, 50, None);
     let (unanswered, invite_waiting) = t.unanswered(s, h);

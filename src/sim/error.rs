@@ -8,17 +8,23 @@ pub struct ApiError {
     pub status: u16,
     pub code: &'static str,
     pub message: String,
-    pub details: Option<Value>,
+    pub details: Option<Box<Value>>,
     /// Seconds for `Retry-After` on a 429.
     pub retry_after: Option<u64>,
 }
 
 impl ApiError {
     pub fn new(status: u16, code: &'static str, message: impl Into<String>) -> ApiError {
-        ApiError { status, code, message: message.into(), details: None, retry_after: None }
+        ApiError {
+            status,
+            code,
+            message: message.into(),
+            details: None,
+            retry_after: None,
+        }
     }
     pub fn with_details(mut self, details: Value) -> ApiError {
-        self.details = Some(details);
+        self.details = Some(Box::new(details));
         self
     }
     pub fn validation(message: impl Into<String>) -> ApiError {
@@ -35,14 +41,14 @@ impl ApiError {
             status: 429,
             code: "RATE_LIMITED",
             message: format!("Too many requests. Try again in {secs} seconds."),
-            details: Some(json!({"retry_after_ms": secs * 1000})),
+            details: Some(Box::new(json!({"retry_after_ms": secs * 1000}))),
             retry_after: Some(secs),
         }
     }
     pub fn body(&self) -> Value {
         let mut v = json!({"code": self.code, "message": self.message});
         if let Some(d) = &self.details {
-            v["details"] = d.clone();
+            v["details"] = (**d).clone();
         }
         v
     }

@@ -59,20 +59,24 @@ impl Req {
         if self.body.iter().all(u8::is_ascii_whitespace) {
             return Ok(Value::Object(Default::default()));
         }
-        serde_json::from_slice(&self.body).map_err(|e| ApiError::validation(format!("Invalid JSON body: {e}")))
+        serde_json::from_slice(&self.body)
+            .map_err(|e| ApiError::validation(format!("Invalid JSON body: {e}")))
     }
     pub fn json_object(&self) -> ApiResult<Value> {
         let v = self.json()?;
-        if v.is_object() { Ok(v) } else { Err(ApiError::validation("the JSON body must be an object")) }
+        if v.is_object() {
+            Ok(v)
+        } else {
+            Err(ApiError::validation("the JSON body must be an object"))
+        }
     }
     pub fn query_u64(&self, name: &str) -> ApiResult<Option<u64>> {
         match self.query.get(name) {
             None => Ok(None),
             Some(v) if v.is_empty() => Ok(None),
-            Some(v) => v
-                .parse::<u64>()
-                .map(Some)
-                .map_err(|_| ApiError::validation(format!("{name} must be a non-negative integer"))),
+            Some(v) => v.parse::<u64>().map(Some).map_err(|_| {
+                ApiError::validation(format!("{name} must be a non-negative integer"))
+            }),
         }
     }
 }
@@ -86,13 +90,21 @@ pub struct Reply {
 
 impl Reply {
     pub fn json(status: u16, body: Value) -> Reply {
-        Reply { status, body: Some(body), headers: Vec::new() }
+        Reply {
+            status,
+            body: Some(body),
+            headers: Vec::new(),
+        }
     }
     pub fn ok(body: Value) -> Reply {
         Reply::json(200, body)
     }
     pub fn empty(status: u16) -> Reply {
-        Reply { status, body: None, headers: Vec::new() }
+        Reply {
+            status,
+            body: None,
+            headers: Vec::new(),
+        }
     }
     pub fn header(mut self, name: &'static str, value: impl Into<String>) -> Reply {
         self.headers.push((name, value.into()));
@@ -124,7 +136,8 @@ fn into_response(r: Reply) -> Response<Full<Bytes>> {
     for (k, v) in &r.headers {
         b = b.header(*k, v.as_str());
     }
-    b.body(Full::new(body)).unwrap_or_else(|_| Response::new(Full::new(Bytes::new())))
+    b.body(Full::new(body))
+        .unwrap_or_else(|_| Response::new(Full::new(Bytes::new())))
 }
 
 fn pct_decode(s: &str) -> String {
@@ -134,7 +147,10 @@ fn pct_decode(s: &str) -> String {
     while i < b.len() {
         if b[i] == b'%'
             && i + 2 < b.len()
-            && let (Some(h), Some(l)) = ((b[i + 1] as char).to_digit(16), (b[i + 2] as char).to_digit(16))
+            && let (Some(h), Some(l)) = (
+                (b[i + 1] as char).to_digit(16),
+                (b[i + 2] as char).to_digit(16),
+            )
         {
             out.push((h * 16 + l) as u8);
             i += 3;
@@ -203,12 +219,26 @@ async fn handle(sim: Sim, req: Request<Incoming>, peer: SocketAddr) -> Response<
     let body = match Limited::new(body, 1 << 20).collect().await {
         Ok(b) => b.to_bytes(),
         Err(_) => {
-            let r = Reply::from(ApiError::new(413, "PAYLOAD_TOO_LARGE", "the request body is over 1 MiB or broken"));
+            let r = Reply::from(ApiError::new(
+                413,
+                "PAYLOAD_TOO_LARGE",
+                "the request body is over 1 MiB or broken",
+            ));
             return into_response(r);
         }
     };
-    let segs: Vec<String> = path.split('/').filter(|s| !s.is_empty()).map(pct_decode).collect();
-    let r = Req { method: method.clone(), segs, query, headers: parts.headers, body };
+    let segs: Vec<String> = path
+        .split('/')
+        .filter(|s| !s.is_empty())
+        .map(pct_decode)
+        .collect();
+    let r = Req {
+        method: method.clone(),
+        segs,
+        query,
+        headers: parts.headers,
+        body,
+    };
     let reply = route(&sim, &r).await;
     tracing::info!("sim: {method} {path} -> {}", reply.status);
     into_response(reply)
@@ -225,5 +255,8 @@ async fn route(sim: &Sim, r: &Req) -> Reply {
 }
 
 pub fn not_found(r: &Req) -> Reply {
-    Reply::from(ApiError::not_found("NOT_FOUND", format!("no route {} /{}", r.method, r.segs.join("/"))))
+    Reply::from(ApiError::not_found(
+        "NOT_FOUND",
+        format!("no route {} /{}", r.method, r.segs.join("/")),
+    ))
 }

@@ -12,8 +12,12 @@ const SUPPORTED: [&str; 4] = ["2025-11-25", "2025-06-18", "2025-03-26", "2024-11
 
 pub async fn route(sim: &Sim, r: &Req) -> Reply {
     if r.method != "POST" {
-        return Reply::from(ApiError::new(405, "METHOD_NOT_ALLOWED", "POST JSON-RPC to /mcp; no SSE stream here"))
-            .header("allow", "POST");
+        return Reply::from(ApiError::new(
+            405,
+            "METHOD_NOT_ALLOWED",
+            "POST JSON-RPC to /mcp; no SSE stream here",
+        ))
+        .header("allow", "POST");
     }
     let me = match sim.lock().auth(r.bearer()) {
         Ok(h) => h,
@@ -31,7 +35,11 @@ pub async fn route(sim: &Sim, r: &Req) -> Reply {
                     out.push(v);
                 }
             }
-            if out.is_empty() { Reply::empty(202) } else { Reply::ok(Value::Array(out)) }
+            if out.is_empty() {
+                Reply::empty(202)
+            } else {
+                Reply::ok(Value::Array(out))
+            }
         }
         msg => match one(sim, &me, msg).await {
             Some(v) => Reply::ok(v),
@@ -58,8 +66,15 @@ async fn one(sim: &Sim, me: &str, msg: Value) -> Option<Value> {
     let params = msg.get("params").cloned().unwrap_or(Value::Null);
     let result = match method {
         "initialize" => {
-            let asked = params.get("protocolVersion").and_then(Value::as_str).unwrap_or("");
-            let version = if SUPPORTED.contains(&asked) { asked } else { SUPPORTED[1] };
+            let asked = params
+                .get("protocolVersion")
+                .and_then(Value::as_str)
+                .unwrap_or("");
+            let version = if SUPPORTED.contains(&asked) {
+                asked
+            } else {
+                SUPPORTED[1]
+            };
             json!({
                 "protocolVersion": version,
                 "capabilities": {"tools": {"listChanged": false}},
@@ -71,15 +86,28 @@ async fn one(sim: &Sim, me: &str, msg: Value) -> Option<Value> {
         "tools/list" => json!({"tools": tools()}),
         "tools/call" => {
             let name = params.get("name").and_then(Value::as_str).unwrap_or("");
-            let args = params.get("arguments").cloned().unwrap_or_else(|| json!({}));
+            let args = params
+                .get("arguments")
+                .cloned()
+                .unwrap_or_else(|| json!({}));
             match call(sim, me, name, &args).await {
-                Ok(v) => json!({"content": [{"type": "text", "text": v.to_string()}], "isError": false}),
-                Err(e) => json!({"content": [{"type": "text", "text": e.body().to_string()}], "isError": true}),
+                Ok(v) => {
+                    json!({"content": [{"type": "text", "text": v.to_string()}], "isError": false})
+                }
+                Err(e) => {
+                    json!({"content": [{"type": "text", "text": e.body().to_string()}], "isError": true})
+                }
             }
         }
         "resources/list" => json!({"resources": []}),
         "prompts/list" => json!({"prompts": []}),
-        _ => return Some(rpc_error(id, -32601, &format!("Method not found: {method}"))),
+        _ => {
+            return Some(rpc_error(
+                id,
+                -32601,
+                &format!("Method not found: {method}"),
+            ));
+        }
     };
     Some(json!({"jsonrpc": "2.0", "id": id, "result": result}))
 }
@@ -95,14 +123,28 @@ fn s(args: &Value, name: &str) -> ApiResult<String> {
 async fn call(sim: &Sim, me: &str, name: &str, args: &Value) -> ApiResult<Value> {
     match name {
         "agentchat_inbox" => {
-            let limit = args.get("limit").and_then(Value::as_u64).unwrap_or(20).clamp(1, 50) as usize;
-            let wait = args.get("wait_ms").and_then(Value::as_u64).unwrap_or(0).min(50_000);
+            let limit = args
+                .get("limit")
+                .and_then(Value::as_u64)
+                .unwrap_or(20)
+                .clamp(1, 50) as usize;
+            let wait = args
+                .get("wait_ms")
+                .and_then(Value::as_u64)
+                .unwrap_or(0)
+                .min(50_000);
             api::inbox(sim, me, limit, wait, true).await
         }
         "agentchat_get_conversation" => {
             let conv = s(args, "conversation_id")?;
-            let limit = args.get("limit").and_then(Value::as_u64).unwrap_or(50).clamp(1, 200) as usize;
-            let msgs = sim.lock().conversation_messages(me, &conv, limit, None, None)?;
+            let limit = args
+                .get("limit")
+                .and_then(Value::as_u64)
+                .unwrap_or(50)
+                .clamp(1, 200) as usize;
+            let msgs = sim
+                .lock()
+                .conversation_messages(me, &conv, limit, None, None)?;
             Ok(json!({"conversation_id": conv, "messages": msgs}))
         }
         "agentchat_send_message" => {
@@ -126,10 +168,15 @@ async fn call(sim: &Sim, me: &str, name: &str, args: &Value) -> ApiResult<Value>
                 "accept" => st.accept_invite(me, &id),
                 "decline" => st.decline_invite(me, &id),
                 "dismiss" => st.dismiss_invite(me, &id),
-                other => Err(ApiError::validation(format!("response {other:?} is not accept, decline or dismiss"))),
+                other => Err(ApiError::validation(format!(
+                    "response {other:?} is not accept, decline or dismiss"
+                ))),
             }
         }
-        other => Err(ApiError::not_found("TOOL_NOT_FOUND", format!("no tool named {other}"))),
+        other => Err(ApiError::not_found(
+            "TOOL_NOT_FOUND",
+            format!("no tool named {other}"),
+        )),
     }
 }
 

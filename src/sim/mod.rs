@@ -49,10 +49,19 @@ pub async fn run_cli(args: SimArgs) -> anyhow::Result<i32> {
         .with_ansi(false)
         .with_max_level(tracing::Level::INFO)
         .try_init();
-    let handle = start(SimConfig { listen: args.listen, time_scale: args.time_scale, seed_demo: args.seed_demo }).await?;
+    let handle = start(SimConfig {
+        listen: args.listen,
+        time_scale: args.time_scale,
+        seed_demo: args.seed_demo,
+    })
+    .await?;
     let mut line = json!({"api_base": handle.api_base});
     if args.seed_demo {
-        line["agents"] = handle.seeded.iter().map(|(h, k)| json!({"handle": h, "api_key": k})).collect();
+        line["agents"] = handle
+            .seeded
+            .iter()
+            .map(|(h, k)| json!({"handle": h, "api_key": k}))
+            .collect();
     }
     {
         use std::io::Write;
@@ -60,7 +69,11 @@ pub async fn run_cli(args: SimArgs) -> anyhow::Result<i32> {
         writeln!(out, "{line}")?;
         out.flush()?;
     }
-    tracing::info!("sim: listening on {} (time scale {})", handle.api_base, args.time_scale);
+    tracing::info!(
+        "sim: listening on {} (time scale {})",
+        handle.api_base,
+        args.time_scale
+    );
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     tokio::select! {
         _ = tokio::signal::ctrl_c() => {}
@@ -81,7 +94,11 @@ pub struct SimConfig {
 
 impl Default for SimConfig {
     fn default() -> Self {
-        SimConfig { listen: SocketAddr::from(([127, 0, 0, 1], 0)), time_scale: 1.0, seed_demo: false }
+        SimConfig {
+            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            time_scale: 1.0,
+            seed_demo: false,
+        }
     }
 }
 
@@ -115,7 +132,10 @@ impl Drop for SimHandle {
 /// Starts the server on a tokio runtime that is already running; returns once it listens.
 pub async fn start(config: SimConfig) -> anyhow::Result<SimHandle> {
     if !config.listen.ip().is_loopback() {
-        anyhow::bail!("agentchat sim listens on loopback only; {} is not a loopback address", config.listen);
+        anyhow::bail!(
+            "agentchat sim listens on loopback only; {} is not a loopback address",
+            config.listen
+        );
     }
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
@@ -126,15 +146,27 @@ pub async fn start(config: SimConfig) -> anyhow::Result<SimHandle> {
     let mut seeded = Vec::new();
     if config.seed_demo {
         for h in ["alice", "bob"] {
-            let (h, key) = st.create_agent(h, None).map_err(|e| anyhow::anyhow!("{e}"))?;
+            let (h, key) = st
+                .create_agent(h, None)
+                .map_err(|e| anyhow::anyhow!("{e}"))?;
             seeded.push((format!("@{h}"), key));
         }
     }
     let (stop, shutdown) = watch::channel(false);
-    let sim: http::Sim = Arc::new(http::Shared { state: Mutex::new(st), clock, shutdown });
+    let sim: http::Sim = Arc::new(http::Shared {
+        state: Mutex::new(st),
+        clock,
+        shutdown,
+    });
     let serve = tokio::spawn(http::serve(sim.clone(), listener));
     let ticker = tokio::spawn(tick_loop(sim));
-    Ok(SimHandle { addr, api_base: format!("http://{addr}"), seeded, stop, tasks: vec![serve, ticker] })
+    Ok(SimHandle {
+        addr,
+        api_base: format!("http://{addr}"),
+        seeded,
+        stop,
+        tasks: vec![serve, ticker],
+    })
 }
 
 /// Drives the server-owned timers (defer reminders, re-wake rungs) on the scaled clock.

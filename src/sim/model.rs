@@ -137,7 +137,11 @@ impl Message {
         self.kind == "system"
     }
     pub fn text(&self) -> String {
-        self.content.get("text").and_then(Value::as_str).unwrap_or("").to_string()
+        self.content
+            .get("text")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string()
     }
 }
 

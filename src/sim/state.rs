@@ -100,7 +100,11 @@ impl State {
 
     // ---- agents and keys ----
 
-    pub fn create_agent(&mut self, handle: &str, display_name: Option<&str>) -> ApiResult<(String, String)> {
+    pub fn create_agent(
+        &mut self,
+        handle: &str,
+        display_name: Option<&str>,
+    ) -> ApiResult<(String, String)> {
         let h = bare(handle);
         if !valid_handle(&h) {
             return Err(ApiError::new(
@@ -225,7 +229,9 @@ impl State {
 
     /// Sends to every live, unsilenced socket of `h` that passes `want`.
     pub fn push(&self, h: &str, frame: &str, want: impl Fn(&SocketEntry) -> bool) -> usize {
-        let Some(a) = self.agents.get(h) else { return 0 };
+        let Some(a) = self.agents.get(h) else {
+            return 0;
+        };
         let mut n = 0;
         for s in a.sockets.iter().filter(|s| !s.silenced && want(s)) {
             if s.tx.send(Out::Frame(frame.to_string())).is_ok() {
@@ -242,7 +248,9 @@ impl State {
     }
 
     pub fn close_sockets(&mut self, h: &str, code: u16, reason: &str) -> usize {
-        let Some(a) = self.agents.get_mut(h) else { return 0 };
+        let Some(a) = self.agents.get_mut(h) else {
+            return 0;
+        };
         let n = a.sockets.len();
         for s in a.sockets.drain(..) {
             let _ = s.tx.send(Out::Close(code, reason.to_string()));
@@ -251,7 +259,9 @@ impl State {
     }
 
     pub fn silence_sockets(&mut self, h: &str) -> usize {
-        let Some(a) = self.agents.get_mut(h) else { return 0 };
+        let Some(a) = self.agents.get_mut(h) else {
+            return 0;
+        };
         let mut n = 0;
         for s in a.sockets.iter_mut().filter(|s| !s.silenced) {
             s.silenced = true;
@@ -261,7 +271,14 @@ impl State {
         n
     }
 
-    pub fn log_connect(&mut self, h: &str, path: &str, outcome: &str, reason: Option<&str>, caps: &[String]) {
+    pub fn log_connect(
+        &mut self,
+        h: &str,
+        path: &str,
+        outcome: &str,
+        reason: Option<&str>,
+        caps: &[String],
+    ) {
         if let Some(a) = self.agents.get_mut(h) {
             a.connects.push(json!({
                 "at": now_iso(), "at_ms": unix_ms(), "path": path, "outcome": outcome,
@@ -300,7 +317,10 @@ impl State {
     }
 
     pub fn record_ack(&mut self, h: &str, message_id: &str) {
-        let known = self.messages.get(message_id).is_some_and(|m| m.recipients.contains_key(h));
+        let known = self
+            .messages
+            .get(message_id)
+            .is_some_and(|m| m.recipients.contains_key(h));
         if known {
             self.mark_delivered(message_id, h);
         }
@@ -310,7 +330,10 @@ impl State {
     }
 
     fn mark_delivered(&mut self, id: &str, h: &str) {
-        if let Some(d) = self.messages.get_mut(id).and_then(|m| m.recipients.get_mut(h))
+        if let Some(d) = self
+            .messages
+            .get_mut(id)
+            .and_then(|m| m.recipients.get_mut(h))
             && d.status == "stored"
         {
             d.status = "delivered";
@@ -321,18 +344,27 @@ impl State {
     // ---- messages ----
 
     pub fn envelope(&self, id: &str, viewer: &str, with_delivery: bool) -> Value {
-        let Some(m) = self.messages.get(id) else { return Value::Null };
+        let Some(m) = self.messages.get(id) else {
+            return Value::Null;
+        };
         let conv = self.convs.get(&m.conversation_id);
         let (ctype, gname, count) = match conv.map(|c| &c.kind) {
             Some(ConvKind::Group) => {
                 let g = self.groups.get(&m.conversation_id);
-                ("group", g.map(|g| json!(g.name)), g.map(|g| json!(g.members.len())))
+                (
+                    "group",
+                    g.map(|g| json!(g.name)),
+                    g.map(|g| json!(g.members.len())),
+                )
             }
             _ => ("direct", None, None),
         };
         let display = self.agents.get(&m.sender).map(|a| a.display_name.clone());
         // The sender sees the (first) recipient's state of its own message.
-        let d = m.recipients.get(viewer).or_else(|| m.recipients.values().next());
+        let d = m
+            .recipients
+            .get(viewer)
+            .or_else(|| m.recipients.values().next());
         let mut v = json!({
             "id": m.id, "conversation_id": m.conversation_id, "sender": m.sender,
             "client_msg_id": m.client_msg_id, "seq": m.seq, "type": m.kind,
@@ -355,23 +387,32 @@ impl State {
     }
 
     fn envelope_frame(&self, id: &str, viewer: &str, with_delivery: bool) -> String {
-        json!({"type": "message.new", "payload": self.envelope(id, viewer, with_delivery)}).to_string()
+        json!({"type": "message.new", "payload": self.envelope(id, viewer, with_delivery)})
+            .to_string()
     }
 
     /// Stores a message and fans it out. Notices of a group are pushed live only for `group_deleted`.
-    fn store_message(
-        &mut self,
-        conv_id: &str,
-        sender: &str,
-        kind: &str,
-        content: Value,
-        metadata: Value,
-        client_msg_id: String,
-        recipients: Vec<String>,
-    ) -> String {
+    fn store_message(&mut self, new: NewMessage<'_>) -> String {
+        let NewMessage {
+            conv_id,
+            sender,
+            kind,
+            content,
+            metadata,
+            client_msg_id,
+            recipients,
+        } = new;
         let id = new_id("msg");
-        let seq = self.convs.get(conv_id).map(|c| c.messages.len() as u64 + 1).unwrap_or(1);
-        let text = content.get("text").and_then(Value::as_str).unwrap_or("").to_string();
+        let seq = self
+            .convs
+            .get(conv_id)
+            .map(|c| c.messages.len() as u64 + 1)
+            .unwrap_or(1);
+        let text = content
+            .get("text")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string();
         let mentions: Vec<String> = recipients
             .iter()
             .filter(|r| mentions_handle(&text, r))
@@ -395,12 +436,25 @@ impl State {
             recipients: recipients
                 .iter()
                 .map(|r| {
-                    (r.clone(), Delivery { delivery_id: new_delivery_id(), status: "stored", delivered_at: None, read_at: None })
+                    (
+                        r.clone(),
+                        Delivery {
+                            delivery_id: new_delivery_id(),
+                            status: "stored",
+                            delivered_at: None,
+                            read_at: None,
+                        },
+                    )
                 })
                 .collect(),
         };
         let notice = msg.is_notice();
-        let event = msg.content.pointer("/data/event").and_then(Value::as_str).unwrap_or("").to_string();
+        let event = msg
+            .content
+            .pointer("/data/event")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string();
         self.messages.insert(id.clone(), msg);
         if let Some(c) = self.convs.get_mut(conv_id) {
             c.messages.push(id.clone());
@@ -426,17 +480,20 @@ impl State {
             }
             self.land(r, Landing::Message);
             // A newer message voids a defer line in that conversation (3.2) and arms the ladder (5).
-            let muted = self
-                .agents
-                .get(r)
-                .is_some_and(|a| a.muted_convs.contains(conv_id) || a.muted_agents.contains(sender));
+            let muted = self.agents.get(r).is_some_and(|a| {
+                a.muted_convs.contains(conv_id) || a.muted_agents.contains(sender)
+            });
             if let Some(a) = self.agents.get_mut(r) {
                 if let Some(v) = a.views.get_mut(conv_id) {
                     v.defer = None;
                     v.reminder = None;
                 }
                 if !muted {
-                    a.ladder = Ladder { base_v: Some(now_v), sent: 0, fired: std::mem::take(&mut a.ladder.fired) };
+                    a.ladder = Ladder {
+                        base_v: Some(now_v),
+                        sent: 0,
+                        fired: std::mem::take(&mut a.ladder.fired),
+                    };
                 }
             }
         }
@@ -447,36 +504,66 @@ impl State {
     pub fn send_message(&mut self, sender: &str, body: &Value) -> ApiResult<(u16, Value)> {
         let content = match body.get("content") {
             Some(c) if c.is_object() => c.clone(),
-            Some(_) => return Err(ApiError::validation("content must be an object like {\"text\":\"…\"}")),
+            Some(_) => {
+                return Err(ApiError::validation(
+                    "content must be an object like {\"text\":\"…\"}",
+                ));
+            }
             None => match body.get("text").and_then(Value::as_str) {
                 Some(t) => json!({"text": t}),
                 None => return Err(ApiError::validation("content is required")),
             },
         };
-        if content.get("text").and_then(Value::as_str).is_none_or(str::is_empty) && content.get("data").is_none() {
-            return Err(ApiError::validation("content.text must be a non-empty string"));
+        if content
+            .get("text")
+            .and_then(Value::as_str)
+            .is_none_or(str::is_empty)
+            && content.get("data").is_none()
+        {
+            return Err(ApiError::validation(
+                "content.text must be a non-empty string",
+            ));
         }
         let client_msg_id = match body.get("client_msg_id") {
             Some(Value::String(s)) if !s.is_empty() => s.clone(),
             None | Some(Value::Null) => new_id("cmid"),
-            _ => return Err(ApiError::validation("client_msg_id must be a non-empty string")),
+            _ => {
+                return Err(ApiError::validation(
+                    "client_msg_id must be a non-empty string",
+                ));
+            }
         };
-        if let Some(m) = self.messages.values().find(|m| m.sender == sender && m.client_msg_id == client_msg_id) {
+        if let Some(m) = self
+            .messages
+            .values()
+            .find(|m| m.sender == sender && m.client_msg_id == client_msg_id)
+        {
             return Ok((200, self.envelope(&m.id.clone(), sender, false)));
         }
         let kind = body.get("type").and_then(Value::as_str).unwrap_or("text");
         if kind == "system" {
-            return Err(ApiError::validation("type system is reserved for the platform"));
+            return Err(ApiError::validation(
+                "type system is reserved for the platform",
+            ));
         }
-        let metadata = body.get("metadata").cloned().filter(Value::is_object).unwrap_or_else(|| json!({}));
+        let metadata = body
+            .get("metadata")
+            .cloned()
+            .filter(Value::is_object)
+            .unwrap_or_else(|| json!({}));
         let (conv_id, recipients) = match (body.get("to"), body.get("conversation_id")) {
             (Some(Value::String(to)), None) => {
                 let to = bare(to);
                 if to == sender {
-                    return Err(ApiError::validation("You cannot send a message to yourself"));
+                    return Err(ApiError::validation(
+                        "You cannot send a message to yourself",
+                    ));
                 }
                 if !self.agents.contains_key(&to) {
-                    return Err(ApiError::not_found("AGENT_NOT_FOUND", format!("no agent @{to}")));
+                    return Err(ApiError::not_found(
+                        "AGENT_NOT_FOUND",
+                        format!("no agent @{to}"),
+                    ));
                 }
                 (self.direct_conv(sender, &to), vec![to])
             }
@@ -484,27 +571,49 @@ impl State {
                 let c = self.conv_for(sender, cid)?;
                 match &c.kind {
                     ConvKind::Direct(pair) => {
-                        let other = pair.iter().find(|h| *h != sender).cloned().unwrap_or_default();
+                        let other = pair
+                            .iter()
+                            .find(|h| *h != sender)
+                            .cloned()
+                            .unwrap_or_default();
                         (c.id.clone(), vec![other])
                     }
                     ConvKind::Group => {
-                        let g = self
-                            .groups
-                            .get(cid)
-                            .ok_or_else(|| ApiError::not_found("CONVERSATION_NOT_FOUND", "no such conversation"))?;
+                        let g = self.groups.get(cid).ok_or_else(|| {
+                            ApiError::not_found("CONVERSATION_NOT_FOUND", "no such conversation")
+                        })?;
                         if let Some((at_, by)) = &g.deleted {
                             return Err(ApiError::new(410, "GROUP_DELETED", "this group was deleted").with_details(
                                 json!({"group_id": g.id, "deleted_by_handle": by, "deleted_at": at_}),
                             ));
                         }
-                        (c.id.clone(), g.members.keys().filter(|h| *h != sender).cloned().collect())
+                        (
+                            c.id.clone(),
+                            g.members.keys().filter(|h| *h != sender).cloned().collect(),
+                        )
                     }
                 }
             }
-            (Some(_), Some(_)) => return Err(ApiError::validation("pass either to or conversation_id, not both")),
-            _ => return Err(ApiError::validation("to (a handle) or conversation_id is required")),
+            (Some(_), Some(_)) => {
+                return Err(ApiError::validation(
+                    "pass either to or conversation_id, not both",
+                ));
+            }
+            _ => {
+                return Err(ApiError::validation(
+                    "to (a handle) or conversation_id is required",
+                ));
+            }
         };
-        let id = self.store_message(&conv_id, sender, kind, content, metadata, client_msg_id, recipients);
+        let id = self.store_message(NewMessage {
+            conv_id: &conv_id,
+            sender,
+            kind,
+            content,
+            metadata,
+            client_msg_id,
+            recipients,
+        });
         self.progress(sender);
         Ok((201, self.envelope(&id, sender, false)))
     }
@@ -519,20 +628,35 @@ impl State {
         let id = new_id("conv");
         self.convs.insert(
             id.clone(),
-            Conversation { id: id.clone(), kind: ConvKind::Direct([a.to_string(), b.to_string()]), messages: Vec::new() },
+            Conversation {
+                id: id.clone(),
+                kind: ConvKind::Direct([a.to_string(), b.to_string()]),
+                messages: Vec::new(),
+            },
         );
         id
     }
 
     /// A conversation `h` takes part in (a group it is or was a member of), else 404.
     pub fn conv_for(&self, h: &str, id: &str) -> ApiResult<&Conversation> {
-        let nf = || ApiError::not_found("CONVERSATION_NOT_FOUND", format!("no conversation {id} for @{h}"));
+        let nf = || {
+            ApiError::not_found(
+                "CONVERSATION_NOT_FOUND",
+                format!("no conversation {id} for @{h}"),
+            )
+        };
         let c = self.convs.get(id).ok_or_else(nf)?;
         let ok = match &c.kind {
             ConvKind::Direct(p) => p.iter().any(|x| x == h),
             ConvKind::Group => {
-                self.groups.get(id).is_some_and(|g| g.members.contains_key(h))
-                    || c.messages.iter().any(|m| self.messages.get(m).is_some_and(|m| m.recipients.contains_key(h)))
+                self.groups
+                    .get(id)
+                    .is_some_and(|g| g.members.contains_key(h))
+                    || c.messages.iter().any(|m| {
+                        self.messages
+                            .get(m)
+                            .is_some_and(|m| m.recipients.contains_key(h))
+                    })
             }
         };
         if ok { Ok(c) } else { Err(nf()) }
@@ -548,7 +672,9 @@ impl State {
         before_seq: Option<u64>,
     ) -> ApiResult<Value> {
         if after_seq.is_some() && before_seq.is_some() {
-            return Err(ApiError::validation("pass after_seq or before_seq, not both"));
+            return Err(ApiError::validation(
+                "pass after_seq or before_seq, not both",
+            ));
         }
         let ids: Vec<String> = self.conv_for(h, id)?.messages.clone();
         let mut picked: Vec<String> = ids
@@ -566,13 +692,19 @@ impl State {
         for m in &picked {
             self.mark_delivered(m, h);
         }
-        Ok(Value::Array(picked.iter().map(|m| self.envelope(m, h, false)).collect()))
+        Ok(Value::Array(
+            picked.iter().map(|m| self.envelope(m, h, false)).collect(),
+        ))
     }
 
     fn delivery_ord(&self, h: &str, delivery_id: &str) -> Option<u64> {
         self.messages
             .values()
-            .find(|m| m.recipients.get(h).is_some_and(|d| d.delivery_id == delivery_id))
+            .find(|m| {
+                m.recipients
+                    .get(h)
+                    .is_some_and(|d| d.delivery_id == delivery_id)
+            })
             .map(|m| m.ord)
     }
 
@@ -592,12 +724,17 @@ impl State {
             .map(|m| (m.ord, m.id.clone()))
             .collect();
         ids.sort();
-        ids.into_iter().take(limit).map(|(_, id)| self.envelope(&id, h, true)).collect()
+        ids.into_iter()
+            .take(limit)
+            .map(|(_, id)| self.envelope(&id, h, true))
+            .collect()
     }
 
     /// `POST /v1/messages/sync/ack`: every stored delivery at or before the cursor is delivered.
     pub fn ack_through(&mut self, h: &str, cursor: &str) -> usize {
-        let Some(top) = self.delivery_ord(h, cursor) else { return 0 };
+        let Some(top) = self.delivery_ord(h, cursor) else {
+            return 0;
+        };
         let ids: Vec<String> = self
             .messages
             .values()
@@ -616,18 +753,27 @@ impl State {
     fn anchor_seq(&self, conv: &str, anchor: &str) -> ApiResult<u64> {
         match self.messages.get(anchor) {
             Some(m) if m.conversation_id == conv => Ok(m.seq),
-            _ => Err(ApiError::not_found("MESSAGE_NOT_FOUND", "through_message_id is not a message of this conversation")),
+            _ => Err(ApiError::not_found(
+                "MESSAGE_NOT_FOUND",
+                "through_message_id is not a message of this conversation",
+            )),
         }
     }
 
     /// Reads through `seq`, plus the notices right after it up to the next message from someone
     /// else. Returns how many became read; senders get `message.read`.
     fn read_through(&mut self, h: &str, conv: &str, through: u64) -> usize {
-        let ids = self.convs.get(conv).map(|c| c.messages.clone()).unwrap_or_default();
+        let ids = self
+            .convs
+            .get(conv)
+            .map(|c| c.messages.clone())
+            .unwrap_or_default();
         let mut to_read = Vec::new();
         let mut after = false;
         for id in ids {
-            let Some(m) = self.messages.get(&id) else { continue };
+            let Some(m) = self.messages.get(&id) else {
+                continue;
+            };
             if m.seq <= through {
                 to_read.push(id);
                 continue;
@@ -647,8 +793,12 @@ impl State {
         let now = now_iso();
         let mut n = 0;
         for id in to_read {
-            let Some(m) = self.messages.get_mut(&id) else { continue };
-            let Some(d) = m.recipients.get_mut(h) else { continue };
+            let Some(m) = self.messages.get_mut(&id) else {
+                continue;
+            };
+            let Some(d) = m.recipients.get_mut(h) else {
+                continue;
+            };
             if d.status == "read" {
                 continue;
             }
@@ -690,14 +840,25 @@ impl State {
             Some("reply") => "reply",
             Some("dismiss") | Some("no_reply") => "dismiss",
             Some("defer") => "defer",
-            Some(other) => return Err(ApiError::validation(format!("decision {other:?} is not reply, dismiss or defer"))),
-            None => return Err(ApiError::validation("decision is required: reply, dismiss or defer")),
+            Some(other) => {
+                return Err(ApiError::validation(format!(
+                    "decision {other:?} is not reply, dismiss or defer"
+                )));
+            }
+            None => {
+                return Err(ApiError::validation(
+                    "decision is required: reply, dismiss or defer",
+                ));
+            }
         };
         let category = match body.get("category") {
             None | Some(Value::Null) => "other".to_string(),
             Some(Value::String(c)) if CATEGORIES.contains(&c.as_str()) => c.clone(),
             Some(c) => {
-                return Err(ApiError::validation(format!("category {c} is not one of {}", CATEGORIES.join(", "))));
+                return Err(ApiError::validation(format!(
+                    "category {c} is not one of {}",
+                    CATEGORIES.join(", ")
+                )));
             }
         };
         let anchor = match body.get("through_message_id") {
@@ -713,12 +874,20 @@ impl State {
         if decision == "defer" {
             let (seq, id) = match anchor {
                 Some(a) => a,
-                None => self.newest_seq(conv).ok_or_else(|| ApiError::validation("the conversation has no messages"))?,
+                None => self
+                    .newest_seq(conv)
+                    .ok_or_else(|| ApiError::validation("the conversation has no messages"))?,
             };
             through_id = id.clone();
-            let prior = self.agents.get(h).and_then(|a| a.views.get(conv)).and_then(|v| v.defer.clone());
+            let prior = self
+                .agents
+                .get(h)
+                .and_then(|a| a.views.get(conv))
+                .and_then(|v| v.defer.clone());
             let count = match prior {
-                Some(d) if !self.newer_from_others(h, conv, d.anchor_seq) => d.count.saturating_add(1),
+                Some(d) if !self.newer_from_others(h, conv, d.anchor_seq) => {
+                    d.count.saturating_add(1)
+                }
                 _ => 1,
             };
             let due_v = match count {
@@ -728,7 +897,12 @@ impl State {
             };
             let a = self.agent_mut(h)?;
             let v = a.views.entry(conv.to_string()).or_default();
-            v.defer = Some(Defer { count, anchor_id: id, anchor_seq: seq, due_v });
+            v.defer = Some(Defer {
+                count,
+                anchor_id: id,
+                anchor_seq: seq,
+                due_v,
+            });
             v.reminder = None;
             changed = true;
         } else {
@@ -747,7 +921,11 @@ impl State {
         }
         let a = self.agent_mut(h)?;
         let v = a.views.entry(conv.to_string()).or_default();
-        v.last_decision = Some(Decision { decision: decision.to_string(), category: category.clone(), at: at_.clone() });
+        v.last_decision = Some(Decision {
+            decision: decision.to_string(),
+            category: category.clone(),
+            at: at_.clone(),
+        });
         let record = json!({
             "conversation_id": conv, "decision": decision, "category": category,
             "through_message_id": if through_id.is_empty() { Value::Null } else { json!(through_id) },
@@ -779,7 +957,10 @@ impl State {
     // ---- mutes ----
 
     pub fn mute(&mut self, h: &str, body: &Value, on: bool) -> ApiResult<Value> {
-        let kind = body.get("target_kind").and_then(Value::as_str).unwrap_or("");
+        let kind = body
+            .get("target_kind")
+            .and_then(Value::as_str)
+            .unwrap_or("");
         match kind {
             "agent" => {
                 let t = body
@@ -790,7 +971,11 @@ impl State {
                     .ok_or_else(|| ApiError::validation("target_handle is required"))?;
                 self.agent(&t)?;
                 let a = self.agent_mut(h)?;
-                if on { a.muted_agents.insert(t.clone()) } else { a.muted_agents.remove(&t) };
+                if on {
+                    a.muted_agents.insert(t.clone())
+                } else {
+                    a.muted_agents.remove(&t)
+                };
                 Ok(json!({"target_kind": "agent", "target_handle": t, "muted": on}))
             }
             "conversation" => {
@@ -801,42 +986,85 @@ impl State {
                     .to_string();
                 self.conv_for(h, &t)?;
                 let a = self.agent_mut(h)?;
-                if on { a.muted_convs.insert(t.clone()) } else { a.muted_convs.remove(&t) };
+                if on {
+                    a.muted_convs.insert(t.clone())
+                } else {
+                    a.muted_convs.remove(&t)
+                };
                 Ok(json!({"target_kind": "conversation", "target_id": t, "muted": on}))
             }
-            _ => Err(ApiError::validation("target_kind must be agent or conversation")),
+            _ => Err(ApiError::validation(
+                "target_kind must be agent or conversation",
+            )),
         }
     }
 
     // ---- groups and invites ----
 
-    pub fn create_group(&mut self, owner: &str, name: &str, members: &[String]) -> ApiResult<String> {
+    pub fn create_group(
+        &mut self,
+        owner: &str,
+        name: &str,
+        members: &[String],
+    ) -> ApiResult<String> {
         let owner = bare(owner);
         self.agent(&owner)?;
         let id = new_id("grp");
         let now = now_iso();
         let mut m = BTreeMap::new();
-        m.insert(owner.clone(), Member { role: "admin", joined_at: now.clone() });
+        m.insert(
+            owner.clone(),
+            Member {
+                role: "admin",
+                joined_at: now.clone(),
+            },
+        );
         for h in members {
             let h = bare(h);
             self.agent(&h)?;
-            m.entry(h).or_insert(Member { role: "member", joined_at: now.clone() });
+            m.entry(h).or_insert(Member {
+                role: "member",
+                joined_at: now.clone(),
+            });
         }
         self.groups.insert(
             id.clone(),
-            Group { id: id.clone(), name: name.to_string(), description: None, owner, members: m, created_at: now, deleted: None },
+            Group {
+                id: id.clone(),
+                name: name.to_string(),
+                description: None,
+                owner,
+                members: m,
+                created_at: now,
+                deleted: None,
+            },
         );
-        self.convs.insert(id.clone(), Conversation { id: id.clone(), kind: ConvKind::Group, messages: Vec::new() });
+        self.convs.insert(
+            id.clone(),
+            Conversation {
+                id: id.clone(),
+                kind: ConvKind::Group,
+                messages: Vec::new(),
+            },
+        );
         Ok(id)
     }
 
     pub fn group(&self, id: &str) -> ApiResult<&Group> {
-        self.groups.get(id).ok_or_else(|| ApiError::not_found("GROUP_NOT_FOUND", format!("no group {id}")))
+        self.groups
+            .get(id)
+            .ok_or_else(|| ApiError::not_found("GROUP_NOT_FOUND", format!("no group {id}")))
     }
 
     pub fn group_detail(&self, id: &str, viewer: &str) -> Value {
-        let Some(g) = self.groups.get(id) else { return Value::Null };
-        let last = self.convs.get(id).and_then(|c| c.messages.last()).and_then(|m| self.messages.get(m));
+        let Some(g) = self.groups.get(id) else {
+            return Value::Null;
+        };
+        let last = self
+            .convs
+            .get(id)
+            .and_then(|c| c.messages.last())
+            .and_then(|m| self.messages.get(m));
         json!({
             "id": g.id, "name": g.name, "description": g.description, "avatar_url": null,
             "created_by": g.owner, "settings": {"who_can_invite": "admin"},
@@ -856,12 +1084,24 @@ impl State {
         self.agent(&invitee)?;
         let g = self.group(group)?;
         if g.deleted.is_some() {
-            return Err(ApiError::new(410, "GROUP_DELETED", "this group was deleted"));
+            return Err(ApiError::new(
+                410,
+                "GROUP_DELETED",
+                "this group was deleted",
+            ));
         }
         if g.members.contains_key(&invitee) {
-            return Err(ApiError::new(409, "ALREADY_MEMBER", format!("@{invitee} is already a member")));
+            return Err(ApiError::new(
+                409,
+                "ALREADY_MEMBER",
+                format!("@{invitee} is already a member"),
+            ));
         }
-        if let Some(i) = self.invites.values().find(|i| i.group_id == group && i.invitee == invitee && i.state == "pending") {
+        if let Some(i) = self
+            .invites
+            .values()
+            .find(|i| i.group_id == group && i.invitee == invitee && i.state == "pending")
+        {
             return Ok(i.id.clone());
         }
         let id = new_id("gri");
@@ -879,7 +1119,8 @@ impl State {
                 dismissed: false,
             },
         );
-        let frame = json!({"type": "group.invite.received", "payload": self.invite_list_item(&id)}).to_string();
+        let frame = json!({"type": "group.invite.received", "payload": self.invite_list_item(&id)})
+            .to_string();
         self.push(&invitee, &frame, |_| true);
         self.land(&invitee, Landing::Invite);
         let now_v = self.now_v();
@@ -887,14 +1128,20 @@ impl State {
             && !a.muted_agents.contains(&inviter)
             && !a.muted_convs.contains(group)
         {
-            a.ladder = Ladder { base_v: Some(now_v), sent: 0, fired: std::mem::take(&mut a.ladder.fired) };
+            a.ladder = Ladder {
+                base_v: Some(now_v),
+                sent: 0,
+                fired: std::mem::take(&mut a.ladder.fired),
+            };
         }
         Ok(id)
     }
 
     /// The list shape of `GET /v1/groups/invites` and the frame payload.
     pub fn invite_list_item(&self, id: &str) -> Value {
-        let Some(i) = self.invites.get(id) else { return Value::Null };
+        let Some(i) = self.invites.get(id) else {
+            return Value::Null;
+        };
         let g = self.groups.get(&i.group_id);
         json!({
             "id": i.id, "group_id": i.group_id, "group_name": g.map(|g| g.name.clone()),
@@ -905,7 +1152,11 @@ impl State {
     }
 
     pub fn list_invites(&self, h: &str) -> Value {
-        let mut v: Vec<&Invite> = self.invites.values().filter(|i| i.invitee == h && i.state == "pending").collect();
+        let mut v: Vec<&Invite> = self
+            .invites
+            .values()
+            .filter(|i| i.invitee == h && i.state == "pending")
+            .collect();
         v.sort_by_key(|i| std::cmp::Reverse(i.ord));
         Value::Array(v.iter().map(|i| self.invite_list_item(&i.id)).collect())
     }
@@ -913,20 +1164,37 @@ impl State {
     fn pending_invite(&self, h: &str, id: &str) -> ApiResult<()> {
         match self.invites.get(id) {
             Some(i) if i.invitee == h && i.state == "pending" => Ok(()),
-            _ => Err(ApiError::not_found("INVITE_NOT_FOUND", "no pending invite with that id for you")),
+            _ => Err(ApiError::not_found(
+                "INVITE_NOT_FOUND",
+                "no pending invite with that id for you",
+            )),
         }
     }
 
     pub fn accept_invite(&mut self, h: &str, id: &str) -> ApiResult<Value> {
         self.pending_invite(h, id)?;
-        let gid = self.invites.get(id).map(|i| i.group_id.clone()).unwrap_or_default();
+        let gid = self
+            .invites
+            .get(id)
+            .map(|i| i.group_id.clone())
+            .unwrap_or_default();
         if let Some(i) = self.invites.get_mut(id) {
             i.state = "accepted";
         }
         if let Some(g) = self.groups.get_mut(&gid) {
-            g.members.insert(h.to_string(), Member { role: "member", joined_at: now_iso() });
+            g.members.insert(
+                h.to_string(),
+                Member {
+                    role: "member",
+                    joined_at: now_iso(),
+                },
+            );
         }
-        self.notice(&gid, h, json!({"schema_version": 1, "event": "member_joined", "agent_handle": h}))?;
+        self.notice(
+            &gid,
+            h,
+            json!({"schema_version": 1, "event": "member_joined", "agent_handle": h}),
+        )?;
         self.progress(h);
         Ok(self.group_detail(&gid, h))
     }
@@ -960,17 +1228,21 @@ impl State {
     pub fn notice(&mut self, group: &str, actor: &str, data: Value) -> ApiResult<String> {
         let g = self.group(group)?;
         let recipients: Vec<String> = g.members.keys().filter(|h| *h != actor).cloned().collect();
-        let event = data.get("event").and_then(Value::as_str).unwrap_or("notice").to_string();
+        let event = data
+            .get("event")
+            .and_then(Value::as_str)
+            .unwrap_or("notice")
+            .to_string();
         let text = format!("@{actor}: {}", event.replace('_', " "));
-        let id = self.store_message(
-            group,
-            actor,
-            "system",
-            json!({"text": text, "data": data}),
-            json!({}),
-            String::new(),
+        let id = self.store_message(NewMessage {
+            conv_id: group,
+            sender: actor,
+            kind: "system",
+            content: json!({"text": text, "data": data}),
+            metadata: json!({}),
+            client_msg_id: String::new(),
             recipients,
-        );
+        });
         if let Some(m) = self.messages.get_mut(&id) {
             m.client_msg_id = format!("sys_{id}");
         }
@@ -981,15 +1253,27 @@ impl State {
         let by = bare(by);
         let g = self.group(group)?;
         if g.deleted.is_some() {
-            return Err(ApiError::new(410, "GROUP_DELETED", "this group was already deleted"));
+            return Err(ApiError::new(
+                410,
+                "GROUP_DELETED",
+                "this group was already deleted",
+            ));
         }
         let members: Vec<String> = g.members.keys().cloned().collect();
         let at_ = now_iso();
-        self.notice(group, &by, json!({"schema_version": 1, "event": "group_deleted", "agent_handle": by}))?;
+        self.notice(
+            group,
+            &by,
+            json!({"schema_version": 1, "event": "group_deleted", "agent_handle": by}),
+        )?;
         if let Some(g) = self.groups.get_mut(group) {
             g.deleted = Some((at_.clone(), by.clone()));
         }
-        for i in self.invites.values_mut().filter(|i| i.group_id == group && i.state == "pending") {
+        for i in self
+            .invites
+            .values_mut()
+            .filter(|i| i.group_id == group && i.state == "pending")
+        {
             i.state = "cancelled";
         }
         let frame = json!({"type": "group.deleted", "payload": {"group_id": group, "deleted_by_handle": by, "deleted_at": at_}})
@@ -1003,10 +1287,22 @@ impl State {
     /// Records `push` of a wake in the agent's wake log (for tests) and lands it.
     pub fn log_wake(&mut self, h: &str, payload: &Value, sockets: usize) {
         if let Some(a) = self.agents.get_mut(h) {
-            a.wakes.push(json!({"payload": payload, "sockets": sockets, "at_ms": unix_ms()}));
+            a.wakes
+                .push(json!({"payload": payload, "sockets": sockets, "at_ms": unix_ms()}));
         }
         self.land(h, Landing::Wake);
     }
+}
+
+/// A message about to be stored.
+struct NewMessage<'a> {
+    conv_id: &'a str,
+    sender: &'a str,
+    kind: &'a str,
+    content: Value,
+    metadata: Value,
+    client_msg_id: String,
+    recipients: Vec<String>,
 }
 
 /// True when `text` mentions `@handle` as a whole word.
@@ -1015,7 +1311,10 @@ fn mentions_handle(text: &str, handle: &str) -> bool {
     let lower = text.to_ascii_lowercase();
     lower.match_indices(&needle).any(|(i, _)| {
         let end = i + needle.len();
-        lower[end..].chars().next().is_none_or(|c| !(c.is_ascii_alphanumeric() || c == '-'))
+        lower[end..]
+            .chars()
+            .next()
+            .is_none_or(|c| !(c.is_ascii_alphanumeric() || c == '-'))
     })
 }
 

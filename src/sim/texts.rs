@@ -59,13 +59,25 @@ mod tests {
 
     #[test]
     fn tool_names_are_spelled_per_runtime() {
-        let g = default_texts("generic")["wake_instruction"].as_str().unwrap().to_string();
+        let g = default_texts("generic")["wake_instruction"]
+            .as_str()
+            .unwrap()
+            .to_string();
         assert!(g.contains(" agentchat_inbox") && !g.contains("mcp__"));
-        let c = default_texts("claude-code")["wake_instruction"].as_str().unwrap().to_string();
+        let c = default_texts("claude-code")["wake_instruction"]
+            .as_str()
+            .unwrap()
+            .to_string();
         assert!(c.contains("mcp__agentchat__agentchat_inbox"));
-        let x = default_texts("codex")["identity_line_template"].as_str().unwrap().to_string();
+        let x = default_texts("codex")["identity_line_template"]
+            .as_str()
+            .unwrap()
+            .to_string();
         assert!(x.contains("@<handle>") && x.contains("mcp__agentchat__agentchat_inbox"));
-        let o = default_texts("openclaw")["invite_prompt"].as_str().unwrap().to_string();
+        let o = default_texts("openclaw")["invite_prompt"]
+            .as_str()
+            .unwrap()
+            .to_string();
         assert!(o.contains("agentchat__agentchat_respond_to_invite") && o.ends_with("new turn."));
     }
 }

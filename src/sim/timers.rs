@@ -22,7 +22,13 @@ fn fire_reminders(s: &mut State) {
             if let Some(d) = &v.defer
                 && d.due_v.is_some_and(|t| t <= now)
             {
-                due.push((h.clone(), conv.clone(), d.count.min(2), d.anchor_id.clone(), d.anchor_seq));
+                due.push((
+                    h.clone(),
+                    conv.clone(),
+                    d.count.min(2),
+                    d.anchor_id.clone(),
+                    d.anchor_seq,
+                ));
             }
         }
     }
@@ -59,10 +65,15 @@ fn run_ladders(s: &mut State) {
     let handles: Vec<String> = s.agents.keys().cloned().collect();
     for h in handles {
         let Some(a) = s.agents.get(&h) else { continue };
-        let Some(base) = a.ladder.base_v else { continue };
+        let Some(base) = a.ladder.base_v else {
+            continue;
+        };
         let sent = a.ladder.sent as usize;
         // The latest rung due and not yet sent: a missed rung is sent once, never a burst.
-        let Some(rung) = (sent..RUNGS_MIN.len()).rev().find(|&k| base + RUNGS_MIN[k] * MIN <= now) else {
+        let Some(rung) = (sent..RUNGS_MIN.len())
+            .rev()
+            .find(|&k| base + RUNGS_MIN[k] * MIN <= now)
+        else {
             continue;
         };
         let t = tray::build(s, &h);
@@ -81,12 +92,15 @@ fn run_ladders(s: &mut State) {
             continue; // not lost: the next look sends the latest rung due
         }
         let step = rung + 1;
-        let payload = json!({"reason": "unanswered", "conversation_ids": ids, "step": step, "at": now_iso()});
+        let payload =
+            json!({"reason": "unanswered", "conversation_ids": ids, "step": step, "at": now_iso()});
         let frame = json!({"type": "wake", "payload": payload}).to_string();
         let n = s.push(&h, &frame, |x| x.has("rewake"));
         if let Some(a) = s.agents.get_mut(&h) {
             a.ladder.sent = step as u8;
-            a.ladder.fired.push(json!({"step": step, "at": now_iso(), "at_ms": super::clock::unix_ms()}));
+            a.ladder
+                .fired
+                .push(json!({"step": step, "at": now_iso(), "at_ms": super::clock::unix_ms()}));
         }
         s.log_wake(&h, &payload, n);
     }

@@ -30,19 +30,29 @@ fn preview_text(m: &Message) -> String {
 /// Every visible card (newest first), the hidden-deferred count, and the pending invites.
 pub fn build(s: &State, h: &str) -> Tray {
     let Some(agent) = s.agents.get(h) else {
-        return Tray { cards: Vec::new(), deferred: 0, invites: Vec::new() };
+        return Tray {
+            cards: Vec::new(),
+            deferred: 0,
+            invites: Vec::new(),
+        };
     };
     let now_ms = super::clock::unix_ms();
     let mut cards = Vec::new();
     let mut deferred = 0;
     for c in s.convs.values() {
-        let msgs: Vec<&Message> = c.messages.iter().filter_map(|id| s.messages.get(id)).collect();
+        let msgs: Vec<&Message> = c
+            .messages
+            .iter()
+            .filter_map(|id| s.messages.get(id))
+            .collect();
         let unread: Vec<&Message> = msgs
             .iter()
             .copied()
             .filter(|m| m.recipients.get(h).is_some_and(|d| d.status != "read"))
             .collect();
-        let Some(last_unread) = unread.last() else { continue };
+        let Some(last_unread) = unread.last() else {
+            continue;
+        };
         let view = agent.views.get(&c.id);
         if let Some(d) = view.and_then(|v| v.defer.as_ref())
             && (d.due_v.is_some() || d.count >= 3)
@@ -54,11 +64,19 @@ pub fn build(s: &State, h: &str) -> Tray {
         let preview = unread.iter().rev().find(|m| !m.is_notice()).copied();
         let own_last = msgs.iter().rev().find(|m| m.sender == h).copied();
         let you_owe_reply = preview.is_some_and(|p| own_last.is_none_or(|o| p.seq > o.seq));
-        let mentioned_you = unread.iter().any(|m| !m.is_notice() && m.mentions.iter().any(|x| x == h));
-        let muted_by = preview.map(|p| p.sender.as_str()).unwrap_or(last_unread.sender.as_str());
+        let mentioned_you = unread
+            .iter()
+            .any(|m| !m.is_notice() && m.mentions.iter().any(|x| x == h));
+        let muted_by = preview
+            .map(|p| p.sender.as_str())
+            .unwrap_or(last_unread.sender.as_str());
         let muted = agent.muted_convs.contains(&c.id) || agent.muted_agents.contains(muted_by);
         let newest = msgs.last().copied().unwrap_or(*last_unread);
-        let pace = |win: u64| msgs.iter().filter(|m| now_ms.saturating_sub(m.created_unix_ms) < win).count();
+        let pace = |win: u64| {
+            msgs.iter()
+                .filter(|m| now_ms.saturating_sub(m.created_unix_ms) < win)
+                .count()
+        };
         let mut card = json!({ "conversation_id": c.id });
         match &c.kind {
             ConvKind::Direct(pair) => {
@@ -104,7 +122,9 @@ pub fn build(s: &State, h: &str) -> Tray {
         card["your_last_message_at"] = json!(own_last.map(|m| m.created_at.clone()));
         card["pace"] = json!({"last_60s": pace(60_000), "last_10m": pace(600_000)});
         card["preview"] = match preview {
-            Some(p) => json!({"message_id": p.id, "sender": at(&p.sender), "text": preview_text(p), "at": p.created_at}),
+            Some(p) => {
+                json!({"message_id": p.id, "sender": at(&p.sender), "text": preview_text(p), "at": p.created_at})
+            }
             None => Value::Null,
         };
         card["your_last_decision"] = match view.and_then(|v| v.last_decision.as_ref()) {
@@ -116,7 +136,12 @@ pub fn build(s: &State, h: &str) -> Tray {
             Some((step, fired)) => json!({"step": step, "fired_at": fired}),
             None => Value::Null,
         };
-        cards.push(Card { conversation_id: c.id.clone(), newest_ord: last_unread.ord, muted, json: card });
+        cards.push(Card {
+            conversation_id: c.id.clone(),
+            newest_ord: last_unread.ord,
+            muted,
+            json: card,
+        });
     }
     cards.sort_by_key(|c| std::cmp::Reverse(c.newest_ord));
     let mut invites: Vec<&super::model::Invite> = s
@@ -125,7 +150,11 @@ pub fn build(s: &State, h: &str) -> Tray {
         .filter(|i| i.invitee == h && i.state == "pending" && !i.dismissed)
         .collect();
     invites.sort_by_key(|i| std::cmp::Reverse(i.ord));
-    Tray { cards, deferred, invites: invites.iter().map(|i| i.id.clone()).collect() }
+    Tray {
+        cards,
+        deferred,
+        invites: invites.iter().map(|i| i.id.clone()).collect(),
+    }
 }
 
 impl Tray {
@@ -163,18 +192,30 @@ impl Tray {
     /// Whether a read of this tray shows something (answers a hold at once; spends no
     /// no-progress budget).
     pub fn shows_something(&self, limit: usize, invites_flag: bool) -> bool {
-        !self.cards.is_empty() || self.cards.len() > limit || (invites_flag && !self.invites.is_empty())
+        !self.cards.is_empty()
+            || self.cards.len() > limit
+            || (invites_flag && !self.invites.is_empty())
     }
 
     /// Conversation ids of unanswered cards (not muted), newest first, at most 50, and whether
     /// any unanswered invite (from an inviter, into a group, not muted) waits.
     pub fn unanswered(&self, s: &State, h: &str) -> (Vec<String>, bool) {
-        let ids: Vec<String> =
-            self.cards.iter().filter(|c| !c.muted).take(50).map(|c| c.conversation_id.clone()).collect();
+        let ids: Vec<String> = self
+            .cards
+            .iter()
+            .filter(|c| !c.muted)
+            .take(50)
+            .map(|c| c.conversation_id.clone())
+            .collect();
         let muted_agents = s.agents.get(h).map(|a| (&a.muted_agents, &a.muted_convs));
-        let invite = self.invites.iter().filter_map(|id| s.invites.get(id)).any(|i| {
-            muted_agents.is_none_or(|(ma, mc)| !ma.contains(&i.inviter) && !mc.contains(&i.group_id))
-        });
+        let invite = self
+            .invites
+            .iter()
+            .filter_map(|id| s.invites.get(id))
+            .any(|i| {
+                muted_agents
+                    .is_none_or(|(ma, mc)| !ma.contains(&i.inviter) && !mc.contains(&i.group_id))
+            });
         (ids, invite)
     }
 }

@@ -58,7 +58,11 @@ pub fn upgrade(sim: Sim, mut req: Request<Incoming>, _peer: SocketAddr) -> Respo
     let caps_header = h
         .get("x-agentchat-capabilities")
         .and_then(|v| v.to_str().ok())
-        .map(|v| v.split(',').map(|s| s.trim().to_string()).collect::<Vec<_>>());
+        .map(|v| {
+            v.split(',')
+                .map(|s| s.trim().to_string())
+                .collect::<Vec<_>>()
+        });
     let on_upgrade = hyper::upgrade::on(&mut req);
     tokio::spawn(async move {
         if let Ok(up) = on_upgrade.await {
@@ -76,38 +80,61 @@ pub fn upgrade(sim: Sim, mut req: Request<Incoming>, _peer: SocketAddr) -> Respo
 }
 
 async fn close(ws: &mut Ws, code: u16, reason: &str) {
-    let frame = CloseFrame { code: code.into(), reason: reason.into() };
+    let frame = CloseFrame {
+        code: code.into(),
+        reason: reason.into(),
+    };
     let _ = tokio::time::timeout(Duration::from_secs(2), ws.close(Some(frame))).await;
 }
 
 fn accepted_caps(asked: &[String]) -> Vec<String> {
-    let set: BTreeSet<String> =
-        asked.iter().map(|c| c.trim().to_ascii_lowercase()).filter(|c| KNOWN_CAPS.contains(&c.as_str())).collect();
+    let set: BTreeSet<String> = asked
+        .iter()
+        .map(|c| c.trim().to_ascii_lowercase())
+        .filter(|c| KNOWN_CAPS.contains(&c.as_str()))
+        .collect();
     set.into_iter().collect()
 }
 
 enum Auth {
-    Ok { handle: String, caps: Vec<String>, hello_ok: bool, path: &'static str },
+    Ok {
+        handle: String,
+        caps: Vec<String>,
+        hello_ok: bool,
+        path: &'static str,
+    },
     Refused,
 }
 
 /// Checks the budget and the key; closes the socket and logs the attempt when refused.
-async fn admit(sim: &Sim, ws: &mut Ws, key: &str, path: &'static str, caps: &[String]) -> Option<String> {
+async fn admit(
+    sim: &Sim,
+    ws: &mut Ws,
+    key: &str,
+    path: &'static str,
+    caps: &[String],
+) -> Option<String> {
     let refusal = {
         let mut s = sim.lock();
         let now = s.now_v();
         let clock = s.clock.clone();
         if let Err(wait) = s.ip_budget.attempt(now) {
-            Some((None, 1013, format!("rate_limited; retry_after={}", clock.real_secs_ceil(wait))))
+            Some((
+                None,
+                1013,
+                format!("rate_limited; retry_after={}", clock.real_secs_ceil(wait)),
+            ))
         } else {
             match s.key_owner(key) {
                 None => Some((None, 1008, "Invalid token".to_string())),
                 Some((h, good)) => {
                     let budget = s.agents.get_mut(&h).map(|a| a.connect_budget.attempt(now));
                     match budget {
-                        Some(Err(wait)) => {
-                            Some((Some(h), 1013, format!("rate_limited; retry_after={}", clock.real_secs_ceil(wait))))
-                        }
+                        Some(Err(wait)) => Some((
+                            Some(h),
+                            1013,
+                            format!("rate_limited; retry_after={}", clock.real_secs_ceil(wait)),
+                        )),
                         _ if !good => Some((Some(h), 1008, "Invalid token".to_string())),
                         _ => {
                             s.log_connect(&h, path, "accepted", None, caps);
@@ -120,7 +147,8 @@ async fn admit(sim: &Sim, ws: &mut Ws, key: &str, path: &'static str, caps: &[St
     };
     if let Some((h, code, reason)) = refusal {
         if let Some(h) = h {
-            sim.lock().log_connect(&h, path, "refused", Some(&reason), caps);
+            sim.lock()
+                .log_connect(&h, path, "refused", Some(&reason), caps);
         }
         tracing::info!("sim: socket refused: {code} {reason}");
         close(ws, code, &reason).await;
@@ -128,7 +156,12 @@ async fn admit(sim: &Sim, ws: &mut Ws, key: &str, path: &'static str, caps: &[St
     None
 }
 
-async fn authenticate(sim: &Sim, ws: &mut Ws, bearer: Option<String>, caps_header: Option<Vec<String>>) -> Auth {
+async fn authenticate(
+    sim: &Sim,
+    ws: &mut Ws,
+    bearer: Option<String>,
+    caps_header: Option<Vec<String>>,
+) -> Auth {
     if let Some(v) = bearer {
         let key = match v.split_once(' ') {
             Some((scheme, k)) if scheme.eq_ignore_ascii_case("bearer") => k.trim().to_string(),
@@ -136,7 +169,12 @@ async fn authenticate(sim: &Sim, ws: &mut Ws, bearer: Option<String>, caps_heade
         };
         let caps = accepted_caps(caps_header.as_deref().unwrap_or(&[]));
         return match admit(sim, ws, &key, "header", &caps).await {
-            Some(handle) => Auth::Ok { handle, caps, hello_ok: caps_header.is_some(), path: "header" },
+            Some(handle) => Auth::Ok {
+                handle,
+                caps,
+                hello_ok: caps_header.is_some(),
+                path: "header",
+            },
             None => Auth::Refused,
         };
     }
@@ -161,7 +199,10 @@ async fn authenticate(sim: &Sim, ws: &mut Ws, bearer: Option<String>, caps_heade
         Ok(Some(t)) => t,
     };
     let v: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
-    let key = match (v.get("type").and_then(Value::as_str), v.get("api_key").and_then(Value::as_str)) {
+    let key = match (
+        v.get("type").and_then(Value::as_str),
+        v.get("api_key").and_then(Value::as_str),
+    ) {
         (Some("hello"), Some(k)) => k.to_string(),
         _ => {
             close(ws, 1008, "HELLO frame required first").await;
@@ -171,20 +212,36 @@ async fn authenticate(sim: &Sim, ws: &mut Ws, bearer: Option<String>, caps_heade
     let asked: Vec<String> = v
         .get("capabilities")
         .and_then(Value::as_array)
-        .map(|a| a.iter().filter_map(Value::as_str).map(str::to_string).collect())
+        .map(|a| {
+            a.iter()
+                .filter_map(Value::as_str)
+                .map(str::to_string)
+                .collect()
+        })
         .unwrap_or_default();
     let caps = accepted_caps(&asked);
     match admit(sim, ws, &key, "hello", &caps).await {
-        Some(handle) => Auth::Ok { handle, caps, hello_ok: true, path: "hello" },
+        Some(handle) => Auth::Ok {
+            handle,
+            caps,
+            hello_ok: true,
+            path: "hello",
+        },
         None => Auth::Refused,
     }
 }
 
 async fn run(sim: Sim, mut ws: Ws, bearer: Option<String>, caps_header: Option<Vec<String>>) {
-    let (handle, caps, hello_ok, path) = match authenticate(&sim, &mut ws, bearer, caps_header).await {
-        Auth::Ok { handle, caps, hello_ok, path } => (handle, caps, hello_ok, path),
-        Auth::Refused => return,
-    };
+    let (handle, caps, hello_ok, path) =
+        match authenticate(&sim, &mut ws, bearer, caps_header).await {
+            Auth::Ok {
+                handle,
+                caps,
+                hello_ok,
+                path,
+            } => (handle, caps, hello_ok, path),
+            Auth::Refused => return,
+        };
     if hello_ok {
         let frame = json!({"type": "hello.ok", "capabilities": caps}).to_string();
         if ws.send(Message::text(frame)).await.is_err() {
@@ -210,7 +267,8 @@ async fn run(sim: Sim, mut ws: Ws, bearer: Option<String>, caps_header: Option<V
     let ack = caps.iter().any(|c| c == "ack");
     let heartbeat = caps.iter().any(|c| c == "heartbeat");
     // Floor of 50 ms so a very high time scale cannot flood the socket with pings.
-    let mut ping = tokio::time::interval(sim.clock.real(HEARTBEAT_MS).max(Duration::from_millis(50)));
+    let mut ping =
+        tokio::time::interval(sim.clock.real(HEARTBEAT_MS).max(Duration::from_millis(50)));
     ping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     ping.tick().await;
     let pong_deadline = sim.clock.real(PONG_DEADLINE_MS).max(Duration::from_secs(2));

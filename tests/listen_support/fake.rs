@@ -18,6 +18,11 @@ pub struct Shared {
     pub acks: Vec<String>,
     pub connects: usize,
     pub received: Vec<String>,
+    /// The next this-many tray reads answer `429` with `Retry-After: retry_after_s`.
+    pub inbox_429: usize,
+    pub retry_after_s: u64,
+    /// When each tray read arrived (unix ms).
+    pub inbox_times: Vec<u64>,
 }
 
 pub struct Fake {
@@ -151,6 +156,30 @@ async fn serve_rest(mut stream: TcpStream, shared: Arc<Mutex<Shared>>) {
     }
     let head = String::from_utf8_lossy(&buf).to_string();
     let path = head.split_whitespace().nth(1).unwrap_or("/").to_string();
+    let limited = {
+        let mut s = shared.lock().unwrap();
+        if path.starts_with("/v1/inbox") {
+            s.inbox_times.push(super::now_ms());
+            if s.inbox_429 > 0 {
+                s.inbox_429 -= 1;
+                Some(s.retry_after_s)
+            } else {
+                None
+            }
+        } else {
+            None
+        }
+    };
+    if let Some(secs) = limited {
+        let body = r#"{"code":"RATE_LIMITED","message":"slow down"}"#;
+        let resp = format!(
+            "HTTP/1.1 429 Too Many Requests\r\nretry-after: {secs}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+            body.len()
+        );
+        let _ = stream.write_all(resp.as_bytes()).await;
+        let _ = stream.shutdown().await;
+        return;
+    }
     let body = {
         let s = shared.lock().unwrap();
         if path.starts_with("/v1/agents/me") {

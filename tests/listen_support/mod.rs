@@ -373,6 +373,8 @@ pub struct Opts {
     pub idle_timeout: &'static str,
     pub time_scale: f64,
     pub extra_env: Vec<(String, String)>,
+    /// Appended to the config file (after the `[listen]` keys).
+    pub extra_toml: String,
 }
 
 impl Default for Opts {
@@ -385,6 +387,7 @@ impl Default for Opts {
             idle_timeout: "100s",
             time_scale: 1.0,
             extra_env: vec![],
+            extra_toml: String::new(),
         }
     }
 }
@@ -420,7 +423,7 @@ idle_timeout = "{it}"
             kg = opts.kill_grace,
             it = opts.idle_timeout,
         );
-        std::fs::write(&config, toml).unwrap();
+        std::fs::write(&config, toml + &opts.extra_toml).unwrap();
         let state_dir = tmp.path().join("state");
         Setup {
             tmp,

@@ -20,9 +20,18 @@ pub struct Sim {
 
 pub async fn sim(time_scale: f64) -> Sim {
     agentchat::tls::install_crypto_provider();
-    let handle = start(SimConfig { time_scale, ..SimConfig::default() }).await.unwrap();
+    let handle = start(SimConfig {
+        time_scale,
+        ..SimConfig::default()
+    })
+    .await
+    .unwrap();
     let base = handle.api_base.clone();
-    Sim { handle, base, http: reqwest::Client::new() }
+    Sim {
+        handle,
+        base,
+        http: reqwest::Client::new(),
+    }
 }
 
 pub struct Agent {
@@ -34,10 +43,19 @@ impl Sim {
     pub async fn agent(&self, h: &str) -> Agent {
         let (s, v) = self.post(None, "/_sim/agents", json!({"handle": h})).await;
         assert_eq!(s, 201, "{v}");
-        Agent { handle: v["handle"].as_str().unwrap().to_string(), key: v["api_key"].as_str().unwrap().to_string() }
+        Agent {
+            handle: v["handle"].as_str().unwrap().to_string(),
+            key: v["api_key"].as_str().unwrap().to_string(),
+        }
     }
 
-    async fn call(&self, method: reqwest::Method, key: Option<&str>, path: &str, body: Option<Value>) -> (u16, Value) {
+    async fn call(
+        &self,
+        method: reqwest::Method,
+        key: Option<&str>,
+        path: &str,
+        body: Option<Value>,
+    ) -> (u16, Value) {
         let mut rb = self.http.request(method, format!("{}{path}", self.base));
         if let Some(k) = key {
             rb = rb.bearer_auth(k);
@@ -48,14 +66,19 @@ impl Sim {
         let resp = rb.send().await.unwrap();
         let status = resp.status().as_u16();
         let text = resp.text().await.unwrap();
-        let v = if text.is_empty() { Value::Null } else { serde_json::from_str(&text).unwrap() };
+        let v = if text.is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_str(&text).unwrap()
+        };
         (status, v)
     }
     pub async fn get(&self, key: Option<&str>, path: &str) -> (u16, Value) {
         self.call(reqwest::Method::GET, key, path, None).await
     }
     pub async fn post(&self, key: Option<&str>, path: &str, body: Value) -> (u16, Value) {
-        self.call(reqwest::Method::POST, key, path, Some(body)).await
+        self.call(reqwest::Method::POST, key, path, Some(body))
+            .await
     }
     pub async fn delete(&self, key: Option<&str>, path: &str) -> (u16, Value) {
         self.call(reqwest::Method::DELETE, key, path, None).await
@@ -63,13 +86,24 @@ impl Sim {
 
     /// Sends `text` from `from` to `to` through the real route; returns the message.
     pub async fn send(&self, from: &Agent, to: &Agent, text: &str) -> Value {
-        let (s, v) = self.post(Some(&from.key), "/v1/messages", json!({"to": to.handle, "content": {"text": text}})).await;
+        let (s, v) = self
+            .post(
+                Some(&from.key),
+                "/v1/messages",
+                json!({"to": to.handle, "content": {"text": text}}),
+            )
+            .await;
         assert_eq!(s, 201, "{v}");
         v
     }
     pub async fn send_conv(&self, from: &Agent, conv: &str, text: &str) -> Value {
-        let (s, v) =
-            self.post(Some(&from.key), "/v1/messages", json!({"conversation_id": conv, "content": {"text": text}})).await;
+        let (s, v) = self
+            .post(
+                Some(&from.key),
+                "/v1/messages",
+                json!({"conversation_id": conv, "content": {"text": text}}),
+            )
+            .await;
         assert_eq!(s, 201, "{v}");
         v
     }
@@ -79,19 +113,30 @@ impl Sim {
         v
     }
     pub async fn decide(&self, a: &Agent, conv: &str, body: Value) -> (u16, Value) {
-        self.post(Some(&a.key), &format!("/v1/conversations/{conv}/decisions"), body).await
+        self.post(
+            Some(&a.key),
+            &format!("/v1/conversations/{conv}/decisions"),
+            body,
+        )
+        .await
     }
     pub async fn state(&self, a: &Agent) -> Value {
-        let (s, v) = self.get(None, &format!("/_sim/agents/{}/state", a.handle)).await;
+        let (s, v) = self
+            .get(None, &format!("/_sim/agents/{}/state", a.handle))
+            .await;
         assert_eq!(s, 200, "{v}");
         v
     }
     pub async fn connects(&self, a: &Agent) -> Vec<Value> {
-        let (_, v) = self.get(None, &format!("/_sim/agents/{}/connects", a.handle)).await;
+        let (_, v) = self
+            .get(None, &format!("/_sim/agents/{}/connects", a.handle))
+            .await;
         v["connects"].as_array().unwrap().clone()
     }
     pub async fn acks(&self, a: &Agent) -> Vec<Value> {
-        let (_, v) = self.get(None, &format!("/_sim/agents/{}/acks", a.handle)).await;
+        let (_, v) = self
+            .get(None, &format!("/_sim/agents/{}/acks", a.handle))
+            .await;
         v["acks"].as_array().unwrap().clone()
     }
     /// Polls the agent's state until `pred` holds (deadline 10 s).
@@ -102,7 +147,10 @@ impl Sim {
             if pred(&st) {
                 return st;
             }
-            assert!(tokio::time::Instant::now() < deadline, "timed out waiting for {what}: {st}");
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "timed out waiting for {what}: {st}"
+            );
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
@@ -127,9 +175,11 @@ impl Sim {
     /// Header path: Bearer key, capabilities header when `caps` is `Some`.
     pub async fn connect(&self, key: &str, caps: Option<&str>) -> Ws {
         let mut req = self.ws_url().into_client_request().unwrap();
-        req.headers_mut().insert("authorization", format!("Bearer {key}").parse().unwrap());
+        req.headers_mut()
+            .insert("authorization", format!("Bearer {key}").parse().unwrap());
         if let Some(c) = caps {
-            req.headers_mut().insert("x-agentchat-capabilities", c.parse().unwrap());
+            req.headers_mut()
+                .insert("x-agentchat-capabilities", c.parse().unwrap());
         }
         let (ws, _) = connect_async(req).await.unwrap();
         Ws { ws }
@@ -146,7 +196,8 @@ impl Ws {
         self.ws.send(Message::text(v.to_string())).await.unwrap();
     }
     pub async fn ack(&mut self, id: &str) {
-        self.send_json(json!({"type": "ack", "message_id": id})).await;
+        self.send_json(json!({"type": "ack", "message_id": id}))
+            .await;
     }
     /// The next text frame within `ms`, skipping protocol pings and pongs.
     pub async fn next(&mut self, ms: u64) -> Got {
@@ -155,7 +206,9 @@ impl Ws {
             match tokio::time::timeout_at(deadline, self.ws.next()).await {
                 Err(_) => return Got::Timeout,
                 Ok(None) | Ok(Some(Err(_))) => return Got::Closed(1006, String::new()),
-                Ok(Some(Ok(Message::Text(t)))) => return Got::Frame(serde_json::from_str(t.as_str()).unwrap()),
+                Ok(Some(Ok(Message::Text(t)))) => {
+                    return Got::Frame(serde_json::from_str(t.as_str()).unwrap());
+                }
                 Ok(Some(Ok(Message::Close(f)))) => {
                     return match f {
                         Some(f) => Got::Closed(u16::from(f.code), f.reason.to_string()),
@@ -170,7 +223,9 @@ impl Ws {
     pub async fn expect(&mut self, ty: &str, ms: u64) -> Value {
         let deadline = tokio::time::Instant::now() + Duration::from_millis(ms);
         loop {
-            let left = deadline.saturating_duration_since(tokio::time::Instant::now()).as_millis() as u64;
+            let left = deadline
+                .saturating_duration_since(tokio::time::Instant::now())
+                .as_millis() as u64;
             match self.next(left.max(1)).await {
                 Got::Frame(f) if f["type"] == ty => return f,
                 Got::Frame(_) => continue,
@@ -183,7 +238,9 @@ impl Ws {
         let deadline = tokio::time::Instant::now() + Duration::from_millis(ms);
         let mut out = Vec::new();
         loop {
-            let left = deadline.saturating_duration_since(tokio::time::Instant::now()).as_millis() as u64;
+            let left = deadline
+                .saturating_duration_since(tokio::time::Instant::now())
+                .as_millis() as u64;
             if left == 0 {
                 return out;
             }
@@ -198,7 +255,9 @@ impl Ws {
     pub async fn closed(&mut self, ms: u64) -> (u16, String) {
         let deadline = tokio::time::Instant::now() + Duration::from_millis(ms);
         loop {
-            let left = deadline.saturating_duration_since(tokio::time::Instant::now()).as_millis() as u64;
+            let left = deadline
+                .saturating_duration_since(tokio::time::Instant::now())
+                .as_millis() as u64;
             match self.next(left.max(1)).await {
                 Got::Closed(c, r) => return (c, r),
                 Got::Frame(_) => continue,
