@@ -947,3 +947,21 @@ async fn the_status_file_is_refreshed_on_its_timer_without_any_event() {
     );
     assert_eq!(dir_mode & 0o777, 0o700);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_closes_the_socket_with_1000_and_exits_0() {
+    use listen_support::fake::{self, Fake};
+    // The scripted server records the client's close code (the sim does not).
+    let fake = Fake::start("bob", fake::tray("@bob", 0)).await;
+    let opts = Opts::default();
+    let setup = Setup::new(&opts);
+    let mut l = Listener::spawn(
+        listener_command_for(&fake.api_base, FAKE_KEY, &setup, &opts),
+        &setup,
+        "",
+    );
+    settled(&l).await;
+    l.signal(libc::SIGTERM);
+    assert_eq!(l.wait_exit(10.0), Some(0), "{}", l.log());
+    assert_eq!(fake.shared.lock().unwrap().client_closes, [1000]);
+}

@@ -127,15 +127,20 @@ pub async fn run(
             Ok(())
         } else {
             match Api::new(&params.api_base, params.key.clone()) {
-                Ok(api) => match api.me().await {
-                    Ok(h) => {
-                        engine.set_own_handle(&h);
-                        let _ = events.send(SocketEvent::Handle(h)).await;
-                        handle_known_for = Some(params.clone());
-                        Ok(())
+                Ok(api) => {
+                    let Some(r) = or_shutdown(api.me(), &mut shutdown).await else {
+                        return;
+                    };
+                    match r {
+                        Ok(h) => {
+                            engine.set_own_handle(&h);
+                            let _ = events.send(SocketEvent::Handle(h)).await;
+                            handle_known_for = Some(params.clone());
+                            Ok(())
+                        }
+                        Err(e) => Err(e),
                     }
-                    Err(e) => Err(e),
-                },
+                }
                 Err(e) => Err(e),
             }
         };
@@ -150,7 +155,10 @@ pub async fn run(
             }
             Ok(()) => {
                 let started = Instant::now();
-                match connect(&params).await {
+                let Some(connected) = or_shutdown(connect(&params), &mut shutdown).await else {
+                    return;
+                };
+                match connected {
                     Ok(ws) => {
                         tracing::info!(event = "socket_connected", url = %ws_url(&params.api_base), "socket connected");
                         let _ = events.send(SocketEvent::Connected).await;
@@ -484,6 +492,17 @@ pub async fn probe(params: &SocketParams, settle: Duration) -> Result<String, St
     }
     close_normal(&mut ws).await;
     Ok(handle)
+}
+
+/// Runs `fut` unless shutdown comes first (`None`): a hanging server never delays a stop.
+async fn or_shutdown<T>(
+    fut: impl std::future::Future<Output = T>,
+    shutdown: &mut watch::Receiver<bool>,
+) -> Option<T> {
+    tokio::select! {
+        v = fut => Some(v),
+        _ = shutdown.wait_for(|s| *s) => None,
+    }
 }
 
 /// Hands a wake to the main loop and waits until it is registered. False on shutdown.

@@ -21,6 +21,8 @@ pub struct Shared {
     /// The next this-many tray reads answer `429` with `Retry-After: retry_after_s`.
     pub inbox_429: usize,
     pub retry_after_s: u64,
+    /// Close codes the client sent.
+    pub client_closes: Vec<u16>,
     /// When each tray read arrived (unix ms).
     pub inbox_times: Vec<u64>,
 }
@@ -136,6 +138,12 @@ async fn serve_ws(
                     if v["type"] == "ack" {
                         s.acks.push(v["message_id"].as_str().unwrap_or("").to_string());
                     }
+                }
+                Some(Ok(Message::Close(f))) => {
+                    let code = f.map(|f| u16::from(f.code)).unwrap_or(1005);
+                    shared.lock().unwrap().client_closes.push(code);
+                    let _ = ws.close(None).await;
+                    return;
                 }
                 Some(Ok(_)) => {}
                 _ => return,
