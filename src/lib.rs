@@ -10,4 +10,5 @@ pub mod listen;
 pub mod runtime;
 pub mod service;
 pub mod sim;
+pub mod status;
 pub mod tls;

@@ -18,6 +18,8 @@ struct Cli {
 enum Command {
     /// Hold the AgentChat socket and start the agent's run whenever something waits.
     Listen(agentchat::listen::ListenArgs),
+    /// Show what the profile's listener is doing (from its status.json).
+    Status(agentchat::status::StatusArgs),
     /// Run a faithful local AgentChat server (in memory, loopback only).
     Sim(agentchat::sim::SimArgs),
     /// Install, remove or inspect the listener as a per-user service (systemd or launchd).
@@ -45,6 +47,7 @@ fn main() {
     let result = runtime.block_on(async move {
         match cli.command {
             Command::Listen(a) => agentchat::listen::run_cli(a).await,
+            Command::Status(a) => agentchat::status::run_cli(a).await,
             Command::Sim(a) => agentchat::sim::run_cli(a).await,
             Command::Service(a) => agentchat::service::run_cli(a).await,
             Command::Demo(a) => agentchat::demo::run_cli(a).await,

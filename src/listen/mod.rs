@@ -1,8 +1,22 @@
 //! `agentchat listen`: the resident listener (design 2-7). Owned by the listener work (issue 4).
+//!
+//! Data path: `socket` (frames -> `core::engine` -> wakes, acks) -> `daemon` (coalescer, one cycle
+//! at a time, status, signals) -> `cycle` (tray, decide, run via `runner`, tray, invite rule).
+//! `once` is the single-shot form for scripts and cron. `state` owns the files.
 
+pub mod api;
+pub mod cycle;
+pub mod daemon;
+pub mod logging;
+pub mod once;
 pub mod runner;
+pub mod socket;
+pub mod state;
 
-use crate::config::ConfigArgs;
+use crate::config::{ConfigArgs, IntegrationSwitch, LogFormat};
+use crate::core::texts::Texts;
+use std::collections::HashMap;
+use std::time::{Duration, SystemTime};
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct ListenArgs {
@@ -16,7 +30,154 @@ pub struct ListenArgs {
     pub log_format: Option<String>,
 }
 
+/// Test-only: `AGENTCHAT_TEST_TIME_SCALE` (a float > 0, default 1) divides the listener's own fixed
+/// timers (invite-rule pace, key-refused retry, status refresh, texts refresh). Never the connect
+/// budget's delay, which is the server's.
+#[derive(Debug, Clone, Copy)]
+pub struct TimeScale(pub f64);
+
+impl TimeScale {
+    pub const ENV: &'static str = "AGENTCHAT_TEST_TIME_SCALE";
+
+    pub fn from_env(env: &HashMap<String, String>) -> TimeScale {
+        let v = env
+            .get(Self::ENV)
+            .and_then(|s| s.trim().parse::<f64>().ok())
+            .filter(|f| f.is_finite() && *f > 0.0)
+            .unwrap_or(1.0);
+        TimeScale(v)
+    }
+
+    pub fn apply(self, d: Duration) -> Duration {
+        d.div_f64(self.0).max(Duration::from_millis(1))
+    }
+}
+
 pub async fn run_cli(args: ListenArgs) -> anyhow::Result<i32> {
-    let _ = args;
-    anyhow::bail!("agentchat listen is not built yet")
+    let env: HashMap<String, String> = std::env::vars().collect();
+    let today: String = state::rfc3339(SystemTime::now()).chars().take(10).collect();
+    match crate::config::integration_switch(&env, &today) {
+        IntegrationSwitch::On => {}
+        IntegrationSwitch::Off => {
+            eprintln!("agentchat listen: AGENTCHAT_INTEGRATION=off; not starting");
+            return Ok(0);
+        }
+        IntegrationSwitch::OffDeprecated(warning) => {
+            eprintln!("agentchat listen: {warning}");
+            eprintln!("agentchat listen: the integration is switched off; not starting");
+            return Ok(0);
+        }
+        IntegrationSwitch::IgnoredDeprecated(warning) => {
+            eprintln!("agentchat listen: {warning}");
+        }
+    }
+
+    let settings = crate::config::load(&args.config)?;
+    let format = match args.log_format.as_deref() {
+        None => settings.log_format,
+        Some("text") => LogFormat::Text,
+        Some("json") => LogFormat::Json,
+        Some(other) => anyhow::bail!("--log-format must be text or json, not `{other}`"),
+    };
+    let level = env
+        .get("AGENTCHAT_LOG")
+        .cloned()
+        .unwrap_or_else(|| settings.log_level.clone());
+    logging::init(format, &level)?;
+
+    let Some(key) = settings.api_key.clone() else {
+        anyhow::bail!(
+            "no API key: set AGENTCHAT_API_KEY, or api_key_file in the config (profile `{}`)",
+            settings.profile
+        );
+    };
+    let state = state::StateDir::open(&settings.state_dir)?;
+    let _lock = match state.lock()? {
+        state::LockAttempt::Acquired(l) => l,
+        state::LockAttempt::Held { pid } => {
+            let who = pid
+                .map(|p| format!("pid {p}"))
+                .unwrap_or_else(|| "another process".into());
+            eprintln!(
+                "agentchat listen: a listener for profile `{}` is already running ({who}; lock {}); exiting",
+                settings.profile,
+                state.path(state::LOCK_FILE).display()
+            );
+            tracing::info!(event = "already_running", holder = %who, "another listener holds the lock");
+            return Ok(0);
+        }
+    };
+    let scale = TimeScale::from_env(&env);
+    if args.once {
+        once::run(settings, key, state).await
+    } else {
+        daemon::run(args.config, settings, key, state, scale).await
+    }
+}
+
+/// Texts from the server (kept in the cache), else from the cache when `use_cache`.
+/// `None` when neither is available. The source is `server` or `cache`.
+pub async fn load_texts(
+    api: &api::Api,
+    state: &state::StateDir,
+    runtime: &str,
+    use_cache: bool,
+) -> Option<(Texts, &'static str)> {
+    let path = state.texts_cache(runtime);
+    match api.texts(runtime).await {
+        Ok((texts, bytes)) => {
+            if let Err(e) = state::write_atomic(&path, &bytes) {
+                tracing::warn!(event = "texts_cache_write_failed", error = %e, "could not keep the texts");
+            }
+            tracing::info!(
+                event = "texts_fetched",
+                runtime,
+                "texts fetched from the server"
+            );
+            return Some((texts, "server"));
+        }
+        Err(e) => {
+            tracing::warn!(event = "texts_fetch_failed", runtime, error = %e, "could not fetch the texts");
+        }
+    }
+    if !use_cache {
+        return None;
+    }
+    match std::fs::read(&path) {
+        Ok(bytes) => match Texts::parse(&bytes) {
+            Ok(t) => {
+                tracing::info!(event = "texts_cached", path = %path.display(), "using the last good texts from the cache");
+                Some((t, "cache"))
+            }
+            Err(e) => {
+                tracing::error!(event = "texts_missing", error = %e, "the cached texts are damaged; no runs until the server's texts can be read");
+                None
+            }
+        },
+        Err(_) => {
+            tracing::error!(
+                event = "texts_missing",
+                "no texts from the server and none cached; no runs until the server's texts can be read"
+            );
+            None
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn time_scale_divides_and_ignores_bad_values() {
+        let mut env = HashMap::new();
+        assert_eq!(TimeScale::from_env(&env).0, 1.0);
+        env.insert(TimeScale::ENV.to_string(), "20".to_string());
+        let s = TimeScale::from_env(&env);
+        assert_eq!(s.apply(Duration::from_secs(60)), Duration::from_secs(3));
+        env.insert(TimeScale::ENV.to_string(), "-3".to_string());
+        assert_eq!(TimeScale::from_env(&env).0, 1.0);
+        env.insert(TimeScale::ENV.to_string(), "nan".to_string());
+        assert_eq!(TimeScale::from_env(&env).0, 1.0);
+    }
 }

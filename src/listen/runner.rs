@@ -1,10 +1,17 @@
 //! Starts a run in its own process group and supervises it: output to a per-run log file (0600),
 //! a time limit (SIGTERM to the group, a grace, SIGKILL to the group), and the same on shutdown.
 //! No process of the run's group outlives it.
+//!
+//! The log file gets a header line (time, program, working directory) and footer lines (how the run
+//! ended, which signals the supervisor sent). Never the prompt, the arguments (Codex takes the prompt
+//! as its last argument) or the environment (it may hold the key).
 
-use crate::runtime::{ProcessEnd, RunSpec};
+use crate::runtime::{ALWAYS_REMOVED, ProcessEnd, RunSpec};
+use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::process::Stdio;
+use std::time::{Duration, Instant, SystemTime};
+use tokio::io::AsyncWriteExt;
 
 #[derive(Debug, Clone, Copy)]
 pub struct RunLimits {
@@ -20,19 +27,306 @@ pub struct RunReport {
     pub duration: Duration,
 }
 
+/// Sends `signal` to every process in group `pgid`. Errors (the group is already gone) are ignored:
+/// there is nothing left to stop.
+fn signal_group(pgid: i32, signal: i32) {
+    if pgid <= 1 {
+        return; // never signal our own group (0) or every process (-1/1)
+    }
+    // SAFETY: killpg has no memory-safety preconditions; pgid is a group this module created.
+    unsafe {
+        libc::killpg(pgid, signal);
+    }
+}
+
+/// SIGKILLs the run's group if the supervising future is dropped mid-run (the listener's task was
+/// aborted), so a run never outlives its supervisor.
+struct GroupGuard {
+    pgid: i32,
+    armed: bool,
+}
+
+impl Drop for GroupGuard {
+    fn drop(&mut self) {
+        if self.armed {
+            signal_group(self.pgid, libc::SIGKILL);
+        }
+    }
+}
+
+/// Opens (creating, 0600) the run log for appending; an existing file is narrowed to 0600 too.
+fn open_log(path: &Path) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty())
+        && !parent.exists()
+    {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(parent)?;
+    }
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .mode(0o600)
+        .open(path)?;
+    file.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+    Ok(file)
+}
+
+fn now_rfc3339() -> String {
+    humantime::format_rfc3339_seconds(SystemTime::now()).to_string()
+}
+
+/// A line of the supervisor's own in the run log. Failing to write it must not fail the run.
+fn note(log: &mut Option<std::fs::File>, line: &str) {
+    if let Some(f) = log.as_mut() {
+        let _ = writeln!(f, "=== {} {line}", now_rfc3339());
+    }
+}
+
+/// The name `run-<UTC time>-<cycle id>.log` the listener gives a run's log, so that names sort by
+/// start time. Characters other than letters, digits, `-` and `_` in the cycle id become `_`.
+pub fn log_file_name(cycle_id: &str) -> String {
+    let stamp: String = now_rfc3339()
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric())
+        .collect();
+    let id: String = cycle_id
+        .chars()
+        .take(64)
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    format!("run-{stamp}-{id}.log")
+}
+
+/// Why the supervisor ended the run early.
+#[derive(Clone, Copy, PartialEq)]
+enum Stop {
+    TimedOut,
+    Cancelled,
+}
+
 /// Runs `spec` to its end. `cancel` turning true ends the run early (SIGTERM, grace, SIGKILL).
+/// A `cancel` that is already true starts nothing. Never panics; a process that cannot be started
+/// is `SpawnFailed` with the reason.
 pub async fn run(
     spec: &RunSpec,
     limits: RunLimits,
     log_path: &Path,
-    cancel: tokio::sync::watch::Receiver<bool>,
+    mut cancel: tokio::sync::watch::Receiver<bool>,
 ) -> RunReport {
-    let _ = (spec, limits, cancel);
-    todo!("ops: runner {}", log_path.display())
+    let started = Instant::now();
+    let report = |end: ProcessEnd, pid: Option<u32>| RunReport {
+        end,
+        pid,
+        log_path: log_path.to_path_buf(),
+        duration: started.elapsed(),
+    };
+    if *cancel.borrow_and_update() {
+        return report(ProcessEnd::Cancelled, None);
+    }
+
+    let log = match open_log(log_path) {
+        Ok(f) => f,
+        Err(e) => {
+            return report(
+                ProcessEnd::SpawnFailed(format!(
+                    "cannot open the run log {}: {e}",
+                    log_path.display()
+                )),
+                None,
+            );
+        }
+    };
+    let mut log = Some(log);
+    note(
+        &mut log,
+        &format!(
+            "run started: program {} in {}",
+            spec.program.display(),
+            spec.cwd.display()
+        ),
+    );
+    let (out, err) = match log.as_ref().map(|f| (f.try_clone(), f.try_clone())) {
+        Some((Ok(o), Ok(e))) => (Stdio::from(o), Stdio::from(e)),
+        _ => {
+            return report(
+                ProcessEnd::SpawnFailed(format!(
+                    "cannot attach the run log {} to the process",
+                    log_path.display()
+                )),
+                None,
+            );
+        }
+    };
+
+    let mut cmd = tokio::process::Command::new(&spec.program);
+    cmd.args(&spec.args)
+        .current_dir(&spec.cwd)
+        .process_group(0)
+        .stdout(out)
+        .stderr(err)
+        .stdin(if spec.stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        });
+    for name in ALWAYS_REMOVED
+        .iter()
+        .copied()
+        .chain(spec.env_remove.iter().map(String::as_str))
+    {
+        cmd.env_remove(name);
+    }
+    cmd.envs(spec.env.iter().map(|(k, v)| (k, v)));
+
+    let mut child = match cmd.spawn() {
+        Ok(c) => c,
+        Err(e) => {
+            let msg = format!(
+                "cannot start {} (in {}): {e}",
+                spec.program.display(),
+                spec.cwd.display()
+            );
+            note(&mut log, &format!("run not started: {msg}"));
+            return report(ProcessEnd::SpawnFailed(msg), None);
+        }
+    };
+    let pid = child.id();
+    let pgid = pid.and_then(|p| i32::try_from(p).ok()).unwrap_or(0);
+    let mut guard = GroupGuard { pgid, armed: true };
+    note(
+        &mut log,
+        &format!("pid {} (its own process group)", pid.unwrap_or(0)),
+    );
+
+    // Feed stdin from its own task: a child that never reads must not block the supervisor, and
+    // dropping the pipe afterwards closes the child's stdin.
+    let feeder = match (child.stdin.take(), spec.stdin.clone()) {
+        (Some(mut pipe), Some(data)) => Some(tokio::spawn(async move {
+            let _ = pipe.write_all(&data).await;
+            let _ = pipe.shutdown().await;
+        })),
+        _ => None,
+    };
+
+    let cancelled = async {
+        // A dropped sender means nobody can cancel any more.
+        if cancel.wait_for(|c| *c).await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    };
+    let (stop, first) = tokio::select! {
+        status = child.wait() => (None, Some(status)),
+        _ = tokio::time::sleep(limits.timeout) => (Some(Stop::TimedOut), None),
+        _ = cancelled => (Some(Stop::Cancelled), None),
+    };
+
+    let status = match first {
+        Some(s) => s,
+        None => {
+            let why = if stop == Some(Stop::TimedOut) {
+                format!(
+                    "time limit of {} reached",
+                    humantime::format_duration(limits.timeout)
+                )
+            } else {
+                "the listener is stopping".to_string()
+            };
+            note(
+                &mut log,
+                &format!("{why}: SIGTERM sent to the process group"),
+            );
+            signal_group(pgid, libc::SIGTERM);
+            match tokio::time::timeout(limits.grace, child.wait()).await {
+                Ok(s) => {
+                    note(&mut log, "the run ended within the grace");
+                    s
+                }
+                Err(_) => {
+                    note(
+                        &mut log,
+                        &format!(
+                            "grace of {} over: SIGKILL sent to the process group",
+                            humantime::format_duration(limits.grace)
+                        ),
+                    );
+                    signal_group(pgid, libc::SIGKILL);
+                    child.wait().await
+                }
+            }
+        }
+    };
+
+    // The leader is gone; whatever it left in its group goes too. The group id cannot be reused
+    // while any member still holds it, so this reaches only the run's own leftovers.
+    signal_group(pgid, libc::SIGKILL);
+    guard.armed = false;
+    if let Some(f) = feeder {
+        f.abort();
+    }
+
+    let end = match (stop, status) {
+        (Some(Stop::TimedOut), _) => ProcessEnd::TimedOut,
+        (Some(Stop::Cancelled), _) => ProcessEnd::Cancelled,
+        (None, Ok(st)) => {
+            use std::os::unix::process::ExitStatusExt;
+            match (st.code(), st.signal()) {
+                (Some(c), _) => ProcessEnd::Exited(c),
+                (None, Some(s)) => ProcessEnd::Signalled(s),
+                (None, None) => ProcessEnd::Exited(-1),
+            }
+        }
+        (None, Err(e)) => ProcessEnd::SpawnFailed(format!("lost track of the run: {e}")),
+    };
+    let r = report(end, pid);
+    note(
+        &mut log,
+        &format!(
+            "run ended: {:?} after {}",
+            r.end,
+            humantime::format_duration(Duration::from_millis(r.duration.as_millis() as u64))
+        ),
+    );
+    r
 }
 
-/// Keeps the newest `keep` run logs in `dir`.
+/// Keeps the newest `keep` run logs (`run-*.log`) in `dir`, newest by modification time, then by
+/// name. Other files are left alone; a missing `dir` is fine.
 pub fn prune_logs(dir: &Path, keep: usize) -> std::io::Result<()> {
-    let _ = (dir, keep);
-    todo!("ops: prune_logs")
+    let entries = match std::fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    let mut logs: Vec<(SystemTime, String, PathBuf)> = Vec::new();
+    for entry in entries {
+        let entry = entry?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if !(name.starts_with("run-") && name.ends_with(".log")) {
+            continue;
+        }
+        let meta = entry.metadata()?;
+        if !meta.is_file() {
+            continue;
+        }
+        let mtime = meta.modified().unwrap_or(SystemTime::UNIX_EPOCH);
+        logs.push((mtime, name, entry.path()));
+    }
+    logs.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| b.1.cmp(&a.1)));
+    for (_, _, path) in logs.into_iter().skip(keep) {
+        match std::fs::remove_file(&path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
 }

@@ -1,15 +1,362 @@
-//! The codex runtime (design 5). Owned by the runtimes work (issue 5).
+//! The Codex runtime (design 5): `codex exec --json --skip-git-repo-check` with the `agentchat`
+//! MCP server given by `-c` overrides, `-C <workdir>`, the prompt as the last argument (after
+//! `--`, so a prompt starting with `-` is never read as a flag) and stdin closed (an open stdin
+//! makes `codex exec` wait for more input).
+//!
+//! The key reaches Codex only in the environment variable `AGENTCHAT_API_KEY`, which the MCP
+//! override names as the bearer token's source; argv holds only the variable's name. Success
+//! needs exit 0 and `turn.completed`; `turn.failed` or an error event is a failure, and a refused
+//! login is `Unusable`.
 
+use super::cli;
 use super::{ProcessEnd, RunContext, RunOutcome, RunSpec, RuntimeError};
+use secrecy::ExposeSecret;
+
+/// The child's environment variable that carries the key for the MCP bearer token.
+pub const KEY_ENV: &str = "AGENTCHAT_API_KEY";
+
+/// Variables a parent Codex sets for the commands it runs; a listener started from inside such
+/// a command must not make its runs think they are sandboxed.
+pub const NESTED_SESSION_VARS: &[&str] = &["CODEX_SANDBOX", "CODEX_SANDBOX_NETWORK_DISABLED"];
 
 pub fn prepare(ctx: &RunContext<'_>) -> Result<RunSpec, RuntimeError> {
-    let _ = ctx;
-    Err(RuntimeError::Unusable(
-        "the codex runtime is not built yet".into(),
-    ))
+    let codex = &ctx.settings.listen.codex;
+    let program = cli::resolve_binary(
+        codex.binary.as_deref(),
+        "codex",
+        "codex",
+        "listen.codex.binary",
+    )?;
+    let url = cli::mcp_url(&ctx.settings.api_base, codex.mcp_url.as_deref());
+    let workdir = ctx.workdir.to_str().ok_or_else(|| {
+        RuntimeError::Unusable(format!(
+            "the workdir {} is not valid UTF-8",
+            ctx.workdir.display()
+        ))
+    })?;
+
+    let mut args: Vec<String> = ["exec", "--json", "--skip-git-repo-check"]
+        .map(String::from)
+        .to_vec();
+    for (key, value) in mcp_overrides(&url) {
+        args.push("-c".into());
+        args.push(format!("mcp_servers.agentchat.{key}={value}"));
+    }
+    args.push("-C".into());
+    args.push(workdir.to_string());
+    args.extend(codex.extra_args.iter().cloned());
+    args.push("--".into());
+    args.push(ctx.prompt.to_string());
+
+    let mut env = super::common_env(ctx);
+    env.push((KEY_ENV.into(), ctx.api_key.expose_secret().to_string()));
+
+    let mut env_remove: Vec<String> = super::ALWAYS_REMOVED
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    env_remove.extend(NESTED_SESSION_VARS.iter().map(|s| s.to_string()));
+
+    Ok(RunSpec {
+        program,
+        args,
+        env,
+        env_remove,
+        stdin: None,
+        cwd: ctx.workdir.to_path_buf(),
+    })
 }
 
+/// The `mcp_servers.agentchat.*` overrides, values as TOML literals.
+fn mcp_overrides(url: &str) -> Vec<(&'static str, String)> {
+    let toml_str = |s: &str| toml::Value::String(s.to_string()).to_string();
+    vec![
+        ("url", toml_str(url)),
+        ("bearer_token_env_var", toml_str(KEY_ENV)),
+        ("default_tools_approval_mode", toml_str("approve")),
+        // Without the tools the run cannot look at the tray; an unreachable server must fail
+        // the run (exit 1), not let it complete having seen nothing.
+        ("required", "true".into()),
+    ]
+}
+
+/// Lowercase fragments of Codex's error messages that mean the model provider refused the
+/// login (a retry cannot fix them).
+const AUTH_TEXTS: &[&str] = &[
+    "401 unauthorized",
+    "403 forbidden",
+    "status 401",
+    "status 403",
+    "not logged in",
+    "invalid api key",
+    "incorrect api key",
+    "login required",
+    "please log in",
+    "missing environment variable",
+];
+
 pub fn judge(end: &ProcessEnd, output: &[u8]) -> RunOutcome {
-    let _ = output;
-    super::script::judge(end)
+    if cli::spawn_unfixable(end) {
+        return RunOutcome::Unusable(format!(
+            "Codex could not be started ({})",
+            cli::end_failure(end).unwrap_or_default()
+        ));
+    }
+    let ev = Events::read(output);
+    let clean = ev.turn_completed && ev.turn_failed.is_none() && ev.errors.is_empty();
+    if *end == ProcessEnd::Exited(0) && clean {
+        return RunOutcome::Completed;
+    }
+    if ev.auth_refused {
+        return RunOutcome::Unusable(
+            "Codex is not logged in or its model provider refused the credentials; run \
+             `codex login` (or fix the provider's key) as the user the listener runs as"
+                .into(),
+        );
+    }
+    if let Some(reason) = cli::end_failure(end) {
+        return RunOutcome::Failed(match ev.last_error() {
+            Some(e) => format!("{reason}; {e}"),
+            None => reason,
+        });
+    }
+    if let Some(e) = &ev.turn_failed {
+        return RunOutcome::Failed(format!("turn failed: {e}"));
+    }
+    if let Some(e) = ev.errors.last() {
+        return RunOutcome::Failed(format!("error event: {e}"));
+    }
+    if !ev.turn_completed {
+        return RunOutcome::Failed("exited 0 without a completed turn".into());
+    }
+    RunOutcome::Completed
+}
+
+#[derive(Default)]
+struct Events {
+    turn_completed: bool,
+    /// `turn.failed`'s message, clipped.
+    turn_failed: Option<String>,
+    /// Top-level `error` events, clipped, without the ones Codex retries by itself.
+    errors: Vec<String>,
+    auth_refused: bool,
+}
+
+impl Events {
+    fn read(output: &[u8]) -> Events {
+        let mut ev = Events::default();
+        for v in cli::json_lines(output) {
+            match v.get("type").and_then(|t| t.as_str()) {
+                Some("turn.completed") => ev.turn_completed = true,
+                Some("turn.failed") => {
+                    let msg = v
+                        .pointer("/error/message")
+                        .and_then(|m| m.as_str())
+                        .unwrap_or("no message");
+                    ev.note_auth(msg);
+                    ev.turn_failed = Some(cli::clip(msg));
+                }
+                Some("error") => {
+                    let msg = v.get("message").and_then(|m| m.as_str()).unwrap_or("");
+                    ev.note_auth(msg);
+                    // "Reconnecting... n/5 (…)" is Codex retrying on its own; what finally
+                    // fails arrives as its own error and `turn.failed`.
+                    if !msg.starts_with("Reconnecting...") {
+                        ev.errors.push(cli::clip(msg));
+                    }
+                }
+                // `item.completed` of type `error` are warnings (unknown model metadata, …).
+                _ => {}
+            }
+        }
+        ev
+    }
+
+    fn note_auth(&mut self, msg: &str) {
+        let lower = msg.to_lowercase();
+        // An MCP server refusing our key is not Codex's login.
+        if lower.contains("mcp") {
+            return;
+        }
+        if AUTH_TEXTS.iter().any(|p| lower.contains(p)) {
+            self.auth_refused = true;
+        }
+    }
+
+    fn last_error(&self) -> Option<&str> {
+        self.turn_failed
+            .as_deref()
+            .or(self.errors.last().map(String::as_str))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::RuntimeKind;
+    use crate::runtime::cli::test_support::Fixture;
+
+    const SUCCESS: &str = r#"== run header
+{"type":"thread.started","thread_id":"t"}
+{"type":"item.completed","item":{"id":"item_0","type":"error","message":"Model metadata for `mock-model` not found. Defaulting to fallback metadata; this can degrade performance and cause issues."}}
+{"type":"turn.started"}
+{"type":"item.completed","item":{"id":"item_1","type":"mcp_tool_call","server":"agentchat","tool":"agentchat_inbox","arguments":{},"status":"completed"}}
+{"type":"item.completed","item":{"id":"item_2","type":"agent_message","text":"done"}}
+{"type":"turn.completed","usage":{"input_tokens":1}}
+"#;
+
+    // Recorded from codex 0.171.0 against a model endpoint answering 401.
+    const UNAUTHORIZED: &str = r#"{"type":"thread.started","thread_id":"t"}
+{"type":"turn.started"}
+{"type":"error","message":"Reconnecting... 1/5 (unexpected status 401 Unauthorized: invalid x-api-key, url: http://127.0.0.1:18401/v1/responses)"}
+{"type":"error","message":"unexpected status 401 Unauthorized: invalid x-api-key, url: http://127.0.0.1:18401/v1/responses"}
+{"type":"turn.failed","error":{"message":"unexpected status 401 Unauthorized: invalid x-api-key, url: http://127.0.0.1:18401/v1/responses"}}
+"#;
+
+    #[test]
+    fn argv_has_the_documented_shape_with_the_prompt_last() {
+        let fx = Fixture::new(RuntimeKind::Codex);
+        let spec = prepare(&fx.ctx()).unwrap();
+        let work = fx.workdir();
+        assert_eq!(spec.program, fx.binary.clone());
+        assert_eq!(
+            spec.args,
+            [
+                "exec",
+                "--json",
+                "--skip-git-repo-check",
+                "-c",
+                r#"mcp_servers.agentchat.url="http://127.0.0.1:9/mcp""#,
+                "-c",
+                r#"mcp_servers.agentchat.bearer_token_env_var="AGENTCHAT_API_KEY""#,
+                "-c",
+                r#"mcp_servers.agentchat.default_tools_approval_mode="approve""#,
+                "-c",
+                "mcp_servers.agentchat.required=true",
+                "-C",
+                work.to_str().unwrap(),
+                "--model",
+                "x",
+                "--",
+                Fixture::PROMPT,
+            ]
+        );
+        assert_eq!(spec.stdin, None);
+        assert_eq!(spec.cwd, work);
+    }
+
+    #[test]
+    fn key_is_only_in_the_named_env_var() {
+        let fx = Fixture::new(RuntimeKind::Codex);
+        let spec = prepare(&fx.ctx()).unwrap();
+        assert!(spec.args.iter().all(|a| !a.contains(Fixture::KEY)));
+        let carriers: Vec<_> = spec
+            .env
+            .iter()
+            .filter(|(_, v)| v.contains(Fixture::KEY))
+            .map(|(k, _)| k.as_str())
+            .collect();
+        assert_eq!(carriers, [KEY_ENV]);
+        assert!(spec.env_remove.iter().any(|r| r == "NOTIFY_SOCKET"));
+    }
+
+    #[test]
+    fn mcp_url_is_toml_quoted() {
+        let mut fx = Fixture::new(RuntimeKind::Codex);
+        fx.settings.listen.codex.mcp_url = Some(r#"http://h/"q"\x"#.into());
+        let spec = prepare(&fx.ctx()).unwrap();
+        let url_arg = spec.args.iter().find(|a| a.contains(".url=")).unwrap();
+        let value = url_arg.split_once('=').unwrap().1;
+        let parsed: toml::Table = toml::from_str(&format!("v = {value}")).unwrap();
+        assert_eq!(parsed["v"].as_str().unwrap(), r#"http://h/"q"\x"#);
+    }
+
+    #[test]
+    fn missing_binary_is_unusable() {
+        let mut fx = Fixture::new(RuntimeKind::Codex);
+        fx.settings.listen.codex.binary = Some(fx.dir.path().join("none/codex"));
+        assert!(matches!(prepare(&fx.ctx()), Err(RuntimeError::Unusable(_))));
+    }
+
+    #[test]
+    fn completed_turn_with_exit_zero_is_completed_despite_warning_items() {
+        assert_eq!(
+            judge(&ProcessEnd::Exited(0), SUCCESS.as_bytes()),
+            RunOutcome::Completed
+        );
+    }
+
+    #[test]
+    fn non_zero_exit_is_failed_even_with_a_completed_turn() {
+        assert!(matches!(
+            judge(&ProcessEnd::Exited(1), SUCCESS.as_bytes()),
+            RunOutcome::Failed(_)
+        ));
+    }
+
+    #[test]
+    fn turn_failed_is_failed_with_its_message() {
+        let out = r#"{"type":"turn.started"}
+{"type":"turn.failed","error":{"message":"stream disconnected before completion"}}"#;
+        match judge(&ProcessEnd::Exited(0), out.as_bytes()) {
+            RunOutcome::Failed(r) => assert!(r.contains("stream disconnected"), "{r}"),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn an_error_event_is_failed_but_reconnect_notices_are_not() {
+        let with_error = format!("{SUCCESS}{}\n", r#"{"type":"error","message":"boom"}"#);
+        assert!(matches!(
+            judge(&ProcessEnd::Exited(0), with_error.as_bytes()),
+            RunOutcome::Failed(_)
+        ));
+        let with_retry = format!(
+            "{}\n{SUCCESS}",
+            r#"{"type":"error","message":"Reconnecting... 1/5 (stream disconnected)"}"#
+        );
+        assert_eq!(
+            judge(&ProcessEnd::Exited(0), with_retry.as_bytes()),
+            RunOutcome::Completed
+        );
+    }
+
+    #[test]
+    fn no_completed_turn_is_failed() {
+        let out = "{\"type\":\"thread.started\"}\n{\"type\":\"turn.started\"}\n";
+        match judge(&ProcessEnd::Exited(0), out.as_bytes()) {
+            RunOutcome::Failed(r) => assert!(r.contains("without a completed turn"), "{r}"),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn refused_login_is_unusable() {
+        assert!(matches!(
+            judge(&ProcessEnd::Exited(1), UNAUTHORIZED.as_bytes()),
+            RunOutcome::Unusable(_)
+        ));
+        let not_logged_in = r#"{"type":"error","message":"Not logged in. Run codex login."}"#;
+        assert!(matches!(
+            judge(&ProcessEnd::Exited(1), not_logged_in.as_bytes()),
+            RunOutcome::Unusable(_)
+        ));
+    }
+
+    #[test]
+    fn an_mcp_refusal_is_not_a_codex_login_problem() {
+        let out = r#"{"type":"error","message":"MCP client for `agentchat` failed to start: 401 Unauthorized"}"#;
+        assert!(matches!(
+            judge(&ProcessEnd::Exited(1), out.as_bytes()),
+            RunOutcome::Failed(_)
+        ));
+    }
+
+    #[test]
+    fn time_limit_is_failed() {
+        assert_eq!(
+            judge(&ProcessEnd::TimedOut, b""),
+            RunOutcome::Failed("time limit reached".into())
+        );
+    }
 }

@@ -3,6 +3,8 @@
 //! (the MCP config); starting and supervising the process is `listen::runner`'s job.
 
 pub mod claude;
+/// Helpers shared by the Claude Code and Codex runtimes.
+pub mod cli;
 pub mod codex;
 pub mod script;
 

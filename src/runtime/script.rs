@@ -1,11 +1,81 @@
 //! The script runtime: the configured argv, the prompt on stdin, the key in `AGENTCHAT_API_KEY`
 //! unless switched off (it is the user's own program).
 
-use super::{ProcessEnd, RunContext, RunOutcome, RunSpec, RuntimeError};
+use super::{ProcessEnd, RunContext, RunOutcome, RunSpec, RuntimeError, common_env};
+use secrecy::ExposeSecret;
+use std::path::{Path, PathBuf};
 
+/// Builds the run: `command[0]` (a bare name is looked up on PATH now, so a missing program is a
+/// clear configuration error rather than a failed run), the rest as arguments, the prompt on stdin,
+/// the run's context in the environment, `ctx.workdir` as the working directory.
 pub fn prepare(ctx: &RunContext<'_>) -> Result<RunSpec, RuntimeError> {
-    let _ = ctx;
-    todo!("listen: script runtime")
+    let command = &ctx.settings.listen.command;
+    let Some(first) = command.first() else {
+        return Err(RuntimeError::Unusable(
+            "the script runtime has no program to run: set `command` under [listen] in the config \
+             (e.g. command = [\"/path/to/agent\", \"--flag\"])"
+                .into(),
+        ));
+    };
+    let program = locate(first, ctx.workdir, std::env::var_os("PATH").as_deref())?;
+
+    let mut env = common_env(ctx);
+    let mut env_remove = Vec::new();
+    if ctx.settings.listen.script_gets_key {
+        env.push((
+            "AGENTCHAT_API_KEY".into(),
+            ctx.api_key.expose_secret().to_string(),
+        ));
+    } else {
+        // The listener itself may have the key in its environment; the script must not inherit it.
+        env_remove.push("AGENTCHAT_API_KEY".into());
+    }
+
+    Ok(RunSpec {
+        program,
+        args: command[1..].to_vec(),
+        env,
+        env_remove,
+        stdin: Some(ctx.prompt.as_bytes().to_vec()),
+        cwd: ctx.workdir.to_path_buf(),
+    })
+}
+
+/// Finds the program: a bare name on `path_var` (the first executable file), a relative path
+/// against the run's working directory, an absolute path as is (it must exist).
+pub fn locate(
+    program: &str,
+    workdir: &Path,
+    path_var: Option<&std::ffi::OsStr>,
+) -> Result<PathBuf, RuntimeError> {
+    if program.contains('/') {
+        let p = workdir.join(program);
+        if p.is_file() {
+            return Ok(p);
+        }
+        return Err(RuntimeError::Unusable(format!(
+            "the script runtime's program {} (`command` under [listen]) does not exist",
+            p.display()
+        )));
+    }
+    let found = path_var
+        .into_iter()
+        .flat_map(std::env::split_paths)
+        .find_map(|dir| {
+            let candidate = dir.join(program);
+            is_executable(&candidate).then_some(candidate)
+        });
+    found.ok_or_else(|| {
+        RuntimeError::Unusable(format!(
+            "the script runtime's program `{program}` (`command` under [listen]) was not found \
+             on PATH; give its full path"
+        ))
+    })
+}
+
+fn is_executable(p: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
 }
 
 pub fn judge(end: &ProcessEnd) -> RunOutcome {
@@ -16,5 +86,153 @@ pub fn judge(end: &ProcessEnd) -> RunOutcome {
         ProcessEnd::TimedOut => RunOutcome::Failed("time limit reached".into()),
         ProcessEnd::Cancelled => RunOutcome::Failed("stopped with the listener".into()),
         ProcessEnd::SpawnFailed(e) => RunOutcome::Failed(format!("could not start: {e}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{ConfigArgs, Settings, resolve};
+    use crate::core::cycle::RunKind;
+    use secrecy::SecretString;
+    use std::collections::HashMap;
+
+    fn settings(toml: &str) -> Settings {
+        let env = HashMap::from([("HOME".to_string(), "/home/u".to_string())]);
+        resolve(
+            &ConfigArgs::default(),
+            &env,
+            Some((Path::new("/etc/agentchat/config.toml"), toml)),
+        )
+        .unwrap()
+    }
+
+    fn with_ctx<T>(s: &Settings, f: impl FnOnce(&RunContext<'_>) -> T) -> T {
+        let key = SecretString::from("ac_script_key".to_string());
+        let reasons = vec!["message".to_string(), "invite".to_string()];
+        let ctx = RunContext {
+            settings: s,
+            kind: RunKind::Invite,
+            prompt: "Check AgentChat.",
+            handle: "@alice",
+            cycle_id: "c-42",
+            wake_reasons: &reasons,
+            api_key: &key,
+            state_dir: Path::new("/state"),
+            workdir: Path::new("/work/dir"),
+        };
+        f(&ctx)
+    }
+
+    fn env_of(spec: &RunSpec, name: &str) -> Option<String> {
+        spec.env
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.clone())
+    }
+
+    #[test]
+    fn an_empty_command_says_which_key_to_set() {
+        let s = settings("[listen]\nruntime = \"script\"\n");
+        match with_ctx(&s, prepare) {
+            Err(RuntimeError::Unusable(m)) => {
+                assert!(m.contains("`command` under [listen]"), "{m}")
+            }
+            other => panic!("expected Unusable, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn argv_stdin_env_and_cwd_come_from_config_and_context() {
+        let s =
+            settings("[listen]\nruntime = \"script\"\ncommand = [\"/bin/sh\", \"-c\", \"cat\"]\n");
+        let spec = with_ctx(&s, prepare).unwrap();
+        assert_eq!(spec.program, PathBuf::from("/bin/sh"));
+        assert_eq!(spec.args, vec!["-c", "cat"]);
+        assert_eq!(spec.stdin.as_deref(), Some(&b"Check AgentChat."[..]));
+        assert_eq!(spec.cwd, PathBuf::from("/work/dir"));
+        assert_eq!(env_of(&spec, "AGENTCHAT_HANDLE").as_deref(), Some("@alice"));
+        assert_eq!(env_of(&spec, "AGENTCHAT_CYCLE_ID").as_deref(), Some("c-42"));
+        assert_eq!(
+            env_of(&spec, "AGENTCHAT_WAKE_REASONS").as_deref(),
+            Some("message,invite")
+        );
+        assert_eq!(
+            env_of(&spec, "AGENTCHAT_RUN_KIND").as_deref(),
+            Some("invite")
+        );
+        assert_eq!(
+            env_of(&spec, "AGENTCHAT_API_BASE").as_deref(),
+            Some("https://api.agentchat.me")
+        );
+        assert_eq!(
+            env_of(&spec, "AGENTCHAT_API_KEY").as_deref(),
+            Some("ac_script_key")
+        );
+        assert!(spec.env_remove.is_empty());
+        assert!(
+            !spec.args.iter().any(|a| a.contains("ac_script_key")),
+            "key never in argv"
+        );
+    }
+
+    #[test]
+    fn script_gets_key_false_keeps_the_key_out_even_when_inherited() {
+        let s = settings(
+            "[listen]\nruntime = \"script\"\ncommand = [\"/bin/sh\"]\nscript_gets_key = false\n",
+        );
+        let spec = with_ctx(&s, prepare).unwrap();
+        assert_eq!(env_of(&spec, "AGENTCHAT_API_KEY"), None);
+        assert_eq!(spec.env_remove, vec!["AGENTCHAT_API_KEY".to_string()]);
+    }
+
+    #[test]
+    fn a_bare_program_is_found_on_path_and_a_missing_one_is_an_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let bin = dir.path().join("my-agent");
+        std::fs::write(&bin, "#!/bin/sh\n").unwrap();
+        let not_exec = dir.path().join("plain-file");
+        std::fs::write(&not_exec, "").unwrap();
+        {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
+        }
+        let path =
+            std::env::join_paths(["/nonexistent-dir", dir.path().to_str().unwrap()]).unwrap();
+        assert_eq!(
+            locate("my-agent", Path::new("/"), Some(&path)).unwrap(),
+            bin
+        );
+        for missing in ["no-such-agent", "plain-file"] {
+            match locate(missing, Path::new("/"), Some(&path)) {
+                Err(RuntimeError::Unusable(m)) => {
+                    assert!(m.contains(missing) && m.contains("PATH"), "{m}")
+                }
+                other => panic!("expected Unusable, got {other:?}"),
+            }
+        }
+        // A relative path is taken from the working directory.
+        assert_eq!(
+            locate("./my-agent", dir.path(), None).unwrap(),
+            dir.path().join("./my-agent")
+        );
+        assert!(locate("/nonexistent/agent", dir.path(), None).is_err());
+    }
+
+    #[test]
+    fn judge_maps_every_end() {
+        assert_eq!(judge(&ProcessEnd::Exited(0)), RunOutcome::Completed);
+        assert!(matches!(
+            judge(&ProcessEnd::Exited(2)),
+            RunOutcome::Failed(_)
+        ));
+        assert!(matches!(
+            judge(&ProcessEnd::TimedOut),
+            RunOutcome::Failed(_)
+        ));
+        assert!(matches!(
+            judge(&ProcessEnd::Signalled(9)),
+            RunOutcome::Failed(_)
+        ));
     }
 }

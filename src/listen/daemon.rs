@@ -1,0 +1,525 @@
+//! The main loop (design 2-7): owns the coalescer and the status, starts one cycle at a time as
+//! a task, refreshes texts and status on timers, and handles signals (SIGTERM/SIGINT stop,
+//! SIGHUP reload) and systemd notification. The socket runs as its own task and sends wakes here.
+
+use super::api::Api;
+use super::cycle::{self, CycleInput, CycleReport};
+use super::socket::{self, SocketEvent, SocketParams, SocketState};
+use super::state::{self, Counters, LastWake, StateDir, Status, TextsStatus};
+use super::{TimeScale, load_texts};
+use crate::config::{self, ConfigArgs, Settings};
+use crate::core::coalescer::Coalescer;
+use crate::core::invite_rule::SINGLE_RUN_PACE_MS;
+use crate::core::texts::Texts;
+use secrecy::{ExposeSecret, SecretString};
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant, SystemTime};
+use tokio::signal::unix::{SignalKind, signal};
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
+
+const KEY_REFUSED_RETRY: Duration = Duration::from_secs(600);
+const STATUS_REFRESH: Duration = Duration::from_secs(30);
+const TEXTS_REFRESH: Duration = Duration::from_secs(24 * 3600);
+/// Beyond the run's own grace, how long a stopping listener waits for a cycle to wind down.
+const STOP_SLACK: Duration = Duration::from_secs(5);
+
+/// The listener's profile state on top of the socket's.
+struct Profile {
+    starting: bool,
+    unusable: Option<String>,
+    mismatch: Option<String>,
+    stopping: bool,
+}
+
+struct Daemon {
+    args: ConfigArgs,
+    settings: Settings,
+    key: SecretString,
+    scale: TimeScale,
+    state: StateDir,
+    started: Instant,
+    status: Status,
+    profile: Profile,
+    socket_state: SocketState,
+    texts: Option<Texts>,
+    handle: Option<String>,
+    pending_reasons: BTreeSet<String>,
+    coalescer: Coalescer,
+    shown_state: &'static str,
+    notify: bool,
+}
+
+/// Runs until SIGTERM/SIGINT. Returns the exit code (0).
+pub async fn run(
+    args: ConfigArgs,
+    settings: Settings,
+    key: SecretString,
+    state: StateDir,
+    scale: TimeScale,
+) -> anyhow::Result<i32> {
+    let mut sigterm = signal(SignalKind::terminate())?;
+    let mut sigint = signal(SignalKind::interrupt())?;
+    let mut sighup = signal(SignalKind::hangup())?;
+    let notify = std::env::var_os("NOTIFY_SOCKET").is_some();
+    let watchdog = if notify {
+        sd_notify::watchdog_enabled()
+    } else {
+        None
+    };
+
+    let now = SystemTime::now();
+    let status = Status {
+        state: "starting",
+        since: state::rfc3339(now),
+        socket: "connecting",
+        pid: std::process::id(),
+        profile: settings.profile.clone(),
+        handle: None,
+        api_base: settings.api_base.clone(),
+        runtime: settings.listen.runtime.as_str().to_string(),
+        key_source: key_source_label(&settings.key_source),
+        updated_at: state::rfc3339(now),
+        started_at: state::rfc3339(now),
+        last_frame_at: None,
+        last_connected_at: None,
+        last_wake: None,
+        last_cycle: None,
+        next_retry_at: None,
+        detail: None,
+        texts: TextsStatus {
+            source: "none",
+            fetched_at: None,
+        },
+        counters: Counters::default(),
+    };
+    let coalescer = Coalescer::new(
+        settings.listen.quiet_window.as_millis() as u64,
+        settings.listen.max_delay.as_millis() as u64,
+    );
+    let mut d = Daemon {
+        args,
+        settings,
+        key,
+        scale,
+        state,
+        started: Instant::now(),
+        status,
+        profile: Profile {
+            starting: true,
+            unusable: None,
+            mismatch: None,
+            stopping: false,
+        },
+        socket_state: SocketState::Connecting,
+        texts: None,
+        handle: None,
+        pending_reasons: BTreeSet::new(),
+        coalescer,
+        shown_state: "starting",
+        notify,
+    };
+    tracing::info!(
+        event = "listener_start",
+        pid = std::process::id(),
+        profile = %d.settings.profile,
+        api_base = %d.settings.api_base,
+        runtime = d.settings.listen.runtime.as_str(),
+        state_dir = %d.state.root.display(),
+        "listener starting"
+    );
+    d.write_status();
+    d.refresh_texts().await;
+
+    let (shutdown_tx, shutdown_rx) = watch::channel(false);
+    let (params_tx, params_rx) = watch::channel(d.socket_params());
+    let (ev_tx, mut ev_rx) = mpsc::channel::<SocketEvent>(256);
+    let (texts_tx, mut texts_rx) = mpsc::channel::<Option<(Texts, &'static str)>>(4);
+    let mut socket_task = tokio::spawn(socket::run(
+        params_rx.clone(),
+        ev_tx.clone(),
+        shutdown_rx.clone(),
+    ));
+    d.profile.starting = false;
+    if d.notify {
+        let _ = sd_notify::notify(&[sd_notify::NotifyState::Ready]);
+    }
+
+    let mut cycle_task: Option<JoinHandle<CycleReport>> = None;
+    let mut status_tick = tokio::time::interval(d.scale.apply(STATUS_REFRESH));
+    status_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut texts_tick = tokio::time::interval(d.scale.apply(TEXTS_REFRESH));
+    texts_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    texts_tick.reset();
+    let mut watchdog_tick = tokio::time::interval(
+        watchdog
+            .map(|w| (w / 2).max(Duration::from_millis(100)))
+            .unwrap_or(Duration::from_secs(3600)),
+    );
+
+    loop {
+        let due = if cycle_task.is_none() {
+            d.coalescer.due()
+        } else {
+            None
+        };
+        let due_sleep = async {
+            match due {
+                Some(at) => {
+                    let now = d.now_ms();
+                    if at > now {
+                        tokio::time::sleep(Duration::from_millis(at - now)).await;
+                    }
+                }
+                None => std::future::pending::<()>().await,
+            }
+        };
+        tokio::select! {
+            _ = sigterm.recv() => { tracing::info!(event = "stopping", signal = "SIGTERM", "stopping"); break; }
+            _ = sigint.recv() => { tracing::info!(event = "stopping", signal = "SIGINT", "stopping"); break; }
+            _ = sighup.recv() => {
+                d.reload(&params_tx);
+                d.spawn_texts_refresh(&texts_tx);
+            }
+            Some(ev) = ev_rx.recv() => d.on_socket_event(ev),
+            r = &mut socket_task => {
+                // The socket task only ends on shutdown; anything else is a bug. Stay resident:
+                // log it and start a new one.
+                tracing::error!(event = "socket_task_ended", error = ?r.err(), "the socket task ended unexpectedly; restarting it");
+                socket_task = tokio::spawn(socket::run(params_rx.clone(), ev_tx.clone(), shutdown_rx.clone()));
+            }
+            _ = due_sleep => {
+                let now = d.now_ms();
+                if d.coalescer.try_start(now) {
+                    cycle_task = Some(d.start_cycle(shutdown_rx.clone()));
+                }
+            }
+            r = async { match cycle_task.as_mut() { Some(t) => t.await, None => std::future::pending().await } } => {
+                cycle_task = None;
+                let now = d.now_ms();
+                d.coalescer.end(now);
+                match r {
+                    Ok(report) => d.on_cycle_end(report),
+                    Err(e) => tracing::error!(event = "cycle_crashed", error = %e, "the cycle task ended abnormally"),
+                }
+            }
+            _ = status_tick.tick() => {
+                d.check_key_file(&params_tx);
+                d.write_status();
+            }
+            _ = texts_tick.tick() => d.spawn_texts_refresh(&texts_tx),
+            Some(r) = texts_rx.recv() => d.on_texts(r),
+            _ = watchdog_tick.tick(), if watchdog.is_some() => {
+                let _ = sd_notify::notify(&[sd_notify::NotifyState::Watchdog]);
+            }
+        }
+    }
+
+    // Graceful stop: runs get their grace, the socket closes with 1000.
+    d.profile.stopping = true;
+    d.write_status();
+    if d.notify {
+        let _ = sd_notify::notify(&[sd_notify::NotifyState::Stopping]);
+    }
+    let _ = shutdown_tx.send(true);
+    let wait = d.settings.listen.kill_grace + STOP_SLACK;
+    if let Some(mut t) = cycle_task.take() {
+        match tokio::time::timeout(wait, &mut t).await {
+            Ok(Ok(report)) => d.on_cycle_end(report),
+            Ok(Err(_)) => {}
+            Err(_) => {
+                tracing::warn!(
+                    event = "cycle_abandoned",
+                    "the cycle did not end within the grace; abandoning it"
+                );
+                t.abort();
+            }
+        }
+    }
+    drop(ev_tx);
+    // Keep answering wakes so the socket task is never stuck waiting on us while it closes.
+    let drain = async {
+        while let Some(ev) = ev_rx.recv().await {
+            if let SocketEvent::Wake { registered, .. } = ev {
+                drop(registered);
+            }
+        }
+    };
+    let _ = tokio::time::timeout(Duration::from_secs(5), async {
+        tokio::join!(socket_task, drain)
+    })
+    .await;
+    d.write_status();
+    tracing::info!(event = "stopped", "listener stopped");
+    Ok(0)
+}
+
+impl Daemon {
+    fn now_ms(&self) -> u64 {
+        self.started.elapsed().as_millis() as u64
+    }
+
+    fn socket_params(&self) -> SocketParams {
+        SocketParams {
+            api_base: self.settings.api_base.clone(),
+            key: self.key.clone(),
+            idle_timeout: self.settings.listen.idle_timeout,
+            key_refused_retry: self.scale.apply(KEY_REFUSED_RETRY),
+        }
+    }
+
+    fn api(&self) -> Option<Api> {
+        match Api::new(&self.settings.api_base, self.key.clone()) {
+            Ok(a) => Some(a),
+            Err(e) => {
+                tracing::error!(event = "http_client_failed", error = %e, "cannot build the HTTP client");
+                None
+            }
+        }
+    }
+
+    fn on_socket_event(&mut self, ev: SocketEvent) {
+        let now = SystemTime::now();
+        match ev {
+            SocketEvent::Handle(h) => {
+                tracing::info!(event = "handle", handle = %h, "this key's agent");
+                self.handle = Some(h.clone());
+                self.status.handle = Some(format!("@{}", crate::core::handle::normalize(&h)));
+                self.write_status();
+            }
+            SocketEvent::State {
+                state,
+                next_retry_at,
+                detail,
+            } => {
+                self.socket_state = state;
+                self.status.next_retry_at = next_retry_at.map(state::rfc3339);
+                if self.profile.unusable.is_none() && self.profile.mismatch.is_none() {
+                    self.status.detail = detail;
+                }
+                self.write_status();
+            }
+            SocketEvent::Connected => {
+                self.status.counters.connects += 1;
+                self.status.last_connected_at = Some(state::rfc3339(now));
+            }
+            SocketEvent::Frame => {
+                self.status.counters.frames += 1;
+                self.status.last_frame_at = Some(state::rfc3339(now));
+            }
+            SocketEvent::Skipped => self.status.counters.frames_skipped += 1,
+            SocketEvent::Acked => self.status.counters.acks += 1,
+            SocketEvent::Wake { cause, registered } => {
+                let label = cause.label();
+                let t = self.now_ms();
+                self.coalescer.wake(t);
+                self.pending_reasons.insert(label);
+                let _ = registered.send(());
+                self.status.counters.wakes += 1;
+                self.status.last_wake = Some(LastWake {
+                    at: state::rfc3339(now),
+                    reasons: self.pending_reasons.iter().cloned().collect(),
+                });
+                self.write_status();
+            }
+        }
+    }
+
+    fn start_cycle(&mut self, shutdown: watch::Receiver<bool>) -> JoinHandle<CycleReport> {
+        let reasons: Vec<String> = std::mem::take(&mut self.pending_reasons)
+            .into_iter()
+            .collect();
+        let id = cycle::new_cycle_id();
+        self.status.counters.cycles += 1;
+        let input = self.api().map(|api| CycleInput {
+            id: id.clone(),
+            settings: self.settings.clone(),
+            api,
+            key: self.key.clone(),
+            state: self.state.clone(),
+            handle: self.handle.clone().unwrap_or_default(),
+            texts: self.texts.clone(),
+            reasons: reasons.clone(),
+            runtime_unusable: self.profile.unusable.is_some(),
+            invite_pace_ms: self
+                .scale
+                .apply(Duration::from_millis(SINGLE_RUN_PACE_MS))
+                .as_millis() as u64,
+            shutdown,
+        });
+        self.status.last_cycle = Some(state::LastCycle {
+            id: id.clone(),
+            started_at: state::rfc3339(SystemTime::now()),
+            reasons,
+            ..Default::default()
+        });
+        self.write_status();
+        tokio::spawn(async move {
+            match input {
+                Some(i) => cycle::run(i).await,
+                None => CycleReport::default(),
+            }
+        })
+    }
+
+    fn on_cycle_end(&mut self, report: CycleReport) {
+        if report.last.run_started {
+            self.status.counters.runs += 1;
+        }
+        if report.run_failed {
+            self.status.counters.runs_failed += 1;
+        }
+        self.status.counters.invites_dismissed += report.last.invites_dismissed;
+        if let Some(why) = report.unusable {
+            self.profile.unusable = Some(why.clone());
+            self.status.detail = Some(format!("runtime unusable: {why}"));
+        }
+        if let Some(you) = report.handle_mismatch {
+            self.status.detail = Some(format!(
+                "the tray is {you}'s, not @{}'s",
+                self.handle.as_deref().unwrap_or("?")
+            ));
+            self.profile.mismatch = Some(you);
+        } else if report.handle_ok && self.profile.mismatch.take().is_some() {
+            self.status.detail = None;
+        }
+        if let Some(t) = report.fetched_texts {
+            self.texts = Some(t);
+            self.status.texts = TextsStatus {
+                source: "server",
+                fetched_at: Some(state::rfc3339(SystemTime::now())),
+            };
+        }
+        self.status.last_cycle = Some(report.last);
+        self.write_status();
+    }
+
+    /// Shown state: stopping > runtime_unusable > handle_mismatch > the socket's.
+    fn shown(&self) -> &'static str {
+        if self.profile.stopping {
+            "stopping"
+        } else if self.profile.starting {
+            "starting"
+        } else if self.profile.unusable.is_some() {
+            "runtime_unusable"
+        } else if self.profile.mismatch.is_some() {
+            "handle_mismatch"
+        } else {
+            self.socket_state.as_str()
+        }
+    }
+
+    fn write_status(&mut self) {
+        let now = SystemTime::now();
+        let shown = self.shown();
+        if shown != self.shown_state {
+            self.shown_state = shown;
+            self.status.since = state::rfc3339(now);
+            tracing::info!(event = "state", state = shown, "listener state");
+            if self.notify {
+                let line = format!("STATUS={shown}");
+                let _ = sd_notify::notify(&[sd_notify::NotifyState::Custom(&line)]);
+            }
+        }
+        self.status.state = shown;
+        self.status.socket = self.socket_state.as_str();
+        self.status.updated_at = state::rfc3339(now);
+        if let Err(e) = self.state.write_status(&self.status) {
+            tracing::warn!(event = "status_write_failed", error = %e, "could not write status.json");
+        }
+    }
+
+    /// Fetches the texts; on failure keeps what is loaded or falls back to the cache.
+    async fn refresh_texts(&mut self) {
+        let Some(api) = self.api() else { return };
+        let runtime = self.settings.listen.runtime.texts_runtime();
+        let r = load_texts(&api, &self.state, runtime, self.texts.is_none()).await;
+        self.on_texts(r);
+    }
+
+    /// The timer's and SIGHUP's refresh runs as a task, so a slow server never holds up wakes.
+    fn spawn_texts_refresh(&self, tx: &mpsc::Sender<Option<(Texts, &'static str)>>) {
+        let Some(api) = self.api() else { return };
+        let runtime = self.settings.listen.runtime.texts_runtime();
+        let state = self.state.clone();
+        let use_cache = self.texts.is_none();
+        let tx = tx.clone();
+        tokio::spawn(async move {
+            let r = load_texts(&api, &state, runtime, use_cache).await;
+            let _ = tx.send(r).await;
+        });
+    }
+
+    fn on_texts(&mut self, r: Option<(Texts, &'static str)>) {
+        if let Some((texts, source)) = r {
+            self.texts = Some(texts);
+            self.status.texts = TextsStatus {
+                source,
+                fetched_at: Some(state::rfc3339(SystemTime::now())),
+            };
+        }
+        self.write_status();
+    }
+
+    /// SIGHUP: config and texts again; a refused key or an unusable runtime gets a new chance.
+    fn reload(&mut self, params_tx: &watch::Sender<SocketParams>) {
+        tracing::info!(event = "reload", "reloading configuration and texts");
+        match config::load(&self.args) {
+            Ok(s) => match s.api_key.clone() {
+                Some(k) => {
+                    if s.state_dir != self.settings.state_dir {
+                        tracing::warn!(
+                            event = "reload_partial",
+                            "the state dir cannot change while running; keeping the old one"
+                        );
+                    }
+                    let mut s = s;
+                    s.state_dir = self.settings.state_dir.clone();
+                    self.key = k;
+                    self.status.api_base = s.api_base.clone();
+                    self.status.runtime = s.listen.runtime.as_str().to_string();
+                    self.status.key_source = key_source_label(&s.key_source);
+                    self.settings = s;
+                }
+                None => {
+                    tracing::error!(
+                        event = "reload_failed",
+                        "the new configuration has no API key; keeping the old one"
+                    )
+                }
+            },
+            Err(e) => {
+                tracing::error!(event = "reload_failed", error = %e, "the new configuration is invalid; keeping the old one")
+            }
+        }
+        self.profile.unusable = None;
+        let _ = params_tx.send(self.socket_params());
+        self.write_status();
+    }
+
+    /// While the key is refused, a changed key (file or environment) is tried at once.
+    fn check_key_file(&mut self, params_tx: &watch::Sender<SocketParams>) {
+        if self.socket_state != SocketState::KeyRefused {
+            return;
+        }
+        let Ok(s) = config::load(&self.args) else {
+            return;
+        };
+        if let Some(k) = s.api_key
+            && k.expose_secret() != self.key.expose_secret()
+        {
+            tracing::info!(event = "key_changed", "the API key changed; retrying now");
+            self.key = k;
+            let _ = params_tx.send(self.socket_params());
+        }
+    }
+}
+
+fn key_source_label(k: &config::KeySource) -> String {
+    match k {
+        config::KeySource::Env => "env".into(),
+        config::KeySource::File(p) => format!("file:{}", p.display()),
+        config::KeySource::Config => "config".into(),
+        config::KeySource::Missing => "missing".into(),
+    }
+}

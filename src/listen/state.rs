@@ -1,0 +1,310 @@
+//! The profile's state dir (design 7): created 0700; the single-instance lock; `status.json`
+//! written atomically (tmp + rename, 0600); the last good texts; the invite-rule memory; run logs.
+//! Nothing here ever holds the key or message text.
+
+use crate::core::invite_rule::InviteMemory;
+use serde::Serialize;
+use std::fs::{File, OpenOptions};
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::time::SystemTime;
+
+pub const LOCK_FILE: &str = "listen.lock";
+pub const STATUS_FILE: &str = "status.json";
+pub const INVITES_FILE: &str = "invites.json";
+pub const RUNS_DIR: &str = "runs";
+
+#[derive(Debug, thiserror::Error)]
+pub enum StateError {
+    #[error("cannot prepare the state dir {path}: {source}")]
+    Dir {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot use the lock file {path}: {source}")]
+    Lock {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+/// The state dir of one profile.
+#[derive(Debug, Clone)]
+pub struct StateDir {
+    pub root: PathBuf,
+}
+
+/// The lock, held for the life of the process (dropping it releases it).
+#[derive(Debug)]
+pub struct Lock {
+    _file: File,
+}
+
+/// The result of trying to take the lock.
+#[derive(Debug)]
+pub enum LockAttempt {
+    Acquired(Lock),
+    /// Another listener holds it; its pid as written in the file, when readable.
+    Held {
+        pid: Option<u32>,
+    },
+}
+
+impl StateDir {
+    /// Creates the dir (and parents) and makes it 0700.
+    pub fn open(root: &Path) -> Result<StateDir, StateError> {
+        let err = |source| StateError::Dir {
+            path: root.to_path_buf(),
+            source,
+        };
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(root)
+            .map_err(err)?;
+        std::fs::set_permissions(root, std::fs::Permissions::from_mode(0o700)).map_err(err)?;
+        let dir = StateDir {
+            root: root.to_path_buf(),
+        };
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir.runs_dir())
+            .map_err(err)?;
+        Ok(dir)
+    }
+
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.root.join(name)
+    }
+
+    pub fn runs_dir(&self) -> PathBuf {
+        self.root.join(RUNS_DIR)
+    }
+
+    /// The runs' default working directory, owned by the listener.
+    pub fn default_workdir(&self) -> PathBuf {
+        self.root.join("workdir")
+    }
+
+    pub fn texts_cache(&self, texts_runtime: &str) -> PathBuf {
+        self.root.join(format!("texts-{texts_runtime}.json"))
+    }
+
+    /// Takes `listen.lock` (`File::try_lock`) and writes our pid into it.
+    pub fn lock(&self) -> Result<LockAttempt, StateError> {
+        let path = self.path(LOCK_FILE);
+        let err = |source| StateError::Lock {
+            path: path.clone(),
+            source,
+        };
+        let mut file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            .open(&path)
+            .map_err(err)?;
+        match file.try_lock() {
+            Ok(()) => {
+                file.set_len(0).map_err(err)?;
+                file.seek(SeekFrom::Start(0)).map_err(err)?;
+                writeln!(file, "{}", std::process::id()).map_err(err)?;
+                file.flush().map_err(err)?;
+                Ok(LockAttempt::Acquired(Lock { _file: file }))
+            }
+            Err(std::fs::TryLockError::WouldBlock) => {
+                let mut s = String::new();
+                let _ = file.read_to_string(&mut s);
+                Ok(LockAttempt::Held {
+                    pid: s.trim().parse().ok(),
+                })
+            }
+            Err(std::fs::TryLockError::Error(e)) => Err(err(e)),
+        }
+    }
+
+    /// Reads the invite-rule memory; a missing or damaged file is an empty memory (logged by
+    /// the caller), never a crash.
+    pub fn load_invites(&self) -> Result<InviteMemory, String> {
+        match std::fs::read(self.path(INVITES_FILE)) {
+            Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| e.to_string()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(InviteMemory::default()),
+            Err(e) => Err(e.to_string()),
+        }
+    }
+
+    pub fn save_invites(&self, memory: &InviteMemory) -> std::io::Result<()> {
+        let bytes = serde_json::to_vec_pretty(memory).map_err(std::io::Error::other)?;
+        write_atomic(&self.path(INVITES_FILE), &bytes)
+    }
+
+    pub fn write_status(&self, status: &Status) -> std::io::Result<()> {
+        let bytes = serde_json::to_vec_pretty(status).map_err(std::io::Error::other)?;
+        write_atomic(&self.path(STATUS_FILE), &bytes)
+    }
+}
+
+/// Writes `bytes` to a temp file beside `path` (0600) and renames it over `path`, so a reader
+/// never sees half a file.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    write_atomic_mode(path, bytes, 0o600)
+}
+
+/// `write_atomic` for a file of the user's (the identity block's file): keeps its mode, 0644
+/// when new.
+pub fn write_keeping_mode(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let mode = std::fs::metadata(path)
+        .map(|m| m.mode() & 0o7777)
+        .unwrap_or(0o644);
+    write_atomic_mode(path, bytes, mode)
+}
+
+fn write_atomic_mode(path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<()> {
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "file".into());
+    let tmp = path.with_file_name(format!(
+        ".{name}.{}.{:08x}.tmp",
+        std::process::id(),
+        fastrand::u32(..)
+    ));
+    {
+        let mut f = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+    }
+    std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(mode))?;
+    std::fs::rename(&tmp, path)
+}
+
+/// RFC 3339 UTC with milliseconds.
+pub fn rfc3339(t: SystemTime) -> String {
+    humantime::format_rfc3339_millis(t).to_string()
+}
+
+pub fn unix_ms(t: SystemTime) -> u64 {
+    t.duration_since(SystemTime::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+/// The listener's state as `status.json` shows it (design 7; the field list is in
+/// docs/readme/listen.md).
+#[derive(Debug, Clone, Serialize)]
+pub struct Status {
+    pub state: &'static str,
+    pub since: String,
+    /// The socket's own state, which `state` hides while a profile state (key refused, runtime
+    /// unusable, handle mismatch) is shown.
+    pub socket: &'static str,
+    pub pid: u32,
+    pub profile: String,
+    pub handle: Option<String>,
+    pub api_base: String,
+    pub runtime: String,
+    pub key_source: String,
+    pub updated_at: String,
+    pub started_at: String,
+    pub last_frame_at: Option<String>,
+    pub last_connected_at: Option<String>,
+    pub last_wake: Option<LastWake>,
+    pub last_cycle: Option<LastCycle>,
+    pub next_retry_at: Option<String>,
+    /// One line on why the state is what it is (never the key, never message text).
+    pub detail: Option<String>,
+    pub texts: TextsStatus,
+    pub counters: Counters,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct LastWake {
+    pub at: String,
+    pub reasons: Vec<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Default)]
+pub struct LastCycle {
+    pub id: String,
+    pub started_at: String,
+    pub ended_at: Option<String>,
+    pub reasons: Vec<String>,
+    pub run_started: bool,
+    pub run_kind: Option<String>,
+    /// `completed`, `failed`, `unusable`, or `no_run`.
+    pub outcome: Option<String>,
+    pub no_run_reason: Option<String>,
+    pub failure: Option<String>,
+    pub run_log: Option<String>,
+    pub invites_dismissed: u64,
+}
+
+#[derive(Debug, Clone, Serialize, Default)]
+pub struct TextsStatus {
+    /// `server`, `cache`, or `none`.
+    pub source: &'static str,
+    pub fetched_at: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Default)]
+pub struct Counters {
+    pub connects: u64,
+    pub frames: u64,
+    pub acks: u64,
+    pub wakes: u64,
+    pub cycles: u64,
+    pub runs: u64,
+    pub runs_failed: u64,
+    pub invites_dismissed: u64,
+    pub frames_skipped: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::MetadataExt;
+
+    #[test]
+    fn state_dir_is_created_0700_and_status_is_written_0600() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().join("a/b");
+        let dir = StateDir::open(&root).unwrap();
+        assert_eq!(std::fs::metadata(&root).unwrap().mode() & 0o777, 0o700);
+        write_atomic(&dir.path(STATUS_FILE), b"{}").unwrap();
+        let meta = std::fs::metadata(dir.path(STATUS_FILE)).unwrap();
+        assert_eq!(meta.mode() & 0o777, 0o600);
+        assert_eq!(std::fs::read(dir.path(STATUS_FILE)).unwrap(), b"{}");
+    }
+
+    #[test]
+    fn second_lock_in_the_same_process_reports_the_holder_pid() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = StateDir::open(tmp.path()).unwrap();
+        let first = dir.lock().unwrap();
+        assert!(matches!(first, LockAttempt::Acquired(_)));
+        match dir.lock().unwrap() {
+            LockAttempt::Held { pid } => assert_eq!(pid, Some(std::process::id())),
+            LockAttempt::Acquired(_) => panic!("second lock must not be granted"),
+        }
+        drop(first);
+        assert!(matches!(dir.lock().unwrap(), LockAttempt::Acquired(_)));
+    }
+
+    #[test]
+    fn damaged_invite_memory_is_an_error_not_a_panic_and_missing_is_empty() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = StateDir::open(tmp.path()).unwrap();
+        assert_eq!(dir.load_invites().unwrap(), InviteMemory::default());
+        std::fs::write(dir.path(INVITES_FILE), b"not json").unwrap();
+        assert!(dir.load_invites().is_err());
+    }
+}

@@ -1,0 +1,532 @@
+//! Layered config: precedence, profiles, key sources, and errors that name their key.
+
+use agentchat::config::{
+    ConfigArgs, ConfigError, IntegrationSwitch, KeySource, LogFormat, McpMode, RuntimeKind,
+    integration_switch, load_with_env, resolve,
+};
+use secrecy::ExposeSecret;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+fn env(pairs: &[(&str, &str)]) -> HashMap<String, String> {
+    let mut m: HashMap<String, String> = pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    m.entry("HOME".into()).or_insert_with(|| "/home/u".into());
+    m
+}
+
+fn file(text: &str) -> Option<(&'static Path, &str)> {
+    Some((Path::new("/etc/agentchat/config.toml"), text))
+}
+
+fn err_of(args: &ConfigArgs, e: &HashMap<String, String>, text: &str) -> ConfigError {
+    match resolve(args, e, file(text)) {
+        Ok(_) => panic!("expected an error for:\n{text}"),
+        Err(e) => e,
+    }
+}
+
+#[test]
+fn defaults_apply_when_nothing_is_set() {
+    let s = resolve(&ConfigArgs::default(), &env(&[]), None).unwrap();
+    assert_eq!(s.profile, "default");
+    assert_eq!(s.api_base, "https://api.agentchat.me");
+    assert_eq!(s.key_source, KeySource::Missing);
+    assert!(s.api_key.is_none());
+    assert_eq!(s.log_level, "info");
+    assert_eq!(s.log_format, LogFormat::Text);
+    assert_eq!(
+        s.state_dir,
+        PathBuf::from("/home/u/.local/state/agentchat/default")
+    );
+    let l = &s.listen;
+    assert_eq!(l.runtime, RuntimeKind::ClaudeCode);
+    assert!(l.command.is_empty());
+    assert_eq!(l.workdir, None);
+    assert_eq!(l.run_timeout, Duration::from_secs(900));
+    assert_eq!(l.kill_grace, Duration::from_secs(10));
+    assert_eq!(l.quiet_window, Duration::from_secs(3));
+    assert_eq!(l.max_delay, Duration::from_secs(15));
+    assert_eq!(l.idle_timeout, Duration::from_secs(100));
+    assert!(l.script_gets_key);
+    assert!(l.identity_block);
+    assert_eq!(l.run_logs_keep, 50);
+    assert_eq!(l.claude.mcp, McpMode::Listener);
+    assert!(l.claude.binary.is_none() && l.codex.binary.is_none());
+}
+
+#[test]
+fn file_values_are_read_with_humantime_durations() {
+    let text = r#"
+log_level = "DEBUG"
+log_format = "json"
+[listen]
+runtime = "script"
+command = ["my-agent", "--fast"]
+workdir = "agent-home"
+run_timeout = "1h 30m"
+kill_grace = "500ms"
+quiet_window = "0s"
+max_delay = "2m"
+idle_timeout = "45s"
+script_gets_key = false
+identity_block = false
+run_logs_keep = 7
+[listen.claude]
+binary = "bin/claude"
+extra_args = ["--model", "x"]
+mcp = "user"
+mcp_url = "http://127.0.0.1:9/mcp/"
+[listen.codex]
+binary = "codex-nightly"
+extra_args = ["-c", "a=b"]
+"#;
+    let s = resolve(&ConfigArgs::default(), &env(&[]), file(text)).unwrap();
+    assert_eq!(s.log_level, "debug");
+    assert_eq!(s.log_format, LogFormat::Json);
+    let l = &s.listen;
+    assert_eq!(l.runtime, RuntimeKind::Script);
+    assert_eq!(l.command, vec!["my-agent", "--fast"]);
+    // Relative paths are relative to the config file's folder.
+    assert_eq!(l.workdir, Some(PathBuf::from("/etc/agentchat/agent-home")));
+    assert_eq!(l.run_timeout, Duration::from_secs(5400));
+    assert_eq!(l.kill_grace, Duration::from_millis(500));
+    assert_eq!(l.quiet_window, Duration::ZERO);
+    assert_eq!(l.max_delay, Duration::from_secs(120));
+    assert_eq!(l.idle_timeout, Duration::from_secs(45));
+    assert!(!l.script_gets_key);
+    assert!(!l.identity_block);
+    assert_eq!(l.run_logs_keep, 7);
+    assert_eq!(
+        l.claude.binary,
+        Some(PathBuf::from("/etc/agentchat/bin/claude"))
+    );
+    assert_eq!(l.claude.extra_args, vec!["--model", "x"]);
+    assert_eq!(l.claude.mcp, McpMode::User);
+    assert_eq!(l.claude.mcp_url.as_deref(), Some("http://127.0.0.1:9/mcp"));
+    // A bare binary name stays bare, to be looked up on PATH.
+    assert_eq!(l.codex.binary, Some(PathBuf::from("codex-nightly")));
+    assert_eq!(l.codex.extra_args, vec!["-c", "a=b"]);
+}
+
+#[test]
+fn environment_beats_file_and_flags_beat_environment() {
+    let text = "api_base = \"https://file.example\"\nlog_level = \"warn\"\n[listen]\nruntime = \"codex\"\n";
+    let none = ConfigArgs::default();
+    let s = resolve(&none, &env(&[]), file(text)).unwrap();
+    assert_eq!(s.api_base, "https://file.example");
+    assert_eq!(s.listen.runtime, RuntimeKind::Codex);
+    assert_eq!(s.log_level, "warn");
+
+    let e = env(&[
+        ("AGENTCHAT_API_BASE", "https://env.example/"),
+        ("AGENTCHAT_RUNTIME", "script"),
+        ("AGENTCHAT_LOG", "trace"),
+        ("AGENTCHAT_LOG_FORMAT", "json"),
+        ("AGENTCHAT_STATE_DIR", "/var/env-state"),
+    ]);
+    let s = resolve(&none, &e, file(text)).unwrap();
+    assert_eq!(s.api_base, "https://env.example");
+    assert_eq!(s.listen.runtime, RuntimeKind::Script);
+    assert_eq!(s.log_level, "trace");
+    assert_eq!(s.log_format, LogFormat::Json);
+    assert_eq!(s.state_dir, PathBuf::from("/var/env-state"));
+
+    let flags = ConfigArgs {
+        api_base: Some("http://127.0.0.1:8080".into()),
+        runtime: Some("claude-code".into()),
+        state_dir: Some("/tmp/flag-state".into()),
+        ..ConfigArgs::default()
+    };
+    let s = resolve(&flags, &e, file(text)).unwrap();
+    assert_eq!(s.api_base, "http://127.0.0.1:8080");
+    assert_eq!(s.listen.runtime, RuntimeKind::ClaudeCode);
+    assert_eq!(s.state_dir, PathBuf::from("/tmp/flag-state"));
+}
+
+#[test]
+fn unknown_keys_are_named_with_their_table_path() {
+    let none = ConfigArgs::default();
+    let e = env(&[]);
+    for (text, key) in [
+        ("api_bsae = \"x\"", "api_bsae"),
+        ("[listen]\nqiet_window = \"3s\"", "listen.qiet_window"),
+        ("[listen.claude]\nmcp_uri = \"x\"", "listen.claude.mcp_uri"),
+        ("[listen.codex]\nmcp = \"user\"", "listen.codex.mcp"),
+        (
+            "[profiles.work.listen]\nrun_timout = \"1m\"",
+            "profiles.work.listen.run_timout",
+        ),
+        (
+            "[profiles.work.profiles.x]\nlog_level = \"info\"",
+            "profiles.work.profiles",
+        ),
+        ("[surprise]\na = 1", "surprise"),
+    ] {
+        match err_of(&none, &e, text) {
+            ConfigError::UnknownKey(k) => assert_eq!(k, key, "for {text:?}"),
+            other => panic!("{text:?}: expected UnknownKey({key}), got {other}"),
+        }
+        assert!(
+            err_of(&none, &e, text).to_string().contains(key),
+            "the message names {key}"
+        );
+    }
+}
+
+#[test]
+fn bad_values_name_the_key_and_the_problem() {
+    let none = ConfigArgs::default();
+    let e = env(&[]);
+    for (text, key, problem) in [
+        (
+            "[listen]\nquiet_window = \"3 parsecs\"",
+            "listen.quiet_window",
+            "not a duration",
+        ),
+        (
+            "[listen]\nrun_timeout = 900",
+            "listen.run_timeout",
+            "duration string",
+        ),
+        (
+            "[listen]\nrun_timeout = \"0s\"",
+            "listen.run_timeout",
+            "longer than zero",
+        ),
+        (
+            "[listen]\nruntime = \"gpt\"",
+            "listen.runtime",
+            "claude-code, codex or script",
+        ),
+        (
+            "[listen]\ncommand = \"run.sh\"",
+            "listen.command",
+            "array of strings",
+        ),
+        ("[listen]\ncommand = [\"a\", 3]", "listen.command", "item 1"),
+        (
+            "[listen]\nscript_gets_key = \"yes\"",
+            "listen.script_gets_key",
+            "true or false",
+        ),
+        (
+            "[listen]\nrun_logs_keep = 0",
+            "listen.run_logs_keep",
+            "at least 1",
+        ),
+        (
+            "[listen.claude]\nmcp = \"mine\"",
+            "listen.claude.mcp",
+            "listener",
+        ),
+        ("api_base = \"ftp://x\"", "api_base", "https://"),
+        ("api_base = \"not a url\"", "api_base", "not a URL"),
+        ("log_level = \"loud\"", "log_level", "error, warn"),
+        ("log_format = \"xml\"", "log_format", "text or json"),
+        ("listen = 3", "listen", "table"),
+        (
+            "[profiles.work.listen]\nmax_delay = \"soon\"",
+            "profiles.work.listen.max_delay",
+            "duration",
+        ),
+        (
+            "[profiles.\"../up\"]\nlog_level = \"info\"",
+            "profiles.../up",
+            "profile name",
+        ),
+    ] {
+        match err_of(&none, &e, text) {
+            ConfigError::BadValue { key: k, problem: p } => {
+                assert_eq!(k, key, "for {text:?}");
+                assert!(
+                    p.contains(problem),
+                    "{text:?}: problem {p:?} lacks {problem:?}"
+                );
+            }
+            other => panic!("{text:?}: expected BadValue({key}), got {other}"),
+        }
+    }
+    // Environment and flag values are named by their variable or flag.
+    let bad_env = env(&[("AGENTCHAT_RUNTIME", "vim")]);
+    match resolve(&none, &bad_env, None) {
+        Err(ConfigError::BadValue { key, .. }) => assert_eq!(key, "AGENTCHAT_RUNTIME"),
+        other => panic!("expected BadValue, got {:?}", other.map(|_| ())),
+    }
+    let bad_flag = ConfigArgs {
+        api_base: Some("localhost".into()),
+        ..ConfigArgs::default()
+    };
+    match resolve(&bad_flag, &e, None) {
+        Err(ConfigError::BadValue { key, .. }) => assert_eq!(key, "--api-base"),
+        other => panic!("expected BadValue, got {:?}", other.map(|_| ())),
+    }
+}
+
+#[test]
+fn invalid_toml_reports_line_without_quoting_the_file() {
+    let text = "log_level = \"info\"\napi_key = \"ac_secret_value_123\n";
+    match err_of(&ConfigArgs::default(), &env(&[]), text) {
+        ConfigError::Toml { path, message } => {
+            assert_eq!(path, PathBuf::from("/etc/agentchat/config.toml"));
+            assert!(message.contains("line 2"), "{message}");
+            assert!(!message.contains("ac_secret_value_123"), "{message}");
+        }
+        other => panic!("expected Toml, got {other}"),
+    }
+}
+
+#[test]
+fn profile_table_overrides_the_top_level_and_gets_its_own_state_dir() {
+    let text = r#"
+api_base = "https://top.example"
+[listen]
+runtime = "codex"
+quiet_window = "4s"
+[profiles.work]
+api_base = "https://work.example"
+[profiles.work.listen]
+quiet_window = "9s"
+[profiles.other.listen]
+runtime = "script"
+"#;
+    let work = ConfigArgs {
+        profile: Some("work".into()),
+        ..ConfigArgs::default()
+    };
+    let s = resolve(&work, &env(&[]), file(text)).unwrap();
+    assert_eq!(s.profile, "work");
+    assert_eq!(s.api_base, "https://work.example");
+    assert_eq!(s.listen.quiet_window, Duration::from_secs(9));
+    // Not overridden: inherited from the top level.
+    assert_eq!(s.listen.runtime, RuntimeKind::Codex);
+    assert_eq!(
+        s.state_dir,
+        PathBuf::from("/home/u/.local/state/agentchat/work")
+    );
+
+    // The default profile is the top level alone.
+    let s = resolve(&ConfigArgs::default(), &env(&[]), file(text)).unwrap();
+    assert_eq!(s.api_base, "https://top.example");
+    assert_eq!(s.listen.quiet_window, Duration::from_secs(4));
+
+    // AGENTCHAT_PROFILE picks a profile; --profile beats it.
+    let e = env(&[("AGENTCHAT_PROFILE", "other"), ("XDG_STATE_HOME", "/xdg")]);
+    let s = resolve(&ConfigArgs::default(), &e, file(text)).unwrap();
+    assert_eq!(s.profile, "other");
+    assert_eq!(s.listen.runtime, RuntimeKind::Script);
+    assert_eq!(s.state_dir, PathBuf::from("/xdg/agentchat/other"));
+    let s = resolve(&work, &e, file(text)).unwrap();
+    assert_eq!(s.profile, "work");
+
+    // A profile without a table is allowed (its own state dir, the top-level settings).
+    let solo = ConfigArgs {
+        profile: Some("solo".into()),
+        ..ConfigArgs::default()
+    };
+    let s = resolve(&solo, &env(&[]), file(text)).unwrap();
+    assert_eq!(s.api_base, "https://top.example");
+    assert!(s.state_dir.ends_with("agentchat/solo"));
+
+    // A profile name that is not a plain directory name is refused.
+    let evil = ConfigArgs {
+        profile: Some("../etc".into()),
+        ..ConfigArgs::default()
+    };
+    match resolve(&evil, &env(&[]), None) {
+        Err(ConfigError::BadValue { key, .. }) => assert_eq!(key, "--profile"),
+        other => panic!("expected BadValue, got {:?}", other.map(|_| ())),
+    }
+}
+
+#[test]
+fn no_home_and_no_override_is_a_clear_error() {
+    let e: HashMap<String, String> = HashMap::new();
+    match resolve(&ConfigArgs::default(), &e, None) {
+        Err(ConfigError::BadValue { key, problem }) => {
+            assert_eq!(key, "state_dir");
+            assert!(problem.contains("AGENTCHAT_STATE_DIR"));
+        }
+        other => panic!("expected BadValue, got {:?}", other.map(|_| ())),
+    }
+    let e = HashMap::from([("AGENTCHAT_STATE_DIR".to_string(), "/s".to_string())]);
+    assert_eq!(
+        resolve(&ConfigArgs::default(), &e, None).unwrap().state_dir,
+        PathBuf::from("/s")
+    );
+}
+
+#[test]
+fn key_comes_from_env_then_key_file_then_config() {
+    let none = ConfigArgs::default();
+    let text = "api_key_file = \"keys/k\"\napi_key = \"ac_from_config\"";
+    let s = resolve(
+        &none,
+        &env(&[("AGENTCHAT_API_KEY", " ac_from_env\n")]),
+        file(text),
+    )
+    .unwrap();
+    assert_eq!(s.key_source, KeySource::Env);
+    assert_eq!(s.api_key.unwrap().expose_secret(), "ac_from_env");
+
+    // resolve is pure: the key file is named (relative to the config file), not read.
+    let s = resolve(&none, &env(&[]), file(text)).unwrap();
+    assert_eq!(
+        s.key_source,
+        KeySource::File(PathBuf::from("/etc/agentchat/keys/k"))
+    );
+    assert!(s.api_key.is_none());
+
+    let s = resolve(&none, &env(&[]), file("api_key = \"ac_from_config\"")).unwrap();
+    assert_eq!(s.key_source, KeySource::Config);
+    assert_eq!(s.api_key.unwrap().expose_secret(), "ac_from_config");
+
+    // An empty AGENTCHAT_API_KEY counts as unset.
+    let s = resolve(&none, &env(&[("AGENTCHAT_API_KEY", "")]), None).unwrap();
+    assert_eq!(s.key_source, KeySource::Missing);
+}
+
+#[test]
+fn debug_of_settings_never_shows_the_key() {
+    let s = resolve(
+        &ConfigArgs::default(),
+        &env(&[("AGENTCHAT_API_KEY", "ac_topsecret_4242")]),
+        None,
+    )
+    .unwrap();
+    let dbg = format!("{s:?} {s:#?}");
+    assert!(!dbg.contains("ac_topsecret_4242"), "{dbg}");
+    assert!(dbg.contains("Env"), "the source is still shown: {dbg}");
+}
+
+#[cfg(unix)]
+#[test]
+fn load_reads_a_private_key_file_and_refuses_a_readable_one() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let key = dir.path().join("key");
+    std::fs::write(&key, "ac_file_key_77\n").unwrap();
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let cfg = dir.path().join("config.toml");
+    std::fs::write(&cfg, "api_key_file = \"key\"\n").unwrap();
+    let args = ConfigArgs {
+        config: Some(cfg.clone()),
+        state_dir: Some(dir.path().join("state")),
+        ..ConfigArgs::default()
+    };
+    let s = load_with_env(&args, &env(&[])).unwrap();
+    assert_eq!(s.key_source, KeySource::File(key.clone()));
+    assert_eq!(s.api_key.unwrap().expose_secret(), "ac_file_key_77");
+    assert_eq!(s.config_path, Some(cfg.clone()));
+
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let err = load_with_env(&args, &env(&[])).unwrap_err();
+    let msg = err.to_string();
+    assert!(
+        msg.contains("api_key_file") && msg.contains("chmod 600"),
+        "{msg}"
+    );
+    assert!(!msg.contains("ac_file_key_77"), "{msg}");
+
+    // The environment still wins without touching the unsafe file.
+    let s = load_with_env(&args, &env(&[("AGENTCHAT_API_KEY", "ac_env")])).unwrap();
+    assert_eq!(s.key_source, KeySource::Env);
+}
+
+#[test]
+fn load_requires_a_named_config_file_to_exist() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("nope.toml");
+    let e = env(&[("AGENTCHAT_CONFIG", missing.to_str().unwrap())]);
+    match load_with_env(&ConfigArgs::default(), &e) {
+        Err(ConfigError::Read { path, .. }) => assert_eq!(path, missing),
+        other => panic!("expected Read, got {:?}", other.map(|_| ())),
+    }
+    // AGENTCHAT_CONFIG names the file when there is no flag.
+    let present = dir.path().join("c.toml");
+    std::fs::write(&present, "[listen]\nruntime = \"script\"\n").unwrap();
+    let e = env(&[
+        ("AGENTCHAT_CONFIG", present.to_str().unwrap()),
+        ("AGENTCHAT_STATE_DIR", dir.path().to_str().unwrap()),
+    ]);
+    let s = load_with_env(&ConfigArgs::default(), &e).unwrap();
+    assert_eq!(s.listen.runtime, RuntimeKind::Script);
+}
+
+#[test]
+fn shipped_example_config_parses_for_every_profile() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("config/agentchat.example.toml");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let s = resolve(&ConfigArgs::default(), &env(&[]), Some((&path, &text))).unwrap();
+    assert_eq!(s.listen.runtime, RuntimeKind::ClaudeCode);
+    assert_eq!(s.listen.run_timeout, Duration::from_secs(900));
+    let work = ConfigArgs {
+        profile: Some("work".into()),
+        ..ConfigArgs::default()
+    };
+    let s = resolve(&work, &env(&[]), Some((&path, &text))).unwrap();
+    assert_eq!(s.listen.runtime, RuntimeKind::Script);
+    assert_eq!(s.listen.quiet_window, Duration::from_secs(5));
+    assert_eq!(
+        s.key_source,
+        KeySource::File(PathBuf::from("/home/u/.config/agentchat/work.key"))
+    );
+}
+
+#[test]
+fn integration_switch_honours_off_and_the_deprecated_doorbell_until_its_date() {
+    assert_eq!(
+        integration_switch(&env(&[]), "2026-11-30"),
+        IntegrationSwitch::On
+    );
+    assert_eq!(
+        integration_switch(&env(&[("AGENTCHAT_INTEGRATION", "off")]), "2026-11-30"),
+        IntegrationSwitch::Off
+    );
+    assert_eq!(
+        integration_switch(&env(&[("AGENTCHAT_INTEGRATION", "on")]), "2026-11-30"),
+        IntegrationSwitch::On
+    );
+    let door = env(&[("AGENTCHAT_DOORBELL", "OFF")]);
+    match integration_switch(&door, "2027-01-31") {
+        IntegrationSwitch::OffDeprecated(w) => assert!(w.contains("AGENTCHAT_INTEGRATION=off")),
+        other => panic!("{other:?}"),
+    }
+    match integration_switch(&door, "2027-02-01") {
+        IntegrationSwitch::IgnoredDeprecated(w) => assert!(w.contains("ignored")),
+        other => panic!("{other:?}"),
+    }
+    // The new switch wins over the old one on any day.
+    let both = env(&[
+        ("AGENTCHAT_DOORBELL", "off"),
+        ("AGENTCHAT_INTEGRATION", "off"),
+    ]);
+    assert_eq!(
+        integration_switch(&both, "2028-01-01"),
+        IntegrationSwitch::Off
+    );
+}
+
+#[test]
+fn command_program_path_is_made_absolute_but_a_bare_name_stays_bare() {
+    let s = resolve(
+        &ConfigArgs::default(),
+        &env(&[]),
+        file("[listen]\ncommand = [\"bin/agent.sh\", \"bin/arg\"]"),
+    )
+    .unwrap();
+    assert_eq!(
+        s.listen.command,
+        vec!["/etc/agentchat/bin/agent.sh", "bin/arg"]
+    );
+    let s = resolve(
+        &ConfigArgs::default(),
+        &env(&[]),
+        file("[listen]\ncommand = [\"~/agent\"]"),
+    )
+    .unwrap();
+    assert_eq!(s.listen.command, vec!["/home/u/agent"]);
+}

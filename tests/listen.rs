@@ -1,0 +1,967 @@
+//! `agentchat listen` end to end: the real binary as a child process against the sim on real
+//! loopback sockets, with a recording `sh` script as the run (issue 4, "Proof"). Each test pins one
+//! behaviour; waits poll an observable condition (the listener's JSON log, the recorder's files,
+//! the status file or the sim's control API) with a deadline.
+
+mod listen_support;
+
+use listen_support::*;
+use serde_json::Value;
+
+/// Waits until the listener has finished its first cycle (the connect wake), so a test's own
+/// wakes start from a quiet listener.
+async fn settled(l: &Listener) {
+    assert!(
+        eventually(15.0, || l.count("cycle_end") >= 1).await,
+        "the connect cycle never ended:\n{}",
+        l.log()
+    );
+}
+
+/// Observes for `secs` that `cond` stays false (asserting an absence needs a window).
+async fn never(secs: f64, mut cond: impl FnMut() -> bool) -> bool {
+    !eventually(secs, &mut cond).await
+}
+
+fn cycle_reasons(l: &Listener) -> Vec<String> {
+    l.events("cycle_start")
+        .iter()
+        .map(|e| e["reasons"].as_str().unwrap_or("").to_string())
+        .collect()
+}
+
+async fn invites_pending(sim: &Sim, a: &Agent) -> usize {
+    let t = sim.tray(a).await;
+    t["invites"].as_array().map(|v| v.len()).unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_gives_one_run_with_the_wake_instruction_on_stdin_and_the_run_env() {
+    let sim = Sim::start(1.0).await;
+    let alice = sim.agent("alice").await;
+    let bob = sim.agent("bob").await;
+    let opts = Opts::default();
+    let setup = Setup::new(&opts);
+    let l = Listener::start(&sim, &bob, &setup, &opts);
+    settled(&l).await;
+    assert_eq!(setup.rec.count(), 0, "nothing waited at connect: no run");
+
+    sim.send(&alice, &bob, "hello bob").await;
+    assert!(eventually(15.0, || setup.rec.done(1)).await, "{}", l.log());
+    assert!(eventually(10.0, || l.count("cycle_end") >= 2).await);
+
+    let texts = sim.texts("generic", &bob.key).await;
+    assert_eq!(
+        setup.rec.file("stdin", 1),
+        texts["wake_instruction"].as_str().unwrap(),
+        "the run's stdin is the served wake_instruction"
+    );
+    let env = setup.rec.env(1);
+    assert_eq!(
+        env.get("AGENTCHAT_HANDLE").map(String::as_str),
+        Some("@bob")
+    );
+    assert_eq!(env.get("AGENTCHAT_API_BASE"), Some(&sim.api_base));
+    assert_eq!(env.get("AGENTCHAT_API_KEY"), Some(&bob.key));
+    assert_eq!(
+        env.get("AGENTCHAT_RUN_KIND").map(String::as_str),
+        Some("wake")
+    );
+    assert!(
+        env.get("AGENTCHAT_WAKE_REASONS")
+            .unwrap()
+            .contains("message")
+    );
+    let cycle_id = env.get("AGENTCHAT_CYCLE_ID").unwrap();
+    assert!(!cycle_id.is_empty());
+    assert!(!env.contains_key("NOTIFY_SOCKET"));
+
+    let status = setup.status();
+    assert_eq!(status["last_cycle"]["id"].as_str(), Some(cycle_id.as_str()));
+    assert_eq!(status["last_cycle"]["outcome"], "completed");
+    assert_eq!(status["counters"]["runs"], 1);
+    assert_eq!(status["state"], "connected");
+    assert_eq!(status["handle"], "@bob");
+
+    // The message was acked (the machine has it) but the listener read nothing.
+    assert!(
+        eventually_async(5.0, || async { !sim.acks(&bob).await.is_empty() }).await,
+        "the message.new was acked"
+    );
+    assert!(
+        never(1.0, || setup.rec.count() > 1).await,
+        "exactly one run"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_of_20_messages_gives_one_cycle_and_at_most_one_follow_up() {
+    let sim = Sim::start(1.0).await;
+    let alice = sim.agent("alice").await;
+    let bob = sim.agent("bob").await;
+    let opts = Opts {
+        quiet: "500ms",
+        max_delay: "3s",
+        ..Opts::default()
+    };
+    let setup = Setup::new(&opts);
+    let l = Listener::start(&sim, &bob, &setup, &opts);
+    settled(&l).await;
+    let cycles_before = l.count("cycle_start");
+    for i in 0..20 {
+        sim.send(&alice, &bob, &format!("burst {i}")).await;
+    }
+    assert!(eventually(15.0, || setup.rec.done(1)).await, "{}", l.log());
+    // Everything arrived inside one quiet window: the coalescer owes at most one more cycle.
+    assert!(never(4.0, || setup.rec.count() > 2).await);
+    assert!(setup.rec.count() <= 2, "at most one follow-up run");
+    assert!(l.count("cycle_start") - cycles_before <= 2, "{}", l.log());
+    assert!(l.count("wake") >= 20, "each message was a wake");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn messages_during_a_run_give_exactly_one_more_cycle() {
+    let sim = Sim::start(1.0).await;
+    let alice = sim.agent("alice").await;
+    let bob = sim.agent("bob").await;
+    let opts = Opts::default();
+    let setup = Setup::new(&opts);
+    setup.rec.set("sleep", "2");
+    let l = Listener::start(&sim, &bob, &setup, &opts);
+    settled(&l).await;
+
+    sim.send(&alice, &bob, "first").await;
+    assert!(
+        eventually(15.0, || setup.rec.count() == 1).await,
+        "{}",
+        l.log()
+    );
+    // Run 1 sleeps 2 s (run 2 too: the script reads the file at its own pace).
+    for i in 0..3 {
+        sim.send(&alice, &bob, &format!("during {i}")).await;
+    }
+    assert!(
+        !setup.rec.done(1),
+        "the messages arrived while run 1 was still going"
+    );
+    assert!(eventually(15.0, || setup.rec.done(2)).await, "{}", l.log());
+    assert!(
+        never(3.0, || setup.rec.count() > 2).await,
+        "exactly one more cycle"
+    );
+    assert!(setup.rec.env(2)["AGENTCHAT_WAKE_REASONS"].contains("message"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reminder_and_unanswered_wakes_each_give_a_cycle_that_runs_while_a_card_waits() {
+    let sim = Sim::start(1.0).await;
+    let alice = sim.agent("alice").await;
+    let bob = sim.agent("bob").await;
+    let opts = Opts::default();
+    let setup = Setup::new(&opts);
+    let l = Listener::start(&sim, &bob, &setup, &opts);
+    settled(&l).await;
+    sim.send(&alice, &bob, "needs an answer").await;
+    assert!(eventually(15.0, || setup.rec.done(1)).await, "{}", l.log());
+    assert!(eventually(10.0, || l.count("cycle_end") >= 2).await);
+
+    // The script recorded no verdict, so the card is still on the tray.
+    sim.wake(&bob, "reminder").await;
+    assert!(eventually(15.0, || setup.rec.done(2)).await, "{}", l.log());
+    assert!(setup.rec.env(2)["AGENTCHAT_WAKE_REASONS"].contains("reminder"));
+    assert!(eventually(10.0, || l.count("cycle_end") >= 3).await);
+
+    sim.wake(&bob, "unanswered").await;
+    assert!(eventually(15.0, || setup.rec.done(3)).await, "{}", l.log());
+    assert!(setup.rec.env(3)["AGENTCHAT_WAKE_REASONS"].contains("unanswered"));
+    // A wake is never acked: only the one message was.
+    assert_eq!(sim.acks(&bob).await.len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nothing_waiting_gives_no_run_on_connect_or_on_a_wake() {
+    let sim = Sim::start(1.0).await;
+    let bob = sim.agent("bob").await;
+    let opts = Opts::default();
+    let setup = Setup::new(&opts);
+    let l = Listener::start(&sim, &bob, &setup, &opts);
+    settled(&l).await;
+    sim.wake(&bob, "reminder").await;
+    assert!(
+        eventually(10.0, || l.count("cycle_end") >= 2).await,
+        "{}",
+        l.log()
+    );
+    assert_eq!(setup.rec.count(), 0);
+    let no_runs = l.events("no_run");
+    assert!(no_runs.len() >= 2);
+    assert!(no_runs.iter().all(|e| e["reason"] == "nothing_waiting"));
+    assert_eq!(
+        setup.status()["last_cycle"]["no_run_reason"],
+        "nothing_waiting"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_invite_alone_runs_with_the_invite_prompt() {
+    let sim = Sim::start(1.0).await;
+    let alice = sim.agent("alice").await;
+    let bob = sim.agent("bob").await;
+    let opts = Opts::default();
+    let setup = Setup::new(&opts);
+    let l = Listener::start(&sim, &bob, &setup, &opts);
+    settled(&l).await;
+    sim.invite(&alice, &bob, "launch-crew").await;
+    assert!(eventually(15.0, || setup.rec.done(1)).await, "{}", l.log());
+    let texts = sim.texts("generic", &bob.key).await;
+    assert_eq!(
+        setup.rec.file("stdin", 1),
+        texts["invite_prompt"].as_str().unwrap()
+    );
+    let env = setup.rec.env(1);
+    assert_eq!(env["AGENTCHAT_RUN_KIND"], "invite");
+    assert!(env["AGENTCHAT_WAKE_REASONS"].contains("invite"));
+}
+
+/// The pace is 60 s divided by the listener's time scale (20 -> 3 s).
+const INVITE_SCALE: f64 = 20.0;
+const INVITE_PACE_MS: u64 = 3_000;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_invite_left_pending_by_two_completed_runs_a_pace_apart_is_dismissed() {
+    let sim = Sim::start(1.0).await;
+    let alice = sim.agent("alice").await;
+    let bob = sim.agent("bob").await;
+    let opts = Opts {
+        time_scale: INVITE_SCALE,
+        ..Opts::default()
+    };
+    let setup = Setup::new(&opts);
+    let l = Listener::start(&sim, &bob, &setup, &opts);
+    settled(&l).await;
+    sim.invite(&alice, &bob, "crew").await;
+    assert!(eventually(15.0, || setup.rec.done(1)).await, "{}", l.log());
+    assert!(
+        eventually(10.0, || l.count("invite_counted") == 1).await,
+        "{}",
+        l.log()
+    );
+    let first_end = now_ms();
+    assert_eq!(
+        invites_pending(&sim, &bob).await,
+        1,
+        "one run does not dismiss"
+    );
+
+    // Wait out the pace, then wake again: the second run leaves it pending too.
+    assert!(eventually(10.0, || now_ms() >= first_end + INVITE_PACE_MS + 200).await);
+    sim.wake(&bob, "unanswered").await;
+    assert!(eventually(15.0, || setup.rec.done(2)).await, "{}", l.log());
+    assert!(
+        eventually(10.0, || l.count("invite_dismissed") == 1).await,
+        "{}",
+        l.log()
+    );
+    assert!(
+        eventually_async(5.0, || async { invites_pending(&sim, &bob).await == 0 }).await,
+        "the server has the invite dismissed"
+    );
+    assert_eq!(setup.status()["counters"]["invites_dismissed"], 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_invite_left_by_one_run_or_by_runs_less_than_a_pace_apart_is_not_dismissed() {
+    let sim = Sim::start(1.0).await;
+    let alice = sim.agent("alice").await;
+    let bob = sim.agent("bob").await;
+    // A long pace (60 s / 2 = 30 s) so the second run is surely inside it.
+    let opts = Opts {
+        time_scale: 2.0,
+        ..Opts::default()
+    };
+    let setup = Setup::new(&opts);
+    let l = Listener::start(&sim, &bob, &setup, &opts);
+    settled(&l).await;
+    sim.invite(&alice, &bob, "crew").await;
+    assert!(eventually(15.0, || setup.rec.done(1)).await, "{}", l.log());
+    assert!(
+        eventually(10.0, || l.count("invite_counted") == 1).await,
+        "{}",
+        l.log()
+    );
+    assert_eq!(invites_pending(&sim, &bob).await, 1);
+
+    sim.wake(&bob, "unanswered").await;
+    assert!(eventually(15.0, || setup.rec.done(2)).await, "{}", l.log());
+    assert!(
+        eventually(10.0, || l.count("invite_silent_paced") == 1).await,
+        "{}",
+        l.log()
+    );
+    assert_eq!(l.count("invite_dismissed"), 0);
+    assert_eq!(invites_pending(&sim, &bob).await, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_invite_left_pending_by_failed_runs_is_not_dismissed() {
+    let sim = Sim::start(1.0).await;
+    let alice = sim.agent("alice").await;
+    let bob = sim.agent("bob").await;
+    let opts = Opts {
+        time_scale: INVITE_SCALE,
+        ..Opts::default()
+    };
+    let setup = Setup::new(&opts);
+    setup.rec.set("exit", "3");
+    let l = Listener::start(&sim, &bob, &setup, &opts);
+    settled(&l).await;
+    sim.invite(&alice, &bob, "crew").await;
+    assert!(eventually(15.0, || setup.rec.done(1)).await, "{}", l.log());
+    assert!(eventually(10.0, || l.count("cycle_end") >= 2).await);
+    let first_end = now_ms();
+    assert!(eventually(10.0, || now_ms() >= first_end + INVITE_PACE_MS + 200).await);
+    sim.wake(&bob, "unanswered").await;
+    assert!(eventually(15.0, || setup.rec.done(2)).await, "{}", l.log());
+    assert!(eventually(10.0, || l.count("cycle_end") >= 3).await);
+    assert_eq!(l.count("invite_counted"), 0, "a failed run counts nothing");
+    assert_eq!(l.count("invite_dismissed"), 0);
+    assert_eq!(invites_pending(&sim, &bob).await, 1);
+    assert_eq!(setup.status()["counters"]["runs_failed"], 2);
+    assert_eq!(setup.status()["last_cycle"]["outcome"], "failed");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cut_socket_reconnects_and_the_reconnect_is_a_wake() {
+    let sim = Sim::start(1.0).await;
+    let bob = sim.agent("bob").await;
+    let opts = Opts::default();
+    let setup = Setup::new(&opts);
+    let l = Listener::start(&sim, &bob, &setup, &opts);
+    settled(&l).await;
+    sim.close_sockets(&bob, 1001, "Server shutting down").await;
+    assert!(
+        eventually_async(10.0, || async { accepted(&sim.connects(&bob).await) >= 2 }).await,
+        "{}",
+        l.log()
+    );
+    assert!(
+        eventually(10.0, || l.count("cycle_start") >= 2).await,
+        "{}",
+        l.log()
+    );
+    let reasons = cycle_reasons(&l);
+    assert!(reasons[1].contains("connect"), "{reasons:?}");
+    assert!(eventually(5.0, || setup.status()["counters"]["connects"] == 2).await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_socket_is_dropped_by_the_idle_watchdog_and_reconnected() {
+    // Heartbeats every 45 s / 100 = 0.45 s keep a live socket well inside the 2 s watchdog.
+    let sim = Sim::start(100.0).await;
+    let bob = sim.agent("bob").await;
+    let opts = Opts {
+        idle_timeout: "2s",
+        ..Opts::default()
+    };
+    let setup = Setup::new(&opts);
+    let l = Listener::start(&sim, &bob, &setup, &opts);
+    settled(&l).await;
+    sim.silence(&bob).await;
+    assert!(
+        eventually(10.0, || l.count("watchdog_drop") >= 1).await,
+        "{}",
+        l.log()
+    );
+    assert!(
+        eventually_async(10.0, || async { accepted(&sim.connects(&bob).await) >= 2 }).await,
+        "{}",
+        l.log()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_1013_with_retry_after_no_connect_is_attempted_before_the_delay() {
+    let sim = Sim::start(1.0).await;
+    let bob = sim.agent("bob").await;
+    let opts = Opts::default();
+    let setup = Setup::new(&opts);
+    let l = Listener::start(&sim, &bob, &setup, &opts);
+    settled(&l).await;
+    let before = sim.connects(&bob).await.len();
+    let t0 = now_ms();
+    sim.close_sockets(&bob, 1013, "rate_limited; retry_after=3")
+        .await;
+    assert!(
+        eventually_async(12.0, || async { sim.connects(&bob).await.len() > before }).await,
+        "{}",
+        l.log()
+    );
+    let connects = sim.connects(&bob).await;
+    let next = &connects[before];
+    let waited = connect_ms(next).saturating_sub(t0);
+    assert!(
+        waited >= 3_000,
+        "reconnected after {waited} ms, before retry_after=3"
+    );
+    assert!(l.count("connect_budget") >= 1, "{}", l.log());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_key_shows_key_refused_and_retries_slowly() {
+    let sim = Sim::start(1.0).await;
+    let bob = sim.agent("bob").await;
+    // key-refused retry: 600 s / 100 = 6 s.
+    let opts = Opts {
+        time_scale: 100.0,
+        ..Opts::default()
+    };
+    let setup = Setup::new(&opts);
+    let mut l = Listener::start(&sim, &bob, &setup, &opts);
+    settled(&l).await;
+    sim.refuse_key(&bob).await;
+    sim.close_sockets(&bob, 1008, "Invalid token").await;
+    assert!(
+        eventually(10.0, || setup.status()["state"] == "key_refused").await,
+        "{}\n{}",
+        setup.status(),
+        l.log()
+    );
+    let n = sim.connects(&bob).await.len();
+    let refused_logs = l.count("key_refused");
+    // Within 3 s (less than the 6 s retry) nothing is tried again.
+    assert!(
+        never(3.0, || l.count("key_refused") > refused_logs).await,
+        "{}",
+        l.log()
+    );
+    assert!(sim.connects(&bob).await.len() <= n + 1);
+    assert!(setup.status()["next_retry_at"].is_string());
+    assert_eq!(l.wait_exit(0.1), None, "the listener keeps running");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_past_its_time_limit_is_killed_with_its_grandchildren() {
+    let sim = Sim::start(1.0).await;
+    let alice = sim.agent("alice").await;
+    let bob = sim.agent("bob").await;
+    let opts = Opts {
+        run_timeout: "1s",
+        kill_grace: "500ms",
+        ..Opts::default()
+    };
+    let setup = Setup::new(&opts);
+    setup.rec.set("sleep", "30");
+    setup.rec.set("grandchild", "");
+    let l = Listener::start(&sim, &bob, &setup, &opts);
+    settled(&l).await;
+    sim.send(&alice, &bob, "slow").await;
+    assert!(
+        eventually(15.0, || !setup.rec.file("grandchild", 1).is_empty()).await,
+        "{}",
+        l.log()
+    );
+    let run_pid: i32 = setup.rec.file("pid", 1).trim().parse().unwrap();
+    let grandchild: i32 = setup.rec.file("grandchild", 1).trim().parse().unwrap();
+    assert!(
+        eventually(10.0, || l.count("run_end") >= 1).await,
+        "{}",
+        l.log()
+    );
+    assert!(eventually(5.0, || is_gone(run_pid) && is_gone(grandchild)).await);
+    assert!(!setup.rec.done(1), "the run never reached its end");
+    assert_eq!(setup.status()["last_cycle"]["outcome"], "failed");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_during_a_run_ends_it_within_the_grace_and_exits_0_leaving_no_process() {
+    let sim = Sim::start(1.0).await;
+    let alice = sim.agent("alice").await;
+    let bob = sim.agent("bob").await;
+    let opts = Opts {
+        kill_grace: "1s",
+        ..Opts::default()
+    };
+    let setup = Setup::new(&opts);
+    setup.rec.set("sleep", "30");
+    setup.rec.set("grandchild", "");
+    let mut l = Listener::start(&sim, &bob, &setup, &opts);
+    settled(&l).await;
+    sim.send(&alice, &bob, "long one").await;
+    assert!(
+        eventually(15.0, || !setup.rec.file("grandchild", 1).is_empty()).await,
+        "{}",
+        l.log()
+    );
+    let run_pid: i32 = setup.rec.file("pid", 1).trim().parse().unwrap();
+    let grandchild: i32 = setup.rec.file("grandchild", 1).trim().parse().unwrap();
+    l.signal(libc::SIGTERM);
+    let code = l.wait_exit(10.0);
+    assert_eq!(code, Some(0), "{}", l.log());
+    assert!(
+        is_gone(run_pid) && is_gone(grandchild),
+        "no process of the run is left"
+    );
+    assert!(l.count("stopped") == 1, "{}", l.log());
+    assert_eq!(setup.status()["state"], "stopping");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_listener_for_the_same_profile_exits_0_naming_the_holder() {
+    let sim = Sim::start(1.0).await;
+    let bob = sim.agent("bob").await;
+    let opts = Opts::default();
+    let setup = Setup::new(&opts);
+    let l = Listener::start(&sim, &bob, &setup, &opts);
+    settled(&l).await;
+    let mut second = Listener::spawn(listener_command(&sim, &bob, &setup, &opts), &setup, "-2");
+    assert_eq!(second.wait_exit(10.0), Some(0));
+    let err = second.log();
+    assert!(err.contains(&format!("pid {}", l.pid())), "{err}");
+    assert_eq!(
+        accepted(&sim.connects(&bob).await),
+        1,
+        "the second never connected"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_the_texts_unreachable_the_cached_copy_still_runs() {
+    let sim = Sim::start(1.0).await;
+    let alice = sim.agent("alice").await;
+    let bob = sim.agent("bob").await;
+    let opts = Opts::default();
+    let setup = Setup::new(&opts);
+    let original = sim.texts("generic", &bob.key).await;
+    {
+        // A first listener fetches the texts and keeps them.
+        let mut l = Listener::start(&sim, &bob, &setup, &opts);
+        settled(&l).await;
+        assert_eq!(setup.status()["texts"]["source"], "server");
+        l.signal(libc::SIGTERM);
+        assert_eq!(l.wait_exit(10.0), Some(0));
+    }
+    // Now the server's texts are unusable (a version this listener does not speak).
+    let mut broken = original.clone();
+    broken["version"] = Value::from("999");
+    sim.replace_texts("generic", broken).await;
+
+    let l = Listener::spawn(listener_command(&sim, &bob, &setup, &opts), &setup, "-2");
+    settled(&l).await;
+    assert_eq!(setup.status()["texts"]["source"], "cache", "{}", l.log());
+    sim.send(&alice, &bob, "still there?").await;
+    assert!(eventually(15.0, || setup.rec.done(1)).await, "{}", l.log());
+    assert_eq!(
+        setup.rec.file("stdin", 1),
+        original["wake_instruction"].as_str().unwrap()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_api_key_appears_in_no_log_line_no_argv_and_not_in_status_json() {
+    let sim = Sim::start(1.0).await;
+    let alice = sim.agent("alice").await;
+    let bob = sim.agent("bob").await;
+    let opts = Opts::default();
+    let setup = Setup::new(&opts);
+    let mut l = Listener::start(&sim, &bob, &setup, &opts);
+    settled(&l).await;
+    sim.send(&alice, &bob, "secret-free text").await;
+    assert!(eventually(15.0, || setup.rec.done(1)).await, "{}", l.log());
+    assert!(eventually(10.0, || l.count("cycle_end") >= 2).await);
+
+    let cmdline = std::fs::read(format!("/proc/{}/cmdline", l.pid())).unwrap();
+    assert!(!String::from_utf8_lossy(&cmdline).contains(&bob.key));
+    assert!(!setup.rec.file("argv", 1).contains(&bob.key));
+    let status = std::fs::read_to_string(setup.state_dir.join("status.json")).unwrap();
+    assert!(!status.contains(&bob.key));
+    l.signal(libc::SIGTERM);
+    assert_eq!(l.wait_exit(10.0), Some(0));
+    let log = l.log();
+    assert!(log.lines().count() > 10, "debug logging was on");
+    assert!(
+        grep(&log, &bob.key).is_empty(),
+        "the key leaked into the log"
+    );
+    assert!(
+        grep(&log, "secret-free text").is_empty(),
+        "message text leaked into the log"
+    );
+    for e in std::fs::read_dir(setup.state_dir.join("runs")).unwrap() {
+        let text = std::fs::read_to_string(e.unwrap().path()).unwrap();
+        assert!(!text.contains(&bob.key), "the key leaked into a run log");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn once_runs_one_cycle_when_something_waits_and_exits_0() {
+    let sim = Sim::start(1.0).await;
+    let alice = sim.agent("alice").await;
+    let bob = sim.agent("bob").await;
+    let opts = Opts::default();
+    let setup = Setup::new(&opts);
+    sim.send(&alice, &bob, "for cron").await;
+    let mut cmd = listener_command(&sim, &bob, &setup, &opts);
+    cmd.arg("--once");
+    let mut l = Listener::spawn(cmd, &setup, "");
+    assert_eq!(l.wait_exit(20.0), Some(0), "{}", l.log());
+    assert_eq!(setup.rec.count(), 1);
+    assert!(setup.rec.done(1));
+
+    // Alice has nothing waiting: no run, still exit 0.
+    let mut cmd = listener_command(&sim, &alice, &setup, &opts);
+    cmd.arg("--once");
+    let mut l2 = Listener::spawn(cmd, &setup, "-2");
+    assert_eq!(l2.wait_exit(20.0), Some(0), "{}", l2.log());
+    assert_eq!(setup.rec.count(), 1, "alice had nothing waiting: no run");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn once_exits_non_zero_with_a_message_when_the_run_fails_or_it_cannot_connect() {
+    let sim = Sim::start(1.0).await;
+    let alice = sim.agent("alice").await;
+    let bob = sim.agent("bob").await;
+    let opts = Opts::default();
+    let setup = Setup::new(&opts);
+    setup.rec.set("exit", "4");
+    sim.send(&alice, &bob, "x").await;
+    let mut cmd = listener_command(&sim, &bob, &setup, &opts);
+    cmd.arg("--once");
+    let mut l = Listener::spawn(cmd, &setup, "");
+    assert_eq!(l.wait_exit(20.0), Some(1), "{}", l.log());
+    assert!(l.log().contains("the run failed"), "{}", l.log());
+
+    let mut cmd = listener_command(&sim, &bob, &setup, &opts);
+    cmd.arg("--once")
+        .env("AGENTCHAT_API_BASE", "http://127.0.0.1:9");
+    let mut l2 = Listener::spawn(cmd, &setup, "-2");
+    assert_eq!(l2.wait_exit(40.0), Some(1), "{}", l2.log());
+    assert!(l2.log().contains("could not connect"), "{}", l2.log());
+}
+
+#[test]
+fn integration_off_exits_0_without_starting() {
+    let tmp = tempfile::tempdir().unwrap();
+    let state = tmp.path().join("state");
+    let out = std::process::Command::new(BIN)
+        .arg("listen")
+        .env("AGENTCHAT_INTEGRATION", "off")
+        .env("AGENTCHAT_API_KEY", "ac_live_not_used_0000000000")
+        .env("AGENTCHAT_STATE_DIR", &state)
+        .env("AGENTCHAT_API_BASE", "http://127.0.0.1:9")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("AGENTCHAT_INTEGRATION=off"));
+    assert!(!state.exists(), "nothing was started");
+}
+
+// The three tests below use `listen_support::fake`, a small scripted server, because the sim is
+// faithful: it never echoes an agent's own message, never sends a malformed frame and never
+// serves another agent's tray.
+
+const FAKE_KEY: &str = "ac_live_fake_key_for_the_scripted_server";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn own_and_system_messages_are_acked_and_start_no_cycle() {
+    use listen_support::fake::{self, Fake, message_new};
+    let fake = Fake::start("bob", fake::tray("@bob", 1)).await;
+    let opts = Opts::default();
+    let setup = Setup::new(&opts);
+    let l = Listener::spawn(
+        listener_command_for(&fake.api_base, FAKE_KEY, &setup, &opts),
+        &setup,
+        "",
+    );
+    settled(&l).await;
+    assert_eq!(
+        setup.rec.count(),
+        1,
+        "the connect cycle ran for the waiting card"
+    );
+    let cycles = l.count("cycle_start");
+    fake.push_text(&message_new("msg_own1", "bob", "text"));
+    fake.push_text(&message_new("msg_own2", "@Bob", "text"));
+    fake.push_text(&message_new("msg_sys", "alice", "system"));
+    assert!(
+        eventually(5.0, || fake.acks().len() == 3).await,
+        "{}",
+        l.log()
+    );
+    // Longer than the quiet window (300 ms): a wake would have started a cycle by now.
+    assert!(
+        never(1.5, || l.count("cycle_start") > cycles).await,
+        "{}",
+        l.log()
+    );
+    assert_eq!(setup.rec.count(), 1);
+    // The same socket still wakes on a peer's message.
+    fake.push_text(&message_new("msg_peer", "alice", "text"));
+    assert!(eventually(10.0, || setup.rec.done(2)).await, "{}", l.log());
+    assert_eq!(fake.acks(), ["msg_own1", "msg_own2", "msg_sys", "msg_peer"]);
+    assert_eq!(fake.connects(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_and_oversized_frames_are_skipped_unlogged_and_the_socket_stays_up() {
+    use listen_support::fake::{self, Fake, message_new};
+    use tokio_tungstenite::tungstenite::Message;
+    let fake = Fake::start("bob", fake::tray("@bob", 1)).await;
+    let opts = Opts::default();
+    let setup = Setup::new(&opts);
+    let l = Listener::spawn(
+        listener_command_for(&fake.api_base, FAKE_KEY, &setup, &opts),
+        &setup,
+        "",
+    );
+    settled(&l).await;
+    let big = format!(
+        r#"{{"type":"message.new","payload":{{"id":"msg_big","sender":"alice","pad":"{}"}}}}"#,
+        "Q".repeat(1_500_000)
+    );
+    fake.push_text("this is not json MALFORMED-MARKER");
+    fake.push_text(r#"{"payload":{"MISSING-TYPE-MARKER":1}}"#);
+    fake.push_text(&big);
+    fake.push(Message::Binary(vec![1u8, 2, 3].into()));
+    assert!(
+        eventually(10.0, || l.count("frame_skipped") >= 4).await,
+        "{}",
+        l.log()
+    );
+    fake.push_text(&message_new("msg_ok", "alice", "text"));
+    assert!(eventually(10.0, || setup.rec.done(2)).await, "{}", l.log());
+    assert_eq!(
+        fake.acks(),
+        ["msg_ok"],
+        "the oversized message was not acked"
+    );
+    assert_eq!(fake.connects(), 1, "the socket stayed up");
+    let log = l.log();
+    assert!(!log.contains("MALFORMED-MARKER") && !log.contains("MISSING-TYPE-MARKER"));
+    assert!(!log.contains("QQQQQQQQ"), "frame content is never logged");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tray_whose_you_is_another_handle_gives_no_run_and_handle_mismatch() {
+    use listen_support::fake::{self, Fake};
+    let fake = Fake::start("bob", fake::tray("@mallory", 2)).await;
+    let opts = Opts::default();
+    let setup = Setup::new(&opts);
+    let l = Listener::spawn(
+        listener_command_for(&fake.api_base, FAKE_KEY, &setup, &opts),
+        &setup,
+        "",
+    );
+    settled(&l).await;
+    assert!(
+        eventually(5.0, || setup.status()["state"] == "handle_mismatch").await,
+        "{}",
+        setup.status()
+    );
+    assert_eq!(setup.rec.count(), 0, "no run for another agent's tray");
+    assert_eq!(l.count("handle_mismatch"), 1);
+    assert_eq!(
+        setup.status()["last_cycle"]["no_run_reason"],
+        "handle_mismatch"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sighup_retries_a_refused_key_at_once_instead_of_after_ten_minutes() {
+    let sim = Sim::start(1.0).await;
+    let bob = sim.agent("bob").await;
+    let opts = Opts::default();
+    let setup = Setup::new(&opts);
+    let l = Listener::start(&sim, &bob, &setup, &opts);
+    settled(&l).await;
+    sim.refuse_key(&bob).await;
+    sim.close_sockets(&bob, 1008, "Invalid token").await;
+    assert!(eventually(10.0, || setup.status()["state"] == "key_refused").await);
+    // The user fixes the key (here: the server accepts it again) and reloads.
+    sim.post(
+        &format!("/_sim/agents/{}/refuse-key", bob.handle),
+        serde_json::json!({"refuse": false}),
+    )
+    .await;
+    l.signal(libc::SIGHUP);
+    assert!(
+        eventually(10.0, || setup.status()["state"] == "connected").await,
+        "{}\n{}",
+        setup.status(),
+        l.log()
+    );
+    assert_eq!(l.count("reload"), 1);
+    assert_eq!(accepted(&sim.connects(&bob).await), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_systemd_it_notifies_ready_watchdog_and_stopping() {
+    use std::os::unix::net::UnixDatagram;
+    let sim = Sim::start(1.0).await;
+    let bob = sim.agent("bob").await;
+    let opts = Opts::default();
+    let setup = Setup::new(&opts);
+    let sock_path = setup.tmp.path().join("notify.sock");
+    let sock = UnixDatagram::bind(&sock_path).unwrap();
+    sock.set_read_timeout(Some(std::time::Duration::from_millis(100)))
+        .unwrap();
+    let mut cmd = listener_command(&sim, &bob, &setup, &opts);
+    cmd.env("NOTIFY_SOCKET", &sock_path)
+        .env("WATCHDOG_USEC", "400000");
+    let mut l = Listener::spawn(cmd, &setup, "");
+    settled(&l).await;
+    let mut seen = String::new();
+    let mut buf = [0u8; 512];
+    let mut read_some = |seen: &mut String| {
+        while let Ok(n) = sock.recv(&mut buf) {
+            seen.push_str(&String::from_utf8_lossy(&buf[..n]));
+            seen.push('\n');
+        }
+    };
+    assert!(
+        eventually(5.0, || {
+            read_some(&mut seen);
+            seen.contains("READY=1") && seen.contains("WATCHDOG=1")
+        })
+        .await,
+        "{seen}"
+    );
+    l.signal(libc::SIGTERM);
+    assert_eq!(l.wait_exit(10.0), Some(0));
+    read_some(&mut seen);
+    assert!(seen.contains("STOPPING=1"), "{seen}");
+    // The run's environment never carries the notify socket (checked in the first test).
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unusable_runtime_shows_runtime_unusable_and_runs_nothing_until_sighup() {
+    let sim = Sim::start(1.0).await;
+    let alice = sim.agent("alice").await;
+    let bob = sim.agent("bob").await;
+    let opts = Opts {
+        extra_env: vec![("AGENTCHAT_RUNTIME".into(), "claude-code".into())],
+        extra_toml: "[listen.claude]\nbinary = \"/nonexistent/claude\"\n".into(),
+        ..Opts::default()
+    };
+    let setup = Setup::new(&opts);
+    let l = Listener::start(&sim, &bob, &setup, &opts);
+    settled(&l).await;
+    sim.send(&alice, &bob, "hi").await;
+    assert!(
+        eventually(10.0, || setup.status()["state"] == "runtime_unusable").await,
+        "{}\n{}",
+        setup.status(),
+        l.log()
+    );
+    assert_eq!(l.count("runtime_unusable"), 1);
+    // The identity block was kept current in the file Claude Code loads, inside the workdir.
+    let claude_md =
+        std::fs::read_to_string(setup.state_dir.join("workdir").join("CLAUDE.md")).unwrap();
+    assert!(claude_md.contains(agentchat::core::identity::START_MARKER));
+    assert!(claude_md.contains("@bob"), "{claude_md}");
+
+    // A later wake runs nothing and logs nothing new about the runtime.
+    let cycles = l.count("cycle_end");
+    sim.wake(&bob, "reminder").await;
+    assert!(eventually(10.0, || l.count("cycle_end") > cycles).await);
+    assert_eq!(
+        l.count("runtime_unusable"),
+        1,
+        "one clear line, not one per wake"
+    );
+    assert_eq!(
+        setup.status()["last_cycle"]["no_run_reason"],
+        "runtime_unusable"
+    );
+
+    // SIGHUP gives the runtime another chance.
+    l.signal(libc::SIGHUP);
+    assert!(
+        eventually(10.0, || setup.status()["state"] == "connected").await,
+        "{}",
+        setup.status()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_429_on_the_tray_is_retried_only_after_its_retry_after() {
+    use listen_support::fake::{self, Fake};
+    // A scripted server: the sim's poll budgets need 50+ empty reads before a 429.
+    let fake = Fake::start("bob", fake::tray("@bob", 1)).await;
+    {
+        let mut s = fake.shared.lock().unwrap();
+        s.inbox_429 = 1;
+        s.retry_after_s = 2;
+    }
+    let opts = Opts::default();
+    let setup = Setup::new(&opts);
+    let l = Listener::spawn(
+        listener_command_for(&fake.api_base, FAKE_KEY, &setup, &opts),
+        &setup,
+        "",
+    );
+    assert!(eventually(15.0, || setup.rec.done(1)).await, "{}", l.log());
+    let times = fake.shared.lock().unwrap().inbox_times.clone();
+    assert!(times.len() >= 2, "{times:?}");
+    let gap = times[1] - times[0];
+    assert!(
+        gap >= 2_000,
+        "retried after {gap} ms, before Retry-After: 2"
+    );
+    assert_eq!(l.count("tray_retry"), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_status_file_is_refreshed_on_its_timer_without_any_event() {
+    let sim = Sim::start(1.0).await;
+    let bob = sim.agent("bob").await;
+    // 30 s / 30 = 1 s.
+    let opts = Opts {
+        time_scale: 30.0,
+        ..Opts::default()
+    };
+    let setup = Setup::new(&opts);
+    let l = Listener::start(&sim, &bob, &setup, &opts);
+    settled(&l).await;
+    let first = setup.status()["updated_at"].as_str().unwrap().to_string();
+    assert!(
+        eventually(5.0, || setup.status()["updated_at"].as_str().unwrap_or("")
+            > first.as_str())
+        .await
+    );
+    let s = setup.status();
+    for field in [
+        "state", "since", "pid", "profile", "handle", "api_base", "runtime", "counters",
+    ] {
+        assert!(!s[field].is_null(), "status has {field}: {s}");
+    }
+    assert_eq!(s["pid"], l.pid());
+    assert_eq!(s["counters"]["connects"], 1);
+    let mode = std::os::unix::fs::PermissionsExt::mode(
+        &std::fs::metadata(setup.state_dir.join("status.json"))
+            .unwrap()
+            .permissions(),
+    );
+    assert_eq!(mode & 0o777, 0o600);
+    let dir_mode = std::os::unix::fs::PermissionsExt::mode(
+        &std::fs::metadata(&setup.state_dir).unwrap().permissions(),
+    );
+    assert_eq!(dir_mode & 0o777, 0o700);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_closes_the_socket_with_1000_and_exits_0() {
+    use listen_support::fake::{self, Fake};
+    // The scripted server records the client's close code (the sim does not).
+    let fake = Fake::start("bob", fake::tray("@bob", 0)).await;
+    let opts = Opts::default();
+    let setup = Setup::new(&opts);
+    let mut l = Listener::spawn(
+        listener_command_for(&fake.api_base, FAKE_KEY, &setup, &opts),
+        &setup,
+        "",
+    );
+    settled(&l).await;
+    l.signal(libc::SIGTERM);
+    assert_eq!(l.wait_exit(10.0), Some(0), "{}", l.log());
+    assert_eq!(fake.shared.lock().unwrap().client_closes, [1000]);
+}
