@@ -1248,3 +1248,395 @@ pub async fn run_cli(args: DoctorArgs) -> anyhow::Result<i32> {
     }
     Ok(report.exit_code())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn probe_of(end: ProbeEnd, stdout: &str, stderr: &str) -> Probe {
+        Probe {
+            end,
+            stdout: stdout.into(),
+            stderr: stderr.into(),
+        }
+    }
+
+    #[test]
+    fn any_fail_makes_exit_code_1_and_warnings_do_not() {
+        let mut r = Report::default();
+        r.checks.push(Check::pass("a", "ok"));
+        r.checks.push(Check::warn("b", "hm"));
+        assert_eq!(r.exit_code(), 0);
+        r.checks.push(Check::fail("c", "no"));
+        assert_eq!(r.exit_code(), 1);
+        assert_eq!(r.render_text(), "PASS a: ok\nWARN b: hm\nFAIL c: no\n");
+        assert_eq!(r.to_json()["ok"], false);
+    }
+
+    #[test]
+    fn scrub_removes_the_key_from_details_and_nested_facts() {
+        let mut r = Report::default();
+        r.checks.push(
+            Check::fail("server", "echoed ac_live_0123456789 back")
+                .with("nested", json!({"x": ["ac_live_0123456789"]})),
+        );
+        r.scrub("ac_live_0123456789");
+        let text = format!("{}{}", r.render_text(), r.to_json());
+        assert!(!text.contains("ac_live_0123456789"), "{text}");
+        assert!(text.contains("[redacted]"));
+    }
+
+    #[test]
+    fn config_errors_fail_and_name_the_key() {
+        let c = check_config(&Err(ConfigError::UnknownKey("listen.qiet_window".into())));
+        assert_eq!(c.level, Level::Fail);
+        assert!(c.detail.contains("`listen.qiet_window`"));
+        assert_eq!(c.facts["key"], "listen.qiet_window");
+    }
+
+    #[test]
+    fn integration_off_warns_that_listen_exits() {
+        let c = check_integration(&IntegrationSwitch::Off);
+        assert_eq!(c.level, Level::Warn);
+        assert!(c.detail.contains("exit at once"));
+        assert_eq!(check_integration(&IntegrationSwitch::On).level, Level::Pass);
+    }
+
+    #[test]
+    fn key_sources_are_named_never_shown() {
+        assert_eq!(check_key(&KeySource::Env, None, None).level, Level::Pass);
+        let missing = check_key(&KeySource::Missing, None, None);
+        assert_eq!(missing.level, Level::Fail);
+        assert!(missing.detail.contains("AGENTCHAT_API_KEY"));
+        let open = check_key(&KeySource::Config, None, Some(0o644));
+        assert_eq!(open.level, Level::Warn);
+        assert!(open.detail.contains("0644") && open.detail.contains("chmod 600"));
+        let bad: Result<SecretString, ConfigError> = Err(ConfigError::BadValue {
+            key: "api_key_file".into(),
+            problem: "k can be read by other users (mode 0644); run `chmod 600 k`".into(),
+        });
+        let file = check_key(&KeySource::File("k".into()), Some(&bad), None);
+        assert_eq!(file.level, Level::Fail);
+        assert!(file.detail.contains("chmod 600"));
+    }
+
+    #[test]
+    fn a_refused_key_is_a_failure_that_says_so() {
+        let c = check_me("http://x", &Err(ApiError::Refused(401)));
+        assert_eq!(c.level, Level::Fail);
+        assert!(c.detail.starts_with("the server refused the key"));
+        let ok = check_me("http://x", &Ok("bob".into()));
+        assert_eq!(ok.level, Level::Pass);
+        assert_eq!(ok.facts["handle"], "@bob");
+    }
+
+    #[test]
+    fn texts_without_a_prompt_fail_and_a_cache_softens_an_outage() {
+        let facts = TextsFacts {
+            version: "1".into(),
+            has_wake_instruction: true,
+            has_invite_prompt: false,
+        };
+        let c = check_texts("codex", &Ok(facts), false);
+        assert_eq!(c.level, Level::Fail);
+        assert!(c.detail.contains("invite_prompt") && !c.detail.contains("wake_instruction and"));
+        assert_eq!(
+            check_texts("codex", &Err("down".into()), true).level,
+            Level::Warn
+        );
+        assert_eq!(
+            check_texts("codex", &Err("down".into()), false).level,
+            Level::Fail
+        );
+    }
+
+    #[test]
+    fn state_dir_mode_owner_and_writability_are_judged() {
+        let p = Path::new("/s");
+        let ok = |mode| StateDirFacts::Present {
+            mode,
+            owned_by_me: true,
+            writable: Ok(()),
+        };
+        assert_eq!(check_state_dir(p, &ok(0o40700)).level, Level::Pass);
+        let loose = check_state_dir(p, &ok(0o40755));
+        assert_eq!(loose.level, Level::Warn);
+        assert!(loose.detail.contains("0755") && loose.detail.contains("chmod 700 /s"));
+        let ro = StateDirFacts::Present {
+            mode: 0o700,
+            owned_by_me: true,
+            writable: Err("Permission denied".into()),
+        };
+        assert_eq!(check_state_dir(p, &ro).level, Level::Fail);
+        assert_eq!(
+            check_state_dir(p, &StateDirFacts::NotADir).level,
+            Level::Fail
+        );
+        assert_eq!(
+            check_state_dir(p, &StateDirFacts::Missing).level,
+            Level::Pass
+        );
+    }
+
+    #[test]
+    fn proc_locks_gives_the_flock_holder_and_skips_waiters_and_other_files() {
+        let text = "\
+1: POSIX  ADVISORY  WRITE 111 08:01:42 0 EOF
+2: FLOCK  ADVISORY  WRITE 222 08:01:43 0 EOF
+2: -> FLOCK  ADVISORY  WRITE 333 08:01:42 0 EOF
+3: FLOCK  ADVISORY  WRITE 444 fd:1a:42 0 EOF
+";
+        assert_eq!(
+            flock_holder(text, 8, 1, 42),
+            None,
+            "POSIX lock and waiter ignored"
+        );
+        assert_eq!(flock_holder(text, 8, 1, 43), Some(222));
+        assert_eq!(
+            flock_holder(text, 0xfd, 0x1a, 42),
+            Some(444),
+            "hex major:minor"
+        );
+    }
+
+    #[test]
+    fn a_lock_held_in_this_process_is_reported_with_our_pid() {
+        let d = tempfile::tempdir().unwrap();
+        let path = d.path().join(LOCK_FILE);
+        assert_eq!(lock_facts(&path), LockFacts::NoFile);
+        let f = std::fs::File::create(&path).unwrap();
+        assert_eq!(lock_facts(&path), LockFacts::Free);
+        f.try_lock().unwrap();
+        let held = lock_facts(&path);
+        if cfg!(target_os = "linux") {
+            assert_eq!(
+                held,
+                LockFacts::Held {
+                    pid: Some(std::process::id())
+                }
+            );
+        } else {
+            assert!(matches!(held, LockFacts::Held { .. }), "{held:?}");
+        }
+        drop(f);
+        assert_eq!(lock_facts(&path), LockFacts::Free);
+    }
+
+    fn status_doc(state: &str, outcome: Option<&str>) -> Value {
+        let now = crate::listen::state::rfc3339(SystemTime::now());
+        let mut v = json!({"state": state, "since": now, "updated_at": now, "pid": 4242,
+                           "detail": "the server refused the API key"});
+        if let Some(o) = outcome {
+            v["last_cycle"] = json!({"id": "c-1", "started_at": now, "outcome": o,
+                                     "failure": "exited with 2", "run_log": "/s/runs/run-1.log"});
+        }
+        v
+    }
+
+    #[test]
+    fn status_summary_warns_on_a_refused_key_a_failed_run_or_a_stuck_listener() {
+        let p = Path::new("/s/status.json");
+        let now = SystemTime::now();
+        let ok = check_status(
+            p,
+            Some(&Ok(status_doc("connected", Some("completed")))),
+            true,
+            now,
+        );
+        assert_eq!(ok.level, Level::Pass, "{}", ok.detail);
+        assert!(ok.detail.contains("state connected since") && ok.detail.contains("c-1"));
+        let refused = check_status(p, Some(&Ok(status_doc("key_refused", None))), true, now);
+        assert_eq!(refused.level, Level::Warn);
+        assert!(refused.detail.contains("refused"));
+        let failed = check_status(
+            p,
+            Some(&Ok(status_doc("connected", Some("failed")))),
+            true,
+            now,
+        );
+        assert_eq!(failed.level, Level::Warn);
+        assert!(failed.detail.contains("run-1.log"));
+        let later = now + Duration::from_secs(600);
+        let stuck = check_status(p, Some(&Ok(status_doc("connected", None))), true, later);
+        assert_eq!(stuck.level, Level::Warn);
+        assert!(stuck.detail.contains("stuck"));
+        let gone = check_status(p, Some(&Ok(status_doc("key_refused", None))), false, now);
+        assert_eq!(
+            gone.level,
+            Level::Pass,
+            "a stopped listener's old state is history"
+        );
+        assert!(gone.detail.contains("not running"));
+        assert_eq!(check_status(p, None, false, now).level, Level::Pass);
+    }
+
+    #[test]
+    fn claude_login_reads_only_logged_in_and_the_method() {
+        let no = probe_of(
+            ProbeEnd::Exited(1),
+            r#"{"loggedIn": false, "authMethod": "none", "apiProvider": "firstParty"}"#,
+            "",
+        );
+        let (ok, reason) = judge_claude_login(&no);
+        assert!(!ok);
+        assert!(reason.starts_with("not logged in"), "{reason}");
+        let yes = probe_of(
+            ProbeEnd::Exited(0),
+            r#"{"loggedIn": true, "authMethod": "claude.ai", "email": "me@example.com"}"#,
+            "",
+        );
+        let (ok, reason) = judge_claude_login(&yes);
+        assert!(ok);
+        assert_eq!(reason, "logged in (claude.ai)");
+        let hung = probe_of(ProbeEnd::TimedOut, "", "");
+        let (ok, reason) = judge_claude_login(&hung);
+        assert!(!ok);
+        assert!(reason.contains("did not answer"), "{reason}");
+    }
+
+    #[test]
+    fn codex_login_method_never_includes_the_masked_key() {
+        let yes = probe_of(
+            ProbeEnd::Exited(0),
+            "",
+            "Logged in using an API key - sk-proj-***ABCDE\n",
+        );
+        let (ok, reason) = judge_codex_login(&yes);
+        assert!(ok);
+        assert_eq!(reason, "logged in (using an API key)");
+        let no = probe_of(
+            ProbeEnd::Exited(1),
+            "",
+            "WARNING: something\nNot logged in\n",
+        );
+        let (ok, reason) = judge_codex_login(&no);
+        assert!(!ok);
+        assert!(reason.starts_with("not logged in"), "{reason}");
+    }
+
+    #[test]
+    fn sanitize_redacts_tokens_and_clips() {
+        let s = sanitize(
+            "Authorization: Bearer abc.def.ghi and token eyJhbGciOiJIUzI1NiJ9xxxxxxxx end",
+        );
+        assert!(!s.contains("abc.def.ghi") && !s.contains("eyJhbGci"), "{s}");
+        assert!(s.ends_with("end"));
+        assert!(sanitize(&"word ".repeat(100)).chars().count() <= 121);
+        assert_eq!(sanitize("2.1.197 (Claude Code)"), "2.1.197 (Claude Code)");
+    }
+
+    #[test]
+    fn script_runtime_needs_a_command_that_exists_and_runs() {
+        let empty = check_script(&[], None, false);
+        assert_eq!(empty.level, Level::Fail);
+        assert!(empty.detail.contains("`listen.command`"));
+        let cmd = vec!["/bin/true".to_string()];
+        let found: Result<PathBuf, String> = Ok("/bin/true".into());
+        assert_eq!(check_script(&cmd, Some(&found), true).level, Level::Pass);
+        let noexec = check_script(&cmd, Some(&found), false);
+        assert_eq!(noexec.level, Level::Fail);
+        assert!(noexec.detail.contains("chmod +x"));
+    }
+
+    #[test]
+    fn a_missing_cli_fails_and_a_broken_one_reports_how_it_ended() {
+        let missing: Result<PathBuf, String> = Err("set listen.codex.binary".into());
+        let c = check_cli_runtime(RuntimeKind::Codex, "listen.codex.binary", &missing, None);
+        assert_eq!(c.level, Level::Fail);
+        assert!(c.detail.contains("listen.codex.binary"));
+        let found: Result<PathBuf, String> = Ok("/x/claude".into());
+        let broken = probe_of(ProbeEnd::Exited(127), "", "");
+        let c = check_cli_runtime(RuntimeKind::ClaudeCode, "k", &found, Some(&broken));
+        assert_eq!(c.level, Level::Fail);
+        assert!(c.detail.contains("exited with 127"));
+    }
+
+    #[test]
+    fn unit_difference_names_the_key_not_the_value() {
+        let a = "[Service]\nExecStart=\"/old/agentchat\" \"listen\"\nEnvironment=\"PATH=/secret/bin\"\n";
+        let b =
+            "[Service]\nExecStart=\"/old/agentchat\" \"listen\"\nEnvironment=\"PATH=/other/bin\"\n";
+        assert_eq!(first_difference(a, b).as_deref(), Some("Environment="));
+        assert_eq!(first_difference(a, a), None);
+        let c = check_service(
+            "work",
+            &Ok("/u/x.service".into()),
+            Some(&Ok(a.into())),
+            &Ok(b.into()),
+        );
+        assert_eq!(c.level, Level::Warn);
+        assert!(
+            c.detail
+                .contains("agentchat service install --profile work")
+        );
+        assert!(!c.detail.contains("/secret/bin"));
+        let same = check_service(
+            "default",
+            &Ok("/u/x".into()),
+            Some(&Ok(a.into())),
+            &Ok(a.into()),
+        );
+        assert_eq!(same.level, Level::Pass);
+        let none = check_service("default", &Ok("/u/x".into()), None, &Err(String::new()));
+        assert_eq!(none.level, Level::Pass);
+        assert_eq!(none.facts["installed"], false);
+    }
+
+    #[tokio::test]
+    async fn a_hung_probe_times_out_and_leaves_no_process_behind() {
+        let d = tempfile::tempdir().unwrap();
+        let pidfile = d.path().join("pid");
+        let script = format!("sleep 30 & echo $! > {}; wait", pidfile.display());
+        let p = probe(
+            Path::new("/bin/sh"),
+            &["-c", &script],
+            &[],
+            &[],
+            Duration::from_millis(500),
+        )
+        .await;
+        assert_eq!(p.end, ProbeEnd::TimedOut);
+        let pid: i32 = std::fs::read_to_string(&pidfile)
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        // The grandchild was killed with its group: gone, or a zombie awaiting its reaper.
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        loop {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok();
+            let dead = match &stat {
+                None => true,
+                Some(s) => s
+                    .rsplit(')')
+                    .next()
+                    .is_some_and(|r| r.trim_start().starts_with('Z')),
+            };
+            if dead || !cfg!(target_os = "linux") {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "grandchild {pid} still alive"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    #[tokio::test]
+    async fn a_probe_returns_exit_code_and_output() {
+        let p = probe(
+            Path::new("/bin/sh"),
+            &["-c", "echo out; echo err >&2; exit 3"],
+            &[],
+            &[],
+            PROBE_TIMEOUT,
+        )
+        .await;
+        assert_eq!(p.end, ProbeEnd::Exited(3));
+        assert_eq!(p.stdout, "out\n");
+        assert_eq!(p.stderr, "err\n");
+        let missing = probe(Path::new("/nonexistent/x"), &[], &[], &[], PROBE_TIMEOUT).await;
+        assert!(matches!(missing.end, ProbeEnd::SpawnFailed(_)));
+    }
+}
