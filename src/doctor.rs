@@ -790,6 +790,7 @@ pub fn first_difference(installed: &str, current: &str) -> Option<String> {
 /// `agentchat service print` renders now.
 pub fn check_service(
     profile: &str,
+    config: Option<&Path>,
     path: &Result<PathBuf, String>,
     installed: Option<&Result<String, String>>,
     current: &Result<String, String>,
@@ -804,34 +805,54 @@ pub fn check_service(
         }
     };
     let p = path.display();
-    let reinstall = if profile == "default" {
-        "agentchat service install".to_string()
-    } else {
-        format!("agentchat service install --profile {profile}")
-    };
+    let mut reinstall = "agentchat service install".to_string();
+    if profile != "default" {
+        reinstall.push_str(&format!(" --profile {profile}"));
+    }
+    if let Some(c) = config {
+        reinstall.push_str(&format!(" --config {}", c.display()));
+    }
     let c = match installed {
         None => Check::pass(
             "service",
             format!("not installed ({p}); `{reinstall}` runs the listener at login"),
         )
         .with("installed", false),
-        Some(Err(e)) => Check::warn("service", format!("cannot read the installed unit {p}: {e}")).with("installed", true),
+        Some(Err(e)) => Check::warn(
+            "service",
+            format!("cannot read the installed unit {p}: {e}"),
+        )
+        .with("installed", true),
         Some(Ok(text)) => match current {
-            Ok(now) if now == text => Check::pass("service", format!("installed and current ({p})"))
-                .with("installed", true)
-                .with("current", true),
-            Ok(now) => Check::warn(
-                "service",
-                format!(
-                    "installed at {p} but it differs from what `agentchat service print` renders now \
-                     (first difference: `{}`); reinstall: `{reinstall}`",
-                    first_difference(text, now).unwrap_or_default()
-                ),
-            )
+            Ok(now) if now == text => {
+                Check::pass("service", format!("installed and current ({p})"))
+                    .with("installed", true)
+                    .with("current", true)
+            }
+            Ok(now) => {
+                let diff = first_difference(text, now).unwrap_or_default();
+                let hint = if config.is_none()
+                    && (diff.starts_with("ExecStart") || diff.starts_with("<string>"))
+                {
+                    " (if it was installed with --config, give doctor the same --config)"
+                } else {
+                    ""
+                };
+                Check::warn(
+                    "service",
+                    format!(
+                        "installed at {p} but it differs from what `agentchat service print` \
+                         renders now (first difference: `{diff}`); reinstall: `{reinstall}`{hint}"
+                    ),
+                )
+            }
             .with("installed", true)
             .with("current", false),
-            Err(e) => Check::warn("service", format!("installed at {p}; cannot render the current unit: {e}"))
-                .with("installed", true),
+            Err(e) => Check::warn(
+                "service",
+                format!("installed at {p}; cannot render the current unit: {e}"),
+            )
+            .with("installed", true),
         },
     };
     c.with("path", p.to_string())
@@ -1233,10 +1254,18 @@ fn service_check(profile: &str, config: Option<PathBuf>) -> Check {
             Err(e) => Some(Err(e.to_string())),
         });
     let current = match installed {
-        Some(Ok(_)) => service::render_current(kind, profile, config).map_err(|e| format!("{e:#}")),
+        Some(Ok(_)) => {
+            service::render_current(kind, profile, config.clone()).map_err(|e| format!("{e:#}"))
+        }
         _ => Err(String::new()),
     };
-    check_service(profile, &path, installed.as_ref(), &current)
+    check_service(
+        profile,
+        config.as_deref(),
+        &path,
+        installed.as_ref(),
+        &current,
+    )
 }
 
 pub async fn run_cli(args: DoctorArgs) -> anyhow::Result<i32> {
@@ -1560,6 +1589,7 @@ mod tests {
         assert_eq!(first_difference(a, a), None);
         let c = check_service(
             "work",
+            None,
             &Ok("/u/x.service".into()),
             Some(&Ok(a.into())),
             &Ok(b.into()),
@@ -1572,12 +1602,19 @@ mod tests {
         assert!(!c.detail.contains("/secret/bin"));
         let same = check_service(
             "default",
+            None,
             &Ok("/u/x".into()),
             Some(&Ok(a.into())),
             &Ok(a.into()),
         );
         assert_eq!(same.level, Level::Pass);
-        let none = check_service("default", &Ok("/u/x".into()), None, &Err(String::new()));
+        let none = check_service(
+            "default",
+            None,
+            &Ok("/u/x".into()),
+            None,
+            &Err(String::new()),
+        );
         assert_eq!(none.level, Level::Pass);
         assert_eq!(none.facts["installed"], false);
     }
