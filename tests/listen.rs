@@ -965,3 +965,81 @@ async fn sigterm_closes_the_socket_with_1000_and_exits_0() {
     assert_eq!(l.wait_exit(10.0), Some(0), "{}", l.log());
     assert_eq!(fake.shared.lock().unwrap().client_closes, [1000]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_4426_close_is_logged_and_followed_by_the_ordinary_reconnect() {
+    let sim = Sim::start(1.0).await;
+    let bob = sim.agent("bob").await;
+    let opts = Opts::default();
+    let setup = Setup::new(&opts);
+    let l = Listener::start(&sim, &bob, &setup, &opts);
+    settled(&l).await;
+    sim.close_sockets(&bob, 4426, "upgrade required").await;
+    assert!(
+        eventually(10.0, || l.count("upgrade_required") == 1).await,
+        "{}",
+        l.log()
+    );
+    assert!(
+        eventually_async(10.0, || async { accepted(&sim.connects(&bob).await) >= 2 }).await,
+        "{}",
+        l.log()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_server_never_ends_the_listener_it_backs_off() {
+    let opts = Opts::default();
+    let setup = Setup::new(&opts);
+    // Nothing listens on this port.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut l = Listener::spawn(
+        listener_command_for(&format!("http://127.0.0.1:{port}"), FAKE_KEY, &setup, &opts),
+        &setup,
+        "",
+    );
+    assert!(
+        eventually(10.0, || l.count("backoff") >= 2).await,
+        "{}",
+        l.log()
+    );
+    assert_eq!(l.wait_exit(0.1), None, "still running");
+    assert_eq!(setup.status()["state"], "backoff");
+    assert!(setup.status()["next_retry_at"].is_string());
+    l.signal(libc::SIGTERM);
+    assert_eq!(l.wait_exit(10.0), Some(0));
+}
+
+#[test]
+fn bad_config_or_no_key_exits_1_with_a_line_naming_the_problem() {
+    let opts = Opts::default();
+    let setup = Setup::new(&opts);
+    let bad = setup.tmp.path().join("bad.toml");
+    std::fs::write(&bad, "[listen]\nruntim = \"script\"\n").unwrap();
+    let run = |config: &std::path::Path, key: Option<&str>| {
+        let mut cmd = std::process::Command::new(BIN);
+        cmd.arg("listen");
+        for (k, _) in std::env::vars() {
+            if k.starts_with("AGENTCHAT_") {
+                cmd.env_remove(k);
+            }
+        }
+        cmd.env("AGENTCHAT_CONFIG", config)
+            .env("AGENTCHAT_STATE_DIR", &setup.state_dir)
+            .env("AGENTCHAT_API_BASE", "http://127.0.0.1:9");
+        if let Some(k) = key {
+            cmd.env("AGENTCHAT_API_KEY", k);
+        }
+        cmd.output().unwrap()
+    };
+    let out = run(&bad, Some(FAKE_KEY));
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("runtim"));
+    let out = run(&setup.config, None);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no API key"));
+}
