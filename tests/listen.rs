@@ -1043,3 +1043,57 @@ fn bad_config_or_no_key_exits_1_with_a_line_naming_the_problem() {
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("no API key"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_key_in_the_key_file_is_tried_at_once_without_a_reload() {
+    use std::os::unix::fs::PermissionsExt;
+    let sim = Sim::start(1.0).await;
+    let bob = sim.agent("bob").await;
+    let tmp_key_dir = tempfile::tempdir().unwrap();
+    let key_file = tmp_key_dir.path().join("key");
+    let write_key = |k: &str| {
+        let tmp = tmp_key_dir.path().join("key.tmp");
+        std::fs::write(&tmp, k).unwrap();
+        std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o600)).unwrap();
+        std::fs::rename(&tmp, &key_file).unwrap();
+    };
+    write_key(&bob.key);
+    let opts = Opts {
+        top_toml: format!("api_key_file = \"{}\"", key_file.display()),
+        ..Opts::default()
+    };
+    let setup = Setup::new(&opts);
+    let mut cmd = listener_command(&sim, &bob, &setup, &opts);
+    cmd.env_remove("AGENTCHAT_API_KEY");
+    let l = Listener::spawn(cmd, &setup, "");
+    settled(&l).await;
+    assert!(
+        setup.status()["key_source"]
+            .as_str()
+            .unwrap()
+            .starts_with("file:")
+    );
+
+    // The key is rotated elsewhere: the old one is refused (1008 "API key rotated").
+    let rotated = sim
+        .post(
+            &format!("/_sim/agents/{}/rotate-key", bob.handle),
+            serde_json::json!({}),
+        )
+        .await;
+    assert!(
+        eventually(10.0, || setup.status()["state"] == "key_refused").await,
+        "{}",
+        l.log()
+    );
+    write_key(rotated["api_key"].as_str().unwrap());
+    // Far sooner than the 10-minute retry, and with no SIGHUP.
+    assert!(
+        eventually(10.0, || setup.status()["state"] == "connected").await,
+        "{}\n{}",
+        setup.status(),
+        l.log()
+    );
+    assert_eq!(l.count("key_changed"), 1);
+    assert_eq!(l.count("reload"), 0);
+}

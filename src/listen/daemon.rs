@@ -20,6 +20,8 @@ use tokio::task::JoinHandle;
 
 const KEY_REFUSED_RETRY: Duration = Duration::from_secs(600);
 const STATUS_REFRESH: Duration = Duration::from_secs(30);
+/// While the key is refused, how often the config (and key file) is read again to notice a new key.
+const KEY_CHECK: Duration = Duration::from_secs(2);
 const TEXTS_REFRESH: Duration = Duration::from_secs(24 * 3600);
 /// Beyond the run's own grace, how long a stopping listener waits for a cycle to wind down.
 const STOP_SLACK: Duration = Duration::from_secs(5);
@@ -151,6 +153,8 @@ pub async fn run(
     let mut texts_tick = tokio::time::interval(d.scale.apply(TEXTS_REFRESH));
     texts_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     texts_tick.reset();
+    let mut key_tick = tokio::time::interval(KEY_CHECK);
+    key_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut watchdog_tick = tokio::time::interval(
         watchdog
             .map(|w| (w / 2).max(Duration::from_millis(100)))
@@ -203,9 +207,9 @@ pub async fn run(
                     Err(e) => tracing::error!(event = "cycle_crashed", error = %e, "the cycle task ended abnormally"),
                 }
             }
-            _ = status_tick.tick() => {
+            _ = status_tick.tick() => d.write_status(),
+            _ = key_tick.tick(), if d.socket_state == SocketState::KeyRefused => {
                 d.check_key_file(&params_tx);
-                d.write_status();
             }
             _ = texts_tick.tick() => d.spawn_texts_refresh(&texts_tx),
             Some(r) = texts_rx.recv() => d.on_texts(r),
