@@ -122,7 +122,7 @@ pub async fn run(
         notify,
     };
     tracing::info!(
-        event = "listener_start",
+        event = %"listener_start",
         pid = std::process::id(),
         profile = %d.settings.profile,
         api_base = %d.settings.api_base,
@@ -179,8 +179,8 @@ pub async fn run(
             }
         };
         tokio::select! {
-            _ = sigterm.recv() => { tracing::info!(event = "stopping", signal = "SIGTERM", "stopping"); break; }
-            _ = sigint.recv() => { tracing::info!(event = "stopping", signal = "SIGINT", "stopping"); break; }
+            _ = sigterm.recv() => { tracing::info!(event = %"stopping", signal = "SIGTERM", "stopping"); break; }
+            _ = sigint.recv() => { tracing::info!(event = %"stopping", signal = "SIGINT", "stopping"); break; }
             _ = sighup.recv() => {
                 d.reload(&params_tx);
                 d.spawn_texts_refresh(&texts_tx);
@@ -189,7 +189,7 @@ pub async fn run(
             r = &mut socket_task => {
                 // The socket task only ends on shutdown; anything else is a bug. Stay resident:
                 // log it and start a new one.
-                tracing::error!(event = "socket_task_ended", error = ?r.err(), "the socket task ended unexpectedly; restarting it");
+                tracing::error!(event = %"socket_task_ended", error = ?r.err(), "the socket task ended unexpectedly; restarting it");
                 socket_task = tokio::spawn(socket::run(params_rx.clone(), ev_tx.clone(), shutdown_rx.clone()));
             }
             _ = due_sleep => {
@@ -204,7 +204,7 @@ pub async fn run(
                 d.coalescer.end(now);
                 match r {
                     Ok(report) => d.on_cycle_end(report),
-                    Err(e) => tracing::error!(event = "cycle_crashed", error = %e, "the cycle task ended abnormally"),
+                    Err(e) => tracing::error!(event = %"cycle_crashed", error = %e, "the cycle task ended abnormally"),
                 }
             }
             _ = status_tick.tick() => d.write_status(),
@@ -233,7 +233,7 @@ pub async fn run(
             Ok(Err(_)) => {}
             Err(_) => {
                 tracing::warn!(
-                    event = "cycle_abandoned",
+                    event = %"cycle_abandoned",
                     "the cycle did not end within the grace; abandoning it"
                 );
                 t.abort();
@@ -254,7 +254,7 @@ pub async fn run(
     })
     .await;
     d.write_status();
-    tracing::info!(event = "stopped", "listener stopped");
+    tracing::info!(event = %"stopped", "listener stopped");
     Ok(0)
 }
 
@@ -276,7 +276,7 @@ impl Daemon {
         match Api::new(&self.settings.api_base, self.key.clone()) {
             Ok(a) => Some(a),
             Err(e) => {
-                tracing::error!(event = "http_client_failed", error = %e, "cannot build the HTTP client");
+                tracing::error!(event = %"http_client_failed", error = %e, "cannot build the HTTP client");
                 None
             }
         }
@@ -286,7 +286,7 @@ impl Daemon {
         let now = SystemTime::now();
         match ev {
             SocketEvent::Handle(h) => {
-                tracing::info!(event = "handle", handle = %h, "this key's agent");
+                tracing::info!(event = %"handle", handle = %h, "this key's agent");
                 self.handle = Some(h.clone());
                 self.status.handle = Some(format!("@{}", crate::core::handle::normalize(&h)));
                 self.write_status();
@@ -419,7 +419,7 @@ impl Daemon {
         if shown != self.shown_state {
             self.shown_state = shown;
             self.status.since = state::rfc3339(now);
-            tracing::info!(event = "state", state = shown, "listener state");
+            tracing::info!(event = %"state", state = shown, "listener state");
             if self.notify {
                 let line = format!("STATUS={shown}");
                 let _ = sd_notify::notify(&[sd_notify::NotifyState::Custom(&line)]);
@@ -429,7 +429,7 @@ impl Daemon {
         self.status.socket = self.socket_state.as_str();
         self.status.updated_at = state::rfc3339(now);
         if let Err(e) = self.state.write_status(&self.status) {
-            tracing::warn!(event = "status_write_failed", error = %e, "could not write status.json");
+            tracing::warn!(event = %"status_write_failed", error = %e, "could not write status.json");
         }
     }
 
@@ -467,13 +467,13 @@ impl Daemon {
 
     /// SIGHUP: config and texts again; a refused key or an unusable runtime gets a new chance.
     fn reload(&mut self, params_tx: &watch::Sender<SocketParams>) {
-        tracing::info!(event = "reload", "reloading configuration and texts");
+        tracing::info!(event = %"reload", "reloading configuration and texts");
         match config::load(&self.args) {
             Ok(s) => match s.api_key.clone() {
                 Some(k) => {
                     if s.state_dir != self.settings.state_dir {
                         tracing::warn!(
-                            event = "reload_partial",
+                            event = %"reload_partial",
                             "the state dir cannot change while running; keeping the old one"
                         );
                     }
@@ -487,13 +487,13 @@ impl Daemon {
                 }
                 None => {
                     tracing::error!(
-                        event = "reload_failed",
+                        event = %"reload_failed",
                         "the new configuration has no API key; keeping the old one"
                     )
                 }
             },
             Err(e) => {
-                tracing::error!(event = "reload_failed", error = %e, "the new configuration is invalid; keeping the old one")
+                tracing::error!(event = %"reload_failed", error = %e, "the new configuration is invalid; keeping the old one")
             }
         }
         self.profile.unusable = None;
@@ -512,7 +512,7 @@ impl Daemon {
         if let Some(k) = s.api_key
             && k.expose_secret() != self.key.expose_secret()
         {
-            tracing::info!(event = "key_changed", "the API key changed; retrying now");
+            tracing::info!(event = %"key_changed", "the API key changed; retrying now");
             self.key = k;
             let _ = params_tx.send(self.socket_params());
         }

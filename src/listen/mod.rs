@@ -103,7 +103,7 @@ pub async fn run_cli(args: ListenArgs) -> anyhow::Result<i32> {
                 settings.profile,
                 state.path(state::LOCK_FILE).display()
             );
-            tracing::info!(event = "already_running", holder = %who, "another listener holds the lock");
+            tracing::info!(event = %"already_running", holder = %who, "another listener holds the lock");
             return Ok(0);
         }
     };
@@ -127,17 +127,17 @@ pub async fn load_texts(
     match api.texts(runtime).await {
         Ok((texts, bytes)) => {
             if let Err(e) = state::write_atomic(&path, &bytes) {
-                tracing::warn!(event = "texts_cache_write_failed", error = %e, "could not keep the texts");
+                tracing::warn!(event = %"texts_cache_write_failed", error = %e, "could not keep the texts");
             }
             tracing::info!(
-                event = "texts_fetched",
+                event = %"texts_fetched",
                 runtime,
                 "texts fetched from the server"
             );
             return Some((texts, "server"));
         }
         Err(e) => {
-            tracing::warn!(event = "texts_fetch_failed", runtime, error = %e, "could not fetch the texts");
+            tracing::warn!(event = %"texts_fetch_failed", runtime, error = %e, "could not fetch the texts");
         }
     }
     if !use_cache {
@@ -146,17 +146,17 @@ pub async fn load_texts(
     match std::fs::read(&path) {
         Ok(bytes) => match Texts::parse(&bytes) {
             Ok(t) => {
-                tracing::info!(event = "texts_cached", path = %path.display(), "using the last good texts from the cache");
+                tracing::info!(event = %"texts_cached", path = %path.display(), "using the last good texts from the cache");
                 Some((t, "cache"))
             }
             Err(e) => {
-                tracing::error!(event = "texts_missing", error = %e, "the cached texts are damaged; no runs until the server's texts can be read");
+                tracing::error!(event = %"texts_missing", error = %e, "the cached texts are damaged; no runs until the server's texts can be read");
                 None
             }
         },
         Err(_) => {
             tracing::error!(
-                event = "texts_missing",
+                event = %"texts_missing",
                 "no texts from the server and none cached; no runs until the server's texts can be read"
             );
             None
