@@ -259,6 +259,11 @@ async fn body(input: &mut CycleInput, report: &mut CycleReport) {
     // invites that are gone, so the after-tray is read either way.
     let before_ids = before.invite_ids();
     if before_ids.is_empty() {
+        // No invite waited, so none can be counted: no second tray read. Invites the memory
+        // still holds are gone from a complete list, so they were answered: forget them.
+        if before.invites_complete() {
+            forget_answered(&input.state);
+        }
         return;
     }
     let after = match read_tray(&input.api, &id).await {
@@ -369,6 +374,18 @@ fn keep_identity_block(
         }
         Err(e) => {
             tracing::warn!(event = %"identity_failed", cycle_id = %cycle_id, path = %path.display(), error = %e, "identity block left as it is")
+        }
+    }
+}
+
+/// Empties the invite memory (every invite in it is gone from a complete tray list).
+fn forget_answered(state: &StateDir) {
+    if let Ok(memory) = state.load_invites()
+        && !memory.counted.is_empty()
+    {
+        tracing::debug!(event = %"invite_forgotten", count = memory.counted.len(), "invites answered");
+        if let Err(e) = state.save_invites(&Default::default()) {
+            tracing::warn!(event = %"invite_memory_write_failed", error = %e, "could not persist the invite memory");
         }
     }
 }
