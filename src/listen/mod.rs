@@ -48,8 +48,11 @@ impl TimeScale {
         TimeScale(v)
     }
 
+    /// `d / scale`, at least 1 ms, and never a panic on an absurd scale (saturates at a day).
     pub fn apply(self, d: Duration) -> Duration {
-        d.div_f64(self.0).max(Duration::from_millis(1))
+        Duration::try_from_secs_f64(d.as_secs_f64() / self.0)
+            .unwrap_or(Duration::from_secs(86_400))
+            .max(Duration::from_millis(1))
     }
 }
 
@@ -179,5 +182,14 @@ mod tests {
         assert_eq!(TimeScale::from_env(&env).0, 1.0);
         env.insert(TimeScale::ENV.to_string(), "nan".to_string());
         assert_eq!(TimeScale::from_env(&env).0, 1.0);
+        // Absurd but valid scales neither panic nor give a zero timer.
+        assert_eq!(
+            TimeScale(1e-300).apply(Duration::from_secs(60)),
+            Duration::from_secs(86_400)
+        );
+        assert_eq!(
+            TimeScale(1e300).apply(Duration::from_secs(60)),
+            Duration::from_millis(1)
+        );
     }
 }
