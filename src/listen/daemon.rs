@@ -398,19 +398,8 @@ impl Daemon {
         self.write_status();
     }
 
-    /// Shown state: stopping > runtime_unusable > handle_mismatch > the socket's.
     fn shown(&self) -> &'static str {
-        if self.profile.stopping {
-            "stopping"
-        } else if self.profile.starting {
-            "starting"
-        } else if self.profile.unusable.is_some() {
-            "runtime_unusable"
-        } else if self.profile.mismatch.is_some() {
-            "handle_mismatch"
-        } else {
-            self.socket_state.as_str()
-        }
+        shown_state(&self.profile, self.socket_state)
     }
 
     fn write_status(&mut self) {
@@ -519,11 +508,56 @@ impl Daemon {
     }
 }
 
+/// The one state `status.json` shows: stopping > starting > key_refused > runtime_unusable >
+/// handle_mismatch > the socket's. A refused key comes first: nothing else can work without it.
+fn shown_state(p: &Profile, socket: SocketState) -> &'static str {
+    if p.stopping {
+        "stopping"
+    } else if p.starting {
+        "starting"
+    } else if socket == SocketState::KeyRefused {
+        "key_refused"
+    } else if p.unusable.is_some() {
+        "runtime_unusable"
+    } else if p.mismatch.is_some() {
+        "handle_mismatch"
+    } else {
+        socket.as_str()
+    }
+}
+
 fn key_source_label(k: &config::KeySource) -> String {
     match k {
         config::KeySource::Env => "env".into(),
         config::KeySource::File(p) => format!("file:{}", p.display()),
         config::KeySource::Config => "config".into(),
         config::KeySource::Missing => "missing".into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn profile() -> Profile {
+        Profile {
+            starting: false,
+            unusable: None,
+            mismatch: None,
+            stopping: false,
+        }
+    }
+
+    #[test]
+    fn shown_state_puts_stopping_then_key_then_profile_states_over_the_socket() {
+        let mut p = profile();
+        assert_eq!(shown_state(&p, SocketState::Backoff), "backoff");
+        p.mismatch = Some("@x".into());
+        assert_eq!(shown_state(&p, SocketState::Connected), "handle_mismatch");
+        p.unusable = Some("no claude".into());
+        assert_eq!(shown_state(&p, SocketState::Connected), "runtime_unusable");
+        assert_eq!(shown_state(&p, SocketState::KeyRefused), "key_refused");
+        p.stopping = true;
+        assert_eq!(shown_state(&p, SocketState::KeyRefused), "stopping");
     }
 }
