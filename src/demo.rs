@@ -429,15 +429,23 @@ async fn scenario(d: &mut Demo) -> anyhow::Result<()> {
     d.send("Hi Bob! Are you around?", 1).await?;
     d.send("I have a question about Friday's benchmark.", 2)
         .await?;
-    d.wait_run().await?;
-    d.wait_event("cycle_end").await?;
-    let tray = d.bob_tray().await?;
-    let cards = list_of(&tray, "conversations").len();
-    if cards != 0 {
-        bail!(
-            "after the run {} still has {cards} conversation(s) waiting",
-            d.bob_handle
-        );
+    // Normally one run answers both. On a loaded machine the second message can land after that
+    // run read the tray; its wake then earns one more cycle, which answers it.
+    let mut runs = 0;
+    loop {
+        d.wait_run().await?;
+        d.wait_event("cycle_end").await?;
+        runs += 1;
+        let cards = list_of(&d.bob_tray().await?, "conversations").len();
+        if cards == 0 {
+            break;
+        }
+        if runs >= 2 {
+            bail!(
+                "after {runs} runs {} still has {cards} conversation(s) waiting",
+                d.bob_handle
+            );
+        }
     }
     d.clock.say(
         "server",
@@ -461,6 +469,7 @@ async fn scenario(d: &mut Demo) -> anyhow::Result<()> {
     let give_up = tokio::time::Instant::now() + STEP_TIMEOUT;
     // When set: if the invite is not dismissed by then, ask the server for a re-wake.
     let mut poke_at: Option<tokio::time::Instant> = None;
+    let mut counted = false;
     loop {
         let until = poke_at.map_or(give_up, |p| p.min(give_up));
         let Some(v) = d.next_event_until(until).await? else {
@@ -484,6 +493,7 @@ async fn scenario(d: &mut Demo) -> anyhow::Result<()> {
         match timeline::event(&v) {
             Some("invite_dismissed") => break,
             Some("invite_counted") => {
+                counted = true;
                 let pending = list_of(&d.bob_tray().await?, "invites")
                     .iter()
                     .any(|i| str_at(i, &["invite_id"]) == Some(invite_id.as_str()));
@@ -496,9 +506,11 @@ async fn scenario(d: &mut Demo) -> anyhow::Result<()> {
                     "server",
                     &format!("invite {invite_id} still pending: the run left it alone"),
                 );
-                poke_at = Some(tokio::time::Instant::now() + pace);
             }
-            Some("invite_silent_paced") => {
+            // A wake is in: its cycle is coming, so no re-wake is needed yet.
+            Some("wake" | "cycle_start") => poke_at = None,
+            // A cycle ended without the dismissal: re-wake once the pace has passed.
+            Some("cycle_end") if counted => {
                 poke_at = Some(tokio::time::Instant::now() + pace);
             }
             _ => {}

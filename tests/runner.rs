@@ -385,3 +385,14 @@ fn prune_keeps_the_newest_n_run_logs_and_nothing_else_is_touched() {
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 4);
     prune_logs(&dir.path().join("absent"), 1).unwrap();
 }
+
+#[test]
+fn log_file_names_sort_by_time_and_keep_only_safe_characters() {
+    let name = agentchat::listen::runner::log_file_name("c1/../x y");
+    assert!(name.starts_with("run-") && name.ends_with(".log"), "{name}");
+    assert!(!name.contains('/') && !name.contains(' '), "{name}");
+    assert!(name.ends_with("-c1____x_y.log"), "{name}");
+    // The UTC stamp comes first, so names sort by start time.
+    let stamp = &name["run-".len()..name.len() - "-c1____x_y.log".len()];
+    assert!(stamp.len() == 16 && stamp.ends_with('Z'), "{stamp}");
+}

@@ -61,6 +61,8 @@ struct Setup {
     runtime: RuntimeKind,
     settings: Settings,
     key: String,
+    /// Added to the base environment, as if the listener had it (before the spec's removals).
+    extra_env: Vec<(String, String)>,
 }
 
 impl Setup {
@@ -82,6 +84,7 @@ impl Setup {
             runtime,
             settings,
             key: KEY.to_string(),
+            extra_env: vec![],
         }
     }
 
@@ -116,6 +119,7 @@ impl Setup {
                 &self.dir.path().join("home"),
                 &self.model.base_url(),
             ))
+            .envs(self.extra_env.iter().map(|(k, v)| (k, v)))
             .envs(spec.env.iter().map(|(k, v)| (k, v)))
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped())
@@ -172,14 +176,17 @@ fn show(output: &[u8]) -> String {
     String::from_utf8_lossy(output).chars().take(4000).collect()
 }
 
+/// An MCP endpoint that is not there: Claude Code still talks to the model and exits 0, but a
+/// run that could not reach the AgentChat tools looked at nothing and must not count as completed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn claude_completes_a_turn_against_the_scripted_model_with_the_built_argv() {
-    // An MCP endpoint that is not there: Claude Code still runs; the model sees no AgentChat
-    // tools and answers in plain text, so this pins argv, stdin and the success judgement.
+async fn claude_run_that_cannot_reach_the_mcp_tools_is_failed_not_completed() {
     let s = Setup::new(RuntimeKind::ClaudeCode, Mode::Normal, "http://127.0.0.1:1").await;
     let (end, output, outcome) = s.run(Duration::from_secs(90)).await;
     assert_eq!(end, ProcessEnd::Exited(0), "{}", show(&output));
-    assert_eq!(outcome, RunOutcome::Completed, "{}", show(&output));
+    match outcome {
+        RunOutcome::Failed(r) => assert!(r.contains("MCP server"), "{r}"),
+        other => panic!("{other:?}\n{}", show(&output)),
+    }
     assert!(
         s.model
             .journal()
@@ -193,12 +200,9 @@ async fn claude_completes_a_turn_against_the_scripted_model_with_the_built_argv(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn claude_refused_model_key_is_judged_unusable() {
-    let s = Setup::new(
-        RuntimeKind::ClaudeCode,
-        Mode::Unauthorized,
-        "http://127.0.0.1:1",
-    )
-    .await;
+    let sim = Sim::start().await;
+    let mut s = Setup::new(RuntimeKind::ClaudeCode, Mode::Unauthorized, sim.api_base()).await;
+    s.key = sim.me.1.clone();
     let (end, output, outcome) = s.run(Duration::from_secs(90)).await;
     assert_ne!(end, ProcessEnd::TimedOut, "{}", show(&output));
     assert!(
@@ -208,26 +212,25 @@ async fn claude_refused_model_key_is_judged_unusable() {
     );
 }
 
+/// The same for Codex: the `required` MCP server makes it stop (exit 1) instead of answering
+/// without the tools.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn codex_completes_a_turn_against_the_scripted_model_with_the_built_argv() {
+async fn codex_run_that_cannot_reach_the_mcp_tools_is_failed_not_completed() {
     let s = Setup::new(RuntimeKind::Codex, Mode::Normal, "http://127.0.0.1:1").await;
     let (end, output, outcome) = s.run(Duration::from_secs(90)).await;
-    assert_eq!(end, ProcessEnd::Exited(0), "{}", show(&output));
-    assert_eq!(outcome, RunOutcome::Completed, "{}", show(&output));
+    assert_eq!(end, ProcessEnd::Exited(1), "{}", show(&output));
     assert!(
-        s.model
-            .journal()
-            .requests
-            .iter()
-            .any(|r| r.contains("/responses")),
-        "{:?}",
-        s.model.journal()
+        matches!(outcome, RunOutcome::Failed(_)),
+        "{outcome:?}\n{}",
+        show(&output)
     );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn codex_refused_model_key_is_judged_unusable() {
-    let s = Setup::new(RuntimeKind::Codex, Mode::Unauthorized, "http://127.0.0.1:1").await;
+    let sim = Sim::start().await;
+    let mut s = Setup::new(RuntimeKind::Codex, Mode::Unauthorized, sim.api_base()).await;
+    s.key = sim.me.1.clone();
     let (end, output, outcome) = s.run(Duration::from_secs(120)).await;
     assert_ne!(end, ProcessEnd::TimedOut, "{}", show(&output));
     assert!(
@@ -270,4 +273,33 @@ async fn claude_answers_a_peer_through_the_sims_mcp_tools() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn codex_answers_a_peer_through_the_sims_mcp_tools() {
     answers_a_peer_through_the_sims_mcp_tools(RuntimeKind::Codex).await;
+}
+
+/// `mcp = "user"`: no `--mcp-config`; Claude Code uses the user's own `agentchat` server from
+/// `~/.claude.json`, whose header reads the key from `AGENTCHAT_API_KEY`, which the listener
+/// leaves inherited in this mode.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claude_mcp_user_mode_answers_through_the_users_own_server_config() {
+    let sim = Sim::start().await;
+    let sent = sim.peer_sends("Ping from the user-mode test.").await;
+    let conv = sent["conversation_id"].as_str().unwrap().to_string();
+    let mut s = Setup::new(RuntimeKind::ClaudeCode, Mode::Normal, sim.api_base()).await;
+    s.settings.listen.claude.mcp = McpMode::User;
+    s.key = sim.me.1.clone();
+    s.extra_env = vec![("AGENTCHAT_API_KEY".into(), sim.me.1.clone())];
+    let user_config = serde_json::json!({"mcpServers": {"agentchat": {
+        "type": "http",
+        "url": format!("{}/mcp", sim.api_base()),
+        "headers": {"Authorization": "Bearer ${AGENTCHAT_API_KEY}"}
+    }}});
+    std::fs::write(
+        s.dir.path().join("home/.claude.json"),
+        user_config.to_string(),
+    )
+    .unwrap();
+    assert!(!s.spec().args.iter().any(|a| a == "--mcp-config"));
+    let (end, output, outcome) = s.run(Duration::from_secs(120)).await;
+    assert_eq!(outcome, RunOutcome::Completed, "{end:?}\n{}", show(&output));
+    assert!(!s.dir.path().join("state/claude-mcp.json").exists());
+    assert_answered(&sim.my_state().await, &conv);
 }

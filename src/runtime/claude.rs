@@ -152,7 +152,7 @@ pub fn judge(end: &ProcessEnd, output: &[u8]) -> RunOutcome {
         .result
         .as_ref()
         .is_some_and(|r| !r.is_error && r.subtype == "success");
-    if *end == ProcessEnd::Exited(0) && clean_result {
+    if *end == ProcessEnd::Exited(0) && clean_result && events.mcp_problem.is_none() {
         return RunOutcome::Completed;
     }
     // Only a run that did not complete is read for login trouble: a retried 401 followed by
@@ -166,9 +166,10 @@ pub fn judge(end: &ProcessEnd, output: &[u8]) -> RunOutcome {
             None => reason,
         });
     }
-    match &events.result {
-        None => RunOutcome::Failed("exited 0 without a final result event".into()),
-        Some(_) => RunOutcome::Failed(events.result_summary().unwrap_or_default()),
+    match (&events.result, &events.mcp_problem) {
+        (None, _) => RunOutcome::Failed("exited 0 without a final result event".into()),
+        (Some(_), Some(mcp)) if clean_result => RunOutcome::Failed(mcp.clone()),
+        (Some(_), _) => RunOutcome::Failed(events.result_summary().unwrap_or_default()),
     }
 }
 
@@ -188,6 +189,10 @@ struct Events {
     auth_error: bool,
     /// A synthetic (not model-written) assistant message said the user is not logged in.
     synthetic_auth_text: bool,
+    /// The `init` event shows the `agentchat` MCP server missing or not connected: the run could
+    /// not reach the tray, so it must not count as a completed look (the invite rule would
+    /// otherwise dismiss an invite no model saw).
+    mcp_problem: Option<String>,
 }
 
 impl Events {
@@ -195,6 +200,9 @@ impl Events {
         let mut ev = Events::default();
         for v in cli::json_lines(output) {
             match v.get("type").and_then(|t| t.as_str()) {
+                Some("system") if v.get("subtype").and_then(|t| t.as_str()) == Some("init") => {
+                    ev.mcp_problem = mcp_problem(&v);
+                }
                 Some("assistant") => {
                     if let Some(e) = v.get("error").and_then(|e| e.as_str())
                         && AUTH_ERRORS.contains(&e)
@@ -273,6 +281,26 @@ impl Events {
             s.push_str(&format!(", {}", cli::clip(t)));
         }
         Some(s)
+    }
+}
+
+/// What is wrong with the `agentchat` MCP server in an `init` event, if its list says so.
+fn mcp_problem(init: &serde_json::Value) -> Option<String> {
+    let servers = init.get("mcp_servers")?.as_array()?;
+    let status = servers
+        .iter()
+        .find(|s| s.get("name").and_then(|n| n.as_str()) == Some("agentchat"))
+        .map(|s| {
+            s.get("status")
+                .and_then(|st| st.as_str())
+                .unwrap_or("unknown")
+        });
+    match status {
+        None => Some("Claude Code had no `agentchat` MCP server".into()),
+        Some(st @ ("failed" | "needs-auth" | "disabled")) => Some(format!(
+            "the agentchat MCP server did not connect (status {st})"
+        )),
+        Some(_) => None,
     }
 }
 
@@ -440,6 +468,22 @@ mod tests {
         );
         assert!(matches!(
             judge(&ProcessEnd::Exited(1), SUCCESS.as_bytes()),
+            RunOutcome::Failed(_)
+        ));
+    }
+
+    #[test]
+    fn a_run_without_a_connected_agentchat_mcp_server_is_failed() {
+        // Recorded from claude 2.1.197 with the MCP endpoint unreachable: it still exits 0.
+        let failed = r#"{"type":"system","subtype":"init","cwd":"/w","mcp_servers":[{"name":"agentchat","status":"failed"}]}
+{"type":"result","subtype":"success","is_error":false,"num_turns":1,"result":"OK","terminal_reason":"completed"}"#;
+        match judge(&ProcessEnd::Exited(0), failed.as_bytes()) {
+            RunOutcome::Failed(r) => assert!(r.contains("MCP server did not connect"), "{r}"),
+            other => panic!("{other:?}"),
+        }
+        let absent = failed.replace(r#"{"name":"agentchat","status":"failed"}"#, "");
+        assert!(matches!(
+            judge(&ProcessEnd::Exited(0), absent.as_bytes()),
             RunOutcome::Failed(_)
         ));
     }

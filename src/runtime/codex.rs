@@ -74,6 +74,9 @@ fn mcp_overrides(url: &str) -> Vec<(&'static str, String)> {
         ("url", toml_str(url)),
         ("bearer_token_env_var", toml_str(KEY_ENV)),
         ("default_tools_approval_mode", toml_str("approve")),
+        // Without the tools the run cannot look at the tray; an unreachable server must fail
+        // the run (exit 1), not let it complete having seen nothing.
+        ("required", "true".into()),
     ]
 }
 
@@ -228,6 +231,8 @@ mod tests {
                 r#"mcp_servers.agentchat.bearer_token_env_var="AGENTCHAT_API_KEY""#,
                 "-c",
                 r#"mcp_servers.agentchat.default_tools_approval_mode="approve""#,
+                "-c",
+                "mcp_servers.agentchat.required=true",
                 "-C",
                 work.to_str().unwrap(),
                 "--model",
