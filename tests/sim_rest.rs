@@ -910,3 +910,92 @@ fn cli_sim_prints_one_json_line_with_seeded_keys_and_never_logs_keys() {
     );
     assert!(!err.contains(&key), "keys never reach the log");
 }
+
+#[tokio::test]
+async fn deprecation_7_no_reply_still_works_as_dismiss_with_the_three_headers() {
+    let s = sim(1.0).await;
+    let (alice, bob) = (s.agent("alice").await, s.agent("bob").await);
+    let m = s.send(&alice, &bob, "bye").await;
+    let conv = m["conversation_id"].as_str().unwrap();
+    let resp = s
+        .http
+        .post(format!("{}/v1/conversations/{conv}/decisions", s.base))
+        .bearer_auth(&bob.key)
+        .json(
+            &json!({"decision": "no_reply", "category": "closing", "through_message_id": m["id"]}),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 201);
+    assert!(
+        resp.headers()
+            .get("deprecation")
+            .unwrap()
+            .to_str()
+            .unwrap()
+            .starts_with('@')
+    );
+    assert_eq!(
+        resp.headers().get("sunset").unwrap(),
+        "Sat, 06 Feb 2027 00:00:00 GMT"
+    );
+    assert!(
+        resp.headers()
+            .get("link")
+            .unwrap()
+            .to_str()
+            .unwrap()
+            .contains("rel=\"deprecation\"")
+    );
+    let v: Value = resp.json().await.unwrap();
+    assert_eq!(v["decision"]["decision"], "dismiss");
+    assert!(
+        s.tray(&bob).await["conversations"]
+            .as_array()
+            .unwrap()
+            .is_empty()
+    );
+}
+
+#[tokio::test]
+async fn sync_lists_undelivered_rows_with_delivery_ids_and_the_cursor_ack_delivers_them() {
+    let s = sim(1.0).await;
+    let (alice, bob) = (s.agent("alice").await, s.agent("bob").await);
+    let m1 = s.send(&alice, &bob, "one").await;
+    let m2 = s.send(&alice, &bob, "two").await;
+    let (st, rows) = s.get(Some(&bob.key), "/v1/messages/sync").await;
+    assert_eq!(st, 200);
+    let rows = rows.as_array().unwrap().clone();
+    assert_eq!(
+        rows.iter().map(|r| r["id"].clone()).collect::<Vec<_>>(),
+        [m1["id"].clone(), m2["id"].clone()]
+    );
+    let cursor = rows[0]["delivery_id"].as_str().unwrap();
+    let (_, after) = s
+        .get(Some(&bob.key), &format!("/v1/messages/sync?after={cursor}"))
+        .await;
+    assert_eq!(after[0]["id"], m2["id"]);
+    let (_, v) = s
+        .post(
+            Some(&bob.key),
+            "/v1/messages/sync/ack",
+            json!({"last_delivery_id": cursor}),
+        )
+        .await;
+    assert_eq!(v["acked"], 1);
+    let (_, v) = s
+        .post(
+            Some(&bob.key),
+            "/v1/messages/sync/ack",
+            json!({"last_delivery_id": cursor}),
+        )
+        .await;
+    assert_eq!(v["acked"], 0, "idempotent");
+    let (st, _) = s
+        .post(Some(&bob.key), "/v1/messages/sync/ack", json!({}))
+        .await;
+    assert_eq!(st, 400);
+    let (_, rows) = s.get(Some(&bob.key), "/v1/messages/sync").await;
+    assert_eq!(rows.as_array().unwrap().len(), 1);
+}

@@ -699,3 +699,32 @@ asyncio.run(main())
     );
     assert_eq!(s.state(&bob).await["received"][0]["status"], "delivered");
 }
+
+#[tokio::test]
+async fn ladder_5_a_rung_with_no_rewake_socket_is_not_lost_the_latest_due_is_sent_once_on_connect()
+{
+    let s = sim(600.0).await; // rung 1 = 100 ms, rung 2 = 500 ms, rung 3 = 3 s
+    let (alice, bob) = (s.agent("alice").await, s.agent("bob").await);
+    let m = s.send(&alice, &bob, "anyone?").await;
+    // Server time passing is the behaviour under test: let rungs 1 and 2 come due with no socket.
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert!(
+        s.state(&bob).await["ladder"]["fired"]
+            .as_array()
+            .unwrap()
+            .is_empty()
+    );
+    let mut ws = s.connect(&bob.key, Some("ack,rewake")).await;
+    ws.expect("hello.ok", 5000).await;
+    let w = ws.expect("wake", 5000).await;
+    assert_eq!(
+        w["payload"]["step"], 2,
+        "the latest rung due, not a burst of 1 and 2"
+    );
+    assert_eq!(
+        w["payload"]["conversation_ids"],
+        json!([m["conversation_id"]])
+    );
+    let next = ws.expect("wake", 10_000).await;
+    assert_eq!(next["payload"]["step"], 3);
+}

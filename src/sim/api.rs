@@ -41,7 +41,19 @@ pub async fn route(sim: &Sim, r: &Req) -> ApiResult<Reply> {
         }
         ("POST", ["conversations", conv, "decisions"]) => {
             let body = r.json_object()?;
-            Ok(Reply::json(201, sim.lock().decide(&me, conv, &body)?))
+            // Deprecated since 2026-11-02 (`no_reply`) and 2026-11-04 (`defer_seconds`).
+            let since = if body.get("decision").and_then(Value::as_str) == Some("no_reply") {
+                Some(1_793_577_600)
+            } else if body.get("defer_seconds").is_some() {
+                Some(1_793_750_400)
+            } else {
+                None
+            };
+            let reply = Reply::json(201, sim.lock().decide(&me, conv, &body)?);
+            Ok(match since {
+                Some(t) => deprecated(reply, t),
+                None => reply,
+            })
         }
         ("POST", ["conversations", conv, "read"]) => {
             let body = r.json_object()?;
@@ -98,6 +110,17 @@ pub async fn route(sim: &Sim, r: &Req) -> ApiResult<Reply> {
         }
         _ => Ok(not_found(r)),
     }
+}
+
+/// Contract 7: an answer that used a deprecated value carries the three headers (the sim is
+/// before the switch-off, so the old value still works).
+fn deprecated(r: Reply, since_unix: u64) -> Reply {
+    r.header("deprecation", format!("@{since_unix}"))
+        .header("sunset", "Sat, 06 Feb 2027 00:00:00 GMT")
+        .header(
+            "link",
+            "<https://agentchat.me/contract/v1/#deprecations>; rel=\"deprecation\"",
+        )
 }
 
 fn texts_route(sim: &Sim, r: &Req) -> ApiResult<Reply> {

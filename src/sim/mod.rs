@@ -1,7 +1,8 @@
 //! `agentchat sim`: a faithful in-memory AgentChat server on loopback, with a control API for
 //! tests and demos (design 8). Owned by the sim work (issue 3).
 //!
-//! Layout: `state`/`model` hold the data and the operations every door shares; `tray` builds the
+//! Layout: `state`/`model` hold the data and the operations every door shares (with `verdicts`
+//! and `invites` split out); `tray` builds the
 //! v1 tray; `timers` run the defer and re-wake ladders; `budget` holds the poll and connect
 //! budgets; `http` routes to `api` (the agent's REST hands), `ws` (the socket), `mcp` (the hosted
 //! tools) and `control` (`/_sim/`); `texts` serves the texts; `clock` scales every timer.
@@ -12,12 +13,14 @@ pub mod clock;
 mod control;
 mod error;
 mod http;
+mod invites;
 mod mcp;
 mod model;
 mod state;
 mod texts;
 mod timers;
 mod tray;
+mod verdicts;
 mod ws;
 
 use std::net::SocketAddr;

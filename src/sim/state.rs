@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 use tokio::sync::broadcast;
 
 use super::budget::IpBudget;
-use super::clock::{Clock, MIN, iso, new_delivery_id, new_id, new_key, now_iso, unix_ms};
+use super::clock::{Clock, iso, new_delivery_id, new_id, new_key, now_iso, unix_ms};
 use super::error::{ApiError, ApiResult};
 use super::model::*;
 
@@ -84,7 +84,7 @@ impl State {
         }
     }
 
-    fn ord(&mut self) -> u64 {
+    pub(super) fn ord(&mut self) -> u64 {
         self.next_ord += 1;
         self.next_ord
     }
@@ -329,7 +329,7 @@ impl State {
         }
     }
 
-    fn mark_delivered(&mut self, id: &str, h: &str) {
+    pub(super) fn mark_delivered(&mut self, id: &str, h: &str) {
         if let Some(d) = self
             .messages
             .get_mut(id)
@@ -392,7 +392,7 @@ impl State {
     }
 
     /// Stores a message and fans it out. Notices of a group are pushed live only for `group_deleted`.
-    fn store_message(&mut self, new: NewMessage<'_>) -> String {
+    pub(super) fn store_message(&mut self, new: NewMessage<'_>) -> String {
         let NewMessage {
             conv_id,
             sender,
@@ -747,213 +747,6 @@ impl State {
         ids.len()
     }
 
-    // ---- reading and verdicts ----
-
-    /// The seq of `anchor` in `conv`, or 404 MESSAGE_NOT_FOUND (3.2).
-    fn anchor_seq(&self, conv: &str, anchor: &str) -> ApiResult<u64> {
-        match self.messages.get(anchor) {
-            Some(m) if m.conversation_id == conv => Ok(m.seq),
-            _ => Err(ApiError::not_found(
-                "MESSAGE_NOT_FOUND",
-                "through_message_id is not a message of this conversation",
-            )),
-        }
-    }
-
-    /// Reads through `seq`, plus the notices right after it up to the next message from someone
-    /// else. Returns how many became read; senders get `message.read`.
-    fn read_through(&mut self, h: &str, conv: &str, through: u64) -> usize {
-        let ids = self
-            .convs
-            .get(conv)
-            .map(|c| c.messages.clone())
-            .unwrap_or_default();
-        let mut to_read = Vec::new();
-        let mut after = false;
-        for id in ids {
-            let Some(m) = self.messages.get(&id) else {
-                continue;
-            };
-            if m.seq <= through {
-                to_read.push(id);
-                continue;
-            }
-            if !after {
-                after = true;
-            }
-            if m.sender == h {
-                continue;
-            }
-            if m.is_notice() {
-                to_read.push(id);
-            } else {
-                break;
-            }
-        }
-        let now = now_iso();
-        let mut n = 0;
-        for id in to_read {
-            let Some(m) = self.messages.get_mut(&id) else {
-                continue;
-            };
-            let Some(d) = m.recipients.get_mut(h) else {
-                continue;
-            };
-            if d.status == "read" {
-                continue;
-            }
-            d.status = "read";
-            d.read_at = Some(now.clone());
-            if d.delivered_at.is_none() {
-                d.delivered_at = Some(now.clone());
-            }
-            n += 1;
-            let sender = m.sender.clone();
-            if !m.is_notice() {
-                let frame = json!({"type": "message.read", "payload": {"message_id": id, "read_by": h, "read_at": now}});
-                self.push(&sender, &frame.to_string(), |_| true);
-            }
-        }
-        n
-    }
-
-    fn newest_seq(&self, conv: &str) -> Option<(u64, String)> {
-        let c = self.convs.get(conv)?;
-        let id = c.messages.last()?;
-        self.messages.get(id).map(|m| (m.seq, m.id.clone()))
-    }
-
-    /// True when a non-notice message from someone other than `h` is newer than `seq`.
-    pub fn newer_from_others(&self, h: &str, conv: &str, seq: u64) -> bool {
-        self.convs.get(conv).is_some_and(|c| {
-            c.messages
-                .iter()
-                .filter_map(|id| self.messages.get(id))
-                .any(|m| m.seq > seq && m.sender != h && !m.is_notice())
-        })
-    }
-
-    /// `POST /v1/conversations/{id}/decisions` (3.2).
-    pub fn decide(&mut self, h: &str, conv: &str, body: &Value) -> ApiResult<Value> {
-        self.conv_for(h, conv)?;
-        let decision = match body.get("decision").and_then(Value::as_str) {
-            Some("reply") => "reply",
-            Some("dismiss") | Some("no_reply") => "dismiss",
-            Some("defer") => "defer",
-            Some(other) => {
-                return Err(ApiError::validation(format!(
-                    "decision {other:?} is not reply, dismiss or defer"
-                )));
-            }
-            None => {
-                return Err(ApiError::validation(
-                    "decision is required: reply, dismiss or defer",
-                ));
-            }
-        };
-        let category = match body.get("category") {
-            None | Some(Value::Null) => "other".to_string(),
-            Some(Value::String(c)) if CATEGORIES.contains(&c.as_str()) => c.clone(),
-            Some(c) => {
-                return Err(ApiError::validation(format!(
-                    "category {c} is not one of {}",
-                    CATEGORIES.join(", ")
-                )));
-            }
-        };
-        let anchor = match body.get("through_message_id") {
-            None | Some(Value::Null) => None,
-            Some(Value::String(s)) => Some((self.anchor_seq(conv, s)?, s.clone())),
-            Some(_) => return Err(ApiError::validation("through_message_id must be a string")),
-        };
-        let at_ = now_iso();
-        let now_v = self.now_v();
-        let mut changed = false;
-        let mut read = 0;
-        let through_id;
-        if decision == "defer" {
-            let (seq, id) = match anchor {
-                Some(a) => a,
-                None => self
-                    .newest_seq(conv)
-                    .ok_or_else(|| ApiError::validation("the conversation has no messages"))?,
-            };
-            through_id = id.clone();
-            let prior = self
-                .agents
-                .get(h)
-                .and_then(|a| a.views.get(conv))
-                .and_then(|v| v.defer.clone());
-            let count = match prior {
-                Some(d) if !self.newer_from_others(h, conv, d.anchor_seq) => {
-                    d.count.saturating_add(1)
-                }
-                _ => 1,
-            };
-            let due_v = match count {
-                1 => Some(now_v + 15 * MIN),
-                2 => Some(now_v + 24 * 60 * MIN),
-                _ => None,
-            };
-            let a = self.agent_mut(h)?;
-            let v = a.views.entry(conv.to_string()).or_default();
-            v.defer = Some(Defer {
-                count,
-                anchor_id: id,
-                anchor_seq: seq,
-                due_v,
-            });
-            v.reminder = None;
-            changed = true;
-        } else {
-            let (seq, id) = match anchor {
-                Some(a) => a,
-                None => self.newest_seq(conv).unwrap_or((0, String::new())),
-            };
-            through_id = id;
-            read = self.read_through(h, conv, seq);
-            let a = self.agent_mut(h)?;
-            let v = a.views.entry(conv.to_string()).or_default();
-            if v.defer.take().is_some() || v.reminder.take().is_some() {
-                changed = true;
-            }
-            changed |= read > 0;
-        }
-        let a = self.agent_mut(h)?;
-        let v = a.views.entry(conv.to_string()).or_default();
-        v.last_decision = Some(Decision {
-            decision: decision.to_string(),
-            category: category.clone(),
-            at: at_.clone(),
-        });
-        let record = json!({
-            "conversation_id": conv, "decision": decision, "category": category,
-            "through_message_id": if through_id.is_empty() { Value::Null } else { json!(through_id) },
-            "at": at_,
-        });
-        let mut logged = record.clone();
-        logged["read"] = json!(read);
-        a.verdicts.push(logged);
-        if changed {
-            self.progress(h);
-        }
-        Ok(json!({"decision": record}))
-    }
-
-    /// `POST /v1/conversations/{id}/read`: reads by the verdict rules, records no verdict.
-    pub fn mark_read(&mut self, h: &str, conv: &str, body: &Value) -> ApiResult<Value> {
-        self.conv_for(h, conv)?;
-        let seq = match body.get("through_message_id").and_then(Value::as_str) {
-            Some(s) => self.anchor_seq(conv, s)?,
-            None => self.newest_seq(conv).map(|x| x.0).unwrap_or(0),
-        };
-        let n = self.read_through(h, conv, seq);
-        if n > 0 {
-            self.progress(h);
-        }
-        Ok(json!({"conversation_id": conv, "read": n}))
-    }
-
     // ---- mutes ----
 
     pub fn mute(&mut self, h: &str, body: &Value, on: bool) -> ApiResult<Value> {
@@ -999,291 +792,6 @@ impl State {
         }
     }
 
-    // ---- groups and invites ----
-
-    pub fn create_group(
-        &mut self,
-        owner: &str,
-        name: &str,
-        members: &[String],
-    ) -> ApiResult<String> {
-        let owner = bare(owner);
-        self.agent(&owner)?;
-        let id = new_id("grp");
-        let now = now_iso();
-        let mut m = BTreeMap::new();
-        m.insert(
-            owner.clone(),
-            Member {
-                role: "admin",
-                joined_at: now.clone(),
-            },
-        );
-        for h in members {
-            let h = bare(h);
-            self.agent(&h)?;
-            m.entry(h).or_insert(Member {
-                role: "member",
-                joined_at: now.clone(),
-            });
-        }
-        self.groups.insert(
-            id.clone(),
-            Group {
-                id: id.clone(),
-                name: name.to_string(),
-                description: None,
-                owner,
-                members: m,
-                created_at: now,
-                deleted: None,
-            },
-        );
-        self.convs.insert(
-            id.clone(),
-            Conversation {
-                id: id.clone(),
-                kind: ConvKind::Group,
-                messages: Vec::new(),
-            },
-        );
-        Ok(id)
-    }
-
-    pub fn group(&self, id: &str) -> ApiResult<&Group> {
-        self.groups
-            .get(id)
-            .ok_or_else(|| ApiError::not_found("GROUP_NOT_FOUND", format!("no group {id}")))
-    }
-
-    pub fn group_detail(&self, id: &str, viewer: &str) -> Value {
-        let Some(g) = self.groups.get(id) else {
-            return Value::Null;
-        };
-        let last = self
-            .convs
-            .get(id)
-            .and_then(|c| c.messages.last())
-            .and_then(|m| self.messages.get(m));
-        json!({
-            "id": g.id, "name": g.name, "description": g.description, "avatar_url": null,
-            "created_by": g.owner, "settings": {"who_can_invite": "admin"},
-            "member_count": g.members.len(), "created_at": g.created_at,
-            "last_message_at": last.map(|m| m.created_at.clone()),
-            "members": g.members.iter().map(|(h, m)| json!({
-                "handle": h, "display_name": self.agents.get(h).map(|a| a.display_name.clone()),
-                "role": m.role, "joined_at": m.joined_at,
-            })).collect::<Vec<_>>(),
-            "your_role": g.members.get(viewer).map(|m| m.role),
-        })
-    }
-
-    /// Invites `invitee` into `group`: a `group.invite.received` frame, a landing, the ladder (3.3).
-    pub fn invite(&mut self, group: &str, inviter: &str, invitee: &str) -> ApiResult<String> {
-        let (inviter, invitee) = (bare(inviter), bare(invitee));
-        self.agent(&invitee)?;
-        let g = self.group(group)?;
-        if g.deleted.is_some() {
-            return Err(ApiError::new(
-                410,
-                "GROUP_DELETED",
-                "this group was deleted",
-            ));
-        }
-        if g.members.contains_key(&invitee) {
-            return Err(ApiError::new(
-                409,
-                "ALREADY_MEMBER",
-                format!("@{invitee} is already a member"),
-            ));
-        }
-        if let Some(i) = self
-            .invites
-            .values()
-            .find(|i| i.group_id == group && i.invitee == invitee && i.state == "pending")
-        {
-            return Ok(i.id.clone());
-        }
-        let id = new_id("gri");
-        let ord = self.ord();
-        self.invites.insert(
-            id.clone(),
-            Invite {
-                id: id.clone(),
-                group_id: group.to_string(),
-                invitee: invitee.clone(),
-                inviter: inviter.clone(),
-                created_at: now_iso(),
-                ord,
-                state: "pending",
-                dismissed: false,
-            },
-        );
-        let frame = json!({"type": "group.invite.received", "payload": self.invite_list_item(&id)})
-            .to_string();
-        self.push(&invitee, &frame, |_| true);
-        self.land(&invitee, Landing::Invite);
-        let now_v = self.now_v();
-        if let Some(a) = self.agents.get_mut(&invitee)
-            && !a.muted_agents.contains(&inviter)
-            && !a.muted_convs.contains(group)
-        {
-            a.ladder = Ladder {
-                base_v: Some(now_v),
-                sent: 0,
-                fired: std::mem::take(&mut a.ladder.fired),
-            };
-        }
-        Ok(id)
-    }
-
-    /// The list shape of `GET /v1/groups/invites` and the frame payload.
-    pub fn invite_list_item(&self, id: &str) -> Value {
-        let Some(i) = self.invites.get(id) else {
-            return Value::Null;
-        };
-        let g = self.groups.get(&i.group_id);
-        json!({
-            "id": i.id, "group_id": i.group_id, "group_name": g.map(|g| g.name.clone()),
-            "group_description": g.and_then(|g| g.description.clone()), "group_avatar_url": null,
-            "group_member_count": g.map(|g| g.members.len()), "inviter_handle": i.inviter,
-            "created_at": i.created_at,
-        })
-    }
-
-    pub fn list_invites(&self, h: &str) -> Value {
-        let mut v: Vec<&Invite> = self
-            .invites
-            .values()
-            .filter(|i| i.invitee == h && i.state == "pending")
-            .collect();
-        v.sort_by_key(|i| std::cmp::Reverse(i.ord));
-        Value::Array(v.iter().map(|i| self.invite_list_item(&i.id)).collect())
-    }
-
-    fn pending_invite(&self, h: &str, id: &str) -> ApiResult<()> {
-        match self.invites.get(id) {
-            Some(i) if i.invitee == h && i.state == "pending" => Ok(()),
-            _ => Err(ApiError::not_found(
-                "INVITE_NOT_FOUND",
-                "no pending invite with that id for you",
-            )),
-        }
-    }
-
-    pub fn accept_invite(&mut self, h: &str, id: &str) -> ApiResult<Value> {
-        self.pending_invite(h, id)?;
-        let gid = self
-            .invites
-            .get(id)
-            .map(|i| i.group_id.clone())
-            .unwrap_or_default();
-        if let Some(i) = self.invites.get_mut(id) {
-            i.state = "accepted";
-        }
-        if let Some(g) = self.groups.get_mut(&gid) {
-            g.members.insert(
-                h.to_string(),
-                Member {
-                    role: "member",
-                    joined_at: now_iso(),
-                },
-            );
-        }
-        self.notice(
-            &gid,
-            h,
-            json!({"schema_version": 1, "event": "member_joined", "agent_handle": h}),
-        )?;
-        self.progress(h);
-        Ok(self.group_detail(&gid, h))
-    }
-
-    pub fn decline_invite(&mut self, h: &str, id: &str) -> ApiResult<Value> {
-        self.pending_invite(h, id)?;
-        if let Some(i) = self.invites.get_mut(id) {
-            i.state = "declined";
-        }
-        self.progress(h);
-        Ok(json!({"message": "Invite rejected"}))
-    }
-
-    pub fn dismiss_invite(&mut self, h: &str, id: &str) -> ApiResult<Value> {
-        self.pending_invite(h, id)?;
-        let mut changed = false;
-        if let Some(i) = self.invites.get_mut(id)
-            && !i.dismissed
-        {
-            i.dismissed = true;
-            changed = true;
-        }
-        if changed {
-            self.progress(h);
-        }
-        Ok(json!({"dismissed": true}))
-    }
-
-    /// A group system notice from `actor` to every other member. Not pushed live, except
-    /// `group_deleted` (contract 4 step 1).
-    pub fn notice(&mut self, group: &str, actor: &str, data: Value) -> ApiResult<String> {
-        let g = self.group(group)?;
-        let recipients: Vec<String> = g.members.keys().filter(|h| *h != actor).cloned().collect();
-        let event = data
-            .get("event")
-            .and_then(Value::as_str)
-            .unwrap_or("notice")
-            .to_string();
-        let text = format!("@{actor}: {}", event.replace('_', " "));
-        let id = self.store_message(NewMessage {
-            conv_id: group,
-            sender: actor,
-            kind: "system",
-            content: json!({"text": text, "data": data}),
-            metadata: json!({}),
-            client_msg_id: String::new(),
-            recipients,
-        });
-        if let Some(m) = self.messages.get_mut(&id) {
-            m.client_msg_id = format!("sys_{id}");
-        }
-        Ok(id)
-    }
-
-    pub fn delete_group(&mut self, group: &str, by: &str) -> ApiResult<Value> {
-        let by = bare(by);
-        let g = self.group(group)?;
-        if g.deleted.is_some() {
-            return Err(ApiError::new(
-                410,
-                "GROUP_DELETED",
-                "this group was already deleted",
-            ));
-        }
-        let members: Vec<String> = g.members.keys().cloned().collect();
-        let at_ = now_iso();
-        self.notice(
-            group,
-            &by,
-            json!({"schema_version": 1, "event": "group_deleted", "agent_handle": by}),
-        )?;
-        if let Some(g) = self.groups.get_mut(group) {
-            g.deleted = Some((at_.clone(), by.clone()));
-        }
-        for i in self
-            .invites
-            .values_mut()
-            .filter(|i| i.group_id == group && i.state == "pending")
-        {
-            i.state = "cancelled";
-        }
-        let frame = json!({"type": "group.deleted", "payload": {"group_id": group, "deleted_by_handle": by, "deleted_at": at_}})
-            .to_string();
-        for m in members.iter().filter(|m| **m != by) {
-            self.push(m, &frame, |_| true);
-        }
-        Ok(json!({"group_id": group, "deleted": true}))
-    }
-
     /// Records `push` of a wake in the agent's wake log (for tests) and lands it.
     pub fn log_wake(&mut self, h: &str, payload: &Value, sockets: usize) {
         if let Some(a) = self.agents.get_mut(h) {
@@ -1295,14 +803,14 @@ impl State {
 }
 
 /// A message about to be stored.
-struct NewMessage<'a> {
-    conv_id: &'a str,
-    sender: &'a str,
-    kind: &'a str,
-    content: Value,
-    metadata: Value,
-    client_msg_id: String,
-    recipients: Vec<String>,
+pub(super) struct NewMessage<'a> {
+    pub conv_id: &'a str,
+    pub sender: &'a str,
+    pub kind: &'a str,
+    pub content: Value,
+    pub metadata: Value,
+    pub client_msg_id: String,
+    pub recipients: Vec<String>,
 }
 
 /// True when `text` mentions `@handle` as a whole word.

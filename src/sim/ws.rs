@@ -179,7 +179,11 @@ async fn authenticate(
         };
     }
     // HELLO path: a hello frame within 5 s (server clock).
-    let wait = sim.clock.real(HELLO_TIMEOUT_MS);
+    // Floor of 500 ms so a real client (the Python SDK) can say hello at any time scale.
+    let wait = sim
+        .clock
+        .real(HELLO_TIMEOUT_MS)
+        .max(Duration::from_millis(500));
     let first = tokio::time::timeout(wait, async {
         loop {
             match ws.next().await {
