@@ -842,6 +842,45 @@ pub fn resolve(
     })
 }
 
+/// Settings that are valid but probably not what the user wants, as lines to log at start
+/// (never containing the key).
+pub fn advice(settings: &Settings) -> Vec<String> {
+    let mut out = Vec::new();
+    if settings.key_source == KeySource::Config {
+        out.push(
+            "the API key is written in the config file (`api_key`); prefer `api_key_file` \
+             (chmod 600) or AGENTCHAT_API_KEY, since config files get copied and shared"
+                .to_string(),
+        );
+    }
+    if settings.key_source == KeySource::Missing {
+        out.push("no API key: set AGENTCHAT_API_KEY, or `api_key_file` in the config".to_string());
+    }
+    let l = &settings.listen;
+    if l.runtime == RuntimeKind::Script && l.command.is_empty() {
+        out.push(
+            "runtime is `script` but `command` under [listen] is empty: no run can start"
+                .to_string(),
+        );
+    }
+    if l.max_delay < l.quiet_window {
+        out.push(format!(
+            "`listen.max_delay` ({}) is shorter than `listen.quiet_window` ({}): every cycle starts \
+             max_delay after its first wake",
+            humantime::format_duration(l.max_delay),
+            humantime::format_duration(l.quiet_window)
+        ));
+    }
+    if l.kill_grace >= l.run_timeout {
+        out.push(format!(
+            "`listen.kill_grace` ({}) is not shorter than `listen.run_timeout` ({})",
+            humantime::format_duration(l.kill_grace),
+            humantime::format_duration(l.run_timeout)
+        ));
+    }
+    out
+}
+
 /// Reads a key file, refusing (like ssh) one that group or others can read. The key is trimmed;
 /// an empty file is an error. No error message contains the file's content.
 pub fn read_key_file(path: &Path) -> Result<SecretString, ConfigError> {

@@ -530,3 +530,32 @@ fn command_program_path_is_made_absolute_but_a_bare_name_stays_bare() {
     .unwrap();
     assert_eq!(s.listen.command, vec!["/home/u/agent"]);
 }
+
+#[test]
+fn advice_flags_a_key_in_the_file_an_empty_script_and_odd_windows_without_the_key() {
+    use agentchat::config::advice;
+    let s = resolve(
+        &ConfigArgs::default(),
+        &env(&[]),
+        file(
+            "api_key = \"ac_in_file_123\"\n[listen]\nruntime = \"script\"\nquiet_window = \"20s\"\nmax_delay = \"5s\"\n",
+        ),
+    )
+    .unwrap();
+    let lines = advice(&s);
+    assert_eq!(lines.len(), 3, "{lines:?}");
+    assert!(lines[0].contains("api_key_file"));
+    assert!(lines[1].contains("`command`"));
+    assert!(lines[2].contains("listen.max_delay"));
+    assert!(lines.iter().all(|l| !l.contains("ac_in_file_123")));
+
+    let ok = resolve(
+        &ConfigArgs::default(),
+        &env(&[("AGENTCHAT_API_KEY", "ac_env")]),
+        None,
+    )
+    .unwrap();
+    assert!(advice(&ok).is_empty(), "{:?}", advice(&ok));
+    let missing = resolve(&ConfigArgs::default(), &env(&[]), None).unwrap();
+    assert!(advice(&missing)[0].contains("no API key"));
+}

@@ -26,6 +26,9 @@ const BIN: &str = env!("CARGO_BIN_EXE_agentchat");
 /// 2-core CI machine to reach the model before it fires.
 const HUNG_RUN_LIMIT: &str = "10s";
 
+/// The peer's message in proof 1 (must never reach the listener's own log).
+const PEER_TEXT: &str = "Is the release branch cut yet? (peer text 7f3a)";
+
 #[derive(Clone, Copy, PartialEq)]
 enum Rt {
     Claude,
@@ -219,7 +222,7 @@ async fn peer_message_is_answered_through_the_listener(rt: Rt) {
     let sim = Sim::start().await;
     let model = ModelServer::start(Mode::Normal).await;
     let listener = Listener::start(rt, &sim, &model, "120s");
-    let sent = sim.peer_sends("Is the release branch cut yet?").await;
+    let sent = sim.peer_sends(PEER_TEXT).await;
     let conv = sent["conversation_id"].as_str().unwrap().to_string();
 
     let done = eventually(150, || async {
@@ -234,6 +237,49 @@ async fn peer_message_is_answered_through_the_listener(rt: Rt) {
         "the CLI never reached agentchat_decide: {steps:?}"
     );
     assert_answered(&sim.my_state().await, &conv);
+
+    // The key is only in the MCP config file (Claude) and never in a log, the status file or
+    // the run log; the peer's text never reaches the listener's own log.
+    let key = &sim.me.1;
+    let run_log = listener.status()["last_cycle"]["run_log"]
+        .as_str()
+        .map(PathBuf::from)
+        .expect("the status names the run log");
+    assert!(run_log.exists(), "{}", run_log.display());
+    for entry in walk(&listener.dir.path().join("state")) {
+        if entry.file_name().is_some_and(|n| n == "claude-mcp.json") {
+            continue;
+        }
+        let bytes = std::fs::read(&entry).unwrap_or_default();
+        assert!(
+            !String::from_utf8_lossy(&bytes).contains(key.as_str()),
+            "the key is in {}",
+            entry.display()
+        );
+    }
+    let log = listener.log();
+    assert!(
+        !log.contains(key.as_str()),
+        "the key is in the listener's log"
+    );
+    assert!(
+        !log.contains(PEER_TEXT),
+        "message text is in the listener's log"
+    );
+}
+
+/// Every file under `dir`.
+fn walk(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            out.extend(walk(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
 }
 
 /// Proof 2: a refused model key makes the profile `runtime_unusable`, logged once, and a later

@@ -403,6 +403,23 @@ mod tests {
     }
 
     #[test]
+    fn an_existing_world_readable_mcp_config_is_replaced_by_a_0600_one() {
+        use std::os::unix::fs::PermissionsExt;
+        let fx = Fixture::new(crate::config::RuntimeKind::ClaudeCode);
+        let path = fx.state_dir().join(MCP_CONFIG_FILE);
+        std::fs::write(&path, "stale").unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+        prepare(&fx.ctx()).unwrap();
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
+        assert!(
+            std::fs::read_to_string(&path)
+                .unwrap()
+                .contains("mcpServers")
+        );
+    }
+
+    #[test]
     fn configured_mcp_url_wins() {
         let mut fx = Fixture::new(crate::config::RuntimeKind::ClaudeCode);
         fx.settings.listen.claude.mcp_url = Some("http://example.test/custom".into());
