@@ -1129,12 +1129,15 @@ pub async fn run(args: &DoctorArgs) -> Report {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
         Err(e) => Some(Err(e.to_string())),
     };
-    let alive = doc
-        .as_ref()
-        .and_then(|d| d.as_ref().ok())
-        .and_then(|d| d.get("pid"))
-        .and_then(Value::as_u64)
-        .is_some_and(pid_alive);
+    // A free lock means no listener runs, whatever process now has the status file's pid.
+    let lock_says_gone = matches!(lock, LockFacts::Free | LockFacts::NoFile);
+    let alive = !lock_says_gone
+        && doc
+            .as_ref()
+            .and_then(|d| d.as_ref().ok())
+            .and_then(|d| d.get("pid"))
+            .and_then(Value::as_u64)
+            .is_some_and(pid_alive);
     report.checks.push(check_status(
         &status_path,
         doc.as_ref(),

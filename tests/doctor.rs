@@ -607,3 +607,41 @@ async fn a_state_dir_others_can_enter_is_a_warning() {
     assert!(left.is_empty(), "{left:?}");
     sim.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_status_file_whose_pid_lives_on_without_the_lock_is_not_a_running_listener() {
+    let sim = sim().await;
+    let (_, key) = sim.seeded[0].clone();
+    let s = Scratch::new(SCRIPT_CONFIG);
+    std::fs::create_dir(s.state()).unwrap();
+    std::fs::set_permissions(
+        s.state(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o700),
+    )
+    .unwrap();
+    // A listener died; its pid now belongs to another live process (this test), and the lock
+    // file it left is not held by anyone.
+    let now = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
+    let doc = serde_json::json!({
+        "state": "connected", "since": now, "updated_at": now,
+        "pid": std::process::id(), "profile": "default"
+    });
+    std::fs::write(s.state().join("status.json"), doc.to_string()).unwrap();
+    std::fs::write(
+        s.state().join("listen.lock"),
+        format!("{}\n", std::process::id()),
+    )
+    .unwrap();
+
+    let out = s.doctor(&sim.api_base, Some(&key), &[]).await;
+    assert_eq!(
+        out.line("lock"),
+        "PASS lock: free: no listener is running for this profile"
+    );
+    let status = out.line("status");
+    assert!(
+        status.starts_with("PASS status: state connected since") && status.contains("not running"),
+        "{status}"
+    );
+    sim.shutdown().await;
+}
