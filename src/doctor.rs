@@ -154,12 +154,22 @@ fn scrub_value(v: &mut Value, secret: &str) {
 // ---------------------------------------------------------------------------------------------
 
 /// `config`: the file read, the profile; a bad key or value names the key (config's own error).
-pub fn check_config(result: &Result<config::Settings, ConfigError>) -> Check {
+/// `looked_for` is the default file that was absent, when no file was read.
+pub fn check_config(
+    result: &Result<config::Settings, ConfigError>,
+    looked_for: Option<&Path>,
+) -> Check {
     match result {
         Ok(s) => {
-            let file = match &s.config_path {
-                Some(p) => format!("read {}", p.display()),
-                None => "no config file (built-in defaults and the environment)".to_string(),
+            let file = match (&s.config_path, looked_for) {
+                (Some(p), _) => format!("read {}", p.display()),
+                (None, Some(l)) => format!(
+                    "no config file at {} (built-in defaults and the environment)",
+                    l.display()
+                ),
+                (None, None) => {
+                    "no config file (built-in defaults and the environment)".to_string()
+                }
             };
             Check::pass("config", format!("profile `{}`, {file}", s.profile))
                 .with("profile", s.profile.as_str())
@@ -758,6 +768,13 @@ pub fn check_login(runtime: RuntimeKind, probe: &Probe) -> Check {
     Check::new("login", level, format!("{}: {reason}", runtime.as_str()))
         .with("runtime", runtime.as_str())
         .with("logged_in", ok)
+        .with(
+            "exit_code",
+            match probe.end {
+                ProbeEnd::Exited(c) => Value::from(c),
+                _ => Value::Null,
+            },
+        )
 }
 
 /// The first line where two unit texts differ, named by its key (`ExecStart=`), never its value
@@ -1017,7 +1034,10 @@ pub async fn run(args: &DoctorArgs) -> Report {
     let env: std::collections::HashMap<String, String> = std::env::vars().collect();
     let mut report = Report::default();
     let loaded = config::load_unkeyed(&args.config);
-    report.checks.push(check_config(&loaded));
+    let looked_for = config::config_file_path(&args.config, &env).map(|(p, _)| p);
+    report
+        .checks
+        .push(check_config(&loaded, looked_for.as_deref()));
     report
         .checks
         .push(check_integration(&config::integration_switch(
@@ -1320,7 +1340,10 @@ mod tests {
 
     #[test]
     fn config_errors_fail_and_name_the_key() {
-        let c = check_config(&Err(ConfigError::UnknownKey("listen.qiet_window".into())));
+        let c = check_config(
+            &Err(ConfigError::UnknownKey("listen.qiet_window".into())),
+            None,
+        );
         assert_eq!(c.level, Level::Fail);
         assert!(c.detail.contains("`listen.qiet_window`"));
         assert_eq!(c.facts["key"], "listen.qiet_window");
@@ -1511,6 +1534,13 @@ mod tests {
         );
         let (ok, reason) = judge_claude_login(&no);
         assert!(!ok);
+        let c = check_login(RuntimeKind::ClaudeCode, &no);
+        assert_eq!(c.level, Level::Fail);
+        assert_eq!(c.facts["exit_code"], 1);
+        assert!(
+            !c.detail.contains("firstParty"),
+            "raw output is never shown"
+        );
         assert!(reason.starts_with("not logged in"), "{reason}");
         let yes = probe_of(
             ProbeEnd::Exited(0),
