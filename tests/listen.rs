@@ -1113,3 +1113,50 @@ async fn a_new_key_in_the_key_file_is_tried_at_once_without_a_reload() {
     assert_eq!(l.count("key_changed"), 1);
     assert_eq!(l.count("reload"), 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_the_texts_route_failing_the_cached_copy_still_runs_and_without_one_nothing_runs() {
+    use listen_support::fake::{self, Fake, WAKE_TEXT};
+    // The scripted server can fail `/v1/texts` alone (503); the sim always serves texts.
+    let fake = Fake::start("bob", fake::tray("@bob", 1)).await;
+    fake.shared.lock().unwrap().texts_down = true;
+    let opts = Opts::default();
+    let setup = Setup::new(&opts);
+    {
+        // No texts from the server and none cached: a card waits, yet nothing runs.
+        let mut l = Listener::spawn(
+            listener_command_for(&fake.api_base, FAKE_KEY, &setup, &opts),
+            &setup,
+            "-1",
+        );
+        settled(&l).await;
+        assert_eq!(setup.rec.count(), 0);
+        assert!(l.count("texts_missing") >= 1, "{}", l.log());
+        assert!(status_holds(&setup, |s| s["last_cycle"]["no_run_reason"] == "no_texts").await);
+        l.signal(libc::SIGTERM);
+        assert_eq!(l.wait_exit(10.0), Some(0));
+    }
+    {
+        // The server serves them once: they are kept.
+        fake.shared.lock().unwrap().texts_down = false;
+        let mut l = Listener::spawn(
+            listener_command_for(&fake.api_base, FAKE_KEY, &setup, &opts),
+            &setup,
+            "-2",
+        );
+        settled(&l).await;
+        assert!(eventually(10.0, || setup.rec.done(1)).await, "{}", l.log());
+        l.signal(libc::SIGTERM);
+        assert_eq!(l.wait_exit(10.0), Some(0));
+    }
+    // The texts route fails again: the kept copy is used.
+    fake.shared.lock().unwrap().texts_down = true;
+    let l = Listener::spawn(
+        listener_command_for(&fake.api_base, FAKE_KEY, &setup, &opts),
+        &setup,
+        "-3",
+    );
+    assert!(eventually(10.0, || setup.rec.done(2)).await, "{}", l.log());
+    assert_eq!(setup.rec.file("stdin", 2), WAKE_TEXT);
+    assert_eq!(setup.status()["texts"]["source"], "cache");
+}

@@ -87,6 +87,9 @@ pub async fn run_cli(args: ListenArgs) -> anyhow::Result<i32> {
         .cloned()
         .unwrap_or_else(|| settings.log_level.clone());
     logging::init(format, &level)?;
+    for line in crate::config::advice(&settings) {
+        tracing::warn!(event = %"config_advice", "{line}");
+    }
 
     let Some(key) = settings.api_key.clone() else {
         anyhow::bail!(
