@@ -191,6 +191,16 @@ pub fn check_config(
     }
 }
 
+/// `advice`: settings that are valid but probably unintended (`config::advice`), one WARN each.
+/// Lines about the key and an empty script command are left out: `key` and `runtime` judge those.
+pub fn check_advice(advice: &[String]) -> Vec<Check> {
+    advice
+        .iter()
+        .filter(|a| !a.contains("API key") && !a.contains("`command` under [listen]"))
+        .map(|a| Check::warn("advice", a.clone()))
+        .collect()
+}
+
 /// `integration`: `AGENTCHAT_INTEGRATION=off` makes `listen` exit at once.
 pub fn check_integration(switch: &IntegrationSwitch) -> Check {
     match switch {
@@ -1055,6 +1065,9 @@ pub async fn run(args: &DoctorArgs) -> Report {
         }
     };
     report.profile = Some(settings.profile.clone());
+    report
+        .checks
+        .extend(check_advice(&config::advice(&settings)));
 
     // The key.
     let key_file = match &settings.key_source {
@@ -1347,6 +1360,19 @@ mod tests {
         assert_eq!(c.level, Level::Fail);
         assert!(c.detail.contains("`listen.qiet_window`"));
         assert_eq!(c.facts["key"], "listen.qiet_window");
+    }
+
+    #[test]
+    fn advice_becomes_warnings_except_what_other_checks_judge() {
+        let lines = vec![
+            "the API key is written in the config file (`api_key`)".to_string(),
+            "runtime is `script` but `command` under [listen] is empty".to_string(),
+            "`listen.max_delay` (1s) is shorter than `listen.quiet_window` (3s)".to_string(),
+        ];
+        let checks = check_advice(&lines);
+        assert_eq!(checks.len(), 1);
+        assert_eq!(checks[0].level, Level::Warn);
+        assert!(checks[0].detail.contains("max_delay"));
     }
 
     #[test]

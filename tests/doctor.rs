@@ -645,3 +645,20 @@ async fn a_status_file_whose_pid_lives_on_without_the_lock_is_not_a_running_list
     );
     sim.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn odd_but_valid_settings_are_warnings_that_do_not_fail() {
+    let sim = sim().await;
+    let (_, key) = sim.seeded[0].clone();
+    let s = Scratch::new(
+        "[listen]\nruntime = \"script\"\ncommand = [\"/bin/true\"]\nquiet_window = \"5s\"\nmax_delay = \"1s\"\n",
+    );
+    let out = s.doctor(&sim.api_base, Some(&key), &[]).await;
+    assert_eq!(out.code, 0, "{}", out.all());
+    let line = out.line("advice");
+    assert!(
+        line.starts_with("WARN advice:") && line.contains("listen.max_delay"),
+        "{line}"
+    );
+    sim.shutdown().await;
+}
