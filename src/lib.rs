@@ -6,6 +6,7 @@
 pub mod config;
 pub mod core;
 pub mod demo;
+pub mod doctor;
 pub mod listen;
 pub mod runtime;
 pub mod service;

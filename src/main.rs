@@ -24,6 +24,8 @@ enum Command {
     Sim(agentchat::sim::SimArgs),
     /// Install, remove or inspect the listener as a per-user service (systemd or launchd).
     Service(agentchat::service::ServiceArgs),
+    /// Check config, key, server, state dir, runtime and service: PASS/WARN/FAIL per check.
+    Doctor(agentchat::doctor::DoctorArgs),
     /// Show the whole loop on the local server: no account, no network.
     Demo(agentchat::demo::DemoArgs),
     /// The demo's built-in agent (used by `demo` as its script runtime).
@@ -50,6 +52,7 @@ fn main() {
             Command::Status(a) => agentchat::status::run_cli(a).await,
             Command::Sim(a) => agentchat::sim::run_cli(a).await,
             Command::Service(a) => agentchat::service::run_cli(a).await,
+            Command::Doctor(a) => agentchat::doctor::run_cli(a).await,
             Command::Demo(a) => agentchat::demo::run_cli(a).await,
             Command::DemoAgent(a) => agentchat::demo::run_agent_cli(a).await,
         }

@@ -385,3 +385,25 @@ pub async fn run_cli(args: ServiceArgs) -> anyhow::Result<i32> {
         }
     }
 }
+
+/// Where `service install` puts this profile's unit (respecting `AGENTCHAT_SERVICE_DIR`). For
+/// `doctor`, which checks whether it is installed.
+pub fn unit_path(kind: ServiceKind, profile: &str) -> anyhow::Result<PathBuf> {
+    Ok(target(kind)?.dir.join(file_name(kind, profile)))
+}
+
+/// The text `service print --profile P [--config F]` renders now, so `doctor` can byte-compare
+/// it with the installed unit.
+pub fn render_current(
+    kind: ServiceKind,
+    profile: &str,
+    config: Option<PathBuf>,
+) -> anyhow::Result<String> {
+    let args = ServiceArgs {
+        action: ServiceAction::Print,
+        profile: profile.to_string(),
+        kind: Some(kind),
+        config,
+    };
+    Ok(render(kind, &spec_for(&args)?))
+}

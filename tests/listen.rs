@@ -18,6 +18,15 @@ async fn settled(l: &Listener) {
     );
 }
 
+/// The status file comes to satisfy `f` within 5 s.
+async fn status_holds(setup: &Setup, f: impl Fn(&Value) -> bool) -> bool {
+    let ok = eventually(5.0, || f(&setup.status())).await;
+    if !ok {
+        eprintln!("status: {}", setup.status());
+    }
+    ok
+}
+
 /// Observes for `secs` that `cond` stays false (asserting an absence needs a window).
 async fn never(secs: f64, mut cond: impl FnMut() -> bool) -> bool {
     !eventually(secs, &mut cond).await
@@ -76,6 +85,8 @@ async fn a_message_gives_one_run_with_the_wake_instruction_on_stdin_and_the_run_
     assert!(!cycle_id.is_empty());
     assert!(!env.contains_key("NOTIFY_SOCKET"));
 
+    // The status is written when the cycle task is back in the main loop, just after its log line.
+    assert!(status_holds(&setup, |s| s["counters"]["runs"] == 1).await);
     let status = setup.status();
     assert_eq!(status["last_cycle"]["id"].as_str(), Some(cycle_id.as_str()));
     assert_eq!(status["last_cycle"]["outcome"], "completed");
@@ -196,9 +207,10 @@ async fn nothing_waiting_gives_no_run_on_connect_or_on_a_wake() {
     let no_runs = l.events("no_run");
     assert!(no_runs.len() >= 2);
     assert!(no_runs.iter().all(|e| e["reason"] == "nothing_waiting"));
-    assert_eq!(
-        setup.status()["last_cycle"]["no_run_reason"],
-        "nothing_waiting"
+    assert!(
+        status_holds(&setup, |s| s["counters"]["cycles"] == 2
+            && s["last_cycle"]["no_run_reason"] == "nothing_waiting")
+        .await
     );
 }
 
@@ -266,7 +278,7 @@ async fn an_invite_left_pending_by_two_completed_runs_a_pace_apart_is_dismissed(
         eventually_async(5.0, || async { invites_pending(&sim, &bob).await == 0 }).await,
         "the server has the invite dismissed"
     );
-    assert_eq!(setup.status()["counters"]["invites_dismissed"], 1);
+    assert!(status_holds(&setup, |s| s["counters"]["invites_dismissed"] == 1).await);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -326,7 +338,7 @@ async fn an_invite_left_pending_by_failed_runs_is_not_dismissed() {
     assert_eq!(l.count("invite_counted"), 0, "a failed run counts nothing");
     assert_eq!(l.count("invite_dismissed"), 0);
     assert_eq!(invites_pending(&sim, &bob).await, 1);
-    assert_eq!(setup.status()["counters"]["runs_failed"], 2);
+    assert!(status_holds(&setup, |s| s["counters"]["runs_failed"] == 2).await);
     assert_eq!(setup.status()["last_cycle"]["outcome"], "failed");
 }
 
@@ -469,7 +481,7 @@ async fn a_run_past_its_time_limit_is_killed_with_its_grandchildren() {
     );
     assert!(eventually(5.0, || is_gone(run_pid) && is_gone(grandchild)).await);
     assert!(!setup.rec.done(1), "the run never reached its end");
-    assert_eq!(setup.status()["last_cycle"]["outcome"], "failed");
+    assert!(status_holds(&setup, |s| s["last_cycle"]["outcome"] == "failed").await);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -868,9 +880,10 @@ async fn an_unusable_runtime_shows_runtime_unusable_and_runs_nothing_until_sighu
         1,
         "one clear line, not one per wake"
     );
-    assert_eq!(
-        setup.status()["last_cycle"]["no_run_reason"],
-        "runtime_unusable"
+    assert!(
+        status_holds(&setup, |s| s["last_cycle"]["no_run_reason"]
+            == "runtime_unusable")
+        .await
     );
 
     // SIGHUP gives the runtime another chance.
@@ -946,4 +959,204 @@ async fn the_status_file_is_refreshed_on_its_timer_without_any_event() {
         &std::fs::metadata(&setup.state_dir).unwrap().permissions(),
     );
     assert_eq!(dir_mode & 0o777, 0o700);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_closes_the_socket_with_1000_and_exits_0() {
+    use listen_support::fake::{self, Fake};
+    // The scripted server records the client's close code (the sim does not).
+    let fake = Fake::start("bob", fake::tray("@bob", 0)).await;
+    let opts = Opts::default();
+    let setup = Setup::new(&opts);
+    let mut l = Listener::spawn(
+        listener_command_for(&fake.api_base, FAKE_KEY, &setup, &opts),
+        &setup,
+        "",
+    );
+    settled(&l).await;
+    l.signal(libc::SIGTERM);
+    assert_eq!(l.wait_exit(10.0), Some(0), "{}", l.log());
+    assert_eq!(fake.shared.lock().unwrap().client_closes, [1000]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_4426_close_is_logged_and_followed_by_the_ordinary_reconnect() {
+    let sim = Sim::start(1.0).await;
+    let bob = sim.agent("bob").await;
+    let opts = Opts::default();
+    let setup = Setup::new(&opts);
+    let l = Listener::start(&sim, &bob, &setup, &opts);
+    settled(&l).await;
+    sim.close_sockets(&bob, 4426, "upgrade required").await;
+    assert!(
+        eventually(10.0, || l.count("upgrade_required") == 1).await,
+        "{}",
+        l.log()
+    );
+    assert!(
+        eventually_async(10.0, || async { accepted(&sim.connects(&bob).await) >= 2 }).await,
+        "{}",
+        l.log()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_server_never_ends_the_listener_it_backs_off() {
+    let opts = Opts::default();
+    let setup = Setup::new(&opts);
+    // Nothing listens on this port.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut l = Listener::spawn(
+        listener_command_for(&format!("http://127.0.0.1:{port}"), FAKE_KEY, &setup, &opts),
+        &setup,
+        "",
+    );
+    assert!(
+        eventually(10.0, || l.count("backoff") >= 2).await,
+        "{}",
+        l.log()
+    );
+    assert_eq!(l.wait_exit(0.1), None, "still running");
+    assert!(
+        status_holds(&setup, |s| s["state"] == "backoff"
+            && s["next_retry_at"].is_string())
+        .await
+    );
+    l.signal(libc::SIGTERM);
+    assert_eq!(l.wait_exit(10.0), Some(0));
+}
+
+#[test]
+fn bad_config_or_no_key_exits_1_with_a_line_naming_the_problem() {
+    let opts = Opts::default();
+    let setup = Setup::new(&opts);
+    let bad = setup.tmp.path().join("bad.toml");
+    std::fs::write(&bad, "[listen]\nruntim = \"script\"\n").unwrap();
+    let run = |config: &std::path::Path, key: Option<&str>| {
+        let mut cmd = std::process::Command::new(BIN);
+        cmd.arg("listen");
+        for (k, _) in std::env::vars() {
+            if k.starts_with("AGENTCHAT_") {
+                cmd.env_remove(k);
+            }
+        }
+        cmd.env("AGENTCHAT_CONFIG", config)
+            .env("AGENTCHAT_STATE_DIR", &setup.state_dir)
+            .env("AGENTCHAT_API_BASE", "http://127.0.0.1:9");
+        if let Some(k) = key {
+            cmd.env("AGENTCHAT_API_KEY", k);
+        }
+        cmd.output().unwrap()
+    };
+    let out = run(&bad, Some(FAKE_KEY));
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("runtim"));
+    let out = run(&setup.config, None);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no API key"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_key_in_the_key_file_is_tried_at_once_without_a_reload() {
+    use std::os::unix::fs::PermissionsExt;
+    let sim = Sim::start(1.0).await;
+    let bob = sim.agent("bob").await;
+    let tmp_key_dir = tempfile::tempdir().unwrap();
+    let key_file = tmp_key_dir.path().join("key");
+    let write_key = |k: &str| {
+        let tmp = tmp_key_dir.path().join("key.tmp");
+        std::fs::write(&tmp, k).unwrap();
+        std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o600)).unwrap();
+        std::fs::rename(&tmp, &key_file).unwrap();
+    };
+    write_key(&bob.key);
+    let opts = Opts {
+        top_toml: format!("api_key_file = \"{}\"", key_file.display()),
+        ..Opts::default()
+    };
+    let setup = Setup::new(&opts);
+    let mut cmd = listener_command(&sim, &bob, &setup, &opts);
+    cmd.env_remove("AGENTCHAT_API_KEY");
+    let l = Listener::spawn(cmd, &setup, "");
+    settled(&l).await;
+    assert!(
+        setup.status()["key_source"]
+            .as_str()
+            .unwrap()
+            .starts_with("file:")
+    );
+
+    // The key is rotated elsewhere: the old one is refused (1008 "API key rotated").
+    let rotated = sim
+        .post(
+            &format!("/_sim/agents/{}/rotate-key", bob.handle),
+            serde_json::json!({}),
+        )
+        .await;
+    assert!(
+        eventually(10.0, || setup.status()["state"] == "key_refused").await,
+        "{}",
+        l.log()
+    );
+    write_key(rotated["api_key"].as_str().unwrap());
+    // Far sooner than the 10-minute retry, and with no SIGHUP.
+    assert!(
+        eventually(10.0, || setup.status()["state"] == "connected").await,
+        "{}\n{}",
+        setup.status(),
+        l.log()
+    );
+    assert_eq!(l.count("key_changed"), 1);
+    assert_eq!(l.count("reload"), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_the_texts_route_failing_the_cached_copy_still_runs_and_without_one_nothing_runs() {
+    use listen_support::fake::{self, Fake, WAKE_TEXT};
+    // The scripted server can fail `/v1/texts` alone (503); the sim always serves texts.
+    let fake = Fake::start("bob", fake::tray("@bob", 1)).await;
+    fake.shared.lock().unwrap().texts_down = true;
+    let opts = Opts::default();
+    let setup = Setup::new(&opts);
+    {
+        // No texts from the server and none cached: a card waits, yet nothing runs.
+        let mut l = Listener::spawn(
+            listener_command_for(&fake.api_base, FAKE_KEY, &setup, &opts),
+            &setup,
+            "-1",
+        );
+        settled(&l).await;
+        assert_eq!(setup.rec.count(), 0);
+        assert!(l.count("texts_missing") >= 1, "{}", l.log());
+        assert!(status_holds(&setup, |s| s["last_cycle"]["no_run_reason"] == "no_texts").await);
+        l.signal(libc::SIGTERM);
+        assert_eq!(l.wait_exit(10.0), Some(0));
+    }
+    {
+        // The server serves them once: they are kept.
+        fake.shared.lock().unwrap().texts_down = false;
+        let mut l = Listener::spawn(
+            listener_command_for(&fake.api_base, FAKE_KEY, &setup, &opts),
+            &setup,
+            "-2",
+        );
+        settled(&l).await;
+        assert!(eventually(10.0, || setup.rec.done(1)).await, "{}", l.log());
+        l.signal(libc::SIGTERM);
+        assert_eq!(l.wait_exit(10.0), Some(0));
+    }
+    // The texts route fails again: the kept copy is used.
+    fake.shared.lock().unwrap().texts_down = true;
+    let l = Listener::spawn(
+        listener_command_for(&fake.api_base, FAKE_KEY, &setup, &opts),
+        &setup,
+        "-3",
+    );
+    assert!(eventually(10.0, || setup.rec.done(2)).await, "{}", l.log());
+    assert_eq!(setup.rec.file("stdin", 2), WAKE_TEXT);
+    assert_eq!(setup.status()["texts"]["source"], "cache");
 }

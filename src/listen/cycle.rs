@@ -76,11 +76,11 @@ pub async fn run(mut input: CycleInput) -> CycleReport {
         },
         ..Default::default()
     };
-    tracing::info!(event = "cycle_start", cycle_id = %input.id, reasons = %input.reasons.join(","), "cycle started");
+    tracing::info!(event = %"cycle_start", cycle_id = %input.id, reasons = %input.reasons.join(","), "cycle started");
     body(&mut input, &mut report).await;
     report.last.ended_at = Some(state::rfc3339(SystemTime::now()));
     tracing::info!(
-        event = "cycle_end",
+        event = %"cycle_end",
         cycle_id = %input.id,
         run_started = report.last.run_started,
         outcome = report.last.outcome.as_deref().unwrap_or(""),
@@ -93,7 +93,7 @@ pub async fn run(mut input: CycleInput) -> CycleReport {
 fn no_run(report: &mut CycleReport, cycle_id: &str, reason: &str) {
     report.last.outcome = Some("no_run".into());
     report.last.no_run_reason = Some(reason.to_string());
-    tracing::info!(event = "no_run", cycle_id = %cycle_id, reason = %reason, "no run this cycle");
+    tracing::info!(event = %"no_run", cycle_id = %cycle_id, reason = %reason, "no run this cycle");
 }
 
 async fn body(input: &mut CycleInput, report: &mut CycleReport) {
@@ -106,7 +106,7 @@ async fn body(input: &mut CycleInput, report: &mut CycleReport) {
         Ok(t) => t,
         Err(e) => {
             report.key_refused = matches!(e, ApiError::Refused(_));
-            tracing::warn!(event = "tray_unreadable", cycle_id = %id, error = %e, "the tray could not be read; no run (the server re-wakes)");
+            tracing::warn!(event = %"tray_unreadable", cycle_id = %id, error = %e, "the tray could not be read; no run (the server re-wakes)");
             no_run(report, &id, "tray_unreadable");
             return;
         }
@@ -114,7 +114,7 @@ async fn body(input: &mut CycleInput, report: &mut CycleReport) {
     log_tray(&id, "before", &before);
     let kind = match decide::decide(&before, &input.handle) {
         CycleDecision::NoRun(NoRun::HandleMismatch { you }) => {
-            tracing::error!(event = "handle_mismatch", cycle_id = %id, you = %you, handle = %input.handle, "the tray belongs to another agent than this key's; no run");
+            tracing::error!(event = %"handle_mismatch", cycle_id = %id, you = %you, handle = %input.handle, "the tray belongs to another agent than this key's; no run");
             report.handle_mismatch = Some(you);
             no_run(report, &id, "handle_mismatch");
             return;
@@ -145,23 +145,23 @@ async fn body(input: &mut CycleInput, report: &mut CycleReport) {
                     .state
                     .texts_cache(input.settings.listen.runtime.texts_runtime());
                 if let Err(e) = state::write_atomic(&path, &bytes) {
-                    tracing::warn!(event = "texts_cache_write_failed", error = %e, "could not keep the texts");
+                    tracing::warn!(event = %"texts_cache_write_failed", error = %e, "could not keep the texts");
                 }
                 report.fetched_texts = Some(t.clone());
                 input.texts = Some(t);
             }
             Err(e) => {
-                tracing::debug!(event = "texts_fetch_failed", error = %e, "texts still unavailable")
+                tracing::debug!(event = %"texts_fetch_failed", error = %e, "texts still unavailable")
             }
         }
     }
     let Some(texts) = input.texts.as_ref() else {
-        tracing::error!(event = "texts_missing", cycle_id = %id, "no texts from the server and none cached; no run until the server's texts can be read");
+        tracing::error!(event = %"texts_missing", cycle_id = %id, "no texts from the server and none cached; no run until the server's texts can be read");
         no_run(report, &id, "no_texts");
         return;
     };
     let Some(prompt) = decide::prompt_for(kind, texts).map(str::to_string) else {
-        tracing::error!(event = "texts_missing", cycle_id = %id, field = if kind == RunKind::Wake { "wake_instruction" } else { "invite_prompt" }, "the served texts lack the prompt for this run; no run");
+        tracing::error!(event = %"texts_missing", cycle_id = %id, field = if kind == RunKind::Wake { "wake_instruction" } else { "invite_prompt" }, "the served texts lack the prompt for this run; no run");
         no_run(report, &id, "no_prompt");
         return;
     };
@@ -173,7 +173,7 @@ async fn body(input: &mut CycleInput, report: &mut CycleReport) {
         .clone()
         .unwrap_or_else(|| input.state.default_workdir());
     if let Err(e) = std::fs::create_dir_all(&workdir) {
-        tracing::error!(event = "run_failed", cycle_id = %id, error = %e, workdir = %workdir.display(), "cannot create the run's working directory");
+        tracing::error!(event = %"run_failed", cycle_id = %id, error = %e, workdir = %workdir.display(), "cannot create the run's working directory");
         report.last.outcome = Some("failed".into());
         report.last.failure = Some(format!("workdir: {e}"));
         report.run_failed = true;
@@ -197,14 +197,14 @@ async fn body(input: &mut CycleInput, report: &mut CycleReport) {
     let spec = match runtime::prepare(&ctx) {
         Ok(s) => s,
         Err(runtime::RuntimeError::Unusable(why)) => {
-            tracing::error!(event = "runtime_unusable", cycle_id = %id, runtime = input.settings.listen.runtime.as_str(), why = %why, "the runtime cannot be used; no runs until it is fixed and the listener reloaded (SIGHUP)");
+            tracing::error!(event = %"runtime_unusable", cycle_id = %id, runtime = input.settings.listen.runtime.as_str(), why = %why, "the runtime cannot be used; no runs until it is fixed and the listener reloaded (SIGHUP)");
             report.unusable = Some(why.clone());
             report.last.outcome = Some("unusable".into());
             report.last.failure = Some(why);
             return;
         }
         Err(e) => {
-            tracing::error!(event = "run_failed", cycle_id = %id, error = %e, "could not prepare the run");
+            tracing::error!(event = %"run_failed", cycle_id = %id, error = %e, "could not prepare the run");
             report.last.outcome = Some("failed".into());
             report.last.failure = Some(e.to_string());
             report.run_failed = true;
@@ -220,30 +220,30 @@ async fn body(input: &mut CycleInput, report: &mut CycleReport) {
     report.last.run_started = true;
     report.last.run_kind = Some(kind.as_str().into());
     report.last.run_log = Some(log_path.display().to_string());
-    tracing::info!(event = "run_start", cycle_id = %id, run_kind = kind.as_str(), runtime = input.settings.listen.runtime.as_str(), log = %log_path.display(), "run started");
+    tracing::info!(event = %"run_start", cycle_id = %id, run_kind = kind.as_str(), runtime = input.settings.listen.runtime.as_str(), log = %log_path.display(), "run started");
     let run_report = runner::run(&spec, limits, &log_path, input.shutdown.clone()).await;
     let run_ended_at = SystemTime::now();
     let output = read_log(&log_path);
     let outcome = runtime::judge(input.settings.listen.runtime, &run_report.end, &output);
     if let Err(e) = runner::prune_logs(&input.state.runs_dir(), input.settings.listen.run_logs_keep)
     {
-        tracing::warn!(event = "run_logs_prune_failed", error = %e, "could not prune old run logs");
+        tracing::warn!(event = %"run_logs_prune_failed", error = %e, "could not prune old run logs");
     }
     let completed = match &outcome {
         RunOutcome::Completed => {
-            tracing::info!(event = "run_end", cycle_id = %id, outcome = "completed", end = ?run_report.end, duration_ms = run_report.duration.as_millis() as u64, "run completed");
+            tracing::info!(event = %"run_end", cycle_id = %id, outcome = "completed", end = ?run_report.end, duration_ms = run_report.duration.as_millis() as u64, "run completed");
             report.last.outcome = Some("completed".into());
             true
         }
         RunOutcome::Failed(why) => {
-            tracing::warn!(event = "run_end", cycle_id = %id, outcome = "failed", end = ?run_report.end, why = %why, duration_ms = run_report.duration.as_millis() as u64, "run failed");
+            tracing::warn!(event = %"run_end", cycle_id = %id, outcome = "failed", end = ?run_report.end, why = %why, duration_ms = run_report.duration.as_millis() as u64, "run failed");
             report.last.outcome = Some("failed".into());
             report.last.failure = Some(why.clone());
             report.run_failed = true;
             false
         }
         RunOutcome::Unusable(why) => {
-            tracing::error!(event = "runtime_unusable", cycle_id = %id, runtime = input.settings.listen.runtime.as_str(), why = %why, "the runtime cannot be used; no runs until it is fixed and the listener reloaded (SIGHUP)");
+            tracing::error!(event = %"runtime_unusable", cycle_id = %id, runtime = input.settings.listen.runtime.as_str(), why = %why, "the runtime cannot be used; no runs until it is fixed and the listener reloaded (SIGHUP)");
             report.last.outcome = Some("unusable".into());
             report.last.failure = Some(why.clone());
             report.unusable = Some(why.clone());
@@ -259,12 +259,17 @@ async fn body(input: &mut CycleInput, report: &mut CycleReport) {
     // invites that are gone, so the after-tray is read either way.
     let before_ids = before.invite_ids();
     if before_ids.is_empty() {
+        // No invite waited, so none can be counted: no second tray read. Invites the memory
+        // still holds are gone from a complete list, so they were answered: forget them.
+        if before.invites_complete() {
+            forget_answered(&input.state);
+        }
         return;
     }
     let after = match read_tray(&input.api, &id).await {
         Ok(t) => t,
         Err(e) => {
-            tracing::warn!(event = "tray_unreadable", cycle_id = %id, error = %e, "the tray after the run could not be read; the invite rule counts nothing this time");
+            tracing::warn!(event = %"tray_unreadable", cycle_id = %id, error = %e, "the tray after the run could not be read; the invite rule counts nothing this time");
             return;
         }
     };
@@ -284,7 +289,7 @@ async fn apply_invite_rule(
     let mut memory = match input.state.load_invites() {
         Ok(m) => m,
         Err(e) => {
-            tracing::warn!(event = "invite_memory_damaged", error = %e, "the invite memory could not be read; starting it afresh");
+            tracing::warn!(event = %"invite_memory_damaged", error = %e, "the invite memory could not be read; starting it afresh");
             Default::default()
         }
     };
@@ -302,29 +307,29 @@ async fn apply_invite_rule(
         match verdict {
             InviteVerdict::Dismiss => match input.api.dismiss_invite(&invite_id).await {
                 Ok(()) => {
-                    tracing::info!(event = "invite_dismissed", cycle_id = %id, invite_id = %invite_id, "invite left pending by two runs: dismissed");
+                    tracing::info!(event = %"invite_dismissed", cycle_id = %id, invite_id = %invite_id, "invite left pending by two runs: dismissed");
                     report.last.invites_dismissed += 1;
                 }
                 Err(e) => {
-                    tracing::warn!(event = "invite_dismiss_failed", cycle_id = %id, invite_id = %invite_id, error = %e, "could not dismiss the invite; it stays on the tray");
+                    tracing::warn!(event = %"invite_dismiss_failed", cycle_id = %id, invite_id = %invite_id, error = %e, "could not dismiss the invite; it stays on the tray");
                 }
             },
             InviteVerdict::Counted => {
-                tracing::info!(event = "invite_counted", cycle_id = %id, invite_id = %invite_id, "invite left pending by a run: counted")
+                tracing::info!(event = %"invite_counted", cycle_id = %id, invite_id = %invite_id, "invite left pending by a run: counted")
             }
             InviteVerdict::SilentPaced => {
-                tracing::info!(event = "invite_silent_paced", cycle_id = %id, invite_id = %invite_id, "invite left pending again too soon after the counted run")
+                tracing::info!(event = %"invite_silent_paced", cycle_id = %id, invite_id = %invite_id, "invite left pending again too soon after the counted run")
             }
             InviteVerdict::Forgotten => {
-                tracing::debug!(event = "invite_forgotten", cycle_id = %id, invite_id = %invite_id, "invite answered")
+                tracing::debug!(event = %"invite_forgotten", cycle_id = %id, invite_id = %invite_id, "invite answered")
             }
             InviteVerdict::NotCounted => {
-                tracing::debug!(event = "invite_not_counted", cycle_id = %id, invite_id = %invite_id, "invite not counted")
+                tracing::debug!(event = %"invite_not_counted", cycle_id = %id, invite_id = %invite_id, "invite not counted")
             }
         }
     }
     if let Err(e) = input.state.save_invites(&memory) {
-        tracing::warn!(event = "invite_memory_write_failed", error = %e, "could not persist the invite memory");
+        tracing::warn!(event = %"invite_memory_write_failed", error = %e, "could not persist the invite memory");
     }
 }
 
@@ -345,7 +350,7 @@ fn keep_identity_block(
         RuntimeKind::Script => return,
     };
     let Some(template) = texts.identity_line_template.as_deref() else {
-        tracing::debug!(event = "identity_skipped", cycle_id = %cycle_id, "the texts have no identity_line_template");
+        tracing::debug!(event = %"identity_skipped", cycle_id = %cycle_id, "the texts have no identity_line_template");
         return;
     };
     let path = workdir.join(file);
@@ -353,7 +358,7 @@ fn keep_identity_block(
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
         Err(e) => {
-            tracing::warn!(event = "identity_failed", cycle_id = %cycle_id, path = %path.display(), error = %e, "cannot read the file for the identity block");
+            tracing::warn!(event = %"identity_failed", cycle_id = %cycle_id, path = %path.display(), error = %e, "cannot read the file for the identity block");
             return;
         }
     };
@@ -362,13 +367,25 @@ fn keep_identity_block(
         Ok(next) if next == current => {}
         Ok(next) => {
             if let Err(e) = state::write_keeping_mode(&path, next.as_bytes()) {
-                tracing::warn!(event = "identity_failed", cycle_id = %cycle_id, path = %path.display(), error = %e, "cannot write the identity block");
+                tracing::warn!(event = %"identity_failed", cycle_id = %cycle_id, path = %path.display(), error = %e, "cannot write the identity block");
             } else {
-                tracing::info!(event = "identity_updated", cycle_id = %cycle_id, path = %path.display(), "identity block updated");
+                tracing::info!(event = %"identity_updated", cycle_id = %cycle_id, path = %path.display(), "identity block updated");
             }
         }
         Err(e) => {
-            tracing::warn!(event = "identity_failed", cycle_id = %cycle_id, path = %path.display(), error = %e, "identity block left as it is")
+            tracing::warn!(event = %"identity_failed", cycle_id = %cycle_id, path = %path.display(), error = %e, "identity block left as it is")
+        }
+    }
+}
+
+/// Empties the invite memory (every invite in it is gone from a complete tray list).
+fn forget_answered(state: &StateDir) {
+    if let Ok(memory) = state.load_invites()
+        && !memory.counted.is_empty()
+    {
+        tracing::debug!(event = %"invite_forgotten", count = memory.counted.len(), "invites answered");
+        if let Err(e) = state.save_invites(&Default::default()) {
+            tracing::warn!(event = %"invite_memory_write_failed", error = %e, "could not persist the invite memory");
         }
     }
 }
@@ -390,7 +407,7 @@ async fn read_tray(api: &Api, cycle_id: &str) -> Result<Tray, ApiError> {
                     }
                     _ => Duration::from_millis(500 * (1 << attempt)),
                 };
-                tracing::info!(event = "tray_retry", cycle_id = %cycle_id, error = %e, wait_ms = wait.as_millis() as u64, "tray read failed; retrying");
+                tracing::info!(event = %"tray_retry", cycle_id = %cycle_id, error = %e, wait_ms = wait.as_millis() as u64, "tray read failed; retrying");
                 tokio::time::sleep(wait).await;
             }
             Err(e) => return Err(e),
@@ -400,7 +417,7 @@ async fn read_tray(api: &Api, cycle_id: &str) -> Result<Tray, ApiError> {
 
 fn log_tray(cycle_id: &str, when: &str, tray: &Tray) {
     tracing::info!(
-        event = "tray_read",
+        event = %"tray_read",
         cycle_id = %cycle_id,
         when = when,
         cards = tray.conversations.len(),

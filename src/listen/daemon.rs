@@ -20,6 +20,8 @@ use tokio::task::JoinHandle;
 
 const KEY_REFUSED_RETRY: Duration = Duration::from_secs(600);
 const STATUS_REFRESH: Duration = Duration::from_secs(30);
+/// While the key is refused, how often the config (and key file) is read again to notice a new key.
+const KEY_CHECK: Duration = Duration::from_secs(2);
 const TEXTS_REFRESH: Duration = Duration::from_secs(24 * 3600);
 /// Beyond the run's own grace, how long a stopping listener waits for a cycle to wind down.
 const STOP_SLACK: Duration = Duration::from_secs(5);
@@ -120,7 +122,7 @@ pub async fn run(
         notify,
     };
     tracing::info!(
-        event = "listener_start",
+        event = %"listener_start",
         pid = std::process::id(),
         profile = %d.settings.profile,
         api_base = %d.settings.api_base,
@@ -151,6 +153,8 @@ pub async fn run(
     let mut texts_tick = tokio::time::interval(d.scale.apply(TEXTS_REFRESH));
     texts_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     texts_tick.reset();
+    let mut key_tick = tokio::time::interval(KEY_CHECK);
+    key_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut watchdog_tick = tokio::time::interval(
         watchdog
             .map(|w| (w / 2).max(Duration::from_millis(100)))
@@ -175,8 +179,8 @@ pub async fn run(
             }
         };
         tokio::select! {
-            _ = sigterm.recv() => { tracing::info!(event = "stopping", signal = "SIGTERM", "stopping"); break; }
-            _ = sigint.recv() => { tracing::info!(event = "stopping", signal = "SIGINT", "stopping"); break; }
+            _ = sigterm.recv() => { tracing::info!(event = %"stopping", signal = "SIGTERM", "stopping"); break; }
+            _ = sigint.recv() => { tracing::info!(event = %"stopping", signal = "SIGINT", "stopping"); break; }
             _ = sighup.recv() => {
                 d.reload(&params_tx);
                 d.spawn_texts_refresh(&texts_tx);
@@ -185,7 +189,7 @@ pub async fn run(
             r = &mut socket_task => {
                 // The socket task only ends on shutdown; anything else is a bug. Stay resident:
                 // log it and start a new one.
-                tracing::error!(event = "socket_task_ended", error = ?r.err(), "the socket task ended unexpectedly; restarting it");
+                tracing::error!(event = %"socket_task_ended", error = ?r.err(), "the socket task ended unexpectedly; restarting it");
                 socket_task = tokio::spawn(socket::run(params_rx.clone(), ev_tx.clone(), shutdown_rx.clone()));
             }
             _ = due_sleep => {
@@ -200,12 +204,12 @@ pub async fn run(
                 d.coalescer.end(now);
                 match r {
                     Ok(report) => d.on_cycle_end(report),
-                    Err(e) => tracing::error!(event = "cycle_crashed", error = %e, "the cycle task ended abnormally"),
+                    Err(e) => tracing::error!(event = %"cycle_crashed", error = %e, "the cycle task ended abnormally"),
                 }
             }
-            _ = status_tick.tick() => {
+            _ = status_tick.tick() => d.write_status(),
+            _ = key_tick.tick(), if d.socket_state == SocketState::KeyRefused => {
                 d.check_key_file(&params_tx);
-                d.write_status();
             }
             _ = texts_tick.tick() => d.spawn_texts_refresh(&texts_tx),
             Some(r) = texts_rx.recv() => d.on_texts(r),
@@ -229,7 +233,7 @@ pub async fn run(
             Ok(Err(_)) => {}
             Err(_) => {
                 tracing::warn!(
-                    event = "cycle_abandoned",
+                    event = %"cycle_abandoned",
                     "the cycle did not end within the grace; abandoning it"
                 );
                 t.abort();
@@ -250,7 +254,7 @@ pub async fn run(
     })
     .await;
     d.write_status();
-    tracing::info!(event = "stopped", "listener stopped");
+    tracing::info!(event = %"stopped", "listener stopped");
     Ok(0)
 }
 
@@ -272,7 +276,7 @@ impl Daemon {
         match Api::new(&self.settings.api_base, self.key.clone()) {
             Ok(a) => Some(a),
             Err(e) => {
-                tracing::error!(event = "http_client_failed", error = %e, "cannot build the HTTP client");
+                tracing::error!(event = %"http_client_failed", error = %e, "cannot build the HTTP client");
                 None
             }
         }
@@ -282,7 +286,7 @@ impl Daemon {
         let now = SystemTime::now();
         match ev {
             SocketEvent::Handle(h) => {
-                tracing::info!(event = "handle", handle = %h, "this key's agent");
+                tracing::info!(event = %"handle", handle = %h, "this key's agent");
                 self.handle = Some(h.clone());
                 self.status.handle = Some(format!("@{}", crate::core::handle::normalize(&h)));
                 self.write_status();
@@ -394,19 +398,8 @@ impl Daemon {
         self.write_status();
     }
 
-    /// Shown state: stopping > runtime_unusable > handle_mismatch > the socket's.
     fn shown(&self) -> &'static str {
-        if self.profile.stopping {
-            "stopping"
-        } else if self.profile.starting {
-            "starting"
-        } else if self.profile.unusable.is_some() {
-            "runtime_unusable"
-        } else if self.profile.mismatch.is_some() {
-            "handle_mismatch"
-        } else {
-            self.socket_state.as_str()
-        }
+        shown_state(&self.profile, self.socket_state)
     }
 
     fn write_status(&mut self) {
@@ -415,7 +408,7 @@ impl Daemon {
         if shown != self.shown_state {
             self.shown_state = shown;
             self.status.since = state::rfc3339(now);
-            tracing::info!(event = "state", state = shown, "listener state");
+            tracing::info!(event = %"state", state = shown, "listener state");
             if self.notify {
                 let line = format!("STATUS={shown}");
                 let _ = sd_notify::notify(&[sd_notify::NotifyState::Custom(&line)]);
@@ -425,7 +418,7 @@ impl Daemon {
         self.status.socket = self.socket_state.as_str();
         self.status.updated_at = state::rfc3339(now);
         if let Err(e) = self.state.write_status(&self.status) {
-            tracing::warn!(event = "status_write_failed", error = %e, "could not write status.json");
+            tracing::warn!(event = %"status_write_failed", error = %e, "could not write status.json");
         }
     }
 
@@ -463,13 +456,13 @@ impl Daemon {
 
     /// SIGHUP: config and texts again; a refused key or an unusable runtime gets a new chance.
     fn reload(&mut self, params_tx: &watch::Sender<SocketParams>) {
-        tracing::info!(event = "reload", "reloading configuration and texts");
+        tracing::info!(event = %"reload", "reloading configuration and texts");
         match config::load(&self.args) {
             Ok(s) => match s.api_key.clone() {
                 Some(k) => {
                     if s.state_dir != self.settings.state_dir {
                         tracing::warn!(
-                            event = "reload_partial",
+                            event = %"reload_partial",
                             "the state dir cannot change while running; keeping the old one"
                         );
                     }
@@ -483,13 +476,13 @@ impl Daemon {
                 }
                 None => {
                     tracing::error!(
-                        event = "reload_failed",
+                        event = %"reload_failed",
                         "the new configuration has no API key; keeping the old one"
                     )
                 }
             },
             Err(e) => {
-                tracing::error!(event = "reload_failed", error = %e, "the new configuration is invalid; keeping the old one")
+                tracing::error!(event = %"reload_failed", error = %e, "the new configuration is invalid; keeping the old one")
             }
         }
         self.profile.unusable = None;
@@ -508,10 +501,28 @@ impl Daemon {
         if let Some(k) = s.api_key
             && k.expose_secret() != self.key.expose_secret()
         {
-            tracing::info!(event = "key_changed", "the API key changed; retrying now");
+            tracing::info!(event = %"key_changed", "the API key changed; retrying now");
             self.key = k;
             let _ = params_tx.send(self.socket_params());
         }
+    }
+}
+
+/// The one state `status.json` shows: stopping > starting > key_refused > runtime_unusable >
+/// handle_mismatch > the socket's. A refused key comes first: nothing else can work without it.
+fn shown_state(p: &Profile, socket: SocketState) -> &'static str {
+    if p.stopping {
+        "stopping"
+    } else if p.starting {
+        "starting"
+    } else if socket == SocketState::KeyRefused {
+        "key_refused"
+    } else if p.unusable.is_some() {
+        "runtime_unusable"
+    } else if p.mismatch.is_some() {
+        "handle_mismatch"
+    } else {
+        socket.as_str()
     }
 }
 
@@ -521,5 +532,32 @@ fn key_source_label(k: &config::KeySource) -> String {
         config::KeySource::File(p) => format!("file:{}", p.display()),
         config::KeySource::Config => "config".into(),
         config::KeySource::Missing => "missing".into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn profile() -> Profile {
+        Profile {
+            starting: false,
+            unusable: None,
+            mismatch: None,
+            stopping: false,
+        }
+    }
+
+    #[test]
+    fn shown_state_puts_stopping_then_key_then_profile_states_over_the_socket() {
+        let mut p = profile();
+        assert_eq!(shown_state(&p, SocketState::Backoff), "backoff");
+        p.mismatch = Some("@x".into());
+        assert_eq!(shown_state(&p, SocketState::Connected), "handle_mismatch");
+        p.unusable = Some("no claude".into());
+        assert_eq!(shown_state(&p, SocketState::Connected), "runtime_unusable");
+        assert_eq!(shown_state(&p, SocketState::KeyRefused), "key_refused");
+        p.stopping = true;
+        assert_eq!(shown_state(&p, SocketState::KeyRefused), "stopping");
     }
 }

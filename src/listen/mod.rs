@@ -48,8 +48,11 @@ impl TimeScale {
         TimeScale(v)
     }
 
+    /// `d / scale`, at least 1 ms, and never a panic on an absurd scale (saturates at a day).
     pub fn apply(self, d: Duration) -> Duration {
-        d.div_f64(self.0).max(Duration::from_millis(1))
+        Duration::try_from_secs_f64(d.as_secs_f64() / self.0)
+            .unwrap_or(Duration::from_secs(86_400))
+            .max(Duration::from_millis(1))
     }
 }
 
@@ -84,6 +87,9 @@ pub async fn run_cli(args: ListenArgs) -> anyhow::Result<i32> {
         .cloned()
         .unwrap_or_else(|| settings.log_level.clone());
     logging::init(format, &level)?;
+    for line in crate::config::advice(&settings) {
+        tracing::warn!(event = %"config_advice", "{line}");
+    }
 
     let Some(key) = settings.api_key.clone() else {
         anyhow::bail!(
@@ -103,7 +109,7 @@ pub async fn run_cli(args: ListenArgs) -> anyhow::Result<i32> {
                 settings.profile,
                 state.path(state::LOCK_FILE).display()
             );
-            tracing::info!(event = "already_running", holder = %who, "another listener holds the lock");
+            tracing::info!(event = %"already_running", holder = %who, "another listener holds the lock");
             return Ok(0);
         }
     };
@@ -127,17 +133,17 @@ pub async fn load_texts(
     match api.texts(runtime).await {
         Ok((texts, bytes)) => {
             if let Err(e) = state::write_atomic(&path, &bytes) {
-                tracing::warn!(event = "texts_cache_write_failed", error = %e, "could not keep the texts");
+                tracing::warn!(event = %"texts_cache_write_failed", error = %e, "could not keep the texts");
             }
             tracing::info!(
-                event = "texts_fetched",
+                event = %"texts_fetched",
                 runtime,
                 "texts fetched from the server"
             );
             return Some((texts, "server"));
         }
         Err(e) => {
-            tracing::warn!(event = "texts_fetch_failed", runtime, error = %e, "could not fetch the texts");
+            tracing::warn!(event = %"texts_fetch_failed", runtime, error = %e, "could not fetch the texts");
         }
     }
     if !use_cache {
@@ -146,17 +152,17 @@ pub async fn load_texts(
     match std::fs::read(&path) {
         Ok(bytes) => match Texts::parse(&bytes) {
             Ok(t) => {
-                tracing::info!(event = "texts_cached", path = %path.display(), "using the last good texts from the cache");
+                tracing::info!(event = %"texts_cached", path = %path.display(), "using the last good texts from the cache");
                 Some((t, "cache"))
             }
             Err(e) => {
-                tracing::error!(event = "texts_missing", error = %e, "the cached texts are damaged; no runs until the server's texts can be read");
+                tracing::error!(event = %"texts_missing", error = %e, "the cached texts are damaged; no runs until the server's texts can be read");
                 None
             }
         },
         Err(_) => {
             tracing::error!(
-                event = "texts_missing",
+                event = %"texts_missing",
                 "no texts from the server and none cached; no runs until the server's texts can be read"
             );
             None
@@ -179,5 +185,14 @@ mod tests {
         assert_eq!(TimeScale::from_env(&env).0, 1.0);
         env.insert(TimeScale::ENV.to_string(), "nan".to_string());
         assert_eq!(TimeScale::from_env(&env).0, 1.0);
+        // Absurd but valid scales neither panic nor give a zero timer.
+        assert_eq!(
+            TimeScale(1e-300).apply(Duration::from_secs(60)),
+            Duration::from_secs(86_400)
+        );
+        assert_eq!(
+            TimeScale(1e300).apply(Duration::from_secs(60)),
+            Duration::from_millis(1)
+        );
     }
 }

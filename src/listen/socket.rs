@@ -127,15 +127,20 @@ pub async fn run(
             Ok(())
         } else {
             match Api::new(&params.api_base, params.key.clone()) {
-                Ok(api) => match api.me().await {
-                    Ok(h) => {
-                        engine.set_own_handle(&h);
-                        let _ = events.send(SocketEvent::Handle(h)).await;
-                        handle_known_for = Some(params.clone());
-                        Ok(())
+                Ok(api) => {
+                    let Some(r) = or_shutdown(api.me(), &mut shutdown).await else {
+                        return;
+                    };
+                    match r {
+                        Ok(h) => {
+                            engine.set_own_handle(&h);
+                            let _ = events.send(SocketEvent::Handle(h)).await;
+                            handle_known_for = Some(params.clone());
+                            Ok(())
+                        }
+                        Err(e) => Err(e),
                     }
-                    Err(e) => Err(e),
-                },
+                }
                 Err(e) => Err(e),
             }
         };
@@ -150,9 +155,12 @@ pub async fn run(
             }
             Ok(()) => {
                 let started = Instant::now();
-                match connect(&params).await {
+                let Some(connected) = or_shutdown(connect(&params), &mut shutdown).await else {
+                    return;
+                };
+                match connected {
                     Ok(ws) => {
-                        tracing::info!(event = "socket_connected", url = %ws_url(&params.api_base), "socket connected");
+                        tracing::info!(event = %"socket_connected", url = %ws_url(&params.api_base), "socket connected");
                         let _ = events.send(SocketEvent::Connected).await;
                         send_state(&events, SocketState::Connected, None, None).await;
                         match read_loop(ws, &mut engine, &params, &events, &mut shutdown).await {
@@ -186,7 +194,7 @@ pub async fn run(
         let state = match &kind {
             CloseKind::KeyRefused => {
                 tracing::error!(
-                    event = "key_refused",
+                    event = %"key_refused",
                     retry_in_ms = delay.as_millis() as u64,
                     detail = %detail,
                     "the server refused the API key; check AGENTCHAT_API_KEY or api_key_file, then send SIGHUP (systemctl --user reload) to retry at once"
@@ -195,7 +203,7 @@ pub async fn run(
             }
             CloseKind::Budget { retry_after_s } => {
                 tracing::warn!(
-                    event = "connect_budget",
+                    event = %"connect_budget",
                     retry_after_s = *retry_after_s,
                     retry_in_ms = delay.as_millis() as u64,
                     "connect budget exhausted; waiting as the server asked"
@@ -204,14 +212,14 @@ pub async fn run(
             }
             CloseKind::UpgradeRequired => {
                 tracing::error!(
-                    event = "upgrade_required",
+                    event = %"upgrade_required",
                     retry_in_ms = delay.as_millis() as u64,
                     "the server requires a newer client (close 4426); update agentchat"
                 );
                 SocketState::Backoff
             }
             CloseKind::Ordinary => {
-                tracing::info!(event = "backoff", retry_in_ms = delay.as_millis() as u64, detail = %detail, "socket down; reconnecting after a delay");
+                tracing::info!(event = %"backoff", retry_in_ms = delay.as_millis() as u64, detail = %detail, "socket down; reconnecting after a delay");
                 SocketState::Backoff
             }
         };
@@ -233,7 +241,7 @@ pub async fn run(
                     // A reload retries at once only a refused key; the server's budget delay
                     // and the ordinary backoff are never undercut.
                     if kind == CloseKind::KeyRefused {
-                        tracing::info!(event = "key_retry", "configuration reloaded; retrying the key now");
+                        tracing::info!(event = %"key_retry", "configuration reloaded; retrying the key now");
                         break;
                     }
                 }
@@ -259,7 +267,7 @@ async fn send_state(
 
 async fn connect(params: &SocketParams) -> Result<Ws, (CloseKind, String)> {
     let url = ws_url(&params.api_base);
-    tracing::debug!(event = "socket_connecting", url = %url, "connecting");
+    tracing::debug!(event = %"socket_connecting", url = %url, "connecting");
     let mut req = url
         .as_str()
         .into_client_request()
@@ -339,7 +347,7 @@ async fn read_loop(
         let msg = match next {
             Err(_) => {
                 tracing::warn!(
-                    event = "watchdog_drop",
+                    event = %"watchdog_drop",
                     idle_ms = params.idle_timeout.as_millis() as u64,
                     "no inbound traffic within the idle timeout; dropping the socket"
                 );
@@ -347,14 +355,14 @@ async fn read_loop(
             }
             Ok(None) => {
                 tracing::info!(
-                    event = "socket_closed",
+                    event = %"socket_closed",
                     code = 1006u16,
                     "socket ended without a close frame"
                 );
                 return Ended::Closed(CloseKind::Ordinary, "socket ended".into());
             }
             Ok(Some(Err(e))) => {
-                tracing::info!(event = "socket_closed", error = %e, "socket error");
+                tracing::info!(event = %"socket_closed", error = %e, "socket error");
                 return Ended::Closed(CloseKind::Ordinary, format!("socket error: {e}"));
             }
             Ok(Some(Ok(m))) => m,
@@ -367,13 +375,13 @@ async fn read_loop(
                     .map(|f| (u16::from(f.code), f.reason.to_string()))
                     .unwrap_or((1005, String::new()));
                 let kind = reconnect::classify_close(code, &reason);
-                tracing::info!(event = "socket_closed", code, reason = %truncate(&reason, 120), kind = ?kind, "server closed the socket");
+                tracing::info!(event = %"socket_closed", code, reason = %truncate(&reason, 120), kind = ?kind, "server closed the socket");
                 return Ended::Closed(kind, format!("closed {code} {}", truncate(&reason, 120)));
             }
             Message::Ping(_) | Message::Pong(_) => continue,
             Message::Binary(b) => {
                 tracing::warn!(
-                    event = "frame_skipped",
+                    event = %"frame_skipped",
                     bytes = b.len(),
                     why = "binary",
                     "binary frame skipped"
@@ -385,7 +393,7 @@ async fn read_loop(
         };
         if text.len() > MAX_FRAME_BYTES {
             tracing::warn!(
-                event = "frame_skipped",
+                event = %"frame_skipped",
                 bytes = text.len(),
                 why = "oversized",
                 "frame over 1 MiB skipped"
@@ -395,17 +403,17 @@ async fn read_loop(
         }
         let action = engine.on_text(text.as_str());
         if let Some(err) = &action.malformed {
-            tracing::warn!(event = "frame_skipped", bytes = text.len(), why = %err, "malformed frame skipped");
+            tracing::warn!(event = %"frame_skipped", bytes = text.len(), why = %err, "malformed frame skipped");
             let _ = events.send(SocketEvent::Skipped).await;
         }
         if let Some(caps) = &action.hello {
             match caps {
                 Some(c) => {
-                    tracing::info!(event = "hello", capabilities = %c.join(","), "server accepted capabilities")
+                    tracing::info!(event = %"hello", capabilities = %c.join(","), "server accepted capabilities")
                 }
                 None => {
                     tracing::info!(
-                        event = "hello",
+                        event = %"hello",
                         capabilities = "",
                         "pre-v1 server: no capabilities listed"
                     )
@@ -413,7 +421,7 @@ async fn read_loop(
             }
         }
         if let Some(cause) = action.wake.clone() {
-            tracing::info!(event = "wake", reason = %cause.label(), message_id = action.ack.as_deref().unwrap_or(""), "wake");
+            tracing::info!(event = %"wake", reason = %cause.label(), message_id = action.ack.as_deref().unwrap_or(""), "wake");
             if !register_wake(events, cause, shutdown).await {
                 close_normal(&mut ws).await;
                 return Ended::Shutdown;
@@ -422,10 +430,10 @@ async fn read_loop(
         if let Some(id) = action.ack {
             let frame = crate::core::frames::ack_frame(&id);
             if let Err(e) = ws.send(Message::Text(frame.into())).await {
-                tracing::info!(event = "socket_closed", error = %e, "ack could not be sent");
+                tracing::info!(event = %"socket_closed", error = %e, "ack could not be sent");
                 return Ended::Closed(CloseKind::Ordinary, format!("send failed: {e}"));
             }
-            tracing::debug!(event = "ack", message_id = %id, "acked");
+            tracing::debug!(event = %"ack", message_id = %id, "acked");
             let _ = events.send(SocketEvent::Acked).await;
         }
     }
@@ -444,7 +452,7 @@ pub async fn probe(params: &SocketParams, settle: Duration) -> Result<String, St
         CloseKind::KeyRefused => format!("the server refused the API key: {d}"),
         _ => d,
     })?;
-    tracing::info!(event = "socket_connected", url = %ws_url(&params.api_base), "socket connected");
+    tracing::info!(event = %"socket_connected", url = %ws_url(&params.api_base), "socket connected");
     let deadline = tokio::time::Instant::now() + settle;
     loop {
         let msg = match tokio::time::timeout_at(deadline, ws.next()).await {
@@ -484,6 +492,17 @@ pub async fn probe(params: &SocketParams, settle: Duration) -> Result<String, St
     }
     close_normal(&mut ws).await;
     Ok(handle)
+}
+
+/// Runs `fut` unless shutdown comes first (`None`): a hanging server never delays a stop.
+async fn or_shutdown<T>(
+    fut: impl std::future::Future<Output = T>,
+    shutdown: &mut watch::Receiver<bool>,
+) -> Option<T> {
+    tokio::select! {
+        v = fut => Some(v),
+        _ = shutdown.wait_for(|s| *s) => None,
+    }
 }
 
 /// Hands a wake to the main loop and waits until it is registered. False on shutdown.

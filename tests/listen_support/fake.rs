@@ -21,6 +21,10 @@ pub struct Shared {
     /// The next this-many tray reads answer `429` with `Retry-After: retry_after_s`.
     pub inbox_429: usize,
     pub retry_after_s: u64,
+    /// `/v1/texts` answers `503` (the texts cannot be had).
+    pub texts_down: bool,
+    /// Close codes the client sent.
+    pub client_closes: Vec<u16>,
     /// When each tray read arrived (unix ms).
     pub inbox_times: Vec<u64>,
 }
@@ -137,6 +141,12 @@ async fn serve_ws(
                         s.acks.push(v["message_id"].as_str().unwrap_or("").to_string());
                     }
                 }
+                Some(Ok(Message::Close(f))) => {
+                    let code = f.map(|f| u16::from(f.code)).unwrap_or(1005);
+                    shared.lock().unwrap().client_closes.push(code);
+                    let _ = ws.close(None).await;
+                    return;
+                }
                 Some(Ok(_)) => {}
                 _ => return,
             },
@@ -170,6 +180,16 @@ async fn serve_rest(mut stream: TcpStream, shared: Arc<Mutex<Shared>>) {
             None
         }
     };
+    if path.starts_with("/v1/texts") && shared.lock().unwrap().texts_down {
+        let body = r#"{"code":"INTERNAL_ERROR","message":"down"}"#;
+        let resp = format!(
+            "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+            body.len()
+        );
+        let _ = stream.write_all(resp.as_bytes()).await;
+        let _ = stream.shutdown().await;
+        return;
+    }
     if let Some(secs) = limited {
         let body = r#"{"code":"RATE_LIMITED","message":"slow down"}"#;
         let resp = format!(

@@ -373,6 +373,8 @@ pub struct Opts {
     pub idle_timeout: &'static str,
     pub time_scale: f64,
     pub extra_env: Vec<(String, String)>,
+    /// Top-level config lines (before `[listen]`).
+    pub top_toml: String,
     /// Appended to the config file (after the `[listen]` keys).
     pub extra_toml: String,
 }
@@ -388,6 +390,7 @@ impl Default for Opts {
             time_scale: 1.0,
             extra_env: vec![],
             extra_toml: String::new(),
+            top_toml: String::new(),
         }
     }
 }
@@ -407,6 +410,7 @@ impl Setup {
         let config = tmp.path().join("config.toml");
         let toml = format!(
             r#"log_level = "debug"
+{top}
 [listen]
 runtime = "script"
 command = ["/bin/sh", "{script}"]
@@ -416,6 +420,7 @@ run_timeout = "{rt}"
 kill_grace = "{kg}"
 idle_timeout = "{it}"
 "#,
+            top = opts.top_toml,
             script = rec.script.display(),
             q = opts.quiet,
             m = opts.max_delay,
