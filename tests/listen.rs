@@ -1160,3 +1160,36 @@ async fn with_the_texts_route_failing_the_cached_copy_still_runs_and_without_one
     assert_eq!(setup.rec.file("stdin", 2), WAKE_TEXT);
     assert_eq!(setup.status()["texts"]["source"], "cache");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sighup_with_a_new_api_base_moves_a_connected_listener_at_once() {
+    use listen_support::fake::{self, Fake};
+    let sim = Sim::start(1.0).await;
+    let bob = sim.agent("bob").await;
+    // The second server accepts any key as @bob.
+    let fake = Fake::start("bob", fake::tray("@bob", 0)).await;
+    let opts = Opts {
+        top_toml: format!("api_base = \"{}\"", sim.api_base),
+        ..Opts::default()
+    };
+    let setup = Setup::new(&opts);
+    let mut cmd = listener_command(&sim, &bob, &setup, &opts);
+    cmd.env_remove("AGENTCHAT_API_BASE");
+    let l = Listener::spawn(cmd, &setup, "");
+    settled(&l).await;
+    assert_eq!(fake.connects(), 0);
+    let text = std::fs::read_to_string(&setup.config).unwrap();
+    std::fs::write(&setup.config, text.replace(&sim.api_base, &fake.api_base)).unwrap();
+    l.signal(libc::SIGHUP);
+    assert!(
+        eventually(10.0, || fake.connects() == 1).await,
+        "{}",
+        l.log()
+    );
+    assert!(
+        status_holds(&setup, |s| s["api_base"] == fake.api_base.as_str()
+            && s["state"] == "connected")
+        .await
+    );
+    assert_eq!(l.count("reconnect"), 1);
+}

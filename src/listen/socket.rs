@@ -98,6 +98,7 @@ type Ws =
 /// How one connection ended.
 enum Ended {
     Shutdown,
+    Reconfigured,
     Closed(CloseKind, String),
 }
 
@@ -163,8 +164,19 @@ pub async fn run(
                         tracing::info!(event = %"socket_connected", url = %ws_url(&params.api_base), "socket connected");
                         let _ = events.send(SocketEvent::Connected).await;
                         send_state(&events, SocketState::Connected, None, None).await;
-                        match read_loop(ws, &mut engine, &params, &events, &mut shutdown).await {
+                        match read_loop(
+                            ws,
+                            &mut engine,
+                            &params,
+                            &mut params_rx,
+                            &events,
+                            &mut shutdown,
+                        )
+                        .await
+                        {
                             Ended::Shutdown => return,
+                            // A new key or API base: connect again now, no backoff.
+                            Ended::Reconfigured => continue,
                             Ended::Closed(k, d) => {
                                 kind = k;
                                 detail = d;
@@ -325,6 +337,7 @@ async fn read_loop(
     mut ws: Ws,
     engine: &mut Engine,
     params: &SocketParams,
+    params_rx: &mut watch::Receiver<SocketParams>,
     events: &mpsc::Sender<SocketEvent>,
     shutdown: &mut watch::Receiver<bool>,
 ) -> Ended {
@@ -339,6 +352,19 @@ async fn read_loop(
                 if r.is_err() || *shutdown.borrow() {
                     close_normal(&mut ws).await;
                     return Ended::Shutdown;
+                }
+                continue;
+            }
+            r = params_rx.changed() => {
+                if r.is_err() {
+                    close_normal(&mut ws).await;
+                    return Ended::Shutdown;
+                }
+                let changed = !params_rx.borrow_and_update().same_endpoint(params);
+                if changed {
+                    tracing::info!(event = %"reconnect", "the API base or key changed; reconnecting");
+                    close_normal(&mut ws).await;
+                    return Ended::Reconfigured;
                 }
                 continue;
             }
