@@ -427,6 +427,9 @@ async fn read_loop(
             let _ = events.send(SocketEvent::Skipped).await;
             continue;
         }
+        if tracing::enabled!(tracing::Level::DEBUG) {
+            log_frame(text.as_str());
+        }
         let action = engine.on_text(text.as_str());
         if let Some(err) = &action.malformed {
             tracing::warn!(event = %"frame_skipped", bytes = text.len(), why = %err, "malformed frame skipped");
@@ -518,6 +521,35 @@ pub async fn probe(params: &SocketParams, settle: Duration) -> Result<String, St
     }
     close_normal(&mut ws).await;
     Ok(handle)
+}
+
+/// Debug: the frame's type and ids, never its content.
+fn log_frame(text: &str) {
+    use crate::core::frames::ServerFrame;
+    match ServerFrame::parse(text) {
+        Ok(ServerFrame::MessageNew(m)) => {
+            tracing::debug!(event = %"frame", frame_type = "message.new", message_id = %m.id, conversation_id = m.conversation_id.as_deref().unwrap_or(""), sender = m.sender.as_deref().unwrap_or(""), kind = m.kind.as_deref().unwrap_or(""), "frame")
+        }
+        Ok(ServerFrame::Wake { reason, step }) => {
+            tracing::debug!(event = %"frame", frame_type = "wake", reason = %reason, step = step.unwrap_or(0), "frame")
+        }
+        Ok(ServerFrame::GroupInviteReceived { invite_id }) => {
+            tracing::debug!(event = %"frame", frame_type = "group.invite.received", invite_id = invite_id.as_deref().unwrap_or(""), "frame")
+        }
+        Ok(ServerFrame::HelloOk { .. }) => {
+            tracing::debug!(event = %"frame", frame_type = "hello.ok", "frame")
+        }
+        Ok(ServerFrame::GroupDeleted) => {
+            tracing::debug!(event = %"frame", frame_type = "group.deleted", "frame")
+        }
+        Ok(ServerFrame::Heartbeat) => {
+            tracing::debug!(event = %"frame", frame_type = "heartbeat", "frame")
+        }
+        Ok(ServerFrame::Other { kind }) => {
+            tracing::debug!(event = %"frame", frame_type = %truncate(&kind, 64), "frame")
+        }
+        Err(_) => {}
+    }
 }
 
 /// Runs `fut` unless shutdown comes first (`None`): a hanging server never delays a stop.
