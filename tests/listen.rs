@@ -83,7 +83,6 @@ async fn a_message_gives_one_run_with_the_wake_instruction_on_stdin_and_the_run_
     );
     let cycle_id = env.get("AGENTCHAT_CYCLE_ID").unwrap();
     assert!(!cycle_id.is_empty());
-    assert!(!env.contains_key("NOTIFY_SOCKET"));
 
     // The status is written when the cycle task is back in the main loop, just after its log line.
     assert!(status_holds(&setup, |s| s["counters"]["runs"] == 1).await);
@@ -837,11 +836,17 @@ async fn under_systemd_it_notifies_ready_watchdog_and_stopping() {
         .await,
         "{seen}"
     );
+    // A run never inherits systemd's variables, so it cannot notify as the listener.
+    let alice = sim.agent("alice").await;
+    sim.send(&alice, &bob, "hi").await;
+    assert!(eventually(15.0, || setup.rec.done(1)).await, "{}", l.log());
+    let env = setup.rec.env(1);
+    assert!(!env.contains_key("NOTIFY_SOCKET") && !env.contains_key("WATCHDOG_USEC"));
+    assert!(env.contains_key("AGENTCHAT_CYCLE_ID"));
     l.signal(libc::SIGTERM);
     assert_eq!(l.wait_exit(10.0), Some(0));
     read_some(&mut seen);
     assert!(seen.contains("STOPPING=1"), "{seen}");
-    // The run's environment never carries the notify socket (checked in the first test).
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
