@@ -1198,3 +1198,41 @@ async fn sighup_with_a_new_api_base_moves_a_connected_listener_at_once() {
     );
     assert_eq!(l.count("reconnect"), 1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_invite_memory_survives_a_restart() {
+    let sim = Sim::start(1.0).await;
+    let alice = sim.agent("alice").await;
+    let bob = sim.agent("bob").await;
+    let opts = Opts {
+        time_scale: INVITE_SCALE,
+        ..Opts::default()
+    };
+    let setup = Setup::new(&opts);
+    {
+        let mut l = Listener::start(&sim, &bob, &setup, &opts);
+        settled(&l).await;
+        sim.invite(&alice, &bob, "crew").await;
+        assert!(
+            eventually(10.0, || l.count("invite_counted") == 1).await,
+            "{}",
+            l.log()
+        );
+        l.signal(libc::SIGTERM);
+        assert_eq!(l.wait_exit(10.0), Some(0));
+    }
+    let first_end = now_ms();
+    let memory = std::fs::read_to_string(setup.state_dir.join("invites.json")).unwrap();
+    assert!(memory.contains("gri_"), "{memory}");
+    assert!(eventually(10.0, || now_ms() >= first_end + INVITE_PACE_MS + 200).await);
+    // A new process: its connect cycle runs for the pending invite, and that second completed
+    // run dismisses it because the first one was remembered.
+    let l = Listener::spawn(listener_command(&sim, &bob, &setup, &opts), &setup, "-2");
+    assert!(
+        eventually(15.0, || l.count("invite_dismissed") == 1).await,
+        "{}",
+        l.log()
+    );
+    assert_eq!(invites_pending(&sim, &bob).await, 0);
+    assert_eq!(setup.rec.count(), 2);
+}
