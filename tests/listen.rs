@@ -1236,3 +1236,39 @@ async fn the_invite_memory_survives_a_restart() {
     assert_eq!(invites_pending(&sim, &bob).await, 0);
     assert_eq!(setup.rec.count(), 2);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_repeated_message_is_acked_again_and_wakes_nothing_new() {
+    use listen_support::fake::{self, Fake, message_new};
+    // The scripted server repeats a frame on demand (the sim only re-pushes after a reconnect).
+    let fake = Fake::start("bob", fake::tray("@bob", 1)).await;
+    let opts = Opts::default();
+    let setup = Setup::new(&opts);
+    let l = Listener::spawn(
+        listener_command_for(&fake.api_base, FAKE_KEY, &setup, &opts),
+        &setup,
+        "",
+    );
+    settled(&l).await;
+    fake.push_text(&message_new("msg_once", "alice", "text"));
+    assert!(eventually(10.0, || setup.rec.done(2)).await, "{}", l.log());
+    assert!(eventually(5.0, || l.count("cycle_end") >= 2).await);
+    let cycles = l.count("cycle_start");
+    fake.push_text(&message_new("msg_once", "alice", "text"));
+    assert!(
+        eventually(5.0, || fake.acks().len() == 2).await,
+        "{}",
+        l.log()
+    );
+    assert_eq!(fake.acks(), ["msg_once", "msg_once"]);
+    assert!(
+        never(1.5, || l.count("cycle_start") > cycles).await,
+        "the repeat woke nothing"
+    );
+    let message_wakes = l
+        .events("wake")
+        .iter()
+        .filter(|e| e["reason"] == "message")
+        .count();
+    assert_eq!(message_wakes, 1);
+}
