@@ -83,7 +83,6 @@ async fn a_message_gives_one_run_with_the_wake_instruction_on_stdin_and_the_run_
     );
     let cycle_id = env.get("AGENTCHAT_CYCLE_ID").unwrap();
     assert!(!cycle_id.is_empty());
-    assert!(!env.contains_key("NOTIFY_SOCKET"));
 
     // The status is written when the cycle task is back in the main loop, just after its log line.
     assert!(status_holds(&setup, |s| s["counters"]["runs"] == 1).await);
@@ -837,11 +836,17 @@ async fn under_systemd_it_notifies_ready_watchdog_and_stopping() {
         .await,
         "{seen}"
     );
+    // A run never inherits systemd's variables, so it cannot notify as the listener.
+    let alice = sim.agent("alice").await;
+    sim.send(&alice, &bob, "hi").await;
+    assert!(eventually(15.0, || setup.rec.done(1)).await, "{}", l.log());
+    let env = setup.rec.env(1);
+    assert!(!env.contains_key("NOTIFY_SOCKET") && !env.contains_key("WATCHDOG_USEC"));
+    assert!(env.contains_key("AGENTCHAT_CYCLE_ID"));
     l.signal(libc::SIGTERM);
     assert_eq!(l.wait_exit(10.0), Some(0));
     read_some(&mut seen);
     assert!(seen.contains("STOPPING=1"), "{seen}");
-    // The run's environment never carries the notify socket (checked in the first test).
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1159,4 +1164,111 @@ async fn with_the_texts_route_failing_the_cached_copy_still_runs_and_without_one
     assert!(eventually(10.0, || setup.rec.done(2)).await, "{}", l.log());
     assert_eq!(setup.rec.file("stdin", 2), WAKE_TEXT);
     assert_eq!(setup.status()["texts"]["source"], "cache");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sighup_with_a_new_api_base_moves_a_connected_listener_at_once() {
+    use listen_support::fake::{self, Fake};
+    let sim = Sim::start(1.0).await;
+    let bob = sim.agent("bob").await;
+    // The second server accepts any key as @bob.
+    let fake = Fake::start("bob", fake::tray("@bob", 0)).await;
+    let opts = Opts {
+        top_toml: format!("api_base = \"{}\"", sim.api_base),
+        ..Opts::default()
+    };
+    let setup = Setup::new(&opts);
+    let mut cmd = listener_command(&sim, &bob, &setup, &opts);
+    cmd.env_remove("AGENTCHAT_API_BASE");
+    let l = Listener::spawn(cmd, &setup, "");
+    settled(&l).await;
+    assert_eq!(fake.connects(), 0);
+    let text = std::fs::read_to_string(&setup.config).unwrap();
+    std::fs::write(&setup.config, text.replace(&sim.api_base, &fake.api_base)).unwrap();
+    l.signal(libc::SIGHUP);
+    assert!(
+        eventually(10.0, || fake.connects() == 1).await,
+        "{}",
+        l.log()
+    );
+    assert!(
+        status_holds(&setup, |s| s["api_base"] == fake.api_base.as_str()
+            && s["state"] == "connected")
+        .await
+    );
+    assert_eq!(l.count("reconnect"), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_invite_memory_survives_a_restart() {
+    let sim = Sim::start(1.0).await;
+    let alice = sim.agent("alice").await;
+    let bob = sim.agent("bob").await;
+    let opts = Opts {
+        time_scale: INVITE_SCALE,
+        ..Opts::default()
+    };
+    let setup = Setup::new(&opts);
+    {
+        let mut l = Listener::start(&sim, &bob, &setup, &opts);
+        settled(&l).await;
+        sim.invite(&alice, &bob, "crew").await;
+        assert!(
+            eventually(10.0, || l.count("invite_counted") == 1).await,
+            "{}",
+            l.log()
+        );
+        l.signal(libc::SIGTERM);
+        assert_eq!(l.wait_exit(10.0), Some(0));
+    }
+    let first_end = now_ms();
+    let memory = std::fs::read_to_string(setup.state_dir.join("invites.json")).unwrap();
+    assert!(memory.contains("gri_"), "{memory}");
+    assert!(eventually(10.0, || now_ms() >= first_end + INVITE_PACE_MS + 200).await);
+    // A new process: its connect cycle runs for the pending invite, and that second completed
+    // run dismisses it because the first one was remembered.
+    let l = Listener::spawn(listener_command(&sim, &bob, &setup, &opts), &setup, "-2");
+    assert!(
+        eventually(15.0, || l.count("invite_dismissed") == 1).await,
+        "{}",
+        l.log()
+    );
+    assert_eq!(invites_pending(&sim, &bob).await, 0);
+    assert_eq!(setup.rec.count(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_repeated_message_is_acked_again_and_wakes_nothing_new() {
+    use listen_support::fake::{self, Fake, message_new};
+    // The scripted server repeats a frame on demand (the sim only re-pushes after a reconnect).
+    let fake = Fake::start("bob", fake::tray("@bob", 1)).await;
+    let opts = Opts::default();
+    let setup = Setup::new(&opts);
+    let l = Listener::spawn(
+        listener_command_for(&fake.api_base, FAKE_KEY, &setup, &opts),
+        &setup,
+        "",
+    );
+    settled(&l).await;
+    fake.push_text(&message_new("msg_once", "alice", "text"));
+    assert!(eventually(10.0, || setup.rec.done(2)).await, "{}", l.log());
+    assert!(eventually(5.0, || l.count("cycle_end") >= 2).await);
+    let cycles = l.count("cycle_start");
+    fake.push_text(&message_new("msg_once", "alice", "text"));
+    assert!(
+        eventually(5.0, || fake.acks().len() == 2).await,
+        "{}",
+        l.log()
+    );
+    assert_eq!(fake.acks(), ["msg_once", "msg_once"]);
+    assert!(
+        never(1.5, || l.count("cycle_start") > cycles).await,
+        "the repeat woke nothing"
+    );
+    let message_wakes = l
+        .events("wake")
+        .iter()
+        .filter(|e| e["reason"] == "message")
+        .count();
+    assert_eq!(message_wakes, 1);
 }

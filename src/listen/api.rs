@@ -44,14 +44,19 @@ impl ApiError {
     }
 }
 
-/// TLS settings shared by REST and the socket: ring, the OS trust store when it loads, webpki
-/// roots otherwise.
+/// TLS settings shared by REST and the socket: ring and the OS trust store (when it cannot be
+/// loaded, each library's own webpki roots). Built once per process: loading the trust store
+/// on every cycle would cost time for nothing.
 pub fn tls_config() -> Option<Arc<rustls::ClientConfig>> {
     use rustls_platform_verifier::ConfigVerifierExt;
-    crate::tls::install_crypto_provider();
-    rustls::ClientConfig::with_platform_verifier()
-        .ok()
-        .map(Arc::new)
+    static TLS: std::sync::OnceLock<Option<Arc<rustls::ClientConfig>>> = std::sync::OnceLock::new();
+    TLS.get_or_init(|| {
+        crate::tls::install_crypto_provider();
+        rustls::ClientConfig::with_platform_verifier()
+            .ok()
+            .map(Arc::new)
+    })
+    .clone()
 }
 
 #[derive(Clone)]

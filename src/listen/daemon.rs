@@ -387,6 +387,10 @@ impl Daemon {
         } else if report.handle_ok && self.profile.mismatch.take().is_some() {
             self.status.detail = None;
         }
+        if report.key_refused {
+            self.status.detail =
+                Some("the server refused the key when reading the tray (HTTP 401/403)".into());
+        }
         if let Some(t) = report.fetched_texts {
             self.texts = Some(t);
             self.status.texts = TextsStatus {

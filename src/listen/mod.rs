@@ -115,7 +115,7 @@ pub async fn run_cli(args: ListenArgs) -> anyhow::Result<i32> {
     };
     let scale = TimeScale::from_env(&env);
     if args.once {
-        once::run(settings, key, state).await
+        once::run(settings, key, state, scale).await
     } else {
         daemon::run(args.config, settings, key, state, scale).await
     }

@@ -16,7 +16,12 @@ use tokio::sync::watch;
 /// How long `--once` listens after connecting before it reads the tray.
 const SETTLE: Duration = Duration::from_millis(500);
 
-pub async fn run(settings: Settings, key: SecretString, state: StateDir) -> anyhow::Result<i32> {
+pub async fn run(
+    settings: Settings,
+    key: SecretString,
+    state: StateDir,
+    scale: super::TimeScale,
+) -> anyhow::Result<i32> {
     let params = SocketParams {
         api_base: settings.api_base.clone(),
         key: key.clone(),
@@ -44,7 +49,9 @@ pub async fn run(settings: Settings, key: SecretString, state: StateDir) -> anyh
         texts,
         reasons: vec!["connect".into()],
         runtime_unusable: false,
-        invite_pace_ms: SINGLE_RUN_PACE_MS,
+        invite_pace_ms: scale
+            .apply(Duration::from_millis(SINGLE_RUN_PACE_MS))
+            .as_millis() as u64,
         shutdown: shutdown_rx,
     };
     let mut task = tokio::spawn(cycle::run(input));

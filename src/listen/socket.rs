@@ -98,6 +98,7 @@ type Ws =
 /// How one connection ended.
 enum Ended {
     Shutdown,
+    Reconfigured,
     Closed(CloseKind, String),
 }
 
@@ -163,8 +164,19 @@ pub async fn run(
                         tracing::info!(event = %"socket_connected", url = %ws_url(&params.api_base), "socket connected");
                         let _ = events.send(SocketEvent::Connected).await;
                         send_state(&events, SocketState::Connected, None, None).await;
-                        match read_loop(ws, &mut engine, &params, &events, &mut shutdown).await {
+                        match read_loop(
+                            ws,
+                            &mut engine,
+                            &params,
+                            &mut params_rx,
+                            &events,
+                            &mut shutdown,
+                        )
+                        .await
+                        {
                             Ended::Shutdown => return,
+                            // A new key or API base: connect again now, no backoff.
+                            Ended::Reconfigured => continue,
                             Ended::Closed(k, d) => {
                                 kind = k;
                                 detail = d;
@@ -325,6 +337,7 @@ async fn read_loop(
     mut ws: Ws,
     engine: &mut Engine,
     params: &SocketParams,
+    params_rx: &mut watch::Receiver<SocketParams>,
     events: &mpsc::Sender<SocketEvent>,
     shutdown: &mut watch::Receiver<bool>,
 ) -> Ended {
@@ -339,6 +352,19 @@ async fn read_loop(
                 if r.is_err() || *shutdown.borrow() {
                     close_normal(&mut ws).await;
                     return Ended::Shutdown;
+                }
+                continue;
+            }
+            r = params_rx.changed() => {
+                if r.is_err() {
+                    close_normal(&mut ws).await;
+                    return Ended::Shutdown;
+                }
+                let changed = !params_rx.borrow_and_update().same_endpoint(params);
+                if changed {
+                    tracing::info!(event = %"reconnect", "the API base or key changed; reconnecting");
+                    close_normal(&mut ws).await;
+                    return Ended::Reconfigured;
                 }
                 continue;
             }
@@ -400,6 +426,9 @@ async fn read_loop(
             );
             let _ = events.send(SocketEvent::Skipped).await;
             continue;
+        }
+        if tracing::enabled!(tracing::Level::DEBUG) {
+            log_frame(text.as_str());
         }
         let action = engine.on_text(text.as_str());
         if let Some(err) = &action.malformed {
@@ -492,6 +521,35 @@ pub async fn probe(params: &SocketParams, settle: Duration) -> Result<String, St
     }
     close_normal(&mut ws).await;
     Ok(handle)
+}
+
+/// Debug: the frame's type and ids, never its content.
+fn log_frame(text: &str) {
+    use crate::core::frames::ServerFrame;
+    match ServerFrame::parse(text) {
+        Ok(ServerFrame::MessageNew(m)) => {
+            tracing::debug!(event = %"frame", frame_type = "message.new", message_id = %m.id, conversation_id = m.conversation_id.as_deref().unwrap_or(""), sender = m.sender.as_deref().unwrap_or(""), kind = m.kind.as_deref().unwrap_or(""), "frame")
+        }
+        Ok(ServerFrame::Wake { reason, step }) => {
+            tracing::debug!(event = %"frame", frame_type = "wake", reason = %reason, step = step.unwrap_or(0), "frame")
+        }
+        Ok(ServerFrame::GroupInviteReceived { invite_id }) => {
+            tracing::debug!(event = %"frame", frame_type = "group.invite.received", invite_id = invite_id.as_deref().unwrap_or(""), "frame")
+        }
+        Ok(ServerFrame::HelloOk { .. }) => {
+            tracing::debug!(event = %"frame", frame_type = "hello.ok", "frame")
+        }
+        Ok(ServerFrame::GroupDeleted) => {
+            tracing::debug!(event = %"frame", frame_type = "group.deleted", "frame")
+        }
+        Ok(ServerFrame::Heartbeat) => {
+            tracing::debug!(event = %"frame", frame_type = "heartbeat", "frame")
+        }
+        Ok(ServerFrame::Other { kind }) => {
+            tracing::debug!(event = %"frame", frame_type = %truncate(&kind, 64), "frame")
+        }
+        Err(_) => {}
+    }
 }
 
 /// Runs `fut` unless shutdown comes first (`None`): a hanging server never delays a stop.
