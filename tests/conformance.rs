@@ -589,6 +589,24 @@ fn connect_budget_cases_classify_and_bound_the_delay() {
 }
 
 #[test]
+fn upgrade_status_cases_tell_a_refused_key_from_an_ordinary_failure() {
+    let file = "connect-budget.cases.json";
+    let doc = json(file);
+    let mut failures = Vec::new();
+    for case in described(file, &doc["upgrade_status_cases"]) {
+        let status = case["status"].as_u64().unwrap() as u16;
+        let got = kind_word(&reconnect::classify_upgrade_status(status));
+        if got != case["expect"]["kind"].as_str().unwrap() {
+            failures.push(format!(
+                "HTTP {status}: {got}, want {}",
+                case["expect"]["kind"]
+            ));
+        }
+    }
+    report(file, failures);
+}
+
+#[test]
 fn backoff_follows_the_fixture_ceilings_and_reset_rule() {
     let doc = json("connect-budget.cases.json");
     let b = &doc["backoff"];
