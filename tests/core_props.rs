@@ -158,6 +158,15 @@ proptest! {
     }
 
     #[test]
+    fn any_wake_reason_wakes_under_a_label_safe_for_an_env_list(reason in any::<String>()) {
+        let frame = serde_json::json!({"type": "wake", "payload": {"reason": reason}}).to_string();
+        let label = Engine::new("me", 4).on_text(&frame).wake.map(|w| w.label());
+        let label = label.expect("every wake frame wakes");
+        prop_assert!(!label.is_empty() && label.len() <= agentchat::core::frames::MAX_WAKE_REASON_CHARS);
+        prop_assert!(label.bytes().all(|b| b.is_ascii_alphanumeric() || b"_-.".contains(&b)), "{:?}", label);
+    }
+
+    #[test]
     fn tray_and_texts_parsers_never_panic_on_any_bytes(bytes in prop::collection::vec(any::<u8>(), 0..256)) {
         let _ = Tray::parse(&bytes);
         let _ = Texts::parse(&bytes);
