@@ -2,7 +2,8 @@
 //! round trip preserves them.
 //!
 //! A modelled field the server sent as an explicit `null` is read as `None` and its `null` is kept
-//! in `extra`, so parse-then-serialize gives back the same JSON value.
+//! in `extra`, so parse-then-serialize gives back the same JSON value (except that a missing
+//! `conversations`, a very old server, comes back as `[]`).
 
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
