@@ -52,6 +52,20 @@ fn described<'a>(file: &str, cases: &'a Value) -> &'a Vec<Value> {
     cases
 }
 
+/// Runs `check` on every described case of `doc[key]` and asserts once, listing every failure:
+/// `check` returns what is wrong with one case, and each line is prefixed with the case's `name`.
+fn check_cases(file: &str, doc: &Value, key: &str, mut check: impl FnMut(&Value) -> Vec<String>) {
+    let mut failures = Vec::new();
+    for case in described(file, &doc[key]) {
+        let found = check(case);
+        match case["name"].as_str() {
+            Some(name) => failures.extend(found.into_iter().map(|f| format!("{name}: {f}"))),
+            None => failures.extend(found),
+        }
+    }
+    report(file, failures);
+}
+
 fn report(file: &str, failures: Vec<String>) {
     assert!(
         failures.is_empty(),
@@ -245,24 +259,26 @@ fn cycle_cases_decide_run_kind_or_why_not() {
     let file = "cycle.cases.json";
     let doc = json(file);
     let own = doc["own_handle"].as_str().unwrap();
-    let mut failures = Vec::new();
-    for case in described(file, &doc["cases"]) {
-        let name = case["name"].as_str().unwrap();
+    check_cases(file, &doc, "cases", |case| {
         let tray_bytes = match case["tray_file"].as_str() {
             Some(f) => bytes(f),
             None => case["tray"].to_string().into_bytes(),
         };
-        let tray = Tray::parse(&tray_bytes).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let tray = match Tray::parse(&tray_bytes) {
+            Ok(t) => t,
+            Err(e) => return vec![format!("tray does not parse: {e}")],
+        };
         let got = match cycle::decide(&tray, own) {
             CycleDecision::Run(RunKind::Wake) => "run_wake".to_owned(),
             CycleDecision::Run(RunKind::Invite) => "run_invite".to_owned(),
             CycleDecision::NoRun(why) => format!("no_run:{}", why.as_str()),
         };
-        if got != case["expect"].as_str().unwrap() {
-            failures.push(format!("{name}: expected {}, got {got}", case["expect"]));
+        if got == case["expect"].as_str().unwrap() {
+            vec![]
+        } else {
+            vec![format!("expected {}, got {got}", case["expect"])]
         }
-    }
-    report(file, failures);
+    });
     // The mismatch names the other handle so the log line can say whose key this is.
     let t = Tray::parse(br#"{"you":"@someone-else","conversations":[]}"#).unwrap();
     assert_eq!(
@@ -310,9 +326,8 @@ fn engine_scenarios_give_the_acks_and_wakes() {
     let file = "engine-scenarios.json";
     let doc = json(file);
     let own = doc["own_handle"].as_str().unwrap();
-    let mut failures = Vec::new();
-    for sc in described(file, &doc["scenarios"]) {
-        let name = sc["name"].as_str().unwrap();
+    check_cases(file, &doc, "scenarios", |sc| {
+        let mut failures = Vec::new();
         let mut engine = Engine::new(own, 2048);
         for (i, step) in sc["steps"].as_array().unwrap().iter().enumerate() {
             let frame = match step.get("raw").and_then(Value::as_str) {
@@ -325,20 +340,15 @@ fn engine_scenarios_give_the_acks_and_wakes() {
             let want_wake = exp["wake"].as_str();
             let want_malformed = exp["malformed"].as_bool().unwrap_or(false);
             if got.ack.as_deref() != want_ack {
-                failures.push(format!(
-                    "{name} step {i}: ack {:?}, want {want_ack:?}",
-                    got.ack
-                ));
+                failures.push(format!("step {i}: ack {:?}, want {want_ack:?}", got.ack));
             }
             let wake = got.wake.as_ref().map(|w| w.label());
             if wake.as_deref() != want_wake {
-                failures.push(format!(
-                    "{name} step {i}: wake {wake:?}, want {want_wake:?}"
-                ));
+                failures.push(format!("step {i}: wake {wake:?}, want {want_wake:?}"));
             }
             if got.malformed.is_some() != want_malformed {
                 failures.push(format!(
-                    "{name} step {i}: malformed {:?}, want {want_malformed}",
+                    "step {i}: malformed {:?}, want {want_malformed}",
                     got.malformed
                 ));
             }
@@ -346,22 +356,19 @@ fn engine_scenarios_give_the_acks_and_wakes() {
                 && frame.len() > 12
                 && e.to_string().contains(&frame)
             {
-                failures.push(format!("{name} step {i}: the error carries the frame"));
+                failures.push(format!("step {i}: the error carries the frame"));
             }
             if let Some(h) = exp.get("hello") {
                 let want: Option<Vec<String>> = serde_json::from_value(h.clone()).unwrap();
                 if got.hello != Some(want.clone()) {
-                    failures.push(format!(
-                        "{name} step {i}: hello {:?}, want {want:?}",
-                        got.hello
-                    ));
+                    failures.push(format!("step {i}: hello {:?}, want {want:?}", got.hello));
                 }
             } else if got.hello.is_some() {
-                failures.push(format!("{name} step {i}: unexpected hello"));
+                failures.push(format!("step {i}: unexpected hello"));
             }
         }
-    }
-    report(file, failures);
+        failures
+    });
 }
 
 // ---------------------------------------------------------------- coalescer
@@ -404,9 +411,7 @@ fn replay(quiet: u64, max_delay: u64, events: &[Value]) -> Result<Vec<u64>, Stri
 fn coalescer_cases_give_the_cycle_start_times() {
     let file = "coalescer.cases.json";
     let doc = json(file);
-    let mut failures = Vec::new();
-    for case in described(file, &doc["cases"]) {
-        let name = case["name"].as_str().unwrap();
+    check_cases(file, &doc, "cases", |case| {
         let quiet = case
             .get("quiet_ms")
             .unwrap_or(&doc["defaults"]["quiet_ms"])
@@ -419,12 +424,11 @@ fn coalescer_cases_give_the_cycle_start_times() {
             .unwrap();
         let want: Vec<u64> = serde_json::from_value(case["expected_cycle_starts"].clone()).unwrap();
         match replay(quiet, max, case["events"].as_array().unwrap()) {
-            Ok(got) if got == want => {}
-            Ok(got) => failures.push(format!("{name}: starts {got:?}, want {want:?}")),
-            Err(e) => failures.push(format!("{name}: {e}")),
+            Ok(got) if got == want => vec![],
+            Ok(got) => vec![format!("starts {got:?}, want {want:?}")],
+            Err(e) => vec![e],
         }
-    }
-    report(file, failures);
+    });
 }
 
 // ---------------------------------------------------------------- invite rule
@@ -435,9 +439,8 @@ fn single_run_invite_cases_give_each_verdict() {
     let doc = json(file);
     let pace = doc["single_run_pace_ms"].as_u64().unwrap();
     assert_eq!(pace, agentchat::core::invite_rule::SINGLE_RUN_PACE_MS);
-    let mut failures = Vec::new();
-    for case in described(file, &doc["single_run_invite_cases"]) {
-        let name = case["name"].as_str().unwrap();
+    check_cases(file, &doc, "single_run_invite_cases", |case| {
+        let mut failures = Vec::new();
         let mut memory = InviteMemory {
             counted: serde_json::from_value(case["memory_before"].clone()).unwrap(),
         };
@@ -459,19 +462,16 @@ fn single_run_invite_cases_give_each_verdict() {
             let want: BTreeMap<String, String> =
                 serde_json::from_value(run["expect"].clone()).unwrap();
             if got != want {
-                failures.push(format!("{name} run {i}: {got:?}, want {want:?}"));
+                failures.push(format!("run {i}: {got:?}, want {want:?}"));
             }
         }
         let want_mem: BTreeMap<String, u64> =
             serde_json::from_value(case["memory_after"].clone()).unwrap();
         if memory.counted != want_mem {
-            failures.push(format!(
-                "{name}: memory {:?}, want {want_mem:?}",
-                memory.counted
-            ));
+            failures.push(format!("memory {:?}, want {want_mem:?}", memory.counted));
         }
-    }
-    report(file, failures);
+        failures
+    });
 }
 
 // ---------------------------------------------------------------- identity block
@@ -546,16 +546,15 @@ fn connect_budget_cases_classify_and_bound_the_delay() {
     let doc = json(file);
     let key_retry = Duration::from_secs(doc["key_refused_retry_s"].as_u64().unwrap());
     assert_eq!(key_retry, reconnect::KEY_REFUSED_RETRY);
-    let mut failures = Vec::new();
-    for case in described(file, &doc["cases"]) {
+    check_cases(file, &doc, "cases", |case| {
+        let mut failures = Vec::new();
         let code = case["code"].as_u64().unwrap() as u16;
         let reason = case["reason"].as_str().unwrap();
         let label = format!("{code} {reason:?}");
         let kind = reconnect::classify_close(code, reason);
         let exp = &case["expect"];
         if kind_word(&kind) != exp["kind"].as_str().unwrap() {
-            failures.push(format!("{label}: {kind:?}, want {}", exp["kind"]));
-            continue;
+            return vec![format!("{label}: {kind:?}, want {}", exp["kind"])];
         }
         // The delay at both ends of the injected randomness, from a fresh backoff.
         let low = reconnect::delay_after(&kind, &mut Backoff::default(), key_retry, 0.0);
@@ -584,8 +583,26 @@ fn connect_budget_cases_classify_and_bound_the_delay() {
                 "{label}: highest delay {high:?} outside {want_lo:?}..={want_hi:?}"
             ));
         }
-    }
-    report(file, failures);
+        failures
+    });
+}
+
+#[test]
+fn upgrade_status_cases_tell_a_refused_key_from_an_ordinary_failure() {
+    let file = "connect-budget.cases.json";
+    let doc = json(file);
+    check_cases(file, &doc, "upgrade_status_cases", |case| {
+        let status = case["status"].as_u64().unwrap() as u16;
+        let got = kind_word(&reconnect::classify_upgrade_status(status));
+        if got == case["expect"]["kind"].as_str().unwrap() {
+            vec![]
+        } else {
+            vec![format!(
+                "HTTP {status}: {got}, want {}",
+                case["expect"]["kind"]
+            )]
+        }
+    });
 }
 
 #[test]

@@ -158,6 +158,15 @@ proptest! {
     }
 
     #[test]
+    fn any_wake_reason_wakes_under_a_label_safe_for_an_env_list(reason in any::<String>()) {
+        let frame = serde_json::json!({"type": "wake", "payload": {"reason": reason}}).to_string();
+        let label = Engine::new("me", 4).on_text(&frame).wake.map(|w| w.label());
+        let label = label.expect("every wake frame wakes");
+        prop_assert!(!label.is_empty() && label.len() <= agentchat::core::frames::MAX_WAKE_REASON_CHARS);
+        prop_assert!(label.bytes().all(|b| b.is_ascii_alphanumeric() || b"_-.".contains(&b)), "{:?}", label);
+    }
+
+    #[test]
     fn tray_and_texts_parsers_never_panic_on_any_bytes(bytes in prop::collection::vec(any::<u8>(), 0..256)) {
         let _ = Tray::parse(&bytes);
         let _ = Texts::parse(&bytes);
@@ -180,7 +189,7 @@ proptest! {
     #[test]
     fn tray_errors_never_quote_a_value(
         secret in "zq[a-z]{8,16}",
-        place in 0usize..6,
+        place in 0usize..7,
     ) {
         let s = Value::from(secret.clone());
         let v = match place {
@@ -189,7 +198,9 @@ proptest! {
             2 => serde_json::json!({"conversations": [{"conversation_id": "c", "muted": s}]}),
             3 => serde_json::json!({"conversations": [s]}),
             4 => serde_json::json!({"conversations": [], "invites": [{"invite_id": 1, "x": s}], "invites_truncated": s}),
-            _ => serde_json::json!({"conversations": s}),
+            5 => serde_json::json!({"conversations": s}),
+            // A body that is not an object at all.
+            _ => s,
         };
         let err = Tray::parse(v.to_string().as_bytes()).unwrap_err().to_string();
         prop_assert!(!err.contains(&secret), "{}", err);
@@ -357,7 +368,7 @@ proptest! {
             }
         }
         prop_assert!(!c.is_owed());
-        // Starts are strictly ordered and every wake is followed by a start at or after it.
+        // Starts are in order and every wake is followed by a start at or after it.
         prop_assert!(starts.windows(2).all(|w| w[0] <= w[1]));
         for w in &wakes {
             prop_assert!(starts.iter().any(|s| s >= w), "wake at {} never served; starts {:?}", w, starts);

@@ -46,12 +46,42 @@ pub struct FrameAction {
 /// The default size of the dedupe memory (the SDKs keep 2048 ids).
 pub const DEFAULT_DEDUPE_CAPACITY: usize = 2048;
 
+/// The longest message id the dedupe memory keeps as sent; real ids are far shorter.
+const MAX_KEPT_ID_BYTES: usize = 64;
+
+/// How the dedupe memory keeps one id: as sent when short (every real id), else its SHA-256, so
+/// the memory stays small even if a server sent ids as long as a frame may be.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+enum SeenKey {
+    Id(String),
+    Digest([u8; 32]),
+}
+
+impl SeenKey {
+    fn of(id: &str) -> SeenKey {
+        if id.len() <= MAX_KEPT_ID_BYTES {
+            SeenKey::Id(id.to_owned())
+        } else {
+            use sha2::Digest as _;
+            SeenKey::Digest(sha2::Sha256::digest(id.as_bytes()).into())
+        }
+    }
+
+    #[cfg(test)]
+    fn heap_size(&self) -> usize {
+        match self {
+            SeenKey::Id(s) => s.len(),
+            SeenKey::Digest(d) => d.len(),
+        }
+    }
+}
+
 pub struct Engine {
     own_handle: String,
     capacity: usize,
     /// Seen message ids, oldest first; `seen_set` mirrors it for lookups.
-    seen_order: VecDeque<String>,
-    seen_set: HashSet<String>,
+    seen_order: VecDeque<SeenKey>,
+    seen_set: HashSet<SeenKey>,
 }
 
 impl Engine {
@@ -72,7 +102,8 @@ impl Engine {
 
     /// Remembers `id`; returns false when it was already remembered (a duplicate).
     fn remember(&mut self, id: &str) -> bool {
-        if self.seen_set.contains(id) {
+        let key = SeenKey::of(id);
+        if self.seen_set.contains(&key) {
             return false;
         }
         if self.seen_order.len() >= self.capacity
@@ -80,8 +111,8 @@ impl Engine {
         {
             self.seen_set.remove(&old);
         }
-        self.seen_order.push_back(id.to_owned());
-        self.seen_set.insert(id.to_owned());
+        self.seen_set.insert(key.clone());
+        self.seen_order.push_back(key);
         true
     }
 
@@ -200,6 +231,27 @@ mod tests {
             e.on_text(r#"{"type":"group.deleted","payload":{}}"#),
             FrameAction::default()
         );
+    }
+
+    #[test]
+    fn a_huge_message_id_is_deduped_in_bounded_memory() {
+        let mut e = Engine::new("me", 8);
+        let long = |c: char| c.to_string().repeat(200_000);
+        assert_eq!(
+            e.on_text(&msg(&long('a'), "x", "text")).wake,
+            Some(WakeCause::Message)
+        );
+        let again = e.on_text(&msg(&long('a'), "x", "text"));
+        assert_eq!(again.ack, Some(long('a')), "acked with the id as sent");
+        assert_eq!(again.wake, None, "a duplicate, however long its id");
+        assert_eq!(
+            e.on_text(&msg(&long('b'), "x", "text")).wake,
+            Some(WakeCause::Message),
+            "another long id is another message"
+        );
+        // What the memory keeps per id stays small, whatever the frame size.
+        let kept: usize = e.seen_order.iter().map(|k| k.heap_size()).sum();
+        assert!(kept <= 2 * 64, "kept {kept} bytes for two ids");
     }
 
     #[test]

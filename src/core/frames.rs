@@ -32,7 +32,8 @@ pub enum ServerFrame {
         capabilities: Option<Vec<String>>,
     },
     MessageNew(MessageMeta),
-    /// Any reason, known or not, means "read the tray".
+    /// Any reason, known or not, means "read the tray". `reason` is a safe label (see
+    /// `MAX_WAKE_REASON_CHARS`): unknown characters become `_`.
     Wake {
         reason: String,
         step: Option<u64>,
@@ -50,6 +51,26 @@ pub enum ServerFrame {
 
 /// The reason recorded for a `wake` frame that names none: it still means "read the tray".
 pub const WAKE_REASON_UNSPECIFIED: &str = "wake";
+
+/// The longest wake reason kept; the server's reasons are short words.
+pub const MAX_WAKE_REASON_CHARS: usize = 64;
+
+/// A wake reason as a label safe to pass on: it goes into logs, the status file and the run's
+/// comma-separated `AGENTCHAT_WAKE_REASONS`, where a NUL would fail the spawn and a comma would
+/// split it. Characters other than ASCII letters, digits, `_`, `-` and `.` become `_`, and it is
+/// cut at `MAX_WAKE_REASON_CHARS`. Known reasons pass unchanged.
+fn wake_reason_label(raw: &str) -> String {
+    raw.chars()
+        .take(MAX_WAKE_REASON_CHARS)
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
 
 fn str_field(obj: Option<&Value>, key: &str) -> Option<String> {
     obj.and_then(|o| o.get(key))
@@ -107,7 +128,10 @@ impl ServerFrame {
             "wake" => ServerFrame::Wake {
                 reason: str_field(payload, "reason")
                     .filter(|r| !r.is_empty())
-                    .unwrap_or_else(|| WAKE_REASON_UNSPECIFIED.to_owned()),
+                    .map_or_else(
+                        || WAKE_REASON_UNSPECIFIED.to_owned(),
+                        |r| wake_reason_label(&r),
+                    ),
                 step: payload.and_then(|p| p.get("step")).and_then(Value::as_u64),
             },
             "group.invite.received" => ServerFrame::GroupInviteReceived {
@@ -189,6 +213,22 @@ mod tests {
                 step: None
             }
         );
+    }
+
+    #[test]
+    fn wake_reason_becomes_a_safe_bounded_label() {
+        let reason = |raw: &str| match ServerFrame::parse(
+            &serde_json::json!({"type": "wake", "payload": {"reason": raw}}).to_string(),
+        ) {
+            Ok(ServerFrame::Wake { reason, .. }) => reason,
+            other => panic!("{other:?}"),
+        };
+        // It ends up in AGENTCHAT_WAKE_REASONS (a comma-separated env var: a NUL fails the spawn).
+        assert_eq!(reason("a\u{0}b,c d\n"), "a_b_c_d_");
+        assert_eq!(reason("unanswered"), "unanswered");
+        assert_eq!(reason("new.kind-2_x"), "new.kind-2_x");
+        assert_eq!(reason(&"r".repeat(500)), "r".repeat(MAX_WAKE_REASON_CHARS));
+        assert_eq!(reason("\u{e9}t\u{e9}"), "_t_");
     }
 
     #[test]

@@ -73,6 +73,25 @@ impl InviteMemory {
             .collect()
     }
 
+    /// A complete invite list read without a run around it (for example a tray with no invite
+    /// before a run): every remembered invite it does not show was answered, so it is forgotten
+    /// (design 6). Returns the forgotten ids, sorted. An incomplete list proves nothing: no change.
+    pub fn forget_unlisted(&mut self, listed: &[String], complete: bool) -> Vec<String> {
+        if !complete {
+            return Vec::new();
+        }
+        let gone: Vec<String> = self
+            .counted
+            .keys()
+            .filter(|id| !listed.contains(id))
+            .cloned()
+            .collect();
+        for id in &gone {
+            self.counted.remove(id);
+        }
+        gone
+    }
+
     fn judge(
         &mut self,
         id: &str,
@@ -202,6 +221,18 @@ mod tests {
             run(&mut m, &[], &["new"], true, true, 0),
             vec![("new".into(), InviteVerdict::NotCounted)]
         );
+        assert!(m.counted.is_empty());
+    }
+
+    #[test]
+    fn a_complete_list_alone_forgets_what_it_no_longer_shows() {
+        let mut m = InviteMemory::default();
+        run(&mut m, &["a", "b"], &["a", "b"], true, true, 0);
+        assert_eq!(m.forget_unlisted(&ids(&[]), false), Vec::<String>::new());
+        assert_eq!(m.counted.len(), 2, "an incomplete list proves nothing");
+        assert_eq!(m.forget_unlisted(&ids(&["b"]), true), ids(&["a"]));
+        assert_eq!(m.counted.keys().collect::<Vec<_>>(), vec!["b"]);
+        assert_eq!(m.forget_unlisted(&ids(&[]), true), ids(&["b"]));
         assert!(m.counted.is_empty());
     }
 

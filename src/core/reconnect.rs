@@ -18,7 +18,7 @@ pub const KEY_REFUSED_RETRY: Duration = Duration::from_secs(600);
 pub enum CloseKind {
     /// `1013` with `retry_after=<s>`: the connect budget. Seconds as sent (unclamped).
     Budget { retry_after_s: u64 },
-    /// `1008`, or HTTP 401/403 on the upgrade.
+    /// `1008`, or HTTP 401/403 on the upgrade (`classify_upgrade_status`).
     KeyRefused,
     /// `4426`: the server requires a newer client.
     UpgradeRequired,
@@ -36,6 +36,16 @@ pub fn classify_close(code: u16, reason: &str) -> CloseKind {
         },
         1008 => CloseKind::KeyRefused,
         4426 => CloseKind::UpgradeRequired,
+        _ => CloseKind::Ordinary,
+    }
+}
+
+/// Classifies an HTTP answer to the socket upgrade (instead of `101`). `401` and `403` are a
+/// refused key (design 2); everything else, `429` included, is the ordinary backoff: the connect
+/// budget is never an HTTP error before the upgrade (contract 3.4), only a `1013` close.
+pub fn classify_upgrade_status(status: u16) -> CloseKind {
+    match status {
+        401 | 403 => CloseKind::KeyRefused,
         _ => CloseKind::Ordinary,
     }
 }

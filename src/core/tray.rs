@@ -2,7 +2,8 @@
 //! round trip preserves them.
 //!
 //! A modelled field the server sent as an explicit `null` is read as `None` and its `null` is kept
-//! in `extra`, so parse-then-serialize gives back the same JSON value.
+//! in `extra`, so parse-then-serialize gives back the same JSON value (except that a missing
+//! `conversations`, a very old server, comes back as `[]`).
 
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
@@ -76,16 +77,22 @@ fn take<T: DeserializeOwned>(
 /// Names the field. serde's "invalid type/value" messages quote the offending value, which could
 /// be text from the tray: only the "expected ..." part is kept, so errors are safe to log.
 fn field_error(key: &str, e: serde_json::Error) -> serde_json::Error {
+    let detail = redacted(&e);
+    serde::de::Error::custom(format_args!("field `{key}`: {detail}"))
+}
+
+/// serde's message without the value it quotes: "invalid type: string \"…\", expected a map"
+/// becomes "wrong type or value, expected a map"; other messages carry no value and stay.
+fn redacted(e: &serde_json::Error) -> String {
     let msg = e.to_string();
-    let detail = if msg.starts_with("invalid type") || msg.starts_with("invalid value") {
+    if msg.starts_with("invalid type") || msg.starts_with("invalid value") {
         match msg.find("expected ") {
             Some(i) => format!("wrong type or value, {}", &msg[i..]),
             None => "wrong type or value".to_owned(),
         }
     } else {
         msg
-    };
-    serde::de::Error::custom(format_args!("field `{key}`: {detail}"))
+    }
 }
 
 fn required<T: DeserializeOwned>(
@@ -138,8 +145,11 @@ impl TryFrom<Map<String, Value>> for Invite {
 }
 
 impl Tray {
+    /// Parses a tray body. The error never quotes a value from the body (it is logged), including
+    /// a body that is not an object at all.
     pub fn parse(bytes: &[u8]) -> Result<Tray, TrayError> {
-        Ok(serde_json::from_slice(bytes)?)
+        serde_json::from_slice(bytes)
+            .map_err(|e| TrayError::Json(serde::de::Error::custom(redacted(&e))))
     }
     pub fn is_truncated(&self) -> bool {
         self.truncated.unwrap_or(false)
@@ -203,5 +213,21 @@ mod tests {
         assert!(err.to_string().contains("muted"), "{err}");
         assert!(!err.to_string().contains("secret"), "{err}");
         assert!(Tray::parse(b"[]").is_err());
+    }
+
+    #[test]
+    fn a_tray_that_is_not_an_object_is_refused_without_quoting_it() {
+        for body in [
+            &br#""secret words""#[..],
+            b"[\"secret words\"]",
+            b"12345678",
+        ] {
+            let err = Tray::parse(body).unwrap_err().to_string();
+            assert!(err.contains("expected a map"), "{err}");
+            assert!(
+                !err.contains("secret") && !err.contains("12345678"),
+                "{err}"
+            );
+        }
     }
 }
