@@ -166,6 +166,9 @@ pub const DEFAULT_PROFILE: &str = "default";
 /// From this day (UTC) the deprecated `AGENTCHAT_DOORBELL=off` is ignored (contract, deprecations).
 pub const DOORBELL_REMOVAL_DATE: &str = "2027-02-01";
 
+/// A run's grace between SIGTERM and SIGKILL when the config sets no `listen.kill_grace`.
+pub const DEFAULT_KILL_GRACE: Duration = Duration::from_secs(10);
+
 const KNOWN_TOP: &[&str] = &[
     "api_base",
     "api_key_file",
@@ -656,6 +659,12 @@ fn file_layer(
     })
 }
 
+/// The profile-name rule every command shares (config, state dir, service unit names and labels),
+/// so a profile `listen` accepts can always be installed as a service and the reverse.
+pub fn check_profile_name(name: &str) -> Result<(), ConfigError> {
+    validate_profile_name(name, "--profile")
+}
+
 /// Profile names become directory names: letters, digits, `-`, `_` and `.`, not starting with `.`.
 fn validate_profile_name(name: &str, key: &str) -> Result<(), ConfigError> {
     let ok = !name.is_empty()
@@ -807,7 +816,7 @@ pub fn resolve(
         command: merged.command.unwrap_or_default(),
         workdir: merged.workdir,
         run_timeout: merged.run_timeout.unwrap_or(Duration::from_secs(15 * 60)),
-        kill_grace: merged.kill_grace.unwrap_or(Duration::from_secs(10)),
+        kill_grace: merged.kill_grace.unwrap_or(DEFAULT_KILL_GRACE),
         quiet_window: merged.quiet_window.unwrap_or(Duration::from_secs(3)),
         max_delay: merged.max_delay.unwrap_or(Duration::from_secs(15)),
         script_gets_key: merged.script_gets_key.unwrap_or(true),

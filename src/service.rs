@@ -209,26 +209,45 @@ fn file_name(kind: ServiceKind, profile: &str) -> String {
     }
 }
 
-/// Profile names become parts of unit names and labels: keep them to a safe alphabet.
+/// Profile names become parts of unit names and labels. The rule is config's own (letters,
+/// digits, `-`, `_`, `.`; not starting with `.`), which is safe in both, so every profile `listen`
+/// accepts can be installed and no other.
 pub fn check_profile_name(profile: &str) -> anyhow::Result<()> {
-    let ok = !profile.is_empty()
-        && profile.len() <= 64
-        && profile
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
-    if !ok {
-        bail!("profile name {profile:?} must be 1-64 letters, digits, '-' or '_'");
+    Ok(crate::config::check_profile_name(profile)?)
+}
+
+/// The config file the unit passes to `listen --config`: `--config`, else the installing shell's
+/// `AGENTCHAT_CONFIG` (the manager would not pass that variable on), made absolute.
+fn unit_config(flag: Option<&Path>) -> anyhow::Result<Option<PathBuf>> {
+    let env = std::env::var_os("AGENTCHAT_CONFIG").filter(|v| !v.is_empty());
+    match flag.map(Path::to_path_buf).or(env.map(PathBuf::from)) {
+        Some(c) => Ok(Some(
+            std::path::absolute(&c).context("cannot make the config path absolute")?,
+        )),
+        None => Ok(None),
     }
-    Ok(())
+}
+
+/// The run grace the profile's listener will use, in whole seconds rounded up: its config's
+/// `listen.kill_grace`, or the default when the config cannot be loaded (the listener itself
+/// reports why when it starts).
+fn kill_grace_secs(profile: &str, config: Option<&Path>) -> u64 {
+    let args = crate::config::ConfigArgs {
+        config: config.map(Path::to_path_buf),
+        profile: Some(profile.to_string()),
+        ..Default::default()
+    };
+    let grace = crate::config::load_unkeyed(&args)
+        .map(|s| s.listen.kill_grace)
+        .unwrap_or(crate::config::DEFAULT_KILL_GRACE);
+    grace.as_secs() + u64::from(grace.subsec_nanos() > 0)
 }
 
 fn spec_for(args: &ServiceArgs) -> anyhow::Result<UnitSpec> {
     check_profile_name(&args.profile)?;
     let program = std::env::current_exe().context("cannot find the agentchat binary's path")?;
-    let config = match &args.config {
-        Some(c) => Some(std::path::absolute(c).context("cannot make the config path absolute")?),
-        None => None,
-    };
+    let config = unit_config(args.config.as_deref())?;
+    let kill_grace_secs = kill_grace_secs(&args.profile, config.as_deref());
     let log_dir = directories::BaseDirs::new()
         .map(|b| b.home_dir().join("Library/Logs"))
         .unwrap_or_else(std::env::temp_dir);
@@ -237,7 +256,7 @@ fn spec_for(args: &ServiceArgs) -> anyhow::Result<UnitSpec> {
         program,
         config,
         path_env: std::env::var("PATH").unwrap_or_else(|_| "/usr/local/bin:/usr/bin:/bin".into()),
-        kill_grace_secs: 10,
+        kill_grace_secs,
         log_path: log_dir.join(format!("agentchat-listen-{}.log", args.profile)),
     })
 }
