@@ -609,9 +609,14 @@ fn parse_listen(
     Ok(())
 }
 
-/// Line and column (1-based) of a byte offset, for TOML errors.
+/// Line and column (1-based) of a byte offset, for TOML errors. An offset inside a multi-byte
+/// character counts as that character (slicing there would panic on the user's file).
 fn line_col(text: &str, offset: usize) -> (usize, usize) {
-    let before = &text[..offset.min(text.len())];
+    let mut end = offset.min(text.len());
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    let before = &text[..end];
     let line = before.matches('\n').count() + 1;
     let col = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
     (line, col)
@@ -1010,4 +1015,17 @@ pub fn today_utc() -> String {
         .map_or(0, |d| d.as_secs());
     let ts = humantime::format_rfc3339_seconds(std::time::UNIX_EPOCH + Duration::from_secs(secs));
     ts.to_string()[..10].to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn line_col_of_an_offset_inside_a_multibyte_character_does_not_panic() {
+        // 'é' is two bytes: offset 1 falls inside it.
+        assert_eq!(line_col("é\nx", 1), (1, 1));
+        assert_eq!(line_col("a\né = 1", 4), (2, 2));
+        assert_eq!(line_col("a\nb", 99), (2, 2));
+    }
 }
