@@ -46,8 +46,14 @@ pub enum ServiceAction {
 pub struct ServiceArgs {
     #[command(subcommand)]
     pub action: ServiceAction,
-    /// Profile the service runs (`agentchat listen --profile P`).
-    #[arg(long, default_value = "default", global = true)]
+    /// Profile the service runs (`agentchat listen --profile P`); env AGENTCHAT_PROFILE, like every
+    /// other command.
+    #[arg(
+        long,
+        env = "AGENTCHAT_PROFILE",
+        default_value = "default",
+        global = true
+    )]
     pub profile: String,
     /// systemd or launchd (default: this platform's).
     #[arg(long, value_enum, global = true)]
@@ -292,7 +298,9 @@ fn write_unit(path: &Path, text: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-pub async fn run_cli(args: ServiceArgs) -> anyhow::Result<i32> {
+pub async fn run_cli(mut args: ServiceArgs) -> anyhow::Result<i32> {
+    // Trimmed as config trims it, so the unit names the profile `listen` would use.
+    args.profile = args.profile.trim().to_string();
     let kind = args.kind.unwrap_or_else(ServiceKind::native);
     match args.action {
         ServiceAction::Print => {

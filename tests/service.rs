@@ -262,6 +262,18 @@ fn a_profile_name_that_cannot_name_a_unit_is_refused_with_a_clear_error() {
 }
 
 #[test]
+fn the_profile_comes_from_agentchat_profile_like_every_other_command_and_the_flag_wins() {
+    let unit = print_unit_env(&["--kind", "systemd"], &[("AGENTCHAT_PROFILE", "work")]);
+    assert!(unit.contains("\"listen\" \"--profile\" \"work\""), "{unit}");
+    assert!(unit.contains("AgentChat listener (work)"), "{unit}");
+    let unit = print_unit_env(
+        &["--kind", "systemd", "--profile", " home "],
+        &[("AGENTCHAT_PROFILE", "work")],
+    );
+    assert!(unit.contains("\"listen\" \"--profile\" \"home\""), "{unit}");
+}
+
+#[test]
 fn a_profile_name_with_a_dot_that_config_accepts_can_be_installed() {
     let dir = tempfile::tempdir().unwrap();
     let unit = print_unit(&["--kind", "systemd", "--profile", "team.alpha"]);
