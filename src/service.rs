@@ -93,8 +93,9 @@ impl UnitSpec {
     }
 
     /// Stop timeout: the run's grace plus room for the socket close and status write.
+    /// Saturating: a grace of "1000 years" must not overflow (a panic in debug builds).
     pub fn stop_timeout_secs(&self) -> u64 {
-        self.kill_grace_secs + 30
+        self.kill_grace_secs.saturating_add(30)
     }
 }
 
@@ -246,7 +247,9 @@ fn kill_grace_secs(profile: &str, config: Option<&Path>) -> u64 {
     let grace = crate::config::load_unkeyed(&args)
         .map(|s| s.listen.kill_grace)
         .unwrap_or(crate::config::DEFAULT_KILL_GRACE);
-    grace.as_secs() + u64::from(grace.subsec_nanos() > 0)
+    grace
+        .as_secs()
+        .saturating_add(u64::from(grace.subsec_nanos() > 0))
 }
 
 fn spec_for(args: &ServiceArgs) -> anyhow::Result<UnitSpec> {
@@ -433,4 +436,24 @@ pub fn render_current(
         config,
     };
     Ok(render(kind, &spec_for(&args)?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_stop_timeout_adds_room_to_the_grace_and_never_overflows() {
+        let mut spec = UnitSpec {
+            profile: "default".into(),
+            program: "/usr/bin/agentchat".into(),
+            config: None,
+            path_env: "/usr/bin".into(),
+            kill_grace_secs: 10,
+            log_path: "/tmp/l.log".into(),
+        };
+        assert_eq!(spec.stop_timeout_secs(), 40);
+        spec.kill_grace_secs = u64::MAX;
+        assert_eq!(spec.stop_timeout_secs(), u64::MAX);
+    }
 }
