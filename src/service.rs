@@ -46,15 +46,10 @@ pub enum ServiceAction {
 pub struct ServiceArgs {
     #[command(subcommand)]
     pub action: ServiceAction,
-    /// Profile the service runs (`agentchat listen --profile P`); env AGENTCHAT_PROFILE, like every
-    /// other command.
-    #[arg(
-        long,
-        env = "AGENTCHAT_PROFILE",
-        default_value = "default",
-        global = true
-    )]
-    pub profile: String,
+    /// Profile the service runs (`agentchat listen --profile P`); default: env AGENTCHAT_PROFILE,
+    /// else "default", exactly as every other command chooses it.
+    #[arg(long, global = true)]
+    pub profile: Option<String>,
     /// systemd or launchd (default: this platform's).
     #[arg(long, value_enum, global = true)]
     pub kind: Option<ServiceKind>,
@@ -252,21 +247,22 @@ fn kill_grace_secs(profile: &str, config: Option<&Path>) -> u64 {
         .saturating_add(u64::from(grace.subsec_nanos() > 0))
 }
 
-fn spec_for(args: &ServiceArgs) -> anyhow::Result<UnitSpec> {
-    check_profile_name(&args.profile)?;
+/// The unit for `profile` (already chosen by [`chosen_profile`]) with the `--config` flag `config`.
+fn spec_for(profile: &str, config: Option<&Path>) -> anyhow::Result<UnitSpec> {
+    check_profile_name(profile)?;
     let program = std::env::current_exe().context("cannot find the agentchat binary's path")?;
-    let config = unit_config(args.config.as_deref())?;
-    let kill_grace_secs = kill_grace_secs(&args.profile, config.as_deref());
+    let config = unit_config(config)?;
+    let kill_grace_secs = kill_grace_secs(profile, config.as_deref());
     let log_dir = directories::BaseDirs::new()
         .map(|b| b.home_dir().join("Library/Logs"))
         .unwrap_or_else(std::env::temp_dir);
     Ok(UnitSpec {
-        profile: args.profile.clone(),
+        profile: profile.to_string(),
         program,
         config,
         path_env: std::env::var("PATH").unwrap_or_else(|_| "/usr/local/bin:/usr/bin:/bin".into()),
         kill_grace_secs,
-        log_path: log_dir.join(format!("agentchat-listen-{}.log", args.profile)),
+        log_path: log_dir.join(format!("agentchat-listen-{profile}.log")),
     })
 }
 
@@ -301,19 +297,32 @@ fn write_unit(path: &Path, text: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-pub async fn run_cli(mut args: ServiceArgs) -> anyhow::Result<i32> {
-    // Trimmed as config trims it, so the unit names the profile `listen` would use.
-    args.profile = args.profile.trim().to_string();
+/// The profile as config chooses it for every command: `--profile` (trimmed), else a non-empty
+/// `AGENTCHAT_PROFILE`, else `default`; validated by config's rule.
+fn chosen_profile(flag: Option<&str>) -> anyhow::Result<String> {
+    let env: std::collections::HashMap<String, String> = std::env::vars().collect();
+    let args = crate::config::ConfigArgs {
+        profile: flag.map(str::to_string),
+        ..Default::default()
+    };
+    Ok(crate::config::profile_name(&args, &env)?)
+}
+
+pub async fn run_cli(args: ServiceArgs) -> anyhow::Result<i32> {
+    let profile = chosen_profile(args.profile.as_deref())?;
     let kind = args.kind.unwrap_or_else(ServiceKind::native);
     match args.action {
         ServiceAction::Print => {
-            print!("{}", render(kind, &spec_for(&args)?));
+            print!(
+                "{}",
+                render(kind, &spec_for(&profile, args.config.as_deref())?)
+            );
             Ok(0)
         }
         ServiceAction::Install => {
-            let spec = spec_for(&args)?;
+            let spec = spec_for(&profile, args.config.as_deref())?;
             let target = target(kind)?;
-            let path = target.dir.join(file_name(kind, &args.profile));
+            let path = target.dir.join(file_name(kind, &profile));
             write_unit(&path, &render(kind, &spec))?;
             println!("wrote {}", path.display());
             if target.dry_run {
@@ -322,7 +331,7 @@ pub async fn run_cli(mut args: ServiceArgs) -> anyhow::Result<i32> {
             }
             match kind {
                 ServiceKind::Systemd => {
-                    let unit = systemd_unit_name(&args.profile);
+                    let unit = systemd_unit_name(&profile);
                     run_manager("systemctl", &["--user", "daemon-reload"])?;
                     run_manager("systemctl", &["--user", "enable", "--now", &unit])?;
                     println!("started {unit}; logs: journalctl --user -u {unit}");
@@ -336,28 +345,25 @@ pub async fn run_cli(mut args: ServiceArgs) -> anyhow::Result<i32> {
                     // A previous copy must be booted out first, or bootstrap refuses.
                     let _ = run_manager(
                         "launchctl",
-                        &[
-                            "bootout",
-                            &format!("{domain}/{}", launchd_label(&args.profile)),
-                        ],
+                        &["bootout", &format!("{domain}/{}", launchd_label(&profile))],
                     );
                     run_manager("launchctl", &["bootstrap", &domain, &plist])?;
-                    println!("started {}", launchd_label(&args.profile));
+                    println!("started {}", launchd_label(&profile));
                 }
             }
             Ok(0)
         }
         ServiceAction::Uninstall => {
             let target = target(kind)?;
-            let path = target.dir.join(file_name(kind, &args.profile));
+            let path = target.dir.join(file_name(kind, &profile));
             if !target.dry_run {
                 match kind {
                     ServiceKind::Systemd => {
-                        let unit = systemd_unit_name(&args.profile);
+                        let unit = systemd_unit_name(&profile);
                         let _ = run_manager("systemctl", &["--user", "disable", "--now", &unit]);
                     }
                     ServiceKind::Launchd => {
-                        let service = format!("gui/{}/{}", uid(), launchd_label(&args.profile));
+                        let service = format!("gui/{}/{}", uid(), launchd_label(&profile));
                         let _ = run_manager("launchctl", &["bootout", &service]);
                     }
                 }
@@ -378,7 +384,7 @@ pub async fn run_cli(mut args: ServiceArgs) -> anyhow::Result<i32> {
         }
         ServiceAction::Status => {
             let target = target(kind)?;
-            let path = target.dir.join(file_name(kind, &args.profile));
+            let path = target.dir.join(file_name(kind, &profile));
             println!(
                 "unit: {} ({})",
                 path.display(),
@@ -397,13 +403,13 @@ pub async fn run_cli(mut args: ServiceArgs) -> anyhow::Result<i32> {
                         "--user",
                         "status",
                         "--no-pager",
-                        &systemd_unit_name(&args.profile),
+                        &systemd_unit_name(&profile),
                     ])
                     .output(),
                 ServiceKind::Launchd => Command::new("launchctl")
                     .args([
                         "print",
-                        &format!("gui/{}/{}", uid(), launchd_label(&args.profile)),
+                        &format!("gui/{}/{}", uid(), launchd_label(&profile)),
                     ])
                     .output(),
             };
@@ -429,13 +435,7 @@ pub fn render_current(
     profile: &str,
     config: Option<PathBuf>,
 ) -> anyhow::Result<String> {
-    let args = ServiceArgs {
-        action: ServiceAction::Print,
-        profile: profile.to_string(),
-        kind: Some(kind),
-        config,
-    };
-    Ok(render(kind, &spec_for(&args)?))
+    Ok(render(kind, &spec_for(profile, config.as_deref())?))
 }
 
 #[cfg(test)]

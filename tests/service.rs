@@ -271,6 +271,11 @@ fn the_profile_comes_from_agentchat_profile_like_every_other_command_and_the_fla
         &[("AGENTCHAT_PROFILE", "work")],
     );
     assert!(unit.contains("\"listen\" \"--profile\" \"home\""), "{unit}");
+    // Empty or blank is unset, as config reads it.
+    for blank in ["", "  "] {
+        let unit = print_unit_env(&["--kind", "systemd"], &[("AGENTCHAT_PROFILE", blank)]);
+        assert!(unit.contains("AgentChat listener (default)"), "{unit}");
+    }
 }
 
 #[test]
