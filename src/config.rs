@@ -166,6 +166,9 @@ pub const DEFAULT_PROFILE: &str = "default";
 /// From this day (UTC) the deprecated `AGENTCHAT_DOORBELL=off` is ignored (contract, deprecations).
 pub const DOORBELL_REMOVAL_DATE: &str = "2027-02-01";
 
+/// A run's grace between SIGTERM and SIGKILL when the config sets no `listen.kill_grace`.
+pub const DEFAULT_KILL_GRACE: Duration = Duration::from_secs(10);
+
 const KNOWN_TOP: &[&str] = &[
     "api_base",
     "api_key_file",
@@ -606,9 +609,14 @@ fn parse_listen(
     Ok(())
 }
 
-/// Line and column (1-based) of a byte offset, for TOML errors.
+/// Line and column (1-based) of a byte offset, for TOML errors. An offset inside a multi-byte
+/// character counts as that character (slicing there would panic on the user's file).
 fn line_col(text: &str, offset: usize) -> (usize, usize) {
-    let before = &text[..offset.min(text.len())];
+    let mut end = offset.min(text.len());
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    let before = &text[..end];
     let line = before.matches('\n').count() + 1;
     let col = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
     (line, col)
@@ -654,6 +662,12 @@ fn file_layer(
         Some(p) => p.over(top),
         None => top,
     })
+}
+
+/// The profile-name rule every command shares (config, state dir, service unit names and labels),
+/// so a profile `listen` accepts can always be installed as a service and the reverse.
+pub fn check_profile_name(name: &str) -> Result<(), ConfigError> {
+    validate_profile_name(name, "--profile")
 }
 
 /// Profile names become directory names: letters, digits, `-`, `_` and `.`, not starting with `.`.
@@ -807,7 +821,7 @@ pub fn resolve(
         command: merged.command.unwrap_or_default(),
         workdir: merged.workdir,
         run_timeout: merged.run_timeout.unwrap_or(Duration::from_secs(15 * 60)),
-        kill_grace: merged.kill_grace.unwrap_or(Duration::from_secs(10)),
+        kill_grace: merged.kill_grace.unwrap_or(DEFAULT_KILL_GRACE),
         quiet_window: merged.quiet_window.unwrap_or(Duration::from_secs(3)),
         max_delay: merged.max_delay.unwrap_or(Duration::from_secs(15)),
         script_gets_key: merged.script_gets_key.unwrap_or(true),
@@ -1001,4 +1015,17 @@ pub fn today_utc() -> String {
         .map_or(0, |d| d.as_secs());
     let ts = humantime::format_rfc3339_seconds(std::time::UNIX_EPOCH + Duration::from_secs(secs));
     ts.to_string()[..10].to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn line_col_of_an_offset_inside_a_multibyte_character_does_not_panic() {
+        // 'é' is two bytes: offset 1 falls inside it.
+        assert_eq!(line_col("é\nx", 1), (1, 1));
+        assert_eq!(line_col("a\né = 1", 4), (2, 2));
+        assert_eq!(line_col("a\nb", 99), (2, 2));
+    }
 }

@@ -218,6 +218,7 @@ async fn with_server(
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped())
         .kill_on_drop(true);
+    stop_with_parent(&mut cmd);
     let mut child = cmd.spawn().context("cannot start agentchat listen")?;
     let pid = child
         .id()
@@ -279,6 +280,31 @@ async fn with_server(
         Err(e) => Err(e),
     }
 }
+
+/// Asks the kernel to SIGTERM the listener when the demo dies, so a demo killed outright (where
+/// no `Drop` runs) still stops its listener, and the listener in turn its run. The death signal
+/// follows the spawning thread, which is the runtime's `block_on` thread for the demo's whole life.
+#[cfg(target_os = "linux")]
+fn stop_with_parent(cmd: &mut tokio::process::Command) {
+    let parent = std::process::id();
+    // SAFETY: the closure runs between fork and exec and calls only async-signal-safe functions
+    // (prctl, getppid, raise); it allocates nothing.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            // The demo may have died before prctl took effect.
+            if u32::try_from(libc::getppid()).ok() != Some(parent) {
+                libc::raise(libc::SIGTERM);
+            }
+            Ok(())
+        });
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn stop_with_parent(_cmd: &mut tokio::process::Command) {}
 
 /// The listener's config for the demo: the script runtime is this binary's `demo-agent`, and the
 /// coalescer's windows are short so the demo moves quickly.

@@ -11,6 +11,7 @@ use crate::config::{self, ConfigArgs, ConfigError, IntegrationSwitch, KeySource,
 use crate::listen::api::{Api, ApiError};
 use crate::listen::state::{LOCK_FILE, STATUS_FILE};
 use crate::service::{self, ServiceKind};
+use crate::status::pid_alive;
 use secrecy::{ExposeSecret, SecretString};
 use serde_json::{Map, Value, json};
 use std::path::{Path, PathBuf};
@@ -888,18 +889,6 @@ pub fn check_service(
 // ---------------------------------------------------------------------------------------------
 // I/O: gathering the facts
 // ---------------------------------------------------------------------------------------------
-
-fn pid_alive(pid: u64) -> bool {
-    let Ok(pid) = i32::try_from(pid) else {
-        return false;
-    };
-    if pid <= 0 {
-        return false;
-    }
-    // SAFETY: signal 0 only checks that the process exists; no signal is sent.
-    let r = unsafe { libc::kill(pid, 0) };
-    r == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
-}
 
 fn state_dir_facts(path: &Path) -> StateDirFacts {
     use std::os::unix::fs::{MetadataExt, PermissionsExt};

@@ -46,9 +46,10 @@ pub enum ServiceAction {
 pub struct ServiceArgs {
     #[command(subcommand)]
     pub action: ServiceAction,
-    /// Profile the service runs (`agentchat listen --profile P`).
-    #[arg(long, default_value = "default", global = true)]
-    pub profile: String,
+    /// Profile the service runs (`agentchat listen --profile P`); default: env AGENTCHAT_PROFILE,
+    /// else "default", exactly as every other command chooses it.
+    #[arg(long, global = true)]
+    pub profile: Option<String>,
     /// systemd or launchd (default: this platform's).
     #[arg(long, value_enum, global = true)]
     pub kind: Option<ServiceKind>,
@@ -87,8 +88,9 @@ impl UnitSpec {
     }
 
     /// Stop timeout: the run's grace plus room for the socket close and status write.
+    /// Saturating: a grace of "1000 years" must not overflow (a panic in debug builds).
     pub fn stop_timeout_secs(&self) -> u64 {
-        self.kill_grace_secs + 30
+        self.kill_grace_secs.saturating_add(30)
     }
 }
 
@@ -209,36 +211,58 @@ fn file_name(kind: ServiceKind, profile: &str) -> String {
     }
 }
 
-/// Profile names become parts of unit names and labels: keep them to a safe alphabet.
+/// Profile names become parts of unit names and labels. The rule is config's own (letters,
+/// digits, `-`, `_`, `.`; not starting with `.`), which is safe in both, so every profile `listen`
+/// accepts can be installed and no other.
 pub fn check_profile_name(profile: &str) -> anyhow::Result<()> {
-    let ok = !profile.is_empty()
-        && profile.len() <= 64
-        && profile
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
-    if !ok {
-        bail!("profile name {profile:?} must be 1-64 letters, digits, '-' or '_'");
-    }
-    Ok(())
+    Ok(crate::config::check_profile_name(profile)?)
 }
 
-fn spec_for(args: &ServiceArgs) -> anyhow::Result<UnitSpec> {
-    check_profile_name(&args.profile)?;
-    let program = std::env::current_exe().context("cannot find the agentchat binary's path")?;
-    let config = match &args.config {
-        Some(c) => Some(std::path::absolute(c).context("cannot make the config path absolute")?),
-        None => None,
+/// The config file the unit passes to `listen --config`: `--config`, else the installing shell's
+/// `AGENTCHAT_CONFIG` (the manager would not pass that variable on), made absolute.
+fn unit_config(flag: Option<&Path>) -> anyhow::Result<Option<PathBuf>> {
+    let env = std::env::var_os("AGENTCHAT_CONFIG").filter(|v| !v.is_empty());
+    match flag.map(Path::to_path_buf).or(env.map(PathBuf::from)) {
+        Some(c) => Ok(Some(
+            std::path::absolute(&c).context("cannot make the config path absolute")?,
+        )),
+        None => Ok(None),
+    }
+}
+
+/// The run grace the profile's listener will use, in whole seconds rounded up: its config's
+/// `listen.kill_grace`, or the default when the config cannot be loaded (the listener itself
+/// reports why when it starts).
+fn kill_grace_secs(profile: &str, config: Option<&Path>) -> u64 {
+    let args = crate::config::ConfigArgs {
+        config: config.map(Path::to_path_buf),
+        profile: Some(profile.to_string()),
+        ..Default::default()
     };
+    let grace = crate::config::load_unkeyed(&args)
+        .map(|s| s.listen.kill_grace)
+        .unwrap_or(crate::config::DEFAULT_KILL_GRACE);
+    grace
+        .as_secs()
+        .saturating_add(u64::from(grace.subsec_nanos() > 0))
+}
+
+/// The unit for `profile` (already chosen by [`chosen_profile`]) with the `--config` flag `config`.
+fn spec_for(profile: &str, config: Option<&Path>) -> anyhow::Result<UnitSpec> {
+    check_profile_name(profile)?;
+    let program = std::env::current_exe().context("cannot find the agentchat binary's path")?;
+    let config = unit_config(config)?;
+    let kill_grace_secs = kill_grace_secs(profile, config.as_deref());
     let log_dir = directories::BaseDirs::new()
         .map(|b| b.home_dir().join("Library/Logs"))
         .unwrap_or_else(std::env::temp_dir);
     Ok(UnitSpec {
-        profile: args.profile.clone(),
+        profile: profile.to_string(),
         program,
         config,
         path_env: std::env::var("PATH").unwrap_or_else(|_| "/usr/local/bin:/usr/bin:/bin".into()),
-        kill_grace_secs: 10,
-        log_path: log_dir.join(format!("agentchat-listen-{}.log", args.profile)),
+        kill_grace_secs,
+        log_path: log_dir.join(format!("agentchat-listen-{profile}.log")),
     })
 }
 
@@ -273,17 +297,32 @@ fn write_unit(path: &Path, text: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The profile as config chooses it for every command: `--profile` (trimmed), else a non-empty
+/// `AGENTCHAT_PROFILE`, else `default`; validated by config's rule.
+fn chosen_profile(flag: Option<&str>) -> anyhow::Result<String> {
+    let env: std::collections::HashMap<String, String> = std::env::vars().collect();
+    let args = crate::config::ConfigArgs {
+        profile: flag.map(str::to_string),
+        ..Default::default()
+    };
+    Ok(crate::config::profile_name(&args, &env)?)
+}
+
 pub async fn run_cli(args: ServiceArgs) -> anyhow::Result<i32> {
+    let profile = chosen_profile(args.profile.as_deref())?;
     let kind = args.kind.unwrap_or_else(ServiceKind::native);
     match args.action {
         ServiceAction::Print => {
-            print!("{}", render(kind, &spec_for(&args)?));
+            print!(
+                "{}",
+                render(kind, &spec_for(&profile, args.config.as_deref())?)
+            );
             Ok(0)
         }
         ServiceAction::Install => {
-            let spec = spec_for(&args)?;
+            let spec = spec_for(&profile, args.config.as_deref())?;
             let target = target(kind)?;
-            let path = target.dir.join(file_name(kind, &args.profile));
+            let path = target.dir.join(file_name(kind, &profile));
             write_unit(&path, &render(kind, &spec))?;
             println!("wrote {}", path.display());
             if target.dry_run {
@@ -292,7 +331,7 @@ pub async fn run_cli(args: ServiceArgs) -> anyhow::Result<i32> {
             }
             match kind {
                 ServiceKind::Systemd => {
-                    let unit = systemd_unit_name(&args.profile);
+                    let unit = systemd_unit_name(&profile);
                     run_manager("systemctl", &["--user", "daemon-reload"])?;
                     run_manager("systemctl", &["--user", "enable", "--now", &unit])?;
                     println!("started {unit}; logs: journalctl --user -u {unit}");
@@ -306,28 +345,25 @@ pub async fn run_cli(args: ServiceArgs) -> anyhow::Result<i32> {
                     // A previous copy must be booted out first, or bootstrap refuses.
                     let _ = run_manager(
                         "launchctl",
-                        &[
-                            "bootout",
-                            &format!("{domain}/{}", launchd_label(&args.profile)),
-                        ],
+                        &["bootout", &format!("{domain}/{}", launchd_label(&profile))],
                     );
                     run_manager("launchctl", &["bootstrap", &domain, &plist])?;
-                    println!("started {}", launchd_label(&args.profile));
+                    println!("started {}", launchd_label(&profile));
                 }
             }
             Ok(0)
         }
         ServiceAction::Uninstall => {
             let target = target(kind)?;
-            let path = target.dir.join(file_name(kind, &args.profile));
+            let path = target.dir.join(file_name(kind, &profile));
             if !target.dry_run {
                 match kind {
                     ServiceKind::Systemd => {
-                        let unit = systemd_unit_name(&args.profile);
+                        let unit = systemd_unit_name(&profile);
                         let _ = run_manager("systemctl", &["--user", "disable", "--now", &unit]);
                     }
                     ServiceKind::Launchd => {
-                        let service = format!("gui/{}/{}", uid(), launchd_label(&args.profile));
+                        let service = format!("gui/{}/{}", uid(), launchd_label(&profile));
                         let _ = run_manager("launchctl", &["bootout", &service]);
                     }
                 }
@@ -348,7 +384,7 @@ pub async fn run_cli(args: ServiceArgs) -> anyhow::Result<i32> {
         }
         ServiceAction::Status => {
             let target = target(kind)?;
-            let path = target.dir.join(file_name(kind, &args.profile));
+            let path = target.dir.join(file_name(kind, &profile));
             println!(
                 "unit: {} ({})",
                 path.display(),
@@ -367,13 +403,13 @@ pub async fn run_cli(args: ServiceArgs) -> anyhow::Result<i32> {
                         "--user",
                         "status",
                         "--no-pager",
-                        &systemd_unit_name(&args.profile),
+                        &systemd_unit_name(&profile),
                     ])
                     .output(),
                 ServiceKind::Launchd => Command::new("launchctl")
                     .args([
                         "print",
-                        &format!("gui/{}/{}", uid(), launchd_label(&args.profile)),
+                        &format!("gui/{}/{}", uid(), launchd_label(&profile)),
                     ])
                     .output(),
             };
@@ -399,11 +435,25 @@ pub fn render_current(
     profile: &str,
     config: Option<PathBuf>,
 ) -> anyhow::Result<String> {
-    let args = ServiceArgs {
-        action: ServiceAction::Print,
-        profile: profile.to_string(),
-        kind: Some(kind),
-        config,
-    };
-    Ok(render(kind, &spec_for(&args)?))
+    Ok(render(kind, &spec_for(profile, config.as_deref())?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_stop_timeout_adds_room_to_the_grace_and_never_overflows() {
+        let mut spec = UnitSpec {
+            profile: "default".into(),
+            program: "/usr/bin/agentchat".into(),
+            config: None,
+            path_env: "/usr/bin".into(),
+            kill_grace_secs: 10,
+            log_path: "/tmp/l.log".into(),
+        };
+        assert_eq!(spec.stop_timeout_secs(), 40);
+        spec.kill_grace_secs = u64::MAX;
+        assert_eq!(spec.stop_timeout_secs(), u64::MAX);
+    }
 }

@@ -152,7 +152,8 @@ pub fn render(profile: &str, status: &Value, liveness: Liveness) -> String {
     out.join("\n")
 }
 
-fn pid_alive(pid: u64) -> bool {
+/// Whether a process with this pid exists (a status file's pid may be stale). Shared with `doctor`.
+pub(crate) fn pid_alive(pid: u64) -> bool {
     let Ok(pid) = i32::try_from(pid) else {
         return false;
     };

@@ -109,3 +109,52 @@ fn a_failing_agent_run_fails_the_demo_with_a_reason_and_stops_the_listener() {
     assert!(stdout.contains("listener  exited 0"), "{stdout}");
     assert_nothing_left(demo_pid, listener_pid(&stdout));
 }
+
+#[test]
+fn a_demo_killed_outright_still_stops_its_listener() {
+    use std::io::BufRead;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_agentchat"))
+        .arg("demo")
+        .env_remove("AGENTCHAT_API_KEY")
+        .env_remove("AGENTCHAT_CONFIG")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("start agentchat demo");
+    let demo_pid = child.id();
+    let mut seen = String::new();
+    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let listener = loop {
+        let line = lines
+            .next()
+            .unwrap_or_else(|| panic!("the demo ended before spawning its listener:\n{seen}"))
+            .unwrap();
+        seen.push_str(&line);
+        seen.push('\n');
+        if line.contains("agentchat listen spawned") {
+            break listener_pid(&line);
+        }
+    };
+    // SIGKILL: no Drop, no signal handler runs in the demo.
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while !is_gone(listener) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let gone = is_gone(listener);
+    if !gone {
+        // SAFETY: cleaning up the listener this test caused to be left behind.
+        unsafe {
+            libc::kill(listener, libc::SIGKILL);
+        }
+    }
+    // The killed demo could not remove its scratch dir; this test does.
+    let prefix = format!("agentchat-demo-{demo_pid}-");
+    for e in std::fs::read_dir(std::env::temp_dir()).unwrap().flatten() {
+        if e.file_name().to_string_lossy().starts_with(&prefix) {
+            let _ = std::fs::remove_dir_all(e.path());
+        }
+    }
+    assert!(gone, "listener {listener} outlived the killed demo");
+}

@@ -116,6 +116,13 @@ impl Scratch {
     }
 }
 
+/// A fresh local server and its first seeded agent's handle and key.
+async fn seeded_sim() -> (agentchat::sim::SimHandle, String, String) {
+    let sim = sim().await;
+    let (handle, key) = sim.seeded[0].clone();
+    (sim, handle, key)
+}
+
 async fn sim() -> agentchat::sim::SimHandle {
     agentchat::tls::install_crypto_provider();
     agentchat::sim::start(agentchat::sim::SimConfig {
@@ -153,8 +160,7 @@ fn looks_like_a_version(s: &str) -> bool {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_good_key_and_a_working_script_pass_every_check_and_exit_0() {
-    let sim = sim().await;
-    let (handle, key) = sim.seeded[0].clone();
+    let (sim, handle, key) = seeded_sim().await;
     let s = Scratch::new(SCRIPT_CONFIG);
     let out = s.doctor(&sim.api_base, Some(&key), &[]).await;
     assert_eq!(out.code, 0, "{}", out.all());
@@ -195,8 +201,7 @@ async fn a_good_key_and_a_working_script_pass_every_check_and_exit_0() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refused_key_fails_the_server_check_and_never_shows_the_key() {
-    let sim = sim().await;
-    let (handle, key) = sim.seeded[0].clone();
+    let (sim, handle, key) = seeded_sim().await;
     let bare = handle.trim_start_matches('@');
     let resp = reqwest::Client::new()
         .post(format!("{}/_sim/agents/{bare}/refuse-key", sim.api_base))
@@ -268,8 +273,7 @@ async fn an_unknown_config_key_fails_naming_the_key() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn integration_off_is_a_warning_that_listen_will_exit() {
-    let sim = sim().await;
-    let (_, key) = sim.seeded[0].clone();
+    let (sim, _, key) = seeded_sim().await;
     let s = Scratch::new(SCRIPT_CONFIG);
     let out = s
         .doctor_with(&sim.api_base, Some(&key), &[], |c| {
@@ -287,8 +291,7 @@ async fn integration_off_is_a_warning_that_listen_will_exit() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_missing_runtime_binary_fails_naming_the_config_key_to_set() {
-    let sim = sim().await;
-    let (_, key) = sim.seeded[0].clone();
+    let (sim, _, key) = seeded_sim().await;
 
     // Claude Code with a configured binary that does not exist.
     let s = Scratch::new(
@@ -333,8 +336,7 @@ async fn a_missing_runtime_binary_fails_naming_the_config_key_to_set() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_real_claude_reports_its_version_and_not_logged_in() {
     let claude = pinned_cli("AGENTCHAT_TEST_CLAUDE", "claude");
-    let sim = sim().await;
-    let (_, key) = sim.seeded[0].clone();
+    let (sim, _, key) = seeded_sim().await;
     let s = Scratch::new(&format!(
         "[listen]\nruntime = \"claude-code\"\n[listen.claude]\nbinary = \"{}\"\n",
         claude.display()
@@ -361,8 +363,7 @@ async fn the_real_claude_reports_its_version_and_not_logged_in() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_real_codex_reports_its_version_and_not_logged_in() {
     let codex = pinned_cli("AGENTCHAT_TEST_CODEX", "codex");
-    let sim = sim().await;
-    let (_, key) = sim.seeded[0].clone();
+    let (sim, _, key) = seeded_sim().await;
     let s = Scratch::new(&format!(
         "[listen]\nruntime = \"codex\"\n[listen.codex]\nbinary = \"{}\"\n",
         codex.display()
@@ -392,8 +393,7 @@ async fn the_real_codex_reports_its_version_and_not_logged_in() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn json_output_is_one_document_with_the_same_verdicts() {
-    let sim = sim().await;
-    let (handle, key) = sim.seeded[0].clone();
+    let (sim, handle, key) = seeded_sim().await;
     let s = Scratch::new(SCRIPT_CONFIG);
     let text = s.doctor(&sim.api_base, Some(&key), &[]).await;
     let out = s.doctor(&sim.api_base, Some(&key), &["--json"]).await;
@@ -424,8 +424,7 @@ async fn json_output_is_one_document_with_the_same_verdicts() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_running_listener_is_reported_with_its_pid_from_the_lock() {
-    let sim = sim().await;
-    let (_, key) = sim.seeded[0].clone();
+    let (sim, _, key) = seeded_sim().await;
     let s = Scratch::new(SCRIPT_CONFIG);
     let mut listener = s
         .command("listen")
@@ -503,8 +502,7 @@ async fn a_running_listener_is_reported_with_its_pid_from_the_lock() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_installed_unit_is_current_until_it_is_edited() {
-    let sim = sim().await;
-    let (_, key) = sim.seeded[0].clone();
+    let (sim, _, key) = seeded_sim().await;
     let s = Scratch::new(SCRIPT_CONFIG);
     let install = s
         .command("service")
@@ -549,8 +547,7 @@ async fn an_installed_unit_is_current_until_it_is_edited() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_key_file_others_can_read_fails_and_a_private_one_passes() {
     use std::os::unix::fs::PermissionsExt;
-    let sim = sim().await;
-    let (_, key) = sim.seeded[0].clone();
+    let (sim, _, key) = seeded_sim().await;
     let s = Scratch::new(
         "api_key_file = \"key.txt\"\n[listen]\nruntime = \"script\"\ncommand = [\"/bin/true\"]\n",
     );
@@ -583,8 +580,7 @@ async fn a_key_file_others_can_read_fails_and_a_private_one_passes() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_state_dir_others_can_enter_is_a_warning() {
     use std::os::unix::fs::PermissionsExt;
-    let sim = sim().await;
-    let (_, key) = sim.seeded[0].clone();
+    let (sim, _, key) = seeded_sim().await;
     let s = Scratch::new(SCRIPT_CONFIG);
     std::fs::create_dir(s.state()).unwrap();
     std::fs::set_permissions(s.state(), std::fs::Permissions::from_mode(0o755)).unwrap();
@@ -610,8 +606,7 @@ async fn a_state_dir_others_can_enter_is_a_warning() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_status_file_whose_pid_lives_on_without_the_lock_is_not_a_running_listener() {
-    let sim = sim().await;
-    let (_, key) = sim.seeded[0].clone();
+    let (sim, _, key) = seeded_sim().await;
     let s = Scratch::new(SCRIPT_CONFIG);
     std::fs::create_dir(s.state()).unwrap();
     std::fs::set_permissions(
@@ -648,8 +643,7 @@ async fn a_status_file_whose_pid_lives_on_without_the_lock_is_not_a_running_list
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn odd_but_valid_settings_are_warnings_that_do_not_fail() {
-    let sim = sim().await;
-    let (_, key) = sim.seeded[0].clone();
+    let (sim, _, key) = seeded_sim().await;
     let s = Scratch::new(
         "[listen]\nruntime = \"script\"\ncommand = [\"/bin/true\"]\nquiet_window = \"5s\"\nmax_delay = \"1s\"\n",
     );

@@ -1,7 +1,7 @@
 //! The run supervisor against real processes: exit codes, stdin, environment, the time limit with
 //! its grace, cancellation, leftover grandchildren, the 0600 log and log pruning.
 
-use agentchat::listen::runner::{RunLimits, prune_logs, run};
+use agentchat::listen::runner::{RunLimits, RunReport, prune_logs, run};
 use agentchat::runtime::{ProcessEnd, RunSpec};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -67,34 +67,36 @@ async fn pid_from(file: &Path) -> i32 {
     read(file).trim().parse().unwrap()
 }
 
+/// Runs `spec` with limits it never reaches, to its own end.
+async fn run_to_end(spec: &RunSpec, log: &Path) -> RunReport {
+    run(spec, limits(10_000, 1000), log, never_cancel()).await
+}
+
+/// A time limit long enough that `/bin/sh` has started, forked and installed its traps before it
+/// strikes, however loaded the machine (a shorter one can kill the shell before its first line).
+const LIMIT_MS: u64 = 3000;
+
+/// A run whose leader starts a long `sleep` in its own group, writes that child's pid to the
+/// returned file and waits on it.
+fn leader_waiting_on_a_child(dir: &Path) -> (RunSpec, PathBuf) {
+    let pidfile = dir.join("child.pid");
+    let spec = sh(
+        &format!("sleep 300 & echo $! > {}; wait", pidfile.display()),
+        dir,
+    );
+    (spec, pidfile)
+}
+
 #[tokio::test]
 async fn exit_codes_are_reported() {
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("run-a.log");
-    let r = run(
-        &sh("exit 0", dir.path()),
-        limits(10_000, 1000),
-        &log,
-        never_cancel(),
-    )
-    .await;
+    let r = run_to_end(&sh("exit 0", dir.path()), &log).await;
     assert_eq!(r.end, ProcessEnd::Exited(0));
     assert!(r.pid.is_some());
-    let r = run(
-        &sh("exit 7", dir.path()),
-        limits(10_000, 1000),
-        &log,
-        never_cancel(),
-    )
-    .await;
+    let r = run_to_end(&sh("exit 7", dir.path()), &log).await;
     assert_eq!(r.end, ProcessEnd::Exited(7));
-    let r = run(
-        &sh("kill -USR1 $$", dir.path()),
-        limits(10_000, 1000),
-        &log,
-        never_cancel(),
-    )
-    .await;
+    let r = run_to_end(&sh("kill -USR1 $$", dir.path()), &log).await;
     assert_eq!(r.end, ProcessEnd::Signalled(libc::SIGUSR1));
 }
 
@@ -104,7 +106,7 @@ async fn stdin_is_delivered_then_closed_and_output_goes_to_the_log() {
     let log = dir.path().join("run-b.log");
     let mut spec = sh("cat; echo; echo stderr-line >&2", dir.path());
     spec.stdin = Some(b"the prompt text\nsecond line".to_vec());
-    let r = run(&spec, limits(10_000, 1000), &log, never_cancel()).await;
+    let r = run_to_end(&spec, &log).await;
     assert_eq!(
         r.end,
         ProcessEnd::Exited(0),
@@ -115,13 +117,7 @@ async fn stdin_is_delivered_then_closed_and_output_goes_to_the_log() {
     assert!(text.contains("stderr-line"), "{text}");
 
     // Without stdin the child reads /dev/null (EOF at once), not a pipe left open.
-    let r = run(
-        &sh("cat", dir.path()),
-        limits(10_000, 1000),
-        &log,
-        never_cancel(),
-    )
-    .await;
+    let r = run_to_end(&sh("cat", dir.path()), &log).await;
     assert_eq!(r.end, ProcessEnd::Exited(0));
 }
 
@@ -155,7 +151,7 @@ async fn env_is_set_and_removed_and_systemd_variables_never_pass() {
     );
     spec.env = vec![("RUNNER_SET".into(), "value-1".into())];
     spec.env_remove = vec!["AGENTCHAT_RUNNER_TEST_DROP".into()];
-    let r = run(&spec, limits(10_000, 1000), &log, never_cancel()).await;
+    let r = run_to_end(&spec, &log).await;
     assert_eq!(r.end, ProcessEnd::Exited(0));
     assert_eq!(
         read(&out).trim(),
@@ -175,7 +171,7 @@ async fn the_run_starts_in_its_cwd_and_in_its_own_process_group() {
         ),
         dir.path(),
     );
-    let r = run(&spec, limits(10_000, 1000), &log, never_cancel()).await;
+    let r = run_to_end(&spec, &log).await;
     assert_eq!(r.end, ProcessEnd::Exited(0));
     let text = read(&out);
     let parts: Vec<&str> = text.split_whitespace().collect();
@@ -194,12 +190,8 @@ async fn the_run_starts_in_its_cwd_and_in_its_own_process_group() {
 async fn timeout_kills_the_leader_and_its_grandchild() {
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("run-f.log");
-    let pidfile = dir.path().join("grandchild.pid");
-    let spec = sh(
-        &format!("sleep 300 & echo $! > {}; wait", pidfile.display()),
-        dir.path(),
-    );
-    let r = run(&spec, limits(500, 2000), &log, never_cancel()).await;
+    let (spec, pidfile) = leader_waiting_on_a_child(dir.path());
+    let r = run(&spec, limits(LIMIT_MS, 2000), &log, never_cancel()).await;
     assert_eq!(r.end, ProcessEnd::TimedOut);
     let leader = r.pid.unwrap() as i32;
     let grandchild = pid_from(&pidfile).await;
@@ -227,7 +219,7 @@ async fn a_grandchild_ignoring_sigterm_is_killed_when_the_leader_exits() {
         ),
         dir.path(),
     );
-    let r = run(&spec, limits(10_000, 1000), &log, never_cancel()).await;
+    let r = run_to_end(&spec, &log).await;
     assert_eq!(r.end, ProcessEnd::Exited(0));
     let grandchild = pid_from(&pidfile).await;
     assert!(
@@ -244,7 +236,7 @@ async fn a_child_that_exits_on_sigterm_within_the_grace_is_timed_out_not_killed(
         "trap 'echo got-term; exit 0' TERM; sleep 300 & wait",
         dir.path(),
     );
-    let r = run(&spec, limits(300, 10_000), &log, never_cancel()).await;
+    let r = run(&spec, limits(LIMIT_MS, 10_000), &log, never_cancel()).await;
     assert_eq!(r.end, ProcessEnd::TimedOut);
     let text = read(&log);
     assert!(text.contains("got-term"), "the trap ran: {text}");
@@ -257,7 +249,7 @@ async fn a_child_ignoring_sigterm_gets_sigkill_after_the_grace() {
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("run-i.log");
     let spec = sh("trap '' TERM; sleep 300", dir.path());
-    let r = run(&spec, limits(300, 300), &log, never_cancel()).await;
+    let r = run(&spec, limits(LIMIT_MS, 300), &log, never_cancel()).await;
     assert_eq!(r.end, ProcessEnd::TimedOut);
     assert!(eventually(5, || is_gone(r.pid.unwrap() as i32)).await);
     assert!(read(&log).contains("SIGKILL sent to the process group"));
@@ -267,11 +259,7 @@ async fn a_child_ignoring_sigterm_gets_sigkill_after_the_grace() {
 async fn cancel_ends_the_run_with_its_group() {
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("run-j.log");
-    let pidfile = dir.path().join("child.pid");
-    let spec = sh(
-        &format!("sleep 300 & echo $! > {}; wait", pidfile.display()),
-        dir.path(),
-    );
+    let (spec, pidfile) = leader_waiting_on_a_child(dir.path());
     let (tx, rx) = tokio::sync::watch::channel(false);
     let task = tokio::spawn(async move { run(&spec, limits(60_000, 2000), &log, rx).await });
     let child = pid_from(&pidfile).await;
@@ -300,11 +288,7 @@ async fn cancel_ends_the_run_with_its_group() {
 async fn dropping_the_supervisor_mid_run_kills_the_group() {
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("run-l.log");
-    let pidfile = dir.path().join("child.pid");
-    let spec = sh(
-        &format!("sleep 300 & echo $! > {}; wait", pidfile.display()),
-        dir.path(),
-    );
+    let (spec, pidfile) = leader_waiting_on_a_child(dir.path());
     let task =
         tokio::spawn(async move { run(&spec, limits(60_000, 2000), &log, never_cancel()).await });
     let child = pid_from(&pidfile).await;
@@ -322,7 +306,7 @@ async fn a_missing_program_or_cwd_is_spawn_failed_with_the_reason() {
     let log = dir.path().join("run-m.log");
     let mut spec = sh("true", dir.path());
     spec.program = PathBuf::from("/nonexistent/agent-binary");
-    let r = run(&spec, limits(10_000, 1000), &log, never_cancel()).await;
+    let r = run_to_end(&spec, &log).await;
     match &r.end {
         ProcessEnd::SpawnFailed(msg) => assert!(msg.contains("/nonexistent/agent-binary"), "{msg}"),
         other => panic!("expected SpawnFailed, got {other:?}"),
@@ -330,7 +314,7 @@ async fn a_missing_program_or_cwd_is_spawn_failed_with_the_reason() {
     assert!(r.pid.is_none());
     let mut spec = sh("true", dir.path());
     spec.cwd = dir.path().join("no-such-dir");
-    let r = run(&spec, limits(10_000, 1000), &log, never_cancel()).await;
+    let r = run_to_end(&spec, &log).await;
     assert!(matches!(r.end, ProcessEnd::SpawnFailed(_)), "{:?}", r.end);
 }
 
@@ -343,7 +327,7 @@ async fn the_log_is_private_and_holds_no_prompt_or_environment() {
     spec.stdin = Some(b"PROMPT-MARKER".to_vec());
     spec.env = vec![("AGENTCHAT_API_KEY".into(), "ac_secret_runner_key".into())];
     spec.args.push("ARG-MARKER".into());
-    let r = run(&spec, limits(10_000, 1000), &log, never_cancel()).await;
+    let r = run_to_end(&spec, &log).await;
     assert_eq!(r.end, ProcessEnd::Exited(0));
     assert_eq!(r.log_path, log);
     let mode = std::fs::metadata(&log).unwrap().permissions().mode() & 0o777;

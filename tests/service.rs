@@ -7,26 +7,76 @@ use std::process::Command;
 
 const BIN: &str = env!("CARGO_BIN_EXE_agentchat");
 
+/// A config dir no test writes to, so the machine's own `~/.config/agentchat/config.toml` never
+/// changes what these tests see.
+const NO_CONFIG_HOME: &str = "/nonexistent/agentchat-service-tests";
+
 fn agentchat(args: &[&str], service_dir: Option<&Path>) -> std::process::Output {
+    agentchat_env(args, service_dir, &[])
+}
+
+/// Runs the real binary with `env` added to a clean config environment.
+fn agentchat_env(
+    args: &[&str],
+    service_dir: Option<&Path>,
+    env: &[(&str, &str)],
+) -> std::process::Output {
     let mut cmd = Command::new(BIN);
-    cmd.args(args);
+    cmd.args(args)
+        .env("XDG_CONFIG_HOME", NO_CONFIG_HOME)
+        .env_remove("AGENTCHAT_CONFIG")
+        .env_remove("AGENTCHAT_PROFILE");
     match service_dir {
         Some(dir) => cmd.env("AGENTCHAT_SERVICE_DIR", dir),
         None => cmd.env_remove("AGENTCHAT_SERVICE_DIR"),
     };
+    cmd.envs(env.iter().copied());
     cmd.output().expect("run agentchat")
 }
 
 fn print_unit(args: &[&str]) -> String {
+    print_unit_env(args, &[])
+}
+
+/// `agentchat service print ARGS` with `env`; the unit's text (the command must succeed).
+fn print_unit_env(args: &[&str], env: &[(&str, &str)]) -> String {
     let mut full = vec!["service", "print"];
     full.extend_from_slice(args);
-    let out = agentchat(&full, None);
+    let out = agentchat_env(&full, None, env);
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8(out.stdout).unwrap()
+}
+
+/// The number after `key=` in a systemd unit.
+fn unit_number(unit: &str, key: &str) -> u64 {
+    unit.lines()
+        .find_map(|l| l.strip_prefix(key)?.strip_prefix('='))
+        .unwrap_or_else(|| panic!("no {key} in\n{unit}"))
+        .parse()
+        .unwrap()
+}
+
+/// Parses a launchd plist with Python's `plistlib` (a real parser) into JSON.
+fn parse_plist(dir: &Path, plist: &str) -> serde_json::Value {
+    let path = dir.join("agent.plist");
+    std::fs::write(&path, plist).unwrap();
+    let script =
+        "import json,plistlib,sys; print(json.dumps(plistlib.load(open(sys.argv[1],'rb'))))";
+    let out = Command::new("python3")
+        .args(["-c", script])
+        .arg(&path)
+        .output()
+        .expect("python3");
+    assert!(
+        out.status.success(),
+        "plistlib refused it: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
 }
 
 /// Runs `systemd-analyze verify` on `text` saved as `name`; returns its diagnostics (empty = clean).
@@ -77,18 +127,55 @@ fn systemd_verify_catches_a_broken_unit_so_the_check_above_means_something() {
 }
 
 #[test]
-fn systemd_stop_timeout_outlasts_the_run_grace() {
+fn systemd_stop_timeout_outlasts_the_default_run_grace_without_a_config() {
     let unit = print_unit(&["--kind", "systemd"]);
-    let secs: u64 = unit
-        .lines()
-        .find_map(|l| l.strip_prefix("TimeoutStopSec="))
-        .expect("TimeoutStopSec")
-        .parse()
-        .unwrap();
-    assert!(
-        secs > 10,
-        "TimeoutStopSec={secs} must exceed the 10 s run grace"
+    // The default grace is 10 s; 30 s more leaves room for the socket close and status write.
+    assert_eq!(unit_number(&unit, "TimeoutStopSec"), 40, "{unit}");
+}
+
+#[test]
+fn stop_timeouts_follow_the_profiles_kill_grace_from_its_config() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("config.toml");
+    std::fs::write(
+        &config,
+        "[listen]\nkill_grace = \"45s\"\n\n[profiles.slow.listen]\nkill_grace = \"1m 30s\"\n",
+    )
+    .unwrap();
+    let config = config.to_str().unwrap();
+    let unit = print_unit(&["--kind", "systemd", "--config", config]);
+    assert_eq!(unit_number(&unit, "TimeoutStopSec"), 75, "{unit}");
+    let unit = print_unit(&["--kind", "systemd", "--config", config, "--profile", "slow"]);
+    assert_eq!(unit_number(&unit, "TimeoutStopSec"), 120, "{unit}");
+    let plist = print_unit(&["--kind", "launchd", "--config", config]);
+    assert_eq!(parse_plist(dir.path(), &plist)["ExitTimeOut"], 75);
+}
+
+#[test]
+fn a_config_that_does_not_load_leaves_the_default_run_grace_in_the_unit() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("config.toml");
+    std::fs::write(
+        &config,
+        "[listen]\nkill_grace = \"45s\"\nkil_grace = \"1s\"\n",
+    )
+    .unwrap();
+    let unit = print_unit(&["--kind", "systemd", "--config", config.to_str().unwrap()]);
+    assert_eq!(unit_number(&unit, "TimeoutStopSec"), 40, "{unit}");
+}
+
+#[test]
+fn the_installing_shells_agentchat_config_is_passed_on_to_the_unit() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("config.toml");
+    std::fs::write(&config, "[listen]\nkill_grace = \"20s\"\n").unwrap();
+    let unit = print_unit_env(
+        &["--kind", "systemd"],
+        &[("AGENTCHAT_CONFIG", config.to_str().unwrap())],
     );
+    let expected = format!("\"listen\" \"--config\" \"{}\"", config.display());
+    assert!(unit.contains(&expected), "{unit}");
+    assert_eq!(unit_number(&unit, "TimeoutStopSec"), 50, "{unit}");
 }
 
 #[test]
@@ -102,21 +189,7 @@ fn launchd_plist_parses_with_a_real_plist_parser_and_carries_the_listen_command(
         "--config",
         "/etc/a&b.toml",
     ]);
-    let path = dir.path().join("agent.plist");
-    std::fs::write(&path, &plist).unwrap();
-    let script =
-        "import json,plistlib,sys; print(json.dumps(plistlib.load(open(sys.argv[1],'rb'))))";
-    let out = Command::new("python3")
-        .args(["-c", script])
-        .arg(&path)
-        .output()
-        .expect("python3");
-    assert!(
-        out.status.success(),
-        "plistlib refused it: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let parsed: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let parsed = parse_plist(dir.path(), &plist);
     assert_eq!(parsed["Label"], "me.agentchat.listen.work");
     let args: Vec<&str> = parsed["ProgramArguments"]
         .as_array()
@@ -181,4 +254,40 @@ fn a_profile_name_that_cannot_name_a_unit_is_refused_with_a_clear_error() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("profile name"), "{err}");
+    let out = agentchat(&["service", "print", "--profile", ".hidden"], None);
+    assert!(
+        !out.status.success(),
+        "a profile config refuses was accepted"
+    );
+}
+
+#[test]
+fn the_profile_comes_from_agentchat_profile_like_every_other_command_and_the_flag_wins() {
+    let unit = print_unit_env(&["--kind", "systemd"], &[("AGENTCHAT_PROFILE", "work")]);
+    assert!(unit.contains("\"listen\" \"--profile\" \"work\""), "{unit}");
+    assert!(unit.contains("AgentChat listener (work)"), "{unit}");
+    let unit = print_unit_env(
+        &["--kind", "systemd", "--profile", " home "],
+        &[("AGENTCHAT_PROFILE", "work")],
+    );
+    assert!(unit.contains("\"listen\" \"--profile\" \"home\""), "{unit}");
+    // Empty or blank is unset, as config reads it.
+    for blank in ["", "  "] {
+        let unit = print_unit_env(&["--kind", "systemd"], &[("AGENTCHAT_PROFILE", blank)]);
+        assert!(unit.contains("AgentChat listener (default)"), "{unit}");
+    }
+}
+
+#[test]
+fn a_profile_name_with_a_dot_that_config_accepts_can_be_installed() {
+    let dir = tempfile::tempdir().unwrap();
+    let unit = print_unit(&["--kind", "systemd", "--profile", "team.alpha"]);
+    let diagnostics = systemd_verify(dir.path(), "agentchat-listen-team.alpha.service", &unit);
+    assert!(diagnostics.is_empty(), "{diagnostics}\n{unit}");
+    assert!(unit.contains("\"--profile\" \"team.alpha\""), "{unit}");
+    let plist = print_unit(&["--kind", "launchd", "--profile", "team.alpha"]);
+    assert_eq!(
+        parse_plist(dir.path(), &plist)["Label"],
+        "me.agentchat.listen.team.alpha"
+    );
 }

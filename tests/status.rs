@@ -108,3 +108,19 @@ async fn status_reports_a_running_listener_then_a_stopped_one() {
     assert_eq!(v["running"], false);
     sim.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_status_file_that_is_not_json_is_a_clear_error_with_exit_1() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("config.toml");
+    std::fs::write(&config, "").unwrap();
+    let state = dir.path().join("state");
+    std::fs::create_dir(&state).unwrap();
+    std::fs::write(state.join("status.json"), "{ half a document").unwrap();
+    for json in [false, true] {
+        let (code, text) = status(&config, &state, json).await;
+        assert_eq!(code, 1, "{text}");
+        assert!(text.contains("is not a status file"), "{text}");
+        assert!(!text.contains("panicked"), "{text}");
+    }
+}

@@ -39,6 +39,7 @@ fn num(line: &Value, name: &str) -> Option<u64> {
 pub fn describe(line: &Value) -> Option<String> {
     let ev = event(line).unwrap_or("");
     let cycle = field_str(line, "cycle_id").unwrap_or("?");
+    let invite = field_str(line, "invite_id").unwrap_or("?");
     Some(match ev {
         "listener_start" => format!(
             "started (pid {})",
@@ -77,17 +78,12 @@ pub fn describe(line: &Value) -> Option<String> {
                 None => format!("run {outcome}{ms}"),
             }
         }
-        "invite_dismissed" => format!(
-            "invite {} left pending by two runs: dismissed on the server",
-            field_str(line, "invite_id").unwrap_or("?")
-        ),
-        "invite_counted" => format!(
-            "invite {} left pending by a completed run: counted",
-            field_str(line, "invite_id").unwrap_or("?")
-        ),
+        "invite_dismissed" => {
+            format!("invite {invite} left pending by two runs: dismissed on the server")
+        }
+        "invite_counted" => format!("invite {invite} left pending by a completed run: counted"),
         "invite_silent_paced" => format!(
-            "invite {} left pending again, but too soon after the counted run: not counted",
-            field_str(line, "invite_id").unwrap_or("?")
+            "invite {invite} left pending again, but too soon after the counted run: not counted"
         ),
         "cycle_end" => format!("cycle {cycle} ended"),
         "stopping" => format!(
