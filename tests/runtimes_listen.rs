@@ -59,6 +59,17 @@ struct Listener {
 
 impl Listener {
     fn start(rt: Rt, sim: &Sim, model: &ModelServer, run_timeout: &str) -> Listener {
+        Listener::start_with_binary(rt, sim, model, run_timeout, &rt.bin())
+    }
+
+    /// `start` with `listen.<cli>.binary` set to `bin`.
+    fn start_with_binary(
+        rt: Rt,
+        sim: &Sim,
+        model: &ModelServer,
+        run_timeout: &str,
+        bin: &Path,
+    ) -> Listener {
         let dir = tempfile::tempdir().unwrap();
         let home = dir.path().join("home");
         let work = dir.path().join("work");
@@ -66,7 +77,6 @@ impl Listener {
         std::fs::create_dir_all(&work).unwrap();
         write_codex_home(&home, &model.base_url());
         let config = dir.path().join("config.toml");
-        let bin = rt.bin();
         std::fs::write(
             &config,
             format!(
@@ -335,6 +345,64 @@ async fn refused_model_key_makes_the_runtime_unusable_once(rt: Rt) {
         model.journal().steps.len(),
         model_calls,
         "the model was called again"
+    );
+}
+
+/// A wrapper that runs the pinned CLI, at a path the test can replace like an update would.
+fn write_wrapper(path: &Path, real: &Path, version: &str) {
+    use std::os::unix::fs::PermissionsExt;
+    let tmp = path.with_extension("new");
+    std::fs::write(
+        &tmp,
+        format!("#!/bin/sh\n# {version}\nexec '{}' \"$@\"\n", real.display()),
+    )
+    .unwrap();
+    std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::rename(&tmp, path).unwrap();
+}
+
+/// Issue 5: unusable "until config reload or a changed binary". After the login failure, the
+/// CLI's binary is replaced (as an update does): the next wake starts a run again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claude_unusable_runtime_is_tried_again_once_its_binary_changes() {
+    let sim = Sim::start().await;
+    let model = ModelServer::start(Mode::Unauthorized).await;
+    let bin_dir = tempfile::tempdir().unwrap();
+    let wrapper = bin_dir.path().join("claude");
+    write_wrapper(&wrapper, &claude_bin(), "v1");
+    let listener = Listener::start_with_binary(Rt::Claude, &sim, &model, "120s", &wrapper);
+    sim.peer_sends("First message.").await;
+    let unusable = eventually(150, || async {
+        listener.status()["state"] == "runtime_unusable"
+    })
+    .await;
+    assert!(unusable, "never runtime_unusable\n{}", listener.explain());
+    let runs = listener.status()["counters"]["runs"].as_u64().unwrap();
+    assert_eq!(runs, 1, "{}", listener.explain());
+
+    write_wrapper(&wrapper, &claude_bin(), "v2");
+    sim.peer_sends("Second message.").await;
+    let ran_again = eventually(150, || async {
+        listener.events("runtime_unusable").len() == 2
+    })
+    .await;
+    assert!(
+        ran_again,
+        "no run after the binary changed\n{}",
+        listener.explain()
+    );
+    let status = listener.status();
+    assert_eq!(
+        status["counters"]["runs"].as_u64().unwrap(),
+        2,
+        "{status:#}"
+    );
+    assert_eq!(status["state"], "runtime_unusable", "{status:#}");
+    assert_eq!(
+        listener.events("runtime_binary_changed").len(),
+        1,
+        "{}",
+        listener.explain()
     );
 }
 

@@ -81,6 +81,29 @@ pub fn prepare(ctx: &RunContext<'_>) -> Result<RunSpec, RuntimeError> {
     }
 }
 
+/// The configured CLI's binary as it is now (`None`: not found). The listener keeps the stamp
+/// from when the runtime became unusable and tries again once it differs. `None` for the script
+/// runtime, whose program is the user's own and only found relative to the run's workdir.
+pub fn binary_stamp(settings: &Settings) -> Option<cli::BinaryStamp> {
+    let path = match settings.listen.runtime {
+        RuntimeKind::Script => return None,
+        RuntimeKind::ClaudeCode => cli::resolve_binary(
+            settings.listen.claude.binary.as_deref(),
+            "claude",
+            "claude-code",
+            "listen.claude.binary",
+        ),
+        RuntimeKind::Codex => cli::resolve_binary(
+            settings.listen.codex.binary.as_deref(),
+            "codex",
+            "codex",
+            "listen.codex.binary",
+        ),
+    }
+    .ok()?;
+    cli::stamp(&path)
+}
+
 /// Judges a finished run from how it ended and its captured output (stdout and stderr, as logged).
 pub fn judge(runtime: RuntimeKind, end: &ProcessEnd, output: &[u8]) -> RunOutcome {
     match runtime {
