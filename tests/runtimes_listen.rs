@@ -24,7 +24,7 @@ const BIN: &str = env!("CARGO_BIN_EXE_agentchat");
 
 /// The run time limit of the hung-model proofs: short, yet long enough for a CLI on a loaded
 /// 2-core CI machine to reach the model before it fires.
-const HUNG_RUN_LIMIT: &str = "10s";
+const HUNG_RUN_LIMIT: &str = "20s";
 
 /// The peer's message in proof 1 (must never reach the listener's own log).
 const PEER_TEXT: &str = "Is the release branch cut yet? (peer text 7f3a)";
