@@ -26,6 +26,14 @@ const BIN: &str = env!("CARGO_BIN_EXE_agentchat");
 /// 2-core CI machine to reach the model before it fires.
 const HUNG_RUN_LIMIT: &str = "20s";
 
+/// Variables a parent Claude Code or Codex session sets, given to every listener here; no run
+/// may see them.
+const NESTED_ENV: &[(&str, &str)] = &[
+    ("CLAUDECODE", "1"),
+    ("CLAUDE_CODE_ENTRYPOINT", "cli"),
+    ("CODEX_SANDBOX", "seatbelt"),
+];
+
 /// The peer's message in proof 1 (must never reach the listener's own log).
 const PEER_TEXT: &str = "Is the release branch cut yet? (peer text 7f3a)";
 
@@ -100,6 +108,8 @@ impl Listener {
             .env("AGENTCHAT_API_KEY", &sim.me.1)
             .env("AGENTCHAT_API_BASE", sim.api_base())
             .env("AGENTCHAT_STATE_DIR", dir.path().join("state"))
+            // As if started from inside a Claude Code or Codex session: the runs must not inherit these.
+            .envs(NESTED_ENV.iter().map(|(k, v)| (k, v)))
             .current_dir("/")
             .stdin(Stdio::null())
             .stdout(stdout)
@@ -215,6 +225,51 @@ fn live_processes() -> Vec<Proc> {
         out.push(Proc { pid, cmdline, cwd });
     }
     out
+}
+
+/// The names of a process's environment variables (empty if it is gone).
+fn env_names(pid: i32) -> Vec<String> {
+    std::fs::read(format!("/proc/{pid}/environ"))
+        .unwrap_or_default()
+        .split(|b| *b == 0)
+        .filter_map(|kv| kv.split(|b| *b == b'=').next())
+        .filter(|k| !k.is_empty())
+        .map(|k| String::from_utf8_lossy(k).into_owned())
+        .collect()
+}
+
+/// The run's environment as issue 5 and design 5 ask, read from the live processes: the
+/// nested-session variables stripped, `CLAUDE_CONFIG_DIR` not invented, the run's context
+/// present, and `AGENTCHAT_API_KEY` only where Codex needs it (Claude gets the key through the
+/// MCP config file only).
+fn assert_run_environment(rt: Rt, run: &[Proc]) {
+    let envs: Vec<(i32, Vec<String>)> = run.iter().map(|p| (p.pid, env_names(p.pid))).collect();
+    for (pid, names) in &envs {
+        for (nested, _) in NESTED_ENV {
+            assert!(!names.iter().any(|n| n == nested), "pid {pid} has {nested}");
+        }
+        assert!(
+            !names.iter().any(|n| n == "CLAUDE_CONFIG_DIR"),
+            "pid {pid} has CLAUDE_CONFIG_DIR, which the user never set"
+        );
+        if rt == Rt::Claude {
+            assert!(
+                !names.iter().any(|n| n == "AGENTCHAT_API_KEY"),
+                "pid {pid} (claude) has AGENTCHAT_API_KEY"
+            );
+        }
+    }
+    let any_has = |var: &str| envs.iter().any(|(_, n)| n.iter().any(|x| x == var));
+    assert!(
+        any_has("AGENTCHAT_RUN_KIND"),
+        "no run process has the run's context"
+    );
+    if rt == Rt::Codex {
+        assert!(
+            any_has("AGENTCHAT_API_KEY"),
+            "codex has no AGENTCHAT_API_KEY for the MCP token"
+        );
+    }
 }
 
 /// Processes of this test's run: started in (or naming) its temp dir, other than the listener.
@@ -432,6 +487,7 @@ async fn hung_model_is_stopped_at_the_time_limit_without_leftovers_or_key_in_arg
         "no process of the run found while it waits on the model\n{}",
         listener.explain()
     );
+    assert_run_environment(rt, &alive);
     let mut scanned = 0;
     for p in live_processes() {
         scanned += 1;

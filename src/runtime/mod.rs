@@ -124,6 +124,18 @@ pub fn common_env(ctx: &RunContext<'_>) -> Vec<(String, String)> {
     ]
 }
 
+/// What a Claude Code or Codex run must not inherit: systemd's variables and both CLIs'
+/// nested-session markers. Both sets go for either CLI: a listener started from a Codex shell may
+/// run Claude Code and the other way round, and the run's own tools may start the other CLI.
+pub fn cli_env_remove() -> Vec<String> {
+    ALWAYS_REMOVED
+        .iter()
+        .chain(claude::NESTED_SESSION_VARS)
+        .chain(codex::NESTED_SESSION_VARS)
+        .map(|s| s.to_string())
+        .collect()
+}
+
 /// Variables never passed to a run: systemd's, so the child cannot notify as us.
 pub const ALWAYS_REMOVED: &[&str] = &[
     "NOTIFY_SOCKET",
