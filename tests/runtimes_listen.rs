@@ -416,15 +416,17 @@ fn write_wrapper(path: &Path, real: &Path, version: &str) {
     std::fs::rename(&tmp, path).unwrap();
 }
 
-/// Issue 5: unusable "until config reload or a changed binary". After the login failure, the
-/// CLI's binary is replaced (as an update does): the next wake starts a run again.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn claude_unusable_runtime_is_tried_again_once_its_binary_changes() {
+/// Issue 5: unusable "until config reload or a changed binary". The runtime becomes unusable
+/// (the CLI refuses the login, or is not installed yet); then the CLI's binary is replaced or
+/// installed (as an update or a first install does) and the next wake starts a run again.
+async fn unusable_runtime_is_tried_again_once_its_binary_changes(installed_at_first: bool) {
     let sim = Sim::start().await;
     let model = ModelServer::start(Mode::Unauthorized).await;
     let bin_dir = tempfile::tempdir().unwrap();
     let wrapper = bin_dir.path().join("claude");
-    write_wrapper(&wrapper, &claude_bin(), "v1");
+    if installed_at_first {
+        write_wrapper(&wrapper, &claude_bin(), "v1");
+    }
     let listener = Listener::start_with_binary(Rt::Claude, &sim, &model, "120s", &wrapper);
     sim.peer_sends("First message.").await;
     let unusable = eventually(150, || async {
@@ -433,12 +435,19 @@ async fn claude_unusable_runtime_is_tried_again_once_its_binary_changes() {
     .await;
     assert!(unusable, "never runtime_unusable\n{}", listener.explain());
     let runs = listener.status()["counters"]["runs"].as_u64().unwrap();
-    assert_eq!(runs, 1, "{}", listener.explain());
+    assert_eq!(
+        runs,
+        u64::from(installed_at_first),
+        "{}",
+        listener.explain()
+    );
 
     write_wrapper(&wrapper, &claude_bin(), "v2");
     sim.peer_sends("Second message.").await;
+    // The status is written after the cycle's log lines, so once it shows the run, the log has it.
     let ran_again = eventually(150, || async {
-        listener.events("runtime_unusable").len() == 2
+        let s = listener.status();
+        s["counters"]["runs"].as_u64() == Some(runs + 1) && s["last_cycle"]["ended_at"].is_string()
     })
     .await;
     assert!(
@@ -448,9 +457,10 @@ async fn claude_unusable_runtime_is_tried_again_once_its_binary_changes() {
     );
     let status = listener.status();
     assert_eq!(
-        status["counters"]["runs"].as_u64().unwrap(),
+        listener.events("runtime_unusable").len(),
         2,
-        "{status:#}"
+        "{}",
+        listener.explain()
     );
     assert_eq!(status["state"], "runtime_unusable", "{status:#}");
     assert_eq!(
@@ -459,6 +469,16 @@ async fn claude_unusable_runtime_is_tried_again_once_its_binary_changes() {
         "{}",
         listener.explain()
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claude_unusable_runtime_is_tried_again_once_its_binary_changes() {
+    unusable_runtime_is_tried_again_once_its_binary_changes(true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claude_not_found_is_tried_again_once_it_is_installed() {
+    unusable_runtime_is_tried_again_once_its_binary_changes(false).await;
 }
 
 /// Proofs 3 and 4: a model that never answers; while the run waits on it, no process's
