@@ -88,6 +88,13 @@ impl Setup {
         }
     }
 
+    /// A setup whose MCP endpoint is the sim and whose key is the sim's agent under test.
+    async fn with_sim(runtime: RuntimeKind, mode: Mode, sim: &Sim) -> Setup {
+        let mut s = Setup::new(runtime, mode, sim.api_base()).await;
+        s.key = sim.me.1.clone();
+        s
+    }
+
     fn spec(&self) -> RunSpec {
         let key = SecretString::from(self.key.clone());
         let reasons = vec!["message".to_string()];
@@ -198,18 +205,23 @@ async fn claude_run_that_cannot_reach_the_mcp_tools_is_failed_not_completed() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn claude_refused_model_key_is_judged_unusable() {
+/// A model endpoint answering 401 (an invalid model key): the run ends by itself (no retry
+/// storm until the time limit) and is judged unusable.
+async fn refused_model_key_is_judged_unusable(runtime: RuntimeKind) {
     let sim = Sim::start().await;
-    let mut s = Setup::new(RuntimeKind::ClaudeCode, Mode::Unauthorized, sim.api_base()).await;
-    s.key = sim.me.1.clone();
-    let (end, output, outcome) = s.run(Duration::from_secs(90)).await;
+    let s = Setup::with_sim(runtime, Mode::Unauthorized, &sim).await;
+    let (end, output, outcome) = s.run(Duration::from_secs(120)).await;
     assert_ne!(end, ProcessEnd::TimedOut, "{}", show(&output));
     assert!(
         matches!(outcome, RunOutcome::Unusable(_)),
         "{outcome:?}\n{}",
         show(&output)
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claude_refused_model_key_is_judged_unusable() {
+    refused_model_key_is_judged_unusable(RuntimeKind::ClaudeCode).await;
 }
 
 /// The same for Codex: the `required` MCP server makes it stop (exit 1) instead of answering
@@ -228,16 +240,7 @@ async fn codex_run_that_cannot_reach_the_mcp_tools_is_failed_not_completed() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn codex_refused_model_key_is_judged_unusable() {
-    let sim = Sim::start().await;
-    let mut s = Setup::new(RuntimeKind::Codex, Mode::Unauthorized, sim.api_base()).await;
-    s.key = sim.me.1.clone();
-    let (end, output, outcome) = s.run(Duration::from_secs(120)).await;
-    assert_ne!(end, ProcessEnd::TimedOut, "{}", show(&output));
-    assert!(
-        matches!(outcome, RunOutcome::Unusable(_)),
-        "{outcome:?}\n{}",
-        show(&output)
-    );
+    refused_model_key_is_judged_unusable(RuntimeKind::Codex).await;
 }
 
 /// The whole agent turn, directly (no listener): a peer's message waits on the sim; the real CLI,
@@ -246,8 +249,7 @@ async fn answers_a_peer_through_the_sims_mcp_tools(runtime: RuntimeKind) {
     let sim = Sim::start().await;
     let sent = sim.peer_sends("Can you confirm the build is green?").await;
     let conv = sent["conversation_id"].as_str().unwrap().to_string();
-    let mut s = Setup::new(runtime, Mode::Normal, sim.api_base()).await;
-    s.key = sim.me.1.clone();
+    let s = Setup::with_sim(runtime, Mode::Normal, &sim).await;
     let (end, output, outcome) = s.run(Duration::from_secs(120)).await;
     assert_eq!(outcome, RunOutcome::Completed, "{end:?}\n{}", show(&output));
     let steps = s.model.journal().steps;
@@ -283,9 +285,8 @@ async fn claude_mcp_user_mode_answers_through_the_users_own_server_config() {
     let sim = Sim::start().await;
     let sent = sim.peer_sends("Ping from the user-mode test.").await;
     let conv = sent["conversation_id"].as_str().unwrap().to_string();
-    let mut s = Setup::new(RuntimeKind::ClaudeCode, Mode::Normal, sim.api_base()).await;
+    let mut s = Setup::with_sim(RuntimeKind::ClaudeCode, Mode::Normal, &sim).await;
     s.settings.listen.claude.mcp = McpMode::User;
-    s.key = sim.me.1.clone();
     s.extra_env = vec![("AGENTCHAT_API_KEY".into(), sim.me.1.clone())];
     let user_config = serde_json::json!({"mcpServers": {"agentchat": {
         "type": "http",

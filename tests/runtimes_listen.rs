@@ -24,7 +24,15 @@ const BIN: &str = env!("CARGO_BIN_EXE_agentchat");
 
 /// The run time limit of the hung-model proofs: short, yet long enough for a CLI on a loaded
 /// 2-core CI machine to reach the model before it fires.
-const HUNG_RUN_LIMIT: &str = "10s";
+const HUNG_RUN_LIMIT: &str = "20s";
+
+/// Variables a parent Claude Code or Codex session sets, given to every listener here; no run
+/// may see them.
+const NESTED_ENV: &[(&str, &str)] = &[
+    ("CLAUDECODE", "1"),
+    ("CLAUDE_CODE_ENTRYPOINT", "cli"),
+    ("CODEX_SANDBOX", "seatbelt"),
+];
 
 /// The peer's message in proof 1 (must never reach the listener's own log).
 const PEER_TEXT: &str = "Is the release branch cut yet? (peer text 7f3a)";
@@ -59,6 +67,17 @@ struct Listener {
 
 impl Listener {
     fn start(rt: Rt, sim: &Sim, model: &ModelServer, run_timeout: &str) -> Listener {
+        Listener::start_with_binary(rt, sim, model, run_timeout, &rt.bin())
+    }
+
+    /// `start` with `listen.<cli>.binary` set to `bin`.
+    fn start_with_binary(
+        rt: Rt,
+        sim: &Sim,
+        model: &ModelServer,
+        run_timeout: &str,
+        bin: &Path,
+    ) -> Listener {
         let dir = tempfile::tempdir().unwrap();
         let home = dir.path().join("home");
         let work = dir.path().join("work");
@@ -66,7 +85,6 @@ impl Listener {
         std::fs::create_dir_all(&work).unwrap();
         write_codex_home(&home, &model.base_url());
         let config = dir.path().join("config.toml");
-        let bin = rt.bin();
         std::fs::write(
             &config,
             format!(
@@ -90,6 +108,8 @@ impl Listener {
             .env("AGENTCHAT_API_KEY", &sim.me.1)
             .env("AGENTCHAT_API_BASE", sim.api_base())
             .env("AGENTCHAT_STATE_DIR", dir.path().join("state"))
+            // As if started from inside a Claude Code or Codex session: the runs must not inherit these.
+            .envs(NESTED_ENV.iter().map(|(k, v)| (k, v)))
             .current_dir("/")
             .stdin(Stdio::null())
             .stdout(stdout)
@@ -205,6 +225,51 @@ fn live_processes() -> Vec<Proc> {
         out.push(Proc { pid, cmdline, cwd });
     }
     out
+}
+
+/// The names of a process's environment variables (empty if it is gone).
+fn env_names(pid: i32) -> Vec<String> {
+    std::fs::read(format!("/proc/{pid}/environ"))
+        .unwrap_or_default()
+        .split(|b| *b == 0)
+        .filter_map(|kv| kv.split(|b| *b == b'=').next())
+        .filter(|k| !k.is_empty())
+        .map(|k| String::from_utf8_lossy(k).into_owned())
+        .collect()
+}
+
+/// The run's environment as issue 5 and design 5 ask, read from the live processes: the
+/// nested-session variables stripped, `CLAUDE_CONFIG_DIR` not invented, the run's context
+/// present, and `AGENTCHAT_API_KEY` only where Codex needs it (Claude gets the key through the
+/// MCP config file only).
+fn assert_run_environment(rt: Rt, run: &[Proc]) {
+    let envs: Vec<(i32, Vec<String>)> = run.iter().map(|p| (p.pid, env_names(p.pid))).collect();
+    for (pid, names) in &envs {
+        for (nested, _) in NESTED_ENV {
+            assert!(!names.iter().any(|n| n == nested), "pid {pid} has {nested}");
+        }
+        assert!(
+            !names.iter().any(|n| n == "CLAUDE_CONFIG_DIR"),
+            "pid {pid} has CLAUDE_CONFIG_DIR, which the user never set"
+        );
+        if rt == Rt::Claude {
+            assert!(
+                !names.iter().any(|n| n == "AGENTCHAT_API_KEY"),
+                "pid {pid} (claude) has AGENTCHAT_API_KEY"
+            );
+        }
+    }
+    let any_has = |var: &str| envs.iter().any(|(_, n)| n.iter().any(|x| x == var));
+    assert!(
+        any_has("AGENTCHAT_RUN_KIND"),
+        "no run process has the run's context"
+    );
+    if rt == Rt::Codex {
+        assert!(
+            any_has("AGENTCHAT_API_KEY"),
+            "codex has no AGENTCHAT_API_KEY for the MCP token"
+        );
+    }
 }
 
 /// Processes of this test's run: started in (or naming) its temp dir, other than the listener.
@@ -338,6 +403,84 @@ async fn refused_model_key_makes_the_runtime_unusable_once(rt: Rt) {
     );
 }
 
+/// A wrapper that runs the pinned CLI, at a path the test can replace like an update would.
+fn write_wrapper(path: &Path, real: &Path, version: &str) {
+    use std::os::unix::fs::PermissionsExt;
+    let tmp = path.with_extension("new");
+    std::fs::write(
+        &tmp,
+        format!("#!/bin/sh\n# {version}\nexec '{}' \"$@\"\n", real.display()),
+    )
+    .unwrap();
+    std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::rename(&tmp, path).unwrap();
+}
+
+/// Issue 5: unusable "until config reload or a changed binary". The runtime becomes unusable
+/// (the CLI refuses the login, or is not installed yet); then the CLI's binary is replaced or
+/// installed (as an update or a first install does) and the next wake starts a run again.
+async fn unusable_runtime_is_tried_again_once_its_binary_changes(installed_at_first: bool) {
+    let sim = Sim::start().await;
+    let model = ModelServer::start(Mode::Unauthorized).await;
+    let bin_dir = tempfile::tempdir().unwrap();
+    let wrapper = bin_dir.path().join("claude");
+    if installed_at_first {
+        write_wrapper(&wrapper, &claude_bin(), "v1");
+    }
+    let listener = Listener::start_with_binary(Rt::Claude, &sim, &model, "120s", &wrapper);
+    sim.peer_sends("First message.").await;
+    let unusable = eventually(150, || async {
+        listener.status()["state"] == "runtime_unusable"
+    })
+    .await;
+    assert!(unusable, "never runtime_unusable\n{}", listener.explain());
+    let runs = listener.status()["counters"]["runs"].as_u64().unwrap();
+    assert_eq!(
+        runs,
+        u64::from(installed_at_first),
+        "{}",
+        listener.explain()
+    );
+
+    write_wrapper(&wrapper, &claude_bin(), "v2");
+    sim.peer_sends("Second message.").await;
+    // The status is written after the cycle's log lines, so once it shows the run, the log has it.
+    let ran_again = eventually(150, || async {
+        let s = listener.status();
+        s["counters"]["runs"].as_u64() == Some(runs + 1) && s["last_cycle"]["ended_at"].is_string()
+    })
+    .await;
+    assert!(
+        ran_again,
+        "no run after the binary changed\n{}",
+        listener.explain()
+    );
+    let status = listener.status();
+    assert_eq!(
+        listener.events("runtime_unusable").len(),
+        2,
+        "{}",
+        listener.explain()
+    );
+    assert_eq!(status["state"], "runtime_unusable", "{status:#}");
+    assert_eq!(
+        listener.events("runtime_binary_changed").len(),
+        1,
+        "{}",
+        listener.explain()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claude_unusable_runtime_is_tried_again_once_its_binary_changes() {
+    unusable_runtime_is_tried_again_once_its_binary_changes(true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claude_not_found_is_tried_again_once_it_is_installed() {
+    unusable_runtime_is_tried_again_once_its_binary_changes(false).await;
+}
+
 /// Proofs 3 and 4: a model that never answers; while the run waits on it, no process's
 /// cmdline holds the key; the time limit ends the run and leaves no process of its tree.
 async fn hung_model_is_stopped_at_the_time_limit_without_leftovers_or_key_in_argv(rt: Rt) {
@@ -364,6 +507,7 @@ async fn hung_model_is_stopped_at_the_time_limit_without_leftovers_or_key_in_arg
         "no process of the run found while it waits on the model\n{}",
         listener.explain()
     );
+    assert_run_environment(rt, &alive);
     let mut scanned = 0;
     for p in live_processes() {
         scanned += 1;

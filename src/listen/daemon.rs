@@ -30,6 +30,8 @@ const STOP_SLACK: Duration = Duration::from_secs(5);
 struct Profile {
     starting: bool,
     unusable: Option<String>,
+    /// The runtime's binary when it became unusable: a different one gets a new chance.
+    unusable_binary: Option<crate::runtime::cli::BinaryStamp>,
     mismatch: Option<String>,
     stopping: bool,
 }
@@ -110,6 +112,7 @@ pub async fn run(
         profile: Profile {
             starting: true,
             unusable: None,
+            unusable_binary: None,
             mismatch: None,
             stopping: false,
         },
@@ -333,6 +336,7 @@ impl Daemon {
         let reasons: Vec<String> = std::mem::take(&mut self.pending_reasons)
             .into_iter()
             .collect();
+        self.retry_a_changed_runtime_binary();
         let id = cycle::new_cycle_id();
         self.status.counters.cycles += 1;
         let input = self.api().map(|api| CycleInput {
@@ -376,6 +380,7 @@ impl Daemon {
         self.status.counters.invites_dismissed += report.last.invites_dismissed;
         if let Some(why) = report.unusable {
             self.profile.unusable = Some(why.clone());
+            self.profile.unusable_binary = crate::runtime::binary_stamp(&self.settings);
             self.status.detail = Some(format!("runtime unusable: {why}"));
         }
         if let Some(you) = report.handle_mismatch {
@@ -456,6 +461,25 @@ impl Daemon {
             };
         }
         self.write_status();
+    }
+
+    /// An unusable runtime whose binary was installed, updated or replaced since is tried again.
+    fn retry_a_changed_runtime_binary(&mut self) {
+        if self.profile.unusable.is_none()
+            || crate::runtime::binary_stamp(&self.settings) == self.profile.unusable_binary
+        {
+            return;
+        }
+        tracing::info!(event = %"runtime_binary_changed", runtime = self.settings.listen.runtime.as_str(), "the runtime's binary changed; trying it again");
+        self.profile.unusable = None;
+        if self
+            .status
+            .detail
+            .as_deref()
+            .is_some_and(|d| d.starts_with("runtime unusable"))
+        {
+            self.status.detail = None;
+        }
     }
 
     /// SIGHUP: config and texts again; a refused key or an unusable runtime gets a new chance.
@@ -547,6 +571,7 @@ mod tests {
         Profile {
             starting: false,
             unusable: None,
+            unusable_binary: None,
             mismatch: None,
             stopping: false,
         }

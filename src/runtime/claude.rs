@@ -60,11 +60,7 @@ pub fn prepare(ctx: &RunContext<'_>) -> Result<RunSpec, RuntimeError> {
     // An unattended run must not stop to update itself.
     env.push(("DISABLE_AUTOUPDATER".into(), "1".into()));
 
-    let mut env_remove: Vec<String> = super::ALWAYS_REMOVED
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
-    env_remove.extend(NESTED_SESSION_VARS.iter().map(|s| s.to_string()));
+    let mut env_remove = super::cli_env_remove();
     if claude.mcp == McpMode::Listener {
         // The key reaches Claude through the MCP config only; the listener's own
         // `AGENTCHAT_API_KEY` stays away from the model's tools. With `mcp = "user"` it is left
@@ -452,6 +448,7 @@ mod tests {
             "CLAUDE_CODE_ENTRYPOINT",
             "AI_AGENT",
             "NOTIFY_SOCKET",
+            "CODEX_SANDBOX",
         ] {
             assert!(spec.env_remove.iter().any(|r| r == v), "{v} not removed");
         }

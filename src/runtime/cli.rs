@@ -72,6 +72,31 @@ fn is_executable(p: &Path) -> bool {
         .unwrap_or(false)
 }
 
+/// What the runtime's binary is on disk (the resolved file, symlinks followed): installing,
+/// updating or replacing the CLI changes it, which gives an unusable runtime a new chance
+/// (issue 5: "until config reload or a changed binary").
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BinaryStamp {
+    pub path: PathBuf,
+    dev: u64,
+    ino: u64,
+    size: u64,
+    mtime_ns: i128,
+}
+
+/// The stamp of the file at `path`, or `None` if it cannot be read.
+pub fn stamp(path: &Path) -> Option<BinaryStamp> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(path).ok()?;
+    Some(BinaryStamp {
+        path: path.to_path_buf(),
+        dev: m.dev(),
+        ino: m.ino(),
+        size: m.size(),
+        mtime_ns: i128::from(m.mtime()) * 1_000_000_000 + i128::from(m.mtime_nsec()),
+    })
+}
+
 /// The hosted MCP endpoint: the configured URL, else `<api_base>/mcp`.
 pub fn mcp_url(api_base: &str, configured: Option<&str>) -> String {
     match configured {
@@ -236,6 +261,24 @@ mod tests {
             .unwrap(),
             good
         );
+    }
+
+    #[test]
+    fn stamp_changes_when_the_binary_is_replaced_or_rewritten() {
+        let d = tempfile::tempdir().unwrap();
+        assert_eq!(stamp(&d.path().join("absent")), None);
+        let p = exe(d.path(), "claude");
+        let first = stamp(&p).unwrap();
+        assert_eq!(stamp(&p), Some(first.clone()));
+        // An update that writes a new file and renames it over the old one (npm, installers).
+        let tmp = d.path().join("claude.new");
+        std::fs::write(&tmp, "#!/bin/sh\nexit 0\n").unwrap();
+        std::fs::rename(&tmp, &p).unwrap();
+        let second = stamp(&p).unwrap();
+        assert_ne!(second, first);
+        // An in-place rewrite of another size.
+        std::fs::write(&p, "#!/bin/sh\n# v2\nexit 0\n").unwrap();
+        assert_ne!(stamp(&p).unwrap(), second);
     }
 
     #[test]

@@ -51,11 +51,7 @@ pub fn prepare(ctx: &RunContext<'_>) -> Result<RunSpec, RuntimeError> {
     let mut env = super::common_env(ctx);
     env.push((KEY_ENV.into(), ctx.api_key.expose_secret().to_string()));
 
-    let mut env_remove: Vec<String> = super::ALWAYS_REMOVED
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
-    env_remove.extend(NESTED_SESSION_VARS.iter().map(|s| s.to_string()));
+    let env_remove = super::cli_env_remove();
 
     Ok(RunSpec {
         program,
@@ -258,6 +254,22 @@ mod tests {
             .collect();
         assert_eq!(carriers, [KEY_ENV]);
         assert!(spec.env_remove.iter().any(|r| r == "NOTIFY_SOCKET"));
+    }
+
+    #[test]
+    fn both_clis_nested_session_vars_are_removed_and_codex_home_is_left_alone() {
+        let fx = Fixture::new(RuntimeKind::Codex);
+        let spec = prepare(&fx.ctx()).unwrap();
+        for v in [
+            "CODEX_SANDBOX",
+            "CODEX_SANDBOX_NETWORK_DISABLED",
+            "CLAUDECODE",
+        ] {
+            assert!(spec.env_remove.iter().any(|r| r == v), "{v} not removed");
+        }
+        assert!(!spec.env_remove.iter().any(|r| r == "CODEX_HOME"));
+        // Codex reads the MCP bearer token from it.
+        assert!(!spec.env_remove.iter().any(|r| r == KEY_ENV));
     }
 
     #[test]

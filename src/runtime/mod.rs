@@ -81,6 +81,29 @@ pub fn prepare(ctx: &RunContext<'_>) -> Result<RunSpec, RuntimeError> {
     }
 }
 
+/// The configured CLI's binary as it is now (`None`: not found). The listener keeps the stamp
+/// from when the runtime became unusable and tries again once it differs. `None` for the script
+/// runtime, whose program is the user's own and only found relative to the run's workdir.
+pub fn binary_stamp(settings: &Settings) -> Option<cli::BinaryStamp> {
+    let path = match settings.listen.runtime {
+        RuntimeKind::Script => return None,
+        RuntimeKind::ClaudeCode => cli::resolve_binary(
+            settings.listen.claude.binary.as_deref(),
+            "claude",
+            "claude-code",
+            "listen.claude.binary",
+        ),
+        RuntimeKind::Codex => cli::resolve_binary(
+            settings.listen.codex.binary.as_deref(),
+            "codex",
+            "codex",
+            "listen.codex.binary",
+        ),
+    }
+    .ok()?;
+    cli::stamp(&path)
+}
+
 /// Judges a finished run from how it ended and its captured output (stdout and stderr, as logged).
 pub fn judge(runtime: RuntimeKind, end: &ProcessEnd, output: &[u8]) -> RunOutcome {
     match runtime {
@@ -99,6 +122,18 @@ pub fn common_env(ctx: &RunContext<'_>) -> Vec<(String, String)> {
         ("AGENTCHAT_WAKE_REASONS".into(), ctx.wake_reasons.join(",")),
         ("AGENTCHAT_RUN_KIND".into(), ctx.kind.as_str().to_string()),
     ]
+}
+
+/// What a Claude Code or Codex run must not inherit: systemd's variables and both CLIs'
+/// nested-session markers. Both sets go for either CLI: a listener started from a Codex shell may
+/// run Claude Code and the other way round, and the run's own tools may start the other CLI.
+pub fn cli_env_remove() -> Vec<String> {
+    ALWAYS_REMOVED
+        .iter()
+        .chain(claude::NESTED_SESSION_VARS)
+        .chain(codex::NESTED_SESSION_VARS)
+        .map(|s| s.to_string())
+        .collect()
 }
 
 /// Variables never passed to a run: systemd's, so the child cannot notify as us.

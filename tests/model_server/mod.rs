@@ -360,6 +360,21 @@ pub fn parse_tool_json(text: &str) -> Option<Value> {
     None
 }
 
+/// A tool result's text: a plain string, or the `text` of each part joined by newlines (both
+/// APIs send either); anything else as JSON, nothing for null.
+fn content_text(v: &Value) -> String {
+    match v {
+        Value::Null => String::new(),
+        Value::String(s) => s.clone(),
+        Value::Array(parts) => parts
+            .iter()
+            .filter_map(|p| p["text"].as_str())
+            .collect::<Vec<_>>()
+            .join("\n"),
+        other => other.to_string(),
+    }
+}
+
 /// Every tool-like object (`name` plus a schema) in a request's `tools`, with its namespace.
 fn offered_tools(tools: &Value) -> Vec<(String, Option<String>, Value)> {
     let mut out = Vec::new();
@@ -457,15 +472,7 @@ mod anthropic {
                         }
                     }
                     Some("tool_result") => {
-                        let text = match &b["content"] {
-                            Value::String(s) => s.clone(),
-                            Value::Array(parts) => parts
-                                .iter()
-                                .filter_map(|p| p["text"].as_str())
-                                .collect::<Vec<_>>()
-                                .join("\n"),
-                            _ => String::new(),
-                        };
+                        let text = content_text(&b["content"]);
                         results.push((b["tool_use_id"].as_str().unwrap_or_default().into(), text));
                     }
                     _ => {}
@@ -556,16 +563,10 @@ mod openai {
             else {
                 continue;
             };
-            let result = match &output["output"] {
-                Value::String(s) => s.clone(),
-                Value::Array(parts) => parts
-                    .iter()
-                    .filter_map(|p| p["text"].as_str())
-                    .collect::<Vec<_>>()
-                    .join("\n"),
-                other => other.to_string(),
-            };
-            out.push(Exchange { tool, result });
+            out.push(Exchange {
+                tool,
+                result: content_text(&output["output"]),
+            });
         }
         out
     }
