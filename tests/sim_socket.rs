@@ -728,3 +728,60 @@ async fn ladder_5_a_rung_with_no_rewake_socket_is_not_lost_the_latest_due_is_sen
     let next = ws.expect("wake", 10_000).await;
     assert_eq!(next["payload"]["step"], 3);
 }
+
+#[tokio::test]
+async fn ladder_5_a_card_with_only_notices_unread_keeps_no_ladder_going() {
+    // Contract 5: system notices never start a ladder on their own; once the message that armed
+    // it is answered, a group card holding only a notice must not keep the rungs firing.
+    let s = sim(30.0).await; // rung 1 = 2 s
+    let (alice, bob) = (s.agent("alice").await, s.agent("bob").await);
+    let mut re = s.connect(&bob.key, Some("ack,rewake")).await;
+    re.expect("hello.ok", 5000).await;
+    let (_, g) = s
+        .post(
+            None,
+            "/_sim/groups",
+            json!({"owner": "alice", "name": "crew", "invite": ["bob"]}),
+        )
+        .await;
+    let inv = g["invites"][0]["invite_id"].as_str().unwrap();
+    let (st, _) = s
+        .post(
+            Some(&bob.key),
+            &format!("/v1/groups/invites/{inv}/accept"),
+            json!({}),
+        )
+        .await;
+    assert_eq!(st, 200);
+    let gid = g["group_id"].as_str().unwrap();
+    s.post(
+        None,
+        &format!("/_sim/groups/{gid}/notice"),
+        json!({"event": "name_changed", "by": "alice"}),
+    )
+    .await;
+    let m = s.send(&alice, &bob, "one").await;
+    let conv = m["conversation_id"].as_str().unwrap();
+    let (st, _) = s
+        .decide(
+            &bob,
+            conv,
+            json!({"decision": "dismiss", "category": "other"}),
+        )
+        .await;
+    assert_eq!(st, 201);
+    let tray = s.tray(&bob).await;
+    assert_eq!(tray["conversations"].as_array().unwrap().len(), 1);
+    assert!(tray["conversations"][0]["preview"].is_null(), "{tray}");
+    let st = s
+        .wait_state(&bob, "the ladder to disarm at rung 1", |st| {
+            st["ladder"]["armed"] == false
+        })
+        .await;
+    assert_eq!(
+        st["ladder"]["fired"],
+        json!([]),
+        "no rung fired for a notice"
+    );
+    assert!(re.collect(300).await.iter().all(|f| f["type"] != "wake"));
+}

@@ -198,12 +198,14 @@ impl Tray {
     }
 
     /// Conversation ids of unanswered cards (not muted), newest first, at most 50, and whether
-    /// any unanswered invite (from an inviter, into a group, not muted) waits.
+    /// any unanswered invite (from an inviter, into a group, not muted) waits. A card whose only
+    /// unread messages are notices (`preview: null`) is not unanswered: notices never keep a
+    /// ladder going on their own (contract 5).
     pub fn unanswered(&self, s: &State, h: &str) -> (Vec<String>, bool) {
         let ids: Vec<String> = self
             .cards
             .iter()
-            .filter(|c| !c.muted)
+            .filter(|c| !c.muted && !c.json["preview"].is_null())
             .take(50)
             .map(|c| c.conversation_id.clone())
             .collect();
