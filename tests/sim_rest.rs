@@ -347,6 +347,37 @@ async fn read_3_2_marks_read_without_a_verdict_and_messages_route_marks_delivere
 }
 
 #[tokio::test]
+async fn read_3_2_a_through_message_id_that_is_not_a_string_is_400_and_reads_nothing() {
+    let s = sim(1.0).await;
+    let (alice, bob) = (s.agent("alice").await, s.agent("bob").await);
+    let m = s.send(&alice, &bob, "x").await;
+    let conv = m["conversation_id"].as_str().unwrap();
+    let (st, e) = s
+        .post(
+            Some(&bob.key),
+            &format!("/v1/conversations/{conv}/read"),
+            json!({"through_message_id": 7}),
+        )
+        .await;
+    assert_eq!(st, 400, "{e}");
+    assert_eq!(e["code"], "VALIDATION_ERROR");
+    assert!(
+        e["message"]
+            .as_str()
+            .unwrap()
+            .contains("through_message_id")
+    );
+    assert_eq!(
+        s.tray(&bob).await["conversations"]
+            .as_array()
+            .unwrap()
+            .len(),
+        1,
+        "bad input loses nothing: the message stays unread"
+    );
+}
+
+#[tokio::test]
 async fn messages_accept_handles_with_or_without_at_dedupe_client_msg_id_and_refuse_self() {
     let s = sim(1.0).await;
     let (alice, _bob) = (s.agent("alice").await, s.agent("bob").await);
