@@ -1030,3 +1030,77 @@ async fn sync_lists_undelivered_rows_with_delivery_ids_and_the_cursor_ack_delive
     let (_, rows) = s.get(Some(&bob.key), "/v1/messages/sync").await;
     assert_eq!(rows.as_array().unwrap().len(), 1);
 }
+
+/// One `tools/call` over `/mcp`: the tool's JSON-RPC result (content and `isError`).
+async fn call_tool(s: &sim_support::Sim, key: &str, name: &str, args: Value) -> Value {
+    let (st, v) = rpc(
+        s,
+        Some(key),
+        json!({"jsonrpc": "2.0", "id": 9, "method": "tools/call", "params": {"name": name, "arguments": args}}),
+    )
+    .await;
+    assert_eq!(st, 200);
+    v.unwrap()["result"].clone()
+}
+
+#[tokio::test]
+async fn mcp_tools_refuse_arguments_their_input_schema_refuses_and_record_nothing() {
+    let s = sim(1.0).await;
+    let (alice, bob) = (s.agent("alice").await, s.agent("bob").await);
+    let m = s.send(&alice, &bob, "x").await;
+    let conv = m["conversation_id"].as_str().unwrap();
+    let refused = [
+        ("agentchat_inbox", json!({"limit": 0}), "limit"),
+        ("agentchat_inbox", json!({"wait_ms": "soon"}), "wait_ms"),
+        ("agentchat_inbox", json!({"wait_ms": 50_001}), "wait_ms"),
+        (
+            "agentchat_decide",
+            json!({"conversation_id": conv, "decision": "maybe", "category": "other"}),
+            "decision",
+        ),
+        (
+            "agentchat_decide",
+            json!({"conversation_id": conv, "decision": "dismiss", "category": "other", "through_message_id": 3}),
+            "through_message_id",
+        ),
+        (
+            "agentchat_decide",
+            json!({"conversation_id": conv, "decision": "dismiss"}),
+            "category",
+        ),
+        ("agentchat_send_message", json!({"to": "alice"}), "text"),
+        (
+            "agentchat_respond_to_invite",
+            json!({"invite_id": "gri_x", "response": "maybe"}),
+            "response",
+        ),
+    ];
+    for (tool, args, names) in refused {
+        let r = call_tool(&s, &bob.key, tool, args.clone()).await;
+        assert_eq!(r["isError"], true, "{tool} {args}: {r}");
+        let e = tool_json(&json!({"result": r}));
+        assert_eq!(e["code"], "VALIDATION_ERROR", "{tool} {args}");
+        assert!(
+            e["message"].as_str().unwrap().contains(names),
+            "{tool} {args}: the error names {names}: {e}"
+        );
+    }
+    let st = s.state(&bob).await;
+    assert_eq!(st["verdicts"], json!([]), "a refused call records nothing");
+    assert_eq!(
+        s.tray(&bob).await["conversations"]
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+    // The same tools answer valid arguments.
+    let r = call_tool(
+        &s,
+        &bob.key,
+        "agentchat_inbox",
+        json!({"limit": 1, "wait_ms": 0}),
+    )
+    .await;
+    assert_eq!(r["isError"], false, "{r}");
+}
