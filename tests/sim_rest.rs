@@ -645,6 +645,18 @@ async fn poll_budget_3_1_empty_reads_get_50_then_429_with_retry_after() {
 }
 
 #[tokio::test]
+async fn poll_budget_3_1_empty_reads_within_60_s_of_a_send_spend_no_progress_budget() {
+    let s = sim(1.0).await; // the 60 s progress window cannot lapse during the test
+    let (alice, bob) = (s.agent("alice").await, s.agent("bob").await);
+    s.send(&bob, &alice, "progress").await;
+    for i in 0..60 {
+        let (st, t) = s.get(Some(&bob.key), "/v1/inbox").await;
+        assert_eq!(st, 200, "read {i}: {t}");
+        assert!(t["conversations"].as_array().unwrap().is_empty());
+    }
+}
+
+#[tokio::test]
 async fn poll_budget_3_1_a_tray_that_shows_cards_hits_the_120_read_ceiling_not_the_no_progress_budget()
  {
     let s = sim(1.0).await;
