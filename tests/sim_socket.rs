@@ -143,32 +143,65 @@ async fn ws_3_4_connect_budget_closes_1013_with_retry_after_after_accepting_the_
  {
     let s = sim(1.0).await;
     let bob = s.agent("bob").await;
-    let (st, _) = s
-        .post(
-            None,
-            &format!("/_sim/agents/{}/budget", bob.handle),
-            json!({"connects_per_minute": 2}),
-        )
-        .await;
-    assert_eq!(st, 200);
+    s.connect_budget(&bob, 2).await;
     for _ in 0..2 {
         let mut ws = s.connect(&bob.key, Some("ack")).await;
         ws.expect("hello.ok", 5000).await;
     }
     let mut ws = s.connect(&bob.key, Some("ack")).await;
     let (code, reason) = ws.closed(5000).await;
-    assert_eq!(code, 1013);
-    let secs: u64 = reason
-        .strip_prefix("rate_limited; retry_after=")
-        .unwrap()
-        .parse()
-        .unwrap();
-    assert!((1..=60).contains(&secs), "{reason}");
+    assert!((1..=60).contains(&retry_after(code, &reason)), "{reason}");
     let log = s.connects(&bob).await;
     assert_eq!(log.len(), 3);
     assert_eq!(log[2]["outcome"], "refused");
     assert_eq!(log[2]["reason"], reason.as_str());
     assert!(log[2]["at_ms"].as_u64() >= log[1]["at_ms"].as_u64());
+}
+
+/// The `retry_after` seconds of a connect-budget close, or a panic naming what came instead.
+fn retry_after(code: u16, reason: &str) -> u64 {
+    assert_eq!(code, 1013, "{reason}");
+    reason
+        .strip_prefix("rate_limited; retry_after=")
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("not a connect-budget reason: {reason}"))
+}
+
+#[tokio::test]
+async fn ws_3_4_hello_path_connect_budget_is_checked_after_auth_and_counts_refused_attempts() {
+    let s = sim(1.0).await;
+    let bob = s.agent("bob").await;
+    s.connect_budget(&bob, 2).await;
+    let mut first = s.hello(&bob.key, &["ack"]).await;
+    first.expect("hello.ok", 5000).await;
+    // An unknown key is refused as a key and names no agent: bob's budget is untouched.
+    let mut stranger = s.hello("ac_live_wrong", &[]).await;
+    assert_eq!(
+        stranger.closed(5000).await,
+        (1008, "Invalid token".to_string())
+    );
+    let mut second = s.hello(&bob.key, &["ack"]).await;
+    second.expect("hello.ok", 5000).await;
+    for _ in 0..2 {
+        let mut over = s.hello(&bob.key, &["ack"]).await;
+        let (code, reason) = over.closed(5000).await;
+        assert!((1..=60).contains(&retry_after(code, &reason)), "{reason}");
+    }
+    let log = s.connects(&bob).await;
+    let outcomes: Vec<(&str, &str)> = log
+        .iter()
+        .map(|c| (c["path"].as_str().unwrap(), c["outcome"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        outcomes,
+        [
+            ("hello", "accepted"),
+            ("hello", "accepted"),
+            ("hello", "refused"),
+            ("hello", "refused")
+        ],
+        "refused attempts are logged (and counted in the minute)"
+    );
 }
 
 #[tokio::test]

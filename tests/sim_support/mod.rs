@@ -189,6 +189,26 @@ impl Sim {
         let (ws, _) = connect_async(self.ws_url()).await.unwrap();
         Ws { ws }
     }
+    /// HELLO path with a hello frame carrying `key` and `caps`.
+    pub async fn hello(&self, key: &str, caps: &[&str]) -> Ws {
+        let mut ws = self.connect_bare().await;
+        ws.send_json(
+            json!({"type": "hello", "api_key": key, "capabilities": caps, "client": "sim-test"}),
+        )
+        .await;
+        ws
+    }
+    /// Sets the agent's per-minute connect budget through the control API.
+    pub async fn connect_budget(&self, a: &Agent, per_minute: u32) {
+        let (st, v) = self
+            .post(
+                None,
+                &format!("/_sim/agents/{}/budget", a.handle),
+                json!({"connects_per_minute": per_minute}),
+            )
+            .await;
+        assert_eq!(st, 200, "{v}");
+    }
 }
 
 impl Ws {
