@@ -770,29 +770,8 @@ async fn ladder_5_a_card_with_only_notices_unread_keeps_no_ladder_going() {
     let (alice, bob) = (s.agent("alice").await, s.agent("bob").await);
     let mut re = s.connect(&bob.key, Some("ack,rewake")).await;
     re.expect("hello.ok", 5000).await;
-    let (_, g) = s
-        .post(
-            None,
-            "/_sim/groups",
-            json!({"owner": "alice", "name": "crew", "invite": ["bob"]}),
-        )
-        .await;
-    let inv = g["invites"][0]["invite_id"].as_str().unwrap();
-    let (st, _) = s
-        .post(
-            Some(&bob.key),
-            &format!("/v1/groups/invites/{inv}/accept"),
-            json!({}),
-        )
-        .await;
-    assert_eq!(st, 200);
-    let gid = g["group_id"].as_str().unwrap();
-    s.post(
-        None,
-        &format!("/_sim/groups/{gid}/notice"),
-        json!({"event": "name_changed", "by": "alice"}),
-    )
-    .await;
+    let gid = s.group_with(&alice, "crew", &[&bob]).await;
+    s.notice(&gid, "name_changed", &alice).await;
     let m = s.send(&alice, &bob, "one").await;
     let conv = m["conversation_id"].as_str().unwrap();
     let (st, _) = s
@@ -817,4 +796,49 @@ async fn ladder_5_a_card_with_only_notices_unread_keeps_no_ladder_going() {
         "no rung fired for a notice"
     );
     assert!(re.collect(300).await.iter().all(|f| f["type"] != "wake"));
+}
+
+#[tokio::test]
+async fn defer_6_a_notice_neither_brings_a_deferred_card_back_nor_wakes_when_the_reminder_is_due() {
+    // Contract 3.2/6: a system notice is not a message newer than the anchor, and a reminder that
+    // comes due with only notices unread fires quietly.
+    let s = sim(200.0).await; // 15 min = 4.5 s: room for the steps before it comes due
+    let (alice, bob) = (s.agent("alice").await, s.agent("bob").await);
+    let gid = s.group_with(&alice, "crew", &[&bob]).await;
+    let mut ws = s.connect(&bob.key, Some("ack")).await;
+    ws.expect("hello.ok", 5000).await;
+    let m = s.send_conv(&alice, &gid, "later").await;
+    let defer = json!({"decision": "defer", "category": "other", "through_message_id": m["id"]});
+    assert_eq!(s.decide(&bob, &gid, defer).await.0, 201);
+    s.notice(&gid, "name_changed", &alice).await;
+    let t = s.tray(&bob).await;
+    assert_eq!(t["deferred"], 1, "{t}");
+    assert_eq!(
+        t["conversations"],
+        json!([]),
+        "a notice does not bring it back"
+    );
+    // Read the message (and that notice); a later notice is then all that is unread there.
+    let (st, _) = s
+        .post(
+            Some(&bob.key),
+            &format!("/v1/conversations/{gid}/read"),
+            json!({"through_message_id": m["id"]}),
+        )
+        .await;
+    assert_eq!(st, 200);
+    s.notice(&gid, "description_changed", &alice).await;
+    let st = s
+        .wait_state(&bob, "the reminder to come due", |st| {
+            st["defers"][0]["reminder"]["step"] == 1
+        })
+        .await;
+    let card = &st["tray"]["conversations"][0];
+    assert!(card["preview"].is_null(), "{card}");
+    assert_eq!(
+        card["reminder"]["step"], 1,
+        "the card is back with its reminder"
+    );
+    assert_eq!(s.wakes(&bob).await, Vec::<Value>::new(), "it fired quietly");
+    assert!(ws.collect(300).await.iter().all(|f| f["type"] != "wake"));
 }

@@ -139,6 +139,49 @@ impl Sim {
             .await;
         v["acks"].as_array().unwrap().clone()
     }
+    /// A group `name` owned by `owner` whose `members` were invited and accepted; its id.
+    pub async fn group_with(&self, owner: &Agent, name: &str, members: &[&Agent]) -> String {
+        let handles: Vec<&str> = members.iter().map(|m| m.handle.as_str()).collect();
+        let (st, g) = self
+            .post(
+                None,
+                "/_sim/groups",
+                json!({"owner": owner.handle, "name": name, "invite": handles}),
+            )
+            .await;
+        assert_eq!(st, 201, "{g}");
+        for (m, inv) in members.iter().zip(g["invites"].as_array().unwrap()) {
+            let id = inv["invite_id"].as_str().unwrap();
+            let (st, v) = self
+                .post(
+                    Some(&m.key),
+                    &format!("/v1/groups/invites/{id}/accept"),
+                    json!({}),
+                )
+                .await;
+            assert_eq!(st, 200, "{v}");
+        }
+        g["group_id"].as_str().unwrap().to_string()
+    }
+    /// A system notice (`event`, by `by`) into group `gid` through the control API.
+    pub async fn notice(&self, gid: &str, event: &str, by: &Agent) {
+        let (st, v) = self
+            .post(
+                None,
+                &format!("/_sim/groups/{gid}/notice"),
+                json!({"event": event, "by": by.handle}),
+            )
+            .await;
+        assert!((200..300).contains(&st), "{v}");
+    }
+    /// The agent's wake log (every wake the server pushed, with how many sockets got it).
+    pub async fn wakes(&self, a: &Agent) -> Vec<Value> {
+        let (st, v) = self
+            .get(None, &format!("/_sim/agents/{}/wakes", a.handle))
+            .await;
+        assert_eq!(st, 200, "{v}");
+        v["wakes"].as_array().unwrap().clone()
+    }
     /// Polls the agent's state until `pred` holds (deadline 10 s).
     pub async fn wait_state(&self, a: &Agent, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
