@@ -842,3 +842,55 @@ async fn defer_6_a_notice_neither_brings_a_deferred_card_back_nor_wakes_when_the
     assert_eq!(s.wakes(&bob).await, Vec::<Value>::new(), "it fired quietly");
     assert!(ws.collect(300).await.iter().all(|f| f["type"] != "wake"));
 }
+
+#[tokio::test]
+async fn invite_3_3_an_invite_from_a_muted_agent_is_listed_but_never_wakes() {
+    let s = sim(1.0).await;
+    // alice (muted by bob) and carol own the groups; the control API names them by handle.
+    let (_alice, bob, _carol) = (
+        s.agent("alice").await,
+        s.agent("bob").await,
+        s.agent("carol").await,
+    );
+    let (st, _) = s
+        .post(
+            Some(&bob.key),
+            "/v1/mutes",
+            json!({"target_kind": "agent", "target_handle": "alice"}),
+        )
+        .await;
+    assert_eq!(st, 201);
+    let mut ws = s.connect(&bob.key, Some("ack,rewake")).await;
+    ws.expect("hello.ok", 5000).await;
+    s.wait_state(&bob, "socket attached", |st| {
+        st["sockets"].as_array().unwrap().len() == 1
+    })
+    .await;
+    let (_, muted) = s
+        .post(
+            None,
+            "/_sim/groups",
+            json!({"owner": "alice", "name": "muted-crew", "invite": ["bob"]}),
+        )
+        .await;
+    let (_, open) = s
+        .post(
+            None,
+            "/_sim/groups",
+            json!({"owner": "carol", "name": "open-crew", "invite": ["bob"]}),
+        )
+        .await;
+    // Frames arrive in order: the first invite frame must be carol's, alice's never came.
+    let f = ws.expect("group.invite.received", 5000).await;
+    assert_eq!(f["payload"]["id"], open["invites"][0]["invite_id"], "{f}");
+    let listed: Vec<Value> = s.tray(&bob).await["invites"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["invite_id"].clone())
+        .collect();
+    assert!(
+        listed.contains(&muted["invites"][0]["invite_id"]),
+        "still listed"
+    );
+}
