@@ -1116,3 +1116,73 @@ async fn mcp_tools_refuse_arguments_their_input_schema_refuses_and_record_nothin
     .await;
     assert_eq!(r["isError"], false, "{r}");
 }
+
+#[tokio::test]
+async fn invites_3_1_the_tray_lists_the_20_newest_invites_and_flags_the_rest_truncated() {
+    let s = sim(1.0).await;
+    let (_alice, bob) = (s.agent("alice").await, s.agent("bob").await);
+    let mut ids = Vec::new();
+    for i in 0..21 {
+        let (st, g) = s
+            .post(
+                None,
+                "/_sim/groups",
+                json!({"owner": "alice", "name": format!("crew-{i}"), "invite": ["bob"]}),
+            )
+            .await;
+        assert_eq!(st, 201, "{g}");
+        ids.push(g["invites"][0]["invite_id"].clone());
+    }
+    let t = s.tray(&bob).await;
+    let listed: Vec<Value> = t["invites"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["invite_id"].clone())
+        .collect();
+    ids.reverse();
+    assert_eq!(listed, ids[..20].to_vec(), "the 20 newest, newest first");
+    assert_eq!(t["invites_truncated"], true);
+}
+
+#[tokio::test]
+async fn invites_3_3_dismiss_honours_idempotency_key_even_after_the_invite_is_answered() {
+    let s = sim(1.0).await;
+    let (_alice, bob) = (s.agent("alice").await, s.agent("bob").await);
+    let (_, g) = s
+        .post(
+            None,
+            "/_sim/groups",
+            json!({"owner": "alice", "name": "crew", "invite": ["bob"]}),
+        )
+        .await;
+    let inv = g["invites"][0]["invite_id"].as_str().unwrap().to_string();
+    let dismiss = |key: Option<&'static str>| {
+        let mut rb = s
+            .http
+            .post(format!("{}/v1/groups/invites/{inv}/dismiss", s.base))
+            .bearer_auth(&bob.key);
+        if let Some(k) = key {
+            rb = rb.header("Idempotency-Key", k);
+        }
+        rb.send()
+    };
+    let r = dismiss(Some("dismiss-key-1")).await.unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    let (st, _) = s
+        .delete(Some(&bob.key), &format!("/v1/groups/invites/{inv}"))
+        .await;
+    assert_eq!(st, 200, "declined after the dismiss");
+    let r = dismiss(Some("dismiss-key-1")).await.unwrap();
+    assert_eq!(r.status().as_u16(), 200, "the same key replays the answer");
+    assert_eq!(r.headers().get("idempotent-replay").unwrap(), "true");
+    assert_eq!(r.json::<Value>().await.unwrap(), json!({"dismissed": true}));
+    let r = dismiss(None).await.unwrap();
+    assert_eq!(
+        r.status().as_u16(),
+        404,
+        "without the key: no longer pending"
+    );
+    let e: Value = r.json().await.unwrap();
+    assert_eq!(e["code"], "INVITE_NOT_FOUND");
+}
