@@ -125,6 +125,7 @@ impl State {
                 invitee: invitee.clone(),
                 inviter: inviter.clone(),
                 created_at: now_iso(),
+                created_v: self.now_v(),
                 ord,
                 state: "pending",
                 dismissed: false,

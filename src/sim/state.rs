@@ -432,6 +432,7 @@ impl State {
             mentions,
             created_at: iso(now),
             created_unix_ms: unix_ms(),
+            created_v: self.now_v(),
             ord,
             recipients: recipients
                 .iter()
