@@ -74,13 +74,7 @@ async fn tray_3_1_lists_every_card_field_newest_first_and_reading_marks_nothing(
     assert_eq!(t["truncated"], false);
     assert!(t["waited_ms"].is_null());
     // Reading marked nothing: read it again and ask the server.
-    assert_eq!(
-        s.tray(&bob).await["conversations"]
-            .as_array()
-            .unwrap()
-            .len(),
-        2
-    );
+    assert_eq!(s.cards(&bob).await.len(), 2);
     let st = s.state(&bob).await;
     for m in st["received"].as_array().unwrap() {
         assert_eq!(m["status"], "stored", "{m}");
@@ -166,12 +160,7 @@ async fn verdict_3_2_dismiss_reads_through_the_anchor_and_newer_messages_stay_un
         .decide(&bob, &conv, json!({"decision": "reply", "category": "open_request", "through_message_id": m2["id"]}))
         .await;
     assert_eq!(st, 201);
-    assert!(
-        s.tray(&bob).await["conversations"]
-            .as_array()
-            .unwrap()
-            .is_empty()
-    );
+    assert!(s.cards(&bob).await.is_empty());
     let state = s.state(&bob).await;
     assert!(
         state["received"]
@@ -260,10 +249,7 @@ async fn tray_3_1_notices_are_never_the_preview_and_a_verdict_reads_the_notices_
         .await;
     assert_eq!(st, 201);
     assert!(
-        s.tray(&bob).await["conversations"]
-            .as_array()
-            .unwrap()
-            .is_empty(),
+        s.cards(&bob).await.is_empty(),
         "notice after the anchor read too"
     );
     // A notices-only card: preview null, nothing owed.
@@ -316,14 +302,7 @@ async fn read_3_2_marks_read_without_a_verdict_and_messages_route_marks_delivere
     assert_eq!(st, 200);
     assert_eq!(msgs[0]["content"]["text"], "x");
     assert_eq!(s.state(&bob).await["received"][0]["status"], "delivered");
-    assert_eq!(
-        s.tray(&bob).await["conversations"]
-            .as_array()
-            .unwrap()
-            .len(),
-        1,
-        "delivered is not read"
-    );
+    assert_eq!(s.cards(&bob).await.len(), 1, "delivered is not read");
     let (st, _) = s
         .post(
             Some(&bob.key),
@@ -332,12 +311,7 @@ async fn read_3_2_marks_read_without_a_verdict_and_messages_route_marks_delivere
         )
         .await;
     assert_eq!(st, 200);
-    assert!(
-        s.tray(&bob).await["conversations"]
-            .as_array()
-            .unwrap()
-            .is_empty()
-    );
+    assert!(s.cards(&bob).await.is_empty());
     assert!(
         s.state(&bob).await["verdicts"]
             .as_array()
@@ -368,10 +342,7 @@ async fn read_3_2_a_through_message_id_that_is_not_a_string_is_400_and_reads_not
             .contains("through_message_id")
     );
     assert_eq!(
-        s.tray(&bob).await["conversations"]
-            .as_array()
-            .unwrap()
-            .len(),
+        s.cards(&bob).await.len(),
         1,
         "bad input loses nothing: the message stays unread"
     );
@@ -861,12 +832,7 @@ async fn mcp_speaks_streamable_http_json_rpc_with_bearer_auth_and_five_tools() {
     let (_, v) = rpc(&s, Some(&bob.key), call(7, "agentchat_decide",
         json!({"conversation_id": conv, "decision": "reply", "category": "open_request", "through_message_id": m["id"]}))).await;
     assert_eq!(v.unwrap()["result"]["isError"], false);
-    assert!(
-        s.tray(&bob).await["conversations"]
-            .as_array()
-            .unwrap()
-            .is_empty()
-    );
+    assert!(s.cards(&bob).await.is_empty());
     let (_, g) = s
         .post(
             None,
@@ -993,12 +959,7 @@ async fn deprecation_7_no_reply_still_works_as_dismiss_with_the_three_headers() 
     );
     let v: Value = resp.json().await.unwrap();
     assert_eq!(v["decision"]["decision"], "dismiss");
-    assert!(
-        s.tray(&bob).await["conversations"]
-            .as_array()
-            .unwrap()
-            .is_empty()
-    );
+    assert!(s.cards(&bob).await.is_empty());
 }
 
 #[tokio::test]
@@ -1099,13 +1060,7 @@ async fn mcp_tools_refuse_arguments_their_input_schema_refuses_and_record_nothin
     }
     let st = s.state(&bob).await;
     assert_eq!(st["verdicts"], json!([]), "a refused call records nothing");
-    assert_eq!(
-        s.tray(&bob).await["conversations"]
-            .as_array()
-            .unwrap()
-            .len(),
-        1
-    );
+    assert_eq!(s.cards(&bob).await.len(), 1);
     // The same tools answer valid arguments.
     let r = call_tool(
         &s,

@@ -87,12 +87,7 @@ async fn ws_3_4_with_ack_a_message_stays_undelivered_and_is_pushed_again_with_de
  {
     let s = sim(1.0).await;
     let (alice, bob) = (s.agent("alice").await, s.agent("bob").await);
-    let mut ws = s.connect(&bob.key, Some("ack")).await;
-    ws.expect("hello.ok", 5000).await;
-    s.wait_state(&bob, "socket attached", |st| {
-        st["sockets"].as_array().unwrap().len() == 1
-    })
-    .await;
+    let mut ws = s.ear(&bob, "ack").await;
     let m = s.send(&alice, &bob, "hold me").await;
     let f = ws.expect("message.new", 5000).await;
     assert_eq!(f["payload"]["id"], m["id"]);
@@ -349,12 +344,7 @@ async fn ws_3_4_heartbeat_frames_and_pings_come_every_45_s_and_heartbeats_only_w
 async fn ws_3_3_a_new_invite_is_pushed_and_group_notices_are_not_except_the_deletion() {
     let s = sim(1.0).await;
     let (_alice, bob) = (s.agent("alice").await, s.agent("bob").await);
-    let mut ws = s.connect(&bob.key, Some("ack")).await;
-    ws.expect("hello.ok", 5000).await;
-    s.wait_state(&bob, "socket attached", |st| {
-        st["sockets"].as_array().unwrap().len() == 1
-    })
-    .await;
+    let mut ws = s.ear(&bob, "ack").await;
     let (_, g) = s
         .post(
             None,
@@ -511,12 +501,7 @@ async fn ladder_5_rewakes_at_1_5_30_180_minutes_only_on_rewake_sockets_then_stop
 async fn ladder_5_restarts_on_a_newer_message_and_never_runs_for_muted_or_answered_items() {
     let s = sim(600.0).await; // rung 1 = 100 ms, 2 = 500 ms, 3 = 3 s
     let (alice, bob) = (s.agent("alice").await, s.agent("bob").await);
-    let mut re = s.connect(&bob.key, Some("ack,rewake")).await;
-    re.expect("hello.ok", 5000).await;
-    s.wait_state(&bob, "socket", |st| {
-        st["sockets"].as_array().unwrap().len() == 1
-    })
-    .await;
+    let mut re = s.ear(&bob, "ack,rewake").await;
     let m = s.send(&alice, &bob, "one").await;
     let conv = m["conversation_id"].as_str().unwrap();
     assert_eq!(re.expect("wake", 5000).await["payload"]["step"], 1);
@@ -563,12 +548,7 @@ async fn reminder(ws: &mut sim_support::Ws) -> Value {
 async fn defer_6_reminds_after_15_min_then_24_h_then_stops_and_a_reminder_starts_no_ladder() {
     let s = sim(20_000.0).await; // 15 min = 45 ms, 24 h = 4.3 s, rung 4 (180 min) = 0.54 s
     let (alice, bob) = (s.agent("alice").await, s.agent("bob").await);
-    let mut ws = s.connect(&bob.key, Some("ack,rewake")).await;
-    ws.expect("hello.ok", 5000).await;
-    s.wait_state(&bob, "socket", |st| {
-        st["sockets"].as_array().unwrap().len() == 1
-    })
-    .await;
+    let mut ws = s.ear(&bob, "ack,rewake").await;
     let m = s.send(&alice, &bob, "later").await;
     let conv = m["conversation_id"].as_str().unwrap();
     // Let the message's own ladder run out first (at this scale rungs may coincide; a missed
@@ -859,12 +839,7 @@ async fn invite_3_3_an_invite_from_a_muted_agent_is_listed_but_never_wakes() {
         )
         .await;
     assert_eq!(st, 201);
-    let mut ws = s.connect(&bob.key, Some("ack,rewake")).await;
-    ws.expect("hello.ok", 5000).await;
-    s.wait_state(&bob, "socket attached", |st| {
-        st["sockets"].as_array().unwrap().len() == 1
-    })
-    .await;
+    let mut ws = s.ear(&bob, "ack,rewake").await;
     let (_, muted) = s
         .post(
             None,

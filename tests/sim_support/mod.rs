@@ -34,6 +34,11 @@ pub async fn sim(time_scale: f64) -> Sim {
     }
 }
 
+/// The cards (`conversations`) of a tray body.
+pub fn cards(tray: &Value) -> Vec<Value> {
+    tray["conversations"].as_array().unwrap().clone()
+}
+
 pub struct Agent {
     pub handle: String,
     pub key: String,
@@ -138,6 +143,21 @@ impl Sim {
             .get(None, &format!("/_sim/agents/{}/acks", a.handle))
             .await;
         v["acks"].as_array().unwrap().clone()
+    }
+    /// Connects on the header path with `caps`, then waits for `hello.ok` and until the server
+    /// holds the socket (so a push that follows reaches it).
+    pub async fn ear(&self, a: &Agent, caps: &str) -> Ws {
+        let mut ws = self.connect(&a.key, Some(caps)).await;
+        ws.expect("hello.ok", 5000).await;
+        self.wait_state(a, "the socket", |st| {
+            !st["sockets"].as_array().unwrap().is_empty()
+        })
+        .await;
+        ws
+    }
+    /// The cards of the agent's tray (`GET /v1/inbox`).
+    pub async fn cards(&self, a: &Agent) -> Vec<Value> {
+        cards(&self.tray(a).await)
     }
     /// A group `name` owned by `owner` whose `members` were invited and accepted; its id.
     pub async fn group_with(&self, owner: &Agent, name: &str, members: &[&Agent]) -> String {
