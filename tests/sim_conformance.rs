@@ -152,19 +152,11 @@ async fn check_5_an_invite_shows_and_wakes_dismiss_takes_it_off_and_stops_wakes_
     let s = sim(2000.0).await;
     let (_alice, bob) = (s.agent("alice").await, s.agent("bob").await);
     let mut ws = s.ear(&bob, "ack,heartbeat,rewake").await;
-    let (_, g1) = s
-        .post(
-            None,
-            "/_sim/groups",
-            json!({"owner": "alice", "name": "one", "invite": ["bob"]}),
-        )
+    let g1 = s
+        .make_group(json!({"owner": "alice", "name": "one", "invite": ["bob"]}))
         .await;
-    let (_, g2) = s
-        .post(
-            None,
-            "/_sim/groups",
-            json!({"owner": "alice", "name": "two", "invite": ["bob"]}),
-        )
+    let g2 = s
+        .make_group(json!({"owner": "alice", "name": "two", "invite": ["bob"]}))
         .await;
     let (i1, i2) = (
         g1["invites"][0]["invite_id"].clone(),

@@ -214,12 +214,8 @@ async fn verdict_3_2_a_foreign_anchor_is_404_message_not_found_and_records_nothi
 async fn tray_3_1_notices_are_never_the_preview_and_a_verdict_reads_the_notices_after_its_anchor() {
     let s = sim(1.0).await;
     let (alice, bob) = (s.agent("alice").await, s.agent("bob").await);
-    let (_, g) = s
-        .post(
-            None,
-            "/_sim/groups",
-            json!({"owner": "alice", "name": "crew", "members": ["bob"]}),
-        )
+    let g = s
+        .make_group(json!({"owner": "alice", "name": "crew", "members": ["bob"]}))
         .await;
     let gid = g["group_id"].as_str().unwrap().to_string();
     let m = s.send_conv(&alice, &gid, "plan?").await;
@@ -430,14 +426,9 @@ async fn invites_3_3_list_dismiss_idempotently_then_accept_and_decline_answer_40
         s.agent("bob").await,
         s.agent("carol").await,
     );
-    let (st, g) = s
-        .post(
-            None,
-            "/_sim/groups",
-            json!({"owner": "alice", "name": "launch-crew", "invite": ["bob", "carol"]}),
-        )
+    let g = s
+        .make_group(json!({"owner": "alice", "name": "launch-crew", "invite": ["bob", "carol"]}))
         .await;
-    assert_eq!(st, 201, "{g}");
     let bob_inv = g["invites"][0]["invite_id"].as_str().unwrap().to_string();
     let carol_inv = g["invites"][1]["invite_id"].as_str().unwrap().to_string();
     let (_, list) = s.get(Some(&bob.key), "/v1/groups/invites").await;
@@ -833,12 +824,8 @@ async fn mcp_speaks_streamable_http_json_rpc_with_bearer_auth_and_five_tools() {
         json!({"conversation_id": conv, "decision": "reply", "category": "open_request", "through_message_id": m["id"]}))).await;
     assert_eq!(v.unwrap()["result"]["isError"], false);
     assert!(s.cards(&bob).await.is_empty());
-    let (_, g) = s
-        .post(
-            None,
-            "/_sim/groups",
-            json!({"owner": "alice", "name": "g", "invite": ["bob"]}),
-        )
+    let g = s
+        .make_group(json!({"owner": "alice", "name": "g", "invite": ["bob"]}))
         .await;
     let inv = g["invites"][0]["invite_id"].as_str().unwrap();
     let (_, v) = rpc(
@@ -1078,14 +1065,9 @@ async fn invites_3_1_the_tray_lists_the_20_newest_invites_and_flags_the_rest_tru
     let (_alice, bob) = (s.agent("alice").await, s.agent("bob").await);
     let mut ids = Vec::new();
     for i in 0..21 {
-        let (st, g) = s
-            .post(
-                None,
-                "/_sim/groups",
-                json!({"owner": "alice", "name": format!("crew-{i}"), "invite": ["bob"]}),
-            )
+        let g = s
+            .make_group(json!({"owner": "alice", "name": format!("crew-{i}"), "invite": ["bob"]}))
             .await;
-        assert_eq!(st, 201, "{g}");
         ids.push(g["invites"][0]["invite_id"].clone());
     }
     let t = s.tray(&bob).await;
@@ -1104,12 +1086,8 @@ async fn invites_3_1_the_tray_lists_the_20_newest_invites_and_flags_the_rest_tru
 async fn invites_3_3_dismiss_honours_idempotency_key_even_after_the_invite_is_answered() {
     let s = sim(1.0).await;
     let (_alice, bob) = (s.agent("alice").await, s.agent("bob").await);
-    let (_, g) = s
-        .post(
-            None,
-            "/_sim/groups",
-            json!({"owner": "alice", "name": "crew", "invite": ["bob"]}),
-        )
+    let g = s
+        .make_group(json!({"owner": "alice", "name": "crew", "invite": ["bob"]}))
         .await;
     let inv = g["invites"][0]["invite_id"].as_str().unwrap().to_string();
     let dismiss = |key: Option<&'static str>| {

@@ -345,12 +345,8 @@ async fn ws_3_3_a_new_invite_is_pushed_and_group_notices_are_not_except_the_dele
     let s = sim(1.0).await;
     let (_alice, bob) = (s.agent("alice").await, s.agent("bob").await);
     let mut ws = s.ear(&bob, "ack").await;
-    let (_, g) = s
-        .post(
-            None,
-            "/_sim/groups",
-            json!({"owner": "alice", "name": "crew", "invite": ["bob"]}),
-        )
+    let g = s
+        .make_group(json!({"owner": "alice", "name": "crew", "invite": ["bob"]}))
         .await;
     let f = ws.expect("group.invite.received", 5000).await;
     assert_eq!(f["payload"]["id"], g["invites"][0]["invite_id"]);
@@ -840,19 +836,11 @@ async fn invite_3_3_an_invite_from_a_muted_agent_is_listed_but_never_wakes() {
         .await;
     assert_eq!(st, 201);
     let mut ws = s.ear(&bob, "ack,rewake").await;
-    let (_, muted) = s
-        .post(
-            None,
-            "/_sim/groups",
-            json!({"owner": "alice", "name": "muted-crew", "invite": ["bob"]}),
-        )
+    let muted = s
+        .make_group(json!({"owner": "alice", "name": "muted-crew", "invite": ["bob"]}))
         .await;
-    let (_, open) = s
-        .post(
-            None,
-            "/_sim/groups",
-            json!({"owner": "carol", "name": "open-crew", "invite": ["bob"]}),
-        )
+    let open = s
+        .make_group(json!({"owner": "carol", "name": "open-crew", "invite": ["bob"]}))
         .await;
     // Frames arrive in order: the first invite frame must be carol's, alice's never came.
     let f = ws.expect("group.invite.received", 5000).await;

@@ -159,17 +159,18 @@ impl Sim {
     pub async fn cards(&self, a: &Agent) -> Vec<Value> {
         cards(&self.tray(a).await)
     }
+    /// `POST /_sim/groups` with `body` (`owner`, `name`, `invite` and/or `members`); the answer.
+    pub async fn make_group(&self, body: Value) -> Value {
+        let (st, g) = self.post(None, "/_sim/groups", body).await;
+        assert_eq!(st, 201, "{g}");
+        g
+    }
     /// A group `name` owned by `owner` whose `members` were invited and accepted; its id.
     pub async fn group_with(&self, owner: &Agent, name: &str, members: &[&Agent]) -> String {
         let handles: Vec<&str> = members.iter().map(|m| m.handle.as_str()).collect();
-        let (st, g) = self
-            .post(
-                None,
-                "/_sim/groups",
-                json!({"owner": owner.handle, "name": name, "invite": handles}),
-            )
+        let g = self
+            .make_group(json!({"owner": owner.handle, "name": name, "invite": handles}))
             .await;
-        assert_eq!(st, 201, "{g}");
         for (m, inv) in members.iter().zip(g["invites"].as_array().unwrap()) {
             let id = inv["invite_id"].as_str().unwrap();
             let (st, v) = self
