@@ -848,22 +848,35 @@ async fn mcp_speaks_streamable_http_json_rpc_with_bearer_auth_and_five_tools() {
     assert_eq!(v.unwrap()["error"]["code"], -32601);
 }
 
+/// Kills the child on drop, so a failed assertion leaves no `agentchat sim` behind.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 #[test]
 fn cli_sim_prints_one_json_line_with_seeded_keys_and_never_logs_keys() {
     use std::io::{BufRead, BufReader, Read};
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_agentchat"))
-        .args([
-            "sim",
-            "--seed-demo",
-            "--listen",
-            "127.0.0.1:0",
-            "--time-scale",
-            "10",
-        ])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut guard = KillOnDrop(
+        std::process::Command::new(env!("CARGO_BIN_EXE_agentchat"))
+            .args([
+                "sim",
+                "--seed-demo",
+                "--listen",
+                "127.0.0.1:0",
+                "--time-scale",
+                "10",
+            ])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let child = &mut guard.0;
     let mut line = String::new();
     BufReader::new(child.stdout.take().unwrap())
         .read_line(&mut line)
