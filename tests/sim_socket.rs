@@ -890,3 +890,51 @@ async fn ladder_5_rungs_count_from_the_newest_item_still_unanswered() {
         "rung 2 is the latest due, counted from the open message: {w}"
     );
 }
+
+#[tokio::test]
+async fn ws_3_4_a_refused_key_counts_against_the_budget_on_the_header_path_only() {
+    // Contract 3.4: on the Bearer path the budget is checked before the key is looked up (every
+    // attempt counts); on the HELLO path right after authentication (a refused key never gets
+    // that far).
+    let s = sim(1.0).await;
+    let (alice, bob) = (s.agent("alice").await, s.agent("bob").await);
+    for a in [&alice, &bob] {
+        s.connect_budget(a, 1).await;
+        let (st, _) = s
+            .post(
+                None,
+                &format!("/_sim/agents/{}/refuse-key", a.handle),
+                json!({}),
+            )
+            .await;
+        assert_eq!(st, 200);
+    }
+    let mut header = s.connect(&alice.key, Some("ack")).await;
+    assert_eq!(
+        header.closed(5000).await,
+        (1008, "Invalid token".to_string())
+    );
+    let mut hello = s.hello(&bob.key, &["ack"]).await;
+    assert_eq!(
+        hello.closed(5000).await,
+        (1008, "Invalid token".to_string())
+    );
+    for a in [&alice, &bob] {
+        let (st, _) = s
+            .post(
+                None,
+                &format!("/_sim/agents/{}/refuse-key", a.handle),
+                json!({"refuse": false}),
+            )
+            .await;
+        assert_eq!(st, 200);
+    }
+    let mut header = s.connect(&alice.key, Some("ack")).await;
+    let (code, reason) = header.closed(5000).await;
+    assert!(
+        retry_after(code, &reason) >= 1,
+        "the header path counted the refused attempt"
+    );
+    let mut hello = s.hello(&bob.key, &["ack"]).await;
+    hello.expect("hello.ok", 5000).await;
+}
