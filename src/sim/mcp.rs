@@ -183,29 +183,21 @@ fn check_args(name: &str, args: &Value) -> ApiResult<()> {
     Ok(())
 }
 
+/// An integer argument already range-checked by `check_args`, or its default.
+fn int(args: &Value, name: &str, default: u64) -> u64 {
+    args.get(name).and_then(Value::as_u64).unwrap_or(default)
+}
+
 async fn call(sim: &Sim, me: &str, name: &str, args: &Value) -> ApiResult<Value> {
     check_args(name, args)?;
     match name {
         "agentchat_inbox" => {
-            let limit = args
-                .get("limit")
-                .and_then(Value::as_u64)
-                .unwrap_or(20)
-                .clamp(1, 50) as usize;
-            let wait = args
-                .get("wait_ms")
-                .and_then(Value::as_u64)
-                .unwrap_or(0)
-                .min(50_000);
-            api::inbox(sim, me, limit, wait, true).await
+            let (limit, wait) = (int(args, "limit", 20), int(args, "wait_ms", 0));
+            api::inbox(sim, me, limit as usize, wait, true).await
         }
         "agentchat_get_conversation" => {
             let conv = s(args, "conversation_id")?;
-            let limit = args
-                .get("limit")
-                .and_then(Value::as_u64)
-                .unwrap_or(50)
-                .clamp(1, 200) as usize;
+            let limit = int(args, "limit", 50) as usize;
             let msgs = sim
                 .lock()
                 .conversation_messages(me, &conv, limit, None, None)?;
