@@ -1132,3 +1132,47 @@ async fn invites_3_3_dismiss_honours_idempotency_key_even_after_the_invite_is_an
     let e: Value = r.json().await.unwrap();
     assert_eq!(e["code"], "INVITE_NOT_FOUND");
 }
+
+#[tokio::test]
+async fn poll_budget_3_1_a_held_read_counts_once_however_often_it_is_woken() {
+    let s = sim(1.0).await; // refill is one per 30 s: nothing refills during the test
+    let (_alice, bob) = (s.agent("alice").await, s.agent("bob").await);
+    for i in 0..48 {
+        let (st, _) = s.get(Some(&bob.key), "/v1/inbox").await;
+        assert_eq!(st, 200, "read {i}");
+    }
+    // Two no-progress tokens left. A held read (no invites=1) is woken by three invites, none
+    // of which ends it, and answers empty at its deadline.
+    let (http, base, key) = (s.http.clone(), s.base.clone(), bob.key.clone());
+    let held = tokio::spawn(async move {
+        let r = http
+            .get(format!("{base}/v1/inbox?wait_ms=1500"))
+            .bearer_auth(key)
+            .send()
+            .await
+            .unwrap();
+        (r.status().as_u16(), r.json::<Value>().await.unwrap())
+    });
+    s.wait_state(&bob, "the read to be parked", |st| st["held_requests"] == 1)
+        .await;
+    for i in 0..3 {
+        s.make_group(json!({"owner": "alice", "name": format!("g{i}"), "invite": ["bob"]}))
+            .await;
+    }
+    let (st, v) = tokio::time::timeout(Duration::from_secs(10), held)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(st, 200);
+    assert_eq!(v["conversations"], json!([]));
+    assert_eq!(
+        v["invites"].as_array().unwrap().len(),
+        3,
+        "listed, held to the end"
+    );
+    // It spent one token, not one per wake: one more read is let in, the next is refused.
+    let (st, _) = s.get(Some(&bob.key), "/v1/inbox").await;
+    assert_eq!(st, 200, "the held read counted once");
+    let (st, e) = s.get(Some(&bob.key), "/v1/inbox").await;
+    assert_eq!((st, e["code"].as_str()), (429, Some("RATE_LIMITED")));
+}
