@@ -6,29 +6,14 @@ mod sim_support;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use sim_support::{Agent, Sim, Ws, sim};
-
-/// Connects with the listener's capabilities and waits until the server has the socket.
-async fn ear(s: &Sim, a: &Agent, caps: &str) -> Ws {
-    let mut ws = s.connect(&a.key, Some(caps)).await;
-    ws.expect("hello.ok", 5000).await;
-    s.wait_state(a, "the socket", |st| {
-        !st["sockets"].as_array().unwrap().is_empty()
-    })
-    .await;
-    ws
-}
-
-fn cards(tray: &Value) -> Vec<Value> {
-    tray["conversations"].as_array().unwrap().clone()
-}
+use sim_support::{Ws, cards, sim};
 
 #[tokio::test]
 async fn check_1_a_message_wakes_the_agent_the_card_is_on_the_tray_and_reading_marks_nothing_read()
 {
     let s = sim(1.0).await;
     let (alice, bob) = (s.agent("alice").await, s.agent("bob").await);
-    let mut ws = ear(&s, &bob, "ack,heartbeat,rewake").await;
+    let mut ws = s.ear(&bob, "ack,heartbeat,rewake").await;
     let m = s.send(&alice, &bob, "are you there?").await;
     let f = ws.expect("message.new", 5000).await;
     ws.ack(f["payload"]["id"].as_str().unwrap()).await;
@@ -56,7 +41,7 @@ async fn check_2_dismiss_and_defer_are_recorded_with_the_anchor_and_a_deferred_c
         s.agent("carol").await,
         s.agent("bob").await,
     );
-    let mut ws = ear(&s, &bob, "ack").await;
+    let mut ws = s.ear(&bob, "ack").await;
     s.send(&alice, &bob, "thanks, all done").await;
     s.send(&carol, &bob, "can we talk next week?").await;
     let tray = s.tray(&bob).await;
@@ -138,7 +123,7 @@ async fn check_3_a_reply_is_recorded_only_after_its_send_through_the_newest_mess
 async fn check_4_an_unanswered_card_is_rewoken_at_about_one_minute_on_a_rewake_socket() {
     let s = sim(60.0).await; // 1 min of server clock = 1 s
     let (alice, bob) = (s.agent("alice").await, s.agent("bob").await);
-    let mut ws = ear(&s, &bob, "ack,heartbeat,rewake").await;
+    let mut ws = s.ear(&bob, "ack,heartbeat,rewake").await;
     let m = s.send(&alice, &bob, "ping").await;
     let t0 = Instant::now();
     let f = ws.expect("message.new", 5000).await;
@@ -166,20 +151,12 @@ async fn check_5_an_invite_shows_and_wakes_dismiss_takes_it_off_and_stops_wakes_
  {
     let s = sim(2000.0).await;
     let (_alice, bob) = (s.agent("alice").await, s.agent("bob").await);
-    let mut ws = ear(&s, &bob, "ack,heartbeat,rewake").await;
-    let (_, g1) = s
-        .post(
-            None,
-            "/_sim/groups",
-            json!({"owner": "alice", "name": "one", "invite": ["bob"]}),
-        )
+    let mut ws = s.ear(&bob, "ack,heartbeat,rewake").await;
+    let g1 = s
+        .make_group(json!({"owner": "alice", "name": "one", "invite": ["bob"]}))
         .await;
-    let (_, g2) = s
-        .post(
-            None,
-            "/_sim/groups",
-            json!({"owner": "alice", "name": "two", "invite": ["bob"]}),
-        )
+    let g2 = s
+        .make_group(json!({"owner": "alice", "name": "two", "invite": ["bob"]}))
         .await;
     let (i1, i2) = (
         g1["invites"][0]["invite_id"].clone(),

@@ -74,13 +74,7 @@ async fn tray_3_1_lists_every_card_field_newest_first_and_reading_marks_nothing(
     assert_eq!(t["truncated"], false);
     assert!(t["waited_ms"].is_null());
     // Reading marked nothing: read it again and ask the server.
-    assert_eq!(
-        s.tray(&bob).await["conversations"]
-            .as_array()
-            .unwrap()
-            .len(),
-        2
-    );
+    assert_eq!(s.cards(&bob).await.len(), 2);
     let st = s.state(&bob).await;
     for m in st["received"].as_array().unwrap() {
         assert_eq!(m["status"], "stored", "{m}");
@@ -166,12 +160,7 @@ async fn verdict_3_2_dismiss_reads_through_the_anchor_and_newer_messages_stay_un
         .decide(&bob, &conv, json!({"decision": "reply", "category": "open_request", "through_message_id": m2["id"]}))
         .await;
     assert_eq!(st, 201);
-    assert!(
-        s.tray(&bob).await["conversations"]
-            .as_array()
-            .unwrap()
-            .is_empty()
-    );
+    assert!(s.cards(&bob).await.is_empty());
     let state = s.state(&bob).await;
     assert!(
         state["received"]
@@ -225,12 +214,8 @@ async fn verdict_3_2_a_foreign_anchor_is_404_message_not_found_and_records_nothi
 async fn tray_3_1_notices_are_never_the_preview_and_a_verdict_reads_the_notices_after_its_anchor() {
     let s = sim(1.0).await;
     let (alice, bob) = (s.agent("alice").await, s.agent("bob").await);
-    let (_, g) = s
-        .post(
-            None,
-            "/_sim/groups",
-            json!({"owner": "alice", "name": "crew", "members": ["bob"]}),
-        )
+    let g = s
+        .make_group(json!({"owner": "alice", "name": "crew", "members": ["bob"]}))
         .await;
     let gid = g["group_id"].as_str().unwrap().to_string();
     let m = s.send_conv(&alice, &gid, "plan?").await;
@@ -260,10 +245,7 @@ async fn tray_3_1_notices_are_never_the_preview_and_a_verdict_reads_the_notices_
         .await;
     assert_eq!(st, 201);
     assert!(
-        s.tray(&bob).await["conversations"]
-            .as_array()
-            .unwrap()
-            .is_empty(),
+        s.cards(&bob).await.is_empty(),
         "notice after the anchor read too"
     );
     // A notices-only card: preview null, nothing owed.
@@ -316,14 +298,7 @@ async fn read_3_2_marks_read_without_a_verdict_and_messages_route_marks_delivere
     assert_eq!(st, 200);
     assert_eq!(msgs[0]["content"]["text"], "x");
     assert_eq!(s.state(&bob).await["received"][0]["status"], "delivered");
-    assert_eq!(
-        s.tray(&bob).await["conversations"]
-            .as_array()
-            .unwrap()
-            .len(),
-        1,
-        "delivered is not read"
-    );
+    assert_eq!(s.cards(&bob).await.len(), 1, "delivered is not read");
     let (st, _) = s
         .post(
             Some(&bob.key),
@@ -332,17 +307,40 @@ async fn read_3_2_marks_read_without_a_verdict_and_messages_route_marks_delivere
         )
         .await;
     assert_eq!(st, 200);
-    assert!(
-        s.tray(&bob).await["conversations"]
-            .as_array()
-            .unwrap()
-            .is_empty()
-    );
+    assert!(s.cards(&bob).await.is_empty());
     assert!(
         s.state(&bob).await["verdicts"]
             .as_array()
             .unwrap()
             .is_empty()
+    );
+}
+
+#[tokio::test]
+async fn read_3_2_a_through_message_id_that_is_not_a_string_is_400_and_reads_nothing() {
+    let s = sim(1.0).await;
+    let (alice, bob) = (s.agent("alice").await, s.agent("bob").await);
+    let m = s.send(&alice, &bob, "x").await;
+    let conv = m["conversation_id"].as_str().unwrap();
+    let (st, e) = s
+        .post(
+            Some(&bob.key),
+            &format!("/v1/conversations/{conv}/read"),
+            json!({"through_message_id": 7}),
+        )
+        .await;
+    assert_eq!(st, 400, "{e}");
+    assert_eq!(e["code"], "VALIDATION_ERROR");
+    assert!(
+        e["message"]
+            .as_str()
+            .unwrap()
+            .contains("through_message_id")
+    );
+    assert_eq!(
+        s.cards(&bob).await.len(),
+        1,
+        "bad input loses nothing: the message stays unread"
     );
 }
 
@@ -428,14 +426,9 @@ async fn invites_3_3_list_dismiss_idempotently_then_accept_and_decline_answer_40
         s.agent("bob").await,
         s.agent("carol").await,
     );
-    let (st, g) = s
-        .post(
-            None,
-            "/_sim/groups",
-            json!({"owner": "alice", "name": "launch-crew", "invite": ["bob", "carol"]}),
-        )
+    let g = s
+        .make_group(json!({"owner": "alice", "name": "launch-crew", "invite": ["bob", "carol"]}))
         .await;
-    assert_eq!(st, 201, "{g}");
     let bob_inv = g["invites"][0]["invite_id"].as_str().unwrap().to_string();
     let carol_inv = g["invites"][1]["invite_id"].as_str().unwrap().to_string();
     let (_, list) = s.get(Some(&bob.key), "/v1/groups/invites").await;
@@ -611,6 +604,18 @@ async fn poll_budget_3_1_empty_reads_get_50_then_429_with_retry_after() {
     assert!((1..=30).contains(&ra), "Retry-After {ra}");
     let e: Value = resp.json().await.unwrap();
     assert_eq!(e["code"], "RATE_LIMITED");
+}
+
+#[tokio::test]
+async fn poll_budget_3_1_empty_reads_within_60_s_of_a_send_spend_no_progress_budget() {
+    let s = sim(1.0).await; // the 60 s progress window cannot lapse during the test
+    let (alice, bob) = (s.agent("alice").await, s.agent("bob").await);
+    s.send(&bob, &alice, "progress").await;
+    for i in 0..60 {
+        let (st, t) = s.get(Some(&bob.key), "/v1/inbox").await;
+        assert_eq!(st, 200, "read {i}: {t}");
+        assert!(t["conversations"].as_array().unwrap().is_empty());
+    }
 }
 
 #[tokio::test]
@@ -818,18 +823,9 @@ async fn mcp_speaks_streamable_http_json_rpc_with_bearer_auth_and_five_tools() {
     let (_, v) = rpc(&s, Some(&bob.key), call(7, "agentchat_decide",
         json!({"conversation_id": conv, "decision": "reply", "category": "open_request", "through_message_id": m["id"]}))).await;
     assert_eq!(v.unwrap()["result"]["isError"], false);
-    assert!(
-        s.tray(&bob).await["conversations"]
-            .as_array()
-            .unwrap()
-            .is_empty()
-    );
-    let (_, g) = s
-        .post(
-            None,
-            "/_sim/groups",
-            json!({"owner": "alice", "name": "g", "invite": ["bob"]}),
-        )
+    assert!(s.cards(&bob).await.is_empty());
+    let g = s
+        .make_group(json!({"owner": "alice", "name": "g", "invite": ["bob"]}))
         .await;
     let inv = g["invites"][0]["invite_id"].as_str().unwrap();
     let (_, v) = rpc(
@@ -852,22 +848,35 @@ async fn mcp_speaks_streamable_http_json_rpc_with_bearer_auth_and_five_tools() {
     assert_eq!(v.unwrap()["error"]["code"], -32601);
 }
 
+/// Kills the child on drop, so a failed assertion leaves no `agentchat sim` behind.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 #[test]
 fn cli_sim_prints_one_json_line_with_seeded_keys_and_never_logs_keys() {
     use std::io::{BufRead, BufReader, Read};
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_agentchat"))
-        .args([
-            "sim",
-            "--seed-demo",
-            "--listen",
-            "127.0.0.1:0",
-            "--time-scale",
-            "10",
-        ])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut guard = KillOnDrop(
+        std::process::Command::new(env!("CARGO_BIN_EXE_agentchat"))
+            .args([
+                "sim",
+                "--seed-demo",
+                "--listen",
+                "127.0.0.1:0",
+                "--time-scale",
+                "10",
+            ])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let child = &mut guard.0;
     let mut line = String::new();
     BufReader::new(child.stdout.take().unwrap())
         .read_line(&mut line)
@@ -950,12 +959,7 @@ async fn deprecation_7_no_reply_still_works_as_dismiss_with_the_three_headers() 
     );
     let v: Value = resp.json().await.unwrap();
     assert_eq!(v["decision"]["decision"], "dismiss");
-    assert!(
-        s.tray(&bob).await["conversations"]
-            .as_array()
-            .unwrap()
-            .is_empty()
-    );
+    assert!(s.cards(&bob).await.is_empty());
 }
 
 #[tokio::test]
@@ -998,4 +1002,177 @@ async fn sync_lists_undelivered_rows_with_delivery_ids_and_the_cursor_ack_delive
     assert_eq!(st, 400);
     let (_, rows) = s.get(Some(&bob.key), "/v1/messages/sync").await;
     assert_eq!(rows.as_array().unwrap().len(), 1);
+}
+
+/// One `tools/call` over `/mcp`: the tool's JSON-RPC result (content and `isError`).
+async fn call_tool(s: &sim_support::Sim, key: &str, name: &str, args: Value) -> Value {
+    let (st, v) = rpc(
+        s,
+        Some(key),
+        json!({"jsonrpc": "2.0", "id": 9, "method": "tools/call", "params": {"name": name, "arguments": args}}),
+    )
+    .await;
+    assert_eq!(st, 200);
+    v.unwrap()["result"].clone()
+}
+
+#[tokio::test]
+async fn mcp_tools_refuse_arguments_their_input_schema_refuses_and_record_nothing() {
+    let s = sim(1.0).await;
+    let (alice, bob) = (s.agent("alice").await, s.agent("bob").await);
+    let m = s.send(&alice, &bob, "x").await;
+    let conv = m["conversation_id"].as_str().unwrap();
+    let refused = [
+        ("agentchat_inbox", json!({"limit": 0}), "limit"),
+        ("agentchat_inbox", json!({"wait_ms": "soon"}), "wait_ms"),
+        ("agentchat_inbox", json!({"wait_ms": 50_001}), "wait_ms"),
+        (
+            "agentchat_decide",
+            json!({"conversation_id": conv, "decision": "maybe", "category": "other"}),
+            "decision",
+        ),
+        (
+            "agentchat_decide",
+            json!({"conversation_id": conv, "decision": "dismiss", "category": "other", "through_message_id": 3}),
+            "through_message_id",
+        ),
+        (
+            "agentchat_decide",
+            json!({"conversation_id": conv, "decision": "dismiss"}),
+            "category",
+        ),
+        ("agentchat_send_message", json!({"to": "alice"}), "text"),
+        (
+            "agentchat_respond_to_invite",
+            json!({"invite_id": "gri_x", "response": "maybe"}),
+            "response",
+        ),
+    ];
+    for (tool, args, names) in refused {
+        let r = call_tool(&s, &bob.key, tool, args.clone()).await;
+        assert_eq!(r["isError"], true, "{tool} {args}: {r}");
+        let e = tool_json(&json!({"result": r}));
+        assert_eq!(e["code"], "VALIDATION_ERROR", "{tool} {args}");
+        assert!(
+            e["message"].as_str().unwrap().contains(names),
+            "{tool} {args}: the error names {names}: {e}"
+        );
+    }
+    let st = s.state(&bob).await;
+    assert_eq!(st["verdicts"], json!([]), "a refused call records nothing");
+    assert_eq!(s.cards(&bob).await.len(), 1);
+    // The same tools answer valid arguments.
+    let r = call_tool(
+        &s,
+        &bob.key,
+        "agentchat_inbox",
+        json!({"limit": 1, "wait_ms": 0}),
+    )
+    .await;
+    assert_eq!(r["isError"], false, "{r}");
+}
+
+#[tokio::test]
+async fn invites_3_1_the_tray_lists_the_20_newest_invites_and_flags_the_rest_truncated() {
+    let s = sim(1.0).await;
+    let (_alice, bob) = (s.agent("alice").await, s.agent("bob").await);
+    let mut ids = Vec::new();
+    for i in 0..21 {
+        let g = s
+            .make_group(json!({"owner": "alice", "name": format!("crew-{i}"), "invite": ["bob"]}))
+            .await;
+        ids.push(g["invites"][0]["invite_id"].clone());
+    }
+    let t = s.tray(&bob).await;
+    let listed: Vec<Value> = t["invites"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["invite_id"].clone())
+        .collect();
+    ids.reverse();
+    assert_eq!(listed, ids[..20].to_vec(), "the 20 newest, newest first");
+    assert_eq!(t["invites_truncated"], true);
+}
+
+#[tokio::test]
+async fn invites_3_3_dismiss_honours_idempotency_key_even_after_the_invite_is_answered() {
+    let s = sim(1.0).await;
+    let (_alice, bob) = (s.agent("alice").await, s.agent("bob").await);
+    let g = s
+        .make_group(json!({"owner": "alice", "name": "crew", "invite": ["bob"]}))
+        .await;
+    let inv = g["invites"][0]["invite_id"].as_str().unwrap().to_string();
+    let dismiss = |key: Option<&'static str>| {
+        let mut rb = s
+            .http
+            .post(format!("{}/v1/groups/invites/{inv}/dismiss", s.base))
+            .bearer_auth(&bob.key);
+        if let Some(k) = key {
+            rb = rb.header("Idempotency-Key", k);
+        }
+        rb.send()
+    };
+    let r = dismiss(Some("dismiss-key-1")).await.unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    let (st, _) = s
+        .delete(Some(&bob.key), &format!("/v1/groups/invites/{inv}"))
+        .await;
+    assert_eq!(st, 200, "declined after the dismiss");
+    let r = dismiss(Some("dismiss-key-1")).await.unwrap();
+    assert_eq!(r.status().as_u16(), 200, "the same key replays the answer");
+    assert_eq!(r.headers().get("idempotent-replay").unwrap(), "true");
+    assert_eq!(r.json::<Value>().await.unwrap(), json!({"dismissed": true}));
+    let r = dismiss(None).await.unwrap();
+    assert_eq!(
+        r.status().as_u16(),
+        404,
+        "without the key: no longer pending"
+    );
+    let e: Value = r.json().await.unwrap();
+    assert_eq!(e["code"], "INVITE_NOT_FOUND");
+}
+
+#[tokio::test]
+async fn poll_budget_3_1_a_held_read_counts_once_however_often_it_is_woken() {
+    let s = sim(1.0).await; // refill is one per 30 s: nothing refills during the test
+    let (_alice, bob) = (s.agent("alice").await, s.agent("bob").await);
+    for i in 0..48 {
+        let (st, _) = s.get(Some(&bob.key), "/v1/inbox").await;
+        assert_eq!(st, 200, "read {i}");
+    }
+    // Two no-progress tokens left. A held read (no invites=1) is woken by three invites, none
+    // of which ends it, and answers empty at its deadline.
+    let (http, base, key) = (s.http.clone(), s.base.clone(), bob.key.clone());
+    let held = tokio::spawn(async move {
+        let r = http
+            .get(format!("{base}/v1/inbox?wait_ms=1500"))
+            .bearer_auth(key)
+            .send()
+            .await
+            .unwrap();
+        (r.status().as_u16(), r.json::<Value>().await.unwrap())
+    });
+    s.wait_state(&bob, "the read to be parked", |st| st["held_requests"] == 1)
+        .await;
+    for i in 0..3 {
+        s.make_group(json!({"owner": "alice", "name": format!("g{i}"), "invite": ["bob"]}))
+            .await;
+    }
+    let (st, v) = tokio::time::timeout(Duration::from_secs(10), held)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(st, 200);
+    assert_eq!(v["conversations"], json!([]));
+    assert_eq!(
+        v["invites"].as_array().unwrap().len(),
+        3,
+        "listed, held to the end"
+    );
+    // It spent one token, not one per wake: one more read is let in, the next is refused.
+    let (st, _) = s.get(Some(&bob.key), "/v1/inbox").await;
+    assert_eq!(st, 200, "the held read counted once");
+    let (st, e) = s.get(Some(&bob.key), "/v1/inbox").await;
+    assert_eq!((st, e["code"].as_str()), (429, Some("RATE_LIMITED")));
 }

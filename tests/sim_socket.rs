@@ -87,12 +87,7 @@ async fn ws_3_4_with_ack_a_message_stays_undelivered_and_is_pushed_again_with_de
  {
     let s = sim(1.0).await;
     let (alice, bob) = (s.agent("alice").await, s.agent("bob").await);
-    let mut ws = s.connect(&bob.key, Some("ack")).await;
-    ws.expect("hello.ok", 5000).await;
-    s.wait_state(&bob, "socket attached", |st| {
-        st["sockets"].as_array().unwrap().len() == 1
-    })
-    .await;
+    let mut ws = s.ear(&bob, "ack").await;
     let m = s.send(&alice, &bob, "hold me").await;
     let f = ws.expect("message.new", 5000).await;
     assert_eq!(f["payload"]["id"], m["id"]);
@@ -143,32 +138,65 @@ async fn ws_3_4_connect_budget_closes_1013_with_retry_after_after_accepting_the_
  {
     let s = sim(1.0).await;
     let bob = s.agent("bob").await;
-    let (st, _) = s
-        .post(
-            None,
-            &format!("/_sim/agents/{}/budget", bob.handle),
-            json!({"connects_per_minute": 2}),
-        )
-        .await;
-    assert_eq!(st, 200);
+    s.connect_budget(&bob, 2).await;
     for _ in 0..2 {
         let mut ws = s.connect(&bob.key, Some("ack")).await;
         ws.expect("hello.ok", 5000).await;
     }
     let mut ws = s.connect(&bob.key, Some("ack")).await;
     let (code, reason) = ws.closed(5000).await;
-    assert_eq!(code, 1013);
-    let secs: u64 = reason
-        .strip_prefix("rate_limited; retry_after=")
-        .unwrap()
-        .parse()
-        .unwrap();
-    assert!((1..=60).contains(&secs), "{reason}");
+    assert!((1..=60).contains(&retry_after(code, &reason)), "{reason}");
     let log = s.connects(&bob).await;
     assert_eq!(log.len(), 3);
     assert_eq!(log[2]["outcome"], "refused");
     assert_eq!(log[2]["reason"], reason.as_str());
     assert!(log[2]["at_ms"].as_u64() >= log[1]["at_ms"].as_u64());
+}
+
+/// The `retry_after` seconds of a connect-budget close, or a panic naming what came instead.
+fn retry_after(code: u16, reason: &str) -> u64 {
+    assert_eq!(code, 1013, "{reason}");
+    reason
+        .strip_prefix("rate_limited; retry_after=")
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("not a connect-budget reason: {reason}"))
+}
+
+#[tokio::test]
+async fn ws_3_4_hello_path_connect_budget_is_checked_after_auth_and_counts_refused_attempts() {
+    let s = sim(1.0).await;
+    let bob = s.agent("bob").await;
+    s.connect_budget(&bob, 2).await;
+    let mut first = s.hello(&bob.key, &["ack"]).await;
+    first.expect("hello.ok", 5000).await;
+    // An unknown key is refused as a key and names no agent: bob's budget is untouched.
+    let mut stranger = s.hello("ac_live_wrong", &[]).await;
+    assert_eq!(
+        stranger.closed(5000).await,
+        (1008, "Invalid token".to_string())
+    );
+    let mut second = s.hello(&bob.key, &["ack"]).await;
+    second.expect("hello.ok", 5000).await;
+    for _ in 0..2 {
+        let mut over = s.hello(&bob.key, &["ack"]).await;
+        let (code, reason) = over.closed(5000).await;
+        assert!((1..=60).contains(&retry_after(code, &reason)), "{reason}");
+    }
+    let log = s.connects(&bob).await;
+    let outcomes: Vec<(&str, &str)> = log
+        .iter()
+        .map(|c| (c["path"].as_str().unwrap(), c["outcome"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        outcomes,
+        [
+            ("hello", "accepted"),
+            ("hello", "accepted"),
+            ("hello", "refused"),
+            ("hello", "refused")
+        ],
+        "refused attempts are logged (and counted in the minute)"
+    );
 }
 
 #[tokio::test]
@@ -316,18 +344,9 @@ async fn ws_3_4_heartbeat_frames_and_pings_come_every_45_s_and_heartbeats_only_w
 async fn ws_3_3_a_new_invite_is_pushed_and_group_notices_are_not_except_the_deletion() {
     let s = sim(1.0).await;
     let (_alice, bob) = (s.agent("alice").await, s.agent("bob").await);
-    let mut ws = s.connect(&bob.key, Some("ack")).await;
-    ws.expect("hello.ok", 5000).await;
-    s.wait_state(&bob, "socket attached", |st| {
-        st["sockets"].as_array().unwrap().len() == 1
-    })
-    .await;
-    let (_, g) = s
-        .post(
-            None,
-            "/_sim/groups",
-            json!({"owner": "alice", "name": "crew", "invite": ["bob"]}),
-        )
+    let mut ws = s.ear(&bob, "ack").await;
+    let g = s
+        .make_group(json!({"owner": "alice", "name": "crew", "invite": ["bob"]}))
         .await;
     let f = ws.expect("group.invite.received", 5000).await;
     assert_eq!(f["payload"]["id"], g["invites"][0]["invite_id"]);
@@ -478,12 +497,7 @@ async fn ladder_5_rewakes_at_1_5_30_180_minutes_only_on_rewake_sockets_then_stop
 async fn ladder_5_restarts_on_a_newer_message_and_never_runs_for_muted_or_answered_items() {
     let s = sim(600.0).await; // rung 1 = 100 ms, 2 = 500 ms, 3 = 3 s
     let (alice, bob) = (s.agent("alice").await, s.agent("bob").await);
-    let mut re = s.connect(&bob.key, Some("ack,rewake")).await;
-    re.expect("hello.ok", 5000).await;
-    s.wait_state(&bob, "socket", |st| {
-        st["sockets"].as_array().unwrap().len() == 1
-    })
-    .await;
+    let mut re = s.ear(&bob, "ack,rewake").await;
     let m = s.send(&alice, &bob, "one").await;
     let conv = m["conversation_id"].as_str().unwrap();
     assert_eq!(re.expect("wake", 5000).await["payload"]["step"], 1);
@@ -530,12 +544,7 @@ async fn reminder(ws: &mut sim_support::Ws) -> Value {
 async fn defer_6_reminds_after_15_min_then_24_h_then_stops_and_a_reminder_starts_no_ladder() {
     let s = sim(20_000.0).await; // 15 min = 45 ms, 24 h = 4.3 s, rung 4 (180 min) = 0.54 s
     let (alice, bob) = (s.agent("alice").await, s.agent("bob").await);
-    let mut ws = s.connect(&bob.key, Some("ack,rewake")).await;
-    ws.expect("hello.ok", 5000).await;
-    s.wait_state(&bob, "socket", |st| {
-        st["sockets"].as_array().unwrap().len() == 1
-    })
-    .await;
+    let mut ws = s.ear(&bob, "ack,rewake").await;
     let m = s.send(&alice, &bob, "later").await;
     let conv = m["conversation_id"].as_str().unwrap();
     // Let the message's own ladder run out first (at this scale rungs may coincide; a missed
@@ -727,4 +736,205 @@ async fn ladder_5_a_rung_with_no_rewake_socket_is_not_lost_the_latest_due_is_sen
     );
     let next = ws.expect("wake", 10_000).await;
     assert_eq!(next["payload"]["step"], 3);
+}
+
+#[tokio::test]
+async fn ladder_5_a_card_with_only_notices_unread_keeps_no_ladder_going() {
+    // Contract 5: system notices never start a ladder on their own; once the message that armed
+    // it is answered, a group card holding only a notice must not keep the rungs firing.
+    let s = sim(30.0).await; // rung 1 = 2 s
+    let (alice, bob) = (s.agent("alice").await, s.agent("bob").await);
+    let mut re = s.connect(&bob.key, Some("ack,rewake")).await;
+    re.expect("hello.ok", 5000).await;
+    let gid = s.group_with(&alice, "crew", &[&bob]).await;
+    s.notice(&gid, "name_changed", &alice).await;
+    let m = s.send(&alice, &bob, "one").await;
+    let conv = m["conversation_id"].as_str().unwrap();
+    let (st, _) = s
+        .decide(
+            &bob,
+            conv,
+            json!({"decision": "dismiss", "category": "other"}),
+        )
+        .await;
+    assert_eq!(st, 201);
+    let tray = s.tray(&bob).await;
+    assert_eq!(tray["conversations"].as_array().unwrap().len(), 1);
+    assert!(tray["conversations"][0]["preview"].is_null(), "{tray}");
+    let st = s
+        .wait_state(&bob, "the ladder to disarm", |st| {
+            st["ladder"]["armed"] == false
+        })
+        .await;
+    assert_eq!(
+        st["ladder"]["fired"],
+        json!([]),
+        "no rung fired for a notice"
+    );
+    // Past rung 1's time (2 s), still reading the socket (answering its pings): no wake.
+    assert!(re.collect(2500).await.iter().all(|f| f["type"] != "wake"));
+}
+
+#[tokio::test]
+async fn defer_6_a_notice_neither_brings_a_deferred_card_back_nor_wakes_when_the_reminder_is_due() {
+    // Contract 3.2/6: a system notice is not a message newer than the anchor, and a reminder that
+    // comes due with only notices unread fires quietly.
+    let s = sim(200.0).await; // 15 min = 4.5 s: room for the steps before it comes due
+    let (alice, bob) = (s.agent("alice").await, s.agent("bob").await);
+    let gid = s.group_with(&alice, "crew", &[&bob]).await;
+    let m = s.send_conv(&alice, &gid, "later").await;
+    let defer = json!({"decision": "defer", "category": "other", "through_message_id": m["id"]});
+    assert_eq!(s.decide(&bob, &gid, defer).await.0, 201);
+    s.notice(&gid, "name_changed", &alice).await;
+    let t = s.tray(&bob).await;
+    assert_eq!(t["deferred"], 1, "{t}");
+    assert_eq!(
+        t["conversations"],
+        json!([]),
+        "a notice does not bring it back"
+    );
+    // Read the message (and that notice); a later notice is then all that is unread there.
+    let (st, _) = s
+        .post(
+            Some(&bob.key),
+            &format!("/v1/conversations/{gid}/read"),
+            json!({"through_message_id": m["id"]}),
+        )
+        .await;
+    assert_eq!(st, 200);
+    s.notice(&gid, "description_changed", &alice).await;
+    let st = s
+        .wait_state(&bob, "the reminder to come due", |st| {
+            st["defers"][0]["reminder"]["step"] == 1
+        })
+        .await;
+    let card = &st["tray"]["conversations"][0];
+    assert!(card["preview"].is_null(), "{card}");
+    assert_eq!(
+        card["reminder"]["step"], 1,
+        "the card is back with its reminder"
+    );
+    // The wake log records every reminder the server sends, socket or not.
+    assert_eq!(s.wakes(&bob).await, Vec::<Value>::new(), "it fired quietly");
+}
+
+#[tokio::test]
+async fn invite_3_3_an_invite_from_a_muted_agent_is_listed_but_never_wakes() {
+    let s = sim(1.0).await;
+    // alice (muted by bob) and carol own the groups; the control API names them by handle.
+    let (_alice, bob, _carol) = (
+        s.agent("alice").await,
+        s.agent("bob").await,
+        s.agent("carol").await,
+    );
+    let (st, _) = s
+        .post(
+            Some(&bob.key),
+            "/v1/mutes",
+            json!({"target_kind": "agent", "target_handle": "alice"}),
+        )
+        .await;
+    assert_eq!(st, 201);
+    let mut ws = s.ear(&bob, "ack,rewake").await;
+    let muted = s
+        .make_group(json!({"owner": "alice", "name": "muted-crew", "invite": ["bob"]}))
+        .await;
+    let open = s
+        .make_group(json!({"owner": "carol", "name": "open-crew", "invite": ["bob"]}))
+        .await;
+    // Frames arrive in order: the first invite frame must be carol's, alice's never came.
+    let f = ws.expect("group.invite.received", 5000).await;
+    assert_eq!(f["payload"]["id"], open["invites"][0]["invite_id"], "{f}");
+    let listed: Vec<Value> = s.tray(&bob).await["invites"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["invite_id"].clone())
+        .collect();
+    assert!(
+        listed.contains(&muted["invites"][0]["invite_id"]),
+        "still listed"
+    );
+}
+
+#[tokio::test]
+async fn ladder_5_rungs_count_from_the_newest_item_still_unanswered() {
+    // Contract 5: rung k comes k minutes after "the newest message or invite on the unanswered
+    // items". When the newest one is answered, the ladder runs on from the older one still open.
+    let s = sim(300.0).await; // 1 min = 0.2 s, 5 min = 1 s, 30 min = 6 s
+    let (alice, bob, carol) = (
+        s.agent("alice").await,
+        s.agent("bob").await,
+        s.agent("carol").await,
+    );
+    s.send(&alice, &bob, "older, left open").await;
+    // Let server time pass (no socket of bob's can take a rung yet): the open message is then
+    // between 5 and 30 server minutes old.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let b = s.send(&carol, &bob, "newer, answered").await;
+    let conv_b = b["conversation_id"].as_str().unwrap();
+    let (st, _) = s
+        .decide(
+            &bob,
+            conv_b,
+            json!({"decision": "dismiss", "category": "other"}),
+        )
+        .await;
+    assert_eq!(st, 201);
+    let mut re = s.connect(&bob.key, Some("ack,rewake")).await;
+    re.expect("hello.ok", 5000).await;
+    let w = re.expect("wake", 5000).await;
+    assert_eq!(w["payload"]["reason"], "unanswered");
+    assert_eq!(
+        w["payload"]["step"], 2,
+        "rung 2 is the latest due, counted from the open message: {w}"
+    );
+}
+
+#[tokio::test]
+async fn ws_3_4_a_refused_key_counts_against_the_budget_on_the_header_path_only() {
+    // Contract 3.4: on the Bearer path the budget is checked before the key is looked up (every
+    // attempt counts); on the HELLO path right after authentication (a refused key never gets
+    // that far).
+    let s = sim(1.0).await;
+    let (alice, bob) = (s.agent("alice").await, s.agent("bob").await);
+    for a in [&alice, &bob] {
+        s.connect_budget(a, 1).await;
+        let (st, _) = s
+            .post(
+                None,
+                &format!("/_sim/agents/{}/refuse-key", a.handle),
+                json!({}),
+            )
+            .await;
+        assert_eq!(st, 200);
+    }
+    let mut header = s.connect(&alice.key, Some("ack")).await;
+    assert_eq!(
+        header.closed(5000).await,
+        (1008, "Invalid token".to_string())
+    );
+    let mut hello = s.hello(&bob.key, &["ack"]).await;
+    assert_eq!(
+        hello.closed(5000).await,
+        (1008, "Invalid token".to_string())
+    );
+    for a in [&alice, &bob] {
+        let (st, _) = s
+            .post(
+                None,
+                &format!("/_sim/agents/{}/refuse-key", a.handle),
+                json!({"refuse": false}),
+            )
+            .await;
+        assert_eq!(st, 200);
+    }
+    let mut header = s.connect(&alice.key, Some("ack")).await;
+    let (code, reason) = header.closed(5000).await;
+    assert!(
+        retry_after(code, &reason) >= 1,
+        "the header path counted the refused attempt"
+    );
+    let mut hello = s.hello(&bob.key, &["ack"]).await;
+    hello.expect("hello.ok", 5000).await;
 }

@@ -205,6 +205,45 @@ mod tests {
     }
 
     #[test]
+    fn poll_budget_parallel_reads_are_all_spent_below_zero_and_let_in_again_only_at_one() {
+        let mut p = PollBudget::default();
+        // 60 reads admitted before any of them is answered (in flight at once).
+        for _ in 0..60 {
+            p.admit(0).unwrap();
+        }
+        for _ in 0..60 {
+            p.settle(0, false, false);
+        }
+        assert_eq!(
+            p.admit(0).unwrap_err(),
+            11 * 30 * SEC,
+            "at -10, back to one takes 11 refills"
+        );
+        // Never below the floor of -170.
+        let mut q = PollBudget::default();
+        for _ in 0..300 {
+            q.settle(0, false, false);
+        }
+        assert_eq!(q.admit(0).unwrap_err(), 171 * 30 * SEC);
+    }
+
+    #[test]
+    fn poll_ceiling_refused_reads_spend_nothing() {
+        let mut p = PollBudget::default();
+        for _ in 0..120 {
+            p.admit(0).unwrap();
+        }
+        for _ in 0..10 {
+            assert_eq!(
+                p.admit(0).unwrap_err(),
+                SEC,
+                "a refused read spends nothing"
+            );
+        }
+        assert!(p.admit(SEC).is_ok());
+    }
+
+    #[test]
     fn poll_ceiling_spends_on_every_read() {
         let mut p = PollBudget::default();
         for _ in 0..120 {

@@ -125,20 +125,27 @@ impl State {
                 invitee: invitee.clone(),
                 inviter: inviter.clone(),
                 created_at: now_iso(),
+                created_v: self.now_v(),
                 ord,
                 state: "pending",
                 dismissed: false,
             },
         );
+        // An invite from a muted agent, or into a muted group, never wakes (3.3): no frame, no
+        // end to a held read, no ladder. It is still listed on the tray.
+        let muted = self
+            .agents
+            .get(&invitee)
+            .is_some_and(|a| a.muted_agents.contains(&inviter) || a.muted_convs.contains(group));
+        if muted {
+            return Ok(id);
+        }
         let frame = json!({"type": "group.invite.received", "payload": self.invite_list_item(&id)})
             .to_string();
         self.push(&invitee, &frame, |_| true);
         self.land(&invitee, Landing::Invite);
         let now_v = self.now_v();
-        if let Some(a) = self.agents.get_mut(&invitee)
-            && !a.muted_agents.contains(&inviter)
-            && !a.muted_convs.contains(group)
-        {
+        if let Some(a) = self.agents.get_mut(&invitee) {
             a.ladder = Ladder {
                 base_v: Some(now_v),
                 sent: 0,

@@ -120,28 +120,84 @@ fn s(args: &Value, name: &str) -> ApiResult<String> {
         .ok_or_else(|| ApiError::validation(format!("{name} is required")))
 }
 
+/// Checks a tool call's arguments against that tool's own `inputSchema` (required properties,
+/// `string`/`integer` types, `enum`, `minimum`/`maximum`), so a tool refuses what its schema
+/// refuses, with a 400-shaped error naming the property, as the REST route does. Null optional
+/// properties count as absent; properties the schema does not list are ignored.
+fn check_args(name: &str, args: &Value) -> ApiResult<()> {
+    let tools = tools();
+    let Some(schema) = tools
+        .as_array()
+        .and_then(|t| t.iter().find(|t| t["name"] == name))
+        .map(|t| &t["inputSchema"])
+    else {
+        return Ok(());
+    };
+    if !args.is_object() {
+        return Err(ApiError::validation("arguments must be an object"));
+    }
+    for req in schema["required"].as_array().into_iter().flatten() {
+        let key = req.as_str().unwrap_or("");
+        if args.get(key).is_none_or(Value::is_null) {
+            return Err(ApiError::validation(format!("{key} is required")));
+        }
+    }
+    let Some(props) = schema["properties"].as_object() else {
+        return Ok(());
+    };
+    for (key, p) in props {
+        let Some(v) = args.get(key).filter(|v| !v.is_null()) else {
+            continue;
+        };
+        let ok_type = match p["type"].as_str() {
+            Some("string") => v.is_string(),
+            Some("integer") => v.is_i64() || v.is_u64(),
+            _ => true,
+        };
+        if !ok_type {
+            return Err(ApiError::validation(format!(
+                "{key} must be a{} {}",
+                if p["type"] == "integer" { "n" } else { "" },
+                p["type"].as_str().unwrap_or("value")
+            )));
+        }
+        if let Some(allowed) = p["enum"].as_array()
+            && !allowed.contains(v)
+        {
+            let names: Vec<&str> = allowed.iter().filter_map(Value::as_str).collect();
+            return Err(ApiError::validation(format!(
+                "{key} must be one of {}",
+                names.join(", ")
+            )));
+        }
+        if let Some(n) = v.as_f64() {
+            let (min, max) = (p["minimum"].as_f64(), p["maximum"].as_f64());
+            if min.is_some_and(|m| n < m) || max.is_some_and(|m| n > m) {
+                return Err(ApiError::validation(format!(
+                    "{key} must be between {} and {}",
+                    p["minimum"], p["maximum"]
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// An integer argument already range-checked by `check_args`, or its default.
+fn int(args: &Value, name: &str, default: u64) -> u64 {
+    args.get(name).and_then(Value::as_u64).unwrap_or(default)
+}
+
 async fn call(sim: &Sim, me: &str, name: &str, args: &Value) -> ApiResult<Value> {
+    check_args(name, args)?;
     match name {
         "agentchat_inbox" => {
-            let limit = args
-                .get("limit")
-                .and_then(Value::as_u64)
-                .unwrap_or(20)
-                .clamp(1, 50) as usize;
-            let wait = args
-                .get("wait_ms")
-                .and_then(Value::as_u64)
-                .unwrap_or(0)
-                .min(50_000);
-            api::inbox(sim, me, limit, wait, true).await
+            let (limit, wait) = (int(args, "limit", 20), int(args, "wait_ms", 0));
+            api::inbox(sim, me, limit as usize, wait, true).await
         }
         "agentchat_get_conversation" => {
             let conv = s(args, "conversation_id")?;
-            let limit = args
-                .get("limit")
-                .and_then(Value::as_u64)
-                .unwrap_or(50)
-                .clamp(1, 200) as usize;
+            let limit = int(args, "limit", 50) as usize;
             let msgs = sim
                 .lock()
                 .conversation_messages(me, &conv, limit, None, None)?;

@@ -127,6 +127,8 @@ pub struct Message {
     pub mentions: Vec<String>,
     pub created_at: String,
     pub created_unix_ms: u64,
+    /// Server-clock creation time: the re-wake ladder counts its rungs from it (contract 5).
+    pub created_v: u64,
     /// Global arrival order (newest-first sorting).
     pub ord: u64,
     pub recipients: BTreeMap<String, Delivery>,
@@ -184,6 +186,8 @@ pub struct Invite {
     pub invitee: String,
     pub inviter: String,
     pub created_at: String,
+    /// Server-clock creation time (the ladder's base when it is the newest unanswered item).
+    pub created_v: u64,
     pub ord: u64,
     /// `pending` | `accepted` | `declined` | `cancelled`
     pub state: &'static str,

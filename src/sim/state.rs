@@ -432,6 +432,7 @@ impl State {
             mentions,
             created_at: iso(now),
             created_unix_ms: unix_ms(),
+            created_v: self.now_v(),
             ord,
             recipients: recipients
                 .iter()
@@ -839,6 +840,92 @@ mod tests {
         assert!(!valid_handle("a--b"));
         assert!(!valid_handle("abc-"));
         assert!(!valid_handle("1abc"));
+    }
+
+    use super::super::clock::Clock;
+
+    /// Two agents on a fresh state at real time (the 60 s progress window cannot lapse mid-test).
+    fn pair() -> State {
+        let mut s = State::new(Clock::new(1.0));
+        s.create_agent("alice", None).unwrap();
+        s.create_agent("bob", None).unwrap();
+        s
+    }
+
+    /// Forgets `h`'s last progress, as if the 60 s window had passed.
+    fn forget_progress(s: &mut State, h: &str) {
+        s.agents.get_mut(h).unwrap().last_progress_v = None;
+    }
+
+    #[test]
+    fn progress_3_1_a_send_counts_but_a_resend_of_the_same_client_msg_id_does_not() {
+        let mut s = pair();
+        let body = json!({"to": "bob", "client_msg_id": "c1", "content": {"text": "x"}});
+        let (st, first) = s.send_message("alice", &body).unwrap();
+        assert_eq!(st, 201);
+        assert!(s.progress_recently("alice"));
+        forget_progress(&mut s, "alice");
+        let (st, again) = s.send_message("alice", &body).unwrap();
+        assert_eq!(
+            (st, &again["id"]),
+            (200, &first["id"]),
+            "answered with the original"
+        );
+        assert!(!s.progress_recently("alice"), "a resend changed nothing");
+    }
+
+    #[test]
+    fn progress_3_1_a_verdict_counts_only_when_it_read_something_or_moved_a_reminder() {
+        let mut s = pair();
+        let (_, m) = s
+            .send_message("alice", &json!({"to": "bob", "content": {"text": "x"}}))
+            .unwrap();
+        let conv = m["conversation_id"].as_str().unwrap().to_string();
+        let dismiss = json!({"decision": "dismiss", "category": "other"});
+        s.decide("bob", &conv, &dismiss).unwrap();
+        assert!(s.progress_recently("bob"), "the dismiss read the message");
+        forget_progress(&mut s, "bob");
+        s.decide("bob", &conv, &dismiss).unwrap();
+        assert!(
+            !s.progress_recently("bob"),
+            "a dismiss of a read conversation"
+        );
+        s.decide(
+            "bob",
+            &conv,
+            &json!({"decision": "defer", "category": "other"}),
+        )
+        .unwrap();
+        assert!(s.progress_recently("bob"), "a defer moves a reminder");
+        forget_progress(&mut s, "bob");
+        s.mark_read("bob", &conv, &json!({})).unwrap();
+        assert!(!s.progress_recently("bob"), "/read that read nothing");
+    }
+
+    #[test]
+    fn progress_3_1_dismissing_an_invite_twice_counts_once() {
+        let mut s = pair();
+        let gid = s.create_group("alice", "crew", &[]).unwrap();
+        let inv = s.invite(&gid, "alice", "bob").unwrap();
+        assert_eq!(
+            s.dismiss_invite("bob", &inv).unwrap(),
+            json!({"dismissed": true})
+        );
+        assert!(s.progress_recently("bob"));
+        forget_progress(&mut s, "bob");
+        assert_eq!(
+            s.dismiss_invite("bob", &inv).unwrap(),
+            json!({"dismissed": true})
+        );
+        assert!(
+            !s.progress_recently("bob"),
+            "already dismissed: nothing changed"
+        );
+        s.decline_invite("bob", &inv).unwrap();
+        assert!(
+            s.progress_recently("bob"),
+            "declining still works and counts"
+        );
     }
 
     #[test]

@@ -65,10 +65,22 @@ fn run_ladders(s: &mut State) {
     let handles: Vec<String> = s.agents.keys().cloned().collect();
     for h in handles {
         let Some(a) = s.agents.get(&h) else { continue };
-        let Some(base) = a.ladder.base_v else {
+        let sent = a.ladder.sent as usize;
+        if a.ladder.base_v.is_none() || sent >= RUNGS_MIN.len() {
+            continue; // armed only by a new message or invite; after rung 4, nothing more
+        }
+        // Rungs count from the newest item still unanswered (an answered newer one no longer
+        // times them); with nothing unanswered the ladder stops.
+        let t = tray::build(s, &h);
+        let Some(base) = t.newest_unanswered_v(s, &h) else {
+            if let Some(a) = s.agents.get_mut(&h) {
+                a.ladder.base_v = None;
+            }
             continue;
         };
-        let sent = a.ladder.sent as usize;
+        if let Some(a) = s.agents.get_mut(&h) {
+            a.ladder.base_v = Some(base);
+        }
         // The latest rung due and not yet sent: a missed rung is sent once, never a burst.
         let Some(rung) = (sent..RUNGS_MIN.len())
             .rev()
@@ -76,14 +88,7 @@ fn run_ladders(s: &mut State) {
         else {
             continue;
         };
-        let t = tray::build(s, &h);
-        let (ids, invite) = t.unanswered(s, &h);
-        if ids.is_empty() && !invite {
-            if let Some(a) = s.agents.get_mut(&h) {
-                a.ladder.base_v = None;
-            }
-            continue;
-        }
+        let (ids, _) = t.unanswered(s, &h);
         let has_rewake = s
             .agents
             .get(&h)

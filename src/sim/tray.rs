@@ -12,6 +12,8 @@ pub const QUESTION: &str = "For each conversation on this tray decide ONE thing:
 pub struct Card {
     pub conversation_id: String,
     pub newest_ord: u64,
+    /// Server-clock time of the preview (the newest unread message that is not a notice).
+    pub preview_v: Option<u64>,
     pub muted: bool,
     pub json: Value,
 }
@@ -139,6 +141,7 @@ pub fn build(s: &State, h: &str) -> Tray {
         cards.push(Card {
             conversation_id: c.id.clone(),
             newest_ord: last_unread.ord,
+            preview_v: preview.map(|p| p.created_v),
             muted,
             json: card,
         });
@@ -198,24 +201,43 @@ impl Tray {
     }
 
     /// Conversation ids of unanswered cards (not muted), newest first, at most 50, and whether
-    /// any unanswered invite (from an inviter, into a group, not muted) waits.
+    /// any unanswered invite (from an inviter, into a group, not muted) waits. A card whose only
+    /// unread messages are notices (`preview: null`) is not unanswered: notices never keep a
+    /// ladder going on their own (contract 5).
     pub fn unanswered(&self, s: &State, h: &str) -> (Vec<String>, bool) {
         let ids: Vec<String> = self
-            .cards
-            .iter()
-            .filter(|c| !c.muted)
+            .unanswered_cards()
             .take(50)
             .map(|c| c.conversation_id.clone())
             .collect();
-        let muted_agents = s.agents.get(h).map(|a| (&a.muted_agents, &a.muted_convs));
-        let invite = self
-            .invites
+        (ids, self.unanswered_invites(s, h).next().is_some())
+    }
+
+    fn unanswered_cards(&self) -> impl Iterator<Item = &Card> {
+        self.cards
+            .iter()
+            .filter(|c| !c.muted && c.preview_v.is_some())
+    }
+
+    fn unanswered_invites<'a>(
+        &'a self,
+        s: &'a State,
+        h: &str,
+    ) -> impl Iterator<Item = &'a super::model::Invite> {
+        let muted = s.agents.get(h).map(|a| (&a.muted_agents, &a.muted_convs));
+        self.invites
             .iter()
             .filter_map(|id| s.invites.get(id))
-            .any(|i| {
-                muted_agents
-                    .is_none_or(|(ma, mc)| !ma.contains(&i.inviter) && !mc.contains(&i.group_id))
-            });
-        (ids, invite)
+            .filter(move |i| {
+                muted.is_none_or(|(ma, mc)| !ma.contains(&i.inviter) && !mc.contains(&i.group_id))
+            })
+    }
+
+    /// Server-clock time of the newest message or invite among the unanswered items: the
+    /// re-wake ladder's rungs count from it (contract 5). `None` when nothing is unanswered.
+    pub fn newest_unanswered_v(&self, s: &State, h: &str) -> Option<u64> {
+        let cards = self.unanswered_cards().filter_map(|c| c.preview_v);
+        let invites = self.unanswered_invites(s, h).map(|i| i.created_v);
+        cards.chain(invites).max()
     }
 }

@@ -21,6 +21,16 @@ impl State {
         }
     }
 
+    /// The body's `through_message_id` as `(seq, id)`: absent or null is `None`; anything but a
+    /// string is 400 (never "read through now"); a foreign id is 404 MESSAGE_NOT_FOUND.
+    fn body_anchor(&self, conv: &str, body: &Value) -> ApiResult<Option<(u64, String)>> {
+        match body.get("through_message_id") {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::String(s)) => Ok(Some((self.anchor_seq(conv, s)?, s.clone()))),
+            Some(_) => Err(ApiError::validation("through_message_id must be a string")),
+        }
+    }
+
     /// Reads through `seq`, plus the notices right after it up to the next message from someone
     /// else. Returns how many became read; senders get `message.read`.
     fn read_through(&mut self, h: &str, conv: &str, through: u64) -> usize {
@@ -122,11 +132,7 @@ impl State {
                 )));
             }
         };
-        let anchor = match body.get("through_message_id") {
-            None | Some(Value::Null) => None,
-            Some(Value::String(s)) => Some((self.anchor_seq(conv, s)?, s.clone())),
-            Some(_) => return Err(ApiError::validation("through_message_id must be a string")),
-        };
+        let anchor = self.body_anchor(conv, body)?;
         let at_ = now_iso();
         let now_v = self.now_v();
         let mut changed = false;
@@ -204,8 +210,8 @@ impl State {
     /// `POST /v1/conversations/{id}/read`: reads by the verdict rules, records no verdict.
     pub fn mark_read(&mut self, h: &str, conv: &str, body: &Value) -> ApiResult<Value> {
         self.conv_for(h, conv)?;
-        let seq = match body.get("through_message_id").and_then(Value::as_str) {
-            Some(s) => self.anchor_seq(conv, s)?,
+        let seq = match self.body_anchor(conv, body)? {
+            Some((seq, _)) => seq,
             None => self.newest_seq(conv).map(|x| x.0).unwrap_or(0),
         };
         let n = self.read_through(h, conv, seq);

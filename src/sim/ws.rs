@@ -127,6 +127,12 @@ async fn admit(
         } else {
             match s.key_owner(key) {
                 None => Some((None, 1008, "Invalid token".to_string())),
+                // HELLO path: the budget is checked right after authentication, so a refused
+                // key never reaches it. Bearer path: checked before the key is looked up, so
+                // every attempt counts (3.4).
+                Some((h, false)) if path == "hello" => {
+                    Some((Some(h), 1008, "Invalid token".to_string()))
+                }
                 Some((h, good)) => {
                     let budget = s.agents.get_mut(&h).map(|a| a.connect_budget.attempt(now));
                     match budget {

@@ -34,6 +34,11 @@ pub async fn sim(time_scale: f64) -> Sim {
     }
 }
 
+/// The cards (`conversations`) of a tray body.
+pub fn cards(tray: &Value) -> Vec<Value> {
+    tray["conversations"].as_array().unwrap().clone()
+}
+
 pub struct Agent {
     pub handle: String,
     pub key: String,
@@ -139,6 +144,65 @@ impl Sim {
             .await;
         v["acks"].as_array().unwrap().clone()
     }
+    /// Connects on the header path with `caps`, then waits for `hello.ok` and until the server
+    /// holds the socket (so a push that follows reaches it).
+    pub async fn ear(&self, a: &Agent, caps: &str) -> Ws {
+        let mut ws = self.connect(&a.key, Some(caps)).await;
+        ws.expect("hello.ok", 5000).await;
+        self.wait_state(a, "the socket", |st| {
+            !st["sockets"].as_array().unwrap().is_empty()
+        })
+        .await;
+        ws
+    }
+    /// The cards of the agent's tray (`GET /v1/inbox`).
+    pub async fn cards(&self, a: &Agent) -> Vec<Value> {
+        cards(&self.tray(a).await)
+    }
+    /// `POST /_sim/groups` with `body` (`owner`, `name`, `invite` and/or `members`); the answer.
+    pub async fn make_group(&self, body: Value) -> Value {
+        let (st, g) = self.post(None, "/_sim/groups", body).await;
+        assert_eq!(st, 201, "{g}");
+        g
+    }
+    /// A group `name` owned by `owner` whose `members` were invited and accepted; its id.
+    pub async fn group_with(&self, owner: &Agent, name: &str, members: &[&Agent]) -> String {
+        let handles: Vec<&str> = members.iter().map(|m| m.handle.as_str()).collect();
+        let g = self
+            .make_group(json!({"owner": owner.handle, "name": name, "invite": handles}))
+            .await;
+        for (m, inv) in members.iter().zip(g["invites"].as_array().unwrap()) {
+            let id = inv["invite_id"].as_str().unwrap();
+            let (st, v) = self
+                .post(
+                    Some(&m.key),
+                    &format!("/v1/groups/invites/{id}/accept"),
+                    json!({}),
+                )
+                .await;
+            assert_eq!(st, 200, "{v}");
+        }
+        g["group_id"].as_str().unwrap().to_string()
+    }
+    /// A system notice (`event`, by `by`) into group `gid` through the control API.
+    pub async fn notice(&self, gid: &str, event: &str, by: &Agent) {
+        let (st, v) = self
+            .post(
+                None,
+                &format!("/_sim/groups/{gid}/notice"),
+                json!({"event": event, "by": by.handle}),
+            )
+            .await;
+        assert!((200..300).contains(&st), "{v}");
+    }
+    /// The agent's wake log (every wake the server pushed, with how many sockets got it).
+    pub async fn wakes(&self, a: &Agent) -> Vec<Value> {
+        let (st, v) = self
+            .get(None, &format!("/_sim/agents/{}/wakes", a.handle))
+            .await;
+        assert_eq!(st, 200, "{v}");
+        v["wakes"].as_array().unwrap().clone()
+    }
     /// Polls the agent's state until `pred` holds (deadline 10 s).
     pub async fn wait_state(&self, a: &Agent, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
@@ -188,6 +252,26 @@ impl Sim {
     pub async fn connect_bare(&self) -> Ws {
         let (ws, _) = connect_async(self.ws_url()).await.unwrap();
         Ws { ws }
+    }
+    /// HELLO path with a hello frame carrying `key` and `caps`.
+    pub async fn hello(&self, key: &str, caps: &[&str]) -> Ws {
+        let mut ws = self.connect_bare().await;
+        ws.send_json(
+            json!({"type": "hello", "api_key": key, "capabilities": caps, "client": "sim-test"}),
+        )
+        .await;
+        ws
+    }
+    /// Sets the agent's per-minute connect budget through the control API.
+    pub async fn connect_budget(&self, a: &Agent, per_minute: u32) {
+        let (st, v) = self
+            .post(
+                None,
+                &format!("/_sim/agents/{}/budget", a.handle),
+                json!({"connects_per_minute": per_minute}),
+            )
+            .await;
+        assert_eq!(st, 200, "{v}");
     }
 }
 
