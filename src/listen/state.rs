@@ -173,7 +173,7 @@ fn write_atomic_mode(path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<()
         std::process::id(),
         fastrand::u32(..)
     ));
-    {
+    let written = (|| {
         let mut f = OpenOptions::new()
             .write(true)
             .create(true)
@@ -182,9 +182,15 @@ fn write_atomic_mode(path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<()
             .open(&tmp)?;
         f.write_all(bytes)?;
         f.sync_all()?;
+        drop(f);
+        std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(mode))?;
+        std::fs::rename(&tmp, path)
+    })();
+    if written.is_err() {
+        // A full disk or a failed rename must not leave a temp file behind on every retry.
+        let _ = std::fs::remove_file(&tmp);
     }
-    std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(mode))?;
-    std::fs::rename(&tmp, path)
+    written
 }
 
 /// RFC 3339 UTC with milliseconds.
