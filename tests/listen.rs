@@ -673,7 +673,7 @@ fn integration_off_exits_0_without_starting() {
 const FAKE_KEY: &str = "ac_live_fake_key_for_the_scripted_server";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn own_and_system_messages_are_acked_and_start_no_cycle() {
+async fn own_and_system_messages_give_no_run_and_are_acked() {
     use listen_support::fake::{self, Fake, message_new};
     let fake = Fake::start("bob", fake::tray("@bob", 1)).await;
     let opts = Opts::default();
@@ -774,6 +774,26 @@ async fn a_tray_whose_you_is_another_handle_gives_no_run_and_handle_mismatch() {
         setup.status()["last_cycle"]["no_run_reason"],
         "handle_mismatch"
     );
+    // Further wakes in the same episode: no run, and no new error line each cycle.
+    for n in 2..=3 {
+        fake.push_text(r#"{"type":"wake","payload":{"reason":"reminder"}}"#);
+        assert!(
+            eventually(10.0, || l.count("cycle_end") >= n).await,
+            "{}",
+            l.log()
+        );
+    }
+    assert_eq!(setup.rec.count(), 0);
+    assert_eq!(l.count("handle_mismatch"), 1, "logged once per episode");
+    // The episode ends when the tray is this agent's again.
+    fake.shared.lock().unwrap().tray = fake::tray("@bob", 0);
+    fake.push_text(r#"{"type":"wake","payload":{"reason":"reminder"}}"#);
+    assert!(
+        status_holds(&setup, |s| s["state"] == "connected").await,
+        "{}",
+        l.log()
+    );
+    assert_eq!(l.count("handle_mismatch_cleared"), 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1271,4 +1291,116 @@ async fn a_repeated_message_is_acked_again_and_wakes_nothing_new() {
         .filter(|e| e["reason"] == "message")
         .count();
     assert_eq!(message_wakes, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_status_file_that_cannot_be_written_is_logged_once_and_loses_no_run() {
+    let sim = Sim::start(1.0).await;
+    let alice = sim.agent("alice").await;
+    let bob = sim.agent("bob").await;
+    let opts = Opts::default();
+    let setup = Setup::new(&opts);
+    let l = Listener::start(&sim, &bob, &setup, &opts);
+    settled(&l).await;
+    // A directory in the file's place makes every rename fail, even for root (like a full disk).
+    let status = setup.state_dir.join("status.json");
+    std::fs::remove_file(&status).unwrap();
+    std::fs::create_dir(&status).unwrap();
+    std::fs::write(status.join("keep"), "").unwrap();
+    sim.send(&alice, &bob, "one").await;
+    assert!(eventually(15.0, || setup.rec.done(1)).await, "{}", l.log());
+    assert!(eventually(5.0, || l.count("cycle_end") >= 2).await);
+    assert_eq!(l.count("status_write_failed"), 1, "{}", l.log());
+    let tmp_left = std::fs::read_dir(&setup.state_dir)
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".tmp"))
+        .count();
+    assert_eq!(tmp_left, 0, "failed writes leave no temp files");
+    // Writable again: the next event writes the whole status, counting both runs.
+    std::fs::remove_dir_all(&status).unwrap();
+    sim.send(&alice, &bob, "two").await;
+    assert!(eventually(15.0, || setup.rec.done(2)).await, "{}", l.log());
+    assert!(status_holds(&setup, |s| s["counters"]["runs"] == 2).await);
+    assert_eq!(l.count("status_write_recovered"), 1);
+    assert_eq!(l.count("status_write_failed"), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quiet_window_changed_by_sighup_applies_without_a_restart() {
+    let sim = Sim::start(1.0).await;
+    let alice = sim.agent("alice").await;
+    let bob = sim.agent("bob").await;
+    let opts = Opts::default();
+    let setup = Setup::new(&opts);
+    let l = Listener::start(&sim, &bob, &setup, &opts);
+    settled(&l).await;
+    let toml = std::fs::read_to_string(&setup.config)
+        .unwrap()
+        .replace(
+            &format!("quiet_window = \"{}\"", opts.quiet),
+            "quiet_window = \"30s\"",
+        )
+        .replace(
+            &format!("max_delay = \"{}\"", opts.max_delay),
+            "max_delay = \"60s\"",
+        );
+    std::fs::write(&setup.config, toml).unwrap();
+    l.signal(libc::SIGHUP);
+    assert!(
+        eventually(10.0, || l.count("coalescer_windows") == 1).await,
+        "{}",
+        l.log()
+    );
+    sim.send(&alice, &bob, "waits for the new quiet window")
+        .await;
+    let message_woke = || l.events("wake").iter().any(|e| e["reason"] == "message");
+    assert!(eventually(10.0, message_woke).await, "{}", l.log());
+    // The old windows (300 ms quiet, 2 s max) would have started a cycle well within this.
+    assert!(
+        never(5.0, || l.count("cycle_start") >= 2).await,
+        "{}",
+        l.log()
+    );
+    assert_eq!(setup.rec.count(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_that_ignores_sigterm_is_killed_when_the_listener_stops_and_a_wake_while_stopping_is_not_acked()
+ {
+    let sim = Sim::start(1.0).await;
+    let alice = sim.agent("alice").await;
+    let bob = sim.agent("bob").await;
+    let opts = Opts {
+        kill_grace: "2s",
+        ..Opts::default()
+    };
+    let setup = Setup::new(&opts);
+    setup.rec.set("trap", "");
+    setup.rec.set("sleep", "60");
+    setup.rec.set("grandchild", "");
+    let mut l = Listener::start(&sim, &bob, &setup, &opts);
+    settled(&l).await;
+    sim.send(&alice, &bob, "long one").await;
+    assert!(
+        eventually(15.0, || !setup.rec.file("grandchild", 1).is_empty()).await,
+        "{}",
+        l.log()
+    );
+    let run_pid: i32 = setup.rec.file("pid", 1).trim().parse().unwrap();
+    let grandchild: i32 = setup.rec.file("grandchild", 1).trim().parse().unwrap();
+    let acked = sim.acks(&bob).await.len();
+    l.signal(libc::SIGTERM);
+    assert!(eventually(5.0, || setup.status()["state"] == "stopping").await);
+    // The run outlives the SIGTERM; a message arriving now is the server's to deliver again.
+    sim.send(&alice, &bob, "while stopping").await;
+    let code = l.wait_exit(20.0);
+    assert_eq!(code, Some(0), "{}", l.log());
+    assert!(
+        is_gone(run_pid) && is_gone(grandchild),
+        "the SIGKILL after the grace reached the whole group"
+    );
+    assert!(!setup.rec.done(1), "the run never reached its end");
+    assert_eq!(setup.rec.count(), 1, "no run while stopping");
+    assert_eq!(sim.acks(&bob).await.len(), acked, "no ack while stopping");
 }

@@ -114,7 +114,8 @@ async fn body(input: &mut CycleInput, report: &mut CycleReport) {
     log_tray(&id, "before", &before);
     let kind = match decide::decide(&before, &input.handle) {
         CycleDecision::NoRun(NoRun::HandleMismatch { you }) => {
-            tracing::error!(event = %"handle_mismatch", cycle_id = %id, you = %you, handle = %input.handle, "the tray belongs to another agent than this key's; no run");
+            // The main loop logs the error once per mismatch episode, not once per cycle.
+            tracing::debug!(event = %"tray_you_mismatch", cycle_id = %id, you = %you, handle = %input.handle, "the tray belongs to another agent than this key's");
             report.handle_mismatch = Some(you);
             no_run(report, &id, "handle_mismatch");
             return;

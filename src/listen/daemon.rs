@@ -50,6 +50,10 @@ struct Daemon {
     coalescer: Coalescer,
     shown_state: &'static str,
     notify: bool,
+    /// The last status write failed (full disk, unwritable dir): logged once per episode.
+    status_write_failing: bool,
+    /// `quiet_window`/`max_delay` from a reload, applied once the coalescer is idle.
+    pending_windows: Option<(u64, u64)>,
 }
 
 /// Runs until SIGTERM/SIGINT. Returns the exit code (0).
@@ -95,10 +99,8 @@ pub async fn run(
         },
         counters: Counters::default(),
     };
-    let coalescer = Coalescer::new(
-        settings.listen.quiet_window.as_millis() as u64,
-        settings.listen.max_delay.as_millis() as u64,
-    );
+    let (quiet_ms, max_delay_ms) = windows(&settings);
+    let coalescer = Coalescer::new(quiet_ms, max_delay_ms);
     let mut d = Daemon {
         args,
         settings,
@@ -120,6 +122,8 @@ pub async fn run(
         coalescer,
         shown_state: "starting",
         notify,
+        status_write_failing: false,
+        pending_windows: None,
     };
     tracing::info!(
         event = %"listener_start",
@@ -202,6 +206,7 @@ pub async fn run(
                 cycle_task = None;
                 let now = d.now_ms();
                 d.coalescer.end(now);
+                d.apply_pending_windows();
                 match r {
                     Ok(report) => d.on_cycle_end(report),
                     Err(e) => tracing::error!(event = %"cycle_crashed", error = %e, "the cycle task ended abnormally"),
@@ -379,12 +384,21 @@ impl Daemon {
             self.status.detail = Some(format!("runtime unusable: {why}"));
         }
         if let Some(you) = report.handle_mismatch {
+            if self.profile.mismatch.as_deref() != Some(you.as_str()) {
+                tracing::error!(
+                    event = %"handle_mismatch",
+                    you = %you,
+                    handle = %self.handle.as_deref().unwrap_or("?"),
+                    "the tray belongs to another agent than this key's; no runs until it matches"
+                );
+            }
             self.status.detail = Some(format!(
                 "the tray is {you}'s, not @{}'s",
                 self.handle.as_deref().unwrap_or("?")
             ));
             self.profile.mismatch = Some(you);
         } else if report.handle_ok && self.profile.mismatch.take().is_some() {
+            tracing::info!(event = %"handle_mismatch_cleared", "the tray is this key's agent's again");
             self.status.detail = None;
         }
         if report.key_refused {
@@ -421,8 +435,17 @@ impl Daemon {
         self.status.state = shown;
         self.status.socket = self.socket_state.as_str();
         self.status.updated_at = state::rfc3339(now);
-        if let Err(e) = self.state.write_status(&self.status) {
-            tracing::warn!(event = %"status_write_failed", error = %e, "could not write status.json");
+        match self.state.write_status(&self.status) {
+            Ok(()) if self.status_write_failing => {
+                self.status_write_failing = false;
+                tracing::info!(event = %"status_write_recovered", "status.json is written again");
+            }
+            Ok(()) => {}
+            Err(e) if !self.status_write_failing => {
+                self.status_write_failing = true;
+                tracing::warn!(event = %"status_write_failed", error = %e, "could not write status.json; the listener keeps working and logs this once until a write succeeds");
+            }
+            Err(_) => {}
         }
     }
 
@@ -472,6 +495,9 @@ impl Daemon {
                     }
                     let mut s = s;
                     s.state_dir = self.settings.state_dir.clone();
+                    if windows(&s) != windows(&self.settings) {
+                        self.pending_windows = Some(windows(&s));
+                    }
                     self.key = k;
                     self.status.api_base = s.api_base.clone();
                     self.status.runtime = s.listen.runtime.as_str().to_string();
@@ -490,8 +516,26 @@ impl Daemon {
             }
         }
         self.profile.unusable = None;
+        self.apply_pending_windows();
         let _ = params_tx.send(self.socket_params());
         self.write_status();
+    }
+
+    /// A reloaded `quiet_window`/`max_delay` takes over once no cycle runs and no wake waits, so
+    /// a wake already counted keeps the timing it was counted with.
+    fn apply_pending_windows(&mut self) {
+        if self.coalescer.is_running() || self.coalescer.is_owed() {
+            return;
+        }
+        if let Some((quiet_ms, max_delay_ms)) = self.pending_windows.take() {
+            self.coalescer = Coalescer::new(quiet_ms, max_delay_ms);
+            tracing::info!(
+                event = %"coalescer_windows",
+                quiet_window_ms = quiet_ms,
+                max_delay_ms,
+                "new quiet_window and max_delay in effect"
+            );
+        }
     }
 
     /// While the key is refused, a changed key (file or environment) is tried at once.
@@ -528,6 +572,14 @@ fn shown_state(p: &Profile, socket: SocketState) -> &'static str {
     } else {
         socket.as_str()
     }
+}
+
+/// The coalescer's `(quiet_window, max_delay)` in milliseconds.
+fn windows(s: &Settings) -> (u64, u64) {
+    (
+        s.listen.quiet_window.as_millis() as u64,
+        s.listen.max_delay.as_millis() as u64,
+    )
 }
 
 fn key_source_label(k: &config::KeySource) -> String {

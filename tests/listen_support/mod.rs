@@ -270,7 +270,8 @@ pub fn is_gone(pid: i32) -> bool {
 
 /// The recording run: a `sh` script that counts its runs and keeps each run's stdin, env and
 /// argv; `sleep` and `exit` files in its dir make a run slow or fail; `grandchild` makes it start
-/// a background `sleep` whose pid it records.
+/// a background `sleep` whose pid it records; `trap` makes the run (and its children, which
+/// inherit the ignored signal) ignore SIGTERM.
 pub struct Recorder {
     pub dir: PathBuf,
     pub script: PathBuf,
@@ -284,6 +285,7 @@ impl Recorder {
         let body = format!(
             r#"#!/bin/sh
 d='{d}'
+if [ -f "$d/trap" ]; then trap '' TERM; fi
 n=$(( $(cat "$d/count" 2>/dev/null || echo 0) + 1 ))
 echo "$n" > "$d/count.tmp" && mv "$d/count.tmp" "$d/count"
 echo "$$" > "$d/pid.$n"
