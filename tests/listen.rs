@@ -949,6 +949,37 @@ async fn a_429_on_the_tray_is_retried_only_after_its_retry_after() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_while_a_cycle_waits_out_a_429_stops_without_waiting_for_it() {
+    use listen_support::fake::{self, Fake};
+    let fake = Fake::start("bob", fake::tray("@bob", 1)).await;
+    {
+        let mut s = fake.shared.lock().unwrap();
+        s.inbox_429 = 1;
+        s.retry_after_s = 120;
+    }
+    // A long grace: abandoning the cycle after it would also exit, but only after 35 s.
+    let opts = Opts {
+        kill_grace: "30s",
+        ..Opts::default()
+    };
+    let setup = Setup::new(&opts);
+    let mut l = Listener::spawn(
+        listener_command_for(&fake.api_base, FAKE_KEY, &setup, &opts),
+        &setup,
+        "",
+    );
+    assert!(
+        eventually(15.0, || l.count("tray_retry") == 1).await,
+        "{}",
+        l.log()
+    );
+    l.signal(libc::SIGTERM);
+    assert_eq!(l.wait_exit(15.0), Some(0), "{}", l.log());
+    assert_eq!(l.count("cycle_abandoned"), 0, "{}", l.log());
+    assert_eq!(setup.rec.count(), 0, "no run after the stop");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_status_file_is_refreshed_on_its_timer_without_any_event() {
     let sim = Sim::start(1.0).await;
     let bob = sim.agent("bob").await;

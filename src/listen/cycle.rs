@@ -102,7 +102,7 @@ async fn body(input: &mut CycleInput, report: &mut CycleReport) {
         no_run(report, &id, "runtime_unusable");
         return;
     }
-    let before = match read_tray(&input.api, &id).await {
+    let before = match read_tray(&input.api, &id, input.shutdown.clone()).await {
         Ok(t) => t,
         Err(e) => {
             report.key_refused = matches!(e, ApiError::Refused(_));
@@ -267,7 +267,7 @@ async fn body(input: &mut CycleInput, report: &mut CycleReport) {
         }
         return;
     }
-    let after = match read_tray(&input.api, &id).await {
+    let after = match read_tray(&input.api, &id, input.shutdown.clone()).await {
         Ok(t) => t,
         Err(e) => {
             tracing::warn!(event = %"tray_unreadable", cycle_id = %id, error = %e, "the tray after the run could not be read; the invite rule counts nothing this time");
@@ -391,8 +391,14 @@ fn forget_answered(state: &StateDir) {
     }
 }
 
-/// Reads the tray, retrying transient failures and honouring `429 Retry-After`.
-async fn read_tray(api: &Api, cycle_id: &str) -> Result<Tray, ApiError> {
+/// Reads the tray, retrying transient failures and honouring `429 Retry-After`. A stop during a
+/// wait between tries gives up at once (the last error), so a long `Retry-After` never delays a
+/// SIGTERM.
+async fn read_tray(
+    api: &Api,
+    cycle_id: &str,
+    mut shutdown: watch::Receiver<bool>,
+) -> Result<Tray, ApiError> {
     let mut attempt = 0;
     loop {
         attempt += 1;
@@ -409,7 +415,10 @@ async fn read_tray(api: &Api, cycle_id: &str) -> Result<Tray, ApiError> {
                     _ => Duration::from_millis(500 * (1 << attempt)),
                 };
                 tracing::info!(event = %"tray_retry", cycle_id = %cycle_id, error = %e, wait_ms = wait.as_millis() as u64, "tray read failed; retrying");
-                tokio::time::sleep(wait).await;
+                tokio::select! {
+                _ = tokio::time::sleep(wait) => {}
+                _ = shutdown.wait_for(|s| *s) => return Err(e),
+                }
             }
             Err(e) => return Err(e),
         }
