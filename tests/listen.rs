@@ -1435,3 +1435,57 @@ async fn a_run_that_ignores_sigterm_is_killed_when_the_listener_stops_and_a_wake
     assert_eq!(setup.rec.count(), 1, "no run while stopping");
     assert_eq!(sim.acks(&bob).await.len(), acked, "no ack while stopping");
 }
+
+/// The served texts with `wake_instruction` replaced by `marker`, put on the sim.
+async fn serve_new_wake_instruction(sim: &Sim, key: &str, marker: &str) {
+    let mut texts = sim.texts("generic", key).await;
+    texts["wake_instruction"] = Value::from(marker);
+    sim.replace_texts("generic", texts).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sighup_reloads_the_texts_and_the_next_run_gets_the_new_ones() {
+    let sim = Sim::start(1.0).await;
+    let alice = sim.agent("alice").await;
+    let bob = sim.agent("bob").await;
+    let opts = Opts::default();
+    let setup = Setup::new(&opts);
+    let l = Listener::start(&sim, &bob, &setup, &opts);
+    settled(&l).await;
+    serve_new_wake_instruction(&sim, &bob.key, "NEW-TEXTS-AFTER-SIGHUP").await;
+    l.signal(libc::SIGHUP);
+    assert!(
+        eventually(10.0, || l.count("texts_fetched") == 2).await,
+        "{}",
+        l.log()
+    );
+    sim.send(&alice, &bob, "hello").await;
+    assert!(eventually(15.0, || setup.rec.done(1)).await, "{}", l.log());
+    assert_eq!(setup.rec.file("stdin", 1), "NEW-TEXTS-AFTER-SIGHUP");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_texts_are_fetched_again_on_the_daily_timer() {
+    let sim = Sim::start(1.0).await;
+    let alice = sim.agent("alice").await;
+    let bob = sim.agent("bob").await;
+    // 24 h / 21600 = 4 s.
+    let opts = Opts {
+        time_scale: 21_600.0,
+        ..Opts::default()
+    };
+    let setup = Setup::new(&opts);
+    let l = Listener::start(&sim, &bob, &setup, &opts);
+    settled(&l).await;
+    serve_new_wake_instruction(&sim, &bob.key, "NEW-TEXTS-AFTER-A-DAY").await;
+    let fetches = l.count("texts_fetched");
+    assert!(
+        eventually(20.0, || l.count("texts_fetched") > fetches + 1).await,
+        "{}",
+        l.log()
+    );
+    assert_eq!(l.count("reload"), 0, "no SIGHUP involved");
+    sim.send(&alice, &bob, "hello").await;
+    assert!(eventually(15.0, || setup.rec.done(1)).await, "{}", l.log());
+    assert_eq!(setup.rec.file("stdin", 1), "NEW-TEXTS-AFTER-A-DAY");
+}

@@ -20,6 +20,8 @@ use tokio::task::JoinHandle;
 
 const KEY_REFUSED_RETRY: Duration = Duration::from_secs(600);
 const STATUS_REFRESH: Duration = Duration::from_secs(30);
+/// However far a test scales time, the status file is not rewritten (and synced) more often.
+const STATUS_REFRESH_MIN: Duration = Duration::from_millis(250);
 /// While the key is refused, how often the config (and key file) is read again to notice a new key.
 const KEY_CHECK: Duration = Duration::from_secs(2);
 const TEXTS_REFRESH: Duration = Duration::from_secs(24 * 3600);
@@ -152,7 +154,8 @@ pub async fn run(
     }
 
     let mut cycle_task: Option<JoinHandle<CycleReport>> = None;
-    let mut status_tick = tokio::time::interval(d.scale.apply(STATUS_REFRESH));
+    let mut status_tick =
+        tokio::time::interval(d.scale.apply(STATUS_REFRESH).max(STATUS_REFRESH_MIN));
     status_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut texts_tick = tokio::time::interval(d.scale.apply(TEXTS_REFRESH));
     texts_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
