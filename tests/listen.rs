@@ -1489,3 +1489,50 @@ async fn the_texts_are_fetched_again_on_the_daily_timer() {
     assert!(eventually(15.0, || setup.rec.done(1)).await, "{}", l.log());
     assert_eq!(setup.rec.file("stdin", 1), "NEW-TEXTS-AFTER-A-DAY");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn logs_default_to_text_with_timestamps_at_the_level_agentchat_log_names() {
+    let sim = Sim::start(1.0).await;
+    let bob = sim.agent("bob").await;
+    // The config says `log_level = "debug"`; AGENTCHAT_LOG wins.
+    let opts = Opts {
+        extra_env: vec![("AGENTCHAT_LOG".into(), "info".into())],
+        ..Opts::default()
+    };
+    let setup = Setup::new(&opts);
+    let l = Listener::spawn(
+        listener_command_bare(&sim.api_base, &bob.key, &setup, &opts),
+        &setup,
+        "",
+    );
+    assert!(
+        eventually(15.0, || l.log().contains("cycle ended")).await,
+        "{}",
+        l.log()
+    );
+    let log = l.log();
+    for line in log.lines().filter(|l| !l.trim().is_empty()) {
+        assert!(!line.starts_with('{'), "text, not JSON, by default: {line}");
+        let stamp = line.split_whitespace().next().unwrap_or("");
+        assert!(
+            humantime::parse_rfc3339_weak(stamp.trim_end_matches('Z')).is_ok(),
+            "every line starts with a timestamp: {line}"
+        );
+        assert!(!line.contains("DEBUG"), "info level hides debug: {line}");
+    }
+    assert!(log.contains("INFO"), "{log}");
+}
+
+#[test]
+fn an_unknown_log_format_exits_1_naming_the_flag() {
+    let setup = Setup::new(&Opts::default());
+    let mut cmd = listener_command_bare("http://127.0.0.1:9", FAKE_KEY, &setup, &Opts::default());
+    let out = cmd.arg("--log-format").arg("xml").output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--log-format") && err.contains("xml"), "{err}");
+    assert!(
+        !setup.state_dir.join("listen.lock").exists(),
+        "nothing started"
+    );
+}

@@ -460,8 +460,16 @@ pub fn listener_command(sim: &Sim, agent: &Agent, setup: &Setup, opts: &Opts) ->
 }
 
 pub fn listener_command_for(api_base: &str, key: &str, setup: &Setup, opts: &Opts) -> Command {
+    let mut cmd = listener_command_bare(api_base, key, setup, opts);
+    cmd.arg("--log-format").arg("json");
+    cmd
+}
+
+/// `agentchat listen` with the test's environment but no `--log-format` (so the default or a
+/// test's own choice applies).
+pub fn listener_command_bare(api_base: &str, key: &str, setup: &Setup, opts: &Opts) -> Command {
     let mut cmd = Command::new(BIN);
-    cmd.arg("listen").arg("--log-format").arg("json");
+    cmd.arg("listen");
     for (k, _) in std::env::vars() {
         if k.starts_with("AGENTCHAT_") || k == "NOTIFY_SOCKET" {
             cmd.env_remove(k);
