@@ -18,6 +18,52 @@ async fn settled(l: &Listener) {
     );
 }
 
+/// The usual scene: the sim, `alice` who writes, and `bob` whose listener runs with `opts`, past
+/// its connect cycle.
+async fn bob_listening(opts: &Opts) -> (Sim, Agent, Agent, Setup, Listener) {
+    bob_listening_with(opts, &[]).await
+}
+
+/// `bob_listening` with the recorder's switch files (`sleep`, `exit`, ...) set before the start.
+async fn bob_listening_with(
+    opts: &Opts,
+    rec: &[(&str, &str)],
+) -> (Sim, Agent, Agent, Setup, Listener) {
+    let sim = Sim::start(1.0).await;
+    let alice = sim.agent("alice").await;
+    let bob = sim.agent("bob").await;
+    let setup = Setup::new(opts);
+    for (name, value) in rec {
+        setup.rec.set(name, value);
+    }
+    let l = Listener::start(&sim, &bob, &setup, opts);
+    settled(&l).await;
+    (sim, alice, bob, setup, l)
+}
+
+/// A listener (not yet settled) against the scripted server.
+fn fake_listener(fake: &listen_support::fake::Fake, opts: &Opts) -> (Setup, Listener) {
+    let setup = Setup::new(opts);
+    let l = Listener::spawn(
+        listener_command_for(&fake.api_base, FAKE_KEY, &setup, opts),
+        &setup,
+        "",
+    );
+    (setup, l)
+}
+
+/// Waits until the first run has started its background grandchild; the run's and the
+/// grandchild's pids.
+async fn first_run_pids(setup: &Setup, l: &Listener) -> (i32, i32) {
+    assert!(
+        eventually(15.0, || !setup.rec.file("grandchild", 1).is_empty()).await,
+        "{}",
+        l.log()
+    );
+    let pid = |name| setup.rec.file(name, 1).trim().parse::<i32>().unwrap();
+    (pid("pid"), pid("grandchild"))
+}
+
 /// The status file comes to satisfy `f` within 5 s.
 async fn status_holds(setup: &Setup, f: impl Fn(&Value) -> bool) -> bool {
     let ok = eventually(5.0, || f(&setup.status())).await;
@@ -46,13 +92,8 @@ async fn invites_pending(sim: &Sim, a: &Agent) -> usize {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_message_gives_one_run_with_the_wake_instruction_on_stdin_and_the_run_env() {
-    let sim = Sim::start(1.0).await;
-    let alice = sim.agent("alice").await;
-    let bob = sim.agent("bob").await;
     let opts = Opts::default();
-    let setup = Setup::new(&opts);
-    let l = Listener::start(&sim, &bob, &setup, &opts);
-    settled(&l).await;
+    let (sim, alice, bob, setup, l) = bob_listening(&opts).await;
     assert_eq!(setup.rec.count(), 0, "nothing waited at connect: no run");
 
     sim.send(&alice, &bob, "hello bob").await;
@@ -106,17 +147,12 @@ async fn a_message_gives_one_run_with_the_wake_instruction_on_stdin_and_the_run_
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_burst_of_20_messages_gives_one_cycle_and_at_most_one_follow_up() {
-    let sim = Sim::start(1.0).await;
-    let alice = sim.agent("alice").await;
-    let bob = sim.agent("bob").await;
     let opts = Opts {
         quiet: "500ms",
         max_delay: "3s",
         ..Opts::default()
     };
-    let setup = Setup::new(&opts);
-    let l = Listener::start(&sim, &bob, &setup, &opts);
-    settled(&l).await;
+    let (sim, alice, bob, setup, l) = bob_listening(&opts).await;
     let cycles_before = l.count("cycle_start");
     for i in 0..20 {
         sim.send(&alice, &bob, &format!("burst {i}")).await;
@@ -131,14 +167,8 @@ async fn a_burst_of_20_messages_gives_one_cycle_and_at_most_one_follow_up() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn messages_during_a_run_give_exactly_one_more_cycle() {
-    let sim = Sim::start(1.0).await;
-    let alice = sim.agent("alice").await;
-    let bob = sim.agent("bob").await;
     let opts = Opts::default();
-    let setup = Setup::new(&opts);
-    setup.rec.set("sleep", "2");
-    let l = Listener::start(&sim, &bob, &setup, &opts);
-    settled(&l).await;
+    let (sim, alice, bob, setup, l) = bob_listening_with(&opts, &[("sleep", "2")]).await;
 
     sim.send(&alice, &bob, "first").await;
     assert!(
@@ -164,13 +194,8 @@ async fn messages_during_a_run_give_exactly_one_more_cycle() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reminder_and_unanswered_wakes_each_give_a_cycle_that_runs_while_a_card_waits() {
-    let sim = Sim::start(1.0).await;
-    let alice = sim.agent("alice").await;
-    let bob = sim.agent("bob").await;
     let opts = Opts::default();
-    let setup = Setup::new(&opts);
-    let l = Listener::start(&sim, &bob, &setup, &opts);
-    settled(&l).await;
+    let (sim, alice, bob, setup, l) = bob_listening(&opts).await;
     sim.send(&alice, &bob, "needs an answer").await;
     assert!(eventually(15.0, || setup.rec.done(1)).await, "{}", l.log());
     assert!(eventually(10.0, || l.count("cycle_end") >= 2).await);
@@ -190,12 +215,8 @@ async fn reminder_and_unanswered_wakes_each_give_a_cycle_that_runs_while_a_card_
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nothing_waiting_gives_no_run_on_connect_or_on_a_wake() {
-    let sim = Sim::start(1.0).await;
-    let bob = sim.agent("bob").await;
     let opts = Opts::default();
-    let setup = Setup::new(&opts);
-    let l = Listener::start(&sim, &bob, &setup, &opts);
-    settled(&l).await;
+    let (sim, _alice, bob, setup, l) = bob_listening(&opts).await;
     sim.wake(&bob, "reminder").await;
     assert!(
         eventually(10.0, || l.count("cycle_end") >= 2).await,
@@ -215,13 +236,8 @@ async fn nothing_waiting_gives_no_run_on_connect_or_on_a_wake() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_invite_alone_runs_with_the_invite_prompt() {
-    let sim = Sim::start(1.0).await;
-    let alice = sim.agent("alice").await;
-    let bob = sim.agent("bob").await;
     let opts = Opts::default();
-    let setup = Setup::new(&opts);
-    let l = Listener::start(&sim, &bob, &setup, &opts);
-    settled(&l).await;
+    let (sim, alice, bob, setup, l) = bob_listening(&opts).await;
     sim.invite(&alice, &bob, "launch-crew").await;
     assert!(eventually(15.0, || setup.rec.done(1)).await, "{}", l.log());
     let texts = sim.texts("generic", &bob.key).await;
@@ -240,16 +256,11 @@ const INVITE_PACE_MS: u64 = 3_000;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_invite_left_pending_by_two_completed_runs_a_pace_apart_is_dismissed() {
-    let sim = Sim::start(1.0).await;
-    let alice = sim.agent("alice").await;
-    let bob = sim.agent("bob").await;
     let opts = Opts {
         time_scale: INVITE_SCALE,
         ..Opts::default()
     };
-    let setup = Setup::new(&opts);
-    let l = Listener::start(&sim, &bob, &setup, &opts);
-    settled(&l).await;
+    let (sim, alice, bob, setup, l) = bob_listening(&opts).await;
     sim.invite(&alice, &bob, "crew").await;
     assert!(eventually(15.0, || setup.rec.done(1)).await, "{}", l.log());
     assert!(
@@ -282,17 +293,12 @@ async fn an_invite_left_pending_by_two_completed_runs_a_pace_apart_is_dismissed(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_invite_left_by_one_run_or_by_runs_less_than_a_pace_apart_is_not_dismissed() {
-    let sim = Sim::start(1.0).await;
-    let alice = sim.agent("alice").await;
-    let bob = sim.agent("bob").await;
     // A long pace (60 s / 2 = 30 s) so the second run is surely inside it.
     let opts = Opts {
         time_scale: 2.0,
         ..Opts::default()
     };
-    let setup = Setup::new(&opts);
-    let l = Listener::start(&sim, &bob, &setup, &opts);
-    settled(&l).await;
+    let (sim, alice, bob, setup, l) = bob_listening(&opts).await;
     sim.invite(&alice, &bob, "crew").await;
     assert!(eventually(15.0, || setup.rec.done(1)).await, "{}", l.log());
     assert!(
@@ -315,17 +321,11 @@ async fn an_invite_left_by_one_run_or_by_runs_less_than_a_pace_apart_is_not_dism
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_invite_left_pending_by_failed_runs_is_not_dismissed() {
-    let sim = Sim::start(1.0).await;
-    let alice = sim.agent("alice").await;
-    let bob = sim.agent("bob").await;
     let opts = Opts {
         time_scale: INVITE_SCALE,
         ..Opts::default()
     };
-    let setup = Setup::new(&opts);
-    setup.rec.set("exit", "3");
-    let l = Listener::start(&sim, &bob, &setup, &opts);
-    settled(&l).await;
+    let (sim, alice, bob, setup, l) = bob_listening_with(&opts, &[("exit", "3")]).await;
     sim.invite(&alice, &bob, "crew").await;
     assert!(eventually(15.0, || setup.rec.done(1)).await, "{}", l.log());
     assert!(eventually(10.0, || l.count("cycle_end") >= 2).await);
@@ -343,12 +343,8 @@ async fn an_invite_left_pending_by_failed_runs_is_not_dismissed() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cut_socket_reconnects_and_the_reconnect_is_a_wake() {
-    let sim = Sim::start(1.0).await;
-    let bob = sim.agent("bob").await;
     let opts = Opts::default();
-    let setup = Setup::new(&opts);
-    let l = Listener::start(&sim, &bob, &setup, &opts);
-    settled(&l).await;
+    let (sim, _alice, bob, setup, l) = bob_listening(&opts).await;
     sim.close_sockets(&bob, 1001, "Server shutting down").await;
     assert!(
         eventually_async(10.0, || async { accepted(&sim.connects(&bob).await) >= 2 }).await,
@@ -392,12 +388,8 @@ async fn a_silent_socket_is_dropped_by_the_idle_watchdog_and_reconnected() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn after_a_1013_with_retry_after_no_connect_is_attempted_before_the_delay() {
-    let sim = Sim::start(1.0).await;
-    let bob = sim.agent("bob").await;
     let opts = Opts::default();
-    let setup = Setup::new(&opts);
-    let l = Listener::start(&sim, &bob, &setup, &opts);
-    settled(&l).await;
+    let (sim, _alice, bob, _setup, l) = bob_listening(&opts).await;
     let before = sim.connects(&bob).await.len();
     let t0 = now_ms();
     sim.close_sockets(&bob, 1013, "rate_limited; retry_after=3")
@@ -419,16 +411,12 @@ async fn after_a_1013_with_retry_after_no_connect_is_attempted_before_the_delay(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refused_key_shows_key_refused_and_retries_slowly() {
-    let sim = Sim::start(1.0).await;
-    let bob = sim.agent("bob").await;
     // key-refused retry: 600 s / 100 = 6 s.
     let opts = Opts {
         time_scale: 100.0,
         ..Opts::default()
     };
-    let setup = Setup::new(&opts);
-    let mut l = Listener::start(&sim, &bob, &setup, &opts);
-    settled(&l).await;
+    let (sim, _alice, bob, setup, mut l) = bob_listening(&opts).await;
     sim.refuse_key(&bob).await;
     sim.close_sockets(&bob, 1008, "Invalid token").await;
     assert!(
@@ -452,27 +440,15 @@ async fn a_refused_key_shows_key_refused_and_retries_slowly() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_past_its_time_limit_is_killed_with_its_grandchildren() {
-    let sim = Sim::start(1.0).await;
-    let alice = sim.agent("alice").await;
-    let bob = sim.agent("bob").await;
     let opts = Opts {
         run_timeout: "1s",
         kill_grace: "500ms",
         ..Opts::default()
     };
-    let setup = Setup::new(&opts);
-    setup.rec.set("sleep", "30");
-    setup.rec.set("grandchild", "");
-    let l = Listener::start(&sim, &bob, &setup, &opts);
-    settled(&l).await;
+    let (sim, alice, bob, setup, l) =
+        bob_listening_with(&opts, &[("sleep", "30"), ("grandchild", "")]).await;
     sim.send(&alice, &bob, "slow").await;
-    assert!(
-        eventually(15.0, || !setup.rec.file("grandchild", 1).is_empty()).await,
-        "{}",
-        l.log()
-    );
-    let run_pid: i32 = setup.rec.file("pid", 1).trim().parse().unwrap();
-    let grandchild: i32 = setup.rec.file("grandchild", 1).trim().parse().unwrap();
+    let (run_pid, grandchild) = first_run_pids(&setup, &l).await;
     assert!(
         eventually(10.0, || l.count("run_end") >= 1).await,
         "{}",
@@ -485,26 +461,14 @@ async fn a_run_past_its_time_limit_is_killed_with_its_grandchildren() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_during_a_run_ends_it_within_the_grace_and_exits_0_leaving_no_process() {
-    let sim = Sim::start(1.0).await;
-    let alice = sim.agent("alice").await;
-    let bob = sim.agent("bob").await;
     let opts = Opts {
         kill_grace: "1s",
         ..Opts::default()
     };
-    let setup = Setup::new(&opts);
-    setup.rec.set("sleep", "30");
-    setup.rec.set("grandchild", "");
-    let mut l = Listener::start(&sim, &bob, &setup, &opts);
-    settled(&l).await;
+    let (sim, alice, bob, setup, mut l) =
+        bob_listening_with(&opts, &[("sleep", "30"), ("grandchild", "")]).await;
     sim.send(&alice, &bob, "long one").await;
-    assert!(
-        eventually(15.0, || !setup.rec.file("grandchild", 1).is_empty()).await,
-        "{}",
-        l.log()
-    );
-    let run_pid: i32 = setup.rec.file("pid", 1).trim().parse().unwrap();
-    let grandchild: i32 = setup.rec.file("grandchild", 1).trim().parse().unwrap();
+    let (run_pid, grandchild) = first_run_pids(&setup, &l).await;
     l.signal(libc::SIGTERM);
     let code = l.wait_exit(10.0);
     assert_eq!(code, Some(0), "{}", l.log());
@@ -518,12 +482,8 @@ async fn sigterm_during_a_run_ends_it_within_the_grace_and_exits_0_leaving_no_pr
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_second_listener_for_the_same_profile_exits_0_naming_the_holder() {
-    let sim = Sim::start(1.0).await;
-    let bob = sim.agent("bob").await;
     let opts = Opts::default();
-    let setup = Setup::new(&opts);
-    let l = Listener::start(&sim, &bob, &setup, &opts);
-    settled(&l).await;
+    let (sim, _alice, bob, setup, l) = bob_listening(&opts).await;
     let mut second = Listener::spawn(listener_command(&sim, &bob, &setup, &opts), &setup, "-2");
     assert_eq!(second.wait_exit(10.0), Some(0));
     let err = second.log();
@@ -569,13 +529,8 @@ async fn with_the_texts_unreachable_the_cached_copy_still_runs() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_api_key_appears_in_no_log_line_no_argv_and_not_in_status_json() {
-    let sim = Sim::start(1.0).await;
-    let alice = sim.agent("alice").await;
-    let bob = sim.agent("bob").await;
     let opts = Opts::default();
-    let setup = Setup::new(&opts);
-    let mut l = Listener::start(&sim, &bob, &setup, &opts);
-    settled(&l).await;
+    let (sim, alice, bob, setup, mut l) = bob_listening(&opts).await;
     sim.send(&alice, &bob, "secret-free text").await;
     assert!(eventually(15.0, || setup.rec.done(1)).await, "{}", l.log());
     assert!(eventually(10.0, || l.count("cycle_end") >= 2).await);
@@ -677,12 +632,7 @@ async fn own_and_system_messages_give_no_run_and_are_acked() {
     use listen_support::fake::{self, Fake, message_new};
     let fake = Fake::start("bob", fake::tray("@bob", 1)).await;
     let opts = Opts::default();
-    let setup = Setup::new(&opts);
-    let l = Listener::spawn(
-        listener_command_for(&fake.api_base, FAKE_KEY, &setup, &opts),
-        &setup,
-        "",
-    );
+    let (setup, l) = fake_listener(&fake, &opts);
     settled(&l).await;
     assert_eq!(
         setup.rec.count(),
@@ -718,12 +668,7 @@ async fn malformed_and_oversized_frames_are_skipped_unlogged_and_the_socket_stay
     use tokio_tungstenite::tungstenite::Message;
     let fake = Fake::start("bob", fake::tray("@bob", 1)).await;
     let opts = Opts::default();
-    let setup = Setup::new(&opts);
-    let l = Listener::spawn(
-        listener_command_for(&fake.api_base, FAKE_KEY, &setup, &opts),
-        &setup,
-        "",
-    );
+    let (setup, l) = fake_listener(&fake, &opts);
     settled(&l).await;
     let big = format!(
         r#"{{"type":"message.new","payload":{{"id":"msg_big","sender":"alice","pad":"{}"}}}}"#,
@@ -756,12 +701,7 @@ async fn a_tray_whose_you_is_another_handle_gives_no_run_and_handle_mismatch() {
     use listen_support::fake::{self, Fake};
     let fake = Fake::start("bob", fake::tray("@mallory", 2)).await;
     let opts = Opts::default();
-    let setup = Setup::new(&opts);
-    let l = Listener::spawn(
-        listener_command_for(&fake.api_base, FAKE_KEY, &setup, &opts),
-        &setup,
-        "",
-    );
+    let (setup, l) = fake_listener(&fake, &opts);
     settled(&l).await;
     assert!(
         eventually(5.0, || setup.status()["state"] == "handle_mismatch").await,
@@ -798,12 +738,8 @@ async fn a_tray_whose_you_is_another_handle_gives_no_run_and_handle_mismatch() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sighup_retries_a_refused_key_at_once_instead_of_after_ten_minutes() {
-    let sim = Sim::start(1.0).await;
-    let bob = sim.agent("bob").await;
     let opts = Opts::default();
-    let setup = Setup::new(&opts);
-    let l = Listener::start(&sim, &bob, &setup, &opts);
-    settled(&l).await;
+    let (sim, _alice, bob, setup, l) = bob_listening(&opts).await;
     sim.refuse_key(&bob).await;
     sim.close_sockets(&bob, 1008, "Invalid token").await;
     assert!(eventually(10.0, || setup.status()["state"] == "key_refused").await);
@@ -871,17 +807,12 @@ async fn under_systemd_it_notifies_ready_watchdog_and_stopping() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unusable_runtime_shows_runtime_unusable_and_runs_nothing_until_sighup() {
-    let sim = Sim::start(1.0).await;
-    let alice = sim.agent("alice").await;
-    let bob = sim.agent("bob").await;
     let opts = Opts {
         extra_env: vec![("AGENTCHAT_RUNTIME".into(), "claude-code".into())],
         extra_toml: "[listen.claude]\nbinary = \"/nonexistent/claude\"\n".into(),
         ..Opts::default()
     };
-    let setup = Setup::new(&opts);
-    let l = Listener::start(&sim, &bob, &setup, &opts);
-    settled(&l).await;
+    let (sim, alice, bob, setup, l) = bob_listening(&opts).await;
     sim.send(&alice, &bob, "hi").await;
     assert!(
         eventually(10.0, || setup.status()["state"] == "runtime_unusable").await,
@@ -931,12 +862,7 @@ async fn a_429_on_the_tray_is_retried_only_after_its_retry_after() {
         s.retry_after_s = 2;
     }
     let opts = Opts::default();
-    let setup = Setup::new(&opts);
-    let l = Listener::spawn(
-        listener_command_for(&fake.api_base, FAKE_KEY, &setup, &opts),
-        &setup,
-        "",
-    );
+    let (setup, l) = fake_listener(&fake, &opts);
     assert!(eventually(15.0, || setup.rec.done(1)).await, "{}", l.log());
     let times = fake.shared.lock().unwrap().inbox_times.clone();
     assert!(times.len() >= 2, "{times:?}");
@@ -962,12 +888,7 @@ async fn sigterm_while_a_cycle_waits_out_a_429_stops_without_waiting_for_it() {
         kill_grace: "30s",
         ..Opts::default()
     };
-    let setup = Setup::new(&opts);
-    let mut l = Listener::spawn(
-        listener_command_for(&fake.api_base, FAKE_KEY, &setup, &opts),
-        &setup,
-        "",
-    );
+    let (setup, mut l) = fake_listener(&fake, &opts);
     assert!(
         eventually(15.0, || l.count("tray_retry") == 1).await,
         "{}",
@@ -981,16 +902,12 @@ async fn sigterm_while_a_cycle_waits_out_a_429_stops_without_waiting_for_it() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_status_file_is_refreshed_on_its_timer_without_any_event() {
-    let sim = Sim::start(1.0).await;
-    let bob = sim.agent("bob").await;
     // 30 s / 30 = 1 s.
     let opts = Opts {
         time_scale: 30.0,
         ..Opts::default()
     };
-    let setup = Setup::new(&opts);
-    let l = Listener::start(&sim, &bob, &setup, &opts);
-    settled(&l).await;
+    let (_sim, _alice, _bob, setup, l) = bob_listening(&opts).await;
     let first = setup.status()["updated_at"].as_str().unwrap().to_string();
     assert!(
         eventually(5.0, || setup.status()["updated_at"].as_str().unwrap_or("")
@@ -1023,12 +940,7 @@ async fn sigterm_closes_the_socket_with_1000_and_exits_0() {
     // The scripted server records the client's close code (the sim does not).
     let fake = Fake::start("bob", fake::tray("@bob", 0)).await;
     let opts = Opts::default();
-    let setup = Setup::new(&opts);
-    let mut l = Listener::spawn(
-        listener_command_for(&fake.api_base, FAKE_KEY, &setup, &opts),
-        &setup,
-        "",
-    );
+    let (_setup, mut l) = fake_listener(&fake, &opts);
     settled(&l).await;
     l.signal(libc::SIGTERM);
     assert_eq!(l.wait_exit(10.0), Some(0), "{}", l.log());
@@ -1037,12 +949,8 @@ async fn sigterm_closes_the_socket_with_1000_and_exits_0() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_4426_close_is_logged_and_followed_by_the_ordinary_reconnect() {
-    let sim = Sim::start(1.0).await;
-    let bob = sim.agent("bob").await;
     let opts = Opts::default();
-    let setup = Setup::new(&opts);
-    let l = Listener::start(&sim, &bob, &setup, &opts);
-    settled(&l).await;
+    let (sim, _alice, bob, _setup, l) = bob_listening(&opts).await;
     sim.close_sockets(&bob, 4426, "upgrade required").await;
     assert!(
         eventually(10.0, || l.count("upgrade_required") == 1).await,
@@ -1294,12 +1202,7 @@ async fn a_repeated_message_is_acked_again_and_wakes_nothing_new() {
     // The scripted server repeats a frame on demand (the sim only re-pushes after a reconnect).
     let fake = Fake::start("bob", fake::tray("@bob", 1)).await;
     let opts = Opts::default();
-    let setup = Setup::new(&opts);
-    let l = Listener::spawn(
-        listener_command_for(&fake.api_base, FAKE_KEY, &setup, &opts),
-        &setup,
-        "",
-    );
+    let (setup, l) = fake_listener(&fake, &opts);
     settled(&l).await;
     fake.push_text(&message_new("msg_once", "alice", "text"));
     assert!(eventually(10.0, || setup.rec.done(2)).await, "{}", l.log());
@@ -1324,20 +1227,29 @@ async fn a_repeated_message_is_acked_again_and_wakes_nothing_new() {
     assert_eq!(message_wakes, 1);
 }
 
+/// Puts a non-empty directory where `status.json` is, so every write's rename fails, even for
+/// root (as a full disk would). The listener may rename a new file in between: try again.
+fn block_status_file(setup: &Setup) -> std::path::PathBuf {
+    let status = setup.state_dir.join("status.json");
+    for _ in 0..100 {
+        let _ = std::fs::remove_file(&status);
+        match std::fs::create_dir(&status) {
+            Ok(()) => {
+                std::fs::write(status.join("keep"), "").unwrap();
+                return status;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => panic!("cannot block {}: {e}", status.display()),
+        }
+    }
+    panic!("the listener kept rewriting {}", status.display());
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_status_file_that_cannot_be_written_is_logged_once_and_loses_no_run() {
-    let sim = Sim::start(1.0).await;
-    let alice = sim.agent("alice").await;
-    let bob = sim.agent("bob").await;
     let opts = Opts::default();
-    let setup = Setup::new(&opts);
-    let l = Listener::start(&sim, &bob, &setup, &opts);
-    settled(&l).await;
-    // A directory in the file's place makes every rename fail, even for root (like a full disk).
-    let status = setup.state_dir.join("status.json");
-    std::fs::remove_file(&status).unwrap();
-    std::fs::create_dir(&status).unwrap();
-    std::fs::write(status.join("keep"), "").unwrap();
+    let (sim, alice, bob, setup, l) = bob_listening(&opts).await;
+    let status = block_status_file(&setup);
     sim.send(&alice, &bob, "one").await;
     assert!(eventually(15.0, || setup.rec.done(1)).await, "{}", l.log());
     assert!(eventually(5.0, || l.count("cycle_end") >= 2).await);
@@ -1359,13 +1271,8 @@ async fn a_status_file_that_cannot_be_written_is_logged_once_and_loses_no_run() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_quiet_window_changed_by_sighup_applies_without_a_restart() {
-    let sim = Sim::start(1.0).await;
-    let alice = sim.agent("alice").await;
-    let bob = sim.agent("bob").await;
     let opts = Opts::default();
-    let setup = Setup::new(&opts);
-    let l = Listener::start(&sim, &bob, &setup, &opts);
-    settled(&l).await;
+    let (sim, alice, bob, setup, l) = bob_listening(&opts).await;
     let toml = std::fs::read_to_string(&setup.config)
         .unwrap()
         .replace(
@@ -1399,27 +1306,14 @@ async fn a_quiet_window_changed_by_sighup_applies_without_a_restart() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_that_ignores_sigterm_is_killed_when_the_listener_stops_and_a_wake_while_stopping_is_not_acked()
  {
-    let sim = Sim::start(1.0).await;
-    let alice = sim.agent("alice").await;
-    let bob = sim.agent("bob").await;
     let opts = Opts {
         kill_grace: "2s",
         ..Opts::default()
     };
-    let setup = Setup::new(&opts);
-    setup.rec.set("trap", "");
-    setup.rec.set("sleep", "60");
-    setup.rec.set("grandchild", "");
-    let mut l = Listener::start(&sim, &bob, &setup, &opts);
-    settled(&l).await;
+    let (sim, alice, bob, setup, mut l) =
+        bob_listening_with(&opts, &[("trap", ""), ("sleep", "60"), ("grandchild", "")]).await;
     sim.send(&alice, &bob, "long one").await;
-    assert!(
-        eventually(15.0, || !setup.rec.file("grandchild", 1).is_empty()).await,
-        "{}",
-        l.log()
-    );
-    let run_pid: i32 = setup.rec.file("pid", 1).trim().parse().unwrap();
-    let grandchild: i32 = setup.rec.file("grandchild", 1).trim().parse().unwrap();
+    let (run_pid, grandchild) = first_run_pids(&setup, &l).await;
     let acked = sim.acks(&bob).await.len();
     l.signal(libc::SIGTERM);
     assert!(eventually(5.0, || setup.status()["state"] == "stopping").await);
@@ -1445,13 +1339,8 @@ async fn serve_new_wake_instruction(sim: &Sim, key: &str, marker: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sighup_reloads_the_texts_and_the_next_run_gets_the_new_ones() {
-    let sim = Sim::start(1.0).await;
-    let alice = sim.agent("alice").await;
-    let bob = sim.agent("bob").await;
     let opts = Opts::default();
-    let setup = Setup::new(&opts);
-    let l = Listener::start(&sim, &bob, &setup, &opts);
-    settled(&l).await;
+    let (sim, alice, bob, setup, l) = bob_listening(&opts).await;
     serve_new_wake_instruction(&sim, &bob.key, "NEW-TEXTS-AFTER-SIGHUP").await;
     l.signal(libc::SIGHUP);
     assert!(
@@ -1466,17 +1355,12 @@ async fn sighup_reloads_the_texts_and_the_next_run_gets_the_new_ones() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_texts_are_fetched_again_on_the_daily_timer() {
-    let sim = Sim::start(1.0).await;
-    let alice = sim.agent("alice").await;
-    let bob = sim.agent("bob").await;
     // 24 h / 21600 = 4 s.
     let opts = Opts {
         time_scale: 21_600.0,
         ..Opts::default()
     };
-    let setup = Setup::new(&opts);
-    let l = Listener::start(&sim, &bob, &setup, &opts);
-    settled(&l).await;
+    let (sim, alice, bob, setup, l) = bob_listening(&opts).await;
     serve_new_wake_instruction(&sim, &bob.key, "NEW-TEXTS-AFTER-A-DAY").await;
     let fetches = l.count("texts_fetched");
     assert!(
