@@ -1094,8 +1094,16 @@ async fn with_the_texts_route_failing_the_cached_copy_still_runs_and_without_one
             "-1",
         );
         settled(&l).await;
+        for n in 2..=3 {
+            fake.push_text(r#"{"type":"wake","payload":{"reason":"reminder"}}"#);
+            assert!(
+                eventually(10.0, || l.count("cycle_end") >= n).await,
+                "{}",
+                l.log()
+            );
+        }
         assert_eq!(setup.rec.count(), 0);
-        assert!(l.count("texts_missing") >= 1, "{}", l.log());
+        assert_eq!(l.count("texts_missing"), 1, "one line, not one per cycle");
         assert!(status_holds(&setup, |s| s["last_cycle"]["no_run_reason"] == "no_texts").await);
         l.signal(libc::SIGTERM);
         assert_eq!(l.wait_exit(10.0), Some(0));

@@ -157,7 +157,8 @@ async fn body(input: &mut CycleInput, report: &mut CycleReport) {
         }
     }
     let Some(texts) = input.texts.as_ref() else {
-        tracing::error!(event = %"texts_missing", cycle_id = %id, "no texts from the server and none cached; no run until the server's texts can be read");
+        // The main loop says this once per episode (the start already said it when it began).
+        tracing::debug!(event = %"no_texts", cycle_id = %id, "no texts loaded");
         no_run(report, &id, "no_texts");
         return;
     };

@@ -56,6 +56,8 @@ struct Daemon {
     status_write_failing: bool,
     /// `quiet_window`/`max_delay` from a reload, applied once the coalescer is idle.
     pending_windows: Option<(u64, u64)>,
+    /// `texts_missing` was logged for the current stretch without texts.
+    texts_missing_logged: bool,
 }
 
 /// Runs until SIGTERM/SIGINT. Returns the exit code (0).
@@ -126,6 +128,7 @@ pub async fn run(
         notify,
         status_write_failing: false,
         pending_windows: None,
+        texts_missing_logged: false,
     };
     tracing::info!(
         event = %"listener_start",
@@ -408,7 +411,15 @@ impl Daemon {
             self.status.detail =
                 Some("the server refused the key when reading the tray (HTTP 401/403)".into());
         }
+        if report.last.no_run_reason.as_deref() == Some("no_texts") && !self.texts_missing_logged {
+            self.texts_missing_logged = true;
+            tracing::error!(
+                event = %"texts_missing",
+                "no texts from the server and none cached; no runs until the server's texts can be read"
+            );
+        }
         if let Some(t) = report.fetched_texts {
+            self.texts_missing_logged = false;
             self.texts = Some(t);
             self.status.texts = TextsStatus {
                 source: "server",
@@ -474,6 +485,8 @@ impl Daemon {
     }
 
     fn on_texts(&mut self, r: Option<(Texts, &'static str)>) {
+        // Without texts loaded, `load_texts` has just logged `texts_missing` itself.
+        self.texts_missing_logged = r.is_none() && self.texts.is_none();
         if let Some((texts, source)) = r {
             self.texts = Some(texts);
             self.status.texts = TextsStatus {
