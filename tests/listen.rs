@@ -1428,3 +1428,53 @@ fn an_unknown_log_format_exits_1_naming_the_flag() {
         "nothing started"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_socket_opens_with_the_bearer_header_and_asks_for_ack_heartbeat_rewake() {
+    let opts = Opts::default();
+    let (sim, _alice, bob, _setup, l) = bob_listening(&opts).await;
+    let connects = sim.connects(&bob).await;
+    assert_eq!(accepted(&connects), 1, "{connects:?}\n{}", l.log());
+    assert_eq!(
+        connects[0]["path"], "header",
+        "Bearer upgrade, not a HELLO frame"
+    );
+    assert_eq!(
+        connects[0]["capabilities"],
+        serde_json::json!(["ack", "heartbeat", "rewake"])
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tray_that_cannot_be_read_ends_the_cycle_without_a_run_after_three_tries() {
+    use listen_support::fake::{self, Fake};
+    let fake = Fake::start("bob", fake::tray("@bob", 1)).await;
+    fake.shared.lock().unwrap().inbox_down = true;
+    let opts = Opts::default();
+    let (setup, l) = fake_listener(&fake, &opts);
+    settled(&l).await;
+    assert!(
+        status_holds(&setup, |s| s["last_cycle"]["no_run_reason"]
+            == "tray_unreadable")
+        .await
+    );
+    assert_eq!(
+        setup.rec.count(),
+        0,
+        "a card waits, but unread it runs nothing"
+    );
+    let paths = fake.shared.lock().unwrap().paths.clone();
+    let reads: Vec<&String> = paths
+        .iter()
+        .filter(|p| p.starts_with("/v1/inbox"))
+        .collect();
+    assert_eq!(reads.len(), 3, "{paths:?}");
+    assert!(
+        reads.iter().all(|p| p.contains("invites=1")),
+        "the tray is read with its invites: {paths:?}"
+    );
+    // Readable again: the next wake runs.
+    fake.shared.lock().unwrap().inbox_down = false;
+    fake.push_text(r#"{"type":"wake","payload":{"reason":"reminder"}}"#);
+    assert!(eventually(15.0, || setup.rec.done(1)).await, "{}", l.log());
+}
