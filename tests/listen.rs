@@ -1262,12 +1262,17 @@ async fn a_status_file_that_cannot_be_written_is_logged_once_and_loses_no_run() 
     assert!(eventually(15.0, || setup.rec.done(1)).await, "{}", l.log());
     assert!(eventually(5.0, || l.count("cycle_end") >= 2).await);
     assert_eq!(l.count("status_write_failed"), 1, "{}", l.log());
-    let tmp_left = std::fs::read_dir(&setup.state_dir)
-        .unwrap()
-        .flatten()
-        .filter(|e| e.file_name().to_string_lossy().ends_with(".tmp"))
-        .count();
-    assert_eq!(tmp_left, 0, "failed writes leave no temp files");
+    // A write may be under way at any moment; a leaked temp file stays for good.
+    let no_tmp_left = || {
+        std::fs::read_dir(&setup.state_dir)
+            .unwrap()
+            .flatten()
+            .all(|e| !e.file_name().to_string_lossy().ends_with(".tmp"))
+    };
+    assert!(
+        eventually(5.0, no_tmp_left).await,
+        "failed writes leave no temp files"
+    );
     // Writable again: the next event writes the whole status, counting both runs.
     std::fs::remove_dir_all(&status).unwrap();
     sim.send(&alice, &bob, "two").await;
