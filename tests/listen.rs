@@ -64,6 +64,32 @@ async fn first_run_pids(setup: &Setup, l: &Listener) -> (i32, i32) {
     (pid("pid"), pid("grandchild"))
 }
 
+/// Waits up to `secs` until the listener has logged `event` at least `n` times.
+async fn logged_at_least(l: &Listener, event: &str, n: usize, secs: f64) {
+    assert!(
+        eventually(secs, || l.count(event) >= n).await,
+        "not {n} x {event}:\n{}",
+        l.log()
+    );
+}
+
+/// Waits up to 10 s until the sim has accepted `n` sockets for `agent`.
+async fn accepted_at_least(sim: &Sim, agent: &Agent, l: &Listener, n: usize) {
+    assert!(
+        eventually_async(10.0, || async { accepted(&sim.connects(agent).await) >= n }).await,
+        "not {n} accepted connects:\n{}",
+        l.log()
+    );
+}
+
+/// Wakes a settled listener twice through the scripted server, waiting for each cycle's end.
+async fn two_more_cycles(fake: &listen_support::fake::Fake, l: &Listener) {
+    for n in 2..=3 {
+        fake.wake("reminder");
+        logged_at_least(l, "cycle_end", n, 10.0).await;
+    }
+}
+
 /// The status file comes to satisfy `f` within 5 s.
 async fn status_holds(setup: &Setup, f: impl Fn(&Value) -> bool) -> bool {
     let ok = eventually(5.0, || f(&setup.status())).await;
@@ -218,11 +244,7 @@ async fn nothing_waiting_gives_no_run_on_connect_or_on_a_wake() {
     let opts = Opts::default();
     let (sim, _alice, bob, setup, l) = bob_listening(&opts).await;
     sim.wake(&bob, "reminder").await;
-    assert!(
-        eventually(10.0, || l.count("cycle_end") >= 2).await,
-        "{}",
-        l.log()
-    );
+    logged_at_least(&l, "cycle_end", 2, 10.0).await;
     assert_eq!(setup.rec.count(), 0);
     let no_runs = l.events("no_run");
     assert!(no_runs.len() >= 2);
@@ -346,16 +368,8 @@ async fn a_cut_socket_reconnects_and_the_reconnect_is_a_wake() {
     let opts = Opts::default();
     let (sim, _alice, bob, setup, l) = bob_listening(&opts).await;
     sim.close_sockets(&bob, 1001, "Server shutting down").await;
-    assert!(
-        eventually_async(10.0, || async { accepted(&sim.connects(&bob).await) >= 2 }).await,
-        "{}",
-        l.log()
-    );
-    assert!(
-        eventually(10.0, || l.count("cycle_start") >= 2).await,
-        "{}",
-        l.log()
-    );
+    accepted_at_least(&sim, &bob, &l, 2).await;
+    logged_at_least(&l, "cycle_start", 2, 10.0).await;
     let reasons = cycle_reasons(&l);
     assert!(reasons[1].contains("connect"), "{reasons:?}");
     assert!(eventually(5.0, || setup.status()["counters"]["connects"] == 2).await);
@@ -374,16 +388,8 @@ async fn a_silent_socket_is_dropped_by_the_idle_watchdog_and_reconnected() {
     let l = Listener::start(&sim, &bob, &setup, &opts);
     settled(&l).await;
     sim.silence(&bob).await;
-    assert!(
-        eventually(10.0, || l.count("watchdog_drop") >= 1).await,
-        "{}",
-        l.log()
-    );
-    assert!(
-        eventually_async(10.0, || async { accepted(&sim.connects(&bob).await) >= 2 }).await,
-        "{}",
-        l.log()
-    );
+    logged_at_least(&l, "watchdog_drop", 1, 10.0).await;
+    accepted_at_least(&sim, &bob, &l, 2).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -449,11 +455,7 @@ async fn a_run_past_its_time_limit_is_killed_with_its_grandchildren() {
         bob_listening_with(&opts, &[("sleep", "30"), ("grandchild", "")]).await;
     sim.send(&alice, &bob, "slow").await;
     let (run_pid, grandchild) = first_run_pids(&setup, &l).await;
-    assert!(
-        eventually(10.0, || l.count("run_end") >= 1).await,
-        "{}",
-        l.log()
-    );
+    logged_at_least(&l, "run_end", 1, 10.0).await;
     assert!(eventually(5.0, || is_gone(run_pid) && is_gone(grandchild)).await);
     assert!(!setup.rec.done(1), "the run never reached its end");
     assert!(status_holds(&setup, |s| s["last_cycle"]["outcome"] == "failed").await);
@@ -678,11 +680,7 @@ async fn malformed_and_oversized_frames_are_skipped_unlogged_and_the_socket_stay
     fake.push_text(r#"{"payload":{"MISSING-TYPE-MARKER":1}}"#);
     fake.push_text(&big);
     fake.push(Message::Binary(vec![1u8, 2, 3].into()));
-    assert!(
-        eventually(10.0, || l.count("frame_skipped") >= 4).await,
-        "{}",
-        l.log()
-    );
+    logged_at_least(&l, "frame_skipped", 4, 10.0).await;
     fake.push_text(&message_new("msg_ok", "alice", "text"));
     assert!(eventually(10.0, || setup.rec.done(2)).await, "{}", l.log());
     assert_eq!(
@@ -715,19 +713,12 @@ async fn a_tray_whose_you_is_another_handle_gives_no_run_and_handle_mismatch() {
         "handle_mismatch"
     );
     // Further wakes in the same episode: no run, and no new error line each cycle.
-    for n in 2..=3 {
-        fake.push_text(r#"{"type":"wake","payload":{"reason":"reminder"}}"#);
-        assert!(
-            eventually(10.0, || l.count("cycle_end") >= n).await,
-            "{}",
-            l.log()
-        );
-    }
+    two_more_cycles(&fake, &l).await;
     assert_eq!(setup.rec.count(), 0);
     assert_eq!(l.count("handle_mismatch"), 1, "logged once per episode");
     // The episode ends when the tray is this agent's again.
     fake.shared.lock().unwrap().tray = fake::tray("@bob", 0);
-    fake.push_text(r#"{"type":"wake","payload":{"reason":"reminder"}}"#);
+    fake.wake("reminder");
     assert!(
         status_holds(&setup, |s| s["state"] == "connected").await,
         "{}",
@@ -957,11 +948,7 @@ async fn a_4426_close_is_logged_and_followed_by_the_ordinary_reconnect() {
         "{}",
         l.log()
     );
-    assert!(
-        eventually_async(10.0, || async { accepted(&sim.connects(&bob).await) >= 2 }).await,
-        "{}",
-        l.log()
-    );
+    accepted_at_least(&sim, &bob, &l, 2).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -979,11 +966,7 @@ async fn an_unreachable_server_never_ends_the_listener_it_backs_off() {
         &setup,
         "",
     );
-    assert!(
-        eventually(10.0, || l.count("backoff") >= 2).await,
-        "{}",
-        l.log()
-    );
+    logged_at_least(&l, "backoff", 2, 10.0).await;
     assert_eq!(l.wait_exit(0.1), None, "still running");
     assert!(
         status_holds(&setup, |s| s["state"] == "backoff"
@@ -1094,14 +1077,7 @@ async fn with_the_texts_route_failing_the_cached_copy_still_runs_and_without_one
             "-1",
         );
         settled(&l).await;
-        for n in 2..=3 {
-            fake.push_text(r#"{"type":"wake","payload":{"reason":"reminder"}}"#);
-            assert!(
-                eventually(10.0, || l.count("cycle_end") >= n).await,
-                "{}",
-                l.log()
-            );
-        }
+        two_more_cycles(&fake, &l).await;
         assert_eq!(setup.rec.count(), 0);
         assert_eq!(l.count("texts_missing"), 1, "one line, not one per cycle");
         assert!(status_holds(&setup, |s| s["last_cycle"]["no_run_reason"] == "no_texts").await);
@@ -1480,6 +1456,6 @@ async fn a_tray_that_cannot_be_read_ends_the_cycle_without_a_run_after_three_tri
     );
     // Readable again: the next wake runs.
     fake.shared.lock().unwrap().inbox_down = false;
-    fake.push_text(r#"{"type":"wake","payload":{"reason":"reminder"}}"#);
+    fake.wake("reminder");
     assert!(eventually(15.0, || setup.rec.done(1)).await, "{}", l.log());
 }

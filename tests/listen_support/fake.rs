@@ -80,6 +80,11 @@ impl Fake {
         self.push(Message::Text(t.to_string().into()));
     }
 
+    /// Pushes a `wake` frame with `reason`.
+    pub fn wake(&self, reason: &str) {
+        self.push_text(&json!({"type": "wake", "payload": {"reason": reason}}).to_string());
+    }
+
     pub fn acks(&self) -> Vec<String> {
         self.shared.lock().unwrap().acks.clone()
     }
