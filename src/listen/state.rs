@@ -292,6 +292,21 @@ mod tests {
     }
 
     #[test]
+    fn a_failed_atomic_write_is_an_error_and_leaves_no_temp_file() {
+        let tmp = tempfile::tempdir().unwrap();
+        let target = tmp.path().join(STATUS_FILE);
+        // A non-empty directory in the way: the rename fails, even for root.
+        std::fs::create_dir(&target).unwrap();
+        std::fs::write(target.join("keep"), b"").unwrap();
+        assert!(write_atomic(&target, b"{}").is_err());
+        let names: Vec<String> = std::fs::read_dir(tmp.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(names, [STATUS_FILE]);
+    }
+
+    #[test]
     fn second_lock_in_the_same_process_reports_the_holder_pid() {
         let tmp = tempfile::tempdir().unwrap();
         let dir = StateDir::open(tmp.path()).unwrap();
