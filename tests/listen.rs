@@ -926,16 +926,19 @@ async fn the_status_file_is_refreshed_on_its_timer_without_any_event() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sigterm_closes_the_socket_with_1000_and_exits_0() {
+async fn sigterm_or_sigint_closes_the_socket_with_1000_and_exits_0() {
     use listen_support::fake::{self, Fake};
-    // The scripted server records the client's close code (the sim does not).
-    let fake = Fake::start("bob", fake::tray("@bob", 0)).await;
-    let opts = Opts::default();
-    let (_setup, mut l) = fake_listener(&fake, &opts);
-    settled(&l).await;
-    l.signal(libc::SIGTERM);
-    assert_eq!(l.wait_exit(10.0), Some(0), "{}", l.log());
-    assert_eq!(fake.shared.lock().unwrap().client_closes, [1000]);
+    for (sig, name) in [(libc::SIGTERM, "SIGTERM"), (libc::SIGINT, "SIGINT")] {
+        // The scripted server records the client's close code (the sim does not).
+        let fake = Fake::start("bob", fake::tray("@bob", 0)).await;
+        let opts = Opts::default();
+        let (_setup, mut l) = fake_listener(&fake, &opts);
+        settled(&l).await;
+        l.signal(sig);
+        assert_eq!(l.wait_exit(10.0), Some(0), "{name}: {}", l.log());
+        assert_eq!(fake.shared.lock().unwrap().client_closes, [1000], "{name}");
+        assert_eq!(l.events("stopping")[0]["signal"], name);
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
