@@ -18,6 +18,78 @@ async fn settled(l: &Listener) {
     );
 }
 
+/// The usual scene: the sim, `alice` who writes, and `bob` whose listener runs with `opts`, past
+/// its connect cycle.
+async fn bob_listening(opts: &Opts) -> (Sim, Agent, Agent, Setup, Listener) {
+    bob_listening_with(opts, &[]).await
+}
+
+/// `bob_listening` with the recorder's switch files (`sleep`, `exit`, ...) set before the start.
+async fn bob_listening_with(
+    opts: &Opts,
+    rec: &[(&str, &str)],
+) -> (Sim, Agent, Agent, Setup, Listener) {
+    let sim = Sim::start(1.0).await;
+    let alice = sim.agent("alice").await;
+    let bob = sim.agent("bob").await;
+    let setup = Setup::new(opts);
+    for (name, value) in rec {
+        setup.rec.set(name, value);
+    }
+    let l = Listener::start(&sim, &bob, &setup, opts);
+    settled(&l).await;
+    (sim, alice, bob, setup, l)
+}
+
+/// A listener (not yet settled) against the scripted server.
+fn fake_listener(fake: &listen_support::fake::Fake, opts: &Opts) -> (Setup, Listener) {
+    let setup = Setup::new(opts);
+    let l = Listener::spawn(
+        listener_command_for(&fake.api_base, FAKE_KEY, &setup, opts),
+        &setup,
+        "",
+    );
+    (setup, l)
+}
+
+/// Waits until the first run has started its background grandchild; the run's and the
+/// grandchild's pids.
+async fn first_run_pids(setup: &Setup, l: &Listener) -> (i32, i32) {
+    assert!(
+        eventually(15.0, || !setup.rec.file("grandchild", 1).is_empty()).await,
+        "{}",
+        l.log()
+    );
+    let pid = |name| setup.rec.file(name, 1).trim().parse::<i32>().unwrap();
+    (pid("pid"), pid("grandchild"))
+}
+
+/// Waits up to `secs` until the listener has logged `event` at least `n` times.
+async fn logged_at_least(l: &Listener, event: &str, n: usize, secs: f64) {
+    assert!(
+        eventually(secs, || l.count(event) >= n).await,
+        "not {n} x {event}:\n{}",
+        l.log()
+    );
+}
+
+/// Waits up to 10 s until the sim has accepted `n` sockets for `agent`.
+async fn accepted_at_least(sim: &Sim, agent: &Agent, l: &Listener, n: usize) {
+    assert!(
+        eventually_async(10.0, || async { accepted(&sim.connects(agent).await) >= n }).await,
+        "not {n} accepted connects:\n{}",
+        l.log()
+    );
+}
+
+/// Wakes a settled listener twice through the scripted server, waiting for each cycle's end.
+async fn two_more_cycles(fake: &listen_support::fake::Fake, l: &Listener) {
+    for n in 2..=3 {
+        fake.wake("reminder");
+        logged_at_least(l, "cycle_end", n, 10.0).await;
+    }
+}
+
 /// The status file comes to satisfy `f` within 5 s.
 async fn status_holds(setup: &Setup, f: impl Fn(&Value) -> bool) -> bool {
     let ok = eventually(5.0, || f(&setup.status())).await;
@@ -46,13 +118,8 @@ async fn invites_pending(sim: &Sim, a: &Agent) -> usize {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_message_gives_one_run_with_the_wake_instruction_on_stdin_and_the_run_env() {
-    let sim = Sim::start(1.0).await;
-    let alice = sim.agent("alice").await;
-    let bob = sim.agent("bob").await;
     let opts = Opts::default();
-    let setup = Setup::new(&opts);
-    let l = Listener::start(&sim, &bob, &setup, &opts);
-    settled(&l).await;
+    let (sim, alice, bob, setup, l) = bob_listening(&opts).await;
     assert_eq!(setup.rec.count(), 0, "nothing waited at connect: no run");
 
     sim.send(&alice, &bob, "hello bob").await;
@@ -106,17 +173,12 @@ async fn a_message_gives_one_run_with_the_wake_instruction_on_stdin_and_the_run_
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_burst_of_20_messages_gives_one_cycle_and_at_most_one_follow_up() {
-    let sim = Sim::start(1.0).await;
-    let alice = sim.agent("alice").await;
-    let bob = sim.agent("bob").await;
     let opts = Opts {
         quiet: "500ms",
         max_delay: "3s",
         ..Opts::default()
     };
-    let setup = Setup::new(&opts);
-    let l = Listener::start(&sim, &bob, &setup, &opts);
-    settled(&l).await;
+    let (sim, alice, bob, setup, l) = bob_listening(&opts).await;
     let cycles_before = l.count("cycle_start");
     for i in 0..20 {
         sim.send(&alice, &bob, &format!("burst {i}")).await;
@@ -131,14 +193,8 @@ async fn a_burst_of_20_messages_gives_one_cycle_and_at_most_one_follow_up() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn messages_during_a_run_give_exactly_one_more_cycle() {
-    let sim = Sim::start(1.0).await;
-    let alice = sim.agent("alice").await;
-    let bob = sim.agent("bob").await;
     let opts = Opts::default();
-    let setup = Setup::new(&opts);
-    setup.rec.set("sleep", "2");
-    let l = Listener::start(&sim, &bob, &setup, &opts);
-    settled(&l).await;
+    let (sim, alice, bob, setup, l) = bob_listening_with(&opts, &[("sleep", "2")]).await;
 
     sim.send(&alice, &bob, "first").await;
     assert!(
@@ -164,13 +220,8 @@ async fn messages_during_a_run_give_exactly_one_more_cycle() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reminder_and_unanswered_wakes_each_give_a_cycle_that_runs_while_a_card_waits() {
-    let sim = Sim::start(1.0).await;
-    let alice = sim.agent("alice").await;
-    let bob = sim.agent("bob").await;
     let opts = Opts::default();
-    let setup = Setup::new(&opts);
-    let l = Listener::start(&sim, &bob, &setup, &opts);
-    settled(&l).await;
+    let (sim, alice, bob, setup, l) = bob_listening(&opts).await;
     sim.send(&alice, &bob, "needs an answer").await;
     assert!(eventually(15.0, || setup.rec.done(1)).await, "{}", l.log());
     assert!(eventually(10.0, || l.count("cycle_end") >= 2).await);
@@ -190,18 +241,10 @@ async fn reminder_and_unanswered_wakes_each_give_a_cycle_that_runs_while_a_card_
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nothing_waiting_gives_no_run_on_connect_or_on_a_wake() {
-    let sim = Sim::start(1.0).await;
-    let bob = sim.agent("bob").await;
     let opts = Opts::default();
-    let setup = Setup::new(&opts);
-    let l = Listener::start(&sim, &bob, &setup, &opts);
-    settled(&l).await;
+    let (sim, _alice, bob, setup, l) = bob_listening(&opts).await;
     sim.wake(&bob, "reminder").await;
-    assert!(
-        eventually(10.0, || l.count("cycle_end") >= 2).await,
-        "{}",
-        l.log()
-    );
+    logged_at_least(&l, "cycle_end", 2, 10.0).await;
     assert_eq!(setup.rec.count(), 0);
     let no_runs = l.events("no_run");
     assert!(no_runs.len() >= 2);
@@ -215,13 +258,8 @@ async fn nothing_waiting_gives_no_run_on_connect_or_on_a_wake() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_invite_alone_runs_with_the_invite_prompt() {
-    let sim = Sim::start(1.0).await;
-    let alice = sim.agent("alice").await;
-    let bob = sim.agent("bob").await;
     let opts = Opts::default();
-    let setup = Setup::new(&opts);
-    let l = Listener::start(&sim, &bob, &setup, &opts);
-    settled(&l).await;
+    let (sim, alice, bob, setup, l) = bob_listening(&opts).await;
     sim.invite(&alice, &bob, "launch-crew").await;
     assert!(eventually(15.0, || setup.rec.done(1)).await, "{}", l.log());
     let texts = sim.texts("generic", &bob.key).await;
@@ -240,16 +278,11 @@ const INVITE_PACE_MS: u64 = 3_000;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_invite_left_pending_by_two_completed_runs_a_pace_apart_is_dismissed() {
-    let sim = Sim::start(1.0).await;
-    let alice = sim.agent("alice").await;
-    let bob = sim.agent("bob").await;
     let opts = Opts {
         time_scale: INVITE_SCALE,
         ..Opts::default()
     };
-    let setup = Setup::new(&opts);
-    let l = Listener::start(&sim, &bob, &setup, &opts);
-    settled(&l).await;
+    let (sim, alice, bob, setup, l) = bob_listening(&opts).await;
     sim.invite(&alice, &bob, "crew").await;
     assert!(eventually(15.0, || setup.rec.done(1)).await, "{}", l.log());
     assert!(
@@ -282,17 +315,12 @@ async fn an_invite_left_pending_by_two_completed_runs_a_pace_apart_is_dismissed(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_invite_left_by_one_run_or_by_runs_less_than_a_pace_apart_is_not_dismissed() {
-    let sim = Sim::start(1.0).await;
-    let alice = sim.agent("alice").await;
-    let bob = sim.agent("bob").await;
     // A long pace (60 s / 2 = 30 s) so the second run is surely inside it.
     let opts = Opts {
         time_scale: 2.0,
         ..Opts::default()
     };
-    let setup = Setup::new(&opts);
-    let l = Listener::start(&sim, &bob, &setup, &opts);
-    settled(&l).await;
+    let (sim, alice, bob, setup, l) = bob_listening(&opts).await;
     sim.invite(&alice, &bob, "crew").await;
     assert!(eventually(15.0, || setup.rec.done(1)).await, "{}", l.log());
     assert!(
@@ -315,17 +343,11 @@ async fn an_invite_left_by_one_run_or_by_runs_less_than_a_pace_apart_is_not_dism
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_invite_left_pending_by_failed_runs_is_not_dismissed() {
-    let sim = Sim::start(1.0).await;
-    let alice = sim.agent("alice").await;
-    let bob = sim.agent("bob").await;
     let opts = Opts {
         time_scale: INVITE_SCALE,
         ..Opts::default()
     };
-    let setup = Setup::new(&opts);
-    setup.rec.set("exit", "3");
-    let l = Listener::start(&sim, &bob, &setup, &opts);
-    settled(&l).await;
+    let (sim, alice, bob, setup, l) = bob_listening_with(&opts, &[("exit", "3")]).await;
     sim.invite(&alice, &bob, "crew").await;
     assert!(eventually(15.0, || setup.rec.done(1)).await, "{}", l.log());
     assert!(eventually(10.0, || l.count("cycle_end") >= 2).await);
@@ -343,23 +365,11 @@ async fn an_invite_left_pending_by_failed_runs_is_not_dismissed() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cut_socket_reconnects_and_the_reconnect_is_a_wake() {
-    let sim = Sim::start(1.0).await;
-    let bob = sim.agent("bob").await;
     let opts = Opts::default();
-    let setup = Setup::new(&opts);
-    let l = Listener::start(&sim, &bob, &setup, &opts);
-    settled(&l).await;
+    let (sim, _alice, bob, setup, l) = bob_listening(&opts).await;
     sim.close_sockets(&bob, 1001, "Server shutting down").await;
-    assert!(
-        eventually_async(10.0, || async { accepted(&sim.connects(&bob).await) >= 2 }).await,
-        "{}",
-        l.log()
-    );
-    assert!(
-        eventually(10.0, || l.count("cycle_start") >= 2).await,
-        "{}",
-        l.log()
-    );
+    accepted_at_least(&sim, &bob, &l, 2).await;
+    logged_at_least(&l, "cycle_start", 2, 10.0).await;
     let reasons = cycle_reasons(&l);
     assert!(reasons[1].contains("connect"), "{reasons:?}");
     assert!(eventually(5.0, || setup.status()["counters"]["connects"] == 2).await);
@@ -378,26 +388,14 @@ async fn a_silent_socket_is_dropped_by_the_idle_watchdog_and_reconnected() {
     let l = Listener::start(&sim, &bob, &setup, &opts);
     settled(&l).await;
     sim.silence(&bob).await;
-    assert!(
-        eventually(10.0, || l.count("watchdog_drop") >= 1).await,
-        "{}",
-        l.log()
-    );
-    assert!(
-        eventually_async(10.0, || async { accepted(&sim.connects(&bob).await) >= 2 }).await,
-        "{}",
-        l.log()
-    );
+    logged_at_least(&l, "watchdog_drop", 1, 10.0).await;
+    accepted_at_least(&sim, &bob, &l, 2).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn after_a_1013_with_retry_after_no_connect_is_attempted_before_the_delay() {
-    let sim = Sim::start(1.0).await;
-    let bob = sim.agent("bob").await;
     let opts = Opts::default();
-    let setup = Setup::new(&opts);
-    let l = Listener::start(&sim, &bob, &setup, &opts);
-    settled(&l).await;
+    let (sim, _alice, bob, _setup, l) = bob_listening(&opts).await;
     let before = sim.connects(&bob).await.len();
     let t0 = now_ms();
     sim.close_sockets(&bob, 1013, "rate_limited; retry_after=3")
@@ -419,16 +417,12 @@ async fn after_a_1013_with_retry_after_no_connect_is_attempted_before_the_delay(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refused_key_shows_key_refused_and_retries_slowly() {
-    let sim = Sim::start(1.0).await;
-    let bob = sim.agent("bob").await;
     // key-refused retry: 600 s / 100 = 6 s.
     let opts = Opts {
         time_scale: 100.0,
         ..Opts::default()
     };
-    let setup = Setup::new(&opts);
-    let mut l = Listener::start(&sim, &bob, &setup, &opts);
-    settled(&l).await;
+    let (sim, _alice, bob, setup, mut l) = bob_listening(&opts).await;
     sim.refuse_key(&bob).await;
     sim.close_sockets(&bob, 1008, "Invalid token").await;
     assert!(
@@ -452,32 +446,16 @@ async fn a_refused_key_shows_key_refused_and_retries_slowly() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_past_its_time_limit_is_killed_with_its_grandchildren() {
-    let sim = Sim::start(1.0).await;
-    let alice = sim.agent("alice").await;
-    let bob = sim.agent("bob").await;
     let opts = Opts {
         run_timeout: "1s",
         kill_grace: "500ms",
         ..Opts::default()
     };
-    let setup = Setup::new(&opts);
-    setup.rec.set("sleep", "30");
-    setup.rec.set("grandchild", "");
-    let l = Listener::start(&sim, &bob, &setup, &opts);
-    settled(&l).await;
+    let (sim, alice, bob, setup, l) =
+        bob_listening_with(&opts, &[("sleep", "30"), ("grandchild", "")]).await;
     sim.send(&alice, &bob, "slow").await;
-    assert!(
-        eventually(15.0, || !setup.rec.file("grandchild", 1).is_empty()).await,
-        "{}",
-        l.log()
-    );
-    let run_pid: i32 = setup.rec.file("pid", 1).trim().parse().unwrap();
-    let grandchild: i32 = setup.rec.file("grandchild", 1).trim().parse().unwrap();
-    assert!(
-        eventually(10.0, || l.count("run_end") >= 1).await,
-        "{}",
-        l.log()
-    );
+    let (run_pid, grandchild) = first_run_pids(&setup, &l).await;
+    logged_at_least(&l, "run_end", 1, 10.0).await;
     assert!(eventually(5.0, || is_gone(run_pid) && is_gone(grandchild)).await);
     assert!(!setup.rec.done(1), "the run never reached its end");
     assert!(status_holds(&setup, |s| s["last_cycle"]["outcome"] == "failed").await);
@@ -485,26 +463,14 @@ async fn a_run_past_its_time_limit_is_killed_with_its_grandchildren() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_during_a_run_ends_it_within_the_grace_and_exits_0_leaving_no_process() {
-    let sim = Sim::start(1.0).await;
-    let alice = sim.agent("alice").await;
-    let bob = sim.agent("bob").await;
     let opts = Opts {
         kill_grace: "1s",
         ..Opts::default()
     };
-    let setup = Setup::new(&opts);
-    setup.rec.set("sleep", "30");
-    setup.rec.set("grandchild", "");
-    let mut l = Listener::start(&sim, &bob, &setup, &opts);
-    settled(&l).await;
+    let (sim, alice, bob, setup, mut l) =
+        bob_listening_with(&opts, &[("sleep", "30"), ("grandchild", "")]).await;
     sim.send(&alice, &bob, "long one").await;
-    assert!(
-        eventually(15.0, || !setup.rec.file("grandchild", 1).is_empty()).await,
-        "{}",
-        l.log()
-    );
-    let run_pid: i32 = setup.rec.file("pid", 1).trim().parse().unwrap();
-    let grandchild: i32 = setup.rec.file("grandchild", 1).trim().parse().unwrap();
+    let (run_pid, grandchild) = first_run_pids(&setup, &l).await;
     l.signal(libc::SIGTERM);
     let code = l.wait_exit(10.0);
     assert_eq!(code, Some(0), "{}", l.log());
@@ -518,12 +484,8 @@ async fn sigterm_during_a_run_ends_it_within_the_grace_and_exits_0_leaving_no_pr
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_second_listener_for_the_same_profile_exits_0_naming_the_holder() {
-    let sim = Sim::start(1.0).await;
-    let bob = sim.agent("bob").await;
     let opts = Opts::default();
-    let setup = Setup::new(&opts);
-    let l = Listener::start(&sim, &bob, &setup, &opts);
-    settled(&l).await;
+    let (sim, _alice, bob, setup, l) = bob_listening(&opts).await;
     let mut second = Listener::spawn(listener_command(&sim, &bob, &setup, &opts), &setup, "-2");
     assert_eq!(second.wait_exit(10.0), Some(0));
     let err = second.log();
@@ -569,13 +531,8 @@ async fn with_the_texts_unreachable_the_cached_copy_still_runs() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_api_key_appears_in_no_log_line_no_argv_and_not_in_status_json() {
-    let sim = Sim::start(1.0).await;
-    let alice = sim.agent("alice").await;
-    let bob = sim.agent("bob").await;
     let opts = Opts::default();
-    let setup = Setup::new(&opts);
-    let mut l = Listener::start(&sim, &bob, &setup, &opts);
-    settled(&l).await;
+    let (sim, alice, bob, setup, mut l) = bob_listening(&opts).await;
     sim.send(&alice, &bob, "secret-free text").await;
     assert!(eventually(15.0, || setup.rec.done(1)).await, "{}", l.log());
     assert!(eventually(10.0, || l.count("cycle_end") >= 2).await);
@@ -673,16 +630,11 @@ fn integration_off_exits_0_without_starting() {
 const FAKE_KEY: &str = "ac_live_fake_key_for_the_scripted_server";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn own_and_system_messages_are_acked_and_start_no_cycle() {
+async fn own_and_system_messages_give_no_run_and_are_acked() {
     use listen_support::fake::{self, Fake, message_new};
     let fake = Fake::start("bob", fake::tray("@bob", 1)).await;
     let opts = Opts::default();
-    let setup = Setup::new(&opts);
-    let l = Listener::spawn(
-        listener_command_for(&fake.api_base, FAKE_KEY, &setup, &opts),
-        &setup,
-        "",
-    );
+    let (setup, l) = fake_listener(&fake, &opts);
     settled(&l).await;
     assert_eq!(
         setup.rec.count(),
@@ -718,12 +670,7 @@ async fn malformed_and_oversized_frames_are_skipped_unlogged_and_the_socket_stay
     use tokio_tungstenite::tungstenite::Message;
     let fake = Fake::start("bob", fake::tray("@bob", 1)).await;
     let opts = Opts::default();
-    let setup = Setup::new(&opts);
-    let l = Listener::spawn(
-        listener_command_for(&fake.api_base, FAKE_KEY, &setup, &opts),
-        &setup,
-        "",
-    );
+    let (setup, l) = fake_listener(&fake, &opts);
     settled(&l).await;
     let big = format!(
         r#"{{"type":"message.new","payload":{{"id":"msg_big","sender":"alice","pad":"{}"}}}}"#,
@@ -733,11 +680,7 @@ async fn malformed_and_oversized_frames_are_skipped_unlogged_and_the_socket_stay
     fake.push_text(r#"{"payload":{"MISSING-TYPE-MARKER":1}}"#);
     fake.push_text(&big);
     fake.push(Message::Binary(vec![1u8, 2, 3].into()));
-    assert!(
-        eventually(10.0, || l.count("frame_skipped") >= 4).await,
-        "{}",
-        l.log()
-    );
+    logged_at_least(&l, "frame_skipped", 4, 10.0).await;
     fake.push_text(&message_new("msg_ok", "alice", "text"));
     assert!(eventually(10.0, || setup.rec.done(2)).await, "{}", l.log());
     assert_eq!(
@@ -756,12 +699,7 @@ async fn a_tray_whose_you_is_another_handle_gives_no_run_and_handle_mismatch() {
     use listen_support::fake::{self, Fake};
     let fake = Fake::start("bob", fake::tray("@mallory", 2)).await;
     let opts = Opts::default();
-    let setup = Setup::new(&opts);
-    let l = Listener::spawn(
-        listener_command_for(&fake.api_base, FAKE_KEY, &setup, &opts),
-        &setup,
-        "",
-    );
+    let (setup, l) = fake_listener(&fake, &opts);
     settled(&l).await;
     assert!(
         eventually(5.0, || setup.status()["state"] == "handle_mismatch").await,
@@ -774,16 +712,25 @@ async fn a_tray_whose_you_is_another_handle_gives_no_run_and_handle_mismatch() {
         setup.status()["last_cycle"]["no_run_reason"],
         "handle_mismatch"
     );
+    // Further wakes in the same episode: no run, and no new error line each cycle.
+    two_more_cycles(&fake, &l).await;
+    assert_eq!(setup.rec.count(), 0);
+    assert_eq!(l.count("handle_mismatch"), 1, "logged once per episode");
+    // The episode ends when the tray is this agent's again.
+    fake.shared.lock().unwrap().tray = fake::tray("@bob", 0);
+    fake.wake("reminder");
+    assert!(
+        status_holds(&setup, |s| s["state"] == "connected").await,
+        "{}",
+        l.log()
+    );
+    assert_eq!(l.count("handle_mismatch_cleared"), 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sighup_retries_a_refused_key_at_once_instead_of_after_ten_minutes() {
-    let sim = Sim::start(1.0).await;
-    let bob = sim.agent("bob").await;
     let opts = Opts::default();
-    let setup = Setup::new(&opts);
-    let l = Listener::start(&sim, &bob, &setup, &opts);
-    settled(&l).await;
+    let (sim, _alice, bob, setup, l) = bob_listening(&opts).await;
     sim.refuse_key(&bob).await;
     sim.close_sockets(&bob, 1008, "Invalid token").await;
     assert!(eventually(10.0, || setup.status()["state"] == "key_refused").await);
@@ -851,17 +798,12 @@ async fn under_systemd_it_notifies_ready_watchdog_and_stopping() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unusable_runtime_shows_runtime_unusable_and_runs_nothing_until_sighup() {
-    let sim = Sim::start(1.0).await;
-    let alice = sim.agent("alice").await;
-    let bob = sim.agent("bob").await;
     let opts = Opts {
         extra_env: vec![("AGENTCHAT_RUNTIME".into(), "claude-code".into())],
         extra_toml: "[listen.claude]\nbinary = \"/nonexistent/claude\"\n".into(),
         ..Opts::default()
     };
-    let setup = Setup::new(&opts);
-    let l = Listener::start(&sim, &bob, &setup, &opts);
-    settled(&l).await;
+    let (sim, alice, bob, setup, l) = bob_listening(&opts).await;
     sim.send(&alice, &bob, "hi").await;
     assert!(
         eventually(10.0, || setup.status()["state"] == "runtime_unusable").await,
@@ -911,12 +853,7 @@ async fn a_429_on_the_tray_is_retried_only_after_its_retry_after() {
         s.retry_after_s = 2;
     }
     let opts = Opts::default();
-    let setup = Setup::new(&opts);
-    let l = Listener::spawn(
-        listener_command_for(&fake.api_base, FAKE_KEY, &setup, &opts),
-        &setup,
-        "",
-    );
+    let (setup, l) = fake_listener(&fake, &opts);
     assert!(eventually(15.0, || setup.rec.done(1)).await, "{}", l.log());
     let times = fake.shared.lock().unwrap().inbox_times.clone();
     assert!(times.len() >= 2, "{times:?}");
@@ -929,17 +866,39 @@ async fn a_429_on_the_tray_is_retried_only_after_its_retry_after() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_while_a_cycle_waits_out_a_429_stops_without_waiting_for_it() {
+    use listen_support::fake::{self, Fake};
+    let fake = Fake::start("bob", fake::tray("@bob", 1)).await;
+    {
+        let mut s = fake.shared.lock().unwrap();
+        s.inbox_429 = 1;
+        s.retry_after_s = 120;
+    }
+    // A long grace: abandoning the cycle after it would also exit, but only after 35 s.
+    let opts = Opts {
+        kill_grace: "30s",
+        ..Opts::default()
+    };
+    let (setup, mut l) = fake_listener(&fake, &opts);
+    assert!(
+        eventually(15.0, || l.count("tray_retry") == 1).await,
+        "{}",
+        l.log()
+    );
+    l.signal(libc::SIGTERM);
+    assert_eq!(l.wait_exit(15.0), Some(0), "{}", l.log());
+    assert_eq!(l.count("cycle_abandoned"), 0, "{}", l.log());
+    assert_eq!(setup.rec.count(), 0, "no run after the stop");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_status_file_is_refreshed_on_its_timer_without_any_event() {
-    let sim = Sim::start(1.0).await;
-    let bob = sim.agent("bob").await;
     // 30 s / 30 = 1 s.
     let opts = Opts {
         time_scale: 30.0,
         ..Opts::default()
     };
-    let setup = Setup::new(&opts);
-    let l = Listener::start(&sim, &bob, &setup, &opts);
-    settled(&l).await;
+    let (_sim, _alice, _bob, setup, l) = bob_listening(&opts).await;
     let first = setup.status()["updated_at"].as_str().unwrap().to_string();
     assert!(
         eventually(5.0, || setup.status()["updated_at"].as_str().unwrap_or("")
@@ -967,42 +926,32 @@ async fn the_status_file_is_refreshed_on_its_timer_without_any_event() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sigterm_closes_the_socket_with_1000_and_exits_0() {
+async fn sigterm_or_sigint_closes_the_socket_with_1000_and_exits_0() {
     use listen_support::fake::{self, Fake};
-    // The scripted server records the client's close code (the sim does not).
-    let fake = Fake::start("bob", fake::tray("@bob", 0)).await;
-    let opts = Opts::default();
-    let setup = Setup::new(&opts);
-    let mut l = Listener::spawn(
-        listener_command_for(&fake.api_base, FAKE_KEY, &setup, &opts),
-        &setup,
-        "",
-    );
-    settled(&l).await;
-    l.signal(libc::SIGTERM);
-    assert_eq!(l.wait_exit(10.0), Some(0), "{}", l.log());
-    assert_eq!(fake.shared.lock().unwrap().client_closes, [1000]);
+    for (sig, name) in [(libc::SIGTERM, "SIGTERM"), (libc::SIGINT, "SIGINT")] {
+        // The scripted server records the client's close code (the sim does not).
+        let fake = Fake::start("bob", fake::tray("@bob", 0)).await;
+        let opts = Opts::default();
+        let (_setup, mut l) = fake_listener(&fake, &opts);
+        settled(&l).await;
+        l.signal(sig);
+        assert_eq!(l.wait_exit(10.0), Some(0), "{name}: {}", l.log());
+        assert_eq!(fake.shared.lock().unwrap().client_closes, [1000], "{name}");
+        assert_eq!(l.events("stopping")[0]["signal"], name);
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_4426_close_is_logged_and_followed_by_the_ordinary_reconnect() {
-    let sim = Sim::start(1.0).await;
-    let bob = sim.agent("bob").await;
     let opts = Opts::default();
-    let setup = Setup::new(&opts);
-    let l = Listener::start(&sim, &bob, &setup, &opts);
-    settled(&l).await;
+    let (sim, _alice, bob, _setup, l) = bob_listening(&opts).await;
     sim.close_sockets(&bob, 4426, "upgrade required").await;
     assert!(
         eventually(10.0, || l.count("upgrade_required") == 1).await,
         "{}",
         l.log()
     );
-    assert!(
-        eventually_async(10.0, || async { accepted(&sim.connects(&bob).await) >= 2 }).await,
-        "{}",
-        l.log()
-    );
+    accepted_at_least(&sim, &bob, &l, 2).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1020,11 +969,7 @@ async fn an_unreachable_server_never_ends_the_listener_it_backs_off() {
         &setup,
         "",
     );
-    assert!(
-        eventually(10.0, || l.count("backoff") >= 2).await,
-        "{}",
-        l.log()
-    );
+    logged_at_least(&l, "backoff", 2, 10.0).await;
     assert_eq!(l.wait_exit(0.1), None, "still running");
     assert!(
         status_holds(&setup, |s| s["state"] == "backoff"
@@ -1135,8 +1080,9 @@ async fn with_the_texts_route_failing_the_cached_copy_still_runs_and_without_one
             "-1",
         );
         settled(&l).await;
+        two_more_cycles(&fake, &l).await;
         assert_eq!(setup.rec.count(), 0);
-        assert!(l.count("texts_missing") >= 1, "{}", l.log());
+        assert_eq!(l.count("texts_missing"), 1, "one line, not one per cycle");
         assert!(status_holds(&setup, |s| s["last_cycle"]["no_run_reason"] == "no_texts").await);
         l.signal(libc::SIGTERM);
         assert_eq!(l.wait_exit(10.0), Some(0));
@@ -1243,12 +1189,7 @@ async fn a_repeated_message_is_acked_again_and_wakes_nothing_new() {
     // The scripted server repeats a frame on demand (the sim only re-pushes after a reconnect).
     let fake = Fake::start("bob", fake::tray("@bob", 1)).await;
     let opts = Opts::default();
-    let setup = Setup::new(&opts);
-    let l = Listener::spawn(
-        listener_command_for(&fake.api_base, FAKE_KEY, &setup, &opts),
-        &setup,
-        "",
-    );
+    let (setup, l) = fake_listener(&fake, &opts);
     settled(&l).await;
     fake.push_text(&message_new("msg_once", "alice", "text"));
     assert!(eventually(10.0, || setup.rec.done(2)).await, "{}", l.log());
@@ -1271,4 +1212,253 @@ async fn a_repeated_message_is_acked_again_and_wakes_nothing_new() {
         .filter(|e| e["reason"] == "message")
         .count();
     assert_eq!(message_wakes, 1);
+}
+
+/// Puts a non-empty directory where `status.json` is, so every write's rename fails, even for
+/// root (as a full disk would). The listener may rename a new file in between: try again.
+fn block_status_file(setup: &Setup) -> std::path::PathBuf {
+    let status = setup.state_dir.join("status.json");
+    for _ in 0..100 {
+        let _ = std::fs::remove_file(&status);
+        match std::fs::create_dir(&status) {
+            Ok(()) => {
+                std::fs::write(status.join("keep"), "").unwrap();
+                return status;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => panic!("cannot block {}: {e}", status.display()),
+        }
+    }
+    panic!("the listener kept rewriting {}", status.display());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_status_file_that_cannot_be_written_is_logged_once_and_loses_no_run() {
+    let opts = Opts::default();
+    let (sim, alice, bob, setup, l) = bob_listening(&opts).await;
+    let status = block_status_file(&setup);
+    sim.send(&alice, &bob, "one").await;
+    assert!(eventually(15.0, || setup.rec.done(1)).await, "{}", l.log());
+    assert!(eventually(5.0, || l.count("cycle_end") >= 2).await);
+    assert_eq!(l.count("status_write_failed"), 1, "{}", l.log());
+    // A write may be under way at any moment; a leaked temp file stays for good.
+    let no_tmp_left = || {
+        std::fs::read_dir(&setup.state_dir)
+            .unwrap()
+            .flatten()
+            .all(|e| !e.file_name().to_string_lossy().ends_with(".tmp"))
+    };
+    assert!(
+        eventually(5.0, no_tmp_left).await,
+        "failed writes leave no temp files"
+    );
+    // Writable again: the next event writes the whole status, counting both runs.
+    std::fs::remove_dir_all(&status).unwrap();
+    sim.send(&alice, &bob, "two").await;
+    assert!(eventually(15.0, || setup.rec.done(2)).await, "{}", l.log());
+    assert!(status_holds(&setup, |s| s["counters"]["runs"] == 2).await);
+    assert_eq!(l.count("status_write_recovered"), 1);
+    assert_eq!(l.count("status_write_failed"), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quiet_window_changed_by_sighup_applies_without_a_restart() {
+    let opts = Opts::default();
+    let (sim, alice, bob, setup, l) = bob_listening(&opts).await;
+    let toml = std::fs::read_to_string(&setup.config)
+        .unwrap()
+        .replace(
+            &format!("quiet_window = \"{}\"", opts.quiet),
+            "quiet_window = \"30s\"",
+        )
+        .replace(
+            &format!("max_delay = \"{}\"", opts.max_delay),
+            "max_delay = \"60s\"",
+        );
+    std::fs::write(&setup.config, toml).unwrap();
+    l.signal(libc::SIGHUP);
+    assert!(
+        eventually(10.0, || l.count("coalescer_windows") == 1).await,
+        "{}",
+        l.log()
+    );
+    sim.send(&alice, &bob, "waits for the new quiet window")
+        .await;
+    let message_woke = || l.events("wake").iter().any(|e| e["reason"] == "message");
+    assert!(eventually(10.0, message_woke).await, "{}", l.log());
+    // The old windows (300 ms quiet, 2 s max) would have started a cycle well within this.
+    assert!(
+        never(5.0, || l.count("cycle_start") >= 2).await,
+        "{}",
+        l.log()
+    );
+    assert_eq!(setup.rec.count(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_that_ignores_sigterm_is_killed_when_the_listener_stops_and_a_wake_while_stopping_is_not_acked()
+ {
+    let opts = Opts {
+        kill_grace: "2s",
+        ..Opts::default()
+    };
+    let (sim, alice, bob, setup, mut l) =
+        bob_listening_with(&opts, &[("trap", ""), ("sleep", "60"), ("grandchild", "")]).await;
+    sim.send(&alice, &bob, "long one").await;
+    let (run_pid, grandchild) = first_run_pids(&setup, &l).await;
+    let acked = sim.acks(&bob).await.len();
+    l.signal(libc::SIGTERM);
+    assert!(eventually(5.0, || setup.status()["state"] == "stopping").await);
+    // The run outlives the SIGTERM; a message arriving now is the server's to deliver again.
+    sim.send(&alice, &bob, "while stopping").await;
+    let code = l.wait_exit(20.0);
+    assert_eq!(code, Some(0), "{}", l.log());
+    assert!(
+        is_gone(run_pid) && is_gone(grandchild),
+        "the SIGKILL after the grace reached the whole group"
+    );
+    assert!(!setup.rec.done(1), "the run never reached its end");
+    assert_eq!(setup.rec.count(), 1, "no run while stopping");
+    assert_eq!(sim.acks(&bob).await.len(), acked, "no ack while stopping");
+}
+
+/// The served texts with `wake_instruction` replaced by `marker`, put on the sim.
+async fn serve_new_wake_instruction(sim: &Sim, key: &str, marker: &str) {
+    let mut texts = sim.texts("generic", key).await;
+    texts["wake_instruction"] = Value::from(marker);
+    sim.replace_texts("generic", texts).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sighup_reloads_the_texts_and_the_next_run_gets_the_new_ones() {
+    let opts = Opts::default();
+    let (sim, alice, bob, setup, l) = bob_listening(&opts).await;
+    serve_new_wake_instruction(&sim, &bob.key, "NEW-TEXTS-AFTER-SIGHUP").await;
+    l.signal(libc::SIGHUP);
+    assert!(
+        eventually(10.0, || l.count("texts_fetched") == 2).await,
+        "{}",
+        l.log()
+    );
+    sim.send(&alice, &bob, "hello").await;
+    assert!(eventually(15.0, || setup.rec.done(1)).await, "{}", l.log());
+    assert_eq!(setup.rec.file("stdin", 1), "NEW-TEXTS-AFTER-SIGHUP");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_texts_are_fetched_again_on_the_daily_timer() {
+    // 24 h / 21600 = 4 s.
+    let opts = Opts {
+        time_scale: 21_600.0,
+        ..Opts::default()
+    };
+    let (sim, alice, bob, setup, l) = bob_listening(&opts).await;
+    serve_new_wake_instruction(&sim, &bob.key, "NEW-TEXTS-AFTER-A-DAY").await;
+    let fetches = l.count("texts_fetched");
+    assert!(
+        eventually(20.0, || l.count("texts_fetched") > fetches + 1).await,
+        "{}",
+        l.log()
+    );
+    assert_eq!(l.count("reload"), 0, "no SIGHUP involved");
+    sim.send(&alice, &bob, "hello").await;
+    assert!(eventually(15.0, || setup.rec.done(1)).await, "{}", l.log());
+    assert_eq!(setup.rec.file("stdin", 1), "NEW-TEXTS-AFTER-A-DAY");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn logs_default_to_text_with_timestamps_at_the_level_agentchat_log_names() {
+    let sim = Sim::start(1.0).await;
+    let bob = sim.agent("bob").await;
+    // The config says `log_level = "debug"`; AGENTCHAT_LOG wins.
+    let opts = Opts {
+        extra_env: vec![("AGENTCHAT_LOG".into(), "info".into())],
+        ..Opts::default()
+    };
+    let setup = Setup::new(&opts);
+    let l = Listener::spawn(
+        listener_command_bare(&sim.api_base, &bob.key, &setup, &opts),
+        &setup,
+        "",
+    );
+    assert!(
+        eventually(15.0, || l.log().contains("cycle ended")).await,
+        "{}",
+        l.log()
+    );
+    let log = l.log();
+    for line in log.lines().filter(|l| !l.trim().is_empty()) {
+        assert!(!line.starts_with('{'), "text, not JSON, by default: {line}");
+        let stamp = line.split_whitespace().next().unwrap_or("");
+        assert!(
+            humantime::parse_rfc3339_weak(stamp.trim_end_matches('Z')).is_ok(),
+            "every line starts with a timestamp: {line}"
+        );
+        assert!(!line.contains("DEBUG"), "info level hides debug: {line}");
+    }
+    assert!(log.contains("INFO"), "{log}");
+}
+
+#[test]
+fn an_unknown_log_format_exits_1_naming_the_flag() {
+    let setup = Setup::new(&Opts::default());
+    let mut cmd = listener_command_bare("http://127.0.0.1:9", FAKE_KEY, &setup, &Opts::default());
+    let out = cmd.arg("--log-format").arg("xml").output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--log-format") && err.contains("xml"), "{err}");
+    assert!(
+        !setup.state_dir.join("listen.lock").exists(),
+        "nothing started"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_socket_opens_with_the_bearer_header_and_asks_for_ack_heartbeat_rewake() {
+    let opts = Opts::default();
+    let (sim, _alice, bob, _setup, l) = bob_listening(&opts).await;
+    let connects = sim.connects(&bob).await;
+    assert_eq!(accepted(&connects), 1, "{connects:?}\n{}", l.log());
+    assert_eq!(
+        connects[0]["path"], "header",
+        "Bearer upgrade, not a HELLO frame"
+    );
+    assert_eq!(
+        connects[0]["capabilities"],
+        serde_json::json!(["ack", "heartbeat", "rewake"])
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tray_that_cannot_be_read_ends_the_cycle_without_a_run_after_three_tries() {
+    use listen_support::fake::{self, Fake};
+    let fake = Fake::start("bob", fake::tray("@bob", 1)).await;
+    fake.shared.lock().unwrap().inbox_down = true;
+    let opts = Opts::default();
+    let (setup, l) = fake_listener(&fake, &opts);
+    settled(&l).await;
+    assert!(
+        status_holds(&setup, |s| s["last_cycle"]["no_run_reason"]
+            == "tray_unreadable")
+        .await
+    );
+    assert_eq!(
+        setup.rec.count(),
+        0,
+        "a card waits, but unread it runs nothing"
+    );
+    let paths = fake.shared.lock().unwrap().paths.clone();
+    let reads: Vec<&String> = paths
+        .iter()
+        .filter(|p| p.starts_with("/v1/inbox"))
+        .collect();
+    assert_eq!(reads.len(), 3, "{paths:?}");
+    assert!(
+        reads.iter().all(|p| p.contains("invites=1")),
+        "the tray is read with its invites: {paths:?}"
+    );
+    // Readable again: the next wake runs.
+    fake.shared.lock().unwrap().inbox_down = false;
+    fake.wake("reminder");
+    assert!(eventually(15.0, || setup.rec.done(1)).await, "{}", l.log());
 }

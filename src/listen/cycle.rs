@@ -102,7 +102,7 @@ async fn body(input: &mut CycleInput, report: &mut CycleReport) {
         no_run(report, &id, "runtime_unusable");
         return;
     }
-    let before = match read_tray(&input.api, &id).await {
+    let before = match read_tray(&input.api, &id, input.shutdown.clone()).await {
         Ok(t) => t,
         Err(e) => {
             report.key_refused = matches!(e, ApiError::Refused(_));
@@ -114,7 +114,8 @@ async fn body(input: &mut CycleInput, report: &mut CycleReport) {
     log_tray(&id, "before", &before);
     let kind = match decide::decide(&before, &input.handle) {
         CycleDecision::NoRun(NoRun::HandleMismatch { you }) => {
-            tracing::error!(event = %"handle_mismatch", cycle_id = %id, you = %you, handle = %input.handle, "the tray belongs to another agent than this key's; no run");
+            // The main loop logs the error once per mismatch episode, not once per cycle.
+            tracing::debug!(event = %"tray_you_mismatch", cycle_id = %id, you = %you, handle = %input.handle, "the tray belongs to another agent than this key's");
             report.handle_mismatch = Some(you);
             no_run(report, &id, "handle_mismatch");
             return;
@@ -156,7 +157,8 @@ async fn body(input: &mut CycleInput, report: &mut CycleReport) {
         }
     }
     let Some(texts) = input.texts.as_ref() else {
-        tracing::error!(event = %"texts_missing", cycle_id = %id, "no texts from the server and none cached; no run until the server's texts can be read");
+        // The main loop says this once per episode (the start already said it when it began).
+        tracing::debug!(event = %"no_texts", cycle_id = %id, "no texts loaded");
         no_run(report, &id, "no_texts");
         return;
     };
@@ -266,7 +268,7 @@ async fn body(input: &mut CycleInput, report: &mut CycleReport) {
         }
         return;
     }
-    let after = match read_tray(&input.api, &id).await {
+    let after = match read_tray(&input.api, &id, input.shutdown.clone()).await {
         Ok(t) => t,
         Err(e) => {
             tracing::warn!(event = %"tray_unreadable", cycle_id = %id, error = %e, "the tray after the run could not be read; the invite rule counts nothing this time");
@@ -390,8 +392,14 @@ fn forget_answered(state: &StateDir) {
     }
 }
 
-/// Reads the tray, retrying transient failures and honouring `429 Retry-After`.
-async fn read_tray(api: &Api, cycle_id: &str) -> Result<Tray, ApiError> {
+/// Reads the tray, retrying transient failures and honouring `429 Retry-After`. A stop during a
+/// wait between tries gives up at once (the last error), so a long `Retry-After` never delays a
+/// SIGTERM.
+async fn read_tray(
+    api: &Api,
+    cycle_id: &str,
+    mut shutdown: watch::Receiver<bool>,
+) -> Result<Tray, ApiError> {
     let mut attempt = 0;
     loop {
         attempt += 1;
@@ -408,7 +416,10 @@ async fn read_tray(api: &Api, cycle_id: &str) -> Result<Tray, ApiError> {
                     _ => Duration::from_millis(500 * (1 << attempt)),
                 };
                 tracing::info!(event = %"tray_retry", cycle_id = %cycle_id, error = %e, wait_ms = wait.as_millis() as u64, "tray read failed; retrying");
-                tokio::time::sleep(wait).await;
+                tokio::select! {
+                _ = tokio::time::sleep(wait) => {}
+                _ = shutdown.wait_for(|s| *s) => return Err(e),
+                }
             }
             Err(e) => return Err(e),
         }

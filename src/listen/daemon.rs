@@ -20,6 +20,8 @@ use tokio::task::JoinHandle;
 
 const KEY_REFUSED_RETRY: Duration = Duration::from_secs(600);
 const STATUS_REFRESH: Duration = Duration::from_secs(30);
+/// However far a test scales time, the status file is not rewritten (and synced) more often.
+const STATUS_REFRESH_MIN: Duration = Duration::from_millis(250);
 /// While the key is refused, how often the config (and key file) is read again to notice a new key.
 const KEY_CHECK: Duration = Duration::from_secs(2);
 const TEXTS_REFRESH: Duration = Duration::from_secs(24 * 3600);
@@ -52,6 +54,12 @@ struct Daemon {
     coalescer: Coalescer,
     shown_state: &'static str,
     notify: bool,
+    /// The last status write failed (full disk, unwritable dir): logged once per episode.
+    status_write_failing: bool,
+    /// `quiet_window`/`max_delay` from a reload, applied once the coalescer is idle.
+    pending_windows: Option<(u64, u64)>,
+    /// `texts_missing` was logged for the current stretch without texts.
+    texts_missing_logged: bool,
 }
 
 /// Runs until SIGTERM/SIGINT. Returns the exit code (0).
@@ -97,10 +105,8 @@ pub async fn run(
         },
         counters: Counters::default(),
     };
-    let coalescer = Coalescer::new(
-        settings.listen.quiet_window.as_millis() as u64,
-        settings.listen.max_delay.as_millis() as u64,
-    );
+    let (quiet_ms, max_delay_ms) = windows(&settings);
+    let coalescer = Coalescer::new(quiet_ms, max_delay_ms);
     let mut d = Daemon {
         args,
         settings,
@@ -123,6 +129,9 @@ pub async fn run(
         coalescer,
         shown_state: "starting",
         notify,
+        status_write_failing: false,
+        pending_windows: None,
+        texts_missing_logged: false,
     };
     tracing::info!(
         event = %"listener_start",
@@ -151,7 +160,8 @@ pub async fn run(
     }
 
     let mut cycle_task: Option<JoinHandle<CycleReport>> = None;
-    let mut status_tick = tokio::time::interval(d.scale.apply(STATUS_REFRESH));
+    let mut status_tick =
+        tokio::time::interval(d.scale.apply(STATUS_REFRESH).max(STATUS_REFRESH_MIN));
     status_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut texts_tick = tokio::time::interval(d.scale.apply(TEXTS_REFRESH));
     texts_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -205,6 +215,7 @@ pub async fn run(
                 cycle_task = None;
                 let now = d.now_ms();
                 d.coalescer.end(now);
+                d.apply_pending_windows();
                 match r {
                     Ok(report) => d.on_cycle_end(report),
                     Err(e) => tracing::error!(event = %"cycle_crashed", error = %e, "the cycle task ended abnormally"),
@@ -384,19 +395,36 @@ impl Daemon {
             self.status.detail = Some(format!("runtime unusable: {why}"));
         }
         if let Some(you) = report.handle_mismatch {
+            if self.profile.mismatch.as_deref() != Some(you.as_str()) {
+                tracing::error!(
+                    event = %"handle_mismatch",
+                    you = %you,
+                    handle = %self.handle.as_deref().unwrap_or("?"),
+                    "the tray belongs to another agent than this key's; no runs until it matches"
+                );
+            }
             self.status.detail = Some(format!(
                 "the tray is {you}'s, not @{}'s",
                 self.handle.as_deref().unwrap_or("?")
             ));
             self.profile.mismatch = Some(you);
         } else if report.handle_ok && self.profile.mismatch.take().is_some() {
+            tracing::info!(event = %"handle_mismatch_cleared", "the tray is this key's agent's again");
             self.status.detail = None;
         }
         if report.key_refused {
             self.status.detail =
                 Some("the server refused the key when reading the tray (HTTP 401/403)".into());
         }
+        if report.last.no_run_reason.as_deref() == Some("no_texts") && !self.texts_missing_logged {
+            self.texts_missing_logged = true;
+            tracing::error!(
+                event = %"texts_missing",
+                "no texts from the server and none cached; no runs until the server's texts can be read"
+            );
+        }
         if let Some(t) = report.fetched_texts {
+            self.texts_missing_logged = false;
             self.texts = Some(t);
             self.status.texts = TextsStatus {
                 source: "server",
@@ -426,8 +454,17 @@ impl Daemon {
         self.status.state = shown;
         self.status.socket = self.socket_state.as_str();
         self.status.updated_at = state::rfc3339(now);
-        if let Err(e) = self.state.write_status(&self.status) {
-            tracing::warn!(event = %"status_write_failed", error = %e, "could not write status.json");
+        match self.state.write_status(&self.status) {
+            Ok(()) if self.status_write_failing => {
+                self.status_write_failing = false;
+                tracing::info!(event = %"status_write_recovered", "status.json is written again");
+            }
+            Ok(()) => {}
+            Err(e) if !self.status_write_failing => {
+                self.status_write_failing = true;
+                tracing::warn!(event = %"status_write_failed", error = %e, "could not write status.json; the listener keeps working and logs this once until a write succeeds");
+            }
+            Err(_) => {}
         }
     }
 
@@ -453,6 +490,8 @@ impl Daemon {
     }
 
     fn on_texts(&mut self, r: Option<(Texts, &'static str)>) {
+        // Without texts loaded, `load_texts` has just logged `texts_missing` itself.
+        self.texts_missing_logged = r.is_none() && self.texts.is_none();
         if let Some((texts, source)) = r {
             self.texts = Some(texts);
             self.status.texts = TextsStatus {
@@ -496,6 +535,9 @@ impl Daemon {
                     }
                     let mut s = s;
                     s.state_dir = self.settings.state_dir.clone();
+                    if windows(&s) != windows(&self.settings) {
+                        self.pending_windows = Some(windows(&s));
+                    }
                     self.key = k;
                     self.status.api_base = s.api_base.clone();
                     self.status.runtime = s.listen.runtime.as_str().to_string();
@@ -514,8 +556,26 @@ impl Daemon {
             }
         }
         self.profile.unusable = None;
+        self.apply_pending_windows();
         let _ = params_tx.send(self.socket_params());
         self.write_status();
+    }
+
+    /// A reloaded `quiet_window`/`max_delay` takes over once no cycle runs and no wake waits, so
+    /// a wake already counted keeps the timing it was counted with.
+    fn apply_pending_windows(&mut self) {
+        if self.coalescer.is_running() || self.coalescer.is_owed() {
+            return;
+        }
+        if let Some((quiet_ms, max_delay_ms)) = self.pending_windows.take() {
+            self.coalescer = Coalescer::new(quiet_ms, max_delay_ms);
+            tracing::info!(
+                event = %"coalescer_windows",
+                quiet_window_ms = quiet_ms,
+                max_delay_ms,
+                "new quiet_window and max_delay in effect"
+            );
+        }
     }
 
     /// While the key is refused, a changed key (file or environment) is tried at once.
@@ -552,6 +612,14 @@ fn shown_state(p: &Profile, socket: SocketState) -> &'static str {
     } else {
         socket.as_str()
     }
+}
+
+/// The coalescer's `(quiet_window, max_delay)` in milliseconds.
+fn windows(s: &Settings) -> (u64, u64) {
+    (
+        s.listen.quiet_window.as_millis() as u64,
+        s.listen.max_delay.as_millis() as u64,
+    )
 }
 
 fn key_source_label(k: &config::KeySource) -> String {

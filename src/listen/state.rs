@@ -173,7 +173,7 @@ fn write_atomic_mode(path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<()
         std::process::id(),
         fastrand::u32(..)
     ));
-    {
+    let written = (|| {
         let mut f = OpenOptions::new()
             .write(true)
             .create(true)
@@ -182,9 +182,15 @@ fn write_atomic_mode(path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<()
             .open(&tmp)?;
         f.write_all(bytes)?;
         f.sync_all()?;
+        drop(f);
+        std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(mode))?;
+        std::fs::rename(&tmp, path)
+    })();
+    if written.is_err() {
+        // A full disk or a failed rename must not leave a temp file behind on every retry.
+        let _ = std::fs::remove_file(&tmp);
     }
-    std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(mode))?;
-    std::fs::rename(&tmp, path)
+    written
 }
 
 /// RFC 3339 UTC with milliseconds.
@@ -283,6 +289,21 @@ mod tests {
         let meta = std::fs::metadata(dir.path(STATUS_FILE)).unwrap();
         assert_eq!(meta.mode() & 0o777, 0o600);
         assert_eq!(std::fs::read(dir.path(STATUS_FILE)).unwrap(), b"{}");
+    }
+
+    #[test]
+    fn a_failed_atomic_write_is_an_error_and_leaves_no_temp_file() {
+        let tmp = tempfile::tempdir().unwrap();
+        let target = tmp.path().join(STATUS_FILE);
+        // A non-empty directory in the way: the rename fails, even for root.
+        std::fs::create_dir(&target).unwrap();
+        std::fs::write(target.join("keep"), b"").unwrap();
+        assert!(write_atomic(&target, b"{}").is_err());
+        let names: Vec<String> = std::fs::read_dir(tmp.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(names, [STATUS_FILE]);
     }
 
     #[test]

@@ -1,6 +1,6 @@
-//! A deliberately small scripted server, for the three things the sim (a faithful server) will
-//! never do: push a `message.new` from the agent itself, push malformed or oversized frames, and
-//! serve a tray whose `you` is another agent. Real loopback sockets, real WebSocket handshake;
+//! A deliberately small scripted server, for what the sim (a faithful server) will never do:
+//! push a `message.new` from the agent itself, push malformed or oversized frames, serve a tray
+//! whose `you` is another agent, and fail single routes (`429`, `500` on the tray, `503` on texts). Real loopback sockets, real WebSocket handshake;
 //! REST answers are fixed JSON. Everything else is tested against the sim.
 
 use futures_util::{SinkExt, StreamExt};
@@ -27,6 +27,10 @@ pub struct Shared {
     pub client_closes: Vec<u16>,
     /// When each tray read arrived (unix ms).
     pub inbox_times: Vec<u64>,
+    /// Every REST request's path and query, in order.
+    pub paths: Vec<String>,
+    /// Every tray read answers `500` (the tray cannot be read).
+    pub inbox_down: bool,
 }
 
 pub struct Fake {
@@ -74,6 +78,11 @@ impl Fake {
 
     pub fn push_text(&self, t: &str) {
         self.push(Message::Text(t.to_string().into()));
+    }
+
+    /// Pushes a `wake` frame with `reason`.
+    pub fn wake(&self, reason: &str) {
+        self.push_text(&json!({"type": "wake", "payload": {"reason": reason}}).to_string());
     }
 
     pub fn acks(&self) -> Vec<String> {
@@ -168,6 +177,7 @@ async fn serve_rest(mut stream: TcpStream, shared: Arc<Mutex<Shared>>) {
     let path = head.split_whitespace().nth(1).unwrap_or("/").to_string();
     let limited = {
         let mut s = shared.lock().unwrap();
+        s.paths.push(path.clone());
         if path.starts_with("/v1/inbox") {
             s.inbox_times.push(super::now_ms());
             if s.inbox_429 > 0 {
@@ -180,7 +190,12 @@ async fn serve_rest(mut stream: TcpStream, shared: Arc<Mutex<Shared>>) {
             None
         }
     };
-    if path.starts_with("/v1/texts") && shared.lock().unwrap().texts_down {
+    let down = {
+        let s = shared.lock().unwrap();
+        (path.starts_with("/v1/texts") && s.texts_down)
+            || (path.starts_with("/v1/inbox") && s.inbox_down)
+    };
+    if down {
         let body = r#"{"code":"INTERNAL_ERROR","message":"down"}"#;
         let resp = format!(
             "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",

@@ -43,44 +43,21 @@ impl Sim {
     }
 
     pub async fn post(&self, path: &str, body: Value) -> Value {
-        let r = self
-            .http
-            .post(format!("{}{}", self.api_base, path))
-            .json(&body)
-            .send()
-            .await
-            .unwrap();
-        let status = r.status();
-        let text = r.text().await.unwrap();
-        assert!(status.is_success(), "POST {path} -> {status}: {text}");
-        serde_json::from_str(&text).unwrap_or(Value::Null)
+        let req = self.http.post(self.url(path)).json(&body);
+        json_answer(req, &format!("POST {path}"), true).await
     }
 
     pub async fn get(&self, path: &str) -> Value {
-        let r = self
-            .http
-            .get(format!("{}{}", self.api_base, path))
-            .send()
-            .await
-            .unwrap();
-        let status = r.status();
-        let text = r.text().await.unwrap();
-        assert!(status.is_success(), "GET {path} -> {status}: {text}");
-        serde_json::from_str(&text).unwrap()
+        json_answer(self.http.get(self.url(path)), &format!("GET {path}"), false).await
     }
 
     pub async fn get_as(&self, key: &str, path: &str) -> Value {
-        let r = self
-            .http
-            .get(format!("{}{}", self.api_base, path))
-            .bearer_auth(key)
-            .send()
-            .await
-            .unwrap();
-        let status = r.status();
-        let text = r.text().await.unwrap();
-        assert!(status.is_success(), "GET {path} -> {status}: {text}");
-        serde_json::from_str(&text).unwrap()
+        let req = self.http.get(self.url(path)).bearer_auth(key);
+        json_answer(req, &format!("GET {path}"), false).await
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}{}", self.api_base, path)
     }
 
     pub async fn agent(&self, handle: &str) -> Agent {
@@ -97,22 +74,16 @@ impl Sim {
 
     /// Sends a message from `from` to `to` through the real route.
     pub async fn send(&self, from: &Agent, to: &Agent, text: &str) -> Value {
-        let r = self
+        let req = self
             .http
-            .post(format!("{}/v1/messages", self.api_base))
+            .post(self.url("/v1/messages"))
             .bearer_auth(&from.key)
             .json(&json!({
                 "to": to.handle,
                 "client_msg_id": format!("t-{}", fastrand::u64(..)),
                 "content": { "text": text },
-            }))
-            .send()
-            .await
-            .unwrap();
-        let status = r.status();
-        let text = r.text().await.unwrap();
-        assert!(status.is_success(), "send -> {status}: {text}");
-        serde_json::from_str(&text).unwrap()
+            }));
+        json_answer(req, "send", false).await
     }
 
     /// Creates a group owned by `owner` that invites `invitee`; returns the answer.
@@ -181,6 +152,20 @@ impl Sim {
 
     pub async fn replace_texts(&self, runtime: &str, texts: Value) {
         self.post(&format!("/_sim/texts/{runtime}"), texts).await;
+    }
+}
+
+/// Sends `req` and asserts a 2xx; the answer as JSON (`lenient`: an answer that is not JSON is
+/// `Null` rather than a failure).
+async fn json_answer(req: reqwest::RequestBuilder, what: &str, lenient: bool) -> Value {
+    let r = req.send().await.unwrap();
+    let status = r.status();
+    let text = r.text().await.unwrap();
+    assert!(status.is_success(), "{what} -> {status}: {text}");
+    match serde_json::from_str(&text) {
+        Ok(v) => v,
+        Err(_) if lenient => Value::Null,
+        Err(e) => panic!("{what}: not JSON ({e}): {text}"),
     }
 }
 
@@ -270,7 +255,8 @@ pub fn is_gone(pid: i32) -> bool {
 
 /// The recording run: a `sh` script that counts its runs and keeps each run's stdin, env and
 /// argv; `sleep` and `exit` files in its dir make a run slow or fail; `grandchild` makes it start
-/// a background `sleep` whose pid it records.
+/// a background `sleep` whose pid it records; `trap` makes the run (and its children, which
+/// inherit the ignored signal) ignore SIGTERM.
 pub struct Recorder {
     pub dir: PathBuf,
     pub script: PathBuf,
@@ -284,6 +270,7 @@ impl Recorder {
         let body = format!(
             r#"#!/bin/sh
 d='{d}'
+if [ -f "$d/trap" ]; then trap '' TERM; fi
 n=$(( $(cat "$d/count" 2>/dev/null || echo 0) + 1 ))
 echo "$n" > "$d/count.tmp" && mv "$d/count.tmp" "$d/count"
 echo "$$" > "$d/pid.$n"
@@ -458,8 +445,16 @@ pub fn listener_command(sim: &Sim, agent: &Agent, setup: &Setup, opts: &Opts) ->
 }
 
 pub fn listener_command_for(api_base: &str, key: &str, setup: &Setup, opts: &Opts) -> Command {
+    let mut cmd = listener_command_bare(api_base, key, setup, opts);
+    cmd.arg("--log-format").arg("json");
+    cmd
+}
+
+/// `agentchat listen` with the test's environment but no `--log-format` (so the default or a
+/// test's own choice applies).
+pub fn listener_command_bare(api_base: &str, key: &str, setup: &Setup, opts: &Opts) -> Command {
     let mut cmd = Command::new(BIN);
-    cmd.arg("listen").arg("--log-format").arg("json");
+    cmd.arg("listen");
     for (k, _) in std::env::vars() {
         if k.starts_with("AGENTCHAT_") || k == "NOTIFY_SOCKET" {
             cmd.env_remove(k);
