@@ -264,7 +264,7 @@ async fn body(input: &mut CycleInput, report: &mut CycleReport) {
         // No invite waited, so none can be counted: no second tray read. Invites the memory
         // still holds are gone from a complete list, so they were answered: forget them.
         if before.invites_complete() {
-            forget_answered(&input.state);
+            forget_answered(&input.state, &before_ids);
         }
         return;
     }
@@ -380,15 +380,19 @@ fn keep_identity_block(
     }
 }
 
-/// Empties the invite memory (every invite in it is gone from a complete tray list).
-fn forget_answered(state: &StateDir) {
-    if let Ok(memory) = state.load_invites()
-        && !memory.counted.is_empty()
-    {
-        tracing::debug!(event = %"invite_forgotten", count = memory.counted.len(), "invites answered");
-        if let Err(e) = state.save_invites(&Default::default()) {
-            tracing::warn!(event = %"invite_memory_write_failed", error = %e, "could not persist the invite memory");
-        }
+/// Forgets the remembered invites a complete tray list no longer shows: they were answered
+/// (design 6, `InviteMemory::forget_unlisted`).
+fn forget_answered(state: &StateDir, listed: &[String]) {
+    let Ok(mut memory) = state.load_invites() else {
+        return;
+    };
+    let gone = memory.forget_unlisted(listed, true);
+    if gone.is_empty() {
+        return;
+    }
+    tracing::debug!(event = %"invite_forgotten", count = gone.len(), "invites answered");
+    if let Err(e) = state.save_invites(&memory) {
+        tracing::warn!(event = %"invite_memory_write_failed", error = %e, "could not persist the invite memory");
     }
 }
 

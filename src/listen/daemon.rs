@@ -18,7 +18,6 @@ use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
-const KEY_REFUSED_RETRY: Duration = Duration::from_secs(600);
 const STATUS_REFRESH: Duration = Duration::from_secs(30);
 /// However far a test scales time, the status file is not rewritten (and synced) more often.
 const STATUS_REFRESH_MIN: Duration = Duration::from_millis(250);
@@ -282,7 +281,7 @@ impl Daemon {
             api_base: self.settings.api_base.clone(),
             key: self.key.clone(),
             idle_timeout: self.settings.listen.idle_timeout,
-            key_refused_retry: self.scale.apply(KEY_REFUSED_RETRY),
+            key_refused_retry: self.scale.apply(crate::core::reconnect::KEY_REFUSED_RETRY),
         }
     }
 

@@ -26,7 +26,7 @@ pub async fn run(
         api_base: settings.api_base.clone(),
         key: key.clone(),
         idle_timeout: settings.listen.idle_timeout,
-        key_refused_retry: Duration::from_secs(600),
+        key_refused_retry: crate::core::reconnect::KEY_REFUSED_RETRY,
     };
     let handle = socket::probe(&params, SETTLE)
         .await

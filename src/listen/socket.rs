@@ -316,17 +316,13 @@ async fn connect(params: &SocketParams) -> Result<Ws, (CloseKind, String)> {
         Ok(Ok((ws, _resp))) => Ok(ws),
         Ok(Err(tungstenite::Error::Http(resp))) => {
             let status = resp.status().as_u16();
-            if status == 401 || status == 403 {
-                Err((
-                    CloseKind::KeyRefused,
-                    format!("the upgrade was refused with HTTP {status}"),
-                ))
+            let kind = reconnect::classify_upgrade_status(status);
+            let detail = if kind == CloseKind::KeyRefused {
+                format!("the upgrade was refused with HTTP {status}")
             } else {
-                Err((
-                    CloseKind::Ordinary,
-                    format!("the upgrade was answered HTTP {status}"),
-                ))
-            }
+                format!("the upgrade was answered HTTP {status}")
+            };
+            Err((kind, detail))
         }
         Ok(Err(e)) => Err((CloseKind::Ordinary, format!("connect failed: {e}"))),
     }
