@@ -1208,28 +1208,27 @@ pub async fn run(args: &DoctorArgs) -> Report {
             ));
         }
         kind @ (RuntimeKind::ClaudeCode | RuntimeKind::Codex) => {
-            let (configured, default, config_key, login_args, nested): (_, _, _, &[&str], &[&str]) =
-                match kind {
-                    RuntimeKind::Codex => (
-                        settings.listen.codex.binary.as_deref(),
-                        "codex",
-                        "listen.codex.binary",
-                        &["login", "status"],
-                        crate::runtime::codex::NESTED_SESSION_VARS,
-                    ),
-                    _ => (
-                        settings.listen.claude.binary.as_deref(),
-                        "claude",
-                        "listen.claude.binary",
-                        &["auth", "status"],
-                        crate::runtime::claude::NESTED_SESSION_VARS,
-                    ),
-                };
+            let (configured, default, config_key, login_args): (_, _, _, &[&str]) = match kind {
+                RuntimeKind::Codex => (
+                    settings.listen.codex.binary.as_deref(),
+                    "codex",
+                    "listen.codex.binary",
+                    &["login", "status"],
+                ),
+                _ => (
+                    settings.listen.claude.binary.as_deref(),
+                    "claude",
+                    "listen.claude.binary",
+                    &["auth", "status"],
+                ),
+            };
             let binary =
                 crate::runtime::cli::resolve_binary(configured, default, kind.as_str(), config_key)
                     .map_err(|e| e.to_string());
-            let mut remove: Vec<&str> = nested.to_vec();
-            remove.push("AGENTCHAT_API_KEY");
+            // The probes see what a run would: neither CLI's nested-session variables, no key.
+            let mut removed = crate::runtime::cli_env_remove();
+            removed.push("AGENTCHAT_API_KEY".into());
+            let remove: Vec<&str> = removed.iter().map(String::as_str).collect();
             let set = [("DISABLE_AUTOUPDATER", "1")];
             match &binary {
                 Ok(path) => {
