@@ -2,6 +2,9 @@
 //! child and the built-in demo agent. Pins the timeline's key lines, the exit code, and that no
 //! listener (or its state dir) is left behind on success or failure.
 
+mod common;
+
+use common::is_gone;
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
@@ -33,15 +36,6 @@ fn listener_pid(stdout: &str) -> i32 {
         .next()
         .and_then(|s| s.trim_end_matches(')').parse().ok())
         .unwrap_or_else(|| panic!("no pid in {line}"))
-}
-
-fn is_gone(pid: i32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Err(_) => true,
-        Ok(stat) => stat
-            .rsplit_once(')')
-            .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
-    }
 }
 
 fn assert_nothing_left(demo_pid: u32, listener: i32) {

@@ -3,6 +3,9 @@
 //! isolates HOME, the service dir and the state dir in a temp dir, and checks that the API key
 //! never appears in what doctor prints.
 
+mod common;
+
+use common::sigterm_and_wait;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -480,14 +483,7 @@ async fn a_running_listener_is_reported_with_its_pid_from_the_lock() {
     assert_eq!(lock["facts"]["held"], true);
     out.assert_no_secret(&key);
 
-    // SAFETY: signalling our own child.
-    unsafe {
-        libc::kill(pid as i32, libc::SIGTERM);
-    }
-    let exit = tokio::time::timeout(Duration::from_secs(20), listener.wait())
-        .await
-        .unwrap()
-        .unwrap();
+    let exit = sigterm_and_wait(&mut listener, 20).await;
     assert!(exit.success(), "{exit}");
 
     // Stopped: the lock is free again, and doctor never kept the listener from starting.

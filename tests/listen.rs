@@ -3,6 +3,7 @@
 //! behaviour; waits poll an observable condition (the listener's JSON log, the recorder's files,
 //! the status file or the sim's control API) with a deadline.
 
+mod common;
 mod listen_support;
 
 use listen_support::*;

@@ -1,10 +1,13 @@
 //! The run supervisor against real processes: exit codes, stdin, environment, the time limit with
 //! its grace, cancellation, leftover grandchildren, the 0600 log and log pruning.
 
+mod common;
+
 use agentchat::listen::runner::{RunLimits, RunReport, prune_logs, run};
 use agentchat::runtime::{ProcessEnd, RunSpec};
+use common::{eventually, is_gone};
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 fn sh(script: &str, cwd: &Path) -> RunSpec {
     RunSpec {
@@ -33,29 +36,6 @@ fn never_cancel() -> tokio::sync::watch::Receiver<bool> {
 
 fn read(p: &Path) -> String {
     std::fs::read_to_string(p).unwrap_or_default()
-}
-
-/// Polls `cond` every 20 ms until it holds or `secs` pass.
-async fn eventually(secs: u64, mut cond: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    while Instant::now() < deadline {
-        if cond() {
-            return true;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    cond()
-}
-
-/// A process is finished when /proc no longer has it or it is a zombie (PID 1 here reaps no orphans).
-fn is_gone(pid: i32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Err(_) => true,
-        Ok(stat) => stat
-            .rsplit_once(')')
-            .map(|(_, rest)| rest.trim_start().starts_with('Z'))
-            .unwrap_or(false),
-    }
 }
 
 async fn pid_from(file: &Path) -> i32 {

@@ -1,6 +1,9 @@
 //! `agentchat status` against a real listener: the real binary listening for an agent of the
 //! in-process local server, then stopped.
 
+mod common;
+
+use common::sigterm_and_wait;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -91,14 +94,7 @@ async fn status_reports_a_running_listener_then_a_stopped_one() {
     assert_eq!(v["running"], true);
     assert_eq!(v["status"]["handle"], handle.as_str());
 
-    // SAFETY: signalling our own child.
-    unsafe {
-        libc::kill(pid as i32, libc::SIGTERM);
-    }
-    let exit = tokio::time::timeout(Duration::from_secs(20), listener.wait())
-        .await
-        .unwrap()
-        .unwrap();
+    let exit = sigterm_and_wait(&mut listener, 20).await;
     assert!(exit.success(), "{exit}");
     let (code, text) = status(&config, &state, false).await;
     assert_eq!(code, 3, "{text}");
