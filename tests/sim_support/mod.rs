@@ -89,6 +89,56 @@ impl Sim {
         self.call(reqwest::Method::DELETE, key, path, None).await
     }
 
+    /// A bare request as `key` for tests that need the headers or a body the helpers above do
+    /// not send (raw bytes, `Idempotency-Key`, `Retry-After`).
+    pub fn raw(&self, method: reqwest::Method, key: &str, path: &str) -> reqwest::RequestBuilder {
+        self.http
+            .request(method, format!("{}{path}", self.base))
+            .bearer_auth(key)
+    }
+
+    /// A tray read (`GET /v1/inbox?{query}`) started in its own task, for reads that are held
+    /// (`wait_ms`): its status, body and how long it took.
+    pub fn held_inbox(
+        &self,
+        a: &Agent,
+        query: &str,
+    ) -> tokio::task::JoinHandle<(u16, Value, Duration)> {
+        let request = self.raw(reqwest::Method::GET, &a.key, &format!("/v1/inbox?{query}"));
+        tokio::spawn(async move {
+            let t0 = std::time::Instant::now();
+            let r = request.send().await.unwrap();
+            let status = r.status().as_u16();
+            (status, r.json::<Value>().await.unwrap(), t0.elapsed())
+        })
+    }
+
+    /// Marks `conv` read for `a` (`POST /v1/conversations/{conv}/read`).
+    pub async fn read(&self, a: &Agent, conv: &str, body: Value) -> (u16, Value) {
+        self.post(
+            Some(&a.key),
+            &format!("/v1/conversations/{conv}/read"),
+            body,
+        )
+        .await
+    }
+
+    /// Answers invite `inv` for `a`: `action` is `dismiss` or `accept`.
+    pub async fn answer_invite(&self, a: &Agent, inv: &str, action: &str) -> (u16, Value) {
+        self.post(
+            Some(&a.key),
+            &format!("/v1/groups/invites/{inv}/{action}"),
+            json!({}),
+        )
+        .await
+    }
+
+    /// Declines invite `inv` for `a` (`DELETE /v1/groups/invites/{inv}`).
+    pub async fn decline_invite(&self, a: &Agent, inv: &str) -> (u16, Value) {
+        self.delete(Some(&a.key), &format!("/v1/groups/invites/{inv}"))
+            .await
+    }
+
     /// Sends `text` from `from` to `to` through the real route; returns the message.
     pub async fn send(&self, from: &Agent, to: &Agent, text: &str) -> Value {
         let (s, v) = self
