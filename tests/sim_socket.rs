@@ -101,8 +101,7 @@ async fn ws_3_4_with_ack_a_message_stays_undelivered_and_is_pushed_again_with_de
         st["sockets"].as_array().unwrap().is_empty()
     })
     .await;
-    let mut ws = s.connect(&bob.key, Some("ack")).await;
-    ws.expect("hello.ok", 5000).await;
+    let mut ws = s.connect_ok(&bob.key, Some("ack")).await;
     let again = ws.expect("message.new", 5000).await;
     assert_eq!(again["payload"]["id"], m["id"]);
     let did = again["payload"]["delivery_id"].as_str().unwrap();
@@ -122,8 +121,7 @@ async fn ws_3_4_with_ack_a_message_stays_undelivered_and_is_pushed_again_with_de
         st["sockets"].as_array().unwrap().is_empty()
     })
     .await;
-    let mut ws = s.connect(&bob.key, Some("ack")).await;
-    ws.expect("hello.ok", 5000).await;
+    let mut ws = s.connect_ok(&bob.key, Some("ack")).await;
     assert!(
         ws.collect(300)
             .await
@@ -140,8 +138,7 @@ async fn ws_3_4_connect_budget_closes_1013_with_retry_after_after_accepting_the_
     let bob = s.agent("bob").await;
     s.connect_budget(&bob, 2).await;
     for _ in 0..2 {
-        let mut ws = s.connect(&bob.key, Some("ack")).await;
-        ws.expect("hello.ok", 5000).await;
+        let _ws = s.connect_ok(&bob.key, Some("ack")).await;
     }
     let mut ws = s.connect(&bob.key, Some("ack")).await;
     let (code, reason) = ws.closed(5000).await;
@@ -203,8 +200,7 @@ async fn ws_3_4_hello_path_connect_budget_is_checked_after_auth_and_counts_refus
 async fn ws_3_4_refused_and_rotated_keys_close_1008_invalid_token() {
     let s = sim(1.0).await;
     let bob = s.agent("bob").await;
-    let mut ws = s.connect(&bob.key, Some("ack")).await;
-    ws.expect("hello.ok", 5000).await;
+    let mut ws = s.connect_ok(&bob.key, Some("ack")).await;
     let (st, _) = s
         .post(
             None,
@@ -243,8 +239,7 @@ async fn ws_3_4_refused_and_rotated_keys_close_1008_invalid_token() {
     assert_ne!(new_key, bob.key);
     let mut old = s.connect(&bob.key, Some("ack")).await;
     assert_eq!(old.closed(5000).await.0, 1008);
-    let mut new = s.connect(new_key, Some("ack")).await;
-    new.expect("hello.ok", 5000).await;
+    let _new = s.connect_ok(new_key, Some("ack")).await;
 }
 
 #[tokio::test]
@@ -254,10 +249,7 @@ async fn control_sockets_close_sends_the_chosen_code_and_reason() {
     let mut a = s.connect(&bob.key, Some("ack")).await;
     let mut b = s.connect(&bob.key, None).await;
     a.expect("hello.ok", 5000).await;
-    s.wait_state(&bob, "two sockets", |st| {
-        st["sockets"].as_array().unwrap().len() == 2
-    })
-    .await;
+    s.wait_sockets(&bob, 2).await;
     let (_, v) = s
         .post(
             None,
@@ -278,8 +270,7 @@ async fn control_sockets_close_sends_the_chosen_code_and_reason() {
 async fn control_silence_keeps_tcp_open_but_sends_nothing_not_even_pongs() {
     let s = sim(100.0).await;
     let (alice, bob) = (s.agent("alice").await, s.agent("bob").await);
-    let mut ws = s.connect(&bob.key, Some("ack,heartbeat")).await;
-    ws.expect("hello.ok", 5000).await;
+    let mut ws = s.connect_ok(&bob.key, Some("ack,heartbeat")).await;
     ws.expect("heartbeat", 5000).await;
     let (_, v) = s
         .post(
@@ -390,8 +381,7 @@ async fn ws_3_3_a_new_invite_is_pushed_and_group_notices_are_not_except_the_dele
         st["sockets"].as_array().unwrap().is_empty()
     })
     .await;
-    let mut ws = s.connect(&bob.key, Some("ack")).await;
-    ws.expect("hello.ok", 5000).await;
+    let mut ws = s.connect_ok(&bob.key, Some("ack")).await;
     let f = ws.expect("message.new", 5000).await;
     assert_eq!(f["payload"]["content"]["data"]["event"], "name_changed");
     assert!(f["payload"]["delivery_id"].is_string());
@@ -401,24 +391,11 @@ async fn ws_3_3_a_new_invite_is_pushed_and_group_notices_are_not_except_the_dele
 async fn control_wake_pushes_a_reminder_to_every_socket_and_unanswered_only_to_rewake() {
     let s = sim(1.0).await;
     let (alice, bob) = (s.agent("alice").await, s.agent("bob").await);
-    let mut re = s.connect(&bob.key, Some("ack,rewake")).await;
-    let mut old = s.connect(&bob.key, Some("ack")).await;
-    re.expect("hello.ok", 5000).await;
-    old.expect("hello.ok", 5000).await;
-    s.wait_state(&bob, "two sockets", |st| {
-        st["sockets"].as_array().unwrap().len() == 2
-    })
-    .await;
+    let (mut re, mut old) = s.rewake_and_plain(&bob).await;
     let m = s.send(&alice, &bob, "x").await;
     re.expect("message.new", 5000).await;
     old.expect("message.new", 5000).await;
-    let (_, v) = s
-        .post(
-            None,
-            &format!("/_sim/agents/{}/wake", bob.handle),
-            json!({"reason": "reminder"}),
-        )
-        .await;
+    let v = s.control_wake(&bob, json!({"reason": "reminder"})).await;
     assert_eq!(v["sockets"], 2);
     for ws in [&mut re, &mut old] {
         let w = ws.expect("wake", 5000).await;
@@ -426,12 +403,8 @@ async fn control_wake_pushes_a_reminder_to_every_socket_and_unanswered_only_to_r
         assert_eq!(w["payload"]["conversation_id"], m["conversation_id"]);
         assert_eq!(w["payload"]["anchor_message_id"], m["id"]);
     }
-    let (_, v) = s
-        .post(
-            None,
-            &format!("/_sim/agents/{}/wake", bob.handle),
-            json!({"reason": "unanswered", "step": 2}),
-        )
+    let v = s
+        .control_wake(&bob, json!({"reason": "unanswered", "step": 2}))
         .await;
     assert_eq!(v["sockets"], 1);
     let w = re.expect("wake", 5000).await;
@@ -447,14 +420,7 @@ async fn control_wake_pushes_a_reminder_to_every_socket_and_unanswered_only_to_r
 async fn ladder_5_rewakes_at_1_5_30_180_minutes_only_on_rewake_sockets_then_stops() {
     let s = sim(2000.0).await; // 1 min = 30 ms, 5 min = 150 ms, 180 min = 5.4 s
     let (alice, bob) = (s.agent("alice").await, s.agent("bob").await);
-    let mut re = s.connect(&bob.key, Some("ack,rewake")).await;
-    let mut old = s.connect(&bob.key, Some("ack")).await;
-    re.expect("hello.ok", 5000).await;
-    old.expect("hello.ok", 5000).await;
-    s.wait_state(&bob, "two sockets", |st| {
-        st["sockets"].as_array().unwrap().len() == 2
-    })
-    .await;
+    let (mut re, mut old) = s.rewake_and_plain(&bob).await;
     let m = s.send(&alice, &bob, "answer me").await;
     // Read the old socket at the same time (an unread socket stops answering pings).
     let old_frames = tokio::spawn(async move { old.collect(7000).await });
@@ -601,8 +567,7 @@ async fn defer_6_reminds_after_15_min_then_24_h_then_stops_and_a_reminder_starts
 async fn defer_6_a_reminder_on_a_muted_conversation_wakes_nothing_and_the_card_comes_back_muted() {
     let s = sim(20_000.0).await;
     let (alice, bob) = (s.agent("alice").await, s.agent("bob").await);
-    let mut ws = s.connect(&bob.key, Some("ack")).await;
-    ws.expect("hello.ok", 5000).await;
+    let mut ws = s.connect_ok(&bob.key, Some("ack")).await;
     let m = s.send(&alice, &bob, "later").await;
     let conv = m["conversation_id"].as_str().unwrap();
     s.post(
@@ -723,8 +688,7 @@ async fn ladder_5_a_rung_with_no_rewake_socket_is_not_lost_the_latest_due_is_sen
             .unwrap()
             .is_empty()
     );
-    let mut ws = s.connect(&bob.key, Some("ack,rewake")).await;
-    ws.expect("hello.ok", 5000).await;
+    let mut ws = s.connect_ok(&bob.key, Some("ack,rewake")).await;
     let w = ws.expect("wake", 5000).await;
     assert_eq!(
         w["payload"]["step"], 2,
@@ -744,8 +708,7 @@ async fn ladder_5_a_card_with_only_notices_unread_keeps_no_ladder_going() {
     // it is answered, a group card holding only a notice must not keep the rungs firing.
     let s = sim(30.0).await; // rung 1 = 2 s
     let (alice, bob) = (s.agent("alice").await, s.agent("bob").await);
-    let mut re = s.connect(&bob.key, Some("ack,rewake")).await;
-    re.expect("hello.ok", 5000).await;
+    let mut re = s.connect_ok(&bob.key, Some("ack,rewake")).await;
     let gid = s.group_with(&alice, "crew", &[&bob]).await;
     s.notice(&gid, "name_changed", &alice).await;
     let m = s.send(&alice, &bob, "one").await;
@@ -881,8 +844,7 @@ async fn ladder_5_rungs_count_from_the_newest_item_still_unanswered() {
         )
         .await;
     assert_eq!(st, 201);
-    let mut re = s.connect(&bob.key, Some("ack,rewake")).await;
-    re.expect("hello.ok", 5000).await;
+    let mut re = s.connect_ok(&bob.key, Some("ack,rewake")).await;
     let w = re.expect("wake", 5000).await;
     assert_eq!(w["payload"]["reason"], "unanswered");
     assert_eq!(

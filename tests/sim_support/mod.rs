@@ -298,6 +298,32 @@ impl Sim {
         let (ws, _) = connect_async(req).await.unwrap();
         Ws { ws }
     }
+    /// `connect`, then the server's `hello.ok` (within 5 s): a socket ready for frames.
+    pub async fn connect_ok(&self, key: &str, caps: Option<&str>) -> Ws {
+        let mut ws = self.connect(key, caps).await;
+        ws.expect("hello.ok", 5000).await;
+        ws
+    }
+    /// Two ready sockets for `a`, one with `rewake` and one without, both open on the server.
+    pub async fn rewake_and_plain(&self, a: &Agent) -> (Ws, Ws) {
+        let re = self.connect_ok(&a.key, Some("ack,rewake")).await;
+        let old = self.connect_ok(&a.key, Some("ack")).await;
+        self.wait_sockets(a, 2).await;
+        (re, old)
+    }
+    /// Polls the agent's state until the server holds `n` open sockets for it.
+    pub async fn wait_sockets(&self, a: &Agent, n: usize) -> Value {
+        self.wait_state(a, &format!("{n} sockets"), |st| {
+            st["sockets"].as_array().unwrap().len() == n
+        })
+        .await
+    }
+    /// Wakes the agent through the control API; the answer (`sockets` reached).
+    pub async fn control_wake(&self, a: &Agent, body: Value) -> Value {
+        self.post(None, &format!("/_sim/agents/{}/wake", a.handle), body)
+            .await
+            .1
+    }
     /// HELLO path: no auth on the upgrade.
     pub async fn connect_bare(&self) -> Ws {
         let (ws, _) = connect_async(self.ws_url()).await.unwrap();
