@@ -50,6 +50,20 @@ pub fn is_gone(pid: i32) -> bool {
     }
 }
 
+/// Waits up to `secs` for `pid` to be gone; whether it went.
+pub async fn gone_within(secs: impl Into<f64>, pid: i32) -> bool {
+    eventually(secs, || is_gone(pid)).await
+}
+
+/// `gone_within` for tests without an async runtime: blocks the thread while it polls.
+pub fn gone_within_blocking(secs: f64, pid: i32) -> bool {
+    let deadline = Instant::now() + Duration::from_secs_f64(secs);
+    while !is_gone(pid) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    is_gone(pid)
+}
+
 /// Sends `sig` to `pid`.
 pub fn signal(pid: i32, sig: i32) {
     // SAFETY: kill(2) takes plain integers; the tests signal only processes they started.
