@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use reqwest::Method;
 use serde_json::{Value, json};
-use sim_support::sim;
+use sim_support::{alice_and_bob, sim};
 
 const CARD_FIELDS: [&str; 20] = [
     "conversation_id",
@@ -105,8 +105,7 @@ async fn tray_3_1_limit_defaults_caps_and_truncates() {
 
 #[tokio::test]
 async fn tray_3_1_muted_cards_stay_on_the_tray_flagged() {
-    let s = sim(1.0).await;
-    let (alice, bob) = (s.agent("alice").await, s.agent("bob").await);
+    let (s, alice, bob) = alice_and_bob(1.0).await;
     let m = s.send(&alice, &bob, "hi").await;
     let conv = m["conversation_id"].as_str().unwrap();
     let (st, _) = s
@@ -138,8 +137,7 @@ async fn tray_3_1_muted_cards_stay_on_the_tray_flagged() {
 
 #[tokio::test]
 async fn verdict_3_2_dismiss_reads_through_the_anchor_and_newer_messages_stay_unread() {
-    let s = sim(1.0).await;
-    let (alice, bob) = (s.agent("alice").await, s.agent("bob").await);
+    let (s, alice, bob) = alice_and_bob(1.0).await;
     let m1 = s.send(&alice, &bob, "one").await;
     let conv = m1["conversation_id"].as_str().unwrap().to_string();
     let m2 = s.send(&alice, &bob, "two").await;
@@ -210,8 +208,7 @@ async fn verdict_3_2_a_foreign_anchor_is_404_message_not_found_and_records_nothi
 
 #[tokio::test]
 async fn tray_3_1_notices_are_never_the_preview_and_a_verdict_reads_the_notices_after_its_anchor() {
-    let s = sim(1.0).await;
-    let (alice, bob) = (s.agent("alice").await, s.agent("bob").await);
+    let (s, alice, bob) = alice_and_bob(1.0).await;
     let g = s
         .make_group(json!({"owner": "alice", "name": "crew", "members": ["bob"]}))
         .await;
@@ -261,8 +258,7 @@ async fn tray_3_1_notices_are_never_the_preview_and_a_verdict_reads_the_notices_
 
 #[tokio::test]
 async fn verdict_3_2_defer_hides_the_card_counted_in_deferred_until_a_newer_message() {
-    let s = sim(1.0).await;
-    let (alice, bob) = (s.agent("alice").await, s.agent("bob").await);
+    let (s, alice, bob) = alice_and_bob(1.0).await;
     let m = s.send(&alice, &bob, "later?").await;
     let conv = m["conversation_id"].as_str().unwrap();
     let (st, _) = s.decide(&bob, conv, json!({"decision": "defer", "category": "goal_followup", "through_message_id": m["id"]})).await;
@@ -283,8 +279,7 @@ async fn verdict_3_2_defer_hides_the_card_counted_in_deferred_until_a_newer_mess
 
 #[tokio::test]
 async fn read_3_2_marks_read_without_a_verdict_and_messages_route_marks_delivered() {
-    let s = sim(1.0).await;
-    let (alice, bob) = (s.agent("alice").await, s.agent("bob").await);
+    let (s, alice, bob) = alice_and_bob(1.0).await;
     let m = s.send(&alice, &bob, "x").await;
     let conv = m["conversation_id"].as_str().unwrap();
     let (st, msgs) = s
@@ -312,8 +307,7 @@ async fn read_3_2_marks_read_without_a_verdict_and_messages_route_marks_delivere
 
 #[tokio::test]
 async fn read_3_2_a_through_message_id_that_is_not_a_string_is_400_and_reads_nothing() {
-    let s = sim(1.0).await;
-    let (alice, bob) = (s.agent("alice").await, s.agent("bob").await);
+    let (s, alice, bob) = alice_and_bob(1.0).await;
     let m = s.send(&alice, &bob, "x").await;
     let conv = m["conversation_id"].as_str().unwrap();
     let (st, e) = s.read(&bob, conv, json!({"through_message_id": 7})).await;
@@ -465,8 +459,7 @@ async fn invites_3_3_list_dismiss_idempotently_then_accept_and_decline_answer_40
 
 #[tokio::test]
 async fn tray_3_1_wait_ms_holds_until_a_message_lands_and_answers_at_once_when_a_card_shows() {
-    let s = sim(1.0).await;
-    let (alice, bob) = (s.agent("alice").await, s.agent("bob").await);
+    let (s, alice, bob) = alice_and_bob(1.0).await;
     let held = s.held_inbox(&bob, "wait_ms=20000");
     s.wait_state(&bob, "the read to be parked", |st| st["held_requests"] == 1)
         .await;
@@ -485,8 +478,7 @@ async fn tray_3_1_wait_ms_holds_until_a_message_lands_and_answers_at_once_when_a
 
 #[tokio::test]
 async fn tray_3_1_an_invite_ends_a_hold_only_with_invites_1() {
-    let s = sim(1.0).await;
-    let (_alice, bob) = (s.agent("alice").await, s.agent("bob").await);
+    let (s, _alice, bob) = alice_and_bob(1.0).await;
     let held = s.held_inbox(&bob, "wait_ms=20000&invites=1");
     s.wait_state(&bob, "the read to be parked", |st| st["held_requests"] == 1)
         .await;
@@ -540,8 +532,7 @@ async fn poll_budget_3_1_empty_reads_get_50_then_429_with_retry_after() {
 
 #[tokio::test]
 async fn poll_budget_3_1_empty_reads_within_60_s_of_a_send_spend_no_progress_budget() {
-    let s = sim(1.0).await; // the 60 s progress window cannot lapse during the test
-    let (alice, bob) = (s.agent("alice").await, s.agent("bob").await);
+    let (s, alice, bob) = alice_and_bob(1.0).await; // the 60 s progress window cannot lapse during the test
     s.send(&bob, &alice, "progress").await;
     for i in 0..60 {
         let (st, t) = s.get(Some(&bob.key), "/v1/inbox").await;
@@ -553,8 +544,7 @@ async fn poll_budget_3_1_empty_reads_within_60_s_of_a_send_spend_no_progress_bud
 #[tokio::test]
 async fn poll_budget_3_1_a_tray_that_shows_cards_hits_the_120_read_ceiling_not_the_no_progress_budget()
  {
-    let s = sim(1.0).await;
-    let (alice, bob) = (s.agent("alice").await, s.agent("bob").await);
+    let (s, alice, bob) = alice_and_bob(1.0).await;
     s.send(&alice, &bob, "never answered").await;
     let mut ok = 0;
     let mut refused = None;
@@ -669,8 +659,7 @@ fn tool_json(res: &Value) -> Value {
 
 #[tokio::test]
 async fn mcp_speaks_streamable_http_json_rpc_with_bearer_auth_and_five_tools() {
-    let s = sim(1.0).await;
-    let (alice, bob) = (s.agent("alice").await, s.agent("bob").await);
+    let (s, alice, bob) = alice_and_bob(1.0).await;
     let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
         "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}});
     let (st, _) = rpc(&s, None, init.clone()).await;
@@ -838,8 +827,7 @@ fn cli_sim_prints_one_json_line_with_seeded_keys_and_never_logs_keys() {
 
 #[tokio::test]
 async fn deprecation_7_no_reply_still_works_as_dismiss_with_the_three_headers() {
-    let s = sim(1.0).await;
-    let (alice, bob) = (s.agent("alice").await, s.agent("bob").await);
+    let (s, alice, bob) = alice_and_bob(1.0).await;
     let m = s.send(&alice, &bob, "bye").await;
     let conv = m["conversation_id"].as_str().unwrap();
     let resp = s
@@ -882,8 +870,7 @@ async fn deprecation_7_no_reply_still_works_as_dismiss_with_the_three_headers() 
 
 #[tokio::test]
 async fn sync_lists_undelivered_rows_with_delivery_ids_and_the_cursor_ack_delivers_them() {
-    let s = sim(1.0).await;
-    let (alice, bob) = (s.agent("alice").await, s.agent("bob").await);
+    let (s, alice, bob) = alice_and_bob(1.0).await;
     let m1 = s.send(&alice, &bob, "one").await;
     let m2 = s.send(&alice, &bob, "two").await;
     let (st, rows) = s.get(Some(&bob.key), "/v1/messages/sync").await;
@@ -936,8 +923,7 @@ async fn call_tool(s: &sim_support::Sim, key: &str, name: &str, args: Value) -> 
 
 #[tokio::test]
 async fn mcp_tools_refuse_arguments_their_input_schema_refuses_and_record_nothing() {
-    let s = sim(1.0).await;
-    let (alice, bob) = (s.agent("alice").await, s.agent("bob").await);
+    let (s, alice, bob) = alice_and_bob(1.0).await;
     let m = s.send(&alice, &bob, "x").await;
     let conv = m["conversation_id"].as_str().unwrap();
     let refused = [
@@ -992,8 +978,7 @@ async fn mcp_tools_refuse_arguments_their_input_schema_refuses_and_record_nothin
 
 #[tokio::test]
 async fn invites_3_1_the_tray_lists_the_20_newest_invites_and_flags_the_rest_truncated() {
-    let s = sim(1.0).await;
-    let (_alice, bob) = (s.agent("alice").await, s.agent("bob").await);
+    let (s, _alice, bob) = alice_and_bob(1.0).await;
     let mut ids = Vec::new();
     for i in 0..21 {
         let g = s
@@ -1015,8 +1000,7 @@ async fn invites_3_1_the_tray_lists_the_20_newest_invites_and_flags_the_rest_tru
 
 #[tokio::test]
 async fn invites_3_3_dismiss_honours_idempotency_key_even_after_the_invite_is_answered() {
-    let s = sim(1.0).await;
-    let (_alice, bob) = (s.agent("alice").await, s.agent("bob").await);
+    let (s, _alice, bob) = alice_and_bob(1.0).await;
     let g = s
         .make_group(json!({"owner": "alice", "name": "crew", "invite": ["bob"]}))
         .await;
@@ -1052,8 +1036,7 @@ async fn invites_3_3_dismiss_honours_idempotency_key_even_after_the_invite_is_an
 
 #[tokio::test]
 async fn poll_budget_3_1_a_held_read_counts_once_however_often_it_is_woken() {
-    let s = sim(1.0).await; // refill is one per 30 s: nothing refills during the test
-    let (_alice, bob) = (s.agent("alice").await, s.agent("bob").await);
+    let (s, _alice, bob) = alice_and_bob(1.0).await; // refill is one per 30 s: nothing refills during the test
     for i in 0..48 {
         let (st, _) = s.get(Some(&bob.key), "/v1/inbox").await;
         assert_eq!(st, 200, "read {i}");

@@ -7,13 +7,12 @@ use std::time::Duration;
 
 use futures_util::{SinkExt, StreamExt};
 use serde_json::{Value, json};
-use sim_support::{Got, sim};
+use sim_support::{Got, alice_and_bob, sim};
 use tokio_tungstenite::tungstenite::Message;
 
 #[tokio::test]
 async fn ws_3_4_header_path_answers_hello_ok_with_accepted_capabilities_sorted_only_when_asked() {
-    let s = sim(1.0).await;
-    let (alice, bob) = (s.agent("alice").await, s.agent("bob").await);
+    let (s, alice, bob) = alice_and_bob(1.0).await;
     let mut ws = s
         .connect(&bob.key, Some("rewake, ack,bogus,heartbeat"))
         .await;
@@ -85,8 +84,7 @@ async fn ws_3_4_hello_path_always_answers_hello_ok_and_refuses_bad_keys_and_miss
 #[tokio::test]
 async fn ws_3_4_with_ack_a_message_stays_undelivered_and_is_pushed_again_with_delivery_id_until_acked()
  {
-    let s = sim(1.0).await;
-    let (alice, bob) = (s.agent("alice").await, s.agent("bob").await);
+    let (s, alice, bob) = alice_and_bob(1.0).await;
     let mut ws = s.ear(&bob, "ack").await;
     let m = s.send(&alice, &bob, "hold me").await;
     let f = ws.expect("message.new", 5000).await;
@@ -268,8 +266,7 @@ async fn control_sockets_close_sends_the_chosen_code_and_reason() {
 
 #[tokio::test]
 async fn control_silence_keeps_tcp_open_but_sends_nothing_not_even_pongs() {
-    let s = sim(100.0).await;
-    let (alice, bob) = (s.agent("alice").await, s.agent("bob").await);
+    let (s, alice, bob) = alice_and_bob(100.0).await;
     let mut ws = s.connect_ok(&bob.key, Some("ack,heartbeat")).await;
     ws.expect("heartbeat", 5000).await;
     let (_, v) = s
@@ -333,8 +330,7 @@ async fn ws_3_4_heartbeat_frames_and_pings_come_every_45_s_and_heartbeats_only_w
 
 #[tokio::test]
 async fn ws_3_3_a_new_invite_is_pushed_and_group_notices_are_not_except_the_deletion() {
-    let s = sim(1.0).await;
-    let (_alice, bob) = (s.agent("alice").await, s.agent("bob").await);
+    let (s, _alice, bob) = alice_and_bob(1.0).await;
     let mut ws = s.ear(&bob, "ack").await;
     let g = s
         .make_group(json!({"owner": "alice", "name": "crew", "invite": ["bob"]}))
@@ -389,8 +385,7 @@ async fn ws_3_3_a_new_invite_is_pushed_and_group_notices_are_not_except_the_dele
 
 #[tokio::test]
 async fn control_wake_pushes_a_reminder_to_every_socket_and_unanswered_only_to_rewake() {
-    let s = sim(1.0).await;
-    let (alice, bob) = (s.agent("alice").await, s.agent("bob").await);
+    let (s, alice, bob) = alice_and_bob(1.0).await;
     let (mut re, mut old) = s.rewake_and_plain(&bob).await;
     let m = s.send(&alice, &bob, "x").await;
     re.expect("message.new", 5000).await;
@@ -418,8 +413,7 @@ async fn control_wake_pushes_a_reminder_to_every_socket_and_unanswered_only_to_r
 
 #[tokio::test]
 async fn ladder_5_rewakes_at_1_5_30_180_minutes_only_on_rewake_sockets_then_stops() {
-    let s = sim(2000.0).await; // 1 min = 30 ms, 5 min = 150 ms, 180 min = 5.4 s
-    let (alice, bob) = (s.agent("alice").await, s.agent("bob").await);
+    let (s, alice, bob) = alice_and_bob(2000.0).await; // 1 min = 30 ms, 5 min = 150 ms, 180 min = 5.4 s
     let (mut re, mut old) = s.rewake_and_plain(&bob).await;
     let m = s.send(&alice, &bob, "answer me").await;
     // Read the old socket at the same time (an unread socket stops answering pings).
@@ -461,8 +455,7 @@ async fn ladder_5_rewakes_at_1_5_30_180_minutes_only_on_rewake_sockets_then_stop
 
 #[tokio::test]
 async fn ladder_5_restarts_on_a_newer_message_and_never_runs_for_muted_or_answered_items() {
-    let s = sim(600.0).await; // rung 1 = 100 ms, 2 = 500 ms, 3 = 3 s
-    let (alice, bob) = (s.agent("alice").await, s.agent("bob").await);
+    let (s, alice, bob) = alice_and_bob(600.0).await; // rung 1 = 100 ms, 2 = 500 ms, 3 = 3 s
     let mut re = s.ear(&bob, "ack,rewake").await;
     let m = s.send(&alice, &bob, "one").await;
     let conv = m["conversation_id"].as_str().unwrap();
@@ -508,8 +501,7 @@ async fn reminder(ws: &mut sim_support::Ws) -> Value {
 
 #[tokio::test]
 async fn defer_6_reminds_after_15_min_then_24_h_then_stops_and_a_reminder_starts_no_ladder() {
-    let s = sim(20_000.0).await; // 15 min = 45 ms, 24 h = 4.3 s, rung 4 (180 min) = 0.54 s
-    let (alice, bob) = (s.agent("alice").await, s.agent("bob").await);
+    let (s, alice, bob) = alice_and_bob(20_000.0).await; // 15 min = 45 ms, 24 h = 4.3 s, rung 4 (180 min) = 0.54 s
     let mut ws = s.ear(&bob, "ack,rewake").await;
     let m = s.send(&alice, &bob, "later").await;
     let conv = m["conversation_id"].as_str().unwrap();
@@ -565,8 +557,7 @@ async fn defer_6_reminds_after_15_min_then_24_h_then_stops_and_a_reminder_starts
 
 #[tokio::test]
 async fn defer_6_a_reminder_on_a_muted_conversation_wakes_nothing_and_the_card_comes_back_muted() {
-    let s = sim(20_000.0).await;
-    let (alice, bob) = (s.agent("alice").await, s.agent("bob").await);
+    let (s, alice, bob) = alice_and_bob(20_000.0).await;
     let mut ws = s.connect_ok(&bob.key, Some("ack")).await;
     let m = s.send(&alice, &bob, "later").await;
     let conv = m["conversation_id"].as_str().unwrap();
@@ -612,8 +603,7 @@ async fn python_sdk_realtime_client_receives_a_message_and_acks_it() {
             local.to_string()
         }
     };
-    let s = sim(1.0).await;
-    let (alice, bob) = (s.agent("alice").await, s.agent("bob").await);
+    let (s, alice, bob) = alice_and_bob(1.0).await;
     let script = r#"
 import asyncio, json, os, sys
 from agentchatme import RealtimeClient
@@ -677,8 +667,7 @@ asyncio.run(main())
 #[tokio::test]
 async fn ladder_5_a_rung_with_no_rewake_socket_is_not_lost_the_latest_due_is_sent_once_on_connect()
 {
-    let s = sim(600.0).await; // rung 1 = 100 ms, rung 2 = 500 ms, rung 3 = 3 s
-    let (alice, bob) = (s.agent("alice").await, s.agent("bob").await);
+    let (s, alice, bob) = alice_and_bob(600.0).await; // rung 1 = 100 ms, rung 2 = 500 ms, rung 3 = 3 s
     let m = s.send(&alice, &bob, "anyone?").await;
     // Server time passing is the behaviour under test: let rungs 1 and 2 come due with no socket.
     tokio::time::sleep(Duration::from_millis(800)).await;
@@ -706,8 +695,7 @@ async fn ladder_5_a_rung_with_no_rewake_socket_is_not_lost_the_latest_due_is_sen
 async fn ladder_5_a_card_with_only_notices_unread_keeps_no_ladder_going() {
     // Contract 5: system notices never start a ladder on their own; once the message that armed
     // it is answered, a group card holding only a notice must not keep the rungs firing.
-    let s = sim(30.0).await; // rung 1 = 2 s
-    let (alice, bob) = (s.agent("alice").await, s.agent("bob").await);
+    let (s, alice, bob) = alice_and_bob(30.0).await; // rung 1 = 2 s
     let mut re = s.connect_ok(&bob.key, Some("ack,rewake")).await;
     let gid = s.group_with(&alice, "crew", &[&bob]).await;
     s.notice(&gid, "name_changed", &alice).await;
@@ -742,8 +730,7 @@ async fn ladder_5_a_card_with_only_notices_unread_keeps_no_ladder_going() {
 async fn defer_6_a_notice_neither_brings_a_deferred_card_back_nor_wakes_when_the_reminder_is_due() {
     // Contract 3.2/6: a system notice is not a message newer than the anchor, and a reminder that
     // comes due with only notices unread fires quietly.
-    let s = sim(200.0).await; // 15 min = 4.5 s: room for the steps before it comes due
-    let (alice, bob) = (s.agent("alice").await, s.agent("bob").await);
+    let (s, alice, bob) = alice_and_bob(200.0).await; // 15 min = 4.5 s: room for the steps before it comes due
     let gid = s.group_with(&alice, "crew", &[&bob]).await;
     let m = s.send_conv(&alice, &gid, "later").await;
     let defer = json!({"decision": "defer", "category": "other", "through_message_id": m["id"]});
@@ -858,8 +845,7 @@ async fn ws_3_4_a_refused_key_counts_against_the_budget_on_the_header_path_only(
     // Contract 3.4: on the Bearer path the budget is checked before the key is looked up (every
     // attempt counts); on the HELLO path right after authentication (a refused key never gets
     // that far).
-    let s = sim(1.0).await;
-    let (alice, bob) = (s.agent("alice").await, s.agent("bob").await);
+    let (s, alice, bob) = alice_and_bob(1.0).await;
     for a in [&alice, &bob] {
         s.connect_budget(a, 1).await;
         let (st, _) = s

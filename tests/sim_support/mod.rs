@@ -34,6 +34,13 @@ pub async fn sim(time_scale: f64) -> Sim {
     }
 }
 
+/// The usual scene: a sim at `time_scale` with `alice`, who writes, and `bob`, who reads.
+pub async fn alice_and_bob(time_scale: f64) -> (Sim, Agent, Agent) {
+    let s = sim(time_scale).await;
+    let (alice, bob) = (s.agent("alice").await, s.agent("bob").await);
+    (s, alice, bob)
+}
+
 /// The cards (`conversations`) of a tray body.
 pub fn cards(tray: &Value) -> Vec<Value> {
     tray["conversations"].as_array().unwrap().clone()
