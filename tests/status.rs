@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::sigterm_and_wait;
+use common::{config_in, sigterm_and_wait};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -38,13 +38,7 @@ async fn status_reports_a_running_listener_then_a_stopped_one() {
     .await
     .unwrap();
     let (handle, key) = sim.seeded[0].clone();
-    let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("config.toml");
-    std::fs::write(
-        &config,
-        "[listen]\nruntime = \"script\"\ncommand = [\"/bin/true\"]\n",
-    )
-    .unwrap();
+    let (dir, config) = config_in("[listen]\nruntime = \"script\"\ncommand = [\"/bin/true\"]\n");
     let state = dir.path().join("state");
 
     // Nothing ran yet.
@@ -107,9 +101,7 @@ async fn status_reports_a_running_listener_then_a_stopped_one() {
 
 #[tokio::test]
 async fn a_status_file_that_is_not_json_is_a_clear_error_with_exit_1() {
-    let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("config.toml");
-    std::fs::write(&config, "").unwrap();
+    let (dir, config) = config_in("");
     let state = dir.path().join("state");
     std::fs::create_dir(&state).unwrap();
     std::fs::write(state.join("status.json"), "{ half a document").unwrap();

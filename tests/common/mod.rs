@@ -5,6 +5,7 @@
 // Each test binary uses only some of these.
 #![allow(dead_code)]
 
+use std::path::PathBuf;
 use std::process::ExitStatus;
 use std::time::{Duration, Instant};
 
@@ -99,4 +100,12 @@ pub async fn sigterm_and_wait(child: &mut tokio::process::Child, secs: u64) -> E
         .await
         .expect("the child exits after SIGTERM")
         .expect("waiting on the child")
+}
+
+/// A fresh temp dir holding `config.toml` with `text`; keep the dir alive as long as the path.
+pub fn config_in(text: &str) -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("config.toml");
+    std::fs::write(&config, text).unwrap();
+    (dir, config)
 }
