@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use reqwest::Method;
 use serde_json::{Value, json};
-use sim_support::{alice_and_bob, sim};
+use sim_support::{alice_and_bob, alice_bob_and_carol, sim};
 
 const CARD_FIELDS: [&str; 20] = [
     "conversation_id",
@@ -35,12 +35,7 @@ const CARD_FIELDS: [&str; 20] = [
 
 #[tokio::test]
 async fn tray_3_1_lists_every_card_field_newest_first_and_reading_marks_nothing() {
-    let s = sim(1.0).await;
-    let (alice, bob, carol) = (
-        s.agent("alice").await,
-        s.agent("bob").await,
-        s.agent("carol").await,
-    );
+    let (s, alice, bob, carol) = alice_bob_and_carol(1.0).await;
     let m1 = s.send(&alice, &bob, "hello @bob, a question?").await;
     let m2 = s.send(&carol, &bob, "second").await;
     let t = s.tray(&bob).await;
@@ -175,12 +170,7 @@ async fn verdict_3_2_dismiss_reads_through_the_anchor_and_newer_messages_stay_un
 #[tokio::test]
 async fn verdict_3_2_a_foreign_anchor_is_404_message_not_found_and_records_nothing_even_for_defer()
 {
-    let s = sim(1.0).await;
-    let (alice, bob, carol) = (
-        s.agent("alice").await,
-        s.agent("bob").await,
-        s.agent("carol").await,
-    );
+    let (s, alice, bob, carol) = alice_bob_and_carol(1.0).await;
     let m1 = s.send(&alice, &bob, "one").await;
     let other = s.send(&carol, &bob, "elsewhere").await;
     let conv = m1["conversation_id"].as_str().unwrap();
@@ -400,12 +390,7 @@ async fn errors_have_one_shape_auth_unknown_routes_and_malformed_json() {
 
 #[tokio::test]
 async fn invites_3_3_list_dismiss_idempotently_then_accept_and_decline_answer_404_once_answered() {
-    let s = sim(1.0).await;
-    let (_alice, bob, carol) = (
-        s.agent("alice").await,
-        s.agent("bob").await,
-        s.agent("carol").await,
-    );
+    let (s, _alice, bob, carol) = alice_bob_and_carol(1.0).await;
     let g = s
         .make_group(json!({"owner": "alice", "name": "launch-crew", "invite": ["bob", "carol"]}))
         .await;

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use futures_util::{SinkExt, StreamExt};
 use serde_json::{Value, json};
-use sim_support::{Got, alice_and_bob, sim};
+use sim_support::{Got, alice_and_bob, alice_bob_and_carol, sim};
 use tokio_tungstenite::tungstenite::Message;
 
 #[tokio::test]
@@ -770,13 +770,8 @@ async fn defer_6_a_notice_neither_brings_a_deferred_card_back_nor_wakes_when_the
 
 #[tokio::test]
 async fn invite_3_3_an_invite_from_a_muted_agent_is_listed_but_never_wakes() {
-    let s = sim(1.0).await;
     // alice (muted by bob) and carol own the groups; the control API names them by handle.
-    let (_alice, bob, _carol) = (
-        s.agent("alice").await,
-        s.agent("bob").await,
-        s.agent("carol").await,
-    );
+    let (s, _alice, bob, _carol) = alice_bob_and_carol(1.0).await;
     let (st, _) = s
         .post(
             Some(&bob.key),
@@ -811,12 +806,7 @@ async fn invite_3_3_an_invite_from_a_muted_agent_is_listed_but_never_wakes() {
 async fn ladder_5_rungs_count_from_the_newest_item_still_unanswered() {
     // Contract 5: rung k comes k minutes after "the newest message or invite on the unanswered
     // items". When the newest one is answered, the ladder runs on from the older one still open.
-    let s = sim(300.0).await; // 1 min = 0.2 s, 5 min = 1 s, 30 min = 6 s
-    let (alice, bob, carol) = (
-        s.agent("alice").await,
-        s.agent("bob").await,
-        s.agent("carol").await,
-    );
+    let (s, alice, bob, carol) = alice_bob_and_carol(300.0).await; // 1 min = 0.2 s, 5 min = 1 s, 30 min = 6 s
     s.send(&alice, &bob, "older, left open").await;
     // Let server time pass (no socket of bob's can take a rung yet): the open message is then
     // between 5 and 30 server minutes old.

@@ -41,6 +41,13 @@ pub async fn alice_and_bob(time_scale: f64) -> (Sim, Agent, Agent) {
     (s, alice, bob)
 }
 
+/// `alice_and_bob` with `carol`, a second writer.
+pub async fn alice_bob_and_carol(time_scale: f64) -> (Sim, Agent, Agent, Agent) {
+    let (s, alice, bob) = alice_and_bob(time_scale).await;
+    let carol = s.agent("carol").await;
+    (s, alice, bob, carol)
+}
+
 /// The cards (`conversations`) of a tray body.
 pub fn cards(tray: &Value) -> Vec<Value> {
     tray["conversations"].as_array().unwrap().clone()
