@@ -2,8 +2,10 @@
 //! child and the built-in demo agent. Pins the timeline's key lines, the exit code, and that no
 //! listener (or its state dir) is left behind on success or failure.
 
+mod common;
+
+use common::gone_within_blocking;
 use std::process::{Command, Output};
-use std::time::{Duration, Instant};
 
 fn run_demo(extra_env: &[(&str, &str)]) -> (Output, u32) {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_agentchat"));
@@ -35,21 +37,11 @@ fn listener_pid(stdout: &str) -> i32 {
         .unwrap_or_else(|| panic!("no pid in {line}"))
 }
 
-fn is_gone(pid: i32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Err(_) => true,
-        Ok(stat) => stat
-            .rsplit_once(')')
-            .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
-    }
-}
-
 fn assert_nothing_left(demo_pid: u32, listener: i32) {
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while !is_gone(listener) && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    assert!(is_gone(listener), "listener {listener} is still running");
+    assert!(
+        gone_within_blocking(5.0, listener),
+        "listener {listener} is still running"
+    );
     let prefix = format!("agentchat-demo-{demo_pid}-");
     let left: Vec<_> = std::fs::read_dir(std::env::temp_dir())
         .unwrap()
@@ -138,16 +130,10 @@ fn a_demo_killed_outright_still_stops_its_listener() {
     // SIGKILL: no Drop, no signal handler runs in the demo.
     child.kill().unwrap();
     child.wait().unwrap();
-    let deadline = Instant::now() + Duration::from_secs(15);
-    while !is_gone(listener) && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let gone = is_gone(listener);
+    let gone = gone_within_blocking(15.0, listener);
     if !gone {
-        // SAFETY: cleaning up the listener this test caused to be left behind.
-        unsafe {
-            libc::kill(listener, libc::SIGKILL);
-        }
+        // Cleaning up the listener this test caused to be left behind.
+        common::signal(listener, libc::SIGKILL);
     }
     // The killed demo could not remove its scratch dir; this test does.
     let prefix = format!("agentchat-demo-{demo_pid}-");

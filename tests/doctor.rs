@@ -3,6 +3,9 @@
 //! isolates HOME, the service dir and the state dir in a temp dir, and checks that the API key
 //! never appears in what doctor prints.
 
+mod common;
+
+use common::sigterm_and_wait;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -23,6 +26,11 @@ impl Out {
             .find(|l| l.split_whitespace().nth(1) == Some(&format!("{name}:")))
             .unwrap_or_else(|| panic!("no `{name}` line in:\n{}", self.all()))
             .to_string()
+    }
+    /// Check `name`'s line starts with `start` (level, name, verdict) and mentions `needle`.
+    fn assert_line(&self, name: &str, start: &str, needle: &str) {
+        let line = self.line(name);
+        assert!(line.starts_with(start) && line.contains(needle), "{line}");
     }
     fn assert_no_secret(&self, key: &str) {
         assert!(
@@ -281,10 +289,10 @@ async fn integration_off_is_a_warning_that_listen_will_exit() {
         })
         .await;
     assert_eq!(out.code, 0, "a warning is not a failure: {}", out.all());
-    let line = out.line("integration");
-    assert!(
-        line.starts_with("WARN integration: AGENTCHAT_INTEGRATION=off") && line.contains("exit"),
-        "{line}"
+    out.assert_line(
+        "integration",
+        "WARN integration: AGENTCHAT_INTEGRATION=off",
+        "exit",
     );
     sim.shutdown().await;
 }
@@ -299,10 +307,10 @@ async fn a_missing_runtime_binary_fails_naming_the_config_key_to_set() {
     );
     let out = s.doctor(&sim.api_base, Some(&key), &[]).await;
     assert_eq!(out.code, 1, "{}", out.all());
-    let line = out.line("runtime");
-    assert!(
-        line.starts_with("FAIL runtime: claude-code:") && line.contains("listen.claude.binary"),
-        "{line}"
+    out.assert_line(
+        "runtime",
+        "FAIL runtime: claude-code:",
+        "listen.claude.binary",
     );
 
     // Codex with nothing on PATH.
@@ -315,21 +323,13 @@ async fn a_missing_runtime_binary_fails_naming_the_config_key_to_set() {
         })
         .await;
     assert_eq!(out.code, 1, "{}", out.all());
-    let line = out.line("runtime");
-    assert!(
-        line.starts_with("FAIL runtime: codex:") && line.contains("listen.codex.binary"),
-        "{line}"
-    );
+    out.assert_line("runtime", "FAIL runtime: codex:", "listen.codex.binary");
 
     // A script whose program is not on PATH names `command` under [listen].
     let s = Scratch::new("[listen]\nruntime = \"script\"\ncommand = [\"no-such-agent-program\"]\n");
     let out = s.doctor(&sim.api_base, Some(&key), &[]).await;
     assert_eq!(out.code, 1, "{}", out.all());
-    let line = out.line("runtime");
-    assert!(
-        line.starts_with("FAIL runtime:") && line.contains("`command` under [listen]"),
-        "{line}"
-    );
+    out.assert_line("runtime", "FAIL runtime:", "`command` under [listen]");
     sim.shutdown().await;
 }
 
@@ -480,14 +480,7 @@ async fn a_running_listener_is_reported_with_its_pid_from_the_lock() {
     assert_eq!(lock["facts"]["held"], true);
     out.assert_no_secret(&key);
 
-    // SAFETY: signalling our own child.
-    unsafe {
-        libc::kill(pid as i32, libc::SIGTERM);
-    }
-    let exit = tokio::time::timeout(Duration::from_secs(20), listener.wait())
-        .await
-        .unwrap()
-        .unwrap();
+    let exit = sigterm_and_wait(&mut listener, 20).await;
     assert!(exit.success(), "{exit}");
 
     // Stopped: the lock is free again, and doctor never kept the listener from starting.
@@ -557,21 +550,13 @@ async fn a_key_file_others_can_read_fails_and_a_private_one_passes() {
 
     let out = s.doctor(&sim.api_base, None, &[]).await;
     assert_eq!(out.code, 1, "{}", out.all());
-    let line = out.line("key");
-    assert!(
-        line.starts_with("FAIL key:") && line.contains("chmod 600"),
-        "{line}"
-    );
+    out.assert_line("key", "FAIL key:", "chmod 600");
     out.assert_no_secret(&key);
 
     std::fs::set_permissions(&key_file, std::fs::Permissions::from_mode(0o600)).unwrap();
     let out = s.doctor(&sim.api_base, None, &[]).await;
     assert_eq!(out.code, 0, "{}", out.all());
-    let line = out.line("key");
-    assert!(
-        line.starts_with("PASS key: from the key file") && line.contains("key.txt"),
-        "{line}"
-    );
+    out.assert_line("key", "PASS key: from the key file", "key.txt");
     assert!(out.line("server").starts_with("PASS server:"));
     out.assert_no_secret(&key);
     sim.shutdown().await;
@@ -633,10 +618,10 @@ async fn a_status_file_whose_pid_lives_on_without_the_lock_is_not_a_running_list
         out.line("lock"),
         "PASS lock: free: no listener is running for this profile"
     );
-    let status = out.line("status");
-    assert!(
-        status.starts_with("PASS status: state connected since") && status.contains("not running"),
-        "{status}"
+    out.assert_line(
+        "status",
+        "PASS status: state connected since",
+        "not running",
     );
     sim.shutdown().await;
 }
@@ -649,10 +634,6 @@ async fn odd_but_valid_settings_are_warnings_that_do_not_fail() {
     );
     let out = s.doctor(&sim.api_base, Some(&key), &[]).await;
     assert_eq!(out.code, 0, "{}", out.all());
-    let line = out.line("advice");
-    assert!(
-        line.starts_with("WARN advice:") && line.contains("listen.max_delay"),
-        "{line}"
-    );
+    out.assert_line("advice", "WARN advice:", "listen.max_delay");
     sim.shutdown().await;
 }

@@ -3,6 +3,7 @@
 //! behaviour; waits poll an observable condition (the listener's JSON log, the recorder's files,
 //! the status file or the sim's control API) with a deadline.
 
+mod common;
 mod listen_support;
 
 use listen_support::*;
@@ -73,6 +74,30 @@ async fn logged_at_least(l: &Listener, event: &str, n: usize, secs: f64) {
     );
 }
 
+/// Waits up to `secs` until the recorder's run `n` has finished.
+async fn run_done(setup: &Setup, l: &Listener, n: usize, secs: f64) {
+    assert!(eventually(secs, || setup.rec.done(n)).await, "{}", l.log());
+}
+
+/// Waits up to `secs` until the listener has logged `event` exactly `n` times.
+async fn logged_exactly(l: &Listener, event: &str, n: usize, secs: f64) {
+    assert!(
+        eventually(secs, || l.count(event) == n).await,
+        "{}",
+        l.log()
+    );
+}
+
+/// Waits up to `secs` until the status file's `state` is `state`.
+async fn state_becomes(setup: &Setup, l: &Listener, state: &str, secs: f64) {
+    assert!(
+        eventually(secs, || setup.status()["state"] == state).await,
+        "{}\n{}",
+        setup.status(),
+        l.log()
+    );
+}
+
 /// Waits up to 10 s until the sim has accepted `n` sockets for `agent`.
 async fn accepted_at_least(sim: &Sim, agent: &Agent, l: &Listener, n: usize) {
     assert!(
@@ -123,8 +148,8 @@ async fn a_message_gives_one_run_with_the_wake_instruction_on_stdin_and_the_run_
     assert_eq!(setup.rec.count(), 0, "nothing waited at connect: no run");
 
     sim.send(&alice, &bob, "hello bob").await;
-    assert!(eventually(15.0, || setup.rec.done(1)).await, "{}", l.log());
-    assert!(eventually(10.0, || l.count("cycle_end") >= 2).await);
+    run_done(&setup, &l, 1, 15.0).await;
+    logged_at_least(&l, "cycle_end", 2, 10.0).await;
 
     let texts = sim.texts("generic", &bob.key).await;
     assert_eq!(
@@ -183,7 +208,7 @@ async fn a_burst_of_20_messages_gives_one_cycle_and_at_most_one_follow_up() {
     for i in 0..20 {
         sim.send(&alice, &bob, &format!("burst {i}")).await;
     }
-    assert!(eventually(15.0, || setup.rec.done(1)).await, "{}", l.log());
+    run_done(&setup, &l, 1, 15.0).await;
     // Everything arrived inside one quiet window: the coalescer owes at most one more cycle.
     assert!(never(4.0, || setup.rec.count() > 2).await);
     assert!(setup.rec.count() <= 2, "at most one follow-up run");
@@ -210,7 +235,7 @@ async fn messages_during_a_run_give_exactly_one_more_cycle() {
         !setup.rec.done(1),
         "the messages arrived while run 1 was still going"
     );
-    assert!(eventually(15.0, || setup.rec.done(2)).await, "{}", l.log());
+    run_done(&setup, &l, 2, 15.0).await;
     assert!(
         never(3.0, || setup.rec.count() > 2).await,
         "exactly one more cycle"
@@ -223,17 +248,17 @@ async fn reminder_and_unanswered_wakes_each_give_a_cycle_that_runs_while_a_card_
     let opts = Opts::default();
     let (sim, alice, bob, setup, l) = bob_listening(&opts).await;
     sim.send(&alice, &bob, "needs an answer").await;
-    assert!(eventually(15.0, || setup.rec.done(1)).await, "{}", l.log());
-    assert!(eventually(10.0, || l.count("cycle_end") >= 2).await);
+    run_done(&setup, &l, 1, 15.0).await;
+    logged_at_least(&l, "cycle_end", 2, 10.0).await;
 
     // The script recorded no verdict, so the card is still on the tray.
     sim.wake(&bob, "reminder").await;
-    assert!(eventually(15.0, || setup.rec.done(2)).await, "{}", l.log());
+    run_done(&setup, &l, 2, 15.0).await;
     assert!(setup.rec.env(2)["AGENTCHAT_WAKE_REASONS"].contains("reminder"));
-    assert!(eventually(10.0, || l.count("cycle_end") >= 3).await);
+    logged_at_least(&l, "cycle_end", 3, 10.0).await;
 
     sim.wake(&bob, "unanswered").await;
-    assert!(eventually(15.0, || setup.rec.done(3)).await, "{}", l.log());
+    run_done(&setup, &l, 3, 15.0).await;
     assert!(setup.rec.env(3)["AGENTCHAT_WAKE_REASONS"].contains("unanswered"));
     // A wake is never acked: only the one message was.
     assert_eq!(sim.acks(&bob).await.len(), 1);
@@ -261,7 +286,7 @@ async fn an_invite_alone_runs_with_the_invite_prompt() {
     let opts = Opts::default();
     let (sim, alice, bob, setup, l) = bob_listening(&opts).await;
     sim.invite(&alice, &bob, "launch-crew").await;
-    assert!(eventually(15.0, || setup.rec.done(1)).await, "{}", l.log());
+    run_done(&setup, &l, 1, 15.0).await;
     let texts = sim.texts("generic", &bob.key).await;
     assert_eq!(
         setup.rec.file("stdin", 1),
@@ -284,12 +309,8 @@ async fn an_invite_left_pending_by_two_completed_runs_a_pace_apart_is_dismissed(
     };
     let (sim, alice, bob, setup, l) = bob_listening(&opts).await;
     sim.invite(&alice, &bob, "crew").await;
-    assert!(eventually(15.0, || setup.rec.done(1)).await, "{}", l.log());
-    assert!(
-        eventually(10.0, || l.count("invite_counted") == 1).await,
-        "{}",
-        l.log()
-    );
+    run_done(&setup, &l, 1, 15.0).await;
+    logged_exactly(&l, "invite_counted", 1, 10.0).await;
     let first_end = now_ms();
     assert_eq!(
         invites_pending(&sim, &bob).await,
@@ -300,12 +321,8 @@ async fn an_invite_left_pending_by_two_completed_runs_a_pace_apart_is_dismissed(
     // Wait out the pace, then wake again: the second run leaves it pending too.
     assert!(eventually(10.0, || now_ms() >= first_end + INVITE_PACE_MS + 200).await);
     sim.wake(&bob, "unanswered").await;
-    assert!(eventually(15.0, || setup.rec.done(2)).await, "{}", l.log());
-    assert!(
-        eventually(10.0, || l.count("invite_dismissed") == 1).await,
-        "{}",
-        l.log()
-    );
+    run_done(&setup, &l, 2, 15.0).await;
+    logged_exactly(&l, "invite_dismissed", 1, 10.0).await;
     assert!(
         eventually_async(5.0, || async { invites_pending(&sim, &bob).await == 0 }).await,
         "the server has the invite dismissed"
@@ -322,21 +339,13 @@ async fn an_invite_left_by_one_run_or_by_runs_less_than_a_pace_apart_is_not_dism
     };
     let (sim, alice, bob, setup, l) = bob_listening(&opts).await;
     sim.invite(&alice, &bob, "crew").await;
-    assert!(eventually(15.0, || setup.rec.done(1)).await, "{}", l.log());
-    assert!(
-        eventually(10.0, || l.count("invite_counted") == 1).await,
-        "{}",
-        l.log()
-    );
+    run_done(&setup, &l, 1, 15.0).await;
+    logged_exactly(&l, "invite_counted", 1, 10.0).await;
     assert_eq!(invites_pending(&sim, &bob).await, 1);
 
     sim.wake(&bob, "unanswered").await;
-    assert!(eventually(15.0, || setup.rec.done(2)).await, "{}", l.log());
-    assert!(
-        eventually(10.0, || l.count("invite_silent_paced") == 1).await,
-        "{}",
-        l.log()
-    );
+    run_done(&setup, &l, 2, 15.0).await;
+    logged_exactly(&l, "invite_silent_paced", 1, 10.0).await;
     assert_eq!(l.count("invite_dismissed"), 0);
     assert_eq!(invites_pending(&sim, &bob).await, 1);
 }
@@ -349,13 +358,13 @@ async fn an_invite_left_pending_by_failed_runs_is_not_dismissed() {
     };
     let (sim, alice, bob, setup, l) = bob_listening_with(&opts, &[("exit", "3")]).await;
     sim.invite(&alice, &bob, "crew").await;
-    assert!(eventually(15.0, || setup.rec.done(1)).await, "{}", l.log());
-    assert!(eventually(10.0, || l.count("cycle_end") >= 2).await);
+    run_done(&setup, &l, 1, 15.0).await;
+    logged_at_least(&l, "cycle_end", 2, 10.0).await;
     let first_end = now_ms();
     assert!(eventually(10.0, || now_ms() >= first_end + INVITE_PACE_MS + 200).await);
     sim.wake(&bob, "unanswered").await;
-    assert!(eventually(15.0, || setup.rec.done(2)).await, "{}", l.log());
-    assert!(eventually(10.0, || l.count("cycle_end") >= 3).await);
+    run_done(&setup, &l, 2, 15.0).await;
+    logged_at_least(&l, "cycle_end", 3, 10.0).await;
     assert_eq!(l.count("invite_counted"), 0, "a failed run counts nothing");
     assert_eq!(l.count("invite_dismissed"), 0);
     assert_eq!(invites_pending(&sim, &bob).await, 1);
@@ -425,12 +434,7 @@ async fn a_refused_key_shows_key_refused_and_retries_slowly() {
     let (sim, _alice, bob, setup, mut l) = bob_listening(&opts).await;
     sim.refuse_key(&bob).await;
     sim.close_sockets(&bob, 1008, "Invalid token").await;
-    assert!(
-        eventually(10.0, || setup.status()["state"] == "key_refused").await,
-        "{}\n{}",
-        setup.status(),
-        l.log()
-    );
+    state_becomes(&setup, &l, "key_refused", 10.0).await;
     let n = sim.connects(&bob).await.len();
     let refused_logs = l.count("key_refused");
     // Within 3 s (less than the 6 s retry) nothing is tried again.
@@ -522,7 +526,7 @@ async fn with_the_texts_unreachable_the_cached_copy_still_runs() {
     settled(&l).await;
     assert_eq!(setup.status()["texts"]["source"], "cache", "{}", l.log());
     sim.send(&alice, &bob, "still there?").await;
-    assert!(eventually(15.0, || setup.rec.done(1)).await, "{}", l.log());
+    run_done(&setup, &l, 1, 15.0).await;
     assert_eq!(
         setup.rec.file("stdin", 1),
         original["wake_instruction"].as_str().unwrap()
@@ -534,8 +538,8 @@ async fn the_api_key_appears_in_no_log_line_no_argv_and_not_in_status_json() {
     let opts = Opts::default();
     let (sim, alice, bob, setup, mut l) = bob_listening(&opts).await;
     sim.send(&alice, &bob, "secret-free text").await;
-    assert!(eventually(15.0, || setup.rec.done(1)).await, "{}", l.log());
-    assert!(eventually(10.0, || l.count("cycle_end") >= 2).await);
+    run_done(&setup, &l, 1, 15.0).await;
+    logged_at_least(&l, "cycle_end", 2, 10.0).await;
 
     let cmdline = std::fs::read(format!("/proc/{}/cmdline", l.pid())).unwrap();
     assert!(!String::from_utf8_lossy(&cmdline).contains(&bob.key));
@@ -659,7 +663,7 @@ async fn own_and_system_messages_give_no_run_and_are_acked() {
     assert_eq!(setup.rec.count(), 1);
     // The same socket still wakes on a peer's message.
     fake.push_text(&message_new("msg_peer", "alice", "text"));
-    assert!(eventually(10.0, || setup.rec.done(2)).await, "{}", l.log());
+    run_done(&setup, &l, 2, 10.0).await;
     assert_eq!(fake.acks(), ["msg_own1", "msg_own2", "msg_sys", "msg_peer"]);
     assert_eq!(fake.connects(), 1);
 }
@@ -682,7 +686,7 @@ async fn malformed_and_oversized_frames_are_skipped_unlogged_and_the_socket_stay
     fake.push(Message::Binary(vec![1u8, 2, 3].into()));
     logged_at_least(&l, "frame_skipped", 4, 10.0).await;
     fake.push_text(&message_new("msg_ok", "alice", "text"));
-    assert!(eventually(10.0, || setup.rec.done(2)).await, "{}", l.log());
+    run_done(&setup, &l, 2, 10.0).await;
     assert_eq!(
         fake.acks(),
         ["msg_ok"],
@@ -741,12 +745,7 @@ async fn sighup_retries_a_refused_key_at_once_instead_of_after_ten_minutes() {
     )
     .await;
     l.signal(libc::SIGHUP);
-    assert!(
-        eventually(10.0, || setup.status()["state"] == "connected").await,
-        "{}\n{}",
-        setup.status(),
-        l.log()
-    );
+    state_becomes(&setup, &l, "connected", 10.0).await;
     assert_eq!(l.count("reload"), 1);
     assert_eq!(accepted(&sim.connects(&bob).await), 2);
 }
@@ -786,7 +785,7 @@ async fn under_systemd_it_notifies_ready_watchdog_and_stopping() {
     // A run never inherits systemd's variables, so it cannot notify as the listener.
     let alice = sim.agent("alice").await;
     sim.send(&alice, &bob, "hi").await;
-    assert!(eventually(15.0, || setup.rec.done(1)).await, "{}", l.log());
+    run_done(&setup, &l, 1, 15.0).await;
     let env = setup.rec.env(1);
     assert!(!env.contains_key("NOTIFY_SOCKET") && !env.contains_key("WATCHDOG_USEC"));
     assert!(env.contains_key("AGENTCHAT_CYCLE_ID"));
@@ -805,12 +804,7 @@ async fn an_unusable_runtime_shows_runtime_unusable_and_runs_nothing_until_sighu
     };
     let (sim, alice, bob, setup, l) = bob_listening(&opts).await;
     sim.send(&alice, &bob, "hi").await;
-    assert!(
-        eventually(10.0, || setup.status()["state"] == "runtime_unusable").await,
-        "{}\n{}",
-        setup.status(),
-        l.log()
-    );
+    state_becomes(&setup, &l, "runtime_unusable", 10.0).await;
     assert_eq!(l.count("runtime_unusable"), 1);
     // The identity block was kept current in the file Claude Code loads, inside the workdir.
     let claude_md =
@@ -854,7 +848,7 @@ async fn a_429_on_the_tray_is_retried_only_after_its_retry_after() {
     }
     let opts = Opts::default();
     let (setup, l) = fake_listener(&fake, &opts);
-    assert!(eventually(15.0, || setup.rec.done(1)).await, "{}", l.log());
+    run_done(&setup, &l, 1, 15.0).await;
     let times = fake.shared.lock().unwrap().inbox_times.clone();
     assert!(times.len() >= 2, "{times:?}");
     let gap = times[1] - times[0];
@@ -880,11 +874,7 @@ async fn sigterm_while_a_cycle_waits_out_a_429_stops_without_waiting_for_it() {
         ..Opts::default()
     };
     let (setup, mut l) = fake_listener(&fake, &opts);
-    assert!(
-        eventually(15.0, || l.count("tray_retry") == 1).await,
-        "{}",
-        l.log()
-    );
+    logged_exactly(&l, "tray_retry", 1, 15.0).await;
     l.signal(libc::SIGTERM);
     assert_eq!(l.wait_exit(15.0), Some(0), "{}", l.log());
     assert_eq!(l.count("cycle_abandoned"), 0, "{}", l.log());
@@ -946,11 +936,7 @@ async fn a_4426_close_is_logged_and_followed_by_the_ordinary_reconnect() {
     let opts = Opts::default();
     let (sim, _alice, bob, _setup, l) = bob_listening(&opts).await;
     sim.close_sockets(&bob, 4426, "upgrade required").await;
-    assert!(
-        eventually(10.0, || l.count("upgrade_required") == 1).await,
-        "{}",
-        l.log()
-    );
+    logged_exactly(&l, "upgrade_required", 1, 10.0).await;
     accepted_at_least(&sim, &bob, &l, 2).await;
 }
 
@@ -1054,12 +1040,7 @@ async fn a_new_key_in_the_key_file_is_tried_at_once_without_a_reload() {
     );
     write_key(rotated["api_key"].as_str().unwrap());
     // Far sooner than the 10-minute retry, and with no SIGHUP.
-    assert!(
-        eventually(10.0, || setup.status()["state"] == "connected").await,
-        "{}\n{}",
-        setup.status(),
-        l.log()
-    );
+    state_becomes(&setup, &l, "connected", 10.0).await;
     assert_eq!(l.count("key_changed"), 1);
     assert_eq!(l.count("reload"), 0);
 }
@@ -1096,7 +1077,7 @@ async fn with_the_texts_route_failing_the_cached_copy_still_runs_and_without_one
             "-2",
         );
         settled(&l).await;
-        assert!(eventually(10.0, || setup.rec.done(1)).await, "{}", l.log());
+        run_done(&setup, &l, 1, 10.0).await;
         l.signal(libc::SIGTERM);
         assert_eq!(l.wait_exit(10.0), Some(0));
     }
@@ -1107,7 +1088,7 @@ async fn with_the_texts_route_failing_the_cached_copy_still_runs_and_without_one
         &setup,
         "-3",
     );
-    assert!(eventually(10.0, || setup.rec.done(2)).await, "{}", l.log());
+    run_done(&setup, &l, 2, 10.0).await;
     assert_eq!(setup.rec.file("stdin", 2), WAKE_TEXT);
     assert_eq!(setup.status()["texts"]["source"], "cache");
 }
@@ -1159,11 +1140,7 @@ async fn the_invite_memory_survives_a_restart() {
         let mut l = Listener::start(&sim, &bob, &setup, &opts);
         settled(&l).await;
         sim.invite(&alice, &bob, "crew").await;
-        assert!(
-            eventually(10.0, || l.count("invite_counted") == 1).await,
-            "{}",
-            l.log()
-        );
+        logged_exactly(&l, "invite_counted", 1, 10.0).await;
         l.signal(libc::SIGTERM);
         assert_eq!(l.wait_exit(10.0), Some(0));
     }
@@ -1174,11 +1151,7 @@ async fn the_invite_memory_survives_a_restart() {
     // A new process: its connect cycle runs for the pending invite, and that second completed
     // run dismisses it because the first one was remembered.
     let l = Listener::spawn(listener_command(&sim, &bob, &setup, &opts), &setup, "-2");
-    assert!(
-        eventually(15.0, || l.count("invite_dismissed") == 1).await,
-        "{}",
-        l.log()
-    );
+    logged_exactly(&l, "invite_dismissed", 1, 15.0).await;
     assert_eq!(invites_pending(&sim, &bob).await, 0);
     assert_eq!(setup.rec.count(), 2);
 }
@@ -1192,8 +1165,8 @@ async fn a_repeated_message_is_acked_again_and_wakes_nothing_new() {
     let (setup, l) = fake_listener(&fake, &opts);
     settled(&l).await;
     fake.push_text(&message_new("msg_once", "alice", "text"));
-    assert!(eventually(10.0, || setup.rec.done(2)).await, "{}", l.log());
-    assert!(eventually(5.0, || l.count("cycle_end") >= 2).await);
+    run_done(&setup, &l, 2, 10.0).await;
+    logged_at_least(&l, "cycle_end", 2, 5.0).await;
     let cycles = l.count("cycle_start");
     fake.push_text(&message_new("msg_once", "alice", "text"));
     assert!(
@@ -1238,8 +1211,8 @@ async fn a_status_file_that_cannot_be_written_is_logged_once_and_loses_no_run() 
     let (sim, alice, bob, setup, l) = bob_listening(&opts).await;
     let status = block_status_file(&setup);
     sim.send(&alice, &bob, "one").await;
-    assert!(eventually(15.0, || setup.rec.done(1)).await, "{}", l.log());
-    assert!(eventually(5.0, || l.count("cycle_end") >= 2).await);
+    run_done(&setup, &l, 1, 15.0).await;
+    logged_at_least(&l, "cycle_end", 2, 5.0).await;
     assert_eq!(l.count("status_write_failed"), 1, "{}", l.log());
     // A write may be under way at any moment; a leaked temp file stays for good.
     let no_tmp_left = || {
@@ -1255,7 +1228,7 @@ async fn a_status_file_that_cannot_be_written_is_logged_once_and_loses_no_run() 
     // Writable again: the next event writes the whole status, counting both runs.
     std::fs::remove_dir_all(&status).unwrap();
     sim.send(&alice, &bob, "two").await;
-    assert!(eventually(15.0, || setup.rec.done(2)).await, "{}", l.log());
+    run_done(&setup, &l, 2, 15.0).await;
     assert!(status_holds(&setup, |s| s["counters"]["runs"] == 2).await);
     assert_eq!(l.count("status_write_recovered"), 1);
     assert_eq!(l.count("status_write_failed"), 1);
@@ -1277,11 +1250,7 @@ async fn a_quiet_window_changed_by_sighup_applies_without_a_restart() {
         );
     std::fs::write(&setup.config, toml).unwrap();
     l.signal(libc::SIGHUP);
-    assert!(
-        eventually(10.0, || l.count("coalescer_windows") == 1).await,
-        "{}",
-        l.log()
-    );
+    logged_exactly(&l, "coalescer_windows", 1, 10.0).await;
     sim.send(&alice, &bob, "waits for the new quiet window")
         .await;
     let message_woke = || l.events("wake").iter().any(|e| e["reason"] == "message");
@@ -1335,13 +1304,9 @@ async fn sighup_reloads_the_texts_and_the_next_run_gets_the_new_ones() {
     let (sim, alice, bob, setup, l) = bob_listening(&opts).await;
     serve_new_wake_instruction(&sim, &bob.key, "NEW-TEXTS-AFTER-SIGHUP").await;
     l.signal(libc::SIGHUP);
-    assert!(
-        eventually(10.0, || l.count("texts_fetched") == 2).await,
-        "{}",
-        l.log()
-    );
+    logged_exactly(&l, "texts_fetched", 2, 10.0).await;
     sim.send(&alice, &bob, "hello").await;
-    assert!(eventually(15.0, || setup.rec.done(1)).await, "{}", l.log());
+    run_done(&setup, &l, 1, 15.0).await;
     assert_eq!(setup.rec.file("stdin", 1), "NEW-TEXTS-AFTER-SIGHUP");
 }
 
@@ -1362,7 +1327,7 @@ async fn the_texts_are_fetched_again_on_the_daily_timer() {
     );
     assert_eq!(l.count("reload"), 0, "no SIGHUP involved");
     sim.send(&alice, &bob, "hello").await;
-    assert!(eventually(15.0, || setup.rec.done(1)).await, "{}", l.log());
+    run_done(&setup, &l, 1, 15.0).await;
     assert_eq!(setup.rec.file("stdin", 1), "NEW-TEXTS-AFTER-A-DAY");
 }
 
@@ -1460,5 +1425,5 @@ async fn a_tray_that_cannot_be_read_ends_the_cycle_without_a_run_after_three_tri
     // Readable again: the next wake runs.
     fake.shared.lock().unwrap().inbox_down = false;
     fake.wake("reminder");
-    assert!(eventually(15.0, || setup.rec.done(1)).await, "{}", l.log());
+    run_done(&setup, &l, 1, 15.0).await;
 }

@@ -1,10 +1,13 @@
 //! The run supervisor against real processes: exit codes, stdin, environment, the time limit with
 //! its grace, cancellation, leftover grandchildren, the 0600 log and log pruning.
 
+mod common;
+
 use agentchat::listen::runner::{RunLimits, RunReport, prune_logs, run};
 use agentchat::runtime::{ProcessEnd, RunSpec};
+use common::{eventually, gone_within};
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 fn sh(script: &str, cwd: &Path) -> RunSpec {
     RunSpec {
@@ -33,29 +36,6 @@ fn never_cancel() -> tokio::sync::watch::Receiver<bool> {
 
 fn read(p: &Path) -> String {
     std::fs::read_to_string(p).unwrap_or_default()
-}
-
-/// Polls `cond` every 20 ms until it holds or `secs` pass.
-async fn eventually(secs: u64, mut cond: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    while Instant::now() < deadline {
-        if cond() {
-            return true;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    cond()
-}
-
-/// A process is finished when /proc no longer has it or it is a zombie (PID 1 here reaps no orphans).
-fn is_gone(pid: i32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Err(_) => true,
-        Ok(stat) => stat
-            .rsplit_once(')')
-            .map(|(_, rest)| rest.trim_start().starts_with('Z'))
-            .unwrap_or(false),
-    }
 }
 
 async fn pid_from(file: &Path) -> i32 {
@@ -195,12 +175,9 @@ async fn timeout_kills_the_leader_and_its_grandchild() {
     assert_eq!(r.end, ProcessEnd::TimedOut);
     let leader = r.pid.unwrap() as i32;
     let grandchild = pid_from(&pidfile).await;
+    assert!(gone_within(5, leader).await, "leader still alive");
     assert!(
-        eventually(5, || is_gone(leader)).await,
-        "leader still alive"
-    );
-    assert!(
-        eventually(5, || is_gone(grandchild)).await,
+        gone_within(5, grandchild).await,
         "grandchild {grandchild} still alive"
     );
     assert!(read(&log).contains("SIGTERM sent to the process group"));
@@ -223,7 +200,7 @@ async fn a_grandchild_ignoring_sigterm_is_killed_when_the_leader_exits() {
     assert_eq!(r.end, ProcessEnd::Exited(0));
     let grandchild = pid_from(&pidfile).await;
     assert!(
-        eventually(5, || is_gone(grandchild)).await,
+        gone_within(5, grandchild).await,
         "leftover {grandchild} outlived the run"
     );
 }
@@ -251,7 +228,7 @@ async fn a_child_ignoring_sigterm_gets_sigkill_after_the_grace() {
     let spec = sh("trap '' TERM; sleep 300", dir.path());
     let r = run(&spec, limits(LIMIT_MS, 300), &log, never_cancel()).await;
     assert_eq!(r.end, ProcessEnd::TimedOut);
-    assert!(eventually(5, || is_gone(r.pid.unwrap() as i32)).await);
+    assert!(gone_within(5, r.pid.unwrap() as i32).await);
     assert!(read(&log).contains("SIGKILL sent to the process group"));
 }
 
@@ -266,8 +243,8 @@ async fn cancel_ends_the_run_with_its_group() {
     tx.send(true).unwrap();
     let r = task.await.unwrap();
     assert_eq!(r.end, ProcessEnd::Cancelled);
-    assert!(eventually(5, || is_gone(child)).await);
-    assert!(eventually(5, || is_gone(r.pid.unwrap() as i32)).await);
+    assert!(gone_within(5, child).await);
+    assert!(gone_within(5, r.pid.unwrap() as i32).await);
 
     // Already cancelled: nothing starts.
     let (_tx, rx) = tokio::sync::watch::channel(true);
@@ -295,7 +272,7 @@ async fn dropping_the_supervisor_mid_run_kills_the_group() {
     task.abort();
     let _ = task.await;
     assert!(
-        eventually(5, || is_gone(child)).await,
+        gone_within(5, child).await,
         "the run outlived its supervisor"
     );
 }

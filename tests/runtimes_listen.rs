@@ -10,15 +10,17 @@
 //!    CLI's tree is left;
 //! 4. while the run is alive, no process's `/proc/<pid>/cmdline` holds the key.
 
+mod common;
 mod model_server;
 
+use common::{eventually_async, is_gone, stop_child};
 use model_server::cli::{base_env, claude_bin, codex_bin, write_codex_home};
 use model_server::sim::{Sim, assert_answered};
 use model_server::{Mode, ModelServer};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const BIN: &str = env!("CARGO_BIN_EXE_agentchat");
 
@@ -164,35 +166,8 @@ impl Listener {
 impl Drop for Listener {
     fn drop(&mut self) {
         if let Some(mut child) = self.child.take() {
-            unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-            let deadline = Instant::now() + Duration::from_secs(15);
-            while Instant::now() < deadline {
-                if let Ok(Some(_)) = child.try_wait() {
-                    return;
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            let _ = child.kill();
-            let _ = child.wait();
+            stop_child(&mut child, Duration::from_secs(15));
         }
-    }
-}
-
-/// Polls `cond` (every 100 ms) until it holds or `secs` pass.
-async fn eventually<F, Fut>(secs: u64, mut cond: F) -> bool
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    loop {
-        if cond().await {
-            return true;
-        }
-        if Instant::now() >= deadline {
-            return false;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 
@@ -209,13 +184,7 @@ fn live_processes() -> Vec<Proc> {
         let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
             continue;
         };
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-            continue;
-        };
-        let zombie = stat
-            .rsplit_once(')')
-            .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z'));
-        if zombie {
+        if is_gone(pid) {
             continue;
         }
         let cmdline = std::fs::read(format!("/proc/{pid}/cmdline"))
@@ -290,7 +259,7 @@ async fn peer_message_is_answered_through_the_listener(rt: Rt) {
     let sent = sim.peer_sends(PEER_TEXT).await;
     let conv = sent["conversation_id"].as_str().unwrap().to_string();
 
-    let done = eventually(150, || async {
+    let done = eventually_async(150, || async {
         listener.status()["last_cycle"]["outcome"] == "completed"
     })
     .await;
@@ -355,7 +324,7 @@ async fn refused_model_key_makes_the_runtime_unusable_once(rt: Rt) {
     let listener = Listener::start(rt, &sim, &model, "120s");
     sim.peer_sends("First message.").await;
 
-    let unusable = eventually(150, || async {
+    let unusable = eventually_async(150, || async {
         listener.status()["state"] == "runtime_unusable"
     })
     .await;
@@ -376,7 +345,7 @@ async fn refused_model_key_makes_the_runtime_unusable_once(rt: Rt) {
 
     // A second wake: a cycle runs, but no run starts and nothing new is logged as unusable.
     sim.peer_sends("Second message.").await;
-    let next_cycle = eventually(60, || async {
+    let next_cycle = eventually_async(60, || async {
         let s = listener.status();
         s["counters"]["cycles"].as_u64().unwrap_or(0) > cycles
             && s["last_cycle"]["ended_at"].is_string()
@@ -429,7 +398,7 @@ async fn unusable_runtime_is_tried_again_once_its_binary_changes(installed_at_fi
     }
     let listener = Listener::start_with_binary(Rt::Claude, &sim, &model, "120s", &wrapper);
     sim.peer_sends("First message.").await;
-    let unusable = eventually(150, || async {
+    let unusable = eventually_async(150, || async {
         listener.status()["state"] == "runtime_unusable"
     })
     .await;
@@ -445,7 +414,7 @@ async fn unusable_runtime_is_tried_again_once_its_binary_changes(installed_at_fi
     write_wrapper(&wrapper, &claude_bin(), "v2");
     sim.peer_sends("Second message.").await;
     // The status is written after the cycle's log lines, so once it shows the run, the log has it.
-    let ran_again = eventually(150, || async {
+    let ran_again = eventually_async(150, || async {
         let s = listener.status();
         s["counters"]["runs"].as_u64() == Some(runs + 1) && s["last_cycle"]["ended_at"].is_string()
     })
@@ -490,7 +459,7 @@ async fn hung_model_is_stopped_at_the_time_limit_without_leftovers_or_key_in_arg
     let key = sim.me.1.clone();
     sim.peer_sends("Are you there?").await;
 
-    let waiting = eventually(60, || async {
+    let waiting = eventually_async(60, || async {
         model.journal().steps.iter().any(|s| s == "hang")
     })
     .await;
@@ -520,7 +489,7 @@ async fn hung_model_is_stopped_at_the_time_limit_without_leftovers_or_key_in_arg
     assert!(scanned > alive.len());
 
     // Proof 3: the time limit ends it.
-    let failed = eventually(60, || async {
+    let failed = eventually_async(60, || async {
         listener.status()["last_cycle"]["outcome"] == "failed"
     })
     .await;

@@ -2,6 +2,9 @@
 //! unit and Python's `plistlib` for the launchd plist; install/uninstall in a scratch dir
 //! (`AGENTCHAT_SERVICE_DIR`) so the machine's services are never touched.
 
+mod common;
+
+use common::config_in;
 use std::path::Path;
 use std::process::Command;
 
@@ -135,13 +138,9 @@ fn systemd_stop_timeout_outlasts_the_default_run_grace_without_a_config() {
 
 #[test]
 fn stop_timeouts_follow_the_profiles_kill_grace_from_its_config() {
-    let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("config.toml");
-    std::fs::write(
-        &config,
+    let (dir, config) = config_in(
         "[listen]\nkill_grace = \"45s\"\n\n[profiles.slow.listen]\nkill_grace = \"1m 30s\"\n",
-    )
-    .unwrap();
+    );
     let config = config.to_str().unwrap();
     let unit = print_unit(&["--kind", "systemd", "--config", config]);
     assert_eq!(unit_number(&unit, "TimeoutStopSec"), 75, "{unit}");
@@ -153,22 +152,14 @@ fn stop_timeouts_follow_the_profiles_kill_grace_from_its_config() {
 
 #[test]
 fn a_config_that_does_not_load_leaves_the_default_run_grace_in_the_unit() {
-    let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("config.toml");
-    std::fs::write(
-        &config,
-        "[listen]\nkill_grace = \"45s\"\nkil_grace = \"1s\"\n",
-    )
-    .unwrap();
+    let (_dir, config) = config_in("[listen]\nkill_grace = \"45s\"\nkil_grace = \"1s\"\n");
     let unit = print_unit(&["--kind", "systemd", "--config", config.to_str().unwrap()]);
     assert_eq!(unit_number(&unit, "TimeoutStopSec"), 40, "{unit}");
 }
 
 #[test]
 fn the_installing_shells_agentchat_config_is_passed_on_to_the_unit() {
-    let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("config.toml");
-    std::fs::write(&config, "[listen]\nkill_grace = \"20s\"\n").unwrap();
+    let (_dir, config) = config_in("[listen]\nkill_grace = \"20s\"\n");
     let unit = print_unit_env(
         &["--kind", "systemd"],
         &[("AGENTCHAT_CONFIG", config.to_str().unwrap())],

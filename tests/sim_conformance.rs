@@ -6,13 +6,12 @@ mod sim_support;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use sim_support::{Ws, cards, sim};
+use sim_support::{Ws, alice_and_bob, cards, sim};
 
 #[tokio::test]
 async fn check_1_a_message_wakes_the_agent_the_card_is_on_the_tray_and_reading_marks_nothing_read()
 {
-    let s = sim(1.0).await;
-    let (alice, bob) = (s.agent("alice").await, s.agent("bob").await);
+    let (s, alice, bob) = alice_and_bob(1.0).await;
     let mut ws = s.ear(&bob, "ack,heartbeat,rewake").await;
     let m = s.send(&alice, &bob, "are you there?").await;
     let f = ws.expect("message.new", 5000).await;
@@ -82,8 +81,7 @@ async fn check_2_dismiss_and_defer_are_recorded_with_the_anchor_and_a_deferred_c
 
 #[tokio::test]
 async fn check_3_a_reply_is_recorded_only_after_its_send_through_the_newest_message_read() {
-    let s = sim(1.0).await;
-    let (alice, bob) = (s.agent("alice").await, s.agent("bob").await);
+    let (s, alice, bob) = alice_and_bob(1.0).await;
     s.send(&alice, &bob, "question one?").await;
     let newest = s.send(&alice, &bob, "and two?").await;
     let card = cards(&s.tray(&bob).await)[0].clone();
@@ -121,8 +119,7 @@ async fn check_3_a_reply_is_recorded_only_after_its_send_through_the_newest_mess
 
 #[tokio::test]
 async fn check_4_an_unanswered_card_is_rewoken_at_about_one_minute_on_a_rewake_socket() {
-    let s = sim(60.0).await; // 1 min of server clock = 1 s
-    let (alice, bob) = (s.agent("alice").await, s.agent("bob").await);
+    let (s, alice, bob) = alice_and_bob(60.0).await; // 1 min of server clock = 1 s
     let mut ws = s.ear(&bob, "ack,heartbeat,rewake").await;
     let m = s.send(&alice, &bob, "ping").await;
     let t0 = Instant::now();
@@ -149,8 +146,7 @@ async fn check_4_an_unanswered_card_is_rewoken_at_about_one_minute_on_a_rewake_s
 #[tokio::test]
 async fn check_5_an_invite_shows_and_wakes_dismiss_takes_it_off_and_stops_wakes_accept_and_decline_still_work()
  {
-    let s = sim(2000.0).await;
-    let (_alice, bob) = (s.agent("alice").await, s.agent("bob").await);
+    let (s, _alice, bob) = alice_and_bob(2000.0).await;
     let mut ws = s.ear(&bob, "ack,heartbeat,rewake").await;
     let g1 = s
         .make_group(json!({"owner": "alice", "name": "one", "invite": ["bob"]}))
@@ -224,8 +220,7 @@ async fn check_5_an_invite_shows_and_wakes_dismiss_takes_it_off_and_stops_wakes_
 
 #[tokio::test]
 async fn check_6_a_socket_without_the_new_capabilities_sees_no_heartbeat_and_no_unanswered_wake() {
-    let s = sim(2000.0).await; // 45 s heartbeat = 22 ms (pings floored at 50 ms), rungs 1-3 within 1 s
-    let (alice, bob) = (s.agent("alice").await, s.agent("bob").await);
+    let (s, alice, bob) = alice_and_bob(2000.0).await; // 45 s heartbeat = 22 ms (pings floored at 50 ms), rungs 1-3 within 1 s
     let legacy = s.connect(&bob.key, None).await;
     let mut ack_only = s.connect(&bob.key, Some("ack")).await;
     let mut modern = s.connect(&bob.key, Some("ack,heartbeat,rewake")).await;

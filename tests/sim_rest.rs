@@ -1,12 +1,14 @@
 //! The sim's REST hands over real HTTP: the tray (contract 3.1), verdicts (3.2), invites (3.3),
 //! texts (3.6), messages, errors, and the hosted MCP tools.
 
+mod common;
 mod sim_support;
 
 use std::time::{Duration, Instant};
 
+use reqwest::Method;
 use serde_json::{Value, json};
-use sim_support::sim;
+use sim_support::{alice_and_bob, alice_bob_and_carol, sim};
 
 const CARD_FIELDS: [&str; 20] = [
     "conversation_id",
@@ -33,12 +35,7 @@ const CARD_FIELDS: [&str; 20] = [
 
 #[tokio::test]
 async fn tray_3_1_lists_every_card_field_newest_first_and_reading_marks_nothing() {
-    let s = sim(1.0).await;
-    let (alice, bob, carol) = (
-        s.agent("alice").await,
-        s.agent("bob").await,
-        s.agent("carol").await,
-    );
+    let (s, alice, bob, carol) = alice_bob_and_carol(1.0).await;
     let m1 = s.send(&alice, &bob, "hello @bob, a question?").await;
     let m2 = s.send(&carol, &bob, "second").await;
     let t = s.tray(&bob).await;
@@ -103,8 +100,7 @@ async fn tray_3_1_limit_defaults_caps_and_truncates() {
 
 #[tokio::test]
 async fn tray_3_1_muted_cards_stay_on_the_tray_flagged() {
-    let s = sim(1.0).await;
-    let (alice, bob) = (s.agent("alice").await, s.agent("bob").await);
+    let (s, alice, bob) = alice_and_bob(1.0).await;
     let m = s.send(&alice, &bob, "hi").await;
     let conv = m["conversation_id"].as_str().unwrap();
     let (st, _) = s
@@ -136,8 +132,7 @@ async fn tray_3_1_muted_cards_stay_on_the_tray_flagged() {
 
 #[tokio::test]
 async fn verdict_3_2_dismiss_reads_through_the_anchor_and_newer_messages_stay_unread() {
-    let s = sim(1.0).await;
-    let (alice, bob) = (s.agent("alice").await, s.agent("bob").await);
+    let (s, alice, bob) = alice_and_bob(1.0).await;
     let m1 = s.send(&alice, &bob, "one").await;
     let conv = m1["conversation_id"].as_str().unwrap().to_string();
     let m2 = s.send(&alice, &bob, "two").await;
@@ -175,12 +170,7 @@ async fn verdict_3_2_dismiss_reads_through_the_anchor_and_newer_messages_stay_un
 #[tokio::test]
 async fn verdict_3_2_a_foreign_anchor_is_404_message_not_found_and_records_nothing_even_for_defer()
 {
-    let s = sim(1.0).await;
-    let (alice, bob, carol) = (
-        s.agent("alice").await,
-        s.agent("bob").await,
-        s.agent("carol").await,
-    );
+    let (s, alice, bob, carol) = alice_bob_and_carol(1.0).await;
     let m1 = s.send(&alice, &bob, "one").await;
     let other = s.send(&carol, &bob, "elsewhere").await;
     let conv = m1["conversation_id"].as_str().unwrap();
@@ -196,11 +186,7 @@ async fn verdict_3_2_a_foreign_anchor_is_404_message_not_found_and_records_nothi
         );
     }
     let (st, e) = s
-        .post(
-            Some(&bob.key),
-            &format!("/v1/conversations/{conv}/read"),
-            json!({"through_message_id": "msg_nope"}),
-        )
+        .read(&bob, conv, json!({"through_message_id": "msg_nope"}))
         .await;
     assert_eq!((st, e["code"].as_str()), (404, Some("MESSAGE_NOT_FOUND")));
     let state = s.state(&bob).await;
@@ -212,8 +198,7 @@ async fn verdict_3_2_a_foreign_anchor_is_404_message_not_found_and_records_nothi
 
 #[tokio::test]
 async fn tray_3_1_notices_are_never_the_preview_and_a_verdict_reads_the_notices_after_its_anchor() {
-    let s = sim(1.0).await;
-    let (alice, bob) = (s.agent("alice").await, s.agent("bob").await);
+    let (s, alice, bob) = alice_and_bob(1.0).await;
     let g = s
         .make_group(json!({"owner": "alice", "name": "crew", "members": ["bob"]}))
         .await;
@@ -263,8 +248,7 @@ async fn tray_3_1_notices_are_never_the_preview_and_a_verdict_reads_the_notices_
 
 #[tokio::test]
 async fn verdict_3_2_defer_hides_the_card_counted_in_deferred_until_a_newer_message() {
-    let s = sim(1.0).await;
-    let (alice, bob) = (s.agent("alice").await, s.agent("bob").await);
+    let (s, alice, bob) = alice_and_bob(1.0).await;
     let m = s.send(&alice, &bob, "later?").await;
     let conv = m["conversation_id"].as_str().unwrap();
     let (st, _) = s.decide(&bob, conv, json!({"decision": "defer", "category": "goal_followup", "through_message_id": m["id"]})).await;
@@ -285,8 +269,7 @@ async fn verdict_3_2_defer_hides_the_card_counted_in_deferred_until_a_newer_mess
 
 #[tokio::test]
 async fn read_3_2_marks_read_without_a_verdict_and_messages_route_marks_delivered() {
-    let s = sim(1.0).await;
-    let (alice, bob) = (s.agent("alice").await, s.agent("bob").await);
+    let (s, alice, bob) = alice_and_bob(1.0).await;
     let m = s.send(&alice, &bob, "x").await;
     let conv = m["conversation_id"].as_str().unwrap();
     let (st, msgs) = s
@@ -300,11 +283,7 @@ async fn read_3_2_marks_read_without_a_verdict_and_messages_route_marks_delivere
     assert_eq!(s.state(&bob).await["received"][0]["status"], "delivered");
     assert_eq!(s.cards(&bob).await.len(), 1, "delivered is not read");
     let (st, _) = s
-        .post(
-            Some(&bob.key),
-            &format!("/v1/conversations/{conv}/read"),
-            json!({"through_message_id": m["id"]}),
-        )
+        .read(&bob, conv, json!({"through_message_id": m["id"]}))
         .await;
     assert_eq!(st, 200);
     assert!(s.cards(&bob).await.is_empty());
@@ -318,17 +297,10 @@ async fn read_3_2_marks_read_without_a_verdict_and_messages_route_marks_delivere
 
 #[tokio::test]
 async fn read_3_2_a_through_message_id_that_is_not_a_string_is_400_and_reads_nothing() {
-    let s = sim(1.0).await;
-    let (alice, bob) = (s.agent("alice").await, s.agent("bob").await);
+    let (s, alice, bob) = alice_and_bob(1.0).await;
     let m = s.send(&alice, &bob, "x").await;
     let conv = m["conversation_id"].as_str().unwrap();
-    let (st, e) = s
-        .post(
-            Some(&bob.key),
-            &format!("/v1/conversations/{conv}/read"),
-            json!({"through_message_id": 7}),
-        )
-        .await;
+    let (st, e) = s.read(&bob, conv, json!({"through_message_id": 7})).await;
     assert_eq!(st, 400, "{e}");
     assert_eq!(e["code"], "VALIDATION_ERROR");
     assert!(
@@ -400,9 +372,7 @@ async fn errors_have_one_shape_auth_unknown_routes_and_malformed_json() {
     let (st, e) = s.get(Some(&alice.key), "/v1/nothing/here").await;
     assert_eq!((st, e["code"].as_str()), (404, Some("NOT_FOUND")));
     let resp = s
-        .http
-        .post(format!("{}/v1/messages", s.base))
-        .bearer_auth(&alice.key)
+        .raw(Method::POST, &alice.key, "/v1/messages")
         .body("{not json")
         .send()
         .await
@@ -420,12 +390,7 @@ async fn errors_have_one_shape_auth_unknown_routes_and_malformed_json() {
 
 #[tokio::test]
 async fn invites_3_3_list_dismiss_idempotently_then_accept_and_decline_answer_404_once_answered() {
-    let s = sim(1.0).await;
-    let (_alice, bob, carol) = (
-        s.agent("alice").await,
-        s.agent("bob").await,
-        s.agent("carol").await,
-    );
+    let (s, _alice, bob, carol) = alice_bob_and_carol(1.0).await;
     let g = s
         .make_group(json!({"owner": "alice", "name": "launch-crew", "invite": ["bob", "carol"]}))
         .await;
@@ -440,22 +405,10 @@ async fn invites_3_3_list_dismiss_idempotently_then_accept_and_decline_answer_40
     assert_eq!(t["invites"][0]["invited_by"], "@alice");
     assert_eq!(t["invites_truncated"], false);
     // Not yours.
-    let (st, e) = s
-        .post(
-            Some(&bob.key),
-            &format!("/v1/groups/invites/{carol_inv}/dismiss"),
-            json!({}),
-        )
-        .await;
+    let (st, e) = s.answer_invite(&bob, &carol_inv, "dismiss").await;
     assert_eq!((st, e["code"].as_str()), (404, Some("INVITE_NOT_FOUND")));
     for _ in 0..2 {
-        let (st, v) = s
-            .post(
-                Some(&bob.key),
-                &format!("/v1/groups/invites/{bob_inv}/dismiss"),
-                json!({}),
-            )
-            .await;
+        let (st, v) = s.answer_invite(&bob, &bob_inv, "dismiss").await;
         assert_eq!((st, v.clone()), (200, json!({"dismissed": true})));
     }
     assert!(
@@ -464,11 +417,13 @@ async fn invites_3_3_list_dismiss_idempotently_then_accept_and_decline_answer_40
     );
     // Accept still works, with Idempotency-Key replayed.
     let accept = |key: &str| {
-        s.http
-            .post(format!("{}/v1/groups/invites/{bob_inv}/accept", s.base))
-            .bearer_auth(&bob.key)
-            .header("Idempotency-Key", key)
-            .send()
+        s.raw(
+            Method::POST,
+            &bob.key,
+            &format!("/v1/groups/invites/{bob_inv}/accept"),
+        )
+        .header("Idempotency-Key", key)
+        .send()
     };
     let r1 = accept("accept-key-1").await.unwrap();
     assert_eq!(r1.status().as_u16(), 200);
@@ -477,21 +432,11 @@ async fn invites_3_3_list_dismiss_idempotently_then_accept_and_decline_answer_40
     assert_eq!(r2.headers().get("idempotent-replay").unwrap(), "true");
     let detail: Value = r2.json().await.unwrap();
     assert_eq!(detail["member_count"], 2);
-    let (st, e) = s
-        .post(
-            Some(&bob.key),
-            &format!("/v1/groups/invites/{bob_inv}/accept"),
-            json!({}),
-        )
-        .await;
+    let (st, e) = s.answer_invite(&bob, &bob_inv, "accept").await;
     assert_eq!((st, e["code"].as_str()), (404, Some("INVITE_NOT_FOUND")));
-    let (st, _) = s
-        .delete(Some(&carol.key), &format!("/v1/groups/invites/{carol_inv}"))
-        .await;
+    let (st, _) = s.decline_invite(&carol, &carol_inv).await;
     assert_eq!(st, 200);
-    let (st, _) = s
-        .delete(Some(&carol.key), &format!("/v1/groups/invites/{carol_inv}"))
-        .await;
+    let (st, _) = s.decline_invite(&carol, &carol_inv).await;
     assert_eq!(st, 404);
     let st = s.state(&carol).await;
     assert_eq!(st["invites"][0]["state"], "declined");
@@ -499,26 +444,12 @@ async fn invites_3_3_list_dismiss_idempotently_then_accept_and_decline_answer_40
 
 #[tokio::test]
 async fn tray_3_1_wait_ms_holds_until_a_message_lands_and_answers_at_once_when_a_card_shows() {
-    let s = sim(1.0).await;
-    let (alice, bob) = (s.agent("alice").await, s.agent("bob").await);
-    let (http, base, key) = (s.http.clone(), s.base.clone(), bob.key.clone());
-    let held = tokio::spawn(async move {
-        let t0 = Instant::now();
-        let v: Value = http
-            .get(format!("{base}/v1/inbox?wait_ms=20000"))
-            .bearer_auth(key)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        (v, t0.elapsed())
-    });
+    let (s, alice, bob) = alice_and_bob(1.0).await;
+    let held = s.held_inbox(&bob, "wait_ms=20000");
     s.wait_state(&bob, "the read to be parked", |st| st["held_requests"] == 1)
         .await;
     s.send(&alice, &bob, "wake up").await;
-    let (v, took) = held.await.unwrap();
+    let (_, v, took) = held.await.unwrap();
     assert_eq!(v["conversations"].as_array().unwrap().len(), 1);
     assert!(
         took < Duration::from_secs(10),
@@ -532,21 +463,8 @@ async fn tray_3_1_wait_ms_holds_until_a_message_lands_and_answers_at_once_when_a
 
 #[tokio::test]
 async fn tray_3_1_an_invite_ends_a_hold_only_with_invites_1() {
-    let s = sim(1.0).await;
-    let (_alice, bob) = (s.agent("alice").await, s.agent("bob").await);
-    let (http, base, key) = (s.http.clone(), s.base.clone(), bob.key.clone());
-    let held = tokio::spawn(async move {
-        let v: Value = http
-            .get(format!("{base}/v1/inbox?wait_ms=20000&invites=1"))
-            .bearer_auth(key)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        v
-    });
+    let (s, _alice, bob) = alice_and_bob(1.0).await;
+    let held = s.held_inbox(&bob, "wait_ms=20000&invites=1");
     s.wait_state(&bob, "the read to be parked", |st| st["held_requests"] == 1)
         .await;
     s.post(
@@ -555,7 +473,7 @@ async fn tray_3_1_an_invite_ends_a_hold_only_with_invites_1() {
         json!({"owner": "alice", "name": "g1", "invite": ["bob"]}),
     )
     .await;
-    let v = tokio::time::timeout(Duration::from_secs(10), held)
+    let (_, v, _) = tokio::time::timeout(Duration::from_secs(10), held)
         .await
         .unwrap()
         .unwrap();
@@ -586,21 +504,12 @@ async fn poll_budget_3_1_empty_reads_get_50_then_429_with_retry_after() {
         assert_eq!(st, 200, "read {i}");
     }
     let resp = s
-        .http
-        .get(format!("{}/v1/inbox", s.base))
-        .bearer_auth(&bob.key)
+        .raw(Method::GET, &bob.key, "/v1/inbox")
         .send()
         .await
         .unwrap();
     assert_eq!(resp.status().as_u16(), 429);
-    let ra: u64 = resp
-        .headers()
-        .get("retry-after")
-        .unwrap()
-        .to_str()
-        .unwrap()
-        .parse()
-        .unwrap();
+    let ra: u64 = retry_after(&resp).parse().unwrap();
     assert!((1..=30).contains(&ra), "Retry-After {ra}");
     let e: Value = resp.json().await.unwrap();
     assert_eq!(e["code"], "RATE_LIMITED");
@@ -608,8 +517,7 @@ async fn poll_budget_3_1_empty_reads_get_50_then_429_with_retry_after() {
 
 #[tokio::test]
 async fn poll_budget_3_1_empty_reads_within_60_s_of_a_send_spend_no_progress_budget() {
-    let s = sim(1.0).await; // the 60 s progress window cannot lapse during the test
-    let (alice, bob) = (s.agent("alice").await, s.agent("bob").await);
+    let (s, alice, bob) = alice_and_bob(1.0).await; // the 60 s progress window cannot lapse during the test
     s.send(&bob, &alice, "progress").await;
     for i in 0..60 {
         let (st, t) = s.get(Some(&bob.key), "/v1/inbox").await;
@@ -621,28 +529,18 @@ async fn poll_budget_3_1_empty_reads_within_60_s_of_a_send_spend_no_progress_bud
 #[tokio::test]
 async fn poll_budget_3_1_a_tray_that_shows_cards_hits_the_120_read_ceiling_not_the_no_progress_budget()
  {
-    let s = sim(1.0).await;
-    let (alice, bob) = (s.agent("alice").await, s.agent("bob").await);
+    let (s, alice, bob) = alice_and_bob(1.0).await;
     s.send(&alice, &bob, "never answered").await;
     let mut ok = 0;
     let mut refused = None;
     for _ in 0..130 {
         let resp = s
-            .http
-            .get(format!("{}/v1/inbox", s.base))
-            .bearer_auth(&bob.key)
+            .raw(Method::GET, &bob.key, "/v1/inbox")
             .send()
             .await
             .unwrap();
         if resp.status().as_u16() == 429 {
-            refused = Some(
-                resp.headers()
-                    .get("retry-after")
-                    .unwrap()
-                    .to_str()
-                    .unwrap()
-                    .to_string(),
-            );
+            refused = Some(retry_after(&resp));
             break;
         }
         ok += 1;
@@ -708,6 +606,16 @@ async fn texts_3_6_spell_tool_names_per_runtime_carry_a_manual_and_can_be_replac
     assert_eq!(st, 400);
 }
 
+/// The `Retry-After` header of a refused request.
+fn retry_after(resp: &reqwest::Response) -> String {
+    resp.headers()
+        .get("retry-after")
+        .unwrap()
+        .to_str()
+        .unwrap()
+        .to_string()
+}
+
 async fn rpc(s: &sim_support::Sim, key: Option<&str>, body: Value) -> (u16, Option<Value>) {
     let mut rb = s
         .http
@@ -736,8 +644,7 @@ fn tool_json(res: &Value) -> Value {
 
 #[tokio::test]
 async fn mcp_speaks_streamable_http_json_rpc_with_bearer_auth_and_five_tools() {
-    let s = sim(1.0).await;
-    let (alice, bob) = (s.agent("alice").await, s.agent("bob").await);
+    let (s, alice, bob) = alice_and_bob(1.0).await;
     let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
         "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}});
     let (st, _) = rpc(&s, None, init.clone()).await;
@@ -754,13 +661,7 @@ async fn mcp_speaks_streamable_http_json_rpc_with_bearer_auth_and_five_tools() {
     )
     .await;
     assert_eq!((st, body), (202, None));
-    let resp = s
-        .http
-        .get(format!("{}/mcp", s.base))
-        .bearer_auth(&bob.key)
-        .send()
-        .await
-        .unwrap();
+    let resp = s.raw(Method::GET, &bob.key, "/mcp").send().await.unwrap();
     assert_eq!(resp.status().as_u16(), 405);
     let (_, v) = rpc(
         &s,
@@ -784,58 +685,47 @@ async fn mcp_speaks_streamable_http_json_rpc_with_bearer_auth_and_five_tools() {
 
     let m = s.send(&alice, &bob, "over mcp?").await;
     let call = |id: u64, name: &str, args: Value| json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": name, "arguments": args, "_meta": {"progressToken": id}}});
-    let (_, v) = rpc(&s, Some(&bob.key), call(3, "agentchat_inbox", json!({}))).await;
+    let tool = |id: u64, name: &str, args: Value| rpc(&s, Some(&bob.key), call(id, name, args));
+    let (_, v) = tool(3, "agentchat_inbox", json!({})).await;
     let v = v.unwrap();
     assert_eq!(v["result"]["isError"], false);
     let tray = tool_json(&v);
     assert_eq!(tray["conversations"][0]["preview"]["message_id"], m["id"]);
     let conv = m["conversation_id"].as_str().unwrap();
-    let (_, v) = rpc(
-        &s,
-        Some(&bob.key),
-        call(
-            4,
-            "agentchat_get_conversation",
-            json!({"conversation_id": conv}),
-        ),
+    let (_, v) = tool(
+        4,
+        "agentchat_get_conversation",
+        json!({"conversation_id": conv}),
     )
     .await;
     assert_eq!(
         tool_json(&v.unwrap())["messages"][0]["content"]["text"],
         "over mcp?"
     );
-    let (_, v) = rpc(
-        &s,
-        Some(&bob.key),
-        call(
-            5,
-            "agentchat_send_message",
-            json!({"to": "@alice", "text": "yes"}),
-        ),
+    let (_, v) = tool(
+        5,
+        "agentchat_send_message",
+        json!({"to": "@alice", "text": "yes"}),
     )
     .await;
     assert_eq!(tool_json(&v.unwrap())["sender"], "bob");
-    let (_, v) = rpc(&s, Some(&bob.key), call(6, "agentchat_decide",
-        json!({"conversation_id": conv, "decision": "reply", "category": "open_request", "through_message_id": "msg_foreign"}))).await;
+    let (_, v) = tool(6, "agentchat_decide",
+        json!({"conversation_id": conv, "decision": "reply", "category": "open_request", "through_message_id": "msg_foreign"})).await;
     let v = v.unwrap();
     assert_eq!(v["result"]["isError"], true);
     assert_eq!(tool_json(&v)["code"], "MESSAGE_NOT_FOUND");
-    let (_, v) = rpc(&s, Some(&bob.key), call(7, "agentchat_decide",
-        json!({"conversation_id": conv, "decision": "reply", "category": "open_request", "through_message_id": m["id"]}))).await;
+    let (_, v) = tool(7, "agentchat_decide",
+        json!({"conversation_id": conv, "decision": "reply", "category": "open_request", "through_message_id": m["id"]})).await;
     assert_eq!(v.unwrap()["result"]["isError"], false);
     assert!(s.cards(&bob).await.is_empty());
     let g = s
         .make_group(json!({"owner": "alice", "name": "g", "invite": ["bob"]}))
         .await;
     let inv = g["invites"][0]["invite_id"].as_str().unwrap();
-    let (_, v) = rpc(
-        &s,
-        Some(&bob.key),
-        call(
-            8,
-            "agentchat_respond_to_invite",
-            json!({"invite_id": inv, "response": "dismiss"}),
-        ),
+    let (_, v) = tool(
+        8,
+        "agentchat_respond_to_invite",
+        json!({"invite_id": inv, "response": "dismiss"}),
     )
     .await;
     assert_eq!(tool_json(&v.unwrap()), json!({"dismissed": true}));
@@ -903,7 +793,7 @@ fn cli_sim_prints_one_json_line_with_seeded_keys_and_never_logs_keys() {
             .unwrap();
         assert_eq!(r.status().as_u16(), 200);
     });
-    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    common::sigterm(child.id() as i32);
     let status = child.wait().unwrap();
     assert!(status.success(), "SIGTERM stops it cleanly: {status:?}");
     let mut err = String::new();
@@ -922,14 +812,15 @@ fn cli_sim_prints_one_json_line_with_seeded_keys_and_never_logs_keys() {
 
 #[tokio::test]
 async fn deprecation_7_no_reply_still_works_as_dismiss_with_the_three_headers() {
-    let s = sim(1.0).await;
-    let (alice, bob) = (s.agent("alice").await, s.agent("bob").await);
+    let (s, alice, bob) = alice_and_bob(1.0).await;
     let m = s.send(&alice, &bob, "bye").await;
     let conv = m["conversation_id"].as_str().unwrap();
     let resp = s
-        .http
-        .post(format!("{}/v1/conversations/{conv}/decisions", s.base))
-        .bearer_auth(&bob.key)
+        .raw(
+            Method::POST,
+            &bob.key,
+            &format!("/v1/conversations/{conv}/decisions"),
+        )
         .json(
             &json!({"decision": "no_reply", "category": "closing", "through_message_id": m["id"]}),
         )
@@ -964,8 +855,7 @@ async fn deprecation_7_no_reply_still_works_as_dismiss_with_the_three_headers() 
 
 #[tokio::test]
 async fn sync_lists_undelivered_rows_with_delivery_ids_and_the_cursor_ack_delivers_them() {
-    let s = sim(1.0).await;
-    let (alice, bob) = (s.agent("alice").await, s.agent("bob").await);
+    let (s, alice, bob) = alice_and_bob(1.0).await;
     let m1 = s.send(&alice, &bob, "one").await;
     let m2 = s.send(&alice, &bob, "two").await;
     let (st, rows) = s.get(Some(&bob.key), "/v1/messages/sync").await;
@@ -1018,8 +908,7 @@ async fn call_tool(s: &sim_support::Sim, key: &str, name: &str, args: Value) -> 
 
 #[tokio::test]
 async fn mcp_tools_refuse_arguments_their_input_schema_refuses_and_record_nothing() {
-    let s = sim(1.0).await;
-    let (alice, bob) = (s.agent("alice").await, s.agent("bob").await);
+    let (s, alice, bob) = alice_and_bob(1.0).await;
     let m = s.send(&alice, &bob, "x").await;
     let conv = m["conversation_id"].as_str().unwrap();
     let refused = [
@@ -1074,8 +963,7 @@ async fn mcp_tools_refuse_arguments_their_input_schema_refuses_and_record_nothin
 
 #[tokio::test]
 async fn invites_3_1_the_tray_lists_the_20_newest_invites_and_flags_the_rest_truncated() {
-    let s = sim(1.0).await;
-    let (_alice, bob) = (s.agent("alice").await, s.agent("bob").await);
+    let (s, _alice, bob) = alice_and_bob(1.0).await;
     let mut ids = Vec::new();
     for i in 0..21 {
         let g = s
@@ -1097,17 +985,17 @@ async fn invites_3_1_the_tray_lists_the_20_newest_invites_and_flags_the_rest_tru
 
 #[tokio::test]
 async fn invites_3_3_dismiss_honours_idempotency_key_even_after_the_invite_is_answered() {
-    let s = sim(1.0).await;
-    let (_alice, bob) = (s.agent("alice").await, s.agent("bob").await);
+    let (s, _alice, bob) = alice_and_bob(1.0).await;
     let g = s
         .make_group(json!({"owner": "alice", "name": "crew", "invite": ["bob"]}))
         .await;
     let inv = g["invites"][0]["invite_id"].as_str().unwrap().to_string();
     let dismiss = |key: Option<&'static str>| {
-        let mut rb = s
-            .http
-            .post(format!("{}/v1/groups/invites/{inv}/dismiss", s.base))
-            .bearer_auth(&bob.key);
+        let mut rb = s.raw(
+            Method::POST,
+            &bob.key,
+            &format!("/v1/groups/invites/{inv}/dismiss"),
+        );
         if let Some(k) = key {
             rb = rb.header("Idempotency-Key", k);
         }
@@ -1115,9 +1003,7 @@ async fn invites_3_3_dismiss_honours_idempotency_key_even_after_the_invite_is_an
     };
     let r = dismiss(Some("dismiss-key-1")).await.unwrap();
     assert_eq!(r.status().as_u16(), 200);
-    let (st, _) = s
-        .delete(Some(&bob.key), &format!("/v1/groups/invites/{inv}"))
-        .await;
+    let (st, _) = s.decline_invite(&bob, &inv).await;
     assert_eq!(st, 200, "declined after the dismiss");
     let r = dismiss(Some("dismiss-key-1")).await.unwrap();
     assert_eq!(r.status().as_u16(), 200, "the same key replays the answer");
@@ -1135,31 +1021,21 @@ async fn invites_3_3_dismiss_honours_idempotency_key_even_after_the_invite_is_an
 
 #[tokio::test]
 async fn poll_budget_3_1_a_held_read_counts_once_however_often_it_is_woken() {
-    let s = sim(1.0).await; // refill is one per 30 s: nothing refills during the test
-    let (_alice, bob) = (s.agent("alice").await, s.agent("bob").await);
+    let (s, _alice, bob) = alice_and_bob(1.0).await; // refill is one per 30 s: nothing refills during the test
     for i in 0..48 {
         let (st, _) = s.get(Some(&bob.key), "/v1/inbox").await;
         assert_eq!(st, 200, "read {i}");
     }
     // Two no-progress tokens left. A held read (no invites=1) is woken by three invites, none
     // of which ends it, and answers empty at its deadline.
-    let (http, base, key) = (s.http.clone(), s.base.clone(), bob.key.clone());
-    let held = tokio::spawn(async move {
-        let r = http
-            .get(format!("{base}/v1/inbox?wait_ms=1500"))
-            .bearer_auth(key)
-            .send()
-            .await
-            .unwrap();
-        (r.status().as_u16(), r.json::<Value>().await.unwrap())
-    });
+    let held = s.held_inbox(&bob, "wait_ms=1500");
     s.wait_state(&bob, "the read to be parked", |st| st["held_requests"] == 1)
         .await;
     for i in 0..3 {
         s.make_group(json!({"owner": "alice", "name": format!("g{i}"), "invite": ["bob"]}))
             .await;
     }
-    let (st, v) = tokio::time::timeout(Duration::from_secs(10), held)
+    let (st, v, _) = tokio::time::timeout(Duration::from_secs(10), held)
         .await
         .unwrap()
         .unwrap();

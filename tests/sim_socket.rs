@@ -7,13 +7,12 @@ use std::time::Duration;
 
 use futures_util::{SinkExt, StreamExt};
 use serde_json::{Value, json};
-use sim_support::{Got, sim};
+use sim_support::{Got, alice_and_bob, alice_bob_and_carol, sim};
 use tokio_tungstenite::tungstenite::Message;
 
 #[tokio::test]
 async fn ws_3_4_header_path_answers_hello_ok_with_accepted_capabilities_sorted_only_when_asked() {
-    let s = sim(1.0).await;
-    let (alice, bob) = (s.agent("alice").await, s.agent("bob").await);
+    let (s, alice, bob) = alice_and_bob(1.0).await;
     let mut ws = s
         .connect(&bob.key, Some("rewake, ack,bogus,heartbeat"))
         .await;
@@ -85,8 +84,7 @@ async fn ws_3_4_hello_path_always_answers_hello_ok_and_refuses_bad_keys_and_miss
 #[tokio::test]
 async fn ws_3_4_with_ack_a_message_stays_undelivered_and_is_pushed_again_with_delivery_id_until_acked()
  {
-    let s = sim(1.0).await;
-    let (alice, bob) = (s.agent("alice").await, s.agent("bob").await);
+    let (s, alice, bob) = alice_and_bob(1.0).await;
     let mut ws = s.ear(&bob, "ack").await;
     let m = s.send(&alice, &bob, "hold me").await;
     let f = ws.expect("message.new", 5000).await;
@@ -101,8 +99,7 @@ async fn ws_3_4_with_ack_a_message_stays_undelivered_and_is_pushed_again_with_de
         st["sockets"].as_array().unwrap().is_empty()
     })
     .await;
-    let mut ws = s.connect(&bob.key, Some("ack")).await;
-    ws.expect("hello.ok", 5000).await;
+    let mut ws = s.connect_ok(&bob.key, Some("ack")).await;
     let again = ws.expect("message.new", 5000).await;
     assert_eq!(again["payload"]["id"], m["id"]);
     let did = again["payload"]["delivery_id"].as_str().unwrap();
@@ -122,8 +119,7 @@ async fn ws_3_4_with_ack_a_message_stays_undelivered_and_is_pushed_again_with_de
         st["sockets"].as_array().unwrap().is_empty()
     })
     .await;
-    let mut ws = s.connect(&bob.key, Some("ack")).await;
-    ws.expect("hello.ok", 5000).await;
+    let mut ws = s.connect_ok(&bob.key, Some("ack")).await;
     assert!(
         ws.collect(300)
             .await
@@ -140,8 +136,7 @@ async fn ws_3_4_connect_budget_closes_1013_with_retry_after_after_accepting_the_
     let bob = s.agent("bob").await;
     s.connect_budget(&bob, 2).await;
     for _ in 0..2 {
-        let mut ws = s.connect(&bob.key, Some("ack")).await;
-        ws.expect("hello.ok", 5000).await;
+        let _ws = s.connect_ok(&bob.key, Some("ack")).await;
     }
     let mut ws = s.connect(&bob.key, Some("ack")).await;
     let (code, reason) = ws.closed(5000).await;
@@ -203,8 +198,7 @@ async fn ws_3_4_hello_path_connect_budget_is_checked_after_auth_and_counts_refus
 async fn ws_3_4_refused_and_rotated_keys_close_1008_invalid_token() {
     let s = sim(1.0).await;
     let bob = s.agent("bob").await;
-    let mut ws = s.connect(&bob.key, Some("ack")).await;
-    ws.expect("hello.ok", 5000).await;
+    let mut ws = s.connect_ok(&bob.key, Some("ack")).await;
     let (st, _) = s
         .post(
             None,
@@ -243,8 +237,7 @@ async fn ws_3_4_refused_and_rotated_keys_close_1008_invalid_token() {
     assert_ne!(new_key, bob.key);
     let mut old = s.connect(&bob.key, Some("ack")).await;
     assert_eq!(old.closed(5000).await.0, 1008);
-    let mut new = s.connect(new_key, Some("ack")).await;
-    new.expect("hello.ok", 5000).await;
+    let _new = s.connect_ok(new_key, Some("ack")).await;
 }
 
 #[tokio::test]
@@ -254,10 +247,7 @@ async fn control_sockets_close_sends_the_chosen_code_and_reason() {
     let mut a = s.connect(&bob.key, Some("ack")).await;
     let mut b = s.connect(&bob.key, None).await;
     a.expect("hello.ok", 5000).await;
-    s.wait_state(&bob, "two sockets", |st| {
-        st["sockets"].as_array().unwrap().len() == 2
-    })
-    .await;
+    s.wait_sockets(&bob, 2).await;
     let (_, v) = s
         .post(
             None,
@@ -276,10 +266,8 @@ async fn control_sockets_close_sends_the_chosen_code_and_reason() {
 
 #[tokio::test]
 async fn control_silence_keeps_tcp_open_but_sends_nothing_not_even_pongs() {
-    let s = sim(100.0).await;
-    let (alice, bob) = (s.agent("alice").await, s.agent("bob").await);
-    let mut ws = s.connect(&bob.key, Some("ack,heartbeat")).await;
-    ws.expect("hello.ok", 5000).await;
+    let (s, alice, bob) = alice_and_bob(100.0).await;
+    let mut ws = s.connect_ok(&bob.key, Some("ack,heartbeat")).await;
     ws.expect("heartbeat", 5000).await;
     let (_, v) = s
         .post(
@@ -342,8 +330,7 @@ async fn ws_3_4_heartbeat_frames_and_pings_come_every_45_s_and_heartbeats_only_w
 
 #[tokio::test]
 async fn ws_3_3_a_new_invite_is_pushed_and_group_notices_are_not_except_the_deletion() {
-    let s = sim(1.0).await;
-    let (_alice, bob) = (s.agent("alice").await, s.agent("bob").await);
+    let (s, _alice, bob) = alice_and_bob(1.0).await;
     let mut ws = s.ear(&bob, "ack").await;
     let g = s
         .make_group(json!({"owner": "alice", "name": "crew", "invite": ["bob"]}))
@@ -390,8 +377,7 @@ async fn ws_3_3_a_new_invite_is_pushed_and_group_notices_are_not_except_the_dele
         st["sockets"].as_array().unwrap().is_empty()
     })
     .await;
-    let mut ws = s.connect(&bob.key, Some("ack")).await;
-    ws.expect("hello.ok", 5000).await;
+    let mut ws = s.connect_ok(&bob.key, Some("ack")).await;
     let f = ws.expect("message.new", 5000).await;
     assert_eq!(f["payload"]["content"]["data"]["event"], "name_changed");
     assert!(f["payload"]["delivery_id"].is_string());
@@ -399,26 +385,12 @@ async fn ws_3_3_a_new_invite_is_pushed_and_group_notices_are_not_except_the_dele
 
 #[tokio::test]
 async fn control_wake_pushes_a_reminder_to_every_socket_and_unanswered_only_to_rewake() {
-    let s = sim(1.0).await;
-    let (alice, bob) = (s.agent("alice").await, s.agent("bob").await);
-    let mut re = s.connect(&bob.key, Some("ack,rewake")).await;
-    let mut old = s.connect(&bob.key, Some("ack")).await;
-    re.expect("hello.ok", 5000).await;
-    old.expect("hello.ok", 5000).await;
-    s.wait_state(&bob, "two sockets", |st| {
-        st["sockets"].as_array().unwrap().len() == 2
-    })
-    .await;
+    let (s, alice, bob) = alice_and_bob(1.0).await;
+    let (mut re, mut old) = s.rewake_and_plain(&bob).await;
     let m = s.send(&alice, &bob, "x").await;
     re.expect("message.new", 5000).await;
     old.expect("message.new", 5000).await;
-    let (_, v) = s
-        .post(
-            None,
-            &format!("/_sim/agents/{}/wake", bob.handle),
-            json!({"reason": "reminder"}),
-        )
-        .await;
+    let v = s.control_wake(&bob, json!({"reason": "reminder"})).await;
     assert_eq!(v["sockets"], 2);
     for ws in [&mut re, &mut old] {
         let w = ws.expect("wake", 5000).await;
@@ -426,12 +398,8 @@ async fn control_wake_pushes_a_reminder_to_every_socket_and_unanswered_only_to_r
         assert_eq!(w["payload"]["conversation_id"], m["conversation_id"]);
         assert_eq!(w["payload"]["anchor_message_id"], m["id"]);
     }
-    let (_, v) = s
-        .post(
-            None,
-            &format!("/_sim/agents/{}/wake", bob.handle),
-            json!({"reason": "unanswered", "step": 2}),
-        )
+    let v = s
+        .control_wake(&bob, json!({"reason": "unanswered", "step": 2}))
         .await;
     assert_eq!(v["sockets"], 1);
     let w = re.expect("wake", 5000).await;
@@ -445,16 +413,8 @@ async fn control_wake_pushes_a_reminder_to_every_socket_and_unanswered_only_to_r
 
 #[tokio::test]
 async fn ladder_5_rewakes_at_1_5_30_180_minutes_only_on_rewake_sockets_then_stops() {
-    let s = sim(2000.0).await; // 1 min = 30 ms, 5 min = 150 ms, 180 min = 5.4 s
-    let (alice, bob) = (s.agent("alice").await, s.agent("bob").await);
-    let mut re = s.connect(&bob.key, Some("ack,rewake")).await;
-    let mut old = s.connect(&bob.key, Some("ack")).await;
-    re.expect("hello.ok", 5000).await;
-    old.expect("hello.ok", 5000).await;
-    s.wait_state(&bob, "two sockets", |st| {
-        st["sockets"].as_array().unwrap().len() == 2
-    })
-    .await;
+    let (s, alice, bob) = alice_and_bob(2000.0).await; // 1 min = 30 ms, 5 min = 150 ms, 180 min = 5.4 s
+    let (mut re, mut old) = s.rewake_and_plain(&bob).await;
     let m = s.send(&alice, &bob, "answer me").await;
     // Read the old socket at the same time (an unread socket stops answering pings).
     let old_frames = tokio::spawn(async move { old.collect(7000).await });
@@ -495,8 +455,7 @@ async fn ladder_5_rewakes_at_1_5_30_180_minutes_only_on_rewake_sockets_then_stop
 
 #[tokio::test]
 async fn ladder_5_restarts_on_a_newer_message_and_never_runs_for_muted_or_answered_items() {
-    let s = sim(600.0).await; // rung 1 = 100 ms, 2 = 500 ms, 3 = 3 s
-    let (alice, bob) = (s.agent("alice").await, s.agent("bob").await);
+    let (s, alice, bob) = alice_and_bob(600.0).await; // rung 1 = 100 ms, 2 = 500 ms, 3 = 3 s
     let mut re = s.ear(&bob, "ack,rewake").await;
     let m = s.send(&alice, &bob, "one").await;
     let conv = m["conversation_id"].as_str().unwrap();
@@ -542,8 +501,7 @@ async fn reminder(ws: &mut sim_support::Ws) -> Value {
 
 #[tokio::test]
 async fn defer_6_reminds_after_15_min_then_24_h_then_stops_and_a_reminder_starts_no_ladder() {
-    let s = sim(20_000.0).await; // 15 min = 45 ms, 24 h = 4.3 s, rung 4 (180 min) = 0.54 s
-    let (alice, bob) = (s.agent("alice").await, s.agent("bob").await);
+    let (s, alice, bob) = alice_and_bob(20_000.0).await; // 15 min = 45 ms, 24 h = 4.3 s, rung 4 (180 min) = 0.54 s
     let mut ws = s.ear(&bob, "ack,rewake").await;
     let m = s.send(&alice, &bob, "later").await;
     let conv = m["conversation_id"].as_str().unwrap();
@@ -599,10 +557,8 @@ async fn defer_6_reminds_after_15_min_then_24_h_then_stops_and_a_reminder_starts
 
 #[tokio::test]
 async fn defer_6_a_reminder_on_a_muted_conversation_wakes_nothing_and_the_card_comes_back_muted() {
-    let s = sim(20_000.0).await;
-    let (alice, bob) = (s.agent("alice").await, s.agent("bob").await);
-    let mut ws = s.connect(&bob.key, Some("ack")).await;
-    ws.expect("hello.ok", 5000).await;
+    let (s, alice, bob) = alice_and_bob(20_000.0).await;
+    let mut ws = s.connect_ok(&bob.key, Some("ack")).await;
     let m = s.send(&alice, &bob, "later").await;
     let conv = m["conversation_id"].as_str().unwrap();
     s.post(
@@ -647,8 +603,7 @@ async fn python_sdk_realtime_client_receives_a_message_and_acks_it() {
             local.to_string()
         }
     };
-    let s = sim(1.0).await;
-    let (alice, bob) = (s.agent("alice").await, s.agent("bob").await);
+    let (s, alice, bob) = alice_and_bob(1.0).await;
     let script = r#"
 import asyncio, json, os, sys
 from agentchatme import RealtimeClient
@@ -712,8 +667,7 @@ asyncio.run(main())
 #[tokio::test]
 async fn ladder_5_a_rung_with_no_rewake_socket_is_not_lost_the_latest_due_is_sent_once_on_connect()
 {
-    let s = sim(600.0).await; // rung 1 = 100 ms, rung 2 = 500 ms, rung 3 = 3 s
-    let (alice, bob) = (s.agent("alice").await, s.agent("bob").await);
+    let (s, alice, bob) = alice_and_bob(600.0).await; // rung 1 = 100 ms, rung 2 = 500 ms, rung 3 = 3 s
     let m = s.send(&alice, &bob, "anyone?").await;
     // Server time passing is the behaviour under test: let rungs 1 and 2 come due with no socket.
     tokio::time::sleep(Duration::from_millis(800)).await;
@@ -723,8 +677,7 @@ async fn ladder_5_a_rung_with_no_rewake_socket_is_not_lost_the_latest_due_is_sen
             .unwrap()
             .is_empty()
     );
-    let mut ws = s.connect(&bob.key, Some("ack,rewake")).await;
-    ws.expect("hello.ok", 5000).await;
+    let mut ws = s.connect_ok(&bob.key, Some("ack,rewake")).await;
     let w = ws.expect("wake", 5000).await;
     assert_eq!(
         w["payload"]["step"], 2,
@@ -742,10 +695,8 @@ async fn ladder_5_a_rung_with_no_rewake_socket_is_not_lost_the_latest_due_is_sen
 async fn ladder_5_a_card_with_only_notices_unread_keeps_no_ladder_going() {
     // Contract 5: system notices never start a ladder on their own; once the message that armed
     // it is answered, a group card holding only a notice must not keep the rungs firing.
-    let s = sim(30.0).await; // rung 1 = 2 s
-    let (alice, bob) = (s.agent("alice").await, s.agent("bob").await);
-    let mut re = s.connect(&bob.key, Some("ack,rewake")).await;
-    re.expect("hello.ok", 5000).await;
+    let (s, alice, bob) = alice_and_bob(30.0).await; // rung 1 = 2 s
+    let mut re = s.connect_ok(&bob.key, Some("ack,rewake")).await;
     let gid = s.group_with(&alice, "crew", &[&bob]).await;
     s.notice(&gid, "name_changed", &alice).await;
     let m = s.send(&alice, &bob, "one").await;
@@ -779,8 +730,7 @@ async fn ladder_5_a_card_with_only_notices_unread_keeps_no_ladder_going() {
 async fn defer_6_a_notice_neither_brings_a_deferred_card_back_nor_wakes_when_the_reminder_is_due() {
     // Contract 3.2/6: a system notice is not a message newer than the anchor, and a reminder that
     // comes due with only notices unread fires quietly.
-    let s = sim(200.0).await; // 15 min = 4.5 s: room for the steps before it comes due
-    let (alice, bob) = (s.agent("alice").await, s.agent("bob").await);
+    let (s, alice, bob) = alice_and_bob(200.0).await; // 15 min = 4.5 s: room for the steps before it comes due
     let gid = s.group_with(&alice, "crew", &[&bob]).await;
     let m = s.send_conv(&alice, &gid, "later").await;
     let defer = json!({"decision": "defer", "category": "other", "through_message_id": m["id"]});
@@ -820,13 +770,8 @@ async fn defer_6_a_notice_neither_brings_a_deferred_card_back_nor_wakes_when_the
 
 #[tokio::test]
 async fn invite_3_3_an_invite_from_a_muted_agent_is_listed_but_never_wakes() {
-    let s = sim(1.0).await;
     // alice (muted by bob) and carol own the groups; the control API names them by handle.
-    let (_alice, bob, _carol) = (
-        s.agent("alice").await,
-        s.agent("bob").await,
-        s.agent("carol").await,
-    );
+    let (s, _alice, bob, _carol) = alice_bob_and_carol(1.0).await;
     let (st, _) = s
         .post(
             Some(&bob.key),
@@ -861,12 +806,7 @@ async fn invite_3_3_an_invite_from_a_muted_agent_is_listed_but_never_wakes() {
 async fn ladder_5_rungs_count_from_the_newest_item_still_unanswered() {
     // Contract 5: rung k comes k minutes after "the newest message or invite on the unanswered
     // items". When the newest one is answered, the ladder runs on from the older one still open.
-    let s = sim(300.0).await; // 1 min = 0.2 s, 5 min = 1 s, 30 min = 6 s
-    let (alice, bob, carol) = (
-        s.agent("alice").await,
-        s.agent("bob").await,
-        s.agent("carol").await,
-    );
+    let (s, alice, bob, carol) = alice_bob_and_carol(300.0).await; // 1 min = 0.2 s, 5 min = 1 s, 30 min = 6 s
     s.send(&alice, &bob, "older, left open").await;
     // Let server time pass (no socket of bob's can take a rung yet): the open message is then
     // between 5 and 30 server minutes old.
@@ -881,8 +821,7 @@ async fn ladder_5_rungs_count_from_the_newest_item_still_unanswered() {
         )
         .await;
     assert_eq!(st, 201);
-    let mut re = s.connect(&bob.key, Some("ack,rewake")).await;
-    re.expect("hello.ok", 5000).await;
+    let mut re = s.connect_ok(&bob.key, Some("ack,rewake")).await;
     let w = re.expect("wake", 5000).await;
     assert_eq!(w["payload"]["reason"], "unanswered");
     assert_eq!(
@@ -896,8 +835,7 @@ async fn ws_3_4_a_refused_key_counts_against_the_budget_on_the_header_path_only(
     // Contract 3.4: on the Bearer path the budget is checked before the key is looked up (every
     // attempt counts); on the HELLO path right after authentication (a refused key never gets
     // that far).
-    let s = sim(1.0).await;
-    let (alice, bob) = (s.agent("alice").await, s.agent("bob").await);
+    let (s, alice, bob) = alice_and_bob(1.0).await;
     for a in [&alice, &bob] {
         s.connect_budget(a, 1).await;
         let (st, _) = s

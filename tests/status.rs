@@ -1,6 +1,9 @@
 //! `agentchat status` against a real listener: the real binary listening for an agent of the
 //! in-process local server, then stopped.
 
+mod common;
+
+use common::{config_in, sigterm_and_wait};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -35,13 +38,7 @@ async fn status_reports_a_running_listener_then_a_stopped_one() {
     .await
     .unwrap();
     let (handle, key) = sim.seeded[0].clone();
-    let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("config.toml");
-    std::fs::write(
-        &config,
-        "[listen]\nruntime = \"script\"\ncommand = [\"/bin/true\"]\n",
-    )
-    .unwrap();
+    let (dir, config) = config_in("[listen]\nruntime = \"script\"\ncommand = [\"/bin/true\"]\n");
     let state = dir.path().join("state");
 
     // Nothing ran yet.
@@ -91,14 +88,7 @@ async fn status_reports_a_running_listener_then_a_stopped_one() {
     assert_eq!(v["running"], true);
     assert_eq!(v["status"]["handle"], handle.as_str());
 
-    // SAFETY: signalling our own child.
-    unsafe {
-        libc::kill(pid as i32, libc::SIGTERM);
-    }
-    let exit = tokio::time::timeout(Duration::from_secs(20), listener.wait())
-        .await
-        .unwrap()
-        .unwrap();
+    let exit = sigterm_and_wait(&mut listener, 20).await;
     assert!(exit.success(), "{exit}");
     let (code, text) = status(&config, &state, false).await;
     assert_eq!(code, 3, "{text}");
@@ -111,9 +101,7 @@ async fn status_reports_a_running_listener_then_a_stopped_one() {
 
 #[tokio::test]
 async fn a_status_file_that_is_not_json_is_a_clear_error_with_exit_1() {
-    let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("config.toml");
-    std::fs::write(&config, "").unwrap();
+    let (dir, config) = config_in("");
     let state = dir.path().join("state");
     std::fs::create_dir(&state).unwrap();
     std::fs::write(state.join("status.json"), "{ half a document").unwrap();

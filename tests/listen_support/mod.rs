@@ -5,6 +5,8 @@
 
 pub mod fake;
 
+pub use crate::common::{eventually, eventually_async, is_gone};
+
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -209,50 +211,6 @@ pub fn now_ms() -> u64 {
         .as_millis() as u64
 }
 
-/// Polls `cond` every 50 ms until it holds or `secs` pass; returns whether it held.
-pub async fn eventually(secs: f64, mut cond: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + Duration::from_secs_f64(secs);
-    loop {
-        if cond() {
-            return true;
-        }
-        if Instant::now() >= deadline {
-            return false;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-/// `eventually` for conditions that ask the sim.
-pub async fn eventually_async<F, Fut>(secs: f64, mut cond: F) -> bool
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = Instant::now() + Duration::from_secs_f64(secs);
-    loop {
-        if cond().await {
-            return true;
-        }
-        if Instant::now() >= deadline {
-            return false;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
-/// A process is finished when /proc no longer has it or it is a zombie (PID 1 here reaps no
-/// orphans).
-pub fn is_gone(pid: i32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Err(_) => true,
-        Ok(stat) => stat
-            .rsplit_once(')')
-            .map(|(_, rest)| rest.trim_start().starts_with('Z'))
-            .unwrap_or(false),
-    }
-}
-
 /// The recording run: a `sh` script that counts its runs and keeps each run's stdin, env and
 /// argv; `sleep` and `exit` files in its dir make a run slow or fail; `grandchild` makes it start
 /// a background `sleep` whose pid it records; `trap` makes the run (and its children, which
@@ -341,9 +299,7 @@ impl Drop for Recorder {
                     && let Some(pid) = pid
                     && !is_gone(pid)
                 {
-                    unsafe {
-                        libc::kill(pid, libc::SIGKILL);
-                    }
+                    crate::common::signal(pid, libc::SIGKILL);
                 }
             }
         }
@@ -513,9 +469,7 @@ impl Listener {
     }
 
     pub fn signal(&self, sig: i32) {
-        unsafe {
-            libc::kill(self.pid(), sig);
-        }
+        crate::common::signal(self.pid(), sig);
     }
 
     /// Waits for the exit, up to `secs`; the exit code, or None on timeout.
@@ -539,18 +493,7 @@ impl Drop for Listener {
         if let Some(mut child) = self.child.take()
             && let Ok(None) = child.try_wait()
         {
-            unsafe {
-                libc::kill(child.id() as i32, libc::SIGTERM);
-            }
-            let deadline = Instant::now() + Duration::from_secs(10);
-            while Instant::now() < deadline {
-                if let Ok(Some(_)) = child.try_wait() {
-                    return;
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            let _ = child.kill();
-            let _ = child.wait();
+            crate::common::stop_child(&mut child, Duration::from_secs(10));
         }
     }
 }

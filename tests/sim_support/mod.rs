@@ -34,6 +34,20 @@ pub async fn sim(time_scale: f64) -> Sim {
     }
 }
 
+/// The usual scene: a sim at `time_scale` with `alice`, who writes, and `bob`, who reads.
+pub async fn alice_and_bob(time_scale: f64) -> (Sim, Agent, Agent) {
+    let s = sim(time_scale).await;
+    let (alice, bob) = (s.agent("alice").await, s.agent("bob").await);
+    (s, alice, bob)
+}
+
+/// `alice_and_bob` with `carol`, a second writer.
+pub async fn alice_bob_and_carol(time_scale: f64) -> (Sim, Agent, Agent, Agent) {
+    let (s, alice, bob) = alice_and_bob(time_scale).await;
+    let carol = s.agent("carol").await;
+    (s, alice, bob, carol)
+}
+
 /// The cards (`conversations`) of a tray body.
 pub fn cards(tray: &Value) -> Vec<Value> {
     tray["conversations"].as_array().unwrap().clone()
@@ -87,6 +101,56 @@ impl Sim {
     }
     pub async fn delete(&self, key: Option<&str>, path: &str) -> (u16, Value) {
         self.call(reqwest::Method::DELETE, key, path, None).await
+    }
+
+    /// A bare request as `key` for tests that need the headers or a body the helpers above do
+    /// not send (raw bytes, `Idempotency-Key`, `Retry-After`).
+    pub fn raw(&self, method: reqwest::Method, key: &str, path: &str) -> reqwest::RequestBuilder {
+        self.http
+            .request(method, format!("{}{path}", self.base))
+            .bearer_auth(key)
+    }
+
+    /// A tray read (`GET /v1/inbox?{query}`) started in its own task, for reads that are held
+    /// (`wait_ms`): its status, body and how long it took.
+    pub fn held_inbox(
+        &self,
+        a: &Agent,
+        query: &str,
+    ) -> tokio::task::JoinHandle<(u16, Value, Duration)> {
+        let request = self.raw(reqwest::Method::GET, &a.key, &format!("/v1/inbox?{query}"));
+        tokio::spawn(async move {
+            let t0 = std::time::Instant::now();
+            let r = request.send().await.unwrap();
+            let status = r.status().as_u16();
+            (status, r.json::<Value>().await.unwrap(), t0.elapsed())
+        })
+    }
+
+    /// Marks `conv` read for `a` (`POST /v1/conversations/{conv}/read`).
+    pub async fn read(&self, a: &Agent, conv: &str, body: Value) -> (u16, Value) {
+        self.post(
+            Some(&a.key),
+            &format!("/v1/conversations/{conv}/read"),
+            body,
+        )
+        .await
+    }
+
+    /// Answers invite `inv` for `a`: `action` is `dismiss` or `accept`.
+    pub async fn answer_invite(&self, a: &Agent, inv: &str, action: &str) -> (u16, Value) {
+        self.post(
+            Some(&a.key),
+            &format!("/v1/groups/invites/{inv}/{action}"),
+            json!({}),
+        )
+        .await
+    }
+
+    /// Declines invite `inv` for `a` (`DELETE /v1/groups/invites/{inv}`).
+    pub async fn decline_invite(&self, a: &Agent, inv: &str) -> (u16, Value) {
+        self.delete(Some(&a.key), &format!("/v1/groups/invites/{inv}"))
+            .await
     }
 
     /// Sends `text` from `from` to `to` through the real route; returns the message.
@@ -247,6 +311,32 @@ impl Sim {
         }
         let (ws, _) = connect_async(req).await.unwrap();
         Ws { ws }
+    }
+    /// `connect`, then the server's `hello.ok` (within 5 s): a socket ready for frames.
+    pub async fn connect_ok(&self, key: &str, caps: Option<&str>) -> Ws {
+        let mut ws = self.connect(key, caps).await;
+        ws.expect("hello.ok", 5000).await;
+        ws
+    }
+    /// Two ready sockets for `a`, one with `rewake` and one without, both open on the server.
+    pub async fn rewake_and_plain(&self, a: &Agent) -> (Ws, Ws) {
+        let re = self.connect_ok(&a.key, Some("ack,rewake")).await;
+        let old = self.connect_ok(&a.key, Some("ack")).await;
+        self.wait_sockets(a, 2).await;
+        (re, old)
+    }
+    /// Polls the agent's state until the server holds `n` open sockets for it.
+    pub async fn wait_sockets(&self, a: &Agent, n: usize) -> Value {
+        self.wait_state(a, &format!("{n} sockets"), |st| {
+            st["sockets"].as_array().unwrap().len() == n
+        })
+        .await
+    }
+    /// Wakes the agent through the control API; the answer (`sockets` reached).
+    pub async fn control_wake(&self, a: &Agent, body: Value) -> Value {
+        self.post(None, &format!("/_sim/agents/{}/wake", a.handle), body)
+            .await
+            .1
     }
     /// HELLO path: no auth on the upgrade.
     pub async fn connect_bare(&self) -> Ws {
