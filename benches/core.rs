@@ -37,7 +37,7 @@ fn measure(name: &str, iterations: usize, unit: &str, mut f: impl FnMut(usize)) 
     let elapsed = start.elapsed();
     let per = elapsed.as_nanos() as f64 / iterations as f64;
     let rate = iterations as f64 / elapsed.as_secs_f64();
-    println!("{name:<40} {iterations:>9} {unit}  {per:>10.0} ns/{unit}  {rate:>12.0} {unit}/s");
+    println!("{name:<40} {iterations:>9} {unit}  {per:>10.1} ns/{unit}  {rate:>12.0} {unit}/s");
 }
 
 fn main() {
@@ -83,14 +83,14 @@ fn main() {
         "wake",
         |i| {
             now += 7;
-            coalescer.wake(now);
+            coalescer.wake(black_box(now));
             if coalescer.due().is_some_and(|due| due <= now)
                 && coalescer.try_start(now)
                 && i % 3 == 0
             {
                 coalescer.end(now);
             }
-            if coalescer.is_running() {
+            if black_box(coalescer.is_running()) {
                 coalescer.end(now);
             }
         },
