@@ -104,11 +104,15 @@ pub fn systemd_unit_name(profile: &str) -> String {
 }
 
 /// `me.agentchat.listen`, or `me.agentchat.listen.<profile>`.
+/// Every profile's launchd label starts with this; launchd passes the label to the job as
+/// `XPC_SERVICE_NAME`, which is how `listen` knows launchd started it.
+pub const LAUNCHD_LABEL_PREFIX: &str = "me.agentchat.listen";
+
 pub fn launchd_label(profile: &str) -> String {
     if profile == "default" {
-        "me.agentchat.listen".into()
+        LAUNCHD_LABEL_PREFIX.into()
     } else {
-        format!("me.agentchat.listen.{profile}")
+        format!("{LAUNCHD_LABEL_PREFIX}.{profile}")
     }
 }
 

@@ -967,7 +967,7 @@ async fn an_unreachable_server_never_ends_the_listener_it_backs_off() {
 }
 
 #[test]
-fn bad_config_or_no_key_exits_1_with_a_line_naming_the_problem() {
+fn bad_config_or_no_key_exits_78_with_a_line_naming_the_problem() {
     let opts = Opts::default();
     let setup = Setup::new(&opts);
     let bad = setup.tmp.path().join("bad.toml");
@@ -989,11 +989,40 @@ fn bad_config_or_no_key_exits_1_with_a_line_naming_the_problem() {
         cmd.output().unwrap()
     };
     let out = run(&bad, Some(FAKE_KEY));
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        out.status.code(),
+        Some(78),
+        "EX_CONFIG: the unit prevents restarts on it"
+    );
     assert!(String::from_utf8_lossy(&out.stderr).contains("runtim"));
     let out = run(&setup.config, None);
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(78));
     assert!(String::from_utf8_lossy(&out.stderr).contains("no API key"));
+}
+
+#[test]
+fn under_launchd_a_bad_config_exits_0_so_keepalive_does_not_loop() {
+    let setup = Setup::new(&Opts::default());
+    let bad = setup.tmp.path().join("bad.toml");
+    std::fs::write(&bad, "[listen]\nruntim = \"script\"\n").unwrap();
+    let mut cmd = listener_command_bare("http://127.0.0.1:9", FAKE_KEY, &setup, &Opts::default());
+    let out = cmd
+        .env("AGENTCHAT_CONFIG", &bad)
+        .env("XPC_SERVICE_NAME", "me.agentchat.listen")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("runtim") && err.contains("launchd"), "{err}");
+
+    // Any other launchd job name is not ours: the ordinary EX_CONFIG.
+    let mut cmd = listener_command_bare("http://127.0.0.1:9", FAKE_KEY, &setup, &Opts::default());
+    let out = cmd
+        .env("AGENTCHAT_CONFIG", &bad)
+        .env("XPC_SERVICE_NAME", "0")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(agentchat::listen::EXIT_CONFIG));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1365,11 +1394,11 @@ async fn logs_default_to_text_with_timestamps_at_the_level_agentchat_log_names()
 }
 
 #[test]
-fn an_unknown_log_format_exits_1_naming_the_flag() {
+fn an_unknown_log_format_exits_78_naming_the_flag() {
     let setup = Setup::new(&Opts::default());
     let mut cmd = listener_command_bare("http://127.0.0.1:9", FAKE_KEY, &setup, &Opts::default());
     let out = cmd.arg("--log-format").arg("xml").output().unwrap();
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(78));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("--log-format") && err.contains("xml"), "{err}");
     assert!(

@@ -282,3 +282,13 @@ fn a_profile_name_with_a_dot_that_config_accepts_can_be_installed() {
         "me.agentchat.listen.team.alpha"
     );
 }
+
+#[test]
+fn the_systemd_unit_does_not_restart_on_the_listeners_config_exit_code() {
+    let unit = print_unit(&["--kind", "systemd"]);
+    let line = format!(
+        "RestartPreventExitStatus={}",
+        agentchat::listen::EXIT_CONFIG
+    );
+    assert!(unit.lines().any(|l| l == line), "{unit}");
+}

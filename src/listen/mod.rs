@@ -75,29 +75,10 @@ pub async fn run_cli(args: ListenArgs) -> anyhow::Result<i32> {
         }
     }
 
-    let settings = crate::config::load(&args.config)?;
-    let format = match args.log_format.as_deref() {
-        None => settings.log_format,
-        Some("text") => LogFormat::Text,
-        Some("json") => LogFormat::Json,
-        Some(other) => anyhow::bail!("--log-format must be text or json, not `{other}`"),
+    let (settings, key, state) = match prepare(&args, &env) {
+        Ok(ready) => ready,
+        Err(e) => return Ok(refuse_to_start(&e, &env)),
     };
-    let level = env
-        .get("AGENTCHAT_LOG")
-        .cloned()
-        .unwrap_or_else(|| settings.log_level.clone());
-    logging::init(format, &level)?;
-    for line in crate::config::advice(&settings) {
-        tracing::warn!(event = %"config_advice", "{line}");
-    }
-
-    let Some(key) = settings.api_key.clone() else {
-        anyhow::bail!(
-            "no API key: set AGENTCHAT_API_KEY, or api_key_file in the config (profile `{}`)",
-            settings.profile
-        );
-    };
-    let state = state::StateDir::open(&settings.state_dir)?;
     let _lock = match state.lock()? {
         state::LockAttempt::Acquired(l) => l,
         state::LockAttempt::Held { pid } => {
@@ -118,6 +99,61 @@ pub async fn run_cli(args: ListenArgs) -> anyhow::Result<i32> {
         once::run(settings, key, state, scale).await
     } else {
         daemon::run(args.config, settings, key, state, scale).await
+    }
+}
+
+/// `sysexits.h` EX_CONFIG: the listener cannot start as configured, and starting it again will
+/// not help. The systemd unit names it in `RestartPreventExitStatus`, so a bad config is one
+/// failed start, not a restart loop.
+pub const EXIT_CONFIG: i32 = 78;
+
+/// Everything that must be right before the listener can run: config, logging, key, state dir.
+fn prepare(
+    args: &ListenArgs,
+    env: &HashMap<String, String>,
+) -> anyhow::Result<(
+    crate::config::Settings,
+    secrecy::SecretString,
+    state::StateDir,
+)> {
+    let settings = crate::config::load(&args.config)?;
+    let format = match args.log_format.as_deref() {
+        None => settings.log_format,
+        Some("text") => LogFormat::Text,
+        Some("json") => LogFormat::Json,
+        Some(other) => anyhow::bail!("--log-format must be text or json, not `{other}`"),
+    };
+    let level = env
+        .get("AGENTCHAT_LOG")
+        .cloned()
+        .unwrap_or_else(|| settings.log_level.clone());
+    logging::init(format, &level)?;
+    for line in crate::config::advice(&settings) {
+        tracing::warn!(event = %"config_advice", "{line}");
+    }
+    let Some(key) = settings.api_key.clone() else {
+        anyhow::bail!(
+            "no API key: set AGENTCHAT_API_KEY, or api_key_file in the config (profile `{}`)",
+            settings.profile
+        );
+    };
+    let state = state::StateDir::open(&settings.state_dir)?;
+    Ok((settings, key, state))
+}
+
+/// Says why the listener cannot start and picks the exit code a service manager will not answer
+/// with a restart loop: `EXIT_CONFIG` (the systemd unit prevents restarts on it), or 0 under
+/// launchd, whose `KeepAlive {SuccessfulExit: false}` restarts every non-zero exit.
+fn refuse_to_start(error: &anyhow::Error, env: &HashMap<String, String>) -> i32 {
+    eprintln!("agentchat listen: {error:#}");
+    let under_launchd = env
+        .get("XPC_SERVICE_NAME")
+        .is_some_and(|label| label.starts_with(crate::service::LAUNCHD_LABEL_PREFIX));
+    if under_launchd {
+        eprintln!("agentchat listen: not restarting until the config is fixed (launchd)");
+        0
+    } else {
+        EXIT_CONFIG
     }
 }
 
