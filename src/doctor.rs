@@ -988,10 +988,7 @@ pub async fn probe(
     let pgid = child.id().and_then(|p| i32::try_from(p).ok());
     let result = tokio::time::timeout(timeout, child.wait_with_output()).await;
     if let Some(pgid) = pgid {
-        // SAFETY: kills the process group this function created; ESRCH when it is already gone.
-        unsafe {
-            libc::killpg(pgid, libc::SIGKILL);
-        }
+        crate::listen::runner::signal_group(pgid, libc::SIGKILL);
     }
     match result {
         Ok(Ok(out)) => Probe {
