@@ -153,8 +153,8 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     write_atomic_mode(path, bytes, 0o600)
 }
 
-/// `write_atomic` for a file of the user's (the identity block's file): keeps its mode, 0644
-/// when new.
+/// `write_atomic` for a file of the user's (the identity block's file, a service unit): keeps
+/// its mode, 0644 when new.
 pub fn write_keeping_mode(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     use std::os::unix::fs::MetadataExt;
     let mode = std::fs::metadata(path)
