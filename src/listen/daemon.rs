@@ -51,7 +51,6 @@ struct Daemon {
     handle: Option<String>,
     pending_reasons: BTreeSet<String>,
     coalescer: Coalescer,
-    shown_state: &'static str,
     notify: bool,
     /// The last status write failed (full disk, unwritable dir): logged once per episode.
     status_write_failing: bool,
@@ -126,7 +125,6 @@ pub async fn run(
         handle: None,
         pending_reasons: BTreeSet::new(),
         coalescer,
-        shown_state: "starting",
         notify,
         status_write_failing: false,
         pending_windows: None,
@@ -441,8 +439,9 @@ impl Daemon {
     fn write_status(&mut self) {
         let now = SystemTime::now();
         let shown = self.shown();
-        if shown != self.shown_state {
-            self.shown_state = shown;
+        // `status.state` is the state last shown: a change restarts `since` and is announced.
+        if shown != self.status.state {
+            self.status.state = shown;
             self.status.since = state::rfc3339(now);
             tracing::info!(event = %"state", state = shown, "listener state");
             if self.notify {
@@ -450,7 +449,6 @@ impl Daemon {
                 let _ = sd_notify::notify(&[sd_notify::NotifyState::Custom(&line)]);
             }
         }
-        self.status.state = shown;
         self.status.socket = self.socket_state.as_str();
         self.status.updated_at = state::rfc3339(now);
         match self.state.write_status(&self.status) {
