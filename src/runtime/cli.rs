@@ -57,7 +57,10 @@ pub fn resolve_binary_in(
     }
 }
 
-fn search_path(name: &Path, path_var: Option<&std::ffi::OsStr>) -> Option<PathBuf> {
+/// The first executable file `name` in the directories of `path_var`. Empty entries are skipped:
+/// they would mean the listener's own working directory, which no run uses. Shared with the
+/// script runtime.
+pub(crate) fn search_path(name: &Path, path_var: Option<&std::ffi::OsStr>) -> Option<PathBuf> {
     let path_var = path_var?;
     std::env::split_paths(path_var)
         .filter(|dir| !dir.as_os_str().is_empty())
