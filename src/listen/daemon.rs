@@ -363,12 +363,7 @@ impl Daemon {
                 .as_millis() as u64,
             shutdown,
         });
-        self.status.last_cycle = Some(state::LastCycle {
-            id: id.clone(),
-            started_at: state::rfc3339(SystemTime::now()),
-            reasons,
-            ..Default::default()
-        });
+        self.status.last_cycle = Some(state::LastCycle::started(id, reasons));
         self.write_status();
         tokio::spawn(async move {
             match input {

@@ -254,6 +254,19 @@ pub struct LastCycle {
     pub invites_dismissed: u64,
 }
 
+impl LastCycle {
+    /// A cycle that has just started: the daemon shows it in `status.json` at once, and the cycle
+    /// fills in the rest as it goes.
+    pub fn started(id: String, reasons: Vec<String>) -> LastCycle {
+        LastCycle {
+            id,
+            started_at: rfc3339(SystemTime::now()),
+            reasons,
+            ..Default::default()
+        }
+    }
+}
+
 #[derive(Debug, Clone, Serialize, Default)]
 pub struct TextsStatus {
     /// `server`, `cache`, or `none`.
