@@ -9,7 +9,6 @@ use super::state::{self, Counters, LastWake, StateDir, Status, TextsStatus};
 use super::{TimeScale, load_texts};
 use crate::config::{self, ConfigArgs, Settings};
 use crate::core::coalescer::Coalescer;
-use crate::core::invite_rule::SINGLE_RUN_PACE_MS;
 use crate::core::texts::Texts;
 use secrecy::{ExposeSecret, SecretString};
 use std::collections::BTreeSet;
@@ -357,10 +356,7 @@ impl Daemon {
             texts: self.texts.clone(),
             reasons: reasons.clone(),
             runtime_unusable: self.profile.unusable.is_some(),
-            invite_pace_ms: self
-                .scale
-                .apply(Duration::from_millis(SINGLE_RUN_PACE_MS))
-                .as_millis() as u64,
+            invite_pace_ms: self.scale.invite_pace_ms(),
             shutdown,
         });
         self.status.last_cycle = Some(state::LastCycle::started(id, reasons));

@@ -54,6 +54,13 @@ impl TimeScale {
             .unwrap_or(Duration::from_secs(86_400))
             .max(Duration::from_millis(1))
     }
+    /// The invite rule's pace between single runs (`SINGLE_RUN_PACE_MS`), scaled.
+    pub fn invite_pace_ms(self) -> u64 {
+        self.apply(Duration::from_millis(
+            crate::core::invite_rule::SINGLE_RUN_PACE_MS,
+        ))
+        .as_millis() as u64
+    }
 }
 
 pub async fn run_cli(args: ListenArgs) -> anyhow::Result<i32> {
