@@ -204,8 +204,8 @@ pub fn unix_ms(t: SystemTime) -> u64 {
         .unwrap_or(0)
 }
 
-/// The listener's state as `status.json` shows it (design 7; the field list is in
-/// docs/readme/listen.md).
+/// The listener's state as `status.json` shows it (design 7; README.md's `status.json` section
+/// lists the fields for users, so a field added here belongs there too).
 #[derive(Debug, Clone, Serialize)]
 pub struct Status {
     pub state: &'static str,
