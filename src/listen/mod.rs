@@ -16,7 +16,7 @@ pub mod state;
 use crate::config::{ConfigArgs, IntegrationSwitch, LogFormat};
 use crate::core::texts::Texts;
 use std::collections::HashMap;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct ListenArgs {
@@ -65,8 +65,7 @@ impl TimeScale {
 
 pub async fn run_cli(args: ListenArgs) -> anyhow::Result<i32> {
     let env: HashMap<String, String> = std::env::vars().collect();
-    let today: String = state::rfc3339(SystemTime::now()).chars().take(10).collect();
-    match crate::config::integration_switch(&env, &today) {
+    match crate::config::integration_switch(&env, &crate::config::today_utc()) {
         IntegrationSwitch::On => {}
         IntegrationSwitch::Off => {
             eprintln!("agentchat listen: AGENTCHAT_INTEGRATION=off; not starting");
