@@ -57,6 +57,9 @@ struct Daemon {
     pending_windows: Option<(u64, u64)>,
     /// `texts_missing` was logged for the current stretch without texts.
     texts_missing_logged: bool,
+    /// When the last frame came: kept as a time and formatted into `status.last_frame_at` only
+    /// when the status is written, not on every frame.
+    last_frame: Option<SystemTime>,
 }
 
 /// Runs until SIGTERM/SIGINT. Returns the exit code (0).
@@ -128,6 +131,7 @@ pub async fn run(
         status_write_failing: false,
         pending_windows: None,
         texts_missing_logged: false,
+        last_frame: None,
     };
     tracing::info!(
         event = %"listener_start",
@@ -319,7 +323,7 @@ impl Daemon {
             }
             SocketEvent::Frame => {
                 self.status.counters.frames += 1;
-                self.status.last_frame_at = Some(state::rfc3339(now));
+                self.last_frame = Some(now);
             }
             SocketEvent::Skipped => self.status.counters.frames_skipped += 1,
             SocketEvent::Acked => self.status.counters.acks += 1,
@@ -441,6 +445,7 @@ impl Daemon {
             }
         }
         self.status.socket = self.socket_state.as_str();
+        self.status.last_frame_at = self.last_frame.map(state::rfc3339);
         self.status.updated_at = state::rfc3339(now);
         match self.state.write_status(&self.status) {
             Ok(()) if self.status_write_failing => {
