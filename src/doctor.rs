@@ -606,14 +606,7 @@ pub fn sanitize(s: &str) -> String {
             }
         })
         .collect();
-    let joined = words.join(" ");
-    if joined.chars().count() > 120 {
-        let mut cut: String = joined.chars().take(120).collect();
-        cut.push('…');
-        cut
-    } else {
-        joined
-    }
+    crate::runtime::cli::ellipsize(words.join(" "), 120)
 }
 
 /// Keeps only a short word-like value (an auth method name), never free text.

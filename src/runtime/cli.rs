@@ -182,13 +182,17 @@ pub fn clip(s: &str) -> String {
             out.push(word.chars().filter(|c| !c.is_control()).collect());
         }
     }
-    let joined = out.join(" ");
-    if joined.chars().count() > 200 {
-        let mut cut: String = joined.chars().take(200).collect();
+    ellipsize(out.join(" "), 200)
+}
+
+/// `s` cut to `max` characters with `…` marking the cut; shared with `doctor`'s sanitizer.
+pub(crate) fn ellipsize(s: String, max: usize) -> String {
+    if s.chars().count() > max {
+        let mut cut: String = s.chars().take(max).collect();
         cut.push('…');
         cut
     } else {
-        joined
+        s
     }
 }
 
