@@ -1010,11 +1010,9 @@ pub fn integration_switch(env: &HashMap<String, String>, today: &str) -> Integra
 
 /// Today's date in UTC as `YYYY-MM-DD`, for [`integration_switch`].
 pub fn today_utc() -> String {
-    let secs = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    let ts = humantime::format_rfc3339_seconds(std::time::UNIX_EPOCH + Duration::from_secs(secs));
-    ts.to_string()[..10].to_string()
+    let mut ts = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
+    ts.truncate(10);
+    ts
 }
 
 #[cfg(test)]

@@ -606,14 +606,7 @@ pub fn sanitize(s: &str) -> String {
             }
         })
         .collect();
-    let joined = words.join(" ");
-    if joined.chars().count() > 120 {
-        let mut cut: String = joined.chars().take(120).collect();
-        cut.push('…');
-        cut
-    } else {
-        joined
-    }
+    crate::runtime::cli::ellipsize(words.join(" "), 120)
 }
 
 /// Keeps only a short word-like value (an auth method name), never free text.
@@ -988,10 +981,7 @@ pub async fn probe(
     let pgid = child.id().and_then(|p| i32::try_from(p).ok());
     let result = tokio::time::timeout(timeout, child.wait_with_output()).await;
     if let Some(pgid) = pgid {
-        // SAFETY: kills the process group this function created; ESRCH when it is already gone.
-        unsafe {
-            libc::killpg(pgid, libc::SIGKILL);
-        }
+        crate::listen::runner::signal_group(pgid, libc::SIGKILL);
     }
     match result {
         Ok(Ok(out)) => Probe {

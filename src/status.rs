@@ -167,7 +167,7 @@ pub(crate) fn pid_alive(pid: u64) -> bool {
 
 pub async fn run_cli(args: StatusArgs) -> anyhow::Result<i32> {
     let settings = crate::config::load_unkeyed(&args.config)?;
-    let file = settings.state_dir.join("status.json");
+    let file = settings.state_dir.join(crate::listen::state::STATUS_FILE);
     let doc = match std::fs::read(&file) {
         Ok(bytes) => Some(
             serde_json::from_slice::<Value>(&bytes)

@@ -68,12 +68,7 @@ pub fn new_cycle_id() -> String {
 /// Runs one cycle to its end.
 pub async fn run(mut input: CycleInput) -> CycleReport {
     let mut report = CycleReport {
-        last: LastCycle {
-            id: input.id.clone(),
-            started_at: state::rfc3339(SystemTime::now()),
-            reasons: input.reasons.clone(),
-            ..Default::default()
-        },
+        last: LastCycle::started(input.id.clone(), input.reasons.clone()),
         ..Default::default()
     };
     tracing::info!(event = %"cycle_start", cycle_id = %input.id, reasons = %input.reasons.join(","), "cycle started");

@@ -9,7 +9,6 @@ use super::state::{self, Counters, LastWake, StateDir, Status, TextsStatus};
 use super::{TimeScale, load_texts};
 use crate::config::{self, ConfigArgs, Settings};
 use crate::core::coalescer::Coalescer;
-use crate::core::invite_rule::SINGLE_RUN_PACE_MS;
 use crate::core::texts::Texts;
 use secrecy::{ExposeSecret, SecretString};
 use std::collections::BTreeSet;
@@ -51,7 +50,6 @@ struct Daemon {
     handle: Option<String>,
     pending_reasons: BTreeSet<String>,
     coalescer: Coalescer,
-    shown_state: &'static str,
     notify: bool,
     /// The last status write failed (full disk, unwritable dir): logged once per episode.
     status_write_failing: bool,
@@ -59,6 +57,9 @@ struct Daemon {
     pending_windows: Option<(u64, u64)>,
     /// `texts_missing` was logged for the current stretch without texts.
     texts_missing_logged: bool,
+    /// When the last frame came: kept as a time and formatted into `status.last_frame_at` only
+    /// when the status is written, not on every frame.
+    last_frame: Option<SystemTime>,
 }
 
 /// Runs until SIGTERM/SIGINT. Returns the exit code (0).
@@ -126,11 +127,11 @@ pub async fn run(
         handle: None,
         pending_reasons: BTreeSet::new(),
         coalescer,
-        shown_state: "starting",
         notify,
         status_write_failing: false,
         pending_windows: None,
         texts_missing_logged: false,
+        last_frame: None,
     };
     tracing::info!(
         event = %"listener_start",
@@ -322,7 +323,7 @@ impl Daemon {
             }
             SocketEvent::Frame => {
                 self.status.counters.frames += 1;
-                self.status.last_frame_at = Some(state::rfc3339(now));
+                self.last_frame = Some(now);
             }
             SocketEvent::Skipped => self.status.counters.frames_skipped += 1,
             SocketEvent::Acked => self.status.counters.acks += 1,
@@ -359,18 +360,10 @@ impl Daemon {
             texts: self.texts.clone(),
             reasons: reasons.clone(),
             runtime_unusable: self.profile.unusable.is_some(),
-            invite_pace_ms: self
-                .scale
-                .apply(Duration::from_millis(SINGLE_RUN_PACE_MS))
-                .as_millis() as u64,
+            invite_pace_ms: self.scale.invite_pace_ms(),
             shutdown,
         });
-        self.status.last_cycle = Some(state::LastCycle {
-            id: id.clone(),
-            started_at: state::rfc3339(SystemTime::now()),
-            reasons,
-            ..Default::default()
-        });
+        self.status.last_cycle = Some(state::LastCycle::started(id, reasons));
         self.write_status();
         tokio::spawn(async move {
             match input {
@@ -441,8 +434,9 @@ impl Daemon {
     fn write_status(&mut self) {
         let now = SystemTime::now();
         let shown = self.shown();
-        if shown != self.shown_state {
-            self.shown_state = shown;
+        // `status.state` is the state last shown: a change restarts `since` and is announced.
+        if shown != self.status.state {
+            self.status.state = shown;
             self.status.since = state::rfc3339(now);
             tracing::info!(event = %"state", state = shown, "listener state");
             if self.notify {
@@ -450,8 +444,8 @@ impl Daemon {
                 let _ = sd_notify::notify(&[sd_notify::NotifyState::Custom(&line)]);
             }
         }
-        self.status.state = shown;
         self.status.socket = self.socket_state.as_str();
+        self.status.last_frame_at = self.last_frame.map(state::rfc3339);
         self.status.updated_at = state::rfc3339(now);
         match self.state.write_status(&self.status) {
             Ok(()) if self.status_write_failing => {

@@ -16,7 +16,7 @@ pub mod state;
 use crate::config::{ConfigArgs, IntegrationSwitch, LogFormat};
 use crate::core::texts::Texts;
 use std::collections::HashMap;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct ListenArgs {
@@ -54,12 +54,18 @@ impl TimeScale {
             .unwrap_or(Duration::from_secs(86_400))
             .max(Duration::from_millis(1))
     }
+    /// The invite rule's pace between single runs (`SINGLE_RUN_PACE_MS`), scaled.
+    pub fn invite_pace_ms(self) -> u64 {
+        self.apply(Duration::from_millis(
+            crate::core::invite_rule::SINGLE_RUN_PACE_MS,
+        ))
+        .as_millis() as u64
+    }
 }
 
 pub async fn run_cli(args: ListenArgs) -> anyhow::Result<i32> {
     let env: HashMap<String, String> = std::env::vars().collect();
-    let today: String = state::rfc3339(SystemTime::now()).chars().take(10).collect();
-    match crate::config::integration_switch(&env, &today) {
+    match crate::config::integration_switch(&env, &crate::config::today_utc()) {
         IntegrationSwitch::On => {}
         IntegrationSwitch::Off => {
             eprintln!("agentchat listen: AGENTCHAT_INTEGRATION=off; not starting");

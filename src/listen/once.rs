@@ -7,7 +7,6 @@ use super::cycle::{self, CycleInput};
 use super::socket::{self, SocketParams};
 use super::state::StateDir;
 use crate::config::Settings;
-use crate::core::invite_rule::SINGLE_RUN_PACE_MS;
 use secrecy::SecretString;
 use std::time::Duration;
 use tokio::signal::unix::{SignalKind, signal};
@@ -49,9 +48,7 @@ pub async fn run(
         texts,
         reasons: vec!["connect".into()],
         runtime_unusable: false,
-        invite_pace_ms: scale
-            .apply(Duration::from_millis(SINGLE_RUN_PACE_MS))
-            .as_millis() as u64,
+        invite_pace_ms: scale.invite_pace_ms(),
         shutdown: shutdown_rx,
     };
     let mut task = tokio::spawn(cycle::run(input));

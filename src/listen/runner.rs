@@ -28,12 +28,12 @@ pub struct RunReport {
 }
 
 /// Sends `signal` to every process in group `pgid`. Errors (the group is already gone) are ignored:
-/// there is nothing left to stop.
-fn signal_group(pgid: i32, signal: i32) {
+/// there is nothing left to stop. Shared with `doctor`'s probes, which also run in their own group.
+pub(crate) fn signal_group(pgid: i32, signal: i32) {
     if pgid <= 1 {
         return; // never signal our own group (0) or every process (-1/1)
     }
-    // SAFETY: killpg has no memory-safety preconditions; pgid is a group this module created.
+    // SAFETY: killpg has no memory-safety preconditions; pgid is a group the caller created.
     unsafe {
         libc::killpg(pgid, signal);
     }

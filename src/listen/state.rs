@@ -153,8 +153,8 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     write_atomic_mode(path, bytes, 0o600)
 }
 
-/// `write_atomic` for a file of the user's (the identity block's file): keeps its mode, 0644
-/// when new.
+/// `write_atomic` for a file of the user's (the identity block's file, a service unit): keeps
+/// its mode, 0644 when new.
 pub fn write_keeping_mode(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     use std::os::unix::fs::MetadataExt;
     let mode = std::fs::metadata(path)
@@ -204,8 +204,8 @@ pub fn unix_ms(t: SystemTime) -> u64 {
         .unwrap_or(0)
 }
 
-/// The listener's state as `status.json` shows it (design 7; the field list is in
-/// docs/readme/listen.md).
+/// The listener's state as `status.json` shows it (design 7; README.md's `status.json` section
+/// lists the fields for users, so a field added here belongs there too).
 #[derive(Debug, Clone, Serialize)]
 pub struct Status {
     pub state: &'static str,
@@ -252,6 +252,19 @@ pub struct LastCycle {
     pub failure: Option<String>,
     pub run_log: Option<String>,
     pub invites_dismissed: u64,
+}
+
+impl LastCycle {
+    /// A cycle that has just started: the daemon shows it in `status.json` at once, and the cycle
+    /// fills in the rest as it goes.
+    pub fn started(id: String, reasons: Vec<String>) -> LastCycle {
+        LastCycle {
+            id,
+            started_at: rfc3339(SystemTime::now()),
+            reasons,
+            ..Default::default()
+        }
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Default)]

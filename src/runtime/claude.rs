@@ -10,7 +10,6 @@ use super::cli;
 use super::{ProcessEnd, RunContext, RunOutcome, RunSpec, RuntimeError};
 use crate::config::McpMode;
 use secrecy::ExposeSecret;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 /// The MCP config file's name inside the profile's state dir.
@@ -98,28 +97,13 @@ pub fn mcp_config_json(url: &str, key: &str) -> String {
     .to_string()
 }
 
-/// Writes the MCP config to `<state_dir>/claude-mcp.json`, created 0600 under a temporary name
-/// and renamed into place, so the key is never readable by others even for a moment and a
-/// concurrent reader never sees half a file.
+/// Writes the MCP config to `<state_dir>/claude-mcp.json` with the state dir's atomic write
+/// (created 0600 under a temporary name, then renamed), so the key is never readable by others
+/// even for a moment and a concurrent reader never sees half a file.
 pub fn write_mcp_config(state_dir: &Path, url: &str, key: &str) -> Result<PathBuf, RuntimeError> {
-    use std::os::unix::fs::OpenOptionsExt;
     let path = state_dir.join(MCP_CONFIG_FILE);
-    let tmp = state_dir.join(format!(".{MCP_CONFIG_FILE}.{}.tmp", std::process::id()));
-    let _ = std::fs::remove_file(&tmp);
-    let result = (|| {
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&tmp)?;
-        f.write_all(mcp_config_json(url, key).as_bytes())?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, &path)
-    })();
-    if let Err(e) = result {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(RuntimeError::Io(e));
-    }
+    crate::listen::state::write_atomic(&path, mcp_config_json(url, key).as_bytes())
+        .map_err(RuntimeError::Io)?;
     Ok(path)
 }
 

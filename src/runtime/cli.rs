@@ -57,7 +57,10 @@ pub fn resolve_binary_in(
     }
 }
 
-fn search_path(name: &Path, path_var: Option<&std::ffi::OsStr>) -> Option<PathBuf> {
+/// The first executable file `name` in the directories of `path_var`. Empty entries are skipped:
+/// they would mean the listener's own working directory, which no run uses. Shared with the
+/// script runtime.
+pub(crate) fn search_path(name: &Path, path_var: Option<&std::ffi::OsStr>) -> Option<PathBuf> {
     let path_var = path_var?;
     std::env::split_paths(path_var)
         .filter(|dir| !dir.as_os_str().is_empty())
@@ -179,13 +182,17 @@ pub fn clip(s: &str) -> String {
             out.push(word.chars().filter(|c| !c.is_control()).collect());
         }
     }
-    let joined = out.join(" ");
-    if joined.chars().count() > 200 {
-        let mut cut: String = joined.chars().take(200).collect();
+    ellipsize(out.join(" "), 200)
+}
+
+/// `s` cut to `max` characters with `…` marking the cut; shared with `doctor`'s sanitizer.
+pub(crate) fn ellipsize(s: String, max: usize) -> String {
+    if s.chars().count() > max {
+        let mut cut: String = s.chars().take(max).collect();
         cut.push('…');
         cut
     } else {
-        joined
+        s
     }
 }
 

@@ -58,24 +58,12 @@ pub fn locate(
             p.display()
         )));
     }
-    let found = path_var
-        .into_iter()
-        .flat_map(std::env::split_paths)
-        .find_map(|dir| {
-            let candidate = dir.join(program);
-            is_executable(&candidate).then_some(candidate)
-        });
-    found.ok_or_else(|| {
+    super::cli::search_path(Path::new(program), path_var).ok_or_else(|| {
         RuntimeError::Unusable(format!(
             "the script runtime's program `{program}` (`command` under [listen]) was not found \
              on PATH; give its full path"
         ))
     })
-}
-
-fn is_executable(p: &Path) -> bool {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
 }
 
 pub fn judge(end: &ProcessEnd) -> RunOutcome {

@@ -122,7 +122,7 @@ impl From<ApiError> for Reply {
     }
 }
 
-fn into_response(r: Reply) -> Response<Full<Bytes>> {
+pub(super) fn into_response(r: Reply) -> Response<Full<Bytes>> {
     let body = match &r.body {
         Some(v) => Bytes::from(v.to_string()),
         None => Bytes::new(),

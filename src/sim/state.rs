@@ -41,9 +41,10 @@ pub struct State {
     next_socket: u64,
 }
 
-/// Bare lowercase handle from `@Alice` / `alice`.
+/// Bare lowercase handle from `@Alice` / `alice`: the listener's own rule, so the sim and the
+/// listener can never disagree on which handles are the same agent.
 pub fn bare(handle: &str) -> String {
-    handle.trim().trim_start_matches('@').to_ascii_lowercase()
+    crate::core::handle::normalize(handle)
 }
 
 pub fn at(handle: &str) -> String {

@@ -19,6 +19,7 @@ use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
 use tokio_tungstenite::tungstenite::protocol::{CloseFrame, Role};
 
 use super::clock::{SEC, now_iso};
+use super::error::ApiError;
 use super::http::Sim;
 use super::model::{Out, SocketEntry};
 
@@ -29,13 +30,9 @@ pub const HELLO_TIMEOUT_MS: u64 = 5 * SEC;
 
 type Ws = WebSocketStream<TokioIo<hyper::upgrade::Upgraded>>;
 
+/// A refused upgrade answers in the sim's one error shape, like every other route.
 fn plain(status: u16, text: &str) -> Response<Full<Bytes>> {
-    let body = json!({"code": "VALIDATION_ERROR", "message": text}).to_string();
-    Response::builder()
-        .status(status)
-        .header("content-type", "application/json")
-        .body(Full::new(Bytes::from(body)))
-        .unwrap_or_else(|_| Response::new(Full::new(Bytes::new())))
+    super::http::into_response(ApiError::new(status, "VALIDATION_ERROR", text).into())
 }
 
 /// Answers the upgrade (101) and runs the socket on its own task.
