@@ -664,6 +664,11 @@ fn file_layer(
     })
 }
 
+/// Every profile's launchd label starts with this (`me.agentchat.listen`, or
+/// `me.agentchat.listen.<profile>`). launchd passes the label to the job as `XPC_SERVICE_NAME`,
+/// which is how `listen` knows launchd started it; `service` names the agents with it.
+pub const LAUNCHD_LABEL_PREFIX: &str = "me.agentchat.listen";
+
 /// The profile-name rule every command shares (config, state dir, service unit names and labels),
 /// so a profile `listen` accepts can always be installed as a service and the reverse.
 pub fn check_profile_name(name: &str) -> Result<(), ConfigError> {
@@ -1006,13 +1011,6 @@ pub fn integration_switch(env: &HashMap<String, String>, today: &str) -> Integra
         };
     }
     IntegrationSwitch::On
-}
-
-/// Today's date in UTC as `YYYY-MM-DD`, for [`integration_switch`].
-pub fn today_utc() -> String {
-    let mut ts = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
-    ts.truncate(10);
-    ts
 }
 
 #[cfg(test)]

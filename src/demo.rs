@@ -42,7 +42,7 @@ pub struct DemoArgs {
 #[derive(Debug, Clone, clap::Args)]
 pub struct DemoAgentArgs {}
 
-pub async fn run_agent_cli(args: DemoAgentArgs) -> anyhow::Result<i32> {
+pub async fn run_agent_command(args: DemoAgentArgs) -> anyhow::Result<i32> {
     let _ = args;
     agent::run().await
 }
@@ -137,8 +137,8 @@ struct Demo {
     recent: Arc<Mutex<VecDeque<String>>>,
 }
 
-pub async fn run_cli(args: DemoArgs) -> anyhow::Result<i32> {
-    crate::tls::install_crypto_provider();
+pub async fn run_command(args: DemoArgs) -> anyhow::Result<i32> {
+    crate::sys::tls::install_crypto_provider();
     let clock = Clock(Instant::now());
     println!(
         "agentchat demo: the resident listener on a local AgentChat server (no account, no network)\n"

@@ -7,11 +7,11 @@
 //! report is scrubbed of the key before it is shown. CLI output (`claude auth status`,
 //! `codex login status`) is reduced to a verdict and a short, sanitized reason, never shown raw.
 
+use crate::client::{Api, ApiError};
 use crate::config::{self, ConfigArgs, ConfigError, IntegrationSwitch, KeySource, RuntimeKind};
-use crate::listen::api::{Api, ApiError};
-use crate::listen::state::{LOCK_FILE, STATUS_FILE};
+use crate::listen::state_dir::{LOCK_FILE, STATUS_FILE};
 use crate::service::{self, ServiceKind};
-use crate::status::pid_alive;
+use crate::sys::process::pid_alive;
 use secrecy::{ExposeSecret, SecretString};
 use serde_json::{Map, Value, json};
 use std::path::{Path, PathBuf};
@@ -520,7 +520,7 @@ pub fn check_status(
         level = Level::Warn;
     }
     if let Some(d) = s(doc, "detail").filter(|_| running) {
-        detail.push_str(&format!("; {}", crate::runtime::cli::clip(&d)));
+        detail.push_str(&format!("; {}", crate::runtime::agent_cli::clip(&d)));
     }
     let mut outcome_fact = Value::Null;
     match doc.get("last_cycle").filter(|c| !c.is_null()) {
@@ -535,7 +535,7 @@ pub fn check_status(
                 detail.push_str(&format!(" ({r})"));
             }
             if let Some(f) = s(c, "failure") {
-                detail.push_str(&format!(" ({})", crate::runtime::cli::clip(&f)));
+                detail.push_str(&format!(" ({})", crate::runtime::agent_cli::clip(&f)));
             }
             if matches!(outcome.as_str(), "failed" | "unusable") {
                 level = level.max(Level::Warn);
@@ -586,10 +586,10 @@ impl ProbeEnd {
     }
 }
 
-/// Makes a line of CLI output safe to show: `runtime::cli::clip` (bearer tokens, key-looking
+/// Makes a line of CLI output safe to show: `runtime::agent_cli::clip` (bearer tokens, key-looking
 /// words), then any long token-like word is redacted too, at most 120 characters.
 pub fn sanitize(s: &str) -> String {
-    let clipped = crate::runtime::cli::clip(s);
+    let clipped = crate::runtime::agent_cli::clip(s);
     let words: Vec<String> = clipped
         .split(' ')
         .map(|w| {
@@ -606,7 +606,7 @@ pub fn sanitize(s: &str) -> String {
             }
         })
         .collect();
-    crate::runtime::cli::ellipsize(words.join(" "), 120)
+    crate::sys::text::ellipsize(words.join(" "), 120)
 }
 
 /// Keeps only a short word-like value (an auth method name), never free text.
@@ -981,7 +981,7 @@ pub async fn probe(
     let pgid = child.id().and_then(|p| i32::try_from(p).ok());
     let result = tokio::time::timeout(timeout, child.wait_with_output()).await;
     if let Some(pgid) = pgid {
-        crate::listen::runner::signal_group(pgid, libc::SIGKILL);
+        crate::sys::process::signal_group(pgid, libc::SIGKILL);
     }
     match result {
         Ok(Ok(out)) => Probe {
@@ -1031,7 +1031,7 @@ pub async fn run(args: &DoctorArgs) -> Report {
         .checks
         .push(check_integration(&config::integration_switch(
             &env,
-            &config::today_utc(),
+            &crate::sys::time::today_utc(),
         )));
     let settings = match loaded {
         Ok(s) => s,
@@ -1212,9 +1212,13 @@ pub async fn run(args: &DoctorArgs) -> Report {
                     &["auth", "status"],
                 ),
             };
-            let binary =
-                crate::runtime::cli::resolve_binary(configured, default, kind.as_str(), config_key)
-                    .map_err(|e| e.to_string());
+            let binary = crate::runtime::agent_cli::resolve_binary(
+                configured,
+                default,
+                kind.as_str(),
+                config_key,
+            )
+            .map_err(|e| e.to_string());
             // The probes see what a run would: neither CLI's nested-session variables, no key.
             let mut removed = crate::runtime::cli_env_remove();
             removed.push("AGENTCHAT_API_KEY".into());
@@ -1282,7 +1286,7 @@ fn service_check(profile: &str, config: Option<PathBuf>) -> Check {
     )
 }
 
-pub async fn run_cli(args: DoctorArgs) -> anyhow::Result<i32> {
+pub async fn run_command(args: DoctorArgs) -> anyhow::Result<i32> {
     let report = run(&args).await;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report.to_json())?);
@@ -1482,7 +1486,7 @@ mod tests {
     }
 
     fn status_doc(state: &str, outcome: Option<&str>) -> Value {
-        let now = crate::listen::state::rfc3339(SystemTime::now());
+        let now = crate::sys::time::rfc3339(SystemTime::now());
         let mut v = json!({"state": state, "since": now, "updated_at": now, "pid": 4242,
                            "detail": "the server refused the API key"});
         if let Some(o) = outcome {

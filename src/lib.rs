@@ -3,6 +3,7 @@
 //!
 //! Data path: frame -> wake -> coalescer -> cycle (tray, run, tray, invite rule) -> status.
 
+pub mod client;
 pub mod config;
 pub mod core;
 pub mod demo;
@@ -12,4 +13,4 @@ pub mod runtime;
 pub mod service;
 pub mod sim;
 pub mod status;
-pub mod tls;
+pub mod sys;

@@ -35,7 +35,7 @@ enum Command {
 
 fn main() {
     let cli = Cli::parse();
-    agentchat::tls::install_crypto_provider();
+    agentchat::sys::tls::install_crypto_provider();
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -48,13 +48,13 @@ fn main() {
     };
     let result = runtime.block_on(async move {
         match cli.command {
-            Command::Listen(a) => agentchat::listen::run_cli(a).await,
-            Command::Status(a) => agentchat::status::run_cli(a).await,
-            Command::Sim(a) => agentchat::sim::run_cli(a).await,
-            Command::Service(a) => agentchat::service::run_cli(a).await,
-            Command::Doctor(a) => agentchat::doctor::run_cli(a).await,
-            Command::Demo(a) => agentchat::demo::run_cli(a).await,
-            Command::DemoAgent(a) => agentchat::demo::run_agent_cli(a).await,
+            Command::Listen(a) => agentchat::listen::run_command(a).await,
+            Command::Status(a) => agentchat::status::run_command(a).await,
+            Command::Sim(a) => agentchat::sim::run_command(a).await,
+            Command::Service(a) => agentchat::service::run_command(a).await,
+            Command::Doctor(a) => agentchat::doctor::run_command(a).await,
+            Command::Demo(a) => agentchat::demo::run_command(a).await,
+            Command::DemoAgent(a) => agentchat::demo::run_agent_command(a).await,
         }
     });
     match result {

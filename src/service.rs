@@ -6,6 +6,7 @@
 //! `AGENTCHAT_SERVICE_DIR` redirects install and uninstall to a scratch directory and skips
 //! `systemctl`/`launchctl`, so tests never touch the machine's services.
 
+use crate::config::LAUNCHD_LABEL_PREFIX;
 use anyhow::{Context, bail};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -103,11 +104,7 @@ pub fn systemd_unit_name(profile: &str) -> String {
     }
 }
 
-/// `me.agentchat.listen`, or `me.agentchat.listen.<profile>`.
-/// Every profile's launchd label starts with this; launchd passes the label to the job as
-/// `XPC_SERVICE_NAME`, which is how `listen` knows launchd started it.
-pub const LAUNCHD_LABEL_PREFIX: &str = "me.agentchat.listen";
-
+/// `me.agentchat.listen`, or `me.agentchat.listen.<profile>` (see [`LAUNCHD_LABEL_PREFIX`]).
 pub fn launchd_label(profile: &str) -> String {
     if profile == "default" {
         LAUNCHD_LABEL_PREFIX.into()
@@ -295,7 +292,7 @@ fn write_unit(path: &Path, text: &str) -> anyhow::Result<()> {
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     }
-    crate::listen::state::write_keeping_mode(path, text.as_bytes())
+    crate::sys::fs::write_keeping_mode(path, text.as_bytes())
         .with_context(|| format!("cannot write {}", path.display()))
 }
 
@@ -310,7 +307,7 @@ fn chosen_profile(flag: Option<&str>) -> anyhow::Result<String> {
     Ok(crate::config::profile_name(&args, &env)?)
 }
 
-pub async fn run_cli(args: ServiceArgs) -> anyhow::Result<i32> {
+pub async fn run_command(args: ServiceArgs) -> anyhow::Result<i32> {
     let profile = chosen_profile(args.profile.as_deref())?;
     let kind = args.kind.unwrap_or_else(ServiceKind::native);
     match args.action {

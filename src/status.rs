@@ -1,5 +1,5 @@
 //! `agentchat status [--profile P] [--json]`: what the profile's listener is doing, from the
-//! `status.json` it keeps in its state dir (format: `listen::state::Status`). Reading the file is
+//! `status.json` it keeps in its state dir (format: `listen::state_dir::Status`). Reading the file is
 //! all it does: it never takes the listener's lock (that could make a starting listener think it
 //! is already running) and never needs the API key.
 //!
@@ -7,6 +7,7 @@
 //! 3 none is (never ran, stopped, or died), 1 the config or the status file cannot be read.
 
 use crate::config::ConfigArgs;
+use crate::sys::process::pid_alive;
 use serde_json::{Value, json};
 use std::time::{Duration, SystemTime};
 
@@ -152,22 +153,11 @@ pub fn render(profile: &str, status: &Value, liveness: Liveness) -> String {
     out.join("\n")
 }
 
-/// Whether a process with this pid exists (a status file's pid may be stale). Shared with `doctor`.
-pub(crate) fn pid_alive(pid: u64) -> bool {
-    let Ok(pid) = i32::try_from(pid) else {
-        return false;
-    };
-    if pid <= 0 {
-        return false;
-    }
-    // SAFETY: signal 0 only checks that the process exists; no signal is sent.
-    let r = unsafe { libc::kill(pid, 0) };
-    r == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
-}
-
-pub async fn run_cli(args: StatusArgs) -> anyhow::Result<i32> {
+pub async fn run_command(args: StatusArgs) -> anyhow::Result<i32> {
     let settings = crate::config::load_unkeyed(&args.config)?;
-    let file = settings.state_dir.join(crate::listen::state::STATUS_FILE);
+    let file = settings
+        .state_dir
+        .join(crate::listen::state_dir::STATUS_FILE);
     let doc = match std::fs::read(&file) {
         Ok(bytes) => Some(
             serde_json::from_slice::<Value>(&bytes)

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use agentchat::core::coalescer::Coalescer;
-use agentchat::core::cycle::{self, CycleDecision, NoRun, RunKind};
+use agentchat::core::decision::{self, CycleDecision, NoRun, RunKind};
 use agentchat::core::engine::Engine;
 use agentchat::core::frames::ack_frame;
 use agentchat::core::identity::{self, AnchorError};
@@ -233,11 +233,11 @@ fn texts_parse_every_field_and_ignore_unknown_ones() {
         texts.identity_line.clone().unwrap()
     );
     assert_eq!(
-        cycle::prompt_for(RunKind::Wake, &texts),
+        decision::prompt_for(RunKind::Wake, &texts),
         texts.wake_instruction.as_deref()
     );
     assert_eq!(
-        cycle::prompt_for(RunKind::Invite, &texts),
+        decision::prompt_for(RunKind::Invite, &texts),
         texts.invite_prompt.as_deref()
     );
 
@@ -268,7 +268,7 @@ fn cycle_cases_decide_run_kind_or_why_not() {
             Ok(t) => t,
             Err(e) => return vec![format!("tray does not parse: {e}")],
         };
-        let got = match cycle::decide(&tray, own) {
+        let got = match decision::decide(&tray, own) {
             CycleDecision::Run(RunKind::Wake) => "run_wake".to_owned(),
             CycleDecision::Run(RunKind::Invite) => "run_invite".to_owned(),
             CycleDecision::NoRun(why) => format!("no_run:{}", why.as_str()),
@@ -282,7 +282,7 @@ fn cycle_cases_decide_run_kind_or_why_not() {
     // The mismatch names the other handle so the log line can say whose key this is.
     let t = Tray::parse(br#"{"you":"@someone-else","conversations":[]}"#).unwrap();
     assert_eq!(
-        cycle::decide(&t, own),
+        decision::decide(&t, own),
         CycleDecision::NoRun(NoRun::HandleMismatch {
             you: "@someone-else".into()
         })

@@ -132,7 +132,7 @@ async fn seeded_sim() -> (agentchat::sim::SimHandle, String, String) {
 }
 
 async fn sim() -> agentchat::sim::SimHandle {
-    agentchat::tls::install_crypto_provider();
+    agentchat::sys::tls::install_crypto_provider();
     agentchat::sim::start(agentchat::sim::SimConfig {
         listen: ([127, 0, 0, 1], 0).into(),
         time_scale: 1.0,

@@ -3,8 +3,9 @@
 
 mod common;
 
-use agentchat::listen::runner::{RunLimits, RunReport, prune_logs, run};
-use agentchat::runtime::{ProcessEnd, RunSpec};
+use agentchat::runtime::RunSpec;
+use agentchat::runtime::supervisor::{RunLimits, RunReport, prune_logs, run};
+use agentchat::sys::process::ProcessEnd;
 use common::{eventually, gone_within};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -349,7 +350,7 @@ fn prune_keeps_the_newest_n_run_logs_and_nothing_else_is_touched() {
 
 #[test]
 fn log_file_names_sort_by_time_and_keep_only_safe_characters() {
-    let name = agentchat::listen::runner::log_file_name("c1/../x y");
+    let name = agentchat::runtime::supervisor::log_file_name("c1/../x y");
     assert!(name.starts_with("run-") && name.ends_with(".log"), "{name}");
     assert!(!name.contains('/') && !name.contains(' '), "{name}");
     assert!(name.ends_with("-c1____x_y.log"), "{name}");

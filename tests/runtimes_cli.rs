@@ -5,8 +5,9 @@
 mod model_server;
 
 use agentchat::config::*;
-use agentchat::core::cycle::RunKind;
-use agentchat::runtime::{self, ProcessEnd, RunContext, RunOutcome, RunSpec};
+use agentchat::core::decision::RunKind;
+use agentchat::runtime::{self, RunContext, RunOutcome, RunSpec};
+use agentchat::sys::process::ProcessEnd;
 use model_server::cli::{base_env, claude_bin, codex_bin, write_codex_home};
 use model_server::sim::{Sim, assert_answered};
 use model_server::{Mode, ModelServer};

@@ -784,7 +784,7 @@ fn cli_sim_prints_one_json_line_with_seeded_keys_and_never_logs_keys() {
         .build()
         .unwrap();
     rt.block_on(async {
-        agentchat::tls::install_crypto_provider();
+        agentchat::sys::tls::install_crypto_provider();
         let r = reqwest::Client::new()
             .get(format!("{base}/v1/agents/me"))
             .bearer_auth(&key)

@@ -29,7 +29,7 @@ async fn status(config: &Path, state: &Path, json: bool) -> (i32, String) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn status_reports_a_running_listener_then_a_stopped_one() {
-    agentchat::tls::install_crypto_provider();
+    agentchat::sys::tls::install_crypto_provider();
     let sim = agentchat::sim::start(agentchat::sim::SimConfig {
         listen: ([127, 0, 0, 1], 0).into(),
         time_scale: 1.0,

@@ -4,7 +4,7 @@
 //! against the fixtures in `conformance/`.
 
 pub mod coalescer;
-pub mod cycle;
+pub mod decision;
 pub mod engine;
 pub mod frames;
 pub mod handle;

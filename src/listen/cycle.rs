@@ -1,16 +1,17 @@
 //! One cycle (design 4): read the tray, check `you`, decide run / no run and which served text,
 //! start the run, read the tray again and apply the single-run invite rule. The decisions are
-//! `core::cycle` and `core::invite_rule`; this module only does the I/O around them.
+//! `core::decision` and `core::invite_rule`; this module only does the I/O around them.
 
-use super::api::{Api, ApiError};
-use super::runner::{self, RunLimits};
-use super::state::{self, LastCycle, StateDir};
+use super::state_dir::{LastCycle, StateDir};
+use crate::client::{Api, ApiError};
 use crate::config::{RuntimeKind, Settings};
-use crate::core::cycle::{self as decide, CycleDecision, NoRun, RunKind};
+use crate::core::decision::{self, CycleDecision, NoRun, RunKind};
 use crate::core::invite_rule::{InviteVerdict, RunObservation};
 use crate::core::texts::Texts;
 use crate::core::tray::Tray;
+use crate::runtime::supervisor::{self, RunLimits};
 use crate::runtime::{self, RunContext, RunOutcome};
+use crate::sys::{fs, time};
 use secrecy::SecretString;
 use std::time::{Duration, SystemTime};
 use tokio::sync::watch;
@@ -60,7 +61,7 @@ pub struct CycleReport {
 pub fn new_cycle_id() -> String {
     format!(
         "c{:x}-{:04x}",
-        state::unix_ms(SystemTime::now()),
+        time::unix_ms(SystemTime::now()),
         fastrand::u16(..)
     )
 }
@@ -73,7 +74,7 @@ pub async fn run(mut input: CycleInput) -> CycleReport {
     };
     tracing::info!(event = %"cycle_start", cycle_id = %input.id, reasons = %input.reasons.join(","), "cycle started");
     body(&mut input, &mut report).await;
-    report.last.ended_at = Some(state::rfc3339(SystemTime::now()));
+    report.last.ended_at = Some(time::rfc3339(SystemTime::now()));
     tracing::info!(
         event = %"cycle_end",
         cycle_id = %input.id,
@@ -107,7 +108,7 @@ async fn body(input: &mut CycleInput, report: &mut CycleReport) {
         }
     };
     log_tray(&id, "before", &before);
-    let kind = match decide::decide(&before, &input.handle) {
+    let kind = match decision::decide(&before, &input.handle) {
         CycleDecision::NoRun(NoRun::HandleMismatch { you }) => {
             // The main loop logs the error once per mismatch episode, not once per cycle.
             tracing::debug!(event = %"tray_you_mismatch", cycle_id = %id, you = %you, handle = %input.handle, "the tray belongs to another agent than this key's");
@@ -140,7 +141,7 @@ async fn body(input: &mut CycleInput, report: &mut CycleReport) {
                 let path = input
                     .state
                     .texts_cache(input.settings.listen.runtime.texts_runtime());
-                if let Err(e) = state::write_atomic(&path, &bytes) {
+                if let Err(e) = fs::write_atomic(&path, &bytes) {
                     tracing::warn!(event = %"texts_cache_write_failed", error = %e, "could not keep the texts");
                 }
                 report.fetched_texts = Some(t.clone());
@@ -157,7 +158,7 @@ async fn body(input: &mut CycleInput, report: &mut CycleReport) {
         no_run(report, &id, "no_texts");
         return;
     };
-    let Some(prompt) = decide::prompt_for(kind, texts).map(str::to_string) else {
+    let Some(prompt) = decision::prompt_for(kind, texts).map(str::to_string) else {
         tracing::error!(event = %"texts_missing", cycle_id = %id, field = if kind == RunKind::Wake { "wake_instruction" } else { "invite_prompt" }, "the served texts lack the prompt for this run; no run");
         no_run(report, &id, "no_prompt");
         return;
@@ -209,7 +210,7 @@ async fn body(input: &mut CycleInput, report: &mut CycleReport) {
         }
     };
 
-    let log_path = input.state.runs_dir().join(runner::log_file_name(&id));
+    let log_path = input.state.runs_dir().join(supervisor::log_file_name(&id));
     let limits = RunLimits {
         timeout: input.settings.listen.run_timeout,
         grace: input.settings.listen.kill_grace,
@@ -218,11 +219,12 @@ async fn body(input: &mut CycleInput, report: &mut CycleReport) {
     report.last.run_kind = Some(kind.as_str().into());
     report.last.run_log = Some(log_path.display().to_string());
     tracing::info!(event = %"run_start", cycle_id = %id, run_kind = kind.as_str(), runtime = input.settings.listen.runtime.as_str(), log = %log_path.display(), "run started");
-    let run_report = runner::run(&spec, limits, &log_path, input.shutdown.clone()).await;
+    let run_report = supervisor::run(&spec, limits, &log_path, input.shutdown.clone()).await;
     let run_ended_at = SystemTime::now();
     let output = read_log(&log_path);
     let outcome = runtime::judge(input.settings.listen.runtime, &run_report.end, &output);
-    if let Err(e) = runner::prune_logs(&input.state.runs_dir(), input.settings.listen.run_logs_keep)
+    if let Err(e) =
+        supervisor::prune_logs(&input.state.runs_dir(), input.settings.listen.run_logs_keep)
     {
         tracing::warn!(event = %"run_logs_prune_failed", error = %e, "could not prune old run logs");
     }
@@ -297,7 +299,7 @@ async fn apply_invite_rule(
         after: &after_ids,
         after_complete: after.invites_complete(),
         run_completed: completed,
-        run_ended_at_ms: state::unix_ms(run_ended_at),
+        run_ended_at_ms: time::unix_ms(run_ended_at),
     };
     let verdicts = memory.apply_run(&obs, input.invite_pace_ms);
     for (invite_id, verdict) in verdicts {
@@ -363,7 +365,7 @@ fn keep_identity_block(
     match crate::core::identity::upsert(&current, &rendered) {
         Ok(next) if next == current => {}
         Ok(next) => {
-            if let Err(e) = state::write_keeping_mode(&path, next.as_bytes()) {
+            if let Err(e) = fs::write_keeping_mode(&path, next.as_bytes()) {
                 tracing::warn!(event = %"identity_failed", cycle_id = %cycle_id, path = %path.display(), error = %e, "cannot write the identity block");
             } else {
                 tracing::info!(event = %"identity_updated", cycle_id = %cycle_id, path = %path.display(), "identity block updated");

@@ -2,14 +2,15 @@
 //! a task, refreshes texts and status on timers, and handles signals (SIGTERM/SIGINT stop,
 //! SIGHUP reload) and systemd notification. The socket runs as its own task and sends wakes here.
 
-use super::api::Api;
 use super::cycle::{self, CycleInput, CycleReport};
 use super::socket::{self, SocketEvent, SocketParams, SocketState};
-use super::state::{self, Counters, LastWake, StateDir, Status, TextsStatus};
+use super::state_dir::{self, Counters, LastWake, StateDir, Status, TextsStatus};
 use super::{TimeScale, load_texts};
+use crate::client::Api;
 use crate::config::{self, ConfigArgs, Settings};
 use crate::core::coalescer::Coalescer;
 use crate::core::texts::Texts;
+use crate::sys::time;
 use secrecy::{ExposeSecret, SecretString};
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant, SystemTime};
@@ -26,12 +27,13 @@ const TEXTS_REFRESH: Duration = Duration::from_secs(24 * 3600);
 /// Beyond the run's own grace, how long a stopping listener waits for a cycle to wind down.
 const STOP_SLACK: Duration = Duration::from_secs(5);
 
-/// The listener's profile state on top of the socket's.
-struct Profile {
+/// The listener's own flags (starting, stopping, runtime unusable, handle mismatch), shown on top
+/// of the socket's state.
+struct ListenerFlags {
     starting: bool,
     unusable: Option<String>,
     /// The runtime's binary when it became unusable: a different one gets a new chance.
-    unusable_binary: Option<crate::runtime::cli::BinaryStamp>,
+    unusable_binary: Option<crate::runtime::agent_cli::BinaryStamp>,
     mismatch: Option<String>,
     stopping: bool,
 }
@@ -44,7 +46,7 @@ struct Daemon {
     state: StateDir,
     started: Instant,
     status: Status,
-    profile: Profile,
+    flags: ListenerFlags,
     socket_state: SocketState,
     texts: Option<Texts>,
     handle: Option<String>,
@@ -83,7 +85,7 @@ pub async fn run(
     let now = SystemTime::now();
     let status = Status {
         state: "starting",
-        since: state::rfc3339(now),
+        since: time::rfc3339(now),
         socket: "connecting",
         pid: std::process::id(),
         profile: settings.profile.clone(),
@@ -91,8 +93,8 @@ pub async fn run(
         api_base: settings.api_base.clone(),
         runtime: settings.listen.runtime.as_str().to_string(),
         key_source: key_source_label(&settings.key_source),
-        updated_at: state::rfc3339(now),
-        started_at: state::rfc3339(now),
+        updated_at: time::rfc3339(now),
+        started_at: time::rfc3339(now),
         last_frame_at: None,
         last_connected_at: None,
         last_wake: None,
@@ -115,7 +117,7 @@ pub async fn run(
         state,
         started: Instant::now(),
         status,
-        profile: Profile {
+        flags: ListenerFlags {
             starting: true,
             unusable: None,
             unusable_binary: None,
@@ -154,7 +156,7 @@ pub async fn run(
         ev_tx.clone(),
         shutdown_rx.clone(),
     ));
-    d.profile.starting = false;
+    d.flags.starting = false;
     if d.notify {
         let _ = sd_notify::notify(&[sd_notify::NotifyState::Ready]);
     }
@@ -234,7 +236,7 @@ pub async fn run(
     }
 
     // Graceful stop: runs get their grace, the socket closes with 1000.
-    d.profile.stopping = true;
+    d.flags.stopping = true;
     d.write_status();
     if d.notify {
         let _ = sd_notify::notify(&[sd_notify::NotifyState::Stopping]);
@@ -311,15 +313,15 @@ impl Daemon {
                 detail,
             } => {
                 self.socket_state = state;
-                self.status.next_retry_at = next_retry_at.map(state::rfc3339);
-                if self.profile.unusable.is_none() && self.profile.mismatch.is_none() {
+                self.status.next_retry_at = next_retry_at.map(time::rfc3339);
+                if self.flags.unusable.is_none() && self.flags.mismatch.is_none() {
                     self.status.detail = detail;
                 }
                 self.write_status();
             }
             SocketEvent::Connected => {
                 self.status.counters.connects += 1;
-                self.status.last_connected_at = Some(state::rfc3339(now));
+                self.status.last_connected_at = Some(time::rfc3339(now));
             }
             SocketEvent::Frame => {
                 self.status.counters.frames += 1;
@@ -335,7 +337,7 @@ impl Daemon {
                 let _ = registered.send(());
                 self.status.counters.wakes += 1;
                 self.status.last_wake = Some(LastWake {
-                    at: state::rfc3339(now),
+                    at: time::rfc3339(now),
                     reasons: self.pending_reasons.iter().cloned().collect(),
                 });
                 self.write_status();
@@ -359,11 +361,11 @@ impl Daemon {
             handle: self.handle.clone().unwrap_or_default(),
             texts: self.texts.clone(),
             reasons: reasons.clone(),
-            runtime_unusable: self.profile.unusable.is_some(),
+            runtime_unusable: self.flags.unusable.is_some(),
             invite_pace_ms: self.scale.invite_pace_ms(),
             shutdown,
         });
-        self.status.last_cycle = Some(state::LastCycle::started(id, reasons));
+        self.status.last_cycle = Some(state_dir::LastCycle::started(id, reasons));
         self.write_status();
         tokio::spawn(async move {
             match input {
@@ -382,12 +384,12 @@ impl Daemon {
         }
         self.status.counters.invites_dismissed += report.last.invites_dismissed;
         if let Some(why) = report.unusable {
-            self.profile.unusable = Some(why.clone());
-            self.profile.unusable_binary = crate::runtime::binary_stamp(&self.settings);
+            self.flags.unusable = Some(why.clone());
+            self.flags.unusable_binary = crate::runtime::binary_stamp(&self.settings);
             self.status.detail = Some(format!("runtime unusable: {why}"));
         }
         if let Some(you) = report.handle_mismatch {
-            if self.profile.mismatch.as_deref() != Some(you.as_str()) {
+            if self.flags.mismatch.as_deref() != Some(you.as_str()) {
                 tracing::error!(
                     event = %"handle_mismatch",
                     you = %you,
@@ -399,8 +401,8 @@ impl Daemon {
                 "the tray is {you}'s, not @{}'s",
                 self.handle.as_deref().unwrap_or("?")
             ));
-            self.profile.mismatch = Some(you);
-        } else if report.handle_ok && self.profile.mismatch.take().is_some() {
+            self.flags.mismatch = Some(you);
+        } else if report.handle_ok && self.flags.mismatch.take().is_some() {
             tracing::info!(event = %"handle_mismatch_cleared", "the tray is this key's agent's again");
             self.status.detail = None;
         }
@@ -420,7 +422,7 @@ impl Daemon {
             self.texts = Some(t);
             self.status.texts = TextsStatus {
                 source: "server",
-                fetched_at: Some(state::rfc3339(SystemTime::now())),
+                fetched_at: Some(time::rfc3339(SystemTime::now())),
             };
         }
         self.status.last_cycle = Some(report.last);
@@ -428,7 +430,7 @@ impl Daemon {
     }
 
     fn shown(&self) -> &'static str {
-        shown_state(&self.profile, self.socket_state)
+        shown_state(&self.flags, self.socket_state)
     }
 
     fn write_status(&mut self) {
@@ -437,7 +439,7 @@ impl Daemon {
         // `status.state` is the state last shown: a change restarts `since` and is announced.
         if shown != self.status.state {
             self.status.state = shown;
-            self.status.since = state::rfc3339(now);
+            self.status.since = time::rfc3339(now);
             tracing::info!(event = %"state", state = shown, "listener state");
             if self.notify {
                 let line = format!("STATUS={shown}");
@@ -445,8 +447,8 @@ impl Daemon {
             }
         }
         self.status.socket = self.socket_state.as_str();
-        self.status.last_frame_at = self.last_frame.map(state::rfc3339);
-        self.status.updated_at = state::rfc3339(now);
+        self.status.last_frame_at = self.last_frame.map(time::rfc3339);
+        self.status.updated_at = time::rfc3339(now);
         match self.state.write_status(&self.status) {
             Ok(()) if self.status_write_failing => {
                 self.status_write_failing = false;
@@ -489,7 +491,7 @@ impl Daemon {
             self.texts = Some(texts);
             self.status.texts = TextsStatus {
                 source,
-                fetched_at: Some(state::rfc3339(SystemTime::now())),
+                fetched_at: Some(time::rfc3339(SystemTime::now())),
             };
         }
         self.write_status();
@@ -497,13 +499,13 @@ impl Daemon {
 
     /// An unusable runtime whose binary was installed, updated or replaced since is tried again.
     fn retry_a_changed_runtime_binary(&mut self) {
-        if self.profile.unusable.is_none()
-            || crate::runtime::binary_stamp(&self.settings) == self.profile.unusable_binary
+        if self.flags.unusable.is_none()
+            || crate::runtime::binary_stamp(&self.settings) == self.flags.unusable_binary
         {
             return;
         }
         tracing::info!(event = %"runtime_binary_changed", runtime = self.settings.listen.runtime.as_str(), "the runtime's binary changed; trying it again");
-        self.profile.unusable = None;
+        self.flags.unusable = None;
         if self
             .status
             .detail
@@ -548,7 +550,7 @@ impl Daemon {
                 tracing::error!(event = %"reload_failed", error = %e, "the new configuration is invalid; keeping the old one")
             }
         }
-        self.profile.unusable = None;
+        self.flags.unusable = None;
         self.apply_pending_windows();
         let _ = params_tx.send(self.socket_params());
         self.write_status();
@@ -591,7 +593,7 @@ impl Daemon {
 
 /// The one state `status.json` shows: stopping > starting > key_refused > runtime_unusable >
 /// handle_mismatch > the socket's. A refused key comes first: nothing else can work without it.
-fn shown_state(p: &Profile, socket: SocketState) -> &'static str {
+fn shown_state(p: &ListenerFlags, socket: SocketState) -> &'static str {
     if p.stopping {
         "stopping"
     } else if p.starting {
@@ -628,8 +630,8 @@ fn key_source_label(k: &config::KeySource) -> String {
 mod tests {
     use super::*;
 
-    fn profile() -> Profile {
-        Profile {
+    fn flags() -> ListenerFlags {
+        ListenerFlags {
             starting: false,
             unusable: None,
             unusable_binary: None,
@@ -640,7 +642,7 @@ mod tests {
 
     #[test]
     fn shown_state_puts_stopping_then_key_then_profile_states_over_the_socket() {
-        let mut p = profile();
+        let mut p = flags();
         assert_eq!(shown_state(&p, SocketState::Backoff), "backoff");
         p.mismatch = Some("@x".into());
         assert_eq!(shown_state(&p, SocketState::Connected), "handle_mismatch");

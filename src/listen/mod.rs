@@ -1,17 +1,15 @@
 //! `agentchat listen`: the resident listener (design 2-7). Owned by the listener work (issue 4).
 //!
 //! Data path: `socket` (frames -> `core::engine` -> wakes, acks) -> `daemon` (coalescer, one cycle
-//! at a time, status, signals) -> `cycle` (tray, decide, run via `runner`, tray, invite rule).
-//! `once` is the single-shot form for scripts and cron. `state` owns the files.
+//! at a time, status, signals) -> `cycle` (tray, decide, run via `runtime::supervisor`, tray,
+//! invite rule). `once` is the single-shot form for scripts and cron. `state_dir` owns the files.
 
-pub mod api;
 pub mod cycle;
 pub mod daemon;
 pub mod logging;
 pub mod once;
-pub mod runner;
 pub mod socket;
-pub mod state;
+pub mod state_dir;
 
 use crate::config::{ConfigArgs, IntegrationSwitch, LogFormat};
 use crate::core::texts::Texts;
@@ -63,9 +61,9 @@ impl TimeScale {
     }
 }
 
-pub async fn run_cli(args: ListenArgs) -> anyhow::Result<i32> {
+pub async fn run_command(args: ListenArgs) -> anyhow::Result<i32> {
     let env: HashMap<String, String> = std::env::vars().collect();
-    match crate::config::integration_switch(&env, &crate::config::today_utc()) {
+    match crate::config::integration_switch(&env, &crate::sys::time::today_utc()) {
         IntegrationSwitch::On => {}
         IntegrationSwitch::Off => {
             eprintln!("agentchat listen: AGENTCHAT_INTEGRATION=off; not starting");
@@ -86,15 +84,15 @@ pub async fn run_cli(args: ListenArgs) -> anyhow::Result<i32> {
         Err(e) => return Ok(refuse_to_start(&e, &env)),
     };
     let _lock = match state.lock()? {
-        state::LockAttempt::Acquired(l) => l,
-        state::LockAttempt::Held { pid } => {
+        state_dir::LockAttempt::Acquired(l) => l,
+        state_dir::LockAttempt::Held { pid } => {
             let who = pid
                 .map(|p| format!("pid {p}"))
                 .unwrap_or_else(|| "another process".into());
             eprintln!(
                 "agentchat listen: a listener for profile `{}` is already running ({who}; lock {}); exiting",
                 settings.profile,
-                state.path(state::LOCK_FILE).display()
+                state.path(state_dir::LOCK_FILE).display()
             );
             tracing::info!(event = %"already_running", holder = %who, "another listener holds the lock");
             return Ok(0);
@@ -120,7 +118,7 @@ fn prepare(
 ) -> anyhow::Result<(
     crate::config::Settings,
     secrecy::SecretString,
-    state::StateDir,
+    state_dir::StateDir,
 )> {
     let settings = crate::config::load(&args.config)?;
     let format = match args.log_format.as_deref() {
@@ -143,7 +141,7 @@ fn prepare(
             settings.profile
         );
     };
-    let state = state::StateDir::open(&settings.state_dir)?;
+    let state = state_dir::StateDir::open(&settings.state_dir)?;
     Ok((settings, key, state))
 }
 
@@ -154,7 +152,7 @@ fn refuse_to_start(error: &anyhow::Error, env: &HashMap<String, String>) -> i32 
     eprintln!("agentchat listen: {error:#}");
     let under_launchd = env
         .get("XPC_SERVICE_NAME")
-        .is_some_and(|label| label.starts_with(crate::service::LAUNCHD_LABEL_PREFIX));
+        .is_some_and(|label| label.starts_with(crate::config::LAUNCHD_LABEL_PREFIX));
     if under_launchd {
         eprintln!("agentchat listen: not restarting until the config is fixed (launchd)");
         0
@@ -166,15 +164,15 @@ fn refuse_to_start(error: &anyhow::Error, env: &HashMap<String, String>) -> i32 
 /// Texts from the server (kept in the cache), else from the cache when `use_cache`.
 /// `None` when neither is available. The source is `server` or `cache`.
 pub async fn load_texts(
-    api: &api::Api,
-    state: &state::StateDir,
+    api: &crate::client::Api,
+    state: &state_dir::StateDir,
     runtime: &str,
     use_cache: bool,
 ) -> Option<(Texts, &'static str)> {
     let path = state.texts_cache(runtime);
     match api.texts(runtime).await {
         Ok((texts, bytes)) => {
-            if let Err(e) = state::write_atomic(&path, &bytes) {
+            if let Err(e) = crate::sys::fs::write_atomic(&path, &bytes) {
                 tracing::warn!(event = %"texts_cache_write_failed", error = %e, "could not keep the texts");
             }
             tracing::info!(

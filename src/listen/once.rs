@@ -2,10 +2,10 @@
 //! server pushes), run at most one cycle if something waits, exit. Exit 0 when nothing waited or
 //! the run completed; an error (exit 1) when it could not connect or the run failed.
 
-use super::api::Api;
 use super::cycle::{self, CycleInput};
 use super::socket::{self, SocketParams};
-use super::state::StateDir;
+use super::state_dir::StateDir;
+use crate::client::Api;
 use crate::config::Settings;
 use secrecy::SecretString;
 use std::time::Duration;
@@ -27,7 +27,7 @@ pub async fn run(
         idle_timeout: settings.listen.idle_timeout,
         key_refused_retry: crate::core::reconnect::KEY_REFUSED_RETRY,
     };
-    let handle = socket::probe(&params, SETTLE)
+    let handle = socket::connect_once(&params, SETTLE)
         .await
         .map_err(|e| anyhow::anyhow!("could not connect to {}: {e}", settings.api_base))?;
     let api = Api::new(&settings.api_base, key.clone())?;

@@ -4,7 +4,7 @@
 //! It runs apart from cycles, so a long run never delays frames, acks or heartbeats. It never
 //! ends because of the network; only shutdown ends it.
 
-use super::api::{Api, ApiError, CLIENT_NAME, CLIENT_VERSION};
+use crate::client::{Api, ApiError, CLIENT_NAME, CLIENT_VERSION};
 use crate::core::engine::{Engine, WakeCause};
 use crate::core::reconnect::{self, Backoff, CloseKind};
 use futures_util::{SinkExt, StreamExt};
@@ -305,7 +305,7 @@ async fn connect(params: &SocketParams) -> Result<Ws, (CloseKind, String)> {
         "X-AgentChat-Client-Version",
         tungstenite::http::HeaderValue::from_static(CLIENT_VERSION),
     );
-    let connector = super::api::tls_config().map(|tls| {
+    let connector = crate::sys::tls::client_config().map(|tls| {
         let mut ws_tls = (*tls).clone();
         ws_tls.alpn_protocols.clear();
         tokio_tungstenite::Connector::Rustls(std::sync::Arc::new(ws_tls))
@@ -466,7 +466,7 @@ async fn read_loop(
 
 /// `--once`: connects, handles the frames that arrive within `settle` (acking pushed messages:
 /// the cycle that follows reads the same tray), then closes with 1000. Returns the handle.
-pub async fn probe(params: &SocketParams, settle: Duration) -> Result<String, String> {
+pub async fn connect_once(params: &SocketParams, settle: Duration) -> Result<String, String> {
     let api = Api::new(&params.api_base, params.key.clone()).map_err(|e| e.to_string())?;
     let handle = api.me().await.map_err(|e| match e {
         ApiError::Refused(s) => format!("the server refused the API key (HTTP {s})"),

@@ -6,9 +6,10 @@
 //! swallow a trailing positional prompt. Success needs exit 0 and a final `result` event that is
 //! not an error; an authentication failure (which Claude prints as assistant text) is `Unusable`.
 
-use super::cli;
-use super::{ProcessEnd, RunContext, RunOutcome, RunSpec, RuntimeError};
+use super::agent_cli;
+use super::{RunContext, RunOutcome, RunSpec, RuntimeError};
 use crate::config::McpMode;
+use crate::sys::process::ProcessEnd;
 use secrecy::ExposeSecret;
 use std::path::{Path, PathBuf};
 
@@ -34,7 +35,7 @@ pub const NESTED_SESSION_VARS: &[&str] = &[
 
 pub fn prepare(ctx: &RunContext<'_>) -> Result<RunSpec, RuntimeError> {
     let claude = &ctx.settings.listen.claude;
-    let program = cli::resolve_binary(
+    let program = agent_cli::resolve_binary(
         claude.binary.as_deref(),
         "claude",
         "claude-code",
@@ -45,7 +46,7 @@ pub fn prepare(ctx: &RunContext<'_>) -> Result<RunSpec, RuntimeError> {
         .map(String::from)
         .to_vec();
     if claude.mcp == McpMode::Listener {
-        let url = cli::mcp_url(&ctx.settings.api_base, claude.mcp_url.as_deref());
+        let url = agent_cli::mcp_url(&ctx.settings.api_base, claude.mcp_url.as_deref());
         let file = write_mcp_config(ctx.state_dir, &url, ctx.api_key.expose_secret())?;
         args.push("--mcp-config".into());
         args.push(path_arg(&file)?);
@@ -102,7 +103,7 @@ pub fn mcp_config_json(url: &str, key: &str) -> String {
 /// even for a moment and a concurrent reader never sees half a file.
 pub fn write_mcp_config(state_dir: &Path, url: &str, key: &str) -> Result<PathBuf, RuntimeError> {
     let path = state_dir.join(MCP_CONFIG_FILE);
-    crate::listen::state::write_atomic(&path, mcp_config_json(url, key).as_bytes())
+    crate::sys::fs::write_atomic(&path, mcp_config_json(url, key).as_bytes())
         .map_err(RuntimeError::Io)?;
     Ok(path)
 }
@@ -121,10 +122,10 @@ const AUTH_TEXTS: &[&str] = &[
 ];
 
 pub fn judge(end: &ProcessEnd, output: &[u8]) -> RunOutcome {
-    if cli::spawn_unfixable(end) {
+    if agent_cli::spawn_unfixable(end) {
         return RunOutcome::Unusable(format!(
             "Claude Code could not be started ({})",
-            cli::end_failure(end).unwrap_or_default()
+            agent_cli::end_failure(end).unwrap_or_default()
         ));
     }
     let events = Events::read(output);
@@ -140,7 +141,7 @@ pub fn judge(end: &ProcessEnd, output: &[u8]) -> RunOutcome {
     if let Some(problem) = events.auth_problem() {
         return RunOutcome::Unusable(problem);
     }
-    if let Some(reason) = cli::end_failure(end) {
+    if let Some(reason) = agent_cli::end_failure(end) {
         return RunOutcome::Failed(match events.result_summary() {
             Some(s) => format!("{reason}; {s}"),
             None => reason,
@@ -178,7 +179,7 @@ struct Events {
 impl Events {
     fn read(output: &[u8]) -> Events {
         let mut ev = Events::default();
-        for v in cli::json_lines(output) {
+        for v in agent_cli::json_lines(output) {
             match v.get("type").and_then(|t| t.as_str()) {
                 Some("system") if v.get("subtype").and_then(|t| t.as_str()) == Some("init") => {
                     ev.mcp_problem = mcp_problem(&v);
@@ -258,7 +259,7 @@ impl Events {
             s.push_str(&format!(", model API status {code}"));
         }
         if let Some(t) = &r.terminal_reason {
-            s.push_str(&format!(", {}", cli::clip(t)));
+            s.push_str(&format!(", {}", agent_cli::clip(t)));
         }
         Some(s)
     }
@@ -302,7 +303,7 @@ fn says_auth(text: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runtime::cli::test_support::Fixture;
+    use crate::runtime::agent_cli::test_support::Fixture;
 
     const SUCCESS: &str = r#"== run header
 {"type":"system","subtype":"init","cwd":"/w","mcp_servers":[{"name":"agentchat","status":"connected"}]}

@@ -8,8 +8,9 @@
 //! needs exit 0 and `turn.completed`; `turn.failed` or an error event is a failure, and a refused
 //! login is `Unusable`.
 
-use super::cli;
-use super::{ProcessEnd, RunContext, RunOutcome, RunSpec, RuntimeError};
+use super::agent_cli;
+use super::{RunContext, RunOutcome, RunSpec, RuntimeError};
+use crate::sys::process::ProcessEnd;
 use secrecy::ExposeSecret;
 
 /// The child's environment variable that carries the key for the MCP bearer token.
@@ -21,13 +22,13 @@ pub const NESTED_SESSION_VARS: &[&str] = &["CODEX_SANDBOX", "CODEX_SANDBOX_NETWO
 
 pub fn prepare(ctx: &RunContext<'_>) -> Result<RunSpec, RuntimeError> {
     let codex = &ctx.settings.listen.codex;
-    let program = cli::resolve_binary(
+    let program = agent_cli::resolve_binary(
         codex.binary.as_deref(),
         "codex",
         "codex",
         "listen.codex.binary",
     )?;
-    let url = cli::mcp_url(&ctx.settings.api_base, codex.mcp_url.as_deref());
+    let url = agent_cli::mcp_url(&ctx.settings.api_base, codex.mcp_url.as_deref());
     let workdir = ctx.workdir.to_str().ok_or_else(|| {
         RuntimeError::Unusable(format!(
             "the workdir {} is not valid UTF-8",
@@ -92,10 +93,10 @@ const AUTH_TEXTS: &[&str] = &[
 ];
 
 pub fn judge(end: &ProcessEnd, output: &[u8]) -> RunOutcome {
-    if cli::spawn_unfixable(end) {
+    if agent_cli::spawn_unfixable(end) {
         return RunOutcome::Unusable(format!(
             "Codex could not be started ({})",
-            cli::end_failure(end).unwrap_or_default()
+            agent_cli::end_failure(end).unwrap_or_default()
         ));
     }
     let ev = Events::read(output);
@@ -110,7 +111,7 @@ pub fn judge(end: &ProcessEnd, output: &[u8]) -> RunOutcome {
                 .into(),
         );
     }
-    if let Some(reason) = cli::end_failure(end) {
+    if let Some(reason) = agent_cli::end_failure(end) {
         return RunOutcome::Failed(match ev.last_error() {
             Some(e) => format!("{reason}; {e}"),
             None => reason,
@@ -141,7 +142,7 @@ struct Events {
 impl Events {
     fn read(output: &[u8]) -> Events {
         let mut ev = Events::default();
-        for v in cli::json_lines(output) {
+        for v in agent_cli::json_lines(output) {
             match v.get("type").and_then(|t| t.as_str()) {
                 Some("turn.completed") => ev.turn_completed = true,
                 Some("turn.failed") => {
@@ -150,7 +151,7 @@ impl Events {
                         .and_then(|m| m.as_str())
                         .unwrap_or("no message");
                     ev.note_auth(msg);
-                    ev.turn_failed = Some(cli::clip(msg));
+                    ev.turn_failed = Some(agent_cli::clip(msg));
                 }
                 Some("error") => {
                     let msg = v.get("message").and_then(|m| m.as_str()).unwrap_or("");
@@ -158,7 +159,7 @@ impl Events {
                     // "Reconnecting... n/5 (…)" is Codex retrying on its own; what finally
                     // fails arrives as its own error and `turn.failed`.
                     if !msg.starts_with("Reconnecting...") {
-                        ev.errors.push(cli::clip(msg));
+                        ev.errors.push(agent_cli::clip(msg));
                     }
                 }
                 // `item.completed` of type `error` are warnings (unknown model metadata, …).
@@ -190,7 +191,7 @@ impl Events {
 mod tests {
     use super::*;
     use crate::config::RuntimeKind;
-    use crate::runtime::cli::test_support::Fixture;
+    use crate::runtime::agent_cli::test_support::Fixture;
 
     const SUCCESS: &str = r#"== run header
 {"type":"thread.started","thread_id":"t"}

@@ -1,15 +1,17 @@
 //! The agent's own run: how each runtime is started (argv, environment, stdin) and how its outcome is
 //! judged from its exit and output. Building a spec is pure apart from files the runtime needs
-//! (the MCP config); starting and supervising the process is `listen::runner`'s job.
+//! (the MCP config); starting and supervising the process is `supervisor`'s job.
 
+/// Helpers shared by the Claude Code and Codex runtimes (the agents' CLIs).
+pub mod agent_cli;
 pub mod claude;
-/// Helpers shared by the Claude Code and Codex runtimes.
-pub mod cli;
 pub mod codex;
 pub mod script;
+pub mod supervisor;
 
 use crate::config::{RuntimeKind, Settings};
-use crate::core::cycle::RunKind;
+use crate::core::decision::RunKind;
+use crate::sys::process::ProcessEnd;
 use secrecy::SecretString;
 use std::path::{Path, PathBuf};
 
@@ -52,17 +54,6 @@ pub struct RunSpec {
     pub cwd: PathBuf,
 }
 
-/// How the process ended, as the supervisor saw it.
-#[derive(Debug, Clone, PartialEq)]
-pub enum ProcessEnd {
-    Exited(i32),
-    Signalled(i32),
-    TimedOut,
-    /// The listener is stopping and ended the run.
-    Cancelled,
-    SpawnFailed(String),
-}
-
 /// The run's outcome for the invite rule and the status file.
 #[derive(Debug, Clone, PartialEq)]
 pub enum RunOutcome {
@@ -84,16 +75,16 @@ pub fn prepare(ctx: &RunContext<'_>) -> Result<RunSpec, RuntimeError> {
 /// The configured CLI's binary as it is now (`None`: not found). The listener keeps the stamp
 /// from when the runtime became unusable and tries again once it differs. `None` for the script
 /// runtime, whose program is the user's own and only found relative to the run's workdir.
-pub fn binary_stamp(settings: &Settings) -> Option<cli::BinaryStamp> {
+pub fn binary_stamp(settings: &Settings) -> Option<agent_cli::BinaryStamp> {
     let path = match settings.listen.runtime {
         RuntimeKind::Script => return None,
-        RuntimeKind::ClaudeCode => cli::resolve_binary(
+        RuntimeKind::ClaudeCode => agent_cli::resolve_binary(
             settings.listen.claude.binary.as_deref(),
             "claude",
             "claude-code",
             "listen.claude.binary",
         ),
-        RuntimeKind::Codex => cli::resolve_binary(
+        RuntimeKind::Codex => agent_cli::resolve_binary(
             settings.listen.codex.binary.as_deref(),
             "codex",
             "codex",
@@ -101,7 +92,7 @@ pub fn binary_stamp(settings: &Settings) -> Option<cli::BinaryStamp> {
         ),
     }
     .ok()?;
-    cli::stamp(&path)
+    agent_cli::stamp(&path)
 }
 
 /// Judges a finished run from how it ended and its captured output (stdout and stderr, as logged).

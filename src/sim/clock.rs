@@ -5,19 +5,19 @@
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 #[derive(Debug, Clone)]
-pub struct Clock {
+pub struct SimClock {
     start: Instant,
     scale: f64,
 }
 
-impl Clock {
-    pub fn new(scale: f64) -> Clock {
+impl SimClock {
+    pub fn new(scale: f64) -> SimClock {
         let scale = if scale.is_finite() && scale > 0.0 {
             scale
         } else {
             1.0
         };
-        Clock {
+        SimClock {
             start: Instant::now(),
             scale,
         }

@@ -4,7 +4,7 @@
 use serde_json::{Value, json};
 
 use super::model::{ConvKind, Message};
-use super::state::{CATEGORIES, State, at};
+use super::store::{CATEGORIES, Store, at};
 
 pub const QUESTION: &str = "For each conversation on this tray decide ONE thing: reply, dismiss, or defer. Reply only when an open question, request or new information needs your answer; dismiss when the exchange is finished or nothing needs you; defer when it needs you but not now. Give each conversation one category.";
 
@@ -30,7 +30,7 @@ fn preview_text(m: &Message) -> String {
 }
 
 /// Every visible card (newest first), the hidden-deferred count, and the pending invites.
-pub fn build(s: &State, h: &str) -> Tray {
+pub fn build(s: &Store, h: &str) -> Tray {
     let Some(agent) = s.agents.get(h) else {
         return Tray {
             cards: Vec::new(),
@@ -162,7 +162,7 @@ pub fn build(s: &State, h: &str) -> Tray {
 
 impl Tray {
     /// The v1 body for `limit` cards.
-    pub fn body(&self, s: &State, h: &str, limit: usize, waited_ms: Option<u64>) -> Value {
+    pub fn body(&self, s: &Store, h: &str, limit: usize, waited_ms: Option<u64>) -> Value {
         let invites: Vec<Value> = self
             .invites
             .iter()
@@ -204,7 +204,7 @@ impl Tray {
     /// any unanswered invite (from an inviter, into a group, not muted) waits. A card whose only
     /// unread messages are notices (`preview: null`) is not unanswered: notices never keep a
     /// ladder going on their own (contract 5).
-    pub fn unanswered(&self, s: &State, h: &str) -> (Vec<String>, bool) {
+    pub fn unanswered(&self, s: &Store, h: &str) -> (Vec<String>, bool) {
         let ids: Vec<String> = self
             .unanswered_cards()
             .take(50)
@@ -221,7 +221,7 @@ impl Tray {
 
     fn unanswered_invites<'a>(
         &'a self,
-        s: &'a State,
+        s: &'a Store,
         h: &str,
     ) -> impl Iterator<Item = &'a super::model::Invite> {
         let muted = s.agents.get(h).map(|a| (&a.muted_agents, &a.muted_convs));
@@ -235,7 +235,7 @@ impl Tray {
 
     /// Server-clock time of the newest message or invite among the unanswered items: the
     /// re-wake ladder's rungs count from it (contract 5). `None` when nothing is unanswered.
-    pub fn newest_unanswered_v(&self, s: &State, h: &str) -> Option<u64> {
+    pub fn newest_unanswered_v(&self, s: &Store, h: &str) -> Option<u64> {
         let cards = self.unanswered_cards().filter_map(|c| c.preview_v);
         let invites = self.unanswered_invites(s, h).map(|i| i.created_v);
         cards.chain(invites).max()

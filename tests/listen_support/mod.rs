@@ -29,7 +29,7 @@ pub struct Agent {
 
 impl Sim {
     pub async fn start(time_scale: f64) -> Sim {
-        agentchat::tls::install_crypto_provider();
+        agentchat::sys::tls::install_crypto_provider();
         let handle = agentchat::sim::start(agentchat::sim::SimConfig {
             listen: "127.0.0.1:0".parse().unwrap(),
             time_scale,

@@ -13,7 +13,7 @@ pub struct Sim {
 
 impl Sim {
     pub async fn start() -> Sim {
-        agentchat::tls::install_crypto_provider();
+        agentchat::sys::tls::install_crypto_provider();
         let handle = agentchat::sim::start(agentchat::sim::SimConfig {
             listen: "127.0.0.1:0".parse().unwrap(),
             time_scale: 1.0,

@@ -19,7 +19,7 @@ pub struct Sim {
 }
 
 pub async fn sim(time_scale: f64) -> Sim {
-    agentchat::tls::install_crypto_provider();
+    agentchat::sys::tls::install_crypto_provider();
     let handle = start(SimConfig {
         time_scale,
         ..SimConfig::default()

@@ -3,6 +3,8 @@
 //! Nothing here ever holds the key or message text.
 
 use crate::core::invite_rule::InviteMemory;
+use crate::sys::fs::write_atomic;
+use crate::sys::time::rfc3339;
 use serde::Serialize;
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
@@ -147,63 +149,6 @@ impl StateDir {
     }
 }
 
-/// Writes `bytes` to a temp file beside `path` (0600) and renames it over `path`, so a reader
-/// never sees half a file.
-pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    write_atomic_mode(path, bytes, 0o600)
-}
-
-/// `write_atomic` for a file of the user's (the identity block's file, a service unit): keeps
-/// its mode, 0644 when new.
-pub fn write_keeping_mode(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    use std::os::unix::fs::MetadataExt;
-    let mode = std::fs::metadata(path)
-        .map(|m| m.mode() & 0o7777)
-        .unwrap_or(0o644);
-    write_atomic_mode(path, bytes, mode)
-}
-
-fn write_atomic_mode(path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<()> {
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "file".into());
-    let tmp = path.with_file_name(format!(
-        ".{name}.{}.{:08x}.tmp",
-        std::process::id(),
-        fastrand::u32(..)
-    ));
-    let written = (|| {
-        let mut f = OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(&tmp)?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
-        drop(f);
-        std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(mode))?;
-        std::fs::rename(&tmp, path)
-    })();
-    if written.is_err() {
-        // A full disk or a failed rename must not leave a temp file behind on every retry.
-        let _ = std::fs::remove_file(&tmp);
-    }
-    written
-}
-
-/// RFC 3339 UTC with milliseconds.
-pub fn rfc3339(t: SystemTime) -> String {
-    humantime::format_rfc3339_millis(t).to_string()
-}
-
-pub fn unix_ms(t: SystemTime) -> u64 {
-    t.duration_since(SystemTime::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
-}
-
 /// The listener's state as `status.json` shows it (design 7; README.md's `status.json` section
 /// lists the fields for users, so a field added here belongs there too).
 #[derive(Debug, Clone, Serialize)]
@@ -302,21 +247,6 @@ mod tests {
         let meta = std::fs::metadata(dir.path(STATUS_FILE)).unwrap();
         assert_eq!(meta.mode() & 0o777, 0o600);
         assert_eq!(std::fs::read(dir.path(STATUS_FILE)).unwrap(), b"{}");
-    }
-
-    #[test]
-    fn a_failed_atomic_write_is_an_error_and_leaves_no_temp_file() {
-        let tmp = tempfile::tempdir().unwrap();
-        let target = tmp.path().join(STATUS_FILE);
-        // A non-empty directory in the way: the rename fails, even for root.
-        std::fs::create_dir(&target).unwrap();
-        std::fs::write(target.join("keep"), b"").unwrap();
-        assert!(write_atomic(&target, b"{}").is_err());
-        let names: Vec<String> = std::fs::read_dir(tmp.path())
-            .unwrap()
-            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-            .collect();
-        assert_eq!(names, [STATUS_FILE]);
     }
 
     #[test]

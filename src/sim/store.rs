@@ -8,8 +8,8 @@ use serde_json::{Value, json};
 use tokio::sync::broadcast;
 
 use super::budget::IpBudget;
-use super::clock::{Clock, iso, new_delivery_id, new_id, new_key, now_iso, unix_ms};
-use super::error::{ApiError, ApiResult};
+use super::clock::{SimClock, iso, new_delivery_id, new_id, new_key, now_iso, unix_ms};
+use super::error::{Rejection, SimResult};
 use super::model::*;
 
 pub const CATEGORIES: [&str; 9] = [
@@ -27,8 +27,8 @@ pub const CATEGORIES: [&str; 9] = [
 /// How long after a send, verdict or invite answer a read still counts as progress (3.1).
 pub const PROGRESS_WINDOW_MS: u64 = 60_000;
 
-pub struct State {
-    pub clock: Clock,
+pub struct Store {
+    pub clock: SimClock,
     pub agents: BTreeMap<String, Agent>,
     pub messages: BTreeMap<String, Message>,
     pub convs: BTreeMap<String, Conversation>,
@@ -68,9 +68,9 @@ pub fn valid_handle(h: &str) -> bool {
     true
 }
 
-impl State {
-    pub fn new(clock: Clock) -> State {
-        State {
+impl Store {
+    pub fn new(clock: SimClock) -> Store {
+        Store {
             clock,
             agents: BTreeMap::new(),
             messages: BTreeMap::new(),
@@ -105,17 +105,21 @@ impl State {
         &mut self,
         handle: &str,
         display_name: Option<&str>,
-    ) -> ApiResult<(String, String)> {
+    ) -> SimResult<(String, String)> {
         let h = bare(handle);
         if !valid_handle(&h) {
-            return Err(ApiError::new(
+            return Err(Rejection::new(
                 400,
                 "INVALID_HANDLE",
                 "handle must be 3-30 characters: lowercase letters, digits and single dashes, starting with a letter",
             ));
         }
         if self.agents.contains_key(&h) {
-            return Err(ApiError::new(409, "HANDLE_TAKEN", format!("@{h} is taken")));
+            return Err(Rejection::new(
+                409,
+                "HANDLE_TAKEN",
+                format!("@{h} is taken"),
+            ));
         }
         let key = new_key();
         let (landing, _) = broadcast::channel(64);
@@ -161,26 +165,26 @@ impl State {
     }
 
     /// The agent a REST key authenticates, or 401.
-    pub fn auth(&self, key: Option<&str>) -> ApiResult<String> {
+    pub fn auth(&self, key: Option<&str>) -> SimResult<String> {
         match key.and_then(|k| self.key_owner(k)) {
             Some((h, true)) => Ok(h),
-            _ => Err(ApiError::unauthorized()),
+            _ => Err(Rejection::unauthorized()),
         }
     }
 
-    pub fn agent(&self, h: &str) -> ApiResult<&Agent> {
-        self.agents
-            .get(&bare(h))
-            .ok_or_else(|| ApiError::not_found("AGENT_NOT_FOUND", format!("no agent @{}", bare(h))))
+    pub fn agent(&self, h: &str) -> SimResult<&Agent> {
+        self.agents.get(&bare(h)).ok_or_else(|| {
+            Rejection::not_found("AGENT_NOT_FOUND", format!("no agent @{}", bare(h)))
+        })
     }
 
-    pub fn agent_mut(&mut self, h: &str) -> ApiResult<&mut Agent> {
-        self.agents
-            .get_mut(&bare(h))
-            .ok_or_else(|| ApiError::not_found("AGENT_NOT_FOUND", format!("no agent @{}", bare(h))))
+    pub fn agent_mut(&mut self, h: &str) -> SimResult<&mut Agent> {
+        self.agents.get_mut(&bare(h)).ok_or_else(|| {
+            Rejection::not_found("AGENT_NOT_FOUND", format!("no agent @{}", bare(h)))
+        })
     }
 
-    pub fn rotate_key(&mut self, h: &str) -> ApiResult<String> {
+    pub fn rotate_key(&mut self, h: &str) -> SimResult<String> {
         let a = self.agent_mut(h)?;
         let old = std::mem::replace(&mut a.key, new_key());
         a.key_refused = false;
@@ -190,7 +194,7 @@ impl State {
         Ok(key)
     }
 
-    pub fn set_key_refused(&mut self, h: &str, refused: bool) -> ApiResult<()> {
+    pub fn set_key_refused(&mut self, h: &str, refused: bool) -> SimResult<()> {
         let a = self.agent_mut(h)?;
         a.key_refused = refused;
         let handle = a.handle.clone();
@@ -200,7 +204,7 @@ impl State {
         Ok(())
     }
 
-    pub fn me(&self, h: &str) -> ApiResult<Value> {
+    pub fn me(&self, h: &str) -> SimResult<Value> {
         let a = self.agent(h)?;
         Ok(json!({
             "handle": a.handle, "display_name": a.display_name, "description": null, "avatar_url": null,
@@ -503,17 +507,17 @@ impl State {
     }
 
     /// `POST /v1/messages` in the SDKs' shape.
-    pub fn send_message(&mut self, sender: &str, body: &Value) -> ApiResult<(u16, Value)> {
+    pub fn send_message(&mut self, sender: &str, body: &Value) -> SimResult<(u16, Value)> {
         let content = match body.get("content") {
             Some(c) if c.is_object() => c.clone(),
             Some(_) => {
-                return Err(ApiError::validation(
+                return Err(Rejection::validation(
                     "content must be an object like {\"text\":\"…\"}",
                 ));
             }
             None => match body.get("text").and_then(Value::as_str) {
                 Some(t) => json!({"text": t}),
-                None => return Err(ApiError::validation("content is required")),
+                None => return Err(Rejection::validation("content is required")),
             },
         };
         if content
@@ -522,7 +526,7 @@ impl State {
             .is_none_or(str::is_empty)
             && content.get("data").is_none()
         {
-            return Err(ApiError::validation(
+            return Err(Rejection::validation(
                 "content.text must be a non-empty string",
             ));
         }
@@ -530,7 +534,7 @@ impl State {
             Some(Value::String(s)) if !s.is_empty() => s.clone(),
             None | Some(Value::Null) => new_id("cmid"),
             _ => {
-                return Err(ApiError::validation(
+                return Err(Rejection::validation(
                     "client_msg_id must be a non-empty string",
                 ));
             }
@@ -544,7 +548,7 @@ impl State {
         }
         let kind = body.get("type").and_then(Value::as_str).unwrap_or("text");
         if kind == "system" {
-            return Err(ApiError::validation(
+            return Err(Rejection::validation(
                 "type system is reserved for the platform",
             ));
         }
@@ -557,12 +561,12 @@ impl State {
             (Some(Value::String(to)), None) => {
                 let to = bare(to);
                 if to == sender {
-                    return Err(ApiError::validation(
+                    return Err(Rejection::validation(
                         "You cannot send a message to yourself",
                     ));
                 }
                 if !self.agents.contains_key(&to) {
-                    return Err(ApiError::not_found(
+                    return Err(Rejection::not_found(
                         "AGENT_NOT_FOUND",
                         format!("no agent @{to}"),
                     ));
@@ -582,10 +586,10 @@ impl State {
                     }
                     ConvKind::Group => {
                         let g = self.groups.get(cid).ok_or_else(|| {
-                            ApiError::not_found("CONVERSATION_NOT_FOUND", "no such conversation")
+                            Rejection::not_found("CONVERSATION_NOT_FOUND", "no such conversation")
                         })?;
                         if let Some((at_, by)) = &g.deleted {
-                            return Err(ApiError::new(410, "GROUP_DELETED", "this group was deleted").with_details(
+                            return Err(Rejection::new(410, "GROUP_DELETED", "this group was deleted").with_details(
                                 json!({"group_id": g.id, "deleted_by_handle": by, "deleted_at": at_}),
                             ));
                         }
@@ -597,12 +601,12 @@ impl State {
                 }
             }
             (Some(_), Some(_)) => {
-                return Err(ApiError::validation(
+                return Err(Rejection::validation(
                     "pass either to or conversation_id, not both",
                 ));
             }
             _ => {
-                return Err(ApiError::validation(
+                return Err(Rejection::validation(
                     "to (a handle) or conversation_id is required",
                 ));
             }
@@ -640,9 +644,9 @@ impl State {
     }
 
     /// A conversation `h` takes part in (a group it is or was a member of), else 404.
-    pub fn conv_for(&self, h: &str, id: &str) -> ApiResult<&Conversation> {
+    pub fn conv_for(&self, h: &str, id: &str) -> SimResult<&Conversation> {
         let nf = || {
-            ApiError::not_found(
+            Rejection::not_found(
                 "CONVERSATION_NOT_FOUND",
                 format!("no conversation {id} for @{h}"),
             )
@@ -672,9 +676,9 @@ impl State {
         limit: usize,
         after_seq: Option<u64>,
         before_seq: Option<u64>,
-    ) -> ApiResult<Value> {
+    ) -> SimResult<Value> {
         if after_seq.is_some() && before_seq.is_some() {
-            return Err(ApiError::validation(
+            return Err(Rejection::validation(
                 "pass after_seq or before_seq, not both",
             ));
         }
@@ -751,7 +755,7 @@ impl State {
 
     // ---- mutes ----
 
-    pub fn mute(&mut self, h: &str, body: &Value, on: bool) -> ApiResult<Value> {
+    pub fn mute(&mut self, h: &str, body: &Value, on: bool) -> SimResult<Value> {
         let kind = body
             .get("target_kind")
             .and_then(Value::as_str)
@@ -763,7 +767,7 @@ impl State {
                     .or_else(|| body.get("target_id"))
                     .and_then(Value::as_str)
                     .map(bare)
-                    .ok_or_else(|| ApiError::validation("target_handle is required"))?;
+                    .ok_or_else(|| Rejection::validation("target_handle is required"))?;
                 self.agent(&t)?;
                 let a = self.agent_mut(h)?;
                 if on {
@@ -777,7 +781,7 @@ impl State {
                 let t = body
                     .get("target_id")
                     .and_then(Value::as_str)
-                    .ok_or_else(|| ApiError::validation("target_id is required"))?
+                    .ok_or_else(|| Rejection::validation("target_id is required"))?
                     .to_string();
                 self.conv_for(h, &t)?;
                 let a = self.agent_mut(h)?;
@@ -788,7 +792,7 @@ impl State {
                 };
                 Ok(json!({"target_kind": "conversation", "target_id": t, "muted": on}))
             }
-            _ => Err(ApiError::validation(
+            _ => Err(Rejection::validation(
                 "target_kind must be agent or conversation",
             )),
         }
@@ -843,18 +847,18 @@ mod tests {
         assert!(!valid_handle("1abc"));
     }
 
-    use super::super::clock::Clock;
+    use super::super::clock::SimClock;
 
     /// Two agents on a fresh state at real time (the 60 s progress window cannot lapse mid-test).
-    fn pair() -> State {
-        let mut s = State::new(Clock::new(1.0));
+    fn pair() -> Store {
+        let mut s = Store::new(SimClock::new(1.0));
         s.create_agent("alice", None).unwrap();
         s.create_agent("bob", None).unwrap();
         s
     }
 
     /// Forgets `h`'s last progress, as if the 60 s window had passed.
-    fn forget_progress(s: &mut State, h: &str) {
+    fn forget_progress(s: &mut Store, h: &str) {
         s.agents.get_mut(h).unwrap().last_progress_v = None;
     }
 

@@ -1,7 +1,9 @@
 //! Helpers shared by the Claude Code and Codex runtimes: finding the binary, the MCP endpoint,
 //! reading a run log's JSON lines, and keeping failure reasons short and free of secrets.
 
-use super::{ProcessEnd, RuntimeError};
+use super::RuntimeError;
+use crate::sys::process::ProcessEnd;
+use crate::sys::text::ellipsize;
 use std::path::{Path, PathBuf};
 
 /// The configured binary, else `default_name` on `PATH`. A missing binary makes the runtime
@@ -185,17 +187,6 @@ pub fn clip(s: &str) -> String {
     ellipsize(out.join(" "), 200)
 }
 
-/// `s` cut to `max` characters with `…` marking the cut; shared with `doctor`'s sanitizer.
-pub(crate) fn ellipsize(s: String, max: usize) -> String {
-    if s.chars().count() > max {
-        let mut cut: String = s.chars().take(max).collect();
-        cut.push('…');
-        cut
-    } else {
-        s
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -319,7 +310,7 @@ mod tests {
 #[cfg(test)]
 pub(crate) mod test_support {
     use crate::config::*;
-    use crate::core::cycle::RunKind;
+    use crate::core::decision::RunKind;
     use crate::runtime::RunContext;
     use secrecy::SecretString;
     use std::os::unix::fs::PermissionsExt;

@@ -6,7 +6,10 @@
 //! ended, which signals the supervisor sent). Never the prompt, the arguments (Codex takes the prompt
 //! as its last argument) or the environment (it may hold the key).
 
-use crate::runtime::{ALWAYS_REMOVED, ProcessEnd, RunSpec};
+use crate::runtime::{ALWAYS_REMOVED, RunSpec};
+use crate::sys::fs::open_append_private;
+use crate::sys::process::{GroupGuard, ProcessEnd, signal_group};
+use crate::sys::time::rfc3339_seconds;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -27,68 +30,17 @@ pub struct RunReport {
     pub duration: Duration,
 }
 
-/// Sends `signal` to every process in group `pgid`. Errors (the group is already gone) are ignored:
-/// there is nothing left to stop. Shared with `doctor`'s probes, which also run in their own group.
-pub(crate) fn signal_group(pgid: i32, signal: i32) {
-    if pgid <= 1 {
-        return; // never signal our own group (0) or every process (-1/1)
-    }
-    // SAFETY: killpg has no memory-safety preconditions; pgid is a group the caller created.
-    unsafe {
-        libc::killpg(pgid, signal);
-    }
-}
-
-/// SIGKILLs the run's group if the supervising future is dropped mid-run (the listener's task was
-/// aborted), so a run never outlives its supervisor.
-struct GroupGuard {
-    pgid: i32,
-    armed: bool,
-}
-
-impl Drop for GroupGuard {
-    fn drop(&mut self) {
-        if self.armed {
-            signal_group(self.pgid, libc::SIGKILL);
-        }
-    }
-}
-
-/// Opens (creating, 0600) the run log for appending; an existing file is narrowed to 0600 too.
-fn open_log(path: &Path) -> std::io::Result<std::fs::File> {
-    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
-    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty())
-        && !parent.exists()
-    {
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(parent)?;
-    }
-    let file = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .mode(0o600)
-        .open(path)?;
-    file.set_permissions(std::fs::Permissions::from_mode(0o600))?;
-    Ok(file)
-}
-
-fn now_rfc3339() -> String {
-    humantime::format_rfc3339_seconds(SystemTime::now()).to_string()
-}
-
 /// A line of the supervisor's own in the run log. Failing to write it must not fail the run.
 fn note(log: &mut Option<std::fs::File>, line: &str) {
     if let Some(f) = log.as_mut() {
-        let _ = writeln!(f, "=== {} {line}", now_rfc3339());
+        let _ = writeln!(f, "=== {} {line}", rfc3339_seconds(SystemTime::now()));
     }
 }
 
 /// The name `run-<UTC time>-<cycle id>.log` the listener gives a run's log, so that names sort by
 /// start time. Characters other than letters, digits, `-` and `_` in the cycle id become `_`.
 pub fn log_file_name(cycle_id: &str) -> String {
-    let stamp: String = now_rfc3339()
+    let stamp: String = rfc3339_seconds(SystemTime::now())
         .chars()
         .filter(|c| c.is_ascii_alphanumeric())
         .collect();
@@ -133,7 +85,7 @@ pub async fn run(
         return report(ProcessEnd::Cancelled, None);
     }
 
-    let log = match open_log(log_path) {
+    let log = match open_append_private(log_path) {
         Ok(f) => f,
         Err(e) => {
             return report(

@@ -5,7 +5,6 @@
 use crate::core::texts::Texts;
 use crate::core::tray::Tray;
 use secrecy::{ExposeSecret, SecretString};
-use std::sync::Arc;
 use std::time::Duration;
 
 /// The client name the server buckets us under (an existing value of its low-cardinality taxonomy).
@@ -44,21 +43,6 @@ impl ApiError {
     }
 }
 
-/// TLS settings shared by REST and the socket: ring and the OS trust store (when it cannot be
-/// loaded, each library's own webpki roots). Built once per process: loading the trust store
-/// on every cycle would cost time for nothing.
-pub fn tls_config() -> Option<Arc<rustls::ClientConfig>> {
-    use rustls_platform_verifier::ConfigVerifierExt;
-    static TLS: std::sync::OnceLock<Option<Arc<rustls::ClientConfig>>> = std::sync::OnceLock::new();
-    TLS.get_or_init(|| {
-        crate::tls::install_crypto_provider();
-        rustls::ClientConfig::with_platform_verifier()
-            .ok()
-            .map(Arc::new)
-    })
-    .clone()
-}
-
 #[derive(Clone)]
 pub struct Api {
     http: reqwest::Client,
@@ -80,7 +64,7 @@ impl Api {
             .timeout(REQUEST_TIMEOUT)
             .connect_timeout(Duration::from_secs(10))
             .user_agent(format!("agentchat-listener-rs/{CLIENT_VERSION}"));
-        if let Some(tls) = tls_config() {
+        if let Some(tls) = crate::sys::tls::client_config() {
             builder = builder.tls_backend_preconfigured((*tls).clone());
         }
         let http = builder

@@ -1,0 +1,25 @@
+//! TLS in one place: the crypto provider (ring), so reqwest and tokio-tungstenite never panic
+//! looking for one and aws-lc never enters the build, and the one client config REST and the
+//! socket share.
+
+use std::sync::Arc;
+
+/// Installs ring as the process-wide rustls provider. Safe to call more than once.
+pub fn install_crypto_provider() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
+/// TLS settings shared by REST and the socket: ring and the OS trust store (when it cannot be
+/// loaded, each library's own webpki roots). Built once per process: loading the trust store
+/// on every cycle would cost time for nothing.
+pub fn client_config() -> Option<Arc<rustls::ClientConfig>> {
+    use rustls_platform_verifier::ConfigVerifierExt;
+    static TLS: std::sync::OnceLock<Option<Arc<rustls::ClientConfig>>> = std::sync::OnceLock::new();
+    TLS.get_or_init(|| {
+        install_crypto_provider();
+        rustls::ClientConfig::with_platform_verifier()
+            .ok()
+            .map(Arc::new)
+    })
+    .clone()
+}
