@@ -2,15 +2,13 @@
 //! `codex` CLIs (no listener): the spec `runtime::prepare` builds is started as-is, with a HOME
 //! and CODEX_HOME the test owns and the scripted model server as the model provider.
 
-mod model_server;
-
+use crate::model_server::cli::{base_env, claude_bin, codex_bin, write_codex_home};
+use crate::model_server::sim::{Sim, assert_answered};
+use crate::model_server::{Mode, ModelServer};
 use agentchat::config::*;
 use agentchat::core::decision::RunKind;
 use agentchat::runtime::{self, RunContext, RunOutcome, RunSpec};
 use agentchat::sys::process::ProcessEnd;
-use model_server::cli::{base_env, claude_bin, codex_bin, write_codex_home};
-use model_server::sim::{Sim, assert_answered};
-use model_server::{Mode, ModelServer};
 use secrecy::SecretString;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
