@@ -1,6 +1,8 @@
 //! Process and polling helpers shared by the test modules: waiting on an observable condition
 //! with a deadline, telling a finished process from /proc, and stopping a child with SIGTERM.
 
+pub mod settings;
+
 use std::path::PathBuf;
 use std::process::ExitStatus;
 use std::time::{Duration, Instant};
