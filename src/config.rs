@@ -91,6 +91,9 @@ pub struct ListenSettings {
     pub identity_block: bool,
     /// Newest run logs kept.
     pub run_logs_keep: usize,
+    /// Most bytes of a run's output kept in its log: the first half, then the last half
+    /// (`runtime::supervisor`).
+    pub run_log_max_bytes: u64,
     /// No inbound traffic for this long drops the socket.
     pub idle_timeout: Duration,
     pub claude: ClaudeSettings,
@@ -178,6 +181,11 @@ const KNOWN_TOP: &[&str] = &[
     "listen",
     "profiles",
 ];
+/// `run_log_max_bytes`: the default (2 MiB) and the bounds (64 KiB, 64 MiB).
+pub const DEFAULT_RUN_LOG_MAX_BYTES: u64 = 2 * 1024 * 1024;
+const RUN_LOG_MAX_BYTES_MIN: i64 = 64 * 1024;
+const RUN_LOG_MAX_BYTES_MAX: i64 = 64 * 1024 * 1024;
+
 const KNOWN_LISTEN: &[&str] = &[
     "runtime",
     "command",
@@ -190,6 +198,7 @@ const KNOWN_LISTEN: &[&str] = &[
     "script_gets_key",
     "identity_block",
     "run_logs_keep",
+    "run_log_max_bytes",
     "claude",
     "codex",
 ];
@@ -217,6 +226,7 @@ struct Layer {
     script_gets_key: Option<bool>,
     identity_block: Option<bool>,
     run_logs_keep: Option<usize>,
+    run_log_max_bytes: Option<u64>,
     claude_binary: Option<PathBuf>,
     claude_extra_args: Option<Vec<String>>,
     claude_mcp: Option<McpMode>,
@@ -246,6 +256,7 @@ impl Layer {
             script_gets_key: self.script_gets_key.or(base.script_gets_key),
             identity_block: self.identity_block.or(base.identity_block),
             run_logs_keep: self.run_logs_keep.or(base.run_logs_keep),
+            run_log_max_bytes: self.run_log_max_bytes.or(base.run_log_max_bytes),
             claude_binary: self.claude_binary.or(base.claude_binary),
             claude_extra_args: self.claude_extra_args.or(base.claude_extra_args),
             claude_mcp: self.claude_mcp.or(base.claude_mcp),
@@ -559,6 +570,23 @@ fn parse_listen(
         }
         layer.run_logs_keep = Some(usize::try_from(n).map_err(|_| bad(&key, "is too large"))?);
     }
+    if let Some(v) = t.get("run_log_max_bytes") {
+        let key = k("run_log_max_bytes");
+        let n = v
+            .as_integer()
+            .ok_or_else(|| bad(&key, format!("expected a number, found {}", v.type_str())))?;
+        if !(RUN_LOG_MAX_BYTES_MIN..=RUN_LOG_MAX_BYTES_MAX).contains(&n) {
+            return Err(bad(
+                &key,
+                format!(
+                    "{n} is out of bounds; keep between {RUN_LOG_MAX_BYTES_MIN} and \
+                     {RUN_LOG_MAX_BYTES_MAX} bytes (half of it is held in memory while a run \
+                     writes past the first half)"
+                ),
+            ));
+        }
+        layer.run_log_max_bytes = Some(n as u64);
+    }
     if let Some(v) = t.get("claude") {
         let cp = k("claude");
         let c = want_table(v, &cp)?;
@@ -832,6 +860,9 @@ pub fn resolve(
         script_gets_key: merged.script_gets_key.unwrap_or(true),
         identity_block: merged.identity_block.unwrap_or(true),
         run_logs_keep: merged.run_logs_keep.unwrap_or(50),
+        run_log_max_bytes: merged
+            .run_log_max_bytes
+            .unwrap_or(DEFAULT_RUN_LOG_MAX_BYTES),
         idle_timeout: merged.idle_timeout.unwrap_or(Duration::from_secs(100)),
         claude: ClaudeSettings {
             binary: merged.claude_binary,

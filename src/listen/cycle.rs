@@ -214,6 +214,7 @@ async fn body(input: &mut CycleInput, report: &mut CycleReport) {
     let limits = RunLimits {
         timeout: input.settings.listen.run_timeout,
         grace: input.settings.listen.kill_grace,
+        log_max: input.settings.listen.run_log_max_bytes,
     };
     report.last.run_started = true;
     report.last.run_kind = Some(kind.as_str().into());

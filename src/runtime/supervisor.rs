@@ -5,22 +5,38 @@
 //! The log file gets a header line (time, program, working directory) and footer lines (how the run
 //! ended, which signals the supervisor sent). Never the prompt, the arguments (Codex takes the prompt
 //! as its last argument) or the environment (it may hold the key).
+//!
+//! The run's stdout and stderr reach the log through the supervisor, capped at
+//! `RunLimits::log_max` bytes: the first half as it comes, then only the newest half, kept in
+//! memory and written at the end after a line that says which bytes were left out. A run that
+//! writes without end never fills the disk, and the end of its output (where Claude Code and
+//! Codex put their result) is still there to judge the run by. The supervisor's own `===` lines
+//! are never cut.
 
 use crate::runtime::{ALWAYS_REMOVED, RunSpec};
 use crate::sys::fs::open_append_private;
 use crate::sys::process::{GroupGuard, ProcessEnd, signal_group};
 use crate::sys::time::rfc3339_seconds;
+use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant, SystemTime};
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 
 #[derive(Debug, Clone, Copy)]
 pub struct RunLimits {
     pub timeout: Duration,
     pub grace: Duration,
+    /// Most bytes of the run's output kept in its log (see the module doc).
+    pub log_max: u64,
 }
+
+/// After the run's group is gone, how long its output may still take to reach the log (a process
+/// that left the group can hold the pipes open for ever).
+const OUTPUT_DRAIN: Duration = Duration::from_secs(2);
+/// Bytes read from the run's pipes at a time.
+const OUTPUT_CHUNK: usize = 64 * 1024;
 
 #[derive(Debug, Clone)]
 pub struct RunReport {
@@ -106,8 +122,8 @@ pub async fn run(
             spec.cwd.display()
         ),
     );
-    let (out, err) = match log.as_ref().map(|f| (f.try_clone(), f.try_clone())) {
-        Some((Ok(o), Ok(e))) => (Stdio::from(o), Stdio::from(e)),
+    let output_log = match log.as_ref().map(|f| f.try_clone()) {
+        Some(Ok(f)) => CappedLog::new(f, limits.log_max),
         _ => {
             return report(
                 ProcessEnd::SpawnFailed(format!(
@@ -123,8 +139,8 @@ pub async fn run(
     cmd.args(&spec.args)
         .current_dir(&spec.cwd)
         .process_group(0)
-        .stdout(out)
-        .stderr(err)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
         .stdin(if spec.stdin.is_some() {
             Stdio::piped()
         } else {
@@ -158,6 +174,12 @@ pub async fn run(
         &mut log,
         &format!("pid {} (its own process group)", pid.unwrap_or(0)),
     );
+
+    let output = tokio::spawn(relay_output(
+        child.stdout.take(),
+        child.stderr.take(),
+        output_log,
+    ));
 
     // Feed stdin from its own task: a child that never reads must not block the supervisor, and
     // dropping the pipe afterwards closes the child's stdin.
@@ -224,6 +246,7 @@ pub async fn run(
     if let Some(f) = feeder {
         f.abort();
     }
+    finish_output(output, &mut log).await;
 
     let end = match (stop, status) {
         (Some(Stop::TimedOut), _) => ProcessEnd::TimedOut,
@@ -281,4 +304,222 @@ pub fn prune_logs(dir: &Path, keep: usize) -> std::io::Result<()> {
         }
     }
     Ok(())
+}
+
+/// Copies the run's stdout and stderr into its log, capped (`CappedLog`), until both are closed.
+/// Keeps reading past the cap, so a run that writes without end is never blocked on a full pipe.
+async fn relay_output(
+    mut out: Option<tokio::process::ChildStdout>,
+    mut err: Option<tokio::process::ChildStderr>,
+    mut log: CappedLog,
+) -> CappedLog {
+    let mut out_buf = vec![0u8; OUTPUT_CHUNK];
+    let mut err_buf = vec![0u8; OUTPUT_CHUNK];
+    while out.is_some() || err.is_some() {
+        tokio::select! {
+            n = read_some(&mut out, &mut out_buf) => match n {
+                Some(n) => log.push(&out_buf[..n]),
+                None => out = None,
+            },
+            n = read_some(&mut err, &mut err_buf) => match n {
+                Some(n) => log.push(&err_buf[..n]),
+                None => err = None,
+            },
+        }
+    }
+    log
+}
+
+/// The next bytes from `pipe`: `None` at its end (or on an error); never ready without a pipe.
+async fn read_some<R: AsyncRead + Unpin>(pipe: &mut Option<R>, buf: &mut [u8]) -> Option<usize> {
+    match pipe {
+        Some(p) => match p.read(buf).await {
+            Ok(0) | Err(_) => None,
+            Ok(n) => Some(n),
+        },
+        None => std::future::pending().await,
+    }
+}
+
+/// Waits (at most `OUTPUT_DRAIN`) for the relay to reach the end of the run's output, then
+/// writes what the cap held back.
+async fn finish_output(mut relay: tokio::task::JoinHandle<CappedLog>, log: &mut Option<File>) {
+    match tokio::time::timeout(OUTPUT_DRAIN, &mut relay).await {
+        Ok(Ok(capped)) => capped.finish(),
+        Ok(Err(_)) => note(log, "the run's output could not be read to its end"),
+        Err(_) => {
+            relay.abort();
+            note(
+                log,
+                "the run's output was still open after its process group ended; the rest is not in this log",
+            );
+        }
+    }
+}
+
+/// The run's output on its way to the log: the first half of `max` bytes is written as it comes;
+/// past it, only the newest half is kept, in memory, and written by `finish` after a line that
+/// says which bytes were left out. Failed writes (a full disk) are ignored: the run goes on.
+struct CappedLog {
+    file: File,
+    /// Bytes still written as they come.
+    head_left: u64,
+    /// Every byte of output seen so far.
+    seen: u64,
+    tail: Tail,
+}
+
+impl CappedLog {
+    fn new(file: File, max: u64) -> CappedLog {
+        let head = max - max / 2;
+        CappedLog {
+            file,
+            head_left: head,
+            seen: 0,
+            tail: Tail::new(usize::try_from(max / 2).unwrap_or(usize::MAX)),
+        }
+    }
+
+    fn push(&mut self, mut data: &[u8]) {
+        self.seen += data.len() as u64;
+        if self.head_left > 0 {
+            let now = data
+                .len()
+                .min(usize::try_from(self.head_left).unwrap_or(usize::MAX));
+            let _ = self.file.write_all(&data[..now]);
+            self.head_left -= now as u64;
+            data = &data[now..];
+        }
+        self.tail.push(data);
+    }
+
+    fn finish(mut self) {
+        let (older, newer) = self.tail.parts();
+        let kept = (older.len() + newer.len()) as u64;
+        let head = self.seen - self.tail.total;
+        let left_out = self.tail.total - kept;
+        if left_out > 0 {
+            let line = format!(
+                "\n=== {} output cut: bytes {head} to {} of {} left out (run_log_max_bytes); the last {kept} bytes follow\n",
+                rfc3339_seconds(SystemTime::now()),
+                head + left_out,
+                self.seen,
+            );
+            let _ = self.file.write_all(line.as_bytes());
+        }
+        let _ = self.file.write_all(older);
+        let _ = self.file.write_all(newer);
+    }
+}
+
+/// The newest `cap` bytes pushed into it (a ring, allocated on first use).
+struct Tail {
+    cap: usize,
+    buf: Vec<u8>,
+    /// Where the oldest kept byte is.
+    start: usize,
+    len: usize,
+    /// Every byte pushed.
+    total: u64,
+}
+
+impl Tail {
+    fn new(cap: usize) -> Tail {
+        Tail {
+            cap,
+            buf: Vec::new(),
+            start: 0,
+            len: 0,
+            total: 0,
+        }
+    }
+
+    fn push(&mut self, data: &[u8]) {
+        self.total += data.len() as u64;
+        if data.is_empty() || self.cap == 0 {
+            return;
+        }
+        if self.buf.is_empty() {
+            self.buf = vec![0; self.cap];
+        }
+        let data = &data[data.len().saturating_sub(self.cap)..];
+        let end = (self.start + self.len) % self.cap;
+        let first = data.len().min(self.cap - end);
+        self.buf[end..end + first].copy_from_slice(&data[..first]);
+        self.buf[..data.len() - first].copy_from_slice(&data[first..]);
+        let len = self.len + data.len();
+        if len > self.cap {
+            self.start = (self.start + len - self.cap) % self.cap;
+            self.len = self.cap;
+        } else {
+            self.len = len;
+        }
+    }
+
+    /// The kept bytes, oldest first, in two slices.
+    fn parts(&self) -> (&[u8], &[u8]) {
+        if self.len == 0 {
+            return (&[], &[]);
+        }
+        let end = self.start + self.len;
+        if end <= self.cap {
+            (&self.buf[self.start..end], &[])
+        } else {
+            (&self.buf[self.start..], &self.buf[..end - self.cap])
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tail_bytes(t: &Tail) -> Vec<u8> {
+        let (a, b) = t.parts();
+        [a, b].concat()
+    }
+
+    #[test]
+    fn the_tail_keeps_the_newest_bytes_across_wraps_and_big_pushes() {
+        let mut t = Tail::new(5);
+        t.push(b"abc");
+        assert_eq!(tail_bytes(&t), b"abc");
+        t.push(b"defg");
+        assert_eq!(tail_bytes(&t), b"cdefg");
+        t.push(b"h");
+        assert_eq!(tail_bytes(&t), b"defgh");
+        t.push(b"0123456789");
+        assert_eq!(tail_bytes(&t), b"56789");
+        t.push(b"xy");
+        assert_eq!(tail_bytes(&t), b"789xy");
+        assert_eq!(t.total, 20);
+    }
+
+    fn capped(max: u64, pushes: &[&[u8]]) -> String {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("run.log");
+        let mut log = CappedLog::new(File::create(&path).unwrap(), max);
+        for p in pushes {
+            log.push(p);
+        }
+        log.finish();
+        std::fs::read_to_string(&path).unwrap()
+    }
+
+    #[test]
+    fn output_within_the_cap_is_kept_whole_and_in_order() {
+        assert_eq!(capped(10, &[b"abc", b"defgh", b"ij"]), "abcdefghij");
+    }
+
+    #[test]
+    fn output_past_the_cap_keeps_head_and_tail_and_says_what_was_left_out() {
+        let text = capped(10, &[b"abcdefgh", b"ijklmnop", b"qrst"]);
+        let (head, rest) = text.split_once('\n').unwrap();
+        assert_eq!(head, "abcde");
+        assert!(
+            rest.contains("output cut: bytes 5 to 15 of 20 left out"),
+            "{text}"
+        );
+        assert!(rest.ends_with("the last 5 bytes follow\npqrst"), "{text}");
+    }
 }
