@@ -12,6 +12,11 @@
 //! writes without end never fills the disk, and the end of its output (where Claude Code and
 //! Codex put their result) is still there to judge the run by. The supervisor's own `===` lines
 //! are never cut.
+//!
+//! While a run lives, its process group is recorded in `run.group` beside its log. A listener
+//! killed mid-run (SIGKILL, the OOM killer) cannot end the group itself, so the next listener to
+//! take the state dir's lock ends it (`stop_leftover_run`) before it starts anything: a new run
+//! never overlaps the old one's leftovers.
 
 use crate::runtime::{ALWAYS_REMOVED, RunSpec};
 use crate::sys::fs::open_append_private;
@@ -174,6 +179,13 @@ pub async fn run(
         &mut log,
         &format!("pid {} (its own process group)", pid.unwrap_or(0)),
     );
+    let group_file = log_path.with_file_name(RUN_GROUP_FILE);
+    if let Err(e) = record_group(&group_file, pgid) {
+        note(
+            &mut log,
+            &format!("cannot record the process group in {RUN_GROUP_FILE}: {e}"),
+        );
+    }
 
     let output = tokio::spawn(relay_output(
         child.stdout.take(),
@@ -242,6 +254,7 @@ pub async fn run(
     // The leader is gone; whatever it left in its group goes too. The group id cannot be reused
     // while any member still holds it, so this reaches only the run's own leftovers.
     signal_group(pgid, libc::SIGKILL);
+    let _ = std::fs::remove_file(&group_file);
     guard.armed = false;
     if let Some(f) = feeder {
         f.abort();
@@ -271,6 +284,151 @@ pub async fn run(
         ),
     );
     r
+}
+
+/// The file beside a run's log that names its process group while the run lives.
+pub const RUN_GROUP_FILE: &str = "run.group";
+
+/// What `run.group` holds: the group, and what tells it from a later group that reuses its id
+/// (the leader's start time since boot, and the boot).
+#[derive(serde::Serialize, serde::Deserialize)]
+struct GroupRecord {
+    pgid: i32,
+    leader_start: Option<u64>,
+    boot_id: Option<String>,
+}
+
+fn record_group(path: &Path, pgid: i32) -> std::io::Result<()> {
+    let record = GroupRecord {
+        pgid,
+        leader_start: proc_stat(pgid).map(|p| p.start),
+        boot_id: boot_id(),
+    };
+    let bytes = serde_json::to_vec(&record).map_err(std::io::Error::other)?;
+    crate::sys::fs::write_atomic(path, &bytes)
+}
+
+/// Ends the process group a killed listener's run left behind (its `run.group` in `runs_dir`):
+/// SIGTERM, up to `grace` for it to go, then SIGKILL. Only a group that is still the run's is
+/// signalled: a record from an earlier boot, or a group id now led by another process, is only
+/// removed. Call it holding the state dir's lock, before anything can start a run.
+pub async fn stop_leftover_run(runs_dir: &Path, grace: Duration) {
+    let path = runs_dir.join(RUN_GROUP_FILE);
+    let record: GroupRecord = match std::fs::read(&path) {
+        Ok(bytes) => match serde_json::from_slice(&bytes) {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::warn!(event = %"leftover_run_unreadable", path = %path.display(), error = %e, "the record of the last run's process group is damaged; removing it");
+                let _ = std::fs::remove_file(&path);
+                return;
+            }
+        },
+        Err(_) => return,
+    };
+    if leftover_is_the_runs(&record) {
+        tracing::warn!(
+            event = %"leftover_run",
+            pgid = record.pgid,
+            grace_ms = grace.as_millis() as u64,
+            "the last listener ended during a run and left its process group; stopping it before anything new runs"
+        );
+        signal_group(record.pgid, libc::SIGTERM);
+        let ended = group_gone_within(record.pgid, grace).await;
+        if !ended {
+            signal_group(record.pgid, libc::SIGKILL);
+            group_gone_within(record.pgid, Duration::from_secs(5)).await;
+        }
+        tracing::info!(
+            event = %"leftover_run_stopped",
+            pgid = record.pgid,
+            killed = !ended,
+            "the last run's leftovers are gone"
+        );
+    }
+    let _ = std::fs::remove_file(&path);
+}
+
+/// Whether the recorded group is still the run's: same boot, and either its leader is the very
+/// process that was recorded, or the leader is gone and members remain (an id stays taken while
+/// any member holds it, so those are the run's).
+fn leftover_is_the_runs(record: &GroupRecord) -> bool {
+    if record.pgid <= 1 {
+        return false;
+    }
+    if let (Some(then), Some(now)) = (&record.boot_id, boot_id())
+        && *then != now
+    {
+        return false;
+    }
+    match proc_stat(record.pgid) {
+        Some(leader) if !leader.zombie => {
+            leader.start_known() && Some(leader.start) == record.leader_start
+        }
+        // A leader alive but not readable (no /proc): it cannot be told from a new process that
+        // reuses the id, so it is left alone.
+        None if crate::sys::process::pid_alive(record.pgid as u64) => false,
+        _ => group_alive(record.pgid),
+    }
+}
+
+async fn group_gone_within(pgid: i32, limit: Duration) -> bool {
+    let deadline = Instant::now() + limit;
+    loop {
+        if !group_alive(pgid) {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// A process as `/proc/<pid>/stat` shows it (Linux; `None` elsewhere or when it is gone).
+struct ProcStat {
+    zombie: bool,
+    pgrp: i32,
+    /// Clock ticks after boot; 0 when unknown.
+    start: u64,
+}
+
+impl ProcStat {
+    fn start_known(&self) -> bool {
+        self.start > 0
+    }
+}
+
+fn proc_stat(pid: i32) -> Option<ProcStat> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // `pid (comm) state ppid pgrp ...`: comm may hold anything, so split at the last `)`.
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    Some(ProcStat {
+        zombie: fields.first()? == &"Z",
+        pgrp: fields.get(2)?.parse().ok()?,
+        start: fields.get(19).and_then(|s| s.parse().ok()).unwrap_or(0),
+    })
+}
+
+fn boot_id() -> Option<String> {
+    std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+        .ok()
+        .map(|s| s.trim().to_string())
+}
+
+/// Whether any live process (not a zombie: nothing may reap orphans here) is in group `pgid`.
+fn group_alive(pgid: i32) -> bool {
+    match std::fs::read_dir("/proc") {
+        Ok(entries) => entries.flatten().any(|e| {
+            e.file_name()
+                .to_str()
+                .and_then(|n| n.parse::<i32>().ok())
+                .and_then(proc_stat)
+                .is_some_and(|p| p.pgrp == pgid && !p.zombie)
+        }),
+        // No /proc: ask the kernel whether the group has members (zombies count there).
+        // SAFETY: killpg with signal 0 only checks for existence; nothing is sent.
+        Err(_) => unsafe { libc::killpg(pgid, 0) == 0 },
+    }
 }
 
 /// Keeps the newest `keep` run logs (`run-*.log`) in `dir`, newest by modification time, then by
@@ -504,6 +662,49 @@ mod tests {
         }
         log.finish();
         std::fs::read_to_string(&path).unwrap()
+    }
+
+    /// A `sleep` leading its own process group, and the record `run()` would write for it.
+    fn sleeper(dir: &Path) -> (std::process::Child, GroupRecord) {
+        use std::os::unix::process::CommandExt;
+        let child = std::process::Command::new("sleep")
+            .arg("30")
+            .process_group(0)
+            .spawn()
+            .unwrap();
+        let pgid = child.id() as i32;
+        record_group(&dir.join(RUN_GROUP_FILE), pgid).unwrap();
+        let bytes = std::fs::read(dir.join(RUN_GROUP_FILE)).unwrap();
+        (child, serde_json::from_slice(&bytes).unwrap())
+    }
+
+    #[tokio::test]
+    async fn a_leftover_group_is_stopped_only_while_its_recorded_leader_leads_it() {
+        let dir = tempfile::tempdir().unwrap();
+        // The same group id led by another process (another start time): left alone.
+        let (mut other, mut record) = sleeper(dir.path());
+        record.leader_start = record.leader_start.map(|t| t + 1);
+        std::fs::write(
+            dir.path().join(RUN_GROUP_FILE),
+            serde_json::to_vec(&record).unwrap(),
+        )
+        .unwrap();
+        stop_leftover_run(dir.path(), Duration::from_secs(1)).await;
+        assert!(
+            other.try_wait().unwrap().is_none(),
+            "another group was signalled"
+        );
+        assert!(!dir.path().join(RUN_GROUP_FILE).exists());
+        let _ = other.kill();
+        let _ = other.wait();
+
+        // The recorded leader: stopped, and the record gone.
+        let (mut run, _) = sleeper(dir.path());
+        stop_leftover_run(dir.path(), Duration::from_secs(5)).await;
+        let status = run.wait().unwrap();
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(status.signal(), Some(libc::SIGTERM));
+        assert!(!dir.path().join(RUN_GROUP_FILE).exists());
     }
 
     #[test]
