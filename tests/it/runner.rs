@@ -375,9 +375,10 @@ fn log_file_names_sort_by_time_and_keep_only_safe_characters() {
 async fn output_past_the_log_cap_keeps_its_head_and_tail_and_never_blocks_the_run() {
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("run-o.log");
-    // 8 MiB of `x` between a first and a last line, through both stdout and stderr.
+    // 8 MiB of `x` and `y` between a first and a last line, through both stdout and stderr (the
+    // last line follows the `y`s on stderr: the two pipes' order against each other is not kept).
     let spec = sh(
-        "echo first; head -c 4194304 /dev/zero | tr '\\0' x; head -c 4194304 /dev/zero | tr '\\0' y >&2; echo; echo last",
+        "echo first; head -c 4194304 /dev/zero | tr '\\0' x; head -c 4194304 /dev/zero | tr '\\0' y >&2; echo >&2; echo last >&2",
         dir.path(),
     );
     let mut l = limits(60_000, 1000);
