@@ -328,9 +328,7 @@ async fn apply_invite_rule(
             }
         }
     }
-    if let Err(e) = input.state.save_invites(&memory) {
-        tracing::warn!(event = %"invite_memory_write_failed", error = %e, "could not persist the invite memory");
-    }
+    input.state.save_invites(&memory);
 }
 
 /// Keeps the identity block (which handle this agent is, from the served
@@ -389,9 +387,7 @@ fn forget_answered(state: &StateDir, listed: &[String]) {
         return;
     }
     tracing::debug!(event = %"invite_forgotten", count = gone.len(), "invites answered");
-    if let Err(e) = state.save_invites(&memory) {
-        tracing::warn!(event = %"invite_memory_write_failed", error = %e, "could not persist the invite memory");
-    }
+    state.save_invites(&memory);
 }
 
 /// Reads the tray, retrying transient failures and honouring `429 Retry-After`. A stop during a
