@@ -15,6 +15,7 @@ mod conformance;
 mod core_props;
 mod demo;
 mod doctor;
+mod faults;
 mod listen;
 mod runner;
 mod runtimes_cli;
