@@ -3,6 +3,7 @@
 //!
 //! Data path: frame -> wake -> coalescer -> cycle (tray, run, tray, invite rule) -> status.
 
+pub mod cli;
 pub mod config;
 pub mod core;
 pub mod demo;
