@@ -374,11 +374,11 @@ fn uid() -> u32 {
     unsafe { libc::getuid() }
 }
 
-fn write_unit(path: &Path, text: &str) -> anyhow::Result<()> {
+fn write_unit(path: &Path, text: impl AsRef<[u8]>) -> anyhow::Result<()> {
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     }
-    crate::listen::state::write_keeping_mode(path, text.as_bytes())
+    crate::listen::state::write_keeping_mode(path, text.as_ref())
         .with_context(|| format!("cannot write {}", path.display()))
 }
 
@@ -583,7 +583,7 @@ fn install(kind: ServiceKind, profile: &str, config: Option<&Path>) -> anyhow::R
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
         Err(e) => return Err(e).with_context(|| format!("cannot read {}", path.display())),
     };
-    write_unit(&path, &render(kind, &spec))?;
+    write_unit(&path, render(kind, &spec))?;
     println!("wrote {}", path.display());
     if let Some(warning) = warning {
         eprintln!("agentchat service: warning: {warning}");
@@ -625,11 +625,13 @@ fn install(kind: ServiceKind, profile: &str, config: Option<&Path>) -> anyhow::R
         }
         Err(e) => {
             let undone = match &previous {
-                Some(bytes) => crate::listen::state::write_keeping_mode(&path, bytes)
+                Some(bytes) => write_unit(&path, bytes)
                     .map(|()| format!("put the previous {} back", path.display())),
-                None => std::fs::remove_file(&path).map(|()| format!("removed {}", path.display())),
+                None => std::fs::remove_file(&path)
+                    .map(|()| format!("removed {}", path.display()))
+                    .map_err(anyhow::Error::from),
             }
-            .unwrap_or_else(|e| format!("could not undo the write of {}: {e}", path.display()));
+            .unwrap_or_else(|e| format!("could not undo the write of {}: {e:#}", path.display()));
             if kind == ServiceKind::Systemd {
                 let _ = run_manager("systemctl", &["--user", "daemon-reload"]);
             }
