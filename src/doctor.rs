@@ -809,12 +809,14 @@ pub fn first_difference(installed: &str, current: &str) -> Option<String> {
 
 /// `service`: whether the unit for this profile is installed, and whether it is what
 /// `agentchat service print` renders now.
+/// "Written" is only the file: `manager` says whether it is enabled and running.
 pub fn check_service(
     profile: &str,
     config: Option<&Path>,
     path: &Result<PathBuf, String>,
     installed: Option<&Result<String, String>>,
     current: &Result<String, String>,
+    manager: &service::ManagerView,
 ) -> Check {
     let path = match path {
         Ok(p) => p,
@@ -845,11 +847,9 @@ pub fn check_service(
         )
         .with("installed", true),
         Some(Ok(text)) => match current {
-            Ok(now) if now == text => {
-                Check::pass("service", format!("installed and current ({p})"))
-                    .with("installed", true)
-                    .with("current", true)
-            }
+            Ok(now) if now == text => manager_check(profile, &p.to_string(), manager)
+                .with("installed", true)
+                .with("current", true),
             Ok(now) => {
                 let diff = first_difference(text, now).unwrap_or_default();
                 let hint = if config.is_none()
@@ -862,7 +862,7 @@ pub fn check_service(
                 Check::warn(
                     "service",
                     format!(
-                        "installed at {p} but it differs from what `agentchat service print` \
+                        "written at {p} but it differs from what `agentchat service print` \
                          renders now (first difference: `{diff}`); reinstall: `{reinstall}`{hint}"
                     ),
                 )
@@ -871,12 +871,58 @@ pub fn check_service(
             .with("current", false),
             Err(e) => Check::warn(
                 "service",
-                format!("installed at {p}; cannot render the current unit: {e}"),
+                format!("written at {p}; cannot render the current unit: {e}"),
             )
             .with("installed", true),
         },
     };
     c.with("path", p.to_string())
+}
+
+/// A written, current unit: PASS only when the manager runs it (or was not asked); facts
+/// `enabled` and `running` are what the manager said (absent when it was not asked).
+fn manager_check(profile: &str, path: &str, manager: &service::ManagerView) -> Check {
+    use service::ManagerView;
+    let unit = service::systemd_unit_name(profile);
+    match manager {
+        ManagerView::NotAsked => Check::pass(
+            "service",
+            format!("written and current ({path}); {}", manager.describe()),
+        ),
+        ManagerView::Unreachable(why) => Check::warn(
+            "service",
+            format!(
+                "written at {path} but no service manager answers ({why}), so it is not \
+                 running; run `agentchat listen` in a terminal, or see `agentchat service status`"
+            ),
+        ),
+        ManagerView::Answered {
+            enabled, running, ..
+        } => {
+            let facts = |c: Check| c.with("enabled", *enabled).with("running", *running);
+            let detail = format!("{path}; {}", manager.describe());
+            facts(match (enabled, running) {
+                (true, true) => Check::pass(
+                    "service",
+                    format!("written, enabled and running ({detail})"),
+                ),
+                (_, false) => Check::warn(
+                    "service",
+                    format!(
+                        "written but not running ({detail}): see `agentchat service status` and \
+                         the listener's log (`journalctl --user -u {unit}`)"
+                    ),
+                ),
+                (false, true) => Check::warn(
+                    "service",
+                    format!(
+                        "running but not enabled, so it will not start at login ({detail}): \
+                         `agentchat service install` again"
+                    ),
+                ),
+            })
+        }
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1271,11 +1317,12 @@ fn service_check(profile: &str, config: Option<PathBuf>) -> Check {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
             Err(e) => Some(Err(e.to_string())),
         });
-    let current = match installed {
-        Some(Ok(_)) => {
-            service::render_current(kind, profile, config.clone()).map_err(|e| format!("{e:#}"))
-        }
-        _ => Err(String::new()),
+    let (current, manager) = match installed {
+        Some(Ok(_)) => (
+            service::render_current(kind, profile, config.clone()).map_err(|e| format!("{e:#}")),
+            service::manager_view(kind, profile),
+        ),
+        _ => (Err(String::new()), service::ManagerView::NotAsked),
     };
     check_service(
         profile,
@@ -1283,6 +1330,7 @@ fn service_check(profile: &str, config: Option<PathBuf>) -> Check {
         &path,
         installed.as_ref(),
         &current,
+        &manager,
     )
 }
 
@@ -1634,6 +1682,7 @@ mod tests {
             &Ok("/u/x.service".into()),
             Some(&Ok(a.into())),
             &Ok(b.into()),
+            &service::ManagerView::NotAsked,
         );
         assert_eq!(c.level, Level::Warn);
         assert!(
@@ -1647,6 +1696,7 @@ mod tests {
             &Ok("/u/x".into()),
             Some(&Ok(a.into())),
             &Ok(a.into()),
+            &service::ManagerView::NotAsked,
         );
         assert_eq!(same.level, Level::Pass);
         let none = check_service(
@@ -1655,9 +1705,72 @@ mod tests {
             &Ok("/u/x".into()),
             None,
             &Err(String::new()),
+            &service::ManagerView::NotAsked,
         );
         assert_eq!(none.level, Level::Pass);
         assert_eq!(none.facts["installed"], false);
+    }
+
+    #[test]
+    fn a_written_unit_passes_only_when_the_manager_runs_it() {
+        use service::ManagerView;
+        let unit = "[Service]\n";
+        let check = |manager: ManagerView| {
+            check_service(
+                "default",
+                None,
+                &Ok("/u/agentchat-listen.service".into()),
+                Some(&Ok(unit.into())),
+                &Ok(unit.into()),
+                &manager,
+            )
+        };
+        let answered = |enabled, running| ManagerView::Answered {
+            enabled,
+            running,
+            enabled_word: if enabled { "enabled" } else { "disabled" }.into(),
+            active_word: if running { "active" } else { "failed" }.into(),
+        };
+        let c = check(answered(true, true));
+        assert_eq!(c.level, Level::Pass, "{}", c.detail);
+        assert!(
+            c.detail.starts_with("written, enabled and running"),
+            "{}",
+            c.detail
+        );
+        assert_eq!(
+            (c.facts["enabled"].clone(), c.facts["running"].clone()),
+            (true.into(), true.into())
+        );
+        let c = check(answered(true, false));
+        assert_eq!(c.level, Level::Warn);
+        assert!(
+            c.detail.contains("not running")
+                && c.detail
+                    .contains("journalctl --user -u agentchat-listen.service"),
+            "{}",
+            c.detail
+        );
+        let c = check(answered(false, true));
+        assert_eq!(c.level, Level::Warn);
+        assert!(c.detail.contains("not enabled"), "{}", c.detail);
+        let c = check(ManagerView::Unreachable(
+            "`systemctl --user`: Failed to connect to bus".into(),
+        ));
+        assert_eq!(c.level, Level::Warn);
+        assert!(
+            c.detail.contains("Failed to connect to bus") && c.detail.contains("agentchat listen"),
+            "{}",
+            c.detail
+        );
+        assert!(
+            !c.detail.contains("installed"),
+            "a unit no manager runs is not installed: {}",
+            c.detail
+        );
+        let c = check(ManagerView::NotAsked);
+        assert_eq!(c.level, Level::Pass);
+        assert!(c.detail.starts_with("written and current"), "{}", c.detail);
     }
 
     #[tokio::test]
