@@ -11,6 +11,7 @@ mod agent;
 mod rest;
 pub mod timeline;
 
+use crate::sys::process::{GroupChild, Termination};
 use anyhow::{Context, anyhow, bail};
 use rest::{Rest, list_of, str_at};
 use secrecy::SecretString;
@@ -86,37 +87,22 @@ impl Drop for ScratchDir {
     }
 }
 
-/// The listener child. Dropping it SIGKILLs it if it still runs, so no path leaves it behind.
-struct Listener {
-    child: tokio::process::Child,
-    pid: i32,
-}
+/// The listener child, in its own process group. Dropping it SIGKILLs the group, so no path
+/// leaves the listener behind.
+struct Listener(GroupChild);
 
 impl Listener {
     /// SIGTERM (the listener's graceful stop: its run gets the grace), then SIGKILL after `grace`.
     async fn stop(&mut self, grace: Duration) -> anyhow::Result<std::process::ExitStatus> {
-        if let Ok(Some(status)) = self.child.try_wait() {
+        if let Ok(Some(status)) = self.0.child.try_wait() {
             return Ok(status);
         }
-        // SAFETY: kill has no memory-safety preconditions; pid is our own child, not yet reaped.
-        unsafe {
-            libc::kill(self.pid, libc::SIGTERM);
-        }
-        match tokio::time::timeout(grace, self.child.wait()).await {
-            Ok(status) => Ok(status?),
-            Err(_) => {
-                let _ = self.child.start_kill();
-                let status = self.child.wait().await?;
+        match self.0.terminate(grace).await {
+            (status, Termination::WithinGrace) => Ok(status?),
+            (status, Termination::Killed) => {
+                let status = status?;
                 bail!("the listener did not stop within {grace:?} of SIGTERM; killed it ({status})")
             }
-        }
-    }
-}
-
-impl Drop for Listener {
-    fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            let _ = self.child.start_kill();
         }
     }
 }
@@ -219,16 +205,16 @@ async fn with_server(
         .stderr(std::process::Stdio::piped())
         .kill_on_drop(true);
     stop_with_parent(&mut cmd);
-    let mut child = cmd.spawn().context("cannot start agentchat listen")?;
-    let pid = child
+    let mut group = GroupChild::spawn(&mut cmd).context("cannot start agentchat listen")?;
+    let pid = group
         .id()
-        .and_then(|p| i32::try_from(p).ok())
         .ok_or_else(|| anyhow!("the listener exited at once"))?;
-    let stderr = child
+    let stderr = group
+        .child
         .stderr
         .take()
         .ok_or_else(|| anyhow!("no stderr from the listener"))?;
-    let mut listener = Listener { child, pid };
+    let mut listener = Listener(group);
     clock.say(
         "listener",
         &format!("agentchat listen spawned for {bob_handle} (pid {pid})"),

@@ -11,7 +11,7 @@ use crate::client::{Api, ApiError};
 use crate::config::{self, ConfigArgs, ConfigError, IntegrationSwitch, KeySource, RuntimeKind};
 use crate::listen::state_dir::{LOCK_FILE, STATUS_FILE};
 use crate::service::{self, ServiceKind};
-use crate::sys::process::pid_alive;
+use crate::sys::process::{GroupChild, ProcessEnd, pid_alive};
 use secrecy::{ExposeSecret, SecretString};
 use serde_json::{Map, Value, json};
 use std::path::{Path, PathBuf};
@@ -557,32 +557,24 @@ pub fn check_status(
 }
 
 /// How a probe (`--version`, a login check) ended, with its output.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ProbeEnd {
-    Exited(i32),
-    Signalled,
-    TimedOut,
-    SpawnFailed(String),
-}
-
 #[derive(Debug, Clone)]
 pub struct Probe {
-    pub end: ProbeEnd,
+    pub end: ProcessEnd,
     pub stdout: String,
     pub stderr: String,
 }
 
-impl ProbeEnd {
-    fn describe(&self, what: &str) -> String {
-        match self {
-            ProbeEnd::Exited(c) => format!("`{what}` exited with {c}"),
-            ProbeEnd::Signalled => format!("`{what}` was killed by a signal"),
-            ProbeEnd::TimedOut => format!(
-                "`{what}` did not answer within {} s",
-                PROBE_TIMEOUT.as_secs()
-            ),
-            ProbeEnd::SpawnFailed(e) => format!("`{what}` could not start: {}", sanitize(e)),
-        }
+/// `` `what` exited with 1 ``, ... : how a probe ended, for a check's detail.
+fn describe(end: &ProcessEnd, what: &str) -> String {
+    match end {
+        ProcessEnd::Exited(c) => format!("`{what}` exited with {c}"),
+        ProcessEnd::Signalled(_) => format!("`{what}` was killed by a signal"),
+        ProcessEnd::TimedOut => format!(
+            "`{what}` did not answer within {} s",
+            PROBE_TIMEOUT.as_secs()
+        ),
+        ProcessEnd::Cancelled => format!("`{what}` was stopped"),
+        ProcessEnd::SpawnFailed(e) => format!("`{what}` could not start: {}", sanitize(e)),
     }
 }
 
@@ -663,7 +655,7 @@ pub fn check_cli_runtime(
     let rt = runtime.as_str();
     let c = match (binary, version) {
         (Err(e), _) => Check::fail("runtime", format!("{rt}: {e}")),
-        (Ok(p), Some(probe)) if probe.end == ProbeEnd::Exited(0) => {
+        (Ok(p), Some(probe)) if probe.end == ProcessEnd::Exited(0) => {
             let v = probe
                 .stdout
                 .lines()
@@ -680,7 +672,7 @@ pub fn check_cli_runtime(
             format!(
                 "{rt}: {} does not work: {}",
                 p.display(),
-                probe.end.describe("--version")
+                describe(&probe.end, "--version")
             ),
         )
         .with("path", p.display().to_string()),
@@ -707,7 +699,7 @@ pub fn judge_claude_login(probe: &Probe) -> (bool, String) {
         .and_then(Value::as_str)
         .map(word)
         .filter(|m| !m.is_empty() && m != "none");
-    let ok = probe.end == ProbeEnd::Exited(0) && logged != Some(false);
+    let ok = probe.end == ProcessEnd::Exited(0) && logged != Some(false);
     let reason = if ok {
         match method {
             Some(m) => format!("logged in ({m})"),
@@ -717,12 +709,12 @@ pub fn judge_claude_login(probe: &Probe) -> (bool, String) {
         format!(
             "not logged in ({}); log in as the listener's user (`claude auth login`), or give the \
              listener ANTHROPIC_API_KEY",
-            probe.end.describe("claude auth status")
+            describe(&probe.end, "claude auth status")
         )
     } else {
         format!(
             "cannot tell whether Claude Code is logged in: {}",
-            probe.end.describe("claude auth status")
+            describe(&probe.end, "claude auth status")
         )
     };
     (ok, reason)
@@ -732,7 +724,7 @@ pub fn judge_claude_login(probe: &Probe) -> (bool, String) {
 /// `Logged in using`, cut before ` - ` (Codex prints a masked key there).
 pub fn judge_codex_login(probe: &Probe) -> (bool, String) {
     let all = format!("{}\n{}", probe.stdout, probe.stderr);
-    let ok = probe.end == ProbeEnd::Exited(0);
+    let ok = probe.end == ProcessEnd::Exited(0);
     if ok {
         let method = all
             .lines()
@@ -751,12 +743,12 @@ pub fn judge_codex_login(probe: &Probe) -> (bool, String) {
     let reason = if not_logged {
         format!(
             "not logged in ({}); run `codex login` as the listener's user, or give the listener a provider key",
-            probe.end.describe("codex login status")
+            describe(&probe.end, "codex login status")
         )
     } else {
         format!(
             "cannot tell whether Codex is logged in: {}",
-            probe.end.describe("codex login status")
+            describe(&probe.end, "codex login status")
         )
     };
     (false, reason)
@@ -775,7 +767,7 @@ pub fn check_login(runtime: RuntimeKind, probe: &Probe) -> Check {
         .with(
             "exit_code",
             match probe.end {
-                ProbeEnd::Exited(c) => Value::from(c),
+                ProcessEnd::Exited(c) => Value::from(c),
                 _ => Value::Null,
             },
         )
@@ -960,7 +952,6 @@ pub async fn probe(
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
-        .process_group(0)
         .kill_on_drop(true);
     for k in env_remove {
         cmd.env_remove(k);
@@ -968,40 +959,24 @@ pub async fn probe(
     for (k, v) in env_set {
         cmd.env(k, v);
     }
-    let child = match cmd.spawn() {
-        Ok(c) => c,
-        Err(e) => {
-            return Probe {
-                end: ProbeEnd::SpawnFailed(e.to_string()),
-                stdout: String::new(),
-                stderr: String::new(),
-            };
-        }
+    let ended = |end| Probe {
+        end,
+        stdout: String::new(),
+        stderr: String::new(),
     };
-    let pgid = child.id().and_then(|p| i32::try_from(p).ok());
-    let result = tokio::time::timeout(timeout, child.wait_with_output()).await;
-    if let Some(pgid) = pgid {
-        crate::sys::process::signal_group(pgid, libc::SIGKILL);
-    }
-    match result {
+    let group = match GroupChild::spawn(&mut cmd) {
+        Ok(g) => g,
+        Err(e) => return ended(ProcessEnd::SpawnFailed(e.to_string())),
+    };
+    // A probe past its time is dropped with its group (`GroupChild` kills it).
+    match tokio::time::timeout(timeout, group.wait_with_output()).await {
         Ok(Ok(out)) => Probe {
-            end: match out.status.code() {
-                Some(c) => ProbeEnd::Exited(c),
-                None => ProbeEnd::Signalled,
-            },
+            end: ProcessEnd::from_status(out.status),
             stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
             stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
         },
-        Ok(Err(e)) => Probe {
-            end: ProbeEnd::SpawnFailed(e.to_string()),
-            stdout: String::new(),
-            stderr: String::new(),
-        },
-        Err(_) => Probe {
-            end: ProbeEnd::TimedOut,
-            stdout: String::new(),
-            stderr: String::new(),
-        },
+        Ok(Err(e)) => ended(ProcessEnd::SpawnFailed(e.to_string())),
+        Err(_) => ended(ProcessEnd::TimedOut),
     }
 }
 
@@ -1300,7 +1275,7 @@ pub async fn run_command(args: DoctorArgs) -> anyhow::Result<i32> {
 mod tests {
     use super::*;
 
-    fn probe_of(end: ProbeEnd, stdout: &str, stderr: &str) -> Probe {
+    fn probe_of(end: ProcessEnd, stdout: &str, stderr: &str) -> Probe {
         Probe {
             end,
             stdout: stdout.into(),
@@ -1536,7 +1511,7 @@ mod tests {
     #[test]
     fn claude_login_reads_only_logged_in_and_the_method() {
         let no = probe_of(
-            ProbeEnd::Exited(1),
+            ProcessEnd::Exited(1),
             r#"{"loggedIn": false, "authMethod": "none", "apiProvider": "firstParty"}"#,
             "",
         );
@@ -1551,14 +1526,14 @@ mod tests {
         );
         assert!(reason.starts_with("not logged in"), "{reason}");
         let yes = probe_of(
-            ProbeEnd::Exited(0),
+            ProcessEnd::Exited(0),
             r#"{"loggedIn": true, "authMethod": "claude.ai", "email": "me@example.com"}"#,
             "",
         );
         let (ok, reason) = judge_claude_login(&yes);
         assert!(ok);
         assert_eq!(reason, "logged in (claude.ai)");
-        let hung = probe_of(ProbeEnd::TimedOut, "", "");
+        let hung = probe_of(ProcessEnd::TimedOut, "", "");
         let (ok, reason) = judge_claude_login(&hung);
         assert!(!ok);
         assert!(reason.contains("did not answer"), "{reason}");
@@ -1567,7 +1542,7 @@ mod tests {
     #[test]
     fn codex_login_method_never_includes_the_masked_key() {
         let yes = probe_of(
-            ProbeEnd::Exited(0),
+            ProcessEnd::Exited(0),
             "",
             "Logged in using an API key - sk-proj-***ABCDE\n",
         );
@@ -1575,7 +1550,7 @@ mod tests {
         assert!(ok);
         assert_eq!(reason, "logged in (using an API key)");
         let no = probe_of(
-            ProbeEnd::Exited(1),
+            ProcessEnd::Exited(1),
             "",
             "WARNING: something\nNot logged in\n",
         );
@@ -1615,7 +1590,7 @@ mod tests {
         assert_eq!(c.level, Level::Fail);
         assert!(c.detail.contains("listen.codex.binary"));
         let found: Result<PathBuf, String> = Ok("/x/claude".into());
-        let broken = probe_of(ProbeEnd::Exited(127), "", "");
+        let broken = probe_of(ProcessEnd::Exited(127), "", "");
         let c = check_cli_runtime(RuntimeKind::ClaudeCode, "k", &found, Some(&broken));
         assert_eq!(c.level, Level::Fail);
         assert!(c.detail.contains("exited with 127"));
@@ -1673,7 +1648,7 @@ mod tests {
             Duration::from_millis(500),
         )
         .await;
-        assert_eq!(p.end, ProbeEnd::TimedOut);
+        assert_eq!(p.end, ProcessEnd::TimedOut);
         let pid: i32 = std::fs::read_to_string(&pidfile)
             .unwrap()
             .trim()
@@ -1711,10 +1686,10 @@ mod tests {
             PROBE_TIMEOUT,
         )
         .await;
-        assert_eq!(p.end, ProbeEnd::Exited(3));
+        assert_eq!(p.end, ProcessEnd::Exited(3));
         assert_eq!(p.stdout, "out\n");
         assert_eq!(p.stderr, "err\n");
         let missing = probe(Path::new("/nonexistent/x"), &[], &[], &[], PROBE_TIMEOUT).await;
-        assert!(matches!(missing.end, ProbeEnd::SpawnFailed(_)));
+        assert!(matches!(missing.end, ProcessEnd::SpawnFailed(_)));
     }
 }
