@@ -316,109 +316,116 @@ pub async fn run_command(args: ServiceArgs) -> anyhow::Result<i32> {
                 "{}",
                 render(kind, &spec_for(&profile, args.config.as_deref())?)
             );
-            Ok(0)
         }
-        ServiceAction::Install => {
-            let spec = spec_for(&profile, args.config.as_deref())?;
-            let target = target(kind)?;
-            let path = target.dir.join(file_name(kind, &profile));
-            write_unit(&path, &render(kind, &spec))?;
-            println!("wrote {}", path.display());
-            if target.dry_run {
-                println!("AGENTCHAT_SERVICE_DIR is set: not calling the service manager");
-                return Ok(0);
-            }
-            match kind {
-                ServiceKind::Systemd => {
-                    let unit = systemd_unit_name(&profile);
-                    run_manager("systemctl", &["--user", "daemon-reload"])?;
-                    run_manager("systemctl", &["--user", "enable", "--now", &unit])?;
-                    println!("started {unit}; logs: journalctl --user -u {unit}");
-                    println!(
-                        "to keep it running while you are logged out: loginctl enable-linger $USER"
-                    );
-                }
-                ServiceKind::Launchd => {
-                    let domain = format!("gui/{}", uid());
-                    let plist = path.display().to_string();
-                    // A previous copy must be booted out first, or bootstrap refuses.
-                    let _ = run_manager(
-                        "launchctl",
-                        &["bootout", &format!("{domain}/{}", launchd_label(&profile))],
-                    );
-                    run_manager("launchctl", &["bootstrap", &domain, &plist])?;
-                    println!("started {}", launchd_label(&profile));
-                }
-            }
-            Ok(0)
+        ServiceAction::Install => install(kind, &profile, args.config.as_deref())?,
+        ServiceAction::Uninstall => uninstall(kind, &profile)?,
+        ServiceAction::Status => status(kind, &profile)?,
+    }
+    Ok(0)
+}
+
+/// `service install`: writes the unit, then has the service manager start it now and at login.
+fn install(kind: ServiceKind, profile: &str, config: Option<&Path>) -> anyhow::Result<()> {
+    let spec = spec_for(profile, config)?;
+    let target = target(kind)?;
+    let path = target.dir.join(file_name(kind, profile));
+    write_unit(&path, &render(kind, &spec))?;
+    println!("wrote {}", path.display());
+    if target.dry_run {
+        println!("AGENTCHAT_SERVICE_DIR is set: not calling the service manager");
+        return Ok(());
+    }
+    match kind {
+        ServiceKind::Systemd => {
+            let unit = systemd_unit_name(profile);
+            run_manager("systemctl", &["--user", "daemon-reload"])?;
+            run_manager("systemctl", &["--user", "enable", "--now", &unit])?;
+            println!("started {unit}; logs: journalctl --user -u {unit}");
+            println!("to keep it running while you are logged out: loginctl enable-linger $USER");
         }
-        ServiceAction::Uninstall => {
-            let target = target(kind)?;
-            let path = target.dir.join(file_name(kind, &profile));
-            if !target.dry_run {
-                match kind {
-                    ServiceKind::Systemd => {
-                        let unit = systemd_unit_name(&profile);
-                        let _ = run_manager("systemctl", &["--user", "disable", "--now", &unit]);
-                    }
-                    ServiceKind::Launchd => {
-                        let service = format!("gui/{}/{}", uid(), launchd_label(&profile));
-                        let _ = run_manager("launchctl", &["bootout", &service]);
-                    }
-                }
-            }
-            match std::fs::remove_file(&path) {
-                Ok(()) => println!("removed {}", path.display()),
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                    println!("no unit at {}", path.display())
-                }
-                Err(e) => {
-                    return Err(e).with_context(|| format!("cannot remove {}", path.display()));
-                }
-            }
-            if !target.dry_run && kind == ServiceKind::Systemd {
-                let _ = run_manager("systemctl", &["--user", "daemon-reload"]);
-            }
-            Ok(0)
-        }
-        ServiceAction::Status => {
-            let target = target(kind)?;
-            let path = target.dir.join(file_name(kind, &profile));
-            println!(
-                "unit: {} ({})",
-                path.display(),
-                if path.exists() {
-                    "installed"
-                } else {
-                    "not installed"
-                }
+        ServiceKind::Launchd => {
+            let domain = format!("gui/{}", uid());
+            let plist = path.display().to_string();
+            // A previous copy must be booted out first, or bootstrap refuses.
+            let _ = run_manager(
+                "launchctl",
+                &["bootout", &format!("{domain}/{}", launchd_label(profile))],
             );
-            if target.dry_run {
-                return Ok(0);
-            }
-            let answer = match kind {
-                ServiceKind::Systemd => Command::new("systemctl")
-                    .args([
-                        "--user",
-                        "status",
-                        "--no-pager",
-                        &systemd_unit_name(&profile),
-                    ])
-                    .output(),
-                ServiceKind::Launchd => Command::new("launchctl")
-                    .args([
-                        "print",
-                        &format!("gui/{}/{}", uid(), launchd_label(&profile)),
-                    ])
-                    .output(),
-            };
-            match answer {
-                Ok(out) => print!("{}", String::from_utf8_lossy(&out.stdout)),
-                Err(e) => println!("cannot ask the service manager: {e}"),
-            }
-            Ok(0)
+            run_manager("launchctl", &["bootstrap", &domain, &plist])?;
+            println!("started {}", launchd_label(profile));
         }
     }
+    Ok(())
+}
+
+/// `service uninstall`: stops the service (errors ignored: it may not run) and removes its unit.
+fn uninstall(kind: ServiceKind, profile: &str) -> anyhow::Result<()> {
+    let target = target(kind)?;
+    let path = target.dir.join(file_name(kind, profile));
+    if !target.dry_run {
+        match kind {
+            ServiceKind::Systemd => {
+                let unit = systemd_unit_name(profile);
+                let _ = run_manager("systemctl", &["--user", "disable", "--now", &unit]);
+            }
+            ServiceKind::Launchd => {
+                let service = format!("gui/{}/{}", uid(), launchd_label(profile));
+                let _ = run_manager("launchctl", &["bootout", &service]);
+            }
+        }
+    }
+    match std::fs::remove_file(&path) {
+        Ok(()) => println!("removed {}", path.display()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            println!("no unit at {}", path.display())
+        }
+        Err(e) => {
+            return Err(e).with_context(|| format!("cannot remove {}", path.display()));
+        }
+    }
+    if !target.dry_run && kind == ServiceKind::Systemd {
+        let _ = run_manager("systemctl", &["--user", "daemon-reload"]);
+    }
+    Ok(())
+}
+
+/// `service status`: whether the unit is installed, then what the service manager says.
+fn status(kind: ServiceKind, profile: &str) -> anyhow::Result<()> {
+    let target = target(kind)?;
+    let path = target.dir.join(file_name(kind, profile));
+    println!(
+        "unit: {} ({})",
+        path.display(),
+        if path.exists() {
+            "installed"
+        } else {
+            "not installed"
+        }
+    );
+    if target.dry_run {
+        return Ok(());
+    }
+    let answer = match kind {
+        ServiceKind::Systemd => Command::new("systemctl")
+            .args([
+                "--user",
+                "status",
+                "--no-pager",
+                &systemd_unit_name(profile),
+            ])
+            .output(),
+        ServiceKind::Launchd => Command::new("launchctl")
+            .args([
+                "print",
+                &format!("gui/{}/{}", uid(), launchd_label(profile)),
+            ])
+            .output(),
+    };
+    match answer {
+        Ok(out) => print!("{}", String::from_utf8_lossy(&out.stdout)),
+        Err(e) => println!("cannot ask the service manager: {e}"),
+    }
+    Ok(())
 }
 
 /// Where `service install` puts this profile's unit (respecting `AGENTCHAT_SERVICE_DIR`). For
