@@ -283,11 +283,6 @@ fn run_manager(program: &str, args: &[&str]) -> anyhow::Result<String> {
     Ok(text)
 }
 
-fn uid() -> u32 {
-    // SAFETY: getuid has no preconditions and cannot fail.
-    unsafe { libc::getuid() }
-}
-
 fn write_unit(path: &Path, text: &str) -> anyhow::Result<()> {
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
@@ -344,7 +339,7 @@ fn install(kind: ServiceKind, profile: &str, config: Option<&Path>) -> anyhow::R
             println!("to keep it running while you are logged out: loginctl enable-linger $USER");
         }
         ServiceKind::Launchd => {
-            let domain = format!("gui/{}", uid());
+            let domain = format!("gui/{}", crate::sys::process::current_uid());
             let plist = path.display().to_string();
             // A previous copy must be booted out first, or bootstrap refuses.
             let _ = run_manager(
@@ -369,7 +364,11 @@ fn uninstall(kind: ServiceKind, profile: &str) -> anyhow::Result<()> {
                 let _ = run_manager("systemctl", &["--user", "disable", "--now", &unit]);
             }
             ServiceKind::Launchd => {
-                let service = format!("gui/{}/{}", uid(), launchd_label(profile));
+                let service = format!(
+                    "gui/{}/{}",
+                    crate::sys::process::current_uid(),
+                    launchd_label(profile)
+                );
                 let _ = run_manager("launchctl", &["bootout", &service]);
             }
         }
@@ -417,7 +416,11 @@ fn status(kind: ServiceKind, profile: &str) -> anyhow::Result<()> {
         ServiceKind::Launchd => Command::new("launchctl")
             .args([
                 "print",
-                &format!("gui/{}/{}", uid(), launchd_label(profile)),
+                &format!(
+                    "gui/{}/{}",
+                    crate::sys::process::current_uid(),
+                    launchd_label(profile)
+                ),
             ])
             .output(),
     };

@@ -54,8 +54,7 @@ pub fn state_dir_facts(path: &Path) -> StateDirFacts {
     if !meta.is_dir() {
         return StateDirFacts::NotADir;
     }
-    // SAFETY: getuid has no preconditions and cannot fail.
-    let me = unsafe { libc::getuid() };
+    let me = crate::sys::process::current_uid();
     let probe = path.join(format!(".doctor-{}", std::process::id()));
     let writable = std::fs::OpenOptions::new()
         .write(true)

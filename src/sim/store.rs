@@ -8,9 +8,10 @@ use serde_json::{Value, json};
 use tokio::sync::broadcast;
 
 use super::budget::IpBudget;
-use super::clock::{SimClock, iso, new_delivery_id, new_id, new_key, now_iso, unix_ms};
+use super::clock::{SimClock, new_delivery_id, new_id, new_key, now_iso, unix_ms};
 use super::error::{Rejection, SimResult};
 use super::model::*;
+use crate::sys::time::rfc3339;
 
 pub const CATEGORIES: [&str; 9] = [
     "open_request",
@@ -435,8 +436,8 @@ impl Store {
             content,
             metadata,
             mentions,
-            created_at: iso(now),
-            created_unix_ms: unix_ms(),
+            created_at: rfc3339(now),
+            created_unix_ms: crate::sys::time::unix_ms(now),
             created_v: self.now_v(),
             ord,
             recipients: recipients
@@ -748,12 +749,7 @@ impl Store {
                     .map(bare)
                     .ok_or_else(|| Rejection::validation("target_handle is required"))?;
                 self.agent(&t)?;
-                let a = self.agent_mut(h)?;
-                if on {
-                    a.muted_agents.insert(t.clone())
-                } else {
-                    a.muted_agents.remove(&t)
-                };
+                set_member(&mut self.agent_mut(h)?.muted_agents, &t, on);
                 Ok(json!({"target_kind": "agent", "target_handle": t, "muted": on}))
             }
             "conversation" => {
@@ -763,12 +759,7 @@ impl Store {
                     .ok_or_else(|| Rejection::validation("target_id is required"))?
                     .to_string();
                 self.conv_for(h, &t)?;
-                let a = self.agent_mut(h)?;
-                if on {
-                    a.muted_convs.insert(t.clone())
-                } else {
-                    a.muted_convs.remove(&t)
-                };
+                set_member(&mut self.agent_mut(h)?.muted_convs, &t, on);
                 Ok(json!({"target_kind": "conversation", "target_id": t, "muted": on}))
             }
             _ => Err(Rejection::validation(
@@ -833,6 +824,15 @@ fn client_msg_id(body: &Value) -> SimResult<String> {
         _ => Err(Rejection::validation(
             "client_msg_id must be a non-empty string",
         )),
+    }
+}
+
+/// Puts `item` in `set` when `on`, else takes it out (a mute or an unmute).
+fn set_member(set: &mut BTreeSet<String>, item: &str, on: bool) {
+    if on {
+        set.insert(item.to_string());
+    } else {
+        set.remove(item);
     }
 }
 

@@ -118,6 +118,12 @@ impl GroupChild {
     }
 }
 
+/// The real user id this process runs as.
+pub fn current_uid() -> u32 {
+    // SAFETY: getuid has no preconditions and cannot fail.
+    unsafe { libc::getuid() }
+}
+
 /// Whether a process with this pid exists (a status file's pid may be stale).
 pub fn pid_alive(pid: u64) -> bool {
     let Ok(pid) = i32::try_from(pid) else {
