@@ -366,11 +366,6 @@ fn run_manager(program: &str, args: &[&str]) -> anyhow::Result<String> {
     Ok(text)
 }
 
-fn uid() -> u32 {
-    // SAFETY: getuid has no preconditions and cannot fail.
-    unsafe { libc::getuid() }
-}
-
 fn write_unit(path: &Path, text: impl AsRef<[u8]>) -> anyhow::Result<()> {
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
@@ -494,7 +489,7 @@ pub fn manager_view(kind: ServiceKind, profile: &str) -> ManagerView {
             }
         }
         ServiceKind::Launchd => {
-            let domain = format!("gui/{}", uid());
+            let domain = format!("gui/{}", crate::sys::process::current_uid());
             if let Err(e) = run_manager("launchctl", &["print", &domain]) {
                 return ManagerView::Unreachable(format!("{e:#}"));
             }
@@ -602,7 +597,7 @@ fn install(kind: ServiceKind, profile: &str, config: Option<&Path>) -> anyhow::R
                 })
         }
         ServiceKind::Launchd => {
-            let domain = format!("gui/{}", uid());
+            let domain = format!("gui/{}", crate::sys::process::current_uid());
             // A previous copy must be booted out first, or bootstrap refuses.
             let _ = run_manager(
                 "launchctl",
@@ -667,89 +662,103 @@ pub async fn run_command(args: ServiceArgs) -> anyhow::Result<i32> {
             Ok(0)
         }
         ServiceAction::Install => install(kind, &profile, args.config.as_deref()),
-        ServiceAction::Uninstall => {
-            let target = target(kind)?;
-            let path = target.dir.join(file_name(kind, &profile));
-            if !target.dry_run {
-                match kind {
-                    ServiceKind::Systemd => {
-                        let unit = systemd_unit_name(&profile);
-                        let _ = run_manager("systemctl", &["--user", "disable", "--now", &unit]);
-                    }
-                    ServiceKind::Launchd => {
-                        let service = format!("gui/{}/{}", uid(), launchd_label(&profile));
-                        let _ = run_manager("launchctl", &["bootout", &service]);
-                    }
-                }
+        ServiceAction::Uninstall => uninstall(kind, &profile),
+        ServiceAction::Status => status(kind, &profile),
+    }
+}
+
+/// `service uninstall`: stop and disable the unit, then remove its file.
+fn uninstall(kind: ServiceKind, profile: &str) -> anyhow::Result<i32> {
+    let target = target(kind)?;
+    let path = target.dir.join(file_name(kind, profile));
+    if !target.dry_run {
+        match kind {
+            ServiceKind::Systemd => {
+                let unit = systemd_unit_name(profile);
+                let _ = run_manager("systemctl", &["--user", "disable", "--now", &unit]);
             }
-            match std::fs::remove_file(&path) {
-                Ok(()) => println!("removed {}", path.display()),
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                    println!("no unit at {}", path.display())
-                }
-                Err(e) => {
-                    return Err(e).with_context(|| format!("cannot remove {}", path.display()));
-                }
+            ServiceKind::Launchd => {
+                let service = format!(
+                    "gui/{}/{}",
+                    crate::sys::process::current_uid(),
+                    launchd_label(profile)
+                );
+                let _ = run_manager("launchctl", &["bootout", &service]);
             }
-            if !target.dry_run && kind == ServiceKind::Systemd {
-                let _ = run_manager("systemctl", &["--user", "daemon-reload"]);
-            }
-            Ok(0)
-        }
-        ServiceAction::Status => {
-            let target = target(kind)?;
-            let path = target.dir.join(file_name(kind, &profile));
-            let written = if path.exists() {
-                "written"
-            } else {
-                "not written"
-            };
-            println!("unit: {} ({written})", path.display());
-            let view = manager_view(kind, &profile);
-            match &view {
-                ManagerView::Answered {
-                    enabled,
-                    running,
-                    enabled_word,
-                    active_word,
-                } => {
-                    let yes = |b: &bool| if *b { "yes" } else { "no" };
-                    println!("enabled: {} ({enabled_word})", yes(enabled));
-                    println!("running: {} ({active_word})", yes(running));
-                }
-                other => println!("manager: {}", other.describe()),
-            }
-            if let ManagerView::Unreachable(_) = view
-                && kind == ServiceKind::Systemd
-            {
-                println!("{}", no_user_manager_advice(booted_with_systemd()));
-            }
-            if !matches!(view, ManagerView::Answered { .. }) {
-                return Ok(0);
-            }
-            let answer = match kind {
-                ServiceKind::Systemd => Command::new("systemctl")
-                    .args([
-                        "--user",
-                        "status",
-                        "--no-pager",
-                        &systemd_unit_name(&profile),
-                    ])
-                    .output(),
-                ServiceKind::Launchd => Command::new("launchctl")
-                    .args([
-                        "print",
-                        &format!("gui/{}/{}", uid(), launchd_label(&profile)),
-                    ])
-                    .output(),
-            };
-            match answer {
-                Ok(out) => print!("{}", String::from_utf8_lossy(&out.stdout)),
-                Err(e) => println!("cannot ask the service manager: {e}"),
-            }
-            Ok(0)
         }
     }
+    match std::fs::remove_file(&path) {
+        Ok(()) => println!("removed {}", path.display()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            println!("no unit at {}", path.display())
+        }
+        Err(e) => {
+            return Err(e).with_context(|| format!("cannot remove {}", path.display()));
+        }
+    }
+    if !target.dry_run && kind == ServiceKind::Systemd {
+        let _ = run_manager("systemctl", &["--user", "daemon-reload"]);
+    }
+    Ok(0)
+}
+
+/// `service status`: whether the unit is written, enabled and running, then the manager's own view.
+fn status(kind: ServiceKind, profile: &str) -> anyhow::Result<i32> {
+    let target = target(kind)?;
+    let path = target.dir.join(file_name(kind, profile));
+    let written = if path.exists() {
+        "written"
+    } else {
+        "not written"
+    };
+    println!("unit: {} ({written})", path.display());
+    let view = manager_view(kind, profile);
+    match &view {
+        ManagerView::Answered {
+            enabled,
+            running,
+            enabled_word,
+            active_word,
+        } => {
+            let yes = |b: &bool| if *b { "yes" } else { "no" };
+            println!("enabled: {} ({enabled_word})", yes(enabled));
+            println!("running: {} ({active_word})", yes(running));
+        }
+        other => println!("manager: {}", other.describe()),
+    }
+    if let ManagerView::Unreachable(_) = view
+        && kind == ServiceKind::Systemd
+    {
+        println!("{}", no_user_manager_advice(booted_with_systemd()));
+    }
+    if !matches!(view, ManagerView::Answered { .. }) {
+        return Ok(0);
+    }
+    let answer = match kind {
+        ServiceKind::Systemd => Command::new("systemctl")
+            .args([
+                "--user",
+                "status",
+                "--no-pager",
+                &systemd_unit_name(profile),
+            ])
+            .output(),
+        ServiceKind::Launchd => Command::new("launchctl")
+            .args([
+                "print",
+                &format!(
+                    "gui/{}/{}",
+                    crate::sys::process::current_uid(),
+                    launchd_label(profile)
+                ),
+            ])
+            .output(),
+    };
+    match answer {
+        Ok(out) => print!("{}", String::from_utf8_lossy(&out.stdout)),
+        Err(e) => println!("cannot ask the service manager: {e}"),
+    }
+    Ok(0)
 }
 
 /// Where `service install` puts this profile's unit (respecting `AGENTCHAT_SERVICE_DIR`). For

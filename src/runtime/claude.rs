@@ -122,11 +122,8 @@ const AUTH_TEXTS: &[&str] = &[
 ];
 
 pub fn judge(end: &ProcessEnd, output: &[u8]) -> RunOutcome {
-    if agent_cli::spawn_unfixable(end) {
-        return RunOutcome::Unusable(format!(
-            "Claude Code could not be started ({})",
-            agent_cli::end_failure(end).unwrap_or_default()
-        ));
+    if let Some(unusable) = agent_cli::unstartable("Claude Code", end) {
+        return unusable;
     }
     let events = Events::read(output);
     let clean_result = events

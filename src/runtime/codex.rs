@@ -93,11 +93,8 @@ const AUTH_TEXTS: &[&str] = &[
 ];
 
 pub fn judge(end: &ProcessEnd, output: &[u8]) -> RunOutcome {
-    if agent_cli::spawn_unfixable(end) {
-        return RunOutcome::Unusable(format!(
-            "Codex could not be started ({})",
-            agent_cli::end_failure(end).unwrap_or_default()
-        ));
+    if let Some(unusable) = agent_cli::unstartable("Codex", end) {
+        return unusable;
     }
     let ev = Events::read(output);
     let clean = ev.turn_completed && ev.turn_failed.is_none() && ev.errors.is_empty();
