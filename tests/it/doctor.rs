@@ -3,9 +3,7 @@
 //! isolates HOME, the service dir and the state dir in a temp dir, and checks that the API key
 //! never appears in what doctor prints.
 
-mod common;
-
-use common::sigterm_and_wait;
+use crate::common::sigterm_and_wait;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 

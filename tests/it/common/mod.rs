@@ -1,9 +1,7 @@
-//! Process and polling helpers shared by several test binaries (`mod common;`): waiting on an
-//! observable condition with a deadline, telling a finished process from /proc, and stopping a
-//! child with SIGTERM. Cargo does not build this file as a test binary of its own.
+//! Process and polling helpers shared by the test modules: waiting on an observable condition
+//! with a deadline, telling a finished process from /proc, and stopping a child with SIGTERM.
 
-// Each test binary uses only some of these.
-#![allow(dead_code)]
+pub mod settings;
 
 use std::path::PathBuf;
 use std::process::ExitStatus;

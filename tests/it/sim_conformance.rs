@@ -1,12 +1,10 @@
 //! Contract section 8, "Against a server": the six checks, run against the sim with a minimal
 //! client of the tests' own (a tungstenite socket and plain HTTP calls), over real loopback.
 
-mod sim_support;
-
 use std::time::{Duration, Instant};
 
+use crate::sim_support::{Ws, alice_and_bob, cards, sim};
 use serde_json::{Value, json};
-use sim_support::{Ws, alice_and_bob, cards, sim};
 
 #[tokio::test]
 async fn check_1_a_message_wakes_the_agent_the_card_is_on_the_tray_and_reading_marks_nothing_read()

@@ -1,6 +1,5 @@
 //! Helpers for the sim's tests: an in-process sim, a plain HTTP client, and a minimal socket
 //! client of the tests' own (tokio-tungstenite), all over real loopback sockets.
-#![allow(dead_code)]
 
 use std::time::Duration;
 
@@ -13,7 +12,8 @@ use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream, connect_async};
 
 pub struct Sim {
-    pub handle: SimHandle,
+    /// Keeps the sim serving for as long as this value lives.
+    _handle: SimHandle,
     pub base: String,
     pub http: reqwest::Client,
 }
@@ -28,7 +28,7 @@ pub async fn sim(time_scale: f64) -> Sim {
     .unwrap();
     let base = handle.api_base.clone();
     Sim {
-        handle,
+        _handle: handle,
         base,
         http: reqwest::Client::new(),
     }

@@ -1,9 +1,7 @@
 //! `agentchat status` against a real listener: the real binary listening for an agent of the
 //! in-process local server, then stopped.
 
-mod common;
-
-use common::{config_in, sigterm_and_wait};
+use crate::common::{config_in, sigterm_and_wait};
 use std::path::Path;
 use std::time::{Duration, Instant};
 

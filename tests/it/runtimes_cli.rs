@@ -2,59 +2,19 @@
 //! `codex` CLIs (no listener): the spec `runtime::prepare` builds is started as-is, with a HOME
 //! and CODEX_HOME the test owns and the scripted model server as the model provider.
 
-mod model_server;
-
-use agentchat::config::*;
+use crate::common::settings::settings;
+use crate::model_server::cli::{base_env, claude_bin, codex_bin, write_codex_home};
+use crate::model_server::sim::{Sim, assert_answered};
+use crate::model_server::{Mode, ModelServer};
+use agentchat::config::{McpMode, RuntimeKind, Settings};
 use agentchat::core::decision::RunKind;
 use agentchat::runtime::{self, RunContext, RunOutcome, RunSpec};
 use agentchat::sys::process::ProcessEnd;
-use model_server::cli::{base_env, claude_bin, codex_bin, write_codex_home};
-use model_server::sim::{Sim, assert_answered};
-use model_server::{Mode, ModelServer};
 use secrecy::SecretString;
-use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 const KEY: &str = "ac_cli_test_key_9f8e7d6c5b4a";
 const PROMPT: &str = "AgentChat woke you: something is waiting for you on AgentChat.";
-
-/// Settings for one runtime, every field spelled out (config resolution belongs to `config`).
-fn settings(runtime: RuntimeKind, api_base: &str, state: &Path, binary: PathBuf) -> Settings {
-    Settings {
-        profile: "default".into(),
-        config_path: None,
-        api_base: api_base.into(),
-        api_key: None,
-        key_source: KeySource::Env,
-        state_dir: state.to_path_buf(),
-        log_level: "info".into(),
-        log_format: LogFormat::Text,
-        listen: ListenSettings {
-            runtime,
-            command: vec![],
-            workdir: None,
-            run_timeout: Duration::from_secs(60),
-            kill_grace: Duration::from_secs(2),
-            quiet_window: Duration::from_millis(200),
-            max_delay: Duration::from_secs(2),
-            script_gets_key: false,
-            identity_block: false,
-            run_logs_keep: 5,
-            idle_timeout: Duration::from_secs(120),
-            claude: ClaudeSettings {
-                binary: Some(binary.clone()),
-                extra_args: vec![],
-                mcp: McpMode::Listener,
-                mcp_url: None,
-            },
-            codex: CodexSettings {
-                binary: Some(binary),
-                extra_args: vec![],
-                mcp_url: None,
-            },
-        },
-    }
-}
 
 struct Setup {
     dir: tempfile::TempDir,
@@ -78,7 +38,11 @@ impl Setup {
             RuntimeKind::ClaudeCode => claude_bin(),
             _ => codex_bin(),
         };
-        let settings = settings(runtime, api_base, &dir.path().join("state"), binary);
+        let settings = settings(&dir.path().join("state"))
+            .runtime(runtime)
+            .api_base(api_base)
+            .agent_binary(binary)
+            .build();
         Setup {
             dir,
             model,

@@ -2,9 +2,7 @@
 //! unit and Python's `plistlib` for the launchd plist; install/uninstall in a scratch dir
 //! (`AGENTCHAT_SERVICE_DIR`) so the machine's services are never touched.
 
-mod common;
-
-use common::config_in;
+use crate::common::config_in;
 use std::path::Path;
 use std::process::Command;
 

@@ -1,13 +1,11 @@
 //! The sim's socket (contract 3.4) and its server-owned timers (5, 6) over real WebSocket
 //! clients: the tests' own minimal client and the official Python SDK's `RealtimeClient`.
 
-mod sim_support;
-
 use std::time::Duration;
 
+use crate::sim_support::{self, Got, alice_and_bob, alice_bob_and_carol, sim};
 use futures_util::{SinkExt, StreamExt};
 use serde_json::{Value, json};
-use sim_support::{Got, alice_and_bob, alice_bob_and_carol, sim};
 use tokio_tungstenite::tungstenite::Message;
 
 #[tokio::test]

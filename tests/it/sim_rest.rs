@@ -1,14 +1,12 @@
 //! The sim's REST hands over real HTTP: the tray (contract 3.1), verdicts (3.2), invites (3.3),
 //! texts (3.6), messages, errors, and the hosted MCP tools.
 
-mod common;
-mod sim_support;
-
 use std::time::{Duration, Instant};
 
+use crate::common;
+use crate::sim_support::{self, alice_and_bob, alice_bob_and_carol, sim};
 use reqwest::Method;
 use serde_json::{Value, json};
-use sim_support::{alice_and_bob, alice_bob_and_carol, sim};
 
 const CARD_FIELDS: [&str; 20] = [
     "conversation_id",

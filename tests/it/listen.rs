@@ -3,10 +3,7 @@
 //! behaviour; waits poll an observable condition (the listener's JSON log, the recorder's files,
 //! the status file or the sim's control API) with a deadline.
 
-mod common;
-mod listen_support;
-
-use listen_support::*;
+use crate::listen_support::{self, *};
 use serde_json::Value;
 
 /// Waits until the listener has finished its first cycle (the connect wake), so a test's own

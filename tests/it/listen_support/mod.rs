@@ -1,7 +1,6 @@
 //! Shared pieces of the listener's integration tests: the sim in-process on real loopback, its
 //! control API, a recording `sh` script as the run, and the real `agentchat listen` binary as a
 //! child process with a Drop guard that never leaves a process behind.
-#![allow(dead_code)]
 
 pub mod fake;
 
@@ -95,10 +94,6 @@ impl Sim {
             json!({ "owner": owner.handle, "name": name, "invite": [invitee.handle] }),
         )
         .await
-    }
-
-    pub async fn state(&self, a: &Agent) -> Value {
-        self.get(&format!("/_sim/agents/{}/state", a.handle)).await
     }
 
     /// The tray as the agent itself reads it.
@@ -280,10 +275,6 @@ exit 0
     pub fn set(&self, name: &str, value: &str) {
         std::fs::write(self.dir.join(name), value).unwrap();
     }
-
-    pub fn unset(&self, name: &str) {
-        let _ = std::fs::remove_file(self.dir.join(name));
-    }
 }
 
 impl Drop for Recorder {
@@ -393,7 +384,6 @@ idle_timeout = "{it}"
 pub struct Listener {
     pub child: Option<Child>,
     pub stderr_path: PathBuf,
-    pub stdout_path: PathBuf,
 }
 
 pub fn listener_command(sim: &Sim, agent: &Agent, setup: &Setup, opts: &Opts) -> Command {
@@ -443,7 +433,6 @@ impl Listener {
         Listener {
             child: Some(child),
             stderr_path,
-            stdout_path,
         }
     }
 

@@ -13,8 +13,6 @@
 //! Modes: `Normal`, `Unauthorized` (every model call answers 401, as for an invalid key) and
 //! `Hang` (model calls are never answered).
 
-#![allow(dead_code)]
-
 pub mod cli;
 pub mod sim;
 

@@ -1,12 +1,10 @@
 //! The run supervisor against real processes: exit codes, stdin, environment, the time limit with
 //! its grace, cancellation, leftover grandchildren, the 0600 log and log pruning.
 
-mod common;
-
+use crate::common::{eventually, gone_within};
 use agentchat::runtime::RunSpec;
 use agentchat::runtime::supervisor::{RunLimits, RunReport, prune_logs, run};
 use agentchat::sys::process::ProcessEnd;
-use common::{eventually, gone_within};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -114,11 +112,24 @@ async fn large_stdin_to_a_child_that_never_reads_does_not_block() {
 
 #[tokio::test]
 async fn env_is_set_and_removed_and_systemd_variables_never_pass() {
-    // SAFETY: set once, before this test's child is spawned; std's spawn path reads the environment
-    // under its own lock, and no test in this file reads these variables through libc.
-    unsafe {
-        std::env::set_var("NOTIFY_SOCKET", "/run/notify-test");
-        std::env::set_var("AGENTCHAT_RUNNER_TEST_DROP", "drop-me");
+    // The run inherits this process's environment, which every test of the binary shares: rather
+    // than set variables in it (which would reach every other test's children), run this test
+    // again in a child of the test binary that has them from the start.
+    const NAME: &str = "runner::env_is_set_and_removed_and_systemd_variables_never_pass";
+    if std::env::var_os("AGENTCHAT_RUNNER_TEST_DROP").is_none() {
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([NAME, "--exact", "--nocapture", "--test-threads=1"])
+            .env("NOTIFY_SOCKET", "/run/notify-test")
+            .env("AGENTCHAT_RUNNER_TEST_DROP", "drop-me")
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success() && stdout.contains("1 passed"),
+            "the child run of {NAME} failed:\n{stdout}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        return;
     }
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("run-d.log");

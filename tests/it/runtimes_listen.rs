@@ -10,13 +10,10 @@
 //!    CLI's tree is left;
 //! 4. while the run is alive, no process's `/proc/<pid>/cmdline` holds the key.
 
-mod common;
-mod model_server;
-
-use common::{eventually_async, is_gone, stop_child};
-use model_server::cli::{base_env, claude_bin, codex_bin, write_codex_home};
-use model_server::sim::{Sim, assert_answered};
-use model_server::{Mode, ModelServer};
+use crate::common::{eventually_async, is_gone, stop_child};
+use crate::model_server::cli::{base_env, claude_bin, codex_bin, write_codex_home};
+use crate::model_server::sim::{Sim, assert_answered};
+use crate::model_server::{Mode, ModelServer};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};

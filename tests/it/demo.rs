@@ -2,9 +2,7 @@
 //! child and the built-in demo agent. Pins the timeline's key lines, the exit code, and that no
 //! listener (or its state dir) is left behind on success or failure.
 
-mod common;
-
-use common::gone_within_blocking;
+use crate::common::{self, gone_within_blocking};
 use std::process::{Command, Output};
 
 fn run_demo(extra_env: &[(&str, &str)]) -> (Output, u32) {
