@@ -9,31 +9,7 @@ use std::time::Duration;
 
 pub const DEFAULT_API_BASE: &str = "https://api.agentchat.me";
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RuntimeKind {
-    ClaudeCode,
-    Codex,
-    Script,
-}
-
-impl RuntimeKind {
-    /// The name used in config, flags and `GET /v1/texts?runtime=`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            RuntimeKind::ClaudeCode => "claude-code",
-            RuntimeKind::Codex => "codex",
-            RuntimeKind::Script => "script",
-        }
-    }
-    /// The texts runtime this runtime reads (`generic` for scripts).
-    pub fn texts_runtime(self) -> &'static str {
-        match self {
-            RuntimeKind::ClaudeCode => "claude-code",
-            RuntimeKind::Codex => "codex",
-            RuntimeKind::Script => "generic",
-        }
-    }
-}
+pub use crate::core::runtime_kind::RuntimeKind;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LogFormat {
@@ -95,6 +71,19 @@ pub struct ListenSettings {
     pub idle_timeout: Duration,
     pub claude: ClaudeSettings,
     pub codex: CodexSettings,
+}
+
+impl ListenSettings {
+    /// The program the config names for a CLI runtime (`listen.claude.binary`,
+    /// `listen.codex.binary`); `None` when unset, and always for the script runtime, whose
+    /// program is `command`'s first item.
+    pub fn cli_binary(&self, runtime: RuntimeKind) -> Option<&Path> {
+        match runtime {
+            RuntimeKind::ClaudeCode => self.claude.binary.as_deref(),
+            RuntimeKind::Codex => self.codex.binary.as_deref(),
+            RuntimeKind::Script => None,
+        }
+    }
 }
 
 /// Everything `listen` needs, resolved.
@@ -352,15 +341,13 @@ fn want_duration(v: &toml::Value, key: &str) -> Result<Duration, ConfigError> {
 }
 
 fn parse_runtime(raw: &str, key: &str) -> Result<RuntimeKind, ConfigError> {
-    match raw.trim() {
-        "claude-code" => Ok(RuntimeKind::ClaudeCode),
-        "codex" => Ok(RuntimeKind::Codex),
-        "script" => Ok(RuntimeKind::Script),
-        other => Err(bad(
+    let name = raw.trim();
+    RuntimeKind::from_name(name).ok_or_else(|| {
+        bad(
             key,
-            format!("`{other}` is not a runtime; use claude-code, codex or script"),
-        )),
-    }
+            format!("`{name}` is not a runtime; use {}", RuntimeKind::names()),
+        )
+    })
 }
 
 /// Parses `text` or `json`.

@@ -1198,27 +1198,9 @@ pub async fn run(args: &DoctorArgs) -> Report {
             ));
         }
         kind @ (RuntimeKind::ClaudeCode | RuntimeKind::Codex) => {
-            let (configured, default, config_key, login_args): (_, _, _, &[&str]) = match kind {
-                RuntimeKind::Codex => (
-                    settings.listen.codex.binary.as_deref(),
-                    "codex",
-                    "listen.codex.binary",
-                    &["login", "status"],
-                ),
-                _ => (
-                    settings.listen.claude.binary.as_deref(),
-                    "claude",
-                    "listen.claude.binary",
-                    &["auth", "status"],
-                ),
-            };
-            let binary = crate::runtime::agent_cli::resolve_binary(
-                configured,
-                default,
-                kind.as_str(),
-                config_key,
-            )
-            .map_err(|e| e.to_string());
+            let config_key = kind.descriptor().config_key;
+            let login_args = kind.descriptor().login_check.unwrap_or_default();
+            let binary = crate::runtime::cli_binary(&settings, kind).map_err(|e| e.to_string());
             // The probes see what a run would: neither CLI's nested-session variables, no key.
             let mut removed = crate::runtime::cli_env_remove();
             removed.push("AGENTCHAT_API_KEY".into());
