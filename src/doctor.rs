@@ -1020,7 +1020,7 @@ async fn with_timeout<T>(
 
 /// Runs every check and returns the report (never fails: problems are checks).
 pub async fn run(args: &DoctorArgs) -> Report {
-    let env: std::collections::HashMap<String, String> = std::env::vars().collect();
+    let env = config::process_env();
     let mut report = Report::default();
     let loaded = config::load_unkeyed(&args.config);
     let looked_for = config::config_file_path(&args.config, &env).map(|(p, _)| p);

@@ -137,7 +137,7 @@ fn environment_beats_file_and_flags_beat_environment() {
 
     let flags = ConfigArgs {
         api_base: Some("http://127.0.0.1:8080".into()),
-        runtime: Some("claude-code".into()),
+        runtime: Some(RuntimeKind::ClaudeCode),
         state_dir: Some("/tmp/flag-state".into()),
         ..ConfigArgs::default()
     };
@@ -558,4 +558,219 @@ fn advice_flags_a_key_in_the_file_an_empty_script_and_odd_windows_without_the_ke
     assert!(advice(&ok).is_empty(), "{:?}", advice(&ok));
     let missing = resolve(&ConfigArgs::default(), &env(&[]), None).unwrap();
     assert!(advice(&missing)[0].contains("no API key"));
+}
+
+#[test]
+fn runtime_log_format_and_mcp_mode_follow_one_rule_from_every_source() {
+    // Any case, surrounding spaces ignored, from the file and the environment alike.
+    let text = "log_format = \" JSON \"\n[listen]\nruntime = \"Script\"\n[listen.claude]\nmcp = \"USER\"\n";
+    let s = resolve(&ConfigArgs::default(), &env(&[]), file(text)).unwrap();
+    assert_eq!(s.log_format, LogFormat::Json);
+    assert_eq!(s.listen.runtime, RuntimeKind::Script);
+    assert_eq!(s.listen.claude.mcp, McpMode::User);
+    let e = env(&[
+        ("AGENTCHAT_RUNTIME", "Codex"),
+        ("AGENTCHAT_LOG_FORMAT", "Text"),
+    ]);
+    let s = resolve(&ConfigArgs::default(), &e, file(text)).unwrap();
+    assert_eq!(s.listen.runtime, RuntimeKind::Codex);
+    assert_eq!(s.log_format, LogFormat::Text);
+    // The names every message lists come from the same table.
+    match resolve(
+        &ConfigArgs::default(),
+        &env(&[("AGENTCHAT_LOG_FORMAT", "xml")]),
+        None,
+    ) {
+        Err(ConfigError::BadValue { key, problem }) => {
+            assert_eq!(key, "AGENTCHAT_LOG_FORMAT");
+            assert!(problem.contains("text or json"), "{problem}");
+        }
+        other => panic!("expected BadValue, got {:?}", other.map(|_| ())),
+    }
+}
+
+#[test]
+fn agentchat_log_and_log_level_take_a_level_or_a_tracing_filter() {
+    let none = ConfigArgs::default();
+    let s = resolve(&none, &env(&[("AGENTCHAT_LOG", "agentchat=debug")]), None).unwrap();
+    assert_eq!(s.log_level, "agentchat=debug");
+    let s = resolve(
+        &none,
+        &env(&[]),
+        file("log_level = \"agentchat=DEBUG, warn\""),
+    )
+    .unwrap();
+    assert_eq!(
+        s.log_level, "agentchat=debug,warn",
+        "levels come back lower case"
+    );
+    // The environment still wins over the file, filter or not.
+    let s = resolve(
+        &none,
+        &env(&[("AGENTCHAT_LOG", "warn")]),
+        file("log_level = \"agentchat=trace\""),
+    )
+    .unwrap();
+    assert_eq!(s.log_level, "warn");
+    // A word that is not a level is a typo, not a target shown at every level.
+    for bad in ["loud", "agentchat=loud", "=debug", "info,"] {
+        match resolve(&none, &env(&[("AGENTCHAT_LOG", bad)]), None) {
+            Err(ConfigError::BadValue { key, problem }) => {
+                assert_eq!(key, "AGENTCHAT_LOG", "{bad}");
+                assert!(problem.contains("agentchat=debug"), "{bad}: {problem}");
+            }
+            other => panic!("{bad}: expected BadValue, got {:?}", other.map(|_| ())),
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The binary: what a user sees from each command
+// ---------------------------------------------------------------------------------------------
+
+const BIN: &str = env!("CARGO_BIN_EXE_agentchat");
+
+/// The binary with none of the outer environment's AGENTCHAT_* variables, a private HOME (so no
+/// user config is read) and a state dir in `dir`.
+fn agentchat(dir: &Path, args: &[&str]) -> tokio::process::Command {
+    let mut cmd = tokio::process::Command::new(BIN);
+    cmd.args(args);
+    for (k, _) in std::env::vars_os() {
+        if k.to_string_lossy().starts_with("AGENTCHAT_") || k == "NOTIFY_SOCKET" {
+            cmd.env_remove(k);
+        }
+    }
+    cmd.env("HOME", dir)
+        .env("XDG_CONFIG_HOME", dir.join("config"))
+        .env("AGENTCHAT_STATE_DIR", dir.join("state"))
+        .env("AGENTCHAT_SERVICE_DIR", dir.join("units"))
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true);
+    cmd
+}
+
+struct Output {
+    code: Option<i32>,
+    stdout: String,
+    stderr: String,
+}
+
+async fn run(mut cmd: tokio::process::Command) -> Output {
+    let out = tokio::time::timeout(Duration::from_secs(60), cmd.output())
+        .await
+        .expect("the command ends within a minute")
+        .unwrap();
+    Output {
+        code: out.status.code(),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+/// The local server in this test's runtime, with one agent, `bob`.
+struct LocalServer {
+    api_base: String,
+    key: String,
+    _handle: agentchat::sim::SimHandle,
+}
+
+async fn local_server() -> LocalServer {
+    agentchat::sys::tls::install_crypto_provider();
+    let handle = agentchat::sim::start(agentchat::sim::SimConfig {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        time_scale: 1.0,
+        seed_demo: false,
+    })
+    .await
+    .expect("sim starts");
+    let bob: serde_json::Value = reqwest::Client::new()
+        .post(format!("{}/_sim/agents", handle.api_base))
+        .json(&serde_json::json!({ "handle": "bob" }))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    LocalServer {
+        api_base: handle.api_base.clone(),
+        key: bob["api_key"].as_str().unwrap().to_string(),
+        _handle: handle,
+    }
+}
+
+/// `listen --once` for bob on the local server, with the script runtime and a config in `dir`.
+fn listen_once(dir: &Path, server: &LocalServer) -> tokio::process::Command {
+    let config = dir.join("config.toml");
+    if !config.exists() {
+        std::fs::write(
+            &config,
+            "[listen]\nruntime = \"script\"\ncommand = [\"/bin/true\"]\n",
+        )
+        .unwrap();
+    }
+    let mut cmd = agentchat(
+        dir,
+        &["listen", "--once", "--config", config.to_str().unwrap()],
+    );
+    cmd.env("AGENTCHAT_API_BASE", &server.api_base)
+        .env("AGENTCHAT_API_KEY", &server.key);
+    cmd
+}
+
+#[test]
+fn listen_help_lists_the_runtimes_and_log_formats() {
+    let out = std::process::Command::new(BIN)
+        .args(["listen", "--help"])
+        .output()
+        .unwrap();
+    let help = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        help.contains("possible values: claude-code, codex, script"),
+        "{help}"
+    );
+    assert!(help.contains("possible values: text, json"), "{help}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flag_listen_cannot_use_exits_78_naming_the_flag_and_the_choices() {
+    let dir = tempfile::tempdir().unwrap();
+    for (flag, value, choices) in [
+        ("--runtime", "gpt", "claude-code"),
+        ("--log-format", "xml", "json"),
+    ] {
+        let out = run(agentchat(dir.path(), &["listen", flag, value])).await;
+        assert_eq!(out.code, Some(78), "{flag} {value}: {}", out.stderr);
+        assert!(
+            out.stderr.contains(flag) && out.stderr.contains(value) && out.stderr.contains(choices),
+            "{}",
+            out.stderr
+        );
+    }
+    // Other commands keep clap's usage code.
+    let out = run(agentchat(dir.path(), &["status", "--runtime", "gpt"])).await;
+    assert_eq!(out.code, Some(2), "{}", out.stderr);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agentchat_log_with_a_target_filter_works_for_listen_status_and_doctor() {
+    let server = local_server().await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut cmd = listen_once(dir.path(), &server);
+    cmd.env("AGENTCHAT_LOG", "agentchat=debug");
+    let out = run(cmd).await;
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    assert!(
+        out.stderr.contains("DEBUG"),
+        "debug lines shown: {}",
+        out.stderr
+    );
+    for command in ["status", "doctor"] {
+        let mut cmd = agentchat(dir.path(), &[command]);
+        cmd.env("AGENTCHAT_LOG", "agentchat=debug")
+            .env("AGENTCHAT_API_BASE", &server.api_base);
+        let out = run(cmd).await;
+        let all = format!("{}{}", out.stdout, out.stderr);
+        assert!(!all.contains("AGENTCHAT_LOG"), "{command}: {all}");
+    }
 }

@@ -29,6 +29,7 @@ fn settings(runtime: RuntimeKind, api_base: &str, state: &Path, binary: PathBuf)
         state_dir: state.to_path_buf(),
         log_level: "info".into(),
         log_format: LogFormat::Text,
+        time_scale: TestTimeScale::Off,
         listen: ListenSettings {
             runtime,
             command: vec![],

@@ -346,6 +346,7 @@ pub(crate) mod test_support {
                 state_dir: dir.path().join("state"),
                 log_level: "info".into(),
                 log_format: LogFormat::Text,
+                time_scale: TestTimeScale::Off,
                 listen: ListenSettings {
                     runtime,
                     command: vec![],
