@@ -774,3 +774,74 @@ async fn agentchat_log_with_a_target_filter_works_for_listen_status_and_doctor()
         assert!(!all.contains("AGENTCHAT_LOG"), "{command}: {all}");
     }
 }
+
+/// Bytes that are not UTF-8, as an environment value.
+fn not_utf8() -> std::ffi::OsString {
+    use std::os::unix::ffi::OsStringExt;
+    std::ffi::OsString::from_vec(b"a\xffb".to_vec())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_command_panics_on_an_environment_variable_that_is_not_utf8() {
+    let server = local_server().await;
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let mut commands: Vec<(String, tokio::process::Command)> = vec![
+        ("listen --once".into(), listen_once(d, &server)),
+        ("status".into(), agentchat(d, &["status"])),
+        ("doctor".into(), agentchat(d, &["doctor"])),
+        (
+            "service print".into(),
+            agentchat(d, &["service", "print", "--kind", "systemd"]),
+        ),
+        (
+            "service status".into(),
+            agentchat(d, &["service", "status"]),
+        ),
+    ];
+    for help in [
+        &["--version"][..],
+        &["listen", "--help"],
+        &["sim", "--help"],
+        &["demo", "--help"],
+        &["service", "--help"],
+    ] {
+        commands.push((help.join(" "), agentchat(d, help)));
+    }
+    for (name, mut cmd) in commands {
+        // An unrelated variable, and HOME itself (the config names everything it needs here).
+        cmd.env("FOO", not_utf8()).env("HOME", not_utf8());
+        let out = run(cmd).await;
+        assert_ne!(out.code, Some(101), "{name} panicked: {}", out.stderr);
+        assert!(!out.stderr.contains("panicked"), "{name}: {}", out.stderr);
+        if name == "listen --once" || name.ends_with("--help") || name == "--version" {
+            assert_eq!(out.code, Some(0), "{name}: {}", out.stderr);
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_of_our_variables_that_is_not_utf8_is_a_config_error_naming_it() {
+    let server = local_server().await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut cmd = listen_once(dir.path(), &server);
+    cmd.env("AGENTCHAT_RUNTIME", not_utf8());
+    let out = run(cmd).await;
+    assert_eq!(out.code, Some(78), "{}", out.stderr);
+    assert!(
+        out.stderr.contains("AGENTCHAT_RUNTIME") && out.stderr.contains("UTF-8"),
+        "{}",
+        out.stderr
+    );
+    let mut cmd = agentchat(dir.path(), &["doctor"]);
+    cmd.env("AGENTCHAT_PROFILE", not_utf8());
+    let out = run(cmd).await;
+    assert_eq!(out.code, Some(1), "{}", out.stdout);
+    assert!(
+        out.stdout
+            .lines()
+            .any(|l| l.starts_with("FAIL config") && l.contains("AGENTCHAT_PROFILE")),
+        "{}",
+        out.stdout
+    );
+}

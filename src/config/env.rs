@@ -1,11 +1,14 @@
-//! The environment: read once from the process, then treated as a plain map so that `resolve`
-//! stays pure.
+//! The environment: read once from the process without panicking, then treated as a plain map
+//! so that `resolve` stays pure. `std::env::vars()` panics on the first variable that is not
+//! UTF-8, even one that has nothing to do with us (`FOO=$'a\xffb'`), so every command reads the
+//! environment here instead.
 
 use super::layer::Layer;
 use super::{ConfigError, DOORBELL_REMOVAL_DATE, IntegrationSwitch, value};
 use std::collections::HashMap;
 
-/// Every variable the config reads.
+/// Every variable the config reads. A value of one of these that is not UTF-8 is a config error
+/// naming it; any other variable that is not UTF-8 is skipped.
 pub const VARIABLES: &[&str] = &[
     "AGENTCHAT_API_BASE",
     "AGENTCHAT_API_KEY",
@@ -23,14 +26,39 @@ pub const VARIABLES: &[&str] = &[
 /// Test-only: divides the listener's own fixed timers (`TestTimeScale`).
 pub const TEST_TIME_SCALE: &str = "AGENTCHAT_TEST_TIME_SCALE";
 
-/// The process environment.
-pub fn process_env() -> HashMap<String, String> {
-    std::env::vars().collect()
+/// The process environment as UTF-8 text. Variables whose name or value is not UTF-8 are left
+/// out (`HOME` among them: then it counts as unset); the second list names those of
+/// [`VARIABLES`], which the config must not silently ignore.
+pub fn read_process_env() -> (HashMap<String, String>, Vec<String>) {
+    let mut vars = HashMap::new();
+    let mut ours_not_utf8 = Vec::new();
+    for (name, value) in std::env::vars_os() {
+        match (name.into_string(), value.into_string()) {
+            (Ok(name), Ok(value)) => {
+                vars.insert(name, value);
+            }
+            (Ok(name), Err(_)) if VARIABLES.contains(&name.as_str()) => ours_not_utf8.push(name),
+            _ => {}
+        }
+    }
+    ours_not_utf8.sort();
+    (vars, ours_not_utf8)
 }
 
-/// The process environment for the config.
+/// The process environment as UTF-8 text, skipping what is not: for commands that read a
+/// variable or two besides the config (which reports ours through `load`).
+pub fn process_env() -> HashMap<String, String> {
+    read_process_env().0
+}
+
+/// The process environment for the config: an error naming the first of our variables that is
+/// not UTF-8.
 pub(super) fn config_env() -> Result<HashMap<String, String>, ConfigError> {
-    Ok(process_env())
+    let (vars, ours_not_utf8) = read_process_env();
+    match ours_not_utf8.into_iter().next() {
+        Some(name) => Err(ConfigError::NotUnicode { name }),
+        None => Ok(vars),
+    }
 }
 
 /// A variable's value, trimmed; empty counts as unset.

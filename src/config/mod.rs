@@ -5,7 +5,7 @@
 //! - `value`: one rule per setting (URL, duration and its bounds, log filter, choices, paths),
 //!   shared by the file, the environment and the flags.
 //! - `file`: the config file's shape as serde types, with errors that name the key path.
-//! - `env`: the process environment, and the environment's layer.
+//! - `env`: the process environment without panics, and the environment's layer.
 //! - `layer`: what one source sets, and how sources stack.
 //! - `resolve`: the profile, the merge, defaults and bounds, `advice`.
 //! - `load`: the files (config, key) and the process environment, then `resolve`.
@@ -17,7 +17,7 @@ mod load;
 mod resolve;
 pub mod value;
 
-pub use env::{TEST_TIME_SCALE, VARIABLES, integration_switch, process_env};
+pub use env::{TEST_TIME_SCALE, VARIABLES, integration_switch, process_env, read_process_env};
 pub use load::{config_file_path, load, load_unkeyed, load_with_env, read_key_file};
 pub use resolve::{advice, check_profile_name, default_state_base, profile_name, resolve};
 
@@ -181,6 +181,11 @@ pub enum ConfigError {
     },
     #[error("config file {path} is not valid TOML: {message}")]
     Toml { path: PathBuf, message: String },
+    /// One of the variables the config reads is not valid UTF-8.
+    #[error(
+        "the environment variable {name} is not valid UTF-8; set it again as UTF-8 text or unset it"
+    )]
+    NotUnicode { name: String },
 }
 
 /// Whether the integration is switched off (`AGENTCHAT_INTEGRATION=off`, or the deprecated

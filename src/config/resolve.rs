@@ -99,7 +99,8 @@ fn state_dir(
         .map(|base| base.join(profile))
         .ok_or_else(|| ConfigError::BadValue {
             key: "state_dir".into(),
-            problem: "no home directory to keep state in; set AGENTCHAT_STATE_DIR or --state-dir"
+            problem: "no home directory to keep state in (HOME is not set, or not valid UTF-8); \
+                      set AGENTCHAT_STATE_DIR or --state-dir"
                 .into(),
         })
 }

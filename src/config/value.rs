@@ -227,7 +227,7 @@ pub fn path(
         let home = env
             .get("HOME")
             .filter(|h| !h.is_empty())
-            .ok_or("starts with ~ but HOME is not set")?;
+            .ok_or("starts with ~ but HOME is not set (or is not valid UTF-8)")?;
         PathBuf::from(home).join(raw.trim_start_matches('~').trim_start_matches('/'))
     } else {
         PathBuf::from(raw)
