@@ -322,15 +322,6 @@ runtime = "script"
     let s = resolve(&work, &e, file(text)).unwrap();
     assert_eq!(s.profile, "work");
 
-    // A profile without a table is allowed (its own state dir, the top-level settings).
-    let solo = ConfigArgs {
-        profile: Some("solo".into()),
-        ..ConfigArgs::default()
-    };
-    let s = resolve(&solo, &env(&[]), file(text)).unwrap();
-    assert_eq!(s.api_base, "https://top.example");
-    assert!(s.state_dir.ends_with("agentchat/solo"));
-
     // A profile name that is not a plain directory name is refused.
     let evil = ConfigArgs {
         profile: Some("../etc".into()),
@@ -340,6 +331,45 @@ runtime = "script"
         Err(ConfigError::BadValue { key, .. }) => assert_eq!(key, "--profile"),
         other => panic!("expected BadValue, got {:?}", other.map(|_| ())),
     }
+}
+
+#[test]
+fn a_profile_without_its_table_is_an_error_naming_the_profiles_that_exist() {
+    let text =
+        "[profiles.work]\nlog_level = \"warn\"\n[profiles.home.listen]\nruntime = \"codex\"\n";
+    let typo = ConfigArgs {
+        profile: Some("wrok".into()),
+        ..ConfigArgs::default()
+    };
+    match resolve(&typo, &env(&[]), file(text)) {
+        Err(e @ ConfigError::UnknownProfile { .. }) => {
+            let msg = e.to_string();
+            for part in ["`wrok`", "[profiles.wrok]", "`default`", "`home`", "`work`"] {
+                assert!(msg.contains(part), "{part} in {msg}");
+            }
+            assert!(msg.contains("/etc/agentchat/config.toml"), "{msg}");
+        }
+        other => panic!("expected UnknownProfile, got {:?}", other.map(|_| ())),
+    }
+    // AGENTCHAT_PROFILE is held to the same rule; so is a profile with no config file at all.
+    let e = env(&[("AGENTCHAT_PROFILE", "solo")]);
+    assert!(matches!(
+        resolve(&ConfigArgs::default(), &e, file(text)),
+        Err(ConfigError::UnknownProfile { .. })
+    ));
+    match resolve(&ConfigArgs::default(), &e, None) {
+        Err(e @ ConfigError::UnknownProfile { .. }) => {
+            assert!(e.to_string().contains("no config file"), "{e}")
+        }
+        other => panic!("expected UnknownProfile, got {:?}", other.map(|_| ())),
+    }
+    // Only `default` needs no table, with or without a file.
+    let default = ConfigArgs {
+        profile: Some("default".into()),
+        ..ConfigArgs::default()
+    };
+    assert!(resolve(&default, &env(&[]), file(text)).is_ok());
+    assert!(resolve(&default, &env(&[]), None).is_ok());
 }
 
 #[test]
@@ -841,6 +871,42 @@ async fn one_of_our_variables_that_is_not_utf8_is_a_config_error_naming_it() {
         out.stdout
             .lines()
             .any(|l| l.starts_with("FAIL config") && l.contains("AGENTCHAT_PROFILE")),
+        "{}",
+        out.stdout
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unknown_profile_makes_listen_exit_78_and_doctor_fail() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("config.toml");
+    std::fs::write(&config, "[profiles.work]\nlog_level = \"warn\"\n").unwrap();
+    let c = config.to_str().unwrap();
+    let mut cmd = agentchat(dir.path(), &["listen", "--config", c, "--profile", "wrok"]);
+    cmd.env("AGENTCHAT_API_KEY", "ac_not_used_0000")
+        .env("AGENTCHAT_API_BASE", "http://127.0.0.1:9");
+    let out = run(cmd).await;
+    assert_eq!(out.code, Some(78), "{}", out.stderr);
+    assert!(
+        out.stderr.contains("`wrok`") && out.stderr.contains("`work`"),
+        "{}",
+        out.stderr
+    );
+    assert!(
+        !dir.path().join("state/listen.lock").exists(),
+        "nothing started"
+    );
+
+    let out = run(agentchat(
+        dir.path(),
+        &["doctor", "--config", c, "--profile", "wrok"],
+    ))
+    .await;
+    assert_eq!(out.code, Some(1), "{}", out.stdout);
+    assert!(
+        out.stdout
+            .lines()
+            .any(|l| l.starts_with("FAIL config") && l.contains("`work`")),
         "{}",
         out.stdout
     );

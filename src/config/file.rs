@@ -16,7 +16,8 @@ use std::path::Path;
 use std::time::Duration;
 
 /// The file's layer for `profile`: `[profiles.<profile>]` over the top level. Every profile
-/// table is checked, so a typo in a profile not in use is still reported.
+/// table is checked, so a typo in a profile not in use is still reported. A profile other than
+/// `default` must have its table: a typo must not start a second listener for the same agent.
 pub(super) fn layer(
     path: &Path,
     text: &str,
@@ -36,8 +37,13 @@ pub(super) fn layer(
     if profile == DEFAULT_PROFILE {
         return Ok(top);
     }
+    let known: Vec<String> = profiles.keys().cloned().collect();
     let Some(table) = profiles.into_iter().find(|(name, _)| name == profile) else {
-        return Ok(top);
+        return Err(ConfigError::UnknownProfile {
+            name: profile.to_string(),
+            file: Some(path.to_path_buf()),
+            known,
+        });
     };
     let chosen = Paths { base, env }.layer(table.1.0, &format!("profiles.{profile}."))?;
     Ok(chosen.over(top))

@@ -181,11 +181,39 @@ pub enum ConfigError {
     },
     #[error("config file {path} is not valid TOML: {message}")]
     Toml { path: PathBuf, message: String },
+    /// A profile other than `default` without its `[profiles.<name>]` table.
+    #[error("{}", unknown_profile(name, file.as_deref(), known))]
+    UnknownProfile {
+        name: String,
+        /// The config file read, if any.
+        file: Option<PathBuf>,
+        /// The profiles it defines.
+        known: Vec<String>,
+    },
     /// One of the variables the config reads is not valid UTF-8.
     #[error(
         "the environment variable {name} is not valid UTF-8; set it again as UTF-8 text or unset it"
     )]
     NotUnicode { name: String },
+}
+
+fn unknown_profile(name: &str, file: Option<&Path>, known: &[String]) -> String {
+    let defined = if known.is_empty() {
+        "only `default` exists".to_string()
+    } else {
+        let names: Vec<String> = known.iter().map(|k| format!("`{k}`")).collect();
+        format!("the profiles are `default`, {}", names.join(", "))
+    };
+    match file {
+        Some(f) => format!(
+            "profile `{name}` is not defined: {} has no [profiles.{name}] table ({defined})",
+            f.display()
+        ),
+        None => format!(
+            "profile `{name}` is not defined: no config file was read, so {defined}; add a \
+             [profiles.{name}] table to the config file"
+        ),
+    }
 }
 
 /// Whether the integration is switched off (`AGENTCHAT_INTEGRATION=off`, or the deprecated

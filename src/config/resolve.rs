@@ -27,7 +27,14 @@ pub fn resolve(
     let profile = profile_name(args, env)?;
     let file_layer = match file {
         Some((path, text)) => file::layer(path, text, &profile, env)?,
-        None => Layer::default(),
+        None if profile == DEFAULT_PROFILE => Layer::default(),
+        None => {
+            return Err(ConfigError::UnknownProfile {
+                name: profile,
+                file: None,
+                known: Vec::new(),
+            });
+        }
     };
     let mut merged = flag_layer(args)?.over(env::layer(env)?.over(file_layer));
     let api_base = merged
