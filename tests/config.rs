@@ -71,7 +71,7 @@ run_timeout = "1h 30m"
 kill_grace = "500ms"
 quiet_window = "0s"
 max_delay = "2m"
-idle_timeout = "45s"
+idle_timeout = "2m"
 script_gets_key = false
 identity_block = false
 run_logs_keep = 7
@@ -96,7 +96,7 @@ extra_args = ["-c", "a=b"]
     assert_eq!(l.kill_grace, Duration::from_millis(500));
     assert_eq!(l.quiet_window, Duration::ZERO);
     assert_eq!(l.max_delay, Duration::from_secs(120));
-    assert_eq!(l.idle_timeout, Duration::from_secs(45));
+    assert_eq!(l.idle_timeout, Duration::from_secs(120));
     assert!(!l.script_gets_key);
     assert!(!l.identity_block);
     assert_eq!(l.run_logs_keep, 7);
@@ -262,6 +262,71 @@ fn bad_values_name_the_key_and_the_problem() {
     };
     match resolve(&bad_flag, &e, None) {
         Err(ConfigError::BadValue { key, .. }) => assert_eq!(key, "--api-base"),
+        other => panic!("expected BadValue, got {:?}", other.map(|_| ())),
+    }
+}
+
+#[test]
+fn each_duration_key_refuses_values_outside_its_bounds_naming_the_bound() {
+    let none = ConfigArgs::default();
+    let e = env(&[]);
+    for (key, value, bound) in [
+        ("run_timeout", "999999y", "at most 1day"),
+        ("run_timeout", "500ms", "at least 1s"),
+        ("kill_grace", "3years", "at most 5m"),
+        ("quiet_window", "2m", "at most 1m"),
+        ("max_delay", "1h", "at most 10m"),
+        ("max_delay", "200ms", "at least 1s"),
+        ("idle_timeout", "1ms", "at least 1m 30s"),
+        ("idle_timeout", "89s", "at least 1m 30s"),
+        ("idle_timeout", "1h", "at most 10m"),
+    ] {
+        let text = format!("[profiles.work.listen]\n{key} = \"{value}\"\n");
+        let work = ConfigArgs {
+            profile: Some("work".into()),
+            ..ConfigArgs::default()
+        };
+        match resolve(&work, &e, file(&text)) {
+            Err(ConfigError::BadValue { key: k, problem }) => {
+                assert_eq!(k, format!("profiles.work.listen.{key}"), "{text}");
+                assert!(problem.contains(bound), "{text}: {problem}");
+            }
+            other => panic!("{text}: expected BadValue, got {:?}", other.map(|_| ())),
+        }
+    }
+    // Each bound itself is allowed; the heartbeat rule is the contract's 2 x 45 s.
+    let edges = "[listen]\nrun_timeout = \"1s\"\nkill_grace = \"5m\"\nquiet_window = \"1m\"\nmax_delay = \"10m\"\nidle_timeout = \"90s\"\n";
+    let s = resolve(&none, &e, file(edges)).unwrap();
+    assert_eq!(s.listen.idle_timeout, Duration::from_secs(90));
+    assert_eq!(s.listen.kill_grace, Duration::from_secs(300));
+    let s = resolve(
+        &none,
+        &e,
+        file("[listen]\nrun_timeout = \"24h\"\nkill_grace = \"0s\"\nquiet_window = \"0s\"\nidle_timeout = \"10m\"\n"),
+    )
+    .unwrap();
+    assert_eq!(s.listen.run_timeout, Duration::from_secs(86_400));
+    match resolve(&none, &e, file("[listen]\nrun_logs_keep = 1000000\n")) {
+        Err(ConfigError::BadValue { key, problem }) => {
+            assert_eq!(key, "listen.run_logs_keep");
+            assert!(problem.contains("at most 10000"), "{problem}");
+        }
+        other => panic!("expected BadValue, got {:?}", other.map(|_| ())),
+    }
+}
+
+#[test]
+fn the_idle_timeout_minimum_follows_a_test_servers_scaled_heartbeat() {
+    // A local test server whose timers run 100 times faster heartbeats every 0.45 s.
+    let text = "api_base = \"http://127.0.0.1:8080\"\n[listen]\nidle_timeout = \"2s\"\n";
+    let scaled = env(&[("AGENTCHAT_TEST_TIME_SCALE", "100")]);
+    let s = resolve(&ConfigArgs::default(), &scaled, file(text)).unwrap();
+    assert_eq!(s.listen.idle_timeout, Duration::from_secs(2));
+    match resolve(&ConfigArgs::default(), &env(&[]), file(text)) {
+        Err(ConfigError::BadValue { key, problem }) => {
+            assert_eq!(key, "listen.idle_timeout");
+            assert!(problem.contains("45 s"), "the reason is given: {problem}");
+        }
         other => panic!("expected BadValue, got {:?}", other.map(|_| ())),
     }
 }

@@ -127,29 +127,37 @@ pub fn duration(raw: &str) -> Result<Duration, String> {
     })
 }
 
-/// A duration key under `[listen]`: its default and the range it must fall in.
+/// A duration key under `[listen]`: its default and the range it must fall in, each bound with
+/// the reason it follows from. The listener refuses a value outside, naming the bound.
 #[derive(Debug, Clone, Copy)]
 pub struct DurationRule {
     /// The key under `[listen]`.
     pub key: &'static str,
     pub default: Duration,
     pub min: Duration,
+    /// Why a shorter value cannot work.
+    pub why_min: &'static str,
     pub max: Duration,
+    /// Why a longer value cannot be meant.
+    pub why_max: &'static str,
+    /// The minimum is a contract timer's consequence, so a test server whose timers run faster
+    /// (an honoured `AGENTCHAT_TEST_TIME_SCALE`) shrinks it by the same factor.
+    pub min_follows_test_scale: bool,
 }
 
 const fn secs(s: u64) -> Duration {
     Duration::from_secs(s)
 }
 
-/// Longer than zero.
-const POSITIVE: Duration = Duration::from_nanos(1);
-
 /// `listen.run_timeout`: a run's time limit.
 pub const RUN_TIMEOUT: DurationRule = DurationRule {
     key: "run_timeout",
     default: secs(15 * 60),
-    min: POSITIVE,
-    max: Duration::MAX,
+    min: secs(1),
+    why_min: "a shorter limit stops every run before it can start",
+    max: secs(24 * 60 * 60),
+    why_max: "runs go one at a time, so a longer limit lets one stuck run hold every wake for more than a day",
+    min_follows_test_scale: false,
 };
 
 /// `listen.kill_grace`: SIGTERM to SIGKILL for a run's group.
@@ -157,7 +165,10 @@ pub const KILL_GRACE: DurationRule = DurationRule {
     key: "kill_grace",
     default: secs(10),
     min: Duration::ZERO,
-    max: Duration::MAX,
+    why_min: "",
+    max: secs(5 * 60),
+    why_max: "the service's stop timeout is the grace plus 30 s, and a stop that waits longer looks hung to systemd and launchd",
+    min_follows_test_scale: false,
 };
 
 /// `listen.quiet_window`: how long wakes settle before a cycle.
@@ -165,39 +176,87 @@ pub const QUIET_WINDOW: DurationRule = DurationRule {
     key: "quiet_window",
     default: secs(3),
     min: Duration::ZERO,
-    max: Duration::MAX,
+    why_min: "",
+    max: secs(60),
+    why_max: "the server re-wakes an unanswered card after 1 minute (contract 5); settling longer only delays the answer",
+    min_follows_test_scale: false,
 };
 
 /// `listen.max_delay`: the longest a wake waits for its cycle.
 pub const MAX_DELAY: DurationRule = DurationRule {
     key: "max_delay",
     default: secs(15),
-    min: POSITIVE,
-    max: Duration::MAX,
+    min: secs(1),
+    why_min: "a burst of messages needs a moment to become one cycle",
+    max: secs(10 * 60),
+    why_max: "past 10 minutes the server's own re-wakes (1, 5 and 30 minutes, contract 5) come before the cycle does",
+    min_follows_test_scale: false,
 };
 
 /// `listen.idle_timeout`: no inbound traffic for this long drops the socket.
 pub const IDLE_TIMEOUT: DurationRule = DurationRule {
     key: "idle_timeout",
     default: secs(100),
-    min: POSITIVE,
-    max: Duration::MAX,
+    min: secs(90),
+    why_min: "the server sends a heartbeat every 45 s (contract 3.4); under two intervals a healthy socket is dropped",
+    max: secs(10 * 60),
+    why_max: "a dead socket goes unnoticed, and its wakes are lost, for this long",
+    min_follows_test_scale: true,
 };
 
+/// Every duration key, for the docs and their test.
+pub const DURATION_RULES: [DurationRule; 5] = [
+    RUN_TIMEOUT,
+    KILL_GRACE,
+    QUIET_WINDOW,
+    MAX_DELAY,
+    IDLE_TIMEOUT,
+];
+
 impl DurationRule {
-    /// `d` if it is inside the bounds, else the problem.
-    pub fn check(&self, d: Duration, _test_scale: f64) -> Result<Duration, String> {
-        if d < self.min {
-            return Err("must be longer than zero".into());
+    /// The minimum in force: divided by the test time scale where it follows a contract timer.
+    pub fn min_at(&self, test_scale: f64) -> Duration {
+        if self.min_follows_test_scale && test_scale > 1.0 {
+            Duration::from_secs_f64(self.min.as_secs_f64() / test_scale)
+        } else {
+            self.min
+        }
+    }
+
+    /// `d` if it is inside the bounds, else the problem naming the bound and its reason.
+    pub fn check(&self, d: Duration, test_scale: f64) -> Result<Duration, String> {
+        let min = self.min_at(test_scale);
+        let show = |d: Duration| humantime::format_duration(d).to_string();
+        if d < min {
+            let head = if d.is_zero() {
+                "must be longer than zero".to_string()
+            } else {
+                format!("{} is too short", show(d))
+            };
+            return Err(format!("{head}: at least {} ({})", show(min), self.why_min));
+        }
+        if d > self.max {
+            return Err(format!(
+                "{} is too long: at most {} ({})",
+                show(d),
+                show(self.max),
+                self.why_max
+            ));
         }
         Ok(d)
     }
 }
 
-/// `listen.run_logs_keep`: at least one run log.
+/// `listen.run_logs_keep`: at least one run log, at most 10,000 files in the state dir.
 pub fn run_logs_keep(n: i64) -> Result<usize, String> {
+    const MAX: i64 = 10_000;
     if n < 1 {
         return Err(format!("{n} is too small; keep at least 1 run log"));
+    }
+    if n > MAX {
+        return Err(format!(
+            "{n} is too large; keep at most {MAX} run logs (each is a file in the state dir)"
+        ));
     }
     usize::try_from(n).map_err(|_| "is too large".to_string())
 }
