@@ -976,3 +976,131 @@ async fn an_unknown_profile_makes_listen_exit_78_and_doctor_fail() {
         out.stdout
     );
 }
+
+#[test]
+fn the_test_time_scale_is_honoured_only_against_a_loopback_api_base() {
+    use agentchat::config::{TestTimeScale, advice};
+    let scaled = env(&[("AGENTCHAT_TEST_TIME_SCALE", "20")]);
+    let with_base = |base: &str| {
+        let args = ConfigArgs {
+            api_base: Some(base.into()),
+            ..ConfigArgs::default()
+        };
+        resolve(&args, &scaled, None).unwrap()
+    };
+    for base in [
+        "http://127.0.0.1:8080",
+        "http://127.9.9.9",
+        "http://localhost:1",
+        "http://[::1]:80",
+    ] {
+        let s = with_base(base);
+        assert_eq!(s.time_scale, TestTimeScale::On(20.0), "{base}");
+        assert_eq!(s.time_scale.factor(), 20.0);
+        assert!(s.time_scale.notice().unwrap().contains("in effect"));
+        assert!(
+            advice(&s).iter().all(|a| !a.contains("TIME_SCALE")),
+            "{base}"
+        );
+    }
+    for base in [
+        "https://api.agentchat.me",
+        "http://10.0.0.1:8080",
+        "http://0.0.0.0:9",
+        "http://127.0.0.1.example.com",
+    ] {
+        let s = with_base(base);
+        assert_eq!(s.time_scale, TestTimeScale::Ignored(20.0), "{base}");
+        assert_eq!(
+            s.time_scale.factor(),
+            1.0,
+            "{base}: contract timers unchanged"
+        );
+        assert!(s.time_scale.notice().is_none());
+        assert!(
+            advice(&s)
+                .iter()
+                .any(|a| a.contains("ignored") && a.contains(base)),
+            "{base}: {:?}",
+            advice(&s)
+        );
+    }
+    // Unset or 1: nothing to say. A value that is not a scale is refused by name.
+    assert_eq!(
+        with_base("https://api.agentchat.me").listen.idle_timeout,
+        Duration::from_secs(100)
+    );
+    let one = env(&[("AGENTCHAT_TEST_TIME_SCALE", "1")]);
+    assert_eq!(
+        resolve(&ConfigArgs::default(), &one, None)
+            .unwrap()
+            .time_scale,
+        TestTimeScale::Off
+    );
+    for bad in ["-3", "0", "nan", "fast"] {
+        let e = env(&[("AGENTCHAT_TEST_TIME_SCALE", bad)]);
+        match resolve(&ConfigArgs::default(), &e, None) {
+            Err(ConfigError::BadValue { key, .. }) => assert_eq!(key, "AGENTCHAT_TEST_TIME_SCALE"),
+            other => panic!("{bad}: expected BadValue, got {:?}", other.map(|_| ())),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_listener_with_a_non_loopback_api_base_ignores_the_test_time_scale() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("config.toml");
+    // Two heartbeats of a server running 100 times faster: allowed only where the scale is.
+    std::fs::write(
+        &config,
+        "[listen]\nruntime = \"script\"\ncommand = [\"/bin/true\"]\nidle_timeout = \"2s\"\n",
+    )
+    .unwrap();
+    let listen = |base: &str| {
+        let mut cmd = agentchat(
+            dir.path(),
+            &["listen", "--once", "--config", config.to_str().unwrap()],
+        );
+        cmd.env("AGENTCHAT_API_BASE", base)
+            .env("AGENTCHAT_API_KEY", "ac_not_used_0000")
+            .env("AGENTCHAT_TEST_TIME_SCALE", "100");
+        cmd
+    };
+    // 0.0.0.0 is not a loopback address; port 9 refuses at once.
+    let out = run(listen("http://0.0.0.0:9")).await;
+    assert_eq!(out.code, Some(78), "{}", out.stderr);
+    assert!(
+        out.stderr.contains("listen.idle_timeout") && out.stderr.contains("at least 1m 30s"),
+        "the contract's floor holds: {}",
+        out.stderr
+    );
+
+    // Without the short timeout the listener starts, says the scale is ignored, and tries the
+    // real timers' server.
+    std::fs::write(
+        &config,
+        "[listen]\nruntime = \"script\"\ncommand = [\"/bin/true\"]\n",
+    )
+    .unwrap();
+    let out = run(listen("http://0.0.0.0:9")).await;
+    assert!(
+        out.stderr
+            .contains("AGENTCHAT_TEST_TIME_SCALE=100 is ignored"),
+        "{}",
+        out.stderr
+    );
+    assert!(!out.stderr.contains("in effect"), "{}", out.stderr);
+
+    // On loopback (the demo's and the tests' server) it is in effect, and said once.
+    let server = local_server().await;
+    let mut cmd = listen_once(dir.path(), &server);
+    cmd.env("AGENTCHAT_TEST_TIME_SCALE", "100");
+    let out = run(cmd).await;
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    assert_eq!(
+        out.stderr.matches("is in effect").count(),
+        1,
+        "{}",
+        out.stderr
+    );
+}

@@ -23,7 +23,8 @@ pub const VARIABLES: &[&str] = &[
     TEST_TIME_SCALE,
 ];
 
-/// Test-only: divides the listener's own fixed timers (`TestTimeScale`).
+/// Test-only: divides the listener's own fixed timers, honoured only against a loopback
+/// `api_base` (`TestTimeScale`).
 pub const TEST_TIME_SCALE: &str = "AGENTCHAT_TEST_TIME_SCALE";
 
 /// The process environment as UTF-8 text. Variables whose name or value is not UTF-8 are left
@@ -93,9 +94,16 @@ pub(super) fn layer(env: &HashMap<String, String>) -> Result<Layer, ConfigError>
     })
 }
 
-/// `AGENTCHAT_TEST_TIME_SCALE`, when set to a number above zero (anything else is ignored).
+/// `AGENTCHAT_TEST_TIME_SCALE`, when set.
 pub(super) fn test_time_scale(env: &HashMap<String, String>) -> Result<Option<f64>, ConfigError> {
-    Ok(get(env, TEST_TIME_SCALE).and_then(|v| value::time_scale(v).ok()))
+    get(env, TEST_TIME_SCALE)
+        .map(|v| {
+            value::time_scale(v).map_err(|problem| ConfigError::BadValue {
+                key: TEST_TIME_SCALE.to_string(),
+                problem,
+            })
+        })
+        .transpose()
 }
 
 /// Reads the integration switch from an environment map, on `today` (UTC, `YYYY-MM-DD`).

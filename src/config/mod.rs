@@ -120,18 +120,22 @@ pub struct Settings {
     pub log_level: String,
     pub log_format: LogFormat,
     pub listen: ListenSettings,
-    /// `AGENTCHAT_TEST_TIME_SCALE`.
+    /// `AGENTCHAT_TEST_TIME_SCALE` as decided against `api_base`.
     pub time_scale: TestTimeScale,
 }
 
 /// `AGENTCHAT_TEST_TIME_SCALE` (tests and `agentchat demo`): divides the listener's own fixed
-/// timers (invite-rule pace, key-refused retry, status and texts refresh).
+/// timers (invite-rule pace, key-refused retry, status and texts refresh). Honoured only when
+/// `api_base` is a loopback address, so a listener pointed at a real server never shortens a
+/// contract timer.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum TestTimeScale {
     /// Not set, or 1.
     Off,
-    /// In effect.
+    /// In effect: `api_base` is a loopback address.
     On(f64),
+    /// Set, but `api_base` is not a loopback address: timers run as the contract sets them.
+    Ignored(f64),
 }
 
 impl TestTimeScale {
@@ -139,7 +143,19 @@ impl TestTimeScale {
     pub fn factor(self) -> f64 {
         match self {
             TestTimeScale::On(s) => s,
-            TestTimeScale::Off => 1.0,
+            TestTimeScale::Off | TestTimeScale::Ignored(_) => 1.0,
+        }
+    }
+
+    /// The line to log once at start while the scale is in effect.
+    pub fn notice(self) -> Option<String> {
+        match self {
+            TestTimeScale::On(s) => Some(format!(
+                "{TEST_TIME_SCALE}={s} is in effect (api_base is a loopback address): the \
+                 listener's own timers (invite pace, key-refused retry, status and texts \
+                 refresh) run {s} times faster"
+            )),
+            _ => None,
         }
     }
 }

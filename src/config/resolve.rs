@@ -192,11 +192,13 @@ pub fn default_state_base(env: &HashMap<String, String>) -> Option<PathBuf> {
 }
 
 impl TestTimeScale {
-    /// The scale, when one other than 1 is set.
-    pub fn decide(scale: Option<f64>, _api_base: &str) -> TestTimeScale {
+    /// Honours a scale only against a loopback `api_base` (the demo's and the tests' local
+    /// server): a listener pointed at a real server never shortens a contract timer.
+    pub fn decide(scale: Option<f64>, api_base: &str) -> TestTimeScale {
         match scale {
-            Some(s) if s != 1.0 => TestTimeScale::On(s),
-            _ => TestTimeScale::Off,
+            None | Some(1.0) => TestTimeScale::Off,
+            Some(s) if value::is_loopback(api_base) => TestTimeScale::On(s),
+            Some(s) => TestTimeScale::Ignored(s),
         }
     }
 }
@@ -236,6 +238,14 @@ pub fn advice(settings: &Settings) -> Vec<String> {
             "`listen.kill_grace` ({}) is not shorter than `listen.run_timeout` ({})",
             show(l.kill_grace),
             show(l.run_timeout)
+        ));
+    }
+    if let TestTimeScale::Ignored(s) = settings.time_scale {
+        out.push(format!(
+            "{}={s} is ignored: api_base {} is not a loopback address, and a real server's \
+             timers are never shortened",
+            env::TEST_TIME_SCALE,
+            settings.api_base
         ));
     }
     out

@@ -120,6 +120,27 @@ pub fn api_base(raw: &str) -> Result<String, String> {
     Ok(trimmed.to_string())
 }
 
+/// Whether `api_base` points at this machine: a loopback IP address (127.0.0.0/8, ::1, or ::1's
+/// IPv4-mapped forms) or `localhost`. What `agentchat demo` and the tests use; never a real
+/// AgentChat server.
+pub fn is_loopback(api_base: &str) -> bool {
+    let Ok(url) = reqwest::Url::parse(api_base) else {
+        return false;
+    };
+    let Some(host) = url.host_str() else {
+        return false;
+    };
+    // IPv6 hosts come bracketed (`[::1]`).
+    let bare = host.trim_start_matches('[').trim_end_matches(']');
+    match bare.parse::<std::net::IpAddr>() {
+        Ok(std::net::IpAddr::V4(ip)) => ip.is_loopback(),
+        Ok(std::net::IpAddr::V6(ip)) => {
+            ip.is_loopback() || ip.to_ipv4_mapped().is_some_and(|v4| v4.is_loopback())
+        }
+        Err(_) => bare.eq_ignore_ascii_case("localhost"),
+    }
+}
+
 /// A duration in humantime (`"500ms"`, `"3s"`, `"15m"`, `"1h 30m"`).
 pub fn duration(raw: &str) -> Result<Duration, String> {
     humantime::parse_duration(raw.trim()).map_err(|e| {

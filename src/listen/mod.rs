@@ -30,7 +30,8 @@ pub struct ListenArgs {
 
 /// Test-only: `AGENTCHAT_TEST_TIME_SCALE` divides the listener's own fixed timers (invite-rule
 /// pace, key-refused retry, status refresh, texts refresh). Never the connect budget's delay,
-/// which is the server's. Config reads it (`config::TestTimeScale`).
+/// which is the server's. Config decides whether it is honoured (`config::TestTimeScale`: only
+/// against a loopback `api_base`).
 #[derive(Debug, Clone, Copy)]
 pub struct TimeScale(pub f64);
 
@@ -115,6 +116,9 @@ fn prepare(
     )?;
     for line in crate::config::advice(&settings) {
         tracing::warn!(event = %"config_advice", "{line}");
+    }
+    if let Some(line) = settings.time_scale.notice() {
+        tracing::info!(event = %"test_time_scale", "{line}");
     }
     let Some(key) = settings.api_key.clone() else {
         anyhow::bail!(
