@@ -332,6 +332,81 @@ fn the_idle_timeout_minimum_follows_a_test_servers_scaled_heartbeat() {
 }
 
 #[test]
+fn messages_suggest_the_fix_for_a_bare_host_and_a_malformed_duration() {
+    let none = ConfigArgs::default();
+    let e = env(&[]);
+    match err_of(&none, &e, "api_base = \"api.agentchat.me\"") {
+        ConfigError::BadValue { key, problem } => {
+            assert_eq!(key, "api_base");
+            assert!(problem.contains("`https://api.agentchat.me`"), "{problem}");
+            assert!(!problem.contains("relative URL"), "{problem}");
+        }
+        other => panic!("expected BadValue, got {other}"),
+    }
+    let flag = ConfigArgs {
+        api_base: Some("localhost:8080".into()),
+        ..ConfigArgs::default()
+    };
+    match resolve(&flag, &e, None) {
+        Err(ConfigError::BadValue { key, problem }) => {
+            assert_eq!(key, "--api-base");
+            assert!(problem.contains("`https://localhost:8080`"), "{problem}");
+        }
+        other => panic!("expected BadValue, got {:?}", other.map(|_| ())),
+    }
+    for (value, says) in [
+        ("-5s", "cannot be negative"),
+        ("5 parsecs", "`parsecs` is not a unit"),
+        ("soon", "write a number and a unit"),
+        ("", "empty"),
+    ] {
+        match err_of(&none, &e, &format!("[listen]\nmax_delay = \"{value}\"")) {
+            ConfigError::BadValue { key, problem } => {
+                assert_eq!(key, "listen.max_delay");
+                assert!(problem.contains(says), "{value:?}: {problem}");
+                assert!(
+                    problem.contains("\"15m\""),
+                    "what a duration looks like: {problem}"
+                );
+                assert!(!problem.contains("expected number"), "{problem}");
+            }
+            other => panic!("expected BadValue, got {other}"),
+        }
+    }
+}
+
+#[test]
+fn a_missing_key_file_is_named_as_the_key_file_and_the_os_error_is_said_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("config.toml");
+    std::fs::write(&cfg, "api_key_file = \"nope.key\"\n").unwrap();
+    let args = ConfigArgs {
+        config: Some(cfg.clone()),
+        state_dir: Some(dir.path().join("state")),
+        ..ConfigArgs::default()
+    };
+    let err = load_with_env(&args, &env(&[])).unwrap_err();
+    assert!(matches!(err, ConfigError::KeyFile { .. }), "{err:?}");
+    let chain = format!("{:#}", anyhow::Error::from(err));
+    assert!(chain.contains("api_key_file"), "{chain}");
+    assert!(chain.contains("nope.key"), "{chain}");
+    assert!(!chain.contains("config file"), "{chain}");
+    assert_eq!(chain.matches("os error 2").count(), 1, "{chain}");
+
+    // The config file itself: named as such, its OS error once.
+    let missing = ConfigArgs {
+        config: Some(dir.path().join("absent.toml")),
+        ..args
+    };
+    let chain = format!(
+        "{:#}",
+        anyhow::Error::from(load_with_env(&missing, &env(&[])).unwrap_err())
+    );
+    assert!(chain.contains("config file"), "{chain}");
+    assert_eq!(chain.matches("os error 2").count(), 1, "{chain}");
+}
+
+#[test]
 fn invalid_toml_reports_line_without_quoting_the_file() {
     let text = "log_level = \"info\"\napi_key = \"ac_secret_value_123\n";
     match err_of(&ConfigArgs::default(), &env(&[]), text) {
@@ -1099,6 +1174,28 @@ async fn a_listener_with_a_non_loopback_api_base_ignores_the_test_time_scale() {
     assert_eq!(out.code, Some(0), "{}", out.stderr);
     assert_eq!(
         out.stderr.matches("is in effect").count(),
+        1,
+        "{}",
+        out.stderr
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn listen_names_a_missing_key_file_once_without_calling_it_a_config_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("config.toml");
+    std::fs::write(&config, "api_key_file = \"missing.key\"\n").unwrap();
+    let mut cmd = agentchat(
+        dir.path(),
+        &["listen", "--config", config.to_str().unwrap()],
+    );
+    cmd.env("AGENTCHAT_API_BASE", "http://127.0.0.1:9");
+    let out = run(cmd).await;
+    assert_eq!(out.code, Some(78), "{}", out.stderr);
+    assert!(out.stderr.contains("`api_key_file`"), "{}", out.stderr);
+    assert!(!out.stderr.contains("config file"), "{}", out.stderr);
+    assert_eq!(
+        out.stderr.matches("os error 2").count(),
         1,
         "{}",
         out.stderr

@@ -66,7 +66,7 @@ fn read_config_file(
         Some((path, explicit)) => match std::fs::read_to_string(&path) {
             Ok(text) => Ok(Some((path, text))),
             Err(e) if !explicit && e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(source) => Err(ConfigError::Read { path, source }),
+            Err(error) => Err(ConfigError::Read { path, error }),
         },
         None => Ok(None),
     }
@@ -75,34 +75,30 @@ fn read_config_file(
 /// Reads a key file, refusing (like ssh) one that group or others can read. The key is trimmed;
 /// an empty file is an error. No error message contains the file's content.
 pub fn read_key_file(path: &Path) -> Result<SecretString, ConfigError> {
-    let read = |source| ConfigError::Read {
+    let problem = |problem: String| ConfigError::KeyFile {
         path: path.to_path_buf(),
-        source,
-    };
-    let bad = |problem: String| ConfigError::BadValue {
-        key: "api_key_file".into(),
         problem,
     };
-    let meta = std::fs::metadata(path).map_err(read)?;
+    let meta = std::fs::metadata(path).map_err(|e| problem(format!("cannot be read: {e}")))?;
     #[cfg(unix)]
     {
         use std::os::unix::fs::PermissionsExt;
         let mode = meta.permissions().mode() & 0o777;
         if mode & 0o077 != 0 {
-            return Err(bad(format!(
-                "{} can be read by other users (mode {mode:04o}); run `chmod 600 {}`",
-                path.display(),
+            return Err(problem(format!(
+                "can be read by other users (mode {mode:04o}); run `chmod 600 {}`",
                 path.display()
             )));
         }
     }
     if !meta.is_file() {
-        return Err(bad(format!("{} is not a file", path.display())));
+        return Err(problem("is not a file".into()));
     }
-    let text = std::fs::read_to_string(path).map_err(read)?;
+    let text =
+        std::fs::read_to_string(path).map_err(|e| problem(format!("cannot be read: {e}")))?;
     let key = text.trim();
     if key.is_empty() {
-        return Err(bad(format!("{} is empty", path.display())));
+        return Err(problem("is empty".into()));
     }
     Ok(SecretString::from(key.to_string()))
 }

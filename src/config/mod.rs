@@ -182,7 +182,8 @@ pub struct ConfigArgs {
 }
 
 /// Why the settings cannot be resolved. Each message names the key, variable, flag or file to
-/// fix, and never the key's value.
+/// fix, and never the key's value. The OS error of a failed read is part of the message (and not
+/// a `source`), so a chain printed with `{:#}` shows it once.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     /// A key the file set that we do not know; the message names it with its table path.
@@ -190,13 +191,16 @@ pub enum ConfigError {
     UnknownKey(String),
     #[error("bad value for `{key}`: {problem}")]
     BadValue { key: String, problem: String },
-    #[error("cannot read config file {path}: {source}")]
+    #[error("cannot read the config file {path}: {error}")]
     Read {
         path: PathBuf,
-        source: std::io::Error,
+        error: std::io::Error,
     },
     #[error("config file {path} is not valid TOML: {message}")]
     Toml { path: PathBuf, message: String },
+    /// The key file named by `api_key_file`: missing, unreadable, readable by others or empty.
+    #[error("the key file {path} (`api_key_file`) {problem}")]
+    KeyFile { path: PathBuf, problem: String },
     /// A profile other than `default` without its `[profiles.<name>]` table.
     #[error("{}", unknown_profile(name, file.as_deref(), known))]
     UnknownProfile {

@@ -105,9 +105,20 @@ pub fn log_filter(raw: &str) -> Result<String, String> {
 }
 
 /// An API base URL (`api_base`, `AGENTCHAT_API_BASE`, `--api-base`, the MCP URLs): http or
-/// https with a host; trailing slashes dropped so `{api_base}/v1/...` joins cleanly.
+/// https with a host; trailing slashes dropped so `{api_base}/v1/...` joins cleanly. A bare
+/// host is the common slip, so the message suggests the URL it probably meant.
 pub fn api_base(raw: &str) -> Result<String, String> {
     let trimmed = raw.trim().trim_end_matches('/');
+    if !trimmed.contains("://") && !trimmed.is_empty() && !trimmed.contains(char::is_whitespace) {
+        let suggestion = format!("https://{trimmed}");
+        if reqwest::Url::parse(&suggestion)
+            .is_ok_and(|u| u.host_str().is_some_and(|h| !h.is_empty()))
+        {
+            return Err(format!(
+                "`{trimmed}` has no scheme: write `{suggestion}` (or http:// for a local server)"
+            ));
+        }
+    }
     let url = reqwest::Url::parse(trimmed).map_err(|e| format!("`{raw}` is not a URL: {e}"))?;
     if url.scheme() != "http" && url.scheme() != "https" {
         return Err(format!(
@@ -141,10 +152,21 @@ pub fn is_loopback(api_base: &str) -> bool {
     }
 }
 
-/// A duration in humantime (`"500ms"`, `"3s"`, `"15m"`, `"1h 30m"`).
+/// A duration in humantime (`"500ms"`, `"3s"`, `"15m"`, `"1h 30m"`). Problems say what a
+/// duration looks like, and what was wrong when it can be told (a sign, a unit, a size).
 pub fn duration(raw: &str) -> Result<Duration, String> {
-    humantime::parse_duration(raw.trim()).map_err(|e| {
-        format!("`{raw}` is not a duration ({e}); write e.g. \"3s\", \"15m\" or \"1h\"")
+    let text = raw.trim();
+    humantime::parse_duration(text).map_err(|e| {
+        let why = match e {
+            _ if text.is_empty() => "it is empty".to_string(),
+            _ if text.starts_with('-') => "a duration cannot be negative".to_string(),
+            humantime::DurationError::UnknownUnit { unit, .. } => {
+                format!("`{unit}` is not a unit; use ms, s, m, h or d")
+            }
+            humantime::DurationError::NumberOverflow => "the number is too large".to_string(),
+            _ => "write a number and a unit".to_string(),
+        };
+        format!("`{text}` is not a duration ({why}); write e.g. \"3s\", \"15m\" or \"1h 30m\"")
     })
 }
 
