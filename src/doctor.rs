@@ -1197,7 +1197,8 @@ pub async fn run(args: &DoctorArgs) -> Report {
                 executable,
             ));
         }
-        kind @ (RuntimeKind::ClaudeCode | RuntimeKind::Codex) => {
+        // Every other runtime runs a CLI of its own (core::runtime_kind).
+        kind => {
             let config_key = kind.descriptor().config_key;
             let login_args = kind.descriptor().login_check.unwrap_or_default();
             let binary = crate::runtime::cli_binary(&settings, kind).map_err(|e| e.to_string());
