@@ -633,6 +633,20 @@ fn shipped_example_config_parses_for_every_profile() {
     let s = resolve(&ConfigArgs::default(), &env(&[]), Some((&path, &text))).unwrap();
     assert_eq!(s.listen.runtime, RuntimeKind::ClaudeCode);
     assert_eq!(s.listen.run_timeout, Duration::from_secs(900));
+    // Every duration it sets is the default the code uses.
+    let l = &s.listen;
+    for rule in agentchat::config::value::DURATION_RULES {
+        let shown = match rule.key {
+            "run_timeout" => l.run_timeout,
+            "kill_grace" => l.kill_grace,
+            "quiet_window" => l.quiet_window,
+            "max_delay" => l.max_delay,
+            "idle_timeout" => l.idle_timeout,
+            other => panic!("a duration key the example does not show: {other}"),
+        };
+        assert_eq!(shown, rule.default, "{}", rule.key);
+        assert!(text.contains(&format!("{} = \"", rule.key)), "{}", rule.key);
+    }
     let work = ConfigArgs {
         profile: Some("work".into()),
         ..ConfigArgs::default()
