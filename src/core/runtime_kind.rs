@@ -99,15 +99,6 @@ impl RuntimeKind {
     pub fn from_name(name: &str) -> Option<RuntimeKind> {
         RUNTIMES.iter().find(|d| d.name == name).map(|d| d.kind)
     }
-
-    /// The names for a message: `claude-code, codex or script`.
-    pub fn names() -> String {
-        let names: Vec<&str> = RUNTIMES.iter().map(|d| d.name).collect();
-        match names.split_last() {
-            Some((last, rest)) if !rest.is_empty() => format!("{} or {last}", rest.join(", ")),
-            _ => names.concat(),
-        }
-    }
 }
 
 impl std::fmt::Display for RuntimeKind {
@@ -130,7 +121,6 @@ mod tests {
         names.sort_unstable();
         names.dedup();
         assert_eq!(names.len(), RUNTIMES.len());
-        assert_eq!(RuntimeKind::names(), "claude-code, codex or script");
     }
 
     #[test]
