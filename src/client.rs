@@ -60,14 +60,10 @@ impl std::fmt::Debug for Api {
 
 impl Api {
     pub fn new(base: &str, key: SecretString) -> Result<Api, ApiError> {
-        let mut builder = reqwest::Client::builder()
+        let http = crate::sys::tls::http_client_builder()
             .timeout(REQUEST_TIMEOUT)
             .connect_timeout(Duration::from_secs(10))
-            .user_agent(format!("agentchat-listener-rs/{CLIENT_VERSION}"));
-        if let Some(tls) = crate::sys::tls::client_config() {
-            builder = builder.tls_backend_preconfigured((*tls).clone());
-        }
-        let http = builder
+            .user_agent(format!("agentchat-listener-rs/{CLIENT_VERSION}"))
             .build()
             .map_err(|e| ApiError::Network(format!("cannot build the HTTP client: {e}")))?;
         Ok(Api {

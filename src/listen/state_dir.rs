@@ -3,12 +3,12 @@
 //! Nothing here ever holds the key or message text.
 
 use crate::core::invite_rule::InviteMemory;
-use crate::sys::fs::write_atomic;
+use crate::sys::fs::{create_private_dir, write_atomic};
 use crate::sys::time::rfc3339;
 use serde::Serialize;
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::SystemTime;
@@ -65,20 +65,12 @@ impl StateDir {
             path: root.to_path_buf(),
             source,
         };
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(root)
-            .map_err(err)?;
+        create_private_dir(root).map_err(err)?;
         std::fs::set_permissions(root, std::fs::Permissions::from_mode(0o700)).map_err(err)?;
         let dir = StateDir {
             root: root.to_path_buf(),
         };
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(dir.runs_dir())
-            .map_err(err)?;
+        create_private_dir(&dir.runs_dir()).map_err(err)?;
         Ok(dir)
     }
 

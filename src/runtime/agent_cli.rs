@@ -1,7 +1,7 @@
 //! Helpers shared by the Claude Code and Codex runtimes: finding the binary, the MCP endpoint,
 //! reading a run log's JSON lines, and keeping failure reasons short and free of secrets.
 
-use super::RuntimeError;
+use super::{RunOutcome, RuntimeError};
 use crate::sys::process::ProcessEnd;
 use crate::sys::text::ellipsize;
 use std::path::{Path, PathBuf};
@@ -143,6 +143,17 @@ pub fn end_failure(end: &ProcessEnd) -> Option<String> {
         ProcessEnd::Cancelled => Some("stopped with the listener".into()),
         ProcessEnd::SpawnFailed(e) => Some(format!("could not start: {}", clip(e))),
     }
+}
+
+/// `Unusable` when the CLI could not even be started because its binary is gone or cannot run
+/// (a retry will not help); `cli` names it (`Claude Code`, `Codex`).
+pub fn unstartable(cli: &str, end: &ProcessEnd) -> Option<RunOutcome> {
+    spawn_unfixable(end).then(|| {
+        RunOutcome::Unusable(format!(
+            "{cli} could not be started ({})",
+            end_failure(end).unwrap_or_default()
+        ))
+    })
 }
 
 /// Whether a spawn error means the binary is gone or cannot run (a retry will not help).

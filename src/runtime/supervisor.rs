@@ -20,7 +20,9 @@
 
 use crate::runtime::{ALWAYS_REMOVED, RunSpec};
 use crate::sys::fs::open_append_private;
-use crate::sys::process::{GroupGuard, ProcessEnd, signal_group};
+use crate::sys::process::{
+    GroupChild, ProcessEnd, Termination, boot_id, group_alive, pid_alive, proc_stat, signal_group,
+};
 use crate::sys::time::rfc3339_seconds;
 use std::fs::File;
 use std::io::Write;
@@ -28,6 +30,7 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant, SystemTime};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::sync::watch;
 
 #[derive(Debug, Clone, Copy)]
 pub struct RunLimits {
@@ -52,10 +55,8 @@ pub struct RunReport {
 }
 
 /// A line of the supervisor's own in the run log. Failing to write it must not fail the run.
-fn note(log: &mut Option<std::fs::File>, line: &str) {
-    if let Some(f) = log.as_mut() {
-        let _ = writeln!(f, "=== {} {line}", rfc3339_seconds(SystemTime::now()));
-    }
+fn note(log: &mut File, line: &str) {
+    let _ = writeln!(log, "=== {} {line}", rfc3339_seconds(SystemTime::now()));
 }
 
 /// The name `run-<UTC time>-<cycle id>.log` the listener gives a run's log, so that names sort by
@@ -79,13 +80,6 @@ pub fn log_file_name(cycle_id: &str) -> String {
     format!("run-{stamp}-{id}.log")
 }
 
-/// Why the supervisor ended the run early.
-#[derive(Clone, Copy, PartialEq)]
-enum Stop {
-    TimedOut,
-    Cancelled,
-}
-
 /// Runs `spec` to its end. `cancel` turning true ends the run early (SIGTERM, grace, SIGKILL).
 /// A `cancel` that is already true starts nothing. Never panics; a process that cannot be started
 /// is `SpawnFailed` with the reason.
@@ -93,7 +87,7 @@ pub async fn run(
     spec: &RunSpec,
     limits: RunLimits,
     log_path: &Path,
-    mut cancel: tokio::sync::watch::Receiver<bool>,
+    mut cancel: watch::Receiver<bool>,
 ) -> RunReport {
     let started = Instant::now();
     let report = |end: ProcessEnd, pid: Option<u32>| RunReport {
@@ -105,20 +99,62 @@ pub async fn run(
     if *cancel.borrow_and_update() {
         return report(ProcessEnd::Cancelled, None);
     }
-
-    let log = match open_append_private(log_path) {
-        Ok(f) => f,
-        Err(e) => {
-            return report(
-                ProcessEnd::SpawnFailed(format!(
-                    "cannot open the run log {}: {e}",
-                    log_path.display()
-                )),
-                None,
-            );
+    let (mut log, output_log) = match open_run_log(spec, log_path, limits.log_max) {
+        Ok(opened) => opened,
+        Err(msg) => return report(ProcessEnd::SpawnFailed(msg), None),
+    };
+    let mut group = match spawn(spec) {
+        Ok(group) => group,
+        Err(msg) => {
+            note(&mut log, &format!("run not started: {msg}"));
+            return report(ProcessEnd::SpawnFailed(msg), None);
         }
     };
-    let mut log = Some(log);
+    let pid = group.id();
+    note(
+        &mut log,
+        &format!("pid {} (its own process group)", pid.unwrap_or(0)),
+    );
+    let group_file = log_path.with_file_name(RUN_GROUP_FILE);
+    let pgid = pid.and_then(|p| i32::try_from(p).ok()).unwrap_or(0);
+    if let Err(e) = record_group(&group_file, pgid) {
+        note(
+            &mut log,
+            &format!("cannot record the process group in {RUN_GROUP_FILE}: {e}"),
+        );
+    }
+    let relay = tokio::spawn(relay_output(
+        group.child.stdout.take(),
+        group.child.stderr.take(),
+        output_log,
+    ));
+    let feeder = feed_stdin(&mut group, spec);
+    let end = supervise(&mut group, limits, &mut cancel, &mut log).await;
+    // The leader is gone; dropping the group SIGKILLs whatever it left in it. The group id cannot
+    // be reused while any member still holds it, so this reaches only the run's own leftovers.
+    drop(group);
+    let _ = std::fs::remove_file(&group_file);
+    if let Some(f) = feeder {
+        f.abort();
+    }
+    finish_output(relay, &mut log).await;
+    let r = report(end, pid);
+    note(
+        &mut log,
+        &format!(
+            "run ended: {:?} after {}",
+            r.end,
+            humantime::format_duration(Duration::from_millis(r.duration.as_millis() as u64))
+        ),
+    );
+    r
+}
+
+/// Opens the run log (0600) with its header line, and the capped writer the run's output goes
+/// through (`CappedLog`, on a second handle). `Err` is the reason, for `SpawnFailed`.
+fn open_run_log(spec: &RunSpec, log_path: &Path, max: u64) -> Result<(File, CappedLog), String> {
+    let mut log = open_append_private(log_path)
+        .map_err(|e| format!("cannot open the run log {}: {e}", log_path.display()))?;
     note(
         &mut log,
         &format!(
@@ -127,23 +163,21 @@ pub async fn run(
             spec.cwd.display()
         ),
     );
-    let output_log = match log.as_ref().map(|f| f.try_clone()) {
-        Some(Ok(f)) => CappedLog::new(f, limits.log_max),
-        _ => {
-            return report(
-                ProcessEnd::SpawnFailed(format!(
-                    "cannot attach the run log {} to the process",
-                    log_path.display()
-                )),
-                None,
-            );
-        }
-    };
+    match log.try_clone() {
+        Ok(output) => Ok((log, CappedLog::new(output, max))),
+        Err(_) => Err(format!(
+            "cannot attach the run log {} to the process",
+            log_path.display()
+        )),
+    }
+}
 
+/// Starts the run in its own process group, stdout and stderr piped (to the capped log relay),
+/// the environment cleaned.
+fn spawn(spec: &RunSpec) -> Result<GroupChild, String> {
     let mut cmd = tokio::process::Command::new(&spec.program);
     cmd.args(&spec.args)
         .current_dir(&spec.cwd)
-        .process_group(0)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .stdin(if spec.stdin.is_some() {
@@ -159,131 +193,66 @@ pub async fn run(
         cmd.env_remove(name);
     }
     cmd.envs(spec.env.iter().map(|(k, v)| (k, v)));
+    GroupChild::spawn(&mut cmd).map_err(|e| {
+        format!(
+            "cannot start {} (in {}): {e}",
+            spec.program.display(),
+            spec.cwd.display()
+        )
+    })
+}
 
-    let mut child = match cmd.spawn() {
-        Ok(c) => c,
-        Err(e) => {
-            let msg = format!(
-                "cannot start {} (in {}): {e}",
-                spec.program.display(),
-                spec.cwd.display()
-            );
-            note(&mut log, &format!("run not started: {msg}"));
-            return report(ProcessEnd::SpawnFailed(msg), None);
-        }
-    };
-    let pid = child.id();
-    let pgid = pid.and_then(|p| i32::try_from(p).ok()).unwrap_or(0);
-    let mut guard = GroupGuard { pgid, armed: true };
-    note(
-        &mut log,
-        &format!("pid {} (its own process group)", pid.unwrap_or(0)),
-    );
-    let group_file = log_path.with_file_name(RUN_GROUP_FILE);
-    if let Err(e) = record_group(&group_file, pgid) {
-        note(
-            &mut log,
-            &format!("cannot record the process group in {RUN_GROUP_FILE}: {e}"),
-        );
-    }
-
-    let output = tokio::spawn(relay_output(
-        child.stdout.take(),
-        child.stderr.take(),
-        output_log,
-    ));
-
-    // Feed stdin from its own task: a child that never reads must not block the supervisor, and
-    // dropping the pipe afterwards closes the child's stdin.
-    let feeder = match (child.stdin.take(), spec.stdin.clone()) {
+/// Feeds stdin from its own task: a child that never reads must not block the supervisor, and
+/// dropping the pipe afterwards closes the child's stdin.
+fn feed_stdin(group: &mut GroupChild, spec: &RunSpec) -> Option<tokio::task::JoinHandle<()>> {
+    match (group.child.stdin.take(), spec.stdin.clone()) {
         (Some(mut pipe), Some(data)) => Some(tokio::spawn(async move {
             let _ = pipe.write_all(&data).await;
             let _ = pipe.shutdown().await;
         })),
         _ => None,
-    };
+    }
+}
 
+/// Waits for the run to end by itself, or ends it at the time limit or when `cancel` turns true
+/// (SIGTERM to the group, the grace, SIGKILL to the group), noting in the log what it sent.
+async fn supervise(
+    group: &mut GroupChild,
+    limits: RunLimits,
+    cancel: &mut watch::Receiver<bool>,
+    log: &mut File,
+) -> ProcessEnd {
     let cancelled = async {
         // A dropped sender means nobody can cancel any more.
         if cancel.wait_for(|c| *c).await.is_err() {
             std::future::pending::<()>().await;
         }
     };
-    let (stop, first) = tokio::select! {
-        status = child.wait() => (None, Some(status)),
-        _ = tokio::time::sleep(limits.timeout) => (Some(Stop::TimedOut), None),
-        _ = cancelled => (Some(Stop::Cancelled), None),
-    };
-
-    let status = match first {
-        Some(s) => s,
-        None => {
-            let why = if stop == Some(Stop::TimedOut) {
-                format!(
-                    "time limit of {} reached",
-                    humantime::format_duration(limits.timeout)
-                )
-            } else {
-                "the listener is stopping".to_string()
+    let (end, why) = tokio::select! {
+        status = group.child.wait() => {
+            return match status {
+                Ok(status) => ProcessEnd::from_status(status),
+                Err(e) => ProcessEnd::SpawnFailed(format!("lost track of the run: {e}")),
             };
-            note(
-                &mut log,
-                &format!("{why}: SIGTERM sent to the process group"),
-            );
-            signal_group(pgid, libc::SIGTERM);
-            match tokio::time::timeout(limits.grace, child.wait()).await {
-                Ok(s) => {
-                    note(&mut log, "the run ended within the grace");
-                    s
-                }
-                Err(_) => {
-                    note(
-                        &mut log,
-                        &format!(
-                            "grace of {} over: SIGKILL sent to the process group",
-                            humantime::format_duration(limits.grace)
-                        ),
-                    );
-                    signal_group(pgid, libc::SIGKILL);
-                    child.wait().await
-                }
-            }
         }
-    };
-
-    // The leader is gone; whatever it left in its group goes too. The group id cannot be reused
-    // while any member still holds it, so this reaches only the run's own leftovers.
-    signal_group(pgid, libc::SIGKILL);
-    let _ = std::fs::remove_file(&group_file);
-    guard.armed = false;
-    if let Some(f) = feeder {
-        f.abort();
-    }
-    finish_output(output, &mut log).await;
-
-    let end = match (stop, status) {
-        (Some(Stop::TimedOut), _) => ProcessEnd::TimedOut,
-        (Some(Stop::Cancelled), _) => ProcessEnd::Cancelled,
-        (None, Ok(st)) => {
-            use std::os::unix::process::ExitStatusExt;
-            match (st.code(), st.signal()) {
-                (Some(c), _) => ProcessEnd::Exited(c),
-                (None, Some(s)) => ProcessEnd::Signalled(s),
-                (None, None) => ProcessEnd::Exited(-1),
-            }
-        }
-        (None, Err(e)) => ProcessEnd::SpawnFailed(format!("lost track of the run: {e}")),
-    };
-    let r = report(end, pid);
-    note(
-        &mut log,
-        &format!(
-            "run ended: {:?} after {}",
-            r.end,
-            humantime::format_duration(Duration::from_millis(r.duration.as_millis() as u64))
+        _ = tokio::time::sleep(limits.timeout) => (
+            ProcessEnd::TimedOut,
+            format!("time limit of {} reached", humantime::format_duration(limits.timeout)),
         ),
-    );
-    r
+        _ = cancelled => (ProcessEnd::Cancelled, "the listener is stopping".to_string()),
+    };
+    note(log, &format!("{why}: SIGTERM sent to the process group"));
+    match group.terminate(limits.grace).await.1 {
+        Termination::WithinGrace => note(log, "the run ended within the grace"),
+        Termination::Killed => note(
+            log,
+            &format!(
+                "grace of {} over: SIGKILL sent to the process group",
+                humantime::format_duration(limits.grace)
+            ),
+        ),
+    }
+    end
 }
 
 /// The file beside a run's log that names its process group while the run lives.
@@ -366,7 +335,7 @@ fn leftover_is_the_runs(record: &GroupRecord) -> bool {
         }
         // A leader alive but not readable (no /proc): it cannot be told from a new process that
         // reuses the id, so it is left alone.
-        None if crate::sys::process::pid_alive(record.pgid as u64) => false,
+        None if pid_alive(record.pgid as u64) => false,
         _ => group_alive(record.pgid),
     }
 }
@@ -381,53 +350,6 @@ async fn group_gone_within(pgid: i32, limit: Duration) -> bool {
             return false;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-/// A process as `/proc/<pid>/stat` shows it (Linux; `None` elsewhere or when it is gone).
-struct ProcStat {
-    zombie: bool,
-    pgrp: i32,
-    /// Clock ticks after boot; 0 when unknown.
-    start: u64,
-}
-
-impl ProcStat {
-    fn start_known(&self) -> bool {
-        self.start > 0
-    }
-}
-
-fn proc_stat(pid: i32) -> Option<ProcStat> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // `pid (comm) state ppid pgrp ...`: comm may hold anything, so split at the last `)`.
-    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
-    Some(ProcStat {
-        zombie: fields.first()? == &"Z",
-        pgrp: fields.get(2)?.parse().ok()?,
-        start: fields.get(19).and_then(|s| s.parse().ok()).unwrap_or(0),
-    })
-}
-
-fn boot_id() -> Option<String> {
-    std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
-        .ok()
-        .map(|s| s.trim().to_string())
-}
-
-/// Whether any live process (not a zombie: nothing may reap orphans here) is in group `pgid`.
-fn group_alive(pgid: i32) -> bool {
-    match std::fs::read_dir("/proc") {
-        Ok(entries) => entries.flatten().any(|e| {
-            e.file_name()
-                .to_str()
-                .and_then(|n| n.parse::<i32>().ok())
-                .and_then(proc_stat)
-                .is_some_and(|p| p.pgrp == pgid && !p.zombie)
-        }),
-        // No /proc: ask the kernel whether the group has members (zombies count there).
-        // SAFETY: killpg with signal 0 only checks for existence; nothing is sent.
-        Err(_) => unsafe { libc::killpg(pgid, 0) == 0 },
     }
 }
 
@@ -501,7 +423,7 @@ async fn read_some<R: AsyncRead + Unpin>(pipe: &mut Option<R>, buf: &mut [u8]) -
 
 /// Waits (at most `OUTPUT_DRAIN`) for the relay to reach the end of the run's output, then
 /// writes what the cap held back.
-async fn finish_output(mut relay: tokio::task::JoinHandle<CappedLog>, log: &mut Option<File>) {
+async fn finish_output(mut relay: tokio::task::JoinHandle<CappedLog>, log: &mut File) {
     match tokio::time::timeout(OUTPUT_DRAIN, &mut relay).await {
         Ok(Ok(capped)) => capped.finish(),
         Ok(Err(_)) => note(log, "the run's output could not be read to its end"),

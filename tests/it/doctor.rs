@@ -512,7 +512,7 @@ async fn an_installed_unit_is_current_until_it_is_edited() {
     let out = s.doctor(&sim.api_base, Some(&key), &[]).await;
     let line = out.line("service");
     assert!(
-        line.starts_with("PASS service: installed and current"),
+        line.starts_with("PASS service: written and current"),
         "{line}"
     );
 
@@ -527,7 +527,7 @@ async fn an_installed_unit_is_current_until_it_is_edited() {
     assert_eq!(out.code, 0, "a stale unit is a warning: {}", out.all());
     let line = out.line("service");
     assert!(
-        line.starts_with("WARN service: installed at")
+        line.starts_with("WARN service: written at")
             && line.contains("reinstall")
             && line.contains("agentchat service install"),
         "{line}"

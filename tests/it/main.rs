@@ -10,10 +10,12 @@ mod listen_support;
 mod model_server;
 mod sim_support;
 
+mod cli;
 mod config;
 mod conformance;
 mod core_props;
 mod demo;
+mod docs_links;
 mod doctor;
 mod faults;
 mod listen;

@@ -204,8 +204,21 @@ fn launchd_plist_parses_with_a_real_plist_parser_and_carries_the_listen_command(
 #[test]
 fn install_and_uninstall_in_a_scratch_dir_write_and_remove_the_unit_without_a_manager() {
     let dir = tempfile::tempdir().unwrap();
+    // A profile other than `default` needs its table: install checks the config the unit uses.
+    let config = dir.path().join("config.toml");
+    std::fs::write(&config, "[profiles.ci]\n").unwrap();
+    let config = config.to_str().unwrap();
     let out = agentchat(
-        &["service", "install", "--kind", "systemd", "--profile", "ci"],
+        &[
+            "service",
+            "install",
+            "--kind",
+            "systemd",
+            "--profile",
+            "ci",
+            "--config",
+            config,
+        ],
         Some(dir.path()),
     );
     assert!(
@@ -289,4 +302,272 @@ fn the_systemd_unit_does_not_restart_on_the_listeners_config_exit_code() {
         agentchat::listen::EXIT_CONFIG
     );
     assert!(unit.lines().any(|l| l == line), "{unit}");
+}
+
+/// `agentchat service ARGS` as on a machine with no reachable systemd user manager, whatever
+/// this machine has: HOME and the config dir in `home`, `XDG_RUNTIME_DIR` an empty directory and
+/// no session bus address, so the real `systemctl --user` finds no manager to talk to. Never
+/// `AGENTCHAT_SERVICE_DIR`: this is the real install path. `path` replaces PATH when given.
+fn without_user_manager(
+    home: &Path,
+    args: &[&str],
+    path: Option<&str>,
+    env: &[(&str, &str)],
+) -> std::process::Output {
+    let runtime_dir = home.join("run");
+    std::fs::create_dir_all(&runtime_dir).unwrap();
+    let mut cmd = Command::new(BIN);
+    cmd.arg("service")
+        .args(args)
+        .env("HOME", home)
+        .env("XDG_CONFIG_HOME", home.join(".config"))
+        .env("XDG_RUNTIME_DIR", &runtime_dir)
+        .env_remove("DBUS_SESSION_BUS_ADDRESS")
+        .env_remove("AGENTCHAT_SERVICE_DIR")
+        .env_remove("AGENTCHAT_CONFIG")
+        .env_remove("AGENTCHAT_PROFILE");
+    if let Some(p) = path {
+        cmd.env("PATH", p);
+    }
+    cmd.envs(env.iter().copied());
+    cmd.output().expect("run agentchat")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+#[test]
+fn install_without_a_user_manager_writes_nothing_and_says_what_to_do() {
+    let home = tempfile::tempdir().unwrap();
+    let units = home.path().join(".config/systemd/user");
+    let out = without_user_manager(home.path(), &["install", "--kind", "systemd"], None, &[]);
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert_eq!(out.status.code(), Some(1), "{stdout}{stderr}");
+    assert!(
+        stderr.contains("no systemd user manager answers")
+            && stderr.contains("nothing was written"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("agentchat listen"), "{stderr}");
+    if Path::new("/run/systemd/system").is_dir() {
+        assert!(stderr.contains("loginctl enable-linger"), "{stderr}");
+    } else {
+        assert!(stderr.contains("does not run systemd"), "{stderr}");
+    }
+    assert!(!stdout.contains("wrote"), "{stdout}");
+    assert!(!units.join("agentchat-listen.service").exists());
+
+    // An earlier unit (written by hand, or by an install that could not start it) stays as it was.
+    std::fs::create_dir_all(&units).unwrap();
+    std::fs::write(units.join("agentchat-listen.service"), "# earlier\n").unwrap();
+    let out = without_user_manager(home.path(), &["install", "--kind", "systemd"], None, &[]);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        std::fs::read_to_string(units.join("agentchat-listen.service")).unwrap(),
+        "# earlier\n"
+    );
+
+    // `service status` says the unit is only written, and that no manager runs it.
+    let out = without_user_manager(home.path(), &["status", "--kind", "systemd"], None, &[]);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        stdout.contains("agentchat-listen.service (written)"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("manager: no service manager answers"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("agentchat listen"), "{stdout}");
+    assert!(!stdout.contains("running: yes"), "{stdout}");
+}
+
+/// A stand-in `systemctl` that answers like a running user manager, except that `enable` fails;
+/// every call is appended to `calls`.
+fn refusing_systemctl(dir: &Path) -> std::path::PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let bin = dir.join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let calls = dir.join("calls");
+    let script = format!(
+        "#!/bin/sh\necho \"$*\" >> '{}'\ncase \"$2\" in\n  enable) echo 'Failed to enable unit: \
+         Access denied' >&2; exit 1 ;;\n  *) exit 0 ;;\nesac\n",
+        calls.display()
+    );
+    let path = bin.join("systemctl");
+    std::fs::write(&path, script).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    calls
+}
+
+#[test]
+fn an_install_the_manager_refuses_leaves_the_unit_as_it_was_before() {
+    let home = tempfile::tempdir().unwrap();
+    let calls = refusing_systemctl(home.path());
+    let path = format!("{}:/usr/bin:/bin", home.path().join("bin").display());
+    let unit = home
+        .path()
+        .join(".config/systemd/user/agentchat-listen.service");
+
+    // No unit before: none after.
+    let out = without_user_manager(
+        home.path(),
+        &["install", "--kind", "systemd"],
+        Some(&path),
+        &[],
+    );
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("Access denied") && stderr.contains("removed"),
+        "{stderr}"
+    );
+    assert!(!unit.exists(), "the refused unit was left behind");
+
+    // A unit before: the same bytes after.
+    std::fs::write(&unit, "# the earlier unit\n").unwrap();
+    let out = without_user_manager(
+        home.path(),
+        &["install", "--kind", "systemd"],
+        Some(&path),
+        &[],
+    );
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("put the previous"), "{stderr}");
+    assert_eq!(
+        std::fs::read_to_string(&unit).unwrap(),
+        "# the earlier unit\n"
+    );
+
+    // The manager was checked first, and reloaded again after the undo.
+    let calls = std::fs::read_to_string(calls).unwrap();
+    let calls: Vec<&str> = calls.lines().collect();
+    assert_eq!(
+        calls[..4],
+        [
+            "--user show-environment",
+            "--user daemon-reload",
+            "--user enable --now agentchat-listen.service",
+            "--user daemon-reload"
+        ],
+        "{calls:?}"
+    );
+}
+
+#[test]
+fn install_refuses_a_config_file_that_is_missing_or_does_not_load_and_writes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("nope.toml");
+    let out = agentchat(
+        &["service", "install", "--config", missing.to_str().unwrap()],
+        Some(dir.path()),
+    );
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("does not exist") && stderr.contains("nope.toml"),
+        "{stderr}"
+    );
+
+    let (_c, bad) = config_in("[listen]\nqiet_window = \"3s\"\n");
+    let out = agentchat(
+        &["service", "install", "--config", bad.to_str().unwrap()],
+        Some(dir.path()),
+    );
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("unknown config key `listen.qiet_window`"),
+        "{stderr}"
+    );
+
+    // The same through the installing shell's AGENTCHAT_CONFIG.
+    let out = agentchat_env(
+        &["service", "install"],
+        Some(dir.path()),
+        &[("AGENTCHAT_CONFIG", missing.to_str().unwrap())],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let written: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+    assert!(written.is_empty(), "{written:?}");
+
+    // A config that loads installs; the key sits in a key file, so there is no warning.
+    let (cdir, good) = config_in("api_key_file = \"key\"\n[listen]\nruntime = \"script\"\n");
+    let key = cdir.path().join("key");
+    std::fs::write(&key, "ac_live_test").unwrap();
+    std::fs::set_permissions(&key, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    let out = agentchat(
+        &["service", "install", "--config", good.to_str().unwrap()],
+        Some(dir.path()),
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        !text(&out.stderr).contains("warning"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+#[test]
+fn install_warns_when_the_service_would_have_no_key_from_the_shell() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = agentchat_env(
+        &["service", "install"],
+        Some(dir.path()),
+        &[("AGENTCHAT_API_KEY", "ac_live_only_in_this_shell")],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("no API key") && stderr.contains("api_key_file"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("ac_live_only_in_this_shell"), "{stderr}");
+}
+
+#[test]
+fn the_unit_carries_the_xdg_dirs_and_a_path_without_duplicates() {
+    let dir = tempfile::tempdir().unwrap();
+    let env = [
+        ("XDG_CONFIG_HOME", "/home/u/cfg"),
+        ("XDG_STATE_HOME", "/home/u/state"),
+        (
+            "PATH",
+            "/home/u/bin:/usr/bin:/bin:/usr/bin::/home/u/bin:/opt/a$b",
+        ),
+    ];
+    let unit = print_unit_env(&["--kind", "systemd"], &env);
+    let environment: Vec<&str> = unit
+        .lines()
+        .filter(|l| l.starts_with("Environment="))
+        .collect();
+    assert_eq!(
+        environment,
+        [
+            "Environment=\"PATH=/home/u/bin:/usr/bin:/bin:/opt/a$b\"",
+            "Environment=\"XDG_CONFIG_HOME=/home/u/cfg\"",
+            "Environment=\"XDG_STATE_HOME=/home/u/state\"",
+        ],
+        "{unit}"
+    );
+    let diagnostics = systemd_verify(dir.path(), "agentchat-listen.service", &unit);
+    assert!(diagnostics.is_empty(), "{diagnostics}\n{unit}");
+
+    let plist = print_unit_env(&["--kind", "launchd"], &env);
+    let parsed = parse_plist(dir.path(), &plist);
+    assert_eq!(
+        parsed["EnvironmentVariables"]["XDG_STATE_HOME"],
+        "/home/u/state"
+    );
+    assert_eq!(
+        parsed["EnvironmentVariables"]["PATH"],
+        "/home/u/bin:/usr/bin:/bin:/opt/a$b"
+    );
+
+    // A relative XDG dir is ignored by the spec and by config, so the unit leaves it out.
+    let unit = print_unit_env(&["--kind", "systemd"], &[("XDG_STATE_HOME", "state")]);
+    assert!(!unit.contains("XDG_STATE_HOME"), "{unit}");
 }
