@@ -133,6 +133,9 @@ fn listen_settings(m: Layer, scale: TestTimeScale) -> Result<ListenSettings, Con
         script_gets_key: m.script_gets_key.unwrap_or(true),
         identity_block: m.identity_block.unwrap_or(true),
         run_logs_keep: m.run_logs_keep.unwrap_or(50),
+        run_log_max_bytes: m
+            .run_log_max_bytes
+            .unwrap_or(super::value::DEFAULT_RUN_LOG_MAX_BYTES),
         claude: ClaudeSettings {
             binary: m.claude_binary,
             extra_args: m.claude_extra_args.unwrap_or_default(),

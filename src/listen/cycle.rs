@@ -214,6 +214,7 @@ async fn body(input: &mut CycleInput, report: &mut CycleReport) {
     let limits = RunLimits {
         timeout: input.settings.listen.run_timeout,
         grace: input.settings.listen.kill_grace,
+        log_max: input.settings.listen.run_log_max_bytes,
     };
     report.last.run_started = true;
     report.last.run_kind = Some(kind.as_str().into());
@@ -327,9 +328,7 @@ async fn apply_invite_rule(
             }
         }
     }
-    if let Err(e) = input.state.save_invites(&memory) {
-        tracing::warn!(event = %"invite_memory_write_failed", error = %e, "could not persist the invite memory");
-    }
+    input.state.save_invites(&memory);
 }
 
 /// Keeps the identity block (which handle this agent is, from the served
@@ -386,9 +385,7 @@ fn forget_answered(state: &StateDir, listed: &[String]) {
         return;
     }
     tracing::debug!(event = %"invite_forgotten", count = gone.len(), "invites answered");
-    if let Err(e) = state.save_invites(&memory) {
-        tracing::warn!(event = %"invite_memory_write_failed", error = %e, "could not persist the invite memory");
-    }
+    state.save_invites(&memory);
 }
 
 /// Reads the tray, retrying transient failures and honouring `429 Retry-After`. A stop during a
