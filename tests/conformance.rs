@@ -254,6 +254,65 @@ fn texts_parse_every_field_and_ignore_unknown_ones() {
     ));
 }
 
+/// Every string value in `v`, at any depth.
+fn strings(v: &Value, out: &mut Vec<String>) {
+    match v {
+        Value::String(s) => out.push(s.clone()),
+        Value::Array(a) => a.iter().for_each(|x| strings(x, out)),
+        Value::Object(m) => m.values().for_each(|x| strings(x, out)),
+        _ => {}
+    }
+}
+
+#[test]
+fn tray_entry_cases_skip_malformed_entries_by_index_only() {
+    let file = "tray-entries.cases.json";
+    let doc = json(file);
+    check_cases(file, &doc, "cases", |case| {
+        let served = match case["tray_file"].as_str() {
+            Some(f) => json(f),
+            None => case["tray"].clone(),
+        };
+        let tray = match Tray::parse(served.to_string().as_bytes()) {
+            Ok(t) => t,
+            Err(e) => return vec![format!("tray does not parse: {e}")],
+        };
+        let exp = &case["expect"];
+        let mut failures = Vec::new();
+        let indices = |s: &[agentchat::core::tray::Skipped]| -> Value {
+            s.iter().map(|s| s.index).collect::<Vec<_>>().into()
+        };
+        let cards: Vec<&str> = tray
+            .conversations
+            .iter()
+            .map(|c| c.conversation_id.as_str())
+            .collect();
+        let got = [
+            ("cards", Value::from(cards)),
+            ("skipped_cards", indices(&tray.skipped_cards)),
+            ("invites", Value::from(tray.invite_ids())),
+            ("skipped_invites", indices(&tray.skipped_invites)),
+            ("invites_complete", Value::from(tray.invites_complete())),
+        ];
+        for (key, got) in got {
+            if !exp[key].is_null() && exp[key] != got {
+                failures.push(format!("{key}: {got}, want {}", exp[key]));
+            }
+        }
+        let mut values = Vec::new();
+        strings(&served, &mut values);
+        for s in tray.skipped_cards.iter().chain(&tray.skipped_invites) {
+            if let Some(v) = values
+                .iter()
+                .find(|v| v.len() >= 4 && s.reason.contains(v.as_str()))
+            {
+                failures.push(format!("skip reason {:?} quotes the value {v:?}", s.reason));
+            }
+        }
+        failures
+    });
+}
+
 #[test]
 fn cycle_cases_decide_run_kind_or_why_not() {
     let file = "cycle.cases.json";

@@ -1456,3 +1456,50 @@ async fn a_tray_that_cannot_be_read_ends_the_cycle_without_a_run_after_three_tri
     fake.wake("reminder");
     run_done(&setup, &l, 1, 15.0).await;
 }
+
+// ---------------------------------------------------------------- fault paths: tray entries, dismiss
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_malformed_tray_entry_is_skipped_with_a_warning_by_index_and_the_rest_still_runs() {
+    use listen_support::fake::{self, Fake};
+    // One card without `conversation_id` before a good one, one invite without `invite_id`
+    // after a good one; both bad entries carry text that must never reach the log.
+    let mut tray = fake::tray("@bob", 1);
+    tray["conversations"].as_array_mut().unwrap().insert(
+        0,
+        serde_json::json!({"muted": false, "preview": {"text": "zq-secret preview words"}}),
+    );
+    tray["invites"] = serde_json::json!([
+        {"invite_id": "gri_ok", "group": {"id": "grp_a", "name": "crew"}},
+        {"group": {"id": "grp_b", "name": "zq-secret group name"}},
+    ]);
+    let fake = Fake::start("bob", tray).await;
+    let (setup, l) = fake_listener(&fake, &Opts::default());
+    run_done(&setup, &l, 1, 15.0).await;
+    assert_eq!(
+        setup.rec.env(1)["AGENTCHAT_RUN_KIND"],
+        "wake",
+        "{}",
+        l.log()
+    );
+    logged_at_least(&l, "cycle_end", 1, 10.0).await;
+    assert_eq!(l.count("tray_unreadable"), 0, "{}", l.log());
+    let before: Vec<(String, u64)> = l
+        .events("tray_entry_skipped")
+        .iter()
+        .filter(|e| e["when"] == "before")
+        .map(|e| {
+            (
+                e["list"].as_str().unwrap_or("").to_string(),
+                e["index"].as_u64().unwrap_or(99),
+            )
+        })
+        .collect();
+    assert_eq!(
+        before,
+        [("conversations".to_string(), 0), ("invites".to_string(), 1)],
+        "one warning per skipped entry, by index:\n{}",
+        l.log()
+    );
+    assert!(grep(&l.log(), "zq-secret").is_empty(), "{}", l.log());
+}

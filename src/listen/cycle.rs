@@ -436,6 +436,15 @@ fn log_tray(cycle_id: &str, when: &str, tray: &Tray) {
         invites = tray.invite_ids().len(),
         "tray read"
     );
+    // Malformed entries `Tray::parse` skipped: one warning each, by index and field, never text.
+    for (list, skipped) in [
+        ("conversations", &tray.skipped_cards),
+        ("invites", &tray.skipped_invites),
+    ] {
+        for s in skipped {
+            tracing::warn!(event = %"tray_entry_skipped", cycle_id = %cycle_id, when = when, list = list, index = s.index, reason = %s.reason, "a malformed tray entry was skipped; the rest of the tray is used");
+        }
+    }
 }
 
 fn read_log(path: &std::path::Path) -> Vec<u8> {
