@@ -12,7 +12,7 @@ use agentchat::core::cycle::{self, CycleDecision, NoRun, RunKind};
 use agentchat::core::engine::Engine;
 use agentchat::core::frames::ack_frame;
 use agentchat::core::identity::{self, AnchorError};
-use agentchat::core::invite_rule::{InviteMemory, RunObservation};
+use agentchat::core::invite_rule::{InviteMemory, InviteVerdict, RunObservation};
 use agentchat::core::reconnect::{self, Backoff, CloseKind};
 use agentchat::core::texts::{Texts, TextsError};
 use agentchat::core::tray::Tray;
@@ -513,8 +513,19 @@ fn single_run_invite_cases_give_each_verdict() {
                 run_completed: run["run_completed"].as_bool().unwrap(),
                 run_ended_at_ms: run["run_ended_at_ms"].as_u64().unwrap(),
             };
-            let got: BTreeMap<String, String> = memory
-                .apply_run(&obs, pace)
+            let verdicts = memory.apply_run(&obs, pace);
+            // What the dismiss call got (default ok): only a confirmed dismissal forgets.
+            let answer = run["dismiss_answer"].as_str().unwrap_or("ok");
+            for (id, v) in &verdicts {
+                if *v == InviteVerdict::Dismiss {
+                    match answer {
+                        "ok" | "invite_not_found" => memory.confirm_dismissed(id),
+                        "failed" => {}
+                        other => failures.push(format!("run {i}: unknown dismiss_answer {other}")),
+                    }
+                }
+            }
+            let got: BTreeMap<String, String> = verdicts
                 .into_iter()
                 .map(|(id, v)| (id, v.as_str().to_owned()))
                 .collect();

@@ -1503,3 +1503,57 @@ async fn a_malformed_tray_entry_is_skipped_with_a_warning_by_index_and_the_rest_
     );
     assert!(grep(&l.log(), "zq-secret").is_empty(), "{}", l.log());
 }
+
+/// The invite dismiss calls the scripted server received.
+fn dismiss_calls(fake: &listen_support::fake::Fake) -> Vec<String> {
+    let paths = fake.shared.lock().unwrap().paths.clone();
+    paths
+        .into_iter()
+        .filter(|p| p.ends_with("/dismiss"))
+        .collect()
+}
+
+/// Against the scripted server serving `tray`, two completed runs a pace apart: the second one
+/// asks for the dismiss. Returns the settled listener after that second run's cycle.
+async fn invite_dismissed_once(fake: &listen_support::fake::Fake) -> (Setup, Listener) {
+    let opts = Opts {
+        time_scale: INVITE_SCALE,
+        ..Opts::default()
+    };
+    let (setup, l) = fake_listener(fake, &opts);
+    run_done(&setup, &l, 1, 15.0).await;
+    logged_exactly(&l, "invite_counted", 1, 10.0).await;
+    let first_end = now_ms();
+    assert!(eventually(10.0, || now_ms() >= first_end + INVITE_PACE_MS + 200).await);
+    fake.wake("unanswered");
+    run_done(&setup, &l, 2, 15.0).await;
+    logged_at_least(&l, "cycle_end", 2, 10.0).await;
+    (setup, l)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_invite_dismiss_keeps_the_count_and_the_next_completed_run_dismisses_again() {
+    use listen_support::fake::{self, Fake};
+    let fake = Fake::start("bob", fake::invite_tray("@bob", "gri_one")).await;
+    fake.shared
+        .lock()
+        .unwrap()
+        .dismiss_answers
+        .push_back((503, "INTERNAL_ERROR"));
+    let (setup, l) = invite_dismissed_once(&fake).await;
+    logged_exactly(&l, "invite_dismiss_failed", 1, 10.0).await;
+    assert_eq!(l.count("invite_dismissed"), 0);
+
+    // The next completed run (no pace to wait: the count is the first run's) dismisses again.
+    fake.wake("unanswered");
+    run_done(&setup, &l, 3, 15.0).await;
+    logged_exactly(&l, "invite_dismissed", 1, 10.0).await;
+    assert_eq!(
+        l.count("invite_counted"),
+        1,
+        "the failed dismiss did not start the count afresh:\n{}",
+        l.log()
+    );
+    assert_eq!(dismiss_calls(&fake).len(), 2, "{:?}", dismiss_calls(&fake));
+    assert!(status_holds(&setup, |s| s["counters"]["invites_dismissed"] == 1).await);
+}

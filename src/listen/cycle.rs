@@ -302,13 +302,16 @@ async fn apply_invite_rule(
     let verdicts = memory.apply_run(&obs, input.invite_pace_ms);
     for (invite_id, verdict) in verdicts {
         match verdict {
+            // Forget the invite only once the dismissal is confirmed (core::invite_rule): a failed
+            // call keeps its count, so the next completed run dismisses it again.
             InviteVerdict::Dismiss => match input.api.dismiss_invite(&invite_id).await {
                 Ok(()) => {
+                    memory.confirm_dismissed(&invite_id);
                     tracing::info!(event = %"invite_dismissed", cycle_id = %id, invite_id = %invite_id, "invite left pending by two runs: dismissed");
                     report.last.invites_dismissed += 1;
                 }
                 Err(e) => {
-                    tracing::warn!(event = %"invite_dismiss_failed", cycle_id = %id, invite_id = %invite_id, error = %e, "could not dismiss the invite; it stays on the tray");
+                    tracing::warn!(event = %"invite_dismiss_failed", cycle_id = %id, invite_id = %invite_id, error = %e, "could not dismiss the invite; it stays on the tray, and the next completed run that leaves it pending dismisses it again");
                 }
             },
             InviteVerdict::Counted => {
