@@ -1557,3 +1557,52 @@ async fn a_failed_invite_dismiss_keeps_the_count_and_the_next_completed_run_dism
     assert_eq!(dismiss_calls(&fake).len(), 2, "{:?}", dismiss_calls(&fake));
     assert!(status_holds(&setup, |s| s["counters"]["invites_dismissed"] == 1).await);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_404_invite_not_found_ends_a_dismiss_and_the_invite_id_is_percent_encoded() {
+    use listen_support::fake::{self, Fake};
+    let invite_id = "gri_a/b?c d";
+    let fake = Fake::start("bob", fake::invite_tray("@bob", invite_id)).await;
+    {
+        let mut s = fake.shared.lock().unwrap();
+        // A route 404 (no INVITE_NOT_FOUND: say, a wrong `api_base` prefix), then the real one.
+        s.dismiss_answers.push_back((404, ""));
+        s.dismiss_answers.push_back((404, "INVITE_NOT_FOUND"));
+    }
+    let (setup, l) = invite_dismissed_once(&fake).await;
+    logged_exactly(&l, "invite_dismiss_failed", 1, 10.0).await;
+    assert_eq!(
+        l.count("invite_dismissed"),
+        0,
+        "a route 404 is no dismissal"
+    );
+    let memory = || {
+        std::fs::read_to_string(setup.state_dir.join("invites.json"))
+            .ok()
+            .and_then(|t| serde_json::from_str::<Value>(&t).ok())
+            .unwrap_or(Value::Null)
+    };
+    assert!(
+        memory()["counted"][invite_id].is_u64(),
+        "the count is kept: {}",
+        memory()
+    );
+
+    fake.wake("unanswered");
+    run_done(&setup, &l, 3, 15.0).await;
+    logged_exactly(&l, "invite_not_pending", 1, 10.0).await;
+    assert_eq!(l.count("invite_dismissed"), 0);
+    assert!(
+        eventually(5.0, || memory()["counted"]
+            .as_object()
+            .is_some_and(|m| m.is_empty()))
+        .await,
+        "INVITE_NOT_FOUND forgets the invite: {}",
+        memory()
+    );
+    let calls = dismiss_calls(&fake);
+    assert_eq!(
+        calls, ["/v1/groups/invites/gri_a%2Fb%3Fc%20d/dismiss"; 2],
+        "the id stays in its one path segment"
+    );
+}

@@ -2,7 +2,7 @@
 //! start the run, read the tray again and apply the single-run invite rule. The decisions are
 //! `core::cycle` and `core::invite_rule`; this module only does the I/O around them.
 
-use super::api::{Api, ApiError};
+use super::api::{Api, ApiError, Dismissal};
 use super::runner::{self, RunLimits};
 use super::state::{self, LastCycle, StateDir};
 use crate::config::{RuntimeKind, Settings};
@@ -305,10 +305,14 @@ async fn apply_invite_rule(
             // Forget the invite only once the dismissal is confirmed (core::invite_rule): a failed
             // call keeps its count, so the next completed run dismisses it again.
             InviteVerdict::Dismiss => match input.api.dismiss_invite(&invite_id).await {
-                Ok(()) => {
+                Ok(Dismissal::Dismissed) => {
                     memory.confirm_dismissed(&invite_id);
                     tracing::info!(event = %"invite_dismissed", cycle_id = %id, invite_id = %invite_id, "invite left pending by two runs: dismissed");
                     report.last.invites_dismissed += 1;
+                }
+                Ok(Dismissal::NotPending) => {
+                    memory.confirm_dismissed(&invite_id);
+                    tracing::info!(event = %"invite_not_pending", cycle_id = %id, invite_id = %invite_id, "invite no longer pending (404 INVITE_NOT_FOUND): nothing to dismiss, forgotten");
                 }
                 Err(e) => {
                     tracing::warn!(event = %"invite_dismiss_failed", cycle_id = %id, invite_id = %invite_id, error = %e, "could not dismiss the invite; it stays on the tray, and the next completed run that leaves it pending dismisses it again");
