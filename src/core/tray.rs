@@ -3,7 +3,9 @@
 //!
 //! A modelled field the server sent as an explicit `null` is read as `None` and its `null` is kept
 //! in `extra`, so parse-then-serialize gives back the same JSON value (except that a missing
-//! `conversations`, a very old server, comes back as `[]`).
+//! `conversations`, a very old server, comes back as `[]`). A float among the unknown fields may
+//! come back a last digit off (serde_json's default float parsing is not correctly rounded); the
+//! listener reads no float.
 //!
 //! One malformed entry never makes the whole tray unreadable: a card without a string
 //! `conversation_id` or with a `muted` that is not a boolean, an invite without a string
