@@ -3,7 +3,7 @@
 //! `core::decision` and `core::invite_rule`; this module only does the I/O around them.
 
 use super::state_dir::{LastCycle, StateDir};
-use crate::client::{Api, ApiError};
+use crate::client::{Api, ApiError, Dismissal};
 use crate::config::Settings;
 use crate::core::decision::{self, CycleDecision, NoRun, RunKind};
 use crate::core::invite_rule::{InviteVerdict, RunObservation};
@@ -305,13 +305,20 @@ async fn apply_invite_rule(
     let verdicts = memory.apply_run(&obs, input.invite_pace_ms);
     for (invite_id, verdict) in verdicts {
         match verdict {
+            // Forget the invite only once the dismissal is confirmed (core::invite_rule): a failed
+            // call keeps its count, so the next completed run dismisses it again.
             InviteVerdict::Dismiss => match input.api.dismiss_invite(&invite_id).await {
-                Ok(()) => {
+                Ok(Dismissal::Dismissed) => {
+                    memory.confirm_dismissed(&invite_id);
                     tracing::info!(event = %"invite_dismissed", cycle_id = %id, invite_id = %invite_id, "invite left pending by two runs: dismissed");
                     report.last.invites_dismissed += 1;
                 }
+                Ok(Dismissal::NotPending) => {
+                    memory.confirm_dismissed(&invite_id);
+                    tracing::info!(event = %"invite_not_pending", cycle_id = %id, invite_id = %invite_id, "invite no longer pending (404 INVITE_NOT_FOUND): nothing to dismiss, forgotten");
+                }
                 Err(e) => {
-                    tracing::warn!(event = %"invite_dismiss_failed", cycle_id = %id, invite_id = %invite_id, error = %e, "could not dismiss the invite; it stays on the tray");
+                    tracing::warn!(event = %"invite_dismiss_failed", cycle_id = %id, invite_id = %invite_id, error = %e, "could not dismiss the invite; it stays on the tray, and the next completed run that leaves it pending dismisses it again");
                 }
             },
             InviteVerdict::Counted => {
@@ -433,6 +440,15 @@ fn log_tray(cycle_id: &str, when: &str, tray: &Tray) {
         invites = tray.invite_ids().len(),
         "tray read"
     );
+    // Malformed entries `Tray::parse` skipped: one warning each, by index and field, never text.
+    for (list, skipped) in [
+        ("conversations", &tray.skipped_cards),
+        ("invites", &tray.skipped_invites),
+    ] {
+        for s in skipped {
+            tracing::warn!(event = %"tray_entry_skipped", cycle_id = %cycle_id, when = when, list = list, index = s.index, reason = %s.reason, "a malformed tray entry was skipped; the rest of the tray is used");
+        }
+    }
 }
 
 fn read_log(path: &std::path::Path) -> Vec<u8> {
