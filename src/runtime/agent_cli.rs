@@ -79,7 +79,7 @@ fn is_executable(p: &Path) -> bool {
 
 /// What the runtime's binary is on disk (the resolved file, symlinks followed): installing,
 /// updating or replacing the CLI changes it, which gives an unusable runtime a new chance
-/// (issue 5: "until config reload or a changed binary").
+/// (`docs/runtimes.md`, "Unusable until fixed").
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BinaryStamp {
     pub path: PathBuf,
