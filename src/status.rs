@@ -1,5 +1,5 @@
 //! `agentchat status [--profile P] [--json]`: what the profile's listener is doing, from the
-//! `status.json` it keeps in its state dir (format: `listen::state_dir::Status`). Reading the file is
+//! `status.json` it keeps in its state dir (format: `core::status::Status`). Reading the file is
 //! all it does: it never takes the listener's lock (that could make a starting listener think it
 //! is already running) and never needs the API key.
 //!

@@ -2,11 +2,12 @@
 //! start the run, read the tray again and apply the single-run invite rule. The decisions are
 //! `core::decision` and `core::invite_rule`; this module only does the I/O around them.
 
-use super::state_dir::{LastCycle, StateDir};
+use super::state_dir::StateDir;
 use crate::client::{Api, ApiError};
 use crate::config::{RuntimeKind, Settings};
-use crate::core::decision::{self, CycleDecision, NoRun, RunKind};
+use crate::core::decision::{self, CycleDecision};
 use crate::core::invite_rule::{InviteVerdict, RunObservation};
+use crate::core::status::{LastCycle, NoRunReason, Outcome, RunKind};
 use crate::core::texts::Texts;
 use crate::core::tray::Tray;
 use crate::runtime::supervisor::{self, RunLimits};
@@ -45,7 +46,6 @@ pub struct CycleInput {
 #[derive(Debug, Clone, Default)]
 pub struct CycleReport {
     pub last: LastCycle,
-    pub run_failed: bool,
     /// The runtime said it cannot work (not logged in, ...): the reason.
     pub unusable: Option<String>,
     /// The tray's `you` named someone else.
@@ -69,7 +69,11 @@ pub fn new_cycle_id() -> String {
 /// Runs one cycle to its end.
 pub async fn run(mut input: CycleInput) -> CycleReport {
     let mut report = CycleReport {
-        last: LastCycle::started(input.id.clone(), input.reasons.clone()),
+        last: LastCycle::started(
+            input.id.clone(),
+            time::rfc3339(SystemTime::now()),
+            input.reasons.clone(),
+        ),
         ..Default::default()
     };
     tracing::info!(event = %"cycle_start", cycle_id = %input.id, reasons = %input.reasons.join(","), "cycle started");
@@ -79,23 +83,23 @@ pub async fn run(mut input: CycleInput) -> CycleReport {
         event = %"cycle_end",
         cycle_id = %input.id,
         run_started = report.last.run_started,
-        outcome = report.last.outcome.as_deref().unwrap_or(""),
-        no_run_reason = report.last.no_run_reason.as_deref().unwrap_or(""),
+        outcome = report.last.outcome.map_or("", Outcome::as_str),
+        no_run_reason = report.last.no_run_reason.map_or("", NoRunReason::as_str),
         "cycle ended"
     );
     report
 }
 
-fn no_run(report: &mut CycleReport, cycle_id: &str, reason: &str) {
-    report.last.outcome = Some("no_run".into());
-    report.last.no_run_reason = Some(reason.to_string());
-    tracing::info!(event = %"no_run", cycle_id = %cycle_id, reason = %reason, "no run this cycle");
+fn no_run(report: &mut CycleReport, cycle_id: &str, reason: NoRunReason) {
+    report.last.outcome = Some(Outcome::NoRun);
+    report.last.no_run_reason = Some(reason);
+    tracing::info!(event = %"no_run", cycle_id = %cycle_id, reason = reason.as_str(), "no run this cycle");
 }
 
 async fn body(input: &mut CycleInput, report: &mut CycleReport) {
     let id = input.id.clone();
     if input.runtime_unusable {
-        no_run(report, &id, "runtime_unusable");
+        no_run(report, &id, NoRunReason::RuntimeUnusable);
         return;
     }
     let before = match read_tray(&input.api, &id, input.shutdown.clone()).await {
@@ -103,27 +107,23 @@ async fn body(input: &mut CycleInput, report: &mut CycleReport) {
         Err(e) => {
             report.key_refused = matches!(e, ApiError::Refused(_));
             tracing::warn!(event = %"tray_unreadable", cycle_id = %id, error = %e, "the tray could not be read; no run (the server re-wakes)");
-            no_run(report, &id, "tray_unreadable");
+            no_run(report, &id, NoRunReason::TrayUnreadable);
             return;
         }
     };
     log_tray(&id, "before", &before);
     let kind = match decision::decide(&before, &input.handle) {
-        CycleDecision::NoRun(NoRun::HandleMismatch { you }) => {
+        CycleDecision::NoRun(NoRunReason::HandleMismatch) => {
+            let you = before.you.clone().unwrap_or_default();
             // The main loop logs the error once per mismatch episode, not once per cycle.
             tracing::debug!(event = %"tray_you_mismatch", cycle_id = %id, you = %you, handle = %input.handle, "the tray belongs to another agent than this key's");
             report.handle_mismatch = Some(you);
-            no_run(report, &id, "handle_mismatch");
+            no_run(report, &id, NoRunReason::HandleMismatch);
             return;
         }
-        CycleDecision::NoRun(NoRun::NothingWaiting) => {
+        CycleDecision::NoRun(why) => {
             report.handle_ok = true;
-            no_run(report, &id, "nothing_waiting");
-            return;
-        }
-        CycleDecision::NoRun(NoRun::OnlyMuted) => {
-            report.handle_ok = true;
-            no_run(report, &id, "only_muted");
+            no_run(report, &id, why);
             return;
         }
         CycleDecision::Run(kind) => kind,
@@ -155,12 +155,12 @@ async fn body(input: &mut CycleInput, report: &mut CycleReport) {
     let Some(texts) = input.texts.as_ref() else {
         // The main loop says this once per episode (the start already said it when it began).
         tracing::debug!(event = %"no_texts", cycle_id = %id, "no texts loaded");
-        no_run(report, &id, "no_texts");
+        no_run(report, &id, NoRunReason::NoTexts);
         return;
     };
     let Some(prompt) = decision::prompt_for(kind, texts).map(str::to_string) else {
         tracing::error!(event = %"texts_missing", cycle_id = %id, field = if kind == RunKind::Wake { "wake_instruction" } else { "invite_prompt" }, "the served texts lack the prompt for this run; no run");
-        no_run(report, &id, "no_prompt");
+        no_run(report, &id, NoRunReason::NoPrompt);
         return;
     };
 
@@ -172,9 +172,8 @@ async fn body(input: &mut CycleInput, report: &mut CycleReport) {
         .unwrap_or_else(|| input.state.default_workdir());
     if let Err(e) = std::fs::create_dir_all(&workdir) {
         tracing::error!(event = %"run_failed", cycle_id = %id, error = %e, workdir = %workdir.display(), "cannot create the run's working directory");
-        report.last.outcome = Some("failed".into());
+        report.last.outcome = Some(Outcome::Failed);
         report.last.failure = Some(format!("workdir: {e}"));
-        report.run_failed = true;
         return;
     }
     let handle_at = format!("@{}", crate::core::handle::normalize(&input.handle));
@@ -197,15 +196,14 @@ async fn body(input: &mut CycleInput, report: &mut CycleReport) {
         Err(runtime::RuntimeError::Unusable(why)) => {
             tracing::error!(event = %"runtime_unusable", cycle_id = %id, runtime = input.settings.listen.runtime.as_str(), why = %why, "the runtime cannot be used; no runs until it is fixed and the listener reloaded (SIGHUP)");
             report.unusable = Some(why.clone());
-            report.last.outcome = Some("unusable".into());
+            report.last.outcome = Some(Outcome::Unusable);
             report.last.failure = Some(why);
             return;
         }
         Err(e) => {
             tracing::error!(event = %"run_failed", cycle_id = %id, error = %e, "could not prepare the run");
-            report.last.outcome = Some("failed".into());
+            report.last.outcome = Some(Outcome::Failed);
             report.last.failure = Some(e.to_string());
-            report.run_failed = true;
             return;
         }
     };
@@ -216,7 +214,7 @@ async fn body(input: &mut CycleInput, report: &mut CycleReport) {
         grace: input.settings.listen.kill_grace,
     };
     report.last.run_started = true;
-    report.last.run_kind = Some(kind.as_str().into());
+    report.last.run_kind = Some(kind);
     report.last.run_log = Some(log_path.display().to_string());
     tracing::info!(event = %"run_start", cycle_id = %id, run_kind = kind.as_str(), runtime = input.settings.listen.runtime.as_str(), log = %log_path.display(), "run started");
     let run_report = supervisor::run(&spec, limits, &log_path, input.shutdown.clone()).await;
@@ -230,23 +228,21 @@ async fn body(input: &mut CycleInput, report: &mut CycleReport) {
     }
     let completed = match &outcome {
         RunOutcome::Completed => {
-            tracing::info!(event = %"run_end", cycle_id = %id, outcome = "completed", end = ?run_report.end, duration_ms = run_report.duration.as_millis() as u64, "run completed");
-            report.last.outcome = Some("completed".into());
+            tracing::info!(event = %"run_end", cycle_id = %id, outcome = Outcome::Completed.as_str(), end = ?run_report.end, duration_ms = run_report.duration.as_millis() as u64, "run completed");
+            report.last.outcome = Some(Outcome::Completed);
             true
         }
         RunOutcome::Failed(why) => {
-            tracing::warn!(event = %"run_end", cycle_id = %id, outcome = "failed", end = ?run_report.end, why = %why, duration_ms = run_report.duration.as_millis() as u64, "run failed");
-            report.last.outcome = Some("failed".into());
+            tracing::warn!(event = %"run_end", cycle_id = %id, outcome = Outcome::Failed.as_str(), end = ?run_report.end, why = %why, duration_ms = run_report.duration.as_millis() as u64, "run failed");
+            report.last.outcome = Some(Outcome::Failed);
             report.last.failure = Some(why.clone());
-            report.run_failed = true;
             false
         }
         RunOutcome::Unusable(why) => {
             tracing::error!(event = %"runtime_unusable", cycle_id = %id, runtime = input.settings.listen.runtime.as_str(), why = %why, "the runtime cannot be used; no runs until it is fixed and the listener reloaded (SIGHUP)");
-            report.last.outcome = Some("unusable".into());
+            report.last.outcome = Some(Outcome::Unusable);
             report.last.failure = Some(why.clone());
             report.unusable = Some(why.clone());
-            report.run_failed = true;
             false
         }
     };

@@ -4,11 +4,14 @@
 
 use super::cycle::{self, CycleInput, CycleReport};
 use super::socket::{self, SocketEvent, SocketParams, SocketState};
-use super::state_dir::{self, Counters, LastWake, StateDir, Status, TextsStatus};
+use super::state_dir::StateDir;
 use super::{TimeScale, load_texts};
 use crate::client::Api;
 use crate::config::{self, ConfigArgs, Settings};
 use crate::core::coalescer::Coalescer;
+use crate::core::status::{
+    Counters, LastCycle, LastWake, ListenerState, NoRunReason, Status, TextsSource, TextsStatus,
+};
 use crate::core::texts::Texts;
 use crate::sys::time;
 use secrecy::{ExposeSecret, SecretString};
@@ -84,9 +87,9 @@ pub async fn run(
 
     let now = SystemTime::now();
     let status = Status {
-        state: "starting",
+        state: ListenerState::Starting,
         since: time::rfc3339(now),
-        socket: "connecting",
+        socket: Some(SocketState::Connecting),
         pid: std::process::id(),
         profile: settings.profile.clone(),
         handle: None,
@@ -101,10 +104,7 @@ pub async fn run(
         last_cycle: None,
         next_retry_at: None,
         detail: None,
-        texts: TextsStatus {
-            source: "none",
-            fetched_at: None,
-        },
+        texts: TextsStatus::default(),
         counters: Counters::default(),
     };
     let (quiet_ms, max_delay_ms) = windows(&settings);
@@ -150,7 +150,7 @@ pub async fn run(
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let (params_tx, params_rx) = watch::channel(d.socket_params());
     let (ev_tx, mut ev_rx) = mpsc::channel::<SocketEvent>(256);
-    let (texts_tx, mut texts_rx) = mpsc::channel::<Option<(Texts, &'static str)>>(4);
+    let (texts_tx, mut texts_rx) = mpsc::channel::<Option<(Texts, TextsSource)>>(4);
     let mut socket_task = tokio::spawn(socket::run(
         params_rx.clone(),
         ev_tx.clone(),
@@ -365,7 +365,11 @@ impl Daemon {
             invite_pace_ms: self.scale.invite_pace_ms(),
             shutdown,
         });
-        self.status.last_cycle = Some(state_dir::LastCycle::started(id, reasons));
+        self.status.last_cycle = Some(LastCycle::started(
+            id,
+            time::rfc3339(SystemTime::now()),
+            reasons,
+        ));
         self.write_status();
         tokio::spawn(async move {
             match input {
@@ -379,7 +383,7 @@ impl Daemon {
         if report.last.run_started {
             self.status.counters.runs += 1;
         }
-        if report.run_failed {
+        if report.last.run_failed() {
             self.status.counters.runs_failed += 1;
         }
         self.status.counters.invites_dismissed += report.last.invites_dismissed;
@@ -410,7 +414,7 @@ impl Daemon {
             self.status.detail =
                 Some("the server refused the key when reading the tray (HTTP 401/403)".into());
         }
-        if report.last.no_run_reason.as_deref() == Some("no_texts") && !self.texts_missing_logged {
+        if report.last.no_run_reason == Some(NoRunReason::NoTexts) && !self.texts_missing_logged {
             self.texts_missing_logged = true;
             tracing::error!(
                 event = %"texts_missing",
@@ -421,7 +425,7 @@ impl Daemon {
             self.texts_missing_logged = false;
             self.texts = Some(t);
             self.status.texts = TextsStatus {
-                source: "server",
+                source: TextsSource::Server,
                 fetched_at: Some(time::rfc3339(SystemTime::now())),
             };
         }
@@ -429,7 +433,7 @@ impl Daemon {
         self.write_status();
     }
 
-    fn shown(&self) -> &'static str {
+    fn shown(&self) -> ListenerState {
         shown_state(&self.flags, self.socket_state)
     }
 
@@ -440,13 +444,13 @@ impl Daemon {
         if shown != self.status.state {
             self.status.state = shown;
             self.status.since = time::rfc3339(now);
-            tracing::info!(event = %"state", state = shown, "listener state");
+            tracing::info!(event = %"state", state = shown.as_str(), "listener state");
             if self.notify {
-                let line = format!("STATUS={shown}");
+                let line = format!("STATUS={}", shown.as_str());
                 let _ = sd_notify::notify(&[sd_notify::NotifyState::Custom(&line)]);
             }
         }
-        self.status.socket = self.socket_state.as_str();
+        self.status.socket = Some(self.socket_state);
         self.status.last_frame_at = self.last_frame.map(time::rfc3339);
         self.status.updated_at = time::rfc3339(now);
         match self.state.write_status(&self.status) {
@@ -472,7 +476,7 @@ impl Daemon {
     }
 
     /// The timer's and SIGHUP's refresh runs as a task, so a slow server never holds up wakes.
-    fn spawn_texts_refresh(&self, tx: &mpsc::Sender<Option<(Texts, &'static str)>>) {
+    fn spawn_texts_refresh(&self, tx: &mpsc::Sender<Option<(Texts, TextsSource)>>) {
         let Some(api) = self.api() else { return };
         let runtime = self.settings.listen.runtime.texts_runtime();
         let state = self.state.clone();
@@ -484,7 +488,7 @@ impl Daemon {
         });
     }
 
-    fn on_texts(&mut self, r: Option<(Texts, &'static str)>) {
+    fn on_texts(&mut self, r: Option<(Texts, TextsSource)>) {
         // Without texts loaded, `load_texts` has just logged `texts_missing` itself.
         self.texts_missing_logged = r.is_none() && self.texts.is_none();
         if let Some((texts, source)) = r {
@@ -593,19 +597,19 @@ impl Daemon {
 
 /// The one state `status.json` shows: stopping > starting > key_refused > runtime_unusable >
 /// handle_mismatch > the socket's. A refused key comes first: nothing else can work without it.
-fn shown_state(p: &ListenerFlags, socket: SocketState) -> &'static str {
+fn shown_state(p: &ListenerFlags, socket: SocketState) -> ListenerState {
     if p.stopping {
-        "stopping"
+        ListenerState::Stopping
     } else if p.starting {
-        "starting"
+        ListenerState::Starting
     } else if socket == SocketState::KeyRefused {
-        "key_refused"
+        ListenerState::KeyRefused
     } else if p.unusable.is_some() {
-        "runtime_unusable"
+        ListenerState::RuntimeUnusable
     } else if p.mismatch.is_some() {
-        "handle_mismatch"
+        ListenerState::HandleMismatch
     } else {
-        socket.as_str()
+        socket.into()
     }
 }
 
@@ -643,13 +647,28 @@ mod tests {
     #[test]
     fn shown_state_puts_stopping_then_key_then_profile_states_over_the_socket() {
         let mut p = flags();
-        assert_eq!(shown_state(&p, SocketState::Backoff), "backoff");
+        assert_eq!(
+            shown_state(&p, SocketState::Backoff),
+            ListenerState::Backoff
+        );
         p.mismatch = Some("@x".into());
-        assert_eq!(shown_state(&p, SocketState::Connected), "handle_mismatch");
+        assert_eq!(
+            shown_state(&p, SocketState::Connected),
+            ListenerState::HandleMismatch
+        );
         p.unusable = Some("no claude".into());
-        assert_eq!(shown_state(&p, SocketState::Connected), "runtime_unusable");
-        assert_eq!(shown_state(&p, SocketState::KeyRefused), "key_refused");
+        assert_eq!(
+            shown_state(&p, SocketState::Connected),
+            ListenerState::RuntimeUnusable
+        );
+        assert_eq!(
+            shown_state(&p, SocketState::KeyRefused),
+            ListenerState::KeyRefused
+        );
         p.stopping = true;
-        assert_eq!(shown_state(&p, SocketState::KeyRefused), "stopping");
+        assert_eq!(
+            shown_state(&p, SocketState::KeyRefused),
+            ListenerState::Stopping
+        );
     }
 }

@@ -12,6 +12,7 @@ pub mod socket;
 pub mod state_dir;
 
 use crate::config::{ConfigArgs, IntegrationSwitch, LogFormat};
+use crate::core::status::TextsSource;
 use crate::core::texts::Texts;
 use std::collections::HashMap;
 use std::time::Duration;
@@ -162,13 +163,13 @@ fn refuse_to_start(error: &anyhow::Error, env: &HashMap<String, String>) -> i32 
 }
 
 /// Texts from the server (kept in the cache), else from the cache when `use_cache`.
-/// `None` when neither is available. The source is `server` or `cache`.
+/// `None` when neither is available.
 pub async fn load_texts(
     api: &crate::client::Api,
     state: &state_dir::StateDir,
     runtime: &str,
     use_cache: bool,
-) -> Option<(Texts, &'static str)> {
+) -> Option<(Texts, TextsSource)> {
     let path = state.texts_cache(runtime);
     match api.texts(runtime).await {
         Ok((texts, bytes)) => {
@@ -180,7 +181,7 @@ pub async fn load_texts(
                 runtime,
                 "texts fetched from the server"
             );
-            return Some((texts, "server"));
+            return Some((texts, TextsSource::Server));
         }
         Err(e) => {
             tracing::warn!(event = %"texts_fetch_failed", runtime, error = %e, "could not fetch the texts");
@@ -193,7 +194,7 @@ pub async fn load_texts(
         Ok(bytes) => match Texts::parse(&bytes) {
             Ok(t) => {
                 tracing::info!(event = %"texts_cached", path = %path.display(), "using the last good texts from the cache");
-                Some((t, "cache"))
+                Some((t, TextsSource::Cache))
             }
             Err(e) => {
                 tracing::error!(event = %"texts_missing", error = %e, "the cached texts are damaged; no runs until the server's texts can be read");

@@ -7,6 +7,7 @@ use super::socket::{self, SocketParams};
 use super::state_dir::StateDir;
 use crate::client::Api;
 use crate::config::Settings;
+use crate::core::status::{NoRunReason, Outcome};
 use secrecy::SecretString;
 use std::time::Duration;
 use tokio::signal::unix::{SignalKind, signal};
@@ -60,20 +61,35 @@ pub async fn run(
     .map_err(|e| anyhow::anyhow!("the cycle ended abnormally: {e}"))?;
 
     let last = &report.last;
-    match last.outcome.as_deref() {
-        Some("completed") => {
+    match last.outcome {
+        Some(Outcome::Completed) => {
             println!("run completed (cycle {})", last.id);
             Ok(0)
         }
-        Some("no_run") => {
-            let why = last.no_run_reason.as_deref().unwrap_or("");
-            if why == "tray_unreadable" || why == "handle_mismatch" || why == "no_texts" {
-                anyhow::bail!("no run: {why} (cycle {})", last.id);
+        Some(Outcome::NoRun) => {
+            let why = last.no_run_reason;
+            let why_word = why.map_or("", NoRunReason::as_str);
+            match why {
+                // Nothing for a run to do: a success for a script or cron job.
+                Some(
+                    NoRunReason::NothingWaiting
+                    | NoRunReason::OnlyMuted
+                    | NoRunReason::NoPrompt
+                    | NoRunReason::RuntimeUnusable,
+                )
+                | None => {
+                    println!("no run: {why_word}");
+                    Ok(0)
+                }
+                // Something waited, or may have, and could not get a run.
+                Some(
+                    NoRunReason::TrayUnreadable
+                    | NoRunReason::HandleMismatch
+                    | NoRunReason::NoTexts,
+                ) => anyhow::bail!("no run: {why_word} (cycle {})", last.id),
             }
-            println!("no run: {why}");
-            Ok(0)
         }
-        _ => anyhow::bail!(
+        Some(Outcome::Failed | Outcome::Unusable) | None => anyhow::bail!(
             "the run failed: {} (cycle {}, log {})",
             last.failure.as_deref().unwrap_or("unknown"),
             last.id,

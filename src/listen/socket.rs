@@ -37,24 +37,7 @@ impl SocketParams {
 }
 
 /// The socket's state, for the status file.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SocketState {
-    Connecting,
-    Connected,
-    Backoff,
-    KeyRefused,
-}
-
-impl SocketState {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            SocketState::Connecting => "connecting",
-            SocketState::Connected => "connected",
-            SocketState::Backoff => "backoff",
-            SocketState::KeyRefused => "key_refused",
-        }
-    }
-}
+pub use crate::core::status::SocketState;
 
 /// What the socket tells the main loop.
 #[derive(Debug)]

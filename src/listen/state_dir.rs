@@ -3,14 +3,12 @@
 //! Nothing here ever holds the key or message text.
 
 use crate::core::invite_rule::InviteMemory;
+use crate::core::status::Status;
 use crate::sys::fs::write_atomic;
-use crate::sys::time::rfc3339;
-use serde::Serialize;
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::time::SystemTime;
 
 pub const LOCK_FILE: &str = "listen.lock";
 pub const STATUS_FILE: &str = "status.json";
@@ -147,89 +145,6 @@ impl StateDir {
         let bytes = serde_json::to_vec_pretty(status).map_err(std::io::Error::other)?;
         write_atomic(&self.path(STATUS_FILE), &bytes)
     }
-}
-
-/// The listener's state as `status.json` shows it (design 7; README.md's `status.json` section
-/// lists the fields for users, so a field added here belongs there too).
-#[derive(Debug, Clone, Serialize)]
-pub struct Status {
-    pub state: &'static str,
-    pub since: String,
-    /// The socket's own state, which `state` hides while a profile state (key refused, runtime
-    /// unusable, handle mismatch) is shown.
-    pub socket: &'static str,
-    pub pid: u32,
-    pub profile: String,
-    pub handle: Option<String>,
-    pub api_base: String,
-    pub runtime: String,
-    pub key_source: String,
-    pub updated_at: String,
-    pub started_at: String,
-    pub last_frame_at: Option<String>,
-    pub last_connected_at: Option<String>,
-    pub last_wake: Option<LastWake>,
-    pub last_cycle: Option<LastCycle>,
-    pub next_retry_at: Option<String>,
-    /// One line on why the state is what it is (never the key, never message text).
-    pub detail: Option<String>,
-    pub texts: TextsStatus,
-    pub counters: Counters,
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct LastWake {
-    pub at: String,
-    pub reasons: Vec<String>,
-}
-
-#[derive(Debug, Clone, Serialize, Default)]
-pub struct LastCycle {
-    pub id: String,
-    pub started_at: String,
-    pub ended_at: Option<String>,
-    pub reasons: Vec<String>,
-    pub run_started: bool,
-    pub run_kind: Option<String>,
-    /// `completed`, `failed`, `unusable`, or `no_run`.
-    pub outcome: Option<String>,
-    pub no_run_reason: Option<String>,
-    pub failure: Option<String>,
-    pub run_log: Option<String>,
-    pub invites_dismissed: u64,
-}
-
-impl LastCycle {
-    /// A cycle that has just started: the daemon shows it in `status.json` at once, and the cycle
-    /// fills in the rest as it goes.
-    pub fn started(id: String, reasons: Vec<String>) -> LastCycle {
-        LastCycle {
-            id,
-            started_at: rfc3339(SystemTime::now()),
-            reasons,
-            ..Default::default()
-        }
-    }
-}
-
-#[derive(Debug, Clone, Serialize, Default)]
-pub struct TextsStatus {
-    /// `server`, `cache`, or `none`.
-    pub source: &'static str,
-    pub fetched_at: Option<String>,
-}
-
-#[derive(Debug, Clone, Serialize, Default)]
-pub struct Counters {
-    pub connects: u64,
-    pub frames: u64,
-    pub acks: u64,
-    pub wakes: u64,
-    pub cycles: u64,
-    pub runs: u64,
-    pub runs_failed: u64,
-    pub invites_dismissed: u64,
-    pub frames_skipped: u64,
 }
 
 #[cfg(test)]
