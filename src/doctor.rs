@@ -9,7 +9,8 @@
 
 use crate::client::{Api, ApiError};
 use crate::config::{self, ConfigArgs, ConfigError, IntegrationSwitch, KeySource, RuntimeKind};
-use crate::listen::state_dir::{LOCK_FILE, STATUS_FILE};
+use crate::core::status::{Outcome, Status};
+use crate::listen::state_dir::{LOCK_FILE, STATUS_FILE, StateDir};
 use crate::service::{self, ServiceKind};
 use crate::sys::process::pid_alive;
 use secrecy::{ExposeSecret, SecretString};
@@ -466,11 +467,11 @@ pub fn flock_holder(proc_locks: &str, major: u64, minor: u64, inode: u64) -> Opt
 /// `status`: a summary of `status.json` (state, since, last cycle) and whether its writer lives.
 pub fn check_status(
     path: &Path,
-    doc: Option<&Result<Value, String>>,
+    status: Option<&Result<Status, String>>,
     pid_alive: bool,
     now: SystemTime,
 ) -> Check {
-    let Some(doc) = doc else {
+    let Some(status) = status else {
         return Check::pass(
             "status",
             format!(
@@ -480,19 +481,25 @@ pub fn check_status(
         )
         .with("present", false);
     };
-    let doc = match doc {
-        Ok(d) => d,
+    let status = match status {
+        Ok(s) => s,
         Err(e) => {
             return Check::warn("status", format!("{} cannot be read: {e}", path.display()))
                 .with("present", true);
         }
     };
-    let s = |v: &Value, k: &str| v.get(k).and_then(Value::as_str).map(str::to_string);
-    let state = s(doc, "state").unwrap_or_else(|| "unknown".into());
-    let since = s(doc, "since").unwrap_or_else(|| "?".into());
-    let pid = doc.get("pid").and_then(Value::as_u64).unwrap_or(0);
-    let liveness = crate::status::assess(doc, pid_alive, now);
-    let mut detail = format!("state {state} since {since}");
+    let or_unknown = |s: &str| {
+        if s.is_empty() {
+            "?".to_string()
+        } else {
+            s.to_string()
+        }
+    };
+    let state = status.state;
+    let since = or_unknown(&status.since);
+    let pid = status.pid;
+    let liveness = crate::status::assess(status, pid_alive, now);
+    let mut detail = format!("state {} since {since}", state.as_str());
     let mut level = Level::Pass;
     match liveness {
         crate::status::Liveness::Running => {
@@ -502,44 +509,39 @@ pub fn check_status(
             level = Level::Warn;
             detail.push_str(&format!(
                 " (pid {pid} is alive but has not refreshed its status since {}: stuck?)",
-                s(doc, "updated_at").unwrap_or_else(|| "?".into())
+                or_unknown(&status.updated_at)
             ));
         }
         crate::status::Liveness::NotRunning => detail.push_str(&format!(
             " (not running; last written {})",
-            s(doc, "updated_at").unwrap_or_else(|| "?".into())
+            or_unknown(&status.updated_at)
         )),
     }
     let running = liveness == crate::status::Liveness::Running;
-    if running
-        && matches!(
-            state.as_str(),
-            "key_refused" | "runtime_unusable" | "handle_mismatch"
-        )
-    {
+    if running && state.needs_the_user() {
         level = Level::Warn;
     }
-    if let Some(d) = s(doc, "detail").filter(|_| running) {
-        detail.push_str(&format!("; {}", crate::runtime::agent_cli::clip(&d)));
+    if let Some(d) = status.detail.as_deref().filter(|_| running) {
+        detail.push_str(&format!("; {}", crate::runtime::agent_cli::clip(d)));
     }
     let mut outcome_fact = Value::Null;
-    match doc.get("last_cycle").filter(|c| !c.is_null()) {
+    match &status.last_cycle {
         Some(c) => {
-            let outcome = s(c, "outcome").unwrap_or_else(|| "running".into());
+            let outcome = crate::status::outcome_word(c.outcome);
             detail.push_str(&format!(
                 "; last cycle {} at {}: {outcome}",
-                s(c, "id").unwrap_or_else(|| "?".into()),
-                s(c, "started_at").unwrap_or_else(|| "?".into())
+                or_unknown(&c.id),
+                or_unknown(&c.started_at)
             ));
-            if let Some(r) = s(c, "no_run_reason").filter(|r| !r.is_empty()) {
-                detail.push_str(&format!(" ({r})"));
+            if let Some(r) = c.no_run_reason {
+                detail.push_str(&format!(" ({})", r.as_str()));
             }
-            if let Some(f) = s(c, "failure") {
-                detail.push_str(&format!(" ({})", crate::runtime::agent_cli::clip(&f)));
+            if let Some(f) = &c.failure {
+                detail.push_str(&format!(" ({})", crate::runtime::agent_cli::clip(f)));
             }
-            if matches!(outcome.as_str(), "failed" | "unusable") {
+            if matches!(c.outcome, Some(Outcome::Failed | Outcome::Unusable)) {
                 level = level.max(Level::Warn);
-                if let Some(log) = s(c, "run_log") {
+                if let Some(log) = &c.run_log {
                     detail.push_str(&format!("; run log {log}"));
                 }
             }
@@ -549,7 +551,7 @@ pub fn check_status(
     }
     Check::new("status", level, detail)
         .with("present", true)
-        .with("state", state)
+        .with("state", state.as_str())
         .with("since", since)
         .with("running", running)
         .with("pid", pid)
@@ -1134,25 +1136,20 @@ pub async fn run(args: &DoctorArgs) -> Report {
     };
     report.checks.push(check_lock(&lock_path, &lock));
     let status_path = sd.join(STATUS_FILE);
-    let doc = match std::fs::read(&status_path) {
-        Ok(bytes) => Some(
-            serde_json::from_slice::<Value>(&bytes).map_err(|e| format!("not a status file: {e}")),
-        ),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-        Err(e) => Some(Err(e.to_string())),
-    };
+    let status = StateDir::at(sd)
+        .read_status()
+        .transpose()
+        .map(|r| r.map_err(|e| e.to_string()));
     // A free lock means no listener runs, whatever process now has the status file's pid.
     let lock_says_gone = matches!(lock, LockFacts::Free | LockFacts::NoFile);
     let alive = !lock_says_gone
-        && doc
+        && status
             .as_ref()
-            .and_then(|d| d.as_ref().ok())
-            .and_then(|d| d.get("pid"))
-            .and_then(Value::as_u64)
-            .is_some_and(pid_alive);
+            .and_then(|s| s.as_ref().ok())
+            .is_some_and(|s| pid_alive(u64::from(s.pid)));
     report.checks.push(check_status(
         &status_path,
-        doc.as_ref(),
+        status.as_ref(),
         alive,
         SystemTime::now(),
     ));
@@ -1485,7 +1482,7 @@ mod tests {
         assert_eq!(lock_facts(&path), LockFacts::Free);
     }
 
-    fn status_doc(state: &str, outcome: Option<&str>) -> Value {
+    fn status_doc(state: &str, outcome: Option<&str>) -> Status {
         let now = crate::sys::time::rfc3339(SystemTime::now());
         let mut v = json!({"state": state, "since": now, "updated_at": now, "pid": 4242,
                            "detail": "the server refused the API key"});
@@ -1493,7 +1490,7 @@ mod tests {
             v["last_cycle"] = json!({"id": "c-1", "started_at": now, "outcome": o,
                                      "failure": "exited with 2", "run_log": "/s/runs/run-1.log"});
         }
-        v
+        serde_json::from_value(v).unwrap()
     }
 
     #[test]

@@ -51,7 +51,29 @@ pub enum LockAttempt {
     },
 }
 
+/// Why `status.json` could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum StatusReadError {
+    #[error("cannot read {path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path} is not a status file: {source}")]
+    NotAStatusFile {
+        path: PathBuf,
+        source: serde_json::Error,
+    },
+}
+
 impl StateDir {
+    /// The state dir at `root`, as it is: nothing is created. For readers (`status`, `doctor`).
+    pub fn at(root: &Path) -> StateDir {
+        StateDir {
+            root: root.to_path_buf(),
+        }
+    }
+
     /// Creates the dir (and parents) and makes it 0700.
     pub fn open(root: &Path) -> Result<StateDir, StateError> {
         let err = |source| StateError::Dir {
@@ -141,6 +163,19 @@ impl StateDir {
         write_atomic(&self.path(INVITES_FILE), &bytes)
     }
 
+    /// Reads `status.json` into the typed status; `Ok(None)` when there is none (no listener has
+    /// run with this state dir). Older and newer files read too (see `core::status`).
+    pub fn read_status(&self) -> Result<Option<Status>, StatusReadError> {
+        let path = self.path(STATUS_FILE);
+        match std::fs::read(&path) {
+            Ok(bytes) => serde_json::from_slice(&bytes)
+                .map(Some)
+                .map_err(|source| StatusReadError::NotAStatusFile { path, source }),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(source) => Err(StatusReadError::Io { path, source }),
+        }
+    }
+
     pub fn write_status(&self, status: &Status) -> std::io::Result<()> {
         let bytes = serde_json::to_vec_pretty(status).map_err(std::io::Error::other)?;
         write_atomic(&self.path(STATUS_FILE), &bytes)
@@ -162,6 +197,25 @@ mod tests {
         let meta = std::fs::metadata(dir.path(STATUS_FILE)).unwrap();
         assert_eq!(meta.mode() & 0o777, 0o600);
         assert_eq!(std::fs::read(dir.path(STATUS_FILE)).unwrap(), b"{}");
+    }
+
+    #[test]
+    fn status_reads_back_as_written_and_a_missing_or_damaged_file_is_said_apart() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = StateDir::at(&tmp.path().join("state"));
+        assert!(!dir.root.exists(), "`at` creates nothing");
+        assert!(matches!(dir.read_status(), Ok(None)));
+        let dir = StateDir::open(&dir.root).unwrap();
+        let status = Status {
+            pid: 42,
+            ..Default::default()
+        };
+        dir.write_status(&status).unwrap();
+        assert_eq!(dir.read_status().unwrap(), Some(status));
+        std::fs::write(dir.path(STATUS_FILE), b"{ half").unwrap();
+        let e = dir.read_status().unwrap_err();
+        assert!(matches!(e, StatusReadError::NotAStatusFile { .. }));
+        assert!(e.to_string().contains("is not a status file"), "{e}");
     }
 
     #[test]
