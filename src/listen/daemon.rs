@@ -17,9 +17,10 @@ use crate::sys::time;
 use secrecy::{ExposeSecret, SecretString};
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant, SystemTime};
-use tokio::signal::unix::{SignalKind, signal};
+use tokio::signal::unix::{Signal, SignalKind, signal};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
+use tokio::time::Interval;
 
 const STATUS_REFRESH: Duration = Duration::from_secs(30);
 /// However far a test scales time, the status file is not rewritten (and synced) more often.
@@ -75,177 +76,320 @@ pub async fn run(
     state: StateDir,
     scale: TimeScale,
 ) -> anyhow::Result<i32> {
-    let mut sigterm = signal(SignalKind::terminate())?;
-    let mut sigint = signal(SignalKind::interrupt())?;
-    let mut sighup = signal(SignalKind::hangup())?;
+    let mut signals = Signals::install()?;
     let notify = std::env::var_os("NOTIFY_SOCKET").is_some();
-    let watchdog = if notify {
-        sd_notify::watchdog_enabled()
-    } else {
-        None
-    };
-
-    let now = SystemTime::now();
-    let status = Status {
-        state: ListenerState::Starting,
-        since: time::rfc3339(now),
-        socket: Some(SocketState::Connecting),
-        pid: std::process::id(),
-        profile: settings.profile.clone(),
-        handle: None,
-        api_base: settings.api_base.clone(),
-        runtime: settings.listen.runtime.as_str().to_string(),
-        key_source: key_source_label(&settings.key_source),
-        updated_at: time::rfc3339(now),
-        started_at: time::rfc3339(now),
-        last_frame_at: None,
-        last_connected_at: None,
-        last_wake: None,
-        last_cycle: None,
-        next_retry_at: None,
-        detail: None,
-        texts: TextsStatus::default(),
-        counters: Counters::default(),
-    };
-    let (quiet_ms, max_delay_ms) = windows(&settings);
-    let coalescer = Coalescer::new(quiet_ms, max_delay_ms);
-    let mut d = Daemon {
-        args,
-        settings,
-        key,
-        scale,
-        state,
-        started: Instant::now(),
-        status,
-        flags: ListenerFlags {
-            starting: true,
-            unusable: None,
-            unusable_binary: None,
-            mismatch: None,
-            stopping: false,
-        },
-        socket_state: SocketState::Connecting,
-        texts: None,
-        handle: None,
-        pending_reasons: BTreeSet::new(),
-        coalescer,
-        notify,
-        status_write_failing: false,
-        pending_windows: None,
-        texts_missing_logged: false,
-        last_frame: None,
-    };
-    tracing::info!(
-        event = %"listener_start",
-        pid = std::process::id(),
-        profile = %d.settings.profile,
-        api_base = %d.settings.api_base,
-        runtime = d.settings.listen.runtime.as_str(),
-        state_dir = %d.state.root.display(),
-        "listener starting"
-    );
-    d.write_status();
+    let mut d = Daemon::new(args, settings, key, state, scale, notify);
+    d.announce_start();
     d.refresh_texts().await;
+    let mut wiring = Wiring::start(d.socket_params());
+    d.ready();
+    let mut timers = Timers::new(d.scale, notify);
+    let signal = main_loop(&mut d, &mut wiring, &mut signals, &mut timers).await;
+    tracing::info!(event = %"stopping", signal, "stopping");
+    d.stop(wiring).await;
+    Ok(0)
+}
 
-    let (shutdown_tx, shutdown_rx) = watch::channel(false);
-    let (params_tx, params_rx) = watch::channel(d.socket_params());
-    let (ev_tx, mut ev_rx) = mpsc::channel::<SocketEvent>(256);
-    let (texts_tx, mut texts_rx) = mpsc::channel::<Option<(Texts, TextsSource)>>(4);
-    let mut socket_task = tokio::spawn(socket::run(
-        params_rx.clone(),
-        ev_tx.clone(),
-        shutdown_rx.clone(),
-    ));
-    d.flags.starting = false;
-    if d.notify {
-        let _ = sd_notify::notify(&[sd_notify::NotifyState::Ready]);
+/// The signals the listener answers: SIGTERM and SIGINT stop it, SIGHUP reloads.
+struct Signals {
+    term: Signal,
+    int: Signal,
+    hup: Signal,
+}
+
+impl Signals {
+    fn install() -> std::io::Result<Signals> {
+        Ok(Signals {
+            term: signal(SignalKind::terminate())?,
+            int: signal(SignalKind::interrupt())?,
+            hup: signal(SignalKind::hangup())?,
+        })
+    }
+}
+
+/// The channels between the main loop and its tasks (the socket, texts refreshes, the cycle).
+struct Wiring {
+    shutdown: watch::Sender<bool>,
+    params: watch::Sender<SocketParams>,
+    events_tx: mpsc::Sender<SocketEvent>,
+    events: mpsc::Receiver<SocketEvent>,
+    texts_tx: mpsc::Sender<Option<(Texts, TextsSource)>>,
+    texts: mpsc::Receiver<Option<(Texts, TextsSource)>>,
+    socket: JoinHandle<()>,
+    /// The cycle running now; one at a time, ever.
+    cycle: Option<JoinHandle<CycleReport>>,
+}
+
+impl Wiring {
+    /// Makes the channels and starts the socket task.
+    fn start(params: SocketParams) -> Wiring {
+        let (shutdown, _) = watch::channel(false);
+        let (params, _) = watch::channel(params);
+        let (events_tx, events) = mpsc::channel::<SocketEvent>(256);
+        let (texts_tx, texts) = mpsc::channel(4);
+        let socket = tokio::spawn(socket::run(
+            params.subscribe(),
+            events_tx.clone(),
+            shutdown.subscribe(),
+        ));
+        Wiring {
+            shutdown,
+            params,
+            events_tx,
+            events,
+            texts_tx,
+            texts,
+            socket,
+            cycle: None,
+        }
     }
 
-    let mut cycle_task: Option<JoinHandle<CycleReport>> = None;
-    let mut status_tick =
-        tokio::time::interval(d.scale.apply(STATUS_REFRESH).max(STATUS_REFRESH_MIN));
-    status_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut texts_tick = tokio::time::interval(d.scale.apply(TEXTS_REFRESH));
-    texts_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    texts_tick.reset();
-    let mut key_tick = tokio::time::interval(KEY_CHECK);
-    key_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut watchdog_tick = tokio::time::interval(
-        watchdog
-            .map(|w| (w / 2).max(Duration::from_millis(100)))
-            .unwrap_or(Duration::from_secs(3600)),
-    );
+    fn restart_socket(&mut self) {
+        self.socket = tokio::spawn(socket::run(
+            self.params.subscribe(),
+            self.events_tx.clone(),
+            self.shutdown.subscribe(),
+        ));
+    }
 
+    /// Lets the socket task close with 1000 and end, answering its wakes meanwhile so it is
+    /// never stuck waiting on the main loop; at most 5 s.
+    async fn close_socket(self) {
+        let Wiring {
+            events_tx,
+            mut events,
+            socket,
+            ..
+        } = self;
+        drop(events_tx);
+        let drain = async {
+            while let Some(ev) = events.recv().await {
+                if let SocketEvent::Wake { registered, .. } = ev {
+                    drop(registered);
+                }
+            }
+        };
+        let _ = tokio::time::timeout(Duration::from_secs(5), async {
+            tokio::join!(socket, drain)
+        })
+        .await;
+    }
+}
+
+/// The main loop's timers.
+struct Timers {
+    status: Interval,
+    texts: Interval,
+    key: Interval,
+    /// systemd's watchdog, pinged at half its interval when it is on.
+    watchdog: Option<Interval>,
+}
+
+impl Timers {
+    fn new(scale: TimeScale, notify: bool) -> Timers {
+        let every = |d: Duration| {
+            let mut i = tokio::time::interval(d);
+            i.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            i
+        };
+        let mut texts = every(scale.apply(TEXTS_REFRESH));
+        texts.reset();
+        let watchdog = notify
+            .then(sd_notify::watchdog_enabled)
+            .flatten()
+            .map(|w| tokio::time::interval((w / 2).max(Duration::from_millis(100))));
+        Timers {
+            status: every(scale.apply(STATUS_REFRESH).max(STATUS_REFRESH_MIN)),
+            texts,
+            key: every(KEY_CHECK),
+            watchdog,
+        }
+    }
+}
+
+/// Waits for whatever comes next (a signal, a socket event, a due cycle, a cycle's end, a timer)
+/// and handles it, until SIGTERM or SIGINT; returns which of the two.
+async fn main_loop(
+    d: &mut Daemon,
+    w: &mut Wiring,
+    signals: &mut Signals,
+    timers: &mut Timers,
+) -> &'static str {
     loop {
-        let due = if cycle_task.is_none() {
-            d.coalescer.due()
+        let due = if w.cycle.is_none() {
+            d.coalescer.due().map(|at| at.saturating_sub(d.now_ms()))
         } else {
             None
         };
-        let due_sleep = async {
-            match due {
-                Some(at) => {
-                    let now = d.now_ms();
-                    if at > now {
-                        tokio::time::sleep(Duration::from_millis(at - now)).await;
-                    }
-                }
-                None => std::future::pending::<()>().await,
-            }
-        };
         tokio::select! {
-            _ = sigterm.recv() => { tracing::info!(event = %"stopping", signal = "SIGTERM", "stopping"); break; }
-            _ = sigint.recv() => { tracing::info!(event = %"stopping", signal = "SIGINT", "stopping"); break; }
-            _ = sighup.recv() => {
-                d.reload(&params_tx);
-                d.spawn_texts_refresh(&texts_tx);
+            _ = signals.term.recv() => return "SIGTERM",
+            _ = signals.int.recv() => return "SIGINT",
+            _ = signals.hup.recv() => {
+                d.reload(&w.params);
+                d.spawn_texts_refresh(&w.texts_tx);
             }
-            Some(ev) = ev_rx.recv() => d.on_socket_event(ev),
-            r = &mut socket_task => {
+            Some(ev) = w.events.recv() => d.on_socket_event(ev),
+            r = &mut w.socket => {
                 // The socket task only ends on shutdown; anything else is a bug. Stay resident:
                 // log it and start a new one.
                 tracing::error!(event = %"socket_task_ended", error = ?r.err(), "the socket task ended unexpectedly; restarting it");
-                socket_task = tokio::spawn(socket::run(params_rx.clone(), ev_tx.clone(), shutdown_rx.clone()));
+                w.restart_socket();
             }
-            _ = due_sleep => {
+            _ = after_ms(due) => {
                 let now = d.now_ms();
                 if d.coalescer.try_start(now) {
-                    cycle_task = Some(d.start_cycle(shutdown_rx.clone()));
+                    w.cycle = Some(d.start_cycle(w.shutdown.subscribe()));
                 }
             }
-            r = async { match cycle_task.as_mut() { Some(t) => t.await, None => std::future::pending().await } } => {
-                cycle_task = None;
-                let now = d.now_ms();
-                d.coalescer.end(now);
-                d.apply_pending_windows();
-                match r {
-                    Ok(report) => d.on_cycle_end(report),
-                    Err(e) => tracing::error!(event = %"cycle_crashed", error = %e, "the cycle task ended abnormally"),
-                }
+            r = cycle_end(&mut w.cycle) => {
+                w.cycle = None;
+                d.on_cycle_task_end(r);
             }
-            _ = status_tick.tick() => d.write_status(),
-            _ = key_tick.tick(), if d.socket_state == SocketState::KeyRefused => {
-                d.check_key_file(&params_tx);
+            _ = timers.status.tick() => d.write_status(),
+            _ = timers.key.tick(), if d.socket_state == SocketState::KeyRefused => {
+                d.check_key_file(&w.params);
             }
-            _ = texts_tick.tick() => d.spawn_texts_refresh(&texts_tx),
-            Some(r) = texts_rx.recv() => d.on_texts(r),
-            _ = watchdog_tick.tick(), if watchdog.is_some() => {
+            _ = timers.texts.tick() => d.spawn_texts_refresh(&w.texts_tx),
+            Some(r) = w.texts.recv() => d.on_texts(r),
+            _ = tick(&mut timers.watchdog) => {
                 let _ = sd_notify::notify(&[sd_notify::NotifyState::Watchdog]);
             }
         }
     }
+}
 
-    // Graceful stop: runs get their grace, the socket closes with 1000.
-    d.flags.stopping = true;
-    d.write_status();
-    if d.notify {
-        let _ = sd_notify::notify(&[sd_notify::NotifyState::Stopping]);
+/// After `ms` milliseconds (at once for 0); never for `None`.
+async fn after_ms(ms: Option<u64>) {
+    match ms {
+        Some(0) => {}
+        Some(ms) => tokio::time::sleep(Duration::from_millis(ms)).await,
+        None => std::future::pending().await,
     }
-    let _ = shutdown_tx.send(true);
-    let wait = d.settings.listen.kill_grace + STOP_SLACK;
-    if let Some(mut t) = cycle_task.take() {
+}
+
+/// The end of the running cycle's task; never while none runs.
+async fn cycle_end(
+    cycle: &mut Option<JoinHandle<CycleReport>>,
+) -> Result<CycleReport, tokio::task::JoinError> {
+    match cycle.as_mut() {
+        Some(t) => t.await,
+        None => std::future::pending().await,
+    }
+}
+
+/// The next tick of an interval that may be off; never when it is.
+async fn tick(interval: &mut Option<Interval>) {
+    match interval.as_mut() {
+        Some(i) => {
+            i.tick().await;
+        }
+        None => std::future::pending().await,
+    }
+}
+
+impl Daemon {
+    fn new(
+        args: ConfigArgs,
+        settings: Settings,
+        key: SecretString,
+        state: StateDir,
+        scale: TimeScale,
+        notify: bool,
+    ) -> Daemon {
+        let now = SystemTime::now();
+        let status = Status {
+            state: ListenerState::Starting,
+            since: time::rfc3339(now),
+            socket: Some(SocketState::Connecting),
+            pid: std::process::id(),
+            profile: settings.profile.clone(),
+            handle: None,
+            api_base: settings.api_base.clone(),
+            runtime: settings.listen.runtime.as_str().to_string(),
+            key_source: key_source_label(&settings.key_source),
+            updated_at: time::rfc3339(now),
+            started_at: time::rfc3339(now),
+            last_frame_at: None,
+            last_connected_at: None,
+            last_wake: None,
+            last_cycle: None,
+            next_retry_at: None,
+            detail: None,
+            texts: TextsStatus::default(),
+            counters: Counters::default(),
+        };
+        let (quiet_ms, max_delay_ms) = windows(&settings);
+        Daemon {
+            args,
+            settings,
+            key,
+            scale,
+            state,
+            started: Instant::now(),
+            status,
+            flags: ListenerFlags {
+                starting: true,
+                unusable: None,
+                unusable_binary: None,
+                mismatch: None,
+                stopping: false,
+            },
+            socket_state: SocketState::Connecting,
+            texts: None,
+            handle: None,
+            pending_reasons: BTreeSet::new(),
+            coalescer: Coalescer::new(quiet_ms, max_delay_ms),
+            notify,
+            status_write_failing: false,
+            pending_windows: None,
+            texts_missing_logged: false,
+            last_frame: None,
+        }
+    }
+
+    fn announce_start(&mut self) {
+        tracing::info!(
+            event = %"listener_start",
+            pid = std::process::id(),
+            profile = %self.settings.profile,
+            api_base = %self.settings.api_base,
+            runtime = self.settings.listen.runtime.as_str(),
+            state_dir = %self.state.root.display(),
+            "listener starting"
+        );
+        self.write_status();
+    }
+
+    /// The socket task is started: no longer `starting`, and systemd hears READY.
+    fn ready(&mut self) {
+        self.flags.starting = false;
+        if self.notify {
+            let _ = sd_notify::notify(&[sd_notify::NotifyState::Ready]);
+        }
+    }
+
+    /// Graceful stop: the run gets its grace, the socket closes with 1000.
+    async fn stop(&mut self, mut w: Wiring) {
+        self.flags.stopping = true;
+        self.write_status();
+        if self.notify {
+            let _ = sd_notify::notify(&[sd_notify::NotifyState::Stopping]);
+        }
+        let _ = w.shutdown.send(true);
+        if let Some(t) = w.cycle.take() {
+            self.wait_for_cycle(t).await;
+        }
+        w.close_socket().await;
+        self.write_status();
+        tracing::info!(event = %"stopped", "listener stopped");
+    }
+
+    /// While stopping: waits for the cycle to wind down (its run gets the grace), and abandons it
+    /// after the grace and some slack.
+    async fn wait_for_cycle(&mut self, mut t: JoinHandle<CycleReport>) {
+        let wait = self.settings.listen.kill_grace + STOP_SLACK;
         match tokio::time::timeout(wait, &mut t).await {
-            Ok(Ok(report)) => d.on_cycle_end(report),
+            Ok(Ok(report)) => self.on_cycle_end(report),
             Ok(Err(_)) => {}
             Err(_) => {
                 tracing::warn!(
@@ -256,25 +400,20 @@ pub async fn run(
             }
         }
     }
-    drop(ev_tx);
-    // Keep answering wakes so the socket task is never stuck waiting on us while it closes.
-    let drain = async {
-        while let Some(ev) = ev_rx.recv().await {
-            if let SocketEvent::Wake { registered, .. } = ev {
-                drop(registered);
+
+    /// The cycle's task ended: the coalescer hears it, and its report goes into the status.
+    fn on_cycle_task_end(&mut self, r: Result<CycleReport, tokio::task::JoinError>) {
+        let now = self.now_ms();
+        self.coalescer.end(now);
+        self.apply_pending_windows();
+        match r {
+            Ok(report) => self.on_cycle_end(report),
+            Err(e) => {
+                tracing::error!(event = %"cycle_crashed", error = %e, "the cycle task ended abnormally")
             }
         }
-    };
-    let _ = tokio::time::timeout(Duration::from_secs(5), async {
-        tokio::join!(socket_task, drain)
-    })
-    .await;
-    d.write_status();
-    tracing::info!(event = %"stopped", "listener stopped");
-    Ok(0)
-}
+    }
 
-impl Daemon {
     fn now_ms(&self) -> u64 {
         self.started.elapsed().as_millis() as u64
     }
