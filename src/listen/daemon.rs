@@ -6,7 +6,7 @@ use super::cycle::{self, CycleInput, CycleReport};
 use super::socket::{self, SocketEvent, SocketParams, SocketState};
 use super::state_dir::StateDir;
 use super::{TimeScale, load_texts};
-use crate::client::Api;
+use crate::client::{Api, ApiError};
 use crate::config::{self, ConfigArgs, Settings};
 use crate::core::coalescer::Coalescer;
 use crate::core::status::{
@@ -46,6 +46,10 @@ struct Daemon {
     args: ConfigArgs,
     settings: Settings,
     key: SecretString,
+    /// The one REST client for `settings.api_base` and `key`, shared by the socket task, the
+    /// cycles and the texts refreshes, so its keep-alive connection outlives each of them. Built
+    /// again only when a reload or a new key file changes either.
+    api: Api,
     scale: TimeScale,
     state: StateDir,
     started: Instant,
@@ -78,7 +82,7 @@ pub async fn run(
 ) -> anyhow::Result<i32> {
     let mut signals = Signals::install()?;
     let notify = std::env::var_os("NOTIFY_SOCKET").is_some();
-    let mut d = Daemon::new(args, settings, key, state, scale, notify);
+    let mut d = Daemon::new(args, settings, key, state, scale, notify)?;
     d.announce_start();
     d.refresh_texts().await;
     let mut wiring = Wiring::start(d.socket_params());
@@ -295,7 +299,8 @@ impl Daemon {
         state: StateDir,
         scale: TimeScale,
         notify: bool,
-    ) -> Daemon {
+    ) -> Result<Daemon, ApiError> {
+        let api = Api::new(&settings.api_base, key.clone())?;
         let now = SystemTime::now();
         let status = Status {
             state: ListenerState::Starting,
@@ -319,10 +324,11 @@ impl Daemon {
             counters: Counters::default(),
         };
         let (quiet_ms, max_delay_ms) = windows(&settings);
-        Daemon {
+        Ok(Daemon {
             args,
             settings,
             key,
+            api,
             scale,
             state,
             started: Instant::now(),
@@ -344,7 +350,7 @@ impl Daemon {
             pending_windows: None,
             texts_missing_logged: false,
             last_frame: None,
-        }
+        })
     }
 
     fn announce_start(&mut self) {
@@ -422,17 +428,27 @@ impl Daemon {
         SocketParams {
             api_base: self.settings.api_base.clone(),
             key: self.key.clone(),
+            api: self.api.clone(),
             idle_timeout: self.settings.listen.idle_timeout,
             key_refused_retry: self.scale.apply(crate::core::reconnect::KEY_REFUSED_RETRY),
         }
     }
 
-    fn api(&self) -> Option<Api> {
-        match Api::new(&self.settings.api_base, self.key.clone()) {
-            Ok(a) => Some(a),
+    /// A new base or key gets a new client; the same configuration keeps the one it has (and its
+    /// connection). `false`: no client could be built for the new one.
+    fn use_endpoint(&mut self, api_base: &str, key: &SecretString) -> bool {
+        if api_base == self.settings.api_base && key.expose_secret() == self.key.expose_secret() {
+            return true;
+        }
+        match Api::new(api_base, key.clone()) {
+            Ok(api) => {
+                self.api = api;
+                self.key = key.clone();
+                true
+            }
             Err(e) => {
                 tracing::error!(event = %"http_client_failed", error = %e, "cannot build the HTTP client");
-                None
+                false
             }
         }
     }
@@ -491,10 +507,10 @@ impl Daemon {
         self.retry_a_changed_runtime_binary();
         let id = cycle::new_cycle_id();
         self.status.counters.cycles += 1;
-        let input = self.api().map(|api| CycleInput {
+        let input = CycleInput {
             id: id.clone(),
             settings: self.settings.clone(),
-            api,
+            api: self.api.clone(),
             key: self.key.clone(),
             state: self.state.clone(),
             handle: self.handle.clone().unwrap_or_default(),
@@ -503,19 +519,14 @@ impl Daemon {
             runtime_unusable: self.flags.unusable.is_some(),
             invite_pace_ms: self.scale.invite_pace_ms(),
             shutdown,
-        });
+        };
         self.status.last_cycle = Some(LastCycle::started(
             id,
             time::rfc3339(SystemTime::now()),
             reasons,
         ));
         self.write_status();
-        tokio::spawn(async move {
-            match input {
-                Some(i) => cycle::run(i).await,
-                None => CycleReport::default(),
-            }
-        })
+        tokio::spawn(cycle::run(input))
     }
 
     fn on_cycle_end(&mut self, report: CycleReport) {
@@ -608,15 +619,14 @@ impl Daemon {
 
     /// Fetches the texts; on failure keeps what is loaded or falls back to the cache.
     async fn refresh_texts(&mut self) {
-        let Some(api) = self.api() else { return };
         let runtime = self.settings.listen.runtime.texts_runtime();
-        let r = load_texts(&api, &self.state, runtime, self.texts.is_none()).await;
+        let r = load_texts(&self.api, &self.state, runtime, self.texts.is_none()).await;
         self.on_texts(r);
     }
 
     /// The timer's and SIGHUP's refresh runs as a task, so a slow server never holds up wakes.
     fn spawn_texts_refresh(&self, tx: &mpsc::Sender<Option<(Texts, TextsSource)>>) {
-        let Some(api) = self.api() else { return };
+        let api = self.api.clone();
         let runtime = self.settings.listen.runtime.texts_runtime();
         let state = self.state.clone();
         let use_cache = self.texts.is_none();
@@ -673,14 +683,9 @@ impl Daemon {
                     }
                     let mut s = s;
                     s.state_dir = self.settings.state_dir.clone();
-                    if windows(&s) != windows(&self.settings) {
-                        self.pending_windows = Some(windows(&s));
+                    if self.use_endpoint(&s.api_base, &k) {
+                        self.take_settings(s);
                     }
-                    self.key = k;
-                    self.status.api_base = s.api_base.clone();
-                    self.status.runtime = s.listen.runtime.as_str().to_string();
-                    self.status.key_source = key_source_label(&s.key_source);
-                    self.settings = s;
                 }
                 None => {
                     tracing::error!(
@@ -697,6 +702,17 @@ impl Daemon {
         self.apply_pending_windows();
         let _ = params_tx.send(self.socket_params());
         self.write_status();
+    }
+
+    /// Reloaded settings (with a client for their endpoint already in place) take over.
+    fn take_settings(&mut self, s: Settings) {
+        if windows(&s) != windows(&self.settings) {
+            self.pending_windows = Some(windows(&s));
+        }
+        self.status.api_base = s.api_base.clone();
+        self.status.runtime = s.listen.runtime.as_str().to_string();
+        self.status.key_source = key_source_label(&s.key_source);
+        self.settings = s;
     }
 
     /// A reloaded `quiet_window`/`max_delay` takes over once no cycle runs and no wake waits, so
@@ -728,8 +744,10 @@ impl Daemon {
             && k.expose_secret() != self.key.expose_secret()
         {
             tracing::info!(event = %"key_changed", "the API key changed; retrying now");
-            self.key = k;
-            let _ = params_tx.send(self.socket_params());
+            let base = self.settings.api_base.clone();
+            if self.use_endpoint(&base, &k) {
+                let _ = params_tx.send(self.socket_params());
+            }
         }
     }
 }

@@ -22,16 +22,18 @@ pub async fn run(
     state: StateDir,
     scale: super::TimeScale,
 ) -> anyhow::Result<i32> {
+    // One REST client for the whole run: who am I, the texts, the tray.
+    let api = Api::new(&settings.api_base, key.clone())?;
     let params = SocketParams {
         api_base: settings.api_base.clone(),
         key: key.clone(),
+        api: api.clone(),
         idle_timeout: settings.listen.idle_timeout,
         key_refused_retry: crate::core::reconnect::KEY_REFUSED_RETRY,
     };
     let handle = socket::connect_once(&params, SETTLE)
         .await
         .map_err(|e| anyhow::anyhow!("could not connect to {}: {e}", settings.api_base))?;
-    let api = Api::new(&settings.api_base, key.clone())?;
     let texts = super::load_texts(&api, &state, settings.listen.runtime.texts_runtime(), true)
         .await
         .map(|(t, _)| t);
