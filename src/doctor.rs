@@ -1074,9 +1074,8 @@ pub async fn run(args: &DoctorArgs) -> Report {
 
     // The server.
     let texts_runtime = settings.listen.runtime.texts_runtime();
-    let cached = settings
-        .state_dir
-        .join(format!("texts-{texts_runtime}.json"))
+    let cached = StateDir::at(&settings.state_dir)
+        .texts_cache(texts_runtime)
         .is_file();
     match &key {
         Some(k) => match Api::new(&settings.api_base, k.clone()) {
@@ -1155,11 +1154,7 @@ pub async fn run(args: &DoctorArgs) -> Report {
     ));
 
     // The runtime.
-    let workdir = settings
-        .listen
-        .workdir
-        .clone()
-        .unwrap_or_else(|| sd.join("workdir"));
+    let workdir = StateDir::at(sd).workdir(settings.listen.workdir.as_deref());
     if let Some(w) = &settings.listen.workdir
         && !w.is_dir()
     {
@@ -1181,13 +1176,8 @@ pub async fn run(args: &DoctorArgs) -> Report {
                 crate::runtime::script::locate(program, &workdir, path_var.as_deref())
                     .map_err(|e| e.to_string())
             });
-            let executable = match &located {
-                Some(Ok(p)) => {
-                    use std::os::unix::fs::PermissionsExt;
-                    std::fs::metadata(p).is_ok_and(|m| m.permissions().mode() & 0o111 != 0)
-                }
-                _ => false,
-            };
+            let executable =
+                matches!(&located, Some(Ok(p)) if crate::runtime::agent_cli::is_executable(p));
             report.checks.push(check_script(
                 &settings.listen.command,
                 located.as_ref(),

@@ -4,6 +4,7 @@
 //! names each step in order and ends with a `CycleEnd`, the one value the status is written from.
 
 use super::state_dir::StateDir;
+use super::texts;
 use crate::client::{Api, ApiError};
 use crate::config::{RuntimeKind, Settings};
 use crate::core::decision::{self, CycleDecision};
@@ -54,7 +55,7 @@ pub struct CycleReport {
     /// The tray was read and `you` matched (clears an earlier mismatch).
     pub handle_ok: bool,
     /// Texts fetched during the cycle because none were loaded.
-    pub fetched_texts: Option<Texts>,
+    pub fetched_texts: Option<texts::Loaded>,
     /// The tray could not be read because the key was refused.
     pub key_refused: bool,
 }
@@ -193,20 +194,11 @@ async fn prompt_for_run(
 ) -> Result<String, CycleEnd> {
     if input.texts.is_none() {
         // None loaded at start or from the cache: one more try now.
-        match input
-            .api
-            .texts(input.settings.listen.runtime.texts_runtime())
-            .await
-        {
-            Ok((t, bytes)) => {
-                let path = input
-                    .state
-                    .texts_cache(input.settings.listen.runtime.texts_runtime());
-                if let Err(e) = fs::write_atomic(&path, &bytes) {
-                    tracing::warn!(event = %"texts_cache_write_failed", error = %e, "could not keep the texts");
-                }
-                report.fetched_texts = Some(t.clone());
-                input.texts = Some(t);
+        let runtime = input.settings.listen.runtime.texts_runtime();
+        match texts::fetch(&input.api, &input.state, runtime).await {
+            Ok(loaded) => {
+                input.texts = Some(loaded.texts.clone());
+                report.fetched_texts = Some(loaded);
             }
             Err(e) => {
                 tracing::debug!(event = %"texts_fetch_failed", error = %e, "texts still unavailable")
@@ -232,11 +224,8 @@ async fn prompt_for_run(
 fn prepare_run(input: &CycleInput, kind: RunKind, prompt: &str) -> Result<RunSpec, CycleEnd> {
     let id = &input.id;
     let workdir = input
-        .settings
-        .listen
-        .workdir
-        .clone()
-        .unwrap_or_else(|| input.state.default_workdir());
+        .state
+        .workdir(input.settings.listen.workdir.as_deref());
     if let Err(e) = std::fs::create_dir_all(&workdir) {
         tracing::error!(event = %"run_failed", cycle_id = %id, error = %e, workdir = %workdir.display(), "cannot create the run's working directory");
         return Err(CycleEnd::Run(RunOutcome::Failed(format!("workdir: {e}"))));

@@ -2,17 +2,17 @@
 //! a task, refreshes texts and status on timers, and handles signals (SIGTERM/SIGINT stop,
 //! SIGHUP reload) and systemd notification. The socket runs as its own task and sends wakes here.
 
+use super::TimeScale;
 use super::cycle::{self, CycleInput, CycleReport};
 use super::socket::{self, SocketEvent, SocketParams, SocketState};
 use super::state_dir::StateDir;
-use super::{TimeScale, load_texts};
+use super::texts::{self, Loaded, Missing};
 use crate::client::{Api, ApiError};
 use crate::config::{self, ConfigArgs, Settings};
 use crate::core::coalescer::Coalescer;
 use crate::core::status::{
-    Counters, LastCycle, LastWake, ListenerState, NoRunReason, Status, TextsSource, TextsStatus,
+    Counters, LastCycle, LastWake, ListenerState, NoRunReason, Status, TextsStatus,
 };
-use crate::core::texts::Texts;
 use crate::sys::time;
 use secrecy::{ExposeSecret, SecretString};
 use std::collections::BTreeSet;
@@ -56,7 +56,8 @@ struct Daemon {
     status: Status,
     flags: ListenerFlags,
     socket_state: SocketState,
-    texts: Option<Texts>,
+    /// The texts in use.
+    texts: Option<Loaded>,
     handle: Option<String>,
     pending_reasons: BTreeSet<String>,
     coalescer: Coalescer,
@@ -117,8 +118,8 @@ struct Wiring {
     params: watch::Sender<SocketParams>,
     events_tx: mpsc::Sender<SocketEvent>,
     events: mpsc::Receiver<SocketEvent>,
-    texts_tx: mpsc::Sender<Option<(Texts, TextsSource)>>,
-    texts: mpsc::Receiver<Option<(Texts, TextsSource)>>,
+    texts_tx: mpsc::Sender<Result<Loaded, Missing>>,
+    texts: mpsc::Receiver<Result<Loaded, Missing>>,
     socket: JoinHandle<()>,
     /// The cycle running now; one at a time, ever.
     cycle: Option<JoinHandle<CycleReport>>,
@@ -514,7 +515,7 @@ impl Daemon {
             key: self.key.clone(),
             state: self.state.clone(),
             handle: self.handle.clone().unwrap_or_default(),
-            texts: self.texts.clone(),
+            texts: self.texts.as_ref().map(|l| l.texts.clone()),
             reasons: reasons.clone(),
             runtime_unusable: self.flags.unusable.is_some(),
             invite_pace_ms: self.scale.invite_pace_ms(),
@@ -571,13 +572,10 @@ impl Daemon {
                 "no texts from the server and none cached; no runs until the server's texts can be read"
             );
         }
-        if let Some(t) = report.fetched_texts {
+        if let Some(loaded) = report.fetched_texts {
             self.texts_missing_logged = false;
-            self.texts = Some(t);
-            self.status.texts = TextsStatus {
-                source: TextsSource::Server,
-                fetched_at: Some(time::rfc3339(SystemTime::now())),
-            };
+            self.status.texts = loaded.status();
+            self.texts = Some(loaded);
         }
         self.status.last_cycle = Some(report.last);
         self.write_status();
@@ -620,32 +618,37 @@ impl Daemon {
     /// Fetches the texts; on failure keeps what is loaded or falls back to the cache.
     async fn refresh_texts(&mut self) {
         let runtime = self.settings.listen.runtime.texts_runtime();
-        let r = load_texts(&self.api, &self.state, runtime, self.texts.is_none()).await;
+        let r = texts::load(&self.api, &self.state, runtime, self.texts.is_none()).await;
         self.on_texts(r);
     }
 
     /// The timer's and SIGHUP's refresh runs as a task, so a slow server never holds up wakes.
-    fn spawn_texts_refresh(&self, tx: &mpsc::Sender<Option<(Texts, TextsSource)>>) {
+    fn spawn_texts_refresh(&self, tx: &mpsc::Sender<Result<Loaded, Missing>>) {
         let api = self.api.clone();
         let runtime = self.settings.listen.runtime.texts_runtime();
         let state = self.state.clone();
         let use_cache = self.texts.is_none();
         let tx = tx.clone();
         tokio::spawn(async move {
-            let r = load_texts(&api, &state, runtime, use_cache).await;
+            let r = texts::load(&api, &state, runtime, use_cache).await;
             let _ = tx.send(r).await;
         });
     }
 
-    fn on_texts(&mut self, r: Option<(Texts, TextsSource)>) {
-        // Without texts loaded, `load_texts` has just logged `texts_missing` itself.
-        self.texts_missing_logged = r.is_none() && self.texts.is_none();
-        if let Some((texts, source)) = r {
-            self.texts = Some(texts);
-            self.status.texts = TextsStatus {
-                source,
-                fetched_at: Some(time::rfc3339(SystemTime::now())),
-            };
+    /// A texts refresh ended: new texts take over; with none loaded at all, `texts_missing` is
+    /// said once per stretch without texts.
+    fn on_texts(&mut self, r: Result<Loaded, Missing>) {
+        match r {
+            Ok(loaded) => {
+                self.texts_missing_logged = false;
+                self.status.texts = loaded.status();
+                self.texts = Some(loaded);
+            }
+            Err(missing) if self.texts.is_none() && !self.texts_missing_logged => {
+                self.texts_missing_logged = true;
+                missing.log(self.settings.listen.runtime.texts_runtime());
+            }
+            Err(_) => {}
         }
         self.write_status();
     }

@@ -10,10 +10,9 @@ pub mod logging;
 pub mod once;
 pub mod socket;
 pub mod state_dir;
+pub mod texts;
 
 use crate::config::{ConfigArgs, IntegrationSwitch, LogFormat};
-use crate::core::status::TextsSource;
-use crate::core::texts::Texts;
 use std::collections::HashMap;
 use std::time::Duration;
 
@@ -159,55 +158,6 @@ fn refuse_to_start(error: &anyhow::Error, env: &HashMap<String, String>) -> i32 
         0
     } else {
         EXIT_CONFIG
-    }
-}
-
-/// Texts from the server (kept in the cache), else from the cache when `use_cache`.
-/// `None` when neither is available.
-pub async fn load_texts(
-    api: &crate::client::Api,
-    state: &state_dir::StateDir,
-    runtime: &str,
-    use_cache: bool,
-) -> Option<(Texts, TextsSource)> {
-    let path = state.texts_cache(runtime);
-    match api.texts(runtime).await {
-        Ok((texts, bytes)) => {
-            if let Err(e) = crate::sys::fs::write_atomic(&path, &bytes) {
-                tracing::warn!(event = %"texts_cache_write_failed", error = %e, "could not keep the texts");
-            }
-            tracing::info!(
-                event = %"texts_fetched",
-                runtime,
-                "texts fetched from the server"
-            );
-            return Some((texts, TextsSource::Server));
-        }
-        Err(e) => {
-            tracing::warn!(event = %"texts_fetch_failed", runtime, error = %e, "could not fetch the texts");
-        }
-    }
-    if !use_cache {
-        return None;
-    }
-    match std::fs::read(&path) {
-        Ok(bytes) => match Texts::parse(&bytes) {
-            Ok(t) => {
-                tracing::info!(event = %"texts_cached", path = %path.display(), "using the last good texts from the cache");
-                Some((t, TextsSource::Cache))
-            }
-            Err(e) => {
-                tracing::error!(event = %"texts_missing", error = %e, "the cached texts are damaged; no runs until the server's texts can be read");
-                None
-            }
-        },
-        Err(_) => {
-            tracing::error!(
-                event = %"texts_missing",
-                "no texts from the server and none cached; no runs until the server's texts can be read"
-            );
-            None
-        }
     }
 }
 

@@ -34,9 +34,14 @@ pub async fn run(
     let handle = socket::connect_once(&params, SETTLE)
         .await
         .map_err(|e| anyhow::anyhow!("could not connect to {}: {e}", settings.api_base))?;
-    let texts = super::load_texts(&api, &state, settings.listen.runtime.texts_runtime(), true)
-        .await
-        .map(|(t, _)| t);
+    let runtime = settings.listen.runtime.texts_runtime();
+    let texts = match super::texts::load(&api, &state, runtime, true).await {
+        Ok(loaded) => Some(loaded.texts),
+        Err(missing) => {
+            missing.log(runtime);
+            None
+        }
+    };
 
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let mut sigterm = signal(SignalKind::terminate())?;

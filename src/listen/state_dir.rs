@@ -110,6 +110,12 @@ impl StateDir {
         self.root.join("workdir")
     }
 
+    /// The runs' working directory: `listen.workdir` when configured, else the default one.
+    pub fn workdir(&self, configured: Option<&Path>) -> PathBuf {
+        configured.map_or_else(|| self.default_workdir(), Path::to_path_buf)
+    }
+
+    /// The last good texts for a texts runtime (`claude-code`, `codex`, `generic`).
     pub fn texts_cache(&self, texts_runtime: &str) -> PathBuf {
         self.root.join(format!("texts-{texts_runtime}.json"))
     }
