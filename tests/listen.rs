@@ -1123,6 +1123,66 @@ async fn with_the_texts_route_failing_the_cached_copy_still_runs_and_without_one
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_sighup_switches_the_runtime_its_own_cached_texts_run_or_nothing_never_the_old_ones()
+{
+    use listen_support::fake::{self, Fake, WAKE_TEXT};
+    use std::os::unix::fs::PermissionsExt;
+    let fake = Fake::start("bob", fake::tray("@bob", 1)).await;
+    let opts = Opts::default();
+    let setup = Setup::new(&opts);
+    // The recorder stands in for the `claude` binary once the runtime is switched to it.
+    let script = &setup.rec.script;
+    std::fs::set_permissions(script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let config = std::fs::read_to_string(&setup.config).unwrap()
+        + &format!("\n[listen.claude]\nbinary = \"{}\"\n", script.display());
+    std::fs::write(&setup.config, &config).unwrap();
+    let l = Listener::spawn(
+        listener_command_for(&fake.api_base, FAKE_KEY, &setup, &opts),
+        &setup,
+        "",
+    );
+    // As a script, with the generic texts: the waiting card runs once.
+    run_done(&setup, &l, 1, 15.0).await;
+    assert_eq!(setup.rec.file("stdin", 1), WAKE_TEXT);
+    logged_at_least(&l, "cycle_end", 1, 10.0).await;
+
+    // Switched to Claude Code while the texts route is down, with no Claude Code texts cached.
+    fake.shared.lock().unwrap().texts_down = true;
+    let switched = config.replace("runtime = \"script\"", "runtime = \"claude-code\"");
+    std::fs::write(&setup.config, &switched).unwrap();
+    l.signal(libc::SIGHUP);
+    logged_at_least(&l, "texts_missing", 1, 10.0).await;
+    fake.wake("reminder");
+    logged_at_least(&l, "cycle_end", 2, 10.0).await;
+    assert_eq!(
+        setup.rec.count(),
+        1,
+        "the generic texts never start a Claude Code run"
+    );
+    assert!(status_holds(&setup, |s| s["last_cycle"]["no_run_reason"] == "no_texts").await);
+    assert_eq!(setup.status()["texts"]["source"], "none");
+    let missing = l.events("texts_missing");
+    assert_eq!(missing.len(), 1, "said once: {}", l.log());
+    assert_eq!(missing[0]["runtime"], "claude-code");
+
+    // With a last good copy of Claude Code's own texts, a reload loads it and it runs.
+    let cached = serde_json::json!({"version": "1", "wake_instruction": "CACHED CLAUDE CODE TEXTS",
+                                    "invite_prompt": "CACHED CLAUDE CODE INVITE"});
+    std::fs::write(
+        setup.state_dir.join("texts-claude-code.json"),
+        cached.to_string(),
+    )
+    .unwrap();
+    l.signal(libc::SIGHUP);
+    logged_at_least(&l, "texts_cached", 1, 10.0).await;
+    fake.wake("reminder");
+    run_done(&setup, &l, 2, 15.0).await;
+    assert_eq!(setup.rec.file("stdin", 2), "CACHED CLAUDE CODE TEXTS");
+    assert_eq!(setup.status()["texts"]["source"], "cache");
+    assert_eq!(l.count("texts_missing"), 1, "{}", l.log());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sighup_with_a_new_api_base_moves_a_connected_listener_at_once() {
     use listen_support::fake::{self, Fake};
     let sim = Sim::start(1.0).await;

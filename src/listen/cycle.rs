@@ -36,6 +36,7 @@ pub struct CycleInput {
     pub state: StateDir,
     /// Bare handle.
     pub handle: String,
+    /// The texts loaded for the configured runtime (never another runtime's).
     pub texts: Option<Texts>,
     pub reasons: Vec<String>,
     /// Set when the runtime reported it cannot work: no run until reload.
@@ -45,7 +46,7 @@ pub struct CycleInput {
 }
 
 /// What the cycle did, for the status file and the main loop.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Default)]
 pub struct CycleReport {
     pub last: LastCycle,
     /// The runtime said it cannot work (not logged in, ...): the reason.
@@ -54,8 +55,10 @@ pub struct CycleReport {
     pub handle_mismatch: Option<String>,
     /// The tray was read and `you` matched (clears an earlier mismatch).
     pub handle_ok: bool,
-    /// Texts fetched during the cycle because none were loaded.
-    pub fetched_texts: Option<texts::Loaded>,
+    /// Texts loaded during the cycle because none were loaded before.
+    pub loaded_texts: Option<texts::Loaded>,
+    /// Why the cycle found no texts for its runtime (`NoTexts`).
+    pub texts_missing: Option<texts::Missing>,
     /// The tray could not be read because the key was refused.
     pub key_refused: bool,
 }
@@ -193,15 +196,16 @@ async fn prompt_for_run(
     kind: RunKind,
 ) -> Result<String, CycleEnd> {
     if input.texts.is_none() {
-        // None loaded at start or from the cache: one more try now.
+        // None loaded for this runtime: one more try now, the server's, else the cached copy.
         let runtime = input.settings.listen.runtime.texts_runtime();
-        match texts::fetch(&input.api, &input.state, runtime).await {
+        match texts::load_quietly(&input.api, &input.state, runtime).await {
             Ok(loaded) => {
                 input.texts = Some(loaded.texts.clone());
-                report.fetched_texts = Some(loaded);
+                report.loaded_texts = Some(loaded);
             }
-            Err(e) => {
-                tracing::debug!(event = %"texts_fetch_failed", error = %e, "texts still unavailable")
+            Err(missing) => {
+                tracing::debug!(event = %"texts_fetch_failed", runtime, error = %missing.fetch, "texts still unavailable");
+                report.texts_missing = Some(missing);
             }
         }
     }

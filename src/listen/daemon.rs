@@ -10,9 +10,7 @@ use super::texts::{self, Loaded, Missing};
 use crate::client::{Api, ApiError};
 use crate::config::{self, ConfigArgs, Settings};
 use crate::core::coalescer::Coalescer;
-use crate::core::status::{
-    Counters, LastCycle, LastWake, ListenerState, NoRunReason, Status, TextsStatus,
-};
+use crate::core::status::{Counters, LastCycle, LastWake, ListenerState, Status, TextsStatus};
 use crate::sys::time;
 use secrecy::{ExposeSecret, SecretString};
 use std::collections::BTreeSet;
@@ -515,7 +513,7 @@ impl Daemon {
             key: self.key.clone(),
             state: self.state.clone(),
             handle: self.handle.clone().unwrap_or_default(),
-            texts: self.texts.as_ref().map(|l| l.texts.clone()),
+            texts: self.current_texts().map(|l| l.texts.clone()),
             reasons: reasons.clone(),
             runtime_unusable: self.flags.unusable.is_some(),
             invite_pace_ms: self.scale.invite_pace_ms(),
@@ -565,17 +563,10 @@ impl Daemon {
             self.status.detail =
                 Some("the server refused the key when reading the tray (HTTP 401/403)".into());
         }
-        if report.last.no_run_reason == Some(NoRunReason::NoTexts) && !self.texts_missing_logged {
-            self.texts_missing_logged = true;
-            tracing::error!(
-                event = %"texts_missing",
-                "no texts from the server and none cached; no runs until the server's texts can be read"
-            );
-        }
-        if let Some(loaded) = report.fetched_texts {
-            self.texts_missing_logged = false;
-            self.status.texts = loaded.status();
-            self.texts = Some(loaded);
+        if let Some(loaded) = report.loaded_texts {
+            self.take_texts(Ok(loaded));
+        } else if let Some(missing) = report.texts_missing {
+            self.take_texts(Err(missing));
         }
         self.status.last_cycle = Some(report.last);
         self.write_status();
@@ -618,7 +609,13 @@ impl Daemon {
     /// Fetches the texts; on failure keeps what is loaded or falls back to the cache.
     async fn refresh_texts(&mut self) {
         let runtime = self.settings.listen.runtime.texts_runtime();
-        let r = texts::load(&self.api, &self.state, runtime, self.texts.is_none()).await;
+        let r = texts::load(
+            &self.api,
+            &self.state,
+            runtime,
+            self.current_texts().is_none(),
+        )
+        .await;
         self.on_texts(r);
     }
 
@@ -627,7 +624,7 @@ impl Daemon {
         let api = self.api.clone();
         let runtime = self.settings.listen.runtime.texts_runtime();
         let state = self.state.clone();
-        let use_cache = self.texts.is_none();
+        let use_cache = self.current_texts().is_none();
         let tx = tx.clone();
         tokio::spawn(async move {
             let r = texts::load(&api, &state, runtime, use_cache).await;
@@ -635,22 +632,46 @@ impl Daemon {
         });
     }
 
-    /// A texts refresh ended: new texts take over; with none loaded at all, `texts_missing` is
-    /// said once per stretch without texts.
+    /// The texts runtime the configured runtime reads.
+    fn texts_runtime(&self) -> &'static str {
+        self.settings.listen.runtime.texts_runtime()
+    }
+
+    /// The loaded texts when they are the configured runtime's: another runtime's texts spell the
+    /// tools another way and are never used.
+    fn current_texts(&self) -> Option<&Loaded> {
+        self.texts
+            .as_ref()
+            .filter(|l| l.runtime == self.texts_runtime())
+    }
+
+    /// A texts refresh ended.
     fn on_texts(&mut self, r: Result<Loaded, Missing>) {
+        self.take_texts(r);
+        self.write_status();
+    }
+
+    /// Texts came (a refresh, or a cycle that had none): the configured runtime's take over; an
+    /// answer for a runtime switched away from meanwhile is dropped. With none for the runtime,
+    /// `texts_missing` is said once per stretch without texts.
+    fn take_texts(&mut self, r: Result<Loaded, Missing>) {
         match r {
+            Ok(loaded) if loaded.runtime != self.texts_runtime() => {
+                tracing::debug!(event = %"texts_dropped", runtime = loaded.runtime, "texts for a runtime no longer configured");
+            }
             Ok(loaded) => {
                 self.texts_missing_logged = false;
                 self.status.texts = loaded.status();
                 self.texts = Some(loaded);
             }
-            Err(missing) if self.texts.is_none() && !self.texts_missing_logged => {
-                self.texts_missing_logged = true;
-                missing.log(self.settings.listen.runtime.texts_runtime());
+            Err(missing) if missing.runtime != self.texts_runtime() => {}
+            Err(missing) => {
+                if self.current_texts().is_none() && !self.texts_missing_logged {
+                    self.texts_missing_logged = true;
+                    missing.log();
+                }
             }
-            Err(_) => {}
         }
-        self.write_status();
     }
 
     /// An unusable runtime whose binary was installed, updated or replaced since is tried again.
@@ -709,6 +730,15 @@ impl Daemon {
 
     /// Reloaded settings (with a client for their endpoint already in place) take over.
     fn take_settings(&mut self, s: Settings) {
+        let (old, new) = (self.texts_runtime(), s.listen.runtime.texts_runtime());
+        if old != new {
+            // Texts are keyed by runtime: the old runtime's are not this one's. Until its own come
+            // (the server's, else its cached copy) nothing runs.
+            tracing::info!(event = %"texts_runtime_changed", from = old, to = new, "the runtime reads other texts now; loading them");
+            self.texts = None;
+            self.status.texts = TextsStatus::default();
+            self.texts_missing_logged = false;
+        }
         if windows(&s) != windows(&self.settings) {
             self.pending_windows = Some(windows(&s));
         }

@@ -38,7 +38,7 @@ pub async fn run(
     let texts = match super::texts::load(&api, &state, runtime, true).await {
         Ok(loaded) => Some(loaded.texts),
         Err(missing) => {
-            missing.log(runtime);
+            missing.log();
             None
         }
     };

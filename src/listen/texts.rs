@@ -52,6 +52,8 @@ pub enum CacheError {
 /// Why no texts could be had for a runtime.
 #[derive(Debug)]
 pub struct Missing {
+    /// The texts runtime they were wanted for.
+    pub runtime: &'static str,
     pub fetch: ApiError,
     /// `None` when the cache was not tried.
     pub cache: Option<CacheError>,
@@ -112,32 +114,50 @@ pub async fn load(
     tracing::warn!(event = %"texts_fetch_failed", runtime, error = %fetch_error, "could not fetch the texts");
     if !use_cache {
         return Err(Missing {
+            runtime,
             fetch: fetch_error,
             cache: None,
         });
     }
-    match cached(state, runtime) {
-        Ok(loaded) => {
-            tracing::info!(event = %"texts_cached", runtime, path = %state.texts_cache(runtime).display(), "using the last good texts from the cache");
-            Ok(loaded)
-        }
-        Err(e) => Err(Missing {
-            fetch: fetch_error,
-            cache: Some(e),
-        }),
+    let r = cached(state, runtime);
+    if r.is_ok() {
+        tracing::info!(event = %"texts_cached", runtime, path = %state.texts_cache(runtime).display(), "using the last good texts from the cache");
     }
+    r.map_err(|e| Missing {
+        runtime,
+        fetch: fetch_error,
+        cache: Some(e),
+    })
+}
+
+/// `load` without its log lines, for a cycle that found none loaded: the server's texts, else the
+/// last good copy.
+pub async fn load_quietly(
+    api: &Api,
+    state: &StateDir,
+    runtime: &'static str,
+) -> Result<Loaded, Missing> {
+    let fetch_error = match fetch(api, state, runtime).await {
+        Ok(loaded) => return Ok(loaded),
+        Err(e) => e,
+    };
+    cached(state, runtime).map_err(|e| Missing {
+        runtime,
+        fetch: fetch_error,
+        cache: Some(e),
+    })
 }
 
 impl Missing {
-    /// The one `texts_missing` line: no texts for `runtime`, and why.
-    pub fn log(&self, runtime: &'static str) {
+    /// The one `texts_missing` line: no texts for this runtime, and why.
+    pub fn log(&self) {
         let cache = self
             .cache
             .as_ref()
             .map_or("not tried".to_string(), ToString::to_string);
         tracing::error!(
             event = %"texts_missing",
-            runtime,
+            runtime = self.runtime,
             fetch_error = %self.fetch,
             cache = %cache,
             "no texts for this runtime, neither from the server nor cached; no runs until the server's texts can be read"
