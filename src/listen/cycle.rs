@@ -17,7 +17,7 @@ use crate::runtime::{self, RunContext, RunOutcome, RunSpec};
 use crate::sys::{fs, time};
 use secrecy::SecretString;
 use std::time::{Duration, SystemTime};
-use tokio::sync::watch;
+use tokio::sync::{oneshot, watch};
 
 /// Tray reads tried inside one cycle before it ends without a run.
 const TRAY_ATTEMPTS: u32 = 3;
@@ -43,6 +43,16 @@ pub struct CycleInput {
     pub runtime_unusable: bool,
     pub invite_pace_ms: u64,
     pub shutdown: watch::Receiver<bool>,
+    /// Told when the run is handed to the supervisor (the daemon shows it in the status then).
+    pub run_starting: Option<oneshot::Sender<RunStarting>>,
+}
+
+/// What a cycle says as it hands its run to the supervisor.
+#[derive(Debug, Clone)]
+pub struct RunStarting {
+    pub kind: RunKind,
+    /// The run's log file.
+    pub log: String,
 }
 
 /// What the cycle did, for the status file and the main loop.
@@ -265,7 +275,7 @@ fn prepare_run(input: &CycleInput, kind: RunKind, prompt: &str) -> Result<RunSpe
 
 /// Step 5: starts the run, waits for it, and judges it. The outcome and when the run ended.
 async fn start_run(
-    input: &CycleInput,
+    input: &mut CycleInput,
     report: &mut CycleReport,
     kind: RunKind,
     spec: &RunSpec,
@@ -280,6 +290,12 @@ async fn start_run(
     report.last.run_kind = Some(kind);
     report.last.run_log = Some(log_path.display().to_string());
     tracing::info!(event = %"run_start", cycle_id = %id, run_kind = kind.as_str(), runtime = input.settings.listen.runtime.as_str(), log = %log_path.display(), "run started");
+    if let Some(tx) = input.run_starting.take() {
+        let _ = tx.send(RunStarting {
+            kind,
+            log: log_path.display().to_string(),
+        });
+    }
     let run_report = supervisor::run(spec, limits, &log_path, input.shutdown.clone()).await;
     let run_ended_at = SystemTime::now();
     let output = read_log(&log_path);

@@ -3,7 +3,7 @@
 //! SIGHUP reload) and systemd notification. The socket runs as its own task and sends wakes here.
 
 use super::TimeScale;
-use super::cycle::{self, CycleInput, CycleReport};
+use super::cycle::{self, CycleInput, CycleReport, RunStarting};
 use super::socket::{self, SocketEvent, SocketParams, SocketState};
 use super::state_dir::StateDir;
 use super::texts::{self, Loaded, Missing};
@@ -16,7 +16,7 @@ use secrecy::{ExposeSecret, SecretString};
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant, SystemTime};
 use tokio::signal::unix::{Signal, SignalKind, signal};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 use tokio::time::Interval;
 
@@ -62,6 +62,12 @@ struct Daemon {
     notify: bool,
     /// The last status write failed (full disk, unwritable dir): logged once per episode.
     status_write_failing: bool,
+    /// The status changed since it was last written; the main loop writes it once per turn.
+    status_dirty: bool,
+    /// A cycle has started and its run is not spawned yet: nothing is written to disk meanwhile
+    /// (a wake's way to its run is not held up by a synced write; the periodic refresh still
+    /// writes).
+    status_held: bool,
     /// `quiet_window`/`max_delay` from a reload, applied once the coalescer is idle.
     pending_windows: Option<(u64, u64)>,
     /// `texts_missing` was logged for the current stretch without texts.
@@ -121,6 +127,8 @@ struct Wiring {
     socket: JoinHandle<()>,
     /// The cycle running now; one at a time, ever.
     cycle: Option<JoinHandle<CycleReport>>,
+    /// Hears from the running cycle when it hands its run to the supervisor.
+    run_starting: Option<oneshot::Receiver<RunStarting>>,
 }
 
 impl Wiring {
@@ -144,6 +152,7 @@ impl Wiring {
             texts,
             socket,
             cycle: None,
+            run_starting: None,
         }
     }
 
@@ -219,6 +228,7 @@ async fn main_loop(
     timers: &mut Timers,
 ) -> &'static str {
     loop {
+        d.flush_status();
         let due = if w.cycle.is_none() {
             d.coalescer.due().map(|at| at.saturating_sub(d.now_ms()))
         } else {
@@ -231,22 +241,33 @@ async fn main_loop(
                 d.reload(&w.params);
                 d.spawn_texts_refresh(&w.texts_tx);
             }
-            Some(ev) = w.events.recv() => d.on_socket_event(ev),
+            Some(ev) = w.events.recv() => {
+                d.on_socket_event(ev);
+                // What else the socket has queued is the same turn (and one status write).
+                while let Ok(ev) = w.events.try_recv() {
+                    d.on_socket_event(ev);
+                }
+                // A wake due now (a zero quiet window) starts its cycle in this turn.
+                start_due_cycle(d, w);
+            }
             r = &mut w.socket => {
                 // The socket task only ends on shutdown; anything else is a bug. Stay resident:
                 // log it and start a new one.
                 tracing::error!(event = %"socket_task_ended", error = ?r.err(), "the socket task ended unexpectedly; restarting it");
                 w.restart_socket();
             }
-            _ = after_ms(due) => {
-                let now = d.now_ms();
-                if d.coalescer.try_start(now) {
-                    w.cycle = Some(d.start_cycle(w.shutdown.subscribe()));
+            _ = after_ms(due) => start_due_cycle(d, w),
+            r = run_starting(&mut w.run_starting) => {
+                w.run_starting = None;
+                if let Ok(run) = r {
+                    d.on_run_starting(run);
                 }
             }
             r = cycle_end(&mut w.cycle) => {
                 w.cycle = None;
+                w.run_starting = None;
                 d.on_cycle_task_end(r);
+                start_due_cycle(d, w);
             }
             _ = timers.status.tick() => d.write_status(),
             _ = timers.key.tick(), if d.socket_state == SocketState::KeyRefused => {
@@ -258,6 +279,29 @@ async fn main_loop(
                 let _ = sd_notify::notify(&[sd_notify::NotifyState::Watchdog]);
             }
         }
+    }
+}
+
+/// Starts the owed cycle when it is due now and none runs.
+fn start_due_cycle(d: &mut Daemon, w: &mut Wiring) {
+    if w.cycle.is_some() {
+        return;
+    }
+    let now = d.now_ms();
+    if d.coalescer.try_start(now) {
+        let (run_starting_tx, run_starting_rx) = oneshot::channel();
+        w.cycle = Some(d.start_cycle(w.shutdown.subscribe(), run_starting_tx));
+        w.run_starting = Some(run_starting_rx);
+    }
+}
+
+/// What the running cycle says as it hands its run to the supervisor; never while none runs.
+async fn run_starting(
+    rx: &mut Option<oneshot::Receiver<RunStarting>>,
+) -> Result<RunStarting, oneshot::error::RecvError> {
+    match rx.as_mut() {
+        Some(rx) => rx.await,
+        None => std::future::pending().await,
     }
 }
 
@@ -346,6 +390,8 @@ impl Daemon {
             coalescer: Coalescer::new(quiet_ms, max_delay_ms),
             notify,
             status_write_failing: false,
+            status_dirty: false,
+            status_held: false,
             pending_windows: None,
             texts_missing_logged: false,
             last_frame: None,
@@ -408,6 +454,7 @@ impl Daemon {
 
     /// The cycle's task ended: the coalescer hears it, and its report goes into the status.
     fn on_cycle_task_end(&mut self, r: Result<CycleReport, tokio::task::JoinError>) {
+        self.status_held = false;
         let now = self.now_ms();
         self.coalescer.end(now);
         self.apply_pending_windows();
@@ -459,7 +506,7 @@ impl Daemon {
                 tracing::info!(event = %"handle", handle = %h, "this key's agent");
                 self.handle = Some(h.clone());
                 self.status.handle = Some(format!("@{}", crate::core::handle::normalize(&h)));
-                self.write_status();
+                self.status_changed();
             }
             SocketEvent::State {
                 state,
@@ -471,7 +518,7 @@ impl Daemon {
                 if self.flags.unusable.is_none() && self.flags.mismatch.is_none() {
                     self.status.detail = detail;
                 }
-                self.write_status();
+                self.status_changed();
             }
             SocketEvent::Connected => {
                 self.status.counters.connects += 1;
@@ -494,12 +541,18 @@ impl Daemon {
                     at: time::rfc3339(now),
                     reasons: self.pending_reasons.iter().cloned().collect(),
                 });
-                self.write_status();
+                self.status_changed();
             }
         }
     }
 
-    fn start_cycle(&mut self, shutdown: watch::Receiver<bool>) -> JoinHandle<CycleReport> {
+    /// Starts a cycle as its own task. The status shows it once its run is spawned (or it ended):
+    /// nothing is written to disk on a wake's way to its run.
+    fn start_cycle(
+        &mut self,
+        shutdown: watch::Receiver<bool>,
+        run_starting: oneshot::Sender<RunStarting>,
+    ) -> JoinHandle<CycleReport> {
         let reasons: Vec<String> = std::mem::take(&mut self.pending_reasons)
             .into_iter()
             .collect();
@@ -518,14 +571,29 @@ impl Daemon {
             runtime_unusable: self.flags.unusable.is_some(),
             invite_pace_ms: self.scale.invite_pace_ms(),
             shutdown,
+            run_starting: Some(run_starting),
         };
         self.status.last_cycle = Some(LastCycle::started(
             id,
             time::rfc3339(SystemTime::now()),
             reasons,
         ));
-        self.write_status();
+        self.status_changed();
+        self.status_held = true;
         tokio::spawn(cycle::run(input))
+    }
+
+    /// The cycle handed its run to the supervisor. On the listener's single-threaded runtime this
+    /// is heard once the cycle's task yields, which is after the spawn: now the status may be
+    /// written.
+    fn on_run_starting(&mut self, run: RunStarting) {
+        self.status_held = false;
+        if let Some(c) = self.status.last_cycle.as_mut() {
+            c.run_started = true;
+            c.run_kind = Some(run.kind);
+            c.run_log = Some(run.log);
+        }
+        self.status_changed();
     }
 
     fn on_cycle_end(&mut self, report: CycleReport) {
@@ -569,14 +637,27 @@ impl Daemon {
             self.take_texts(Err(missing));
         }
         self.status.last_cycle = Some(report.last);
-        self.write_status();
+        self.status_changed();
     }
 
     fn shown(&self) -> ListenerState {
         shown_state(&self.flags, self.socket_state)
     }
 
+    /// Something shown in `status.json` changed; the main loop writes it at its next turn.
+    fn status_changed(&mut self) {
+        self.status_dirty = true;
+    }
+
+    /// Writes the status if it changed, unless a cycle is on its way to its run.
+    fn flush_status(&mut self) {
+        if self.status_dirty && !self.status_held {
+            self.write_status();
+        }
+    }
+
     fn write_status(&mut self) {
+        self.status_dirty = false;
         let now = SystemTime::now();
         let shown = self.shown();
         // `status.state` is the state last shown: a change restarts `since` and is announced.
@@ -648,7 +729,7 @@ impl Daemon {
     /// A texts refresh ended.
     fn on_texts(&mut self, r: Result<Loaded, Missing>) {
         self.take_texts(r);
-        self.write_status();
+        self.status_changed();
     }
 
     /// Texts came (a refresh, or a cycle that had none): the configured runtime's take over; an
@@ -725,7 +806,7 @@ impl Daemon {
         self.flags.unusable = None;
         self.apply_pending_windows();
         let _ = params_tx.send(self.socket_params());
-        self.write_status();
+        self.status_changed();
     }
 
     /// Reloaded settings (with a client for their endpoint already in place) take over.

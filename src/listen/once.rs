@@ -58,6 +58,7 @@ pub async fn run(
         runtime_unusable: false,
         invite_pace_ms: scale.invite_pace_ms(),
         shutdown: shutdown_rx,
+        run_starting: None,
     };
     let mut task = tokio::spawn(cycle::run(input));
     let report = tokio::select! {
