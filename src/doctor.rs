@@ -512,6 +512,9 @@ pub fn check_status(
                 or_unknown(&status.updated_at)
             ));
         }
+        crate::status::Liveness::Stopping => {
+            detail.push_str(&format!(" (listener pid {pid} stopping)"))
+        }
         crate::status::Liveness::NotRunning => detail.push_str(&format!(
             " (not running; last written {})",
             or_unknown(&status.updated_at)

@@ -4,7 +4,8 @@
 //! is already running) and never needs the API key.
 //!
 //! Exit codes, like `systemctl is-active`: 0 a listener is running and refreshing its status,
-//! 3 none is (never ran, stopped, or died), 1 the config or the status file cannot be read.
+//! 3 none is (never ran, stopping, stopped, or died), 1 the config or the status file cannot be
+//! read.
 
 use crate::config::ConfigArgs;
 use crate::core::status::{ListenerState, Outcome, Status};
@@ -20,7 +21,7 @@ pub const STALE_AFTER: Duration = Duration::from_secs(90);
 pub struct StatusArgs {
     #[command(flatten)]
     pub config: ConfigArgs,
-    /// Print JSON: `{profile, state_dir, status_file, running, stale, status}`.
+    /// Print JSON: `{profile, state_dir, status_file, running, stale, stopping, status}`.
     #[arg(long)]
     pub json: bool,
 }
@@ -32,14 +33,19 @@ pub enum Liveness {
     Running,
     /// Its pid is alive but the status has not been refreshed within `STALE_AFTER`.
     Stale,
-    /// Its pid is gone (or it said it was stopping).
+    /// Its pid is alive and it is stopping (a run may still have its grace).
+    Stopping,
+    /// Its pid is gone, or it said it stopped.
     NotRunning,
 }
 
 /// Pure: judges liveness from the status, whether its pid is alive, and the time now.
 pub fn assess(status: &Status, pid_alive: bool, now: SystemTime) -> Liveness {
-    if !pid_alive || status.state == ListenerState::Stopping {
-        return Liveness::NotRunning;
+    match status.state {
+        _ if !pid_alive => return Liveness::NotRunning,
+        ListenerState::Stopped => return Liveness::NotRunning,
+        ListenerState::Stopping => return Liveness::Stopping,
+        _ => {}
     }
     match humantime::parse_rfc3339_weak(&status.updated_at) {
         Ok(t) if now.duration_since(t).unwrap_or_default() <= STALE_AFTER => Liveness::Running,
@@ -63,6 +69,7 @@ pub fn render(profile: &str, status: &Status, liveness: Liveness) -> String {
         Liveness::Stale => format!(
             "listener    pid {pid} is alive but has not refreshed its status since {updated} (stuck?)"
         ),
+        Liveness::Stopping => format!("listener    stopping (pid {pid})"),
         Liveness::NotRunning => {
             format!("listener    not running (last seen {updated}, pid {pid})")
         }
@@ -162,6 +169,7 @@ pub async fn run_command(args: StatusArgs) -> anyhow::Result<i32> {
             "status_file": file,
             "running": liveness == Some(Liveness::Running),
             "stale": liveness == Some(Liveness::Stale),
+            "stopping": liveness == Some(Liveness::Stopping),
             "status": status,
         });
         println!("{}", serde_json::to_string_pretty(&out)?);
@@ -217,9 +225,15 @@ mod tests {
         );
         let old = now - Duration::from_secs(600);
         assert_eq!(assess(&doc("connected", old), true, now), Liveness::Stale);
+        assert_eq!(assess(&doc("stopping", now), true, now), Liveness::Stopping);
         assert_eq!(
-            assess(&doc("stopping", now), true, now),
+            assess(&doc("stopping", now), false, now),
             Liveness::NotRunning
+        );
+        assert_eq!(
+            assess(&doc("stopped", now), true, now),
+            Liveness::NotRunning,
+            "a stopped listener's pid may be another process's now"
         );
         assert_eq!(assess(&Status::default(), true, now), Liveness::Stale);
     }

@@ -483,7 +483,74 @@ async fn sigterm_during_a_run_ends_it_within_the_grace_and_exits_0_leaving_no_pr
         "no process of the run is left"
     );
     assert!(l.count("stopped") == 1, "{}", l.log());
-    assert_eq!(setup.status()["state"], "stopping");
+    assert_eq!(setup.status()["state"], "stopped");
+}
+
+/// `agentchat status` for the test's profile: its exit code and output.
+fn status_command(setup: &Setup) -> (i32, String) {
+    let out = std::process::Command::new(BIN)
+        .arg("status")
+        .env_remove("AGENTCHAT_API_KEY")
+        .env("AGENTCHAT_CONFIG", &setup.config)
+        .env("AGENTCHAT_STATE_DIR", &setup.state_dir)
+        .output()
+        .unwrap();
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    (out.status.code().unwrap_or(-1), text)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_during_a_run_says_what_it_waits_for_and_a_second_signal_kills_the_run_and_exits() {
+    // An hour's grace and a run that ignores SIGTERM: only the second signal ends this.
+    let opts = Opts {
+        kill_grace: "1h",
+        ..Opts::default()
+    };
+    let (sim, alice, bob, setup, mut l) =
+        bob_listening_with(&opts, &[("trap", ""), ("sleep", "300"), ("grandchild", "")]).await;
+    sim.send(&alice, &bob, "long one").await;
+    let (run_pid, grandchild) = first_run_pids(&setup, &l).await;
+    l.signal(libc::SIGTERM);
+    logged_at_least(&l, "stop_waiting", 1, 10.0).await;
+    let waiting = &l.events("stop_waiting")[0];
+    assert_eq!(waiting["grace_ms"], 3_600_000, "{waiting}");
+    assert!(
+        waiting["run_log"]
+            .as_str()
+            .is_some_and(|p| p.contains("run-")),
+        "{waiting}"
+    );
+
+    // While its pid lives, `status` says it is stopping, not that it is not running.
+    state_becomes(&setup, &l, "stopping", 5.0).await;
+    let (code, text) = status_command(&setup);
+    assert!(
+        text.contains(&format!("listener    stopping (pid {})", l.pid())),
+        "{text}"
+    );
+    assert!(!text.contains("not running"), "{text}");
+    assert_eq!(code, 3, "only a running listener is 0: {text}");
+    assert!(!is_gone(run_pid), "the run still has its grace");
+
+    l.signal(libc::SIGINT);
+    assert_eq!(l.wait_exit(10.0), Some(0), "{}", l.log());
+    assert!(
+        is_gone(run_pid) && is_gone(grandchild),
+        "the second signal killed the run's whole group"
+    );
+    assert_eq!(l.count("stop_waiting"), 1, "said once: {}", l.log());
+    assert_eq!(l.count("stop_forced"), 1, "{}", l.log());
+    assert_eq!(l.count("stopped"), 1, "{}", l.log());
+    let status = setup.status();
+    assert_eq!(status["state"], "stopped");
+    assert_eq!(status["last_cycle"]["outcome"], "failed", "{status}");
+    let (code, text) = status_command(&setup);
+    assert_eq!(code, 3, "{text}");
+    assert!(
+        text.contains("not running") && text.contains("state       stopped"),
+        "{text}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -12,9 +12,9 @@
 use serde::de::{DeserializeOwned, Deserializer};
 use serde::{Deserialize, Serialize};
 
-/// The one state `status.json` shows. When several hold, the first of `stopping`, `starting`,
-/// `key_refused`, `runtime_unusable`, `handle_mismatch` wins, then the socket's own state: a
-/// refused key comes before the profile states because nothing else can work without it.
+/// The one state `status.json` shows. When several hold, the first of `stopped`, `stopping`,
+/// `starting`, `key_refused`, `runtime_unusable`, `handle_mismatch` wins, then the socket's own
+/// state: a refused key comes before the profile states because nothing else can work without it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ListenerState {
@@ -35,8 +35,12 @@ pub enum ListenerState {
     /// `handle_mismatch`: the tray belongs to another agent than this key's: no runs until it
     /// matches again.
     HandleMismatch,
-    /// `stopping`: SIGTERM or SIGINT came; a run still gets its grace.
+    /// `stopping`: SIGTERM or SIGINT came; a run still gets its grace (a second signal ends it at
+    /// once).
     Stopping,
+    /// `stopped`: the listener stopped cleanly. One that died without stopping leaves its last
+    /// state behind instead; `agentchat status` tells them apart by its pid.
+    Stopped,
     /// `unknown`: a state this version cannot read (a newer listener wrote it). Never written.
     #[default]
     Unknown,
@@ -53,6 +57,7 @@ impl ListenerState {
             ListenerState::RuntimeUnusable => "runtime_unusable",
             ListenerState::HandleMismatch => "handle_mismatch",
             ListenerState::Stopping => "stopping",
+            ListenerState::Stopped => "stopped",
             ListenerState::Unknown => "unknown",
         }
     }
@@ -394,6 +399,7 @@ mod tests {
             L::RuntimeUnusable,
             L::HandleMismatch,
             L::Stopping,
+            L::Stopped,
             L::Unknown,
         ] {
             assert_eq!(name(s), s.as_str());

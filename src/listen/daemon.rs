@@ -10,7 +10,9 @@ use super::texts::{self, Loaded, Missing};
 use crate::client::{Api, ApiError};
 use crate::config::{self, ConfigArgs, Settings};
 use crate::core::coalescer::Coalescer;
-use crate::core::status::{Counters, LastCycle, LastWake, ListenerState, Status, TextsStatus};
+use crate::core::status::{
+    Counters, LastCycle, LastWake, ListenerState, Outcome, Status, TextsStatus,
+};
 use crate::sys::time;
 use secrecy::{ExposeSecret, SecretString};
 use std::collections::BTreeSet;
@@ -37,7 +39,19 @@ struct ListenerFlags {
     /// The runtime's binary when it became unusable: a different one gets a new chance.
     unusable_binary: Option<crate::runtime::agent_cli::BinaryStamp>,
     mismatch: Option<String>,
+    /// SIGTERM or SIGINT came.
     stopping: bool,
+    /// The stop is done: the last status written says so.
+    stopped: bool,
+}
+
+/// Why a stopping listener stopped waiting for its cycle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum CutShort {
+    /// A second SIGTERM or SIGINT.
+    Killed,
+    /// The grace and the slack after it passed.
+    Abandoned,
 }
 
 struct Daemon {
@@ -95,7 +109,7 @@ pub async fn run(
     let mut timers = Timers::new(d.scale, notify);
     let signal = main_loop(&mut d, &mut wiring, &mut signals, &mut timers).await;
     tracing::info!(event = %"stopping", signal, "stopping");
-    d.stop(wiring).await;
+    d.stop(wiring, &mut signals).await;
     Ok(0)
 }
 
@@ -113,6 +127,14 @@ impl Signals {
             int: signal(SignalKind::interrupt())?,
             hup: signal(SignalKind::hangup())?,
         })
+    }
+
+    /// The next SIGTERM or SIGINT while stopping; which of the two.
+    async fn second(&mut self) -> &'static str {
+        tokio::select! {
+            _ = self.term.recv() => "SIGTERM",
+            _ = self.int.recv() => "SIGINT",
+        }
     }
 }
 
@@ -382,6 +404,7 @@ impl Daemon {
                 unusable_binary: None,
                 mismatch: None,
                 stopping: false,
+                stopped: false,
             },
             socket_state: SocketState::Connecting,
             texts: None,
@@ -419,36 +442,104 @@ impl Daemon {
         }
     }
 
-    /// Graceful stop: the run gets its grace, the socket closes with 1000.
-    async fn stop(&mut self, mut w: Wiring) {
+    /// Graceful stop: the run gets its grace, the socket closes with 1000, the status says
+    /// `stopped`. A second SIGTERM or SIGINT cuts the wait short: the run's group is killed at
+    /// once (however long `kill_grace` is) and the listener exits.
+    async fn stop(&mut self, mut w: Wiring, signals: &mut Signals) {
         self.flags.stopping = true;
         self.write_status();
         if self.notify {
             let _ = sd_notify::notify(&[sd_notify::NotifyState::Stopping]);
         }
         let _ = w.shutdown.send(true);
+        let mut forced = false;
         if let Some(t) = w.cycle.take() {
-            self.wait_for_cycle(t).await;
+            forced = self.wait_for_cycle(t, signals).await;
         }
-        w.close_socket().await;
+        if forced {
+            w.close_socket().await;
+        } else {
+            tokio::select! {
+                _ = w.close_socket() => {}
+                signal = signals.second() => {
+                    tracing::warn!(event = %"stop_forced", signal, "second stop signal: not waiting for the socket's close");
+                }
+            }
+        }
+        self.flags.stopped = true;
         self.write_status();
         tracing::info!(event = %"stopped", "listener stopped");
     }
 
-    /// While stopping: waits for the cycle to wind down (its run gets the grace), and abandons it
-    /// after the grace and some slack.
-    async fn wait_for_cycle(&mut self, mut t: JoinHandle<CycleReport>) {
-        let wait = self.settings.listen.kill_grace + STOP_SLACK;
-        match tokio::time::timeout(wait, &mut t).await {
-            Ok(Ok(report)) => self.on_cycle_end(report),
-            Ok(Err(_)) => {}
-            Err(_) => {
-                tracing::warn!(
-                    event = %"cycle_abandoned",
-                    "the cycle did not end within the grace; abandoning it"
-                );
-                t.abort();
+    /// While stopping: says once what it waits for and how long, then waits for the cycle to wind
+    /// down (its run has SIGTERM and the grace). A second signal, or the grace and some slack
+    /// passing, ends the wait: the cycle's task is dropped, and with it the run's supervisor,
+    /// which SIGKILLs the run's process group. True when a second signal ended it.
+    async fn wait_for_cycle(
+        &mut self,
+        mut t: JoinHandle<CycleReport>,
+        signals: &mut Signals,
+    ) -> bool {
+        let grace = self.settings.listen.kill_grace;
+        let wait = grace.saturating_add(STOP_SLACK);
+        let cycle = self.status.last_cycle.as_ref();
+        let cycle_id = cycle.map_or("", |c| c.id.as_str());
+        let run_log = cycle.and_then(|c| c.run_log.as_deref()).unwrap_or("");
+        tracing::info!(
+            event = %"stop_waiting",
+            cycle_id,
+            run_log,
+            grace_ms = u64::try_from(grace.as_millis()).unwrap_or(u64::MAX),
+            wait_ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX),
+            "waiting up to {} for the cycle to end: its run has SIGTERM and gets SIGKILL with its whole group when the grace of {} is over; SIGTERM or SIGINT again kills it now",
+            humantime::format_duration(wait),
+            humantime::format_duration(grace),
+        );
+        let why = tokio::select! {
+            r = tokio::time::timeout(wait, &mut t) => match r {
+                Ok(Ok(report)) => {
+                    self.on_cycle_end(report);
+                    return false;
+                }
+                Ok(Err(_)) => return false,
+                Err(_) => {
+                    tracing::warn!(
+                        event = %"cycle_abandoned",
+                        "the cycle did not end within the grace; abandoning it"
+                    );
+                    CutShort::Abandoned
+                }
+            },
+            signal = signals.second() => {
+                tracing::warn!(event = %"stop_forced", signal, "second stop signal: killing the run's process group now");
+                CutShort::Killed
             }
+        };
+        // Dropping the task drops the run's supervisor, whose group guard SIGKILLs the group;
+        // awaiting the aborted task waits for that drop.
+        t.abort();
+        let _ = t.await;
+        self.record_cut_cycle(why);
+        why == CutShort::Killed
+    }
+
+    /// The status of a cycle the stop cut short: a run it had started counts as failed.
+    fn record_cut_cycle(&mut self, why: CutShort) {
+        let Some(c) = self.status.last_cycle.as_mut() else {
+            return;
+        };
+        c.ended_at = Some(time::rfc3339(SystemTime::now()));
+        if c.run_started {
+            c.outcome = Some(Outcome::Failed);
+            c.failure = Some(
+                match why {
+                    CutShort::Killed => "killed with its process group: a second stop signal",
+                    CutShort::Abandoned => "killed with its process group: the grace was over",
+                }
+                .to_string(),
+            );
+            self.status.counters.runs += 1;
+            self.status.counters.runs_failed += 1;
         }
     }
 
@@ -869,7 +960,9 @@ impl Daemon {
 /// The one state `status.json` shows: stopping > starting > key_refused > runtime_unusable >
 /// handle_mismatch > the socket's. A refused key comes first: nothing else can work without it.
 fn shown_state(p: &ListenerFlags, socket: SocketState) -> ListenerState {
-    if p.stopping {
+    if p.stopped {
+        ListenerState::Stopped
+    } else if p.stopping {
         ListenerState::Stopping
     } else if p.starting {
         ListenerState::Starting
@@ -912,6 +1005,7 @@ mod tests {
             unusable_binary: None,
             mismatch: None,
             stopping: false,
+            stopped: false,
         }
     }
 
@@ -940,6 +1034,11 @@ mod tests {
         assert_eq!(
             shown_state(&p, SocketState::KeyRefused),
             ListenerState::Stopping
+        );
+        p.stopped = true;
+        assert_eq!(
+            shown_state(&p, SocketState::Connected),
+            ListenerState::Stopped
         );
     }
 }
