@@ -1,4 +1,4 @@
-//! What a cycle does with the tray it read (design 4): run with `wake_instruction`, run with
+//! What a cycle does with the tray it read (contract 4): run with `wake_instruction`, run with
 //! `invite_prompt`, or no run.
 
 use super::texts::Texts;

@@ -1,4 +1,4 @@
-//! One cycle (design 4): read the tray, check `you`, decide run / no run and which served text,
+//! One cycle (contract 4): read the tray, check `you`, decide run / no run and which served text,
 //! start the run, read the tray again and apply the single-run invite rule. The decisions are
 //! `core::decision` and `core::invite_rule`; this module only does the I/O around them. `steps`
 //! names each step in order and ends with a `CycleEnd`, the one value the status is written from.
@@ -453,7 +453,7 @@ fn keep_identity_block(
 }
 
 /// Forgets the remembered invites a complete tray list no longer shows: they were answered
-/// (design 6, `InviteMemory::forget_unlisted`).
+/// (contract 4, last paragraph; `InviteMemory::forget_unlisted`).
 fn forget_answered(state: &StateDir, listed: &[String]) {
     let Ok(mut memory) = state.load_invites() else {
         return;

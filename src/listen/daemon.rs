@@ -1,4 +1,4 @@
-//! The main loop (design 2-7): owns the coalescer and the status, starts one cycle at a time as
+//! The main loop (contract 3.4 and 4): owns the coalescer and the status, starts one cycle at a time as
 //! a task, refreshes texts and status on timers, and handles signals (SIGTERM/SIGINT stop,
 //! SIGHUP reload) and systemd notification. The socket runs as its own task and sends wakes here.
 

@@ -1,8 +1,10 @@
-//! `agentchat listen`: the resident listener (design 2-7). Owned by the listener work (issue 4).
+//! `agentchat listen`: the resident listener (contract 1 and 4, "single-run mode").
 //!
 //! Data path: `socket` (frames -> `core::engine` -> wakes, acks) -> `daemon` (coalescer, one cycle
 //! at a time, status, signals) -> `cycle` (tray, decide, run via `runtime::supervisor`, tray,
-//! invite rule). `once` is the single-shot form for scripts and cron. `state_dir` owns the files.
+//! invite rule). `once` is the single-shot form for scripts and cron. `state_dir` owns the files,
+//! `texts` the served texts (the one loader and cache); `core::status` is the vocabulary of the
+//! status they write.
 
 pub mod cycle;
 pub mod daemon;

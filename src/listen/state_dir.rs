@@ -1,4 +1,4 @@
-//! The profile's state dir (design 7): created 0700; the single-instance lock; `status.json`
+//! The profile's state dir: created 0700; the single-instance lock; `status.json`
 //! written atomically (tmp + rename, 0600); the last good texts; the invite-rule memory; run logs.
 //! Nothing here ever holds the key or message text.
 
