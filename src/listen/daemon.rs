@@ -452,6 +452,10 @@ impl Daemon {
             let _ = sd_notify::notify(&[sd_notify::NotifyState::Stopping]);
         }
         let _ = w.shutdown.send(true);
+        // A run handed to the supervisor just before the signal came is still to be heard of.
+        if let Some(run) = w.run_starting.take().and_then(|mut rx| rx.try_recv().ok()) {
+            self.on_run_starting(run);
+        }
         let mut forced = false;
         if let Some(t) = w.cycle.take() {
             forced = self.wait_for_cycle(t, signals).await;
@@ -485,15 +489,22 @@ impl Daemon {
         let cycle = self.status.last_cycle.as_ref();
         let cycle_id = cycle.map_or("", |c| c.id.as_str());
         let run_log = cycle.and_then(|c| c.run_log.as_deref()).unwrap_or("");
+        let what = if cycle.is_some_and(|c| c.run_started) {
+            format!(
+                "the run to end: it has SIGTERM, and SIGKILL goes to its whole process group when                  the grace of {} is over",
+                humantime::format_duration(grace)
+            )
+        } else {
+            "the cycle to wind down (no run started)".to_string()
+        };
         tracing::info!(
             event = %"stop_waiting",
             cycle_id,
             run_log,
             grace_ms = u64::try_from(grace.as_millis()).unwrap_or(u64::MAX),
             wait_ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX),
-            "waiting up to {} for the cycle to end: its run has SIGTERM and gets SIGKILL with its whole group when the grace of {} is over; SIGTERM or SIGINT again kills it now",
+            "waiting up to {} for {what}; SIGTERM or SIGINT again ends it now",
             humantime::format_duration(wait),
-            humantime::format_duration(grace),
         );
         let why = tokio::select! {
             r = tokio::time::timeout(wait, &mut t) => match r {
