@@ -3,6 +3,7 @@
 //!
 //! Data path: frame -> wake -> coalescer -> cycle (tray, run, tray, invite rule) -> status.
 
+pub mod cli;
 pub mod client;
 pub mod config;
 pub mod core;

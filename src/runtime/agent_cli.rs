@@ -1,7 +1,7 @@
 //! Helpers shared by the Claude Code and Codex runtimes: finding the binary, the MCP endpoint,
 //! reading a run log's JSON lines, and keeping failure reasons short and free of secrets.
 
-use super::RuntimeError;
+use super::{RunOutcome, RuntimeError};
 use crate::sys::process::ProcessEnd;
 use crate::sys::text::ellipsize;
 use std::path::{Path, PathBuf};
@@ -144,6 +144,17 @@ pub fn end_failure(end: &ProcessEnd) -> Option<String> {
         ProcessEnd::Cancelled => Some("stopped with the listener".into()),
         ProcessEnd::SpawnFailed(e) => Some(format!("could not start: {}", clip(e))),
     }
+}
+
+/// `Unusable` when the CLI could not even be started because its binary is gone or cannot run
+/// (a retry will not help); `cli` names it (`Claude Code`, `Codex`).
+pub fn unstartable(cli: &str, end: &ProcessEnd) -> Option<RunOutcome> {
+    spawn_unfixable(end).then(|| {
+        RunOutcome::Unusable(format!(
+            "{cli} could not be started ({})",
+            end_failure(end).unwrap_or_default()
+        ))
+    })
 }
 
 /// Whether a spawn error means the binary is gone or cannot run (a retry will not help).
@@ -310,13 +321,13 @@ mod tests {
 /// the workdir and an executable stand-in for the CLI (never run; only its path is checked).
 #[cfg(test)]
 pub(crate) mod test_support {
-    use crate::config::*;
+    use crate::config::{ConfigArgs, RuntimeKind, Settings, resolve};
     use crate::core::decision::RunKind;
     use crate::runtime::RunContext;
     use secrecy::SecretString;
+    use std::collections::HashMap;
     use std::os::unix::fs::PermissionsExt;
     use std::path::{Path, PathBuf};
-    use std::time::Duration;
 
     pub struct Fixture {
         pub dir: tempfile::TempDir,
@@ -338,40 +349,20 @@ pub(crate) mod test_support {
             std::fs::write(&binary, "#!/bin/sh\nexit 0\n").unwrap();
             std::fs::set_permissions(&binary, std::fs::Permissions::from_mode(0o755)).unwrap();
             let extra = vec!["--model".to_string(), "x".to_string()];
-            let settings = Settings {
-                profile: "default".into(),
-                config_path: None,
-                api_base: "http://127.0.0.1:9".into(),
-                api_key: None,
-                key_source: KeySource::Missing,
-                state_dir: dir.path().join("state"),
-                log_level: "info".into(),
-                log_format: LogFormat::Text,
-                listen: ListenSettings {
-                    runtime,
-                    command: vec![],
-                    workdir: None,
-                    run_timeout: Duration::from_secs(60),
-                    kill_grace: Duration::from_secs(1),
-                    quiet_window: Duration::from_secs(1),
-                    max_delay: Duration::from_secs(1),
-                    script_gets_key: false,
-                    identity_block: false,
-                    run_logs_keep: 5,
-                    idle_timeout: Duration::from_secs(60),
-                    claude: ClaudeSettings {
-                        binary: Some(binary.clone()),
-                        extra_args: extra.clone(),
-                        mcp: McpMode::Listener,
-                        mcp_url: None,
-                    },
-                    codex: CodexSettings {
-                        binary: Some(binary.clone()),
-                        extra_args: extra,
-                        mcp_url: None,
-                    },
-                },
+            // The config layer's defaults (no file), then what these tests need: a new setting
+            // never needs an edit here.
+            let env = HashMap::from([("HOME".to_string(), "/home/u".to_string())]);
+            let args = ConfigArgs {
+                state_dir: Some(dir.path().join("state")),
+                ..ConfigArgs::default()
             };
+            let mut settings = resolve(&args, &env, None).unwrap();
+            settings.api_base = "http://127.0.0.1:9".into();
+            settings.listen.runtime = runtime;
+            settings.listen.claude.binary = Some(binary.clone());
+            settings.listen.claude.extra_args = extra.clone();
+            settings.listen.codex.binary = Some(binary.clone());
+            settings.listen.codex.extra_args = extra;
             Fixture {
                 dir,
                 settings,

@@ -8,9 +8,10 @@ use serde_json::{Value, json};
 use tokio::sync::broadcast;
 
 use super::budget::IpBudget;
-use super::clock::{SimClock, iso, new_delivery_id, new_id, new_key, now_iso, unix_ms};
+use super::clock::{SimClock, new_delivery_id, new_id, new_key, now_iso, unix_ms};
 use super::error::{Rejection, SimResult};
 use super::model::*;
+use crate::sys::time::rfc3339;
 
 pub const CATEGORIES: [&str; 9] = [
     "open_request",
@@ -435,8 +436,8 @@ impl Store {
             content,
             metadata,
             mentions,
-            created_at: iso(now),
-            created_unix_ms: unix_ms(),
+            created_at: rfc3339(now),
+            created_unix_ms: crate::sys::time::unix_ms(now),
             created_v: self.now_v(),
             ord,
             recipients: recipients
@@ -506,39 +507,11 @@ impl Store {
         id
     }
 
-    /// `POST /v1/messages` in the SDKs' shape.
+    /// `POST /v1/messages` in the SDKs' shape. Checks run in the hosted API's order: content,
+    /// `client_msg_id` (a repeat answers 200 with the first send), type, then the route.
     pub fn send_message(&mut self, sender: &str, body: &Value) -> SimResult<(u16, Value)> {
-        let content = match body.get("content") {
-            Some(c) if c.is_object() => c.clone(),
-            Some(_) => {
-                return Err(Rejection::validation(
-                    "content must be an object like {\"text\":\"…\"}",
-                ));
-            }
-            None => match body.get("text").and_then(Value::as_str) {
-                Some(t) => json!({"text": t}),
-                None => return Err(Rejection::validation("content is required")),
-            },
-        };
-        if content
-            .get("text")
-            .and_then(Value::as_str)
-            .is_none_or(str::is_empty)
-            && content.get("data").is_none()
-        {
-            return Err(Rejection::validation(
-                "content.text must be a non-empty string",
-            ));
-        }
-        let client_msg_id = match body.get("client_msg_id") {
-            Some(Value::String(s)) if !s.is_empty() => s.clone(),
-            None | Some(Value::Null) => new_id("cmid"),
-            _ => {
-                return Err(Rejection::validation(
-                    "client_msg_id must be a non-empty string",
-                ));
-            }
-        };
+        let content = message_content(body)?;
+        let client_msg_id = client_msg_id(body)?;
         if let Some(m) = self
             .messages
             .values()
@@ -558,48 +531,8 @@ impl Store {
             .filter(Value::is_object)
             .unwrap_or_else(|| json!({}));
         let (conv_id, recipients) = match (body.get("to"), body.get("conversation_id")) {
-            (Some(Value::String(to)), None) => {
-                let to = bare(to);
-                if to == sender {
-                    return Err(Rejection::validation(
-                        "You cannot send a message to yourself",
-                    ));
-                }
-                if !self.agents.contains_key(&to) {
-                    return Err(Rejection::not_found(
-                        "AGENT_NOT_FOUND",
-                        format!("no agent @{to}"),
-                    ));
-                }
-                (self.direct_conv(sender, &to), vec![to])
-            }
-            (None, Some(Value::String(cid))) => {
-                let c = self.conv_for(sender, cid)?;
-                match &c.kind {
-                    ConvKind::Direct(pair) => {
-                        let other = pair
-                            .iter()
-                            .find(|h| *h != sender)
-                            .cloned()
-                            .unwrap_or_default();
-                        (c.id.clone(), vec![other])
-                    }
-                    ConvKind::Group => {
-                        let g = self.groups.get(cid).ok_or_else(|| {
-                            Rejection::not_found("CONVERSATION_NOT_FOUND", "no such conversation")
-                        })?;
-                        if let Some((at_, by)) = &g.deleted {
-                            return Err(Rejection::new(410, "GROUP_DELETED", "this group was deleted").with_details(
-                                json!({"group_id": g.id, "deleted_by_handle": by, "deleted_at": at_}),
-                            ));
-                        }
-                        (
-                            c.id.clone(),
-                            g.members.keys().filter(|h| *h != sender).cloned().collect(),
-                        )
-                    }
-                }
-            }
+            (Some(Value::String(to)), None) => self.route_to(sender, to)?,
+            (None, Some(Value::String(cid))) => self.route_into(sender, cid)?,
             (Some(_), Some(_)) => {
                 return Err(Rejection::validation(
                     "pass either to or conversation_id, not both",
@@ -622,6 +555,53 @@ impl Store {
         });
         self.progress(sender);
         Ok((201, self.envelope(&id, sender, false)))
+    }
+
+    /// A send `to` a handle: the direct conversation (made on first contact) and its recipient.
+    fn route_to(&mut self, sender: &str, to: &str) -> SimResult<(String, Vec<String>)> {
+        let to = bare(to);
+        if to == sender {
+            return Err(Rejection::validation(
+                "You cannot send a message to yourself",
+            ));
+        }
+        if !self.agents.contains_key(&to) {
+            return Err(Rejection::not_found(
+                "AGENT_NOT_FOUND",
+                format!("no agent @{to}"),
+            ));
+        }
+        Ok((self.direct_conv(sender, &to), vec![to]))
+    }
+
+    /// A send into conversation `cid`: the other party of a direct one, or the group's other
+    /// members (a deleted group answers 410).
+    fn route_into(&self, sender: &str, cid: &str) -> SimResult<(String, Vec<String>)> {
+        let c = self.conv_for(sender, cid)?;
+        match &c.kind {
+            ConvKind::Direct(pair) => {
+                let other = pair
+                    .iter()
+                    .find(|h| *h != sender)
+                    .cloned()
+                    .unwrap_or_default();
+                Ok((c.id.clone(), vec![other]))
+            }
+            ConvKind::Group => {
+                let g = self.groups.get(cid).ok_or_else(|| {
+                    Rejection::not_found("CONVERSATION_NOT_FOUND", "no such conversation")
+                })?;
+                if let Some((at_, by)) = &g.deleted {
+                    return Err(Rejection::new(410, "GROUP_DELETED", "this group was deleted").with_details(
+                        json!({"group_id": g.id, "deleted_by_handle": by, "deleted_at": at_}),
+                    ));
+                }
+                Ok((
+                    c.id.clone(),
+                    g.members.keys().filter(|h| *h != sender).cloned().collect(),
+                ))
+            }
+        }
     }
 
     fn direct_conv(&mut self, a: &str, b: &str) -> String {
@@ -769,12 +749,7 @@ impl Store {
                     .map(bare)
                     .ok_or_else(|| Rejection::validation("target_handle is required"))?;
                 self.agent(&t)?;
-                let a = self.agent_mut(h)?;
-                if on {
-                    a.muted_agents.insert(t.clone())
-                } else {
-                    a.muted_agents.remove(&t)
-                };
+                set_member(&mut self.agent_mut(h)?.muted_agents, &t, on);
                 Ok(json!({"target_kind": "agent", "target_handle": t, "muted": on}))
             }
             "conversation" => {
@@ -784,12 +759,7 @@ impl Store {
                     .ok_or_else(|| Rejection::validation("target_id is required"))?
                     .to_string();
                 self.conv_for(h, &t)?;
-                let a = self.agent_mut(h)?;
-                if on {
-                    a.muted_convs.insert(t.clone())
-                } else {
-                    a.muted_convs.remove(&t)
-                };
+                set_member(&mut self.agent_mut(h)?.muted_convs, &t, on);
                 Ok(json!({"target_kind": "conversation", "target_id": t, "muted": on}))
             }
             _ => Err(Rejection::validation(
@@ -817,6 +787,53 @@ pub(super) struct NewMessage<'a> {
     pub metadata: Value,
     pub client_msg_id: String,
     pub recipients: Vec<String>,
+}
+
+/// A send's `content`: an object, or the SDKs' bare `text`; it needs a non-empty text or data.
+fn message_content(body: &Value) -> SimResult<Value> {
+    let content = match body.get("content") {
+        Some(c) if c.is_object() => c.clone(),
+        Some(_) => {
+            return Err(Rejection::validation(
+                "content must be an object like {\"text\":\"…\"}",
+            ));
+        }
+        None => match body.get("text").and_then(Value::as_str) {
+            Some(t) => json!({"text": t}),
+            None => return Err(Rejection::validation("content is required")),
+        },
+    };
+    if content
+        .get("text")
+        .and_then(Value::as_str)
+        .is_none_or(str::is_empty)
+        && content.get("data").is_none()
+    {
+        return Err(Rejection::validation(
+            "content.text must be a non-empty string",
+        ));
+    }
+    Ok(content)
+}
+
+/// A send's `client_msg_id`, made up when absent.
+fn client_msg_id(body: &Value) -> SimResult<String> {
+    match body.get("client_msg_id") {
+        Some(Value::String(s)) if !s.is_empty() => Ok(s.clone()),
+        None | Some(Value::Null) => Ok(new_id("cmid")),
+        _ => Err(Rejection::validation(
+            "client_msg_id must be a non-empty string",
+        )),
+    }
+}
+
+/// Puts `item` in `set` when `on`, else takes it out (a mute or an unmute).
+fn set_member(set: &mut BTreeSet<String>, item: &str, on: bool) {
+    if on {
+        set.insert(item.to_string());
+    } else {
+        set.remove(item);
+    }
 }
 
 /// True when `text` mentions `@handle` as a whole word.

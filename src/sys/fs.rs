@@ -52,16 +52,21 @@ fn write_atomic_mode(path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<()
     written
 }
 
+/// Creates `dir` and its missing parents, each new one 0700. An existing dir keeps its mode.
+pub fn create_private_dir(dir: &Path) -> std::io::Result<()> {
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+}
+
 /// Opens `path` for appending, creating it 0600 (and a missing parent 0700); an existing file is
 /// narrowed to 0600 too. For files that may hold what only the user should read (run logs).
 pub fn open_append_private(path: &Path) -> std::io::Result<File> {
     if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty())
         && !parent.exists()
     {
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(parent)?;
+        create_private_dir(parent)?;
     }
     let file = OpenOptions::new()
         .create(true)

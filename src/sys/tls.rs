@@ -1,6 +1,6 @@
 //! TLS in one place: the crypto provider (ring), so reqwest and tokio-tungstenite never panic
-//! looking for one and aws-lc never enters the build, and the one client config REST and the
-//! socket share.
+//! looking for one and aws-lc never enters the build, and the one client config that REST (through
+//! [`http_client_builder`]) and the socket share.
 
 use std::sync::Arc;
 
@@ -22,4 +22,15 @@ pub fn client_config() -> Option<Arc<rustls::ClientConfig>> {
             .map(Arc::new)
     })
     .clone()
+}
+
+/// A `reqwest` client builder that speaks TLS with [`client_config`]: every HTTP client of ours
+/// starts here (the listener's REST client, the demo's).
+pub fn http_client_builder() -> reqwest::ClientBuilder {
+    let builder = reqwest::Client::builder();
+    match client_config() {
+        Some(tls) => builder.tls_backend_preconfigured((*tls).clone()),
+        // No config: the provider is installed all the same, and reqwest uses its own roots.
+        None => builder,
+    }
 }
