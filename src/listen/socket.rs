@@ -104,110 +104,122 @@ enum Ended {
 
 /// Runs until `shutdown` turns true.
 pub async fn run(
-    mut params_rx: watch::Receiver<SocketParams>,
+    params_rx: watch::Receiver<SocketParams>,
     events: mpsc::Sender<SocketEvent>,
-    mut shutdown: watch::Receiver<bool>,
+    shutdown: watch::Receiver<bool>,
 ) {
-    let mut engine = Engine::new("", DEDUPE_CAPACITY);
-    let mut backoff = Backoff::default();
-    let mut handle_known_for: Option<SocketParams> = None;
-    loop {
-        if *shutdown.borrow() {
-            return;
-        }
-        let params = params_rx.borrow_and_update().clone();
-        send_state(&events, SocketState::Connecting, None, None).await;
+    Task {
+        params_rx,
+        events,
+        shutdown,
+        engine: Engine::new("", DEDUPE_CAPACITY),
+        backoff: Backoff::default(),
+        handle_known_for: None,
+    }
+    .run()
+    .await
+}
 
-        // Who am I: before the first connect and after every key or base change.
-        let kind: CloseKind;
-        let mut detail: String;
-        let known = handle_known_for
-            .as_ref()
-            .is_some_and(|p| p.same_endpoint(&params));
-        let me_result = if known {
-            Ok(())
-        } else {
-            match Api::new(&params.api_base, params.key.clone()) {
-                Ok(api) => {
-                    let Some(r) = or_shutdown(api.me(), &mut shutdown).await else {
-                        return;
-                    };
-                    match r {
-                        Ok(h) => {
-                            engine.set_own_handle(&h);
-                            let _ = events.send(SocketEvent::Handle(h)).await;
-                            handle_known_for = Some(params.clone());
-                            Ok(())
-                        }
-                        Err(e) => Err(e),
-                    }
-                }
-                Err(e) => Err(e),
+/// The socket task's lasting state: what it is told, whom it tells, and what it remembers from one
+/// connection to the next.
+struct Task {
+    params_rx: watch::Receiver<SocketParams>,
+    events: mpsc::Sender<SocketEvent>,
+    shutdown: watch::Receiver<bool>,
+    engine: Engine,
+    backoff: Backoff,
+    /// The endpoint (API base and key) the engine's own handle was learnt for.
+    handle_known_for: Option<SocketParams>,
+}
+
+impl Task {
+    /// Connects, reads until the connection ends, waits the delay its end calls for, and again.
+    async fn run(mut self) {
+        loop {
+            if *self.shutdown.borrow() {
+                return;
             }
+            let params = self.params_rx.borrow_and_update().clone();
+            send_state(&self.events, SocketState::Connecting, None, None).await;
+            let (kind, detail) = match self.one_connection(&params).await {
+                Ended::Shutdown => return,
+                // A new key or API base: connect again now, no backoff.
+                Ended::Reconfigured => continue,
+                Ended::Closed(kind, detail) => (kind, detail),
+            };
+            let delay = self.delay_after(&kind, &params);
+            self.report_down(&kind, detail, delay).await;
+            if !self.wait_before_retry(delay, &kind).await {
+                return;
+            }
+        }
+    }
+
+    /// Learns the handle if needed, connects, and reads until the connection ends.
+    async fn one_connection(&mut self, params: &SocketParams) -> Ended {
+        if let Err(ended) = self.learn_handle(params).await {
+            return ended;
+        }
+        let started = Instant::now();
+        let Some(connected) = or_shutdown(connect(params), &mut self.shutdown).await else {
+            return Ended::Shutdown;
         };
-        match me_result {
-            Err(ApiError::Refused(status)) => {
-                kind = CloseKind::KeyRefused;
-                detail = format!("GET /v1/agents/me answered HTTP {status}");
-            }
-            Err(e) => {
-                kind = CloseKind::Ordinary;
-                detail = format!("GET /v1/agents/me failed: {e}");
-            }
-            Ok(()) => {
-                let started = Instant::now();
-                let Some(connected) = or_shutdown(connect(&params), &mut shutdown).await else {
-                    return;
-                };
-                match connected {
-                    Ok(ws) => {
-                        tracing::info!(event = %"socket_connected", url = %ws_url(&params.api_base), "socket connected");
-                        let _ = events.send(SocketEvent::Connected).await;
-                        send_state(&events, SocketState::Connected, None, None).await;
-                        match read_loop(
-                            ws,
-                            &mut engine,
-                            &params,
-                            &mut params_rx,
-                            &events,
-                            &mut shutdown,
-                        )
-                        .await
-                        {
-                            Ended::Shutdown => return,
-                            // A new key or API base: connect again now, no backoff.
-                            Ended::Reconfigured => continue,
-                            Ended::Closed(k, d) => {
-                                kind = k;
-                                detail = d;
-                            }
-                        }
-                        backoff.connection_lasted(started.elapsed());
-                    }
-                    Err((k, d)) => {
-                        kind = k;
-                        detail = d;
-                    }
-                }
-            }
+        let ws = match connected {
+            Ok(ws) => ws,
+            Err((kind, detail)) => return Ended::Closed(kind, detail),
+        };
+        tracing::info!(event = %"socket_connected", url = %ws_url(&params.api_base), "socket connected");
+        let _ = self.events.send(SocketEvent::Connected).await;
+        send_state(&self.events, SocketState::Connected, None, None).await;
+        let ended = self.read_loop(ws, params).await;
+        if matches!(ended, Ended::Closed(..)) {
+            self.backoff.connection_lasted(started.elapsed());
         }
+        ended
+    }
 
-        if kind == CloseKind::KeyRefused {
-            // The handle is asked for again with the next key.
-            handle_known_for = None;
+    /// Who am I: asked before the first connect and after every key or base change.
+    async fn learn_handle(&mut self, params: &SocketParams) -> Result<(), Ended> {
+        let known = self
+            .handle_known_for
+            .as_ref()
+            .is_some_and(|p| p.same_endpoint(params));
+        if known {
+            return Ok(());
         }
-        let delay = reconnect::delay_after(
-            &kind,
-            &mut backoff,
+        let api = Api::new(&params.api_base, params.key.clone()).map_err(me_failed)?;
+        let Some(answer) = or_shutdown(api.me(), &mut self.shutdown).await else {
+            return Err(Ended::Shutdown);
+        };
+        let handle = answer.map_err(me_failed)?;
+        self.engine.set_own_handle(&handle);
+        let _ = self.events.send(SocketEvent::Handle(handle)).await;
+        self.handle_known_for = Some(params.clone());
+        Ok(())
+    }
+
+    /// The delay before the next attempt (contract 3.4); a refused key is asked for again.
+    fn delay_after(&mut self, kind: &CloseKind, params: &SocketParams) -> Duration {
+        if *kind == CloseKind::KeyRefused {
+            // The handle is asked for again with the next key.
+            self.handle_known_for = None;
+        }
+        reconnect::delay_after(
+            kind,
+            &mut self.backoff,
             params.key_refused_retry,
             fastrand::f64(),
-        );
-        let next = SystemTime::now() + delay;
-        let state = match &kind {
+        )
+    }
+
+    /// Says why the socket is down and when it is tried again: one log line and the state.
+    async fn report_down(&self, kind: &CloseKind, mut detail: String, delay: Duration) {
+        let retry_in_ms = delay.as_millis() as u64;
+        let state = match kind {
             CloseKind::KeyRefused => {
                 tracing::error!(
                     event = %"key_refused",
-                    retry_in_ms = delay.as_millis() as u64,
+                    retry_in_ms,
                     detail = %detail,
                     "the server refused the API key; check AGENTCHAT_API_KEY or api_key_file, then send SIGHUP (systemctl --user reload) to retry at once"
                 );
@@ -217,7 +229,7 @@ pub async fn run(
                 tracing::warn!(
                     event = %"connect_budget",
                     retry_after_s = *retry_after_s,
-                    retry_in_ms = delay.as_millis() as u64,
+                    retry_in_ms,
                     "connect budget exhausted; waiting as the server asked"
                 );
                 SocketState::Backoff
@@ -225,39 +237,223 @@ pub async fn run(
             CloseKind::UpgradeRequired => {
                 tracing::error!(
                     event = %"upgrade_required",
-                    retry_in_ms = delay.as_millis() as u64,
+                    retry_in_ms,
                     "the server requires a newer client (close 4426); update agentchat"
                 );
                 SocketState::Backoff
             }
             CloseKind::Ordinary => {
-                tracing::info!(event = %"backoff", retry_in_ms = delay.as_millis() as u64, detail = %detail, "socket down; reconnecting after a delay");
+                tracing::info!(event = %"backoff", retry_in_ms, detail = %detail, "socket down; reconnecting after a delay");
                 SocketState::Backoff
             }
         };
         if detail.is_empty() {
             detail = state.as_str().to_string();
         }
-        send_state(&events, state, Some(next), Some(detail)).await;
+        let next = SystemTime::now() + delay;
+        send_state(&self.events, state, Some(next), Some(detail)).await;
+    }
 
+    /// Sleeps `delay`; false on shutdown. A reload cuts short only the wait after a refused key:
+    /// the server's budget delay and the ordinary backoff are never undercut.
+    async fn wait_before_retry(&mut self, delay: Duration, kind: &CloseKind) -> bool {
         let sleep = tokio::time::sleep(delay);
         tokio::pin!(sleep);
         loop {
             tokio::select! {
-                _ = &mut sleep => break,
-                r = shutdown.changed() => {
-                    if r.is_err() || *shutdown.borrow() { return; }
+                _ = &mut sleep => return true,
+                r = self.shutdown.changed() => {
+                    if r.is_err() || *self.shutdown.borrow() { return false; }
                 }
-                r = params_rx.changed() => {
-                    if r.is_err() { return; }
-                    // A reload retries at once only a refused key; the server's budget delay
-                    // and the ordinary backoff are never undercut.
-                    if kind == CloseKind::KeyRefused {
+                r = self.params_rx.changed() => {
+                    if r.is_err() { return false; }
+                    if *kind == CloseKind::KeyRefused {
                         tracing::info!(event = %"key_retry", "configuration reloaded; retrying the key now");
-                        break;
+                        return true;
                     }
                 }
             }
+        }
+    }
+
+    /// Reads frames until the socket ends, the watchdog fires, or shutdown.
+    async fn read_loop(&mut self, mut ws: Ws, params: &SocketParams) -> Ended {
+        // Each (re)connect is one wake (contract 4 step 1).
+        if !self.register_wake(WakeCause::Connected).await {
+            close_normal(&mut ws).await;
+            return Ended::Shutdown;
+        }
+        loop {
+            let msg = match self.next_inbound(&mut ws, params).await {
+                Ok(msg) => msg,
+                Err(ended) => return ended,
+            };
+            if let Some(ended) = self.on_message(&mut ws, msg).await {
+                return ended;
+            }
+        }
+    }
+
+    /// The next message from the server, or how the connection ended: shutdown or a new endpoint
+    /// (the socket closed with 1000), the idle watchdog, a socket error or end.
+    async fn next_inbound(&mut self, ws: &mut Ws, params: &SocketParams) -> Result<Message, Ended> {
+        let next = loop {
+            tokio::select! {
+                r = self.shutdown.changed() => {
+                    if r.is_err() || *self.shutdown.borrow() {
+                        close_normal(ws).await;
+                        return Err(Ended::Shutdown);
+                    }
+                }
+                r = self.params_rx.changed() => {
+                    if r.is_err() {
+                        close_normal(ws).await;
+                        return Err(Ended::Shutdown);
+                    }
+                    if !self.params_rx.borrow_and_update().same_endpoint(params) {
+                        tracing::info!(event = %"reconnect", "the API base or key changed; reconnecting");
+                        close_normal(ws).await;
+                        return Err(Ended::Reconfigured);
+                    }
+                }
+                n = tokio::time::timeout(params.idle_timeout, ws.next()) => break n,
+            }
+        };
+        match next {
+            Err(_) => {
+                tracing::warn!(
+                    event = %"watchdog_drop",
+                    idle_ms = params.idle_timeout.as_millis() as u64,
+                    "no inbound traffic within the idle timeout; dropping the socket"
+                );
+                Err(Ended::Closed(CloseKind::Ordinary, "idle watchdog".into()))
+            }
+            Ok(None) => {
+                tracing::info!(
+                    event = %"socket_closed",
+                    code = 1006u16,
+                    "socket ended without a close frame"
+                );
+                Err(Ended::Closed(CloseKind::Ordinary, "socket ended".into()))
+            }
+            Ok(Some(Err(e))) => {
+                tracing::info!(event = %"socket_closed", error = %e, "socket error");
+                Err(Ended::Closed(
+                    CloseKind::Ordinary,
+                    format!("socket error: {e}"),
+                ))
+            }
+            Ok(Some(Ok(m))) => Ok(m),
+        }
+    }
+
+    /// Handles one inbound message; `Some` when it ended the connection (a close frame, or an ack
+    /// that could not be sent).
+    async fn on_message(&mut self, ws: &mut Ws, msg: Message) -> Option<Ended> {
+        let _ = self.events.send(SocketEvent::Frame).await;
+        match msg {
+            Message::Text(text) => self.on_text(ws, text.as_str()).await,
+            Message::Close(frame) => Some(closed_by_server(frame)),
+            Message::Ping(_) | Message::Pong(_) | Message::Frame(_) => None,
+            Message::Binary(b) => {
+                tracing::warn!(
+                    event = %"frame_skipped",
+                    bytes = b.len(),
+                    why = "binary",
+                    "binary frame skipped"
+                );
+                let _ = self.events.send(SocketEvent::Skipped).await;
+                None
+            }
+        }
+    }
+
+    /// One text frame: what the engine asks for it, the wake registered first, then the ack.
+    async fn on_text(&mut self, ws: &mut Ws, text: &str) -> Option<Ended> {
+        if text.len() > MAX_FRAME_BYTES {
+            tracing::warn!(
+                event = %"frame_skipped",
+                bytes = text.len(),
+                why = "oversized",
+                "frame over 1 MiB skipped"
+            );
+            let _ = self.events.send(SocketEvent::Skipped).await;
+            return None;
+        }
+        if tracing::enabled!(tracing::Level::DEBUG) {
+            log_frame(text);
+        }
+        let action = self.engine.on_text(text);
+        if let Some(err) = &action.malformed {
+            tracing::warn!(event = %"frame_skipped", bytes = text.len(), why = %err, "malformed frame skipped");
+            let _ = self.events.send(SocketEvent::Skipped).await;
+        }
+        if let Some(caps) = &action.hello {
+            log_hello(caps.as_deref());
+        }
+        if let Some(cause) = action.wake {
+            tracing::info!(event = %"wake", reason = %cause.label(), message_id = action.ack.as_deref().unwrap_or(""), "wake");
+            if !self.register_wake(cause).await {
+                close_normal(ws).await;
+                return Some(Ended::Shutdown);
+            }
+        }
+        let id = action.ack?;
+        let frame = crate::core::frames::ack_frame(&id);
+        if let Err(e) = ws.send(Message::Text(frame.into())).await {
+            tracing::info!(event = %"socket_closed", error = %e, "ack could not be sent");
+            return Some(Ended::Closed(
+                CloseKind::Ordinary,
+                format!("send failed: {e}"),
+            ));
+        }
+        tracing::debug!(event = %"ack", message_id = %id, "acked");
+        let _ = self.events.send(SocketEvent::Acked).await;
+        None
+    }
+
+    /// Hands a wake to the main loop and waits until it is registered. False on shutdown.
+    async fn register_wake(&mut self, cause: WakeCause) -> bool {
+        register_wake(&self.events, cause, &mut self.shutdown).await
+    }
+}
+
+/// `GET /v1/agents/me` failed: a refused key, or the ordinary backoff.
+fn me_failed(e: ApiError) -> Ended {
+    match e {
+        ApiError::Refused(status) => Ended::Closed(
+            CloseKind::KeyRefused,
+            format!("GET /v1/agents/me answered HTTP {status}"),
+        ),
+        e => Ended::Closed(
+            CloseKind::Ordinary,
+            format!("GET /v1/agents/me failed: {e}"),
+        ),
+    }
+}
+
+/// The server's close frame (none: 1005), logged and classified (contract 3.4).
+fn closed_by_server(frame: Option<CloseFrame>) -> Ended {
+    let (code, reason) = frame
+        .map(|f| (u16::from(f.code), f.reason.to_string()))
+        .unwrap_or((1005, String::new()));
+    let kind = reconnect::classify_close(code, &reason);
+    tracing::info!(event = %"socket_closed", code, reason = %truncate(&reason, 120), kind = ?kind, "server closed the socket");
+    Ended::Closed(kind, format!("closed {code} {}", truncate(&reason, 120)))
+}
+
+/// The capabilities `hello.ok` listed (`None`: a pre-v1 server listed none).
+fn log_hello(caps: Option<&[String]>) {
+    match caps {
+        Some(c) => {
+            tracing::info!(event = %"hello", capabilities = %c.join(","), "server accepted capabilities")
+        }
+        None => {
+            tracing::info!(
+                event = %"hello",
+                capabilities = "",
+                "pre-v1 server: no capabilities listed"
+            )
         }
     }
 }
@@ -325,142 +521,6 @@ async fn connect(params: &SocketParams) -> Result<Ws, (CloseKind, String)> {
             Err((kind, detail))
         }
         Ok(Err(e)) => Err((CloseKind::Ordinary, format!("connect failed: {e}"))),
-    }
-}
-
-/// Reads frames until the socket ends, the watchdog fires, or shutdown.
-async fn read_loop(
-    mut ws: Ws,
-    engine: &mut Engine,
-    params: &SocketParams,
-    params_rx: &mut watch::Receiver<SocketParams>,
-    events: &mpsc::Sender<SocketEvent>,
-    shutdown: &mut watch::Receiver<bool>,
-) -> Ended {
-    // Each (re)connect is one wake (contract 4 step 1).
-    if !register_wake(events, WakeCause::Connected, shutdown).await {
-        close_normal(&mut ws).await;
-        return Ended::Shutdown;
-    }
-    loop {
-        let next = tokio::select! {
-            r = shutdown.changed() => {
-                if r.is_err() || *shutdown.borrow() {
-                    close_normal(&mut ws).await;
-                    return Ended::Shutdown;
-                }
-                continue;
-            }
-            r = params_rx.changed() => {
-                if r.is_err() {
-                    close_normal(&mut ws).await;
-                    return Ended::Shutdown;
-                }
-                let changed = !params_rx.borrow_and_update().same_endpoint(params);
-                if changed {
-                    tracing::info!(event = %"reconnect", "the API base or key changed; reconnecting");
-                    close_normal(&mut ws).await;
-                    return Ended::Reconfigured;
-                }
-                continue;
-            }
-            n = tokio::time::timeout(params.idle_timeout, ws.next()) => n,
-        };
-        let msg = match next {
-            Err(_) => {
-                tracing::warn!(
-                    event = %"watchdog_drop",
-                    idle_ms = params.idle_timeout.as_millis() as u64,
-                    "no inbound traffic within the idle timeout; dropping the socket"
-                );
-                return Ended::Closed(CloseKind::Ordinary, "idle watchdog".into());
-            }
-            Ok(None) => {
-                tracing::info!(
-                    event = %"socket_closed",
-                    code = 1006u16,
-                    "socket ended without a close frame"
-                );
-                return Ended::Closed(CloseKind::Ordinary, "socket ended".into());
-            }
-            Ok(Some(Err(e))) => {
-                tracing::info!(event = %"socket_closed", error = %e, "socket error");
-                return Ended::Closed(CloseKind::Ordinary, format!("socket error: {e}"));
-            }
-            Ok(Some(Ok(m))) => m,
-        };
-        let _ = events.send(SocketEvent::Frame).await;
-        let text = match msg {
-            Message::Text(t) => t,
-            Message::Close(frame) => {
-                let (code, reason) = frame
-                    .map(|f| (u16::from(f.code), f.reason.to_string()))
-                    .unwrap_or((1005, String::new()));
-                let kind = reconnect::classify_close(code, &reason);
-                tracing::info!(event = %"socket_closed", code, reason = %truncate(&reason, 120), kind = ?kind, "server closed the socket");
-                return Ended::Closed(kind, format!("closed {code} {}", truncate(&reason, 120)));
-            }
-            Message::Ping(_) | Message::Pong(_) => continue,
-            Message::Binary(b) => {
-                tracing::warn!(
-                    event = %"frame_skipped",
-                    bytes = b.len(),
-                    why = "binary",
-                    "binary frame skipped"
-                );
-                let _ = events.send(SocketEvent::Skipped).await;
-                continue;
-            }
-            Message::Frame(_) => continue,
-        };
-        if text.len() > MAX_FRAME_BYTES {
-            tracing::warn!(
-                event = %"frame_skipped",
-                bytes = text.len(),
-                why = "oversized",
-                "frame over 1 MiB skipped"
-            );
-            let _ = events.send(SocketEvent::Skipped).await;
-            continue;
-        }
-        if tracing::enabled!(tracing::Level::DEBUG) {
-            log_frame(text.as_str());
-        }
-        let action = engine.on_text(text.as_str());
-        if let Some(err) = &action.malformed {
-            tracing::warn!(event = %"frame_skipped", bytes = text.len(), why = %err, "malformed frame skipped");
-            let _ = events.send(SocketEvent::Skipped).await;
-        }
-        if let Some(caps) = &action.hello {
-            match caps {
-                Some(c) => {
-                    tracing::info!(event = %"hello", capabilities = %c.join(","), "server accepted capabilities")
-                }
-                None => {
-                    tracing::info!(
-                        event = %"hello",
-                        capabilities = "",
-                        "pre-v1 server: no capabilities listed"
-                    )
-                }
-            }
-        }
-        if let Some(cause) = action.wake.clone() {
-            tracing::info!(event = %"wake", reason = %cause.label(), message_id = action.ack.as_deref().unwrap_or(""), "wake");
-            if !register_wake(events, cause, shutdown).await {
-                close_normal(&mut ws).await;
-                return Ended::Shutdown;
-            }
-        }
-        if let Some(id) = action.ack {
-            let frame = crate::core::frames::ack_frame(&id);
-            if let Err(e) = ws.send(Message::Text(frame.into())).await {
-                tracing::info!(event = %"socket_closed", error = %e, "ack could not be sent");
-                return Ended::Closed(CloseKind::Ordinary, format!("send failed: {e}"));
-            }
-            tracing::debug!(event = %"ack", message_id = %id, "acked");
-            let _ = events.send(SocketEvent::Acked).await;
-        }
     }
 }
 
