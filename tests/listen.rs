@@ -1456,3 +1456,63 @@ async fn a_tray_that_cannot_be_read_ends_the_cycle_without_a_run_after_three_tri
     fake.wake("reminder");
     run_done(&setup, &l, 1, 15.0).await;
 }
+
+// ---- Socket faults (contract 3.4) ----
+// Refused connects, connect-budget storms and a restarted server, seen from the sim's connect log
+// and the listener's own log and status. Each refused connect here is the sim's answer to an
+// accepted upgrade: a close frame at once (1013 with retry_after for the budget).
+
+/// Whether a connect-log entry is the budget's refusal (`1013 rate_limited; retry_after=N`).
+fn is_refused(c: &Value) -> bool {
+    c["outcome"] == "refused"
+}
+
+/// Cuts bob's socket and waits for the listener's next attempt; that attempt's log entry.
+async fn cut_and_next_attempt(sim: &Sim, bob: &Agent, l: &Listener) -> Value {
+    let before = sim.connects(bob).await.len();
+    sim.close_sockets(bob, 1001, "Server shutting down").await;
+    assert!(
+        eventually_async(10.0, || async { sim.connects(bob).await.len() > before }).await,
+        "no new attempt:\n{}",
+        l.log()
+    );
+    sim.connects(bob).await[before].clone()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connect_refused_by_the_budget_after_the_upgrade_starts_no_cycle_and_counts_no_connect() {
+    let opts = Opts::default();
+    let (sim, alice, bob, setup, l) = bob_listening(&opts).await;
+    // A card waits (the runs answer nothing), so every connect wake costs a run.
+    sim.send(&alice, &bob, "waits").await;
+    run_done(&setup, &l, 1, 10.0).await;
+    logged_at_least(&l, "cycle_end", 2, 10.0).await;
+    // Two connects a minute: the first connect and one reconnect; the next attempt is refused.
+    sim.post(
+        &format!("/_sim/agents/{}/budget", bob.handle),
+        serde_json::json!({ "connects_per_minute": 2 }),
+    )
+    .await;
+    let second = cut_and_next_attempt(&sim, &bob, &l).await;
+    assert!(is_accepted(&second), "{second}");
+    // Its connect wake runs for the waiting card.
+    run_done(&setup, &l, 2, 10.0).await;
+    logged_at_least(&l, "cycle_end", 3, 10.0).await;
+    let (cycles, runs) = (l.count("cycle_start"), setup.rec.count());
+    let third = cut_and_next_attempt(&sim, &bob, &l).await;
+    assert!(is_refused(&third), "{third}");
+    logged_at_least(&l, "connect_budget", 1, 10.0).await;
+    // Longer than the quiet window (300 ms): a wake would have started a cycle by now.
+    assert!(
+        never(1.5, || l.count("cycle_start") > cycles).await,
+        "the refused connect started a cycle:\n{}",
+        l.log()
+    );
+    assert_eq!(setup.rec.count(), runs, "and no run");
+    let accepted_connects = accepted(&sim.connects(&bob).await);
+    assert_eq!(accepted_connects, 2);
+    assert!(
+        status_holds(&setup, |s| s["counters"]["connects"] == 2).await,
+        "counters.connects counts only the connects that came up"
+    );
+}

@@ -66,6 +66,8 @@ pub enum SocketEvent {
         next_retry_at: Option<SystemTime>,
         detail: Option<String>,
     },
+    /// The socket is really up (its first frame that is not a close came): counted as a connect.
+    /// An upgrade the server closes at once is no connect.
     Connected,
     /// Any inbound frame (proof of life).
     Frame,
@@ -168,9 +170,7 @@ impl Task {
             Ok(ws) => ws,
             Err((kind, detail)) => return Ended::Closed(kind, detail),
         };
-        tracing::info!(event = %"socket_connected", url = %ws_url(&params.api_base), "socket connected");
-        let _ = self.events.send(SocketEvent::Connected).await;
-        send_state(&self.events, SocketState::Connected, None, None).await;
+        tracing::debug!(event = %"socket_upgraded", "upgrade accepted; waiting for the first frame");
         let ended = self.read_loop(ws, params).await;
         if matches!(ended, Ended::Closed(..)) {
             self.backoff.connection_lasted(started.elapsed());
@@ -278,20 +278,34 @@ impl Task {
 
     /// Reads frames until the socket ends, the watchdog fires, or shutdown.
     async fn read_loop(&mut self, mut ws: Ws, params: &SocketParams) -> Ended {
-        // Each (re)connect is one wake (contract 4 step 1).
-        if !self.register_wake(WakeCause::Connected).await {
-            close_normal(&mut ws).await;
-            return Ended::Shutdown;
-        }
+        let mut up = false;
         loop {
             let msg = match self.next_inbound(&mut ws, params).await {
                 Ok(msg) => msg,
                 Err(ended) => return ended,
             };
+            if !up && !matches!(msg, Message::Close(_)) {
+                up = true;
+                if !self.came_up(params).await {
+                    close_normal(&mut ws).await;
+                    return Ended::Shutdown;
+                }
+            }
             if let Some(ended) = self.on_message(&mut ws, msg).await {
                 return ended;
             }
         }
+    }
+
+    /// The socket is really up: the server sent `hello.ok` or any other frame that is not a close.
+    /// A server over its connect budget, or refusing the key or the client, accepts the upgrade
+    /// and closes at once (contract 3.4, 7), so only now is this a connect: counted, shown as
+    /// `connected`, and one wake (contract 4 step 1). False on shutdown.
+    async fn came_up(&mut self, params: &SocketParams) -> bool {
+        tracing::info!(event = %"socket_connected", url = %ws_url(&params.api_base), "socket connected");
+        let _ = self.events.send(SocketEvent::Connected).await;
+        send_state(&self.events, SocketState::Connected, None, None).await;
+        self.register_wake(WakeCause::Connected).await
     }
 
     /// The next message from the server, or how the connection ended: shutdown or a new endpoint
