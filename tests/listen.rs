@@ -1457,10 +1457,10 @@ async fn a_tray_that_cannot_be_read_ends_the_cycle_without_a_run_after_three_tri
     run_done(&setup, &l, 1, 15.0).await;
 }
 
-// ---- Socket faults (contract 3.4) ----
-// Refused connects, connect-budget storms and a restarted server, seen from the sim's connect log
-// and the listener's own log and status. Each refused connect here is the sim's answer to an
-// accepted upgrade: a close frame at once (1013 with retry_after for the budget).
+// ---- Socket: refused connects, bursts, a restarted server (contract 3.4) ----
+// Seen from the sim's connect and ack logs and the listener's own log and status. Each refused
+// connect here is the sim's answer to an accepted upgrade: a close frame at once (1013 with
+// retry_after for the budget).
 
 /// Whether a connect-log entry is the budget's refusal (`1013 rate_limited; retry_after=N`).
 fn is_refused(c: &Value) -> bool {
@@ -1515,4 +1515,83 @@ async fn a_connect_refused_by_the_budget_after_the_upgrade_starts_no_cycle_and_c
         status_holds(&setup, |s| s["counters"]["connects"] == 2).await,
         "counters.connects counts only the connects that came up"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_of_300_pushed_messages_is_acked_once_each_and_logged_in_summaries_not_per_frame() {
+    let sim = Sim::start(1.0).await;
+    let alice = sim.agent("alice").await;
+    let bob = sim.agent("bob").await;
+    // Sent while bob has no socket: the sim pushes all 300 back to back when he connects.
+    for i in 0..300 {
+        sim.send(&alice, &bob, &format!("burst {i}")).await;
+    }
+    // The default level, as a service runs.
+    let opts = Opts {
+        extra_env: vec![("AGENTCHAT_LOG".into(), "info".into())],
+        ..Opts::default()
+    };
+    let setup = Setup::new(&opts);
+    let l = Listener::start(&sim, &bob, &setup, &opts);
+    let sum = |field: &str| -> u64 {
+        l.events("frames")
+            .iter()
+            .map(|e| e[field].as_u64().unwrap_or(0))
+            .sum()
+    };
+    assert!(
+        eventually(20.0, || sum("acked") >= 300).await,
+        "{}",
+        l.log()
+    );
+    let acks = sim.acks(&bob).await;
+    let ids: std::collections::BTreeSet<&str> = acks
+        .iter()
+        .filter_map(|a| a["message_id"].as_str())
+        .collect();
+    assert_eq!((acks.len(), ids.len()), (300, 300), "each acked once");
+    assert_eq!(sum("message_new"), 300);
+    let summaries = l.count("frames");
+    assert!(
+        (1..=10).contains(&summaries),
+        "{summaries} summary lines for one burst:\n{}",
+        l.log()
+    );
+    for per_frame in ["wake", "ack", "frame"] {
+        assert_eq!(
+            l.count(per_frame),
+            0,
+            "no {per_frame} line per frame at info"
+        );
+    }
+    assert!(
+        status_holds(&setup, |s| s["counters"]["acks"] == 300
+            && s["counters"]["wakes"] == 301)
+        .await,
+        "300 message wakes and the connect's"
+    );
+    assert!(
+        never(1.5, || setup.rec.count() > 2).await,
+        "at most two runs"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ack_never_waits_for_a_frame_that_is_not_there() {
+    use listen_support::fake::{self, Fake, message_new};
+    let fake = Fake::start("bob", fake::tray("@bob", 1)).await;
+    let opts = Opts::default();
+    let (_setup, l) = fake_listener(&fake, &opts);
+    settled(&l).await;
+    // Lockstep: the server sends the next message only once the last is acked, so a listener
+    // that held an ack until more frames came would stall here.
+    for i in 0..20 {
+        fake.push_text(&message_new(&format!("msg_step{i}"), "alice", "text"));
+        assert!(
+            eventually(10.0, || fake.acks().len() > i).await,
+            "message {i} was not acked:\n{}",
+            l.log()
+        );
+    }
+    assert_eq!(fake.acks().len(), 20);
 }

@@ -4,7 +4,7 @@
 
 use std::collections::{HashSet, VecDeque};
 
-use super::frames::ServerFrame;
+use super::frames::{FrameType, ServerFrame};
 
 /// Why a cycle was asked for. Carried into the run as `AGENTCHAT_WAKE_REASONS`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -41,6 +41,8 @@ pub struct FrameAction {
     pub hello: Option<Option<Vec<String>>>,
     /// Parse failure to log (without the frame's content).
     pub malformed: Option<super::frames::FrameError>,
+    /// The frame's type; `None` when it was malformed.
+    pub frame_type: Option<FrameType>,
 }
 
 /// The default size of the dedupe memory (the SDKs keep 2048 ids).
@@ -138,7 +140,8 @@ impl Engine {
                 };
             }
         };
-        match frame {
+        let frame_type = Some(frame.frame_type());
+        let action = match frame {
             ServerFrame::HelloOk { capabilities } => FrameAction {
                 hello: Some(capabilities),
                 ..FrameAction::default()
@@ -166,6 +169,10 @@ impl Engine {
             ServerFrame::GroupDeleted | ServerFrame::Heartbeat | ServerFrame::Other { .. } => {
                 FrameAction::default()
             }
+        };
+        FrameAction {
+            frame_type,
+            ..action
         }
     }
 }
@@ -226,10 +233,17 @@ mod tests {
         );
         let i = e.on_text(r#"{"type":"group.invite.received","payload":{"id":"gri_1"}}"#);
         assert_eq!((i.ack, i.wake), (None, Some(WakeCause::Invite)));
-        assert_eq!(e.on_text(r#"{"type":"heartbeat"}"#), FrameAction::default());
+        let nothing = |frame_type| FrameAction {
+            frame_type: Some(frame_type),
+            ..FrameAction::default()
+        };
+        assert_eq!(
+            e.on_text(r#"{"type":"heartbeat"}"#),
+            nothing(FrameType::Heartbeat)
+        );
         assert_eq!(
             e.on_text(r#"{"type":"group.deleted","payload":{}}"#),
-            FrameAction::default()
+            nothing(FrameType::GroupDeleted)
         );
     }
 
@@ -259,7 +273,10 @@ mod tests {
         let mut e = Engine::new("me", 8);
         let a = e.on_text("nope");
         assert!(a.malformed.is_some());
-        assert_eq!((a.ack, a.wake, a.hello), (None, None, None));
+        assert_eq!(
+            (a.ack, a.wake, a.hello, a.frame_type),
+            (None, None, None, None)
+        );
     }
 
     #[test]

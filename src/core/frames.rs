@@ -49,6 +49,33 @@ pub enum ServerFrame {
     },
 }
 
+/// What kind of frame a `ServerFrame` is, for counting frames by type (a burst's summary).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FrameType {
+    HelloOk,
+    MessageNew,
+    Wake,
+    GroupInviteReceived,
+    GroupDeleted,
+    Heartbeat,
+    /// `message.read`, `presence.update`, `typing.*`, `rate_limit.warning` and unknown types.
+    Other,
+}
+
+impl ServerFrame {
+    pub fn frame_type(&self) -> FrameType {
+        match self {
+            ServerFrame::HelloOk { .. } => FrameType::HelloOk,
+            ServerFrame::MessageNew(_) => FrameType::MessageNew,
+            ServerFrame::Wake { .. } => FrameType::Wake,
+            ServerFrame::GroupInviteReceived { .. } => FrameType::GroupInviteReceived,
+            ServerFrame::GroupDeleted => FrameType::GroupDeleted,
+            ServerFrame::Heartbeat => FrameType::Heartbeat,
+            ServerFrame::Other { .. } => FrameType::Other,
+        }
+    }
+}
+
 /// The reason recorded for a `wake` frame that names none: it still means "read the tray".
 pub const WAKE_REASON_UNSPECIFIED: &str = "wake";
 

@@ -6,9 +6,11 @@
 
 use crate::client::{Api, ApiError, CLIENT_NAME, CLIENT_VERSION};
 use crate::core::engine::{Engine, WakeCause};
+use crate::core::frames::FrameType;
 use crate::core::reconnect::{self, Backoff, CloseKind};
 use futures_util::{SinkExt, StreamExt};
 use secrecy::{ExposeSecret, SecretString};
+use std::task::Poll;
 use std::time::{Duration, Instant, SystemTime};
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio_tungstenite::tungstenite::{
@@ -69,16 +71,20 @@ pub enum SocketEvent {
     /// The socket is really up (its first frame that is not a close came): counted as a connect.
     /// An upgrade the server closes at once is no connect.
     Connected,
-    /// Any inbound frame (proof of life).
-    Frame,
-    Skipped,
-    /// A wake; the main loop answers on `registered` once the coalescer has it, and only then
-    /// is the message acked.
+    /// A read burst was handled: its inbound frames (proof of life), how many of them were
+    /// skipped unread, and how many acks were written and flushed.
+    Burst {
+        frames: u64,
+        skipped: u64,
+        acked: u64,
+    },
+    /// A wake asked for by `frames` frames of one burst; the main loop answers on `registered`
+    /// once the coalescer has it, and only then are the burst's messages acked.
     Wake {
         cause: WakeCause,
+        frames: u64,
         registered: oneshot::Sender<()>,
     },
-    Acked,
 }
 
 /// The ws(s) URL for an API base: `http` -> `ws`, `https` -> `wss`, plus `/v1/ws`.
@@ -276,43 +282,40 @@ impl Task {
         }
     }
 
-    /// Reads frames until the socket ends, the watchdog fires, or shutdown.
+    /// Reads frames until the socket ends, the watchdog fires, or shutdown: one burst at a time.
     async fn read_loop(&mut self, mut ws: Ws, params: &SocketParams) -> Ended {
         let mut up = false;
-        loop {
-            let msg = match self.next_inbound(&mut ws, params).await {
+        let mut summary = SummaryLog::default();
+        let ended = loop {
+            let first = match self.next_inbound(&mut ws, params, &mut summary).await {
                 Ok(msg) => msg,
-                Err(ended) => return ended,
+                Err(ended) => break ended,
             };
-            if !up && !matches!(msg, Message::Close(_)) {
-                up = true;
-                if !self.came_up(params).await {
-                    close_normal(&mut ws).await;
-                    return Ended::Shutdown;
-                }
+            let burst = self.read_burst(&mut ws, first, &mut up).await;
+            let (tally, ended) = self.settle(&mut ws, burst, params).await;
+            summary.record(tally);
+            if let Some(ended) = ended {
+                break ended;
             }
-            if let Some(ended) = self.on_message(&mut ws, msg).await {
-                return ended;
-            }
-        }
-    }
-
-    /// The socket is really up: the server sent `hello.ok` or any other frame that is not a close.
-    /// A server over its connect budget, or refusing the key or the client, accepts the upgrade
-    /// and closes at once (contract 3.4, 7), so only now is this a connect: counted, shown as
-    /// `connected`, and one wake (contract 4 step 1). False on shutdown.
-    async fn came_up(&mut self, params: &SocketParams) -> bool {
-        tracing::info!(event = %"socket_connected", url = %ws_url(&params.api_base), "socket connected");
-        let _ = self.events.send(SocketEvent::Connected).await;
-        send_state(&self.events, SocketState::Connected, None, None).await;
-        self.register_wake(WakeCause::Connected).await
+        };
+        summary.flush();
+        ended
     }
 
     /// The next message from the server, or how the connection ended: shutdown or a new endpoint
     /// (the socket closed with 1000), the idle watchdog, a socket error or end.
-    async fn next_inbound(&mut self, ws: &mut Ws, params: &SocketParams) -> Result<Message, Ended> {
+    /// Logs the summary of the bursts since the last one when its time comes.
+    async fn next_inbound(
+        &mut self,
+        ws: &mut Ws,
+        params: &SocketParams,
+        summary: &mut SummaryLog,
+    ) -> Result<Message, Ended> {
+        let idle_deadline = tokio::time::Instant::now() + params.idle_timeout;
         let next = loop {
+            let summary_due = summary.due();
             tokio::select! {
+                _ = sleep_until_some(summary_due) => summary.on_due(),
                 r = self.shutdown.changed() => {
                     if r.is_err() || *self.shutdown.borrow() {
                         close_normal(ws).await;
@@ -330,7 +333,7 @@ impl Task {
                         return Err(Ended::Reconfigured);
                     }
                 }
-                n = tokio::time::timeout(params.idle_timeout, ws.next()) => break n,
+                n = tokio::time::timeout_at(idle_deadline, ws.next()) => break n,
             }
         };
         match next {
@@ -342,94 +345,380 @@ impl Task {
                 );
                 Err(Ended::Closed(CloseKind::Ordinary, "idle watchdog".into()))
             }
-            Ok(None) => {
-                tracing::info!(
-                    event = %"socket_closed",
-                    code = 1006u16,
-                    "socket ended without a close frame"
-                );
-                Err(Ended::Closed(CloseKind::Ordinary, "socket ended".into()))
-            }
-            Ok(Some(Err(e))) => {
-                tracing::info!(event = %"socket_closed", error = %e, "socket error");
-                Err(Ended::Closed(
-                    CloseKind::Ordinary,
-                    format!("socket error: {e}"),
-                ))
-            }
+            Ok(None) => Err(socket_ended()),
+            Ok(Some(Err(e))) => Err(socket_error(e)),
             Ok(Some(Ok(m))) => Ok(m),
         }
     }
 
-    /// Handles one inbound message; `Some` when it ended the connection (a close frame, or an ack
-    /// that could not be sent).
-    async fn on_message(&mut self, ws: &mut Ws, msg: Message) -> Option<Ended> {
-        let _ = self.events.send(SocketEvent::Frame).await;
-        match msg {
-            Message::Text(text) => self.on_text(ws, text.as_str()).await,
-            Message::Close(frame) => Some(closed_by_server(frame)),
-            Message::Ping(_) | Message::Pong(_) | Message::Frame(_) => None,
-            Message::Binary(b) => {
-                tracing::warn!(
-                    event = %"frame_skipped",
-                    bytes = b.len(),
-                    why = "binary",
-                    "binary frame skipped"
-                );
-                let _ = self.events.send(SocketEvent::Skipped).await;
-                None
+    /// Takes `first` and every message already there behind it (at most `MAX_BURST_FRAMES`),
+    /// without waiting: a burst. `up` turns true with the first frame that is not a close.
+    async fn read_burst(&mut self, ws: &mut Ws, first: Message, up: &mut bool) -> Burst {
+        let mut burst = Burst::default();
+        self.take(&mut burst, first, up);
+        while burst.end.is_none() && burst.tally.frames < MAX_BURST_FRAMES {
+            match ready_next(ws).await {
+                None => break,
+                Some(Some(Ok(msg))) => self.take(&mut burst, msg, up),
+                Some(Some(Err(e))) => burst.end = Some(socket_error(e)),
+                Some(None) => burst.end = Some(socket_ended()),
             }
+        }
+        burst
+    }
+
+    /// Adds one inbound message to the burst: counted, its wake and ack noted, a close noted as
+    /// the burst's end.
+    fn take(&mut self, burst: &mut Burst, msg: Message, up: &mut bool) {
+        burst.tally.frames += 1;
+        if !*up && !matches!(msg, Message::Close(_)) {
+            // The socket is really up: the server sent `hello.ok` or any other frame that is not a
+            // close. A server over its connect budget, or refusing the key or the client, accepts
+            // the upgrade and closes at once (contract 3.4, 7): that was no connect.
+            *up = true;
+            burst.came_up = true;
+            // Each (re)connect is one wake (contract 4 step 1).
+            burst.wake(WakeCause::Connected);
+        }
+        match msg {
+            Message::Text(text) => self.take_text(burst, text.as_str()),
+            Message::Close(frame) => burst.end = Some(closed_by_server(frame)),
+            Message::Ping(_) | Message::Pong(_) | Message::Frame(_) => {}
+            Message::Binary(b) => burst.skip(b.len(), "binary"),
         }
     }
 
-    /// One text frame: what the engine asks for it, the wake registered first, then the ack.
-    async fn on_text(&mut self, ws: &mut Ws, text: &str) -> Option<Ended> {
+    /// One text frame: what the engine asks for it. Per-frame lines are debug; the burst's
+    /// summary says the rest.
+    fn take_text(&mut self, burst: &mut Burst, text: &str) {
         if text.len() > MAX_FRAME_BYTES {
-            tracing::warn!(
-                event = %"frame_skipped",
-                bytes = text.len(),
-                why = "oversized",
-                "frame over 1 MiB skipped"
-            );
-            let _ = self.events.send(SocketEvent::Skipped).await;
-            return None;
+            burst.skip(text.len(), "oversized");
+            return;
         }
         if tracing::enabled!(tracing::Level::DEBUG) {
             log_frame(text);
         }
         let action = self.engine.on_text(text);
         if let Some(err) = &action.malformed {
-            tracing::warn!(event = %"frame_skipped", bytes = text.len(), why = %err, "malformed frame skipped");
-            let _ = self.events.send(SocketEvent::Skipped).await;
+            burst.skip(text.len(), &err.to_string());
+        }
+        if let Some(t) = action.frame_type {
+            burst.tally.types.count(t);
         }
         if let Some(caps) = &action.hello {
             log_hello(caps.as_deref());
         }
         if let Some(cause) = action.wake {
-            tracing::info!(event = %"wake", reason = %cause.label(), message_id = action.ack.as_deref().unwrap_or(""), "wake");
-            if !self.register_wake(cause).await {
-                close_normal(ws).await;
-                return Some(Ended::Shutdown);
-            }
+            tracing::debug!(event = %"wake", reason = %cause.label(), message_id = action.ack.as_deref().unwrap_or(""), "wake");
+            burst.wake(cause);
         }
-        let id = action.ack?;
-        let frame = crate::core::frames::ack_frame(&id);
-        if let Err(e) = ws.send(Message::Text(frame.into())).await {
-            tracing::info!(event = %"socket_closed", error = %e, "ack could not be sent");
-            return Some(Ended::Closed(
-                CloseKind::Ordinary,
-                format!("send failed: {e}"),
-            ));
+        if let Some(id) = action.ack {
+            burst.acks.push(id);
         }
-        tracing::debug!(event = %"ack", message_id = %id, "acked");
-        let _ = self.events.send(SocketEvent::Acked).await;
-        None
     }
 
-    /// Hands a wake to the main loop and waits until it is registered. False on shutdown.
-    async fn register_wake(&mut self, cause: WakeCause) -> bool {
-        register_wake(&self.events, cause, &mut self.shutdown).await
+    /// Acts on a burst: announces the connect if it came up, registers its wakes with the main
+    /// loop, then writes its acks and flushes once (an ack never goes before its wake is
+    /// registered, and never waits for a frame that is not there yet). `Some` when the connection
+    /// ended.
+    async fn settle(
+        &mut self,
+        ws: &mut Ws,
+        mut burst: Burst,
+        params: &SocketParams,
+    ) -> (Tally, Option<Ended>) {
+        if burst.came_up {
+            tracing::info!(event = %"socket_connected", url = %ws_url(&params.api_base), "socket connected");
+            let _ = self.events.send(SocketEvent::Connected).await;
+            send_state(&self.events, SocketState::Connected, None, None).await;
+        }
+        for (cause, frames) in &burst.wakes {
+            burst.tally.wake(&cause.label(), *frames);
+            if !self.register_wake(cause.clone(), *frames).await {
+                close_normal(ws).await;
+                return (burst.tally, Some(Ended::Shutdown));
+            }
+        }
+        // After the server's close or a socket error, acks can no longer be sent: the server
+        // pushes the unacked messages again on the next connect, and the dedupe memory keeps them
+        // from waking twice.
+        let sent = match burst.end {
+            Some(_) => Ok(0),
+            None => send_acks(ws, &burst.acks).await,
+        };
+        burst.tally.acked = *sent.as_ref().unwrap_or(&0) as u64;
+        let t = &burst.tally;
+        let counts = SocketEvent::Burst {
+            frames: t.frames,
+            skipped: t.skipped,
+            acked: t.acked,
+        };
+        let _ = self.events.send(counts).await;
+        let ended = match (burst.end, sent) {
+            (Some(ended), _) => Some(ended),
+            (None, Err(e)) => {
+                tracing::info!(event = %"socket_closed", error = %e, "acks could not be sent");
+                Some(Ended::Closed(
+                    CloseKind::Ordinary,
+                    format!("send failed: {e}"),
+                ))
+            }
+            (None, Ok(_)) => None,
+        };
+        (burst.tally, ended)
     }
+
+    /// Hands a wake (asked for by `frames` frames) to the main loop and waits until it is
+    /// registered. False on shutdown.
+    async fn register_wake(&mut self, cause: WakeCause, frames: u64) -> bool {
+        let (tx, rx) = oneshot::channel();
+        let wake = SocketEvent::Wake {
+            cause,
+            frames,
+            registered: tx,
+        };
+        if self.events.send(wake).await.is_err() {
+            return false;
+        }
+        tokio::select! {
+            r = rx => r.is_ok(),
+            _ = self.shutdown.wait_for(|s| *s) => false,
+        }
+    }
+}
+
+/// The most frames read before their wakes are registered and their acks sent: a server that
+/// never pauses still gets its acks every this many frames.
+const MAX_BURST_FRAMES: u64 = 256;
+
+/// One read burst: the messages that were already there back to back, what they asked for, and
+/// how the connection ended if it did.
+#[derive(Default)]
+struct Burst {
+    tally: Tally,
+    /// The socket came up in this burst (its first frame that is not a close).
+    came_up: bool,
+    /// Distinct wake causes in first-seen order, each with how many frames asked for it.
+    wakes: Vec<(WakeCause, u64)>,
+    acks: Vec<String>,
+    end: Option<Ended>,
+}
+
+impl Burst {
+    fn wake(&mut self, cause: WakeCause) {
+        match self.wakes.iter_mut().find(|(c, _)| *c == cause) {
+            Some((_, n)) => *n += 1,
+            None => self.wakes.push((cause, 1)),
+        }
+    }
+
+    /// A frame skipped unread: the burst's first says why at warn, the rest only at debug.
+    fn skip(&mut self, bytes: usize, why: &str) {
+        if self.tally.skipped == 0 {
+            tracing::warn!(event = %"frame_skipped", bytes, why = %why, "frame skipped");
+        } else {
+            tracing::debug!(event = %"frame_skipped", bytes, why = %why, "frame skipped");
+        }
+        self.tally.skipped += 1;
+    }
+}
+
+/// What some frames came to: counted by type, skipped, acked, and the wakes they asked for.
+#[derive(Default)]
+struct Tally {
+    /// Every inbound message, control frames included.
+    frames: u64,
+    types: TypeCounts,
+    skipped: u64,
+    acked: u64,
+    /// Wake labels in first-seen order, each with how many frames asked for it.
+    wakes: Vec<(String, u64)>,
+}
+
+impl Tally {
+    fn wake(&mut self, label: &str, n: u64) {
+        match self.wakes.iter_mut().find(|(l, _)| l == label) {
+            Some((_, m)) => *m += n,
+            None => self.wakes.push((label.to_string(), n)),
+        }
+    }
+
+    fn add(&mut self, other: Tally) {
+        self.frames += other.frames;
+        self.types.add(&other.types);
+        self.skipped += other.skipped;
+        self.acked += other.acked;
+        for (label, n) in other.wakes {
+            self.wake(&label, n);
+        }
+    }
+
+    /// One line: counts by frame type, acks and wakes. At info when something woke, was acked or
+    /// skipped; heartbeats and pings alone are debug.
+    fn log(&self) {
+        let wakes = self
+            .wakes
+            .iter()
+            .map(|(label, n)| format!("{label}:{n}"))
+            .collect::<Vec<_>>()
+            .join(",");
+        let t = &self.types;
+        macro_rules! summary {
+            ($level:expr) => {
+                tracing::event!(
+                    $level,
+                    event = %"frames",
+                    frames = self.frames,
+                    message_new = t.message_new,
+                    wake = t.wake,
+                    invite = t.invite,
+                    hello = t.hello,
+                    heartbeat = t.heartbeat,
+                    other = t.other,
+                    skipped = self.skipped,
+                    acked = self.acked,
+                    wakes = %wakes,
+                    "frames handled"
+                )
+            };
+        }
+        if self.wakes.is_empty() && self.acked == 0 && self.skipped == 0 {
+            summary!(tracing::Level::DEBUG);
+        } else {
+            summary!(tracing::Level::INFO);
+        }
+    }
+}
+
+/// How often, at most, a summary line is written while frames keep coming.
+const SUMMARY_EVERY: Duration = Duration::from_secs(1);
+
+/// The frames' log: a burst after a quiet second gets its line at once; the bursts that follow
+/// within the second are added up and get one line when it ends. So a flood of frames writes a
+/// line a second, never one per frame, and a lone frame is logged without delay.
+#[derive(Default)]
+struct SummaryLog {
+    pending: Tally,
+    /// When the bursts added up so far are logged; `None` when the socket is quiet.
+    until: Option<tokio::time::Instant>,
+}
+
+impl SummaryLog {
+    fn record(&mut self, burst: Tally) {
+        match self.until {
+            None => {
+                burst.log();
+                self.until = Some(tokio::time::Instant::now() + SUMMARY_EVERY);
+            }
+            Some(_) => self.pending.add(burst),
+        }
+    }
+
+    fn due(&self) -> Option<tokio::time::Instant> {
+        self.until
+    }
+
+    /// The second is over: log what it added up, or call the socket quiet.
+    fn on_due(&mut self) {
+        if self.pending.frames == 0 {
+            self.until = None;
+        } else {
+            self.flush();
+            self.until = Some(tokio::time::Instant::now() + SUMMARY_EVERY);
+        }
+    }
+
+    /// Logs what is pending now (the connection ended).
+    fn flush(&mut self) {
+        if self.pending.frames > 0 {
+            std::mem::take(&mut self.pending).log();
+        }
+    }
+}
+
+/// Sleeps until `at`, or forever when there is nothing to wait for.
+async fn sleep_until_some(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Text frames of a burst by type.
+#[derive(Default)]
+struct TypeCounts {
+    message_new: u64,
+    wake: u64,
+    invite: u64,
+    hello: u64,
+    heartbeat: u64,
+    /// `group.deleted`, `message.read`, `presence.update`, `typing.*`, ... and unknown types.
+    other: u64,
+}
+
+impl TypeCounts {
+    fn add(&mut self, o: &TypeCounts) {
+        self.message_new += o.message_new;
+        self.wake += o.wake;
+        self.invite += o.invite;
+        self.hello += o.hello;
+        self.heartbeat += o.heartbeat;
+        self.other += o.other;
+    }
+
+    fn count(&mut self, t: FrameType) {
+        let n = match t {
+            FrameType::MessageNew => &mut self.message_new,
+            FrameType::Wake => &mut self.wake,
+            FrameType::GroupInviteReceived => &mut self.invite,
+            FrameType::HelloOk => &mut self.hello,
+            FrameType::Heartbeat => &mut self.heartbeat,
+            FrameType::GroupDeleted | FrameType::Other => &mut self.other,
+        };
+        *n += 1;
+    }
+}
+
+/// The next message if it is already there (`Some`), else `None` at once. Polled with this
+/// task's own waker, so a `None` leaves the socket ready for the next `next()`.
+async fn ready_next(ws: &mut Ws) -> Option<Option<Result<Message, tungstenite::Error>>> {
+    std::future::poll_fn(|cx| match ws.poll_next_unpin(cx) {
+        Poll::Ready(next) => Poll::Ready(Some(next)),
+        Poll::Pending => Poll::Ready(None),
+    })
+    .await
+}
+
+/// Writes every ack and flushes once; how many were sent.
+async fn send_acks(ws: &mut Ws, ids: &[String]) -> Result<usize, tungstenite::Error> {
+    if ids.is_empty() {
+        return Ok(0);
+    }
+    for id in ids {
+        let frame = crate::core::frames::ack_frame(id);
+        ws.feed(Message::Text(frame.into())).await?;
+    }
+    ws.flush().await?;
+    if tracing::enabled!(tracing::Level::DEBUG) {
+        for id in ids {
+            tracing::debug!(event = %"ack", message_id = %id, "acked");
+        }
+    }
+    Ok(ids.len())
+}
+
+fn socket_ended() -> Ended {
+    tracing::info!(
+        event = %"socket_closed",
+        code = 1006u16,
+        "socket ended without a close frame"
+    );
+    Ended::Closed(CloseKind::Ordinary, "socket ended".into())
+}
+
+fn socket_error(e: tungstenite::Error) -> Ended {
+    tracing::info!(event = %"socket_closed", error = %e, "socket error");
+    Ended::Closed(CloseKind::Ordinary, format!("socket error: {e}"))
 }
 
 /// `GET /v1/agents/me` failed: a refused key, or the ordinary backoff.
@@ -630,29 +919,6 @@ async fn or_shutdown<T>(
     tokio::select! {
         v = fut => Some(v),
         _ = shutdown.wait_for(|s| *s) => None,
-    }
-}
-
-/// Hands a wake to the main loop and waits until it is registered. False on shutdown.
-async fn register_wake(
-    events: &mpsc::Sender<SocketEvent>,
-    cause: WakeCause,
-    shutdown: &mut watch::Receiver<bool>,
-) -> bool {
-    let (tx, rx) = oneshot::channel();
-    if events
-        .send(SocketEvent::Wake {
-            cause,
-            registered: tx,
-        })
-        .await
-        .is_err()
-    {
-        return false;
-    }
-    tokio::select! {
-        r = rx => r.is_ok(),
-        _ = shutdown.wait_for(|s| *s) => false,
     }
 }
 
