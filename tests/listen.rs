@@ -1595,3 +1595,200 @@ async fn an_ack_never_waits_for_a_frame_that_is_not_there() {
     }
     assert_eq!(fake.acks().len(), 20);
 }
+
+/// The `retry_after` seconds in a budget refusal's reason.
+fn retry_after_s(c: &Value) -> u64 {
+    let reason = c["reason"].as_str().unwrap_or("");
+    reason
+        .split("retry_after=")
+        .nth(1)
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no retry_after in {c}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connect_storm_answered_by_1013_never_comes_back_before_retry_after_nor_past_the_budget()
+{
+    // A server minute is 6 s at this scale; two connects a minute.
+    const SCALE: f64 = 10.0;
+    const BUDGET: usize = 2;
+    let minute_ms = (60_000.0 / SCALE) as u64;
+    let sim = Sim::start(SCALE).await;
+    let bob = sim.agent("bob").await;
+    sim.post(
+        &format!("/_sim/agents/{}/budget", bob.handle),
+        serde_json::json!({ "connects_per_minute": BUDGET }),
+    )
+    .await;
+    let opts = Opts::default();
+    let setup = Setup::new(&opts);
+    let l = Listener::start(&sim, &bob, &setup, &opts);
+    // The storm: every socket that comes up is cut at once, for 15 s.
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(15);
+    loop {
+        let left = until.saturating_duration_since(std::time::Instant::now());
+        let up = || async {
+            let state = sim.state(&bob).await;
+            state["sockets"].as_array().is_some_and(|s| !s.is_empty())
+        };
+        if left.is_zero() || !eventually_async(left.as_secs_f64(), up).await {
+            break;
+        }
+        sim.close_sockets(&bob, 1001, "Server shutting down").await;
+    }
+    let connects = sim.connects(&bob).await;
+    let refused: Vec<usize> = (0..connects.len())
+        .filter(|&i| is_refused(&connects[i]))
+        .collect();
+    assert!(
+        !refused.is_empty(),
+        "the storm met the budget: {connects:?}"
+    );
+    for &i in &refused {
+        let (at, wait_ms) = (connect_ms(&connects[i]), retry_after_s(&connects[i]) * 1000);
+        let Some(next) = connects.get(i + 1) else {
+            continue;
+        };
+        assert!(
+            connect_ms(next) >= at + wait_ms,
+            "attempt {} came {} ms after a refusal that asked for {wait_ms} ms: {connects:?}",
+            i + 1,
+            connect_ms(next) - at
+        );
+        assert!(
+            is_accepted(next),
+            "a retry after the server's delay is let in: never two refusals in a row: {connects:?}"
+        );
+    }
+    // In any server minute: the budget, plus the one refused attempt that named the wait.
+    for (i, c) in connects.iter().enumerate() {
+        let end = connect_ms(c) + minute_ms;
+        let in_minute = connects[i..]
+            .iter()
+            .take_while(|d| connect_ms(d) < end)
+            .count();
+        assert!(
+            in_minute <= BUDGET + 1,
+            "{in_minute} attempts within a minute from attempt {i}: {connects:?}"
+        );
+    }
+    // Only the connects that came up were counted and woke.
+    let up = accepted(&connects);
+    assert!(
+        status_holds(&setup, |s| s["counters"]["connects"] == up as u64).await,
+        "{} connects came up:\n{}",
+        up,
+        l.log()
+    );
+    let connect_cycles = cycle_reasons(&l)
+        .iter()
+        .filter(|r| r.contains("connect"))
+        .count();
+    assert!(
+        connect_cycles <= up,
+        "{connect_cycles} connect cycles for {up} connects"
+    );
+}
+
+/// `agentchat sim` as a child process: it can be killed with SIGKILL and started again on the same
+/// port, as a server restart looks to a listener.
+struct SimProcess {
+    child: std::process::Child,
+    api_base: String,
+}
+
+impl SimProcess {
+    fn start(listen: &str) -> SimProcess {
+        use std::io::BufRead;
+        let mut child = std::process::Command::new(BIN)
+            .args(["sim", "--listen", listen])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("agentchat sim starts");
+        let mut line = String::new();
+        let stdout = child.stdout.take().expect("piped stdout");
+        std::io::BufReader::new(stdout)
+            .read_line(&mut line)
+            .expect("the sim prints its api_base");
+        let v: Value = serde_json::from_str(&line).expect("one JSON line");
+        SimProcess {
+            child,
+            api_base: v["api_base"].as_str().expect("api_base").to_string(),
+        }
+    }
+
+    /// SIGKILL: no close frame, no goodbye.
+    fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for SimProcess {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sim_killed_and_started_again_on_the_same_port_gives_one_reconnect_one_connect_wake_and_one_run()
+ {
+    let mut first = SimProcess::start("127.0.0.1:0");
+    let sim = Sim::external(&first.api_base);
+    let alice = sim.agent("alice").await;
+    let bob = sim.agent("bob").await;
+    let opts = Opts::default();
+    let setup = Setup::new(&opts);
+    let l = Listener::start(&sim, &bob, &setup, &opts);
+    settled(&l).await;
+    assert_eq!(setup.rec.count(), 0, "nothing waited at the first connect");
+    let cycles = l.count("cycle_start");
+
+    let listen = first.api_base.trim_start_matches("http://").to_string();
+    first.kill();
+    let killed_at = now_ms();
+    let _second = SimProcess::start(&listen);
+    // The restarted server knows the same agents and keys, and a message waits for bob.
+    for a in [&bob, &alice] {
+        sim.post(
+            "/_sim/agents",
+            serde_json::json!({ "handle": a.handle, "api_key": a.key }),
+        )
+        .await;
+    }
+    let sent = sim.send(&alice, &bob, "waited through the restart").await;
+
+    accepted_at_least(&sim, &bob, &l, 1).await;
+    let connects = sim.connects(&bob).await;
+    assert!(
+        is_accepted(&connects[0]),
+        "the first attempt on the new sim is let in: {connects:?}"
+    );
+    // The first delay after a drop is 1 s; one more (1-2 s) if that try came before the new sim
+    // listened.
+    let waited = connect_ms(&connects[0]).saturating_sub(killed_at);
+    assert!(waited <= 3_500, "reconnected {waited} ms after the kill");
+
+    // The waiting work runs once.
+    run_done(&setup, &l, 1, 15.0).await;
+    assert!(never(2.0, || setup.rec.count() > 1).await, "{}", l.log());
+    let acks = sim.acks(&bob).await;
+    let id = sent["id"].as_str();
+    assert!(
+        acks.iter()
+            .filter(|a| a["message_id"].as_str() == id)
+            .count()
+            == 1,
+        "the waiting message was acked once: {acks:?}"
+    );
+    // One connect and one connect wake since the restart.
+    assert_eq!(accepted(&sim.connects(&bob).await), 1);
+    let connect_cycles = cycle_reasons(&l)[cycles..]
+        .iter()
+        .filter(|r| r.contains("connect"))
+        .count();
+    assert_eq!(connect_cycles, 1, "{}", l.log());
+    assert!(status_holds(&setup, |s| s["counters"]["connects"] == 2).await);
+}
