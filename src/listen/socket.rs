@@ -14,14 +14,20 @@ use std::task::Poll;
 use std::time::{Duration, Instant, SystemTime};
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio_tungstenite::tungstenite::{
-    self, Message, client::IntoClientRequest, protocol::CloseFrame,
+    self, Message, client::IntoClientRequest, protocol::CloseFrame, protocol::WebSocketConfig,
     protocol::frame::coding::CloseCode,
 };
 
 /// Frames larger than this are skipped unread (design 2).
 pub const MAX_FRAME_BYTES: usize = 1024 * 1024;
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
-const DEDUPE_CAPACITY: usize = 4096;
+/// Message ids remembered to ack a re-pushed message without a second wake: the SDKs' 2048. The
+/// server re-pushes only what is unacked, and a burst is acked within 256 frames.
+const DEDUPE_CAPACITY: usize = crate::core::engine::DEFAULT_DEDUPE_CAPACITY;
+/// Bytes read from the socket at a time. Frames are wakes and message envelopes, a few hundred
+/// bytes to a few KiB; tungstenite's default (128 KiB, allocated and zeroed per connection) is
+/// sized for bulk transfer. A larger frame still arrives whole: the buffer grows for it.
+const READ_BUFFER_BYTES: usize = 8 * 1024;
 
 /// What the socket task needs; replaced on reload.
 #[derive(Clone)]
@@ -809,7 +815,8 @@ async fn connect(params: &SocketParams) -> Result<Ws, (CloseKind, String)> {
         ws_tls.alpn_protocols.clear();
         tokio_tungstenite::Connector::Rustls(std::sync::Arc::new(ws_tls))
     });
-    let fut = tokio_tungstenite::connect_async_tls_with_config(req, None, true, connector);
+    let config = WebSocketConfig::default().read_buffer_size(READ_BUFFER_BYTES);
+    let fut = tokio_tungstenite::connect_async_tls_with_config(req, Some(config), true, connector);
     match tokio::time::timeout(CONNECT_TIMEOUT, fut).await {
         Err(_) => Err((CloseKind::Ordinary, "connect timed out".into())),
         Ok(Ok((ws, _resp))) => Ok(ws),
