@@ -103,9 +103,12 @@ impl Engine {
 
     fn is_own(&self, sender: Option<&str>) -> bool {
         match sender {
-            Some(s) if !self.own_handle.is_empty() => {
-                super::handle::normalize(s) == self.own_handle
-            }
+            // `normalize(s) == own_handle` without a new String per message: `own_handle` is
+            // already normalised (ASCII-lowercased).
+            Some(s) if !self.own_handle.is_empty() => s
+                .trim()
+                .trim_start_matches('@')
+                .eq_ignore_ascii_case(&self.own_handle),
             _ => false,
         }
     }

@@ -433,9 +433,19 @@ mod wire {
     }
 }
 
-/// `{"type":"ack","message_id":"…"}`.
+/// `{"type":"ack","message_id":"…"}`, written straight from the id (one per acked message).
 pub fn ack_frame(message_id: &str) -> String {
-    serde_json::json!({"type": "ack", "message_id": message_id}).to_string()
+    #[derive(serde::Serialize)]
+    struct Ack<'a> {
+        r#type: &'static str,
+        message_id: &'a str,
+    }
+    let ack = Ack {
+        r#type: "ack",
+        message_id,
+    };
+    // Two string fields: serialising cannot fail.
+    serde_json::to_string(&ack).unwrap_or_default()
 }
 
 #[cfg(test)]
@@ -784,5 +794,9 @@ mod tests {
     fn ack_frame_shape() {
         let v: Value = serde_json::from_str(&ack_frame("msg_9")).unwrap();
         assert_eq!(v, serde_json::json!({"type":"ack","message_id":"msg_9"}));
+        assert_eq!(ack_frame("msg_9"), r#"{"type":"ack","message_id":"msg_9"}"#);
+        let odd = "m\"\\\u{1}\u{e9}";
+        let v: Value = serde_json::from_str(&ack_frame(odd)).unwrap();
+        assert_eq!(v["message_id"], odd, "the id is escaped, never spliced");
     }
 }
