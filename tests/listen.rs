@@ -1792,3 +1792,46 @@ async fn a_sim_killed_and_started_again_on_the_same_port_gives_one_reconnect_one
     assert_eq!(connect_cycles, 1, "{}", l.log());
     assert!(status_holds(&setup, |s| s["counters"]["connects"] == 2).await);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_whose_retry_after_keeps_falling_short_is_not_retried_at_its_pace() {
+    use listen_support::fake::{self, Fake};
+    // A server whose every connect is over budget and says "retry_after=1" each time, as one
+    // would whose hint counts only the oldest attempt while refused ones refill the minute.
+    let fake = Fake::start("bob", fake::tray("@bob", 1)).await;
+    fake.shared.lock().unwrap().refuse_sockets =
+        Some((1013, "rate_limited; retry_after=1".to_string()));
+    let opts = Opts::default();
+    let (setup, l) = fake_listener(&fake, &opts);
+    let refused = || fake.shared.lock().unwrap().refused_at.clone();
+    assert!(
+        eventually(10.0, || !refused().is_empty()).await,
+        "{}",
+        l.log()
+    );
+    let first = refused()[0];
+    // Obeying the hint to the second would make 8 or 9 attempts in the first 8 s; the growing
+    // backoff (1, 1-2, 2-4, 4-8 s) makes at most 5. Wait for the first attempt past them.
+    assert!(
+        eventually(20.0, || refused().iter().any(|t| *t > first + 8_000)).await,
+        "{}",
+        l.log()
+    );
+    let attempts: Vec<u64> = refused()
+        .into_iter()
+        .filter(|t| *t <= first + 8_000)
+        .collect();
+    assert!(
+        attempts.len() <= 5,
+        "{} attempts in 8 s: {attempts:?}",
+        attempts.len()
+    );
+    for pair in attempts.windows(2) {
+        assert!(
+            pair[1] - pair[0] >= 1_000,
+            "never before the hint: {attempts:?}"
+        );
+    }
+    assert_eq!(l.count("cycle_start"), 0, "a refused connect is no wake");
+    assert_eq!(setup.status()["counters"]["connects"], 0);
+}
