@@ -1,5 +1,5 @@
-//! The control API under `/_sim/` (no auth; the sim listens on loopback only): make agents, cut
-//! or silence sockets, read connect and ack logs and the server's view of an agent, set budgets,
+//! The control API under `/_sim/` (no auth; the sim listens on loopback only): make agents, cut,
+//! silence or hold sockets, read connect, send and ack logs and the server's view of an agent, set budgets,
 //! refuse or rotate keys, push wakes, make groups, invites and notices, replace texts.
 
 use serde_json::{Value, json};
@@ -29,7 +29,7 @@ pub async fn route(sim: &Sim, r: &Req) -> ApiResult<Reply> {
             let list: Vec<Value> = s
                 .agents
                 .values()
-                .map(|a| json!({"handle": at(&a.handle), "sockets": a.sockets.len()}))
+                .map(|a| json!({"handle": at(&a.handle), "sockets": a.sockets.len(), "sends": a.sends.len(), "acks": a.acks.len()}))
                 .collect();
             Ok(Reply::ok(json!({"agents": list})))
         }
@@ -161,6 +161,15 @@ fn agent_route(sim: &Sim, r: &Req, method: &str, h: &str, rest: &[&str]) -> ApiR
         ("POST", ["sockets", "silence"]) => {
             Ok(Reply::ok(json!({"silenced": s.silence_sockets(h)})))
         }
+        ("POST", ["sockets", "hold"]) => {
+            let b = r.json_object()?;
+            let hold = b.get("hold").and_then(Value::as_bool).unwrap_or(true);
+            s.hold_sockets(h, hold)?;
+            Ok(Reply::ok(json!({"handle": at(h), "held": hold})))
+        }
+        ("GET", ["sends"]) => Ok(Reply::ok(
+            json!({"handle": at(h), "sends": s.agent(h)?.sends}),
+        )),
         ("GET", ["connects"]) => Ok(Reply::ok(
             json!({"handle": at(h), "connects": s.agent(h)?.connects}),
         )),
