@@ -189,9 +189,18 @@ fn agent_route(sim: &Sim, r: &Req, method: &str, h: &str, rest: &[&str]) -> ApiR
             if let Some(n) = b.get("connects_per_hour").and_then(Value::as_u64) {
                 a.connect_budget.per_hour = n.min(u32::MAX as u64) as u32;
             }
+            // The read ceiling's refill (contract 3.1: one a second after a burst of 120), for a
+            // benchmark that reads the tray on hundreds of wakes in a row.
+            if let Some(n) = b.get("polls_per_second").and_then(Value::as_f64) {
+                if !(n.is_finite() && n > 0.0) {
+                    return Err(ApiError::validation("polls_per_second must be above 0"));
+                }
+                a.polls.ceiling.refill_ms = super::clock::SEC as f64 / n;
+            }
             let (m, hr) = (a.connect_budget.per_minute, a.connect_budget.per_hour);
+            let polls = super::clock::SEC as f64 / a.polls.ceiling.refill_ms;
             Ok(Reply::ok(
-                json!({"connects_per_minute": m, "connects_per_hour": hr}),
+                json!({"connects_per_minute": m, "connects_per_hour": hr, "polls_per_second": polls}),
             ))
         }
         ("POST", ["refuse-key"]) => {
