@@ -548,6 +548,26 @@ async fn ladder_5_rewakes_at_1_5_30_180_minutes_only_on_rewake_sockets_then_stop
 }
 
 #[tokio::test]
+async fn control_ladder_off_sends_no_unanswered_wake_and_on_again_resumes_it() {
+    let (s, alice, bob) = alice_and_bob(2000.0).await; // 1 min = 30 ms
+    let path = format!("/_sim/agents/{}/ladder", bob.handle);
+    let (st, v) = s.post(None, &path, json!({"enabled": false})).await;
+    assert_eq!((st, &v["ladder"]), (200, &json!(false)), "{v}");
+    let (mut re, _old) = s.rewake_and_plain(&bob).await;
+    s.send(&alice, &bob, "answer me").await;
+    // 600 ms is 20 server minutes: rungs 1 and 2 would have fired.
+    let frames = re.collect(600).await;
+    assert!(
+        frames.iter().all(|f| f["type"] != "wake"),
+        "no rung with the ladder off: {frames:?}"
+    );
+    assert!(s.wakes(&bob).await.is_empty());
+    s.post(None, &path, json!({"enabled": true})).await;
+    let w = re.expect("wake", 10_000).await;
+    assert_eq!(w["payload"]["reason"], "unanswered");
+}
+
+#[tokio::test]
 async fn ladder_5_restarts_on_a_newer_message_and_never_runs_for_muted_or_answered_items() {
     let (s, alice, bob) = alice_and_bob(600.0).await; // rung 1 = 100 ms, 2 = 500 ms, 3 = 3 s
     let mut re = s.ear(&bob, "ack,rewake").await;

@@ -203,6 +203,12 @@ fn agent_route(sim: &Sim, r: &Req, method: &str, h: &str, rest: &[&str]) -> ApiR
                 json!({"connects_per_minute": m, "connects_per_hour": hr, "polls_per_second": polls}),
             ))
         }
+        ("POST", ["ladder"]) => {
+            let b = r.json_object()?;
+            let on = b.get("enabled").and_then(Value::as_bool).unwrap_or(true);
+            s.agent_mut(h)?.ladder_off = !on;
+            Ok(Reply::ok(json!({"handle": at(h), "ladder": on})))
+        }
         ("POST", ["refuse-key"]) => {
             let b = r.json_object()?;
             let refuse = b.get("refuse").and_then(Value::as_bool).unwrap_or(true);

@@ -102,6 +102,9 @@ pub struct Agent {
     /// While true, the agent's sockets write nothing from their queue (pings still go); frames
     /// pile up in order and go out back to back on release.
     pub hold: watch::Sender<bool>,
+    /// The re-wake ladder is switched off for this agent (control API): no `unanswered` wakes,
+    /// and the timer never builds its tray.
+    pub ladder_off: bool,
     pub connect_budget: ConnectBudget,
     pub sockets: Vec<SocketEntry>,
     pub ladder: Ladder,

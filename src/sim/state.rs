@@ -139,6 +139,7 @@ impl State {
                 sends: Vec::new(),
                 wakes: Vec::new(),
                 hold: tokio::sync::watch::Sender::new(false),
+                ladder_off: false,
                 connect_budget: Default::default(),
                 sockets: Vec::new(),
                 ladder: Ladder::default(),

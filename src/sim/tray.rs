@@ -42,6 +42,13 @@ pub fn build(s: &State, h: &str) -> Tray {
     let mut cards = Vec::new();
     let mut deferred = 0;
     for c in s.convs.values() {
+        // A direct conversation between two others holds nothing for `h`: skip it before
+        // looking up its messages (a long one would cost every tray read).
+        if let ConvKind::Direct(pair) = &c.kind
+            && !pair.iter().any(|x| x == h)
+        {
+            continue;
+        }
         let msgs: Vec<&Message> = c
             .messages
             .iter()
