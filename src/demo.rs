@@ -11,6 +11,7 @@ mod agent;
 mod rest;
 pub mod timeline;
 
+use crate::sys::process::{GroupChild, Termination};
 use anyhow::{Context, anyhow, bail};
 use rest::{Rest, list_of, str_at};
 use secrecy::SecretString;
@@ -42,7 +43,7 @@ pub struct DemoArgs {
 #[derive(Debug, Clone, clap::Args)]
 pub struct DemoAgentArgs {}
 
-pub async fn run_agent_cli(args: DemoAgentArgs) -> anyhow::Result<i32> {
+pub async fn run_agent_command(args: DemoAgentArgs) -> anyhow::Result<i32> {
     let _ = args;
     agent::run().await
 }
@@ -86,37 +87,22 @@ impl Drop for ScratchDir {
     }
 }
 
-/// The listener child. Dropping it SIGKILLs it if it still runs, so no path leaves it behind.
-struct Listener {
-    child: tokio::process::Child,
-    pid: i32,
-}
+/// The listener child, in its own process group. Dropping it SIGKILLs the group, so no path
+/// leaves the listener behind.
+struct Listener(GroupChild);
 
 impl Listener {
     /// SIGTERM (the listener's graceful stop: its run gets the grace), then SIGKILL after `grace`.
     async fn stop(&mut self, grace: Duration) -> anyhow::Result<std::process::ExitStatus> {
-        if let Ok(Some(status)) = self.child.try_wait() {
+        if let Ok(Some(status)) = self.0.child.try_wait() {
             return Ok(status);
         }
-        // SAFETY: kill has no memory-safety preconditions; pid is our own child, not yet reaped.
-        unsafe {
-            libc::kill(self.pid, libc::SIGTERM);
-        }
-        match tokio::time::timeout(grace, self.child.wait()).await {
-            Ok(status) => Ok(status?),
-            Err(_) => {
-                let _ = self.child.start_kill();
-                let status = self.child.wait().await?;
+        match self.0.terminate(grace).await {
+            (status, Termination::WithinGrace) => Ok(status?),
+            (status, Termination::Killed) => {
+                let status = status?;
                 bail!("the listener did not stop within {grace:?} of SIGTERM; killed it ({status})")
             }
-        }
-    }
-}
-
-impl Drop for Listener {
-    fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            let _ = self.child.start_kill();
         }
     }
 }
@@ -137,8 +123,8 @@ struct Demo {
     recent: Arc<Mutex<VecDeque<String>>>,
 }
 
-pub async fn run_cli(args: DemoArgs) -> anyhow::Result<i32> {
-    crate::tls::install_crypto_provider();
+pub async fn run_command(args: DemoArgs) -> anyhow::Result<i32> {
+    crate::sys::tls::install_crypto_provider();
     let clock = Clock(Instant::now());
     println!(
         "agentchat demo: the resident listener on a local AgentChat server (no account, no network)\n"
@@ -219,16 +205,16 @@ async fn with_server(
         .stderr(std::process::Stdio::piped())
         .kill_on_drop(true);
     stop_with_parent(&mut cmd);
-    let mut child = cmd.spawn().context("cannot start agentchat listen")?;
-    let pid = child
+    let mut group = GroupChild::spawn(&mut cmd).context("cannot start agentchat listen")?;
+    let pid = group
         .id()
-        .and_then(|p| i32::try_from(p).ok())
         .ok_or_else(|| anyhow!("the listener exited at once"))?;
-    let stderr = child
+    let stderr = group
+        .child
         .stderr
         .take()
         .ok_or_else(|| anyhow!("no stderr from the listener"))?;
-    let mut listener = Listener { child, pid };
+    let mut listener = Listener(group);
     clock.say(
         "listener",
         &format!("agentchat listen spawned for {bob_handle} (pid {pid})"),
@@ -450,8 +436,15 @@ async fn scenario(d: &mut Demo) -> anyhow::Result<()> {
     // The connect itself is a wake; with nothing waiting its cycle runs nothing.
     d.wait_event("socket_connected").await?;
     d.wait_event("cycle_end").await?;
+    answer_a_burst(d).await?;
+    let invite_id = invite(d).await?;
+    wait_for_dismissal(d, &invite_id).await?;
+    d.wait_event("cycle_end").await?;
+    tray_is_empty(d).await
+}
 
-    // 1. Two messages in a burst: one cycle, one run that answers both.
+/// Step 1, two messages in a burst: one cycle, one run that answers both; alice gets the answer.
+async fn answer_a_burst(d: &mut Demo) -> anyhow::Result<()> {
     d.send("Hi Bob! Are you around?", 1).await?;
     d.send("I have a question about Friday's benchmark.", 2)
         .await?;
@@ -485,12 +478,14 @@ async fn scenario(d: &mut Demo) -> anyhow::Result<()> {
         bail!("alice never received the demo agent's answer");
     }
     d.clock.say("alice", "received the answer");
+    Ok(())
+}
 
-    // 2. An invite: each run leaves it alone. The listener counts the first run that left it
-    //    pending and dismisses it when a second one, at least 60 s (scaled) later, leaves it too.
-    //    The second run comes from the server's unanswered re-wake; the demo asks the server for
-    //    it once the pace has passed, so it never waits on the server's ladder.
-    let invite_id = invite(d).await?;
+/// Step 2, an invite: each run leaves it alone. The listener counts the first run that left it
+/// pending and dismisses it when a second one, at least 60 s (scaled) later, leaves it too.
+/// The second run comes from the server's unanswered re-wake; the demo asks the server for it
+/// once the pace has passed, so it never waits on the server's ladder.
+async fn wait_for_dismissal(d: &mut Demo, invite_id: &str) -> anyhow::Result<()> {
     let pace = Duration::from_secs_f64(60.0 / LISTENER_TIME_SCALE) + Duration::from_millis(200);
     let give_up = tokio::time::Instant::now() + STEP_TIMEOUT;
     // When set: if the invite is not dismissed by then, ask the server for a re-wake.
@@ -501,37 +496,16 @@ async fn scenario(d: &mut Demo) -> anyhow::Result<()> {
         let Some(v) = d.next_event_until(until).await? else {
             if poke_at.is_some_and(|p| tokio::time::Instant::now() >= p) {
                 poke_at = None;
-                let path = format!("/_sim/agents/{}/wake", d.bob_handle.trim_start_matches('@'));
-                d.control
-                    .post(&path, &json!({ "reason": "unanswered" }))
-                    .await?;
-                d.clock.say(
-                    "demo",
-                    &format!(
-                        "asks the server to re-wake {} now (the invite is unanswered)",
-                        d.bob_handle
-                    ),
-                );
+                ask_for_rewake(d).await?;
                 continue;
             }
             bail!("the listener did not dismiss invite {invite_id} within {STEP_TIMEOUT:?}");
         };
         match timeline::event(&v) {
-            Some("invite_dismissed") => break,
+            Some("invite_dismissed") => return Ok(()),
             Some("invite_counted") => {
                 counted = true;
-                let pending = list_of(&d.bob_tray().await?, "invites")
-                    .iter()
-                    .any(|i| str_at(i, &["invite_id"]) == Some(invite_id.as_str()));
-                if !pending {
-                    bail!(
-                        "the invite {invite_id} left the tray after one run; the agent should have left it alone"
-                    );
-                }
-                d.clock.say(
-                    "server",
-                    &format!("invite {invite_id} still pending: the run left it alone"),
-                );
+                invite_still_pending(d, invite_id).await?;
             }
             // A wake is in: its cycle is coming, so no re-wake is needed yet.
             Some("wake" | "cycle_start") => poke_at = None,
@@ -542,8 +516,43 @@ async fn scenario(d: &mut Demo) -> anyhow::Result<()> {
             _ => {}
         }
     }
-    d.wait_event("cycle_end").await?;
+}
 
+/// Asks the server (its control API) to re-wake bob as its unanswered ladder would.
+async fn ask_for_rewake(d: &mut Demo) -> anyhow::Result<()> {
+    let path = format!("/_sim/agents/{}/wake", d.bob_handle.trim_start_matches('@'));
+    d.control
+        .post(&path, &json!({ "reason": "unanswered" }))
+        .await?;
+    d.clock.say(
+        "demo",
+        &format!(
+            "asks the server to re-wake {} now (the invite is unanswered)",
+            d.bob_handle
+        ),
+    );
+    Ok(())
+}
+
+/// After a counted run the invite must still be in bob's tray: the agent leaves invites alone.
+async fn invite_still_pending(d: &mut Demo, invite_id: &str) -> anyhow::Result<()> {
+    let pending = list_of(&d.bob_tray().await?, "invites")
+        .iter()
+        .any(|i| str_at(i, &["invite_id"]) == Some(invite_id));
+    if !pending {
+        bail!(
+            "the invite {invite_id} left the tray after one run; the agent should have left it alone"
+        );
+    }
+    d.clock.say(
+        "server",
+        &format!("invite {invite_id} still pending: the run left it alone"),
+    );
+    Ok(())
+}
+
+/// Step 3, the end: no conversation and no invite left in bob's tray.
+async fn tray_is_empty(d: &mut Demo) -> anyhow::Result<()> {
     let tray = d.bob_tray().await?;
     let cards = list_of(&tray, "conversations").len();
     let invites = list_of(&tray, "invites").len();

@@ -3,6 +3,8 @@
 //!
 //! Data path: frame -> wake -> coalescer -> cycle (tray, run, tray, invite rule) -> status.
 
+pub mod cli;
+pub mod client;
 pub mod config;
 pub mod core;
 pub mod demo;
@@ -12,4 +14,4 @@ pub mod runtime;
 pub mod service;
 pub mod sim;
 pub mod status;
-pub mod tls;
+pub mod sys;

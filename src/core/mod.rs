@@ -1,15 +1,18 @@
 //! The rules of contract v1 that need no I/O: parsing, the frame engine, the coalescer, the
-//! reconnect policy, the single-run invite rule, the cycle decision and the identity block.
+//! reconnect policy, the single-run invite rule, the cycle decision, the identity block, the
+//! table of runtimes (`runtime_kind`) and the vocabulary of the listener's status (`status`).
 //! Every time is an injected number of milliseconds, so each rule is tested without a runtime
 //! against the fixtures in `conformance/`.
 
 pub mod coalescer;
-pub mod cycle;
+pub mod decision;
 pub mod engine;
 pub mod frames;
 pub mod handle;
 pub mod identity;
 pub mod invite_rule;
 pub mod reconnect;
+pub mod runtime_kind;
+pub mod status;
 pub mod texts;
 pub mod tray;

@@ -49,8 +49,7 @@ impl std::fmt::Debug for Rest {
 impl Rest {
     /// `key` None: no `Authorization` header (the sim's control API).
     pub fn new(base: &str, key: Option<SecretString>) -> anyhow::Result<Rest> {
-        crate::tls::install_crypto_provider();
-        let http = reqwest::Client::builder()
+        let http = crate::sys::tls::http_client_builder()
             .timeout(Duration::from_secs(10))
             .user_agent(concat!("agentchat-demo/", env!("CARGO_PKG_VERSION")))
             .build()?;

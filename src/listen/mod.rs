@@ -1,20 +1,20 @@
-//! `agentchat listen`: the resident listener (design 2-7). Owned by the listener work (issue 4).
+//! `agentchat listen`: the resident listener (contract 1 and 4, "single-run mode").
 //!
 //! Data path: `socket` (frames -> `core::engine` -> wakes, acks) -> `daemon` (coalescer, one cycle
-//! at a time, status, signals) -> `cycle` (tray, decide, run via `runner`, tray, invite rule).
-//! `once` is the single-shot form for scripts and cron. `state` owns the files.
+//! at a time, status, signals) -> `cycle` (tray, decide, run via `runtime::supervisor`, tray,
+//! invite rule). `once` is the single-shot form for scripts and cron. `state_dir` owns the files,
+//! `texts` the served texts (the one loader and cache); `core::status` is the vocabulary of the
+//! status they write.
 
-pub mod api;
 pub mod cycle;
 pub mod daemon;
 pub mod logging;
 pub mod once;
-pub mod runner;
 pub mod socket;
-pub mod state;
+pub mod state_dir;
+pub mod texts;
 
 use crate::config::{ConfigArgs, IntegrationSwitch, LogFormat};
-use crate::core::texts::Texts;
 use std::collections::HashMap;
 use std::time::Duration;
 
@@ -25,29 +25,19 @@ pub struct ListenArgs {
     /// Connect, run at most one cycle if something waits, then exit.
     #[arg(long)]
     pub once: bool,
-    /// text | json.
-    #[arg(long, value_name = "FORMAT")]
-    pub log_format: Option<String>,
+    /// Log line format (env AGENTCHAT_LOG_FORMAT; config `log_format`).
+    #[arg(long, value_name = "FORMAT", value_enum, ignore_case = true)]
+    pub log_format: Option<LogFormat>,
 }
 
-/// Test-only: `AGENTCHAT_TEST_TIME_SCALE` (a float > 0, default 1) divides the listener's own fixed
-/// timers (invite-rule pace, key-refused retry, status refresh, texts refresh). Never the connect
-/// budget's delay, which is the server's.
+/// Test-only: `AGENTCHAT_TEST_TIME_SCALE` divides the listener's own fixed timers (invite-rule
+/// pace, key-refused retry, status refresh, texts refresh). Never the connect budget's delay,
+/// which is the server's. Config decides whether it is honoured (`config::TestTimeScale`: only
+/// against a loopback `api_base`).
 #[derive(Debug, Clone, Copy)]
 pub struct TimeScale(pub f64);
 
 impl TimeScale {
-    pub const ENV: &'static str = "AGENTCHAT_TEST_TIME_SCALE";
-
-    pub fn from_env(env: &HashMap<String, String>) -> TimeScale {
-        let v = env
-            .get(Self::ENV)
-            .and_then(|s| s.trim().parse::<f64>().ok())
-            .filter(|f| f.is_finite() && *f > 0.0)
-            .unwrap_or(1.0);
-        TimeScale(v)
-    }
-
     /// `d / scale`, at least 1 ms, and never a panic on an absurd scale (saturates at a day).
     pub fn apply(self, d: Duration) -> Duration {
         Duration::try_from_secs_f64(d.as_secs_f64() / self.0)
@@ -63,9 +53,9 @@ impl TimeScale {
     }
 }
 
-pub async fn run_cli(args: ListenArgs) -> anyhow::Result<i32> {
-    let env: HashMap<String, String> = std::env::vars().collect();
-    match crate::config::integration_switch(&env, &crate::config::today_utc()) {
+pub async fn run_command(args: ListenArgs) -> anyhow::Result<i32> {
+    let env = crate::config::process_env();
+    match crate::config::integration_switch(&env, &crate::sys::time::today_utc()) {
         IntegrationSwitch::On => {}
         IntegrationSwitch::Off => {
             eprintln!("agentchat listen: AGENTCHAT_INTEGRATION=off; not starting");
@@ -81,26 +71,30 @@ pub async fn run_cli(args: ListenArgs) -> anyhow::Result<i32> {
         }
     }
 
-    let (settings, key, state) = match prepare(&args, &env) {
+    let (settings, key, state) = match prepare(&args) {
         Ok(ready) => ready,
         Err(e) => return Ok(refuse_to_start(&e, &env)),
     };
     let _lock = match state.lock()? {
-        state::LockAttempt::Acquired(l) => l,
-        state::LockAttempt::Held { pid } => {
+        state_dir::LockAttempt::Acquired(l) => l,
+        state_dir::LockAttempt::Held { pid } => {
             let who = pid
                 .map(|p| format!("pid {p}"))
                 .unwrap_or_else(|| "another process".into());
             eprintln!(
                 "agentchat listen: a listener for profile `{}` is already running ({who}; lock {}); exiting",
                 settings.profile,
-                state.path(state::LOCK_FILE).display()
+                state.path(state_dir::LOCK_FILE).display()
             );
             tracing::info!(event = %"already_running", holder = %who, "another listener holds the lock");
             return Ok(0);
         }
     };
-    let scale = TimeScale::from_env(&env);
+    // Holding the lock, no other listener can be running a run from this state dir: a group
+    // recorded there is a killed listener's leftover.
+    crate::runtime::supervisor::stop_leftover_run(&state.runs_dir(), settings.listen.kill_grace)
+        .await;
+    let scale = TimeScale(settings.time_scale.factor());
     if args.once {
         once::run(settings, key, state, scale).await
     } else {
@@ -116,26 +110,21 @@ pub const EXIT_CONFIG: i32 = 78;
 /// Everything that must be right before the listener can run: config, logging, key, state dir.
 fn prepare(
     args: &ListenArgs,
-    env: &HashMap<String, String>,
 ) -> anyhow::Result<(
     crate::config::Settings,
     secrecy::SecretString,
-    state::StateDir,
+    state_dir::StateDir,
 )> {
     let settings = crate::config::load(&args.config)?;
-    let format = match args.log_format.as_deref() {
-        None => settings.log_format,
-        Some("text") => LogFormat::Text,
-        Some("json") => LogFormat::Json,
-        Some(other) => anyhow::bail!("--log-format must be text or json, not `{other}`"),
-    };
-    let level = env
-        .get("AGENTCHAT_LOG")
-        .cloned()
-        .unwrap_or_else(|| settings.log_level.clone());
-    logging::init(format, &level)?;
+    logging::init(
+        args.log_format.unwrap_or(settings.log_format),
+        &settings.log_level,
+    )?;
     for line in crate::config::advice(&settings) {
         tracing::warn!(event = %"config_advice", "{line}");
+    }
+    if let Some(line) = settings.time_scale.notice() {
+        tracing::info!(event = %"test_time_scale", "{line}");
     }
     let Some(key) = settings.api_key.clone() else {
         anyhow::bail!(
@@ -143,7 +132,7 @@ fn prepare(
             settings.profile
         );
     };
-    let state = state::StateDir::open(&settings.state_dir)?;
+    let state = state_dir::StateDir::open(&settings.state_dir)?;
     Ok((settings, key, state))
 }
 
@@ -152,9 +141,15 @@ fn prepare(
 /// launchd, whose `KeepAlive {SuccessfulExit: false}` restarts every non-zero exit.
 fn refuse_to_start(error: &anyhow::Error, env: &HashMap<String, String>) -> i32 {
     eprintln!("agentchat listen: {error:#}");
+    config_error_exit_code(env)
+}
+
+/// The exit code for a listener that cannot start as configured (a bad flag included):
+/// `EXIT_CONFIG`, or 0 under launchd (see `refuse_to_start`).
+pub fn config_error_exit_code(env: &HashMap<String, String>) -> i32 {
     let under_launchd = env
         .get("XPC_SERVICE_NAME")
-        .is_some_and(|label| label.starts_with(crate::service::LAUNCHD_LABEL_PREFIX));
+        .is_some_and(|label| label.starts_with(crate::config::LAUNCHD_LABEL_PREFIX));
     if under_launchd {
         eprintln!("agentchat listen: not restarting until the config is fixed (launchd)");
         0
@@ -163,70 +158,14 @@ fn refuse_to_start(error: &anyhow::Error, env: &HashMap<String, String>) -> i32 
     }
 }
 
-/// Texts from the server (kept in the cache), else from the cache when `use_cache`.
-/// `None` when neither is available. The source is `server` or `cache`.
-pub async fn load_texts(
-    api: &api::Api,
-    state: &state::StateDir,
-    runtime: &str,
-    use_cache: bool,
-) -> Option<(Texts, &'static str)> {
-    let path = state.texts_cache(runtime);
-    match api.texts(runtime).await {
-        Ok((texts, bytes)) => {
-            if let Err(e) = state::write_atomic(&path, &bytes) {
-                tracing::warn!(event = %"texts_cache_write_failed", error = %e, "could not keep the texts");
-            }
-            tracing::info!(
-                event = %"texts_fetched",
-                runtime,
-                "texts fetched from the server"
-            );
-            return Some((texts, "server"));
-        }
-        Err(e) => {
-            tracing::warn!(event = %"texts_fetch_failed", runtime, error = %e, "could not fetch the texts");
-        }
-    }
-    if !use_cache {
-        return None;
-    }
-    match std::fs::read(&path) {
-        Ok(bytes) => match Texts::parse(&bytes) {
-            Ok(t) => {
-                tracing::info!(event = %"texts_cached", path = %path.display(), "using the last good texts from the cache");
-                Some((t, "cache"))
-            }
-            Err(e) => {
-                tracing::error!(event = %"texts_missing", error = %e, "the cached texts are damaged; no runs until the server's texts can be read");
-                None
-            }
-        },
-        Err(_) => {
-            tracing::error!(
-                event = %"texts_missing",
-                "no texts from the server and none cached; no runs until the server's texts can be read"
-            );
-            None
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn time_scale_divides_and_ignores_bad_values() {
-        let mut env = HashMap::new();
-        assert_eq!(TimeScale::from_env(&env).0, 1.0);
-        env.insert(TimeScale::ENV.to_string(), "20".to_string());
-        let s = TimeScale::from_env(&env);
+    fn time_scale_divides_and_never_gives_a_zero_timer() {
+        let s = TimeScale(20.0);
         assert_eq!(s.apply(Duration::from_secs(60)), Duration::from_secs(3));
-        env.insert(TimeScale::ENV.to_string(), "-3".to_string());
-        assert_eq!(TimeScale::from_env(&env).0, 1.0);
-        env.insert(TimeScale::ENV.to_string(), "nan".to_string());
-        assert_eq!(TimeScale::from_env(&env).0, 1.0);
         // Absurd but valid scales neither panic nor give a zero timer.
         assert_eq!(
             TimeScale(1e-300).apply(Duration::from_secs(60)),

@@ -1,4 +1,4 @@
-//! The Claude Code runtime (design 5): `claude -p --output-format stream-json --verbose
+//! The Claude Code runtime (`docs/runtimes.md`): `claude -p --output-format stream-json --verbose
 //! [--mcp-config <file>] [extra args] --allowedTools "mcp__agentchat__*"`, the prompt on stdin.
 //!
 //! The key reaches Claude Code only through the MCP config file (0600, in the state dir), never
@@ -6,9 +6,11 @@
 //! swallow a trailing positional prompt. Success needs exit 0 and a final `result` event that is
 //! not an error; an authentication failure (which Claude prints as assistant text) is `Unusable`.
 
-use super::cli;
-use super::{ProcessEnd, RunContext, RunOutcome, RunSpec, RuntimeError};
+use super::agent_cli;
+use super::{RunContext, RunOutcome, RunSpec, RuntimeError};
 use crate::config::McpMode;
+use crate::config::RuntimeKind;
+use crate::sys::process::ProcessEnd;
 use secrecy::ExposeSecret;
 use std::path::{Path, PathBuf};
 
@@ -34,18 +36,13 @@ pub const NESTED_SESSION_VARS: &[&str] = &[
 
 pub fn prepare(ctx: &RunContext<'_>) -> Result<RunSpec, RuntimeError> {
     let claude = &ctx.settings.listen.claude;
-    let program = cli::resolve_binary(
-        claude.binary.as_deref(),
-        "claude",
-        "claude-code",
-        "listen.claude.binary",
-    )?;
+    let program = super::cli_binary(ctx.settings, RuntimeKind::ClaudeCode)?;
 
     let mut args: Vec<String> = ["-p", "--output-format", "stream-json", "--verbose"]
         .map(String::from)
         .to_vec();
     if claude.mcp == McpMode::Listener {
-        let url = cli::mcp_url(&ctx.settings.api_base, claude.mcp_url.as_deref());
+        let url = agent_cli::mcp_url(&ctx.settings.api_base, claude.mcp_url.as_deref());
         let file = write_mcp_config(ctx.state_dir, &url, ctx.api_key.expose_secret())?;
         args.push("--mcp-config".into());
         args.push(path_arg(&file)?);
@@ -102,7 +99,7 @@ pub fn mcp_config_json(url: &str, key: &str) -> String {
 /// even for a moment and a concurrent reader never sees half a file.
 pub fn write_mcp_config(state_dir: &Path, url: &str, key: &str) -> Result<PathBuf, RuntimeError> {
     let path = state_dir.join(MCP_CONFIG_FILE);
-    crate::listen::state::write_atomic(&path, mcp_config_json(url, key).as_bytes())
+    crate::sys::fs::write_atomic(&path, mcp_config_json(url, key).as_bytes())
         .map_err(RuntimeError::Io)?;
     Ok(path)
 }
@@ -121,11 +118,8 @@ const AUTH_TEXTS: &[&str] = &[
 ];
 
 pub fn judge(end: &ProcessEnd, output: &[u8]) -> RunOutcome {
-    if cli::spawn_unfixable(end) {
-        return RunOutcome::Unusable(format!(
-            "Claude Code could not be started ({})",
-            cli::end_failure(end).unwrap_or_default()
-        ));
+    if let Some(unusable) = agent_cli::unstartable("Claude Code", end) {
+        return unusable;
     }
     let events = Events::read(output);
     let clean_result = events
@@ -140,7 +134,7 @@ pub fn judge(end: &ProcessEnd, output: &[u8]) -> RunOutcome {
     if let Some(problem) = events.auth_problem() {
         return RunOutcome::Unusable(problem);
     }
-    if let Some(reason) = cli::end_failure(end) {
+    if let Some(reason) = agent_cli::end_failure(end) {
         return RunOutcome::Failed(match events.result_summary() {
             Some(s) => format!("{reason}; {s}"),
             None => reason,
@@ -178,7 +172,7 @@ struct Events {
 impl Events {
     fn read(output: &[u8]) -> Events {
         let mut ev = Events::default();
-        for v in cli::json_lines(output) {
+        for v in agent_cli::json_lines(output) {
             match v.get("type").and_then(|t| t.as_str()) {
                 Some("system") if v.get("subtype").and_then(|t| t.as_str()) == Some("init") => {
                     ev.mcp_problem = mcp_problem(&v);
@@ -258,7 +252,7 @@ impl Events {
             s.push_str(&format!(", model API status {code}"));
         }
         if let Some(t) = &r.terminal_reason {
-            s.push_str(&format!(", {}", cli::clip(t)));
+            s.push_str(&format!(", {}", agent_cli::clip(t)));
         }
         Some(s)
     }
@@ -302,7 +296,7 @@ fn says_auth(text: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runtime::cli::test_support::Fixture;
+    use crate::runtime::agent_cli::test_support::Fixture;
 
     const SUCCESS: &str = r#"== run header
 {"type":"system","subtype":"init","cwd":"/w","mcp_servers":[{"name":"agentchat","status":"connected"}]}

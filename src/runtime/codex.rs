@@ -1,4 +1,4 @@
-//! The Codex runtime (design 5): `codex exec --json --skip-git-repo-check` with the `agentchat`
+//! The Codex runtime (`docs/runtimes.md`): `codex exec --json --skip-git-repo-check` with the `agentchat`
 //! MCP server given by `-c` overrides, `-C <workdir>`, the prompt as the last argument (after
 //! `--`, so a prompt starting with `-` is never read as a flag) and stdin closed (an open stdin
 //! makes `codex exec` wait for more input).
@@ -8,8 +8,10 @@
 //! needs exit 0 and `turn.completed`; `turn.failed` or an error event is a failure, and a refused
 //! login is `Unusable`.
 
-use super::cli;
-use super::{ProcessEnd, RunContext, RunOutcome, RunSpec, RuntimeError};
+use super::agent_cli;
+use super::{RunContext, RunOutcome, RunSpec, RuntimeError};
+use crate::config::RuntimeKind;
+use crate::sys::process::ProcessEnd;
 use secrecy::ExposeSecret;
 
 /// The child's environment variable that carries the key for the MCP bearer token.
@@ -21,13 +23,8 @@ pub const NESTED_SESSION_VARS: &[&str] = &["CODEX_SANDBOX", "CODEX_SANDBOX_NETWO
 
 pub fn prepare(ctx: &RunContext<'_>) -> Result<RunSpec, RuntimeError> {
     let codex = &ctx.settings.listen.codex;
-    let program = cli::resolve_binary(
-        codex.binary.as_deref(),
-        "codex",
-        "codex",
-        "listen.codex.binary",
-    )?;
-    let url = cli::mcp_url(&ctx.settings.api_base, codex.mcp_url.as_deref());
+    let program = super::cli_binary(ctx.settings, RuntimeKind::Codex)?;
+    let url = agent_cli::mcp_url(&ctx.settings.api_base, codex.mcp_url.as_deref());
     let workdir = ctx.workdir.to_str().ok_or_else(|| {
         RuntimeError::Unusable(format!(
             "the workdir {} is not valid UTF-8",
@@ -92,11 +89,8 @@ const AUTH_TEXTS: &[&str] = &[
 ];
 
 pub fn judge(end: &ProcessEnd, output: &[u8]) -> RunOutcome {
-    if cli::spawn_unfixable(end) {
-        return RunOutcome::Unusable(format!(
-            "Codex could not be started ({})",
-            cli::end_failure(end).unwrap_or_default()
-        ));
+    if let Some(unusable) = agent_cli::unstartable("Codex", end) {
+        return unusable;
     }
     let ev = Events::read(output);
     let clean = ev.turn_completed && ev.turn_failed.is_none() && ev.errors.is_empty();
@@ -110,7 +104,7 @@ pub fn judge(end: &ProcessEnd, output: &[u8]) -> RunOutcome {
                 .into(),
         );
     }
-    if let Some(reason) = cli::end_failure(end) {
+    if let Some(reason) = agent_cli::end_failure(end) {
         return RunOutcome::Failed(match ev.last_error() {
             Some(e) => format!("{reason}; {e}"),
             None => reason,
@@ -141,7 +135,7 @@ struct Events {
 impl Events {
     fn read(output: &[u8]) -> Events {
         let mut ev = Events::default();
-        for v in cli::json_lines(output) {
+        for v in agent_cli::json_lines(output) {
             match v.get("type").and_then(|t| t.as_str()) {
                 Some("turn.completed") => ev.turn_completed = true,
                 Some("turn.failed") => {
@@ -150,7 +144,7 @@ impl Events {
                         .and_then(|m| m.as_str())
                         .unwrap_or("no message");
                     ev.note_auth(msg);
-                    ev.turn_failed = Some(cli::clip(msg));
+                    ev.turn_failed = Some(agent_cli::clip(msg));
                 }
                 Some("error") => {
                     let msg = v.get("message").and_then(|m| m.as_str()).unwrap_or("");
@@ -158,7 +152,7 @@ impl Events {
                     // "Reconnecting... n/5 (…)" is Codex retrying on its own; what finally
                     // fails arrives as its own error and `turn.failed`.
                     if !msg.starts_with("Reconnecting...") {
-                        ev.errors.push(cli::clip(msg));
+                        ev.errors.push(agent_cli::clip(msg));
                     }
                 }
                 // `item.completed` of type `error` are warnings (unknown model metadata, …).
@@ -190,7 +184,7 @@ impl Events {
 mod tests {
     use super::*;
     use crate::config::RuntimeKind;
-    use crate::runtime::cli::test_support::Fixture;
+    use crate::runtime::agent_cli::test_support::Fixture;
 
     const SUCCESS: &str = r#"== run header
 {"type":"thread.started","thread_id":"t"}

@@ -1,7 +1,8 @@
 //! The script runtime: the configured argv, the prompt on stdin, the key in `AGENTCHAT_API_KEY`
 //! unless switched off (it is the user's own program).
 
-use super::{ProcessEnd, RunContext, RunOutcome, RunSpec, RuntimeError, common_env};
+use super::{RunContext, RunOutcome, RunSpec, RuntimeError, common_env};
+use crate::sys::process::ProcessEnd;
 use secrecy::ExposeSecret;
 use std::path::{Path, PathBuf};
 
@@ -58,7 +59,7 @@ pub fn locate(
             p.display()
         )));
     }
-    super::cli::search_path(Path::new(program), path_var).ok_or_else(|| {
+    super::agent_cli::search_path(Path::new(program), path_var).ok_or_else(|| {
         RuntimeError::Unusable(format!(
             "the script runtime's program `{program}` (`command` under [listen]) was not found \
              on PATH; give its full path"
@@ -81,7 +82,7 @@ pub fn judge(end: &ProcessEnd) -> RunOutcome {
 mod tests {
     use super::*;
     use crate::config::{ConfigArgs, Settings, resolve};
-    use crate::core::cycle::RunKind;
+    use crate::core::decision::RunKind;
     use secrecy::SecretString;
     use std::collections::HashMap;
 

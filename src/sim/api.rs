@@ -6,13 +6,13 @@ use std::time::Instant;
 use serde_json::{Value, json};
 use tokio::sync::broadcast::error::RecvError;
 
-use super::error::{ApiError, ApiResult};
+use super::error::{Rejection, SimResult};
 use super::http::{Reply, Req, Sim, not_found};
 use super::model::Landing;
 use super::texts;
 use super::tray;
 
-pub async fn route(sim: &Sim, r: &Req) -> ApiResult<Reply> {
+pub async fn route(sim: &Sim, r: &Req) -> SimResult<Reply> {
     let segs: Vec<&str> = r.segs.iter().map(String::as_str).collect();
     let m = r.method.as_str();
     if let (m2, ["v1", "texts"]) = (m, &segs[..])
@@ -62,13 +62,15 @@ pub async fn route(sim: &Sim, r: &Req) -> ApiResult<Reply> {
         ("GET", ["inbox"]) => {
             let limit = match r.query_u64("limit")? {
                 None => 20,
-                Some(0) => return Err(ApiError::validation("limit must be a positive integer")),
+                Some(0) => return Err(Rejection::validation("limit must be a positive integer")),
                 Some(n) => n.min(50) as usize,
             };
             let wait_ms = match r.query_u64("wait_ms")? {
                 None | Some(0) => 0,
                 Some(n) if n <= 50_000 => n,
-                Some(_) => return Err(ApiError::validation("wait_ms must be between 1 and 50000")),
+                Some(_) => {
+                    return Err(Rejection::validation("wait_ms must be between 1 and 50000"));
+                }
             };
             let invites = matches!(
                 r.query.get("invites").map(String::as_str),
@@ -88,7 +90,7 @@ pub async fn route(sim: &Sim, r: &Req) -> ApiResult<Reply> {
             let s = sim.lock();
             let g = s.group(id)?;
             if !g.members.contains_key(&me) {
-                return Err(ApiError::not_found(
+                return Err(Rejection::not_found(
                     "GROUP_NOT_FOUND",
                     format!("no group {id}"),
                 ));
@@ -123,14 +125,14 @@ fn deprecated(r: Reply, since_unix: u64) -> Reply {
         )
 }
 
-fn texts_route(sim: &Sim, r: &Req) -> ApiResult<Reply> {
+fn texts_route(sim: &Sim, r: &Req) -> SimResult<Reply> {
     let runtime = r
         .query
         .get("runtime")
         .map(String::as_str)
         .unwrap_or("generic");
     if !texts::RUNTIMES.contains(&runtime) {
-        return Err(ApiError::validation(format!(
+        return Err(Rejection::validation(format!(
             "runtime must be one of {}",
             texts::RUNTIMES.join(", ")
         )));
@@ -150,8 +152,8 @@ fn idempotent(
     sim: &Sim,
     r: &Req,
     me: &str,
-    op: impl FnOnce(&mut super::state::State) -> ApiResult<Value>,
-) -> ApiResult<Reply> {
+    op: impl FnOnce(&mut super::store::Store) -> SimResult<Value>,
+) -> SimResult<Reply> {
     let key = r.header("idempotency-key").map(str::to_string);
     let fingerprint = format!("{} /{}", r.method, r.segs.join("/"));
     let mut s = sim.lock();
@@ -160,7 +162,7 @@ fn idempotent(
             && k.bytes()
                 .all(|c| c.is_ascii_alphanumeric() || c == b'_' || c == b'-');
         if !ok {
-            return Err(ApiError::new(
+            return Err(Rejection::new(
                 400,
                 "IDEMPOTENCY_KEY_INVALID",
                 "Idempotency-Key must be 8-128 characters of A-Z a-z 0-9 _ -",
@@ -168,7 +170,7 @@ fn idempotent(
         }
         if let Some((fp, status, body)) = s.agent(me)?.idem.get(k) {
             if *fp != fingerprint {
-                return Err(ApiError::new(
+                return Err(Rejection::new(
                     422,
                     "IDEMPOTENCY_KEY_CONFLICT",
                     "this Idempotency-Key was used for another request",
@@ -194,7 +196,7 @@ pub async fn inbox(
     limit: usize,
     wait_ms: u64,
     invites: bool,
-) -> ApiResult<Value> {
+) -> SimResult<Value> {
     let started = Instant::now();
     let mut rx = {
         let mut s = sim.lock();
@@ -202,7 +204,7 @@ pub async fn inbox(
         let scale = s.clock.clone();
         let a = s.agent_mut(me)?;
         if let Err(wait) = a.polls.admit(now) {
-            return Err(ApiError::rate_limited(scale.real_secs_ceil(wait)));
+            return Err(Rejection::rate_limited(scale.real_secs_ceil(wait)));
         }
         let t = tray::build(&s, me);
         if wait_ms == 0 || t.shows_something(limit, invites) {
@@ -252,7 +254,7 @@ impl Drop for Parked<'_> {
     }
 }
 
-fn settle(s: &mut super::state::State, me: &str, shows: bool) {
+fn settle(s: &mut super::store::Store, me: &str, shows: bool) {
     let now = s.now_v();
     let progress = s.progress_recently(me);
     if let Some(a) = s.agents.get_mut(me) {
@@ -261,14 +263,14 @@ fn settle(s: &mut super::state::State, me: &str, shows: bool) {
 }
 
 /// `GET /v1/messages/sync?after=&limit=`: undelivered rows, oldest first, with `delivery_id`.
-async fn sync(sim: &Sim, r: &Req, me: &str) -> ApiResult<Reply> {
+async fn sync(sim: &Sim, r: &Req, me: &str) -> SimResult<Reply> {
     let limit = r.query_u64("limit")?.unwrap_or(200).clamp(1, 500) as usize;
     let after = r.query.get("after").cloned();
     let mut s = sim.lock();
     let now = s.now_v();
     let clock = s.clock.clone();
     if let Err(wait) = s.agent_mut(me)?.polls.admit(now) {
-        return Err(ApiError::rate_limited(clock.real_secs_ceil(wait)));
+        return Err(Rejection::rate_limited(clock.real_secs_ceil(wait)));
     }
     let rows = s.stored_rows(me, after.as_deref(), limit);
     let shows = !rows.is_empty();
@@ -276,14 +278,14 @@ async fn sync(sim: &Sim, r: &Req, me: &str) -> ApiResult<Reply> {
     Ok(Reply::ok(Value::Array(rows)))
 }
 
-fn sync_ack(sim: &Sim, r: &Req, me: &str) -> ApiResult<Reply> {
+fn sync_ack(sim: &Sim, r: &Req, me: &str) -> SimResult<Reply> {
     let body = r.json_object()?;
     let Some(cursor) = body
         .get("last_delivery_id")
         .and_then(Value::as_str)
         .filter(|s| !s.is_empty())
     else {
-        return Err(ApiError::validation("last_delivery_id is required"));
+        return Err(Rejection::validation("last_delivery_id is required"));
     };
     let n = sim.lock().ack_through(me, cursor);
     Ok(Reply::ok(json!({"acked": n})))

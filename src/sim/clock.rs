@@ -2,22 +2,22 @@
 //! 15 min / 24 h defer, budget windows, 5 s HELLO) run on a *server clock* that advances
 //! `time_scale` times faster than real time; bodies keep real wall-clock timestamps.
 
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime};
 
 #[derive(Debug, Clone)]
-pub struct Clock {
+pub struct SimClock {
     start: Instant,
     scale: f64,
 }
 
-impl Clock {
-    pub fn new(scale: f64) -> Clock {
+impl SimClock {
+    pub fn new(scale: f64) -> SimClock {
         let scale = if scale.is_finite() && scale > 0.0 {
             scale
         } else {
             1.0
         };
-        Clock {
+        SimClock {
             start: Instant::now(),
             scale,
         }
@@ -48,21 +48,14 @@ pub const SEC: u64 = 1000;
 pub const MIN: u64 = 60 * SEC;
 pub const HOUR: u64 = 60 * MIN;
 
-/// RFC 3339 UTC with milliseconds, e.g. `2026-11-08T09:12:41.902Z`.
-pub fn iso(t: SystemTime) -> String {
-    humantime::format_rfc3339_millis(t).to_string()
-}
-
+/// Now, as bodies show times: RFC 3339 UTC with milliseconds, e.g. `2026-11-08T09:12:41.902Z`.
 pub fn now_iso() -> String {
-    iso(SystemTime::now())
+    crate::sys::time::rfc3339(SystemTime::now())
 }
 
 /// Real Unix time in milliseconds (for the control API's precise logs).
 pub fn unix_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
+    crate::sys::time::unix_ms(SystemTime::now())
 }
 
 /// Microseconds on the system's monotonic clock (`CLOCK_MONOTONIC`, the clock Python's

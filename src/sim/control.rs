@@ -4,13 +4,13 @@
 
 use serde_json::{Value, json};
 
-use super::error::{ApiError, ApiResult};
+use super::error::{Rejection, SimResult};
 use super::http::{Reply, Req, Sim, not_found};
-use super::state::{State, at, bare};
+use super::store::{Store, at, bare};
 use super::texts;
 use super::tray;
 
-pub async fn route(sim: &Sim, r: &Req) -> ApiResult<Reply> {
+pub async fn route(sim: &Sim, r: &Req) -> SimResult<Reply> {
     let segs: Vec<&str> = r.segs.iter().map(String::as_str).collect();
     match (r.method.as_str(), &segs[1..]) {
         ("POST", ["agents"]) => {
@@ -18,9 +18,15 @@ pub async fn route(sim: &Sim, r: &Req) -> ApiResult<Reply> {
             let h = b
                 .get("handle")
                 .and_then(Value::as_str)
-                .ok_or_else(|| ApiError::validation("handle is required"))?;
+                .ok_or_else(|| Rejection::validation("handle is required"))?;
             let name = b.get("display_name").and_then(Value::as_str);
-            let (h, key) = sim.lock().create_agent(h, name)?;
+            let (h, key) = match b.get("api_key").and_then(Value::as_str) {
+                Some(key) => (
+                    sim.lock().create_agent_with_key(h, name, key)?,
+                    key.to_string(),
+                ),
+                None => sim.lock().create_agent(h, name)?,
+            };
             tracing::info!("sim: created agent @{h}");
             Ok(Reply::json(201, json!({"handle": at(&h), "api_key": key})))
         }
@@ -94,7 +100,7 @@ pub async fn route(sim: &Sim, r: &Req) -> ApiResult<Reply> {
         }
         ("POST", ["texts", runtime]) => {
             if !texts::RUNTIMES.contains(runtime) {
-                return Err(ApiError::validation(format!(
+                return Err(Rejection::validation(format!(
                     "runtime must be one of {}",
                     texts::RUNTIMES.join(", ")
                 )));
@@ -111,14 +117,14 @@ pub async fn route(sim: &Sim, r: &Req) -> ApiResult<Reply> {
     }
 }
 
-fn str_field(b: &Value, name: &str) -> ApiResult<String> {
+fn str_field(b: &Value, name: &str) -> SimResult<String> {
     b.get(name)
         .and_then(Value::as_str)
         .map(str::to_string)
-        .ok_or_else(|| ApiError::validation(format!("{name} is required (a string)")))
+        .ok_or_else(|| Rejection::validation(format!("{name} is required (a string)")))
 }
 
-fn handles(b: &Value, name: &str) -> ApiResult<Vec<String>> {
+fn handles(b: &Value, name: &str) -> SimResult<Vec<String>> {
     match b.get(name) {
         None | Some(Value::Null) => Ok(Vec::new()),
         Some(Value::Array(a)) => a
@@ -126,16 +132,16 @@ fn handles(b: &Value, name: &str) -> ApiResult<Vec<String>> {
             .map(|v| {
                 v.as_str()
                     .map(bare)
-                    .ok_or_else(|| ApiError::validation(format!("{name} must list handles")))
+                    .ok_or_else(|| Rejection::validation(format!("{name} must list handles")))
             })
             .collect(),
-        Some(_) => Err(ApiError::validation(format!(
+        Some(_) => Err(Rejection::validation(format!(
             "{name} must be an array of handles"
         ))),
     }
 }
 
-fn agent_route(sim: &Sim, r: &Req, method: &str, h: &str, rest: &[&str]) -> ApiResult<Reply> {
+fn agent_route(sim: &Sim, r: &Req, method: &str, h: &str, rest: &[&str]) -> SimResult<Reply> {
     let mut s = sim.lock();
     s.agent(h)?;
     match (method, rest) {
@@ -143,7 +149,7 @@ fn agent_route(sim: &Sim, r: &Req, method: &str, h: &str, rest: &[&str]) -> ApiR
             let b = r.json_object()?;
             let code = b.get("code").and_then(Value::as_u64).unwrap_or(1000);
             if !(1000..=4999).contains(&code) {
-                return Err(ApiError::validation(
+                return Err(Rejection::validation(
                     "code must be a WebSocket close code (1000-4999)",
                 ));
             }
@@ -153,7 +159,7 @@ fn agent_route(sim: &Sim, r: &Req, method: &str, h: &str, rest: &[&str]) -> ApiR
                 .unwrap_or("")
                 .to_string();
             if reason.len() > 123 {
-                return Err(ApiError::validation("reason must be at most 123 bytes"));
+                return Err(Rejection::validation("reason must be at most 123 bytes"));
             }
             let n = s.close_sockets(h, code as u16, &reason);
             Ok(Reply::ok(json!({"closed": n})))
@@ -193,7 +199,7 @@ fn agent_route(sim: &Sim, r: &Req, method: &str, h: &str, rest: &[&str]) -> ApiR
             // benchmark that reads the tray on hundreds of wakes in a row.
             if let Some(n) = b.get("polls_per_second").and_then(Value::as_f64) {
                 if !(n.is_finite() && n > 0.0) {
-                    return Err(ApiError::validation("polls_per_second must be above 0"));
+                    return Err(Rejection::validation("polls_per_second must be above 0"));
                 }
                 a.polls.ceiling.refill_ms = super::clock::SEC as f64 / n;
             }
@@ -271,7 +277,7 @@ fn agent_route(sim: &Sim, r: &Req, method: &str, h: &str, rest: &[&str]) -> ApiR
 
 /// The server's view of one agent, for tests: tray, invites with state, verdicts, sends,
 /// per-message delivery state, sockets, ladders.
-pub fn agent_state(s: &State, h: &str) -> Value {
+pub fn agent_state(s: &Store, h: &str) -> Value {
     let Some(a) = s.agents.get(h) else {
         return Value::Null;
     };

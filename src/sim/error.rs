@@ -1,10 +1,11 @@
-//! The error shape every route answers with: `{"code","message","details?"}` (wire-facts 4.9).
+//! The error shape every route answers with: `{"code","message","details?"}` (contract 7's
+//! "usual error shape"; `docs/local-server.md`).
 
 use serde_json::{Value, json};
 
 #[derive(Debug, Clone, thiserror::Error)]
 #[error("{status} {code}: {message}")]
-pub struct ApiError {
+pub struct Rejection {
     pub status: u16,
     pub code: &'static str,
     pub message: String,
@@ -13,9 +14,9 @@ pub struct ApiError {
     pub retry_after: Option<u64>,
 }
 
-impl ApiError {
-    pub fn new(status: u16, code: &'static str, message: impl Into<String>) -> ApiError {
-        ApiError {
+impl Rejection {
+    pub fn new(status: u16, code: &'static str, message: impl Into<String>) -> Rejection {
+        Rejection {
             status,
             code,
             message: message.into(),
@@ -23,21 +24,21 @@ impl ApiError {
             retry_after: None,
         }
     }
-    pub fn with_details(mut self, details: Value) -> ApiError {
+    pub fn with_details(mut self, details: Value) -> Rejection {
         self.details = Some(Box::new(details));
         self
     }
-    pub fn validation(message: impl Into<String>) -> ApiError {
-        ApiError::new(400, "VALIDATION_ERROR", message)
+    pub fn validation(message: impl Into<String>) -> Rejection {
+        Rejection::new(400, "VALIDATION_ERROR", message)
     }
-    pub fn unauthorized() -> ApiError {
-        ApiError::new(401, "UNAUTHORIZED", "Invalid API key")
+    pub fn unauthorized() -> Rejection {
+        Rejection::new(401, "UNAUTHORIZED", "Invalid API key")
     }
-    pub fn not_found(code: &'static str, message: impl Into<String>) -> ApiError {
-        ApiError::new(404, code, message)
+    pub fn not_found(code: &'static str, message: impl Into<String>) -> Rejection {
+        Rejection::new(404, code, message)
     }
-    pub fn rate_limited(secs: u64) -> ApiError {
-        ApiError {
+    pub fn rate_limited(secs: u64) -> Rejection {
+        Rejection {
             status: 429,
             code: "RATE_LIMITED",
             message: format!("Too many requests. Try again in {secs} seconds."),
@@ -54,4 +55,4 @@ impl ApiError {
     }
 }
 
-pub type ApiResult<T> = Result<T, ApiError>;
+pub type SimResult<T> = Result<T, Rejection>;

@@ -14,24 +14,24 @@ use serde_json::Value;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-use super::clock::Clock;
-use super::error::{ApiError, ApiResult};
-use super::state::State;
+use super::clock::SimClock;
+use super::error::{Rejection, SimResult};
+use super::store::Store;
 use super::{api, control, mcp, ws};
 
-/// Everything the tasks share. The state lock is never held across an await.
+/// Everything the tasks share. The store lock is never held across an await.
 pub struct Shared {
-    pub state: Mutex<State>,
-    pub clock: Clock,
+    pub store: Mutex<Store>,
+    pub clock: SimClock,
     pub shutdown: watch::Receiver<bool>,
 }
 
 pub type Sim = Arc<Shared>;
 
 impl Shared {
-    pub fn lock(&self) -> MutexGuard<'_, State> {
-        // A panic while holding the lock would poison it; the state is still the best we have.
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    pub fn lock(&self) -> MutexGuard<'_, Store> {
+        // A panic while holding the lock would poison it; the store is still the best we have.
+        self.store.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 
@@ -55,27 +55,27 @@ impl Req {
         scheme.eq_ignore_ascii_case("bearer").then_some(key.trim())
     }
     /// The body as JSON; an empty body is `{}`. Malformed JSON is a 400 naming the problem.
-    pub fn json(&self) -> ApiResult<Value> {
+    pub fn json(&self) -> SimResult<Value> {
         if self.body.iter().all(u8::is_ascii_whitespace) {
             return Ok(Value::Object(Default::default()));
         }
         serde_json::from_slice(&self.body)
-            .map_err(|e| ApiError::validation(format!("Invalid JSON body: {e}")))
+            .map_err(|e| Rejection::validation(format!("Invalid JSON body: {e}")))
     }
-    pub fn json_object(&self) -> ApiResult<Value> {
+    pub fn json_object(&self) -> SimResult<Value> {
         let v = self.json()?;
         if v.is_object() {
             Ok(v)
         } else {
-            Err(ApiError::validation("the JSON body must be an object"))
+            Err(Rejection::validation("the JSON body must be an object"))
         }
     }
-    pub fn query_u64(&self, name: &str) -> ApiResult<Option<u64>> {
+    pub fn query_u64(&self, name: &str) -> SimResult<Option<u64>> {
         match self.query.get(name) {
             None => Ok(None),
             Some(v) if v.is_empty() => Ok(None),
             Some(v) => v.parse::<u64>().map(Some).map_err(|_| {
-                ApiError::validation(format!("{name} must be a non-negative integer"))
+                Rejection::validation(format!("{name} must be a non-negative integer"))
             }),
         }
     }
@@ -112,8 +112,8 @@ impl Reply {
     }
 }
 
-impl From<ApiError> for Reply {
-    fn from(e: ApiError) -> Reply {
+impl From<Rejection> for Reply {
+    fn from(e: Rejection) -> Reply {
         let mut r = Reply::json(e.status, e.body());
         if let Some(s) = e.retry_after {
             r.headers.push(("retry-after", s.to_string()));
@@ -219,7 +219,7 @@ async fn handle(sim: Sim, req: Request<Incoming>, peer: SocketAddr) -> Response<
     let body = match Limited::new(body, 1 << 20).collect().await {
         Ok(b) => b.to_bytes(),
         Err(_) => {
-            let r = Reply::from(ApiError::new(
+            let r = Reply::from(Rejection::new(
                 413,
                 "PAYLOAD_TOO_LARGE",
                 "the request body is over 1 MiB or broken",
@@ -255,7 +255,7 @@ async fn route(sim: &Sim, r: &Req) -> Reply {
 }
 
 pub fn not_found(r: &Req) -> Reply {
-    Reply::from(ApiError::not_found(
+    Reply::from(Rejection::not_found(
         "NOT_FOUND",
         format!("no route {} /{}", r.method, r.segs.join("/")),
     ))

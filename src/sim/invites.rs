@@ -7,17 +7,17 @@ use std::collections::BTreeMap;
 use serde_json::{Value, json};
 
 use super::clock::{new_id, now_iso};
-use super::error::{ApiError, ApiResult};
+use super::error::{Rejection, SimResult};
 use super::model::{ConvKind, Conversation, Group, Invite, Ladder, Landing, Member};
-use super::state::{NewMessage, State, bare};
+use super::store::{NewMessage, Store, bare};
 
-impl State {
+impl Store {
     pub fn create_group(
         &mut self,
         owner: &str,
         name: &str,
         members: &[String],
-    ) -> ApiResult<String> {
+    ) -> SimResult<String> {
         let owner = bare(owner);
         self.agent(&owner)?;
         let id = new_id("grp");
@@ -61,10 +61,10 @@ impl State {
         Ok(id)
     }
 
-    pub fn group(&self, id: &str) -> ApiResult<&Group> {
+    pub fn group(&self, id: &str) -> SimResult<&Group> {
         self.groups
             .get(id)
-            .ok_or_else(|| ApiError::not_found("GROUP_NOT_FOUND", format!("no group {id}")))
+            .ok_or_else(|| Rejection::not_found("GROUP_NOT_FOUND", format!("no group {id}")))
     }
 
     pub fn group_detail(&self, id: &str, viewer: &str) -> Value {
@@ -90,19 +90,19 @@ impl State {
     }
 
     /// Invites `invitee` into `group`: a `group.invite.received` frame, a landing, the ladder (3.3).
-    pub fn invite(&mut self, group: &str, inviter: &str, invitee: &str) -> ApiResult<String> {
+    pub fn invite(&mut self, group: &str, inviter: &str, invitee: &str) -> SimResult<String> {
         let (inviter, invitee) = (bare(inviter), bare(invitee));
         self.agent(&invitee)?;
         let g = self.group(group)?;
         if g.deleted.is_some() {
-            return Err(ApiError::new(
+            return Err(Rejection::new(
                 410,
                 "GROUP_DELETED",
                 "this group was deleted",
             ));
         }
         if g.members.contains_key(&invitee) {
-            return Err(ApiError::new(
+            return Err(Rejection::new(
                 409,
                 "ALREADY_MEMBER",
                 format!("@{invitee} is already a member"),
@@ -179,17 +179,17 @@ impl State {
         Value::Array(v.iter().map(|i| self.invite_list_item(&i.id)).collect())
     }
 
-    fn pending_invite(&self, h: &str, id: &str) -> ApiResult<()> {
+    fn pending_invite(&self, h: &str, id: &str) -> SimResult<()> {
         match self.invites.get(id) {
             Some(i) if i.invitee == h && i.state == "pending" => Ok(()),
-            _ => Err(ApiError::not_found(
+            _ => Err(Rejection::not_found(
                 "INVITE_NOT_FOUND",
                 "no pending invite with that id for you",
             )),
         }
     }
 
-    pub fn accept_invite(&mut self, h: &str, id: &str) -> ApiResult<Value> {
+    pub fn accept_invite(&mut self, h: &str, id: &str) -> SimResult<Value> {
         self.pending_invite(h, id)?;
         let gid = self
             .invites
@@ -217,7 +217,7 @@ impl State {
         Ok(self.group_detail(&gid, h))
     }
 
-    pub fn decline_invite(&mut self, h: &str, id: &str) -> ApiResult<Value> {
+    pub fn decline_invite(&mut self, h: &str, id: &str) -> SimResult<Value> {
         self.pending_invite(h, id)?;
         if let Some(i) = self.invites.get_mut(id) {
             i.state = "declined";
@@ -226,7 +226,7 @@ impl State {
         Ok(json!({"message": "Invite rejected"}))
     }
 
-    pub fn dismiss_invite(&mut self, h: &str, id: &str) -> ApiResult<Value> {
+    pub fn dismiss_invite(&mut self, h: &str, id: &str) -> SimResult<Value> {
         self.pending_invite(h, id)?;
         let mut changed = false;
         if let Some(i) = self.invites.get_mut(id)
@@ -243,7 +243,7 @@ impl State {
 
     /// A group system notice from `actor` to every other member. Not pushed live, except
     /// `group_deleted` (contract 4 step 1).
-    pub fn notice(&mut self, group: &str, actor: &str, data: Value) -> ApiResult<String> {
+    pub fn notice(&mut self, group: &str, actor: &str, data: Value) -> SimResult<String> {
         let g = self.group(group)?;
         let recipients: Vec<String> = g.members.keys().filter(|h| *h != actor).cloned().collect();
         let event = data
@@ -267,11 +267,11 @@ impl State {
         Ok(id)
     }
 
-    pub fn delete_group(&mut self, group: &str, by: &str) -> ApiResult<Value> {
+    pub fn delete_group(&mut self, group: &str, by: &str) -> SimResult<Value> {
         let by = bare(by);
         let g = self.group(group)?;
         if g.deleted.is_some() {
-            return Err(ApiError::new(
+            return Err(Rejection::new(
                 410,
                 "GROUP_DELETED",
                 "this group was already deleted",

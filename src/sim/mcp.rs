@@ -1,18 +1,18 @@
 //! The hosted MCP tools at `POST /mcp`: Streamable HTTP answered with plain `application/json`
-//! JSON-RPC 2.0 (what the real `claude` and `codex` clients accept, real-clis.md). Bearer auth.
+//! JSON-RPC 2.0 (what the real `claude` and `codex` clients accept). Bearer auth.
 //! Tools answer as the REST routes do: the result JSON as one text item, errors as `isError`.
 
 use serde_json::{Value, json};
 
 use super::api;
-use super::error::{ApiError, ApiResult};
+use super::error::{Rejection, SimResult};
 use super::http::{Reply, Req, Sim};
 
 const SUPPORTED: [&str; 4] = ["2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"];
 
 pub async fn route(sim: &Sim, r: &Req) -> Reply {
     if r.method != "POST" {
-        return Reply::from(ApiError::new(
+        return Reply::from(Rejection::new(
             405,
             "METHOD_NOT_ALLOWED",
             "POST JSON-RPC to /mcp; no SSE stream here",
@@ -112,19 +112,19 @@ async fn one(sim: &Sim, me: &str, msg: Value) -> Option<Value> {
     Some(json!({"jsonrpc": "2.0", "id": id, "result": result}))
 }
 
-fn s(args: &Value, name: &str) -> ApiResult<String> {
+fn s(args: &Value, name: &str) -> SimResult<String> {
     args.get(name)
         .and_then(Value::as_str)
         .filter(|s| !s.is_empty())
         .map(str::to_string)
-        .ok_or_else(|| ApiError::validation(format!("{name} is required")))
+        .ok_or_else(|| Rejection::validation(format!("{name} is required")))
 }
 
 /// Checks a tool call's arguments against that tool's own `inputSchema` (required properties,
 /// `string`/`integer` types, `enum`, `minimum`/`maximum`), so a tool refuses what its schema
 /// refuses, with a 400-shaped error naming the property, as the REST route does. Null optional
 /// properties count as absent; properties the schema does not list are ignored.
-fn check_args(name: &str, args: &Value) -> ApiResult<()> {
+fn check_args(name: &str, args: &Value) -> SimResult<()> {
     let tools = tools();
     let Some(schema) = tools
         .as_array()
@@ -134,12 +134,12 @@ fn check_args(name: &str, args: &Value) -> ApiResult<()> {
         return Ok(());
     };
     if !args.is_object() {
-        return Err(ApiError::validation("arguments must be an object"));
+        return Err(Rejection::validation("arguments must be an object"));
     }
     for req in schema["required"].as_array().into_iter().flatten() {
         let key = req.as_str().unwrap_or("");
         if args.get(key).is_none_or(Value::is_null) {
-            return Err(ApiError::validation(format!("{key} is required")));
+            return Err(Rejection::validation(format!("{key} is required")));
         }
     }
     let Some(props) = schema["properties"].as_object() else {
@@ -155,7 +155,7 @@ fn check_args(name: &str, args: &Value) -> ApiResult<()> {
             _ => true,
         };
         if !ok_type {
-            return Err(ApiError::validation(format!(
+            return Err(Rejection::validation(format!(
                 "{key} must be a{} {}",
                 if p["type"] == "integer" { "n" } else { "" },
                 p["type"].as_str().unwrap_or("value")
@@ -165,7 +165,7 @@ fn check_args(name: &str, args: &Value) -> ApiResult<()> {
             && !allowed.contains(v)
         {
             let names: Vec<&str> = allowed.iter().filter_map(Value::as_str).collect();
-            return Err(ApiError::validation(format!(
+            return Err(Rejection::validation(format!(
                 "{key} must be one of {}",
                 names.join(", ")
             )));
@@ -173,7 +173,7 @@ fn check_args(name: &str, args: &Value) -> ApiResult<()> {
         if let Some(n) = v.as_f64() {
             let (min, max) = (p["minimum"].as_f64(), p["maximum"].as_f64());
             if min.is_some_and(|m| n < m) || max.is_some_and(|m| n > m) {
-                return Err(ApiError::validation(format!(
+                return Err(Rejection::validation(format!(
                     "{key} must be between {} and {}",
                     p["minimum"], p["maximum"]
                 )));
@@ -188,7 +188,7 @@ fn int(args: &Value, name: &str, default: u64) -> u64 {
     args.get(name).and_then(Value::as_u64).unwrap_or(default)
 }
 
-async fn call(sim: &Sim, me: &str, name: &str, args: &Value) -> ApiResult<Value> {
+async fn call(sim: &Sim, me: &str, name: &str, args: &Value) -> SimResult<Value> {
     check_args(name, args)?;
     match name {
         "agentchat_inbox" => {
@@ -224,12 +224,12 @@ async fn call(sim: &Sim, me: &str, name: &str, args: &Value) -> ApiResult<Value>
                 "accept" => st.accept_invite(me, &id),
                 "decline" => st.decline_invite(me, &id),
                 "dismiss" => st.dismiss_invite(me, &id),
-                other => Err(ApiError::validation(format!(
+                other => Err(Rejection::validation(format!(
                     "response {other:?} is not accept, decline or dismiss"
                 ))),
             }
         }
-        other => Err(ApiError::not_found(
+        other => Err(Rejection::not_found(
             "TOOL_NOT_FOUND",
             format!("no tool named {other}"),
         )),
@@ -237,7 +237,7 @@ async fn call(sim: &Sim, me: &str, name: &str, args: &Value) -> ApiResult<Value>
 }
 
 fn tools() -> Value {
-    let categories = super::state::CATEGORIES;
+    let categories = super::store::CATEGORIES;
     json!([
         {
             "name": "agentchat_inbox",

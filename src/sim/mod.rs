@@ -1,7 +1,7 @@
 //! `agentchat sim`: a faithful in-memory AgentChat server on loopback, with a control API for
-//! tests and demos (design 8). Owned by the sim work (issue 3).
+//! tests and demos (`docs/local-server.md`).
 //!
-//! Layout: `state`/`model` hold the data and the operations every door shares (with `verdicts`
+//! Layout: `store`/`model` hold the data and the operations every door shares (with `verdicts`
 //! and `invites` split out); `tray` builds the
 //! v1 tray; `timers` run the defer and re-wake ladders; `budget` holds the poll and connect
 //! budgets; `http` routes to `api` (the agent's REST hands), `ws` (the socket), `mcp` (the hosted
@@ -16,7 +16,7 @@ mod http;
 mod invites;
 mod mcp;
 mod model;
-mod state;
+mod store;
 mod texts;
 mod timers;
 mod tray;
@@ -45,7 +45,7 @@ pub struct SimArgs {
 
 /// Prints one JSON line (`api_base`, and the seeded agents' keys) on stdout, then logs requests
 /// on stderr (never keys) until SIGINT or SIGTERM.
-pub async fn run_cli(args: SimArgs) -> anyhow::Result<i32> {
+pub async fn run_command(args: SimArgs) -> anyhow::Result<i32> {
     let _ = tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_target(false)
@@ -144,8 +144,8 @@ pub async fn start(config: SimConfig) -> anyhow::Result<SimHandle> {
         .await
         .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", config.listen))?;
     let addr = listener.local_addr()?;
-    let clock = clock::Clock::new(config.time_scale);
-    let mut st = state::State::new(clock.clone());
+    let clock = clock::SimClock::new(config.time_scale);
+    let mut st = store::Store::new(clock.clone());
     let mut seeded = Vec::new();
     if config.seed_demo {
         for h in ["alice", "bob"] {
@@ -157,7 +157,7 @@ pub async fn start(config: SimConfig) -> anyhow::Result<SimHandle> {
     }
     let (stop, shutdown) = watch::channel(false);
     let sim: http::Sim = Arc::new(http::Shared {
-        state: Mutex::new(st),
+        store: Mutex::new(st),
         clock,
         shutdown,
     });

@@ -5,16 +5,16 @@ use serde_json::json;
 
 use super::clock::{MIN, now_iso};
 use super::model::RUNGS_MIN;
-use super::state::State;
+use super::store::Store;
 use super::tray;
 
 /// Runs every timer that is due at the current server-clock time.
-pub fn tick(s: &mut State) {
+pub fn tick(s: &mut Store) {
     fire_reminders(s);
     run_ladders(s);
 }
 
-fn fire_reminders(s: &mut State) {
+fn fire_reminders(s: &mut Store) {
     let now = s.now_v();
     let mut due = Vec::new();
     for (h, a) in &s.agents {
@@ -60,7 +60,7 @@ fn fire_reminders(s: &mut State) {
     }
 }
 
-fn run_ladders(s: &mut State) {
+fn run_ladders(s: &mut Store) {
     let now = s.now_v();
     let handles: Vec<String> = s.agents.keys().cloned().collect();
     for h in handles {

@@ -5,16 +5,16 @@
 use serde_json::{Value, json};
 
 use super::clock::{MIN, now_iso};
-use super::error::{ApiError, ApiResult};
+use super::error::{Rejection, SimResult};
 use super::model::{Decision, Defer};
-use super::state::{CATEGORIES, State};
+use super::store::{CATEGORIES, Store};
 
-impl State {
+impl Store {
     /// The seq of `anchor` in `conv`, or 404 MESSAGE_NOT_FOUND (3.2).
-    fn anchor_seq(&self, conv: &str, anchor: &str) -> ApiResult<u64> {
+    fn anchor_seq(&self, conv: &str, anchor: &str) -> SimResult<u64> {
         match self.messages.get(anchor) {
             Some(m) if m.conversation_id == conv => Ok(m.seq),
-            _ => Err(ApiError::not_found(
+            _ => Err(Rejection::not_found(
                 "MESSAGE_NOT_FOUND",
                 "through_message_id is not a message of this conversation",
             )),
@@ -23,11 +23,11 @@ impl State {
 
     /// The body's `through_message_id` as `(seq, id)`: absent or null is `None`; anything but a
     /// string is 400 (never "read through now"); a foreign id is 404 MESSAGE_NOT_FOUND.
-    fn body_anchor(&self, conv: &str, body: &Value) -> ApiResult<Option<(u64, String)>> {
+    fn body_anchor(&self, conv: &str, body: &Value) -> SimResult<Option<(u64, String)>> {
         match body.get("through_message_id") {
             None | Some(Value::Null) => Ok(None),
             Some(Value::String(s)) => Ok(Some((self.anchor_seq(conv, s)?, s.clone()))),
-            Some(_) => Err(ApiError::validation("through_message_id must be a string")),
+            Some(_) => Err(Rejection::validation("through_message_id must be a string")),
         }
     }
 
@@ -105,19 +105,19 @@ impl State {
     }
 
     /// `POST /v1/conversations/{id}/decisions` (3.2).
-    pub fn decide(&mut self, h: &str, conv: &str, body: &Value) -> ApiResult<Value> {
+    pub fn decide(&mut self, h: &str, conv: &str, body: &Value) -> SimResult<Value> {
         self.conv_for(h, conv)?;
         let decision = match body.get("decision").and_then(Value::as_str) {
             Some("reply") => "reply",
             Some("dismiss") | Some("no_reply") => "dismiss",
             Some("defer") => "defer",
             Some(other) => {
-                return Err(ApiError::validation(format!(
+                return Err(Rejection::validation(format!(
                     "decision {other:?} is not reply, dismiss or defer"
                 )));
             }
             None => {
-                return Err(ApiError::validation(
+                return Err(Rejection::validation(
                     "decision is required: reply, dismiss or defer",
                 ));
             }
@@ -126,7 +126,7 @@ impl State {
             None | Some(Value::Null) => "other".to_string(),
             Some(Value::String(c)) if CATEGORIES.contains(&c.as_str()) => c.clone(),
             Some(c) => {
-                return Err(ApiError::validation(format!(
+                return Err(Rejection::validation(format!(
                     "category {c} is not one of {}",
                     CATEGORIES.join(", ")
                 )));
@@ -143,7 +143,7 @@ impl State {
                 Some(a) => a,
                 None => self
                     .newest_seq(conv)
-                    .ok_or_else(|| ApiError::validation("the conversation has no messages"))?,
+                    .ok_or_else(|| Rejection::validation("the conversation has no messages"))?,
             };
             through_id = id.clone();
             let prior = self
@@ -208,7 +208,7 @@ impl State {
     }
 
     /// `POST /v1/conversations/{id}/read`: reads by the verdict rules, records no verdict.
-    pub fn mark_read(&mut self, h: &str, conv: &str, body: &Value) -> ApiResult<Value> {
+    pub fn mark_read(&mut self, h: &str, conv: &str, body: &Value) -> SimResult<Value> {
         self.conv_for(h, conv)?;
         let seq = match self.body_anchor(conv, body)? {
             Some((seq, _)) => seq,

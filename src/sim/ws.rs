@@ -19,7 +19,7 @@ use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
 use tokio_tungstenite::tungstenite::protocol::{CloseFrame, Role};
 
 use super::clock::{SEC, now_iso};
-use super::error::ApiError;
+use super::error::Rejection;
 use super::http::Sim;
 use super::model::{Out, SocketEntry};
 
@@ -32,7 +32,7 @@ type Ws = WebSocketStream<TokioIo<hyper::upgrade::Upgraded>>;
 
 /// A refused upgrade answers in the sim's one error shape, like every other route.
 fn plain(status: u16, text: &str) -> Response<Full<Bytes>> {
-    super::http::into_response(ApiError::new(status, "VALIDATION_ERROR", text).into())
+    super::http::into_response(Rejection::new(status, "VALIDATION_ERROR", text).into())
 }
 
 /// Answers the upgrade (101) and runs the socket on its own task.

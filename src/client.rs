@@ -1,0 +1,301 @@
+//! The few REST calls the listener makes itself (`docs/operating.md`): who am I, the tray, the texts, and an
+//! invite dismiss. Thin I/O: every rule about what to do with the answers lives in `core`.
+//! Errors never carry the key or a response body (a body could quote message text).
+
+use crate::core::texts::Texts;
+use crate::core::tray::Tray;
+use secrecy::{ExposeSecret, SecretString};
+use std::time::Duration;
+
+/// The client name the server buckets us under (an existing value of its low-cardinality taxonomy).
+pub const CLIENT_NAME: &str = "coding_agents";
+pub const CLIENT_VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// One REST timeout for every call: the tray is read without `wait_ms`, so answers are quick.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+
+#[derive(Debug, Clone, thiserror::Error, PartialEq)]
+pub enum ApiError {
+    /// 401 or 403: the key was refused (or the account is suspended).
+    #[error("the server refused the API key (HTTP {0})")]
+    Refused(u16),
+    /// 429 with the wait the server asked for.
+    #[error("rate limited; retry after {0:?}")]
+    RateLimited(Duration),
+    /// Any other non-2xx answer; `code` is the error body's `code` when it had one.
+    #[error("HTTP {status} {code}")]
+    Status { status: u16, code: String },
+    #[error("network error: {0}")]
+    Network(String),
+    /// A 2xx answer we could not parse.
+    #[error("unexpected answer: {0}")]
+    Body(String),
+    /// An id that no URL path can carry (empty, `.` or `..`); no request was made.
+    #[error("the id {0:?} cannot be put into a URL path")]
+    BadId(String),
+}
+
+/// The error `code` of a `404` that means the invite is no longer pending (contract 3.3).
+pub const INVITE_NOT_FOUND: &str = "INVITE_NOT_FOUND";
+
+/// How an invite dismiss ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dismissal {
+    /// `200 {"dismissed": true}` (also for an invite already dismissed: the route is idempotent).
+    Dismissed,
+    /// `404 INVITE_NOT_FOUND`: accepted, declined or cancelled elsewhere; nothing left to dismiss.
+    NotPending,
+}
+
+impl ApiError {
+    /// Worth another try inside the same cycle (network trouble, 5xx, 429).
+    pub fn is_transient(&self) -> bool {
+        match self {
+            ApiError::Network(_) | ApiError::RateLimited(_) => true,
+            ApiError::Status { status, .. } => *status >= 500 || *status == 408,
+            _ => false,
+        }
+    }
+}
+
+#[derive(Clone)]
+pub struct Api {
+    http: reqwest::Client,
+    base: String,
+    key: SecretString,
+}
+
+impl std::fmt::Debug for Api {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Api")
+            .field("base", &self.base)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Api {
+    pub fn new(base: &str, key: SecretString) -> Result<Api, ApiError> {
+        let http = crate::sys::tls::http_client_builder()
+            .timeout(REQUEST_TIMEOUT)
+            .connect_timeout(Duration::from_secs(10))
+            .user_agent(format!("agentchat-listener-rs/{CLIENT_VERSION}"))
+            .build()
+            .map_err(|e| ApiError::Network(format!("cannot build the HTTP client: {e}")))?;
+        Ok(Api {
+            http,
+            base: base.trim_end_matches('/').to_string(),
+            key,
+        })
+    }
+
+    pub fn base(&self) -> &str {
+        &self.base
+    }
+
+    async fn get(&self, path: &str) -> Result<Vec<u8>, ApiError> {
+        let req = self.http.get(format!("{}{}", self.base, path));
+        self.send(req).await
+    }
+
+    async fn send(&self, req: reqwest::RequestBuilder) -> Result<Vec<u8>, ApiError> {
+        let resp = req
+            .bearer_auth(self.key.expose_secret())
+            .header("X-AgentChat-Client", CLIENT_NAME)
+            .header("X-AgentChat-Client-Version", CLIENT_VERSION)
+            .send()
+            .await
+            .map_err(|e| ApiError::Network(redact_reqwest(&e)))?;
+        let status = resp.status().as_u16();
+        if (200..300).contains(&status) {
+            let bytes = resp
+                .bytes()
+                .await
+                .map_err(|e| ApiError::Network(redact_reqwest(&e)))?;
+            return Ok(bytes.to_vec());
+        }
+        if status == 401 || status == 403 {
+            return Err(ApiError::Refused(status));
+        }
+        if status == 429 {
+            let wait = resp
+                .headers()
+                .get(reqwest::header::RETRY_AFTER)
+                .and_then(|v| v.to_str().ok())
+                .and_then(parse_retry_after_header)
+                .unwrap_or(Duration::from_secs(5));
+            return Err(ApiError::RateLimited(wait));
+        }
+        let code = resp
+            .bytes()
+            .await
+            .ok()
+            .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+            .and_then(|v| v.get("code").and_then(|c| c.as_str()).map(str::to_string))
+            .unwrap_or_default();
+        Err(ApiError::Status { status, code })
+    }
+
+    /// `GET /v1/agents/me`: this agent's handle, bare as the server sends it there.
+    pub async fn me(&self) -> Result<String, ApiError> {
+        let body = self.get("/v1/agents/me").await?;
+        let v: serde_json::Value =
+            serde_json::from_slice(&body).map_err(|e| ApiError::Body(format!("agents/me: {e}")))?;
+        v.get("handle")
+            .and_then(|h| h.as_str())
+            .map(|h| h.trim_start_matches('@').to_string())
+            .filter(|h| !h.is_empty())
+            .ok_or_else(|| ApiError::Body("agents/me has no handle".into()))
+    }
+
+    /// `GET /v1/inbox?invites=1&limit=50`: the tray, invites included (contract 3.1).
+    pub async fn inbox(&self) -> Result<Tray, ApiError> {
+        let body = self.get("/v1/inbox?invites=1&limit=50").await?;
+        Tray::parse(&body).map_err(|e| ApiError::Body(format!("tray: {e}")))
+    }
+
+    /// `GET /v1/texts?runtime=`: the parsed texts and the exact bytes (for the cache).
+    pub async fn texts(&self, runtime: &str) -> Result<(Texts, Vec<u8>), ApiError> {
+        let body = self.get(&format!("/v1/texts?runtime={runtime}")).await?;
+        let texts = Texts::parse(&body).map_err(|e| ApiError::Body(format!("texts: {e}")))?;
+        Ok((texts, body))
+    }
+
+    /// `POST /v1/groups/invites/{id}/dismiss`. Only `404 INVITE_NOT_FOUND` means the invite is no
+    /// longer pending (contract 3.3); any other 404 (a route the server does not have, as behind
+    /// a wrong `api_base` prefix) is an error like any other status.
+    pub async fn dismiss_invite(&self, invite_id: &str) -> Result<Dismissal, ApiError> {
+        let id = path_segment(invite_id).ok_or_else(|| ApiError::BadId(invite_id.to_owned()))?;
+        let url = format!("{}/v1/groups/invites/{id}/dismiss", self.base);
+        let req = self
+            .http
+            .post(url)
+            .header("Idempotency-Key", idempotency_key(invite_id))
+            .json(&serde_json::json!({}));
+        match self.send(req).await {
+            Ok(_) => Ok(Dismissal::Dismissed),
+            Err(ApiError::Status { status: 404, code }) if code == INVITE_NOT_FOUND => {
+                Ok(Dismissal::NotPending)
+            }
+            Err(e) => Err(e),
+        }
+    }
+}
+
+/// `id` as one URL path segment: every byte but the unreserved `A-Z a-z 0-9 - . _ ~` (RFC 3986
+/// 2.3) is percent-encoded, so an id from the server can neither reach another path (`/`) nor
+/// start a query or fragment (`?`, `#`). `None` for an id no segment can carry: empty, `.` or
+/// `..` (URL parsers resolve those, encoded or not, as dot segments).
+pub fn path_segment(id: &str) -> Option<String> {
+    if matches!(id, "" | "." | "..") {
+        return None;
+    }
+    let mut out = String::with_capacity(id.len());
+    for b in id.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    Some(out)
+}
+
+/// `Retry-After` as integer seconds (the form the server sends).
+pub fn parse_retry_after_header(v: &str) -> Option<Duration> {
+    v.trim().parse::<u64>().ok().map(Duration::from_secs)
+}
+
+/// 8-128 chars of `[A-Za-z0-9_-]`, stable per invite so a retried dismiss is one dismiss.
+fn idempotency_key(invite_id: &str) -> String {
+    let clean: String = invite_id
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric() || *c == '_' || *c == '-')
+        .take(100)
+        .collect();
+    format!("listener-dismiss-{clean}")
+}
+
+/// reqwest errors name the URL (no key in it) and the cause; keep just that.
+fn redact_reqwest(e: &reqwest::Error) -> String {
+    let mut s = e.to_string();
+    let mut src = std::error::Error::source(e);
+    while let Some(inner) = src {
+        s.push_str(": ");
+        s.push_str(&inner.to_string());
+        src = inner.source();
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retry_after_reads_integer_seconds_and_refuses_garbage() {
+        assert_eq!(
+            parse_retry_after_header(" 7 "),
+            Some(Duration::from_secs(7))
+        );
+        assert_eq!(parse_retry_after_header("soon"), None);
+    }
+
+    #[test]
+    fn idempotency_key_is_stable_and_in_the_allowed_alphabet() {
+        let k = idempotency_key("gri_ab/c");
+        assert_eq!(k, idempotency_key("gri_ab/c"));
+        assert!(k.len() >= 8 && k.len() <= 128);
+        assert!(
+            k.chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+        );
+    }
+
+    #[test]
+    fn path_segment_encodes_all_but_unreserved_and_refuses_dot_segments() {
+        assert_eq!(
+            path_segment("gri_2KdP8wXyT5mQr0Zs").as_deref(),
+            Some("gri_2KdP8wXyT5mQr0Zs")
+        );
+        assert_eq!(
+            path_segment("a/b?c#d e%f").as_deref(),
+            Some("a%2Fb%3Fc%23d%20e%25f")
+        );
+        assert_eq!(path_segment("é").as_deref(), Some("%C3%A9"));
+        assert_eq!(path_segment("..x~-_").as_deref(), Some("..x~-_"));
+        for bad in ["", ".", ".."] {
+            assert_eq!(path_segment(bad), None, "{bad:?}");
+        }
+        // Whatever the id, the URL keeps it in its one segment.
+        for id in ["a/../../x", "%2e%2e", "x?y=1", "../inbox"] {
+            let seg = path_segment(id).unwrap();
+            let url =
+                reqwest::Url::parse(&format!("http://h/v1/groups/invites/{seg}/dismiss")).unwrap();
+            let segs: Vec<&str> = url.path_segments().unwrap().collect();
+            assert_eq!(segs.len(), 5, "{id:?} -> {url}");
+            assert_eq!(segs[3], seg, "{id:?} -> {url}");
+            assert_eq!(url.query(), None, "{id:?} -> {url}");
+        }
+    }
+
+    #[test]
+    fn transient_errors_are_network_5xx_and_429_only() {
+        assert!(ApiError::Network("x".into()).is_transient());
+        assert!(ApiError::RateLimited(Duration::from_secs(1)).is_transient());
+        assert!(
+            ApiError::Status {
+                status: 503,
+                code: String::new()
+            }
+            .is_transient()
+        );
+        assert!(
+            !ApiError::Status {
+                status: 400,
+                code: String::new()
+            }
+            .is_transient()
+        );
+        assert!(!ApiError::Refused(401).is_transient());
+    }
+}

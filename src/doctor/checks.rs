@@ -1,0 +1,896 @@
+//! The checks: each a pure function from facts to a [`Check`], so every verdict and its wording is
+//! tested without a server, a state dir or a CLI.
+
+use super::facts::{LockFacts, StateDirFacts, TextsFacts};
+use super::probes::{Probe, describe, judge_claude_login, judge_codex_login, sanitize};
+use super::{Check, Level};
+use crate::client::ApiError;
+use crate::config::{self, ConfigError, IntegrationSwitch, KeySource, RuntimeKind};
+use crate::core::status::{Outcome, Status};
+use crate::listen::state_dir::STATUS_FILE;
+use crate::service;
+use crate::sys::process::ProcessEnd;
+use secrecy::SecretString;
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::time::SystemTime;
+
+/// `config`: the file read, the profile; a bad key or value names the key (config's own error).
+/// `looked_for` is the default file that was absent, when no file was read.
+pub fn check_config(
+    result: &Result<config::Settings, ConfigError>,
+    looked_for: Option<&Path>,
+) -> Check {
+    match result {
+        Ok(s) => {
+            let file = match (&s.config_path, looked_for) {
+                (Some(p), _) => format!("read {}", p.display()),
+                (None, Some(l)) => format!(
+                    "no config file at {} (built-in defaults and the environment)",
+                    l.display()
+                ),
+                (None, None) => {
+                    "no config file (built-in defaults and the environment)".to_string()
+                }
+            };
+            Check::pass("config", format!("profile `{}`, {file}", s.profile))
+                .with("profile", s.profile.as_str())
+                .with(
+                    "file",
+                    s.config_path
+                        .as_ref()
+                        .map_or(Value::Null, |p| p.display().to_string().into()),
+                )
+        }
+        Err(e) => {
+            let key = match e {
+                ConfigError::UnknownKey(k) => Some(k.clone()),
+                ConfigError::BadValue { key, .. } => Some(key.clone()),
+                _ => None,
+            };
+            Check::fail("config", e.to_string()).with("key", key.map_or(Value::Null, Value::from))
+        }
+    }
+}
+
+/// `advice`: settings that are valid but probably unintended (`config::advice`), one WARN each.
+/// Lines about the key and an empty script command are left out: `key` and `runtime` judge those.
+pub fn check_advice(advice: &[String]) -> Vec<Check> {
+    advice
+        .iter()
+        .filter(|a| !a.contains("API key") && !a.contains("`command` under [listen]"))
+        .map(|a| Check::warn("advice", a.clone()))
+        .collect()
+}
+
+/// `integration`: `AGENTCHAT_INTEGRATION=off` makes `listen` exit at once.
+pub fn check_integration(switch: &IntegrationSwitch) -> Check {
+    match switch {
+        IntegrationSwitch::On => Check::pass("integration", "on"),
+        IntegrationSwitch::Off => Check::warn(
+            "integration",
+            "AGENTCHAT_INTEGRATION=off: `agentchat listen` will exit at once without listening",
+        ),
+        IntegrationSwitch::OffDeprecated(w) => Check::warn(
+            "integration",
+            format!("{w}; `agentchat listen` will exit at once without listening"),
+        ),
+        IntegrationSwitch::IgnoredDeprecated(w) => Check::warn("integration", w.clone()),
+    }
+    .with(
+        "on",
+        !matches!(
+            switch,
+            IntegrationSwitch::Off | IntegrationSwitch::OffDeprecated(_)
+        ),
+    )
+}
+
+/// `key`: present, and where it came from (never the key). `key_file` is the result of reading
+/// the key file, when the key comes from one; `config_mode` is the config file's mode, when the
+/// key sits in the config file itself.
+pub fn check_key(
+    source: &KeySource,
+    key_file: Option<&Result<SecretString, ConfigError>>,
+    config_mode: Option<u32>,
+) -> Check {
+    match source {
+        KeySource::Env => {
+            Check::pass("key", "from the environment (AGENTCHAT_API_KEY)").with("source", "env")
+        }
+        KeySource::File(path) => {
+            let c = match key_file {
+                Some(Ok(_)) => Check::pass("key", format!("from the key file {}", path.display())),
+                Some(Err(e)) => Check::fail("key", e.to_string()),
+                None => Check::fail(
+                    "key",
+                    format!("the key file {} was not read", path.display()),
+                ),
+            };
+            c.with("source", "file")
+                .with("file", path.display().to_string())
+        }
+        KeySource::Config => {
+            let readable_by_others = config_mode.is_some_and(|m| m & 0o077 != 0);
+            let detail = if readable_by_others {
+                format!(
+                    "from `api_key` in the config file, which other users can read (mode {:04o}): \
+                     move it to a key file (`api_key_file`, mode 0600) or `chmod 600` the config",
+                    config_mode.unwrap_or(0)
+                )
+            } else {
+                "from `api_key` in the config file (allowed, but a key file via `api_key_file` is safer)"
+                    .to_string()
+            };
+            Check::warn("key", detail).with("source", "config")
+        }
+        KeySource::Missing => Check::fail(
+            "key",
+            "no API key: set AGENTCHAT_API_KEY, or `api_key_file` in the config",
+        )
+        .with("source", Value::Null),
+    }
+}
+
+/// `server`: `GET /v1/agents/me` with the key.
+pub fn check_me(api_base: &str, result: &Result<String, ApiError>) -> Check {
+    match result {
+        Ok(handle) => Check::pass("server", format!("{api_base} knows the key as @{handle}"))
+            .with("api_base", api_base)
+            .with("handle", format!("@{handle}")),
+        Err(ApiError::Refused(code)) => Check::fail(
+            "server",
+            format!(
+                "the server refused the key (HTTP {code} from {api_base}/v1/agents/me); \
+                 check the key, or get a new one"
+            ),
+        )
+        .with("api_base", api_base)
+        .with("http_status", *code),
+        Err(e) => {
+            Check::fail("server", format!("cannot use {api_base}: {e}")).with("api_base", api_base)
+        }
+    }
+}
+
+/// `texts`: the runtime's texts have `wake_instruction` and `invite_prompt` (without them the
+/// listener has no prompt and starts no run). `cached` says a last good copy is in the state dir.
+pub fn check_texts(runtime: &str, result: &Result<TextsFacts, String>, cached: bool) -> Check {
+    let c = match result {
+        Ok(t) => {
+            let missing: Vec<&str> = [
+                (!t.has_wake_instruction).then_some("wake_instruction"),
+                (!t.has_invite_prompt).then_some("invite_prompt"),
+            ]
+            .into_iter()
+            .flatten()
+            .collect();
+            if missing.is_empty() {
+                Check::pass(
+                    "texts",
+                    format!("runtime={runtime}: version {}, wake_instruction and invite_prompt present", t.version),
+                )
+            } else {
+                Check::fail(
+                    "texts",
+                    format!(
+                        "runtime={runtime}: the server's texts lack {}; the listener starts no run without them",
+                        missing.join(" and ")
+                    ),
+                )
+            }
+            .with("version", t.version.as_str())
+            .with("wake_instruction", t.has_wake_instruction)
+            .with("invite_prompt", t.has_invite_prompt)
+        }
+        Err(e) if cached => Check::warn(
+            "texts",
+            format!(
+                "runtime={runtime}: cannot fetch them ({e}); the listener would use its cached copy"
+            ),
+        ),
+        Err(e) => Check::fail(
+            "texts",
+            format!("runtime={runtime}: cannot fetch them ({e})"),
+        ),
+    };
+    c.with("runtime", runtime).with("cached", cached)
+}
+
+/// `state_dir`: exists with mode 0700, ours, writable. A missing one is fine: `listen` creates it.
+pub fn check_state_dir(path: &Path, facts: &StateDirFacts) -> Check {
+    let p = path.display();
+    let c = match facts {
+        StateDirFacts::Missing => Check::pass(
+            "state_dir",
+            format!("{p} does not exist yet; `agentchat listen` creates it (0700)"),
+        )
+        .with("exists", false),
+        StateDirFacts::NotADir => {
+            Check::fail("state_dir", format!("{p} exists but is not a directory"))
+        }
+        StateDirFacts::Unreadable(e) => {
+            Check::fail("state_dir", format!("cannot inspect {p}: {e}"))
+        }
+        StateDirFacts::Present {
+            mode,
+            owned_by_me,
+            writable,
+        } => {
+            let c = if let Err(e) = writable {
+                Check::fail("state_dir", format!("{p} is not writable: {e}"))
+            } else if !owned_by_me {
+                Check::warn("state_dir", format!("{p} belongs to another user"))
+            } else if mode & 0o777 != 0o700 {
+                Check::warn(
+                    "state_dir",
+                    format!(
+                        "{p} has mode {:04o}, not 0700: run `chmod 700 {p}`",
+                        mode & 0o777
+                    ),
+                )
+            } else {
+                Check::pass("state_dir", format!("{p} (0700, writable)"))
+            };
+            c.with("exists", true)
+                .with("mode", format!("{:04o}", mode & 0o777))
+                .with("writable", writable.is_ok())
+        }
+    };
+    c.with("path", path.display().to_string())
+}
+
+/// `lock`: whether a listener is running for this profile, and its pid.
+pub fn check_lock(path: &Path, facts: &LockFacts) -> Check {
+    let c = match facts {
+        LockFacts::NoFile => Check::pass(
+            "lock",
+            "no listener has run with this state dir (no lock file)",
+        )
+        .with("held", false),
+        LockFacts::Free => {
+            Check::pass("lock", "free: no listener is running for this profile").with("held", false)
+        }
+        LockFacts::Held { pid: Some(pid) } => {
+            Check::pass("lock", format!("held by a running listener, pid {pid}"))
+                .with("held", true)
+                .with("pid", *pid)
+        }
+        LockFacts::Held { pid: None } => {
+            Check::pass("lock", "held by a running listener (pid unknown)").with("held", true)
+        }
+        LockFacts::Unknown(e) => Check::warn(
+            "lock",
+            format!("cannot tell who holds {}: {e}", path.display()),
+        ),
+    };
+    c.with("path", path.display().to_string())
+}
+
+/// `status`: a summary of `status.json` (state, since, last cycle) and whether its writer lives.
+pub fn check_status(
+    path: &Path,
+    status: Option<&Result<Status, String>>,
+    pid_alive: bool,
+    now: SystemTime,
+) -> Check {
+    let Some(status) = status else {
+        return Check::pass(
+            "status",
+            format!(
+                "no {} yet (no listener has run with this state dir)",
+                STATUS_FILE
+            ),
+        )
+        .with("present", false);
+    };
+    let status = match status {
+        Ok(s) => s,
+        Err(e) => {
+            return Check::warn("status", format!("{} cannot be read: {e}", path.display()))
+                .with("present", true);
+        }
+    };
+    let or_unknown = |s: &str| {
+        if s.is_empty() {
+            "?".to_string()
+        } else {
+            s.to_string()
+        }
+    };
+    let state = status.state;
+    let since = or_unknown(&status.since);
+    let pid = status.pid;
+    let liveness = crate::status::assess(status, pid_alive, now);
+    let mut detail = format!("state {} since {since}", state.as_str());
+    let mut level = Level::Pass;
+    match liveness {
+        crate::status::Liveness::Running => {
+            detail.push_str(&format!(" (listener pid {pid} running)"))
+        }
+        crate::status::Liveness::Stale => {
+            level = Level::Warn;
+            detail.push_str(&format!(
+                " (pid {pid} is alive but has not refreshed its status since {}: stuck?)",
+                or_unknown(&status.updated_at)
+            ));
+        }
+        crate::status::Liveness::Stopping => {
+            detail.push_str(&format!(" (listener pid {pid} stopping)"))
+        }
+        crate::status::Liveness::NotRunning => detail.push_str(&format!(
+            " (not running; last written {})",
+            or_unknown(&status.updated_at)
+        )),
+    }
+    let running = liveness == crate::status::Liveness::Running;
+    if running && state.needs_the_user() {
+        level = Level::Warn;
+    }
+    if let Some(d) = status.detail.as_deref().filter(|_| running) {
+        detail.push_str(&format!("; {}", crate::runtime::agent_cli::clip(d)));
+    }
+    let mut outcome_fact = Value::Null;
+    match &status.last_cycle {
+        Some(c) => {
+            let outcome = crate::status::outcome_word(c.outcome);
+            detail.push_str(&format!(
+                "; last cycle {} at {}: {outcome}",
+                or_unknown(&c.id),
+                or_unknown(&c.started_at)
+            ));
+            if let Some(r) = c.no_run_reason {
+                detail.push_str(&format!(" ({})", r.as_str()));
+            }
+            if let Some(f) = &c.failure {
+                detail.push_str(&format!(" ({})", crate::runtime::agent_cli::clip(f)));
+            }
+            if matches!(c.outcome, Some(Outcome::Failed | Outcome::Unusable)) {
+                level = level.max(Level::Warn);
+                if let Some(log) = &c.run_log {
+                    detail.push_str(&format!("; run log {log}"));
+                }
+            }
+            outcome_fact = outcome.into();
+        }
+        None => detail.push_str("; no cycle yet"),
+    }
+    Check::new("status", level, detail)
+        .with("present", true)
+        .with("state", state.as_str())
+        .with("since", since)
+        .with("running", running)
+        .with("pid", pid)
+        .with("last_cycle_outcome", outcome_fact)
+}
+
+/// `runtime` for `script`: `command` set, its program found and executable.
+pub fn check_script(
+    command: &[String],
+    located: Option<&Result<PathBuf, String>>,
+    executable: bool,
+) -> Check {
+    let Some(program) = command.first() else {
+        return Check::fail(
+            "runtime",
+            "script: `listen.command` is empty; set `command` under [listen] to the program to run",
+        )
+        .with("runtime", "script");
+    };
+    let c = match located {
+        Some(Ok(p)) if executable => Check::pass("runtime", format!("script: {}", p.display()))
+            .with("path", p.display().to_string()),
+        Some(Ok(p)) => Check::fail(
+            "runtime",
+            format!(
+                "script: {} (from `listen.command`) is not executable: `chmod +x` it",
+                p.display()
+            ),
+        )
+        .with("path", p.display().to_string()),
+        Some(Err(e)) => Check::fail("runtime", e.clone()),
+        None => Check::fail(
+            "runtime",
+            format!("script: `{program}` (from `listen.command`) was not looked up"),
+        ),
+    };
+    c.with("runtime", "script")
+        .with("config_key", "listen.command")
+}
+
+/// `runtime` for `claude-code` / `codex`: the resolved binary and its `--version`.
+pub fn check_cli_runtime(
+    runtime: RuntimeKind,
+    config_key: &str,
+    binary: &Result<PathBuf, String>,
+    version: Option<&Probe>,
+) -> Check {
+    let rt = runtime.as_str();
+    let c = match (binary, version) {
+        (Err(e), _) => Check::fail("runtime", format!("{rt}: {e}")),
+        (Ok(p), Some(probe)) if probe.end == ProcessEnd::Exited(0) => {
+            let v = probe
+                .stdout
+                .lines()
+                .map(str::trim)
+                .find(|l| !l.is_empty())
+                .map(sanitize)
+                .unwrap_or_else(|| "version unknown".into());
+            Check::pass("runtime", format!("{rt}: {} ({v})", p.display()))
+                .with("path", p.display().to_string())
+                .with("version", v)
+        }
+        (Ok(p), Some(probe)) => Check::fail(
+            "runtime",
+            format!(
+                "{rt}: {} does not work: {}",
+                p.display(),
+                describe(&probe.end, "--version")
+            ),
+        )
+        .with("path", p.display().to_string()),
+        (Ok(p), None) => Check::warn(
+            "runtime",
+            format!("{rt}: {} (version not checked)", p.display()),
+        )
+        .with("path", p.display().to_string()),
+    };
+    c.with("runtime", rt).with("config_key", config_key)
+}
+
+/// `login` for `claude-code` / `codex`.
+pub fn check_login(runtime: RuntimeKind, probe: &Probe) -> Check {
+    let (ok, reason) = match runtime {
+        RuntimeKind::Codex => judge_codex_login(probe),
+        _ => judge_claude_login(probe),
+    };
+    let level = if ok { Level::Pass } else { Level::Fail };
+    Check::new("login", level, format!("{}: {reason}", runtime.as_str()))
+        .with("runtime", runtime.as_str())
+        .with("logged_in", ok)
+        .with(
+            "exit_code",
+            match probe.end {
+                ProcessEnd::Exited(c) => Value::from(c),
+                _ => Value::Null,
+            },
+        )
+}
+
+/// The first line where two unit texts differ, named by its key (`ExecStart=`), never its value
+/// (the PATH line is long and may be private).
+pub fn first_difference(installed: &str, current: &str) -> Option<String> {
+    let mut a = installed.lines();
+    let mut b = current.lines();
+    loop {
+        match (a.next(), b.next()) {
+            (None, None) => return (installed != current).then(|| "line endings".to_string()),
+            (x, y) if x == y => continue,
+            (x, y) => {
+                let line = x.or(y).unwrap_or("").trim();
+                let key = if let Some((k, _)) = line.split_once('=') {
+                    format!("{}=", k.trim())
+                } else if line.starts_with('<') {
+                    line.chars().take(40).collect()
+                } else if line.is_empty() {
+                    "an empty line".into()
+                } else {
+                    line.chars().take(40).collect()
+                };
+                return Some(key);
+            }
+        }
+    }
+}
+
+/// `service`: whether the unit for this profile is installed, and whether it is what
+/// `agentchat service print` renders now.
+/// "Written" is only the file: `manager` says whether it is enabled and running.
+pub fn check_service(
+    profile: &str,
+    config: Option<&Path>,
+    path: &Result<PathBuf, String>,
+    installed: Option<&Result<String, String>>,
+    current: &Result<String, String>,
+    manager: &service::ManagerView,
+) -> Check {
+    let path = match path {
+        Ok(p) => p,
+        Err(e) => {
+            return Check::warn(
+                "service",
+                format!("cannot tell where the unit would be: {e}"),
+            );
+        }
+    };
+    let p = path.display();
+    let mut reinstall = "agentchat service install".to_string();
+    if profile != "default" {
+        reinstall.push_str(&format!(" --profile {profile}"));
+    }
+    if let Some(c) = config {
+        reinstall.push_str(&format!(" --config {}", c.display()));
+    }
+    let c = match installed {
+        None => Check::pass(
+            "service",
+            format!("not installed ({p}); `{reinstall}` runs the listener at login"),
+        )
+        .with("installed", false),
+        Some(Err(e)) => Check::warn(
+            "service",
+            format!("cannot read the installed unit {p}: {e}"),
+        )
+        .with("installed", true),
+        Some(Ok(text)) => match current {
+            Ok(now) if now == text => manager_check(profile, &p.to_string(), manager)
+                .with("installed", true)
+                .with("current", true),
+            Ok(now) => {
+                let diff = first_difference(text, now).unwrap_or_default();
+                let hint = if config.is_none()
+                    && (diff.starts_with("ExecStart") || diff.starts_with("<string>"))
+                {
+                    " (if it was installed with --config, give doctor the same --config)"
+                } else {
+                    ""
+                };
+                Check::warn(
+                    "service",
+                    format!(
+                        "written at {p} but it differs from what `agentchat service print` \
+                         renders now (first difference: `{diff}`); reinstall: `{reinstall}`{hint}"
+                    ),
+                )
+            }
+            .with("installed", true)
+            .with("current", false),
+            Err(e) => Check::warn(
+                "service",
+                format!("written at {p}; cannot render the current unit: {e}"),
+            )
+            .with("installed", true),
+        },
+    };
+    c.with("path", p.to_string())
+}
+
+/// A written, current unit: PASS only when the manager runs it (or was not asked); facts
+/// `enabled` and `running` are what the manager said (absent when it was not asked).
+fn manager_check(profile: &str, path: &str, manager: &service::ManagerView) -> Check {
+    use service::ManagerView;
+    let unit = service::systemd_unit_name(profile);
+    match manager {
+        ManagerView::NotAsked => Check::pass(
+            "service",
+            format!("written and current ({path}); {}", manager.describe()),
+        ),
+        ManagerView::Unreachable(why) => Check::warn(
+            "service",
+            format!(
+                "written at {path} but no service manager answers ({why}), so it is not \
+                 running; run `agentchat listen` in a terminal, or see `agentchat service status`"
+            ),
+        ),
+        ManagerView::Answered {
+            enabled, running, ..
+        } => {
+            let facts = |c: Check| c.with("enabled", *enabled).with("running", *running);
+            let detail = format!("{path}; {}", manager.describe());
+            facts(match (enabled, running) {
+                (true, true) => Check::pass(
+                    "service",
+                    format!("written, enabled and running ({detail})"),
+                ),
+                (_, false) => Check::warn(
+                    "service",
+                    format!(
+                        "written but not running ({detail}): see `agentchat service status` and \
+                         the listener's log (`journalctl --user -u {unit}`)"
+                    ),
+                ),
+                (false, true) => Check::warn(
+                    "service",
+                    format!(
+                        "running but not enabled, so it will not start at login ({detail}): \
+                         `agentchat service install` again"
+                    ),
+                ),
+            })
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::doctor::probes::probe_of;
+    use serde_json::json;
+    use std::time::Duration;
+
+    #[test]
+    fn config_errors_fail_and_name_the_key() {
+        let c = check_config(
+            &Err(ConfigError::UnknownKey("listen.qiet_window".into())),
+            None,
+        );
+        assert_eq!(c.level, Level::Fail);
+        assert!(c.detail.contains("`listen.qiet_window`"));
+        assert_eq!(c.facts["key"], "listen.qiet_window");
+    }
+
+    #[test]
+    fn advice_becomes_warnings_except_what_other_checks_judge() {
+        let lines = vec![
+            "the API key is written in the config file (`api_key`)".to_string(),
+            "runtime is `script` but `command` under [listen] is empty".to_string(),
+            "`listen.max_delay` (1s) is shorter than `listen.quiet_window` (3s)".to_string(),
+        ];
+        let checks = check_advice(&lines);
+        assert_eq!(checks.len(), 1);
+        assert_eq!(checks[0].level, Level::Warn);
+        assert!(checks[0].detail.contains("max_delay"));
+    }
+
+    #[test]
+    fn integration_off_warns_that_listen_exits() {
+        let c = check_integration(&IntegrationSwitch::Off);
+        assert_eq!(c.level, Level::Warn);
+        assert!(c.detail.contains("exit at once"));
+        assert_eq!(check_integration(&IntegrationSwitch::On).level, Level::Pass);
+    }
+
+    #[test]
+    fn key_sources_are_named_never_shown() {
+        assert_eq!(check_key(&KeySource::Env, None, None).level, Level::Pass);
+        let missing = check_key(&KeySource::Missing, None, None);
+        assert_eq!(missing.level, Level::Fail);
+        assert!(missing.detail.contains("AGENTCHAT_API_KEY"));
+        let open = check_key(&KeySource::Config, None, Some(0o644));
+        assert_eq!(open.level, Level::Warn);
+        assert!(open.detail.contains("0644") && open.detail.contains("chmod 600"));
+        let bad: Result<SecretString, ConfigError> = Err(ConfigError::BadValue {
+            key: "api_key_file".into(),
+            problem: "k can be read by other users (mode 0644); run `chmod 600 k`".into(),
+        });
+        let file = check_key(&KeySource::File("k".into()), Some(&bad), None);
+        assert_eq!(file.level, Level::Fail);
+        assert!(file.detail.contains("chmod 600"));
+    }
+
+    #[test]
+    fn a_refused_key_is_a_failure_that_says_so() {
+        let c = check_me("http://x", &Err(ApiError::Refused(401)));
+        assert_eq!(c.level, Level::Fail);
+        assert!(c.detail.starts_with("the server refused the key"));
+        let ok = check_me("http://x", &Ok("bob".into()));
+        assert_eq!(ok.level, Level::Pass);
+        assert_eq!(ok.facts["handle"], "@bob");
+    }
+
+    #[test]
+    fn texts_without_a_prompt_fail_and_a_cache_softens_an_outage() {
+        let facts = TextsFacts {
+            version: "1".into(),
+            has_wake_instruction: true,
+            has_invite_prompt: false,
+        };
+        let c = check_texts("codex", &Ok(facts), false);
+        assert_eq!(c.level, Level::Fail);
+        assert!(c.detail.contains("invite_prompt") && !c.detail.contains("wake_instruction and"));
+        assert_eq!(
+            check_texts("codex", &Err("down".into()), true).level,
+            Level::Warn
+        );
+        assert_eq!(
+            check_texts("codex", &Err("down".into()), false).level,
+            Level::Fail
+        );
+    }
+
+    #[test]
+    fn state_dir_mode_owner_and_writability_are_judged() {
+        let p = Path::new("/s");
+        let ok = |mode| StateDirFacts::Present {
+            mode,
+            owned_by_me: true,
+            writable: Ok(()),
+        };
+        assert_eq!(check_state_dir(p, &ok(0o40700)).level, Level::Pass);
+        let loose = check_state_dir(p, &ok(0o40755));
+        assert_eq!(loose.level, Level::Warn);
+        assert!(loose.detail.contains("0755") && loose.detail.contains("chmod 700 /s"));
+        let ro = StateDirFacts::Present {
+            mode: 0o700,
+            owned_by_me: true,
+            writable: Err("Permission denied".into()),
+        };
+        assert_eq!(check_state_dir(p, &ro).level, Level::Fail);
+        assert_eq!(
+            check_state_dir(p, &StateDirFacts::NotADir).level,
+            Level::Fail
+        );
+        assert_eq!(
+            check_state_dir(p, &StateDirFacts::Missing).level,
+            Level::Pass
+        );
+    }
+
+    fn status_doc(state: &str, outcome: Option<&str>) -> Status {
+        let now = crate::sys::time::rfc3339(SystemTime::now());
+        let mut v = json!({"state": state, "since": now, "updated_at": now, "pid": 4242,
+                           "detail": "the server refused the API key"});
+        if let Some(o) = outcome {
+            v["last_cycle"] = json!({"id": "c-1", "started_at": now, "outcome": o,
+                                     "failure": "exited with 2", "run_log": "/s/runs/run-1.log"});
+        }
+        serde_json::from_value(v).unwrap()
+    }
+
+    #[test]
+    fn status_summary_warns_on_a_refused_key_a_failed_run_or_a_stuck_listener() {
+        let p = Path::new("/s/status.json");
+        let now = SystemTime::now();
+        let ok = check_status(
+            p,
+            Some(&Ok(status_doc("connected", Some("completed")))),
+            true,
+            now,
+        );
+        assert_eq!(ok.level, Level::Pass, "{}", ok.detail);
+        assert!(ok.detail.contains("state connected since") && ok.detail.contains("c-1"));
+        let refused = check_status(p, Some(&Ok(status_doc("key_refused", None))), true, now);
+        assert_eq!(refused.level, Level::Warn);
+        assert!(refused.detail.contains("refused"));
+        let failed = check_status(
+            p,
+            Some(&Ok(status_doc("connected", Some("failed")))),
+            true,
+            now,
+        );
+        assert_eq!(failed.level, Level::Warn);
+        assert!(failed.detail.contains("run-1.log"));
+        let later = now + Duration::from_secs(600);
+        let stuck = check_status(p, Some(&Ok(status_doc("connected", None))), true, later);
+        assert_eq!(stuck.level, Level::Warn);
+        assert!(stuck.detail.contains("stuck"));
+        let gone = check_status(p, Some(&Ok(status_doc("key_refused", None))), false, now);
+        assert_eq!(
+            gone.level,
+            Level::Pass,
+            "a stopped listener's old state is history"
+        );
+        assert!(gone.detail.contains("not running"));
+        assert_eq!(check_status(p, None, false, now).level, Level::Pass);
+    }
+
+    #[test]
+    fn script_runtime_needs_a_command_that_exists_and_runs() {
+        let empty = check_script(&[], None, false);
+        assert_eq!(empty.level, Level::Fail);
+        assert!(empty.detail.contains("`listen.command`"));
+        let cmd = vec!["/bin/true".to_string()];
+        let found: Result<PathBuf, String> = Ok("/bin/true".into());
+        assert_eq!(check_script(&cmd, Some(&found), true).level, Level::Pass);
+        let noexec = check_script(&cmd, Some(&found), false);
+        assert_eq!(noexec.level, Level::Fail);
+        assert!(noexec.detail.contains("chmod +x"));
+    }
+
+    #[test]
+    fn a_missing_cli_fails_and_a_broken_one_reports_how_it_ended() {
+        let missing: Result<PathBuf, String> = Err("set listen.codex.binary".into());
+        let c = check_cli_runtime(RuntimeKind::Codex, "listen.codex.binary", &missing, None);
+        assert_eq!(c.level, Level::Fail);
+        assert!(c.detail.contains("listen.codex.binary"));
+        let found: Result<PathBuf, String> = Ok("/x/claude".into());
+        let broken = probe_of(ProcessEnd::Exited(127), "", "");
+        let c = check_cli_runtime(RuntimeKind::ClaudeCode, "k", &found, Some(&broken));
+        assert_eq!(c.level, Level::Fail);
+        assert!(c.detail.contains("exited with 127"));
+    }
+
+    #[test]
+    fn unit_difference_names_the_key_not_the_value() {
+        let a = "[Service]\nExecStart=\"/old/agentchat\" \"listen\"\nEnvironment=\"PATH=/secret/bin\"\n";
+        let b =
+            "[Service]\nExecStart=\"/old/agentchat\" \"listen\"\nEnvironment=\"PATH=/other/bin\"\n";
+        assert_eq!(first_difference(a, b).as_deref(), Some("Environment="));
+        assert_eq!(first_difference(a, a), None);
+        let c = check_service(
+            "work",
+            None,
+            &Ok("/u/x.service".into()),
+            Some(&Ok(a.into())),
+            &Ok(b.into()),
+            &service::ManagerView::NotAsked,
+        );
+        assert_eq!(c.level, Level::Warn);
+        assert!(
+            c.detail
+                .contains("agentchat service install --profile work")
+        );
+        assert!(!c.detail.contains("/secret/bin"));
+        let same = check_service(
+            "default",
+            None,
+            &Ok("/u/x".into()),
+            Some(&Ok(a.into())),
+            &Ok(a.into()),
+            &service::ManagerView::NotAsked,
+        );
+        assert_eq!(same.level, Level::Pass);
+        let none = check_service(
+            "default",
+            None,
+            &Ok("/u/x".into()),
+            None,
+            &Err(String::new()),
+            &service::ManagerView::NotAsked,
+        );
+        assert_eq!(none.level, Level::Pass);
+        assert_eq!(none.facts["installed"], false);
+    }
+
+    #[test]
+    fn a_written_unit_passes_only_when_the_manager_runs_it() {
+        use service::ManagerView;
+        let unit = "[Service]\n";
+        let check = |manager: ManagerView| {
+            check_service(
+                "default",
+                None,
+                &Ok("/u/agentchat-listen.service".into()),
+                Some(&Ok(unit.into())),
+                &Ok(unit.into()),
+                &manager,
+            )
+        };
+        let answered = |enabled, running| ManagerView::Answered {
+            enabled,
+            running,
+            enabled_word: if enabled { "enabled" } else { "disabled" }.into(),
+            active_word: if running { "active" } else { "failed" }.into(),
+        };
+        let c = check(answered(true, true));
+        assert_eq!(c.level, Level::Pass, "{}", c.detail);
+        assert!(
+            c.detail.starts_with("written, enabled and running"),
+            "{}",
+            c.detail
+        );
+        assert_eq!(
+            (c.facts["enabled"].clone(), c.facts["running"].clone()),
+            (true.into(), true.into())
+        );
+        let c = check(answered(true, false));
+        assert_eq!(c.level, Level::Warn);
+        assert!(
+            c.detail.contains("not running")
+                && c.detail
+                    .contains("journalctl --user -u agentchat-listen.service"),
+            "{}",
+            c.detail
+        );
+        let c = check(answered(false, true));
+        assert_eq!(c.level, Level::Warn);
+        assert!(c.detail.contains("not enabled"), "{}", c.detail);
+        let c = check(ManagerView::Unreachable(
+            "`systemctl --user`: Failed to connect to bus".into(),
+        ));
+        assert_eq!(c.level, Level::Warn);
+        assert!(
+            c.detail.contains("Failed to connect to bus") && c.detail.contains("agentchat listen"),
+            "{}",
+            c.detail
+        );
+        assert!(
+            !c.detail.contains("installed"),
+            "a unit no manager runs is not installed: {}",
+            c.detail
+        );
+        let c = check(ManagerView::NotAsked);
+        assert_eq!(c.level, Level::Pass);
+        assert!(c.detail.starts_with("written and current"), "{}", c.detail);
+    }
+}

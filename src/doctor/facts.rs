@@ -1,0 +1,240 @@
+//! Gathering the facts the checks judge: the state dir and the lock on disk, `status.json`, the
+//! service unit, and the server's answers (each call under one time limit).
+
+use crate::client::{Api, ApiError};
+use crate::core::status::Status;
+use crate::listen::state_dir::StateDir;
+use std::path::Path;
+use std::time::Duration;
+
+/// How long the server checks may take in all (each call).
+const SERVER_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// The facts `check_texts` needs from one `GET /v1/texts`.
+#[derive(Debug, Clone)]
+pub struct TextsFacts {
+    pub version: String,
+    pub has_wake_instruction: bool,
+    pub has_invite_prompt: bool,
+}
+
+/// What the state dir looks like on disk.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StateDirFacts {
+    Missing,
+    NotADir,
+    Present {
+        mode: u32,
+        owned_by_me: bool,
+        /// `Err` with the reason when a file could not be created in it.
+        writable: Result<(), String>,
+    },
+    Unreadable(String),
+}
+
+/// Who holds `listen.lock`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LockFacts {
+    /// No lock file: no listener has run with this state dir.
+    NoFile,
+    /// Held; `pid` is the holder (from the kernel when it can tell, else the file's pid).
+    Held {
+        pid: Option<u32>,
+    },
+    Free,
+    Unknown(String),
+}
+
+pub fn state_dir_facts(path: &Path) -> StateDirFacts {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let meta = match std::fs::metadata(path) {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return StateDirFacts::Missing,
+        Err(e) => return StateDirFacts::Unreadable(e.to_string()),
+    };
+    if !meta.is_dir() {
+        return StateDirFacts::NotADir;
+    }
+    let me = crate::sys::process::current_uid();
+    let probe = path.join(format!(".doctor-{}", std::process::id()));
+    let writable = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&probe)
+        .map(|_| {
+            let _ = std::fs::remove_file(&probe);
+        })
+        .map_err(|e| e.to_string());
+    StateDirFacts::Present {
+        mode: meta.permissions().mode(),
+        owned_by_me: meta.uid() == me,
+        writable,
+    }
+}
+
+pub fn lock_facts(path: &Path) -> LockFacts {
+    let file = match std::fs::File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return LockFacts::NoFile,
+        Err(e) => return LockFacts::Unknown(e.to_string()),
+    };
+    let file_pid: Option<u32> = std::fs::read_to_string(path)
+        .ok()
+        .and_then(|s| s.trim().parse().ok());
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::unix::fs::MetadataExt;
+        if let (Ok(meta), Ok(locks)) = (file.metadata(), std::fs::read_to_string("/proc/locks")) {
+            let dev = meta.dev();
+            // glibc's major()/minor() encoding of st_dev.
+            let major = ((dev >> 8) & 0xfff) | ((dev >> 32) & !0xfff);
+            let minor = (dev & 0xff) | ((dev >> 12) & !0xff);
+            return match flock_holder(&locks, major, minor, meta.ino()) {
+                Some(pid) => LockFacts::Held { pid: Some(pid) },
+                None => LockFacts::Free,
+            };
+        }
+    }
+    // Elsewhere: a shared lock attempt, released at once. It fails while a listener holds the
+    // exclusive lock.
+    match file.try_lock_shared() {
+        Ok(()) => {
+            let _ = file.unlock();
+            LockFacts::Free
+        }
+        Err(std::fs::TryLockError::WouldBlock) => LockFacts::Held { pid: file_pid },
+        Err(std::fs::TryLockError::Error(e)) => LockFacts::Unknown(e.to_string()),
+    }
+}
+
+/// Finds the pid holding a `flock` on the file with this device and inode, from the text of
+/// Linux's `/proc/locks` (`1: FLOCK  ADVISORY  WRITE 1234 08:01:5678 0 EOF`). Waiters (`->`) are
+/// skipped. Reading it takes no lock, so a listener starting at the same moment is never turned away.
+pub fn flock_holder(proc_locks: &str, major: u64, minor: u64, inode: u64) -> Option<u32> {
+    proc_locks.lines().find_map(|line| {
+        let mut f = line.split_whitespace().skip(1);
+        let kind = f.next()?;
+        if kind == "->" || kind != "FLOCK" {
+            return None;
+        }
+        let _advisory = f.next()?;
+        let _rw = f.next()?;
+        let pid: u32 = f.next()?.parse().ok()?;
+        let dev = f.next()?;
+        let mut parts = dev.split(':');
+        let maj = u64::from_str_radix(parts.next()?, 16).ok()?;
+        let min = u64::from_str_radix(parts.next()?, 16).ok()?;
+        let ino: u64 = parts.next()?.parse().ok()?;
+        (maj == major && min == minor && ino == inode).then_some(pid)
+    })
+}
+
+/// A server call under the one time limit for doctor's server checks; past it, a network error.
+pub async fn with_timeout<T>(
+    fut: impl std::future::Future<Output = Result<T, ApiError>>,
+) -> Result<T, ApiError> {
+    tokio::time::timeout(SERVER_TIMEOUT, fut)
+        .await
+        .unwrap_or_else(|_| {
+            Err(ApiError::Network(format!(
+                "no answer within {} s",
+                SERVER_TIMEOUT.as_secs()
+            )))
+        })
+}
+
+/// The permission bits (`0o777`) of the file at `path` (symlinks followed), when it can be read.
+pub fn file_mode(path: &Path) -> Option<u32> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path)
+        .ok()
+        .map(|m| m.permissions().mode() & 0o777)
+}
+
+/// `None` when `path` does not exist; else what `read` made of it, or why it could not be read.
+fn read_present<T>(
+    path: &Path,
+    read: impl FnOnce(&Path) -> std::io::Result<T>,
+) -> Option<Result<T, String>> {
+    match read(path) {
+        Ok(v) => Some(Ok(v)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => Some(Err(e.to_string())),
+    }
+}
+
+/// `status.json` of the state dir `state_dir`, typed (`StateDir::read_status`, the reader
+/// `agentchat status` uses too); `None` when there is none.
+pub fn read_status(state_dir: &Path) -> Option<Result<Status, String>> {
+    StateDir::at(state_dir)
+        .read_status()
+        .transpose()
+        .map(|read| read.map_err(|e| e.to_string()))
+}
+
+/// The text of an installed unit file; `None` when there is none.
+pub fn read_if_present(path: &Path) -> Option<Result<String, String>> {
+    read_present(path, |p| std::fs::read_to_string(p))
+}
+
+/// The facts `check_texts` needs, from `GET /v1/texts` for `runtime`.
+pub async fn texts_facts(api: &Api, runtime: &str) -> Result<TextsFacts, String> {
+    with_timeout(api.texts(runtime))
+        .await
+        .map(|(t, _)| TextsFacts {
+            version: t.version,
+            has_wake_instruction: t.wake_instruction.is_some_and(|s| !s.trim().is_empty()),
+            has_invite_prompt: t.invite_prompt.is_some_and(|s| !s.trim().is_empty()),
+        })
+        .map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::listen::state_dir::LOCK_FILE;
+
+    #[test]
+    fn proc_locks_gives_the_flock_holder_and_skips_waiters_and_other_files() {
+        let text = "\
+1: POSIX  ADVISORY  WRITE 111 08:01:42 0 EOF
+2: FLOCK  ADVISORY  WRITE 222 08:01:43 0 EOF
+2: -> FLOCK  ADVISORY  WRITE 333 08:01:42 0 EOF
+3: FLOCK  ADVISORY  WRITE 444 fd:1a:42 0 EOF
+";
+        assert_eq!(
+            flock_holder(text, 8, 1, 42),
+            None,
+            "POSIX lock and waiter ignored"
+        );
+        assert_eq!(flock_holder(text, 8, 1, 43), Some(222));
+        assert_eq!(
+            flock_holder(text, 0xfd, 0x1a, 42),
+            Some(444),
+            "hex major:minor"
+        );
+    }
+
+    #[test]
+    fn a_lock_held_in_this_process_is_reported_with_our_pid() {
+        let d = tempfile::tempdir().unwrap();
+        let path = d.path().join(LOCK_FILE);
+        assert_eq!(lock_facts(&path), LockFacts::NoFile);
+        let f = std::fs::File::create(&path).unwrap();
+        assert_eq!(lock_facts(&path), LockFacts::Free);
+        f.try_lock().unwrap();
+        let held = lock_facts(&path);
+        if cfg!(target_os = "linux") {
+            assert_eq!(
+                held,
+                LockFacts::Held {
+                    pid: Some(std::process::id())
+                }
+            );
+        } else {
+            assert!(matches!(held, LockFacts::Held { .. }), "{held:?}");
+        }
+        drop(f);
+        assert_eq!(lock_facts(&path), LockFacts::Free);
+    }
+}

@@ -1,0 +1,229 @@
+//! The command line as users meet it outside `--help`: the bash completion loaded into a real
+//! `bash` and asked to complete, and the man pages rendered by the real `groff` (or `man -l`) with
+//! every warning turned on. Both come from the one clap definition in `src/cli.rs`.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+const BIN: &str = env!("CARGO_BIN_EXE_agentchat");
+
+fn agentchat(args: &[&str]) -> Output {
+    Command::new(BIN)
+        .args(args)
+        .output()
+        .expect("run agentchat")
+}
+
+fn stdout_of(args: &[&str]) -> String {
+    let out = agentchat(args);
+    assert!(
+        out.status.success(),
+        "agentchat {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("utf-8")
+}
+
+fn have(tool: &str) -> bool {
+    Command::new("sh")
+        .args(["-c", &format!("command -v {tool} >/dev/null")])
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// Runs `script` in a real, non-interactive `bash` with `agentchat`'s bash completion loaded
+/// exactly as a user's rc file would load it; returns stdout (the script must succeed).
+fn in_bash_with_completion(script: &str) -> String {
+    let full = format!("source <(\"$AGENTCHAT_BIN\" completions bash) || exit 9\n{script}");
+    let out = Command::new("bash")
+        .args(["--norc", "--noprofile", "-c", &full])
+        .env("AGENTCHAT_BIN", BIN)
+        .output()
+        .expect("bash is needed for this test");
+    assert!(
+        out.status.success(),
+        "bash: {}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// What bash's completion function offers for the words typed so far (the last one being
+/// completed), one candidate per line, the way bash itself calls it on TAB.
+fn complete(words: &[&str]) -> Vec<String> {
+    let quoted: Vec<String> = words.iter().map(|w| format!("'{w}'")).collect();
+    let cword = words.len() - 1;
+    let cur = words[cword];
+    let prev = if cword > 0 { words[cword - 1] } else { "" };
+    let script = format!(
+        "COMP_WORDS=({words}); COMP_CWORD={cword}; COMP_LINE='{line}'; COMP_POINT=${{#COMP_LINE}}\n\
+         _agentchat agentchat '{cur}' '{prev}'\n\
+         printf '%s\\n' \"${{COMPREPLY[@]}}\"",
+        words = quoted.join(" "),
+        line = words.join(" "),
+    );
+    in_bash_with_completion(&script)
+        .lines()
+        .filter(|l| !l.is_empty())
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn the_bash_completion_loads_in_a_real_bash_and_registers_for_agentchat() {
+    let registered = in_bash_with_completion("complete -p agentchat");
+    assert!(
+        registered.contains("-F _agentchat") && registered.trim_end().ends_with(" agentchat"),
+        "{registered}"
+    );
+}
+
+#[test]
+fn bash_completes_subcommands_their_actions_and_flags_but_not_hidden_ones() {
+    assert_eq!(complete(&["agentchat", "se"]), ["service"]);
+    assert_eq!(complete(&["agentchat", "li"]), ["listen"]);
+    // `demo-agent` is the demo's internal helper and is hidden from users.
+    assert_eq!(complete(&["agentchat", "dem"]), ["demo"]);
+    let actions = complete(&["agentchat", "service", ""]);
+    for action in ["install", "uninstall", "status", "print"] {
+        assert!(actions.iter().any(|a| a == action), "{actions:?}");
+    }
+    let flags = complete(&["agentchat", "listen", "--"]);
+    for flag in ["--once", "--profile", "--config", "--log-format"] {
+        assert!(flags.iter().any(|f| f == flag), "{flags:?}");
+    }
+    let shells = complete(&["agentchat", "completions", ""]);
+    for shell in ["bash", "zsh", "fish", "elvish", "powershell"] {
+        assert!(shells.iter().any(|s| s == shell), "{shells:?}");
+    }
+}
+
+#[test]
+fn every_shell_the_help_names_gets_a_script_that_knows_the_commands() {
+    for shell in ["bash", "zsh", "fish", "elvish", "powershell"] {
+        let script = stdout_of(&["completions", shell]);
+        for word in ["listen", "doctor", "service", "log-format"] {
+            assert!(script.contains(word), "{shell} script lacks {word}");
+        }
+        assert!(
+            !script.contains("demo-agent"),
+            "{shell} offers the hidden demo-agent"
+        );
+    }
+    let out = agentchat(&["completions", "tcsh"]);
+    assert!(!out.status.success(), "an unknown shell was accepted");
+}
+
+/// Renders a man page for a terminal with every warning on: `groff -man -ww`, else man-db's
+/// `man --warnings -l`. Returns (diagnostics, text); diagnostics empty means clean. `None` when
+/// neither tool is installed.
+fn render(page: &Path) -> Option<(String, String)> {
+    let mut cmd = if have("groff") {
+        let mut c = Command::new("groff");
+        c.args(["-man", "-Tutf8", "-ww"]);
+        c
+    } else if have("man") {
+        let mut c = Command::new("man");
+        c.args(["--warnings=w", "-l"]).env("MANPAGER", "cat");
+        c
+    } else {
+        return None;
+    };
+    let out = cmd.arg(page).output().unwrap();
+    let mut diagnostics = String::from_utf8_lossy(&out.stderr).into_owned();
+    if !out.status.success() {
+        diagnostics.push_str(&format!("exit status {}", out.status));
+    }
+    // A terminal rendering bolds by overstriking (`N\x08N`): keep only the characters shown.
+    let mut text = String::new();
+    for c in String::from_utf8_lossy(&out.stdout).chars() {
+        if c == '\x08' {
+            text.pop();
+        } else {
+            text.push(c);
+        }
+    }
+    Some((diagnostics, text))
+}
+
+#[test]
+fn the_man_pages_render_without_warnings_and_name_every_command() {
+    let dir = tempfile::tempdir().unwrap();
+    let top = dir.path().join("stdout.1");
+    std::fs::write(&top, stdout_of(&["man"])).unwrap();
+    let pages = dir.path().join("pages");
+    let listing = stdout_of(&["man", "--dir", pages.to_str().unwrap()]);
+    let mut names: Vec<String> = std::fs::read_dir(&pages)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    for name in [
+        "agentchat.1",
+        "agentchat-listen.1",
+        "agentchat-status.1",
+        "agentchat-doctor.1",
+        "agentchat-service.1",
+        "agentchat-service-install.1",
+        "agentchat-sim.1",
+        "agentchat-demo.1",
+    ] {
+        assert!(names.iter().any(|n| n == name), "no {name} in {names:?}");
+        assert!(listing.contains(name), "`man --dir` did not report {name}");
+    }
+    assert!(!names.iter().any(|n| n.contains("demo-agent")), "{names:?}");
+    assert_eq!(
+        std::fs::read_to_string(&top).unwrap(),
+        std::fs::read_to_string(pages.join("agentchat.1")).unwrap(),
+        "`agentchat man` and `man --dir` disagree on agentchat.1"
+    );
+
+    if render(&top).is_none() {
+        eprintln!(
+            "skipping the rendering check: neither groff nor man is installed \
+             (Debian: apt-get install groff-base)"
+        );
+        return;
+    }
+    for name in &names {
+        let (diagnostics, text) = render(&pages.join(name)).unwrap();
+        assert!(diagnostics.is_empty(), "{name}: {diagnostics}");
+        assert!(text.contains("NAME"), "{name} rendered to:\n{text}");
+    }
+    let (_, listen) = render(&pages.join("agentchat-listen.1")).unwrap();
+    for needed in ["--once", "AGENTCHAT_API_KEY", "78", "SIGHUP"] {
+        assert!(
+            listen.contains(needed),
+            "agentchat-listen(1) lacks {needed}"
+        );
+    }
+}
+
+#[test]
+fn help_lists_each_commands_environment_variables_and_exit_codes() {
+    let listen = stdout_of(&["listen", "--help"]);
+    for needed in [
+        "AGENTCHAT_CONFIG",
+        "AGENTCHAT_PROFILE",
+        "AGENTCHAT_STATE_DIR",
+        "AGENTCHAT_RUNTIME",
+        "AGENTCHAT_API_BASE",
+        "AGENTCHAT_API_KEY",
+        "AGENTCHAT_LOG",
+        "AGENTCHAT_LOG_FORMAT",
+        "Exit codes:",
+        "78",
+    ] {
+        assert!(listen.contains(needed), "listen --help lacks {needed}");
+    }
+    let status = stdout_of(&["status", "--help"]);
+    assert!(status.contains("Exit codes:") && status.contains("  3  none is running"));
+    for cmd in ["doctor", "service", "sim", "demo"] {
+        let help = stdout_of(&[cmd, "--help"]);
+        assert!(
+            help.contains("Exit codes:"),
+            "{cmd} --help lists no exit codes"
+        );
+    }
+}

@@ -1,0 +1,109 @@
+//! Process and polling helpers shared by the test modules: waiting on an observable condition
+//! with a deadline, telling a finished process from /proc, and stopping a child with SIGTERM.
+
+pub mod settings;
+
+use std::path::PathBuf;
+use std::process::ExitStatus;
+use std::time::{Duration, Instant};
+
+/// Polls `cond` every 50 ms until it holds or `secs` pass; returns whether it held (checked once
+/// more at the deadline).
+pub async fn eventually(secs: impl Into<f64>, mut cond: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + Duration::from_secs_f64(secs.into());
+    while Instant::now() < deadline {
+        if cond() {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    cond()
+}
+
+/// `eventually` for conditions that must be awaited (asking a server); polls every 100 ms.
+pub async fn eventually_async<F, Fut>(secs: impl Into<f64>, mut cond: F) -> bool
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + Duration::from_secs_f64(secs.into());
+    loop {
+        if cond().await {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// A process is finished when /proc no longer has it or it is a zombie (PID 1 here reaps no
+/// orphans).
+pub fn is_gone(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
+    }
+}
+
+/// Waits up to `secs` for `pid` to be gone; whether it went.
+pub async fn gone_within(secs: impl Into<f64>, pid: i32) -> bool {
+    eventually(secs, || is_gone(pid)).await
+}
+
+/// `gone_within` for tests without an async runtime: blocks the thread while it polls.
+pub fn gone_within_blocking(secs: f64, pid: i32) -> bool {
+    let deadline = Instant::now() + Duration::from_secs_f64(secs);
+    while !is_gone(pid) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    is_gone(pid)
+}
+
+/// Sends `sig` to `pid`.
+pub fn signal(pid: i32, sig: i32) {
+    // SAFETY: kill(2) takes plain integers; the tests signal only processes they started.
+    unsafe {
+        libc::kill(pid, sig);
+    }
+}
+
+/// Sends SIGTERM to `pid`.
+pub fn sigterm(pid: i32) {
+    signal(pid, libc::SIGTERM);
+}
+
+/// Stops a child the test owns: SIGTERM, up to `grace` for it to exit, then SIGKILL. For `Drop`
+/// impls, so a failed test leaves no process behind.
+pub fn stop_child(child: &mut std::process::Child, grace: Duration) {
+    sigterm(child.id() as i32);
+    let deadline = Instant::now() + grace;
+    while Instant::now() < deadline {
+        if let Ok(Some(_)) = child.try_wait() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+/// SIGTERMs a tokio child and waits up to `secs` for its exit status (panics past that).
+pub async fn sigterm_and_wait(child: &mut tokio::process::Child, secs: u64) -> ExitStatus {
+    sigterm(child.id().expect("the child is still running") as i32);
+    tokio::time::timeout(Duration::from_secs(secs), child.wait())
+        .await
+        .expect("the child exits after SIGTERM")
+        .expect("waiting on the child")
+}
+
+/// A fresh temp dir holding `config.toml` with `text`; keep the dir alive as long as the path.
+pub fn config_in(text: &str) -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("config.toml");
+    std::fs::write(&config, text).unwrap();
+    (dir, config)
+}

@@ -1,0 +1,637 @@
+//! `agentchat doctor`: the real binary against the in-process local server (`agentchat::sim`) over
+//! loopback, with the pinned real `claude` and `codex` CLIs for the runtime checks. Every test
+//! isolates HOME, the service dir and the state dir in a temp dir, and checks that the API key
+//! never appears in what doctor prints.
+
+use crate::common::sigterm_and_wait;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+struct Out {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+impl Out {
+    fn all(&self) -> String {
+        format!("{}{}", self.stdout, self.stderr)
+    }
+    /// The line of check `name`, e.g. `PASS server: …`.
+    fn line(&self, name: &str) -> String {
+        self.stdout
+            .lines()
+            .find(|l| l.split_whitespace().nth(1) == Some(&format!("{name}:")))
+            .unwrap_or_else(|| panic!("no `{name}` line in:\n{}", self.all()))
+            .to_string()
+    }
+    /// Check `name`'s line starts with `start` (level, name, verdict) and mentions `needle`.
+    fn assert_line(&self, name: &str, start: &str, needle: &str) {
+        let line = self.line(name);
+        assert!(line.starts_with(start) && line.contains(needle), "{line}");
+    }
+    fn assert_no_secret(&self, key: &str) {
+        assert!(
+            !self.stdout.contains(key) && !self.stderr.contains(key),
+            "the key appeared in doctor's output:\n{}",
+            self.all()
+        );
+        // Not even a prefix of it.
+        let prefix = &key[..key.len().min(12)];
+        assert!(!self.all().contains(prefix), "a prefix of the key appeared");
+    }
+}
+
+/// A scratch home: config file, state dir, service dir, HOME.
+struct Scratch {
+    dir: tempfile::TempDir,
+}
+
+impl Scratch {
+    fn new(config: &str) -> Scratch {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("config.toml"), config).unwrap();
+        Scratch { dir }
+    }
+    fn path(&self) -> &Path {
+        self.dir.path()
+    }
+    fn config(&self) -> PathBuf {
+        self.path().join("config.toml")
+    }
+    fn state(&self) -> PathBuf {
+        self.path().join("state")
+    }
+    fn service_dir(&self) -> PathBuf {
+        self.path().join("services")
+    }
+
+    /// The real binary with an isolated environment: no inherited AGENTCHAT_* settings, HOME
+    /// and the service dir inside the scratch dir.
+    fn command(&self, sub: &str) -> tokio::process::Command {
+        let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_agentchat"));
+        cmd.arg(sub);
+        for (k, _) in std::env::vars() {
+            if k.starts_with("AGENTCHAT_") || k.starts_with("XDG_") {
+                cmd.env_remove(k);
+            }
+        }
+        cmd.env("HOME", self.path())
+            .env("AGENTCHAT_SERVICE_DIR", self.service_dir())
+            .env_remove("ANTHROPIC_API_KEY")
+            .env_remove("OPENAI_API_KEY")
+            .env_remove("CODEX_API_KEY")
+            .env_remove("CLAUDE_CONFIG_DIR")
+            .env_remove("CODEX_HOME")
+            .kill_on_drop(true);
+        cmd
+    }
+
+    async fn doctor(&self, api_base: &str, key: Option<&str>, extra: &[&str]) -> Out {
+        self.doctor_with(api_base, key, extra, |_| {}).await
+    }
+
+    async fn doctor_with(
+        &self,
+        api_base: &str,
+        key: Option<&str>,
+        extra: &[&str],
+        tweak: impl FnOnce(&mut tokio::process::Command),
+    ) -> Out {
+        let mut cmd = self.command("doctor");
+        cmd.arg("--config")
+            .arg(self.config())
+            .arg("--state-dir")
+            .arg(self.state())
+            .arg("--api-base")
+            .arg(api_base)
+            .args(extra);
+        if let Some(k) = key {
+            cmd.env("AGENTCHAT_API_KEY", k);
+        }
+        tweak(&mut cmd);
+        let out = tokio::time::timeout(Duration::from_secs(60), cmd.output())
+            .await
+            .expect("doctor did not finish within 60 s")
+            .unwrap();
+        Out {
+            code: out.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        }
+    }
+}
+
+/// A fresh local server and its first seeded agent's handle and key.
+async fn seeded_sim() -> (agentchat::sim::SimHandle, String, String) {
+    let sim = sim().await;
+    let (handle, key) = sim.seeded[0].clone();
+    (sim, handle, key)
+}
+
+async fn sim() -> agentchat::sim::SimHandle {
+    agentchat::sys::tls::install_crypto_provider();
+    agentchat::sim::start(agentchat::sim::SimConfig {
+        listen: ([127, 0, 0, 1], 0).into(),
+        time_scale: 1.0,
+        seed_demo: true,
+    })
+    .await
+    .unwrap()
+}
+
+const SCRIPT_CONFIG: &str = "[listen]\nruntime = \"script\"\ncommand = [\"/bin/true\"]\n";
+
+/// The pinned CLI: `$env`, else `.tools/npm/node_modules/.bin/<name>` (installed by
+/// `scripts/test`). Missing both fails the test: it never skips silently.
+fn pinned_cli(env: &str, name: &str) -> PathBuf {
+    if let Some(p) = std::env::var_os(env).filter(|p| !p.is_empty()) {
+        return PathBuf::from(p);
+    }
+    let p = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join(".tools/npm/node_modules/.bin")
+        .join(name);
+    assert!(
+        p.exists(),
+        "neither {env} nor {} exists: run scripts/test, which installs the pinned CLIs",
+        p.display()
+    );
+    p
+}
+
+fn looks_like_a_version(s: &str) -> bool {
+    s.split(|c: char| !c.is_ascii_digit() && c != '.')
+        .any(|w| w.split('.').filter(|p| !p.is_empty()).count() >= 3)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_good_key_and_a_working_script_pass_every_check_and_exit_0() {
+    let (sim, handle, key) = seeded_sim().await;
+    let s = Scratch::new(SCRIPT_CONFIG);
+    let out = s.doctor(&sim.api_base, Some(&key), &[]).await;
+    assert_eq!(out.code, 0, "{}", out.all());
+    assert!(!out.stdout.contains("FAIL"), "{}", out.stdout);
+    assert!(
+        out.line("config")
+            .starts_with("PASS config: profile `default`, read "),
+        "{}",
+        out.stdout
+    );
+    assert_eq!(out.line("integration"), "PASS integration: on");
+    assert_eq!(
+        out.line("key"),
+        "PASS key: from the environment (AGENTCHAT_API_KEY)"
+    );
+    let server = out.line("server");
+    assert!(server.starts_with("PASS server: "), "{server}");
+    assert!(server.contains(&handle), "the handle is reported: {server}");
+    let texts = out.line("texts");
+    assert!(
+        texts.starts_with("PASS texts: runtime=generic")
+            && texts.contains("wake_instruction and invite_prompt present"),
+        "{texts}"
+    );
+    assert!(out.line("state_dir").starts_with("PASS state_dir: "));
+    assert!(out.line("lock").starts_with("PASS lock: "));
+    assert!(out.line("status").starts_with("PASS status: "));
+    assert_eq!(out.line("runtime"), "PASS runtime: script: /bin/true");
+    assert!(
+        out.line("service")
+            .starts_with("PASS service: not installed"),
+        "{}",
+        out.stdout
+    );
+    out.assert_no_secret(&key);
+    sim.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_key_fails_the_server_check_and_never_shows_the_key() {
+    let (sim, handle, key) = seeded_sim().await;
+    let bare = handle.trim_start_matches('@');
+    let resp = reqwest::Client::new()
+        .post(format!("{}/_sim/agents/{bare}/refuse-key", sim.api_base))
+        .json(&serde_json::json!({}))
+        .send()
+        .await
+        .unwrap();
+    assert!(resp.status().is_success(), "{}", resp.status());
+
+    let s = Scratch::new(SCRIPT_CONFIG);
+    let out = s.doctor(&sim.api_base, Some(&key), &[]).await;
+    assert_eq!(out.code, 1, "{}", out.all());
+    let server = out.line("server");
+    assert!(
+        server.starts_with("FAIL server: the server refused the key"),
+        "{server}"
+    );
+    out.assert_no_secret(&key);
+
+    let json = s.doctor(&sim.api_base, Some(&key), &["--json"]).await;
+    assert_eq!(json.code, 1);
+    json.assert_no_secret(&key);
+    sim.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_server_fails_with_the_error() {
+    // A port that was just free: nothing listens there.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let s = Scratch::new(SCRIPT_CONFIG);
+    let key = "ac_unreachable_test_key_0123456789";
+    let out = s
+        .doctor(&format!("http://127.0.0.1:{port}"), Some(key), &[])
+        .await;
+    assert_eq!(out.code, 1, "{}", out.all());
+    let server = out.line("server");
+    assert!(
+        server.starts_with(&format!("FAIL server: cannot use http://127.0.0.1:{port}")),
+        "{server}"
+    );
+    assert!(server.to_lowercase().contains("connect"), "{server}");
+    out.assert_no_secret(key);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unknown_config_key_fails_naming_the_key() {
+    let s = Scratch::new(
+        "[listen]\nruntime = \"script\"\ncommand = [\"/bin/true\"]\nqiet_window = \"3s\"\n",
+    );
+    let key = "ac_config_test_key_0123456789abcd";
+    let out = s.doctor("http://127.0.0.1:9", Some(key), &[]).await;
+    assert_eq!(out.code, 1, "{}", out.all());
+    assert_eq!(
+        out.line("config"),
+        "FAIL config: unknown config key `listen.qiet_window`"
+    );
+    out.assert_no_secret(key);
+
+    let json = s.doctor("http://127.0.0.1:9", Some(key), &["--json"]).await;
+    let v: serde_json::Value = serde_json::from_str(&json.stdout).unwrap();
+    assert_eq!(v["checks"][0]["name"], "config");
+    assert_eq!(v["checks"][0]["level"], "FAIL");
+    assert_eq!(v["checks"][0]["facts"]["key"], "listen.qiet_window");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn integration_off_is_a_warning_that_listen_will_exit() {
+    let (sim, _, key) = seeded_sim().await;
+    let s = Scratch::new(SCRIPT_CONFIG);
+    let out = s
+        .doctor_with(&sim.api_base, Some(&key), &[], |c| {
+            c.env("AGENTCHAT_INTEGRATION", "off");
+        })
+        .await;
+    assert_eq!(out.code, 0, "a warning is not a failure: {}", out.all());
+    out.assert_line(
+        "integration",
+        "WARN integration: AGENTCHAT_INTEGRATION=off",
+        "exit",
+    );
+    sim.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_runtime_binary_fails_naming_the_config_key_to_set() {
+    let (sim, _, key) = seeded_sim().await;
+
+    // Claude Code with a configured binary that does not exist.
+    let s = Scratch::new(
+        "[listen]\nruntime = \"claude-code\"\n[listen.claude]\nbinary = \"/nonexistent/bin/claude\"\n",
+    );
+    let out = s.doctor(&sim.api_base, Some(&key), &[]).await;
+    assert_eq!(out.code, 1, "{}", out.all());
+    out.assert_line(
+        "runtime",
+        "FAIL runtime: claude-code:",
+        "listen.claude.binary",
+    );
+
+    // Codex with nothing on PATH.
+    let s = Scratch::new("[listen]\nruntime = \"codex\"\n");
+    let empty = s.path().join("empty-bin");
+    std::fs::create_dir(&empty).unwrap();
+    let out = s
+        .doctor_with(&sim.api_base, Some(&key), &[], |c| {
+            c.env("PATH", &empty);
+        })
+        .await;
+    assert_eq!(out.code, 1, "{}", out.all());
+    out.assert_line("runtime", "FAIL runtime: codex:", "listen.codex.binary");
+
+    // A script whose program is not on PATH names `command` under [listen].
+    let s = Scratch::new("[listen]\nruntime = \"script\"\ncommand = [\"no-such-agent-program\"]\n");
+    let out = s.doctor(&sim.api_base, Some(&key), &[]).await;
+    assert_eq!(out.code, 1, "{}", out.all());
+    out.assert_line("runtime", "FAIL runtime:", "`command` under [listen]");
+    sim.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_real_claude_reports_its_version_and_not_logged_in() {
+    let claude = pinned_cli("AGENTCHAT_TEST_CLAUDE", "claude");
+    let (sim, _, key) = seeded_sim().await;
+    let s = Scratch::new(&format!(
+        "[listen]\nruntime = \"claude-code\"\n[listen.claude]\nbinary = \"{}\"\n",
+        claude.display()
+    ));
+    let out = s.doctor(&sim.api_base, Some(&key), &[]).await;
+    assert_eq!(out.code, 1, "not logged in is a failure: {}", out.all());
+    let runtime = out.line("runtime");
+    assert!(
+        runtime.starts_with(&format!("PASS runtime: claude-code: {}", claude.display())),
+        "{runtime}"
+    );
+    assert!(looks_like_a_version(&runtime), "{runtime}");
+    let login = out.line("login");
+    assert!(
+        login.starts_with("FAIL login: claude-code: not logged in"),
+        "{login}"
+    );
+    // The CLI's JSON is not printed raw.
+    assert!(!out.stdout.contains("loggedIn"), "{}", out.stdout);
+    out.assert_no_secret(&key);
+    sim.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_real_codex_reports_its_version_and_not_logged_in() {
+    let codex = pinned_cli("AGENTCHAT_TEST_CODEX", "codex");
+    let (sim, _, key) = seeded_sim().await;
+    let s = Scratch::new(&format!(
+        "[listen]\nruntime = \"codex\"\n[listen.codex]\nbinary = \"{}\"\n",
+        codex.display()
+    ));
+    let codex_home = s.path().join("codex-home");
+    std::fs::create_dir(&codex_home).unwrap();
+    let out = s
+        .doctor_with(&sim.api_base, Some(&key), &[], |c| {
+            c.env("CODEX_HOME", &codex_home);
+        })
+        .await;
+    assert_eq!(out.code, 1, "not logged in is a failure: {}", out.all());
+    let runtime = out.line("runtime");
+    assert!(
+        runtime.starts_with(&format!("PASS runtime: codex: {}", codex.display())),
+        "{runtime}"
+    );
+    assert!(looks_like_a_version(&runtime), "{runtime}");
+    let login = out.line("login");
+    assert!(
+        login.starts_with("FAIL login: codex: not logged in"),
+        "{login}"
+    );
+    out.assert_no_secret(&key);
+    sim.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn json_output_is_one_document_with_the_same_verdicts() {
+    let (sim, handle, key) = seeded_sim().await;
+    let s = Scratch::new(SCRIPT_CONFIG);
+    let text = s.doctor(&sim.api_base, Some(&key), &[]).await;
+    let out = s.doctor(&sim.api_base, Some(&key), &["--json"]).await;
+    assert_eq!(out.code, 0, "{}", out.all());
+    let v: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    assert_eq!(v["ok"], true);
+    assert_eq!(v["exit_code"], 0);
+    assert_eq!(v["profile"], "default");
+    let checks = v["checks"].as_array().unwrap();
+    let from_json: Vec<String> = checks
+        .iter()
+        .map(|c| {
+            format!(
+                "{} {}: {}",
+                c["level"].as_str().unwrap(),
+                c["name"].as_str().unwrap(),
+                c["detail"].as_str().unwrap()
+            )
+        })
+        .collect();
+    let from_text: Vec<&str> = text.stdout.lines().collect();
+    assert_eq!(from_json, from_text, "the same facts in both forms");
+    let server = checks.iter().find(|c| c["name"] == "server").unwrap();
+    assert_eq!(server["facts"]["handle"], handle.as_str());
+    out.assert_no_secret(&key);
+    sim.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_running_listener_is_reported_with_its_pid_from_the_lock() {
+    let (sim, _, key) = seeded_sim().await;
+    let s = Scratch::new(SCRIPT_CONFIG);
+    let mut listener = s
+        .command("listen")
+        .arg("--config")
+        .arg(s.config())
+        .arg("--state-dir")
+        .arg(s.state())
+        .arg("--api-base")
+        .arg(&sim.api_base)
+        .env("AGENTCHAT_API_KEY", &key)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = listener.id().unwrap();
+
+    // Wait until the listener says it is connected.
+    let status_file = s.state().join("status.json");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let connected = std::fs::read(&status_file)
+            .ok()
+            .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+            .is_some_and(|v| v["state"] == "connected");
+        if connected {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the listener never connected");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    let out = s.doctor(&sim.api_base, Some(&key), &[]).await;
+    assert_eq!(
+        out.line("lock"),
+        format!("PASS lock: held by a running listener, pid {pid}")
+    );
+    let status = out.line("status");
+    assert!(
+        status.starts_with("PASS status: state connected since ")
+            && status.contains(&format!("listener pid {pid} running")),
+        "{status}"
+    );
+    let json = s.doctor(&sim.api_base, Some(&key), &["--json"]).await;
+    let v: serde_json::Value = serde_json::from_str(&json.stdout).unwrap();
+    let lock = v["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "lock")
+        .unwrap()
+        .clone();
+    assert_eq!(lock["facts"]["pid"], pid);
+    assert_eq!(lock["facts"]["held"], true);
+    out.assert_no_secret(&key);
+
+    let exit = sigterm_and_wait(&mut listener, 20).await;
+    assert!(exit.success(), "{exit}");
+
+    // Stopped: the lock is free again, and doctor never kept the listener from starting.
+    let out = s.doctor(&sim.api_base, Some(&key), &[]).await;
+    assert_eq!(
+        out.line("lock"),
+        "PASS lock: free: no listener is running for this profile"
+    );
+    assert!(out.line("status").contains("not running"), "{}", out.stdout);
+    sim.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_installed_unit_is_current_until_it_is_edited() {
+    let (sim, _, key) = seeded_sim().await;
+    let s = Scratch::new(SCRIPT_CONFIG);
+    let install = s
+        .command("service")
+        .arg("install")
+        .arg("--config")
+        .arg(s.config())
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        install.status.success(),
+        "{}",
+        String::from_utf8_lossy(&install.stderr)
+    );
+
+    let out = s.doctor(&sim.api_base, Some(&key), &[]).await;
+    let line = out.line("service");
+    assert!(
+        line.starts_with("PASS service: written and current"),
+        "{line}"
+    );
+
+    let unit = s.service_dir().join(if cfg!(target_os = "macos") {
+        "me.agentchat.listen.plist"
+    } else {
+        "agentchat-listen.service"
+    });
+    let text = std::fs::read_to_string(&unit).unwrap();
+    std::fs::write(&unit, text.replace("RestartSec=5", "RestartSec=7")).unwrap();
+    let out = s.doctor(&sim.api_base, Some(&key), &[]).await;
+    assert_eq!(out.code, 0, "a stale unit is a warning: {}", out.all());
+    let line = out.line("service");
+    assert!(
+        line.starts_with("WARN service: written at")
+            && line.contains("reinstall")
+            && line.contains("agentchat service install"),
+        "{line}"
+    );
+    sim.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_file_others_can_read_fails_and_a_private_one_passes() {
+    use std::os::unix::fs::PermissionsExt;
+    let (sim, _, key) = seeded_sim().await;
+    let s = Scratch::new(
+        "api_key_file = \"key.txt\"\n[listen]\nruntime = \"script\"\ncommand = [\"/bin/true\"]\n",
+    );
+    let key_file = s.path().join("key.txt");
+    std::fs::write(&key_file, format!("{key}\n")).unwrap();
+    std::fs::set_permissions(&key_file, std::fs::Permissions::from_mode(0o644)).unwrap();
+
+    let out = s.doctor(&sim.api_base, None, &[]).await;
+    assert_eq!(out.code, 1, "{}", out.all());
+    out.assert_line("key", "FAIL key:", "chmod 600");
+    out.assert_no_secret(&key);
+
+    std::fs::set_permissions(&key_file, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let out = s.doctor(&sim.api_base, None, &[]).await;
+    assert_eq!(out.code, 0, "{}", out.all());
+    out.assert_line("key", "PASS key: from the key file", "key.txt");
+    assert!(out.line("server").starts_with("PASS server:"));
+    out.assert_no_secret(&key);
+    sim.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_state_dir_others_can_enter_is_a_warning() {
+    use std::os::unix::fs::PermissionsExt;
+    let (sim, _, key) = seeded_sim().await;
+    let s = Scratch::new(SCRIPT_CONFIG);
+    std::fs::create_dir(s.state()).unwrap();
+    std::fs::set_permissions(s.state(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let out = s.doctor(&sim.api_base, Some(&key), &[]).await;
+    assert_eq!(out.code, 0, "{}", out.all());
+    let line = out.line("state_dir");
+    assert!(
+        line.starts_with("WARN state_dir:") && line.contains("0755") && line.contains("chmod 700"),
+        "{line}"
+    );
+    std::fs::set_permissions(s.state(), std::fs::Permissions::from_mode(0o700)).unwrap();
+    let out = s.doctor(&sim.api_base, Some(&key), &[]).await;
+    assert!(
+        out.line("state_dir").starts_with("PASS state_dir:"),
+        "{}",
+        out.stdout
+    );
+    // Doctor leaves nothing behind in the state dir.
+    let left: Vec<_> = std::fs::read_dir(s.state()).unwrap().collect();
+    assert!(left.is_empty(), "{left:?}");
+    sim.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_status_file_whose_pid_lives_on_without_the_lock_is_not_a_running_listener() {
+    let (sim, _, key) = seeded_sim().await;
+    let s = Scratch::new(SCRIPT_CONFIG);
+    std::fs::create_dir(s.state()).unwrap();
+    std::fs::set_permissions(
+        s.state(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o700),
+    )
+    .unwrap();
+    // A listener died; its pid now belongs to another live process (this test), and the lock
+    // file it left is not held by anyone.
+    let now = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
+    let doc = serde_json::json!({
+        "state": "connected", "since": now, "updated_at": now,
+        "pid": std::process::id(), "profile": "default"
+    });
+    std::fs::write(s.state().join("status.json"), doc.to_string()).unwrap();
+    std::fs::write(
+        s.state().join("listen.lock"),
+        format!("{}\n", std::process::id()),
+    )
+    .unwrap();
+
+    let out = s.doctor(&sim.api_base, Some(&key), &[]).await;
+    assert_eq!(
+        out.line("lock"),
+        "PASS lock: free: no listener is running for this profile"
+    );
+    out.assert_line(
+        "status",
+        "PASS status: state connected since",
+        "not running",
+    );
+    sim.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn odd_but_valid_settings_are_warnings_that_do_not_fail() {
+    let (sim, _, key) = seeded_sim().await;
+    let s = Scratch::new(
+        "[listen]\nruntime = \"script\"\ncommand = [\"/bin/true\"]\nquiet_window = \"5s\"\nmax_delay = \"1s\"\n",
+    );
+    let out = s.doctor(&sim.api_base, Some(&key), &[]).await;
+    assert_eq!(out.code, 0, "{}", out.all());
+    out.assert_line("advice", "WARN advice:", "listen.max_delay");
+    sim.shutdown().await;
+}

@@ -1,0 +1,30 @@
+//! The integration tests, one binary with a module per area (one link of the library instead of
+//! one per file). Filter by module: `cargo test --test it listen::` runs the `listen` module (and
+//! every other test whose path contains `listen::`, such as `runtimes_listen::`).
+//!
+//! Area modules hold tests; `common`, `listen_support`, `sim_support` and `model_server` are the
+//! shared helpers they use.
+
+mod common;
+mod listen_support;
+mod model_server;
+mod sim_support;
+
+mod bench_harness;
+mod cli;
+mod config;
+mod conformance;
+mod core_props;
+mod demo;
+mod docs_links;
+mod doctor;
+mod faults;
+mod listen;
+mod runner;
+mod runtimes_cli;
+mod runtimes_listen;
+mod service;
+mod sim_conformance;
+mod sim_rest;
+mod sim_socket;
+mod status;

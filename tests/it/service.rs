@@ -1,0 +1,573 @@
+//! The service units, checked by the real tools: `systemd-analyze verify` for the systemd user
+//! unit and Python's `plistlib` for the launchd plist; install/uninstall in a scratch dir
+//! (`AGENTCHAT_SERVICE_DIR`) so the machine's services are never touched.
+
+use crate::common::config_in;
+use std::path::Path;
+use std::process::Command;
+
+const BIN: &str = env!("CARGO_BIN_EXE_agentchat");
+
+/// A config dir no test writes to, so the machine's own `~/.config/agentchat/config.toml` never
+/// changes what these tests see.
+const NO_CONFIG_HOME: &str = "/nonexistent/agentchat-service-tests";
+
+fn agentchat(args: &[&str], service_dir: Option<&Path>) -> std::process::Output {
+    agentchat_env(args, service_dir, &[])
+}
+
+/// Runs the real binary with `env` added to a clean config environment.
+fn agentchat_env(
+    args: &[&str],
+    service_dir: Option<&Path>,
+    env: &[(&str, &str)],
+) -> std::process::Output {
+    let mut cmd = Command::new(BIN);
+    cmd.args(args)
+        .env("XDG_CONFIG_HOME", NO_CONFIG_HOME)
+        .env_remove("AGENTCHAT_CONFIG")
+        .env_remove("AGENTCHAT_PROFILE");
+    match service_dir {
+        Some(dir) => cmd.env("AGENTCHAT_SERVICE_DIR", dir),
+        None => cmd.env_remove("AGENTCHAT_SERVICE_DIR"),
+    };
+    cmd.envs(env.iter().copied());
+    cmd.output().expect("run agentchat")
+}
+
+fn print_unit(args: &[&str]) -> String {
+    print_unit_env(args, &[])
+}
+
+/// `agentchat service print ARGS` with `env`; the unit's text (the command must succeed).
+fn print_unit_env(args: &[&str], env: &[(&str, &str)]) -> String {
+    let mut full = vec!["service", "print"];
+    full.extend_from_slice(args);
+    let out = agentchat_env(&full, None, env);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// The number after `key=` in a systemd unit.
+fn unit_number(unit: &str, key: &str) -> u64 {
+    unit.lines()
+        .find_map(|l| l.strip_prefix(key)?.strip_prefix('='))
+        .unwrap_or_else(|| panic!("no {key} in\n{unit}"))
+        .parse()
+        .unwrap()
+}
+
+/// Parses a launchd plist with Python's `plistlib` (a real parser) into JSON.
+fn parse_plist(dir: &Path, plist: &str) -> serde_json::Value {
+    let path = dir.join("agent.plist");
+    std::fs::write(&path, plist).unwrap();
+    let script =
+        "import json,plistlib,sys; print(json.dumps(plistlib.load(open(sys.argv[1],'rb'))))";
+    let out = Command::new("python3")
+        .args(["-c", script])
+        .arg(&path)
+        .output()
+        .expect("python3");
+    assert!(
+        out.status.success(),
+        "plistlib refused it: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// Runs `systemd-analyze verify` on `text` saved as `name`; returns its diagnostics (empty = clean).
+fn systemd_verify(dir: &Path, name: &str, text: &str) -> String {
+    let path = dir.join(name);
+    std::fs::write(&path, text).unwrap();
+    let out = Command::new("systemd-analyze")
+        .args(["verify", "--man=no"])
+        .arg(&path)
+        .output()
+        .expect("systemd-analyze is needed for this test (Debian package systemd)");
+    let mut diagnostics = String::from_utf8_lossy(&out.stderr).into_owned();
+    if !out.status.success() {
+        diagnostics.push_str(&format!("exit status {}", out.status));
+    }
+    diagnostics
+}
+
+#[test]
+fn systemd_unit_passes_systemd_analyze_verify_for_default_and_named_profiles() {
+    let dir = tempfile::tempdir().unwrap();
+    for (profile, name) in [
+        ("default", "agentchat-listen.service"),
+        ("work", "agentchat-listen-work.service"),
+    ] {
+        let unit = print_unit(&["--kind", "systemd", "--profile", profile]);
+        let diagnostics = systemd_verify(dir.path(), name, &unit);
+        assert!(diagnostics.is_empty(), "{name}: {diagnostics}\n{unit}");
+        for needed in [
+            "Type=notify",
+            "WatchdogSec=",
+            "Restart=on-failure",
+            "KillMode=mixed",
+            "ExecReload=/bin/kill -HUP $MAINPID",
+            "Environment=\"PATH=",
+        ] {
+            assert!(unit.contains(needed), "{name} lacks {needed}");
+        }
+    }
+}
+
+#[test]
+fn systemd_verify_catches_a_broken_unit_so_the_check_above_means_something() {
+    let dir = tempfile::tempdir().unwrap();
+    let unit = print_unit(&["--kind", "systemd"]).replace("Type=notify", "Type=notifyy");
+    let diagnostics = systemd_verify(dir.path(), "agentchat-listen.service", &unit);
+    assert!(diagnostics.contains("notifyy"), "{diagnostics}");
+}
+
+#[test]
+fn systemd_stop_timeout_outlasts_the_default_run_grace_without_a_config() {
+    let unit = print_unit(&["--kind", "systemd"]);
+    // The default grace is 10 s; 30 s more leaves room for the socket close and status write.
+    assert_eq!(unit_number(&unit, "TimeoutStopSec"), 40, "{unit}");
+}
+
+#[test]
+fn stop_timeouts_follow_the_profiles_kill_grace_from_its_config() {
+    let (dir, config) = config_in(
+        "[listen]\nkill_grace = \"45s\"\n\n[profiles.slow.listen]\nkill_grace = \"1m 30s\"\n",
+    );
+    let config = config.to_str().unwrap();
+    let unit = print_unit(&["--kind", "systemd", "--config", config]);
+    assert_eq!(unit_number(&unit, "TimeoutStopSec"), 75, "{unit}");
+    let unit = print_unit(&["--kind", "systemd", "--config", config, "--profile", "slow"]);
+    assert_eq!(unit_number(&unit, "TimeoutStopSec"), 120, "{unit}");
+    let plist = print_unit(&["--kind", "launchd", "--config", config]);
+    assert_eq!(parse_plist(dir.path(), &plist)["ExitTimeOut"], 75);
+}
+
+#[test]
+fn a_config_that_does_not_load_leaves_the_default_run_grace_in_the_unit() {
+    let (_dir, config) = config_in("[listen]\nkill_grace = \"45s\"\nkil_grace = \"1s\"\n");
+    let unit = print_unit(&["--kind", "systemd", "--config", config.to_str().unwrap()]);
+    assert_eq!(unit_number(&unit, "TimeoutStopSec"), 40, "{unit}");
+}
+
+#[test]
+fn the_installing_shells_agentchat_config_is_passed_on_to_the_unit() {
+    let (_dir, config) = config_in("[listen]\nkill_grace = \"20s\"\n");
+    let unit = print_unit_env(
+        &["--kind", "systemd"],
+        &[("AGENTCHAT_CONFIG", config.to_str().unwrap())],
+    );
+    let expected = format!("\"listen\" \"--config\" \"{}\"", config.display());
+    assert!(unit.contains(&expected), "{unit}");
+    assert_eq!(unit_number(&unit, "TimeoutStopSec"), 50, "{unit}");
+}
+
+#[test]
+fn launchd_plist_parses_with_a_real_plist_parser_and_carries_the_listen_command() {
+    let dir = tempfile::tempdir().unwrap();
+    let plist = print_unit(&[
+        "--kind",
+        "launchd",
+        "--profile",
+        "work",
+        "--config",
+        "/etc/a&b.toml",
+    ]);
+    let parsed = parse_plist(dir.path(), &plist);
+    assert_eq!(parsed["Label"], "me.agentchat.listen.work");
+    let args: Vec<&str> = parsed["ProgramArguments"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    assert_eq!(
+        &args[1..],
+        ["listen", "--profile", "work", "--config", "/etc/a&b.toml"]
+    );
+    assert!(Path::new(args[0]).is_absolute());
+    assert!(
+        parsed["EnvironmentVariables"]["PATH"]
+            .as_str()
+            .unwrap()
+            .contains("/usr/bin")
+    );
+    assert_eq!(parsed["KeepAlive"]["SuccessfulExit"], false);
+    assert!(parsed["ExitTimeOut"].as_u64().unwrap() > 10);
+}
+
+#[test]
+fn install_and_uninstall_in_a_scratch_dir_write_and_remove_the_unit_without_a_manager() {
+    let dir = tempfile::tempdir().unwrap();
+    // A profile other than `default` needs its table: install checks the config the unit uses.
+    let config = dir.path().join("config.toml");
+    std::fs::write(&config, "[profiles.ci]\n").unwrap();
+    let config = config.to_str().unwrap();
+    let out = agentchat(
+        &[
+            "service",
+            "install",
+            "--kind",
+            "systemd",
+            "--profile",
+            "ci",
+            "--config",
+            config,
+        ],
+        Some(dir.path()),
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let unit = dir.path().join("agentchat-listen-ci.service");
+    let text = std::fs::read_to_string(&unit).unwrap();
+    assert!(text.contains("\"listen\" \"--profile\" \"ci\""), "{text}");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("not calling the service manager"));
+
+    let out = agentchat(
+        &[
+            "service",
+            "uninstall",
+            "--kind",
+            "systemd",
+            "--profile",
+            "ci",
+        ],
+        Some(dir.path()),
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!unit.exists());
+}
+
+#[test]
+fn a_profile_name_that_cannot_name_a_unit_is_refused_with_a_clear_error() {
+    let out = agentchat(&["service", "print", "--profile", "a b"], None);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("profile name"), "{err}");
+    let out = agentchat(&["service", "print", "--profile", ".hidden"], None);
+    assert!(
+        !out.status.success(),
+        "a profile config refuses was accepted"
+    );
+}
+
+#[test]
+fn the_profile_comes_from_agentchat_profile_like_every_other_command_and_the_flag_wins() {
+    let unit = print_unit_env(&["--kind", "systemd"], &[("AGENTCHAT_PROFILE", "work")]);
+    assert!(unit.contains("\"listen\" \"--profile\" \"work\""), "{unit}");
+    assert!(unit.contains("AgentChat listener (work)"), "{unit}");
+    let unit = print_unit_env(
+        &["--kind", "systemd", "--profile", " home "],
+        &[("AGENTCHAT_PROFILE", "work")],
+    );
+    assert!(unit.contains("\"listen\" \"--profile\" \"home\""), "{unit}");
+    // Empty or blank is unset, as config reads it.
+    for blank in ["", "  "] {
+        let unit = print_unit_env(&["--kind", "systemd"], &[("AGENTCHAT_PROFILE", blank)]);
+        assert!(unit.contains("AgentChat listener (default)"), "{unit}");
+    }
+}
+
+#[test]
+fn a_profile_name_with_a_dot_that_config_accepts_can_be_installed() {
+    let dir = tempfile::tempdir().unwrap();
+    let unit = print_unit(&["--kind", "systemd", "--profile", "team.alpha"]);
+    let diagnostics = systemd_verify(dir.path(), "agentchat-listen-team.alpha.service", &unit);
+    assert!(diagnostics.is_empty(), "{diagnostics}\n{unit}");
+    assert!(unit.contains("\"--profile\" \"team.alpha\""), "{unit}");
+    let plist = print_unit(&["--kind", "launchd", "--profile", "team.alpha"]);
+    assert_eq!(
+        parse_plist(dir.path(), &plist)["Label"],
+        "me.agentchat.listen.team.alpha"
+    );
+}
+
+#[test]
+fn the_systemd_unit_does_not_restart_on_the_listeners_config_exit_code() {
+    let unit = print_unit(&["--kind", "systemd"]);
+    let line = format!(
+        "RestartPreventExitStatus={}",
+        agentchat::listen::EXIT_CONFIG
+    );
+    assert!(unit.lines().any(|l| l == line), "{unit}");
+}
+
+/// `agentchat service ARGS` as on a machine with no reachable systemd user manager, whatever
+/// this machine has: HOME and the config dir in `home`, `XDG_RUNTIME_DIR` an empty directory and
+/// no session bus address, so the real `systemctl --user` finds no manager to talk to. Never
+/// `AGENTCHAT_SERVICE_DIR`: this is the real install path. `path` replaces PATH when given.
+fn without_user_manager(
+    home: &Path,
+    args: &[&str],
+    path: Option<&str>,
+    env: &[(&str, &str)],
+) -> std::process::Output {
+    let runtime_dir = home.join("run");
+    std::fs::create_dir_all(&runtime_dir).unwrap();
+    let mut cmd = Command::new(BIN);
+    cmd.arg("service")
+        .args(args)
+        .env("HOME", home)
+        .env("XDG_CONFIG_HOME", home.join(".config"))
+        .env("XDG_RUNTIME_DIR", &runtime_dir)
+        .env_remove("DBUS_SESSION_BUS_ADDRESS")
+        .env_remove("AGENTCHAT_SERVICE_DIR")
+        .env_remove("AGENTCHAT_CONFIG")
+        .env_remove("AGENTCHAT_PROFILE");
+    if let Some(p) = path {
+        cmd.env("PATH", p);
+    }
+    cmd.envs(env.iter().copied());
+    cmd.output().expect("run agentchat")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+#[test]
+fn install_without_a_user_manager_writes_nothing_and_says_what_to_do() {
+    let home = tempfile::tempdir().unwrap();
+    let units = home.path().join(".config/systemd/user");
+    let out = without_user_manager(home.path(), &["install", "--kind", "systemd"], None, &[]);
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert_eq!(out.status.code(), Some(1), "{stdout}{stderr}");
+    assert!(
+        stderr.contains("no systemd user manager answers")
+            && stderr.contains("nothing was written"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("agentchat listen"), "{stderr}");
+    if Path::new("/run/systemd/system").is_dir() {
+        assert!(stderr.contains("loginctl enable-linger"), "{stderr}");
+    } else {
+        assert!(stderr.contains("does not run systemd"), "{stderr}");
+    }
+    assert!(!stdout.contains("wrote"), "{stdout}");
+    assert!(!units.join("agentchat-listen.service").exists());
+
+    // An earlier unit (written by hand, or by an install that could not start it) stays as it was.
+    std::fs::create_dir_all(&units).unwrap();
+    std::fs::write(units.join("agentchat-listen.service"), "# earlier\n").unwrap();
+    let out = without_user_manager(home.path(), &["install", "--kind", "systemd"], None, &[]);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        std::fs::read_to_string(units.join("agentchat-listen.service")).unwrap(),
+        "# earlier\n"
+    );
+
+    // `service status` says the unit is only written, and that no manager runs it.
+    let out = without_user_manager(home.path(), &["status", "--kind", "systemd"], None, &[]);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        stdout.contains("agentchat-listen.service (written)"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("manager: no service manager answers"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("agentchat listen"), "{stdout}");
+    assert!(!stdout.contains("running: yes"), "{stdout}");
+}
+
+/// A stand-in `systemctl` that answers like a running user manager, except that `enable` fails;
+/// every call is appended to `calls`.
+fn refusing_systemctl(dir: &Path) -> std::path::PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let bin = dir.join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let calls = dir.join("calls");
+    let script = format!(
+        "#!/bin/sh\necho \"$*\" >> '{}'\ncase \"$2\" in\n  enable) echo 'Failed to enable unit: \
+         Access denied' >&2; exit 1 ;;\n  *) exit 0 ;;\nesac\n",
+        calls.display()
+    );
+    let path = bin.join("systemctl");
+    std::fs::write(&path, script).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    calls
+}
+
+#[test]
+fn an_install_the_manager_refuses_leaves_the_unit_as_it_was_before() {
+    let home = tempfile::tempdir().unwrap();
+    let calls = refusing_systemctl(home.path());
+    let path = format!("{}:/usr/bin:/bin", home.path().join("bin").display());
+    let unit = home
+        .path()
+        .join(".config/systemd/user/agentchat-listen.service");
+
+    // No unit before: none after.
+    let out = without_user_manager(
+        home.path(),
+        &["install", "--kind", "systemd"],
+        Some(&path),
+        &[],
+    );
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("Access denied") && stderr.contains("removed"),
+        "{stderr}"
+    );
+    assert!(!unit.exists(), "the refused unit was left behind");
+
+    // A unit before: the same bytes after.
+    std::fs::write(&unit, "# the earlier unit\n").unwrap();
+    let out = without_user_manager(
+        home.path(),
+        &["install", "--kind", "systemd"],
+        Some(&path),
+        &[],
+    );
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("put the previous"), "{stderr}");
+    assert_eq!(
+        std::fs::read_to_string(&unit).unwrap(),
+        "# the earlier unit\n"
+    );
+
+    // The manager was checked first, and reloaded again after the undo.
+    let calls = std::fs::read_to_string(calls).unwrap();
+    let calls: Vec<&str> = calls.lines().collect();
+    assert_eq!(
+        calls[..4],
+        [
+            "--user show-environment",
+            "--user daemon-reload",
+            "--user enable --now agentchat-listen.service",
+            "--user daemon-reload"
+        ],
+        "{calls:?}"
+    );
+}
+
+#[test]
+fn install_refuses_a_config_file_that_is_missing_or_does_not_load_and_writes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("nope.toml");
+    let out = agentchat(
+        &["service", "install", "--config", missing.to_str().unwrap()],
+        Some(dir.path()),
+    );
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("does not exist") && stderr.contains("nope.toml"),
+        "{stderr}"
+    );
+
+    let (_c, bad) = config_in("[listen]\nqiet_window = \"3s\"\n");
+    let out = agentchat(
+        &["service", "install", "--config", bad.to_str().unwrap()],
+        Some(dir.path()),
+    );
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("unknown config key `listen.qiet_window`"),
+        "{stderr}"
+    );
+
+    // The same through the installing shell's AGENTCHAT_CONFIG.
+    let out = agentchat_env(
+        &["service", "install"],
+        Some(dir.path()),
+        &[("AGENTCHAT_CONFIG", missing.to_str().unwrap())],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let written: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+    assert!(written.is_empty(), "{written:?}");
+
+    // A config that loads installs; the key sits in a key file, so there is no warning.
+    let (cdir, good) = config_in("api_key_file = \"key\"\n[listen]\nruntime = \"script\"\n");
+    let key = cdir.path().join("key");
+    std::fs::write(&key, "ac_live_test").unwrap();
+    std::fs::set_permissions(&key, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    let out = agentchat(
+        &["service", "install", "--config", good.to_str().unwrap()],
+        Some(dir.path()),
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        !text(&out.stderr).contains("warning"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+#[test]
+fn install_warns_when_the_service_would_have_no_key_from_the_shell() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = agentchat_env(
+        &["service", "install"],
+        Some(dir.path()),
+        &[("AGENTCHAT_API_KEY", "ac_live_only_in_this_shell")],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("no API key") && stderr.contains("api_key_file"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("ac_live_only_in_this_shell"), "{stderr}");
+}
+
+#[test]
+fn the_unit_carries_the_xdg_dirs_and_a_path_without_duplicates() {
+    let dir = tempfile::tempdir().unwrap();
+    let env = [
+        ("XDG_CONFIG_HOME", "/home/u/cfg"),
+        ("XDG_STATE_HOME", "/home/u/state"),
+        (
+            "PATH",
+            "/home/u/bin:/usr/bin:/bin:/usr/bin::/home/u/bin:/opt/a$b",
+        ),
+    ];
+    let unit = print_unit_env(&["--kind", "systemd"], &env);
+    let environment: Vec<&str> = unit
+        .lines()
+        .filter(|l| l.starts_with("Environment="))
+        .collect();
+    assert_eq!(
+        environment,
+        [
+            "Environment=\"PATH=/home/u/bin:/usr/bin:/bin:/opt/a$b\"",
+            "Environment=\"XDG_CONFIG_HOME=/home/u/cfg\"",
+            "Environment=\"XDG_STATE_HOME=/home/u/state\"",
+        ],
+        "{unit}"
+    );
+    let diagnostics = systemd_verify(dir.path(), "agentchat-listen.service", &unit);
+    assert!(diagnostics.is_empty(), "{diagnostics}\n{unit}");
+
+    let plist = print_unit_env(&["--kind", "launchd"], &env);
+    let parsed = parse_plist(dir.path(), &plist);
+    assert_eq!(
+        parsed["EnvironmentVariables"]["XDG_STATE_HOME"],
+        "/home/u/state"
+    );
+    assert_eq!(
+        parsed["EnvironmentVariables"]["PATH"],
+        "/home/u/bin:/usr/bin:/bin:/opt/a$b"
+    );
+
+    // A relative XDG dir is ignored by the spec and by config, so the unit leaves it out.
+    let unit = print_unit_env(&["--kind", "systemd"], &[("XDG_STATE_HOME", "state")]);
+    assert!(!unit.contains("XDG_STATE_HOME"), "{unit}");
+}
