@@ -1,4 +1,4 @@
-//! The socket task (design 2): connects with the Bearer key and `ack,heartbeat,rewake`, drives
+//! The socket task (contract 3.4; docs/operating.md): connects with the Bearer key and `ack,heartbeat,rewake`, drives
 //! `core::engine` with every frame, hands wakes to the main loop and acks once the main loop has
 //! registered them, drops a silent socket, and reconnects after the delay `core::reconnect` names.
 //! It runs apart from cycles, so a long run never delays frames, acks or heartbeats. It never
@@ -18,7 +18,7 @@ use tokio_tungstenite::tungstenite::{
     protocol::frame::coding::CloseCode,
 };
 
-/// Frames larger than this are skipped unread (design 2).
+/// Frames larger than this are skipped unread (docs/operating.md, "What happens, in order").
 pub const MAX_FRAME_BYTES: usize = 1024 * 1024;
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
 /// Message ids remembered to ack a re-pushed message without a second wake: the SDKs' 2048. The

@@ -1,5 +1,5 @@
 //! `agentchat listen` end to end: the real binary as a child process against the sim on real
-//! loopback sockets, with a recording `sh` script as the run (issue 4, "Proof"). Each test pins one
+//! loopback sockets, with a recording `sh` script as the run. Each test pins one
 //! behaviour; waits poll an observable condition (the listener's JSON log, the recorder's files,
 //! the status file or the sim's control API) with a deadline.
 
