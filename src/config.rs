@@ -93,6 +93,11 @@ pub struct ListenSettings {
     pub run_logs_keep: usize,
     /// No inbound traffic for this long drops the socket.
     pub idle_timeout: Duration,
+    /// Where `/metrics`, `/healthz` and `/readyz` are served (`listen.metrics_addr`,
+    /// `AGENTCHAT_METRICS_ADDR`, `--metrics-addr`); off when unset.
+    pub metrics_addr: Option<std::net::SocketAddr>,
+    /// `listen.metrics_public`: allows a `metrics_addr` that is not loopback.
+    pub metrics_public: bool,
     pub claude: ClaudeSettings,
     pub codex: CodexSettings,
 }
@@ -130,6 +135,10 @@ pub struct ConfigArgs {
     /// API base URL (env AGENTCHAT_API_BASE).
     #[arg(long, value_name = "URL")]
     pub api_base: Option<String>,
+    /// Serve /metrics, /healthz and /readyz on this address, e.g. 127.0.0.1:9464 (listen only;
+    /// env AGENTCHAT_METRICS_ADDR).
+    #[arg(long, value_name = "ADDR")]
+    pub metrics_addr: Option<String>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -190,6 +199,8 @@ const KNOWN_LISTEN: &[&str] = &[
     "script_gets_key",
     "identity_block",
     "run_logs_keep",
+    "metrics_addr",
+    "metrics_public",
     "claude",
     "codex",
 ];
@@ -217,6 +228,8 @@ struct Layer {
     script_gets_key: Option<bool>,
     identity_block: Option<bool>,
     run_logs_keep: Option<usize>,
+    metrics_addr: Option<std::net::SocketAddr>,
+    metrics_public: Option<bool>,
     claude_binary: Option<PathBuf>,
     claude_extra_args: Option<Vec<String>>,
     claude_mcp: Option<McpMode>,
@@ -246,6 +259,8 @@ impl Layer {
             script_gets_key: self.script_gets_key.or(base.script_gets_key),
             identity_block: self.identity_block.or(base.identity_block),
             run_logs_keep: self.run_logs_keep.or(base.run_logs_keep),
+            metrics_addr: self.metrics_addr.or(base.metrics_addr),
+            metrics_public: self.metrics_public.or(base.metrics_public),
             claude_binary: self.claude_binary.or(base.claude_binary),
             claude_extra_args: self.claude_extra_args.or(base.claude_extra_args),
             claude_mcp: self.claude_mcp.or(base.claude_mcp),
@@ -384,6 +399,16 @@ fn parse_log_level(raw: &str, key: &str) -> Result<String, ConfigError> {
             format!("`{raw}` is not a log level; use error, warn, info, debug or trace"),
         )),
     }
+}
+
+/// An `ip:port` to serve on (`127.0.0.1:9464`, `[::1]:9464`).
+fn parse_socket_addr(raw: &str, key: &str) -> Result<std::net::SocketAddr, ConfigError> {
+    raw.trim().parse().map_err(|_| {
+        bad(
+            key,
+            format!("`{raw}` is not an address with a port, like 127.0.0.1:9464"),
+        )
+    })
 }
 
 /// Checks an API base URL and drops trailing slashes, so `{api_base}/v1/...` joins cleanly.
@@ -545,6 +570,13 @@ fn parse_listen(
     }
     if let Some(v) = t.get("identity_block") {
         layer.identity_block = Some(want_bool(v, &k("identity_block"))?);
+    }
+    if let Some(v) = t.get("metrics_addr") {
+        let key = k("metrics_addr");
+        layer.metrics_addr = Some(parse_socket_addr(&want_str(v, &key)?, &key)?);
+    }
+    if let Some(v) = t.get("metrics_public") {
+        layer.metrics_public = Some(want_bool(v, &k("metrics_public"))?);
     }
     if let Some(v) = t.get("run_logs_keep") {
         let key = k("run_logs_keep");
@@ -715,6 +747,9 @@ fn env_layer(env: &HashMap<String, String>) -> Result<Layer, ConfigError> {
     if let Some(v) = env_value(env, "AGENTCHAT_LOG_FORMAT") {
         layer.log_format = Some(parse_log_format(v, "AGENTCHAT_LOG_FORMAT")?);
     }
+    if let Some(v) = env_value(env, "AGENTCHAT_METRICS_ADDR") {
+        layer.metrics_addr = Some(parse_socket_addr(v, "AGENTCHAT_METRICS_ADDR")?);
+    }
     Ok(layer)
 }
 
@@ -725,6 +760,9 @@ fn flag_layer(args: &ConfigArgs) -> Result<Layer, ConfigError> {
     }
     if let Some(v) = &args.runtime {
         layer.runtime = Some(parse_runtime(v, "--runtime")?);
+    }
+    if let Some(v) = &args.metrics_addr {
+        layer.metrics_addr = Some(parse_socket_addr(v, "--metrics-addr")?);
     }
     Ok(layer)
 }
@@ -833,6 +871,8 @@ pub fn resolve(
         identity_block: merged.identity_block.unwrap_or(true),
         run_logs_keep: merged.run_logs_keep.unwrap_or(50),
         idle_timeout: merged.idle_timeout.unwrap_or(Duration::from_secs(100)),
+        metrics_addr: merged.metrics_addr,
+        metrics_public: merged.metrics_public.unwrap_or(false),
         claude: ClaudeSettings {
             binary: merged.claude_binary,
             extra_args: merged.claude_extra_args.unwrap_or_default(),
@@ -845,6 +885,19 @@ pub fn resolve(
             mcp_url: merged.codex_mcp_url,
         },
     };
+
+    if let Some(addr) = listen.metrics_addr
+        && !addr.ip().is_loopback()
+        && !listen.metrics_public
+    {
+        return Err(bad(
+            "listen.metrics_addr",
+            format!(
+                "{addr} is not a loopback address; set `listen.metrics_public = true` to serve \
+                 metrics beyond this machine"
+            ),
+        ));
+    }
 
     Ok(Settings {
         profile,
