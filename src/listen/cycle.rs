@@ -39,6 +39,8 @@ pub struct CycleInput {
     pub runtime_unusable: bool,
     pub invite_pace_ms: u64,
     pub shutdown: watch::Receiver<bool>,
+    /// The listener's metrics (a no-op registry for `--once`).
+    pub metrics: std::sync::Arc<super::metrics::Metrics>,
 }
 
 /// What the cycle did, for the status file and the main loop.
@@ -219,6 +221,7 @@ async fn body(input: &mut CycleInput, report: &mut CycleReport) {
     report.last.run_kind = Some(kind.as_str().into());
     report.last.run_log = Some(log_path.display().to_string());
     tracing::info!(event = %"run_start", cycle_id = %id, run_kind = kind.as_str(), runtime = input.settings.listen.runtime.as_str(), log = %log_path.display(), "run started");
+    input.metrics.run_started();
     let run_report = supervisor::run(&spec, limits, &log_path, input.shutdown.clone()).await;
     let run_ended_at = SystemTime::now();
     let output = read_log(&log_path);
@@ -250,6 +253,12 @@ async fn body(input: &mut CycleInput, report: &mut CycleReport) {
             false
         }
     };
+
+    input.metrics.run_ended(
+        input.settings.listen.runtime.as_str(),
+        report.last.outcome.as_deref().unwrap_or(""),
+        run_report.duration,
+    );
 
     if *input.shutdown.borrow() {
         return;
@@ -314,6 +323,7 @@ async fn apply_invite_rule(
                 }
             },
             InviteVerdict::Counted => {
+                input.metrics.invite_counted();
                 tracing::info!(event = %"invite_counted", cycle_id = %id, invite_id = %invite_id, "invite left pending by a run: counted")
             }
             InviteVerdict::SilentPaced => {

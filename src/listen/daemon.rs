@@ -3,6 +3,7 @@
 //! SIGHUP reload) and systemd notification. The socket runs as its own task and sends wakes here.
 
 use super::cycle::{self, CycleInput, CycleReport};
+use super::metrics::{self, Metrics};
 use super::socket::{self, SocketEvent, SocketParams, SocketState};
 use super::state_dir::{self, Counters, LastWake, StateDir, Status, TextsStatus};
 use super::{TimeScale, load_texts};
@@ -13,6 +14,7 @@ use crate::core::texts::Texts;
 use crate::sys::time;
 use secrecy::{ExposeSecret, SecretString};
 use std::collections::BTreeSet;
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::{mpsc, watch};
@@ -62,6 +64,8 @@ struct Daemon {
     /// When the last frame came: kept as a time and formatted into `status.last_frame_at` only
     /// when the status is written, not on every frame.
     last_frame: Option<SystemTime>,
+    /// The metrics registry (a no-op unless `listen.metrics_addr` is set).
+    metrics: Arc<Metrics>,
 }
 
 /// Runs until SIGTERM/SIGINT. Returns the exit code (0).
@@ -109,6 +113,10 @@ pub async fn run(
     };
     let (quiet_ms, max_delay_ms) = windows(&settings);
     let coalescer = Coalescer::new(quiet_ms, max_delay_ms);
+    let metrics = Metrics::for_settings(
+        &settings,
+        scale.apply(STATUS_REFRESH).max(STATUS_REFRESH_MIN),
+    );
     let mut d = Daemon {
         args,
         settings,
@@ -134,6 +142,7 @@ pub async fn run(
         pending_windows: None,
         texts_missing_logged: false,
         last_frame: None,
+        metrics,
     };
     tracing::info!(
         event = %"listener_start",
@@ -148,6 +157,11 @@ pub async fn run(
     d.refresh_texts().await;
 
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
+    metrics::spawn_server(
+        &d.metrics,
+        d.settings.listen.metrics_addr,
+        shutdown_rx.clone(),
+    );
     let (params_tx, params_rx) = watch::channel(d.socket_params());
     let (ev_tx, mut ev_rx) = mpsc::channel::<SocketEvent>(256);
     let (texts_tx, mut texts_rx) = mpsc::channel::<Option<(Texts, &'static str)>>(4);
@@ -285,6 +299,7 @@ impl Daemon {
             key: self.key.clone(),
             idle_timeout: self.settings.listen.idle_timeout,
             key_refused_retry: self.scale.apply(crate::core::reconnect::KEY_REFUSED_RETRY),
+            metrics: self.metrics.clone(),
         }
     }
 
@@ -327,9 +342,16 @@ impl Daemon {
                 self.status.counters.frames += 1;
                 self.last_frame = Some(now);
             }
-            SocketEvent::Skipped => self.status.counters.frames_skipped += 1,
-            SocketEvent::Acked => self.status.counters.acks += 1,
+            SocketEvent::Skipped => {
+                self.status.counters.frames_skipped += 1;
+                self.metrics.frame_skipped();
+            }
+            SocketEvent::Acked => {
+                self.status.counters.acks += 1;
+                self.metrics.acked();
+            }
             SocketEvent::Wake { cause, registered } => {
+                self.metrics.wake(&cause);
                 let label = cause.label();
                 let t = self.now_ms();
                 self.coalescer.wake(t);
@@ -352,6 +374,7 @@ impl Daemon {
         self.retry_a_changed_runtime_binary();
         let id = cycle::new_cycle_id();
         self.status.counters.cycles += 1;
+        self.metrics.cycle_started();
         let input = self.api().map(|api| CycleInput {
             id: id.clone(),
             settings: self.settings.clone(),
@@ -364,6 +387,7 @@ impl Daemon {
             runtime_unusable: self.flags.unusable.is_some(),
             invite_pace_ms: self.scale.invite_pace_ms(),
             shutdown,
+            metrics: self.metrics.clone(),
         });
         self.status.last_cycle = Some(state_dir::LastCycle::started(id, reasons));
         self.write_status();
@@ -376,6 +400,7 @@ impl Daemon {
     }
 
     fn on_cycle_end(&mut self, report: CycleReport) {
+        self.metrics.cycle_ended(&report);
         if report.last.run_started {
             self.status.counters.runs += 1;
         }
@@ -449,6 +474,7 @@ impl Daemon {
         self.status.socket = self.socket_state.as_str();
         self.status.last_frame_at = self.last_frame.map(time::rfc3339);
         self.status.updated_at = time::rfc3339(now);
+        self.metrics.observe_status(&self.status);
         match self.state.write_status(&self.status) {
             Ok(()) if self.status_write_failing => {
                 self.status_write_failing = false;

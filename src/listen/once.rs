@@ -26,6 +26,7 @@ pub async fn run(
         key: key.clone(),
         idle_timeout: settings.listen.idle_timeout,
         key_refused_retry: crate::core::reconnect::KEY_REFUSED_RETRY,
+        metrics: super::metrics::Metrics::off(),
     };
     let handle = socket::connect_once(&params, SETTLE)
         .await
@@ -50,6 +51,7 @@ pub async fn run(
         runtime_unusable: false,
         invite_pace_ms: scale.invite_pace_ms(),
         shutdown: shutdown_rx,
+        metrics: super::metrics::Metrics::off(),
     };
     let mut task = tokio::spawn(cycle::run(input));
     let report = tokio::select! {

@@ -28,6 +28,8 @@ pub struct SocketParams {
     pub key: SecretString,
     pub idle_timeout: Duration,
     pub key_refused_retry: Duration,
+    /// The listener's metrics (a no-op registry for `--once`).
+    pub metrics: std::sync::Arc<super::metrics::Metrics>,
 }
 
 impl SocketParams {
@@ -162,6 +164,7 @@ pub async fn run(
                 match connected {
                     Ok(ws) => {
                         tracing::info!(event = %"socket_connected", url = %ws_url(&params.api_base), "socket connected");
+                        params.metrics.connect_accepted();
                         let _ = events.send(SocketEvent::Connected).await;
                         send_state(&events, SocketState::Connected, None, None).await;
                         match read_loop(
@@ -196,6 +199,7 @@ pub async fn run(
             // The handle is asked for again with the next key.
             handle_known_for = None;
         }
+        params.metrics.socket_down(&kind);
         let delay = reconnect::delay_after(
             &kind,
             &mut backoff,
@@ -390,6 +394,7 @@ async fn read_loop(
             Ok(Some(Ok(m))) => m,
         };
         let _ = events.send(SocketEvent::Frame).await;
+        params.metrics.frame(&msg);
         let text = match msg {
             Message::Text(t) => t,
             Message::Close(frame) => {
