@@ -18,6 +18,7 @@ mod demo;
 mod docs_links;
 mod doctor;
 mod listen;
+mod metrics;
 mod runner;
 mod runtimes_cli;
 mod runtimes_listen;
