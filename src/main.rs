@@ -5,7 +5,7 @@ use agentchat::cli::{Cli, Command};
 use clap::Parser;
 
 fn main() {
-    let cli = Cli::parse();
+    let cli = Cli::try_parse().unwrap_or_else(|e| exit_on_usage_error(e));
     agentchat::sys::tls::install_crypto_provider();
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -37,4 +37,18 @@ fn main() {
             std::process::exit(1);
         }
     }
+}
+
+/// Prints clap's message and exits. `listen` runs under service managers, so a flag it cannot
+/// use (`--runtime gpt`, `--log-format xml`) is a config error like any other: EX_CONFIG, which
+/// the systemd unit does not restart (or 0 under launchd); other commands keep clap's code.
+fn exit_on_usage_error(e: clap::Error) -> ! {
+    let _ = e.print();
+    let listen = std::env::args_os().nth(1).is_some_and(|a| a == "listen");
+    let code = if listen && e.use_stderr() {
+        agentchat::listen::config_error_exit_code(&agentchat::config::process_env())
+    } else {
+        e.exit_code()
+    };
+    std::process::exit(code)
 }

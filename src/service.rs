@@ -647,7 +647,7 @@ fn install(kind: ServiceKind, profile: &str, config: Option<&Path>) -> anyhow::R
 /// The profile as config chooses it for every command: `--profile` (trimmed), else a non-empty
 /// `AGENTCHAT_PROFILE`, else `default`; validated by config's rule.
 fn chosen_profile(flag: Option<&str>) -> anyhow::Result<String> {
-    let env: std::collections::HashMap<String, String> = std::env::vars().collect();
+    let env = crate::config::process_env();
     let args = crate::config::ConfigArgs {
         profile: flag.map(str::to_string),
         ..Default::default()

@@ -1,5 +1,6 @@
 //! The rules of contract v1 that need no I/O: parsing, the frame engine, the coalescer, the
-//! reconnect policy, the single-run invite rule, the cycle decision and the identity block.
+//! reconnect policy, the single-run invite rule, the cycle decision, the identity block and the
+//! table of runtimes.
 //! Every time is an injected number of milliseconds, so each rule is tested without a runtime
 //! against the fixtures in `conformance/`.
 
@@ -11,5 +12,6 @@ pub mod handle;
 pub mod identity;
 pub mod invite_rule;
 pub mod reconnect;
+pub mod runtime_kind;
 pub mod texts;
 pub mod tray;

@@ -157,7 +157,7 @@ fn scrub_value(v: &mut Value, secret: &str) {
 /// Runs every check and returns the report (never fails: problems are checks). One section per
 /// part of the setup, in the order a listener needs them.
 pub async fn run(args: &DoctorArgs) -> Report {
-    let env: HashMap<String, String> = std::env::vars().collect();
+    let env = config::process_env();
     let mut report = Report::default();
     // Without settings nothing else can be checked.
     if let Some(settings) = config_section(args, &env, &mut report) {
@@ -322,7 +322,8 @@ async fn runtime_section(settings: &Settings, report: &mut Report) {
     }
     match settings.listen.runtime {
         RuntimeKind::Script => report.checks.push(script_runtime(settings, &workdir)),
-        kind @ (RuntimeKind::ClaudeCode | RuntimeKind::Codex) => {
+        // Every other runtime runs a CLI of its own (core::runtime_kind).
+        kind => {
             report.checks.extend(cli_runtime(settings, kind).await);
         }
     }
@@ -342,25 +343,11 @@ fn script_runtime(settings: &Settings, workdir: &Path) -> Check {
     check_script(&settings.listen.command, located.as_ref(), executable)
 }
 
-/// `runtime` and `login` for Claude Code and Codex: the binary, its `--version`, its login check.
+/// `runtime` and `login` for a runtime with a CLI of its own (Claude Code, Codex): the binary, its `--version`, its login check.
 async fn cli_runtime(settings: &Settings, kind: RuntimeKind) -> Vec<Check> {
-    let (configured, default, config_key, login_args): (_, _, _, &[&str]) = match kind {
-        RuntimeKind::Codex => (
-            settings.listen.codex.binary.as_deref(),
-            "codex",
-            "listen.codex.binary",
-            &["login", "status"],
-        ),
-        _ => (
-            settings.listen.claude.binary.as_deref(),
-            "claude",
-            "listen.claude.binary",
-            &["auth", "status"],
-        ),
-    };
-    let binary =
-        crate::runtime::agent_cli::resolve_binary(configured, default, kind.as_str(), config_key)
-            .map_err(|e| e.to_string());
+    let config_key = kind.descriptor().config_key;
+    let login_args = kind.descriptor().login_check.unwrap_or_default();
+    let binary = crate::runtime::cli_binary(settings, kind).map_err(|e| e.to_string());
     let Ok(path) = &binary else {
         return vec![check_cli_runtime(kind, config_key, &binary, None)];
     };

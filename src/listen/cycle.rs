@@ -4,7 +4,7 @@
 
 use super::state_dir::{LastCycle, StateDir};
 use crate::client::{Api, ApiError};
-use crate::config::{RuntimeKind, Settings};
+use crate::config::Settings;
 use crate::core::decision::{self, CycleDecision, NoRun, RunKind};
 use crate::core::invite_rule::{InviteVerdict, RunObservation};
 use crate::core::texts::Texts;
@@ -353,10 +353,8 @@ fn keep_identity_block(
     workdir: &std::path::Path,
     cycle_id: &str,
 ) {
-    let file = match settings.listen.runtime {
-        RuntimeKind::ClaudeCode => "CLAUDE.md",
-        RuntimeKind::Codex => "AGENTS.md",
-        RuntimeKind::Script => return,
+    let Some(file) = settings.listen.runtime.identity_file() else {
+        return;
     };
     let Some(template) = texts.identity_line_template.as_deref() else {
         tracing::debug!(event = %"identity_skipped", cycle_id = %cycle_id, "the texts have no identity_line_template");

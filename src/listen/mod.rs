@@ -24,29 +24,19 @@ pub struct ListenArgs {
     /// Connect, run at most one cycle if something waits, then exit.
     #[arg(long)]
     pub once: bool,
-    /// text | json.
-    #[arg(long, value_name = "FORMAT")]
-    pub log_format: Option<String>,
+    /// Log line format (env AGENTCHAT_LOG_FORMAT; config `log_format`).
+    #[arg(long, value_name = "FORMAT", value_enum, ignore_case = true)]
+    pub log_format: Option<LogFormat>,
 }
 
-/// Test-only: `AGENTCHAT_TEST_TIME_SCALE` (a float > 0, default 1) divides the listener's own fixed
-/// timers (invite-rule pace, key-refused retry, status refresh, texts refresh). Never the connect
-/// budget's delay, which is the server's.
+/// Test-only: `AGENTCHAT_TEST_TIME_SCALE` divides the listener's own fixed timers (invite-rule
+/// pace, key-refused retry, status refresh, texts refresh). Never the connect budget's delay,
+/// which is the server's. Config decides whether it is honoured (`config::TestTimeScale`: only
+/// against a loopback `api_base`).
 #[derive(Debug, Clone, Copy)]
 pub struct TimeScale(pub f64);
 
 impl TimeScale {
-    pub const ENV: &'static str = "AGENTCHAT_TEST_TIME_SCALE";
-
-    pub fn from_env(env: &HashMap<String, String>) -> TimeScale {
-        let v = env
-            .get(Self::ENV)
-            .and_then(|s| s.trim().parse::<f64>().ok())
-            .filter(|f| f.is_finite() && *f > 0.0)
-            .unwrap_or(1.0);
-        TimeScale(v)
-    }
-
     /// `d / scale`, at least 1 ms, and never a panic on an absurd scale (saturates at a day).
     pub fn apply(self, d: Duration) -> Duration {
         Duration::try_from_secs_f64(d.as_secs_f64() / self.0)
@@ -63,7 +53,7 @@ impl TimeScale {
 }
 
 pub async fn run_command(args: ListenArgs) -> anyhow::Result<i32> {
-    let env: HashMap<String, String> = std::env::vars().collect();
+    let env = crate::config::process_env();
     match crate::config::integration_switch(&env, &crate::sys::time::today_utc()) {
         IntegrationSwitch::On => {}
         IntegrationSwitch::Off => {
@@ -80,7 +70,7 @@ pub async fn run_command(args: ListenArgs) -> anyhow::Result<i32> {
         }
     }
 
-    let (settings, key, state) = match prepare(&args, &env) {
+    let (settings, key, state) = match prepare(&args) {
         Ok(ready) => ready,
         Err(e) => return Ok(refuse_to_start(&e, &env)),
     };
@@ -99,7 +89,7 @@ pub async fn run_command(args: ListenArgs) -> anyhow::Result<i32> {
             return Ok(0);
         }
     };
-    let scale = TimeScale::from_env(&env);
+    let scale = TimeScale(settings.time_scale.factor());
     if args.once {
         once::run(settings, key, state, scale).await
     } else {
@@ -115,26 +105,21 @@ pub const EXIT_CONFIG: i32 = 78;
 /// Everything that must be right before the listener can run: config, logging, key, state dir.
 fn prepare(
     args: &ListenArgs,
-    env: &HashMap<String, String>,
 ) -> anyhow::Result<(
     crate::config::Settings,
     secrecy::SecretString,
     state_dir::StateDir,
 )> {
     let settings = crate::config::load(&args.config)?;
-    let format = match args.log_format.as_deref() {
-        None => settings.log_format,
-        Some("text") => LogFormat::Text,
-        Some("json") => LogFormat::Json,
-        Some(other) => anyhow::bail!("--log-format must be text or json, not `{other}`"),
-    };
-    let level = env
-        .get("AGENTCHAT_LOG")
-        .cloned()
-        .unwrap_or_else(|| settings.log_level.clone());
-    logging::init(format, &level)?;
+    logging::init(
+        args.log_format.unwrap_or(settings.log_format),
+        &settings.log_level,
+    )?;
     for line in crate::config::advice(&settings) {
         tracing::warn!(event = %"config_advice", "{line}");
+    }
+    if let Some(line) = settings.time_scale.notice() {
+        tracing::info!(event = %"test_time_scale", "{line}");
     }
     let Some(key) = settings.api_key.clone() else {
         anyhow::bail!(
@@ -151,6 +136,12 @@ fn prepare(
 /// launchd, whose `KeepAlive {SuccessfulExit: false}` restarts every non-zero exit.
 fn refuse_to_start(error: &anyhow::Error, env: &HashMap<String, String>) -> i32 {
     eprintln!("agentchat listen: {error:#}");
+    config_error_exit_code(env)
+}
+
+/// The exit code for a listener that cannot start as configured (a bad flag included):
+/// `EXIT_CONFIG`, or 0 under launchd (see `refuse_to_start`).
+pub fn config_error_exit_code(env: &HashMap<String, String>) -> i32 {
     let under_launchd = env
         .get("XPC_SERVICE_NAME")
         .is_some_and(|label| label.starts_with(crate::config::LAUNCHD_LABEL_PREFIX));
@@ -216,16 +207,9 @@ mod tests {
     use super::*;
 
     #[test]
-    fn time_scale_divides_and_ignores_bad_values() {
-        let mut env = HashMap::new();
-        assert_eq!(TimeScale::from_env(&env).0, 1.0);
-        env.insert(TimeScale::ENV.to_string(), "20".to_string());
-        let s = TimeScale::from_env(&env);
+    fn time_scale_divides_and_never_gives_a_zero_timer() {
+        let s = TimeScale(20.0);
         assert_eq!(s.apply(Duration::from_secs(60)), Duration::from_secs(3));
-        env.insert(TimeScale::ENV.to_string(), "-3".to_string());
-        assert_eq!(TimeScale::from_env(&env).0, 1.0);
-        env.insert(TimeScale::ENV.to_string(), "nan".to_string());
-        assert_eq!(TimeScale::from_env(&env).0, 1.0);
         // Absurd but valid scales neither panic nor give a zero timer.
         assert_eq!(
             TimeScale(1e-300).apply(Duration::from_secs(60)),

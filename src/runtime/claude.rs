@@ -9,6 +9,7 @@
 use super::agent_cli;
 use super::{RunContext, RunOutcome, RunSpec, RuntimeError};
 use crate::config::McpMode;
+use crate::config::RuntimeKind;
 use crate::sys::process::ProcessEnd;
 use secrecy::ExposeSecret;
 use std::path::{Path, PathBuf};
@@ -35,12 +36,7 @@ pub const NESTED_SESSION_VARS: &[&str] = &[
 
 pub fn prepare(ctx: &RunContext<'_>) -> Result<RunSpec, RuntimeError> {
     let claude = &ctx.settings.listen.claude;
-    let program = agent_cli::resolve_binary(
-        claude.binary.as_deref(),
-        "claude",
-        "claude-code",
-        "listen.claude.binary",
-    )?;
+    let program = super::cli_binary(ctx.settings, RuntimeKind::ClaudeCode)?;
 
     let mut args: Vec<String> = ["-p", "--output-format", "stream-json", "--verbose"]
         .map(String::from)

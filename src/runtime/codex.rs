@@ -10,6 +10,7 @@
 
 use super::agent_cli;
 use super::{RunContext, RunOutcome, RunSpec, RuntimeError};
+use crate::config::RuntimeKind;
 use crate::sys::process::ProcessEnd;
 use secrecy::ExposeSecret;
 
@@ -22,12 +23,7 @@ pub const NESTED_SESSION_VARS: &[&str] = &["CODEX_SANDBOX", "CODEX_SANDBOX_NETWO
 
 pub fn prepare(ctx: &RunContext<'_>) -> Result<RunSpec, RuntimeError> {
     let codex = &ctx.settings.listen.codex;
-    let program = agent_cli::resolve_binary(
-        codex.binary.as_deref(),
-        "codex",
-        "codex",
-        "listen.codex.binary",
-    )?;
+    let program = super::cli_binary(ctx.settings, RuntimeKind::Codex)?;
     let url = agent_cli::mcp_url(&ctx.settings.api_base, codex.mcp_url.as_deref());
     let workdir = ctx.workdir.to_str().ok_or_else(|| {
         RuntimeError::Unusable(format!(

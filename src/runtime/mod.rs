@@ -63,45 +63,62 @@ pub enum RunOutcome {
     Unusable(String),
 }
 
-/// Builds the spec for the configured runtime.
-pub fn prepare(ctx: &RunContext<'_>) -> Result<RunSpec, RuntimeError> {
-    match ctx.settings.listen.runtime {
-        RuntimeKind::Script => script::prepare(ctx),
-        RuntimeKind::ClaudeCode => claude::prepare(ctx),
-        RuntimeKind::Codex => codex::prepare(ctx),
+/// How one runtime is started and judged: the runtime's module behind a [`RuntimeKind`]. What a
+/// runtime is called, which binary and config key it uses, is `core::runtime_kind`'s table.
+struct Implementation {
+    prepare: fn(&RunContext<'_>) -> Result<RunSpec, RuntimeError>,
+    judge: fn(&ProcessEnd, &[u8]) -> RunOutcome,
+}
+
+/// The one per-runtime dispatch: adding a runtime adds an arm here.
+fn implementation(runtime: RuntimeKind) -> Implementation {
+    match runtime {
+        RuntimeKind::ClaudeCode => Implementation {
+            prepare: claude::prepare,
+            judge: claude::judge,
+        },
+        RuntimeKind::Codex => Implementation {
+            prepare: codex::prepare,
+            judge: codex::judge,
+        },
+        RuntimeKind::Script => Implementation {
+            prepare: script::prepare,
+            judge: |end, _output| script::judge(end),
+        },
     }
 }
 
-/// The configured CLI's binary as it is now (`None`: not found). The listener keeps the stamp
-/// from when the runtime became unusable and tries again once it differs. `None` for the script
-/// runtime, whose program is the user's own and only found relative to the run's workdir.
+/// Builds the spec for the configured runtime.
+pub fn prepare(ctx: &RunContext<'_>) -> Result<RunSpec, RuntimeError> {
+    (implementation(ctx.settings.listen.runtime).prepare)(ctx)
+}
+
+/// The binary a CLI runtime runs: the configured one (`listen.claude.binary`, ...), else the
+/// descriptor's default on `PATH`. A runtime without a CLI (the script runtime, whose program is
+/// the user's own and only found relative to the run's workdir) has none to resolve.
+pub fn cli_binary(settings: &Settings, runtime: RuntimeKind) -> Result<PathBuf, RuntimeError> {
+    let d = runtime.descriptor();
+    let default = d.binary.ok_or_else(|| {
+        RuntimeError::Unusable(format!("the {} runtime runs no CLI of its own", d.name))
+    })?;
+    agent_cli::resolve_binary(
+        settings.listen.cli_binary(runtime),
+        default,
+        d.name,
+        d.config_key,
+    )
+}
+
+/// The configured CLI's binary as it is now (`None`: not found, or no CLI). The listener keeps
+/// the stamp from when the runtime became unusable and tries again once it differs.
 pub fn binary_stamp(settings: &Settings) -> Option<agent_cli::BinaryStamp> {
-    let path = match settings.listen.runtime {
-        RuntimeKind::Script => return None,
-        RuntimeKind::ClaudeCode => agent_cli::resolve_binary(
-            settings.listen.claude.binary.as_deref(),
-            "claude",
-            "claude-code",
-            "listen.claude.binary",
-        ),
-        RuntimeKind::Codex => agent_cli::resolve_binary(
-            settings.listen.codex.binary.as_deref(),
-            "codex",
-            "codex",
-            "listen.codex.binary",
-        ),
-    }
-    .ok()?;
+    let path = cli_binary(settings, settings.listen.runtime).ok()?;
     agent_cli::stamp(&path)
 }
 
 /// Judges a finished run from how it ended and its captured output (stdout and stderr, as logged).
 pub fn judge(runtime: RuntimeKind, end: &ProcessEnd, output: &[u8]) -> RunOutcome {
-    match runtime {
-        RuntimeKind::Script => script::judge(end),
-        RuntimeKind::ClaudeCode => claude::judge(end, output),
-        RuntimeKind::Codex => codex::judge(end, output),
-    }
+    (implementation(runtime).judge)(end, output)
 }
 
 /// The variables that tie a run to the listener's context, shared by every runtime.

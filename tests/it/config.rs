@@ -71,7 +71,7 @@ run_timeout = "1h 30m"
 kill_grace = "500ms"
 quiet_window = "0s"
 max_delay = "2m"
-idle_timeout = "45s"
+idle_timeout = "2m"
 script_gets_key = false
 identity_block = false
 run_logs_keep = 7
@@ -96,7 +96,7 @@ extra_args = ["-c", "a=b"]
     assert_eq!(l.kill_grace, Duration::from_millis(500));
     assert_eq!(l.quiet_window, Duration::ZERO);
     assert_eq!(l.max_delay, Duration::from_secs(120));
-    assert_eq!(l.idle_timeout, Duration::from_secs(45));
+    assert_eq!(l.idle_timeout, Duration::from_secs(120));
     assert!(!l.script_gets_key);
     assert!(!l.identity_block);
     assert_eq!(l.run_logs_keep, 7);
@@ -137,7 +137,7 @@ fn environment_beats_file_and_flags_beat_environment() {
 
     let flags = ConfigArgs {
         api_base: Some("http://127.0.0.1:8080".into()),
-        runtime: Some("claude-code".into()),
+        runtime: Some(RuntimeKind::ClaudeCode),
         state_dir: Some("/tmp/flag-state".into()),
         ..ConfigArgs::default()
     };
@@ -267,6 +267,146 @@ fn bad_values_name_the_key_and_the_problem() {
 }
 
 #[test]
+fn each_duration_key_refuses_values_outside_its_bounds_naming_the_bound() {
+    let none = ConfigArgs::default();
+    let e = env(&[]);
+    for (key, value, bound) in [
+        ("run_timeout", "999999y", "at most 1day"),
+        ("run_timeout", "500ms", "at least 1s"),
+        ("kill_grace", "3years", "at most 5m"),
+        ("quiet_window", "2m", "at most 1m"),
+        ("max_delay", "1h", "at most 10m"),
+        ("max_delay", "200ms", "at least 1s"),
+        ("idle_timeout", "1ms", "at least 1m 30s"),
+        ("idle_timeout", "89s", "at least 1m 30s"),
+        ("idle_timeout", "1h", "at most 10m"),
+    ] {
+        let text = format!("[profiles.work.listen]\n{key} = \"{value}\"\n");
+        let work = ConfigArgs {
+            profile: Some("work".into()),
+            ..ConfigArgs::default()
+        };
+        match resolve(&work, &e, file(&text)) {
+            Err(ConfigError::BadValue { key: k, problem }) => {
+                assert_eq!(k, format!("profiles.work.listen.{key}"), "{text}");
+                assert!(problem.contains(bound), "{text}: {problem}");
+            }
+            other => panic!("{text}: expected BadValue, got {:?}", other.map(|_| ())),
+        }
+    }
+    // Each bound itself is allowed; the heartbeat rule is the contract's 2 x 45 s.
+    let edges = "[listen]\nrun_timeout = \"1s\"\nkill_grace = \"5m\"\nquiet_window = \"1m\"\nmax_delay = \"10m\"\nidle_timeout = \"90s\"\n";
+    let s = resolve(&none, &e, file(edges)).unwrap();
+    assert_eq!(s.listen.idle_timeout, Duration::from_secs(90));
+    assert_eq!(s.listen.kill_grace, Duration::from_secs(300));
+    let s = resolve(
+        &none,
+        &e,
+        file("[listen]\nrun_timeout = \"24h\"\nkill_grace = \"0s\"\nquiet_window = \"0s\"\nidle_timeout = \"10m\"\n"),
+    )
+    .unwrap();
+    assert_eq!(s.listen.run_timeout, Duration::from_secs(86_400));
+    match resolve(&none, &e, file("[listen]\nrun_logs_keep = 1000000\n")) {
+        Err(ConfigError::BadValue { key, problem }) => {
+            assert_eq!(key, "listen.run_logs_keep");
+            assert!(problem.contains("at most 10000"), "{problem}");
+        }
+        other => panic!("expected BadValue, got {:?}", other.map(|_| ())),
+    }
+}
+
+#[test]
+fn the_idle_timeout_minimum_follows_a_test_servers_scaled_heartbeat() {
+    // A local test server whose timers run 100 times faster heartbeats every 0.45 s.
+    let text = "api_base = \"http://127.0.0.1:8080\"\n[listen]\nidle_timeout = \"2s\"\n";
+    let scaled = env(&[("AGENTCHAT_TEST_TIME_SCALE", "100")]);
+    let s = resolve(&ConfigArgs::default(), &scaled, file(text)).unwrap();
+    assert_eq!(s.listen.idle_timeout, Duration::from_secs(2));
+    match resolve(&ConfigArgs::default(), &env(&[]), file(text)) {
+        Err(ConfigError::BadValue { key, problem }) => {
+            assert_eq!(key, "listen.idle_timeout");
+            assert!(problem.contains("45 s"), "the reason is given: {problem}");
+        }
+        other => panic!("expected BadValue, got {:?}", other.map(|_| ())),
+    }
+}
+
+#[test]
+fn messages_suggest_the_fix_for_a_bare_host_and_a_malformed_duration() {
+    let none = ConfigArgs::default();
+    let e = env(&[]);
+    match err_of(&none, &e, "api_base = \"api.agentchat.me\"") {
+        ConfigError::BadValue { key, problem } => {
+            assert_eq!(key, "api_base");
+            assert!(problem.contains("`https://api.agentchat.me`"), "{problem}");
+            assert!(!problem.contains("relative URL"), "{problem}");
+        }
+        other => panic!("expected BadValue, got {other}"),
+    }
+    let flag = ConfigArgs {
+        api_base: Some("localhost:8080".into()),
+        ..ConfigArgs::default()
+    };
+    match resolve(&flag, &e, None) {
+        Err(ConfigError::BadValue { key, problem }) => {
+            assert_eq!(key, "--api-base");
+            assert!(problem.contains("`https://localhost:8080`"), "{problem}");
+        }
+        other => panic!("expected BadValue, got {:?}", other.map(|_| ())),
+    }
+    for (value, says) in [
+        ("-5s", "cannot be negative"),
+        ("5 parsecs", "`parsecs` is not a unit"),
+        ("soon", "write a number and a unit"),
+        ("", "empty"),
+    ] {
+        match err_of(&none, &e, &format!("[listen]\nmax_delay = \"{value}\"")) {
+            ConfigError::BadValue { key, problem } => {
+                assert_eq!(key, "listen.max_delay");
+                assert!(problem.contains(says), "{value:?}: {problem}");
+                assert!(
+                    problem.contains("\"15m\""),
+                    "what a duration looks like: {problem}"
+                );
+                assert!(!problem.contains("expected number"), "{problem}");
+            }
+            other => panic!("expected BadValue, got {other}"),
+        }
+    }
+}
+
+#[test]
+fn a_missing_key_file_is_named_as_the_key_file_and_the_os_error_is_said_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("config.toml");
+    std::fs::write(&cfg, "api_key_file = \"nope.key\"\n").unwrap();
+    let args = ConfigArgs {
+        config: Some(cfg.clone()),
+        state_dir: Some(dir.path().join("state")),
+        ..ConfigArgs::default()
+    };
+    let err = load_with_env(&args, &env(&[])).unwrap_err();
+    assert!(matches!(err, ConfigError::KeyFile { .. }), "{err:?}");
+    let chain = format!("{:#}", anyhow::Error::from(err));
+    assert!(chain.contains("api_key_file"), "{chain}");
+    assert!(chain.contains("nope.key"), "{chain}");
+    assert!(!chain.contains("config file"), "{chain}");
+    assert_eq!(chain.matches("os error 2").count(), 1, "{chain}");
+
+    // The config file itself: named as such, its OS error once.
+    let missing = ConfigArgs {
+        config: Some(dir.path().join("absent.toml")),
+        ..args
+    };
+    let chain = format!(
+        "{:#}",
+        anyhow::Error::from(load_with_env(&missing, &env(&[])).unwrap_err())
+    );
+    assert!(chain.contains("config file"), "{chain}");
+    assert_eq!(chain.matches("os error 2").count(), 1, "{chain}");
+}
+
+#[test]
 fn invalid_toml_reports_line_without_quoting_the_file() {
     let text = "log_level = \"info\"\napi_key = \"ac_secret_value_123\n";
     match err_of(&ConfigArgs::default(), &env(&[]), text) {
@@ -322,15 +462,6 @@ runtime = "script"
     let s = resolve(&work, &e, file(text)).unwrap();
     assert_eq!(s.profile, "work");
 
-    // A profile without a table is allowed (its own state dir, the top-level settings).
-    let solo = ConfigArgs {
-        profile: Some("solo".into()),
-        ..ConfigArgs::default()
-    };
-    let s = resolve(&solo, &env(&[]), file(text)).unwrap();
-    assert_eq!(s.api_base, "https://top.example");
-    assert!(s.state_dir.ends_with("agentchat/solo"));
-
     // A profile name that is not a plain directory name is refused.
     let evil = ConfigArgs {
         profile: Some("../etc".into()),
@@ -340,6 +471,45 @@ runtime = "script"
         Err(ConfigError::BadValue { key, .. }) => assert_eq!(key, "--profile"),
         other => panic!("expected BadValue, got {:?}", other.map(|_| ())),
     }
+}
+
+#[test]
+fn a_profile_without_its_table_is_an_error_naming_the_profiles_that_exist() {
+    let text =
+        "[profiles.work]\nlog_level = \"warn\"\n[profiles.home.listen]\nruntime = \"codex\"\n";
+    let typo = ConfigArgs {
+        profile: Some("wrok".into()),
+        ..ConfigArgs::default()
+    };
+    match resolve(&typo, &env(&[]), file(text)) {
+        Err(e @ ConfigError::UnknownProfile { .. }) => {
+            let msg = e.to_string();
+            for part in ["`wrok`", "[profiles.wrok]", "`default`", "`home`", "`work`"] {
+                assert!(msg.contains(part), "{part} in {msg}");
+            }
+            assert!(msg.contains("/etc/agentchat/config.toml"), "{msg}");
+        }
+        other => panic!("expected UnknownProfile, got {:?}", other.map(|_| ())),
+    }
+    // AGENTCHAT_PROFILE is held to the same rule; so is a profile with no config file at all.
+    let e = env(&[("AGENTCHAT_PROFILE", "solo")]);
+    assert!(matches!(
+        resolve(&ConfigArgs::default(), &e, file(text)),
+        Err(ConfigError::UnknownProfile { .. })
+    ));
+    match resolve(&ConfigArgs::default(), &e, None) {
+        Err(e @ ConfigError::UnknownProfile { .. }) => {
+            assert!(e.to_string().contains("no config file"), "{e}")
+        }
+        other => panic!("expected UnknownProfile, got {:?}", other.map(|_| ())),
+    }
+    // Only `default` needs no table, with or without a file.
+    let default = ConfigArgs {
+        profile: Some("default".into()),
+        ..ConfigArgs::default()
+    };
+    assert!(resolve(&default, &env(&[]), file(text)).is_ok());
+    assert!(resolve(&default, &env(&[]), None).is_ok());
 }
 
 #[test]
@@ -463,6 +633,20 @@ fn shipped_example_config_parses_for_every_profile() {
     let s = resolve(&ConfigArgs::default(), &env(&[]), Some((&path, &text))).unwrap();
     assert_eq!(s.listen.runtime, RuntimeKind::ClaudeCode);
     assert_eq!(s.listen.run_timeout, Duration::from_secs(900));
+    // Every duration it sets is the default the code uses.
+    let l = &s.listen;
+    for rule in agentchat::config::value::DURATION_RULES {
+        let shown = match rule.key {
+            "run_timeout" => l.run_timeout,
+            "kill_grace" => l.kill_grace,
+            "quiet_window" => l.quiet_window,
+            "max_delay" => l.max_delay,
+            "idle_timeout" => l.idle_timeout,
+            other => panic!("a duration key the example does not show: {other}"),
+        };
+        assert_eq!(shown, rule.default, "{}", rule.key);
+        assert!(text.contains(&format!("{} = \"", rule.key)), "{}", rule.key);
+    }
     let work = ConfigArgs {
         profile: Some("work".into()),
         ..ConfigArgs::default()
@@ -558,4 +742,476 @@ fn advice_flags_a_key_in_the_file_an_empty_script_and_odd_windows_without_the_ke
     assert!(advice(&ok).is_empty(), "{:?}", advice(&ok));
     let missing = resolve(&ConfigArgs::default(), &env(&[]), None).unwrap();
     assert!(advice(&missing)[0].contains("no API key"));
+}
+
+#[test]
+fn runtime_log_format_and_mcp_mode_follow_one_rule_from_every_source() {
+    // Any case, surrounding spaces ignored, from the file and the environment alike.
+    let text = "log_format = \" JSON \"\n[listen]\nruntime = \"Script\"\n[listen.claude]\nmcp = \"USER\"\n";
+    let s = resolve(&ConfigArgs::default(), &env(&[]), file(text)).unwrap();
+    assert_eq!(s.log_format, LogFormat::Json);
+    assert_eq!(s.listen.runtime, RuntimeKind::Script);
+    assert_eq!(s.listen.claude.mcp, McpMode::User);
+    let e = env(&[
+        ("AGENTCHAT_RUNTIME", "Codex"),
+        ("AGENTCHAT_LOG_FORMAT", "Text"),
+    ]);
+    let s = resolve(&ConfigArgs::default(), &e, file(text)).unwrap();
+    assert_eq!(s.listen.runtime, RuntimeKind::Codex);
+    assert_eq!(s.log_format, LogFormat::Text);
+    // The names every message lists come from the same table.
+    match resolve(
+        &ConfigArgs::default(),
+        &env(&[("AGENTCHAT_LOG_FORMAT", "xml")]),
+        None,
+    ) {
+        Err(ConfigError::BadValue { key, problem }) => {
+            assert_eq!(key, "AGENTCHAT_LOG_FORMAT");
+            assert!(problem.contains("text or json"), "{problem}");
+        }
+        other => panic!("expected BadValue, got {:?}", other.map(|_| ())),
+    }
+}
+
+#[test]
+fn agentchat_log_and_log_level_take_a_level_or_a_tracing_filter() {
+    let none = ConfigArgs::default();
+    let s = resolve(&none, &env(&[("AGENTCHAT_LOG", "agentchat=debug")]), None).unwrap();
+    assert_eq!(s.log_level, "agentchat=debug");
+    let s = resolve(
+        &none,
+        &env(&[]),
+        file("log_level = \"agentchat=DEBUG, warn\""),
+    )
+    .unwrap();
+    assert_eq!(
+        s.log_level, "agentchat=debug,warn",
+        "levels come back lower case"
+    );
+    // The environment still wins over the file, filter or not.
+    let s = resolve(
+        &none,
+        &env(&[("AGENTCHAT_LOG", "warn")]),
+        file("log_level = \"agentchat=trace\""),
+    )
+    .unwrap();
+    assert_eq!(s.log_level, "warn");
+    // A word that is not a level is a typo, not a target shown at every level.
+    for bad in ["loud", "agentchat=loud", "=debug", "info,"] {
+        match resolve(&none, &env(&[("AGENTCHAT_LOG", bad)]), None) {
+            Err(ConfigError::BadValue { key, problem }) => {
+                assert_eq!(key, "AGENTCHAT_LOG", "{bad}");
+                assert!(problem.contains("agentchat=debug"), "{bad}: {problem}");
+            }
+            other => panic!("{bad}: expected BadValue, got {:?}", other.map(|_| ())),
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The binary: what a user sees from each command
+// ---------------------------------------------------------------------------------------------
+
+const BIN: &str = env!("CARGO_BIN_EXE_agentchat");
+
+/// The binary with none of the outer environment's AGENTCHAT_* variables, a private HOME (so no
+/// user config is read) and a state dir in `dir`.
+fn agentchat(dir: &Path, args: &[&str]) -> tokio::process::Command {
+    let mut cmd = tokio::process::Command::new(BIN);
+    cmd.args(args);
+    for (k, _) in std::env::vars_os() {
+        if k.to_string_lossy().starts_with("AGENTCHAT_") || k == "NOTIFY_SOCKET" {
+            cmd.env_remove(k);
+        }
+    }
+    cmd.env("HOME", dir)
+        .env("XDG_CONFIG_HOME", dir.join("config"))
+        .env("AGENTCHAT_STATE_DIR", dir.join("state"))
+        .env("AGENTCHAT_SERVICE_DIR", dir.join("units"))
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true);
+    cmd
+}
+
+struct Output {
+    code: Option<i32>,
+    stdout: String,
+    stderr: String,
+}
+
+async fn run(mut cmd: tokio::process::Command) -> Output {
+    let out = tokio::time::timeout(Duration::from_secs(60), cmd.output())
+        .await
+        .expect("the command ends within a minute")
+        .unwrap();
+    Output {
+        code: out.status.code(),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+/// The local server in this test's runtime, with one agent, `bob`.
+struct LocalServer {
+    api_base: String,
+    key: String,
+    _handle: agentchat::sim::SimHandle,
+}
+
+async fn local_server() -> LocalServer {
+    agentchat::sys::tls::install_crypto_provider();
+    let handle = agentchat::sim::start(agentchat::sim::SimConfig {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        time_scale: 1.0,
+        seed_demo: false,
+    })
+    .await
+    .expect("sim starts");
+    let bob: serde_json::Value = reqwest::Client::new()
+        .post(format!("{}/_sim/agents", handle.api_base))
+        .json(&serde_json::json!({ "handle": "bob" }))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    LocalServer {
+        api_base: handle.api_base.clone(),
+        key: bob["api_key"].as_str().unwrap().to_string(),
+        _handle: handle,
+    }
+}
+
+/// `listen --once` for bob on the local server, with the script runtime and a config in `dir`.
+fn listen_once(dir: &Path, server: &LocalServer) -> tokio::process::Command {
+    let config = dir.join("config.toml");
+    if !config.exists() {
+        std::fs::write(
+            &config,
+            "[listen]\nruntime = \"script\"\ncommand = [\"/bin/true\"]\n",
+        )
+        .unwrap();
+    }
+    let mut cmd = agentchat(
+        dir,
+        &["listen", "--once", "--config", config.to_str().unwrap()],
+    );
+    cmd.env("AGENTCHAT_API_BASE", &server.api_base)
+        .env("AGENTCHAT_API_KEY", &server.key);
+    cmd
+}
+
+#[test]
+fn listen_help_lists_the_runtimes_and_log_formats() {
+    let out = std::process::Command::new(BIN)
+        .args(["listen", "--help"])
+        .output()
+        .unwrap();
+    let help = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        help.contains("possible values: claude-code, codex, script"),
+        "{help}"
+    );
+    assert!(help.contains("possible values: text, json"), "{help}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flag_listen_cannot_use_exits_78_naming_the_flag_and_the_choices() {
+    let dir = tempfile::tempdir().unwrap();
+    for (flag, value, choices) in [
+        ("--runtime", "gpt", "claude-code"),
+        ("--log-format", "xml", "json"),
+    ] {
+        let out = run(agentchat(dir.path(), &["listen", flag, value])).await;
+        assert_eq!(out.code, Some(78), "{flag} {value}: {}", out.stderr);
+        assert!(
+            out.stderr.contains(flag) && out.stderr.contains(value) && out.stderr.contains(choices),
+            "{}",
+            out.stderr
+        );
+    }
+    // Other commands keep clap's usage code.
+    let out = run(agentchat(dir.path(), &["status", "--runtime", "gpt"])).await;
+    assert_eq!(out.code, Some(2), "{}", out.stderr);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agentchat_log_with_a_target_filter_works_for_listen_status_and_doctor() {
+    let server = local_server().await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut cmd = listen_once(dir.path(), &server);
+    cmd.env("AGENTCHAT_LOG", "agentchat=debug");
+    let out = run(cmd).await;
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    assert!(
+        out.stderr.contains("DEBUG"),
+        "debug lines shown: {}",
+        out.stderr
+    );
+    for command in ["status", "doctor"] {
+        let mut cmd = agentchat(dir.path(), &[command]);
+        cmd.env("AGENTCHAT_LOG", "agentchat=debug")
+            .env("AGENTCHAT_API_BASE", &server.api_base);
+        let out = run(cmd).await;
+        let all = format!("{}{}", out.stdout, out.stderr);
+        assert!(!all.contains("AGENTCHAT_LOG"), "{command}: {all}");
+    }
+}
+
+/// Bytes that are not UTF-8, as an environment value.
+fn not_utf8() -> std::ffi::OsString {
+    use std::os::unix::ffi::OsStringExt;
+    std::ffi::OsString::from_vec(b"a\xffb".to_vec())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_command_panics_on_an_environment_variable_that_is_not_utf8() {
+    let server = local_server().await;
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let mut commands: Vec<(String, tokio::process::Command)> = vec![
+        ("listen --once".into(), listen_once(d, &server)),
+        ("status".into(), agentchat(d, &["status"])),
+        ("doctor".into(), agentchat(d, &["doctor"])),
+        (
+            "service print".into(),
+            agentchat(d, &["service", "print", "--kind", "systemd"]),
+        ),
+        (
+            "service status".into(),
+            agentchat(d, &["service", "status"]),
+        ),
+    ];
+    for help in [
+        &["--version"][..],
+        &["listen", "--help"],
+        &["sim", "--help"],
+        &["demo", "--help"],
+        &["service", "--help"],
+    ] {
+        commands.push((help.join(" "), agentchat(d, help)));
+    }
+    for (name, mut cmd) in commands {
+        // An unrelated variable, and HOME itself (the config names everything it needs here).
+        cmd.env("FOO", not_utf8()).env("HOME", not_utf8());
+        let out = run(cmd).await;
+        assert_ne!(out.code, Some(101), "{name} panicked: {}", out.stderr);
+        assert!(!out.stderr.contains("panicked"), "{name}: {}", out.stderr);
+        if name == "listen --once" || name.ends_with("--help") || name == "--version" {
+            assert_eq!(out.code, Some(0), "{name}: {}", out.stderr);
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_of_our_variables_that_is_not_utf8_is_a_config_error_naming_it() {
+    let server = local_server().await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut cmd = listen_once(dir.path(), &server);
+    cmd.env("AGENTCHAT_RUNTIME", not_utf8());
+    let out = run(cmd).await;
+    assert_eq!(out.code, Some(78), "{}", out.stderr);
+    assert!(
+        out.stderr.contains("AGENTCHAT_RUNTIME") && out.stderr.contains("UTF-8"),
+        "{}",
+        out.stderr
+    );
+    let mut cmd = agentchat(dir.path(), &["doctor"]);
+    cmd.env("AGENTCHAT_PROFILE", not_utf8());
+    let out = run(cmd).await;
+    assert_eq!(out.code, Some(1), "{}", out.stdout);
+    assert!(
+        out.stdout
+            .lines()
+            .any(|l| l.starts_with("FAIL config") && l.contains("AGENTCHAT_PROFILE")),
+        "{}",
+        out.stdout
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unknown_profile_makes_listen_exit_78_and_doctor_fail() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("config.toml");
+    std::fs::write(&config, "[profiles.work]\nlog_level = \"warn\"\n").unwrap();
+    let c = config.to_str().unwrap();
+    let mut cmd = agentchat(dir.path(), &["listen", "--config", c, "--profile", "wrok"]);
+    cmd.env("AGENTCHAT_API_KEY", "ac_not_used_0000")
+        .env("AGENTCHAT_API_BASE", "http://127.0.0.1:9");
+    let out = run(cmd).await;
+    assert_eq!(out.code, Some(78), "{}", out.stderr);
+    assert!(
+        out.stderr.contains("`wrok`") && out.stderr.contains("`work`"),
+        "{}",
+        out.stderr
+    );
+    assert!(
+        !dir.path().join("state/listen.lock").exists(),
+        "nothing started"
+    );
+
+    let out = run(agentchat(
+        dir.path(),
+        &["doctor", "--config", c, "--profile", "wrok"],
+    ))
+    .await;
+    assert_eq!(out.code, Some(1), "{}", out.stdout);
+    assert!(
+        out.stdout
+            .lines()
+            .any(|l| l.starts_with("FAIL config") && l.contains("`work`")),
+        "{}",
+        out.stdout
+    );
+}
+
+#[test]
+fn the_test_time_scale_is_honoured_only_against_a_loopback_api_base() {
+    use agentchat::config::{TestTimeScale, advice};
+    let scaled = env(&[("AGENTCHAT_TEST_TIME_SCALE", "20")]);
+    let with_base = |base: &str| {
+        let args = ConfigArgs {
+            api_base: Some(base.into()),
+            ..ConfigArgs::default()
+        };
+        resolve(&args, &scaled, None).unwrap()
+    };
+    for base in [
+        "http://127.0.0.1:8080",
+        "http://127.9.9.9",
+        "http://localhost:1",
+        "http://[::1]:80",
+    ] {
+        let s = with_base(base);
+        assert_eq!(s.time_scale, TestTimeScale::On(20.0), "{base}");
+        assert_eq!(s.time_scale.factor(), 20.0);
+        assert!(s.time_scale.notice().unwrap().contains("in effect"));
+        assert!(
+            advice(&s).iter().all(|a| !a.contains("TIME_SCALE")),
+            "{base}"
+        );
+    }
+    for base in [
+        "https://api.agentchat.me",
+        "http://10.0.0.1:8080",
+        "http://0.0.0.0:9",
+        "http://127.0.0.1.example.com",
+    ] {
+        let s = with_base(base);
+        assert_eq!(s.time_scale, TestTimeScale::Ignored(20.0), "{base}");
+        assert_eq!(
+            s.time_scale.factor(),
+            1.0,
+            "{base}: contract timers unchanged"
+        );
+        assert!(s.time_scale.notice().is_none());
+        assert!(
+            advice(&s)
+                .iter()
+                .any(|a| a.contains("ignored") && a.contains(base)),
+            "{base}: {:?}",
+            advice(&s)
+        );
+    }
+    // Unset or 1: nothing to say. A value that is not a scale is refused by name.
+    assert_eq!(
+        with_base("https://api.agentchat.me").listen.idle_timeout,
+        Duration::from_secs(100)
+    );
+    let one = env(&[("AGENTCHAT_TEST_TIME_SCALE", "1")]);
+    assert_eq!(
+        resolve(&ConfigArgs::default(), &one, None)
+            .unwrap()
+            .time_scale,
+        TestTimeScale::Off
+    );
+    for bad in ["-3", "0", "nan", "fast"] {
+        let e = env(&[("AGENTCHAT_TEST_TIME_SCALE", bad)]);
+        match resolve(&ConfigArgs::default(), &e, None) {
+            Err(ConfigError::BadValue { key, .. }) => assert_eq!(key, "AGENTCHAT_TEST_TIME_SCALE"),
+            other => panic!("{bad}: expected BadValue, got {:?}", other.map(|_| ())),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_listener_with_a_non_loopback_api_base_ignores_the_test_time_scale() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("config.toml");
+    // Two heartbeats of a server running 100 times faster: allowed only where the scale is.
+    std::fs::write(
+        &config,
+        "[listen]\nruntime = \"script\"\ncommand = [\"/bin/true\"]\nidle_timeout = \"2s\"\n",
+    )
+    .unwrap();
+    let listen = |base: &str| {
+        let mut cmd = agentchat(
+            dir.path(),
+            &["listen", "--once", "--config", config.to_str().unwrap()],
+        );
+        cmd.env("AGENTCHAT_API_BASE", base)
+            .env("AGENTCHAT_API_KEY", "ac_not_used_0000")
+            .env("AGENTCHAT_TEST_TIME_SCALE", "100");
+        cmd
+    };
+    // 0.0.0.0 is not a loopback address; port 9 refuses at once.
+    let out = run(listen("http://0.0.0.0:9")).await;
+    assert_eq!(out.code, Some(78), "{}", out.stderr);
+    assert!(
+        out.stderr.contains("listen.idle_timeout") && out.stderr.contains("at least 1m 30s"),
+        "the contract's floor holds: {}",
+        out.stderr
+    );
+
+    // Without the short timeout the listener starts, says the scale is ignored, and tries the
+    // real timers' server.
+    std::fs::write(
+        &config,
+        "[listen]\nruntime = \"script\"\ncommand = [\"/bin/true\"]\n",
+    )
+    .unwrap();
+    let out = run(listen("http://0.0.0.0:9")).await;
+    assert!(
+        out.stderr
+            .contains("AGENTCHAT_TEST_TIME_SCALE=100 is ignored"),
+        "{}",
+        out.stderr
+    );
+    assert!(!out.stderr.contains("in effect"), "{}", out.stderr);
+
+    // On loopback (the demo's and the tests' server) it is in effect, and said once.
+    let server = local_server().await;
+    let mut cmd = listen_once(dir.path(), &server);
+    cmd.env("AGENTCHAT_TEST_TIME_SCALE", "100");
+    let out = run(cmd).await;
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    assert_eq!(
+        out.stderr.matches("is in effect").count(),
+        1,
+        "{}",
+        out.stderr
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn listen_names_a_missing_key_file_once_without_calling_it_a_config_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("config.toml");
+    std::fs::write(&config, "api_key_file = \"missing.key\"\n").unwrap();
+    let mut cmd = agentchat(
+        dir.path(),
+        &["listen", "--config", config.to_str().unwrap()],
+    );
+    cmd.env("AGENTCHAT_API_BASE", "http://127.0.0.1:9");
+    let out = run(cmd).await;
+    assert_eq!(out.code, Some(78), "{}", out.stderr);
+    assert!(out.stderr.contains("`api_key_file`"), "{}", out.stderr);
+    assert!(!out.stderr.contains("config file"), "{}", out.stderr);
+    assert_eq!(
+        out.stderr.matches("os error 2").count(),
+        1,
+        "{}",
+        out.stderr
+    );
 }

@@ -383,11 +383,14 @@ async fn a_cut_socket_reconnects_and_the_reconnect_is_a_wake() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_silent_socket_is_dropped_by_the_idle_watchdog_and_reconnected() {
-    // Heartbeats every 45 s / 100 = 0.45 s keep a live socket well inside the 2 s watchdog.
+    // Heartbeats every 45 s / 100 = 0.45 s keep a live socket well inside the 2 s watchdog. The
+    // listener is told the server's timers run 100 times faster, so the idle timeout's floor of
+    // two heartbeats (90 s) is 0.9 s here.
     let sim = Sim::start(100.0).await;
     let bob = sim.agent("bob").await;
     let opts = Opts {
         idle_timeout: "2s",
+        time_scale: 100.0,
         ..Opts::default()
     };
     let setup = Setup::new(&opts);

@@ -164,9 +164,16 @@ async fn status_all_shows_every_configured_profile_and_live_locks_and_exits_0_on
     let (dir, config) =
         config_in("[listen]\nruntime = \"script\"\ncommand = [\"/bin/true\"]\n[profiles.work]\n");
     let home = dir.path();
-    let listen = |profile: &str| {
+    // A profile another config names: this config's `status --all` finds it by its lock only.
+    let other = home.join("other.toml");
+    std::fs::write(
+        &other,
+        "[listen]\nruntime = \"script\"\ncommand = [\"/bin/true\"]\n[profiles.extra]\n",
+    )
+    .unwrap();
+    let listen = |profile: &str, config: &Path| {
         isolated(home, &["listen", "--profile", profile, "--config"])
-            .arg(&config)
+            .arg(config)
             .args(["--api-base", &sim.api_base])
             .env("AGENTCHAT_API_KEY", &key)
             .stdout(std::process::Stdio::null())
@@ -180,8 +187,11 @@ async fn status_all_shows_every_configured_profile_and_live_locks_and_exits_0_on
     assert_eq!(row(&doc, "default")["running"], false);
     assert_eq!(row(&doc, "work")["state"], serde_json::Value::Null);
 
-    // `default`, `work`, and `extra` (no table in the config: found by its lock).
-    let mut listeners = vec![listen("default"), listen("work"), listen("extra")];
+    let mut listeners = vec![
+        listen("default", &config),
+        listen("work", &config),
+        listen("extra", &other),
+    ];
     let deadline = Instant::now() + Duration::from_secs(20);
     let doc = loop {
         let (code, doc) = status_all(home, &config).await;

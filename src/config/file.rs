@@ -1,0 +1,475 @@
+//! The config file's layer. The TOML's shape is serde types with `deny_unknown_fields` on every
+//! table, read through `serde_path_to_error` so every error carries its key path
+//! (`profiles.work.listen.max_delay`). Each value is read as any TOML value first and then
+//! converted by the rule in `value`, so a type error names the type it found (never the value:
+//! a key pasted into the wrong field must not reach a log) and a bad value says what would do.
+//! Paths are made absolute against the file's folder last.
+
+use super::layer::{Layer, Sourced};
+use super::{ConfigError, DEFAULT_PROFILE, LogFormat, McpMode, RuntimeKind, value};
+use secrecy::SecretString;
+use serde::de::{self, Deserialize, Deserializer, MapAccess, Visitor};
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+use std::marker::PhantomData;
+use std::path::Path;
+use std::time::Duration;
+
+/// The file's layer for `profile`: `[profiles.<profile>]` over the top level. Every profile
+/// table is checked, so a typo in a profile not in use is still reported. A profile other than
+/// `default` must have its table: a typo must not start a second listener for the same agent.
+pub(super) fn layer(
+    path: &Path,
+    text: &str,
+    profile: &str,
+    env: &HashMap<String, String>,
+) -> Result<Layer, ConfigError> {
+    let mut file = parse(path, text)?;
+    let base = path.parent();
+    let profiles = file.profiles.take().map(|p| p.0).unwrap_or_default();
+    for name in profiles.keys() {
+        value::profile_name(name).map_err(|problem| ConfigError::BadValue {
+            key: format!("profiles.{name}"),
+            problem,
+        })?;
+    }
+    let top = Paths { base, env }.layer(file, "")?;
+    if profile == DEFAULT_PROFILE {
+        return Ok(top);
+    }
+    let known: Vec<String> = profiles.keys().cloned().collect();
+    let Some(table) = profiles.into_iter().find(|(name, _)| name == profile) else {
+        return Err(ConfigError::UnknownProfile {
+            name: profile.to_string(),
+            file: Some(path.to_path_buf()),
+            known,
+        });
+    };
+    let chosen = Paths { base, env }.layer(table.1.0, &format!("profiles.{profile}."))?;
+    Ok(chosen.over(top))
+}
+
+/// The text as the file's tables: TOML syntax first (the line and column, never the line's
+/// text), then the shape.
+fn parse(path: &Path, text: &str) -> Result<FileTable, ConfigError> {
+    let table: toml::Table = toml::from_str(text).map_err(|e| {
+        // The message only: toml's full rendering quotes the offending line, which may hold the key.
+        let message = match e.span() {
+            Some(span) => {
+                let (line, col) = line_col(text, span.start);
+                format!("line {line}, column {col}: {}", e.message().trim())
+            }
+            None => e.message().trim().to_string(),
+        };
+        ConfigError::Toml {
+            path: path.to_path_buf(),
+            message,
+        }
+    })?;
+    serde_path_to_error::deserialize(toml::Value::Table(table)).map_err(|e| {
+        let key = e.path().to_string();
+        let message = e.inner().message().trim().to_string();
+        // serde's `deny_unknown_fields` error: "unknown field `x`, expected one of ...".
+        if message.starts_with("unknown field `") {
+            ConfigError::UnknownKey(key)
+        } else {
+            ConfigError::BadValue {
+                key,
+                problem: message,
+            }
+        }
+    })
+}
+
+/// Line and column (1-based) of a byte offset, for TOML errors. An offset inside a multi-byte
+/// character counts as that character (slicing there would panic on the user's file).
+fn line_col(text: &str, offset: usize) -> (usize, usize) {
+    let mut end = offset.min(text.len());
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    let before = &text[..end];
+    let line = before.matches('\n').count() + 1;
+    let col = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+    (line, col)
+}
+
+// ---------------------------------------------------------------------------------------------
+// The file's shape
+// ---------------------------------------------------------------------------------------------
+
+/// The whole file: the top level (the profile `default`) and the profiles' tables.
+type FileTable = SettingsTable<Table<BTreeMap<String, Table<ProfileTable>>>>;
+
+/// A `[profiles.<name>]` table: the top level's keys, profiles excepted.
+type ProfileTable = SettingsTable<NoProfiles>;
+
+/// The keys a profile can set, at the top level or in its own table; `P` is what `profiles`
+/// may hold there.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields, bound(deserialize = "P: Deserialize<'de>"))]
+struct SettingsTable<P> {
+    api_base: Option<Value<ApiBase>>,
+    api_key_file: Option<Value<String>>,
+    api_key: Option<Value<Secret>>,
+    log_level: Option<Value<LogFilter>>,
+    log_format: Option<Value<LogFormat>>,
+    listen: Option<Table<ListenTable>>,
+    profiles: Option<P>,
+}
+
+/// `profiles` inside a profile's table: an unknown key there, like any other.
+struct NoProfiles;
+
+impl<'de> Deserialize<'de> for NoProfiles {
+    fn deserialize<D: Deserializer<'de>>(_: D) -> Result<Self, D::Error> {
+        Err(de::Error::unknown_field("profiles", &[]))
+    }
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ListenTable {
+    runtime: Option<Value<RuntimeKind>>,
+    command: Option<Value<Vec<String>>>,
+    workdir: Option<Value<String>>,
+    run_timeout: Option<Value<Duration>>,
+    kill_grace: Option<Value<Duration>>,
+    quiet_window: Option<Value<Duration>>,
+    max_delay: Option<Value<Duration>>,
+    idle_timeout: Option<Value<Duration>>,
+    script_gets_key: Option<Value<bool>>,
+    identity_block: Option<Value<bool>>,
+    run_logs_keep: Option<Value<RunLogsKeep>>,
+    metrics_addr: Option<Value<String>>,
+    metrics_public: Option<Value<bool>>,
+    claude: Option<Table<ClaudeTable>>,
+    codex: Option<Table<CodexTable>>,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ClaudeTable {
+    binary: Option<Value<String>>,
+    extra_args: Option<Value<Vec<String>>>,
+    mcp: Option<Value<McpMode>>,
+    mcp_url: Option<Value<ApiBase>>,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CodexTable {
+    binary: Option<Value<String>>,
+    extra_args: Option<Value<Vec<String>>>,
+    mcp_url: Option<Value<ApiBase>>,
+}
+
+// ---------------------------------------------------------------------------------------------
+// From the tables to a layer: paths resolved, every key named by its full path
+// ---------------------------------------------------------------------------------------------
+
+/// What relative paths and `~` resolve against.
+#[derive(Clone, Copy)]
+struct Paths<'a> {
+    base: Option<&'a Path>,
+    env: &'a HashMap<String, String>,
+}
+
+impl Paths<'_> {
+    /// One settings table as a layer; `prefix` is `""` or `profiles.<name>.`.
+    fn layer<P>(self, t: SettingsTable<P>, prefix: &str) -> Result<Layer, ConfigError> {
+        let key = |name: &str| format!("{prefix}{name}");
+        let mut layer = Layer {
+            api_base: t.api_base.map(|v| v.0.0),
+            api_key_file: t
+                .api_key_file
+                .map(|v| self.path(&v.0, &key("api_key_file")))
+                .transpose()?,
+            api_key: t.api_key.map(|v| v.0.0),
+            log_level: t.log_level.map(|v| v.0.0),
+            log_format: t.log_format.map(|v| v.0),
+            ..Layer::default()
+        };
+        if let Some(listen) = t.listen {
+            self.listen(listen.0, &key("listen."), &mut layer)?;
+        }
+        Ok(layer)
+    }
+
+    fn listen(self, t: ListenTable, prefix: &str, layer: &mut Layer) -> Result<(), ConfigError> {
+        let key = |name: &str| format!("{prefix}{name}");
+        let duration = |v: Option<Value<Duration>>, name: &str| {
+            v.map(|v| Sourced {
+                value: v.0,
+                key: key(name),
+            })
+        };
+        layer.runtime = t.runtime.map(|v| v.0);
+        layer.command = t
+            .command
+            .map(|v| self.command(v.0, &key("command")))
+            .transpose()?;
+        layer.workdir = t
+            .workdir
+            .map(|v| self.path(&v.0, &key("workdir")))
+            .transpose()?;
+        layer.run_timeout = duration(t.run_timeout, "run_timeout");
+        layer.kill_grace = duration(t.kill_grace, "kill_grace");
+        layer.quiet_window = duration(t.quiet_window, "quiet_window");
+        layer.max_delay = duration(t.max_delay, "max_delay");
+        layer.idle_timeout = duration(t.idle_timeout, "idle_timeout");
+        layer.script_gets_key = t.script_gets_key.map(|v| v.0);
+        layer.identity_block = t.identity_block.map(|v| v.0);
+        layer.run_logs_keep = t.run_logs_keep.map(|v| v.0.0);
+        layer.metrics_addr = t
+            .metrics_addr
+            .map(|v| {
+                value::socket_addr(&v.0).map_err(|problem| ConfigError::BadValue {
+                    key: key("metrics_addr"),
+                    problem,
+                })
+            })
+            .transpose()?;
+        layer.metrics_public = t.metrics_public.map(|v| v.0);
+        if let Some(c) = t.claude {
+            let c = c.0;
+            layer.claude_binary = c
+                .binary
+                .map(|v| self.program(&v.0, &key("claude.binary")))
+                .transpose()?;
+            layer.claude_extra_args = c.extra_args.map(|v| v.0);
+            layer.claude_mcp = c.mcp.map(|v| v.0);
+            layer.claude_mcp_url = c.mcp_url.map(|v| v.0.0);
+        }
+        if let Some(c) = t.codex {
+            let c = c.0;
+            layer.codex_binary = c
+                .binary
+                .map(|v| self.program(&v.0, &key("codex.binary")))
+                .transpose()?;
+            layer.codex_extra_args = c.extra_args.map(|v| v.0);
+            layer.codex_mcp_url = c.mcp_url.map(|v| v.0.0);
+        }
+        Ok(())
+    }
+
+    fn path(self, raw: &str, key: &str) -> Result<std::path::PathBuf, ConfigError> {
+        value::path(raw, self.base, self.env).map_err(|p| bad(key, p))
+    }
+
+    fn program(self, raw: &str, key: &str) -> Result<std::path::PathBuf, ConfigError> {
+        value::program(raw, self.base, self.env).map_err(|p| bad(key, p))
+    }
+
+    /// `command`'s program is found like `binary`: bare names on PATH at run time, paths made
+    /// absolute against the config file's folder; its arguments stay as written.
+    fn command(self, mut argv: Vec<String>, key: &str) -> Result<Vec<String>, ConfigError> {
+        if let Some(first) = argv.first_mut() {
+            if first.trim().is_empty() {
+                return Err(bad(key, "the program (first item) must not be empty"));
+            }
+            *first = self.program(first, key)?.to_string_lossy().into_owned();
+        }
+        Ok(argv)
+    }
+}
+
+fn bad(key: &str, problem: impl Into<String>) -> ConfigError {
+    ConfigError::BadValue {
+        key: key.to_string(),
+        problem: problem.into(),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Values: read as any TOML value, then converted with a message of our own
+// ---------------------------------------------------------------------------------------------
+
+/// A value read as any TOML value, then converted by its [`FromToml`] rule. serde's own type
+/// errors quote the value (`invalid type: string "ac_...", expected ...`); this names only the
+/// TOML type it found.
+struct Value<T>(T);
+
+/// How a value is taken from TOML: the problem is a sentence without the value's text (unless
+/// the value cannot be secret).
+trait FromToml: Sized {
+    fn from_toml(v: &toml::Value) -> Result<Self, String>;
+}
+
+impl<'de, T: FromToml> Deserialize<'de> for Value<T> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let v = toml::Value::deserialize(d)?;
+        T::from_toml(&v).map(Value).map_err(de::Error::custom)
+    }
+}
+
+fn want_str(v: &toml::Value) -> Result<&str, String> {
+    v.as_str()
+        .ok_or_else(|| format!("expected a string, found {}", v.type_str()))
+}
+
+impl FromToml for String {
+    fn from_toml(v: &toml::Value) -> Result<Self, String> {
+        want_str(v).map(str::to_string)
+    }
+}
+
+impl FromToml for bool {
+    fn from_toml(v: &toml::Value) -> Result<Self, String> {
+        v.as_bool()
+            .ok_or_else(|| format!("expected true or false, found {}", v.type_str()))
+    }
+}
+
+impl FromToml for Vec<String> {
+    fn from_toml(v: &toml::Value) -> Result<Self, String> {
+        let items = v
+            .as_array()
+            .ok_or_else(|| format!("expected an array of strings, found {}", v.type_str()))?;
+        items
+            .iter()
+            .enumerate()
+            .map(|(i, item)| {
+                item.as_str()
+                    .map(str::to_string)
+                    .ok_or_else(|| format!("item {i} is {}, expected a string", item.type_str()))
+            })
+            .collect()
+    }
+}
+
+/// The humantime adapter: a duration is a string such as `"3s"`, checked by `value::duration`.
+impl FromToml for Duration {
+    fn from_toml(v: &toml::Value) -> Result<Self, String> {
+        let s = v.as_str().ok_or_else(|| {
+            format!(
+                "expected a duration string such as \"3s\" or \"15m\", found {}",
+                v.type_str()
+            )
+        })?;
+        value::duration(s)
+    }
+}
+
+impl FromToml for RuntimeKind {
+    fn from_toml(v: &toml::Value) -> Result<Self, String> {
+        value::choice(want_str(v)?)
+    }
+}
+
+impl FromToml for LogFormat {
+    fn from_toml(v: &toml::Value) -> Result<Self, String> {
+        value::choice(want_str(v)?)
+    }
+}
+
+impl FromToml for McpMode {
+    fn from_toml(v: &toml::Value) -> Result<Self, String> {
+        value::choice(want_str(v)?)
+    }
+}
+
+/// `api_base` and the MCP URLs.
+struct ApiBase(String);
+
+impl FromToml for ApiBase {
+    fn from_toml(v: &toml::Value) -> Result<Self, String> {
+        value::api_base(want_str(v)?).map(ApiBase)
+    }
+}
+
+/// `log_level`: a level or a filter.
+struct LogFilter(String);
+
+impl FromToml for LogFilter {
+    fn from_toml(v: &toml::Value) -> Result<Self, String> {
+        value::log_filter(want_str(v)?).map(LogFilter)
+    }
+}
+
+/// `api_key`: a non-empty string, kept secret from here on.
+struct Secret(SecretString);
+
+impl FromToml for Secret {
+    fn from_toml(v: &toml::Value) -> Result<Self, String> {
+        let s = want_str(v)?.trim();
+        if s.is_empty() {
+            return Err("must not be empty".into());
+        }
+        Ok(Secret(SecretString::from(s.to_string())))
+    }
+}
+
+/// `run_logs_keep`: a whole number in `value::run_logs_keep`'s range.
+struct RunLogsKeep(usize);
+
+impl FromToml for RunLogsKeep {
+    fn from_toml(v: &toml::Value) -> Result<Self, String> {
+        let n = v
+            .as_integer()
+            .ok_or_else(|| format!("expected a number, found {}", v.type_str()))?;
+        value::run_logs_keep(n).map(RunLogsKeep)
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Tables: a non-table names its type; a table's keys keep their path
+// ---------------------------------------------------------------------------------------------
+
+/// A TOML table deserialized as `T`. serde's own error for a non-table quotes the value; this
+/// one names its type. The table's own map is handed on, so `serde_path_to_error` still tracks
+/// the keys inside it.
+struct Table<T>(T);
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for Table<T> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(TableVisitor(PhantomData))
+    }
+}
+
+struct TableVisitor<T>(PhantomData<T>);
+
+macro_rules! not_a_table {
+    ($($method:ident($ty:ty) => $found:literal),* $(,)?) => {
+        $(fn $method<E: de::Error>(self, _: $ty) -> Result<Self::Value, E> {
+            Err(E::custom(concat!("expected a table, found ", $found)))
+        })*
+    };
+}
+
+impl<'de, T: Deserialize<'de>> Visitor<'de> for TableVisitor<T> {
+    type Value = Table<T>;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a table")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
+        T::deserialize(de::value::MapAccessDeserializer::new(map)).map(Table)
+    }
+
+    fn visit_seq<A: de::SeqAccess<'de>>(self, _: A) -> Result<Self::Value, A::Error> {
+        Err(de::Error::custom("expected a table, found array"))
+    }
+
+    not_a_table! {
+        visit_bool(bool) => "boolean",
+        visit_i64(i64) => "integer",
+        visit_u64(u64) => "integer",
+        visit_f64(f64) => "float",
+        visit_str(&str) => "string",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn line_col_of_an_offset_inside_a_multibyte_character_does_not_panic() {
+        // 'é' is two bytes: offset 1 falls inside it.
+        assert_eq!(line_col("é\nx", 1), (1, 1));
+        assert_eq!(line_col("a\né = 1", 4), (2, 2));
+        assert_eq!(line_col("a\nb", 99), (2, 2));
+    }
+}

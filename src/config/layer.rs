@@ -1,0 +1,79 @@
+//! What one source (the file's top level, a profile table, the environment, the flags) sets, and
+//! how sources stack: a higher layer wins wherever it sets a value.
+
+use super::{LogFormat, McpMode, RuntimeKind};
+use secrecy::SecretString;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// A value and the key, variable or flag that set it, for checks that run after the layers are
+/// merged (a duration's bounds depend on the merged `api_base`).
+#[derive(Debug, Clone)]
+pub struct Sourced<T> {
+    pub value: T,
+    pub key: String,
+}
+
+/// Every field is optional so a layer overrides only what it names. Deliberately not `Debug`:
+/// it may hold the key.
+#[derive(Default)]
+pub struct Layer {
+    pub api_base: Option<String>,
+    pub api_key_file: Option<PathBuf>,
+    pub api_key: Option<SecretString>,
+    pub log_level: Option<String>,
+    pub log_format: Option<LogFormat>,
+    pub runtime: Option<RuntimeKind>,
+    pub command: Option<Vec<String>>,
+    pub workdir: Option<PathBuf>,
+    pub run_timeout: Option<Sourced<Duration>>,
+    pub kill_grace: Option<Sourced<Duration>>,
+    pub quiet_window: Option<Sourced<Duration>>,
+    pub max_delay: Option<Sourced<Duration>>,
+    pub idle_timeout: Option<Sourced<Duration>>,
+    pub script_gets_key: Option<bool>,
+    pub identity_block: Option<bool>,
+    pub run_logs_keep: Option<usize>,
+    pub metrics_addr: Option<std::net::SocketAddr>,
+    pub metrics_public: Option<bool>,
+    pub claude_binary: Option<PathBuf>,
+    pub claude_extra_args: Option<Vec<String>>,
+    pub claude_mcp: Option<McpMode>,
+    pub claude_mcp_url: Option<String>,
+    pub codex_binary: Option<PathBuf>,
+    pub codex_extra_args: Option<Vec<String>>,
+    pub codex_mcp_url: Option<String>,
+}
+
+impl Layer {
+    /// `self` wins wherever it sets a value.
+    pub fn over(self, base: Layer) -> Layer {
+        Layer {
+            api_base: self.api_base.or(base.api_base),
+            api_key_file: self.api_key_file.or(base.api_key_file),
+            api_key: self.api_key.or(base.api_key),
+            log_level: self.log_level.or(base.log_level),
+            log_format: self.log_format.or(base.log_format),
+            runtime: self.runtime.or(base.runtime),
+            command: self.command.or(base.command),
+            workdir: self.workdir.or(base.workdir),
+            run_timeout: self.run_timeout.or(base.run_timeout),
+            kill_grace: self.kill_grace.or(base.kill_grace),
+            quiet_window: self.quiet_window.or(base.quiet_window),
+            max_delay: self.max_delay.or(base.max_delay),
+            idle_timeout: self.idle_timeout.or(base.idle_timeout),
+            script_gets_key: self.script_gets_key.or(base.script_gets_key),
+            identity_block: self.identity_block.or(base.identity_block),
+            run_logs_keep: self.run_logs_keep.or(base.run_logs_keep),
+            metrics_addr: self.metrics_addr.or(base.metrics_addr),
+            metrics_public: self.metrics_public.or(base.metrics_public),
+            claude_binary: self.claude_binary.or(base.claude_binary),
+            claude_extra_args: self.claude_extra_args.or(base.claude_extra_args),
+            claude_mcp: self.claude_mcp.or(base.claude_mcp),
+            claude_mcp_url: self.claude_mcp_url.or(base.claude_mcp_url),
+            codex_binary: self.codex_binary.or(base.codex_binary),
+            codex_extra_args: self.codex_extra_args.or(base.codex_extra_args),
+            codex_mcp_url: self.codex_mcp_url.or(base.codex_mcp_url),
+        }
+    }
+}

@@ -1,0 +1,104 @@
+//! The config's I/O: the process environment, the config file and the key file, then `resolve`.
+
+use super::{ConfigArgs, ConfigError, KeySource, Settings, env, resolve};
+use secrecy::SecretString;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+/// Reads the config file (if any) and the process environment, then `resolve`s; reads the key
+/// file when the key comes from one.
+pub fn load(args: &ConfigArgs) -> Result<Settings, ConfigError> {
+    load_with_env(args, &env::config_env()?)
+}
+
+/// Like `load`, but a key file is only named, never read: for commands that do not talk to the
+/// server (`status`), so an unreadable key file does not stop them.
+pub fn load_unkeyed(args: &ConfigArgs) -> Result<Settings, ConfigError> {
+    let env = env::config_env()?;
+    let text = read_config_file(args, &env)?;
+    resolve(
+        args,
+        &env,
+        text.as_ref().map(|(p, t)| (p.as_path(), t.as_str())),
+    )
+}
+
+/// `load` with a given environment (for callers that already hold one, and tests).
+pub fn load_with_env(
+    args: &ConfigArgs,
+    env: &HashMap<String, String>,
+) -> Result<Settings, ConfigError> {
+    let text = read_config_file(args, env)?;
+    let mut settings = resolve(
+        args,
+        env,
+        text.as_ref().map(|(p, t)| (p.as_path(), t.as_str())),
+    )?;
+    if let KeySource::File(path) = &settings.key_source {
+        settings.api_key = Some(read_key_file(path)?);
+    }
+    Ok(settings)
+}
+
+/// The config file to read: `--config`, else `AGENTCHAT_CONFIG` (both must exist), else
+/// `config.toml` in the platform config dir (optional). The bool says whether it was named
+/// explicitly.
+pub fn config_file_path(
+    args: &ConfigArgs,
+    env: &HashMap<String, String>,
+) -> Option<(PathBuf, bool)> {
+    if let Some(p) = &args.config {
+        return Some((p.clone(), true));
+    }
+    if let Some(p) = env::get(env, "AGENTCHAT_CONFIG") {
+        return Some((PathBuf::from(p), true));
+    }
+    directories::ProjectDirs::from("", "", "agentchat")
+        .map(|d| (d.config_dir().join("config.toml"), false))
+}
+
+/// The config file's path and text, if there is one to read.
+fn read_config_file(
+    args: &ConfigArgs,
+    env: &HashMap<String, String>,
+) -> Result<Option<(PathBuf, String)>, ConfigError> {
+    match config_file_path(args, env) {
+        Some((path, explicit)) => match std::fs::read_to_string(&path) {
+            Ok(text) => Ok(Some((path, text))),
+            Err(e) if !explicit && e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(error) => Err(ConfigError::Read { path, error }),
+        },
+        None => Ok(None),
+    }
+}
+
+/// Reads a key file, refusing (like ssh) one that group or others can read. The key is trimmed;
+/// an empty file is an error. No error message contains the file's content.
+pub fn read_key_file(path: &Path) -> Result<SecretString, ConfigError> {
+    let problem = |problem: String| ConfigError::KeyFile {
+        path: path.to_path_buf(),
+        problem,
+    };
+    let meta = std::fs::metadata(path).map_err(|e| problem(format!("cannot be read: {e}")))?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = meta.permissions().mode() & 0o777;
+        if mode & 0o077 != 0 {
+            return Err(problem(format!(
+                "can be read by other users (mode {mode:04o}); run `chmod 600 {}`",
+                path.display()
+            )));
+        }
+    }
+    if !meta.is_file() {
+        return Err(problem("is not a file".into()));
+    }
+    let text =
+        std::fs::read_to_string(path).map_err(|e| problem(format!("cannot be read: {e}")))?;
+    let key = text.trim();
+    if key.is_empty() {
+        return Err(problem("is empty".into()));
+    }
+    Ok(SecretString::from(key.to_string()))
+}

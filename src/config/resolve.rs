@@ -1,0 +1,277 @@
+//! From the sources to `Settings`: choose the profile, stack the layers (file < environment <
+//! flags), then fill in defaults and check what only the merged values can tell (a duration's
+//! bounds depend on `api_base`, through the test time scale). Pure: the environment is a map
+//! and the file's text is given.
+
+use super::layer::{Layer, Sourced};
+use super::value::{self, DurationRule};
+use super::{
+    ClaudeSettings, CodexSettings, ConfigArgs, ConfigError, DEFAULT_API_BASE, DEFAULT_PROFILE,
+    KeySource, ListenSettings, LogFormat, McpMode, RuntimeKind, Settings, TestTimeScale, env, file,
+};
+use secrecy::SecretString;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+/// Resolves settings from flags, an environment map and the config file's text (if any).
+/// Pure: no process environment, no file reads. Precedence: defaults < file (top level, then
+/// `[profiles.<profile>]`) < environment < flags.
+///
+/// The key: `AGENTCHAT_API_KEY`, else `api_key_file`, else `api_key`. A key file is only *named*
+/// here (`key_source` = `File`, `api_key` = `None`); `load` reads it with `read_key_file`.
+pub fn resolve(
+    args: &ConfigArgs,
+    env: &HashMap<String, String>,
+    file: Option<(&Path, &str)>,
+) -> Result<Settings, ConfigError> {
+    let profile = profile_name(args, env)?;
+    let file_layer = match file {
+        Some((path, text)) => file::layer(path, text, &profile, env)?,
+        None if profile == DEFAULT_PROFILE => Layer::default(),
+        None => {
+            return Err(ConfigError::UnknownProfile {
+                name: profile,
+                file: None,
+                known: Vec::new(),
+            });
+        }
+    };
+    let mut merged = flag_layer(args)?.over(env::layer(env)?.over(file_layer));
+    let api_base = merged
+        .api_base
+        .take()
+        .unwrap_or_else(|| DEFAULT_API_BASE.to_string());
+    let time_scale = TestTimeScale::decide(env::test_time_scale(env)?, &api_base);
+    let (api_key, key_source) = key(env, &mut merged);
+    Ok(Settings {
+        state_dir: state_dir(args, env, &profile)?,
+        profile,
+        config_path: file.map(|(p, _)| p.to_path_buf()),
+        api_base,
+        api_key,
+        key_source,
+        log_level: merged.log_level.take().unwrap_or_else(|| "info".into()),
+        log_format: merged.log_format.unwrap_or(LogFormat::Text),
+        listen: listen_settings(merged, time_scale)?,
+        time_scale,
+    })
+}
+
+/// The flags' layer. clap has parsed `--runtime` by the same names; `--api-base` gets the URL
+/// rule here, named by its flag.
+fn flag_layer(args: &ConfigArgs) -> Result<Layer, ConfigError> {
+    let api_base = args
+        .api_base
+        .as_deref()
+        .map(|v| {
+            value::api_base(v).map_err(|problem| ConfigError::BadValue {
+                key: "--api-base".into(),
+                problem,
+            })
+        })
+        .transpose()?;
+    let metrics_addr = args
+        .metrics_addr
+        .as_deref()
+        .map(|v| {
+            value::socket_addr(v).map_err(|problem| ConfigError::BadValue {
+                key: "--metrics-addr".into(),
+                problem,
+            })
+        })
+        .transpose()?;
+    Ok(Layer {
+        api_base,
+        runtime: args.runtime,
+        metrics_addr,
+        ..Layer::default()
+    })
+}
+
+/// The key and where it came from: `AGENTCHAT_API_KEY` outranks every key the layers name.
+fn key(env: &HashMap<String, String>, merged: &mut Layer) -> (Option<SecretString>, KeySource) {
+    if let Some(k) = env::get(env, "AGENTCHAT_API_KEY") {
+        (Some(SecretString::from(k.to_string())), KeySource::Env)
+    } else if let Some(path) = merged.api_key_file.take() {
+        (None, KeySource::File(path))
+    } else if let Some(k) = merged.api_key.take() {
+        (Some(k), KeySource::Config)
+    } else {
+        (None, KeySource::Missing)
+    }
+}
+
+/// `--state-dir`, else `AGENTCHAT_STATE_DIR`, else the platform's state dir plus the profile.
+fn state_dir(
+    args: &ConfigArgs,
+    env: &HashMap<String, String>,
+    profile: &str,
+) -> Result<PathBuf, ConfigError> {
+    if let Some(d) = &args.state_dir {
+        return Ok(d.clone());
+    }
+    if let Some(d) = env::get(env, "AGENTCHAT_STATE_DIR") {
+        return Ok(PathBuf::from(d));
+    }
+    default_state_base(env)
+        .map(|base| base.join(profile))
+        .ok_or_else(|| ConfigError::BadValue {
+            key: "state_dir".into(),
+            problem: "no home directory to keep state in (HOME is not set, or not valid UTF-8); \
+                      set AGENTCHAT_STATE_DIR or --state-dir"
+                .into(),
+        })
+}
+
+/// `[listen]` with its defaults, every duration inside its bounds.
+fn listen_settings(m: Layer, scale: TestTimeScale) -> Result<ListenSettings, ConfigError> {
+    let factor = scale.factor();
+    let bounded = |v: Option<Sourced<std::time::Duration>>, rule: &DurationRule| match v {
+        None => Ok(rule.default),
+        Some(Sourced { value, key }) => rule
+            .check(value, factor)
+            .map_err(|problem| ConfigError::BadValue { key, problem }),
+    };
+    if let Some(addr) = m.metrics_addr
+        && !addr.ip().is_loopback()
+        && !m.metrics_public.unwrap_or(false)
+    {
+        return Err(ConfigError::BadValue {
+            key: "listen.metrics_addr".into(),
+            problem: format!(
+                "{addr} is not a loopback address; set `listen.metrics_public = true` to serve \
+                 metrics beyond this machine"
+            ),
+        });
+    }
+    Ok(ListenSettings {
+        runtime: m.runtime.unwrap_or(RuntimeKind::ClaudeCode),
+        command: m.command.unwrap_or_default(),
+        workdir: m.workdir,
+        run_timeout: bounded(m.run_timeout, &value::RUN_TIMEOUT)?,
+        kill_grace: bounded(m.kill_grace, &value::KILL_GRACE)?,
+        quiet_window: bounded(m.quiet_window, &value::QUIET_WINDOW)?,
+        max_delay: bounded(m.max_delay, &value::MAX_DELAY)?,
+        idle_timeout: bounded(m.idle_timeout, &value::IDLE_TIMEOUT)?,
+        script_gets_key: m.script_gets_key.unwrap_or(true),
+        identity_block: m.identity_block.unwrap_or(true),
+        run_logs_keep: m.run_logs_keep.unwrap_or(50),
+        metrics_addr: m.metrics_addr,
+        metrics_public: m.metrics_public.unwrap_or(false),
+        claude: ClaudeSettings {
+            binary: m.claude_binary,
+            extra_args: m.claude_extra_args.unwrap_or_default(),
+            mcp: m.claude_mcp.unwrap_or(McpMode::Listener),
+            mcp_url: m.claude_mcp_url,
+        },
+        codex: CodexSettings {
+            binary: m.codex_binary,
+            extra_args: m.codex_extra_args.unwrap_or_default(),
+            mcp_url: m.codex_mcp_url,
+        },
+    })
+}
+
+/// The chosen profile: `--profile`, else `AGENTCHAT_PROFILE`, else `default`.
+pub fn profile_name(
+    args: &ConfigArgs,
+    env: &HashMap<String, String>,
+) -> Result<String, ConfigError> {
+    let (name, key) = match (&args.profile, env::get(env, "AGENTCHAT_PROFILE")) {
+        (Some(p), _) => (p.trim().to_string(), "--profile"),
+        (None, Some(p)) => (p.to_string(), "AGENTCHAT_PROFILE"),
+        (None, None) => (DEFAULT_PROFILE.to_string(), "profile"),
+    };
+    value::profile_name(&name).map_err(|problem| ConfigError::BadValue {
+        key: key.into(),
+        problem,
+    })?;
+    Ok(name)
+}
+
+/// The profile-name rule every command shares (config, state dir, service unit names and labels),
+/// so a profile `listen` accepts can always be installed as a service and the reverse.
+pub fn check_profile_name(name: &str) -> Result<(), ConfigError> {
+    value::profile_name(name).map_err(|problem| ConfigError::BadValue {
+        key: "--profile".into(),
+        problem,
+    })
+}
+
+/// Where state lives when nothing overrides it: `$XDG_STATE_HOME/agentchat` or
+/// `~/.local/state/agentchat` on Linux, the platform data-local dir elsewhere. Computed from the
+/// given environment on Linux so that `resolve` stays pure.
+pub fn default_state_base(env: &HashMap<String, String>) -> Option<PathBuf> {
+    if cfg!(target_os = "linux") {
+        if let Some(x) = env::get(env, "XDG_STATE_HOME").filter(|x| Path::new(x).is_absolute()) {
+            return Some(PathBuf::from(x).join("agentchat"));
+        }
+        env::get(env, "HOME").map(|h| PathBuf::from(h).join(".local/state/agentchat"))
+    } else {
+        directories::ProjectDirs::from("", "", "agentchat").map(|d| {
+            d.state_dir()
+                .unwrap_or_else(|| d.data_local_dir())
+                .to_path_buf()
+        })
+    }
+}
+
+impl TestTimeScale {
+    /// Honours a scale only against a loopback `api_base` (the demo's and the tests' local
+    /// server): a listener pointed at a real server never shortens a contract timer.
+    pub fn decide(scale: Option<f64>, api_base: &str) -> TestTimeScale {
+        match scale {
+            None | Some(1.0) => TestTimeScale::Off,
+            Some(s) if value::is_loopback(api_base) => TestTimeScale::On(s),
+            Some(s) => TestTimeScale::Ignored(s),
+        }
+    }
+}
+
+/// Settings that are valid but probably not what the user wants, as lines to log at start
+/// (never containing the key).
+pub fn advice(settings: &Settings) -> Vec<String> {
+    let mut out = Vec::new();
+    if settings.key_source == KeySource::Config {
+        out.push(
+            "the API key is written in the config file (`api_key`); prefer `api_key_file` \
+             (chmod 600) or AGENTCHAT_API_KEY, since config files get copied and shared"
+                .to_string(),
+        );
+    }
+    if settings.key_source == KeySource::Missing {
+        out.push("no API key: set AGENTCHAT_API_KEY, or `api_key_file` in the config".to_string());
+    }
+    let l = &settings.listen;
+    if l.runtime == RuntimeKind::Script && l.command.is_empty() {
+        out.push(
+            "runtime is `script` but `command` under [listen] is empty: no run can start"
+                .to_string(),
+        );
+    }
+    let show = |d| humantime::format_duration(d).to_string();
+    if l.max_delay < l.quiet_window {
+        out.push(format!(
+            "`listen.max_delay` ({}) is shorter than `listen.quiet_window` ({}): every cycle starts \
+             max_delay after its first wake",
+            show(l.max_delay),
+            show(l.quiet_window)
+        ));
+    }
+    if l.kill_grace >= l.run_timeout {
+        out.push(format!(
+            "`listen.kill_grace` ({}) is not shorter than `listen.run_timeout` ({})",
+            show(l.kill_grace),
+            show(l.run_timeout)
+        ));
+    }
+    if let TestTimeScale::Ignored(s) = settings.time_scale {
+        out.push(format!(
+            "{}={s} is ignored: api_base {} is not a loopback address, and a real server's \
+             timers are never shortened",
+            env::TEST_TIME_SCALE,
+            settings.api_base
+        ));
+    }
+    out
+}
