@@ -30,6 +30,21 @@ pub enum ApiError {
     /// A 2xx answer we could not parse.
     #[error("unexpected answer: {0}")]
     Body(String),
+    /// An id that no URL path can carry (empty, `.` or `..`); no request was made.
+    #[error("the id {0:?} cannot be put into a URL path")]
+    BadId(String),
+}
+
+/// The error `code` of a `404` that means the invite is no longer pending (contract 3.3).
+pub const INVITE_NOT_FOUND: &str = "INVITE_NOT_FOUND";
+
+/// How an invite dismiss ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dismissal {
+    /// `200 {"dismissed": true}` (also for an invite already dismissed: the route is idempotent).
+    Dismissed,
+    /// `404 INVITE_NOT_FOUND`: accepted, declined or cancelled elsewhere; nothing left to dismiss.
+    NotPending,
 }
 
 impl ApiError {
@@ -145,21 +160,44 @@ impl Api {
         Ok((texts, body))
     }
 
-    /// `POST /v1/groups/invites/{id}/dismiss`. `404 INVITE_NOT_FOUND` means it is no longer
-    /// pending (answered elsewhere): nothing left to do, so it counts as done.
-    pub async fn dismiss_invite(&self, invite_id: &str) -> Result<(), ApiError> {
-        let url = format!("{}/v1/groups/invites/{}/dismiss", self.base, invite_id);
+    /// `POST /v1/groups/invites/{id}/dismiss`. Only `404 INVITE_NOT_FOUND` means the invite is no
+    /// longer pending (contract 3.3); any other 404 (a route the server does not have, as behind
+    /// a wrong `api_base` prefix) is an error like any other status.
+    pub async fn dismiss_invite(&self, invite_id: &str) -> Result<Dismissal, ApiError> {
+        let id = path_segment(invite_id).ok_or_else(|| ApiError::BadId(invite_id.to_owned()))?;
+        let url = format!("{}/v1/groups/invites/{id}/dismiss", self.base);
         let req = self
             .http
             .post(url)
             .header("Idempotency-Key", idempotency_key(invite_id))
             .json(&serde_json::json!({}));
         match self.send(req).await {
-            Ok(_) => Ok(()),
-            Err(ApiError::Status { status: 404, .. }) => Ok(()),
+            Ok(_) => Ok(Dismissal::Dismissed),
+            Err(ApiError::Status { status: 404, code }) if code == INVITE_NOT_FOUND => {
+                Ok(Dismissal::NotPending)
+            }
             Err(e) => Err(e),
         }
     }
+}
+
+/// `id` as one URL path segment: every byte but the unreserved `A-Z a-z 0-9 - . _ ~` (RFC 3986
+/// 2.3) is percent-encoded, so an id from the server can neither reach another path (`/`) nor
+/// start a query or fragment (`?`, `#`). `None` for an id no segment can carry: empty, `.` or
+/// `..` (URL parsers resolve those, encoded or not, as dot segments).
+pub fn path_segment(id: &str) -> Option<String> {
+    if matches!(id, "" | "." | "..") {
+        return None;
+    }
+    let mut out = String::with_capacity(id.len());
+    for b in id.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    Some(out)
 }
 
 /// `Retry-After` as integer seconds (the form the server sends).
@@ -211,6 +249,33 @@ mod tests {
             k.chars()
                 .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
         );
+    }
+
+    #[test]
+    fn path_segment_encodes_all_but_unreserved_and_refuses_dot_segments() {
+        assert_eq!(
+            path_segment("gri_2KdP8wXyT5mQr0Zs").as_deref(),
+            Some("gri_2KdP8wXyT5mQr0Zs")
+        );
+        assert_eq!(
+            path_segment("a/b?c#d e%f").as_deref(),
+            Some("a%2Fb%3Fc%23d%20e%25f")
+        );
+        assert_eq!(path_segment("é").as_deref(), Some("%C3%A9"));
+        assert_eq!(path_segment("..x~-_").as_deref(), Some("..x~-_"));
+        for bad in ["", ".", ".."] {
+            assert_eq!(path_segment(bad), None, "{bad:?}");
+        }
+        // Whatever the id, the URL keeps it in its one segment.
+        for id in ["a/../../x", "%2e%2e", "x?y=1", "../inbox"] {
+            let seg = path_segment(id).unwrap();
+            let url =
+                reqwest::Url::parse(&format!("http://h/v1/groups/invites/{seg}/dismiss")).unwrap();
+            let segs: Vec<&str> = url.path_segments().unwrap().collect();
+            assert_eq!(segs.len(), 5, "{id:?} -> {url}");
+            assert_eq!(segs[3], seg, "{id:?} -> {url}");
+            assert_eq!(url.query(), None, "{id:?} -> {url}");
+        }
     }
 
     #[test]

@@ -141,6 +141,7 @@ struct ListenTable {
     script_gets_key: Option<Value<bool>>,
     identity_block: Option<Value<bool>>,
     run_logs_keep: Option<Value<RunLogsKeep>>,
+    run_log_max_bytes: Option<Value<RunLogMaxBytes>>,
     metrics_addr: Option<Value<String>>,
     metrics_public: Option<Value<bool>>,
     claude: Option<Table<ClaudeTable>>,
@@ -221,6 +222,7 @@ impl Paths<'_> {
         layer.script_gets_key = t.script_gets_key.map(|v| v.0);
         layer.identity_block = t.identity_block.map(|v| v.0);
         layer.run_logs_keep = t.run_logs_keep.map(|v| v.0.0);
+        layer.run_log_max_bytes = t.run_log_max_bytes.map(|v| v.0.0);
         layer.metrics_addr = t
             .metrics_addr
             .map(|v| {
@@ -409,6 +411,18 @@ impl FromToml for RunLogsKeep {
             .as_integer()
             .ok_or_else(|| format!("expected a number, found {}", v.type_str()))?;
         value::run_logs_keep(n).map(RunLogsKeep)
+    }
+}
+
+/// `run_log_max_bytes`: a whole number in `value::run_log_max_bytes`'s range.
+struct RunLogMaxBytes(u64);
+
+impl FromToml for RunLogMaxBytes {
+    fn from_toml(v: &toml::Value) -> Result<Self, String> {
+        let n = v
+            .as_integer()
+            .ok_or_else(|| format!("expected a number, found {}", v.type_str()))?;
+        value::run_log_max_bytes(n).map(RunLogMaxBytes)
     }
 }
 

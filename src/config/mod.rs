@@ -87,6 +87,9 @@ pub struct ListenSettings {
     pub identity_block: bool,
     /// Newest run logs kept.
     pub run_logs_keep: usize,
+    /// Most bytes of a run's output kept in its log: the first half, then the last half
+    /// (`runtime::supervisor`).
+    pub run_log_max_bytes: u64,
     /// No inbound traffic for this long drops the socket.
     pub idle_timeout: Duration,
     /// Where `/metrics`, `/healthz` and `/readyz` are served (`listen.metrics_addr`,

@@ -156,6 +156,9 @@ fn listen_settings(m: Layer, scale: TestTimeScale) -> Result<ListenSettings, Con
         script_gets_key: m.script_gets_key.unwrap_or(true),
         identity_block: m.identity_block.unwrap_or(true),
         run_logs_keep: m.run_logs_keep.unwrap_or(50),
+        run_log_max_bytes: m
+            .run_log_max_bytes
+            .unwrap_or(super::value::DEFAULT_RUN_LOG_MAX_BYTES),
         metrics_addr: m.metrics_addr,
         metrics_public: m.metrics_public.unwrap_or(false),
         claude: ClaudeSettings {

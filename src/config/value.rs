@@ -297,6 +297,23 @@ impl DurationRule {
     }
 }
 
+/// `listen.run_log_max_bytes`: the default (2 MiB) and the bounds (64 KiB to 64 MiB).
+pub const DEFAULT_RUN_LOG_MAX_BYTES: u64 = 2 * 1024 * 1024;
+
+/// `listen.run_log_max_bytes`: half of it is held in memory while a run writes past the first
+/// half (`runtime::supervisor`), so it is bounded on both sides.
+pub fn run_log_max_bytes(n: i64) -> Result<u64, String> {
+    const MIN: i64 = 64 * 1024;
+    const MAX: i64 = 64 * 1024 * 1024;
+    if !(MIN..=MAX).contains(&n) {
+        return Err(format!(
+            "{n} is out of bounds; keep between {MIN} and {MAX} bytes (half of it is held in \
+             memory while a run writes past the first half)"
+        ));
+    }
+    u64::try_from(n).map_err(|_| "is too large".to_string())
+}
+
 /// `listen.run_logs_keep`: at least one run log, at most 10,000 files in the state dir.
 pub fn run_logs_keep(n: i64) -> Result<usize, String> {
     const MAX: i64 = 10_000;

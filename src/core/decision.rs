@@ -44,13 +44,22 @@ pub enum CycleDecision {
 /// a mismatch). A card that is not muted, or `truncated` (cards wait beyond the limit), runs with
 /// `wake_instruction`; otherwise listed invites run with `invite_prompt`; muted cards alone, or an
 /// empty tray, run nothing (mute means "don't wake me").
+///
+/// A malformed card (skipped by `Tray::parse`) counts like `truncated`: a card waits that the
+/// listener cannot read, so it cannot know the card is muted, and an unread message is not left
+/// without a run for that (the server's re-wake ladder bounds the runs). A malformed invite counts
+/// like `invites_truncated`: it starts no run by itself, because the invite rule can never count
+/// or dismiss an invite it cannot name.
 pub fn decide(tray: &Tray, own_handle: &str) -> CycleDecision {
     if let Some(you) = &tray.you
         && !super::handle::same(you, own_handle)
     {
         return CycleDecision::NoRun(NoRun::HandleMismatch { you: you.clone() });
     }
-    if tray.is_truncated() || tray.conversations.iter().any(|c| !c.is_muted()) {
+    if tray.is_truncated()
+        || !tray.skipped_cards.is_empty()
+        || tray.conversations.iter().any(|c| !c.is_muted())
+    {
         return CycleDecision::Run(RunKind::Wake);
     }
     if tray.invites.as_ref().is_some_and(|i| !i.is_empty()) {

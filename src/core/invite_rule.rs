@@ -2,6 +2,11 @@
 //! `single_run_invite_cases`): an invite two completed runs left pending, the second ending at least
 //! `pace_ms` after the first counted one, is dismissed. The memory is serialisable so a restart keeps it.
 //! Times are wall-clock unix milliseconds, because the memory outlives the process.
+//!
+//! `Dismiss` is an intent, not a fact: the memory keeps the invite's count until the caller
+//! reports the dismissal confirmed ([`InviteMemory::confirm_dismissed`]), so a dismiss call that
+//! failed is made again by the next completed run that leaves the invite pending, instead of that
+//! run counting it afresh.
 
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
@@ -19,7 +24,9 @@ pub struct InviteMemory {
 pub enum InviteVerdict {
     /// First completed run that left it pending: remembered.
     Counted,
-    /// Second completed run, at least the pace later: dismiss it on the server and forget it.
+    /// Second completed run, at least the pace later: dismiss it on the server. It stays
+    /// remembered until [`InviteMemory::confirm_dismissed`], so a failed dismiss is retried by the
+    /// next completed run.
     Dismiss,
     /// Second completed run too soon after the counted one: counts nothing.
     SilentPaced,
@@ -73,6 +80,12 @@ impl InviteMemory {
             .collect()
     }
 
+    /// The server confirmed a dismissal the rule asked for (`200`, or `404 INVITE_NOT_FOUND`:
+    /// no longer pending, nothing left to dismiss): forget the invite. Until then the count stays.
+    pub fn confirm_dismissed(&mut self, id: &str) {
+        self.counted.remove(id);
+    }
+
     /// A complete invite list read without a run around it (for example a tray with no invite
     /// before a run): every remembered invite it does not show was answered, so it is forgotten
     /// (design 6). Returns the forgotten ids, sorted. An incomplete list proves nothing: no change.
@@ -117,8 +130,8 @@ impl InviteMemory {
                 self.counted.insert(id.to_owned(), obs.run_ended_at_ms);
                 InviteVerdict::Counted
             }
+            // Kept until the caller confirms the dismissal.
             Some(&counted_at) if obs.run_ended_at_ms.saturating_sub(counted_at) >= pace_ms => {
-                self.counted.remove(id);
                 InviteVerdict::Dismiss
             }
             Some(_) => InviteVerdict::SilentPaced,
@@ -184,7 +197,33 @@ mod tests {
             run(&mut m, &["i"], &["i"], true, true, 61_000),
             vec![("i".into(), InviteVerdict::Dismiss)]
         );
+        assert_eq!(m.counted.get("i"), Some(&1_000), "kept until confirmed");
+        m.confirm_dismissed("i");
         assert!(m.counted.is_empty());
+    }
+
+    #[test]
+    fn a_failed_dismiss_keeps_the_count_and_the_next_completed_run_dismisses_again() {
+        let mut m = InviteMemory::default();
+        run(&mut m, &["i"], &["i"], true, true, 1_000);
+        assert_eq!(
+            run(&mut m, &["i"], &["i"], true, true, 61_000),
+            vec![("i".into(), InviteVerdict::Dismiss)]
+        );
+        // The dismiss call failed: nothing confirmed. A failed run after it changes nothing...
+        assert_eq!(
+            run(&mut m, &["i"], &["i"], true, false, 62_000),
+            vec![("i".into(), InviteVerdict::NotCounted)]
+        );
+        // ...and the next completed run dismisses again, it does not count afresh.
+        assert_eq!(
+            run(&mut m, &["i"], &["i"], true, true, 63_000),
+            vec![("i".into(), InviteVerdict::Dismiss)]
+        );
+        m.confirm_dismissed("i");
+        assert!(m.counted.is_empty());
+        // Confirming an invite the memory does not hold is harmless.
+        m.confirm_dismissed("other");
     }
 
     #[test]

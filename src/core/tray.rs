@@ -3,7 +3,17 @@
 //!
 //! A modelled field the server sent as an explicit `null` is read as `None` and its `null` is kept
 //! in `extra`, so parse-then-serialize gives back the same JSON value (except that a missing
-//! `conversations`, a very old server, comes back as `[]`).
+//! `conversations`, a very old server, comes back as `[]`). A float among the unknown fields may
+//! come back a last digit off (serde_json's default float parsing is not correctly rounded); the
+//! listener reads no float.
+//!
+//! One malformed entry never makes the whole tray unreadable: a card without a string
+//! `conversation_id` or with a `muted` that is not a boolean, an invite without a string
+//! `invite_id`, or an entry that is not an object is skipped, and the tray records its index and
+//! what was wrong (never its text) in `skipped_cards` / `skipped_invites` for the caller to log.
+//! A skipped invite makes the invite list incomplete. Skipped entries are not serialised. A tray
+//! whose own fields have the wrong type (`conversations` not a list, `truncated` not a boolean,
+//! ...) is still an error: that is not a v1 tray at all.
 
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
@@ -34,6 +44,21 @@ pub struct Tray {
     pub invites_truncated: Option<bool>,
     #[serde(flatten)]
     pub extra: Map<String, Value>,
+    /// Malformed entries of `conversations`, skipped (not in `conversations`).
+    #[serde(skip)]
+    pub skipped_cards: Vec<Skipped>,
+    /// Malformed entries of `invites`, skipped (not in `invites`); any makes the list incomplete.
+    #[serde(skip)]
+    pub skipped_invites: Vec<Skipped>,
+}
+
+/// A tray entry skipped because it was malformed: where it was and what was wrong with it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Skipped {
+    /// Its 0-based index in the list as served.
+    pub index: usize,
+    /// What was wrong, naming the field. Never a value from the tray, so it is safe to log.
+    pub reason: String,
 }
 
 /// One briefing card. Only `conversation_id` is required; the listener reads `muted` and never
@@ -95,6 +120,49 @@ fn redacted(e: &serde_json::Error) -> String {
     }
 }
 
+/// A served list read entry by entry: the well-formed entries, and the malformed ones skipped.
+fn entries<T>(items: Vec<Value>) -> (Vec<T>, Vec<Skipped>)
+where
+    T: TryFrom<Map<String, Value>, Error = serde_json::Error>,
+{
+    let mut kept = Vec::with_capacity(items.len());
+    let mut skipped = Vec::new();
+    for (index, item) in items.into_iter().enumerate() {
+        let parsed = match item {
+            Value::Object(map) => T::try_from(map).map_err(|e| e.to_string()),
+            other => Err(format!("not an object but {}", json_type(&other))),
+        };
+        match parsed {
+            Ok(entry) => kept.push(entry),
+            Err(reason) => skipped.push(Skipped { index, reason }),
+        }
+    }
+    (kept, skipped)
+}
+
+/// A served list: `Ok(None)` when absent, else its entries; anything but a list is an error.
+fn list(map: &mut Map<String, Value>, key: &str) -> Result<Option<Vec<Value>>, serde_json::Error> {
+    match map.remove(key) {
+        None => Ok(None),
+        Some(Value::Array(items)) => Ok(Some(items)),
+        Some(other) => Err(serde::de::Error::custom(format_args!(
+            "field `{key}`: wrong type, expected a list, found {}",
+            json_type(&other)
+        ))),
+    }
+}
+
+fn json_type(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "a list",
+        Value::Object(_) => "an object",
+    }
+}
+
 fn required<T: DeserializeOwned>(
     map: &mut Map<String, Value>,
     key: &'static str,
@@ -105,20 +173,30 @@ fn required<T: DeserializeOwned>(
 impl TryFrom<Map<String, Value>> for Tray {
     type Error = serde_json::Error;
     fn try_from(mut map: Map<String, Value>) -> Result<Tray, Self::Error> {
+        let version = take(&mut map, "version")?;
+        let you = take(&mut map, "you")?;
+        // Missing means none (a very old server); `null` is not a list and is refused.
+        let (conversations, skipped_cards) =
+            entries(list(&mut map, "conversations")?.unwrap_or_default());
+        let truncated = take(&mut map, "truncated")?;
+        // Missing or `null` means unknown (the `null` stays in `extra`), not empty.
+        let (invites, skipped_invites) = match map.get("invites") {
+            None | Some(Value::Null) => (None, Vec::new()),
+            Some(_) => {
+                let (kept, skipped) = entries(list(&mut map, "invites")?.unwrap_or_default());
+                (Some(kept), skipped)
+            }
+        };
         Ok(Tray {
-            version: take(&mut map, "version")?,
-            you: take(&mut map, "you")?,
-            // Missing means none (a very old server); `null` is not a list and is refused.
-            conversations: match map.remove("conversations") {
-                Some(v) => {
-                    serde_json::from_value(v).map_err(|e| field_error("conversations", e))?
-                }
-                None => Vec::new(),
-            },
-            truncated: take(&mut map, "truncated")?,
-            invites: take(&mut map, "invites")?,
+            version,
+            you,
+            conversations,
+            truncated,
+            invites,
             invites_truncated: take(&mut map, "invites_truncated")?,
             extra: map,
+            skipped_cards,
+            skipped_invites,
         })
     }
 }
@@ -154,8 +232,13 @@ impl Tray {
     pub fn is_truncated(&self) -> bool {
         self.truncated.unwrap_or(false)
     }
+    /// The invite list shows every pending invite: it was served, not cut (`invites_truncated`),
+    /// and no entry of it was skipped as malformed. Only then does an invite missing from it mean
+    /// the invite was answered.
     pub fn invites_complete(&self) -> bool {
-        self.invites.is_some() && !self.invites_truncated.unwrap_or(false)
+        self.invites.is_some()
+            && !self.invites_truncated.unwrap_or(false)
+            && self.skipped_invites.is_empty()
     }
     pub fn invite_ids(&self) -> Vec<String> {
         self.invites
@@ -201,18 +284,82 @@ mod tests {
     }
 
     #[test]
-    fn card_without_id_or_wrong_type_is_an_error() {
-        assert!(Tray::parse(br#"{"conversations": [{"muted": true}]}"#).is_err());
-        let err =
-            Tray::parse(br#"{"conversations": [], "truncated": "secret words"}"#).unwrap_err();
-        assert!(err.to_string().contains("truncated"), "{err}");
-        assert!(!err.to_string().contains("secret"), "{err}");
-        let err =
-            Tray::parse(br#"{"conversations": [{"conversation_id": "c", "muted": "secret"}]}"#)
-                .unwrap_err();
-        assert!(err.to_string().contains("muted"), "{err}");
-        assert!(!err.to_string().contains("secret"), "{err}");
-        assert!(Tray::parse(b"[]").is_err());
+    fn a_wrongly_typed_tray_field_is_an_error_that_names_it_and_quotes_no_value() {
+        for (field, body) in [
+            (
+                "truncated",
+                json!({"conversations": [], "truncated": "secret words"}),
+            ),
+            ("conversations", json!({"conversations": "secret words"})),
+            ("conversations", json!({"conversations": null})),
+            (
+                "invites",
+                json!({"conversations": [], "invites": "secret words"}),
+            ),
+            (
+                "invites_truncated",
+                json!({"conversations": [], "invites": [], "invites_truncated": "secret words"}),
+            ),
+        ] {
+            let err = Tray::parse(body.to_string().as_bytes())
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(&format!("`{field}`")), "{err}");
+            assert!(!err.contains("secret"), "{err}");
+        }
+    }
+
+    #[test]
+    fn a_malformed_entry_is_skipped_by_index_and_the_rest_kept() {
+        let v = json!({
+            "conversations": [
+                {"conversation_id": "a"},
+                {"muted": true, "preview": {"text": "secret words"}},
+                {"conversation_id": "c", "muted": "secret words"},
+                "secret words",
+                {"conversation_id": 5},
+                {"conversation_id": "f", "muted": true},
+            ],
+            "invites": [{"at": "secret words"}, {"invite_id": "i"}, {"invite_id": null}],
+            "invites_truncated": false,
+        });
+        let tray = Tray::parse(v.to_string().as_bytes()).unwrap();
+        let ids: Vec<&str> = tray
+            .conversations
+            .iter()
+            .map(|c| c.conversation_id.as_str())
+            .collect();
+        assert_eq!(ids, ["a", "f"]);
+        let at = |s: &[Skipped]| s.iter().map(|s| s.index).collect::<Vec<_>>();
+        assert_eq!(at(&tray.skipped_cards), [1, 2, 3, 4]);
+        assert_eq!(tray.invite_ids(), ["i"]);
+        assert_eq!(at(&tray.skipped_invites), [0, 2]);
+        assert!(
+            !tray.invites_complete(),
+            "a skipped invite makes the list incomplete"
+        );
+        let reasons: Vec<&str> = tray
+            .skipped_cards
+            .iter()
+            .chain(&tray.skipped_invites)
+            .map(|s| s.reason.as_str())
+            .collect();
+        assert_eq!(
+            reasons,
+            [
+                "missing field `conversation_id`",
+                "field `muted`: wrong type or value, expected a boolean",
+                "not an object but a string",
+                "field `conversation_id`: wrong type or value, expected a string",
+                "missing field `invite_id`",
+                "missing field `invite_id`",
+            ]
+        );
+        // A well-formed tray skips nothing and its list is complete.
+        let ok = Tray::parse(br#"{"conversations": [{"conversation_id": "a"}], "invites": []}"#)
+            .unwrap();
+        assert!(ok.skipped_cards.is_empty() && ok.skipped_invites.is_empty());
+        assert!(ok.invites_complete());
     }
 
     #[test]

@@ -96,10 +96,13 @@ async fn answer(
     cycle: &str,
     category: &str,
 ) -> anyhow::Result<()> {
-    let history = match rest.get(&format!("/v1/conversations/{id}/messages")).await {
+    // The id goes into URL paths: percent-encoded, so it stays in its one segment.
+    let seg = crate::client::path_segment(id)
+        .with_context(|| format!("the conversation id {id:?} cannot be put into a URL path"))?;
+    let history = match rest.get(&format!("/v1/conversations/{seg}/messages")).await {
         Ok(v) => v,
         // The hosted API's older spelling of the same read.
-        Err(e) if e.status() == Some(404) => rest.get(&format!("/v1/messages/{id}")).await?,
+        Err(e) if e.status() == Some(404) => rest.get(&format!("/v1/messages/{seg}")).await?,
         Err(e) => return Err(e.into()),
     };
     let messages = list_of(&history, "messages");
@@ -132,7 +135,7 @@ async fn answer(
     if let Some(n) = &newest {
         decision["through_message_id"] = json!(n);
     }
-    rest.post(&format!("/v1/conversations/{id}/decisions"), &decision)
+    rest.post(&format!("/v1/conversations/{seg}/decisions"), &decision)
         .await?;
     say(&format!(
         "recorded reply in {id} through {}",

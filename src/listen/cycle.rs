@@ -3,7 +3,7 @@
 //! `core::decision` and `core::invite_rule`; this module only does the I/O around them.
 
 use super::state_dir::{LastCycle, StateDir};
-use crate::client::{Api, ApiError};
+use crate::client::{Api, ApiError, Dismissal};
 use crate::config::Settings;
 use crate::core::decision::{self, CycleDecision, NoRun, RunKind};
 use crate::core::invite_rule::{InviteVerdict, RunObservation};
@@ -216,6 +216,7 @@ async fn body(input: &mut CycleInput, report: &mut CycleReport) {
     let limits = RunLimits {
         timeout: input.settings.listen.run_timeout,
         grace: input.settings.listen.kill_grace,
+        log_max: input.settings.listen.run_log_max_bytes,
     };
     report.last.run_started = true;
     report.last.run_kind = Some(kind.as_str().into());
@@ -313,13 +314,20 @@ async fn apply_invite_rule(
     let verdicts = memory.apply_run(&obs, input.invite_pace_ms);
     for (invite_id, verdict) in verdicts {
         match verdict {
+            // Forget the invite only once the dismissal is confirmed (core::invite_rule): a failed
+            // call keeps its count, so the next completed run dismisses it again.
             InviteVerdict::Dismiss => match input.api.dismiss_invite(&invite_id).await {
-                Ok(()) => {
+                Ok(Dismissal::Dismissed) => {
+                    memory.confirm_dismissed(&invite_id);
                     tracing::info!(event = %"invite_dismissed", cycle_id = %id, invite_id = %invite_id, "invite left pending by two runs: dismissed");
                     report.last.invites_dismissed += 1;
                 }
+                Ok(Dismissal::NotPending) => {
+                    memory.confirm_dismissed(&invite_id);
+                    tracing::info!(event = %"invite_not_pending", cycle_id = %id, invite_id = %invite_id, "invite no longer pending (404 INVITE_NOT_FOUND): nothing to dismiss, forgotten");
+                }
                 Err(e) => {
-                    tracing::warn!(event = %"invite_dismiss_failed", cycle_id = %id, invite_id = %invite_id, error = %e, "could not dismiss the invite; it stays on the tray");
+                    tracing::warn!(event = %"invite_dismiss_failed", cycle_id = %id, invite_id = %invite_id, error = %e, "could not dismiss the invite; it stays on the tray, and the next completed run that leaves it pending dismisses it again");
                 }
             },
             InviteVerdict::Counted => {
@@ -337,9 +345,7 @@ async fn apply_invite_rule(
             }
         }
     }
-    if let Err(e) = input.state.save_invites(&memory) {
-        tracing::warn!(event = %"invite_memory_write_failed", error = %e, "could not persist the invite memory");
-    }
+    input.state.save_invites(&memory);
 }
 
 /// Keeps the identity block (which handle this agent is, from the served
@@ -396,9 +402,7 @@ fn forget_answered(state: &StateDir, listed: &[String]) {
         return;
     }
     tracing::debug!(event = %"invite_forgotten", count = gone.len(), "invites answered");
-    if let Err(e) = state.save_invites(&memory) {
-        tracing::warn!(event = %"invite_memory_write_failed", error = %e, "could not persist the invite memory");
-    }
+    state.save_invites(&memory);
 }
 
 /// Reads the tray, retrying transient failures and honouring `429 Retry-After`. A stop during a
@@ -446,6 +450,15 @@ fn log_tray(cycle_id: &str, when: &str, tray: &Tray) {
         invites = tray.invite_ids().len(),
         "tray read"
     );
+    // Malformed entries `Tray::parse` skipped: one warning each, by index and field, never text.
+    for (list, skipped) in [
+        ("conversations", &tray.skipped_cards),
+        ("invites", &tray.skipped_invites),
+    ] {
+        for s in skipped {
+            tracing::warn!(event = %"tray_entry_skipped", cycle_id = %cycle_id, when = when, list = list, index = s.index, reason = %s.reason, "a malformed tray entry was skipped; the rest of the tray is used");
+        }
+    }
 }
 
 fn read_log(path: &std::path::Path) -> Vec<u8> {

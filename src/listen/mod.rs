@@ -89,6 +89,10 @@ pub async fn run_command(args: ListenArgs) -> anyhow::Result<i32> {
             return Ok(0);
         }
     };
+    // Holding the lock, no other listener can be running a run from this state dir: a group
+    // recorded there is a killed listener's leftover.
+    crate::runtime::supervisor::stop_leftover_run(&state.runs_dir(), settings.listen.kill_grace)
+        .await;
     let scale = TimeScale(settings.time_scale.factor());
     if args.once {
         once::run(settings, key, state, scale).await

@@ -10,12 +10,17 @@ use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::SystemTime;
 
 pub const LOCK_FILE: &str = "listen.lock";
 pub const STATUS_FILE: &str = "status.json";
 pub const INVITES_FILE: &str = "invites.json";
 pub const RUNS_DIR: &str = "runs";
+
+/// The last `invites.json` write failed. Process-wide: one listener per process writes it, from
+/// whichever cycle runs, and an episode spans cycles.
+static INVITES_WRITE_FAILING: AtomicBool = AtomicBool::new(false);
 
 #[derive(Debug, thiserror::Error)]
 pub enum StateError {
@@ -130,9 +135,24 @@ impl StateDir {
         }
     }
 
-    pub fn save_invites(&self, memory: &InviteMemory) -> std::io::Result<()> {
-        let bytes = serde_json::to_vec_pretty(memory).map_err(std::io::Error::other)?;
-        write_atomic(&self.path(INVITES_FILE), &bytes)
+    /// Writes the invite-rule memory (atomically: a reader sees the old file or the new one).
+    /// A failure (full disk, read-only dir) is logged once per episode, and its end once: the
+    /// cycle goes on either way, with the memory it has.
+    pub fn save_invites(&self, memory: &InviteMemory) {
+        let written = serde_json::to_vec_pretty(memory)
+            .map_err(std::io::Error::other)
+            .and_then(|bytes| write_atomic(&self.path(INVITES_FILE), &bytes));
+        let was_failing = INVITES_WRITE_FAILING.swap(written.is_err(), Ordering::Relaxed);
+        match written {
+            Ok(()) if was_failing => {
+                tracing::info!(event = %"invite_memory_write_recovered", "invites.json is written again")
+            }
+            Ok(()) => {}
+            Err(e) if !was_failing => {
+                tracing::warn!(event = %"invite_memory_write_failed", error = %e, "could not persist the invite memory; the listener keeps working and logs this once until a write succeeds")
+            }
+            Err(_) => {}
+        }
     }
 
     pub fn write_status(&self, status: &Status) -> std::io::Result<()> {

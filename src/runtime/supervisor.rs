@@ -5,24 +5,46 @@
 //! The log file gets a header line (time, program, working directory) and footer lines (how the run
 //! ended, which signals the supervisor sent). Never the prompt, the arguments (Codex takes the prompt
 //! as its last argument) or the environment (it may hold the key).
+//!
+//! The run's stdout and stderr reach the log through the supervisor, capped at
+//! `RunLimits::log_max` bytes: the first half as it comes, then only the newest half, kept in
+//! memory and written at the end after a line that says which bytes were left out. A run that
+//! writes without end never fills the disk, and the end of its output (where Claude Code and
+//! Codex put their result) is still there to judge the run by. The supervisor's own `===` lines
+//! are never cut.
+//!
+//! While a run lives, its process group is recorded in `run.group` beside its log. A listener
+//! killed mid-run (SIGKILL, the OOM killer) cannot end the group itself, so the next listener to
+//! take the state dir's lock ends it (`stop_leftover_run`) before it starts anything: a new run
+//! never overlaps the old one's leftovers.
 
 use crate::runtime::{ALWAYS_REMOVED, RunSpec};
 use crate::sys::fs::open_append_private;
-use crate::sys::process::{GroupChild, ProcessEnd, Termination};
+use crate::sys::process::{
+    GroupChild, ProcessEnd, Termination, boot_id, group_alive, pid_alive, proc_stat, signal_group,
+};
 use crate::sys::time::rfc3339_seconds;
 use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant, SystemTime};
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::sync::watch;
 
 #[derive(Debug, Clone, Copy)]
 pub struct RunLimits {
     pub timeout: Duration,
     pub grace: Duration,
+    /// Most bytes of the run's output kept in its log (see the module doc).
+    pub log_max: u64,
 }
+
+/// After the run's group is gone, how long its output may still take to reach the log (a process
+/// that left the group can hold the pipes open for ever).
+const OUTPUT_DRAIN: Duration = Duration::from_secs(2);
+/// Bytes read from the run's pipes at a time.
+const OUTPUT_CHUNK: usize = 64 * 1024;
 
 #[derive(Debug, Clone)]
 pub struct RunReport {
@@ -77,11 +99,11 @@ pub async fn run(
     if *cancel.borrow_and_update() {
         return report(ProcessEnd::Cancelled, None);
     }
-    let (mut log, out, err) = match open_run_log(spec, log_path) {
+    let (mut log, output_log) = match open_run_log(spec, log_path, limits.log_max) {
         Ok(opened) => opened,
         Err(msg) => return report(ProcessEnd::SpawnFailed(msg), None),
     };
-    let mut group = match spawn(spec, out, err) {
+    let mut group = match spawn(spec) {
         Ok(group) => group,
         Err(msg) => {
             note(&mut log, &format!("run not started: {msg}"));
@@ -93,13 +115,29 @@ pub async fn run(
         &mut log,
         &format!("pid {} (its own process group)", pid.unwrap_or(0)),
     );
+    let group_file = log_path.with_file_name(RUN_GROUP_FILE);
+    let pgid = pid.and_then(|p| i32::try_from(p).ok()).unwrap_or(0);
+    if let Err(e) = record_group(&group_file, pgid) {
+        note(
+            &mut log,
+            &format!("cannot record the process group in {RUN_GROUP_FILE}: {e}"),
+        );
+    }
+    let relay = tokio::spawn(relay_output(
+        group.child.stdout.take(),
+        group.child.stderr.take(),
+        output_log,
+    ));
     let feeder = feed_stdin(&mut group, spec);
     let end = supervise(&mut group, limits, &mut cancel, &mut log).await;
-    // The leader is gone; dropping the group kills whatever it left behind.
+    // The leader is gone; dropping the group SIGKILLs whatever it left in it. The group id cannot
+    // be reused while any member still holds it, so this reaches only the run's own leftovers.
     drop(group);
+    let _ = std::fs::remove_file(&group_file);
     if let Some(f) = feeder {
         f.abort();
     }
+    finish_output(relay, &mut log).await;
     let r = report(end, pid);
     note(
         &mut log,
@@ -112,9 +150,9 @@ pub async fn run(
     r
 }
 
-/// Opens the run log (0600) with its header line, and two handles on it for the child's stdout
-/// and stderr. `Err` is the reason, for `SpawnFailed`.
-fn open_run_log(spec: &RunSpec, log_path: &Path) -> Result<(File, Stdio, Stdio), String> {
+/// Opens the run log (0600) with its header line, and the capped writer the run's output goes
+/// through (`CappedLog`, on a second handle). `Err` is the reason, for `SpawnFailed`.
+fn open_run_log(spec: &RunSpec, log_path: &Path, max: u64) -> Result<(File, CappedLog), String> {
     let mut log = open_append_private(log_path)
         .map_err(|e| format!("cannot open the run log {}: {e}", log_path.display()))?;
     note(
@@ -125,22 +163,23 @@ fn open_run_log(spec: &RunSpec, log_path: &Path) -> Result<(File, Stdio, Stdio),
             spec.cwd.display()
         ),
     );
-    match (log.try_clone(), log.try_clone()) {
-        (Ok(o), Ok(e)) => Ok((log, Stdio::from(o), Stdio::from(e))),
-        _ => Err(format!(
+    match log.try_clone() {
+        Ok(output) => Ok((log, CappedLog::new(output, max))),
+        Err(_) => Err(format!(
             "cannot attach the run log {} to the process",
             log_path.display()
         )),
     }
 }
 
-/// Starts the run in its own process group, output to the log, the environment cleaned.
-fn spawn(spec: &RunSpec, out: Stdio, err: Stdio) -> Result<GroupChild, String> {
+/// Starts the run in its own process group, stdout and stderr piped (to the capped log relay),
+/// the environment cleaned.
+fn spawn(spec: &RunSpec) -> Result<GroupChild, String> {
     let mut cmd = tokio::process::Command::new(&spec.program);
     cmd.args(&spec.args)
         .current_dir(&spec.cwd)
-        .stdout(out)
-        .stderr(err)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
         .stdin(if spec.stdin.is_some() {
             Stdio::piped()
         } else {
@@ -216,6 +255,104 @@ async fn supervise(
     end
 }
 
+/// The file beside a run's log that names its process group while the run lives.
+pub const RUN_GROUP_FILE: &str = "run.group";
+
+/// What `run.group` holds: the group, and what tells it from a later group that reuses its id
+/// (the leader's start time since boot, and the boot).
+#[derive(serde::Serialize, serde::Deserialize)]
+struct GroupRecord {
+    pgid: i32,
+    leader_start: Option<u64>,
+    boot_id: Option<String>,
+}
+
+fn record_group(path: &Path, pgid: i32) -> std::io::Result<()> {
+    let record = GroupRecord {
+        pgid,
+        leader_start: proc_stat(pgid).map(|p| p.start),
+        boot_id: boot_id(),
+    };
+    let bytes = serde_json::to_vec(&record).map_err(std::io::Error::other)?;
+    crate::sys::fs::write_atomic(path, &bytes)
+}
+
+/// Ends the process group a killed listener's run left behind (its `run.group` in `runs_dir`):
+/// SIGTERM, up to `grace` for it to go, then SIGKILL. Only a group that is still the run's is
+/// signalled: a record from an earlier boot, or a group id now led by another process, is only
+/// removed. Call it holding the state dir's lock, before anything can start a run.
+pub async fn stop_leftover_run(runs_dir: &Path, grace: Duration) {
+    let path = runs_dir.join(RUN_GROUP_FILE);
+    let record: GroupRecord = match std::fs::read(&path) {
+        Ok(bytes) => match serde_json::from_slice(&bytes) {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::warn!(event = %"leftover_run_unreadable", path = %path.display(), error = %e, "the record of the last run's process group is damaged; removing it");
+                let _ = std::fs::remove_file(&path);
+                return;
+            }
+        },
+        Err(_) => return,
+    };
+    if leftover_is_the_runs(&record) {
+        tracing::warn!(
+            event = %"leftover_run",
+            pgid = record.pgid,
+            grace_ms = grace.as_millis() as u64,
+            "the last listener ended during a run and left its process group; stopping it before anything new runs"
+        );
+        signal_group(record.pgid, libc::SIGTERM);
+        let ended = group_gone_within(record.pgid, grace).await;
+        if !ended {
+            signal_group(record.pgid, libc::SIGKILL);
+            group_gone_within(record.pgid, Duration::from_secs(5)).await;
+        }
+        tracing::info!(
+            event = %"leftover_run_stopped",
+            pgid = record.pgid,
+            killed = !ended,
+            "the last run's leftovers are gone"
+        );
+    }
+    let _ = std::fs::remove_file(&path);
+}
+
+/// Whether the recorded group is still the run's: same boot, and either its leader is the very
+/// process that was recorded, or the leader is gone and members remain (an id stays taken while
+/// any member holds it, so those are the run's).
+fn leftover_is_the_runs(record: &GroupRecord) -> bool {
+    if record.pgid <= 1 {
+        return false;
+    }
+    if let (Some(then), Some(now)) = (&record.boot_id, boot_id())
+        && *then != now
+    {
+        return false;
+    }
+    match proc_stat(record.pgid) {
+        Some(leader) if !leader.zombie => {
+            leader.start_known() && Some(leader.start) == record.leader_start
+        }
+        // A leader alive but not readable (no /proc): it cannot be told from a new process that
+        // reuses the id, so it is left alone.
+        None if pid_alive(record.pgid as u64) => false,
+        _ => group_alive(record.pgid),
+    }
+}
+
+async fn group_gone_within(pgid: i32, limit: Duration) -> bool {
+    let deadline = Instant::now() + limit;
+    loop {
+        if !group_alive(pgid) {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// Keeps the newest `keep` run logs (`run-*.log`) in `dir`, newest by modification time, then by
 /// name. Other files are left alone; a missing `dir` is fine.
 pub fn prune_logs(dir: &Path, keep: usize) -> std::io::Result<()> {
@@ -247,4 +384,265 @@ pub fn prune_logs(dir: &Path, keep: usize) -> std::io::Result<()> {
         }
     }
     Ok(())
+}
+
+/// Copies the run's stdout and stderr into its log, capped (`CappedLog`), until both are closed.
+/// Keeps reading past the cap, so a run that writes without end is never blocked on a full pipe.
+async fn relay_output(
+    mut out: Option<tokio::process::ChildStdout>,
+    mut err: Option<tokio::process::ChildStderr>,
+    mut log: CappedLog,
+) -> CappedLog {
+    let mut out_buf = vec![0u8; OUTPUT_CHUNK];
+    let mut err_buf = vec![0u8; OUTPUT_CHUNK];
+    while out.is_some() || err.is_some() {
+        tokio::select! {
+            n = read_some(&mut out, &mut out_buf) => match n {
+                Some(n) => log.push(&out_buf[..n]),
+                None => out = None,
+            },
+            n = read_some(&mut err, &mut err_buf) => match n {
+                Some(n) => log.push(&err_buf[..n]),
+                None => err = None,
+            },
+        }
+    }
+    log
+}
+
+/// The next bytes from `pipe`: `None` at its end (or on an error); never ready without a pipe.
+async fn read_some<R: AsyncRead + Unpin>(pipe: &mut Option<R>, buf: &mut [u8]) -> Option<usize> {
+    match pipe {
+        Some(p) => match p.read(buf).await {
+            Ok(0) | Err(_) => None,
+            Ok(n) => Some(n),
+        },
+        None => std::future::pending().await,
+    }
+}
+
+/// Waits (at most `OUTPUT_DRAIN`) for the relay to reach the end of the run's output, then
+/// writes what the cap held back.
+async fn finish_output(mut relay: tokio::task::JoinHandle<CappedLog>, log: &mut File) {
+    match tokio::time::timeout(OUTPUT_DRAIN, &mut relay).await {
+        Ok(Ok(capped)) => capped.finish(),
+        Ok(Err(_)) => note(log, "the run's output could not be read to its end"),
+        Err(_) => {
+            relay.abort();
+            note(
+                log,
+                "the run's output was still open after its process group ended; the rest is not in this log",
+            );
+        }
+    }
+}
+
+/// The run's output on its way to the log: the first half of `max` bytes is written as it comes;
+/// past it, only the newest half is kept, in memory, and written by `finish` after a line that
+/// says which bytes were left out. Failed writes (a full disk) are ignored: the run goes on.
+struct CappedLog {
+    file: File,
+    /// Bytes still written as they come.
+    head_left: u64,
+    /// Every byte of output seen so far.
+    seen: u64,
+    tail: Tail,
+}
+
+impl CappedLog {
+    fn new(file: File, max: u64) -> CappedLog {
+        let head = max - max / 2;
+        CappedLog {
+            file,
+            head_left: head,
+            seen: 0,
+            tail: Tail::new(usize::try_from(max / 2).unwrap_or(usize::MAX)),
+        }
+    }
+
+    fn push(&mut self, mut data: &[u8]) {
+        self.seen += data.len() as u64;
+        if self.head_left > 0 {
+            let now = data
+                .len()
+                .min(usize::try_from(self.head_left).unwrap_or(usize::MAX));
+            let _ = self.file.write_all(&data[..now]);
+            self.head_left -= now as u64;
+            data = &data[now..];
+        }
+        self.tail.push(data);
+    }
+
+    fn finish(mut self) {
+        let (older, newer) = self.tail.parts();
+        let kept = (older.len() + newer.len()) as u64;
+        let head = self.seen - self.tail.total;
+        let left_out = self.tail.total - kept;
+        if left_out > 0 {
+            let line = format!(
+                "\n=== {} output cut: bytes {head} to {} of {} left out (run_log_max_bytes); the last {kept} bytes follow\n",
+                rfc3339_seconds(SystemTime::now()),
+                head + left_out,
+                self.seen,
+            );
+            let _ = self.file.write_all(line.as_bytes());
+        }
+        let _ = self.file.write_all(older);
+        let _ = self.file.write_all(newer);
+    }
+}
+
+/// The newest `cap` bytes pushed into it (a ring, allocated on first use).
+struct Tail {
+    cap: usize,
+    buf: Vec<u8>,
+    /// Where the oldest kept byte is.
+    start: usize,
+    len: usize,
+    /// Every byte pushed.
+    total: u64,
+}
+
+impl Tail {
+    fn new(cap: usize) -> Tail {
+        Tail {
+            cap,
+            buf: Vec::new(),
+            start: 0,
+            len: 0,
+            total: 0,
+        }
+    }
+
+    fn push(&mut self, data: &[u8]) {
+        self.total += data.len() as u64;
+        if data.is_empty() || self.cap == 0 {
+            return;
+        }
+        if self.buf.is_empty() {
+            self.buf = vec![0; self.cap];
+        }
+        let data = &data[data.len().saturating_sub(self.cap)..];
+        let end = (self.start + self.len) % self.cap;
+        let first = data.len().min(self.cap - end);
+        self.buf[end..end + first].copy_from_slice(&data[..first]);
+        self.buf[..data.len() - first].copy_from_slice(&data[first..]);
+        let len = self.len + data.len();
+        if len > self.cap {
+            self.start = (self.start + len - self.cap) % self.cap;
+            self.len = self.cap;
+        } else {
+            self.len = len;
+        }
+    }
+
+    /// The kept bytes, oldest first, in two slices.
+    fn parts(&self) -> (&[u8], &[u8]) {
+        if self.len == 0 {
+            return (&[], &[]);
+        }
+        let end = self.start + self.len;
+        if end <= self.cap {
+            (&self.buf[self.start..end], &[])
+        } else {
+            (&self.buf[self.start..], &self.buf[..end - self.cap])
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tail_bytes(t: &Tail) -> Vec<u8> {
+        let (a, b) = t.parts();
+        [a, b].concat()
+    }
+
+    #[test]
+    fn the_tail_keeps_the_newest_bytes_across_wraps_and_big_pushes() {
+        let mut t = Tail::new(5);
+        t.push(b"abc");
+        assert_eq!(tail_bytes(&t), b"abc");
+        t.push(b"defg");
+        assert_eq!(tail_bytes(&t), b"cdefg");
+        t.push(b"h");
+        assert_eq!(tail_bytes(&t), b"defgh");
+        t.push(b"0123456789");
+        assert_eq!(tail_bytes(&t), b"56789");
+        t.push(b"xy");
+        assert_eq!(tail_bytes(&t), b"789xy");
+        assert_eq!(t.total, 20);
+    }
+
+    fn capped(max: u64, pushes: &[&[u8]]) -> String {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("run.log");
+        let mut log = CappedLog::new(File::create(&path).unwrap(), max);
+        for p in pushes {
+            log.push(p);
+        }
+        log.finish();
+        std::fs::read_to_string(&path).unwrap()
+    }
+
+    /// A `sleep` leading its own process group, and the record `run()` would write for it.
+    fn sleeper(dir: &Path) -> (std::process::Child, GroupRecord) {
+        use std::os::unix::process::CommandExt;
+        let child = std::process::Command::new("sleep")
+            .arg("30")
+            .process_group(0)
+            .spawn()
+            .unwrap();
+        let pgid = child.id() as i32;
+        record_group(&dir.join(RUN_GROUP_FILE), pgid).unwrap();
+        let bytes = std::fs::read(dir.join(RUN_GROUP_FILE)).unwrap();
+        (child, serde_json::from_slice(&bytes).unwrap())
+    }
+
+    #[tokio::test]
+    async fn a_leftover_group_is_stopped_only_while_its_recorded_leader_leads_it() {
+        let dir = tempfile::tempdir().unwrap();
+        // The same group id led by another process (another start time): left alone.
+        let (mut other, mut record) = sleeper(dir.path());
+        record.leader_start = record.leader_start.map(|t| t + 1);
+        std::fs::write(
+            dir.path().join(RUN_GROUP_FILE),
+            serde_json::to_vec(&record).unwrap(),
+        )
+        .unwrap();
+        stop_leftover_run(dir.path(), Duration::from_secs(1)).await;
+        assert!(
+            other.try_wait().unwrap().is_none(),
+            "another group was signalled"
+        );
+        assert!(!dir.path().join(RUN_GROUP_FILE).exists());
+        let _ = other.kill();
+        let _ = other.wait();
+
+        // The recorded leader: stopped, and the record gone.
+        let (mut run, _) = sleeper(dir.path());
+        stop_leftover_run(dir.path(), Duration::from_secs(5)).await;
+        let status = run.wait().unwrap();
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(status.signal(), Some(libc::SIGTERM));
+        assert!(!dir.path().join(RUN_GROUP_FILE).exists());
+    }
+
+    #[test]
+    fn output_within_the_cap_is_kept_whole_and_in_order() {
+        assert_eq!(capped(10, &[b"abc", b"defgh", b"ij"]), "abcdefghij");
+    }
+
+    #[test]
+    fn output_past_the_cap_keeps_head_and_tail_and_says_what_was_left_out() {
+        let text = capped(10, &[b"abcdefgh", b"ijklmnop", b"qrst"]);
+        let (head, rest) = text.split_once('\n').unwrap();
+        assert_eq!(head, "abcde");
+        assert!(
+            rest.contains("output cut: bytes 5 to 15 of 20 left out"),
+            "{text}"
+        );
+        assert!(rest.ends_with("the last 5 bytes follow\npqrst"), "{text}");
+    }
 }

@@ -1,6 +1,7 @@
 //! Processes: how one ended, a child that leads its own process group (spawn, signal, stop with a
-//! grace, killed with its holder), and whether a pid is alive. The run supervisor, doctor's probes
-//! and the demo's listener all start their children through [`GroupChild`].
+//! grace, killed with its holder), whether a pid is alive, and what `/proc` says of a process and
+//! a group. The run supervisor, doctor's probes and the demo's listener all start their children
+//! through [`GroupChild`].
 
 use std::process::{ExitStatus, Output};
 use std::time::Duration;
@@ -135,6 +136,57 @@ pub fn pid_alive(pid: u64) -> bool {
     // SAFETY: signal 0 only checks that the process exists; no signal is sent.
     let r = unsafe { libc::kill(pid, 0) };
     r == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+}
+
+/// A process as `/proc/<pid>/stat` shows it (Linux; `None` elsewhere or when it is gone).
+#[derive(Debug, Clone, Copy)]
+pub struct ProcStat {
+    pub zombie: bool,
+    pub pgrp: i32,
+    /// Clock ticks after boot; 0 when unknown.
+    pub start: u64,
+}
+
+impl ProcStat {
+    /// Whether the start time was read (it tells a process from a later one with the same pid).
+    pub fn start_known(&self) -> bool {
+        self.start > 0
+    }
+}
+
+/// Reads `/proc/<pid>/stat`: `None` when the process is gone or there is no `/proc`.
+pub fn proc_stat(pid: i32) -> Option<ProcStat> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // `pid (comm) state ppid pgrp ...`: comm may hold anything, so split at the last `)`.
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    Some(ProcStat {
+        zombie: fields.first()? == &"Z",
+        pgrp: fields.get(2)?.parse().ok()?,
+        start: fields.get(19).and_then(|s| s.parse().ok()).unwrap_or(0),
+    })
+}
+
+/// This boot's id (Linux), which tells a pid or start time of this boot from an earlier one's.
+pub fn boot_id() -> Option<String> {
+    std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+        .ok()
+        .map(|s| s.trim().to_string())
+}
+
+/// Whether any live process (not a zombie: nothing may reap orphans here) is in group `pgid`.
+pub fn group_alive(pgid: i32) -> bool {
+    match std::fs::read_dir("/proc") {
+        Ok(entries) => entries.flatten().any(|e| {
+            e.file_name()
+                .to_str()
+                .and_then(|n| n.parse::<i32>().ok())
+                .and_then(proc_stat)
+                .is_some_and(|p| p.pgrp == pgid && !p.zombie)
+        }),
+        // No /proc: ask the kernel whether the group has members (zombies count there).
+        // SAFETY: killpg with signal 0 only checks for existence; nothing is sent.
+        Err(_) => unsafe { libc::killpg(pgid, 0) == 0 },
+    }
 }
 
 #[cfg(test)]

@@ -54,6 +54,7 @@ fn defaults_apply_when_nothing_is_set() {
     assert!(l.script_gets_key);
     assert!(l.identity_block);
     assert_eq!(l.run_logs_keep, 50);
+    assert_eq!(l.run_log_max_bytes, 2 * 1024 * 1024);
     assert_eq!(l.claude.mcp, McpMode::Listener);
     assert!(l.claude.binary.is_none() && l.codex.binary.is_none());
 }
@@ -217,6 +218,16 @@ fn bad_values_name_the_key_and_the_problem() {
             "[listen]\nrun_logs_keep = 0",
             "listen.run_logs_keep",
             "at least 1",
+        ),
+        (
+            "[listen]\nrun_log_max_bytes = 1000",
+            "listen.run_log_max_bytes",
+            "between 65536 and 67108864",
+        ),
+        (
+            "[listen]\nrun_log_max_bytes = 1000000000",
+            "listen.run_log_max_bytes",
+            "between 65536 and 67108864",
         ),
         (
             "[listen.claude]\nmcp = \"mine\"",

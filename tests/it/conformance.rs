@@ -12,7 +12,7 @@ use agentchat::core::decision::{self, CycleDecision, NoRun, RunKind};
 use agentchat::core::engine::Engine;
 use agentchat::core::frames::ack_frame;
 use agentchat::core::identity::{self, AnchorError};
-use agentchat::core::invite_rule::{InviteMemory, RunObservation};
+use agentchat::core::invite_rule::{InviteMemory, InviteVerdict, RunObservation};
 use agentchat::core::reconnect::{self, Backoff, CloseKind};
 use agentchat::core::texts::{Texts, TextsError};
 use agentchat::core::tray::Tray;
@@ -254,6 +254,65 @@ fn texts_parse_every_field_and_ignore_unknown_ones() {
     ));
 }
 
+/// Every string value in `v`, at any depth.
+fn strings(v: &Value, out: &mut Vec<String>) {
+    match v {
+        Value::String(s) => out.push(s.clone()),
+        Value::Array(a) => a.iter().for_each(|x| strings(x, out)),
+        Value::Object(m) => m.values().for_each(|x| strings(x, out)),
+        _ => {}
+    }
+}
+
+#[test]
+fn tray_entry_cases_skip_malformed_entries_by_index_only() {
+    let file = "tray-entries.cases.json";
+    let doc = json(file);
+    check_cases(file, &doc, "cases", |case| {
+        let served = match case["tray_file"].as_str() {
+            Some(f) => json(f),
+            None => case["tray"].clone(),
+        };
+        let tray = match Tray::parse(served.to_string().as_bytes()) {
+            Ok(t) => t,
+            Err(e) => return vec![format!("tray does not parse: {e}")],
+        };
+        let exp = &case["expect"];
+        let mut failures = Vec::new();
+        let indices = |s: &[agentchat::core::tray::Skipped]| -> Value {
+            s.iter().map(|s| s.index).collect::<Vec<_>>().into()
+        };
+        let cards: Vec<&str> = tray
+            .conversations
+            .iter()
+            .map(|c| c.conversation_id.as_str())
+            .collect();
+        let got = [
+            ("cards", Value::from(cards)),
+            ("skipped_cards", indices(&tray.skipped_cards)),
+            ("invites", Value::from(tray.invite_ids())),
+            ("skipped_invites", indices(&tray.skipped_invites)),
+            ("invites_complete", Value::from(tray.invites_complete())),
+        ];
+        for (key, got) in got {
+            if !exp[key].is_null() && exp[key] != got {
+                failures.push(format!("{key}: {got}, want {}", exp[key]));
+            }
+        }
+        let mut values = Vec::new();
+        strings(&served, &mut values);
+        for s in tray.skipped_cards.iter().chain(&tray.skipped_invites) {
+            if let Some(v) = values
+                .iter()
+                .find(|v| v.len() >= 4 && s.reason.contains(v.as_str()))
+            {
+                failures.push(format!("skip reason {:?} quotes the value {v:?}", s.reason));
+            }
+        }
+        failures
+    });
+}
+
 #[test]
 fn cycle_cases_decide_run_kind_or_why_not() {
     let file = "cycle.cases.json";
@@ -454,8 +513,19 @@ fn single_run_invite_cases_give_each_verdict() {
                 run_completed: run["run_completed"].as_bool().unwrap(),
                 run_ended_at_ms: run["run_ended_at_ms"].as_u64().unwrap(),
             };
-            let got: BTreeMap<String, String> = memory
-                .apply_run(&obs, pace)
+            let verdicts = memory.apply_run(&obs, pace);
+            // What the dismiss call got (default ok): only a confirmed dismissal forgets.
+            let answer = run["dismiss_answer"].as_str().unwrap_or("ok");
+            for (id, v) in &verdicts {
+                if *v == InviteVerdict::Dismiss {
+                    match answer {
+                        "ok" | "invite_not_found" => memory.confirm_dismissed(id),
+                        "failed" => {}
+                        other => failures.push(format!("run {i}: unknown dismiss_answer {other}")),
+                    }
+                }
+            }
+            let got: BTreeMap<String, String> = verdicts
                 .into_iter()
                 .map(|(id, v)| (id, v.as_str().to_owned()))
                 .collect();

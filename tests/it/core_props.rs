@@ -1,6 +1,8 @@
 //! Property tests for the pure core: no parser panics on arbitrary input, the coalescer's
 //! guarantees hold on any timeline, the reconnect delays stay in bounds, the identity upsert is
-//! idempotent and keeps the bytes around the block. CI runs them with `PROPTEST_CASES=64`.
+//! idempotent and keeps the bytes around the block. CI runs them with `PROPTEST_CASES=64`; the
+//! `never_panic` properties are also run at fuzzing scale, `PROPTEST_CASES=1000000` (README.md,
+//! "Fuzzing").
 
 use std::time::Duration;
 
@@ -187,7 +189,7 @@ proptest! {
     }
 
     #[test]
-    fn tray_errors_never_quote_a_value(
+    fn tray_errors_and_skip_reasons_never_quote_a_value(
         secret in "zq[a-z]{8,16}",
         place in 0usize..7,
     ) {
@@ -202,8 +204,22 @@ proptest! {
             // A body that is not an object at all.
             _ => s,
         };
-        let err = Tray::parse(v.to_string().as_bytes()).unwrap_err().to_string();
-        prop_assert!(!err.contains(&secret), "{}", err);
+        match Tray::parse(v.to_string().as_bytes()) {
+            Err(e) => {
+                // A tray field of the wrong type, or no object at all: the tray is refused.
+                prop_assert!(![2, 3].contains(&place), "place {}: {}", place, e);
+                let err = e.to_string();
+                prop_assert!(!err.contains(&secret), "{}", err);
+            }
+            Ok(tray) => {
+                // A malformed card: skipped, and the reason logged for it quotes nothing.
+                prop_assert!([2, 3].contains(&place), "place {} parsed", place);
+                prop_assert_eq!(tray.skipped_cards.len(), 1);
+                for s in &tray.skipped_cards {
+                    prop_assert!(!s.reason.contains(&secret), "{}", s.reason);
+                }
+            }
+        }
     }
 
     #[test]
@@ -372,6 +388,495 @@ proptest! {
         prop_assert!(starts.windows(2).all(|w| w[0] <= w[1]));
         for w in &wakes {
             prop_assert!(starts.iter().any(|s| s >= w), "wake at {} never served; starts {:?}", w, starts);
+        }
+    }
+}
+
+// ---------------------------------------------------------------- no panic, at fuzzing scale
+//
+// Structured inputs for the parsers the listener feeds with what a server or a user wrote:
+// socket frames, trays (malformed entries included), texts and the config. Every property here
+// has `never_panic` in its name, so one run can raise them all to fuzzing scale (README.md,
+// "Fuzzing"): `PROPTEST_CASES=1000000 cargo test --release --test core_props never_panic`.
+
+/// Text frames shaped like the server's: a known (or unknown) `type`, and a payload whose keys
+/// often hit the modelled fields.
+fn frame_like() -> impl Strategy<Value = String> {
+    let kind = prop_oneof![
+        prop::sample::select(vec![
+            "hello.ok",
+            "message.new",
+            "wake",
+            "group.invite.received",
+            "group.deleted",
+            "heartbeat",
+            "message.read",
+            "typing.start",
+            "rate_limit.warning",
+        ])
+        .prop_map(Value::from),
+        json_value(),
+    ];
+    (
+        kind,
+        prop::option::of(json_value()),
+        prop::option::of(json_value()),
+        prop::collection::btree_map(key(), json_value(), 0..3),
+    )
+        .prop_map(|(kind, payload, caps, extra)| {
+            let mut m: Map<String, Value> = extra.into_iter().collect();
+            m.insert("type".into(), kind);
+            if let Some(p) = payload {
+                m.insert("payload".into(), p);
+            }
+            if let Some(c) = caps {
+                m.insert("capabilities".into(), c);
+            }
+            Value::Object(m).to_string()
+        })
+}
+
+/// JSON values of the types not excluded, built rather than filtered, so a fuzzing-scale run
+/// never runs out of rejections.
+fn json_except(
+    null: bool,
+    boolean: bool,
+    string: bool,
+    object: bool,
+) -> impl Strategy<Value = Value> {
+    let mut options: Vec<BoxedStrategy<Value>> = vec![
+        any::<i64>().prop_map(Value::from).boxed(),
+        // Finite: `Value::from` turns NaN and the infinities into `null`.
+        (-1e12f64..1e12).prop_map(Value::from).boxed(),
+        prop::collection::vec(json_value(), 0..3)
+            .prop_map(Value::from)
+            .boxed(),
+    ];
+    if !null {
+        options.push(Just(Value::Null).boxed());
+    }
+    if !boolean {
+        options.push(any::<bool>().prop_map(Value::from).boxed());
+    }
+    if !string {
+        options.push(any::<String>().prop_map(Value::from).boxed());
+    }
+    if !object {
+        options.push(
+            prop::collection::btree_map(key(), json_value(), 0..3)
+                .prop_map(|m| Value::Object(m.into_iter().collect()))
+                .boxed(),
+        );
+    }
+    prop::strategy::Union::new(options)
+}
+
+/// One tray entry: well formed (`true`) or malformed in one of the ways a server could get wrong.
+fn entry(id_key: &'static str, prefix: &'static str) -> impl Strategy<Value = (bool, Value)> {
+    let good = (
+        "[a-z0-9]{1,8}",
+        prop::option::of(prop_oneof![
+            any::<bool>().prop_map(Value::from),
+            Just(Value::Null)
+        ]),
+        prop::collection::btree_map("[a-z_]{1,8}", json_value(), 0..3),
+    )
+        .prop_map(move |(id, muted, extra)| {
+            let mut m: Map<String, Value> = extra.into_iter().collect();
+            m.insert(id_key.into(), Value::from(format!("{prefix}{id}")));
+            if let Some(muted) = muted {
+                m.insert("muted".into(), muted);
+            }
+            // Invites carry no `muted`; it is an unknown field there and never makes one bad.
+            (true, Value::Object(m))
+        });
+    let bad = prop_oneof![
+        // No id, or an id of the wrong type.
+        prop::collection::btree_map("[a-z_]{1,8}", json_value(), 0..3).prop_map(move |m| {
+            let mut m: Map<String, Value> = m.into_iter().collect();
+            m.remove(id_key);
+            Value::Object(m)
+        }),
+        json_except(false, false, true, false)
+            .prop_map(move |id| serde_json::json!({ id_key: id })),
+        // Not an object at all.
+        json_except(false, false, false, true),
+    ]
+    .prop_map(|v| (false, v));
+    prop_oneof![3 => good, 1 => bad]
+}
+
+/// A wrongly typed `muted` makes a card bad (an invite has no `muted` to get wrong).
+fn card_entry() -> impl Strategy<Value = (bool, Value)> {
+    prop_oneof![
+        4 => entry("conversation_id", "conv_"),
+        1 => ("[a-z0-9]{1,8}", json_except(true, true, false, false))
+            .prop_map(|(id, muted)| (false, serde_json::json!({"conversation_id": id, "muted": muted}))),
+    ]
+}
+
+/// A valid config file: each known key optionally set to a plausible value of its type.
+fn valid_config() -> impl Strategy<Value = String> {
+    fn pick(values: &'static [&'static str]) -> impl Strategy<Value = Option<&'static str>> {
+        prop::option::of(prop::sample::select(values))
+    }
+    const DURATIONS: &[&str] = &[
+        "\"1ms\"",
+        "\"3s\"",
+        "\"15m\"",
+        "\"1h 30m\"",
+        "\"100s\"",
+        "\"2days\"",
+    ];
+    let top = (
+        pick(&["\"http://127.0.0.1:9\"", "\"https://api.example.invalid/\""]),
+        pick(&["\"debug\"", "\"info\"", "\"agentchat=debug\""]),
+        pick(&["\"json\"", "\"text\""]),
+    );
+    let listen = (
+        pick(&["\"claude-code\"", "\"codex\"", "\"script\""]),
+        pick(&["[\"/bin/sh\", \"run.sh\"]", "[]"]),
+        pick(DURATIONS),
+        pick(DURATIONS),
+        pick(DURATIONS),
+        pick(DURATIONS),
+        pick(DURATIONS),
+        pick(&["true", "false"]),
+        pick(&["1", "50"]),
+        pick(&["\"/tmp/agentchat-work\""]),
+    );
+    let claude = (
+        pick(&["\"listener\"", "\"user\""]),
+        pick(&["[\"--verbose\"]"]),
+    );
+    let profile = pick(&["runtime = \"codex\"", "run_timeout = \"1m\""]);
+    (top, listen, claude, profile).prop_map(|(top, listen, claude, profile)| {
+        let line = |k: &str, v: Option<&str>| v.map(|v| format!("{k} = {v}\n")).unwrap_or_default();
+        let mut s = String::new();
+        s += &line("api_base", top.0);
+        s += &line("log_level", top.1);
+        s += &line("log_format", top.2);
+        s += "[listen]\n";
+        s += &line("runtime", listen.0);
+        s += &line("command", listen.1);
+        s += &line("run_timeout", listen.2);
+        s += &line("kill_grace", listen.3);
+        s += &line("quiet_window", listen.4);
+        s += &line("max_delay", listen.5);
+        s += &line("idle_timeout", listen.6);
+        s += &line("identity_block", listen.7);
+        s += &line("run_logs_keep", listen.8);
+        s += &line("workdir", listen.9);
+        s += "[listen.claude]\n";
+        s += &line("mcp", claude.0);
+        s += &line("extra_args", claude.1);
+        if let Some(p) = profile {
+            s += &format!("[profiles.work.listen]\n{p}\n");
+        }
+        s
+    })
+}
+
+/// A config file's text: a valid one, a valid one with a line of noise, known and unknown keys
+/// with values of every TOML type in any table, or any text at all.
+fn config_text() -> impl Strategy<Value = String> {
+    let toml_value = prop_oneof![
+        // A JSON string is a TOML basic string (but for a rare raw DEL, which TOML refuses).
+        "[a-z0-9 ./:_-]{0,12}".prop_map(|s| Value::from(s).to_string()),
+        prop::sample::select(vec![
+            "\"0s\"",
+            "\"1ms\"",
+            "\"3s\"",
+            "\"15m\"",
+            "\"999999y\"",
+            "\"1h 30m\"",
+            "\"-1s\"",
+            "\"claude-code\"",
+            "\"codex\"",
+            "\"script\"",
+            "\"json\"",
+            "\"text\"",
+            "\"debug\"",
+            "\"http://127.0.0.1:1\"",
+            "\"https://x\"",
+            "\"\"",
+            "\"listener\"",
+            "\"user\"",
+        ])
+        .prop_map(str::to_owned),
+        any::<String>().prop_map(|s| Value::from(s).to_string()),
+        any::<i64>().prop_map(|n| n.to_string()),
+        any::<bool>().prop_map(|b| b.to_string()),
+        any::<f64>().prop_map(|f| format!("{f:?}")),
+        prop::collection::vec("[a-z/-]{0,6}", 0..3).prop_map(|v| Value::from(v).to_string()),
+        Just("[1, \"a\"]".to_owned()),
+        Just("{ a = 1 }".to_owned()),
+    ];
+    let key = prop_oneof![
+        prop::sample::select(vec![
+            "api_base",
+            "api_key_file",
+            "api_key",
+            "log_level",
+            "log_format",
+            "runtime",
+            "command",
+            "workdir",
+            "run_timeout",
+            "kill_grace",
+            "quiet_window",
+            "max_delay",
+            "idle_timeout",
+            "script_gets_key",
+            "identity_block",
+            "run_logs_keep",
+            "binary",
+            "extra_args",
+            "mcp",
+            "mcp_url",
+            "listen",
+            "profiles",
+            "claude",
+            "codex",
+        ])
+        .prop_map(str::to_owned),
+        "[a-z_]{1,8}",
+    ];
+    // Tables `valid_config` never opens, so a noise section after it is still valid TOML.
+    let noise_header = prop::sample::select(vec![
+        "",
+        "[listen.codex]",
+        "[profiles.default]",
+        "[profiles.other.listen]",
+        "[claude]",
+    ]);
+    let header = prop::sample::select(vec![
+        "",
+        "[listen]",
+        "[listen.claude]",
+        "[listen.codex]",
+        "[profiles.work]",
+        "[profiles.work.listen]",
+        "[profiles.work.listen.claude]",
+        "[profiles.default]",
+        "[profiles]",
+        "[claude]",
+    ]);
+    let lines = |h: &str, kvs: Vec<(String, String)>| {
+        let mut s = format!("{h}\n");
+        for (k, v) in kvs {
+            s.push_str(&format!("{k} = {v}\n"));
+        }
+        s
+    };
+    let kvs = prop::collection::vec((key, toml_value), 0..5);
+    let section = (header, kvs.clone()).prop_map(move |(h, kvs)| lines(h, kvs));
+    let noise = (noise_header, kvs).prop_map(move |(h, kvs)| lines(h, kvs));
+    prop_oneof![
+        3 => valid_config(),
+        2 => (valid_config(), noise).prop_map(|(v, noise)| v + &noise),
+        2 => prop::collection::vec(section, 0..4).prop_map(|v| v.concat()),
+        1 => any::<String>(),
+    ]
+}
+
+/// An environment: the variables the config reads, with plausible or arbitrary values.
+fn config_env() -> impl Strategy<Value = std::collections::HashMap<String, String>> {
+    let valid = prop::collection::hash_map(
+        prop::sample::select(vec![
+            ("AGENTCHAT_LOG", "debug"),
+            ("AGENTCHAT_LOG_FORMAT", "json"),
+            ("AGENTCHAT_RUNTIME", "script"),
+            ("AGENTCHAT_PROFILE", "work"),
+            ("AGENTCHAT_STATE_DIR", "/tmp/agentchat-state"),
+            ("AGENTCHAT_API_BASE", "http://127.0.0.1:9"),
+            ("AGENTCHAT_INTEGRATION", "off"),
+        ])
+        .prop_map(|(k, v)| (k.to_owned(), v.to_owned())),
+        Just(()),
+        0..5,
+    )
+    .prop_map(|m| {
+        let mut env: std::collections::HashMap<String, String> = m.into_keys().collect();
+        env.insert("HOME".into(), "/tmp/home".into());
+        env
+    });
+    let name = prop::sample::select(vec![
+        "AGENTCHAT_API_BASE",
+        "AGENTCHAT_API_KEY",
+        "AGENTCHAT_CONFIG",
+        "AGENTCHAT_DOORBELL",
+        "AGENTCHAT_INTEGRATION",
+        "AGENTCHAT_LOG",
+        "AGENTCHAT_LOG_FORMAT",
+        "AGENTCHAT_PROFILE",
+        "AGENTCHAT_RUNTIME",
+        "AGENTCHAT_STATE_DIR",
+        "AGENTCHAT_UNKNOWN",
+        "HOME",
+        "XDG_STATE_HOME",
+    ]);
+    let value = prop_oneof![
+        prop::sample::select(vec![
+            "",
+            "off",
+            "OFF",
+            "on",
+            "json",
+            "text",
+            "codex",
+            "script",
+            "work",
+            "default",
+            "/tmp/x",
+            "relative",
+            "http://127.0.0.1:9",
+            "agentchat=debug",
+            "..",
+        ])
+        .prop_map(str::to_owned),
+        any::<String>(),
+    ];
+    let any_env = prop::collection::hash_map(name.prop_map(str::to_owned), value, 0..5);
+    prop_oneof![2 => valid, 1 => any_env]
+}
+
+proptest! {
+    #[test]
+    fn frame_parser_and_engine_never_panic_on_frame_shaped_json(text in frame_like()) {
+        let parsed = ServerFrame::parse(&text);
+        let a = Engine::new("@me", 4).on_text(&text);
+        if a.malformed.is_some() {
+            prop_assert!(a.ack.is_none() && a.wake.is_none());
+        }
+        if let Some(id) = &a.ack {
+            prop_assert!(matches!(&parsed, Ok(ServerFrame::MessageNew(m)) if &m.id == id));
+        }
+        if a.wake.is_some() {
+            prop_assert!(parsed.is_ok());
+        }
+    }
+
+    #[test]
+    fn tray_with_malformed_entries_never_panics_and_skips_exactly_the_bad_ones(
+        cards in prop::collection::vec(card_entry(), 0..6),
+        invites in prop::option::of(prop::collection::vec(entry("invite_id", "gri_"), 0..4)),
+        truncated in prop::option::of(any::<bool>()),
+        invites_truncated in prop::option::of(any::<bool>()),
+        you in prop::option::of(prop::sample::select(vec!["@me", "@Me", "@other"])),
+    ) {
+        let mut v = serde_json::json!({
+            "conversations": cards.iter().map(|(_, c)| c.clone()).collect::<Vec<_>>(),
+        });
+        if let Some(i) = &invites {
+            v["invites"] = i.iter().map(|(_, x)| x.clone()).collect::<Vec<_>>().into();
+        }
+        for (k, x) in [("truncated", truncated), ("invites_truncated", invites_truncated)] {
+            if let Some(x) = x {
+                v[k] = x.into();
+            }
+        }
+        if let Some(you) = you {
+            v["you"] = you.into();
+        }
+        let tray = Tray::parse(v.to_string().as_bytes());
+        prop_assert!(tray.is_ok(), "{:?}", tray);
+        let tray = tray.unwrap();
+        let bad = |list: &[(bool, Value)]| -> Vec<usize> {
+            list.iter().enumerate().filter(|(_, (ok, _))| !ok).map(|(i, _)| i).collect()
+        };
+        let skipped = |s: &[agentchat::core::tray::Skipped]| -> Vec<usize> {
+            s.iter().map(|s| s.index).collect()
+        };
+        prop_assert_eq!(skipped(&tray.skipped_cards), bad(&cards));
+        prop_assert_eq!(tray.conversations.len(), cards.len() - bad(&cards).len());
+        let bad_invites = invites.as_deref().map(bad).unwrap_or_default();
+        prop_assert_eq!(skipped(&tray.skipped_invites), bad_invites.clone());
+        prop_assert_eq!(
+            tray.invites_complete(),
+            invites.is_some() && !invites_truncated.unwrap_or(false) && bad_invites.is_empty()
+        );
+        // The decision never panics, and a skipped card waits like `truncated`.
+        let decision = agentchat::core::decision::decide(&tray, "me");
+        if !tray.skipped_cards.is_empty() && you != Some("@other") {
+            prop_assert_eq!(
+                decision,
+                agentchat::core::decision::CycleDecision::Run(agentchat::core::decision::RunKind::Wake)
+            );
+        }
+        // What is kept survives a round trip; skipped entries are not serialised.
+        let again = Tray::parse(&serde_json::to_vec(&tray).unwrap()).unwrap();
+        prop_assert_eq!(&again.conversations, &tray.conversations);
+        prop_assert_eq!(&again.invites, &tray.invites);
+        prop_assert!(again.skipped_cards.is_empty() && again.skipped_invites.is_empty());
+    }
+
+    #[test]
+    fn texts_parser_never_panics_on_texts_shaped_json(
+        version in prop_oneof![Just(Value::from("1")), Just(Value::from("2")), Just(Value::from(1)), json_value()],
+        fields in prop::collection::btree_map(
+            prop::sample::select(vec![
+                "manual", "wake_instruction", "invite_prompt", "identity_line",
+                "identity_line_template", "gate_call_preamble", "gate_call_answer_format",
+                "reply_turn_template", "future",
+            ]).prop_map(str::to_owned),
+            json_value(),
+            0..6,
+        ),
+        drop_version in any::<bool>(),
+    ) {
+        let mut m: Map<String, Value> = fields.into_iter().collect();
+        if !drop_version {
+            m.insert("version".into(), version);
+        }
+        if let Ok(t) = Texts::parse(Value::Object(m).to_string().as_bytes()) {
+            prop_assert_eq!(t.version.as_str(), "1");
+        }
+    }
+
+    #[test]
+    fn config_resolve_never_panics_and_never_quotes_the_key(
+        text in config_text(),
+        env in config_env(),
+        profile in prop::option::of(prop_oneof![
+            3 => Just("default".to_owned()), 3 => Just("work".to_owned()), 1 => any::<String>()
+        ]),
+        runtime in prop::option::of(prop_oneof![
+            Just(agentchat::config::RuntimeKind::Codex),
+            Just(agentchat::config::RuntimeKind::ClaudeCode),
+            Just(agentchat::config::RuntimeKind::Script),
+        ]),
+        api_base in prop::option::of(prop_oneof![
+            3 => Just("http://127.0.0.1:1".to_owned()), 1 => any::<String>()
+        ]),
+        key in "zqk[a-z]{12}",
+        key_in_file in any::<bool>(),
+    ) {
+        let mut env = env;
+        let mut text = text;
+        if key_in_file {
+            text = format!("api_key = {key:?}\n{text}");
+        } else {
+            env.insert("AGENTCHAT_API_KEY".into(), key.clone());
+        }
+        let args = agentchat::config::ConfigArgs {
+            profile,
+            runtime,
+            api_base,
+            ..Default::default()
+        };
+        let path = std::path::Path::new("/nonexistent/config.toml");
+        match agentchat::config::resolve(&args, &env, Some((path, &text))) {
+            Ok(settings) => {
+                let _ = agentchat::config::advice(&settings);
+            }
+            Err(e) => {
+                let msg = e.to_string();
+                prop_assert!(!msg.contains(&key), "{}", msg);
+            }
+        }
+        for raw in [text.as_str(), env.get("AGENTCHAT_LOG").map_or("", String::as_str)] {
+            let _ = agentchat::config::value::duration(raw);
         }
     }
 }

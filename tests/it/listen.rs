@@ -1456,3 +1456,153 @@ async fn a_tray_that_cannot_be_read_ends_the_cycle_without_a_run_after_three_tri
     fake.wake("reminder");
     run_done(&setup, &l, 1, 15.0).await;
 }
+
+// ---------------------------------------------------------------- fault paths: tray entries, dismiss
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_malformed_tray_entry_is_skipped_with_a_warning_by_index_and_the_rest_still_runs() {
+    use listen_support::fake::{self, Fake};
+    // One card without `conversation_id` before a good one, one invite without `invite_id`
+    // after a good one; both bad entries carry text that must never reach the log.
+    let mut tray = fake::tray("@bob", 1);
+    tray["conversations"].as_array_mut().unwrap().insert(
+        0,
+        serde_json::json!({"muted": false, "preview": {"text": "zq-secret preview words"}}),
+    );
+    tray["invites"] = serde_json::json!([
+        {"invite_id": "gri_ok", "group": {"id": "grp_a", "name": "crew"}},
+        {"group": {"id": "grp_b", "name": "zq-secret group name"}},
+    ]);
+    let fake = Fake::start("bob", tray).await;
+    let (setup, l) = fake_listener(&fake, &Opts::default());
+    run_done(&setup, &l, 1, 15.0).await;
+    assert_eq!(
+        setup.rec.env(1)["AGENTCHAT_RUN_KIND"],
+        "wake",
+        "{}",
+        l.log()
+    );
+    logged_at_least(&l, "cycle_end", 1, 10.0).await;
+    assert_eq!(l.count("tray_unreadable"), 0, "{}", l.log());
+    let before: Vec<(String, u64)> = l
+        .events("tray_entry_skipped")
+        .iter()
+        .filter(|e| e["when"] == "before")
+        .map(|e| {
+            (
+                e["list"].as_str().unwrap_or("").to_string(),
+                e["index"].as_u64().unwrap_or(99),
+            )
+        })
+        .collect();
+    assert_eq!(
+        before,
+        [("conversations".to_string(), 0), ("invites".to_string(), 1)],
+        "one warning per skipped entry, by index:\n{}",
+        l.log()
+    );
+    assert!(grep(&l.log(), "zq-secret").is_empty(), "{}", l.log());
+}
+
+/// The invite dismiss calls the scripted server received.
+fn dismiss_calls(fake: &listen_support::fake::Fake) -> Vec<String> {
+    let paths = fake.shared.lock().unwrap().paths.clone();
+    paths
+        .into_iter()
+        .filter(|p| p.ends_with("/dismiss"))
+        .collect()
+}
+
+/// Against the scripted server serving `tray`, two completed runs a pace apart: the second one
+/// asks for the dismiss. Returns the settled listener after that second run's cycle.
+async fn invite_dismissed_once(fake: &listen_support::fake::Fake) -> (Setup, Listener) {
+    let opts = Opts {
+        time_scale: INVITE_SCALE,
+        ..Opts::default()
+    };
+    let (setup, l) = fake_listener(fake, &opts);
+    run_done(&setup, &l, 1, 15.0).await;
+    logged_exactly(&l, "invite_counted", 1, 10.0).await;
+    let first_end = now_ms();
+    assert!(eventually(10.0, || now_ms() >= first_end + INVITE_PACE_MS + 200).await);
+    fake.wake("unanswered");
+    run_done(&setup, &l, 2, 15.0).await;
+    logged_at_least(&l, "cycle_end", 2, 10.0).await;
+    (setup, l)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_invite_dismiss_keeps_the_count_and_the_next_completed_run_dismisses_again() {
+    use listen_support::fake::{self, Fake};
+    let fake = Fake::start("bob", fake::invite_tray("@bob", "gri_one")).await;
+    fake.shared
+        .lock()
+        .unwrap()
+        .dismiss_answers
+        .push_back((503, "INTERNAL_ERROR"));
+    let (setup, l) = invite_dismissed_once(&fake).await;
+    logged_exactly(&l, "invite_dismiss_failed", 1, 10.0).await;
+    assert_eq!(l.count("invite_dismissed"), 0);
+
+    // The next completed run (no pace to wait: the count is the first run's) dismisses again.
+    fake.wake("unanswered");
+    run_done(&setup, &l, 3, 15.0).await;
+    logged_exactly(&l, "invite_dismissed", 1, 10.0).await;
+    assert_eq!(
+        l.count("invite_counted"),
+        1,
+        "the failed dismiss did not start the count afresh:\n{}",
+        l.log()
+    );
+    assert_eq!(dismiss_calls(&fake).len(), 2, "{:?}", dismiss_calls(&fake));
+    assert!(status_holds(&setup, |s| s["counters"]["invites_dismissed"] == 1).await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_404_invite_not_found_ends_a_dismiss_and_the_invite_id_is_percent_encoded() {
+    use listen_support::fake::{self, Fake};
+    let invite_id = "gri_a/b?c d";
+    let fake = Fake::start("bob", fake::invite_tray("@bob", invite_id)).await;
+    {
+        let mut s = fake.shared.lock().unwrap();
+        // A route 404 (no INVITE_NOT_FOUND: say, a wrong `api_base` prefix), then the real one.
+        s.dismiss_answers.push_back((404, ""));
+        s.dismiss_answers.push_back((404, "INVITE_NOT_FOUND"));
+    }
+    let (setup, l) = invite_dismissed_once(&fake).await;
+    logged_exactly(&l, "invite_dismiss_failed", 1, 10.0).await;
+    assert_eq!(
+        l.count("invite_dismissed"),
+        0,
+        "a route 404 is no dismissal"
+    );
+    let memory = || {
+        std::fs::read_to_string(setup.state_dir.join("invites.json"))
+            .ok()
+            .and_then(|t| serde_json::from_str::<Value>(&t).ok())
+            .unwrap_or(Value::Null)
+    };
+    assert!(
+        memory()["counted"][invite_id].is_u64(),
+        "the count is kept: {}",
+        memory()
+    );
+
+    fake.wake("unanswered");
+    run_done(&setup, &l, 3, 15.0).await;
+    logged_exactly(&l, "invite_not_pending", 1, 10.0).await;
+    assert_eq!(l.count("invite_dismissed"), 0);
+    assert!(
+        eventually(5.0, || memory()["counted"]
+            .as_object()
+            .is_some_and(|m| m.is_empty()))
+        .await,
+        "INVITE_NOT_FOUND forgets the invite: {}",
+        memory()
+    );
+    let calls = dismiss_calls(&fake);
+    assert_eq!(
+        calls, ["/v1/groups/invites/gri_a%2Fb%3Fc%20d/dismiss"; 2],
+        "the id stays in its one path segment"
+    );
+}

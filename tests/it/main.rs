@@ -17,6 +17,7 @@ mod core_props;
 mod demo;
 mod docs_links;
 mod doctor;
+mod faults;
 mod listen;
 mod metrics;
 mod runner;

@@ -23,6 +23,7 @@ fn limits(timeout_ms: u64, grace_ms: u64) -> RunLimits {
     RunLimits {
         timeout: Duration::from_millis(timeout_ms),
         grace: Duration::from_millis(grace_ms),
+        log_max: 1 << 20,
     }
 }
 
@@ -368,4 +369,53 @@ fn log_file_names_sort_by_time_and_keep_only_safe_characters() {
     // The UTC stamp comes first, so names sort by start time.
     let stamp = &name["run-".len()..name.len() - "-c1____x_y.log".len()];
     assert!(stamp.len() == 16 && stamp.ends_with('Z'), "{stamp}");
+}
+
+#[tokio::test]
+async fn output_past_the_log_cap_keeps_its_head_and_tail_and_never_blocks_the_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("run-o.log");
+    // 8 MiB of `x` and `y` between a first and a last line, through both stdout and stderr (the
+    // last line follows the `y`s on stderr: the two pipes' order against each other is not kept).
+    let spec = sh(
+        "echo first; head -c 4194304 /dev/zero | tr '\\0' x; head -c 4194304 /dev/zero | tr '\\0' y >&2; echo >&2; echo last >&2",
+        dir.path(),
+    );
+    let mut l = limits(60_000, 1000);
+    l.log_max = 256 * 1024;
+    let r = run(&spec, l, &log, never_cancel()).await;
+    assert_eq!(r.end, ProcessEnd::Exited(0));
+    let text = read(&log);
+    assert!(text.len() < 256 * 1024 + 4096, "{} bytes", text.len());
+    assert!(text.contains("\nfirst\nxxx"), "the head is kept");
+    assert!(
+        text.contains("output cut: bytes 131072 to "),
+        "where it was cut"
+    );
+    assert!(text.contains(" of 8388620 left out"), "out of how much");
+    assert!(
+        text.contains("yyy\nlast\n=== "),
+        "the tail is kept, then the footer"
+    );
+}
+
+#[tokio::test]
+async fn a_run_that_closes_its_output_early_still_runs_to_its_end() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("run-p.log");
+    let done = dir.path().join("done");
+    let spec = sh(
+        &format!(
+            "echo before; exec >&- 2>&-; sleep 0.3; echo > {}",
+            done.display()
+        ),
+        dir.path(),
+    );
+    let r = run_to_end(&spec, &log).await;
+    assert_eq!(r.end, ProcessEnd::Exited(0));
+    assert!(done.exists(), "the run went on after closing its output");
+    assert!(r.duration >= Duration::from_millis(300));
+    let text = read(&log);
+    assert!(text.contains("before\n"), "{text}");
+    assert!(!text.contains("output cut"), "{text}");
 }

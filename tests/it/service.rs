@@ -204,8 +204,21 @@ fn launchd_plist_parses_with_a_real_plist_parser_and_carries_the_listen_command(
 #[test]
 fn install_and_uninstall_in_a_scratch_dir_write_and_remove_the_unit_without_a_manager() {
     let dir = tempfile::tempdir().unwrap();
+    // A profile other than `default` needs its table: install checks the config the unit uses.
+    let config = dir.path().join("config.toml");
+    std::fs::write(&config, "[profiles.ci]\n").unwrap();
+    let config = config.to_str().unwrap();
     let out = agentchat(
-        &["service", "install", "--kind", "systemd", "--profile", "ci"],
+        &[
+            "service",
+            "install",
+            "--kind",
+            "systemd",
+            "--profile",
+            "ci",
+            "--config",
+            config,
+        ],
         Some(dir.path()),
     );
     assert!(

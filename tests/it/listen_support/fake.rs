@@ -1,6 +1,7 @@
 //! A deliberately small scripted server, for what the sim (a faithful server) will never do:
 //! push a `message.new` from the agent itself, push malformed or oversized frames, serve a tray
-//! whose `you` is another agent, and fail single routes (`429`, `500` on the tray, `503` on texts). Real loopback sockets, real WebSocket handshake;
+//! whose `you` is another agent, serve malformed tray entries, and fail single routes (`429`,
+//! `500` on the tray, `503` on texts, chosen answers to invite dismiss calls). Real loopback sockets, real WebSocket handshake;
 //! REST answers are fixed JSON. Everything else is tested against the sim.
 
 use futures_util::{SinkExt, StreamExt};
@@ -31,6 +32,9 @@ pub struct Shared {
     pub paths: Vec<String>,
     /// Every tray read answers `500` (the tray cannot be read).
     pub inbox_down: bool,
+    /// Answers for the next invite dismiss calls, in order: an HTTP status and the error body's
+    /// `code` (empty: no body). Once empty, a dismiss answers `200 {"dismissed": true}`.
+    pub dismiss_answers: std::collections::VecDeque<(u16, &'static str)>,
 }
 
 pub struct Fake {
@@ -205,6 +209,25 @@ async fn serve_rest(mut stream: TcpStream, shared: Arc<Mutex<Shared>>) {
         let _ = stream.shutdown().await;
         return;
     }
+    let dismiss_answer = if path.starts_with("/v1/groups/invites/") && path.ends_with("/dismiss") {
+        shared.lock().unwrap().dismiss_answers.pop_front()
+    } else {
+        None
+    };
+    if let Some((status, code)) = dismiss_answer {
+        let body = if code.is_empty() {
+            String::new()
+        } else {
+            json!({"code": code, "message": "scripted"}).to_string()
+        };
+        let resp = format!(
+            "HTTP/1.1 {status} Scripted\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+            body.len()
+        );
+        let _ = stream.write_all(resp.as_bytes()).await;
+        let _ = stream.shutdown().await;
+        return;
+    }
     if let Some(secs) = limited {
         let body = r#"{"code":"RATE_LIMITED","message":"slow down"}"#;
         let resp = format!(
@@ -221,6 +244,8 @@ async fn serve_rest(mut stream: TcpStream, shared: Arc<Mutex<Shared>>) {
             json!({"handle": s.me})
         } else if path.starts_with("/v1/inbox") {
             s.tray.clone()
+        } else if path.starts_with("/v1/groups/invites/") {
+            json!({"dismissed": true})
         } else if path.starts_with("/v1/texts") {
             json!({"version": "1", "wake_instruction": WAKE_TEXT, "invite_prompt": INVITE_TEXT})
         } else {
@@ -235,6 +260,13 @@ async fn serve_rest(mut stream: TcpStream, shared: Arc<Mutex<Shared>>) {
     );
     let _ = stream.write_all(resp.as_bytes()).await;
     let _ = stream.shutdown().await;
+}
+
+/// A v1 tray for `you` with no card and one pending invite `invite_id` (complete list).
+pub fn invite_tray(you: &str, invite_id: &str) -> Value {
+    let mut t = tray(you, 0);
+    t["invites"] = json!([{"invite_id": invite_id, "group": {"id": "grp_fake", "name": "crew"}}]);
+    t
 }
 
 /// A v1 tray for `you` with `cards` unmuted cards.
