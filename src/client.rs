@@ -1,4 +1,4 @@
-//! The few REST calls the listener makes itself (design 4): who am I, the tray, the texts, and an
+//! The few REST calls the listener makes itself (`docs/operating.md`): who am I, the tray, the texts, and an
 //! invite dismiss. Thin I/O: every rule about what to do with the answers lives in `core`.
 //! Errors never carry the key or a response body (a body could quote message text).
 
@@ -147,7 +147,7 @@ impl Api {
             .ok_or_else(|| ApiError::Body("agents/me has no handle".into()))
     }
 
-    /// `GET /v1/inbox?invites=1&limit=50`: the tray, invites included (design 4 step 1).
+    /// `GET /v1/inbox?invites=1&limit=50`: the tray, invites included (contract 3.1).
     pub async fn inbox(&self) -> Result<Tray, ApiError> {
         let body = self.get("/v1/inbox?invites=1&limit=50").await?;
         Tray::parse(&body).map_err(|e| ApiError::Body(format!("tray: {e}")))

@@ -1,14 +1,17 @@
 //! `agentchat status [--profile P] [--json]`: what the profile's listener is doing, from the
-//! `status.json` it keeps in its state dir (format: `listen::state_dir::Status`). Reading the file is
+//! `status.json` it keeps in its state dir (format: `core::status::Status`). Reading the file is
 //! all it does: it never takes the listener's lock (that could make a starting listener think it
 //! is already running) and never needs the API key.
 //!
 //! Exit codes, like `systemctl is-active`: 0 a listener is running and refreshing its status,
-//! 3 none is (never ran, stopped, or died), 1 the config or the status file cannot be read.
+//! 3 none is (never ran, stopping, stopped, or died), 1 the config or the status file cannot be
+//! read.
 
 use crate::config::ConfigArgs;
+use crate::core::status::{ListenerState, Outcome, Status};
+use crate::listen::state_dir::{STATUS_FILE, StateDir};
 use crate::sys::process::pid_alive;
-use serde_json::{Value, json};
+use serde_json::json;
 use std::time::{Duration, SystemTime};
 
 /// The listener rewrites its status every 30 s; older than this means it is not refreshing.
@@ -18,7 +21,7 @@ pub const STALE_AFTER: Duration = Duration::from_secs(90);
 pub struct StatusArgs {
     #[command(flatten)]
     pub config: ConfigArgs,
-    /// Print JSON: `{profile, state_dir, status_file, running, stale, status}`.
+    /// Print JSON: `{profile, state_dir, status_file, running, stale, stopping, status}`.
     #[arg(long)]
     pub json: bool,
     /// One row per profile in the config (and per state dir whose lock a live listener holds);
@@ -34,127 +37,125 @@ pub enum Liveness {
     Running,
     /// Its pid is alive but the status has not been refreshed within `STALE_AFTER`.
     Stale,
-    /// Its pid is gone (or it said it was stopping).
+    /// Its pid is alive and it is stopping (a run may still have its grace).
+    Stopping,
+    /// Its pid is gone, or it said it stopped.
     NotRunning,
 }
 
-/// Pure: judges liveness from the status document, whether its pid is alive, and the time now.
-pub fn assess(status: &Value, pid_alive: bool, now: SystemTime) -> Liveness {
-    if !pid_alive || status.get("state").and_then(Value::as_str) == Some("stopping") {
-        return Liveness::NotRunning;
+/// Pure: judges liveness from the status, whether its pid is alive, and the time now.
+pub fn assess(status: &Status, pid_alive: bool, now: SystemTime) -> Liveness {
+    match status.state {
+        _ if !pid_alive => return Liveness::NotRunning,
+        ListenerState::Stopped => return Liveness::NotRunning,
+        ListenerState::Stopping => return Liveness::Stopping,
+        _ => {}
     }
-    let updated = status
-        .get("updated_at")
-        .and_then(Value::as_str)
-        .and_then(|s| humantime::parse_rfc3339_weak(s).ok());
-    match updated {
-        Some(t) if now.duration_since(t).unwrap_or_default() <= STALE_AFTER => Liveness::Running,
+    match humantime::parse_rfc3339_weak(&status.updated_at) {
+        Ok(t) if now.duration_since(t).unwrap_or_default() <= STALE_AFTER => Liveness::Running,
         _ => Liveness::Stale,
     }
 }
 
-fn s<'a>(v: &'a Value, key: &str) -> Option<&'a str> {
-    v.get(key).and_then(Value::as_str)
+/// A time or text field as shown: `?` when the file had none.
+fn or_unknown(s: &str) -> &str {
+    if s.is_empty() { "?" } else { s }
 }
 
-fn n(v: &Value, key: &str) -> u64 {
-    v.get(key).and_then(Value::as_u64).unwrap_or(0)
-}
-
-/// Pure: the human view of a status document.
-pub fn render(profile: &str, status: &Value, liveness: Liveness) -> String {
+/// Pure: the human view of a status.
+pub fn render(profile: &str, status: &Status, liveness: Liveness) -> String {
     let mut out = Vec::new();
-    let state = s(status, "state").unwrap_or("unknown");
-    let since = s(status, "since").unwrap_or("?");
-    let pid = n(status, "pid");
+    let pid = status.pid;
+    let updated = or_unknown(&status.updated_at);
     out.push(format!("profile     {profile}"));
     out.push(match liveness {
         Liveness::Running => format!("listener    running (pid {pid})"),
         Liveness::Stale => format!(
-            "listener    pid {pid} is alive but has not refreshed its status since {} (stuck?)",
-            s(status, "updated_at").unwrap_or("?")
+            "listener    pid {pid} is alive but has not refreshed its status since {updated} (stuck?)"
         ),
-        Liveness::NotRunning => format!(
-            "listener    not running (last seen {}, pid {pid})",
-            s(status, "updated_at").unwrap_or("?")
-        ),
+        Liveness::Stopping => format!("listener    stopping (pid {pid})"),
+        Liveness::NotRunning => {
+            format!("listener    not running (last seen {updated}, pid {pid})")
+        }
     });
-    out.push(format!("state       {state} since {since}"));
-    if let Some(d) = s(status, "detail") {
+    out.push(format!(
+        "state       {} since {}",
+        status.state.as_str(),
+        or_unknown(&status.since)
+    ));
+    if let Some(d) = &status.detail {
         out.push(format!("detail      {d}"));
     }
-    if let Some(h) = s(status, "handle") {
+    if let Some(h) = &status.handle {
         out.push(format!("handle      {h}"));
     }
-    out.push(format!(
-        "server      {}",
-        s(status, "api_base").unwrap_or("?")
-    ));
+    out.push(format!("server      {}", or_unknown(&status.api_base)));
     out.push(format!(
         "runtime     {} (key from {})",
-        s(status, "runtime").unwrap_or("?"),
-        s(status, "key_source").unwrap_or("?")
+        or_unknown(&status.runtime),
+        or_unknown(&status.key_source)
     ));
-    if let Some(at) = s(status, "last_frame_at") {
+    if let Some(at) = &status.last_frame_at {
         out.push(format!("last frame  {at}"));
     }
-    if let Some(w) = status.get("last_wake").filter(|w| !w.is_null()) {
-        let reasons: Vec<&str> = w
-            .get("reasons")
-            .and_then(Value::as_array)
-            .map(|a| a.iter().filter_map(Value::as_str).collect())
-            .unwrap_or_default();
+    if let Some(w) = &status.last_wake {
         out.push(format!(
             "last wake   {} ({})",
-            s(w, "at").unwrap_or("?"),
-            reasons.join(", ")
+            or_unknown(&w.at),
+            w.reasons.join(", ")
         ));
     }
-    if let Some(c) = status.get("last_cycle").filter(|c| !c.is_null()) {
-        let outcome = s(c, "outcome").unwrap_or("running");
-        let mut line = format!(
-            "last cycle  {} at {}: {outcome}",
-            s(c, "id").unwrap_or("?"),
-            s(c, "started_at").unwrap_or("?")
-        );
-        if let Some(k) = s(c, "run_kind") {
-            line.push_str(&format!(" ({k} run)"));
+    if let Some(c) = &status.last_cycle {
+        out.push(format!(
+            "last cycle  {} at {}: {}",
+            or_unknown(&c.id),
+            or_unknown(&c.started_at),
+            outcome_word(c.outcome)
+        ));
+        let line = out.last_mut().expect("just pushed");
+        if let Some(k) = c.run_kind {
+            line.push_str(&format!(" ({} run)", k.as_str()));
         }
-        if let Some(r) = s(c, "no_run_reason").filter(|r| !r.is_empty()) {
-            line.push_str(&format!(", {r}"));
+        if let Some(r) = c.no_run_reason {
+            line.push_str(&format!(", {}", r.as_str()));
         }
-        if let Some(f) = s(c, "failure") {
+        if let Some(f) = &c.failure {
             line.push_str(&format!(", {f}"));
         }
-        out.push(line);
-        if let Some(log) = s(c, "run_log") {
+        if let Some(log) = &c.run_log {
             out.push(format!("run log     {log}"));
         }
     }
-    if let Some(at) = s(status, "next_retry_at") {
+    if let Some(at) = &status.next_retry_at {
         out.push(format!("next retry  {at}"));
     }
-    if let Some(t) = status.get("texts") {
-        out.push(format!(
-            "texts       from {}{}",
-            s(t, "source").unwrap_or("?"),
-            s(t, "fetched_at").map_or(String::new(), |f| format!(" (fetched {f})"))
-        ));
-    }
-    if let Some(c) = status.get("counters") {
-        out.push(format!(
-            "counters    connects {}, wakes {}, cycles {}, runs {} ({} failed), invites dismissed {}, frames {} ({} skipped)",
-            n(c, "connects"),
-            n(c, "wakes"),
-            n(c, "cycles"),
-            n(c, "runs"),
-            n(c, "runs_failed"),
-            n(c, "invites_dismissed"),
-            n(c, "frames"),
-            n(c, "frames_skipped")
-        ));
-    }
+    out.push(format!(
+        "texts       from {}{}",
+        status.texts.source.as_str(),
+        status
+            .texts
+            .fetched_at
+            .as_ref()
+            .map_or(String::new(), |f| format!(" (fetched {f})"))
+    ));
+    let c = &status.counters;
+    out.push(format!(
+        "counters    connects {}, wakes {}, cycles {}, runs {} ({} failed), invites dismissed {}, frames {} ({} skipped)",
+        c.connects,
+        c.wakes,
+        c.cycles,
+        c.runs,
+        c.runs_failed,
+        c.invites_dismissed,
+        c.frames,
+        c.frames_skipped
+    ));
     out.join("\n")
+}
+
+/// A cycle's outcome as shown: `running` while it has none yet.
+pub fn outcome_word(outcome: Option<Outcome>) -> &'static str {
+    outcome.map_or("running", Outcome::as_str)
 }
 
 pub async fn run_command(args: StatusArgs) -> anyhow::Result<i32> {
@@ -162,20 +163,12 @@ pub async fn run_command(args: StatusArgs) -> anyhow::Result<i32> {
         return run_all(&args);
     }
     let settings = crate::config::load_unkeyed(&args.config)?;
-    let file = settings
-        .state_dir
-        .join(crate::listen::state_dir::STATUS_FILE);
-    let doc = match std::fs::read(&file) {
-        Ok(bytes) => Some(
-            serde_json::from_slice::<Value>(&bytes)
-                .map_err(|e| anyhow::anyhow!("{} is not a status file: {e}", file.display()))?,
-        ),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-        Err(e) => anyhow::bail!("cannot read {}: {e}", file.display()),
-    };
-    let liveness = doc
+    let state = StateDir::at(&settings.state_dir);
+    let file = state.path(STATUS_FILE);
+    let status = state.read_status()?;
+    let liveness = status
         .as_ref()
-        .map(|d| assess(d, pid_alive(n(d, "pid")), SystemTime::now()));
+        .map(|s| assess(s, pid_alive(u64::from(s.pid)), SystemTime::now()));
     if args.json {
         let out = json!({
             "profile": settings.profile,
@@ -183,16 +176,17 @@ pub async fn run_command(args: StatusArgs) -> anyhow::Result<i32> {
             "status_file": file,
             "running": liveness == Some(Liveness::Running),
             "stale": liveness == Some(Liveness::Stale),
-            "status": doc,
+            "stopping": liveness == Some(Liveness::Stopping),
+            "status": status,
         });
         println!("{}", serde_json::to_string_pretty(&out)?);
     } else {
-        match &doc {
-            Some(d) => println!(
+        match &status {
+            Some(s) => println!(
                 "{}",
                 render(
                     &settings.profile,
-                    d,
+                    s,
                     liveness.unwrap_or(Liveness::NotRunning)
                 )
             ),
@@ -291,13 +285,13 @@ fn row_for(
     state_dir: std::path::PathBuf,
     error: Option<String>,
 ) -> Row {
-    let doc = std::fs::read(state_dir.join(crate::listen::state_dir::STATUS_FILE))
-        .ok()
-        .and_then(|b| serde_json::from_slice::<Value>(&b).ok());
-    let liveness = doc
+    let (status, error) = match StateDir::at(&state_dir).read_status() {
+        Ok(s) => (s, error),
+        Err(e) => (None, error.or(Some(e.to_string()))),
+    };
+    let liveness = status
         .as_ref()
-        .map(|d| assess(d, pid_alive(n(d, "pid")), SystemTime::now()));
-    let get = |k: &str| doc.as_ref().and_then(|d| s(d, k)).map(str::to_string);
+        .map(|s| assess(s, pid_alive(u64::from(s.pid)), SystemTime::now()));
     let service_kind = crate::service::ServiceKind::native();
     let unit = match service_kind {
         crate::service::ServiceKind::Systemd => crate::service::systemd_unit_name(profile),
@@ -309,14 +303,17 @@ fn row_for(
         state_dir,
         running: liveness == Some(Liveness::Running),
         stale: liveness == Some(Liveness::Stale),
-        handle: get("handle"),
-        state: get("state"),
-        since: get("since"),
-        last_outcome: doc
+        handle: status.as_ref().and_then(|s| s.handle.clone()),
+        state: status.as_ref().map(|s| s.state.as_str().to_string()),
+        since: status
             .as_ref()
-            .and_then(|d| d.get("last_cycle"))
-            .and_then(|c| s(c, "outcome"))
-            .map(str::to_string),
+            .map(|s| s.since.clone())
+            .filter(|s| !s.is_empty()),
+        last_outcome: status
+            .as_ref()
+            .and_then(|s| s.last_cycle.as_ref())
+            .and_then(|c| c.outcome)
+            .map(|o| o.as_str().to_string()),
         service: format!(
             "{unit}: {}",
             crate::service::manager_view(service_kind, profile).describe()
@@ -413,8 +410,8 @@ fn run_all(args: &StatusArgs) -> anyhow::Result<i32> {
 mod tests {
     use super::*;
 
-    fn doc(state: &str, updated: SystemTime) -> Value {
-        json!({
+    fn doc(state: &str, updated: SystemTime) -> Status {
+        serde_json::from_value(json!({
             "state": state, "since": "2026-11-30T01:00:00Z", "pid": 42, "profile": "default",
             "handle": "@bob", "api_base": "http://127.0.0.1:1", "runtime": "script",
             "key_source": "env", "updated_at": humantime::format_rfc3339_millis(updated).to_string(),
@@ -423,7 +420,8 @@ mod tests {
                            "outcome": "completed", "run_log": "/s/runs/run-1.log"},
             "texts": {"source": "server", "fetched_at": "2026-11-30T01:00:00Z"},
             "counters": {"connects": 1, "wakes": 2, "cycles": 1, "runs": 1}
-        })
+        }))
+        .unwrap()
     }
 
     #[test]
@@ -436,11 +434,17 @@ mod tests {
         );
         let old = now - Duration::from_secs(600);
         assert_eq!(assess(&doc("connected", old), true, now), Liveness::Stale);
+        assert_eq!(assess(&doc("stopping", now), true, now), Liveness::Stopping);
         assert_eq!(
-            assess(&doc("stopping", now), true, now),
+            assess(&doc("stopping", now), false, now),
             Liveness::NotRunning
         );
-        assert_eq!(assess(&json!({}), true, now), Liveness::Stale);
+        assert_eq!(
+            assess(&doc("stopped", now), true, now),
+            Liveness::NotRunning,
+            "a stopped listener's pid may be another process's now"
+        );
+        assert_eq!(assess(&Status::default(), true, now), Liveness::Stale);
     }
 
     #[test]

@@ -1,4 +1,4 @@
-//! Turns wakes into cycles (design 3, contract 4 step 1, `coalescer.cases.json`). Pure: the caller
+//! Turns wakes into cycles (contract 4 step 1, `coalescer.cases.json`). Pure: the caller
 //! passes the time in milliseconds and asks when the next cycle is due.
 //!
 //! Idle, first wake at t0: due at min(last_wake + quiet, t0 + max_delay). During a cycle any number

@@ -1,41 +1,16 @@
-//! What a cycle does with the tray it read (design 4): run with `wake_instruction`, run with
+//! What a cycle does with the tray it read (contract 3.1 and 4): run with `wake_instruction`, run with
 //! `invite_prompt`, or no run.
 
 use super::texts::Texts;
 use super::tray::Tray;
 
-/// Why the run was started; becomes `AGENTCHAT_RUN_KIND`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RunKind {
-    /// A card waits: `wake_instruction`.
-    Wake,
-    /// Only invites wait: `invite_prompt`.
-    Invite,
-}
-
-impl RunKind {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            RunKind::Wake => "wake",
-            RunKind::Invite => "invite",
-        }
-    }
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum NoRun {
-    NothingWaiting,
-    OnlyMuted,
-    /// The tray's `you` is not this agent: another account's key.
-    HandleMismatch {
-        you: String,
-    },
-}
+pub use super::status::{NoRunReason, RunKind};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CycleDecision {
     Run(RunKind),
-    NoRun(NoRun),
+    /// `NothingWaiting`, `OnlyMuted`, or `HandleMismatch` (the tray's `you` names it).
+    NoRun(NoRunReason),
 }
 
 /// Decides from the tray alone. `own_handle` in any spelling.
@@ -54,7 +29,7 @@ pub fn decide(tray: &Tray, own_handle: &str) -> CycleDecision {
     if let Some(you) = &tray.you
         && !super::handle::same(you, own_handle)
     {
-        return CycleDecision::NoRun(NoRun::HandleMismatch { you: you.clone() });
+        return CycleDecision::NoRun(NoRunReason::HandleMismatch);
     }
     if tray.is_truncated()
         || !tray.skipped_cards.is_empty()
@@ -66,20 +41,9 @@ pub fn decide(tray: &Tray, own_handle: &str) -> CycleDecision {
         return CycleDecision::Run(RunKind::Invite);
     }
     if !tray.conversations.is_empty() {
-        return CycleDecision::NoRun(NoRun::OnlyMuted);
+        return CycleDecision::NoRun(NoRunReason::OnlyMuted);
     }
-    CycleDecision::NoRun(NoRun::NothingWaiting)
-}
-
-impl NoRun {
-    /// The word used in logs and the status file.
-    pub fn as_str(&self) -> &'static str {
-        match self {
-            NoRun::NothingWaiting => "nothing_waiting",
-            NoRun::OnlyMuted => "only_muted",
-            NoRun::HandleMismatch { .. } => "handle_mismatch",
-        }
-    }
+    CycleDecision::NoRun(NoRunReason::NothingWaiting)
 }
 
 /// The served prompt for a run kind; `None` when the texts lack it (then: no run).
@@ -107,9 +71,7 @@ mod tests {
                 &tray(serde_json::json!({"you": "@other", "conversations": [card(false)]})),
                 me
             ),
-            CycleDecision::NoRun(NoRun::HandleMismatch {
-                you: "@other".into()
-            })
+            CycleDecision::NoRun(NoRunReason::HandleMismatch)
         );
         assert_eq!(
             decide(
@@ -143,11 +105,11 @@ mod tests {
                 ),
                 me
             ),
-            CycleDecision::NoRun(NoRun::OnlyMuted)
+            CycleDecision::NoRun(NoRunReason::OnlyMuted)
         );
         assert_eq!(
             decide(&tray(serde_json::json!({"conversations": []})), me),
-            CycleDecision::NoRun(NoRun::NothingWaiting)
+            CycleDecision::NoRun(NoRunReason::NothingWaiting)
         );
     }
 }

@@ -1,4 +1,4 @@
-//! The single-run invite rule (contract 4 last paragraph, design 6, `turn-outcome.cases.json`
+//! The single-run invite rule (contract 4 last paragraph, `turn-outcome.cases.json`
 //! `single_run_invite_cases`): an invite two completed runs left pending, the second ending at least
 //! `pace_ms` after the first counted one, is dismissed. The memory is serialisable so a restart keeps it.
 //! Times are wall-clock unix milliseconds, because the memory outlives the process.
@@ -88,7 +88,7 @@ impl InviteMemory {
 
     /// A complete invite list read without a run around it (for example a tray with no invite
     /// before a run): every remembered invite it does not show was answered, so it is forgotten
-    /// (design 6). Returns the forgotten ids, sorted. An incomplete list proves nothing: no change.
+    /// (`docs/decisions.md`). Returns the forgotten ids, sorted. An incomplete list proves nothing: no change.
     pub fn forget_unlisted(&mut self, listed: &[String], complete: bool) -> Vec<String> {
         if !complete {
             return Vec::new();

@@ -1,6 +1,6 @@
 //! The rules of contract v1 that need no I/O: parsing, the frame engine, the coalescer, the
-//! reconnect policy, the single-run invite rule, the cycle decision, the identity block and the
-//! table of runtimes.
+//! reconnect policy, the single-run invite rule, the cycle decision, the identity block, the
+//! table of runtimes (`runtime_kind`) and the vocabulary of the listener's status (`status`).
 //! Every time is an injected number of milliseconds, so each rule is tested without a runtime
 //! against the fixtures in `conformance/`.
 
@@ -13,5 +13,6 @@ pub mod identity;
 pub mod invite_rule;
 pub mod reconnect;
 pub mod runtime_kind;
+pub mod status;
 pub mod texts;
 pub mod tray;

@@ -1,4 +1,4 @@
-//! Close classification and the reconnect delay (contract 3.4, design 2,
+//! Close classification and the reconnect delay (contract 3.4,
 //! `connect-budget.cases.json`). Randomness is injected as a number in [0, 1).
 
 use std::time::Duration;
@@ -10,7 +10,7 @@ pub const BUDGET_CAP_S: u64 = 3_600;
 pub const BACKOFF_BASE: Duration = Duration::from_secs(1);
 pub const BACKOFF_CAP: Duration = Duration::from_secs(60);
 pub const STABLE_AFTER: Duration = Duration::from_secs(30);
-/// How long to wait after a refused key before trying again (design 2).
+/// How long to wait after a refused key before trying again (`docs/decisions.md`).
 pub const KEY_REFUSED_RETRY: Duration = Duration::from_secs(600);
 
 /// What a close (or failed connect) means for the next attempt.
@@ -41,7 +41,7 @@ pub fn classify_close(code: u16, reason: &str) -> CloseKind {
 }
 
 /// Classifies an HTTP answer to the socket upgrade (instead of `101`). `401` and `403` are a
-/// refused key (design 2); everything else, `429` included, is the ordinary backoff: the connect
+/// refused key (`docs/decisions.md`); everything else, `429` included, is the ordinary backoff: the connect
 /// budget is never an HTTP error before the upgrade (contract 3.4), only a `1013` close.
 pub fn classify_upgrade_status(status: u16) -> CloseKind {
     match status {

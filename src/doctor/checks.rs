@@ -6,6 +6,7 @@ use super::probes::{Probe, describe, judge_claude_login, judge_codex_login, sani
 use super::{Check, Level};
 use crate::client::ApiError;
 use crate::config::{self, ConfigError, IntegrationSwitch, KeySource, RuntimeKind};
+use crate::core::status::{Outcome, Status};
 use crate::listen::state_dir::STATUS_FILE;
 use crate::service;
 use crate::sys::process::ProcessEnd;
@@ -269,11 +270,11 @@ pub fn check_lock(path: &Path, facts: &LockFacts) -> Check {
 /// `status`: a summary of `status.json` (state, since, last cycle) and whether its writer lives.
 pub fn check_status(
     path: &Path,
-    doc: Option<&Result<Value, String>>,
+    status: Option<&Result<Status, String>>,
     pid_alive: bool,
     now: SystemTime,
 ) -> Check {
-    let Some(doc) = doc else {
+    let Some(status) = status else {
         return Check::pass(
             "status",
             format!(
@@ -283,19 +284,25 @@ pub fn check_status(
         )
         .with("present", false);
     };
-    let doc = match doc {
-        Ok(d) => d,
+    let status = match status {
+        Ok(s) => s,
         Err(e) => {
             return Check::warn("status", format!("{} cannot be read: {e}", path.display()))
                 .with("present", true);
         }
     };
-    let s = |v: &Value, k: &str| v.get(k).and_then(Value::as_str).map(str::to_string);
-    let state = s(doc, "state").unwrap_or_else(|| "unknown".into());
-    let since = s(doc, "since").unwrap_or_else(|| "?".into());
-    let pid = doc.get("pid").and_then(Value::as_u64).unwrap_or(0);
-    let liveness = crate::status::assess(doc, pid_alive, now);
-    let mut detail = format!("state {state} since {since}");
+    let or_unknown = |s: &str| {
+        if s.is_empty() {
+            "?".to_string()
+        } else {
+            s.to_string()
+        }
+    };
+    let state = status.state;
+    let since = or_unknown(&status.since);
+    let pid = status.pid;
+    let liveness = crate::status::assess(status, pid_alive, now);
+    let mut detail = format!("state {} since {since}", state.as_str());
     let mut level = Level::Pass;
     match liveness {
         crate::status::Liveness::Running => {
@@ -305,44 +312,42 @@ pub fn check_status(
             level = Level::Warn;
             detail.push_str(&format!(
                 " (pid {pid} is alive but has not refreshed its status since {}: stuck?)",
-                s(doc, "updated_at").unwrap_or_else(|| "?".into())
+                or_unknown(&status.updated_at)
             ));
+        }
+        crate::status::Liveness::Stopping => {
+            detail.push_str(&format!(" (listener pid {pid} stopping)"))
         }
         crate::status::Liveness::NotRunning => detail.push_str(&format!(
             " (not running; last written {})",
-            s(doc, "updated_at").unwrap_or_else(|| "?".into())
+            or_unknown(&status.updated_at)
         )),
     }
     let running = liveness == crate::status::Liveness::Running;
-    if running
-        && matches!(
-            state.as_str(),
-            "key_refused" | "runtime_unusable" | "handle_mismatch"
-        )
-    {
+    if running && state.needs_the_user() {
         level = Level::Warn;
     }
-    if let Some(d) = s(doc, "detail").filter(|_| running) {
-        detail.push_str(&format!("; {}", crate::runtime::agent_cli::clip(&d)));
+    if let Some(d) = status.detail.as_deref().filter(|_| running) {
+        detail.push_str(&format!("; {}", crate::runtime::agent_cli::clip(d)));
     }
     let mut outcome_fact = Value::Null;
-    match doc.get("last_cycle").filter(|c| !c.is_null()) {
+    match &status.last_cycle {
         Some(c) => {
-            let outcome = s(c, "outcome").unwrap_or_else(|| "running".into());
+            let outcome = crate::status::outcome_word(c.outcome);
             detail.push_str(&format!(
                 "; last cycle {} at {}: {outcome}",
-                s(c, "id").unwrap_or_else(|| "?".into()),
-                s(c, "started_at").unwrap_or_else(|| "?".into())
+                or_unknown(&c.id),
+                or_unknown(&c.started_at)
             ));
-            if let Some(r) = s(c, "no_run_reason").filter(|r| !r.is_empty()) {
-                detail.push_str(&format!(" ({r})"));
+            if let Some(r) = c.no_run_reason {
+                detail.push_str(&format!(" ({})", r.as_str()));
             }
-            if let Some(f) = s(c, "failure") {
-                detail.push_str(&format!(" ({})", crate::runtime::agent_cli::clip(&f)));
+            if let Some(f) = &c.failure {
+                detail.push_str(&format!(" ({})", crate::runtime::agent_cli::clip(f)));
             }
-            if matches!(outcome.as_str(), "failed" | "unusable") {
+            if matches!(c.outcome, Some(Outcome::Failed | Outcome::Unusable)) {
                 level = level.max(Level::Warn);
-                if let Some(log) = s(c, "run_log") {
+                if let Some(log) = &c.run_log {
                     detail.push_str(&format!("; run log {log}"));
                 }
             }
@@ -352,7 +357,7 @@ pub fn check_status(
     }
     Check::new("status", level, detail)
         .with("present", true)
-        .with("state", state)
+        .with("state", state.as_str())
         .with("since", since)
         .with("running", running)
         .with("pid", pid)
@@ -711,7 +716,7 @@ mod tests {
         );
     }
 
-    fn status_doc(state: &str, outcome: Option<&str>) -> Value {
+    fn status_doc(state: &str, outcome: Option<&str>) -> Status {
         let now = crate::sys::time::rfc3339(SystemTime::now());
         let mut v = json!({"state": state, "since": now, "updated_at": now, "pid": 4242,
                            "detail": "the server refused the API key"});
@@ -719,7 +724,7 @@ mod tests {
             v["last_cycle"] = json!({"id": "c-1", "started_at": now, "outcome": o,
                                      "failure": "exited with 2", "run_log": "/s/runs/run-1.log"});
         }
-        v
+        serde_json::from_value(v).unwrap()
     }
 
     #[test]

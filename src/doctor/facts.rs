@@ -2,7 +2,8 @@
 //! service unit, and the server's answers (each call under one time limit).
 
 use crate::client::{Api, ApiError};
-use serde_json::Value;
+use crate::core::status::Status;
+use crate::listen::state_dir::StateDir;
 use std::path::Path;
 use std::time::Duration;
 
@@ -162,13 +163,13 @@ fn read_present<T>(
     }
 }
 
-/// `status.json` as JSON; `None` when there is none.
-pub fn read_status(path: &Path) -> Option<Result<Value, String>> {
-    read_present(path, |p| std::fs::read(p)).map(|read| {
-        read.and_then(|bytes| {
-            serde_json::from_slice::<Value>(&bytes).map_err(|e| format!("not a status file: {e}"))
-        })
-    })
+/// `status.json` of the state dir `state_dir`, typed (`StateDir::read_status`, the reader
+/// `agentchat status` uses too); `None` when there is none.
+pub fn read_status(state_dir: &Path) -> Option<Result<Status, String>> {
+    StateDir::at(state_dir)
+        .read_status()
+        .transpose()
+        .map(|read| read.map_err(|e| e.to_string()))
 }
 
 /// The text of an installed unit file; `None` when there is none.

@@ -14,7 +14,7 @@ pub mod probes;
 
 use crate::client::Api;
 use crate::config::{self, ConfigArgs, KeySource, RuntimeKind, Settings};
-use crate::listen::state_dir::{LOCK_FILE, STATUS_FILE};
+use crate::listen::state_dir::{LOCK_FILE, STATUS_FILE, StateDir};
 use crate::service::{self, ServiceKind};
 use crate::sys::process::pid_alive;
 use checks::*;
@@ -226,9 +226,8 @@ fn key_section(settings: &Settings, report: &mut Report) -> Option<SecretString>
 /// `server` and `texts`: `GET /v1/agents/me` with the key, then the runtime's texts.
 async fn server_section(settings: &Settings, key: Option<&SecretString>, report: &mut Report) {
     let texts_runtime = settings.listen.runtime.texts_runtime();
-    let cached = settings
-        .state_dir
-        .join(format!("texts-{texts_runtime}.json"))
+    let cached = StateDir::at(&settings.state_dir)
+        .texts_cache(texts_runtime)
         .is_file();
     let Some(key) = key else {
         report.checks.push(Check::warn(
@@ -281,19 +280,17 @@ fn state_section(settings: &Settings, report: &mut Report) {
     };
     report.checks.push(check_lock(&lock_path, &lock));
     let status_path = sd.join(STATUS_FILE);
-    let doc = facts::read_status(&status_path);
+    let status = facts::read_status(sd);
     // A free lock means no listener runs, whatever process now has the status file's pid.
     let lock_says_gone = matches!(lock, LockFacts::Free | LockFacts::NoFile);
     let alive = !lock_says_gone
-        && doc
+        && status
             .as_ref()
-            .and_then(|d| d.as_ref().ok())
-            .and_then(|d| d.get("pid"))
-            .and_then(Value::as_u64)
-            .is_some_and(pid_alive);
+            .and_then(|s| s.as_ref().ok())
+            .is_some_and(|s| pid_alive(u64::from(s.pid)));
     report.checks.push(check_status(
         &status_path,
-        doc.as_ref(),
+        status.as_ref(),
         alive,
         SystemTime::now(),
     ));
@@ -301,11 +298,7 @@ fn state_section(settings: &Settings, report: &mut Report) {
 
 /// `workdir` (when one is configured) and `runtime`, plus `login` for Claude Code and Codex.
 async fn runtime_section(settings: &Settings, report: &mut Report) {
-    let workdir = settings
-        .listen
-        .workdir
-        .clone()
-        .unwrap_or_else(|| settings.state_dir.join("workdir"));
+    let workdir = StateDir::at(&settings.state_dir).workdir(settings.listen.workdir.as_deref());
     if let Some(w) = &settings.listen.workdir
         && !w.is_dir()
     {
@@ -336,10 +329,7 @@ fn script_runtime(settings: &Settings, workdir: &Path) -> Check {
         crate::runtime::script::locate(program, workdir, path_var.as_deref())
             .map_err(|e| e.to_string())
     });
-    let executable = match &located {
-        Some(Ok(p)) => facts::file_mode(p).is_some_and(|m| m & 0o111 != 0),
-        _ => false,
-    };
+    let executable = matches!(&located, Some(Ok(p)) if crate::runtime::agent_cli::is_executable(p));
     check_script(&settings.listen.command, located.as_ref(), executable)
 }
 

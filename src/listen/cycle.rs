@@ -1,20 +1,23 @@
-//! One cycle (design 4): read the tray, check `you`, decide run / no run and which served text,
+//! One cycle (contract 4): read the tray, check `you`, decide run / no run and which served text,
 //! start the run, read the tray again and apply the single-run invite rule. The decisions are
-//! `core::decision` and `core::invite_rule`; this module only does the I/O around them.
+//! `core::decision` and `core::invite_rule`; this module only does the I/O around them. `steps`
+//! names each step in order and ends with a `CycleEnd`, the one value the status is written from.
 
-use super::state_dir::{LastCycle, StateDir};
+use super::state_dir::StateDir;
+use super::texts;
 use crate::client::{Api, ApiError, Dismissal};
 use crate::config::Settings;
-use crate::core::decision::{self, CycleDecision, NoRun, RunKind};
+use crate::core::decision::{self, CycleDecision};
 use crate::core::invite_rule::{InviteVerdict, RunObservation};
+use crate::core::status::{LastCycle, NoRunReason, Outcome, RunKind};
 use crate::core::texts::Texts;
 use crate::core::tray::Tray;
 use crate::runtime::supervisor::{self, RunLimits};
-use crate::runtime::{self, RunContext, RunOutcome};
+use crate::runtime::{self, RunContext, RunOutcome, RunSpec};
 use crate::sys::{fs, time};
 use secrecy::SecretString;
 use std::time::{Duration, SystemTime};
-use tokio::sync::watch;
+use tokio::sync::{oneshot, watch};
 
 /// Tray reads tried inside one cycle before it ends without a run.
 const TRAY_ATTEMPTS: u32 = 3;
@@ -33,6 +36,7 @@ pub struct CycleInput {
     pub state: StateDir,
     /// Bare handle.
     pub handle: String,
+    /// The texts loaded for the configured runtime (never another runtime's).
     pub texts: Option<Texts>,
     pub reasons: Vec<String>,
     /// Set when the runtime reported it cannot work: no run until reload.
@@ -41,21 +45,32 @@ pub struct CycleInput {
     pub shutdown: watch::Receiver<bool>,
     /// The listener's metrics (a no-op registry for `--once`).
     pub metrics: std::sync::Arc<super::metrics::Metrics>,
+    /// Told when the run is handed to the supervisor (the daemon shows it in the status then).
+    pub run_starting: Option<oneshot::Sender<RunStarting>>,
+}
+
+/// What a cycle says as it hands its run to the supervisor.
+#[derive(Debug, Clone)]
+pub struct RunStarting {
+    pub kind: RunKind,
+    /// The run's log file.
+    pub log: String,
 }
 
 /// What the cycle did, for the status file and the main loop.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Default)]
 pub struct CycleReport {
     pub last: LastCycle,
-    pub run_failed: bool,
     /// The runtime said it cannot work (not logged in, ...): the reason.
     pub unusable: Option<String>,
     /// The tray's `you` named someone else.
     pub handle_mismatch: Option<String>,
     /// The tray was read and `you` matched (clears an earlier mismatch).
     pub handle_ok: bool,
-    /// Texts fetched during the cycle because none were loaded.
-    pub fetched_texts: Option<Texts>,
+    /// Texts loaded during the cycle because none were loaded before.
+    pub loaded_texts: Option<texts::Loaded>,
+    /// Why the cycle found no texts for its runtime (`NoTexts`).
+    pub texts_missing: Option<texts::Missing>,
     /// The tray could not be read because the key was refused.
     pub key_refused: bool,
 }
@@ -68,162 +83,224 @@ pub fn new_cycle_id() -> String {
     )
 }
 
+/// How a cycle ended: the one value its steps produce, written into `LastCycle` by `run`.
+#[derive(Debug, Clone, PartialEq)]
+pub enum CycleEnd {
+    /// No run was started.
+    NoRun(NoRunReason),
+    /// A run was due; how it went. `Failed` and `Unusable` also stand for a run that could not be
+    /// started (`LastCycle::run_started` says whether it was).
+    Run(RunOutcome),
+}
+
+impl CycleEnd {
+    /// Writes the outcome, the no-run reason and the failure into the cycle's status.
+    fn record(&self, last: &mut LastCycle) {
+        let (outcome, no_run_reason, failure) = match self {
+            CycleEnd::NoRun(why) => (Outcome::NoRun, Some(*why), None),
+            CycleEnd::Run(RunOutcome::Completed) => (Outcome::Completed, None, None),
+            CycleEnd::Run(RunOutcome::Failed(why)) => (Outcome::Failed, None, Some(why.clone())),
+            CycleEnd::Run(RunOutcome::Unusable(why)) => {
+                (Outcome::Unusable, None, Some(why.clone()))
+            }
+        };
+        last.outcome = Some(outcome);
+        last.no_run_reason = no_run_reason;
+        last.failure = failure;
+    }
+}
+
 /// Runs one cycle to its end.
 pub async fn run(mut input: CycleInput) -> CycleReport {
     let mut report = CycleReport {
-        last: LastCycle::started(input.id.clone(), input.reasons.clone()),
+        last: LastCycle::started(
+            input.id.clone(),
+            time::rfc3339(SystemTime::now()),
+            input.reasons.clone(),
+        ),
         ..Default::default()
     };
     tracing::info!(event = %"cycle_start", cycle_id = %input.id, reasons = %input.reasons.join(","), "cycle started");
-    body(&mut input, &mut report).await;
+    let end = match steps(&mut input, &mut report).await {
+        Ok(end) | Err(end) => end,
+    };
+    if let CycleEnd::NoRun(why) = end {
+        tracing::info!(event = %"no_run", cycle_id = %input.id, reason = why.as_str(), "no run this cycle");
+    }
+    if let CycleEnd::Run(RunOutcome::Unusable(why)) = &end {
+        report.unusable = Some(why.clone());
+    }
+    end.record(&mut report.last);
     report.last.ended_at = Some(time::rfc3339(SystemTime::now()));
     tracing::info!(
         event = %"cycle_end",
         cycle_id = %input.id,
         run_started = report.last.run_started,
-        outcome = report.last.outcome.as_deref().unwrap_or(""),
-        no_run_reason = report.last.no_run_reason.as_deref().unwrap_or(""),
+        outcome = report.last.outcome.map_or("", Outcome::as_str),
+        no_run_reason = report.last.no_run_reason.map_or("", NoRunReason::as_str),
         "cycle ended"
     );
     report
 }
 
-fn no_run(report: &mut CycleReport, cycle_id: &str, reason: &str) {
-    report.last.outcome = Some("no_run".into());
-    report.last.no_run_reason = Some(reason.to_string());
-    tracing::info!(event = %"no_run", cycle_id = %cycle_id, reason = %reason, "no run this cycle");
+/// The cycle's steps in order (contract 4). Each `Err` ends the cycle early with how it ended.
+async fn steps(input: &mut CycleInput, report: &mut CycleReport) -> Result<CycleEnd, CycleEnd> {
+    if input.runtime_unusable {
+        return Err(CycleEnd::NoRun(NoRunReason::RuntimeUnusable));
+    }
+    let before = read_tray_before(input, report).await?;
+    let kind = decide_run(input, report, &before)?;
+    let prompt = prompt_for_run(input, report, kind).await?;
+    let spec = prepare_run(input, kind, &prompt)?;
+    let (outcome, run_ended_at) = start_run(input, report, kind, &spec).await;
+    if !*input.shutdown.borrow() {
+        let completed = outcome == RunOutcome::Completed;
+        apply_invite_rule_after_run(input, report, &before, completed, run_ended_at).await;
+    }
+    Ok(CycleEnd::Run(outcome))
 }
 
-async fn body(input: &mut CycleInput, report: &mut CycleReport) {
-    let id = input.id.clone();
-    if input.runtime_unusable {
-        no_run(report, &id, "runtime_unusable");
-        return;
-    }
-    let before = match read_tray(&input.api, &id, input.shutdown.clone()).await {
-        Ok(t) => t,
+/// Step 1: the tray, retried a few times; unreadable ends the cycle without a run (the server
+/// re-wakes).
+async fn read_tray_before(input: &CycleInput, report: &mut CycleReport) -> Result<Tray, CycleEnd> {
+    match read_tray(&input.api, &input.id, input.shutdown.clone()).await {
+        Ok(tray) => {
+            log_tray(&input.id, "before", &tray);
+            Ok(tray)
+        }
         Err(e) => {
             report.key_refused = matches!(e, ApiError::Refused(_));
-            tracing::warn!(event = %"tray_unreadable", cycle_id = %id, error = %e, "the tray could not be read; no run (the server re-wakes)");
-            no_run(report, &id, "tray_unreadable");
-            return;
+            tracing::warn!(event = %"tray_unreadable", cycle_id = %input.id, error = %e, "the tray could not be read; no run (the server re-wakes)");
+            Err(CycleEnd::NoRun(NoRunReason::TrayUnreadable))
         }
-    };
-    log_tray(&id, "before", &before);
-    let kind = match decision::decide(&before, &input.handle) {
-        CycleDecision::NoRun(NoRun::HandleMismatch { you }) => {
-            // The main loop logs the error once per mismatch episode, not once per cycle.
-            tracing::debug!(event = %"tray_you_mismatch", cycle_id = %id, you = %you, handle = %input.handle, "the tray belongs to another agent than this key's");
-            report.handle_mismatch = Some(you);
-            no_run(report, &id, "handle_mismatch");
-            return;
-        }
-        CycleDecision::NoRun(NoRun::NothingWaiting) => {
-            report.handle_ok = true;
-            no_run(report, &id, "nothing_waiting");
-            return;
-        }
-        CycleDecision::NoRun(NoRun::OnlyMuted) => {
-            report.handle_ok = true;
-            no_run(report, &id, "only_muted");
-            return;
-        }
-        CycleDecision::Run(kind) => kind,
-    };
-    report.handle_ok = true;
+    }
+}
 
+/// Steps 2 and 3: `you` must be this agent, and something must wait; which prompt it needs.
+fn decide_run(
+    input: &CycleInput,
+    report: &mut CycleReport,
+    before: &Tray,
+) -> Result<RunKind, CycleEnd> {
+    match decision::decide(before, &input.handle) {
+        CycleDecision::NoRun(NoRunReason::HandleMismatch) => {
+            let you = before.you.clone().unwrap_or_default();
+            // The main loop logs the error once per mismatch episode, not once per cycle.
+            tracing::debug!(event = %"tray_you_mismatch", cycle_id = %input.id, you = %you, handle = %input.handle, "the tray belongs to another agent than this key's");
+            report.handle_mismatch = Some(you);
+            Err(CycleEnd::NoRun(NoRunReason::HandleMismatch))
+        }
+        CycleDecision::NoRun(why) => {
+            report.handle_ok = true;
+            Err(CycleEnd::NoRun(why))
+        }
+        CycleDecision::Run(kind) => {
+            report.handle_ok = true;
+            Ok(kind)
+        }
+    }
+}
+
+/// Step 4: the served prompt for this run. Without texts loaded, one more fetch now.
+async fn prompt_for_run(
+    input: &mut CycleInput,
+    report: &mut CycleReport,
+    kind: RunKind,
+) -> Result<String, CycleEnd> {
     if input.texts.is_none() {
-        // None loaded at start or from the cache: one more try now.
-        match input
-            .api
-            .texts(input.settings.listen.runtime.texts_runtime())
-            .await
-        {
-            Ok((t, bytes)) => {
-                let path = input
-                    .state
-                    .texts_cache(input.settings.listen.runtime.texts_runtime());
-                if let Err(e) = fs::write_atomic(&path, &bytes) {
-                    tracing::warn!(event = %"texts_cache_write_failed", error = %e, "could not keep the texts");
-                }
-                report.fetched_texts = Some(t.clone());
-                input.texts = Some(t);
+        // None loaded for this runtime: one more try now, the server's, else the cached copy.
+        let runtime = input.settings.listen.runtime.texts_runtime();
+        match texts::load_quietly(&input.api, &input.state, runtime).await {
+            Ok(loaded) => {
+                input.texts = Some(loaded.texts.clone());
+                report.loaded_texts = Some(loaded);
             }
-            Err(e) => {
-                tracing::debug!(event = %"texts_fetch_failed", error = %e, "texts still unavailable")
+            Err(missing) => {
+                tracing::debug!(event = %"texts_fetch_failed", runtime, error = %missing.fetch, "texts still unavailable");
+                report.texts_missing = Some(missing);
             }
         }
     }
     let Some(texts) = input.texts.as_ref() else {
         // The main loop says this once per episode (the start already said it when it began).
-        tracing::debug!(event = %"no_texts", cycle_id = %id, "no texts loaded");
-        no_run(report, &id, "no_texts");
-        return;
+        tracing::debug!(event = %"no_texts", cycle_id = %input.id, "no texts loaded");
+        return Err(CycleEnd::NoRun(NoRunReason::NoTexts));
     };
-    let Some(prompt) = decision::prompt_for(kind, texts).map(str::to_string) else {
-        tracing::error!(event = %"texts_missing", cycle_id = %id, field = if kind == RunKind::Wake { "wake_instruction" } else { "invite_prompt" }, "the served texts lack the prompt for this run; no run");
-        no_run(report, &id, "no_prompt");
-        return;
-    };
+    match decision::prompt_for(kind, texts) {
+        Some(prompt) => Ok(prompt.to_string()),
+        None => {
+            tracing::error!(event = %"texts_missing", cycle_id = %input.id, field = if kind == RunKind::Wake { "wake_instruction" } else { "invite_prompt" }, "the served texts lack the prompt for this run; no run");
+            Err(CycleEnd::NoRun(NoRunReason::NoPrompt))
+        }
+    }
+}
 
+/// The start of step 5: the working directory, the identity block in it, and the runtime's spec.
+/// A runtime that cannot work is `Unusable`; anything else that stops the run is `Failed`.
+fn prepare_run(input: &CycleInput, kind: RunKind, prompt: &str) -> Result<RunSpec, CycleEnd> {
+    let id = &input.id;
     let workdir = input
-        .settings
-        .listen
-        .workdir
-        .clone()
-        .unwrap_or_else(|| input.state.default_workdir());
+        .state
+        .workdir(input.settings.listen.workdir.as_deref());
     if let Err(e) = std::fs::create_dir_all(&workdir) {
         tracing::error!(event = %"run_failed", cycle_id = %id, error = %e, workdir = %workdir.display(), "cannot create the run's working directory");
-        report.last.outcome = Some("failed".into());
-        report.last.failure = Some(format!("workdir: {e}"));
-        report.run_failed = true;
-        return;
+        return Err(CycleEnd::Run(RunOutcome::Failed(format!("workdir: {e}"))));
+    }
+    if input.settings.listen.identity_block
+        && let Some(texts) = &input.texts
+    {
+        keep_identity_block(&input.settings, texts, &input.handle, &workdir, id);
     }
     let handle_at = format!("@{}", crate::core::handle::normalize(&input.handle));
-    if input.settings.listen.identity_block {
-        keep_identity_block(&input.settings, texts, &input.handle, &workdir, &id);
-    }
     let ctx = RunContext {
         settings: &input.settings,
         kind,
-        prompt: &prompt,
+        prompt,
         handle: &handle_at,
-        cycle_id: &id,
+        cycle_id: id,
         wake_reasons: &input.reasons,
         api_key: &input.key,
         state_dir: &input.state.root,
         workdir: &workdir,
     };
-    let spec = match runtime::prepare(&ctx) {
-        Ok(s) => s,
-        Err(runtime::RuntimeError::Unusable(why)) => {
-            tracing::error!(event = %"runtime_unusable", cycle_id = %id, runtime = input.settings.listen.runtime.as_str(), why = %why, "the runtime cannot be used; no runs until it is fixed and the listener reloaded (SIGHUP)");
-            report.unusable = Some(why.clone());
-            report.last.outcome = Some("unusable".into());
-            report.last.failure = Some(why);
-            return;
+    runtime::prepare(&ctx).map_err(|e| match e {
+        runtime::RuntimeError::Unusable(why) => {
+            log_unusable(input, &why);
+            CycleEnd::Run(RunOutcome::Unusable(why))
         }
-        Err(e) => {
+        e => {
             tracing::error!(event = %"run_failed", cycle_id = %id, error = %e, "could not prepare the run");
-            report.last.outcome = Some("failed".into());
-            report.last.failure = Some(e.to_string());
-            report.run_failed = true;
-            return;
+            CycleEnd::Run(RunOutcome::Failed(e.to_string()))
         }
-    };
+    })
+}
 
-    let log_path = input.state.runs_dir().join(supervisor::log_file_name(&id));
+/// Step 5: starts the run, waits for it, and judges it. The outcome and when the run ended.
+async fn start_run(
+    input: &mut CycleInput,
+    report: &mut CycleReport,
+    kind: RunKind,
+    spec: &RunSpec,
+) -> (RunOutcome, SystemTime) {
+    let id = &input.id;
+    let log_path = input.state.runs_dir().join(supervisor::log_file_name(id));
     let limits = RunLimits {
         timeout: input.settings.listen.run_timeout,
         grace: input.settings.listen.kill_grace,
         log_max: input.settings.listen.run_log_max_bytes,
     };
     report.last.run_started = true;
-    report.last.run_kind = Some(kind.as_str().into());
+    report.last.run_kind = Some(kind);
     report.last.run_log = Some(log_path.display().to_string());
     tracing::info!(event = %"run_start", cycle_id = %id, run_kind = kind.as_str(), runtime = input.settings.listen.runtime.as_str(), log = %log_path.display(), "run started");
     input.metrics.run_started();
-    let run_report = supervisor::run(&spec, limits, &log_path, input.shutdown.clone()).await;
+    if let Some(tx) = input.run_starting.take() {
+        let _ = tx.send(RunStarting {
+            kind,
+            log: log_path.display().to_string(),
+        });
+    }
+    let run_report = supervisor::run(spec, limits, &log_path, input.shutdown.clone()).await;
     let run_ended_at = SystemTime::now();
     let output = read_log(&log_path);
     let outcome = runtime::judge(input.settings.listen.runtime, &run_report.end, &output);
@@ -232,40 +309,37 @@ async fn body(input: &mut CycleInput, report: &mut CycleReport) {
     {
         tracing::warn!(event = %"run_logs_prune_failed", error = %e, "could not prune old run logs");
     }
-    let completed = match &outcome {
+    let duration_ms = run_report.duration.as_millis() as u64;
+    match &outcome {
         RunOutcome::Completed => {
-            tracing::info!(event = %"run_end", cycle_id = %id, outcome = "completed", end = ?run_report.end, duration_ms = run_report.duration.as_millis() as u64, "run completed");
-            report.last.outcome = Some("completed".into());
-            true
+            tracing::info!(event = %"run_end", cycle_id = %id, outcome = Outcome::Completed.as_str(), end = ?run_report.end, duration_ms, "run completed");
         }
         RunOutcome::Failed(why) => {
-            tracing::warn!(event = %"run_end", cycle_id = %id, outcome = "failed", end = ?run_report.end, why = %why, duration_ms = run_report.duration.as_millis() as u64, "run failed");
-            report.last.outcome = Some("failed".into());
-            report.last.failure = Some(why.clone());
-            report.run_failed = true;
-            false
+            tracing::warn!(event = %"run_end", cycle_id = %id, outcome = Outcome::Failed.as_str(), end = ?run_report.end, why = %why, duration_ms, "run failed");
         }
-        RunOutcome::Unusable(why) => {
-            tracing::error!(event = %"runtime_unusable", cycle_id = %id, runtime = input.settings.listen.runtime.as_str(), why = %why, "the runtime cannot be used; no runs until it is fixed and the listener reloaded (SIGHUP)");
-            report.last.outcome = Some("unusable".into());
-            report.last.failure = Some(why.clone());
-            report.unusable = Some(why.clone());
-            report.run_failed = true;
-            false
-        }
-    };
-
+        RunOutcome::Unusable(why) => log_unusable(input, why),
+    }
     input.metrics.run_ended(
         input.settings.listen.runtime.as_str(),
-        report.last.outcome.as_deref().unwrap_or(""),
+        &outcome,
         run_report.duration,
     );
+    (outcome, run_ended_at)
+}
 
-    if *input.shutdown.borrow() {
-        return;
-    }
-    // The invite rule (design 6). A failed run counts nothing, but the memory still forgets
-    // invites that are gone, so the after-tray is read either way.
+fn log_unusable(input: &CycleInput, why: &str) {
+    tracing::error!(event = %"runtime_unusable", cycle_id = %input.id, runtime = input.settings.listen.runtime.as_str(), why = %why, "the runtime cannot be used; no runs until it is fixed and the listener reloaded (SIGHUP)");
+}
+
+/// Step 6: the single-run invite rule (contract 4, last paragraph). A failed run counts nothing, but the memory
+/// still forgets invites that are gone, so the after-tray is read either way.
+async fn apply_invite_rule_after_run(
+    input: &CycleInput,
+    report: &mut CycleReport,
+    before: &Tray,
+    completed: bool,
+    run_ended_at: SystemTime,
+) {
     let before_ids = before.invite_ids();
     if before_ids.is_empty() {
         // No invite waited, so none can be counted: no second tray read. Invites the memory
@@ -275,15 +349,15 @@ async fn body(input: &mut CycleInput, report: &mut CycleReport) {
         }
         return;
     }
-    let after = match read_tray(&input.api, &id, input.shutdown.clone()).await {
+    let after = match read_tray(&input.api, &input.id, input.shutdown.clone()).await {
         Ok(t) => t,
         Err(e) => {
-            tracing::warn!(event = %"tray_unreadable", cycle_id = %id, error = %e, "the tray after the run could not be read; the invite rule counts nothing this time");
+            tracing::warn!(event = %"tray_unreadable", cycle_id = %input.id, error = %e, "the tray after the run could not be read; the invite rule counts nothing this time");
             return;
         }
     };
-    log_tray(&id, "after", &after);
-    apply_invite_rule(input, report, &before, &after, completed, run_ended_at).await;
+    log_tray(&input.id, "after", &after);
+    apply_invite_rule(input, report, before, &after, completed, run_ended_at).await;
 }
 
 async fn apply_invite_rule(
@@ -392,7 +466,7 @@ fn keep_identity_block(
 }
 
 /// Forgets the remembered invites a complete tray list no longer shows: they were answered
-/// (design 6, `InviteMemory::forget_unlisted`).
+/// (contract 4, last paragraph; `InviteMemory::forget_unlisted`).
 fn forget_answered(state: &StateDir, listed: &[String]) {
     let Ok(mut memory) = state.load_invites() else {
         return;
@@ -468,4 +542,38 @@ fn read_log(path: &std::path::Path) -> Vec<u8> {
         let _ = f.take(MAX_LOG_READ).read_to_end(&mut out);
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cycle_end_writes_outcome_reason_and_failure_and_clears_what_does_not_apply() {
+        let mut last = LastCycle {
+            failure: Some("stale".into()),
+            no_run_reason: Some(NoRunReason::OnlyMuted),
+            ..Default::default()
+        };
+        CycleEnd::Run(RunOutcome::Completed).record(&mut last);
+        assert_eq!(
+            (last.outcome, last.no_run_reason, last.failure.as_deref()),
+            (Some(Outcome::Completed), None, None)
+        );
+        CycleEnd::NoRun(NoRunReason::NoTexts).record(&mut last);
+        assert_eq!(
+            (last.outcome, last.no_run_reason, last.failure.as_deref()),
+            (Some(Outcome::NoRun), Some(NoRunReason::NoTexts), None)
+        );
+        CycleEnd::Run(RunOutcome::Failed("exited with 2".into())).record(&mut last);
+        assert_eq!(
+            (last.outcome, last.no_run_reason, last.failure.as_deref()),
+            (Some(Outcome::Failed), None, Some("exited with 2"))
+        );
+        CycleEnd::Run(RunOutcome::Unusable("not logged in".into())).record(&mut last);
+        assert_eq!(
+            (last.outcome, last.failure.as_deref()),
+            (Some(Outcome::Unusable), Some("not logged in"))
+        );
+    }
 }

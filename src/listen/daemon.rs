@@ -1,24 +1,28 @@
-//! The main loop (design 2-7): owns the coalescer and the status, starts one cycle at a time as
+//! The main loop (contract 3.4 and 4): owns the coalescer and the status, starts one cycle at a time as
 //! a task, refreshes texts and status on timers, and handles signals (SIGTERM/SIGINT stop,
 //! SIGHUP reload) and systemd notification. The socket runs as its own task and sends wakes here.
 
-use super::cycle::{self, CycleInput, CycleReport};
+use super::TimeScale;
+use super::cycle::{self, CycleInput, CycleReport, RunStarting};
 use super::metrics::{self, Metrics};
 use super::socket::{self, SocketEvent, SocketParams, SocketState};
-use super::state_dir::{self, Counters, LastWake, StateDir, Status, TextsStatus};
-use super::{TimeScale, load_texts};
-use crate::client::Api;
+use super::state_dir::StateDir;
+use super::texts::{self, Loaded, Missing};
+use crate::client::{Api, ApiError};
 use crate::config::{self, ConfigArgs, Settings};
 use crate::core::coalescer::Coalescer;
-use crate::core::texts::Texts;
+use crate::core::status::{
+    Counters, LastCycle, LastWake, ListenerState, Outcome, Status, TextsStatus,
+};
 use crate::sys::time;
 use secrecy::{ExposeSecret, SecretString};
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
-use tokio::signal::unix::{SignalKind, signal};
-use tokio::sync::{mpsc, watch};
+use tokio::signal::unix::{Signal, SignalKind, signal};
+use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
+use tokio::time::Interval;
 
 const STATUS_REFRESH: Duration = Duration::from_secs(30);
 /// However far a test scales time, the status file is not rewritten (and synced) more often.
@@ -37,26 +41,49 @@ struct ListenerFlags {
     /// The runtime's binary when it became unusable: a different one gets a new chance.
     unusable_binary: Option<crate::runtime::agent_cli::BinaryStamp>,
     mismatch: Option<String>,
+    /// SIGTERM or SIGINT came.
     stopping: bool,
+    /// The stop is done: the last status written says so.
+    stopped: bool,
+}
+
+/// Why a stopping listener stopped waiting for its cycle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum CutShort {
+    /// A second SIGTERM or SIGINT.
+    Killed,
+    /// The grace and the slack after it passed.
+    Abandoned,
 }
 
 struct Daemon {
     args: ConfigArgs,
     settings: Settings,
     key: SecretString,
+    /// The one REST client for `settings.api_base` and `key`, shared by the socket task, the
+    /// cycles and the texts refreshes, so its keep-alive connection outlives each of them. Built
+    /// again only when a reload or a new key file changes either.
+    api: Api,
     scale: TimeScale,
     state: StateDir,
     started: Instant,
     status: Status,
     flags: ListenerFlags,
     socket_state: SocketState,
-    texts: Option<Texts>,
+    /// The texts in use.
+    texts: Option<Loaded>,
     handle: Option<String>,
     pending_reasons: BTreeSet<String>,
     coalescer: Coalescer,
     notify: bool,
     /// The last status write failed (full disk, unwritable dir): logged once per episode.
     status_write_failing: bool,
+    /// The status changed since it was last written; the main loop writes it once per turn.
+    status_dirty: bool,
+    /// A cycle has started and its run is not spawned yet: nothing is written to disk meanwhile
+    /// (a wake's way to its run is not held up by a synced write; the periodic refresh still
+    /// writes).
+    status_held: bool,
     /// `quiet_window`/`max_delay` from a reload, applied once the coalescer is idle.
     pending_windows: Option<(u64, u64)>,
     /// `texts_missing` was logged for the current stretch without texts.
@@ -76,219 +103,485 @@ pub async fn run(
     state: StateDir,
     scale: TimeScale,
 ) -> anyhow::Result<i32> {
-    let mut sigterm = signal(SignalKind::terminate())?;
-    let mut sigint = signal(SignalKind::interrupt())?;
-    let mut sighup = signal(SignalKind::hangup())?;
+    let mut signals = Signals::install()?;
     let notify = std::env::var_os("NOTIFY_SOCKET").is_some();
-    let watchdog = if notify {
-        sd_notify::watchdog_enabled()
-    } else {
-        None
-    };
-
-    let now = SystemTime::now();
-    let status = Status {
-        state: "starting",
-        since: time::rfc3339(now),
-        socket: "connecting",
-        pid: std::process::id(),
-        profile: settings.profile.clone(),
-        handle: None,
-        api_base: settings.api_base.clone(),
-        runtime: settings.listen.runtime.as_str().to_string(),
-        key_source: key_source_label(&settings.key_source),
-        updated_at: time::rfc3339(now),
-        started_at: time::rfc3339(now),
-        last_frame_at: None,
-        last_connected_at: None,
-        last_wake: None,
-        last_cycle: None,
-        next_retry_at: None,
-        detail: None,
-        texts: TextsStatus {
-            source: "none",
-            fetched_at: None,
-        },
-        counters: Counters::default(),
-    };
-    let (quiet_ms, max_delay_ms) = windows(&settings);
-    let coalescer = Coalescer::new(quiet_ms, max_delay_ms);
-    let metrics = Metrics::for_settings(
-        &settings,
-        scale.apply(STATUS_REFRESH).max(STATUS_REFRESH_MIN),
-    );
-    let mut d = Daemon {
-        args,
-        settings,
-        key,
-        scale,
-        state,
-        started: Instant::now(),
-        status,
-        flags: ListenerFlags {
-            starting: true,
-            unusable: None,
-            unusable_binary: None,
-            mismatch: None,
-            stopping: false,
-        },
-        socket_state: SocketState::Connecting,
-        texts: None,
-        handle: None,
-        pending_reasons: BTreeSet::new(),
-        coalescer,
-        notify,
-        status_write_failing: false,
-        pending_windows: None,
-        texts_missing_logged: false,
-        last_frame: None,
-        metrics,
-    };
-    tracing::info!(
-        event = %"listener_start",
-        pid = std::process::id(),
-        profile = %d.settings.profile,
-        api_base = %d.settings.api_base,
-        runtime = d.settings.listen.runtime.as_str(),
-        state_dir = %d.state.root.display(),
-        "listener starting"
-    );
-    d.write_status();
+    let mut d = Daemon::new(args, settings, key, state, scale, notify)?;
+    d.announce_start();
     d.refresh_texts().await;
-
-    let (shutdown_tx, shutdown_rx) = watch::channel(false);
+    let mut wiring = Wiring::start(d.socket_params());
     metrics::spawn_server(
         &d.metrics,
         d.settings.listen.metrics_addr,
-        shutdown_rx.clone(),
+        wiring.shutdown.subscribe(),
     );
-    let (params_tx, params_rx) = watch::channel(d.socket_params());
-    let (ev_tx, mut ev_rx) = mpsc::channel::<SocketEvent>(256);
-    let (texts_tx, mut texts_rx) = mpsc::channel::<Option<(Texts, &'static str)>>(4);
-    let mut socket_task = tokio::spawn(socket::run(
-        params_rx.clone(),
-        ev_tx.clone(),
-        shutdown_rx.clone(),
-    ));
-    d.flags.starting = false;
-    if d.notify {
-        let _ = sd_notify::notify(&[sd_notify::NotifyState::Ready]);
+    d.ready();
+    let mut timers = Timers::new(d.scale, notify);
+    let signal = main_loop(&mut d, &mut wiring, &mut signals, &mut timers).await;
+    tracing::info!(event = %"stopping", signal, "stopping");
+    d.stop(wiring, &mut signals).await;
+    Ok(0)
+}
+
+/// The signals the listener answers: SIGTERM and SIGINT stop it, SIGHUP reloads.
+struct Signals {
+    term: Signal,
+    int: Signal,
+    hup: Signal,
+}
+
+impl Signals {
+    fn install() -> std::io::Result<Signals> {
+        Ok(Signals {
+            term: signal(SignalKind::terminate())?,
+            int: signal(SignalKind::interrupt())?,
+            hup: signal(SignalKind::hangup())?,
+        })
     }
 
-    let mut cycle_task: Option<JoinHandle<CycleReport>> = None;
-    let mut status_tick =
-        tokio::time::interval(d.scale.apply(STATUS_REFRESH).max(STATUS_REFRESH_MIN));
-    status_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut texts_tick = tokio::time::interval(d.scale.apply(TEXTS_REFRESH));
-    texts_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    texts_tick.reset();
-    let mut key_tick = tokio::time::interval(KEY_CHECK);
-    key_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut watchdog_tick = tokio::time::interval(
-        watchdog
-            .map(|w| (w / 2).max(Duration::from_millis(100)))
-            .unwrap_or(Duration::from_secs(3600)),
-    );
+    /// The next SIGTERM or SIGINT while stopping; which of the two.
+    async fn second(&mut self) -> &'static str {
+        tokio::select! {
+            _ = self.term.recv() => "SIGTERM",
+            _ = self.int.recv() => "SIGINT",
+        }
+    }
+}
 
+/// The channels between the main loop and its tasks (the socket, texts refreshes, the cycle).
+struct Wiring {
+    shutdown: watch::Sender<bool>,
+    params: watch::Sender<SocketParams>,
+    events_tx: mpsc::Sender<SocketEvent>,
+    events: mpsc::Receiver<SocketEvent>,
+    texts_tx: mpsc::Sender<Result<Loaded, Missing>>,
+    texts: mpsc::Receiver<Result<Loaded, Missing>>,
+    socket: JoinHandle<()>,
+    /// The cycle running now; one at a time, ever.
+    cycle: Option<JoinHandle<CycleReport>>,
+    /// Hears from the running cycle when it hands its run to the supervisor.
+    run_starting: Option<oneshot::Receiver<RunStarting>>,
+}
+
+impl Wiring {
+    /// Makes the channels and starts the socket task.
+    fn start(params: SocketParams) -> Wiring {
+        let (shutdown, _) = watch::channel(false);
+        let (params, _) = watch::channel(params);
+        let (events_tx, events) = mpsc::channel::<SocketEvent>(256);
+        let (texts_tx, texts) = mpsc::channel(4);
+        let socket = tokio::spawn(socket::run(
+            params.subscribe(),
+            events_tx.clone(),
+            shutdown.subscribe(),
+        ));
+        Wiring {
+            shutdown,
+            params,
+            events_tx,
+            events,
+            texts_tx,
+            texts,
+            socket,
+            cycle: None,
+            run_starting: None,
+        }
+    }
+
+    fn restart_socket(&mut self) {
+        self.socket = tokio::spawn(socket::run(
+            self.params.subscribe(),
+            self.events_tx.clone(),
+            self.shutdown.subscribe(),
+        ));
+    }
+
+    /// Lets the socket task close with 1000 and end, answering its wakes meanwhile so it is
+    /// never stuck waiting on the main loop; at most 5 s.
+    async fn close_socket(self) {
+        let Wiring {
+            events_tx,
+            mut events,
+            socket,
+            ..
+        } = self;
+        drop(events_tx);
+        let drain = async {
+            while let Some(ev) = events.recv().await {
+                if let SocketEvent::Wake { registered, .. } = ev {
+                    drop(registered);
+                }
+            }
+        };
+        let _ = tokio::time::timeout(Duration::from_secs(5), async {
+            tokio::join!(socket, drain)
+        })
+        .await;
+    }
+}
+
+/// The main loop's timers.
+struct Timers {
+    status: Interval,
+    texts: Interval,
+    key: Interval,
+    /// systemd's watchdog, pinged at half its interval when it is on.
+    watchdog: Option<Interval>,
+}
+
+impl Timers {
+    fn new(scale: TimeScale, notify: bool) -> Timers {
+        let every = |d: Duration| {
+            let mut i = tokio::time::interval(d);
+            i.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            i
+        };
+        let mut texts = every(scale.apply(TEXTS_REFRESH));
+        texts.reset();
+        let watchdog = notify
+            .then(sd_notify::watchdog_enabled)
+            .flatten()
+            .map(|w| tokio::time::interval((w / 2).max(Duration::from_millis(100))));
+        Timers {
+            status: every(scale.apply(STATUS_REFRESH).max(STATUS_REFRESH_MIN)),
+            texts,
+            key: every(KEY_CHECK),
+            watchdog,
+        }
+    }
+}
+
+/// Waits for whatever comes next (a signal, a socket event, a due cycle, a cycle's end, a timer)
+/// and handles it, until SIGTERM or SIGINT; returns which of the two.
+async fn main_loop(
+    d: &mut Daemon,
+    w: &mut Wiring,
+    signals: &mut Signals,
+    timers: &mut Timers,
+) -> &'static str {
     loop {
-        let due = if cycle_task.is_none() {
-            d.coalescer.due()
+        d.flush_status();
+        let due = if w.cycle.is_none() {
+            d.coalescer.due().map(|at| at.saturating_sub(d.now_ms()))
         } else {
             None
         };
-        let due_sleep = async {
-            match due {
-                Some(at) => {
-                    let now = d.now_ms();
-                    if at > now {
-                        tokio::time::sleep(Duration::from_millis(at - now)).await;
-                    }
-                }
-                None => std::future::pending::<()>().await,
-            }
-        };
         tokio::select! {
-            _ = sigterm.recv() => { tracing::info!(event = %"stopping", signal = "SIGTERM", "stopping"); break; }
-            _ = sigint.recv() => { tracing::info!(event = %"stopping", signal = "SIGINT", "stopping"); break; }
-            _ = sighup.recv() => {
-                d.reload(&params_tx);
-                d.spawn_texts_refresh(&texts_tx);
+            _ = signals.term.recv() => return "SIGTERM",
+            _ = signals.int.recv() => return "SIGINT",
+            _ = signals.hup.recv() => {
+                d.reload(&w.params);
+                d.spawn_texts_refresh(&w.texts_tx);
             }
-            Some(ev) = ev_rx.recv() => d.on_socket_event(ev),
-            r = &mut socket_task => {
+            Some(ev) = w.events.recv() => {
+                d.on_socket_event(ev);
+                // What else the socket has queued is the same turn (and one status write).
+                while let Ok(ev) = w.events.try_recv() {
+                    d.on_socket_event(ev);
+                }
+                // A wake due now (a zero quiet window) starts its cycle in this turn.
+                start_due_cycle(d, w);
+            }
+            r = &mut w.socket => {
                 // The socket task only ends on shutdown; anything else is a bug. Stay resident:
                 // log it and start a new one.
                 tracing::error!(event = %"socket_task_ended", error = ?r.err(), "the socket task ended unexpectedly; restarting it");
-                socket_task = tokio::spawn(socket::run(params_rx.clone(), ev_tx.clone(), shutdown_rx.clone()));
+                w.restart_socket();
             }
-            _ = due_sleep => {
-                let now = d.now_ms();
-                if d.coalescer.try_start(now) {
-                    cycle_task = Some(d.start_cycle(shutdown_rx.clone()));
+            _ = after_ms(due) => start_due_cycle(d, w),
+            r = run_starting(&mut w.run_starting) => {
+                w.run_starting = None;
+                if let Ok(run) = r {
+                    d.on_run_starting(run);
                 }
             }
-            r = async { match cycle_task.as_mut() { Some(t) => t.await, None => std::future::pending().await } } => {
-                cycle_task = None;
-                let now = d.now_ms();
-                d.coalescer.end(now);
-                d.apply_pending_windows();
-                match r {
-                    Ok(report) => d.on_cycle_end(report),
-                    Err(e) => tracing::error!(event = %"cycle_crashed", error = %e, "the cycle task ended abnormally"),
-                }
+            r = cycle_end(&mut w.cycle) => {
+                w.cycle = None;
+                w.run_starting = None;
+                d.on_cycle_task_end(r);
+                start_due_cycle(d, w);
             }
-            _ = status_tick.tick() => d.write_status(),
-            _ = key_tick.tick(), if d.socket_state == SocketState::KeyRefused => {
-                d.check_key_file(&params_tx);
+            _ = timers.status.tick() => d.write_status(),
+            _ = timers.key.tick(), if d.socket_state == SocketState::KeyRefused => {
+                d.check_key_file(&w.params);
             }
-            _ = texts_tick.tick() => d.spawn_texts_refresh(&texts_tx),
-            Some(r) = texts_rx.recv() => d.on_texts(r),
-            _ = watchdog_tick.tick(), if watchdog.is_some() => {
+            _ = timers.texts.tick() => d.spawn_texts_refresh(&w.texts_tx),
+            Some(r) = w.texts.recv() => d.on_texts(r),
+            _ = tick(&mut timers.watchdog) => {
                 let _ = sd_notify::notify(&[sd_notify::NotifyState::Watchdog]);
             }
         }
     }
+}
 
-    // Graceful stop: runs get their grace, the socket closes with 1000.
-    d.flags.stopping = true;
-    d.write_status();
-    if d.notify {
-        let _ = sd_notify::notify(&[sd_notify::NotifyState::Stopping]);
+/// Starts the owed cycle when it is due now and none runs.
+fn start_due_cycle(d: &mut Daemon, w: &mut Wiring) {
+    if w.cycle.is_some() {
+        return;
     }
-    let _ = shutdown_tx.send(true);
-    let wait = d.settings.listen.kill_grace + STOP_SLACK;
-    if let Some(mut t) = cycle_task.take() {
-        match tokio::time::timeout(wait, &mut t).await {
-            Ok(Ok(report)) => d.on_cycle_end(report),
-            Ok(Err(_)) => {}
-            Err(_) => {
-                tracing::warn!(
-                    event = %"cycle_abandoned",
-                    "the cycle did not end within the grace; abandoning it"
-                );
-                t.abort();
-            }
-        }
+    let now = d.now_ms();
+    if d.coalescer.try_start(now) {
+        let (run_starting_tx, run_starting_rx) = oneshot::channel();
+        w.cycle = Some(d.start_cycle(w.shutdown.subscribe(), run_starting_tx));
+        w.run_starting = Some(run_starting_rx);
     }
-    drop(ev_tx);
-    // Keep answering wakes so the socket task is never stuck waiting on us while it closes.
-    let drain = async {
-        while let Some(ev) = ev_rx.recv().await {
-            if let SocketEvent::Wake { registered, .. } = ev {
-                drop(registered);
-            }
+}
+
+/// What the running cycle says as it hands its run to the supervisor; never while none runs.
+async fn run_starting(
+    rx: &mut Option<oneshot::Receiver<RunStarting>>,
+) -> Result<RunStarting, oneshot::error::RecvError> {
+    match rx.as_mut() {
+        Some(rx) => rx.await,
+        None => std::future::pending().await,
+    }
+}
+
+/// After `ms` milliseconds (at once for 0); never for `None`.
+async fn after_ms(ms: Option<u64>) {
+    match ms {
+        Some(0) => {}
+        Some(ms) => tokio::time::sleep(Duration::from_millis(ms)).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// The end of the running cycle's task; never while none runs.
+async fn cycle_end(
+    cycle: &mut Option<JoinHandle<CycleReport>>,
+) -> Result<CycleReport, tokio::task::JoinError> {
+    match cycle.as_mut() {
+        Some(t) => t.await,
+        None => std::future::pending().await,
+    }
+}
+
+/// The next tick of an interval that may be off; never when it is.
+async fn tick(interval: &mut Option<Interval>) {
+    match interval.as_mut() {
+        Some(i) => {
+            i.tick().await;
         }
-    };
-    let _ = tokio::time::timeout(Duration::from_secs(5), async {
-        tokio::join!(socket_task, drain)
-    })
-    .await;
-    d.write_status();
-    tracing::info!(event = %"stopped", "listener stopped");
-    Ok(0)
+        None => std::future::pending().await,
+    }
 }
 
 impl Daemon {
+    fn new(
+        args: ConfigArgs,
+        settings: Settings,
+        key: SecretString,
+        state: StateDir,
+        scale: TimeScale,
+        notify: bool,
+    ) -> Result<Daemon, ApiError> {
+        let api = Api::new(&settings.api_base, key.clone())?;
+        let now = SystemTime::now();
+        let status = Status {
+            state: ListenerState::Starting,
+            since: time::rfc3339(now),
+            socket: Some(SocketState::Connecting),
+            pid: std::process::id(),
+            profile: settings.profile.clone(),
+            handle: None,
+            api_base: settings.api_base.clone(),
+            runtime: settings.listen.runtime.as_str().to_string(),
+            key_source: key_source_label(&settings.key_source),
+            updated_at: time::rfc3339(now),
+            started_at: time::rfc3339(now),
+            last_frame_at: None,
+            last_connected_at: None,
+            last_wake: None,
+            last_cycle: None,
+            next_retry_at: None,
+            detail: None,
+            texts: TextsStatus::default(),
+            counters: Counters::default(),
+        };
+        let (quiet_ms, max_delay_ms) = windows(&settings);
+        let metrics = Metrics::for_settings(
+            &settings,
+            scale.apply(STATUS_REFRESH).max(STATUS_REFRESH_MIN),
+        );
+        Ok(Daemon {
+            args,
+            settings,
+            key,
+            api,
+            scale,
+            state,
+            started: Instant::now(),
+            status,
+            flags: ListenerFlags {
+                starting: true,
+                unusable: None,
+                unusable_binary: None,
+                mismatch: None,
+                stopping: false,
+                stopped: false,
+            },
+            socket_state: SocketState::Connecting,
+            texts: None,
+            handle: None,
+            pending_reasons: BTreeSet::new(),
+            coalescer: Coalescer::new(quiet_ms, max_delay_ms),
+            notify,
+            status_write_failing: false,
+            status_dirty: false,
+            status_held: false,
+            pending_windows: None,
+            texts_missing_logged: false,
+            last_frame: None,
+            metrics,
+        })
+    }
+
+    fn announce_start(&mut self) {
+        tracing::info!(
+            event = %"listener_start",
+            pid = std::process::id(),
+            profile = %self.settings.profile,
+            api_base = %self.settings.api_base,
+            runtime = self.settings.listen.runtime.as_str(),
+            state_dir = %self.state.root.display(),
+            "listener starting"
+        );
+        self.write_status();
+    }
+
+    /// The socket task is started: no longer `starting`, and systemd hears READY.
+    fn ready(&mut self) {
+        self.flags.starting = false;
+        if self.notify {
+            let _ = sd_notify::notify(&[sd_notify::NotifyState::Ready]);
+        }
+    }
+
+    /// Graceful stop: the run gets its grace, the socket closes with 1000, the status says
+    /// `stopped`. A second SIGTERM or SIGINT cuts the wait short: the run's group is killed at
+    /// once (however long `kill_grace` is) and the listener exits.
+    async fn stop(&mut self, mut w: Wiring, signals: &mut Signals) {
+        self.flags.stopping = true;
+        self.write_status();
+        if self.notify {
+            let _ = sd_notify::notify(&[sd_notify::NotifyState::Stopping]);
+        }
+        let _ = w.shutdown.send(true);
+        // A run handed to the supervisor just before the signal came is still to be heard of.
+        if let Some(run) = w.run_starting.take().and_then(|mut rx| rx.try_recv().ok()) {
+            self.on_run_starting(run);
+        }
+        let mut forced = false;
+        if let Some(t) = w.cycle.take() {
+            forced = self.wait_for_cycle(t, signals).await;
+        }
+        if forced {
+            w.close_socket().await;
+        } else {
+            tokio::select! {
+                _ = w.close_socket() => {}
+                signal = signals.second() => {
+                    tracing::warn!(event = %"stop_forced", signal, "second stop signal: not waiting for the socket's close");
+                }
+            }
+        }
+        self.flags.stopped = true;
+        self.write_status();
+        tracing::info!(event = %"stopped", "listener stopped");
+    }
+
+    /// While stopping: says once what it waits for and how long, then waits for the cycle to wind
+    /// down (its run has SIGTERM and the grace). A second signal, or the grace and some slack
+    /// passing, ends the wait: the cycle's task is dropped, and with it the run's supervisor,
+    /// which SIGKILLs the run's process group. True when a second signal ended it.
+    async fn wait_for_cycle(
+        &mut self,
+        mut t: JoinHandle<CycleReport>,
+        signals: &mut Signals,
+    ) -> bool {
+        let grace = self.settings.listen.kill_grace;
+        let wait = grace.saturating_add(STOP_SLACK);
+        let cycle = self.status.last_cycle.as_ref();
+        let cycle_id = cycle.map_or("", |c| c.id.as_str());
+        let run_log = cycle.and_then(|c| c.run_log.as_deref()).unwrap_or("");
+        let what = if cycle.is_some_and(|c| c.run_started) {
+            format!(
+                "the run to end: it has SIGTERM, and SIGKILL goes to its whole process group when                  the grace of {} is over",
+                humantime::format_duration(grace)
+            )
+        } else {
+            "the cycle to wind down (no run started)".to_string()
+        };
+        tracing::info!(
+            event = %"stop_waiting",
+            cycle_id,
+            run_log,
+            grace_ms = u64::try_from(grace.as_millis()).unwrap_or(u64::MAX),
+            wait_ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX),
+            "waiting up to {} for {what}; SIGTERM or SIGINT again ends it now",
+            humantime::format_duration(wait),
+        );
+        let why = tokio::select! {
+            r = tokio::time::timeout(wait, &mut t) => match r {
+                Ok(Ok(report)) => {
+                    self.on_cycle_end(report);
+                    return false;
+                }
+                Ok(Err(_)) => return false,
+                Err(_) => {
+                    tracing::warn!(
+                        event = %"cycle_abandoned",
+                        "the cycle did not end within the grace; abandoning it"
+                    );
+                    CutShort::Abandoned
+                }
+            },
+            signal = signals.second() => {
+                tracing::warn!(event = %"stop_forced", signal, "second stop signal: killing the run's process group now");
+                CutShort::Killed
+            }
+        };
+        // Dropping the task drops the run's supervisor, whose group guard SIGKILLs the group;
+        // awaiting the aborted task waits for that drop.
+        t.abort();
+        let _ = t.await;
+        self.record_cut_cycle(why);
+        why == CutShort::Killed
+    }
+
+    /// The status of a cycle the stop cut short: a run it had started counts as failed.
+    fn record_cut_cycle(&mut self, why: CutShort) {
+        let Some(c) = self.status.last_cycle.as_mut() else {
+            return;
+        };
+        c.ended_at = Some(time::rfc3339(SystemTime::now()));
+        if c.run_started {
+            c.outcome = Some(Outcome::Failed);
+            c.failure = Some(
+                match why {
+                    CutShort::Killed => "killed with its process group: a second stop signal",
+                    CutShort::Abandoned => "killed with its process group: the grace was over",
+                }
+                .to_string(),
+            );
+            self.status.counters.runs += 1;
+            self.status.counters.runs_failed += 1;
+        }
+    }
+
+    /// The cycle's task ended: the coalescer hears it, and its report goes into the status.
+    fn on_cycle_task_end(&mut self, r: Result<CycleReport, tokio::task::JoinError>) {
+        self.status_held = false;
+        let now = self.now_ms();
+        self.coalescer.end(now);
+        self.apply_pending_windows();
+        match r {
+            Ok(report) => self.on_cycle_end(report),
+            Err(e) => {
+                tracing::error!(event = %"cycle_crashed", error = %e, "the cycle task ended abnormally")
+            }
+        }
+    }
+
     fn now_ms(&self) -> u64 {
         self.started.elapsed().as_millis() as u64
     }
@@ -297,18 +590,28 @@ impl Daemon {
         SocketParams {
             api_base: self.settings.api_base.clone(),
             key: self.key.clone(),
+            api: self.api.clone(),
             idle_timeout: self.settings.listen.idle_timeout,
             key_refused_retry: self.scale.apply(crate::core::reconnect::KEY_REFUSED_RETRY),
             metrics: self.metrics.clone(),
         }
     }
 
-    fn api(&self) -> Option<Api> {
-        match Api::new(&self.settings.api_base, self.key.clone()) {
-            Ok(a) => Some(a),
+    /// A new base or key gets a new client; the same configuration keeps the one it has (and its
+    /// connection). `false`: no client could be built for the new one.
+    fn use_endpoint(&mut self, api_base: &str, key: &SecretString) -> bool {
+        if api_base == self.settings.api_base && key.expose_secret() == self.key.expose_secret() {
+            return true;
+        }
+        match Api::new(api_base, key.clone()) {
+            Ok(api) => {
+                self.api = api;
+                self.key = key.clone();
+                true
+            }
             Err(e) => {
                 tracing::error!(event = %"http_client_failed", error = %e, "cannot build the HTTP client");
-                None
+                false
             }
         }
     }
@@ -320,7 +623,7 @@ impl Daemon {
                 tracing::info!(event = %"handle", handle = %h, "this key's agent");
                 self.handle = Some(h.clone());
                 self.status.handle = Some(format!("@{}", crate::core::handle::normalize(&h)));
-                self.write_status();
+                self.status_changed();
             }
             SocketEvent::State {
                 state,
@@ -332,7 +635,7 @@ impl Daemon {
                 if self.flags.unusable.is_none() && self.flags.mismatch.is_none() {
                     self.status.detail = detail;
                 }
-                self.write_status();
+                self.status_changed();
             }
             SocketEvent::Connected => {
                 self.status.counters.connects += 1;
@@ -362,12 +665,18 @@ impl Daemon {
                     at: time::rfc3339(now),
                     reasons: self.pending_reasons.iter().cloned().collect(),
                 });
-                self.write_status();
+                self.status_changed();
             }
         }
     }
 
-    fn start_cycle(&mut self, shutdown: watch::Receiver<bool>) -> JoinHandle<CycleReport> {
+    /// Starts a cycle as its own task. The status shows it once its run is spawned (or it ended):
+    /// nothing is written to disk on a wake's way to its run.
+    fn start_cycle(
+        &mut self,
+        shutdown: watch::Receiver<bool>,
+        run_starting: oneshot::Sender<RunStarting>,
+    ) -> JoinHandle<CycleReport> {
         let reasons: Vec<String> = std::mem::take(&mut self.pending_reasons)
             .into_iter()
             .collect();
@@ -375,28 +684,42 @@ impl Daemon {
         let id = cycle::new_cycle_id();
         self.status.counters.cycles += 1;
         self.metrics.cycle_started();
-        let input = self.api().map(|api| CycleInput {
+        let input = CycleInput {
             id: id.clone(),
             settings: self.settings.clone(),
-            api,
+            api: self.api.clone(),
             key: self.key.clone(),
             state: self.state.clone(),
             handle: self.handle.clone().unwrap_or_default(),
-            texts: self.texts.clone(),
+            texts: self.current_texts().map(|l| l.texts.clone()),
             reasons: reasons.clone(),
             runtime_unusable: self.flags.unusable.is_some(),
             invite_pace_ms: self.scale.invite_pace_ms(),
             shutdown,
+            run_starting: Some(run_starting),
             metrics: self.metrics.clone(),
-        });
-        self.status.last_cycle = Some(state_dir::LastCycle::started(id, reasons));
-        self.write_status();
-        tokio::spawn(async move {
-            match input {
-                Some(i) => cycle::run(i).await,
-                None => CycleReport::default(),
-            }
-        })
+        };
+        self.status.last_cycle = Some(LastCycle::started(
+            id,
+            time::rfc3339(SystemTime::now()),
+            reasons,
+        ));
+        self.status_changed();
+        self.status_held = true;
+        tokio::spawn(cycle::run(input))
+    }
+
+    /// The cycle handed its run to the supervisor. On the listener's single-threaded runtime this
+    /// is heard once the cycle's task yields, which is after the spawn: now the status may be
+    /// written.
+    fn on_run_starting(&mut self, run: RunStarting) {
+        self.status_held = false;
+        if let Some(c) = self.status.last_cycle.as_mut() {
+            c.run_started = true;
+            c.run_kind = Some(run.kind);
+            c.run_log = Some(run.log);
+        }
+        self.status_changed();
     }
 
     fn on_cycle_end(&mut self, report: CycleReport) {
@@ -404,7 +727,7 @@ impl Daemon {
         if report.last.run_started {
             self.status.counters.runs += 1;
         }
-        if report.run_failed {
+        if report.last.run_failed() {
             self.status.counters.runs_failed += 1;
         }
         self.status.counters.invites_dismissed += report.last.invites_dismissed;
@@ -435,43 +758,46 @@ impl Daemon {
             self.status.detail =
                 Some("the server refused the key when reading the tray (HTTP 401/403)".into());
         }
-        if report.last.no_run_reason.as_deref() == Some("no_texts") && !self.texts_missing_logged {
-            self.texts_missing_logged = true;
-            tracing::error!(
-                event = %"texts_missing",
-                "no texts from the server and none cached; no runs until the server's texts can be read"
-            );
-        }
-        if let Some(t) = report.fetched_texts {
-            self.texts_missing_logged = false;
-            self.texts = Some(t);
-            self.status.texts = TextsStatus {
-                source: "server",
-                fetched_at: Some(time::rfc3339(SystemTime::now())),
-            };
+        if let Some(loaded) = report.loaded_texts {
+            self.take_texts(Ok(loaded));
+        } else if let Some(missing) = report.texts_missing {
+            self.take_texts(Err(missing));
         }
         self.status.last_cycle = Some(report.last);
-        self.write_status();
+        self.status_changed();
     }
 
-    fn shown(&self) -> &'static str {
+    fn shown(&self) -> ListenerState {
         shown_state(&self.flags, self.socket_state)
     }
 
+    /// Something shown in `status.json` changed; the main loop writes it at its next turn.
+    fn status_changed(&mut self) {
+        self.status_dirty = true;
+    }
+
+    /// Writes the status if it changed, unless a cycle is on its way to its run.
+    fn flush_status(&mut self) {
+        if self.status_dirty && !self.status_held {
+            self.write_status();
+        }
+    }
+
     fn write_status(&mut self) {
+        self.status_dirty = false;
         let now = SystemTime::now();
         let shown = self.shown();
         // `status.state` is the state last shown: a change restarts `since` and is announced.
         if shown != self.status.state {
             self.status.state = shown;
             self.status.since = time::rfc3339(now);
-            tracing::info!(event = %"state", state = shown, "listener state");
+            tracing::info!(event = %"state", state = shown.as_str(), "listener state");
             if self.notify {
-                let line = format!("STATUS={shown}");
+                let line = format!("STATUS={}", shown.as_str());
                 let _ = sd_notify::notify(&[sd_notify::NotifyState::Custom(&line)]);
             }
         }
-        self.status.socket = self.socket_state.as_str();
+        self.status.socket = Some(self.socket_state);
         self.status.last_frame_at = self.last_frame.map(time::rfc3339);
         self.status.updated_at = time::rfc3339(now);
         self.metrics.observe_status(&self.status);
@@ -491,36 +817,70 @@ impl Daemon {
 
     /// Fetches the texts; on failure keeps what is loaded or falls back to the cache.
     async fn refresh_texts(&mut self) {
-        let Some(api) = self.api() else { return };
         let runtime = self.settings.listen.runtime.texts_runtime();
-        let r = load_texts(&api, &self.state, runtime, self.texts.is_none()).await;
+        let r = texts::load(
+            &self.api,
+            &self.state,
+            runtime,
+            self.current_texts().is_none(),
+        )
+        .await;
         self.on_texts(r);
     }
 
     /// The timer's and SIGHUP's refresh runs as a task, so a slow server never holds up wakes.
-    fn spawn_texts_refresh(&self, tx: &mpsc::Sender<Option<(Texts, &'static str)>>) {
-        let Some(api) = self.api() else { return };
+    fn spawn_texts_refresh(&self, tx: &mpsc::Sender<Result<Loaded, Missing>>) {
+        let api = self.api.clone();
         let runtime = self.settings.listen.runtime.texts_runtime();
         let state = self.state.clone();
-        let use_cache = self.texts.is_none();
+        let use_cache = self.current_texts().is_none();
         let tx = tx.clone();
         tokio::spawn(async move {
-            let r = load_texts(&api, &state, runtime, use_cache).await;
+            let r = texts::load(&api, &state, runtime, use_cache).await;
             let _ = tx.send(r).await;
         });
     }
 
-    fn on_texts(&mut self, r: Option<(Texts, &'static str)>) {
-        // Without texts loaded, `load_texts` has just logged `texts_missing` itself.
-        self.texts_missing_logged = r.is_none() && self.texts.is_none();
-        if let Some((texts, source)) = r {
-            self.texts = Some(texts);
-            self.status.texts = TextsStatus {
-                source,
-                fetched_at: Some(time::rfc3339(SystemTime::now())),
-            };
+    /// The texts runtime the configured runtime reads.
+    fn texts_runtime(&self) -> &'static str {
+        self.settings.listen.runtime.texts_runtime()
+    }
+
+    /// The loaded texts when they are the configured runtime's: another runtime's texts spell the
+    /// tools another way and are never used.
+    fn current_texts(&self) -> Option<&Loaded> {
+        self.texts
+            .as_ref()
+            .filter(|l| l.runtime == self.texts_runtime())
+    }
+
+    /// A texts refresh ended.
+    fn on_texts(&mut self, r: Result<Loaded, Missing>) {
+        self.take_texts(r);
+        self.status_changed();
+    }
+
+    /// Texts came (a refresh, or a cycle that had none): the configured runtime's take over; an
+    /// answer for a runtime switched away from meanwhile is dropped. With none for the runtime,
+    /// `texts_missing` is said once per stretch without texts.
+    fn take_texts(&mut self, r: Result<Loaded, Missing>) {
+        match r {
+            Ok(loaded) if loaded.runtime != self.texts_runtime() => {
+                tracing::debug!(event = %"texts_dropped", runtime = loaded.runtime, "texts for a runtime no longer configured");
+            }
+            Ok(loaded) => {
+                self.texts_missing_logged = false;
+                self.status.texts = loaded.status();
+                self.texts = Some(loaded);
+            }
+            Err(missing) if missing.runtime != self.texts_runtime() => {}
+            Err(missing) => {
+                if self.current_texts().is_none() && !self.texts_missing_logged {
+                    self.texts_missing_logged = true;
+                    missing.log();
+                }
+            }
         }
-        self.write_status();
     }
 
     /// An unusable runtime whose binary was installed, updated or replaced since is tried again.
@@ -556,14 +916,9 @@ impl Daemon {
                     }
                     let mut s = s;
                     s.state_dir = self.settings.state_dir.clone();
-                    if windows(&s) != windows(&self.settings) {
-                        self.pending_windows = Some(windows(&s));
+                    if self.use_endpoint(&s.api_base, &k) {
+                        self.take_settings(s);
                     }
-                    self.key = k;
-                    self.status.api_base = s.api_base.clone();
-                    self.status.runtime = s.listen.runtime.as_str().to_string();
-                    self.status.key_source = key_source_label(&s.key_source);
-                    self.settings = s;
                 }
                 None => {
                     tracing::error!(
@@ -579,7 +934,27 @@ impl Daemon {
         self.flags.unusable = None;
         self.apply_pending_windows();
         let _ = params_tx.send(self.socket_params());
-        self.write_status();
+        self.status_changed();
+    }
+
+    /// Reloaded settings (with a client for their endpoint already in place) take over.
+    fn take_settings(&mut self, s: Settings) {
+        let (old, new) = (self.texts_runtime(), s.listen.runtime.texts_runtime());
+        if old != new {
+            // Texts are keyed by runtime: the old runtime's are not this one's. Until its own come
+            // (the server's, else its cached copy) nothing runs.
+            tracing::info!(event = %"texts_runtime_changed", from = old, to = new, "the runtime reads other texts now; loading them");
+            self.texts = None;
+            self.status.texts = TextsStatus::default();
+            self.texts_missing_logged = false;
+        }
+        if windows(&s) != windows(&self.settings) {
+            self.pending_windows = Some(windows(&s));
+        }
+        self.status.api_base = s.api_base.clone();
+        self.status.runtime = s.listen.runtime.as_str().to_string();
+        self.status.key_source = key_source_label(&s.key_source);
+        self.settings = s;
     }
 
     /// A reloaded `quiet_window`/`max_delay` takes over once no cycle runs and no wake waits, so
@@ -611,27 +986,31 @@ impl Daemon {
             && k.expose_secret() != self.key.expose_secret()
         {
             tracing::info!(event = %"key_changed", "the API key changed; retrying now");
-            self.key = k;
-            let _ = params_tx.send(self.socket_params());
+            let base = self.settings.api_base.clone();
+            if self.use_endpoint(&base, &k) {
+                let _ = params_tx.send(self.socket_params());
+            }
         }
     }
 }
 
 /// The one state `status.json` shows: stopping > starting > key_refused > runtime_unusable >
 /// handle_mismatch > the socket's. A refused key comes first: nothing else can work without it.
-fn shown_state(p: &ListenerFlags, socket: SocketState) -> &'static str {
-    if p.stopping {
-        "stopping"
+fn shown_state(p: &ListenerFlags, socket: SocketState) -> ListenerState {
+    if p.stopped {
+        ListenerState::Stopped
+    } else if p.stopping {
+        ListenerState::Stopping
     } else if p.starting {
-        "starting"
+        ListenerState::Starting
     } else if socket == SocketState::KeyRefused {
-        "key_refused"
+        ListenerState::KeyRefused
     } else if p.unusable.is_some() {
-        "runtime_unusable"
+        ListenerState::RuntimeUnusable
     } else if p.mismatch.is_some() {
-        "handle_mismatch"
+        ListenerState::HandleMismatch
     } else {
-        socket.as_str()
+        socket.into()
     }
 }
 
@@ -663,19 +1042,40 @@ mod tests {
             unusable_binary: None,
             mismatch: None,
             stopping: false,
+            stopped: false,
         }
     }
 
     #[test]
     fn shown_state_puts_stopping_then_key_then_profile_states_over_the_socket() {
         let mut p = flags();
-        assert_eq!(shown_state(&p, SocketState::Backoff), "backoff");
+        assert_eq!(
+            shown_state(&p, SocketState::Backoff),
+            ListenerState::Backoff
+        );
         p.mismatch = Some("@x".into());
-        assert_eq!(shown_state(&p, SocketState::Connected), "handle_mismatch");
+        assert_eq!(
+            shown_state(&p, SocketState::Connected),
+            ListenerState::HandleMismatch
+        );
         p.unusable = Some("no claude".into());
-        assert_eq!(shown_state(&p, SocketState::Connected), "runtime_unusable");
-        assert_eq!(shown_state(&p, SocketState::KeyRefused), "key_refused");
+        assert_eq!(
+            shown_state(&p, SocketState::Connected),
+            ListenerState::RuntimeUnusable
+        );
+        assert_eq!(
+            shown_state(&p, SocketState::KeyRefused),
+            ListenerState::KeyRefused
+        );
         p.stopping = true;
-        assert_eq!(shown_state(&p, SocketState::KeyRefused), "stopping");
+        assert_eq!(
+            shown_state(&p, SocketState::KeyRefused),
+            ListenerState::Stopping
+        );
+        p.stopped = true;
+        assert_eq!(
+            shown_state(&p, SocketState::Connected),
+            ListenerState::Stopped
+        );
     }
 }

@@ -22,9 +22,9 @@
 //! `prometheus_client.parser`) in `tests/it/metrics.rs`.
 
 use super::cycle::CycleReport;
-use super::state_dir::Status;
 use crate::core::engine::WakeCause;
 use crate::core::reconnect::CloseKind;
+use crate::core::status::Status;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::net::SocketAddr;
@@ -350,7 +350,8 @@ impl Metrics {
 
     /// The status was written: the main loop turned. Keeps the state for the gauges and probes.
     pub fn observe_status(&self, status: &Status) {
-        self.observe_state(status.state, status.socket);
+        let socket = status.socket.map_or("", |s| s.as_str());
+        self.observe_state(status.state.as_str(), socket);
     }
 
     /// [`Metrics::observe_status`] with `status.json`'s `state` and `socket` words.
@@ -397,13 +398,13 @@ impl Metrics {
     pub fn cycle_ended(&self, report: &CycleReport) {
         let Some(mut i) = self.lock() else { return };
         let last = &report.last;
-        let outcome = last.outcome.as_deref().unwrap_or("failed");
+        let outcome = last.outcome.map_or("failed", |o| o.as_str());
         i.add(
             &CYCLES,
             vec![("outcome", known(outcome, CYCLE_OUTCOMES))],
             1,
         );
-        if let Some(r) = last.no_run_reason.as_deref() {
+        if let Some(r) = last.no_run_reason.map(|r| r.as_str()) {
             i.add(&NO_RUN, vec![("reason", known(r, NO_RUN_REASONS))], 1);
         }
         i.add(&INVITES_DISMISSED, vec![], last.invites_dismissed);
@@ -473,8 +474,19 @@ impl Metrics {
         }
     }
 
-    pub fn run_ended(&self, runtime: &str, outcome: &str, duration: Duration) {
+    pub fn run_ended(
+        &self,
+        runtime: &str,
+        outcome: &crate::runtime::RunOutcome,
+        duration: Duration,
+    ) {
+        use crate::runtime::RunOutcome;
         let Some(mut i) = self.lock() else { return };
+        let outcome = match outcome {
+            RunOutcome::Completed => "completed",
+            RunOutcome::Failed(_) => "failed",
+            RunOutcome::Unusable(_) => "unusable",
+        };
         i.run_started = None;
         let runtime = runtime.to_string();
         i.add(
@@ -883,7 +895,11 @@ mod tests {
         m.socket_down(&CloseKind::Budget { retry_after_s: 5 });
         m.cycle_started();
         m.run_started();
-        m.run_ended("script", "completed", Duration::from_millis(2500));
+        m.run_ended(
+            "script",
+            &crate::runtime::RunOutcome::Completed,
+            Duration::from_millis(2500),
+        );
         let page = m.render();
         for (series, value) in [
             (

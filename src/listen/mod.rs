@@ -1,8 +1,10 @@
-//! `agentchat listen`: the resident listener (design 2-7). Owned by the listener work (issue 4).
+//! `agentchat listen`: the resident listener (contract 1 and 4, "single-run mode").
 //!
 //! Data path: `socket` (frames -> `core::engine` -> wakes, acks) -> `daemon` (coalescer, one cycle
 //! at a time, status, signals) -> `cycle` (tray, decide, run via `runtime::supervisor`, tray,
-//! invite rule). `once` is the single-shot form for scripts and cron. `state_dir` owns the files.
+//! invite rule). `once` is the single-shot form for scripts and cron. `state_dir` owns the files,
+//! `texts` the served texts (the one loader and cache); `core::status` is the vocabulary of the
+//! status they write.
 
 pub mod cycle;
 pub mod daemon;
@@ -11,9 +13,9 @@ pub mod metrics;
 pub mod once;
 pub mod socket;
 pub mod state_dir;
+pub mod texts;
 
 use crate::config::{ConfigArgs, IntegrationSwitch, LogFormat};
-use crate::core::texts::Texts;
 use std::collections::HashMap;
 use std::time::Duration;
 
@@ -154,55 +156,6 @@ pub fn config_error_exit_code(env: &HashMap<String, String>) -> i32 {
         0
     } else {
         EXIT_CONFIG
-    }
-}
-
-/// Texts from the server (kept in the cache), else from the cache when `use_cache`.
-/// `None` when neither is available. The source is `server` or `cache`.
-pub async fn load_texts(
-    api: &crate::client::Api,
-    state: &state_dir::StateDir,
-    runtime: &str,
-    use_cache: bool,
-) -> Option<(Texts, &'static str)> {
-    let path = state.texts_cache(runtime);
-    match api.texts(runtime).await {
-        Ok((texts, bytes)) => {
-            if let Err(e) = crate::sys::fs::write_atomic(&path, &bytes) {
-                tracing::warn!(event = %"texts_cache_write_failed", error = %e, "could not keep the texts");
-            }
-            tracing::info!(
-                event = %"texts_fetched",
-                runtime,
-                "texts fetched from the server"
-            );
-            return Some((texts, "server"));
-        }
-        Err(e) => {
-            tracing::warn!(event = %"texts_fetch_failed", runtime, error = %e, "could not fetch the texts");
-        }
-    }
-    if !use_cache {
-        return None;
-    }
-    match std::fs::read(&path) {
-        Ok(bytes) => match Texts::parse(&bytes) {
-            Ok(t) => {
-                tracing::info!(event = %"texts_cached", path = %path.display(), "using the last good texts from the cache");
-                Some((t, "cache"))
-            }
-            Err(e) => {
-                tracing::error!(event = %"texts_missing", error = %e, "the cached texts are damaged; no runs until the server's texts can be read");
-                None
-            }
-        },
-        Err(_) => {
-            tracing::error!(
-                event = %"texts_missing",
-                "no texts from the server and none cached; no runs until the server's texts can be read"
-            );
-            None
-        }
     }
 }
 

@@ -7,6 +7,7 @@ use super::socket::{self, SocketParams};
 use super::state_dir::StateDir;
 use crate::client::Api;
 use crate::config::Settings;
+use crate::core::status::{NoRunReason, Outcome};
 use secrecy::SecretString;
 use std::time::Duration;
 use tokio::signal::unix::{SignalKind, signal};
@@ -21,9 +22,12 @@ pub async fn run(
     state: StateDir,
     scale: super::TimeScale,
 ) -> anyhow::Result<i32> {
+    // One REST client for the whole run: who am I, the texts, the tray.
+    let api = Api::new(&settings.api_base, key.clone())?;
     let params = SocketParams {
         api_base: settings.api_base.clone(),
         key: key.clone(),
+        api: api.clone(),
         idle_timeout: settings.listen.idle_timeout,
         key_refused_retry: crate::core::reconnect::KEY_REFUSED_RETRY,
         metrics: super::metrics::Metrics::off(),
@@ -31,10 +35,14 @@ pub async fn run(
     let handle = socket::connect_once(&params, SETTLE)
         .await
         .map_err(|e| anyhow::anyhow!("could not connect to {}: {e}", settings.api_base))?;
-    let api = Api::new(&settings.api_base, key.clone())?;
-    let texts = super::load_texts(&api, &state, settings.listen.runtime.texts_runtime(), true)
-        .await
-        .map(|(t, _)| t);
+    let runtime = settings.listen.runtime.texts_runtime();
+    let texts = match super::texts::load(&api, &state, runtime, true).await {
+        Ok(loaded) => Some(loaded.texts),
+        Err(missing) => {
+            missing.log();
+            None
+        }
+    };
 
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let mut sigterm = signal(SignalKind::terminate())?;
@@ -52,6 +60,7 @@ pub async fn run(
         invite_pace_ms: scale.invite_pace_ms(),
         shutdown: shutdown_rx,
         metrics: super::metrics::Metrics::off(),
+        run_starting: None,
     };
     let mut task = tokio::spawn(cycle::run(input));
     let report = tokio::select! {
@@ -62,20 +71,35 @@ pub async fn run(
     .map_err(|e| anyhow::anyhow!("the cycle ended abnormally: {e}"))?;
 
     let last = &report.last;
-    match last.outcome.as_deref() {
-        Some("completed") => {
+    match last.outcome {
+        Some(Outcome::Completed) => {
             println!("run completed (cycle {})", last.id);
             Ok(0)
         }
-        Some("no_run") => {
-            let why = last.no_run_reason.as_deref().unwrap_or("");
-            if why == "tray_unreadable" || why == "handle_mismatch" || why == "no_texts" {
-                anyhow::bail!("no run: {why} (cycle {})", last.id);
+        Some(Outcome::NoRun) => {
+            let why = last.no_run_reason;
+            let why_word = why.map_or("", NoRunReason::as_str);
+            match why {
+                // Nothing for a run to do: a success for a script or cron job.
+                Some(
+                    NoRunReason::NothingWaiting
+                    | NoRunReason::OnlyMuted
+                    | NoRunReason::NoPrompt
+                    | NoRunReason::RuntimeUnusable,
+                )
+                | None => {
+                    println!("no run: {why_word}");
+                    Ok(0)
+                }
+                // Something waited, or may have, and could not get a run.
+                Some(
+                    NoRunReason::TrayUnreadable
+                    | NoRunReason::HandleMismatch
+                    | NoRunReason::NoTexts,
+                ) => anyhow::bail!("no run: {why_word} (cycle {})", last.id),
             }
-            println!("no run: {why}");
-            Ok(0)
         }
-        _ => anyhow::bail!(
+        Some(Outcome::Failed | Outcome::Unusable) | None => anyhow::bail!(
             "the run failed: {} (cycle {}, log {})",
             last.failure.as_deref().unwrap_or("unknown"),
             last.id,

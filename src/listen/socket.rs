@@ -26,6 +26,8 @@ const DEDUPE_CAPACITY: usize = 4096;
 pub struct SocketParams {
     pub api_base: String,
     pub key: SecretString,
+    /// The listener's one REST client for this configuration (`GET /v1/agents/me`).
+    pub api: Api,
     pub idle_timeout: Duration,
     pub key_refused_retry: Duration,
     /// The listener's metrics (a no-op registry for `--once`).
@@ -39,24 +41,7 @@ impl SocketParams {
 }
 
 /// The socket's state, for the status file.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SocketState {
-    Connecting,
-    Connected,
-    Backoff,
-    KeyRefused,
-}
-
-impl SocketState {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            SocketState::Connecting => "connecting",
-            SocketState::Connected => "connected",
-            SocketState::Backoff => "backoff",
-            SocketState::KeyRefused => "key_refused",
-        }
-    }
-}
+pub use crate::core::status::SocketState;
 
 /// What the socket tells the main loop.
 #[derive(Debug)]
@@ -129,20 +114,15 @@ pub async fn run(
         let me_result = if known {
             Ok(())
         } else {
-            match Api::new(&params.api_base, params.key.clone()) {
-                Ok(api) => {
-                    let Some(r) = or_shutdown(api.me(), &mut shutdown).await else {
-                        return;
-                    };
-                    match r {
-                        Ok(h) => {
-                            engine.set_own_handle(&h);
-                            let _ = events.send(SocketEvent::Handle(h)).await;
-                            handle_known_for = Some(params.clone());
-                            Ok(())
-                        }
-                        Err(e) => Err(e),
-                    }
+            let Some(r) = or_shutdown(params.api.me(), &mut shutdown).await else {
+                return;
+            };
+            match r {
+                Ok(h) => {
+                    engine.set_own_handle(&h);
+                    let _ = events.send(SocketEvent::Handle(h)).await;
+                    handle_known_for = Some(params.clone());
+                    Ok(())
                 }
                 Err(e) => Err(e),
             }
@@ -472,8 +452,7 @@ async fn read_loop(
 /// `--once`: connects, handles the frames that arrive within `settle` (acking pushed messages:
 /// the cycle that follows reads the same tray), then closes with 1000. Returns the handle.
 pub async fn connect_once(params: &SocketParams, settle: Duration) -> Result<String, String> {
-    let api = Api::new(&params.api_base, params.key.clone()).map_err(|e| e.to_string())?;
-    let handle = api.me().await.map_err(|e| match e {
+    let handle = params.api.me().await.map_err(|e| match e {
         ApiError::Refused(s) => format!("the server refused the API key (HTTP {s})"),
         other => format!("GET /v1/agents/me failed: {other}"),
     })?;

@@ -1,17 +1,15 @@
-//! The profile's state dir (design 7): created 0700; the single-instance lock; `status.json`
+//! The profile's state dir: created 0700; the single-instance lock; `status.json`
 //! written atomically (tmp + rename, 0600); the last good texts; the invite-rule memory; run logs.
 //! Nothing here ever holds the key or message text.
 
 use crate::core::invite_rule::InviteMemory;
+use crate::core::status::Status;
 use crate::sys::fs::{create_private_dir, write_atomic};
-use crate::sys::time::rfc3339;
-use serde::Serialize;
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::SystemTime;
 
 pub const LOCK_FILE: &str = "listen.lock";
 pub const STATUS_FILE: &str = "status.json";
@@ -58,7 +56,29 @@ pub enum LockAttempt {
     },
 }
 
+/// Why `status.json` could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum StatusReadError {
+    #[error("cannot read {path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path} is not a status file: {source}")]
+    NotAStatusFile {
+        path: PathBuf,
+        source: serde_json::Error,
+    },
+}
+
 impl StateDir {
+    /// The state dir at `root`, as it is: nothing is created. For readers (`status`, `doctor`).
+    pub fn at(root: &Path) -> StateDir {
+        StateDir {
+            root: root.to_path_buf(),
+        }
+    }
+
     /// Creates the dir (and parents) and makes it 0700.
     pub fn open(root: &Path) -> Result<StateDir, StateError> {
         let err = |source| StateError::Dir {
@@ -87,6 +107,12 @@ impl StateDir {
         self.root.join("workdir")
     }
 
+    /// The runs' working directory: `listen.workdir` when configured, else the default one.
+    pub fn workdir(&self, configured: Option<&Path>) -> PathBuf {
+        configured.map_or_else(|| self.default_workdir(), Path::to_path_buf)
+    }
+
+    /// The last good texts for a texts runtime (`claude-code`, `codex`, `generic`).
     pub fn texts_cache(&self, texts_runtime: &str) -> PathBuf {
         self.root.join(format!("texts-{texts_runtime}.json"))
     }
@@ -155,93 +181,23 @@ impl StateDir {
         }
     }
 
+    /// Reads `status.json` into the typed status; `Ok(None)` when there is none (no listener has
+    /// run with this state dir). Older and newer files read too (see `core::status`).
+    pub fn read_status(&self) -> Result<Option<Status>, StatusReadError> {
+        let path = self.path(STATUS_FILE);
+        match std::fs::read(&path) {
+            Ok(bytes) => serde_json::from_slice(&bytes)
+                .map(Some)
+                .map_err(|source| StatusReadError::NotAStatusFile { path, source }),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(source) => Err(StatusReadError::Io { path, source }),
+        }
+    }
+
     pub fn write_status(&self, status: &Status) -> std::io::Result<()> {
         let bytes = serde_json::to_vec_pretty(status).map_err(std::io::Error::other)?;
         write_atomic(&self.path(STATUS_FILE), &bytes)
     }
-}
-
-/// The listener's state as `status.json` shows it (design 7; README.md's `status.json` section
-/// lists the fields for users, so a field added here belongs there too).
-#[derive(Debug, Clone, Serialize)]
-pub struct Status {
-    pub state: &'static str,
-    pub since: String,
-    /// The socket's own state, which `state` hides while a profile state (key refused, runtime
-    /// unusable, handle mismatch) is shown.
-    pub socket: &'static str,
-    pub pid: u32,
-    pub profile: String,
-    pub handle: Option<String>,
-    pub api_base: String,
-    pub runtime: String,
-    pub key_source: String,
-    pub updated_at: String,
-    pub started_at: String,
-    pub last_frame_at: Option<String>,
-    pub last_connected_at: Option<String>,
-    pub last_wake: Option<LastWake>,
-    pub last_cycle: Option<LastCycle>,
-    pub next_retry_at: Option<String>,
-    /// One line on why the state is what it is (never the key, never message text).
-    pub detail: Option<String>,
-    pub texts: TextsStatus,
-    pub counters: Counters,
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct LastWake {
-    pub at: String,
-    pub reasons: Vec<String>,
-}
-
-#[derive(Debug, Clone, Serialize, Default)]
-pub struct LastCycle {
-    pub id: String,
-    pub started_at: String,
-    pub ended_at: Option<String>,
-    pub reasons: Vec<String>,
-    pub run_started: bool,
-    pub run_kind: Option<String>,
-    /// `completed`, `failed`, `unusable`, or `no_run`.
-    pub outcome: Option<String>,
-    pub no_run_reason: Option<String>,
-    pub failure: Option<String>,
-    pub run_log: Option<String>,
-    pub invites_dismissed: u64,
-}
-
-impl LastCycle {
-    /// A cycle that has just started: the daemon shows it in `status.json` at once, and the cycle
-    /// fills in the rest as it goes.
-    pub fn started(id: String, reasons: Vec<String>) -> LastCycle {
-        LastCycle {
-            id,
-            started_at: rfc3339(SystemTime::now()),
-            reasons,
-            ..Default::default()
-        }
-    }
-}
-
-#[derive(Debug, Clone, Serialize, Default)]
-pub struct TextsStatus {
-    /// `server`, `cache`, or `none`.
-    pub source: &'static str,
-    pub fetched_at: Option<String>,
-}
-
-#[derive(Debug, Clone, Serialize, Default)]
-pub struct Counters {
-    pub connects: u64,
-    pub frames: u64,
-    pub acks: u64,
-    pub wakes: u64,
-    pub cycles: u64,
-    pub runs: u64,
-    pub runs_failed: u64,
-    pub invites_dismissed: u64,
-    pub frames_skipped: u64,
 }
 
 #[cfg(test)]
@@ -259,6 +215,25 @@ mod tests {
         let meta = std::fs::metadata(dir.path(STATUS_FILE)).unwrap();
         assert_eq!(meta.mode() & 0o777, 0o600);
         assert_eq!(std::fs::read(dir.path(STATUS_FILE)).unwrap(), b"{}");
+    }
+
+    #[test]
+    fn status_reads_back_as_written_and_a_missing_or_damaged_file_is_said_apart() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = StateDir::at(&tmp.path().join("state"));
+        assert!(!dir.root.exists(), "`at` creates nothing");
+        assert!(matches!(dir.read_status(), Ok(None)));
+        let dir = StateDir::open(&dir.root).unwrap();
+        let status = Status {
+            pid: 42,
+            ..Default::default()
+        };
+        dir.write_status(&status).unwrap();
+        assert_eq!(dir.read_status().unwrap(), Some(status));
+        std::fs::write(dir.path(STATUS_FILE), b"{ half").unwrap();
+        let e = dir.read_status().unwrap_err();
+        assert!(matches!(e, StatusReadError::NotAStatusFile { .. }));
+        assert!(e.to_string().contains("is not a status file"), "{e}");
     }
 
     #[test]

@@ -70,7 +70,8 @@ pub(crate) fn search_path(name: &Path, path_var: Option<&std::ffi::OsStr>) -> Op
         .find(|candidate| is_executable(candidate))
 }
 
-fn is_executable(p: &Path) -> bool {
+/// An existing file with an execute bit (for anyone): what a runtime can start.
+pub fn is_executable(p: &Path) -> bool {
     use std::os::unix::fs::PermissionsExt;
     std::fs::metadata(p)
         .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
@@ -79,7 +80,7 @@ fn is_executable(p: &Path) -> bool {
 
 /// What the runtime's binary is on disk (the resolved file, symlinks followed): installing,
 /// updating or replacing the CLI changes it, which gives an unusable runtime a new chance
-/// (issue 5: "until config reload or a changed binary").
+/// (`docs/runtimes.md`, "Unusable until fixed").
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BinaryStamp {
     pub path: PathBuf,

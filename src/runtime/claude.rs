@@ -1,4 +1,4 @@
-//! The Claude Code runtime (design 5): `claude -p --output-format stream-json --verbose
+//! The Claude Code runtime (`docs/runtimes.md`): `claude -p --output-format stream-json --verbose
 //! [--mcp-config <file>] [extra args] --allowedTools "mcp__agentchat__*"`, the prompt on stdin.
 //!
 //! The key reaches Claude Code only through the MCP config file (0600, in the state dir), never

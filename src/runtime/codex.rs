@@ -1,4 +1,4 @@
-//! The Codex runtime (design 5): `codex exec --json --skip-git-repo-check` with the `agentchat`
+//! The Codex runtime (`docs/runtimes.md`): `codex exec --json --skip-git-repo-check` with the `agentchat`
 //! MCP server given by `-c` overrides, `-C <workdir>`, the prompt as the last argument (after
 //! `--`, so a prompt starting with `-` is never read as a flag) and stdin closed (an open stdin
 //! makes `codex exec` wait for more input).

@@ -1,4 +1,5 @@
-//! The error shape every route answers with: `{"code","message","details?"}` (wire-facts 4.9).
+//! The error shape every route answers with: `{"code","message","details?"}` (contract 7's
+//! "usual error shape"; `docs/local-server.md`).
 
 use serde_json::{Value, json};
 

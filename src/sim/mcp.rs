@@ -1,5 +1,5 @@
 //! The hosted MCP tools at `POST /mcp`: Streamable HTTP answered with plain `application/json`
-//! JSON-RPC 2.0 (what the real `claude` and `codex` clients accept, real-clis.md). Bearer auth.
+//! JSON-RPC 2.0 (what the real `claude` and `codex` clients accept). Bearer auth.
 //! Tools answer as the REST routes do: the result JSON as one text item, errors as `isError`.
 
 use serde_json::{Value, json};

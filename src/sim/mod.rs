@@ -1,5 +1,5 @@
 //! `agentchat sim`: a faithful in-memory AgentChat server on loopback, with a control API for
-//! tests and demos (design 8). Owned by the sim work (issue 3).
+//! tests and demos (`docs/local-server.md`).
 //!
 //! Layout: `store`/`model` hold the data and the operations every door shares (with `verdicts`
 //! and `invites` split out); `tray` builds the

@@ -52,7 +52,7 @@ pub fn at(handle: &str) -> String {
     format!("@{handle}")
 }
 
-/// Handles match `^[a-z][a-z0-9]*(-[a-z0-9]+)*$`, 3-30 characters (wire-facts 2.3).
+/// Handles match `^[a-z][a-z0-9]*(-[a-z0-9]+)*$`, 3-30 characters.
 pub fn valid_handle(h: &str) -> bool {
     let b = h.as_bytes();
     if !(3..=30).contains(&b.len()) || !b[0].is_ascii_lowercase() || b[b.len() - 1] == b'-' {
@@ -294,7 +294,7 @@ impl Store {
     }
 
     /// Registers an accepted socket and queues its backlog: every `stored` delivery, with
-    /// `delivery_id` (the reconnect drain, wire-facts 3.2).
+    /// `delivery_id` (the reconnect drain: unacked messages are pushed again, contract 3.4).
     pub fn attach_socket(&mut self, h: &str, entry: SocketEntry) {
         let ack = entry.has("ack");
         let tx = entry.tx.clone();

@@ -1,4 +1,4 @@
-//! Texts v1 (`GET /v1/texts?runtime=`, contract 3.6), modeled on wire-facts 7.8. Tool names are
+//! Texts v1 (`GET /v1/texts?runtime=`, contract 3.6; `docs/local-server.md`). Tool names are
 //! spelled per runtime: bare for `generic`, `mcp__agentchat__<tool>` for Claude Code, Codex and
 //! Hermes, `agentchat__<tool>` for OpenClaw.
 

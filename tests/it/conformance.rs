@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use agentchat::core::coalescer::Coalescer;
-use agentchat::core::decision::{self, CycleDecision, NoRun, RunKind};
+use agentchat::core::decision::{self, CycleDecision, NoRunReason, RunKind};
 use agentchat::core::engine::Engine;
 use agentchat::core::frames::ack_frame;
 use agentchat::core::identity::{self, AnchorError};
@@ -338,14 +338,14 @@ fn cycle_cases_decide_run_kind_or_why_not() {
             vec![format!("expected {}, got {got}", case["expect"])]
         }
     });
-    // The mismatch names the other handle so the log line can say whose key this is.
-    let t = Tray::parse(br#"{"you":"@someone-else","conversations":[]}"#).unwrap();
+    // A mismatch wins over what waits; the tray's `you` names the other agent for the log line.
+    let t = Tray::parse(br#"{"you":"@someone-else","conversations":[{"conversation_id":"c"}]}"#)
+        .unwrap();
     assert_eq!(
         decision::decide(&t, own),
-        CycleDecision::NoRun(NoRun::HandleMismatch {
-            you: "@someone-else".into()
-        })
+        CycleDecision::NoRun(NoRunReason::HandleMismatch)
     );
+    assert_eq!(t.you.as_deref(), Some("@someone-else"));
 }
 
 // ---------------------------------------------------------------- socket frames

@@ -1,7 +1,7 @@
 //! Property tests for the pure core: no parser panics on arbitrary input, the coalescer's
 //! guarantees hold on any timeline, the reconnect delays stay in bounds, the identity upsert is
 //! idempotent and keeps the bytes around the block. CI runs them with `PROPTEST_CASES=64`; the
-//! `never_panic` properties are also run at fuzzing scale, `PROPTEST_CASES=1000000` (README.md,
+//! `never_panic` properties are also run at fuzzing scale, `PROPTEST_CASES=1000000` (CONTRIBUTING.md,
 //! "Fuzzing").
 
 use std::time::Duration;
@@ -396,8 +396,8 @@ proptest! {
 //
 // Structured inputs for the parsers the listener feeds with what a server or a user wrote:
 // socket frames, trays (malformed entries included), texts and the config. Every property here
-// has `never_panic` in its name, so one run can raise them all to fuzzing scale (README.md,
-// "Fuzzing"): `PROPTEST_CASES=1000000 cargo test --release --test core_props never_panic`.
+// has `never_panic` in its name, so one run can raise them all to fuzzing scale (CONTRIBUTING.md,
+// "Fuzzing"): `PROPTEST_CASES=1000000 cargo test --release --test it never_panic`.
 
 /// Text frames shaped like the server's: a known (or unknown) `type`, and a payload whose keys
 /// often hit the modelled fields.

@@ -483,7 +483,74 @@ async fn sigterm_during_a_run_ends_it_within_the_grace_and_exits_0_leaving_no_pr
         "no process of the run is left"
     );
     assert!(l.count("stopped") == 1, "{}", l.log());
-    assert_eq!(setup.status()["state"], "stopping");
+    assert_eq!(setup.status()["state"], "stopped");
+}
+
+/// `agentchat status` for the test's profile: its exit code and output.
+fn status_command(setup: &Setup) -> (i32, String) {
+    let out = std::process::Command::new(BIN)
+        .arg("status")
+        .env_remove("AGENTCHAT_API_KEY")
+        .env("AGENTCHAT_CONFIG", &setup.config)
+        .env("AGENTCHAT_STATE_DIR", &setup.state_dir)
+        .output()
+        .unwrap();
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    (out.status.code().unwrap_or(-1), text)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_during_a_run_says_what_it_waits_for_and_a_second_signal_kills_the_run_and_exits() {
+    // The longest grace config allows (5 min) and a run that ignores SIGTERM: only the second signal ends this.
+    let opts = Opts {
+        kill_grace: "5m",
+        ..Opts::default()
+    };
+    let (sim, alice, bob, setup, mut l) =
+        bob_listening_with(&opts, &[("trap", ""), ("sleep", "300"), ("grandchild", "")]).await;
+    sim.send(&alice, &bob, "long one").await;
+    let (run_pid, grandchild) = first_run_pids(&setup, &l).await;
+    l.signal(libc::SIGTERM);
+    logged_at_least(&l, "stop_waiting", 1, 10.0).await;
+    let waiting = &l.events("stop_waiting")[0];
+    assert_eq!(waiting["grace_ms"], 300_000, "{waiting}");
+    assert!(
+        waiting["run_log"]
+            .as_str()
+            .is_some_and(|p| p.contains("run-")),
+        "{waiting}"
+    );
+
+    // While its pid lives, `status` says it is stopping, not that it is not running.
+    state_becomes(&setup, &l, "stopping", 5.0).await;
+    let (code, text) = status_command(&setup);
+    assert!(
+        text.contains(&format!("listener    stopping (pid {})", l.pid())),
+        "{text}"
+    );
+    assert!(!text.contains("not running"), "{text}");
+    assert_eq!(code, 3, "only a running listener is 0: {text}");
+    assert!(!is_gone(run_pid), "the run still has its grace");
+
+    l.signal(libc::SIGINT);
+    assert_eq!(l.wait_exit(10.0), Some(0), "{}", l.log());
+    assert!(
+        is_gone(run_pid) && is_gone(grandchild),
+        "the second signal killed the run's whole group"
+    );
+    assert_eq!(l.count("stop_waiting"), 1, "said once: {}", l.log());
+    assert_eq!(l.count("stop_forced"), 1, "{}", l.log());
+    assert_eq!(l.count("stopped"), 1, "{}", l.log());
+    let status = setup.status();
+    assert_eq!(status["state"], "stopped");
+    assert_eq!(status["last_cycle"]["outcome"], "failed", "{status}");
+    let (code, text) = status_command(&setup);
+    assert_eq!(code, 3, "{text}");
+    assert!(
+        text.contains("not running") && text.contains("state       stopped"),
+        "{text}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1120,6 +1187,66 @@ async fn with_the_texts_route_failing_the_cached_copy_still_runs_and_without_one
     run_done(&setup, &l, 2, 10.0).await;
     assert_eq!(setup.rec.file("stdin", 2), WAKE_TEXT);
     assert_eq!(setup.status()["texts"]["source"], "cache");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_sighup_switches_the_runtime_its_own_cached_texts_run_or_nothing_never_the_old_ones()
+{
+    use listen_support::fake::{self, Fake, WAKE_TEXT};
+    use std::os::unix::fs::PermissionsExt;
+    let fake = Fake::start("bob", fake::tray("@bob", 1)).await;
+    let opts = Opts::default();
+    let setup = Setup::new(&opts);
+    // The recorder stands in for the `claude` binary once the runtime is switched to it.
+    let script = &setup.rec.script;
+    std::fs::set_permissions(script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let config = std::fs::read_to_string(&setup.config).unwrap()
+        + &format!("\n[listen.claude]\nbinary = \"{}\"\n", script.display());
+    std::fs::write(&setup.config, &config).unwrap();
+    let l = Listener::spawn(
+        listener_command_for(&fake.api_base, FAKE_KEY, &setup, &opts),
+        &setup,
+        "",
+    );
+    // As a script, with the generic texts: the waiting card runs once.
+    run_done(&setup, &l, 1, 15.0).await;
+    assert_eq!(setup.rec.file("stdin", 1), WAKE_TEXT);
+    logged_at_least(&l, "cycle_end", 1, 10.0).await;
+
+    // Switched to Claude Code while the texts route is down, with no Claude Code texts cached.
+    fake.shared.lock().unwrap().texts_down = true;
+    let switched = config.replace("runtime = \"script\"", "runtime = \"claude-code\"");
+    std::fs::write(&setup.config, &switched).unwrap();
+    l.signal(libc::SIGHUP);
+    logged_at_least(&l, "texts_missing", 1, 10.0).await;
+    fake.wake("reminder");
+    logged_at_least(&l, "cycle_end", 2, 10.0).await;
+    assert_eq!(
+        setup.rec.count(),
+        1,
+        "the generic texts never start a Claude Code run"
+    );
+    assert!(status_holds(&setup, |s| s["last_cycle"]["no_run_reason"] == "no_texts").await);
+    assert_eq!(setup.status()["texts"]["source"], "none");
+    let missing = l.events("texts_missing");
+    assert_eq!(missing.len(), 1, "said once: {}", l.log());
+    assert_eq!(missing[0]["runtime"], "claude-code");
+
+    // With a last good copy of Claude Code's own texts, a reload loads it and it runs.
+    let cached = serde_json::json!({"version": "1", "wake_instruction": "CACHED CLAUDE CODE TEXTS",
+                                    "invite_prompt": "CACHED CLAUDE CODE INVITE"});
+    std::fs::write(
+        setup.state_dir.join("texts-claude-code.json"),
+        cached.to_string(),
+    )
+    .unwrap();
+    l.signal(libc::SIGHUP);
+    logged_at_least(&l, "texts_cached", 1, 10.0).await;
+    fake.wake("reminder");
+    run_done(&setup, &l, 2, 15.0).await;
+    assert_eq!(setup.rec.file("stdin", 2), "CACHED CLAUDE CODE TEXTS");
+    assert_eq!(setup.status()["texts"]["source"], "cache");
+    assert_eq!(l.count("texts_missing"), 1, "{}", l.log());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,4 +1,4 @@
-//! Issue 5's four proofs, end to end through the real `agentchat listen` binary with
+//! Four proofs of the runtimes, end to end through the real `agentchat listen` binary with
 //! `runtime = "claude-code"` and `runtime = "codex"`, the pinned real CLIs, the in-process sim
 //! (REST, socket and MCP tools on loopback) and the scripted model server as the only stand-in
 //! (for the model provider, which cannot run here). HOME and CODEX_HOME are temp dirs the test owns.
@@ -204,7 +204,7 @@ fn env_names(pid: i32) -> Vec<String> {
         .collect()
 }
 
-/// The run's environment as issue 5 and design 5 ask, read from the live processes: the
+/// The run's environment as `docs/runtimes.md` describes it, read from the live processes: the
 /// nested-session variables stripped, `CLAUDE_CONFIG_DIR` not invented, the run's context
 /// present, and `AGENTCHAT_API_KEY` only where Codex needs it (Claude gets the key through the
 /// MCP config file only).
@@ -382,7 +382,7 @@ fn write_wrapper(path: &Path, real: &Path, version: &str) {
     std::fs::rename(&tmp, path).unwrap();
 }
 
-/// Issue 5: unusable "until config reload or a changed binary". The runtime becomes unusable
+/// Unusable until fixed (`docs/runtimes.md`): until SIGHUP or a changed binary. The runtime becomes unusable
 /// (the CLI refuses the login, or is not installed yet); then the CLI's binary is replaced or
 /// installed (as an update or a first install does) and the next wake starts a run again.
 async fn unusable_runtime_is_tried_again_once_its_binary_changes(installed_at_first: bool) {
