@@ -4,7 +4,9 @@
 //!
 //! - `GET /metrics`: the Prometheus text exposition format (version 0.0.4);
 //! - `GET /healthz`: 200 while the main loop turns; 503 with a one-line reason when its last turn
-//!   is older than the bound (three status refreshes: 90 s), or while it stops;
+//!   is older than the bound (three status refreshes: 90 s), or while it stops. The listener's
+//!   runtime has one thread, so a loop blocked outright leaves the endpoint unanswered (a probe's
+//!   timeout counts that as a failure too);
 //! - `GET /readyz`: 200 only while the socket is up, which means the key was accepted; 503 with
 //!   the socket's state otherwise.
 //!
