@@ -137,31 +137,25 @@ pub fn launchd_label(profile: &str) -> String {
 /// Quotes one argument for a systemd command line: always double-quoted, with `\`, `"` escaped and
 /// `$`/`%` doubled so systemd expands nothing.
 fn systemd_quote(arg: &str) -> String {
-    let mut out = String::with_capacity(arg.len() + 2);
-    out.push('"');
-    for c in arg.chars() {
-        match c {
-            '\\' => out.push_str("\\\\"),
-            '"' => out.push_str("\\\""),
-            '$' => out.push_str("$$"),
-            '%' => out.push_str("%%"),
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
+    quote_for_systemd(arg, true)
 }
 
 /// Quotes one `Environment=` assignment: double-quoted with `\` and `"` escaped and `%` doubled
 /// (specifiers are expanded there). Unlike a command line, `$` means nothing in `Environment=`
 /// (systemd.exec(5)), so it stays single.
 fn systemd_env_quote(assignment: &str) -> String {
-    let mut out = String::with_capacity(assignment.len() + 2);
+    quote_for_systemd(assignment, false)
+}
+
+/// The one quoting both use; `double_dollar` is what tells a command line from `Environment=`.
+fn quote_for_systemd(text: &str, double_dollar: bool) -> String {
+    let mut out = String::with_capacity(text.len() + 2);
     out.push('"');
-    for c in assignment.chars() {
+    for c in text.chars() {
         match c {
             '\\' => out.push_str("\\\\"),
             '"' => out.push_str("\\\""),
+            '$' if double_dollar => out.push_str("$$"),
             '%' => out.push_str("%%"),
             c => out.push(c),
         }

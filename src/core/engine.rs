@@ -4,7 +4,7 @@
 
 use std::collections::{HashSet, VecDeque};
 
-use super::frames::ServerFrame;
+use super::frames::{FrameType, ServerFrame};
 
 /// Why a cycle was asked for. Carried into the run as `AGENTCHAT_WAKE_REASONS`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -41,39 +41,24 @@ pub struct FrameAction {
     pub hello: Option<Option<Vec<String>>>,
     /// Parse failure to log (without the frame's content).
     pub malformed: Option<super::frames::FrameError>,
+    /// The frame's type; `None` when it was malformed.
+    pub frame_type: Option<FrameType>,
 }
 
 /// The default size of the dedupe memory (the SDKs keep 2048 ids).
 pub const DEFAULT_DEDUPE_CAPACITY: usize = 2048;
 
-/// The longest message id the dedupe memory keeps as sent; real ids are far shorter.
-const MAX_KEPT_ID_BYTES: usize = 64;
+/// How the dedupe memory keeps one id: the first 16 bytes of its SHA-256. Every id takes the same
+/// 16 bytes and no allocation of its own, however long the server made it; two different ids
+/// share a key with a chance of 2^-128.
+type SeenKey = [u8; 16];
 
-/// How the dedupe memory keeps one id: as sent when short (every real id), else its SHA-256, so
-/// the memory stays small even if a server sent ids as long as a frame may be.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-enum SeenKey {
-    Id(String),
-    Digest([u8; 32]),
-}
-
-impl SeenKey {
-    fn of(id: &str) -> SeenKey {
-        if id.len() <= MAX_KEPT_ID_BYTES {
-            SeenKey::Id(id.to_owned())
-        } else {
-            use sha2::Digest as _;
-            SeenKey::Digest(sha2::Sha256::digest(id.as_bytes()).into())
-        }
-    }
-
-    #[cfg(test)]
-    fn heap_size(&self) -> usize {
-        match self {
-            SeenKey::Id(s) => s.len(),
-            SeenKey::Digest(d) => d.len(),
-        }
-    }
+fn seen_key(id: &str) -> SeenKey {
+    use sha2::Digest as _;
+    let digest = sha2::Sha256::digest(id.as_bytes());
+    let mut key = [0u8; 16];
+    key.copy_from_slice(&digest[..16]);
+    key
 }
 
 pub struct Engine {
@@ -102,7 +87,7 @@ impl Engine {
 
     /// Remembers `id`; returns false when it was already remembered (a duplicate).
     fn remember(&mut self, id: &str) -> bool {
-        let key = SeenKey::of(id);
+        let key = seen_key(id);
         if self.seen_set.contains(&key) {
             return false;
         }
@@ -111,16 +96,19 @@ impl Engine {
         {
             self.seen_set.remove(&old);
         }
-        self.seen_set.insert(key.clone());
+        self.seen_set.insert(key);
         self.seen_order.push_back(key);
         true
     }
 
     fn is_own(&self, sender: Option<&str>) -> bool {
         match sender {
-            Some(s) if !self.own_handle.is_empty() => {
-                super::handle::normalize(s) == self.own_handle
-            }
+            // `normalize(s) == own_handle` without a new String per message: `own_handle` is
+            // already normalised (ASCII-lowercased).
+            Some(s) if !self.own_handle.is_empty() => s
+                .trim()
+                .trim_start_matches('@')
+                .eq_ignore_ascii_case(&self.own_handle),
             _ => false,
         }
     }
@@ -138,7 +126,8 @@ impl Engine {
                 };
             }
         };
-        match frame {
+        let frame_type = Some(frame.frame_type());
+        let action = match frame {
             ServerFrame::HelloOk { capabilities } => FrameAction {
                 hello: Some(capabilities),
                 ..FrameAction::default()
@@ -166,6 +155,10 @@ impl Engine {
             ServerFrame::GroupDeleted | ServerFrame::Heartbeat | ServerFrame::Other { .. } => {
                 FrameAction::default()
             }
+        };
+        FrameAction {
+            frame_type,
+            ..action
         }
     }
 }
@@ -226,10 +219,17 @@ mod tests {
         );
         let i = e.on_text(r#"{"type":"group.invite.received","payload":{"id":"gri_1"}}"#);
         assert_eq!((i.ack, i.wake), (None, Some(WakeCause::Invite)));
-        assert_eq!(e.on_text(r#"{"type":"heartbeat"}"#), FrameAction::default());
+        let nothing = |frame_type| FrameAction {
+            frame_type: Some(frame_type),
+            ..FrameAction::default()
+        };
+        assert_eq!(
+            e.on_text(r#"{"type":"heartbeat"}"#),
+            nothing(FrameType::Heartbeat)
+        );
         assert_eq!(
             e.on_text(r#"{"type":"group.deleted","payload":{}}"#),
-            FrameAction::default()
+            nothing(FrameType::GroupDeleted)
         );
     }
 
@@ -249,9 +249,9 @@ mod tests {
             Some(WakeCause::Message),
             "another long id is another message"
         );
-        // What the memory keeps per id stays small, whatever the frame size.
-        let kept: usize = e.seen_order.iter().map(|k| k.heap_size()).sum();
-        assert!(kept <= 2 * 64, "kept {kept} bytes for two ids");
+        // What the memory keeps per id is 16 bytes, whatever the frame size.
+        assert_eq!(e.seen_order.len(), 2);
+        assert_eq!(std::mem::size_of::<SeenKey>(), 16);
     }
 
     #[test]
@@ -259,7 +259,10 @@ mod tests {
         let mut e = Engine::new("me", 8);
         let a = e.on_text("nope");
         assert!(a.malformed.is_some());
-        assert_eq!((a.ack, a.wake, a.hello), (None, None, None));
+        assert_eq!(
+            (a.ack, a.wake, a.hello, a.frame_type),
+            (None, None, None, None)
+        );
     }
 
     #[test]

@@ -159,6 +159,14 @@ impl Backoff {
 
 /// The delay before reconnecting after `kind`, given the ordinary backoff state.
 /// `KeyRefused` waits `key_refused_retry` (10 min by default).
+///
+/// The budget waits its delay, and at least the ordinary backoff too, which the refusal advances
+/// like any failed connect. The budget counts refused attempts as well (contract 3.4), so a
+/// server whose `retry_after` names only when the oldest attempt leaves the minute refuses the
+/// retry again, and each refusal fills the minute anew: obeying such hints to the second would
+/// retry at their pace for as long as they keep coming. The growing backoff lets the minute drain.
+/// The first refusal after a settled connection waits the hint alone (the backoff's first delay
+/// is 1 s, the hint's floor).
 pub fn delay_after(
     kind: &CloseKind,
     backoff: &mut Backoff,
@@ -166,7 +174,9 @@ pub fn delay_after(
     rand01: f64,
 ) -> Duration {
     match kind {
-        CloseKind::Budget { retry_after_s } => budget_delay(*retry_after_s, rand01),
+        CloseKind::Budget { retry_after_s } => {
+            budget_delay(*retry_after_s, rand01).max(backoff.next_delay(rand01))
+        }
         CloseKind::KeyRefused => key_refused_retry,
         CloseKind::UpgradeRequired | CloseKind::Ordinary => backoff.next_delay(rand01),
     }
@@ -251,7 +261,7 @@ mod tests {
             ),
             Duration::from_secs(5)
         );
-        assert_eq!(b.attempt(), 0);
+        assert_eq!(b.attempt(), 1, "a budget refusal is a failed connect");
         assert_eq!(
             delay_after(&CloseKind::KeyRefused, &mut b, ten_min, 0.0),
             ten_min
@@ -260,6 +270,28 @@ mod tests {
             delay_after(&CloseKind::UpgradeRequired, &mut b, ten_min, 0.0),
             Duration::from_secs(1)
         );
-        assert_eq!(b.attempt(), 1);
+        assert_eq!(b.attempt(), 2);
+    }
+
+    #[test]
+    fn budget_refusals_that_keep_coming_wait_the_growing_backoff_never_less_than_the_hint() {
+        let mut b = Backoff::default();
+        let hint = CloseKind::Budget { retry_after_s: 1 };
+        let waits: Vec<Duration> = (0..8)
+            .map(|_| delay_after(&hint, &mut b, KEY_REFUSED_RETRY, 0.999_999))
+            .collect();
+        assert!(waits.iter().all(|w| *w >= Duration::from_secs(1)));
+        assert!(
+            waits[0] < Duration::from_secs(2),
+            "the first waits the hint: {waits:?}"
+        );
+        assert!(
+            waits[6] > Duration::from_secs(60) - Duration::from_millis(1),
+            "the seventh waits the backoff's cap, not the 1 s hint: {waits:?}"
+        );
+        // A long hint is never cut short by a small backoff.
+        let mut fresh = Backoff::default();
+        let long = CloseKind::Budget { retry_after_s: 300 };
+        assert!(delay_after(&long, &mut fresh, KEY_REFUSED_RETRY, 0.0) >= Duration::from_secs(300));
     }
 }

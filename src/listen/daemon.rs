@@ -641,26 +641,29 @@ impl Daemon {
                 self.status.counters.connects += 1;
                 self.status.last_connected_at = Some(time::rfc3339(now));
             }
-            SocketEvent::Frame => {
-                self.status.counters.frames += 1;
+            SocketEvent::Burst {
+                frames,
+                skipped,
+                acked,
+            } => {
+                self.status.counters.frames += frames;
+                self.status.counters.frames_skipped += skipped;
+                self.status.counters.acks += acked;
+                self.metrics.burst(skipped, acked);
                 self.last_frame = Some(now);
             }
-            SocketEvent::Skipped => {
-                self.status.counters.frames_skipped += 1;
-                self.metrics.frame_skipped();
-            }
-            SocketEvent::Acked => {
-                self.status.counters.acks += 1;
-                self.metrics.acked();
-            }
-            SocketEvent::Wake { cause, registered } => {
-                self.metrics.wake(&cause);
+            SocketEvent::Wake {
+                cause,
+                frames,
+                registered,
+            } => {
+                self.metrics.wake(&cause, frames);
                 let label = cause.label();
                 let t = self.now_ms();
                 self.coalescer.wake(t);
                 self.pending_reasons.insert(label);
                 let _ = registered.send(());
-                self.status.counters.wakes += 1;
+                self.status.counters.wakes += frames;
                 self.status.last_wake = Some(LastWake {
                     at: time::rfc3339(now),
                     reasons: self.pending_reasons.iter().cloned().collect(),

@@ -365,7 +365,8 @@ impl Metrics {
         }
     }
 
-    pub fn wake(&self, cause: &WakeCause) {
+    /// A wake asked for by `frames` frames of one burst.
+    pub fn wake(&self, cause: &WakeCause, frames: u64) {
         if let Some(mut i) = self.lock() {
             let label = cause.label();
             let reason = if WAKE_REASONS.contains(&label.as_str()) {
@@ -373,20 +374,16 @@ impl Metrics {
             } else {
                 "other".into()
             };
-            i.add(&WAKES, vec![("reason", reason)], 1);
+            i.add(&WAKES, vec![("reason", reason)], frames);
             i.first_pending_wake.get_or_insert_with(Instant::now);
         }
     }
 
-    pub fn acked(&self) {
+    /// A read burst was handled: how many of its frames were skipped, how many acks were sent.
+    pub fn burst(&self, skipped: u64, acked: u64) {
         if let Some(mut i) = self.lock() {
-            i.add(&ACKS, vec![], 1);
-        }
-    }
-
-    pub fn frame_skipped(&self) {
-        if let Some(mut i) = self.lock() {
-            i.add(&FRAMES_SKIPPED, vec![], 1);
+            i.add(&FRAMES_SKIPPED, vec![], skipped);
+            i.add(&ACKS, vec![], acked);
         }
     }
 
@@ -879,9 +876,9 @@ mod tests {
     #[test]
     fn the_page_moves_with_the_hooks_and_keeps_label_values_on_fixed_lists() {
         let m = Metrics::new("work", Duration::from_secs(30));
-        m.wake(&WakeCause::Message);
-        m.wake(&WakeCause::Wake("reminder".into()));
-        m.wake(&WakeCause::Wake("something_new".into()));
+        m.wake(&WakeCause::Message, 1);
+        m.wake(&WakeCause::Wake("reminder".into()), 1);
+        m.wake(&WakeCause::Wake("something_new".into()), 1);
         m.frame(&tokio_tungstenite::tungstenite::Message::Text(
             r#"{"type":"message.new","payload":{"id":"msg_secret","content":"hello"}}"#.into(),
         ));
@@ -891,7 +888,7 @@ mod tests {
         m.frame(&tokio_tungstenite::tungstenite::Message::Text(
             "not json".into(),
         ));
-        m.acked();
+        m.burst(0, 1);
         m.connect_accepted();
         m.socket_down(&CloseKind::KeyRefused);
         m.socket_down(&CloseKind::Budget { retry_after_s: 5 });
@@ -979,8 +976,8 @@ mod tests {
     #[test]
     fn an_off_registry_records_nothing() {
         let m = Metrics::off();
-        m.wake(&WakeCause::Message);
-        m.acked();
+        m.wake(&WakeCause::Message, 1);
+        m.burst(0, 1);
         let page = m.render();
         assert!(
             !page.contains("agentchat_wakes_total{") && !page.contains("agentchat_acks_total{"),

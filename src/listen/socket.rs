@@ -6,20 +6,28 @@
 
 use crate::client::{Api, ApiError, CLIENT_NAME, CLIENT_VERSION};
 use crate::core::engine::{Engine, WakeCause};
+use crate::core::frames::FrameType;
 use crate::core::reconnect::{self, Backoff, CloseKind};
 use futures_util::{SinkExt, StreamExt};
 use secrecy::{ExposeSecret, SecretString};
+use std::task::Poll;
 use std::time::{Duration, Instant, SystemTime};
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio_tungstenite::tungstenite::{
-    self, Message, client::IntoClientRequest, protocol::CloseFrame,
+    self, Message, client::IntoClientRequest, protocol::CloseFrame, protocol::WebSocketConfig,
     protocol::frame::coding::CloseCode,
 };
 
 /// Frames larger than this are skipped unread (design 2).
 pub const MAX_FRAME_BYTES: usize = 1024 * 1024;
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
-const DEDUPE_CAPACITY: usize = 4096;
+/// Message ids remembered to ack a re-pushed message without a second wake: the SDKs' 2048. The
+/// server re-pushes only what is unacked, and a burst is acked within 256 frames.
+const DEDUPE_CAPACITY: usize = crate::core::engine::DEFAULT_DEDUPE_CAPACITY;
+/// Bytes read from the socket at a time. Frames are wakes and message envelopes, a few hundred
+/// bytes to a few KiB; tungstenite's default (128 KiB, allocated and zeroed per connection) is
+/// sized for bulk transfer. A larger frame still arrives whole: the buffer grows for it.
+const READ_BUFFER_BYTES: usize = 8 * 1024;
 
 /// What the socket task needs; replaced on reload.
 #[derive(Clone)]
@@ -53,17 +61,23 @@ pub enum SocketEvent {
         next_retry_at: Option<SystemTime>,
         detail: Option<String>,
     },
+    /// The socket is really up (its first frame that is not a close came): counted as a connect.
+    /// An upgrade the server closes at once is no connect.
     Connected,
-    /// Any inbound frame (proof of life).
-    Frame,
-    Skipped,
-    /// A wake; the main loop answers on `registered` once the coalescer has it, and only then
-    /// is the message acked.
+    /// A read burst was handled: its inbound frames (proof of life), how many of them were
+    /// skipped unread, and how many acks were written and flushed.
+    Burst {
+        frames: u64,
+        skipped: u64,
+        acked: u64,
+    },
+    /// A wake asked for by `frames` frames of one burst; the main loop answers on `registered`
+    /// once the coalescer has it, and only then are the burst's messages acked.
     Wake {
         cause: WakeCause,
+        frames: u64,
         registered: oneshot::Sender<()>,
     },
-    Acked,
 }
 
 /// The ws(s) URL for an API base: `http` -> `ws`, `https` -> `wss`, plus `/v1/ws`.
@@ -91,107 +105,124 @@ enum Ended {
 
 /// Runs until `shutdown` turns true.
 pub async fn run(
-    mut params_rx: watch::Receiver<SocketParams>,
+    params_rx: watch::Receiver<SocketParams>,
     events: mpsc::Sender<SocketEvent>,
-    mut shutdown: watch::Receiver<bool>,
+    shutdown: watch::Receiver<bool>,
 ) {
-    let mut engine = Engine::new("", DEDUPE_CAPACITY);
-    let mut backoff = Backoff::default();
-    let mut handle_known_for: Option<SocketParams> = None;
-    loop {
-        if *shutdown.borrow() {
-            return;
-        }
-        let params = params_rx.borrow_and_update().clone();
-        send_state(&events, SocketState::Connecting, None, None).await;
+    let metrics = params_rx.borrow().metrics.clone();
+    Task {
+        metrics,
+        params_rx,
+        events,
+        shutdown,
+        engine: Engine::new("", DEDUPE_CAPACITY),
+        backoff: Backoff::default(),
+        handle_known_for: None,
+    }
+    .run()
+    .await
+}
 
-        // Who am I: before the first connect and after every key or base change.
-        let kind: CloseKind;
-        let mut detail: String;
-        let known = handle_known_for
-            .as_ref()
-            .is_some_and(|p| p.same_endpoint(&params));
-        let me_result = if known {
-            Ok(())
-        } else {
-            let Some(r) = or_shutdown(params.api.me(), &mut shutdown).await else {
+/// The socket task's lasting state: what it is told, whom it tells, and what it remembers from one
+/// connection to the next.
+struct Task {
+    params_rx: watch::Receiver<SocketParams>,
+    events: mpsc::Sender<SocketEvent>,
+    shutdown: watch::Receiver<bool>,
+    engine: Engine,
+    backoff: Backoff,
+    /// The endpoint (API base and key) the engine's own handle was learnt for.
+    handle_known_for: Option<SocketParams>,
+    /// The listener's metrics (the same registry whatever a reload changes).
+    metrics: std::sync::Arc<super::metrics::Metrics>,
+}
+
+impl Task {
+    /// Connects, reads until the connection ends, waits the delay its end calls for, and again.
+    async fn run(mut self) {
+        loop {
+            if *self.shutdown.borrow() {
                 return;
+            }
+            let params = self.params_rx.borrow_and_update().clone();
+            send_state(&self.events, SocketState::Connecting, None, None).await;
+            let (kind, detail) = match self.one_connection(&params).await {
+                Ended::Shutdown => return,
+                // A new key or API base: connect again now, no backoff.
+                Ended::Reconfigured => continue,
+                Ended::Closed(kind, detail) => (kind, detail),
             };
-            match r {
-                Ok(h) => {
-                    engine.set_own_handle(&h);
-                    let _ = events.send(SocketEvent::Handle(h)).await;
-                    handle_known_for = Some(params.clone());
-                    Ok(())
-                }
-                Err(e) => Err(e),
-            }
-        };
-        match me_result {
-            Err(ApiError::Refused(status)) => {
-                kind = CloseKind::KeyRefused;
-                detail = format!("GET /v1/agents/me answered HTTP {status}");
-            }
-            Err(e) => {
-                kind = CloseKind::Ordinary;
-                detail = format!("GET /v1/agents/me failed: {e}");
-            }
-            Ok(()) => {
-                let started = Instant::now();
-                let Some(connected) = or_shutdown(connect(&params), &mut shutdown).await else {
-                    return;
-                };
-                match connected {
-                    Ok(ws) => {
-                        tracing::info!(event = %"socket_connected", url = %ws_url(&params.api_base), "socket connected");
-                        params.metrics.connect_accepted();
-                        let _ = events.send(SocketEvent::Connected).await;
-                        send_state(&events, SocketState::Connected, None, None).await;
-                        match read_loop(
-                            ws,
-                            &mut engine,
-                            &params,
-                            &mut params_rx,
-                            &events,
-                            &mut shutdown,
-                        )
-                        .await
-                        {
-                            Ended::Shutdown => return,
-                            // A new key or API base: connect again now, no backoff.
-                            Ended::Reconfigured => continue,
-                            Ended::Closed(k, d) => {
-                                kind = k;
-                                detail = d;
-                            }
-                        }
-                        backoff.connection_lasted(started.elapsed());
-                    }
-                    Err((k, d)) => {
-                        kind = k;
-                        detail = d;
-                    }
-                }
+            self.metrics.socket_down(&kind);
+            let delay = self.delay_after(&kind, &params);
+            self.report_down(&kind, detail, delay).await;
+            if !self.wait_before_retry(delay, &kind).await {
+                return;
             }
         }
+    }
 
-        if kind == CloseKind::KeyRefused {
-            // The handle is asked for again with the next key.
-            handle_known_for = None;
+    /// Learns the handle if needed, connects, and reads until the connection ends.
+    async fn one_connection(&mut self, params: &SocketParams) -> Ended {
+        if let Err(ended) = self.learn_handle(params).await {
+            return ended;
         }
-        params.metrics.socket_down(&kind);
-        let delay = reconnect::delay_after(
-            &kind,
-            &mut backoff,
+        let started = Instant::now();
+        let Some(connected) = or_shutdown(connect(params), &mut self.shutdown).await else {
+            return Ended::Shutdown;
+        };
+        let ws = match connected {
+            Ok(ws) => ws,
+            Err((kind, detail)) => return Ended::Closed(kind, detail),
+        };
+        tracing::debug!(event = %"socket_upgraded", "upgrade accepted; waiting for the first frame");
+        let ended = self.read_loop(ws, params).await;
+        if matches!(ended, Ended::Closed(..)) {
+            self.backoff.connection_lasted(started.elapsed());
+        }
+        ended
+    }
+
+    /// Who am I: asked before the first connect and after every key or base change.
+    async fn learn_handle(&mut self, params: &SocketParams) -> Result<(), Ended> {
+        let known = self
+            .handle_known_for
+            .as_ref()
+            .is_some_and(|p| p.same_endpoint(params));
+        if known {
+            return Ok(());
+        }
+        let Some(answer) = or_shutdown(params.api.me(), &mut self.shutdown).await else {
+            return Err(Ended::Shutdown);
+        };
+        let handle = answer.map_err(me_failed)?;
+        self.engine.set_own_handle(&handle);
+        let _ = self.events.send(SocketEvent::Handle(handle)).await;
+        self.handle_known_for = Some(params.clone());
+        Ok(())
+    }
+
+    /// The delay before the next attempt (contract 3.4); a refused key is asked for again.
+    fn delay_after(&mut self, kind: &CloseKind, params: &SocketParams) -> Duration {
+        if *kind == CloseKind::KeyRefused {
+            // The handle is asked for again with the next key.
+            self.handle_known_for = None;
+        }
+        reconnect::delay_after(
+            kind,
+            &mut self.backoff,
             params.key_refused_retry,
             fastrand::f64(),
-        );
-        let next = SystemTime::now() + delay;
-        let state = match &kind {
+        )
+    }
+
+    /// Says why the socket is down and when it is tried again: one log line and the state.
+    async fn report_down(&self, kind: &CloseKind, mut detail: String, delay: Duration) {
+        let retry_in_ms = delay.as_millis() as u64;
+        let state = match kind {
             CloseKind::KeyRefused => {
                 tracing::error!(
                     event = %"key_refused",
-                    retry_in_ms = delay.as_millis() as u64,
+                    retry_in_ms,
                     detail = %detail,
                     "the server refused the API key; check AGENTCHAT_API_KEY or api_key_file, then send SIGHUP (systemctl --user reload) to retry at once"
                 );
@@ -201,7 +232,7 @@ pub async fn run(
                 tracing::warn!(
                     event = %"connect_budget",
                     retry_after_s = *retry_after_s,
-                    retry_in_ms = delay.as_millis() as u64,
+                    retry_in_ms,
                     "connect budget exhausted; waiting as the server asked"
                 );
                 SocketState::Backoff
@@ -209,39 +240,522 @@ pub async fn run(
             CloseKind::UpgradeRequired => {
                 tracing::error!(
                     event = %"upgrade_required",
-                    retry_in_ms = delay.as_millis() as u64,
+                    retry_in_ms,
                     "the server requires a newer client (close 4426); update agentchat"
                 );
                 SocketState::Backoff
             }
             CloseKind::Ordinary => {
-                tracing::info!(event = %"backoff", retry_in_ms = delay.as_millis() as u64, detail = %detail, "socket down; reconnecting after a delay");
+                tracing::info!(event = %"backoff", retry_in_ms, detail = %detail, "socket down; reconnecting after a delay");
                 SocketState::Backoff
             }
         };
         if detail.is_empty() {
             detail = state.as_str().to_string();
         }
-        send_state(&events, state, Some(next), Some(detail)).await;
+        let next = SystemTime::now() + delay;
+        send_state(&self.events, state, Some(next), Some(detail)).await;
+    }
 
+    /// Sleeps `delay`; false on shutdown. A reload cuts short only the wait after a refused key:
+    /// the server's budget delay and the ordinary backoff are never undercut.
+    async fn wait_before_retry(&mut self, delay: Duration, kind: &CloseKind) -> bool {
         let sleep = tokio::time::sleep(delay);
         tokio::pin!(sleep);
         loop {
             tokio::select! {
-                _ = &mut sleep => break,
-                r = shutdown.changed() => {
-                    if r.is_err() || *shutdown.borrow() { return; }
+                _ = &mut sleep => return true,
+                r = self.shutdown.changed() => {
+                    if r.is_err() || *self.shutdown.borrow() { return false; }
                 }
-                r = params_rx.changed() => {
-                    if r.is_err() { return; }
-                    // A reload retries at once only a refused key; the server's budget delay
-                    // and the ordinary backoff are never undercut.
-                    if kind == CloseKind::KeyRefused {
+                r = self.params_rx.changed() => {
+                    if r.is_err() { return false; }
+                    if *kind == CloseKind::KeyRefused {
                         tracing::info!(event = %"key_retry", "configuration reloaded; retrying the key now");
-                        break;
+                        return true;
                     }
                 }
             }
+        }
+    }
+
+    /// Reads frames until the socket ends, the watchdog fires, or shutdown: one burst at a time.
+    async fn read_loop(&mut self, mut ws: Ws, params: &SocketParams) -> Ended {
+        let mut up = false;
+        let mut summary = SummaryLog::default();
+        let ended = loop {
+            let first = match self.next_inbound(&mut ws, params, &mut summary).await {
+                Ok(msg) => msg,
+                Err(ended) => break ended,
+            };
+            let burst = self.read_burst(&mut ws, first, &mut up).await;
+            let (tally, ended) = self.settle(&mut ws, burst, params).await;
+            summary.record(tally);
+            if let Some(ended) = ended {
+                break ended;
+            }
+        };
+        summary.flush();
+        ended
+    }
+
+    /// The next message from the server, or how the connection ended: shutdown or a new endpoint
+    /// (the socket closed with 1000), the idle watchdog, a socket error or end.
+    /// Logs the summary of the bursts since the last one when its time comes.
+    async fn next_inbound(
+        &mut self,
+        ws: &mut Ws,
+        params: &SocketParams,
+        summary: &mut SummaryLog,
+    ) -> Result<Message, Ended> {
+        let idle_deadline = tokio::time::Instant::now() + params.idle_timeout;
+        let next = loop {
+            let summary_due = summary.due();
+            tokio::select! {
+                _ = sleep_until_some(summary_due) => summary.on_due(),
+                r = self.shutdown.changed() => {
+                    if r.is_err() || *self.shutdown.borrow() {
+                        close_normal(ws).await;
+                        return Err(Ended::Shutdown);
+                    }
+                }
+                r = self.params_rx.changed() => {
+                    if r.is_err() {
+                        close_normal(ws).await;
+                        return Err(Ended::Shutdown);
+                    }
+                    if !self.params_rx.borrow_and_update().same_endpoint(params) {
+                        tracing::info!(event = %"reconnect", "the API base or key changed; reconnecting");
+                        close_normal(ws).await;
+                        return Err(Ended::Reconfigured);
+                    }
+                }
+                n = tokio::time::timeout_at(idle_deadline, ws.next()) => break n,
+            }
+        };
+        match next {
+            Err(_) => {
+                tracing::warn!(
+                    event = %"watchdog_drop",
+                    idle_ms = params.idle_timeout.as_millis() as u64,
+                    "no inbound traffic within the idle timeout; dropping the socket"
+                );
+                Err(Ended::Closed(CloseKind::Ordinary, "idle watchdog".into()))
+            }
+            Ok(None) => Err(socket_ended()),
+            Ok(Some(Err(e))) => Err(socket_error(e)),
+            Ok(Some(Ok(m))) => Ok(m),
+        }
+    }
+
+    /// Takes `first` and every message already there behind it (at most `MAX_BURST_FRAMES`),
+    /// without waiting: a burst. `up` turns true with the first frame that is not a close.
+    async fn read_burst(&mut self, ws: &mut Ws, first: Message, up: &mut bool) -> Burst {
+        let mut burst = Burst::default();
+        self.take(&mut burst, first, up);
+        while burst.end.is_none() && burst.tally.frames < MAX_BURST_FRAMES {
+            match ready_next(ws).await {
+                None => break,
+                Some(Some(Ok(msg))) => self.take(&mut burst, msg, up),
+                Some(Some(Err(e))) => burst.end = Some(socket_error(e)),
+                Some(None) => burst.end = Some(socket_ended()),
+            }
+        }
+        burst
+    }
+
+    /// Adds one inbound message to the burst: counted, its wake and ack noted, a close noted as
+    /// the burst's end.
+    fn take(&mut self, burst: &mut Burst, msg: Message, up: &mut bool) {
+        burst.tally.frames += 1;
+        self.metrics.frame(&msg);
+        if !*up && !matches!(msg, Message::Close(_)) {
+            // The socket is really up: the server sent `hello.ok` or any other frame that is not a
+            // close. A server over its connect budget, or refusing the key or the client, accepts
+            // the upgrade and closes at once (contract 3.4, 7): that was no connect.
+            *up = true;
+            burst.came_up = true;
+            // Each (re)connect is one wake (contract 4 step 1).
+            burst.wake(WakeCause::Connected);
+        }
+        match msg {
+            Message::Text(text) => self.take_text(burst, text.as_str()),
+            Message::Close(frame) => burst.end = Some(closed_by_server(frame)),
+            Message::Ping(_) | Message::Pong(_) | Message::Frame(_) => {}
+            Message::Binary(b) => burst.skip(b.len(), "binary"),
+        }
+    }
+
+    /// One text frame: what the engine asks for it. Per-frame lines are debug; the burst's
+    /// summary says the rest.
+    fn take_text(&mut self, burst: &mut Burst, text: &str) {
+        if text.len() > MAX_FRAME_BYTES {
+            burst.skip(text.len(), "oversized");
+            return;
+        }
+        if tracing::enabled!(tracing::Level::DEBUG) {
+            log_frame(text);
+        }
+        let action = self.engine.on_text(text);
+        if let Some(err) = &action.malformed {
+            burst.skip(text.len(), &err.to_string());
+        }
+        if let Some(t) = action.frame_type {
+            burst.tally.types.count(t);
+        }
+        if let Some(caps) = &action.hello {
+            log_hello(caps.as_deref());
+        }
+        if let Some(cause) = action.wake {
+            tracing::debug!(event = %"wake", reason = %cause.label(), message_id = action.ack.as_deref().unwrap_or(""), "wake");
+            burst.wake(cause);
+        }
+        if let Some(id) = action.ack {
+            burst.acks.push(id);
+        }
+    }
+
+    /// Acts on a burst: announces the connect if it came up, registers its wakes with the main
+    /// loop, then writes its acks and flushes once (an ack never goes before its wake is
+    /// registered, and never waits for a frame that is not there yet). `Some` when the connection
+    /// ended.
+    async fn settle(
+        &mut self,
+        ws: &mut Ws,
+        mut burst: Burst,
+        params: &SocketParams,
+    ) -> (Tally, Option<Ended>) {
+        if burst.came_up {
+            tracing::info!(event = %"socket_connected", url = %ws_url(&params.api_base), "socket connected");
+            self.metrics.connect_accepted();
+            let _ = self.events.send(SocketEvent::Connected).await;
+            send_state(&self.events, SocketState::Connected, None, None).await;
+        }
+        for (cause, frames) in &burst.wakes {
+            burst.tally.wake(&cause.label(), *frames);
+            if !self.register_wake(cause.clone(), *frames).await {
+                close_normal(ws).await;
+                return (burst.tally, Some(Ended::Shutdown));
+            }
+        }
+        // After the server's close or a socket error, acks can no longer be sent: the server
+        // pushes the unacked messages again on the next connect, and the dedupe memory keeps them
+        // from waking twice.
+        let sent = match burst.end {
+            Some(_) => Ok(0),
+            None => send_acks(ws, &burst.acks).await,
+        };
+        burst.tally.acked = *sent.as_ref().unwrap_or(&0) as u64;
+        let t = &burst.tally;
+        let counts = SocketEvent::Burst {
+            frames: t.frames,
+            skipped: t.skipped,
+            acked: t.acked,
+        };
+        let _ = self.events.send(counts).await;
+        let ended = match (burst.end, sent) {
+            (Some(ended), _) => Some(ended),
+            (None, Err(e)) => {
+                tracing::info!(event = %"socket_closed", error = %e, "acks could not be sent");
+                Some(Ended::Closed(
+                    CloseKind::Ordinary,
+                    format!("send failed: {e}"),
+                ))
+            }
+            (None, Ok(_)) => None,
+        };
+        (burst.tally, ended)
+    }
+
+    /// Hands a wake (asked for by `frames` frames) to the main loop and waits until it is
+    /// registered. False on shutdown.
+    async fn register_wake(&mut self, cause: WakeCause, frames: u64) -> bool {
+        let (tx, rx) = oneshot::channel();
+        let wake = SocketEvent::Wake {
+            cause,
+            frames,
+            registered: tx,
+        };
+        if self.events.send(wake).await.is_err() {
+            return false;
+        }
+        tokio::select! {
+            r = rx => r.is_ok(),
+            _ = self.shutdown.wait_for(|s| *s) => false,
+        }
+    }
+}
+
+/// The most frames read before their wakes are registered and their acks sent: a server that
+/// never pauses still gets its acks every this many frames.
+const MAX_BURST_FRAMES: u64 = 256;
+
+/// One read burst: the messages that were already there back to back, what they asked for, and
+/// how the connection ended if it did.
+#[derive(Default)]
+struct Burst {
+    tally: Tally,
+    /// The socket came up in this burst (its first frame that is not a close).
+    came_up: bool,
+    /// Distinct wake causes in first-seen order, each with how many frames asked for it.
+    wakes: Vec<(WakeCause, u64)>,
+    acks: Vec<String>,
+    end: Option<Ended>,
+}
+
+impl Burst {
+    fn wake(&mut self, cause: WakeCause) {
+        match self.wakes.iter_mut().find(|(c, _)| *c == cause) {
+            Some((_, n)) => *n += 1,
+            None => self.wakes.push((cause, 1)),
+        }
+    }
+
+    /// A frame skipped unread: the burst's first says why at warn, the rest only at debug.
+    fn skip(&mut self, bytes: usize, why: &str) {
+        if self.tally.skipped == 0 {
+            tracing::warn!(event = %"frame_skipped", bytes, why = %why, "frame skipped");
+        } else {
+            tracing::debug!(event = %"frame_skipped", bytes, why = %why, "frame skipped");
+        }
+        self.tally.skipped += 1;
+    }
+}
+
+/// What some frames came to: counted by type, skipped, acked, and the wakes they asked for.
+#[derive(Default)]
+struct Tally {
+    /// Every inbound message, control frames included.
+    frames: u64,
+    types: TypeCounts,
+    skipped: u64,
+    acked: u64,
+    /// Wake labels in first-seen order, each with how many frames asked for it.
+    wakes: Vec<(String, u64)>,
+}
+
+impl Tally {
+    fn wake(&mut self, label: &str, n: u64) {
+        match self.wakes.iter_mut().find(|(l, _)| l == label) {
+            Some((_, m)) => *m += n,
+            None => self.wakes.push((label.to_string(), n)),
+        }
+    }
+
+    fn add(&mut self, other: Tally) {
+        self.frames += other.frames;
+        self.types.add(&other.types);
+        self.skipped += other.skipped;
+        self.acked += other.acked;
+        for (label, n) in other.wakes {
+            self.wake(&label, n);
+        }
+    }
+
+    /// One line: counts by frame type, acks and wakes. At info when something woke, was acked or
+    /// skipped; heartbeats and pings alone are debug.
+    fn log(&self) {
+        let wakes = self
+            .wakes
+            .iter()
+            .map(|(label, n)| format!("{label}:{n}"))
+            .collect::<Vec<_>>()
+            .join(",");
+        let t = &self.types;
+        macro_rules! summary {
+            ($level:expr) => {
+                tracing::event!(
+                    $level,
+                    event = %"frames",
+                    frames = self.frames,
+                    message_new = t.message_new,
+                    wake = t.wake,
+                    invite = t.invite,
+                    hello = t.hello,
+                    heartbeat = t.heartbeat,
+                    other = t.other,
+                    skipped = self.skipped,
+                    acked = self.acked,
+                    wakes = %wakes,
+                    "frames handled"
+                )
+            };
+        }
+        if self.wakes.is_empty() && self.acked == 0 && self.skipped == 0 {
+            summary!(tracing::Level::DEBUG);
+        } else {
+            summary!(tracing::Level::INFO);
+        }
+    }
+}
+
+/// How often, at most, a summary line is written while frames keep coming.
+const SUMMARY_EVERY: Duration = Duration::from_secs(1);
+
+/// The frames' log: a burst after a quiet second gets its line at once; the bursts that follow
+/// within the second are added up and get one line when it ends. So a flood of frames writes a
+/// line a second, never one per frame, and a lone frame is logged without delay.
+#[derive(Default)]
+struct SummaryLog {
+    pending: Tally,
+    /// When the bursts added up so far are logged; `None` when the socket is quiet.
+    until: Option<tokio::time::Instant>,
+}
+
+impl SummaryLog {
+    fn record(&mut self, burst: Tally) {
+        match self.until {
+            None => {
+                burst.log();
+                self.until = Some(tokio::time::Instant::now() + SUMMARY_EVERY);
+            }
+            Some(_) => self.pending.add(burst),
+        }
+    }
+
+    fn due(&self) -> Option<tokio::time::Instant> {
+        self.until
+    }
+
+    /// The second is over: log what it added up, or call the socket quiet.
+    fn on_due(&mut self) {
+        if self.pending.frames == 0 {
+            self.until = None;
+        } else {
+            self.flush();
+            self.until = Some(tokio::time::Instant::now() + SUMMARY_EVERY);
+        }
+    }
+
+    /// Logs what is pending now (the connection ended).
+    fn flush(&mut self) {
+        if self.pending.frames > 0 {
+            std::mem::take(&mut self.pending).log();
+        }
+    }
+}
+
+/// Sleeps until `at`, or forever when there is nothing to wait for.
+async fn sleep_until_some(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Text frames of a burst by type.
+#[derive(Default)]
+struct TypeCounts {
+    message_new: u64,
+    wake: u64,
+    invite: u64,
+    hello: u64,
+    heartbeat: u64,
+    /// `group.deleted`, `message.read`, `presence.update`, `typing.*`, ... and unknown types.
+    other: u64,
+}
+
+impl TypeCounts {
+    fn add(&mut self, o: &TypeCounts) {
+        self.message_new += o.message_new;
+        self.wake += o.wake;
+        self.invite += o.invite;
+        self.hello += o.hello;
+        self.heartbeat += o.heartbeat;
+        self.other += o.other;
+    }
+
+    fn count(&mut self, t: FrameType) {
+        let n = match t {
+            FrameType::MessageNew => &mut self.message_new,
+            FrameType::Wake => &mut self.wake,
+            FrameType::GroupInviteReceived => &mut self.invite,
+            FrameType::HelloOk => &mut self.hello,
+            FrameType::Heartbeat => &mut self.heartbeat,
+            FrameType::GroupDeleted | FrameType::Other => &mut self.other,
+        };
+        *n += 1;
+    }
+}
+
+/// The next message if it is already there (`Some`), else `None` at once. Polled with this
+/// task's own waker, so a `None` leaves the socket ready for the next `next()`.
+async fn ready_next(ws: &mut Ws) -> Option<Option<Result<Message, tungstenite::Error>>> {
+    std::future::poll_fn(|cx| match ws.poll_next_unpin(cx) {
+        Poll::Ready(next) => Poll::Ready(Some(next)),
+        Poll::Pending => Poll::Ready(None),
+    })
+    .await
+}
+
+/// Writes every ack and flushes once; how many were sent.
+async fn send_acks(ws: &mut Ws, ids: &[String]) -> Result<usize, tungstenite::Error> {
+    if ids.is_empty() {
+        return Ok(0);
+    }
+    for id in ids {
+        let frame = crate::core::frames::ack_frame(id);
+        ws.feed(Message::Text(frame.into())).await?;
+    }
+    ws.flush().await?;
+    if tracing::enabled!(tracing::Level::DEBUG) {
+        for id in ids {
+            tracing::debug!(event = %"ack", message_id = %id, "acked");
+        }
+    }
+    Ok(ids.len())
+}
+
+fn socket_ended() -> Ended {
+    tracing::info!(
+        event = %"socket_closed",
+        code = 1006u16,
+        "socket ended without a close frame"
+    );
+    Ended::Closed(CloseKind::Ordinary, "socket ended".into())
+}
+
+fn socket_error(e: tungstenite::Error) -> Ended {
+    tracing::info!(event = %"socket_closed", error = %e, "socket error");
+    Ended::Closed(CloseKind::Ordinary, format!("socket error: {e}"))
+}
+
+/// `GET /v1/agents/me` failed: a refused key, or the ordinary backoff.
+fn me_failed(e: ApiError) -> Ended {
+    match e {
+        ApiError::Refused(status) => Ended::Closed(
+            CloseKind::KeyRefused,
+            format!("GET /v1/agents/me answered HTTP {status}"),
+        ),
+        e => Ended::Closed(
+            CloseKind::Ordinary,
+            format!("GET /v1/agents/me failed: {e}"),
+        ),
+    }
+}
+
+/// The server's close frame (none: 1005), logged and classified (contract 3.4).
+fn closed_by_server(frame: Option<CloseFrame>) -> Ended {
+    let (code, reason) = frame
+        .map(|f| (u16::from(f.code), f.reason.to_string()))
+        .unwrap_or((1005, String::new()));
+    let kind = reconnect::classify_close(code, &reason);
+    tracing::info!(event = %"socket_closed", code, reason = %truncate(&reason, 120), kind = ?kind, "server closed the socket");
+    Ended::Closed(kind, format!("closed {code} {}", truncate(&reason, 120)))
+}
+
+/// The capabilities `hello.ok` listed (`None`: a pre-v1 server listed none).
+fn log_hello(caps: Option<&[String]>) {
+    match caps {
+        Some(c) => {
+            tracing::info!(event = %"hello", capabilities = %c.join(","), "server accepted capabilities")
+        }
+        None => {
+            tracing::info!(
+                event = %"hello",
+                capabilities = "",
+                "pre-v1 server: no capabilities listed"
+            )
         }
     }
 }
@@ -294,7 +808,8 @@ async fn connect(params: &SocketParams) -> Result<Ws, (CloseKind, String)> {
         ws_tls.alpn_protocols.clear();
         tokio_tungstenite::Connector::Rustls(std::sync::Arc::new(ws_tls))
     });
-    let fut = tokio_tungstenite::connect_async_tls_with_config(req, None, true, connector);
+    let config = WebSocketConfig::default().read_buffer_size(READ_BUFFER_BYTES);
+    let fut = tokio_tungstenite::connect_async_tls_with_config(req, Some(config), true, connector);
     match tokio::time::timeout(CONNECT_TIMEOUT, fut).await {
         Err(_) => Err((CloseKind::Ordinary, "connect timed out".into())),
         Ok(Ok((ws, _resp))) => Ok(ws),
@@ -309,143 +824,6 @@ async fn connect(params: &SocketParams) -> Result<Ws, (CloseKind, String)> {
             Err((kind, detail))
         }
         Ok(Err(e)) => Err((CloseKind::Ordinary, format!("connect failed: {e}"))),
-    }
-}
-
-/// Reads frames until the socket ends, the watchdog fires, or shutdown.
-async fn read_loop(
-    mut ws: Ws,
-    engine: &mut Engine,
-    params: &SocketParams,
-    params_rx: &mut watch::Receiver<SocketParams>,
-    events: &mpsc::Sender<SocketEvent>,
-    shutdown: &mut watch::Receiver<bool>,
-) -> Ended {
-    // Each (re)connect is one wake (contract 4 step 1).
-    if !register_wake(events, WakeCause::Connected, shutdown).await {
-        close_normal(&mut ws).await;
-        return Ended::Shutdown;
-    }
-    loop {
-        let next = tokio::select! {
-            r = shutdown.changed() => {
-                if r.is_err() || *shutdown.borrow() {
-                    close_normal(&mut ws).await;
-                    return Ended::Shutdown;
-                }
-                continue;
-            }
-            r = params_rx.changed() => {
-                if r.is_err() {
-                    close_normal(&mut ws).await;
-                    return Ended::Shutdown;
-                }
-                let changed = !params_rx.borrow_and_update().same_endpoint(params);
-                if changed {
-                    tracing::info!(event = %"reconnect", "the API base or key changed; reconnecting");
-                    close_normal(&mut ws).await;
-                    return Ended::Reconfigured;
-                }
-                continue;
-            }
-            n = tokio::time::timeout(params.idle_timeout, ws.next()) => n,
-        };
-        let msg = match next {
-            Err(_) => {
-                tracing::warn!(
-                    event = %"watchdog_drop",
-                    idle_ms = params.idle_timeout.as_millis() as u64,
-                    "no inbound traffic within the idle timeout; dropping the socket"
-                );
-                return Ended::Closed(CloseKind::Ordinary, "idle watchdog".into());
-            }
-            Ok(None) => {
-                tracing::info!(
-                    event = %"socket_closed",
-                    code = 1006u16,
-                    "socket ended without a close frame"
-                );
-                return Ended::Closed(CloseKind::Ordinary, "socket ended".into());
-            }
-            Ok(Some(Err(e))) => {
-                tracing::info!(event = %"socket_closed", error = %e, "socket error");
-                return Ended::Closed(CloseKind::Ordinary, format!("socket error: {e}"));
-            }
-            Ok(Some(Ok(m))) => m,
-        };
-        let _ = events.send(SocketEvent::Frame).await;
-        params.metrics.frame(&msg);
-        let text = match msg {
-            Message::Text(t) => t,
-            Message::Close(frame) => {
-                let (code, reason) = frame
-                    .map(|f| (u16::from(f.code), f.reason.to_string()))
-                    .unwrap_or((1005, String::new()));
-                let kind = reconnect::classify_close(code, &reason);
-                tracing::info!(event = %"socket_closed", code, reason = %truncate(&reason, 120), kind = ?kind, "server closed the socket");
-                return Ended::Closed(kind, format!("closed {code} {}", truncate(&reason, 120)));
-            }
-            Message::Ping(_) | Message::Pong(_) => continue,
-            Message::Binary(b) => {
-                tracing::warn!(
-                    event = %"frame_skipped",
-                    bytes = b.len(),
-                    why = "binary",
-                    "binary frame skipped"
-                );
-                let _ = events.send(SocketEvent::Skipped).await;
-                continue;
-            }
-            Message::Frame(_) => continue,
-        };
-        if text.len() > MAX_FRAME_BYTES {
-            tracing::warn!(
-                event = %"frame_skipped",
-                bytes = text.len(),
-                why = "oversized",
-                "frame over 1 MiB skipped"
-            );
-            let _ = events.send(SocketEvent::Skipped).await;
-            continue;
-        }
-        if tracing::enabled!(tracing::Level::DEBUG) {
-            log_frame(text.as_str());
-        }
-        let action = engine.on_text(text.as_str());
-        if let Some(err) = &action.malformed {
-            tracing::warn!(event = %"frame_skipped", bytes = text.len(), why = %err, "malformed frame skipped");
-            let _ = events.send(SocketEvent::Skipped).await;
-        }
-        if let Some(caps) = &action.hello {
-            match caps {
-                Some(c) => {
-                    tracing::info!(event = %"hello", capabilities = %c.join(","), "server accepted capabilities")
-                }
-                None => {
-                    tracing::info!(
-                        event = %"hello",
-                        capabilities = "",
-                        "pre-v1 server: no capabilities listed"
-                    )
-                }
-            }
-        }
-        if let Some(cause) = action.wake.clone() {
-            tracing::info!(event = %"wake", reason = %cause.label(), message_id = action.ack.as_deref().unwrap_or(""), "wake");
-            if !register_wake(events, cause, shutdown).await {
-                close_normal(&mut ws).await;
-                return Ended::Shutdown;
-            }
-        }
-        if let Some(id) = action.ack {
-            let frame = crate::core::frames::ack_frame(&id);
-            if let Err(e) = ws.send(Message::Text(frame.into())).await {
-                tracing::info!(event = %"socket_closed", error = %e, "ack could not be sent");
-                return Ended::Closed(CloseKind::Ordinary, format!("send failed: {e}"));
-            }
-            tracing::debug!(event = %"ack", message_id = %id, "acked");
-            let _ = events.send(SocketEvent::Acked).await;
-        }
     }
 }
 
@@ -540,29 +918,6 @@ async fn or_shutdown<T>(
     tokio::select! {
         v = fut => Some(v),
         _ = shutdown.wait_for(|s| *s) => None,
-    }
-}
-
-/// Hands a wake to the main loop and waits until it is registered. False on shutdown.
-async fn register_wake(
-    events: &mpsc::Sender<SocketEvent>,
-    cause: WakeCause,
-    shutdown: &mut watch::Receiver<bool>,
-) -> bool {
-    let (tx, rx) = oneshot::channel();
-    if events
-        .send(SocketEvent::Wake {
-            cause,
-            registered: tx,
-        })
-        .await
-        .is_err()
-    {
-        return false;
-    }
-    tokio::select! {
-        r = rx => r.is_ok(),
-        _ = shutdown.wait_for(|s| *s) => false,
     }
 }
 

@@ -143,9 +143,7 @@ impl Default for ConnectBudget {
 impl ConnectBudget {
     /// Counts one attempt; `Err(wait_ms)` when it is over budget.
     pub fn attempt(&mut self, now: u64) -> Result<(), u64> {
-        let minute = self.minute.check(now, MIN, self.per_minute);
-        self.minute.record(now);
-        minute?;
+        counted_attempt(&mut self.minute, now, MIN, self.per_minute)?;
         self.hour.check(now, HOUR, self.per_hour)?;
         self.hour.record(now);
         Ok(())
@@ -160,9 +158,20 @@ pub struct IpBudget {
 
 impl IpBudget {
     pub fn attempt(&mut self, now: u64) -> Result<(), u64> {
-        let r = self.minute.check(now, MIN, 300);
-        self.minute.record(now);
-        r
+        counted_attempt(&mut self.minute, now, MIN, 300)
+    }
+}
+
+/// One attempt in a window that counts every attempt, refused ones included. A refused attempt's
+/// wait is counted with the attempt itself in the window, so a client that comes back after it is
+/// let in: the wait names the moment a retry is admitted, not the moment one slot frees (which
+/// this very attempt would fill again).
+fn counted_attempt(window: &mut Window, now: u64, span: u64, limit: u32) -> Result<(), u64> {
+    let admitted = window.check(now, span, limit);
+    window.record(now);
+    match admitted {
+        Ok(()) => Ok(()),
+        Err(_) => Err(window.check(now, span, limit).err().unwrap_or(1)),
     }
 }
 
@@ -180,7 +189,12 @@ mod tests {
         assert!(b.attempt(0).is_ok());
         assert!(b.attempt(1).is_ok());
         let wait = b.attempt(2).unwrap_err();
-        assert_eq!(wait, MIN - 2, "the attempt at t=0 frees a slot at t=60_000");
+        assert_eq!(
+            wait,
+            MIN - 1,
+            "counting the refused attempt itself, the minute has room again when the attempt at \
+             t=1 leaves it, at t=60_001"
+        );
         assert!(
             b.attempt(MIN - 1).is_err(),
             "the refused attempt at t=2 still fills the minute"
@@ -190,6 +204,27 @@ mod tests {
             b.attempt(4 * MIN).is_err(),
             "hour bucket holds only the 3 allowed connects"
         );
+    }
+
+    #[test]
+    fn a_retry_after_the_budget_wait_is_admitted() {
+        let mut b = ConnectBudget {
+            per_minute: 2,
+            ..Default::default()
+        };
+        b.attempt(0).unwrap();
+        b.attempt(1_000).unwrap();
+        let mut now = 2_000;
+        // A client that always comes back exactly when told is refused once, then let in.
+        let wait = b.attempt(now).unwrap_err();
+        now += wait;
+        assert_eq!(b.attempt(now), Ok(()), "admitted at {now} ms");
+        let mut ip = IpBudget::default();
+        for t in 0..300 {
+            ip.attempt(t).unwrap();
+        }
+        let wait = ip.attempt(300).unwrap_err();
+        assert_eq!(ip.attempt(300 + wait), Ok(()));
     }
 
     #[test]

@@ -20,7 +20,13 @@ pub async fn route(sim: &Sim, r: &Req) -> SimResult<Reply> {
                 .and_then(Value::as_str)
                 .ok_or_else(|| Rejection::validation("handle is required"))?;
             let name = b.get("display_name").and_then(Value::as_str);
-            let (h, key) = sim.lock().create_agent(h, name)?;
+            let (h, key) = match b.get("api_key").and_then(Value::as_str) {
+                Some(key) => (
+                    sim.lock().create_agent_with_key(h, name, key)?,
+                    key.to_string(),
+                ),
+                None => sim.lock().create_agent(h, name)?,
+            };
             tracing::info!("sim: created agent @{h}");
             Ok(Reply::json(201, json!({"handle": at(&h), "api_key": key})))
         }

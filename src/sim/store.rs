@@ -195,6 +195,35 @@ impl Store {
         Ok(key)
     }
 
+    /// `create_agent` with the key the agent had on an earlier run of the sim, so a listener that
+    /// kept running across a sim restart finds its agent again. The key must look like one the
+    /// sim hands out (`ac_live_` and 16-64 letters or digits) and be no other agent's.
+    pub fn create_agent_with_key(
+        &mut self,
+        handle: &str,
+        display_name: Option<&str>,
+        key: &str,
+    ) -> SimResult<String> {
+        let well_formed = key.strip_prefix("ac_live_").is_some_and(|rest| {
+            (16..=64).contains(&rest.len()) && rest.bytes().all(|b| b.is_ascii_alphanumeric())
+        });
+        if !well_formed {
+            return Err(Rejection::validation(
+                "api_key must be `ac_live_` and 16-64 letters or digits",
+            ));
+        }
+        if self.key_owner(key).is_some() {
+            return Err(Rejection::new(
+                409,
+                "KEY_TAKEN",
+                "another agent has this api_key",
+            ));
+        }
+        let (h, _) = self.create_agent(handle, display_name)?;
+        self.agent_mut(&h)?.key = key.to_string();
+        Ok(h)
+    }
+
     pub fn set_key_refused(&mut self, h: &str, refused: bool) -> SimResult<()> {
         let a = self.agent_mut(h)?;
         a.key_refused = refused;

@@ -1733,3 +1733,381 @@ async fn only_404_invite_not_found_ends_a_dismiss_and_the_invite_id_is_percent_e
         "the id stays in its one path segment"
     );
 }
+// ---- Socket: refused connects, bursts, a restarted server (contract 3.4) ----
+// Seen from the sim's connect and ack logs and the listener's own log and status. Each refused
+// connect here is the sim's answer to an accepted upgrade: a close frame at once (1013 with
+// retry_after for the budget).
+
+/// Whether a connect-log entry is the budget's refusal (`1013 rate_limited; retry_after=N`).
+fn is_refused(c: &Value) -> bool {
+    c["outcome"] == "refused"
+}
+
+/// Cuts bob's socket and waits for the listener's next attempt; that attempt's log entry.
+async fn cut_and_next_attempt(sim: &Sim, bob: &Agent, l: &Listener) -> Value {
+    let before = sim.connects(bob).await.len();
+    sim.close_sockets(bob, 1001, "Server shutting down").await;
+    assert!(
+        eventually_async(10.0, || async { sim.connects(bob).await.len() > before }).await,
+        "no new attempt:\n{}",
+        l.log()
+    );
+    sim.connects(bob).await[before].clone()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connect_refused_by_the_budget_after_the_upgrade_starts_no_cycle_and_counts_no_connect() {
+    let opts = Opts::default();
+    let (sim, alice, bob, setup, l) = bob_listening(&opts).await;
+    // A card waits (the runs answer nothing), so every connect wake costs a run.
+    sim.send(&alice, &bob, "waits").await;
+    run_done(&setup, &l, 1, 10.0).await;
+    logged_at_least(&l, "cycle_end", 2, 10.0).await;
+    // Two connects a minute: the first connect and one reconnect; the next attempt is refused.
+    sim.post(
+        &format!("/_sim/agents/{}/budget", bob.handle),
+        serde_json::json!({ "connects_per_minute": 2 }),
+    )
+    .await;
+    let second = cut_and_next_attempt(&sim, &bob, &l).await;
+    assert!(is_accepted(&second), "{second}");
+    // Its connect wake runs for the waiting card.
+    run_done(&setup, &l, 2, 10.0).await;
+    logged_at_least(&l, "cycle_end", 3, 10.0).await;
+    let (cycles, runs) = (l.count("cycle_start"), setup.rec.count());
+    let third = cut_and_next_attempt(&sim, &bob, &l).await;
+    assert!(is_refused(&third), "{third}");
+    logged_at_least(&l, "connect_budget", 1, 10.0).await;
+    // Longer than the quiet window (300 ms): a wake would have started a cycle by now.
+    assert!(
+        never(1.5, || l.count("cycle_start") > cycles).await,
+        "the refused connect started a cycle:\n{}",
+        l.log()
+    );
+    assert_eq!(setup.rec.count(), runs, "and no run");
+    let accepted_connects = accepted(&sim.connects(&bob).await);
+    assert_eq!(accepted_connects, 2);
+    assert!(
+        status_holds(&setup, |s| s["counters"]["connects"] == 2).await,
+        "counters.connects counts only the connects that came up"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_of_300_pushed_messages_is_acked_once_each_and_logged_in_summaries_not_per_frame() {
+    let sim = Sim::start(1.0).await;
+    let alice = sim.agent("alice").await;
+    let bob = sim.agent("bob").await;
+    // Sent while bob has no socket: the sim pushes all 300 back to back when he connects.
+    for i in 0..300 {
+        sim.send(&alice, &bob, &format!("burst {i}")).await;
+    }
+    // The default level, as a service runs.
+    let opts = Opts {
+        extra_env: vec![("AGENTCHAT_LOG".into(), "info".into())],
+        ..Opts::default()
+    };
+    let setup = Setup::new(&opts);
+    let l = Listener::start(&sim, &bob, &setup, &opts);
+    let sum = |field: &str| -> u64 {
+        l.events("frames")
+            .iter()
+            .map(|e| e[field].as_u64().unwrap_or(0))
+            .sum()
+    };
+    assert!(
+        eventually(20.0, || sum("acked") >= 300).await,
+        "{}",
+        l.log()
+    );
+    let acks = sim.acks(&bob).await;
+    let ids: std::collections::BTreeSet<&str> = acks
+        .iter()
+        .filter_map(|a| a["message_id"].as_str())
+        .collect();
+    assert_eq!((acks.len(), ids.len()), (300, 300), "each acked once");
+    assert_eq!(sum("message_new"), 300);
+    let summaries = l.count("frames");
+    assert!(
+        (1..=10).contains(&summaries),
+        "{summaries} summary lines for one burst:\n{}",
+        l.log()
+    );
+    for per_frame in ["wake", "ack", "frame"] {
+        assert_eq!(
+            l.count(per_frame),
+            0,
+            "no {per_frame} line per frame at info"
+        );
+    }
+    assert!(
+        status_holds(&setup, |s| s["counters"]["acks"] == 300
+            && s["counters"]["wakes"] == 301)
+        .await,
+        "300 message wakes and the connect's"
+    );
+    assert!(
+        never(1.5, || setup.rec.count() > 2).await,
+        "at most two runs"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ack_never_waits_for_a_frame_that_is_not_there() {
+    use listen_support::fake::{self, Fake, message_new};
+    let fake = Fake::start("bob", fake::tray("@bob", 1)).await;
+    let opts = Opts::default();
+    let (_setup, l) = fake_listener(&fake, &opts);
+    settled(&l).await;
+    // Lockstep: the server sends the next message only once the last is acked, so a listener
+    // that held an ack until more frames came would stall here.
+    for i in 0..20 {
+        fake.push_text(&message_new(&format!("msg_step{i}"), "alice", "text"));
+        assert!(
+            eventually(10.0, || fake.acks().len() > i).await,
+            "message {i} was not acked:\n{}",
+            l.log()
+        );
+    }
+    assert_eq!(fake.acks().len(), 20);
+}
+
+/// The `retry_after` seconds in a budget refusal's reason.
+fn retry_after_s(c: &Value) -> u64 {
+    let reason = c["reason"].as_str().unwrap_or("");
+    reason
+        .split("retry_after=")
+        .nth(1)
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no retry_after in {c}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connect_storm_answered_by_1013_never_comes_back_before_retry_after_nor_past_the_budget()
+{
+    // A server minute is 6 s at this scale; two connects a minute.
+    const SCALE: f64 = 10.0;
+    const BUDGET: usize = 2;
+    let minute_ms = (60_000.0 / SCALE) as u64;
+    let sim = Sim::start(SCALE).await;
+    let bob = sim.agent("bob").await;
+    sim.post(
+        &format!("/_sim/agents/{}/budget", bob.handle),
+        serde_json::json!({ "connects_per_minute": BUDGET }),
+    )
+    .await;
+    let opts = Opts::default();
+    let setup = Setup::new(&opts);
+    let l = Listener::start(&sim, &bob, &setup, &opts);
+    // The storm: every socket that comes up is cut at once, for 15 s.
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(15);
+    loop {
+        let left = until.saturating_duration_since(std::time::Instant::now());
+        let up = || async {
+            let state = sim.state(&bob).await;
+            state["sockets"].as_array().is_some_and(|s| !s.is_empty())
+        };
+        if left.is_zero() || !eventually_async(left.as_secs_f64(), up).await {
+            break;
+        }
+        sim.close_sockets(&bob, 1001, "Server shutting down").await;
+    }
+    let connects = sim.connects(&bob).await;
+    let refused: Vec<usize> = (0..connects.len())
+        .filter(|&i| is_refused(&connects[i]))
+        .collect();
+    assert!(
+        !refused.is_empty(),
+        "the storm met the budget: {connects:?}"
+    );
+    for &i in &refused {
+        let (at, wait_ms) = (connect_ms(&connects[i]), retry_after_s(&connects[i]) * 1000);
+        let Some(next) = connects.get(i + 1) else {
+            continue;
+        };
+        assert!(
+            connect_ms(next) >= at + wait_ms,
+            "attempt {} came {} ms after a refusal that asked for {wait_ms} ms: {connects:?}",
+            i + 1,
+            connect_ms(next) - at
+        );
+        assert!(
+            is_accepted(next),
+            "a retry after the server's delay is let in: never two refusals in a row: {connects:?}"
+        );
+    }
+    // In any server minute: the budget, plus the one refused attempt that named the wait.
+    for (i, c) in connects.iter().enumerate() {
+        let end = connect_ms(c) + minute_ms;
+        let in_minute = connects[i..]
+            .iter()
+            .take_while(|d| connect_ms(d) < end)
+            .count();
+        assert!(
+            in_minute <= BUDGET + 1,
+            "{in_minute} attempts within a minute from attempt {i}: {connects:?}"
+        );
+    }
+    // Only the connects that came up were counted and woke.
+    let up = accepted(&connects);
+    assert!(
+        status_holds(&setup, |s| s["counters"]["connects"] == up as u64).await,
+        "{} connects came up:\n{}",
+        up,
+        l.log()
+    );
+    let connect_cycles = cycle_reasons(&l)
+        .iter()
+        .filter(|r| r.contains("connect"))
+        .count();
+    assert!(
+        connect_cycles <= up,
+        "{connect_cycles} connect cycles for {up} connects"
+    );
+}
+
+/// `agentchat sim` as a child process: it can be killed with SIGKILL and started again on the same
+/// port, as a server restart looks to a listener.
+struct SimProcess {
+    child: std::process::Child,
+    api_base: String,
+}
+
+impl SimProcess {
+    fn start(listen: &str) -> SimProcess {
+        use std::io::BufRead;
+        let mut child = std::process::Command::new(BIN)
+            .args(["sim", "--listen", listen])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("agentchat sim starts");
+        let mut line = String::new();
+        let stdout = child.stdout.take().expect("piped stdout");
+        std::io::BufReader::new(stdout)
+            .read_line(&mut line)
+            .expect("the sim prints its api_base");
+        let v: Value = serde_json::from_str(&line).expect("one JSON line");
+        SimProcess {
+            child,
+            api_base: v["api_base"].as_str().expect("api_base").to_string(),
+        }
+    }
+
+    /// SIGKILL: no close frame, no goodbye.
+    fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for SimProcess {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sim_killed_and_started_again_on_the_same_port_gives_one_reconnect_one_connect_wake_and_one_run()
+ {
+    let mut first = SimProcess::start("127.0.0.1:0");
+    let sim = Sim::external(&first.api_base);
+    let alice = sim.agent("alice").await;
+    let bob = sim.agent("bob").await;
+    let opts = Opts::default();
+    let setup = Setup::new(&opts);
+    let l = Listener::start(&sim, &bob, &setup, &opts);
+    settled(&l).await;
+    assert_eq!(setup.rec.count(), 0, "nothing waited at the first connect");
+    let cycles = l.count("cycle_start");
+
+    let listen = first.api_base.trim_start_matches("http://").to_string();
+    first.kill();
+    let killed_at = now_ms();
+    let _second = SimProcess::start(&listen);
+    // The restarted server knows the same agents and keys, and a message waits for bob.
+    for a in [&bob, &alice] {
+        sim.post(
+            "/_sim/agents",
+            serde_json::json!({ "handle": a.handle, "api_key": a.key }),
+        )
+        .await;
+    }
+    let sent = sim.send(&alice, &bob, "waited through the restart").await;
+
+    accepted_at_least(&sim, &bob, &l, 1).await;
+    let connects = sim.connects(&bob).await;
+    assert!(
+        is_accepted(&connects[0]),
+        "the first attempt on the new sim is let in: {connects:?}"
+    );
+    // The first delay after a drop is 1 s; one more (1-2 s) if that try came before the new sim
+    // listened.
+    let waited = connect_ms(&connects[0]).saturating_sub(killed_at);
+    assert!(waited <= 3_500, "reconnected {waited} ms after the kill");
+
+    // The waiting work runs once.
+    run_done(&setup, &l, 1, 15.0).await;
+    assert!(never(2.0, || setup.rec.count() > 1).await, "{}", l.log());
+    let acks = sim.acks(&bob).await;
+    let id = sent["id"].as_str();
+    assert!(
+        acks.iter()
+            .filter(|a| a["message_id"].as_str() == id)
+            .count()
+            == 1,
+        "the waiting message was acked once: {acks:?}"
+    );
+    // One connect and one connect wake since the restart.
+    assert_eq!(accepted(&sim.connects(&bob).await), 1);
+    let connect_cycles = cycle_reasons(&l)[cycles..]
+        .iter()
+        .filter(|r| r.contains("connect"))
+        .count();
+    assert_eq!(connect_cycles, 1, "{}", l.log());
+    assert!(status_holds(&setup, |s| s["counters"]["connects"] == 2).await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_whose_retry_after_keeps_falling_short_is_not_retried_at_its_pace() {
+    use listen_support::fake::{self, Fake};
+    // A server whose every connect is over budget and says "retry_after=1" each time, as one
+    // would whose hint counts only the oldest attempt while refused ones refill the minute.
+    let fake = Fake::start("bob", fake::tray("@bob", 1)).await;
+    fake.shared.lock().unwrap().refuse_sockets =
+        Some((1013, "rate_limited; retry_after=1".to_string()));
+    let opts = Opts::default();
+    let (setup, l) = fake_listener(&fake, &opts);
+    let refused = || fake.shared.lock().unwrap().refused_at.clone();
+    assert!(
+        eventually(10.0, || !refused().is_empty()).await,
+        "{}",
+        l.log()
+    );
+    let first = refused()[0];
+    // Obeying the hint to the second would make 8 or 9 attempts in the first 8 s; the growing
+    // backoff (1, 1-2, 2-4, 4-8 s) makes at most 5. Wait for the first attempt past them.
+    assert!(
+        eventually(20.0, || refused().iter().any(|t| *t > first + 8_000)).await,
+        "{}",
+        l.log()
+    );
+    let attempts: Vec<u64> = refused()
+        .into_iter()
+        .filter(|t| *t <= first + 8_000)
+        .collect();
+    assert!(
+        attempts.len() <= 5,
+        "{} attempts in 8 s: {attempts:?}",
+        attempts.len()
+    );
+    for pair in attempts.windows(2) {
+        assert!(
+            pair[1] - pair[0] >= 1_000,
+            "never before the hint: {attempts:?}"
+        );
+    }
+    assert_eq!(l.count("cycle_start"), 0, "a refused connect is no wake");
+    assert_eq!(setup.status()["counters"]["connects"], 0);
+}

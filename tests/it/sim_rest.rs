@@ -387,6 +387,49 @@ async fn errors_have_one_shape_auth_unknown_routes_and_malformed_json() {
 }
 
 #[tokio::test]
+async fn control_an_agent_can_be_made_again_with_the_key_it_had_on_an_earlier_sim_run() {
+    // What a restarted sim needs so a listener that kept running finds its agent again.
+    let s = sim(1.0).await;
+    let key = "ac_live_restoredkey0123456789abcdef";
+    let (st, v) = s
+        .post(
+            None,
+            "/_sim/agents",
+            json!({"handle": "bob", "api_key": key}),
+        )
+        .await;
+    assert_eq!((st, v["api_key"].as_str()), (201, Some(key)), "{v}");
+    let (st, me) = s.get(Some(key), "/v1/agents/me").await;
+    assert_eq!((st, me["handle"].as_str()), (200, Some("bob")));
+    let (st, v) = s
+        .post(
+            None,
+            "/_sim/agents",
+            json!({"handle": "carol", "api_key": key}),
+        )
+        .await;
+    assert_eq!((st, v["code"].as_str()), (409, Some("KEY_TAKEN")), "{v}");
+    let (st, v) = s
+        .post(
+            None,
+            "/_sim/agents",
+            json!({"handle": "dave", "api_key": "sk-not-ours"}),
+        )
+        .await;
+    assert_eq!(
+        (st, v["code"].as_str()),
+        (400, Some("VALIDATION_ERROR")),
+        "{v}"
+    );
+    let (_, agents) = s.get(None, "/_sim/agents").await;
+    assert_eq!(
+        agents["agents"].as_array().map(Vec::len),
+        Some(1),
+        "a refused key makes no agent: {agents}"
+    );
+}
+
+#[tokio::test]
 async fn invites_3_3_list_dismiss_idempotently_then_accept_and_decline_answer_404_once_answered() {
     let (s, _alice, bob, carol) = alice_bob_and_carol(1.0).await;
     let g = s

@@ -35,6 +35,10 @@ pub struct Shared {
     /// Answers for the next invite dismiss calls, in order: an HTTP status and the error body's
     /// `code` (empty: no body). Once empty, a dismiss answers `200 {"dismissed": true}`.
     pub dismiss_answers: std::collections::VecDeque<(u16, &'static str)>,
+    /// Every socket upgrade is accepted and closed at once with this code and reason (a server
+    /// over the connect budget), and when each was (unix ms).
+    pub refuse_sockets: Option<(u16, String)>,
+    pub refused_at: Vec<u64>,
 }
 
 pub struct Fake {
@@ -135,7 +139,24 @@ async fn serve_ws(
     let Ok(mut ws) = tokio_tungstenite::accept_async(stream).await else {
         return;
     };
-    shared.lock().unwrap().connects += 1;
+    let refusal = {
+        let mut s = shared.lock().unwrap();
+        let refusal = s.refuse_sockets.clone();
+        match refusal {
+            Some(_) => s.refused_at.push(super::now_ms()),
+            None => s.connects += 1,
+        }
+        refusal
+    };
+    if let Some((code, reason)) = refusal {
+        use tokio_tungstenite::tungstenite::protocol::CloseFrame;
+        let frame = CloseFrame {
+            code: code.into(),
+            reason: reason.into(),
+        };
+        let _ = ws.close(Some(frame)).await;
+        return;
+    }
     let hello = json!({"type": "hello.ok", "capabilities": ["ack", "heartbeat", "rewake"]});
     let _ = ws.send(Message::Text(hello.to_string().into())).await;
     loop {

@@ -17,7 +17,8 @@ pub const BIN: &str = env!("CARGO_BIN_EXE_agentchat");
 pub struct Sim {
     pub api_base: String,
     pub http: reqwest::Client,
-    _handle: agentchat::sim::SimHandle,
+    /// `None` for a sim in another process (`Sim::external`).
+    _handle: Option<agentchat::sim::SimHandle>,
 }
 
 pub struct Agent {
@@ -39,7 +40,16 @@ impl Sim {
         Sim {
             api_base: handle.api_base.clone(),
             http: reqwest::Client::new(),
-            _handle: handle,
+            _handle: Some(handle),
+        }
+    }
+
+    /// The control API of a sim running elsewhere (an `agentchat sim` child process).
+    pub fn external(api_base: &str) -> Sim {
+        Sim {
+            api_base: api_base.to_string(),
+            http: reqwest::Client::new(),
+            _handle: None,
         }
     }
 
@@ -94,6 +104,11 @@ impl Sim {
             json!({ "owner": owner.handle, "name": name, "invite": [invitee.handle] }),
         )
         .await
+    }
+
+    /// What the sim holds for the agent (`/_sim/agents/{h}/state`).
+    pub async fn state(&self, a: &Agent) -> Value {
+        self.get(&format!("/_sim/agents/{}/state", a.handle)).await
     }
 
     /// The tray as the agent itself reads it.
