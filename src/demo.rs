@@ -194,7 +194,9 @@ async fn with_server(
         // The key travels in the environment only: argv is visible to every user.
         .env("AGENTCHAT_API_KEY", &bob_key)
         .env("AGENTCHAT_TEST_TIME_SCALE", LISTENER_TIME_SCALE.to_string())
-        .env("AGENTCHAT_LOG", "info")
+        // Each wake is a debug line of the socket's (at info a burst is one summary line); the
+        // timeline shows every wake, so the demo asks for the socket's debug lines too.
+        .env("AGENTCHAT_LOG", "info,agentchat::listen::socket=debug")
         .env_remove("AGENTCHAT_INTEGRATION")
         .env_remove("AGENTCHAT_DOORBELL")
         .env_remove("AGENTCHAT_PROFILE")

@@ -58,6 +58,22 @@ pub fn unix_ms() -> u64 {
     crate::sys::time::unix_ms(SystemTime::now())
 }
 
+/// Microseconds on the system's monotonic clock (`CLOCK_MONOTONIC`, the clock Python's
+/// `time.monotonic_ns()` reads on Linux), for the control API's send and ack logs: a benchmark in
+/// another process can line its own times up with them, and no wall-clock step moves them.
+pub fn mono_us() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime only writes one `timespec` through the valid, exclusive pointer.
+    let r = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    if r != 0 {
+        return 0;
+    }
+    ts.tv_sec as u64 * 1_000_000 + ts.tv_nsec as u64 / 1_000
+}
+
 /// `<prefix>_<16 base64url>`, the real id format.
 pub fn new_id(prefix: &str) -> String {
     const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";

@@ -1,5 +1,5 @@
-//! The control API under `/_sim/` (no auth; the sim listens on loopback only): make agents, cut
-//! or silence sockets, read connect and ack logs and the server's view of an agent, set budgets,
+//! The control API under `/_sim/` (no auth; the sim listens on loopback only): make agents, cut,
+//! silence or hold sockets, read connect, send and ack logs and the server's view of an agent, set budgets,
 //! refuse or rotate keys, push wakes, make groups, invites and notices, replace texts.
 
 use serde_json::{Value, json};
@@ -35,7 +35,7 @@ pub async fn route(sim: &Sim, r: &Req) -> SimResult<Reply> {
             let list: Vec<Value> = s
                 .agents
                 .values()
-                .map(|a| json!({"handle": at(&a.handle), "sockets": a.sockets.len()}))
+                .map(|a| json!({"handle": at(&a.handle), "sockets": a.sockets.len(), "sends": a.sends.len(), "acks": a.acks.len()}))
                 .collect();
             Ok(Reply::ok(json!({"agents": list})))
         }
@@ -167,6 +167,15 @@ fn agent_route(sim: &Sim, r: &Req, method: &str, h: &str, rest: &[&str]) -> SimR
         ("POST", ["sockets", "silence"]) => {
             Ok(Reply::ok(json!({"silenced": s.silence_sockets(h)})))
         }
+        ("POST", ["sockets", "hold"]) => {
+            let b = r.json_object()?;
+            let hold = b.get("hold").and_then(Value::as_bool).unwrap_or(true);
+            s.hold_sockets(h, hold)?;
+            Ok(Reply::ok(json!({"handle": at(h), "held": hold})))
+        }
+        ("GET", ["sends"]) => Ok(Reply::ok(
+            json!({"handle": at(h), "sends": s.agent(h)?.sends}),
+        )),
         ("GET", ["connects"]) => Ok(Reply::ok(
             json!({"handle": at(h), "connects": s.agent(h)?.connects}),
         )),
@@ -186,10 +195,25 @@ fn agent_route(sim: &Sim, r: &Req, method: &str, h: &str, rest: &[&str]) -> SimR
             if let Some(n) = b.get("connects_per_hour").and_then(Value::as_u64) {
                 a.connect_budget.per_hour = n.min(u32::MAX as u64) as u32;
             }
+            // The read ceiling's refill (contract 3.1: one a second after a burst of 120), for a
+            // benchmark that reads the tray on hundreds of wakes in a row.
+            if let Some(n) = b.get("polls_per_second").and_then(Value::as_f64) {
+                if !(n.is_finite() && n > 0.0) {
+                    return Err(Rejection::validation("polls_per_second must be above 0"));
+                }
+                a.polls.ceiling.refill_ms = super::clock::SEC as f64 / n;
+            }
             let (m, hr) = (a.connect_budget.per_minute, a.connect_budget.per_hour);
+            let polls = super::clock::SEC as f64 / a.polls.ceiling.refill_ms;
             Ok(Reply::ok(
-                json!({"connects_per_minute": m, "connects_per_hour": hr}),
+                json!({"connects_per_minute": m, "connects_per_hour": hr, "polls_per_second": polls}),
             ))
+        }
+        ("POST", ["ladder"]) => {
+            let b = r.json_object()?;
+            let on = b.get("enabled").and_then(Value::as_bool).unwrap_or(true);
+            s.agent_mut(h)?.ladder_off = !on;
+            Ok(Reply::ok(json!({"handle": at(h), "ladder": on})))
         }
         ("POST", ["refuse-key"]) => {
             let b = r.json_object()?;

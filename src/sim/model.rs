@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use serde_json::Value;
-use tokio::sync::{broadcast, mpsc};
+use tokio::sync::{broadcast, mpsc, watch};
 
 use super::budget::{ConnectBudget, PollBudget};
 
@@ -13,6 +13,11 @@ use super::budget::{ConnectBudget, PollBudget};
 #[derive(Debug, Clone)]
 pub enum Out {
     Frame(String),
+    /// A `message.new` frame: the socket logs its send (`id` and time) once it is written.
+    Message {
+        id: String,
+        frame: String,
+    },
     Close(u16, String),
     /// Keep TCP open, send nothing more, answer nothing.
     Silence,
@@ -91,7 +96,15 @@ pub struct Agent {
     pub views: BTreeMap<String, ConvView>,
     pub connects: Vec<Value>,
     pub acks: Vec<Value>,
+    /// Every `message.new` written to one of the agent's sockets: id and times.
+    pub sends: Vec<Value>,
     pub wakes: Vec<Value>,
+    /// While true, the agent's sockets write nothing from their queue (pings still go); frames
+    /// pile up in order and go out back to back on release.
+    pub hold: watch::Sender<bool>,
+    /// The re-wake ladder is switched off for this agent (control API): no `unanswered` wakes,
+    /// and the timer never builds its tray.
+    pub ladder_off: bool,
     pub connect_budget: ConnectBudget,
     pub sockets: Vec<SocketEntry>,
     pub ladder: Ladder,

@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 use tokio::sync::broadcast;
 
 use super::budget::IpBudget;
-use super::clock::{SimClock, new_delivery_id, new_id, new_key, now_iso, unix_ms};
+use super::clock::{SimClock, mono_us, new_delivery_id, new_id, new_key, now_iso, unix_ms};
 use super::error::{Rejection, SimResult};
 use super::model::*;
 use crate::sys::time::rfc3339;
@@ -141,7 +141,10 @@ impl Store {
                 views: BTreeMap::new(),
                 connects: Vec::new(),
                 acks: Vec::new(),
+                sends: Vec::new(),
                 wakes: Vec::new(),
+                hold: tokio::sync::watch::Sender::new(false),
+                ladder_off: false,
                 connect_budget: Default::default(),
                 sockets: Vec::new(),
                 ladder: Ladder::default(),
@@ -316,7 +319,7 @@ impl Store {
     ) {
         if let Some(a) = self.agents.get_mut(h) {
             a.connects.push(json!({
-                "at": now_iso(), "at_ms": unix_ms(), "path": path, "outcome": outcome,
+                "at": now_iso(), "at_ms": unix_ms(), "mono_us": mono_us(), "path": path, "outcome": outcome,
                 "reason": reason, "capabilities": caps,
             }));
         }
@@ -336,7 +339,11 @@ impl Store {
         backlog.sort();
         for (_, id) in backlog {
             let frame = self.envelope_frame(&id, h, true);
-            if tx.send(Out::Frame(frame)).is_ok() && !ack {
+            let out = Out::Message {
+                id: id.clone(),
+                frame,
+            };
+            if tx.send(out).is_ok() && !ack {
                 self.mark_delivered(&id, h);
             }
         }
@@ -360,8 +367,22 @@ impl Store {
             self.mark_delivered(message_id, h);
         }
         if let Some(a) = self.agents.get_mut(h) {
-            a.acks.push(json!({"message_id": message_id, "at": now_iso(), "at_ms": unix_ms(), "known": known}));
+            a.acks.push(json!({"message_id": message_id, "at": now_iso(), "at_ms": unix_ms(), "mono_us": mono_us(), "known": known}));
         }
+    }
+
+    /// Logs a `message.new` just written to one of `h`'s sockets.
+    pub fn record_send(&mut self, h: &str, message_id: &str) {
+        if let Some(a) = self.agents.get_mut(h) {
+            a.sends
+                .push(json!({"message_id": message_id, "at_ms": unix_ms(), "mono_us": mono_us()}));
+        }
+    }
+
+    /// Holds (or releases) everything queued for `h`'s sockets, the ones open now and later.
+    pub fn hold_sockets(&self, h: &str, hold: bool) -> SimResult<()> {
+        self.agent(h)?.hold.send_replace(hold);
+        Ok(())
     }
 
     pub(super) fn mark_delivered(&mut self, id: &str, h: &str) {
@@ -502,7 +523,11 @@ impl Store {
                 let mut handed_no_ack = false;
                 if let Some(a) = self.agents.get(r) {
                     for s in a.sockets.iter().filter(|s| !s.silenced) {
-                        if s.tx.send(Out::Frame(frame.clone())).is_ok() && !s.has("ack") {
+                        let out = Out::Message {
+                            id: id.clone(),
+                            frame: frame.clone(),
+                        };
+                        if s.tx.send(out).is_ok() && !s.has("ack") {
                             handed_no_ack = true;
                         }
                     }

@@ -66,7 +66,7 @@ fn run_ladders(s: &mut Store) {
     for h in handles {
         let Some(a) = s.agents.get(&h) else { continue };
         let sent = a.ladder.sent as usize;
-        if a.ladder.base_v.is_none() || sent >= RUNGS_MIN.len() {
+        if a.ladder_off || a.ladder.base_v.is_none() || sent >= RUNGS_MIN.len() {
             continue; // armed only by a new message or invite; after rung 4, nothing more
         }
         // Rungs count from the newest item still unanswered (an answered newer one no longer

@@ -66,6 +66,13 @@ enum Slot {
 }
 
 fn slot(s: &Store, agent: &Agent, h: &str, c: &Conversation, now_ms: u64) -> Slot {
+    // A direct conversation between two others holds nothing for `h`: skip it before looking up
+    // its messages (a long one would cost every tray read).
+    if let ConvKind::Direct(pair) = &c.kind
+        && !pair.iter().any(|x| x == h)
+    {
+        return Slot::Empty;
+    }
     let msgs: Vec<&Message> = c
         .messages
         .iter()

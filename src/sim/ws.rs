@@ -256,7 +256,7 @@ async fn run(sim: Sim, mut ws: Ws, bearer: Option<String>, caps_header: Option<V
         }
     }
     let (tx, mut rx) = mpsc::unbounded_channel();
-    let id = {
+    let (id, mut hold) = {
         let mut s = sim.lock();
         let id = s.next_socket_id();
         let entry = SocketEntry {
@@ -268,7 +268,8 @@ async fn run(sim: Sim, mut ws: Ws, bearer: Option<String>, caps_header: Option<V
             connected_at: now_iso(),
         };
         s.attach_socket(&handle, entry);
-        id
+        let hold = s.agents.get(&handle).map(|a| a.hold.subscribe());
+        (id, hold)
     };
     tracing::info!("sim: socket {id} accepted for @{handle} ({path}, capabilities {caps:?})");
     let ack = caps.iter().any(|c| c == "ack");
@@ -309,9 +310,14 @@ async fn run(sim: Sim, mut ws: Ws, bearer: Option<String>, caps_header: Option<V
                 Some(Ok(Message::Close(_))) | None | Some(Err(_)) => break,
                 Some(Ok(_)) => {}
             },
-            out = rx.recv() => match out {
+            // While the agent is held, the queue is not read: frames wait in order.
+            out = rx.recv(), if !hold.as_ref().is_some_and(|h| *h.borrow()) => match out {
                 Some(Out::Frame(f)) => {
                     if ws.send(Message::text(f)).await.is_err() { break; }
+                }
+                Some(Out::Message { id, frame }) => {
+                    if ws.send(Message::text(frame)).await.is_err() { break; }
+                    sim.lock().record_send(&handle, &id);
                 }
                 Some(Out::Close(code, reason)) => { close(&mut ws, code, &reason).await; break; }
                 Some(Out::Silence) => silenced = true,
@@ -331,6 +337,10 @@ async fn run(sim: Sim, mut ws: Ws, bearer: Option<String>, caps_header: Option<V
                     if ws.send(Message::text(f)).await.is_err() { break; }
                 }
             },
+            r = async { match hold.as_mut() { Some(h) => h.changed().await, None => std::future::pending().await } } => {
+                // The agent (and its hold switch) is gone only when the sim is.
+                if r.is_err() { break; }
+            }
             _ = shutdown.changed() => { close(&mut ws, 1001, "Server shutting down").await; break; }
         }
     }

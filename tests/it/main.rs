@@ -10,6 +10,7 @@ mod listen_support;
 mod model_server;
 mod sim_support;
 
+mod bench_harness;
 mod cli;
 mod config;
 mod conformance;

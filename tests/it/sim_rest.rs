@@ -594,6 +594,26 @@ async fn poll_budget_3_1_a_tray_that_shows_cards_hits_the_120_read_ceiling_not_t
 }
 
 #[tokio::test]
+async fn control_budget_polls_per_second_refills_the_read_ceiling_faster() {
+    let (s, alice, bob) = alice_and_bob(1.0).await;
+    s.send(&alice, &bob, "never answered").await;
+    let path = format!("/_sim/agents/{}/budget", bob.handle);
+    let (st, v) = s.post(None, &path, json!({"polls_per_second": 0})).await;
+    assert_eq!(st, 400, "{v}");
+    let (st, v) = s
+        .post(None, &path, json!({"polls_per_second": 100000}))
+        .await;
+    assert_eq!((st, &v["polls_per_second"]), (200, &json!(100000.0)), "{v}");
+    for i in 0..130 {
+        let (st, t) = s.get(Some(&bob.key), "/v1/inbox").await;
+        assert_eq!(
+            st, 200,
+            "read {i} past the burst of 120 refilled at once: {t}"
+        );
+    }
+}
+
+#[tokio::test]
 async fn texts_3_6_spell_tool_names_per_runtime_carry_a_manual_and_can_be_replaced() {
     let s = sim(1.0).await;
     let (st, g) = s.get(None, "/v1/texts?runtime=generic").await;

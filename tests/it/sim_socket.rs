@@ -303,6 +303,100 @@ async fn control_silence_keeps_tcp_open_but_sends_nothing_not_even_pongs() {
     assert_eq!(s.state(&bob).await["received"][0]["status"], "stored");
 }
 
+/// The agent's send log (`GET /_sim/agents/{h}/sends`): every `message.new` written to a socket.
+async fn sends(s: &sim_support::Sim, a: &sim_support::Agent) -> Vec<Value> {
+    let (st, v) = s
+        .get(None, &format!("/_sim/agents/{}/sends", a.handle))
+        .await;
+    assert_eq!(st, 200, "{v}");
+    v["sends"].as_array().unwrap().clone()
+}
+
+async fn hold(s: &sim_support::Sim, a: &sim_support::Agent, on: bool) {
+    let (st, v) = s
+        .post(
+            None,
+            &format!("/_sim/agents/{}/sockets/hold", a.handle),
+            json!({"hold": on}),
+        )
+        .await;
+    assert_eq!((st, &v["held"]), (200, &json!(on)), "{v}");
+}
+
+#[tokio::test]
+async fn control_hold_queues_frames_in_order_and_release_sends_them_back_to_back_with_send_and_ack_times()
+ {
+    let (s, alice, bob) = alice_and_bob(1.0).await;
+    let mut ws = s.ear(&bob, "ack").await;
+    hold(&s, &bob, true).await;
+    let mut ids = Vec::new();
+    for i in 0..3 {
+        ids.push(s.send(&alice, &bob, &format!("held {i}")).await["id"].clone());
+    }
+    match ws.next(300).await {
+        Got::Timeout => {}
+        other => panic!("a held socket writes nothing from its queue: {other:?}"),
+    }
+    assert!(sends(&s, &bob).await.is_empty(), "nothing sent while held");
+    hold(&s, &bob, false).await;
+    for id in &ids {
+        let f = ws.expect("message.new", 5000).await;
+        assert_eq!(&f["payload"]["id"], id, "released in the order queued");
+        ws.ack(id.as_str().unwrap()).await;
+    }
+    // The agents list counts sends and acks, so a caller can poll it cheaply.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let (_, v) = s.get(None, "/_sim/agents").await;
+        let me = v["agents"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|a| a["handle"] == bob.handle)
+            .unwrap()
+            .clone();
+        if me["acks"] == 3 {
+            assert_eq!(me["sends"], 3, "{me}");
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "acks: {me}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let sent = sends(&s, &bob).await;
+    let sent_ids: Vec<&Value> = sent.iter().map(|x| &x["message_id"]).collect();
+    assert_eq!(sent_ids, ids.iter().collect::<Vec<_>>());
+    let mono = |v: &Value| v["mono_us"].as_u64().unwrap();
+    assert!(mono(&sent[0]) > 0 && sent.windows(2).all(|w| mono(&w[0]) <= mono(&w[1])));
+    let acks = s.acks(&bob).await;
+    for (send, ack) in sent.iter().zip(&acks) {
+        assert_eq!(send["message_id"], ack["message_id"]);
+        assert!(mono(ack) >= mono(send), "acked after sent: {send} {ack}");
+    }
+    assert!(mono(&s.connects(&bob).await[0]) <= mono(&sent[0]));
+}
+
+#[tokio::test]
+async fn control_hold_also_holds_a_socket_that_connects_later_and_logs_its_backlog_when_sent() {
+    let (s, alice, bob) = alice_and_bob(1.0).await;
+    hold(&s, &bob, true).await;
+    let m = s.send(&alice, &bob, "waiting").await;
+    let mut ws = s.ear(&bob, "ack").await;
+    match ws.next(300).await {
+        Got::Timeout => {}
+        other => panic!("the backlog waits for the release: {other:?}"),
+    }
+    hold(&s, &bob, false).await;
+    let f = ws.expect("message.new", 5000).await;
+    assert_eq!(f["payload"]["id"], m["id"]);
+    assert!(
+        f["payload"]["delivery_id"].is_string(),
+        "the reconnect drain"
+    );
+    let sent = sends(&s, &bob).await;
+    assert_eq!(sent.len(), 1);
+    assert_eq!(sent[0]["message_id"], m["id"]);
+}
+
 #[tokio::test]
 async fn ws_3_4_heartbeat_frames_and_pings_come_every_45_s_and_heartbeats_only_with_the_capability()
 {
@@ -449,6 +543,26 @@ async fn ladder_5_rewakes_at_1_5_30_180_minutes_only_on_rewake_sockets_then_stop
         old_frames.iter().all(|f| f["type"] != "wake"),
         "no unanswered wake without rewake"
     );
+}
+
+#[tokio::test]
+async fn control_ladder_off_sends_no_unanswered_wake_and_on_again_resumes_it() {
+    let (s, alice, bob) = alice_and_bob(2000.0).await; // 1 min = 30 ms
+    let path = format!("/_sim/agents/{}/ladder", bob.handle);
+    let (st, v) = s.post(None, &path, json!({"enabled": false})).await;
+    assert_eq!((st, &v["ladder"]), (200, &json!(false)), "{v}");
+    let (mut re, _old) = s.rewake_and_plain(&bob).await;
+    s.send(&alice, &bob, "answer me").await;
+    // 600 ms is 20 server minutes: rungs 1 and 2 would have fired.
+    let frames = re.collect(600).await;
+    assert!(
+        frames.iter().all(|f| f["type"] != "wake"),
+        "no rung with the ladder off: {frames:?}"
+    );
+    assert!(s.wakes(&bob).await.is_empty());
+    s.post(None, &path, json!({"enabled": true})).await;
+    let w = re.expect("wake", 10_000).await;
+    assert_eq!(w["payload"]["reason"], "unanswered");
 }
 
 #[tokio::test]

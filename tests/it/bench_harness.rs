@@ -1,0 +1,108 @@
+//! `scripts/bench` end to end with tiny counts, on the test build of the binary: it runs both
+//! listeners on one sim and writes every figure as JSON. The numbers are never checked here: a
+//! timing is a measurement, not a test.
+
+use serde_json::Value;
+use std::process::Command;
+
+/// The interpreter with the official Python SDK, as `sim_socket`'s SDK test finds it.
+fn python() -> Option<String> {
+    if let Ok(p) = std::env::var("AGENTCHAT_TEST_PYTHON") {
+        return Some(p);
+    }
+    assert!(
+        std::env::var("CI").is_err(),
+        "AGENTCHAT_TEST_PYTHON must be set in CI (scripts/test sets it)"
+    );
+    let local = concat!(env!("CARGO_MANIFEST_DIR"), "/.tools/venv/bin/python");
+    std::path::Path::new(local)
+        .exists()
+        .then(|| local.to_string())
+}
+
+#[test]
+fn bench_harness_runs_both_listeners_end_to_end_and_writes_every_figure_as_json() {
+    let Some(python) = python() else {
+        eprintln!("skipping: no AGENTCHAT_TEST_PYTHON and no .tools/venv (run scripts/test)");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let json_path = dir.path().join("bench.json");
+    let out = Command::new("python3")
+        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/bench"))
+        .args([
+            "--binary",
+            env!("CARGO_BIN_EXE_agentchat"),
+            "--python",
+            &python,
+        ])
+        .args([
+            "--idle",
+            "0.2",
+            "--wakes",
+            "2",
+            "--flood",
+            "10",
+            "--cold-starts",
+            "1",
+        ])
+        .arg("--json")
+        .arg(&json_path)
+        // The stamp helper is built under the target dir: a private one keeps runs apart.
+        .env("CARGO_TARGET_DIR", dir.path())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "scripts/bench failed:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: Value = serde_json::from_slice(&std::fs::read(&json_path).unwrap()).unwrap();
+    let figures = report["figures"].as_array().unwrap();
+    let keys: Vec<&str> = figures.iter().map(|f| f["key"].as_str().unwrap()).collect();
+    assert_eq!(
+        keys,
+        [
+            "cold_start_ms",
+            "idle_rss_mib",
+            "idle_cpu_s",
+            "wake_p50_ms",
+            "wake_p99_ms",
+            "wake_max_ms",
+            "floor_ms",
+            "flood_total_ms",
+            "flood_tail_ms",
+            "flood_cpu_s",
+            "flood_runs",
+            "binary_mb",
+        ]
+    );
+    for f in figures {
+        assert!(f["project"].is_number(), "a number for this project: {f}");
+        assert!(f["goal"].is_string(), "{f}");
+        let paired = !matches!(f["key"].as_str(), Some("floor_ms" | "binary_mb"));
+        assert_eq!(
+            f["baseline"].is_number(),
+            paired,
+            "the baseline's number: {f}"
+        );
+    }
+    assert_eq!(report["settings"]["wakes"], 2);
+    assert_eq!(
+        report["raw"]["project"]["wakes"]["samples_ms"]
+            .as_array()
+            .unwrap()
+            .len(),
+        2
+    );
+    assert_eq!(
+        report["raw"]["baseline"]["wakes"]["samples_ms"]
+            .as_array()
+            .unwrap()
+            .len(),
+        2
+    );
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(table.contains("| Figure | this project |"), "{table}");
+}
