@@ -37,6 +37,7 @@ const LISTEN_HELP: &str = concat!(
     "
   AGENTCHAT_LOG         log level or filter, e.g. debug (else log_level in the config)
   AGENTCHAT_LOG_FORMAT  text | json (--log-format)
+  AGENTCHAT_METRICS_ADDR  serve /metrics, /healthz, /readyz here (--metrics-addr)
   AGENTCHAT_INTEGRATION off: exit 0 at once without listening
 
 Exit codes:

@@ -39,7 +39,12 @@ impl ServiceKind {
 #[derive(Debug, Clone, clap::Subcommand)]
 pub enum ServiceAction {
     /// Write the unit for this profile and start it now and at login.
-    Install,
+    Install {
+        /// Install a unit for every profile the config names (`default` and each
+        /// `[profiles.<name>]`), one after the other; exit 1 if any failed.
+        #[arg(long, conflicts_with = "profile")]
+        all: bool,
+    },
     /// Stop the service and remove its unit.
     Uninstall,
     /// Show what the service manager says about it.
@@ -655,9 +660,40 @@ pub async fn run_command(args: ServiceArgs) -> anyhow::Result<i32> {
             );
             Ok(0)
         }
-        ServiceAction::Install => install(kind, &profile, args.config.as_deref()),
+        ServiceAction::Install { all: false } => install(kind, &profile, args.config.as_deref()),
+        ServiceAction::Install { all: true } => install_all(kind, args.config.as_deref()),
         ServiceAction::Uninstall => uninstall(kind, &profile),
         ServiceAction::Status => status(kind, &profile),
+    }
+}
+
+/// `service install --all`: a unit per profile the config names, each through [`install`] (its
+/// checks and its undo). One that fails does not stop the others; the exit code is 1 if any did.
+fn install_all(kind: ServiceKind, config: Option<&Path>) -> anyhow::Result<i32> {
+    let args = crate::config::ConfigArgs {
+        config: config.map(Path::to_path_buf),
+        ..Default::default()
+    };
+    let mut failed = Vec::new();
+    for profile in crate::status::configured_profiles(&args)? {
+        println!("== profile {profile}");
+        match install(kind, &profile, config) {
+            Ok(0) => {}
+            Ok(_) => failed.push(profile),
+            Err(e) => {
+                eprintln!("agentchat service install --all: profile `{profile}`: {e:#}");
+                failed.push(profile);
+            }
+        }
+    }
+    if failed.is_empty() {
+        Ok(0)
+    } else {
+        eprintln!(
+            "agentchat service install --all: not installed: {}",
+            failed.join(", ")
+        );
+        Ok(1)
     }
 }
 

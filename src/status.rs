@@ -24,6 +24,10 @@ pub struct StatusArgs {
     /// Print JSON: `{profile, state_dir, status_file, running, stale, stopping, status}`.
     #[arg(long)]
     pub json: bool,
+    /// One row per profile in the config (and per state dir whose lock a live listener holds);
+    /// exit 0 only if every configured profile's listener runs.
+    #[arg(long)]
+    pub all: bool,
 }
 
 /// Whether the listener that wrote a status is alive, from facts gathered by the caller.
@@ -155,6 +159,9 @@ pub fn outcome_word(outcome: Option<Outcome>) -> &'static str {
 }
 
 pub async fn run_command(args: StatusArgs) -> anyhow::Result<i32> {
+    if args.all {
+        return run_all(&args);
+    }
     let settings = crate::config::load_unkeyed(&args.config)?;
     let state = StateDir::at(&settings.state_dir);
     let file = state.path(STATUS_FILE);
@@ -195,6 +202,208 @@ pub async fn run_command(args: StatusArgs) -> anyhow::Result<i32> {
     } else {
         3
     })
+}
+
+/// The profiles a config file names: `default` (its top level) and every `[profiles.<name>]`.
+/// Without a config file, only `default`.
+pub fn configured_profiles(config: &ConfigArgs) -> anyhow::Result<Vec<String>> {
+    let env: std::collections::HashMap<String, String> = std::env::vars().collect();
+    let mut out = vec![crate::config::DEFAULT_PROFILE.to_string()];
+    let Some((path, named)) = crate::config::config_file_path(config, &env) else {
+        return Ok(out);
+    };
+    let text = match std::fs::read_to_string(&path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound && !named => return Ok(out),
+        Err(e) => anyhow::bail!("cannot read config file {}: {e}", path.display()),
+    };
+    // The whole file is checked (and its errors named) when each profile is loaded; here only the
+    // names are wanted.
+    let table: toml::Table = text
+        .parse()
+        .map_err(|_| anyhow::anyhow!("config file {} is not valid TOML", path.display()))?;
+    if let Some(profiles) = table.get("profiles").and_then(toml::Value::as_table) {
+        for name in profiles.keys() {
+            if !out.contains(name) {
+                out.push(name.clone());
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// State dirs under the default state base whose lock a live process holds, with that pid: the
+/// listeners running for profiles the config does not (or no longer) name.
+fn locked_state_dirs() -> Vec<(String, std::path::PathBuf, u32)> {
+    let env: std::collections::HashMap<String, String> = std::env::vars().collect();
+    let Some(base) = crate::config::default_state_base(&env) else {
+        return Vec::new();
+    };
+    let Ok(entries) = std::fs::read_dir(&base) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for e in entries.flatten() {
+        let dir = e.path();
+        let lock = dir.join(crate::listen::state_dir::LOCK_FILE);
+        let pid = std::fs::read_to_string(&lock)
+            .ok()
+            .and_then(|s| s.trim().parse::<u32>().ok());
+        if let Some(pid) = pid.filter(|p| pid_alive(u64::from(*p)))
+            && let Some(name) = dir.file_name().and_then(|n| n.to_str())
+        {
+            out.push((name.to_string(), dir.clone(), pid));
+        }
+    }
+    out.sort();
+    out
+}
+
+/// One row of `status --all`.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Row {
+    pub profile: String,
+    /// Named by the config (else found by its live lock only).
+    pub configured: bool,
+    pub state_dir: std::path::PathBuf,
+    pub running: bool,
+    pub stale: bool,
+    pub handle: Option<String>,
+    pub state: Option<String>,
+    pub since: Option<String>,
+    /// The last cycle's outcome (`completed`, `failed`, `unusable`, `no_run`).
+    pub last_outcome: Option<String>,
+    /// What the service manager says about the profile's unit, or why it could not tell.
+    pub service: String,
+    /// Why the row could not be read (a config error for this profile, a damaged status file).
+    pub error: Option<String>,
+}
+
+fn row_for(
+    profile: &str,
+    configured: bool,
+    state_dir: std::path::PathBuf,
+    error: Option<String>,
+) -> Row {
+    let (status, error) = match StateDir::at(&state_dir).read_status() {
+        Ok(s) => (s, error),
+        Err(e) => (None, error.or(Some(e.to_string()))),
+    };
+    let liveness = status
+        .as_ref()
+        .map(|s| assess(s, pid_alive(u64::from(s.pid)), SystemTime::now()));
+    let service_kind = crate::service::ServiceKind::native();
+    let unit = match service_kind {
+        crate::service::ServiceKind::Systemd => crate::service::systemd_unit_name(profile),
+        crate::service::ServiceKind::Launchd => crate::service::launchd_label(profile),
+    };
+    Row {
+        profile: profile.to_string(),
+        configured,
+        state_dir,
+        running: liveness == Some(Liveness::Running),
+        stale: liveness == Some(Liveness::Stale),
+        handle: status.as_ref().and_then(|s| s.handle.clone()),
+        state: status.as_ref().map(|s| s.state.as_str().to_string()),
+        since: status
+            .as_ref()
+            .map(|s| s.since.clone())
+            .filter(|s| !s.is_empty()),
+        last_outcome: status
+            .as_ref()
+            .and_then(|s| s.last_cycle.as_ref())
+            .and_then(|c| c.outcome)
+            .map(|o| o.as_str().to_string()),
+        service: format!(
+            "{unit}: {}",
+            crate::service::manager_view(service_kind, profile).describe()
+        ),
+        error,
+    }
+}
+
+/// Pure: the table `status --all` prints.
+pub fn render_rows(rows: &[Row]) -> String {
+    let mut out = vec![format!(
+        "{:<16} {:<16} {:<9} {:<40} {:<10} service",
+        "PROFILE", "HANDLE", "LISTENER", "STATE SINCE", "LAST RUN"
+    )];
+    for r in rows {
+        let listener = if r.running {
+            "running"
+        } else if r.stale {
+            "stuck"
+        } else {
+            "stopped"
+        };
+        let state = match (&r.state, &r.since) {
+            (Some(st), Some(since)) => format!("{st} since {since}"),
+            (Some(st), None) => st.clone(),
+            _ => "never ran".to_string(),
+        };
+        let mut profile = r.profile.clone();
+        if !r.configured {
+            profile.push('*');
+        }
+        out.push(format!(
+            "{:<16} {:<16} {:<9} {:<40} {:<10} {}",
+            profile,
+            r.handle.as_deref().unwrap_or("-"),
+            listener,
+            state,
+            r.last_outcome.as_deref().unwrap_or("-"),
+            r.service
+        ));
+        if let Some(e) = &r.error {
+            out.push(format!("  {}: {e}", r.profile));
+        }
+    }
+    if rows.iter().any(|r| !r.configured) {
+        out.push("* not in the config: found by the live lock in its state dir".to_string());
+    }
+    out.join("\n")
+}
+
+/// `status --all`: a row per configured profile, then per state dir with a live lock that no
+/// configured profile uses. Exit 0 only when every configured profile's listener runs.
+fn run_all(args: &StatusArgs) -> anyhow::Result<i32> {
+    if args.config.state_dir.is_some()
+        || std::env::var_os("AGENTCHAT_STATE_DIR").is_some_and(|v| !v.is_empty())
+    {
+        anyhow::bail!(
+            "--all reads each profile's own state dir; drop --state-dir and unset AGENTCHAT_STATE_DIR"
+        );
+    }
+    let mut rows = Vec::new();
+    for profile in configured_profiles(&args.config)? {
+        let one = ConfigArgs {
+            profile: Some(profile.clone()),
+            ..args.config.clone()
+        };
+        match crate::config::load_unkeyed(&one) {
+            Ok(settings) => rows.push(row_for(&profile, true, settings.state_dir, None)),
+            Err(e) => {
+                let env: std::collections::HashMap<String, String> = std::env::vars().collect();
+                let dir = crate::config::default_state_base(&env)
+                    .unwrap_or_default()
+                    .join(&profile);
+                rows.push(row_for(&profile, true, dir, Some(e.to_string())));
+            }
+        }
+    }
+    for (name, dir, _pid) in locked_state_dirs() {
+        if !rows.iter().any(|r| r.state_dir == dir) {
+            rows.push(row_for(&name, false, dir, None));
+        }
+    }
+    let all_running = rows.iter().filter(|r| r.configured).all(|r| r.running);
+    if args.json {
+        let out = json!({ "all_running": all_running, "profiles": rows });
+        println!("{}", serde_json::to_string_pretty(&out)?);
+    } else {
+        println!("{}", render_rows(&rows));
+    }
+    Ok(if all_running { 0 } else { 3 })
 }
 
 #[cfg(test)]

@@ -18,6 +18,7 @@ pub const VARIABLES: &[&str] = &[
     "AGENTCHAT_RUNTIME",
     "AGENTCHAT_LOG",
     "AGENTCHAT_LOG_FORMAT",
+    "AGENTCHAT_METRICS_ADDR",
     "AGENTCHAT_INTEGRATION",
     "AGENTCHAT_DOORBELL",
     TEST_TIME_SCALE,
@@ -90,6 +91,7 @@ pub(super) fn layer(env: &HashMap<String, String>) -> Result<Layer, ConfigError>
         runtime: parse(env, "AGENTCHAT_RUNTIME", value::choice)?,
         log_level: parse(env, "AGENTCHAT_LOG", value::log_filter)?,
         log_format: parse(env, "AGENTCHAT_LOG_FORMAT", value::choice)?,
+        metrics_addr: parse(env, "AGENTCHAT_METRICS_ADDR", value::socket_addr)?,
         ..Layer::default()
     })
 }

@@ -142,6 +142,8 @@ struct ListenTable {
     identity_block: Option<Value<bool>>,
     run_logs_keep: Option<Value<RunLogsKeep>>,
     run_log_max_bytes: Option<Value<RunLogMaxBytes>>,
+    metrics_addr: Option<Value<String>>,
+    metrics_public: Option<Value<bool>>,
     claude: Option<Table<ClaudeTable>>,
     codex: Option<Table<CodexTable>>,
 }
@@ -221,6 +223,16 @@ impl Paths<'_> {
         layer.identity_block = t.identity_block.map(|v| v.0);
         layer.run_logs_keep = t.run_logs_keep.map(|v| v.0.0);
         layer.run_log_max_bytes = t.run_log_max_bytes.map(|v| v.0.0);
+        layer.metrics_addr = t
+            .metrics_addr
+            .map(|v| {
+                value::socket_addr(&v.0).map_err(|problem| ConfigError::BadValue {
+                    key: key("metrics_addr"),
+                    problem,
+                })
+            })
+            .transpose()?;
+        layer.metrics_public = t.metrics_public.map(|v| v.0);
         if let Some(c) = t.claude {
             let c = c.0;
             layer.claude_binary = c

@@ -92,6 +92,11 @@ pub struct ListenSettings {
     pub run_log_max_bytes: u64,
     /// No inbound traffic for this long drops the socket.
     pub idle_timeout: Duration,
+    /// Where `/metrics`, `/healthz` and `/readyz` are served (`listen.metrics_addr`,
+    /// `AGENTCHAT_METRICS_ADDR`, `--metrics-addr`); off when unset.
+    pub metrics_addr: Option<std::net::SocketAddr>,
+    /// `listen.metrics_public`: allows a `metrics_addr` that is not loopback.
+    pub metrics_public: bool,
     pub claude: ClaudeSettings,
     pub codex: CodexSettings,
 }
@@ -182,6 +187,10 @@ pub struct ConfigArgs {
     /// API base URL (env AGENTCHAT_API_BASE).
     #[arg(long, value_name = "URL")]
     pub api_base: Option<String>,
+    /// Serve /metrics, /healthz and /readyz on this address, e.g. 127.0.0.1:9464 (listen only;
+    /// env AGENTCHAT_METRICS_ADDR).
+    #[arg(long, value_name = "ADDR")]
+    pub metrics_addr: Option<String>,
 }
 
 /// Why the settings cannot be resolved. Each message names the key, variable, flag or file to

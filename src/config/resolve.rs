@@ -70,9 +70,20 @@ fn flag_layer(args: &ConfigArgs) -> Result<Layer, ConfigError> {
             })
         })
         .transpose()?;
+    let metrics_addr = args
+        .metrics_addr
+        .as_deref()
+        .map(|v| {
+            value::socket_addr(v).map_err(|problem| ConfigError::BadValue {
+                key: "--metrics-addr".into(),
+                problem,
+            })
+        })
+        .transpose()?;
     Ok(Layer {
         api_base,
         runtime: args.runtime,
+        metrics_addr,
         ..Layer::default()
     })
 }
@@ -121,6 +132,18 @@ fn listen_settings(m: Layer, scale: TestTimeScale) -> Result<ListenSettings, Con
             .check(value, factor)
             .map_err(|problem| ConfigError::BadValue { key, problem }),
     };
+    if let Some(addr) = m.metrics_addr
+        && !addr.ip().is_loopback()
+        && !m.metrics_public.unwrap_or(false)
+    {
+        return Err(ConfigError::BadValue {
+            key: "listen.metrics_addr".into(),
+            problem: format!(
+                "{addr} is not a loopback address; set `listen.metrics_public = true` to serve \
+                 metrics beyond this machine"
+            ),
+        });
+    }
     Ok(ListenSettings {
         runtime: m.runtime.unwrap_or(RuntimeKind::ClaudeCode),
         command: m.command.unwrap_or_default(),
@@ -136,6 +159,8 @@ fn listen_settings(m: Layer, scale: TestTimeScale) -> Result<ListenSettings, Con
         run_log_max_bytes: m
             .run_log_max_bytes
             .unwrap_or(super::value::DEFAULT_RUN_LOG_MAX_BYTES),
+        metrics_addr: m.metrics_addr,
+        metrics_public: m.metrics_public.unwrap_or(false),
         claude: ClaudeSettings {
             binary: m.claude_binary,
             extra_args: m.claude_extra_args.unwrap_or_default(),

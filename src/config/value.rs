@@ -131,6 +131,13 @@ pub fn api_base(raw: &str) -> Result<String, String> {
     Ok(trimmed.to_string())
 }
 
+/// An `ip:port` to serve on (`listen.metrics_addr`: `127.0.0.1:9464`, `[::1]:9464`).
+pub fn socket_addr(raw: &str) -> Result<std::net::SocketAddr, String> {
+    raw.trim()
+        .parse()
+        .map_err(|_| format!("`{raw}` is not an address with a port, like 127.0.0.1:9464"))
+}
+
 /// Whether `api_base` points at this machine: a loopback IP address (127.0.0.0/8, ::1, or ::1's
 /// IPv4-mapped forms) or `localhost`. What `agentchat demo` and the tests use; never a real
 /// AgentChat server.

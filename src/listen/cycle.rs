@@ -43,6 +43,8 @@ pub struct CycleInput {
     pub runtime_unusable: bool,
     pub invite_pace_ms: u64,
     pub shutdown: watch::Receiver<bool>,
+    /// The listener's metrics (a no-op registry for `--once`).
+    pub metrics: std::sync::Arc<super::metrics::Metrics>,
     /// Told when the run is handed to the supervisor (the daemon shows it in the status then).
     pub run_starting: Option<oneshot::Sender<RunStarting>>,
 }
@@ -291,6 +293,7 @@ async fn start_run(
     report.last.run_kind = Some(kind);
     report.last.run_log = Some(log_path.display().to_string());
     tracing::info!(event = %"run_start", cycle_id = %id, run_kind = kind.as_str(), runtime = input.settings.listen.runtime.as_str(), log = %log_path.display(), "run started");
+    input.metrics.run_started();
     if let Some(tx) = input.run_starting.take() {
         let _ = tx.send(RunStarting {
             kind,
@@ -316,6 +319,11 @@ async fn start_run(
         }
         RunOutcome::Unusable(why) => log_unusable(input, why),
     }
+    input.metrics.run_ended(
+        input.settings.listen.runtime.as_str(),
+        &outcome,
+        run_report.duration,
+    );
     (outcome, run_ended_at)
 }
 
@@ -397,6 +405,7 @@ async fn apply_invite_rule(
                 }
             },
             InviteVerdict::Counted => {
+                input.metrics.invite_counted();
                 tracing::info!(event = %"invite_counted", cycle_id = %id, invite_id = %invite_id, "invite left pending by a run: counted")
             }
             InviteVerdict::SilentPaced => {

@@ -4,6 +4,7 @@
 
 use super::TimeScale;
 use super::cycle::{self, CycleInput, CycleReport, RunStarting};
+use super::metrics::{self, Metrics};
 use super::socket::{self, SocketEvent, SocketParams, SocketState};
 use super::state_dir::StateDir;
 use super::texts::{self, Loaded, Missing};
@@ -16,6 +17,7 @@ use crate::core::status::{
 use crate::sys::time;
 use secrecy::{ExposeSecret, SecretString};
 use std::collections::BTreeSet;
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 use tokio::signal::unix::{Signal, SignalKind, signal};
 use tokio::sync::{mpsc, oneshot, watch};
@@ -89,6 +91,8 @@ struct Daemon {
     /// When the last frame came: kept as a time and formatted into `status.last_frame_at` only
     /// when the status is written, not on every frame.
     last_frame: Option<SystemTime>,
+    /// The metrics registry (a no-op unless `listen.metrics_addr` is set).
+    metrics: Arc<Metrics>,
 }
 
 /// Runs until SIGTERM/SIGINT. Returns the exit code (0).
@@ -105,6 +109,11 @@ pub async fn run(
     d.announce_start();
     d.refresh_texts().await;
     let mut wiring = Wiring::start(d.socket_params());
+    metrics::spawn_server(
+        &d.metrics,
+        d.settings.listen.metrics_addr,
+        wiring.shutdown.subscribe(),
+    );
     d.ready();
     let mut timers = Timers::new(d.scale, notify);
     let signal = main_loop(&mut d, &mut wiring, &mut signals, &mut timers).await;
@@ -389,6 +398,10 @@ impl Daemon {
             counters: Counters::default(),
         };
         let (quiet_ms, max_delay_ms) = windows(&settings);
+        let metrics = Metrics::for_settings(
+            &settings,
+            scale.apply(STATUS_REFRESH).max(STATUS_REFRESH_MIN),
+        );
         Ok(Daemon {
             args,
             settings,
@@ -418,6 +431,7 @@ impl Daemon {
             pending_windows: None,
             texts_missing_logged: false,
             last_frame: None,
+            metrics,
         })
     }
 
@@ -579,6 +593,7 @@ impl Daemon {
             api: self.api.clone(),
             idle_timeout: self.settings.listen.idle_timeout,
             key_refused_retry: self.scale.apply(crate::core::reconnect::KEY_REFUSED_RETRY),
+            metrics: self.metrics.clone(),
         }
     }
 
@@ -634,6 +649,7 @@ impl Daemon {
                 self.status.counters.frames += frames;
                 self.status.counters.frames_skipped += skipped;
                 self.status.counters.acks += acked;
+                self.metrics.burst(skipped, acked);
                 self.last_frame = Some(now);
             }
             SocketEvent::Wake {
@@ -641,6 +657,7 @@ impl Daemon {
                 frames,
                 registered,
             } => {
+                self.metrics.wake(&cause, frames);
                 let label = cause.label();
                 let t = self.now_ms();
                 self.coalescer.wake(t);
@@ -669,6 +686,7 @@ impl Daemon {
         self.retry_a_changed_runtime_binary();
         let id = cycle::new_cycle_id();
         self.status.counters.cycles += 1;
+        self.metrics.cycle_started();
         let input = CycleInput {
             id: id.clone(),
             settings: self.settings.clone(),
@@ -682,6 +700,7 @@ impl Daemon {
             invite_pace_ms: self.scale.invite_pace_ms(),
             shutdown,
             run_starting: Some(run_starting),
+            metrics: self.metrics.clone(),
         };
         self.status.last_cycle = Some(LastCycle::started(
             id,
@@ -707,6 +726,7 @@ impl Daemon {
     }
 
     fn on_cycle_end(&mut self, report: CycleReport) {
+        self.metrics.cycle_ended(&report);
         if report.last.run_started {
             self.status.counters.runs += 1;
         }
@@ -783,6 +803,7 @@ impl Daemon {
         self.status.socket = Some(self.socket_state);
         self.status.last_frame_at = self.last_frame.map(time::rfc3339);
         self.status.updated_at = time::rfc3339(now);
+        self.metrics.observe_status(&self.status);
         match self.state.write_status(&self.status) {
             Ok(()) if self.status_write_failing => {
                 self.status_write_failing = false;

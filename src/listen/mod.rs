@@ -9,6 +9,7 @@
 pub mod cycle;
 pub mod daemon;
 pub mod logging;
+pub mod metrics;
 pub mod once;
 pub mod socket;
 pub mod state_dir;

@@ -30,6 +30,7 @@ pub async fn run(
         api: api.clone(),
         idle_timeout: settings.listen.idle_timeout,
         key_refused_retry: crate::core::reconnect::KEY_REFUSED_RETRY,
+        metrics: super::metrics::Metrics::off(),
     };
     let handle = socket::connect_once(&params, SETTLE)
         .await
@@ -58,6 +59,7 @@ pub async fn run(
         runtime_unusable: false,
         invite_pace_ms: scale.invite_pace_ms(),
         shutdown: shutdown_rx,
+        metrics: super::metrics::Metrics::off(),
         run_starting: None,
     };
     let mut task = tokio::spawn(cycle::run(input));

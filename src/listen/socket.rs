@@ -38,6 +38,8 @@ pub struct SocketParams {
     pub api: Api,
     pub idle_timeout: Duration,
     pub key_refused_retry: Duration,
+    /// The listener's metrics (a no-op registry for `--once`).
+    pub metrics: std::sync::Arc<super::metrics::Metrics>,
 }
 
 impl SocketParams {
@@ -107,7 +109,9 @@ pub async fn run(
     events: mpsc::Sender<SocketEvent>,
     shutdown: watch::Receiver<bool>,
 ) {
+    let metrics = params_rx.borrow().metrics.clone();
     Task {
+        metrics,
         params_rx,
         events,
         shutdown,
@@ -129,6 +133,8 @@ struct Task {
     backoff: Backoff,
     /// The endpoint (API base and key) the engine's own handle was learnt for.
     handle_known_for: Option<SocketParams>,
+    /// The listener's metrics (the same registry whatever a reload changes).
+    metrics: std::sync::Arc<super::metrics::Metrics>,
 }
 
 impl Task {
@@ -146,6 +152,7 @@ impl Task {
                 Ended::Reconfigured => continue,
                 Ended::Closed(kind, detail) => (kind, detail),
             };
+            self.metrics.socket_down(&kind);
             let delay = self.delay_after(&kind, &params);
             self.report_down(&kind, detail, delay).await;
             if !self.wait_before_retry(delay, &kind).await {
@@ -361,6 +368,7 @@ impl Task {
     /// the burst's end.
     fn take(&mut self, burst: &mut Burst, msg: Message, up: &mut bool) {
         burst.tally.frames += 1;
+        self.metrics.frame(&msg);
         if !*up && !matches!(msg, Message::Close(_)) {
             // The socket is really up: the server sent `hello.ok` or any other frame that is not a
             // close. A server over its connect budget, or refusing the key or the client, accepts
@@ -419,6 +427,7 @@ impl Task {
     ) -> (Tally, Option<Ended>) {
         if burst.came_up {
             tracing::info!(event = %"socket_connected", url = %ws_url(&params.api_base), "socket connected");
+            self.metrics.connect_accepted();
             let _ = self.events.send(SocketEvent::Connected).await;
             send_state(&self.events, SocketState::Connected, None, None).await;
         }

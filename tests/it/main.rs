@@ -20,6 +20,7 @@ mod docs_links;
 mod doctor;
 mod faults;
 mod listen;
+mod metrics;
 mod runner;
 mod runtimes_cli;
 mod runtimes_listen;

@@ -110,3 +110,181 @@ async fn a_status_file_that_is_not_json_is_a_clear_error_with_exit_1() {
         assert!(!text.contains("panicked"), "{text}");
     }
 }
+
+/// `agentchat` with a clean `AGENTCHAT_*` environment, the state base under `home`, and units
+/// written into `home/units` (the service manager is never asked).
+fn isolated(home: &Path, args: &[&str]) -> tokio::process::Command {
+    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_agentchat"));
+    for (k, _) in std::env::vars() {
+        if k.starts_with("AGENTCHAT_") {
+            cmd.env_remove(k);
+        }
+    }
+    cmd.args(args)
+        .env("HOME", home)
+        .env("XDG_STATE_HOME", home.join("state"))
+        .env("XDG_CONFIG_HOME", home.join("config"))
+        .env("AGENTCHAT_SERVICE_DIR", home.join("units"))
+        .kill_on_drop(true);
+    cmd
+}
+
+async fn status_all(home: &Path, config: &Path) -> (i32, serde_json::Value) {
+    let out = isolated(home, &["status", "--all", "--json", "--config"])
+        .arg(config)
+        .output()
+        .await
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let doc = serde_json::from_str(&text)
+        .unwrap_or_else(|e| panic!("{e}: {text}{}", String::from_utf8_lossy(&out.stderr)));
+    (out.status.code().unwrap_or(-1), doc)
+}
+
+fn row<'a>(doc: &'a serde_json::Value, profile: &str) -> &'a serde_json::Value {
+    doc["profiles"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["profile"] == profile)
+        .unwrap_or_else(|| panic!("no row for {profile}: {doc}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_all_shows_every_configured_profile_and_live_locks_and_exits_0_only_when_all_run() {
+    agentchat::sys::tls::install_crypto_provider();
+    let sim = agentchat::sim::start(agentchat::sim::SimConfig {
+        listen: ([127, 0, 0, 1], 0).into(),
+        time_scale: 1.0,
+        seed_demo: true,
+    })
+    .await
+    .unwrap();
+    let (_, key) = sim.seeded[0].clone();
+    let (dir, config) =
+        config_in("[listen]\nruntime = \"script\"\ncommand = [\"/bin/true\"]\n[profiles.work]\n");
+    let home = dir.path();
+    // A profile another config names: this config's `status --all` finds it by its lock only.
+    let other = home.join("other.toml");
+    std::fs::write(
+        &other,
+        "[listen]\nruntime = \"script\"\ncommand = [\"/bin/true\"]\n[profiles.extra]\n",
+    )
+    .unwrap();
+    let listen = |profile: &str, config: &Path| {
+        isolated(home, &["listen", "--profile", profile, "--config"])
+            .arg(config)
+            .args(["--api-base", &sim.api_base])
+            .env("AGENTCHAT_API_KEY", &key)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap()
+    };
+
+    let (code, doc) = status_all(home, &config).await;
+    assert_eq!(code, 3, "{doc}");
+    assert_eq!(row(&doc, "default")["running"], false);
+    assert_eq!(row(&doc, "work")["state"], serde_json::Value::Null);
+
+    let mut listeners = vec![
+        listen("default", &config),
+        listen("work", &config),
+        listen("extra", &other),
+    ];
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let doc = loop {
+        let (code, doc) = status_all(home, &config).await;
+        let extra_found = doc["profiles"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["profile"] == "extra");
+        let connected = ["default", "work"].iter().all(|p| {
+            row(&doc, p)["state"] == "connected" && row(&doc, p)["last_outcome"].is_string()
+        });
+        if code == 0 && extra_found && connected {
+            break doc;
+        }
+        assert!(Instant::now() < deadline, "never all running: {doc}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(doc["all_running"], true);
+    let work = row(&doc, "work");
+    assert_eq!(work["configured"], true);
+    assert!(work["handle"].as_str().unwrap().starts_with('@'), "{work}");
+    let outcome = work["last_outcome"].as_str().unwrap();
+    assert!(["completed", "no_run"].contains(&outcome), "{work}");
+    assert!(
+        work["service"]
+            .as_str()
+            .unwrap()
+            .starts_with("agentchat-listen-work.service: service manager not asked"),
+        "{work}"
+    );
+    assert_eq!(row(&doc, "extra")["configured"], false);
+    let text = isolated(home, &["status", "--all", "--config"])
+        .arg(&config)
+        .output()
+        .await
+        .unwrap();
+    let text = String::from_utf8_lossy(&text.stdout).into_owned();
+    assert!(text.starts_with("PROFILE"), "{text}");
+    assert!(
+        text.contains("\nextra*") && text.contains("not in the config"),
+        "{text}"
+    );
+
+    // One configured listener stopped: exit 3.
+    let mut work = listeners.remove(1);
+    sigterm_and_wait(&mut work, 20).await;
+    let (code, doc) = status_all(home, &config).await;
+    assert_eq!(code, 3, "{doc}");
+    assert_eq!(row(&doc, "work")["running"], false);
+    assert_eq!(row(&doc, "default")["running"], true);
+    for mut l in listeners {
+        sigterm_and_wait(&mut l, 20).await;
+    }
+}
+
+#[tokio::test]
+async fn service_install_all_writes_one_unit_per_configured_profile() {
+    let (dir, config) = config_in(
+        "[listen]\nruntime = \"script\"\ncommand = [\"/bin/true\"]\n[profiles.work]\n[profiles.ops]\n",
+    );
+    let home = dir.path();
+    let out = isolated(
+        home,
+        &[
+            "service", "install", "--all", "--kind", "systemd", "--config",
+        ],
+    )
+    .arg(&config)
+    .output()
+    .await
+    .unwrap();
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(out.status.code(), Some(0), "{said}");
+    let mut units: Vec<String> = std::fs::read_dir(home.join("units"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    units.sort();
+    assert_eq!(
+        units,
+        [
+            "agentchat-listen-ops.service",
+            "agentchat-listen-work.service",
+            "agentchat-listen.service"
+        ]
+    );
+    let work = std::fs::read_to_string(home.join("units/agentchat-listen-work.service")).unwrap();
+    assert!(
+        work.contains(r#""listen" "--profile" "work" "--config""#),
+        "{work}"
+    );
+}
