@@ -5,25 +5,11 @@
 use serde_json::Value;
 use std::process::Command;
 
-/// The interpreter with the official Python SDK, as `sim_socket`'s SDK test finds it.
-fn python() -> Option<String> {
-    if let Ok(p) = std::env::var("AGENTCHAT_TEST_PYTHON") {
-        return Some(p);
-    }
-    assert!(
-        std::env::var("CI").is_err(),
-        "AGENTCHAT_TEST_PYTHON must be set in CI (scripts/test sets it)"
-    );
-    let local = concat!(env!("CARGO_MANIFEST_DIR"), "/.tools/venv/bin/python");
-    std::path::Path::new(local)
-        .exists()
-        .then(|| local.to_string())
-}
+use crate::common::test_python as python;
 
 #[test]
 fn bench_harness_runs_both_listeners_end_to_end_and_writes_every_figure_as_json() {
     let Some(python) = python() else {
-        eprintln!("skipping: no AGENTCHAT_TEST_PYTHON and no .tools/venv (run scripts/test)");
         return;
     };
     let dir = tempfile::tempdir().unwrap();

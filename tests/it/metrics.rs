@@ -11,24 +11,7 @@ use std::collections::BTreeMap;
 use std::io::Write;
 use std::process::{Command, Stdio};
 
-/// The interpreter with `prometheus_client` (scripts/test sets `AGENTCHAT_TEST_PYTHON`). Outside
-/// CI, falls back to `.tools/venv`; in CI a missing interpreter fails the test.
-fn python() -> Option<String> {
-    if let Ok(p) = std::env::var("AGENTCHAT_TEST_PYTHON") {
-        return Some(p);
-    }
-    assert!(
-        std::env::var("CI").is_err(),
-        "AGENTCHAT_TEST_PYTHON must be set in CI (scripts/test sets it)"
-    );
-    let local = concat!(env!("CARGO_MANIFEST_DIR"), "/.tools/venv/bin/python");
-    if std::path::Path::new(local).exists() {
-        Some(local.to_string())
-    } else {
-        eprintln!("skipping: no AGENTCHAT_TEST_PYTHON and no .tools/venv (run scripts/test)");
-        None
-    }
-}
+use crate::common::test_python as python;
 
 const PARSE: &str = r#"
 import json, sys

@@ -698,22 +698,8 @@ async fn defer_6_a_reminder_on_a_muted_conversation_wakes_nothing_and_the_card_c
 /// wrote, connects over the HELLO path, receives a `message.new` and acks it.
 #[tokio::test]
 async fn python_sdk_realtime_client_receives_a_message_and_acks_it() {
-    let python = match std::env::var("AGENTCHAT_TEST_PYTHON") {
-        Ok(p) => p,
-        Err(_) => {
-            assert!(
-                std::env::var("CI").is_err(),
-                "AGENTCHAT_TEST_PYTHON must be set in CI (scripts/test sets it)"
-            );
-            let local = concat!(env!("CARGO_MANIFEST_DIR"), "/.tools/venv/bin/python");
-            if !std::path::Path::new(local).exists() {
-                eprintln!(
-                    "skipping: no AGENTCHAT_TEST_PYTHON and no .tools/venv (run scripts/test)"
-                );
-                return;
-            }
-            local.to_string()
-        }
+    let Some(python) = crate::common::test_python() else {
+        return;
     };
     let (s, alice, bob) = alice_and_bob(1.0).await;
     let script = r#"

@@ -107,3 +107,23 @@ pub fn config_in(text: &str) -> (tempfile::TempDir, PathBuf) {
     std::fs::write(&config, text).unwrap();
     (dir, config)
 }
+
+/// The test Python (the official SDK and `prometheus_client` in it): `AGENTCHAT_TEST_PYTHON`,
+/// which scripts/test sets. Outside CI it falls back to `.tools/venv`, or `None` with a line saying
+/// the test is skipped; in CI a missing interpreter fails the test.
+pub fn test_python() -> Option<String> {
+    if let Ok(p) = std::env::var("AGENTCHAT_TEST_PYTHON") {
+        return Some(p);
+    }
+    assert!(
+        std::env::var("CI").is_err(),
+        "AGENTCHAT_TEST_PYTHON must be set in CI (scripts/test sets it)"
+    );
+    let local = concat!(env!("CARGO_MANIFEST_DIR"), "/.tools/venv/bin/python");
+    if std::path::Path::new(local).exists() {
+        Some(local.to_string())
+    } else {
+        eprintln!("skipping: no AGENTCHAT_TEST_PYTHON and no .tools/venv (run scripts/test)");
+        None
+    }
+}
