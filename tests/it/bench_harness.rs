@@ -52,7 +52,7 @@ fn bench_harness_runs_both_listeners_end_to_end_and_writes_every_figure_as_json(
         [
             "cold_start_ms",
             "idle_rss_mib",
-            "idle_cpu_s",
+            "idle_cpu_ms",
             "wake_p50_ms",
             "wake_p99_ms",
             "wake_max_ms",
