@@ -589,12 +589,13 @@ impl Tally {
     }
 }
 
-/// How often, at most, a summary line is written while frames keep coming.
-const SUMMARY_EVERY: Duration = Duration::from_secs(1);
+/// How often, at most, a summary line is written while frames keep coming. Short enough that
+/// separate events (a message, then an invite a moment later) keep lines of their own, written as
+/// they happen; long enough that a flood writes ten lines a second, not one per frame.
+const SUMMARY_EVERY: Duration = Duration::from_millis(100);
 
-/// The frames' log: a burst after a quiet second gets its line at once; the bursts that follow
-/// within the second are added up and get one line when it ends. So a flood of frames writes a
-/// line a second, never one per frame, and a lone frame is logged without delay.
+/// The frames' log: a burst after a quiet `SUMMARY_EVERY` gets its line at once; the bursts that
+/// follow within that time are added up and get one line when it ends.
 #[derive(Default)]
 struct SummaryLog {
     pending: Tally,
@@ -617,7 +618,7 @@ impl SummaryLog {
         self.until
     }
 
-    /// The second is over: log what it added up, or call the socket quiet.
+    /// The time is over: log what it added up, or call the socket quiet.
     fn on_due(&mut self) {
         if self.pending.frames == 0 {
             self.until = None;
