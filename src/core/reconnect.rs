@@ -26,6 +26,19 @@ pub enum CloseKind {
     Ordinary,
 }
 
+impl CloseKind {
+    /// The kind as one snake_case word, for log fields: `budget`, `key_refused`,
+    /// `upgrade_required`, `ordinary`.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            CloseKind::Budget { .. } => "budget",
+            CloseKind::KeyRefused => "key_refused",
+            CloseKind::UpgradeRequired => "upgrade_required",
+            CloseKind::Ordinary => "ordinary",
+        }
+    }
+}
+
 /// Classifies a close frame's code and reason. Only `1013` reads the reason: the same hint on
 /// another code is not the connect budget (contract 3.4).
 pub fn classify_close(code: u16, reason: &str) -> CloseKind {

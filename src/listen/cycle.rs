@@ -136,8 +136,8 @@ pub async fn run(mut input: CycleInput) -> CycleReport {
         event = %"cycle_end",
         cycle_id = %input.id,
         run_started = report.last.run_started,
-        outcome = report.last.outcome.map_or("", Outcome::as_str),
-        no_run_reason = report.last.no_run_reason.map_or("", NoRunReason::as_str),
+        outcome = report.last.outcome.map(Outcome::as_str),
+        no_run_reason = report.last.no_run_reason.map(NoRunReason::as_str),
         "cycle ended"
     );
     report
@@ -186,7 +186,7 @@ fn decide_run(
         CycleDecision::NoRun(NoRunReason::HandleMismatch) => {
             let you = before.you.clone().unwrap_or_default();
             // The main loop logs the error once per mismatch episode, not once per cycle.
-            tracing::debug!(event = %"tray_you_mismatch", cycle_id = %input.id, you = %you, handle = %input.handle, "the tray belongs to another agent than this key's");
+            tracing::debug!(event = %"tray_you_mismatch", cycle_id = %input.id, you = %crate::core::handle::shown(&you), handle = %crate::core::handle::shown(&input.handle), "the tray belongs to another agent than this key's");
             report.handle_mismatch = Some(you);
             Err(CycleEnd::NoRun(NoRunReason::HandleMismatch))
         }
@@ -312,10 +312,12 @@ async fn start_run(
     let duration_ms = run_report.duration.as_millis() as u64;
     match &outcome {
         RunOutcome::Completed => {
-            tracing::info!(event = %"run_end", cycle_id = %id, outcome = Outcome::Completed.as_str(), end = ?run_report.end, duration_ms, "run completed");
+            let end = &run_report.end;
+            tracing::info!(event = %"run_end", cycle_id = %id, outcome = Outcome::Completed.as_str(), end = end.word(), exit_code = end.exit_code(), signal = end.signal(), duration_ms, "run completed");
         }
         RunOutcome::Failed(why) => {
-            tracing::warn!(event = %"run_end", cycle_id = %id, outcome = Outcome::Failed.as_str(), end = ?run_report.end, why = %why, duration_ms, "run failed");
+            let end = &run_report.end;
+            tracing::warn!(event = %"run_end", cycle_id = %id, outcome = Outcome::Failed.as_str(), end = end.word(), exit_code = end.exit_code(), signal = end.signal(), why = %why, duration_ms, "run failed");
         }
         RunOutcome::Unusable(why) => log_unusable(input, why),
     }

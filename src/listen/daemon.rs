@@ -284,7 +284,7 @@ async fn main_loop(
             r = &mut w.socket => {
                 // The socket task only ends on shutdown; anything else is a bug. Stay resident:
                 // log it and start a new one.
-                tracing::error!(event = %"socket_task_ended", error = ?r.err(), "the socket task ended unexpectedly; restarting it");
+                tracing::error!(event = %"socket_task_ended", error = r.err().map(|e| e.to_string()), "the socket task ended unexpectedly; restarting it");
                 w.restart_socket();
             }
             _ = after_ms(due) => start_due_cycle(d, w),
@@ -501,8 +501,8 @@ impl Daemon {
         let grace = self.settings.listen.kill_grace;
         let wait = grace.saturating_add(STOP_SLACK);
         let cycle = self.status.last_cycle.as_ref();
-        let cycle_id = cycle.map_or("", |c| c.id.as_str());
-        let run_log = cycle.and_then(|c| c.run_log.as_deref()).unwrap_or("");
+        let cycle_id = cycle.map(|c| c.id.as_str());
+        let run_log = cycle.and_then(|c| c.run_log.as_deref());
         let what = if cycle.is_some_and(|c| c.run_started) {
             format!(
                 "the run to end: it has SIGTERM, and SIGKILL goes to its whole process group when                  the grace of {} is over",
@@ -620,9 +620,9 @@ impl Daemon {
         let now = SystemTime::now();
         match ev {
             SocketEvent::Handle(h) => {
-                tracing::info!(event = %"handle", handle = %h, "this key's agent");
+                tracing::info!(event = %"handle", handle = %crate::core::handle::shown(&h), "this key's agent");
                 self.handle = Some(h.clone());
-                self.status.handle = Some(format!("@{}", crate::core::handle::normalize(&h)));
+                self.status.handle = Some(crate::core::handle::shown(&h));
                 self.status_changed();
             }
             SocketEvent::State {
@@ -743,8 +743,8 @@ impl Daemon {
             if self.flags.mismatch.as_deref() != Some(you.as_str()) {
                 tracing::error!(
                     event = %"handle_mismatch",
-                    you = %you,
-                    handle = %self.handle.as_deref().unwrap_or("?"),
+                    you = %crate::core::handle::shown(&you),
+                    handle = self.handle.as_deref().map(crate::core::handle::shown),
                     "the tray belongs to another agent than this key's; no runs until it matches"
                 );
             }
@@ -794,7 +794,7 @@ impl Daemon {
         if shown != self.status.state {
             self.status.state = shown;
             self.status.since = time::rfc3339(now);
-            tracing::info!(event = %"state", state = shown.as_str(), "listener state");
+            tracing::info!(event = %"state", state = shown.as_str(), "now {}", shown.as_str());
             if self.notify {
                 let line = format!("STATUS={}", shown.as_str());
                 let _ = sd_notify::notify(&[sd_notify::NotifyState::Custom(&line)]);

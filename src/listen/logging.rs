@@ -1,14 +1,48 @@
-//! Logs: `tracing` to stderr with timestamps, text or JSON. The filter is the settings'
-//! `log_level` (`AGENTCHAT_LOG` over the config's `log_level`, checked by
-//! `config::value::log_filter`: a level such as `debug`, or `target=level` directives such as
-//! `agentchat=debug,info`). Log lines carry an `event` field so tests and the demo can follow
-//! them; never a key, never message text.
+//! Logs: `tracing` to stderr, text for people or JSON for machines. The filter is the settings'
+//! `log_level` (`--log-level`/`-v`/`-q` over `AGENTCHAT_LOG` over the config's `log_level`,
+//! checked by `config::value::log_filter`: a level such as `debug`, or `target=level` directives
+//! such as `agentchat=debug,info`). Every line the listener writes carries an `event` field so
+//! tests and the demo can follow them; never a key, never message text (CONTRIBUTING.md,
+//! Conventions).
+//!
+//! - **Which lines.** A bare level up to `info` (the default, `warn`, `error`, `off`) shows the
+//!   listener's own lines only: those with an `event` field. Library lines (hyper, reqwest,
+//!   rustls, tokio) and lines without an `event` appear when the filter asks for more: `debug`,
+//!   `trace`, or a `target=level` directive.
+//! - **`text`** ([`PeopleFormat`]): the time (UTC, milliseconds), the level, what happened (the
+//!   line's message), then the fields that say more, as plain `key=value` (a value with spaces in
+//!   double quotes). Not shown: the `event` name, empty values, and fields the message already
+//!   says ([`TEXT_HIDDEN`]). A library line shown on request names its target.
+//! - **`json`**: one object per line, every field, flattened (for machines and `agentchat demo`).
 
 use crate::config::LogFormat;
+use std::fmt::Write as _;
 use std::str::FromStr;
-use tracing_subscriber::filter::Targets;
+use tracing::field::{Field, Visit};
+use tracing::{Event, Level, Metadata, Subscriber};
+use tracing_subscriber::filter::{FilterFn, LevelFilter, Targets};
+use tracing_subscriber::fmt::format::Writer;
+use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields};
 use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::registry::LookupSpan;
 use tracing_subscriber::util::SubscriberInitExt;
+
+/// The target of every line the listener writes (the crate's name).
+const OWN_TARGET: &str = "agentchat";
+
+/// Fields the text format leaves out of one event's line because its message already says them,
+/// or because they say nothing there. `"*0"` hides the event's numeric fields that are zero.
+/// JSON keeps them all.
+pub const TEXT_HIDDEN: &[(&str, &[&str])] = &[
+    // "run completed" / "run failed".
+    ("run_end", &["outcome"]),
+    // The outcome says whether a run started.
+    ("cycle_end", &["run_started"]),
+    // "now <state>".
+    ("state", &["state"]),
+    // A burst's counts: only the frame types that came.
+    ("frames", &["*0"]),
+];
 
 /// Starts logging with `filter` (a `log_level` from the settings; a filter that did not come
 /// through config is checked here too).
@@ -20,7 +54,12 @@ pub fn init(format: LogFormat, filter: &str) -> anyhow::Result<()> {
     let targets = Targets::from_str(filter).map_err(|e| {
         anyhow::anyhow!("bad log filter `{filter}` (AGENTCHAT_LOG or log_level): {e}")
     })?;
-    let registry = tracing_subscriber::registry().with(targets);
+    let own_only = shows_only_own_lines(filter);
+    let registry = tracing_subscriber::registry()
+        .with(targets)
+        .with(FilterFn::new(move |m: &Metadata<'_>| {
+            !own_only || is_own_line(m)
+        }));
     let result = match format {
         LogFormat::Json => registry
             .with(
@@ -35,7 +74,7 @@ pub fn init(format: LogFormat, filter: &str) -> anyhow::Result<()> {
         LogFormat::Text => registry
             .with(
                 tracing_subscriber::fmt::layer()
-                    .with_ansi(false)
+                    .event_format(PeopleFormat)
                     .with_writer(std::io::stderr),
             )
             .try_init(),
@@ -43,4 +82,328 @@ pub fn init(format: LogFormat, filter: &str) -> anyhow::Result<()> {
     // Already initialised (tests in one process): keep the first.
     let _ = result;
     Ok(())
+}
+
+/// Whether `filter` keeps to the listener's own lines: a bare level up to `info`. `debug`,
+/// `trace` and any `target=level` directive ask for more.
+pub fn shows_only_own_lines(filter: &str) -> bool {
+    match LevelFilter::from_str(filter.trim()) {
+        Ok(level) => level <= LevelFilter::INFO,
+        Err(_) => false,
+    }
+}
+
+/// A line of the listener's own: its target is this crate and it has an `event` field. Spans
+/// (none are made here) pass, so a library's span never hides our lines.
+fn is_own_line(m: &Metadata<'_>) -> bool {
+    if m.is_span() {
+        return true;
+    }
+    let own = m.target() == OWN_TARGET || m.target().starts_with("agentchat::");
+    own && m.fields().field("event").is_some()
+}
+
+/// The text format for people (see the module's doc).
+pub struct PeopleFormat;
+
+impl<S, N> FormatEvent<S, N> for PeopleFormat
+where
+    S: Subscriber + for<'a> LookupSpan<'a>,
+    N: for<'a> FormatFields<'a> + 'static,
+{
+    fn format_event(
+        &self,
+        _ctx: &FmtContext<'_, S, N>,
+        mut writer: Writer<'_>,
+        event: &Event<'_>,
+    ) -> std::fmt::Result {
+        let line = people_line(
+            &crate::sys::time::rfc3339(std::time::SystemTime::now()),
+            event.metadata(),
+            |v| event.record(v),
+        );
+        writer.write_str(&line)?;
+        writer.write_char('\n')
+    }
+}
+
+/// One event's fields, in order, each rendered as text.
+#[derive(Default)]
+struct Fields {
+    message: String,
+    event: Option<String>,
+    fields: Vec<(&'static str, Value)>,
+}
+
+enum Value {
+    Text(String),
+    Number(i128),
+    Other(String),
+}
+
+impl Fields {
+    fn push(&mut self, field: &Field, value: Value) {
+        match (field.name(), value) {
+            ("message", Value::Text(t) | Value::Other(t)) => self.message = t,
+            ("event", Value::Text(t) | Value::Other(t)) => self.event = Some(t),
+            (name, value) => self.fields.push((name, value)),
+        }
+    }
+}
+
+impl Visit for Fields {
+    fn record_str(&mut self, field: &Field, value: &str) {
+        self.push(field, Value::Text(value.to_string()));
+    }
+    fn record_i64(&mut self, field: &Field, value: i64) {
+        self.push(field, Value::Number(i128::from(value)));
+    }
+    fn record_u64(&mut self, field: &Field, value: u64) {
+        self.push(field, Value::Number(i128::from(value)));
+    }
+    fn record_i128(&mut self, field: &Field, value: i128) {
+        self.push(field, Value::Number(value));
+    }
+    fn record_u128(&mut self, field: &Field, value: u128) {
+        self.push(field, Value::Other(value.to_string()));
+    }
+    fn record_bool(&mut self, field: &Field, value: bool) {
+        self.push(field, Value::Other(value.to_string()));
+    }
+    fn record_error(&mut self, field: &Field, value: &(dyn std::error::Error + 'static)) {
+        self.push(field, Value::Text(value.to_string()));
+    }
+    // `%value` arrives here wrapped so that `Debug` prints its `Display`; the message too.
+    fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
+        self.push(field, Value::Text(format!("{value:?}")));
+    }
+}
+
+/// Pure: the text line (without its newline) for an event at `time` with `metadata`, whose
+/// fields `record` visits.
+fn people_line(time: &str, metadata: &Metadata<'_>, record: impl FnOnce(&mut Fields)) -> String {
+    let mut f = Fields::default();
+    record(&mut f);
+    let mut out = String::with_capacity(120);
+    out.push_str(time);
+    out.push(' ');
+    let _ = write!(out, "{:<5} ", level_word(*metadata.level()));
+    if f.event.is_none() && !metadata.target().starts_with(OWN_TARGET) {
+        out.push_str(metadata.target());
+        out.push_str(": ");
+    }
+    out.push_str(f.message.trim());
+    let hidden: &[&str] = f
+        .event
+        .as_deref()
+        .and_then(|ev| TEXT_HIDDEN.iter().find(|(e, _)| *e == ev))
+        .map_or(&[], |(_, h)| h);
+    let mut first = true;
+    for (name, value) in &f.fields {
+        if hidden.contains(name) {
+            continue;
+        }
+        let text = match value {
+            Value::Number(0) if hidden.contains(&"*0") => continue,
+            Value::Number(n) => n.to_string(),
+            Value::Text(t) | Value::Other(t) => t.clone(),
+        };
+        if text.trim().is_empty() {
+            continue;
+        }
+        out.push_str(if first { "  " } else { " " });
+        first = false;
+        out.push_str(name);
+        out.push('=');
+        push_value(&mut out, &text);
+    }
+    out
+}
+
+fn level_word(level: Level) -> &'static str {
+    match level {
+        Level::ERROR => "ERROR",
+        Level::WARN => "WARN",
+        Level::INFO => "INFO",
+        Level::DEBUG => "DEBUG",
+        Level::TRACE => "TRACE",
+    }
+}
+
+/// A value as written: plain, or in double quotes (`"` and `\` escaped, line breaks as `\n`)
+/// when it has spaces, quotes or `=` in it, so each `key=value` stays one token.
+fn push_value(out: &mut String, text: &str) {
+    let plain = !text
+        .chars()
+        .any(|c| c.is_whitespace() || c == '"' || c == '=' || c.is_control());
+    if plain {
+        out.push_str(text);
+        return;
+    }
+    out.push('"');
+    for c in text.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push(' '),
+            c if c.is_control() => {}
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::{Arc, Mutex};
+    use tracing_subscriber::fmt::MakeWriter;
+
+    /// Collects what a subscriber writes.
+    #[derive(Clone, Default)]
+    struct Buffer(Arc<Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Buffer {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().expect("buffer").extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    impl<'a> MakeWriter<'a> for Buffer {
+        type Writer = Buffer;
+        fn make_writer(&'a self) -> Buffer {
+            self.clone()
+        }
+    }
+
+    /// The lines `emit` writes through the text format under `filter`, without their time.
+    fn text_lines(filter: &str, emit: impl FnOnce()) -> Vec<String> {
+        let buffer = Buffer::default();
+        let own_only = shows_only_own_lines(filter);
+        let subscriber = tracing_subscriber::registry()
+            .with(Targets::from_str(filter).expect("filter"))
+            .with(FilterFn::new(move |m: &Metadata<'_>| {
+                !own_only || is_own_line(m)
+            }))
+            .with(
+                tracing_subscriber::fmt::layer()
+                    .event_format(PeopleFormat)
+                    .with_writer(buffer.clone()),
+            );
+        tracing::subscriber::with_default(subscriber, emit);
+        let text = String::from_utf8(buffer.0.lock().expect("buffer").clone()).expect("utf-8");
+        text.lines()
+            .map(|l| {
+                let (time, rest) = l.split_once(' ').expect("a time first");
+                assert!(
+                    humantime::parse_rfc3339(time).is_ok(),
+                    "not an RFC 3339 time: {l}"
+                );
+                rest.to_string()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_text_line_is_the_level_the_message_and_plain_fields_without_module_paths() {
+        let lines = text_lines("info", || {
+            let end = crate::sys::process::ProcessEnd::Exited(0);
+            tracing::info!(event = %"run_end", cycle_id = %"c1", outcome = "completed", end = end.word(), exit_code = end.exit_code(), signal = end.signal(), duration_ms = 6u64, "run completed");
+            tracing::warn!(event = %"run_end", cycle_id = %"c2", outcome = "failed", why = %"exited with code 3", duration_ms = 7u64, "run failed");
+        });
+        assert_eq!(
+            lines,
+            [
+                "INFO  run completed  cycle_id=c1 end=exited exit_code=0 duration_ms=6",
+                "WARN  run failed  cycle_id=c2 why=\"exited with code 3\" duration_ms=7",
+            ]
+        );
+    }
+
+    #[test]
+    fn empty_and_absent_values_and_what_the_message_says_are_left_out() {
+        let lines = text_lines("info", || {
+            let none: Option<&str> = None;
+            tracing::info!(event = %"cycle_end", cycle_id = %"c1", run_started = true, outcome = Some("completed"), no_run_reason = none, "cycle ended");
+            tracing::info!(event = %"hello", capabilities = "", "pre-v1 server: no capabilities listed");
+            tracing::info!(event = %"frames", frames = 2u64, message_new = 1u64, wake = 0u64, acked = 1u64, wakes = %"message:1", "frames handled");
+            tracing::info!(event = %"state", state = "connected", "now connected");
+        });
+        assert_eq!(
+            lines,
+            [
+                "INFO  cycle ended  cycle_id=c1 outcome=completed",
+                "INFO  pre-v1 server: no capabilities listed",
+                "INFO  frames handled  frames=2 message_new=1 acked=1 wakes=message:1",
+                "INFO  now connected",
+            ]
+        );
+    }
+
+    #[test]
+    fn at_the_default_level_only_the_listeners_own_lines_with_an_event_show() {
+        let emit = || {
+            tracing::info!(event = %"listener_start", pid = 7u64, "listener starting");
+            tracing::info!("a line of ours without an event");
+            tracing::info!(target: "hyper::proto", "a library's line");
+            tracing::warn!(target: "rustls", "a library's warning");
+            tracing::debug!(event = %"ack", message_id = %"m1", "acked");
+        };
+        for filter in ["info", "warn", "INFO"] {
+            let lines = text_lines(&filter.to_ascii_lowercase(), emit);
+            assert!(
+                lines
+                    .iter()
+                    .all(|l| !l.contains("library") && !l.contains("without")),
+                "{filter}: {lines:?}"
+            );
+        }
+        assert_eq!(text_lines("info", emit), ["INFO  listener starting  pid=7"]);
+        // `debug` asks for everything at debug, the libraries' lines with their target.
+        let debug = text_lines("debug", emit);
+        assert!(
+            debug.contains(&"INFO  hyper::proto: a library's line".to_string()),
+            "{debug:?}"
+        );
+        assert!(
+            debug.contains(&"DEBUG acked  message_id=m1".to_string()),
+            "{debug:?}"
+        );
+        // A directive shows what it names.
+        let directive = text_lines("rustls=warn,agentchat=info", emit);
+        assert!(
+            directive.contains(&"WARN  rustls: a library's warning".to_string()),
+            "{directive:?}"
+        );
+        assert!(
+            !directive.iter().any(|l| l.contains("hyper")),
+            "{directive:?}"
+        );
+    }
+
+    #[test]
+    fn a_value_with_spaces_quotes_or_line_breaks_stays_one_token() {
+        let mut out = String::new();
+        push_value(&mut out, "a \"b\"\nc=d");
+        assert_eq!(out, "\"a \\\"b\\\"\\nc=d\"");
+        let mut out = String::new();
+        push_value(&mut out, "http://127.0.0.1:9/x");
+        assert_eq!(out, "http://127.0.0.1:9/x");
+    }
+
+    #[test]
+    fn only_a_bare_level_up_to_info_keeps_to_the_listeners_own_lines() {
+        for f in ["info", "warn", "error", "off", " info "] {
+            assert!(shows_only_own_lines(f), "{f}");
+        }
+        for f in ["debug", "trace", "agentchat=info", "agentchat=debug,info"] {
+            assert!(!shows_only_own_lines(f), "{f}");
+        }
+    }
 }

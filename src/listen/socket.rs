@@ -407,7 +407,7 @@ impl Task {
             log_hello(caps.as_deref());
         }
         if let Some(cause) = action.wake {
-            tracing::debug!(event = %"wake", reason = %cause.label(), message_id = action.ack.as_deref().unwrap_or(""), "wake");
+            tracing::debug!(event = %"wake", reason = %cause.label(), message_id = action.ack.as_deref(), "wake");
             burst.wake(cause);
         }
         if let Some(id) = action.ack {
@@ -741,7 +741,7 @@ fn closed_by_server(frame: Option<CloseFrame>) -> Ended {
         .map(|f| (u16::from(f.code), f.reason.to_string()))
         .unwrap_or((1005, String::new()));
     let kind = reconnect::classify_close(code, &reason);
-    tracing::info!(event = %"socket_closed", code, reason = %truncate(&reason, 120), kind = ?kind, "server closed the socket");
+    tracing::info!(event = %"socket_closed", code, reason = %truncate(&reason, 120), kind = kind.as_str(), "server closed the socket");
     Ended::Closed(kind, format!("closed {code} {}", truncate(&reason, 120)))
 }
 
@@ -752,11 +752,7 @@ fn log_hello(caps: Option<&[String]>) {
             tracing::info!(event = %"hello", capabilities = %c.join(","), "server accepted capabilities")
         }
         None => {
-            tracing::info!(
-                event = %"hello",
-                capabilities = "",
-                "pre-v1 server: no capabilities listed"
-            )
+            tracing::info!(event = %"hello", "pre-v1 server: no capabilities listed")
         }
     }
 }
@@ -887,13 +883,13 @@ fn log_frame(text: &str) {
     use crate::core::frames::ServerFrame;
     match ServerFrame::parse(text) {
         Ok(ServerFrame::MessageNew(m)) => {
-            tracing::debug!(event = %"frame", frame_type = "message.new", message_id = %m.id, conversation_id = m.conversation_id.as_deref().unwrap_or(""), sender = m.sender.as_deref().unwrap_or(""), kind = m.kind.as_deref().unwrap_or(""), "frame")
+            tracing::debug!(event = %"frame", frame_type = "message.new", message_id = %m.id, conversation_id = m.conversation_id.as_deref(), sender = m.sender.as_deref(), kind = m.kind.as_deref(), "frame")
         }
         Ok(ServerFrame::Wake { reason, step }) => {
-            tracing::debug!(event = %"frame", frame_type = "wake", reason = %reason, step = step.unwrap_or(0), "frame")
+            tracing::debug!(event = %"frame", frame_type = "wake", reason = %reason, step, "frame")
         }
         Ok(ServerFrame::GroupInviteReceived { invite_id }) => {
-            tracing::debug!(event = %"frame", frame_type = "group.invite.received", invite_id = invite_id.as_deref().unwrap_or(""), "frame")
+            tracing::debug!(event = %"frame", frame_type = "group.invite.received", invite_id = invite_id.as_deref(), "frame")
         }
         Ok(ServerFrame::HelloOk { .. }) => {
             tracing::debug!(event = %"frame", frame_type = "hello.ok", "frame")

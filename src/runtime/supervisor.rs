@@ -142,7 +142,7 @@ pub async fn run(
     note(
         &mut log,
         &format!(
-            "run ended: {:?} after {}",
+            "run ended: {} after {}",
             r.end,
             humantime::format_duration(Duration::from_millis(r.duration.as_millis() as u64))
         ),

@@ -27,6 +27,47 @@ impl ProcessEnd {
             (None, None) => ProcessEnd::Exited(-1),
         }
     }
+
+    /// How it ended as one snake_case word, for log fields: `exited`, `signalled`, `timed_out`,
+    /// `cancelled`, `spawn_failed`.
+    pub fn word(&self) -> &'static str {
+        match self {
+            ProcessEnd::Exited(_) => "exited",
+            ProcessEnd::Signalled(_) => "signalled",
+            ProcessEnd::TimedOut => "timed_out",
+            ProcessEnd::Cancelled => "cancelled",
+            ProcessEnd::SpawnFailed(_) => "spawn_failed",
+        }
+    }
+
+    /// The exit code, when it exited by itself.
+    pub fn exit_code(&self) -> Option<i32> {
+        match self {
+            ProcessEnd::Exited(c) => Some(*c),
+            _ => None,
+        }
+    }
+
+    /// The signal that ended it, when one did.
+    pub fn signal(&self) -> Option<i32> {
+        match self {
+            ProcessEnd::Signalled(s) => Some(*s),
+            _ => None,
+        }
+    }
+}
+
+/// For people (the run log's last line): `exited with code 0`, `killed by signal 9`, `timed out`.
+impl std::fmt::Display for ProcessEnd {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ProcessEnd::Exited(c) => write!(f, "exited with code {c}"),
+            ProcessEnd::Signalled(s) => write!(f, "killed by signal {s}"),
+            ProcessEnd::TimedOut => f.write_str("timed out"),
+            ProcessEnd::Cancelled => f.write_str("stopped (the listener is stopping)"),
+            ProcessEnd::SpawnFailed(e) => write!(f, "could not start: {e}"),
+        }
+    }
 }
 
 /// Sends `signal` to every process in group `pgid`. Errors (the group is already gone) are ignored:

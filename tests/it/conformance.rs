@@ -602,12 +602,7 @@ fn anchor_cases_render_find_and_upsert() {
 // ---------------------------------------------------------------- connect budget
 
 fn kind_word(k: &CloseKind) -> &'static str {
-    match k {
-        CloseKind::Budget { .. } => "budget",
-        CloseKind::KeyRefused => "key_refused",
-        CloseKind::UpgradeRequired => "upgrade_required",
-        CloseKind::Ordinary => "ordinary",
-    }
+    k.as_str()
 }
 
 #[test]

@@ -495,7 +495,10 @@ async fn a_run_that_closes_stdout_and_stderr_early_is_not_ended_by_it_and_the_li
     assert!(setup.rec.done(1), "the run went on to its own end");
     let log = std::fs::read_to_string(run_logs(&setup).remove(0)).unwrap();
     assert!(log.contains("before-closing\n"), "{log}");
-    assert!(log.contains("run ended: Exited(0)"), "{log}");
+    assert!(
+        log.contains("run ended: exited with code 0 after "),
+        "{log}"
+    );
     assert_listener_memory_bounded(l.pid());
 }
 

@@ -1520,6 +1520,84 @@ async fn logs_default_to_text_with_timestamps_at_the_level_agentchat_log_names()
     assert!(log.contains("INFO"), "{log}");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn text_logs_read_for_people_and_json_keeps_every_field() {
+    let sim = Sim::start(1.0).await;
+    let alice = sim.agent("alice").await;
+    let bob = sim.agent("bob").await;
+    let opts = Opts {
+        extra_env: vec![("AGENTCHAT_LOG".into(), "info".into())],
+        ..Opts::default()
+    };
+    let setup = Setup::new(&opts);
+    let text = "PRIVATE-MESSAGE-TEXT-7f3a";
+    sim.send(&alice, &bob, text).await;
+    let mut l = Listener::spawn(
+        listener_command_bare(&sim.api_base, &bob.key, &setup, &opts),
+        &setup,
+        "",
+    );
+    assert!(
+        eventually(15.0, || l.log().contains("cycle ended")).await,
+        "{}",
+        l.log()
+    );
+    l.signal(libc::SIGTERM);
+    assert_eq!(l.wait_exit(10.0), Some(0), "{}", l.log());
+    let log = l.log();
+    for line in log.lines() {
+        for developer in [
+            "agentchat::",
+            "event=",
+            "Exited(",
+            "Some(",
+            "=\"\"",
+            "handle=bob",
+        ] {
+            assert!(!line.contains(developer), "{developer:?} in: {line}");
+        }
+        assert!(!line.ends_with('='), "an empty field: {line}");
+    }
+    for needed in [
+        "INFO  listener starting  pid=",
+        "INFO  this key's agent  handle=@bob",
+        "INFO  now connected",
+        "INFO  run completed  cycle_id=",
+        " end=exited exit_code=0 duration_ms=",
+        "INFO  cycle ended  cycle_id=",
+        "INFO  listener stopped",
+    ] {
+        assert!(log.contains(needed), "no {needed:?} in:\n{log}");
+    }
+    let cycle_end = grep(&log, "cycle ended").remove(0);
+    assert!(
+        cycle_end.ends_with(" outcome=completed") && !cycle_end.contains("no_run_reason"),
+        "{cycle_end}"
+    );
+    assert!(!log.contains(text) && !log.contains(&bob.key), "{log}");
+
+    // The same listener in JSON: every field, named by its event.
+    let setup = Setup::new(&opts);
+    sim.send(&alice, &bob, text).await;
+    let l = Listener::spawn(listener_command(&sim, &bob, &setup, &opts), &setup, "-json");
+    logged_at_least(&l, "cycle_end", 1, 15.0).await;
+    let run_end = &l.events("run_end")[0];
+    for field in [
+        "cycle_id",
+        "outcome",
+        "end",
+        "exit_code",
+        "duration_ms",
+        "message",
+    ] {
+        assert!(run_end.get(field).is_some(), "no {field}: {run_end}");
+    }
+    assert_eq!(run_end["end"], "exited");
+    assert_eq!(l.events("handle")[0]["handle"], "@bob");
+    assert_eq!(l.events("cycle_end")[0]["outcome"], "completed");
+    assert!(!l.log().contains(text) && !l.log().contains(&bob.key));
+}
+
 #[test]
 fn an_unknown_log_format_exits_78_naming_the_flag() {
     let setup = Setup::new(&Opts::default());
