@@ -26,9 +26,43 @@ pub struct ListenArgs {
     /// Connect, run at most one cycle if something waits, then exit.
     #[arg(long)]
     pub once: bool,
-    /// Log line format (env AGENTCHAT_LOG_FORMAT; config `log_format`).
+    /// Log line format: text for people, json for machines [env: AGENTCHAT_LOG_FORMAT; config
+    /// `log_format`].
     #[arg(long, value_name = "FORMAT", value_enum, ignore_case = true)]
     pub log_format: Option<LogFormat>,
+    /// Log level or filter, e.g. debug or agentchat=debug,info; wins over AGENTCHAT_LOG and the
+    /// config's `log_level` [env: AGENTCHAT_LOG].
+    #[arg(long, value_name = "LEVEL", value_parser = parse_log_filter, conflicts_with_all = ["verbose", "quiet"])]
+    pub log_level: Option<String>,
+    /// More log detail: -v debug, -vv trace (instead of --log-level).
+    #[arg(short, long, action = clap::ArgAction::Count, conflicts_with = "quiet")]
+    pub verbose: u8,
+    /// Less: -q warnings and errors only, -qq errors only (instead of --log-level).
+    #[arg(short, long, action = clap::ArgAction::Count)]
+    pub quiet: u8,
+}
+
+impl ListenArgs {
+    /// The log filter the flags choose, if any: `--log-level`, else `-v`/`-q` counted from
+    /// `info`. It wins over `AGENTCHAT_LOG` and the config's `log_level` (docs/operating.md, Logs).
+    pub fn log_filter(&self) -> Option<String> {
+        if let Some(f) = &self.log_level {
+            return Some(f.clone());
+        }
+        let level = match (self.verbose, self.quiet) {
+            (0, 0) => return None,
+            (0, 1) => "warn",
+            (0, _) => "error",
+            (1, _) => "debug",
+            _ => "trace",
+        };
+        Some(level.to_string())
+    }
+}
+
+/// `--log-level` through the rule `log_level` and `AGENTCHAT_LOG` use.
+fn parse_log_filter(raw: &str) -> Result<String, String> {
+    crate::config::value::log_filter(raw)
 }
 
 /// Test-only: `AGENTCHAT_TEST_TIME_SCALE` divides the listener's own fixed timers (invite-rule
@@ -117,10 +151,10 @@ fn prepare(
     state_dir::StateDir,
 )> {
     let settings = crate::config::load(&args.config)?;
-    logging::init(
-        args.log_format.unwrap_or(settings.log_format),
-        &settings.log_level,
-    )?;
+    let filter = args
+        .log_filter()
+        .unwrap_or_else(|| settings.log_level.clone());
+    logging::init(args.log_format.unwrap_or(settings.log_format), &filter)?;
     for line in crate::config::advice(&settings) {
         tracing::warn!(event = %"config_advice", "{line}");
     }
@@ -162,6 +196,55 @@ pub fn config_error_exit_code(env: &HashMap<String, String>) -> i32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `listen`'s flags alone, parsed as clap parses them for `agentchat listen`.
+    #[derive(clap::Parser)]
+    struct Flags {
+        #[command(flatten)]
+        listen: ListenArgs,
+    }
+
+    fn filter_of(args: &[&str]) -> Result<Option<String>, clap::error::ErrorKind> {
+        use clap::Parser;
+        let argv = std::iter::once(&"listen").chain(args);
+        Ok(Flags::try_parse_from(argv)
+            .map_err(|e| e.kind())?
+            .listen
+            .log_filter())
+    }
+
+    #[test]
+    fn v_and_q_count_from_info_and_log_level_takes_a_checked_filter() {
+        assert_eq!(filter_of(&[]), Ok(None));
+        assert_eq!(filter_of(&["-v"]), Ok(Some("debug".into())));
+        assert_eq!(filter_of(&["-vv"]), Ok(Some("trace".into())));
+        assert_eq!(filter_of(&["-vvvv"]), Ok(Some("trace".into())));
+        assert_eq!(filter_of(&["-q"]), Ok(Some("warn".into())));
+        assert_eq!(filter_of(&["-qq"]), Ok(Some("error".into())));
+        assert_eq!(
+            filter_of(&["--quiet", "-q", "-q"]),
+            Ok(Some("error".into()))
+        );
+        assert_eq!(
+            filter_of(&["--log-level", "Agentchat=DEBUG,info"]),
+            Ok(Some("Agentchat=debug,info".into()))
+        );
+        assert_eq!(
+            filter_of(&["--log-level", "verbose"]),
+            Err(clap::error::ErrorKind::ValueValidation)
+        );
+        for both in [
+            &["-v", "-q"][..],
+            &["-v", "--log-level", "info"],
+            &["-q", "--log-level", "info"],
+        ] {
+            assert_eq!(
+                filter_of(both),
+                Err(clap::error::ErrorKind::ArgumentConflict),
+                "{both:?}"
+            );
+        }
+    }
 
     #[test]
     fn time_scale_divides_and_never_gives_a_zero_timer() {

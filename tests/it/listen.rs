@@ -1598,6 +1598,40 @@ async fn text_logs_read_for_people_and_json_keeps_every_field() {
     assert!(!l.log().contains(text) && !l.log().contains(&bob.key));
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn v_and_q_win_over_agentchat_log_which_wins_over_the_config() {
+    let sim = Sim::start(1.0).await;
+    let bob = sim.agent("bob").await;
+    // The config says `log_level = "debug"` (Setup); AGENTCHAT_LOG says what the case gives.
+    for (env, flags, debug, info) in [
+        ("info", &[][..], false, true),
+        ("info", &["-v"][..], true, true),
+        ("debug", &["-q"][..], false, false),
+        ("debug", &["--log-level", "warn"][..], false, false),
+        ("warn", &["--log-level", "agentchat=debug"][..], true, true),
+    ] {
+        let opts = Opts {
+            extra_env: vec![("AGENTCHAT_LOG".into(), env.into())],
+            ..Opts::default()
+        };
+        let setup = Setup::new(&opts);
+        let mut cmd = listener_command_bare(&sim.api_base, &bob.key, &setup, &opts);
+        cmd.args(flags);
+        let mut l = Listener::spawn(cmd, &setup, "");
+        assert!(
+            eventually(15.0, || setup.status()["last_cycle"]["outcome"] == "no_run").await,
+            "{env} {flags:?}: {}",
+            l.log()
+        );
+        l.signal(libc::SIGTERM);
+        assert_eq!(l.wait_exit(10.0), Some(0), "{env} {flags:?}: {}", l.log());
+        let log = l.log();
+        let has = |level: &str| log.lines().any(|l| l.contains(&format!(" {level} ")));
+        assert_eq!(has("DEBUG"), debug, "AGENTCHAT_LOG={env} {flags:?}:\n{log}");
+        assert_eq!(has("INFO"), info, "AGENTCHAT_LOG={env} {flags:?}:\n{log}");
+    }
+}
+
 #[test]
 fn an_unknown_log_format_exits_78_naming_the_flag() {
     let setup = Setup::new(&Opts::default());
