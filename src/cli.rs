@@ -41,10 +41,12 @@ const LISTEN_HELP: &str = concat!(
   AGENTCHAT_INTEGRATION off: exit 0 at once without listening
 
 Exit codes:
-  0   stopped by SIGTERM/SIGINT; another listener holds the profile; AGENTCHAT_INTEGRATION=off;
-      --once: nothing waited or the run completed
+  0   stopped by SIGTERM/SIGINT; AGENTCHAT_INTEGRATION=off; --once: nothing waited or the run
+      completed
   1   --once: could not connect, read the tray or find texts, a handle mismatch, or the run failed
+  75  another listener holds the profile's lock (EX_TEMPFAIL; the systemd unit does not restart)
   78  the config cannot work (EX_CONFIG; the systemd unit does not restart on it)
+  Under launchd 75 and 78 exit 0 instead, or KeepAlive would restart them.
 
 Signals: SIGHUP reloads the config and texts and retries a refused key or unusable runtime."
 );

@@ -113,16 +113,15 @@ pub async fn run_command(args: ListenArgs) -> anyhow::Result<i32> {
     let _lock = match state.lock()? {
         state_dir::LockAttempt::Acquired(l) => l,
         state_dir::LockAttempt::Held { pid } => {
-            let who = pid
-                .map(|p| format!("pid {p}"))
-                .unwrap_or_else(|| "another process".into());
-            eprintln!(
-                "agentchat listen: a listener for profile `{}` is already running ({who}; lock {}); exiting",
-                settings.profile,
-                state.path(state_dir::LOCK_FILE).display()
+            // Said once, in the log's format (logging is up by now), at a level `-qq` still shows.
+            tracing::error!(
+                event = %"already_running",
+                profile = %settings.profile,
+                pid,
+                lock = %state.path(state_dir::LOCK_FILE).display(),
+                "a listener for this profile is already running; exiting"
             );
-            tracing::info!(event = %"already_running", holder = %who, "another listener holds the lock");
-            return Ok(0);
+            return Ok(already_running_exit_code(&env));
         }
     };
     // Holding the lock, no other listener can be running a run from this state dir: a group
@@ -141,6 +140,11 @@ pub async fn run_command(args: ListenArgs) -> anyhow::Result<i32> {
 /// not help. The systemd unit names it in `RestartPreventExitStatus`, so a bad config is one
 /// failed start, not a restart loop.
 pub const EXIT_CONFIG: i32 = 78;
+
+/// `sysexits.h` EX_TEMPFAIL: another listener holds the profile's lock, so this one did nothing.
+/// Not 0, so a script can tell; the systemd unit names it in `RestartPreventExitStatus` too, so
+/// the service does not restart into the same lock every few seconds.
+pub const EXIT_ALREADY_RUNNING: i32 = 75;
 
 /// Everything that must be right before the listener can run: config, logging, key, state dir.
 fn prepare(
@@ -182,15 +186,30 @@ fn refuse_to_start(error: &anyhow::Error, env: &HashMap<String, String>) -> i32 
 /// The exit code for a listener that cannot start as configured (a bad flag included):
 /// `EXIT_CONFIG`, or 0 under launchd (see `refuse_to_start`).
 pub fn config_error_exit_code(env: &HashMap<String, String>) -> i32 {
-    let under_launchd = env
-        .get("XPC_SERVICE_NAME")
-        .is_some_and(|label| label.starts_with(crate::config::LAUNCHD_LABEL_PREFIX));
-    if under_launchd {
+    if under_launchd(env) {
         eprintln!("agentchat listen: not restarting until the config is fixed (launchd)");
         0
     } else {
         EXIT_CONFIG
     }
+}
+
+/// The exit code for a listener that found the profile's lock held: `EXIT_ALREADY_RUNNING`, or 0
+/// under launchd, whose `KeepAlive {SuccessfulExit: false}` would start it again every
+/// `ThrottleInterval` into the same lock (launchd/me.agentchat.listen.plist).
+pub fn already_running_exit_code(env: &HashMap<String, String>) -> i32 {
+    if under_launchd(env) {
+        0
+    } else {
+        EXIT_ALREADY_RUNNING
+    }
+}
+
+/// Whether launchd started this process as one of our agents: launchd passes the job's label in
+/// `XPC_SERVICE_NAME` (config::LAUNCHD_LABEL_PREFIX).
+fn under_launchd(env: &HashMap<String, String>) -> bool {
+    env.get("XPC_SERVICE_NAME")
+        .is_some_and(|label| label.starts_with(crate::config::LAUNCHD_LABEL_PREFIX))
 }
 
 #[cfg(test)]

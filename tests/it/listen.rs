@@ -554,17 +554,45 @@ async fn a_stop_during_a_run_says_what_it_waits_for_and_a_second_signal_kills_th
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_second_listener_for_the_same_profile_exits_0_naming_the_holder() {
+async fn a_second_listener_for_the_same_profile_exits_75_saying_so_once() {
     let opts = Opts::default();
     let (sim, _alice, bob, setup, l) = bob_listening(&opts).await;
-    let mut second = Listener::spawn(listener_command(&sim, &bob, &setup, &opts), &setup, "-2");
-    assert_eq!(second.wait_exit(10.0), Some(0));
+    // As a person starts it: the default text log.
+    let mut second = Listener::spawn(
+        listener_command_bare(&sim.api_base, &bob.key, &setup, &opts),
+        &setup,
+        "-2",
+    );
+    assert_eq!(
+        second.wait_exit(10.0),
+        Some(agentchat::listen::EXIT_ALREADY_RUNNING),
+        "{}",
+        second.log()
+    );
+    assert_eq!(agentchat::listen::EXIT_ALREADY_RUNNING, 75);
     let err = second.log();
-    assert!(err.contains(&format!("pid {}", l.pid())), "{err}");
+    let said = grep(&err, "already running");
+    assert_eq!(said.len(), 1, "said once:\n{err}");
+    assert!(
+        said[0].contains("ERROR")
+            && said[0].contains(&format!("pid={}", l.pid()))
+            && said[0].contains("profile=default")
+            && said[0].contains("listen.lock"),
+        "{err}"
+    );
+    assert_eq!(err.lines().count(), 1, "nothing else:\n{err}");
+
+    // Under launchd (our label in XPC_SERVICE_NAME) it exits 0: KeepAlive would restart any
+    // other exit into the same lock.
+    let mut cmd = listener_command(&sim, &bob, &setup, &opts);
+    cmd.env("XPC_SERVICE_NAME", "me.agentchat.listen");
+    let mut third = Listener::spawn(cmd, &setup, "-3");
+    assert_eq!(third.wait_exit(10.0), Some(0), "{}", third.log());
+    assert_eq!(third.count("already_running"), 1, "{}", third.log());
     assert_eq!(
         accepted(&sim.connects(&bob).await),
         1,
-        "the second never connected"
+        "neither the second nor the third connected"
     );
 }
 

@@ -295,13 +295,24 @@ fn a_profile_name_with_a_dot_that_config_accepts_can_be_installed() {
 }
 
 #[test]
-fn the_systemd_unit_does_not_restart_on_the_listeners_config_exit_code() {
+fn the_systemd_unit_does_not_restart_on_a_config_error_or_a_listener_already_running() {
     let unit = print_unit(&["--kind", "systemd"]);
-    let line = format!(
-        "RestartPreventExitStatus={}",
-        agentchat::listen::EXIT_CONFIG
-    );
-    assert!(unit.lines().any(|l| l == line), "{unit}");
+    let prevented: Vec<i32> = unit
+        .lines()
+        .filter_map(|l| l.strip_prefix("RestartPreventExitStatus="))
+        .flat_map(|codes| codes.split_whitespace().map(|c| c.parse::<i32>().unwrap()))
+        .collect();
+    for code in [
+        agentchat::listen::EXIT_CONFIG,
+        agentchat::listen::EXIT_ALREADY_RUNNING,
+    ] {
+        assert!(prevented.contains(&code), "{code} restarts:\n{unit}");
+    }
+    // The exit codes systemd treats as failures are exactly the ones it must not loop on.
+    assert!(unit.lines().any(|l| l == "Restart=on-failure"), "{unit}");
+    let dir = tempfile::tempdir().unwrap();
+    let diagnostics = systemd_verify(dir.path(), "agentchat-listen.service", &unit);
+    assert!(diagnostics.is_empty(), "{diagnostics}\n{unit}");
 }
 
 /// `agentchat service ARGS` as on a machine with no reachable systemd user manager, whatever
