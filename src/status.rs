@@ -17,10 +17,19 @@ use std::time::{Duration, SystemTime};
 /// The listener rewrites its status every 30 s; older than this means it is not refreshing.
 pub const STALE_AFTER: Duration = Duration::from_secs(90);
 
+/// `status` reads the config only to find the profile's state dir, so it takes only the flags
+/// that choose it (not `--runtime`, `--api-base` or `--metrics-addr`, which it would ignore).
 #[derive(Debug, Clone, clap::Args)]
 pub struct StatusArgs {
-    #[command(flatten)]
-    pub config: ConfigArgs,
+    /// Config file (default: config.toml in the platform config dir) [env: AGENTCHAT_CONFIG].
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<std::path::PathBuf>,
+    /// Profile whose listener to show (default "default") [env: AGENTCHAT_PROFILE].
+    #[arg(long, value_name = "NAME")]
+    pub profile: Option<String>,
+    /// The profile's state dir, instead of the one the config gives [env: AGENTCHAT_STATE_DIR].
+    #[arg(long, value_name = "DIR")]
+    pub state_dir: Option<std::path::PathBuf>,
     /// Print JSON: `{profile, state_dir, status_file, running, stale, stopping, status}`.
     #[arg(long)]
     pub json: bool,
@@ -28,6 +37,18 @@ pub struct StatusArgs {
     /// exit 0 only if every configured profile's listener runs.
     #[arg(long)]
     pub all: bool,
+}
+
+impl StatusArgs {
+    /// The config flags these stand for.
+    pub fn config_args(&self) -> ConfigArgs {
+        ConfigArgs {
+            config: self.config.clone(),
+            profile: self.profile.clone(),
+            state_dir: self.state_dir.clone(),
+            ..ConfigArgs::default()
+        }
+    }
 }
 
 /// Whether the listener that wrote a status is alive, from facts gathered by the caller.
@@ -162,7 +183,7 @@ pub async fn run_command(args: StatusArgs) -> anyhow::Result<i32> {
     if args.all {
         return run_all(&args);
     }
-    let settings = crate::config::load_unkeyed(&args.config)?;
+    let settings = crate::config::load_unkeyed(&args.config_args())?;
     let state = StateDir::at(&settings.state_dir);
     let file = state.path(STATUS_FILE);
     let status = state.read_status()?;
@@ -207,7 +228,7 @@ pub async fn run_command(args: StatusArgs) -> anyhow::Result<i32> {
 /// The profiles a config file names: `default` (its top level) and every `[profiles.<name>]`.
 /// Without a config file, only `default`.
 pub fn configured_profiles(config: &ConfigArgs) -> anyhow::Result<Vec<String>> {
-    let env: std::collections::HashMap<String, String> = std::env::vars().collect();
+    let env = crate::config::process_env();
     let mut out = vec![crate::config::DEFAULT_PROFILE.to_string()];
     let Some((path, named)) = crate::config::config_file_path(config, &env) else {
         return Ok(out);
@@ -235,7 +256,7 @@ pub fn configured_profiles(config: &ConfigArgs) -> anyhow::Result<Vec<String>> {
 /// State dirs under the default state base whose lock a live process holds, with that pid: the
 /// listeners running for profiles the config does not (or no longer) name.
 fn locked_state_dirs() -> Vec<(String, std::path::PathBuf, u32)> {
-    let env: std::collections::HashMap<String, String> = std::env::vars().collect();
+    let env = crate::config::process_env();
     let Some(base) = crate::config::default_state_base(&env) else {
         return Vec::new();
     };
@@ -367,7 +388,7 @@ pub fn render_rows(rows: &[Row]) -> String {
 /// `status --all`: a row per configured profile, then per state dir with a live lock that no
 /// configured profile uses. Exit 0 only when every configured profile's listener runs.
 fn run_all(args: &StatusArgs) -> anyhow::Result<i32> {
-    if args.config.state_dir.is_some()
+    if args.state_dir.is_some()
         || std::env::var_os("AGENTCHAT_STATE_DIR").is_some_and(|v| !v.is_empty())
     {
         anyhow::bail!(
@@ -375,15 +396,15 @@ fn run_all(args: &StatusArgs) -> anyhow::Result<i32> {
         );
     }
     let mut rows = Vec::new();
-    for profile in configured_profiles(&args.config)? {
+    for profile in configured_profiles(&args.config_args())? {
         let one = ConfigArgs {
             profile: Some(profile.clone()),
-            ..args.config.clone()
+            ..args.config_args()
         };
         match crate::config::load_unkeyed(&one) {
             Ok(settings) => rows.push(row_for(&profile, true, settings.state_dir, None)),
             Err(e) => {
-                let env: std::collections::HashMap<String, String> = std::env::vars().collect();
+                let env = crate::config::process_env();
                 let dir = crate::config::default_state_base(&env)
                     .unwrap_or_default()
                     .join(&profile);

@@ -111,6 +111,39 @@ async fn a_status_file_that_is_not_json_is_a_clear_error_with_exit_1() {
     }
 }
 
+#[tokio::test]
+async fn status_refuses_the_flags_it_would_ignore_as_a_usage_error() {
+    let home = tempfile::tempdir().unwrap();
+    for flags in [
+        &["--runtime", "claude-code"][..],
+        &["--runtime", "claude"],
+        &["--api-base", "http://127.0.0.1:9"],
+        &["--metrics-addr", "127.0.0.1:9464"],
+    ] {
+        let out = isolated(home.path(), &["status"])
+            .args(flags)
+            .output()
+            .await
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{flags:?}: {stderr}");
+        assert!(stderr.contains(flags[0]), "{flags:?}: {stderr}");
+    }
+    // The flags it uses still work: no listener ever ran in this state dir.
+    let state = home.path().join("nowhere");
+    let out = isolated(
+        home.path(),
+        &["status", "--profile", "default", "--state-dir"],
+    )
+    .arg(&state)
+    .output()
+    .await
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(3), "{stdout}");
+    assert!(stdout.contains("never ran here"), "{stdout}");
+}
+
 /// `agentchat` with a clean `AGENTCHAT_*` environment, the state base under `home`, and units
 /// written into `home/units` (the service manager is never asked).
 fn isolated(home: &Path, args: &[&str]) -> tokio::process::Command {
