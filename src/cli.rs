@@ -82,6 +82,17 @@ Exit codes:
   0  done (status: whatever the service's state)
   1  it could not be done: the reason, and what to do, on stderr";
 
+const TOP_HELP: &str = "\
+Start with `agentchat demo` (no account needed), then `agentchat doctor`.
+
+Exit codes (each command's --help lists its own):
+  0   done (listen: stopped by a signal)
+  1   it could not be done: what, and what to do, on stderr
+  2   a usage error: an unknown flag or a bad value (listen: 78)
+  3   status: no listener is running
+  75  listen: another listener holds the profile's lock
+  78  listen: the config cannot work (EX_CONFIG)";
+
 const SIM_HELP: &str = "\
 Prints one JSON line on stdout when ready: {\"api_base\":\"http://127.0.0.1:PORT\"}.
 
@@ -99,7 +110,7 @@ Exit codes:
     name = "agentchat",
     version,
     about = "The resident listener for AgentChat, and a local AgentChat server",
-    after_help = "Start with `agentchat demo` (no account needed), then `agentchat doctor`."
+    after_help = TOP_HELP
 )]
 pub struct Cli {
     #[command(subcommand)]

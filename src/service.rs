@@ -57,14 +57,14 @@ pub enum ServiceAction {
 pub struct ServiceArgs {
     #[command(subcommand)]
     pub action: ServiceAction,
-    /// Profile the service runs (`agentchat listen --profile P`); default: env AGENTCHAT_PROFILE,
-    /// else "default", exactly as every other command chooses it.
+    /// Profile the service runs (`agentchat listen --profile P`; default "default"), chosen as
+    /// every other command chooses it [env: AGENTCHAT_PROFILE].
     #[arg(long, global = true)]
     pub profile: Option<String>,
     /// systemd or launchd (default: this platform's).
     #[arg(long, value_enum, global = true)]
     pub kind: Option<ServiceKind>,
-    /// Config file the service passes to `listen --config`.
+    /// Config file the service passes to `listen --config` [env: AGENTCHAT_CONFIG].
     #[arg(long, value_name = "FILE", global = true)]
     pub config: Option<PathBuf>,
 }

@@ -169,26 +169,29 @@ impl TestTimeScale {
 }
 
 /// The flags every profile-aware command takes. Flags win over the environment, which wins over
-/// the file.
+/// the file. Each help text ends with the variable it stands for, `[env: NAME]` as clap writes it
+/// (config reads the variables itself, so clap's own `env` is not used: an empty one counts as
+/// unset, `config::env`).
 #[derive(Debug, Clone, Default, clap::Args)]
 pub struct ConfigArgs {
-    /// Config file (default: config.toml in the platform config dir; env AGENTCHAT_CONFIG).
+    /// Config file (default: config.toml in the platform config dir) [env: AGENTCHAT_CONFIG].
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
-    /// Profile: its own config section, state dir, lock and status (default "default").
+    /// Profile: its own config section, state dir, lock and status (default "default")
+    /// [env: AGENTCHAT_PROFILE].
     #[arg(long, value_name = "NAME")]
     pub profile: Option<String>,
-    /// State dir override (env AGENTCHAT_STATE_DIR).
+    /// State dir override [env: AGENTCHAT_STATE_DIR].
     #[arg(long, value_name = "DIR")]
     pub state_dir: Option<PathBuf>,
-    /// The agent's runtime (env AGENTCHAT_RUNTIME).
+    /// The agent's runtime [env: AGENTCHAT_RUNTIME].
     #[arg(long, value_name = "RUNTIME", value_enum, ignore_case = true)]
     pub runtime: Option<RuntimeKind>,
-    /// API base URL (env AGENTCHAT_API_BASE).
+    /// API base URL [env: AGENTCHAT_API_BASE].
     #[arg(long, value_name = "URL")]
     pub api_base: Option<String>,
-    /// Serve /metrics, /healthz and /readyz on this address, e.g. 127.0.0.1:9464 (listen only;
-    /// env AGENTCHAT_METRICS_ADDR).
+    /// Serve /metrics, /healthz and /readyz on this address, e.g. 127.0.0.1:9464 (listen only)
+    /// [env: AGENTCHAT_METRICS_ADDR].
     #[arg(long, value_name = "ADDR")]
     pub metrics_addr: Option<String>,
 }

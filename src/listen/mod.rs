@@ -26,12 +26,12 @@ pub struct ListenArgs {
     /// Connect, run at most one cycle if something waits, then exit.
     #[arg(long)]
     pub once: bool,
-    /// Log line format: text for people, json for machines [env: AGENTCHAT_LOG_FORMAT; config
-    /// `log_format`].
+    /// Log line format: text for people, json for machines (config `log_format`)
+    /// [env: AGENTCHAT_LOG_FORMAT].
     #[arg(long, value_name = "FORMAT", value_enum, ignore_case = true)]
     pub log_format: Option<LogFormat>,
-    /// Log level or filter, e.g. debug or agentchat=debug,info; wins over AGENTCHAT_LOG and the
-    /// config's `log_level` [env: AGENTCHAT_LOG].
+    /// Log level or filter, e.g. debug or agentchat=debug,info (config `log_level`)
+    /// [env: AGENTCHAT_LOG].
     #[arg(long, value_name = "LEVEL", value_parser = parse_log_filter, conflicts_with_all = ["verbose", "quiet"])]
     pub log_level: Option<String>,
     /// More log detail: -v debug, -vv trace (instead of --log-level).

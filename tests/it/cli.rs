@@ -90,7 +90,14 @@ fn bash_completes_subcommands_their_actions_and_flags_but_not_hidden_ones() {
         assert!(actions.iter().any(|a| a == action), "{actions:?}");
     }
     let flags = complete(&["agentchat", "listen", "--"]);
-    for flag in ["--once", "--profile", "--config", "--log-format"] {
+    for flag in [
+        "--once",
+        "--profile",
+        "--config",
+        "--log-format",
+        "--log-level",
+        "--verbose",
+    ] {
         assert!(flags.iter().any(|f| f == flag), "{flags:?}");
     }
     let shells = complete(&["agentchat", "completions", ""]);
@@ -224,6 +231,92 @@ fn help_lists_each_commands_environment_variables_and_exit_codes() {
         assert!(
             help.contains("Exit codes:"),
             "{cmd} --help lists no exit codes"
+        );
+    }
+}
+
+/// Every variable config reads (`agentchat::config::VARIABLES`) and the flag that stands for it,
+/// if any. A variable added there without a row here fails the test below.
+const FLAG_OF: &[(&str, Option<&str>)] = &[
+    ("AGENTCHAT_API_BASE", Some("--api-base")),
+    ("AGENTCHAT_API_KEY", None),
+    ("AGENTCHAT_CONFIG", Some("--config")),
+    ("AGENTCHAT_PROFILE", Some("--profile")),
+    ("AGENTCHAT_STATE_DIR", Some("--state-dir")),
+    ("AGENTCHAT_RUNTIME", Some("--runtime")),
+    ("AGENTCHAT_LOG", Some("--log-level")),
+    ("AGENTCHAT_LOG_FORMAT", Some("--log-format")),
+    ("AGENTCHAT_METRICS_ADDR", Some("--metrics-addr")),
+    ("AGENTCHAT_INTEGRATION", None),
+    ("AGENTCHAT_DOORBELL", None),
+    ("AGENTCHAT_TEST_TIME_SCALE", None),
+];
+
+/// The help line of `flag` in `help` (clap writes one line per option).
+fn option_line<'a>(help: &'a str, flag: &str) -> Option<&'a str> {
+    help.lines().find(|l| {
+        let l = l.trim_start();
+        l.starts_with(&format!("{flag} ")) || l.contains(&format!(", {flag} "))
+    })
+}
+
+#[test]
+fn every_flag_that_has_a_variable_names_it_in_help() {
+    let mut listed: Vec<&str> = FLAG_OF.iter().map(|(v, _)| *v).collect();
+    let mut variables = agentchat::config::VARIABLES.to_vec();
+    listed.sort();
+    variables.sort();
+    assert_eq!(listed, variables, "FLAG_OF and config's VARIABLES differ");
+
+    let mut checked = 0;
+    for cmd in [
+        &["listen"][..],
+        &["status"],
+        &["doctor"],
+        &["service", "install"],
+        &["service", "status"],
+    ] {
+        let help = stdout_of(&[cmd, &["--help"]].concat());
+        for (variable, flag) in FLAG_OF {
+            let Some(flag) = flag else { continue };
+            if let Some(line) = option_line(&help, flag) {
+                assert!(
+                    line.contains(&format!("[env: {variable}]")),
+                    "{cmd:?} --help: {flag} does not name {variable}: {line}"
+                );
+                checked += 1;
+            }
+        }
+    }
+    // listen takes every flag of the table; status three, doctor six, service two each.
+    assert_eq!(checked, 8 + 3 + 6 + 2 + 2);
+    let listen = stdout_of(&["listen", "--help"]);
+    for (_, flag) in FLAG_OF {
+        if let Some(flag) = flag {
+            assert!(option_line(&listen, flag).is_some(), "listen lacks {flag}");
+        }
+    }
+}
+
+#[test]
+fn the_top_level_help_and_listens_list_the_exit_codes() {
+    let top = stdout_of(&["--help"]);
+    let listen = stdout_of(&["listen", "--help"]);
+    for help in [&top, &listen] {
+        assert!(help.contains("Exit codes"), "{help}");
+        for code in ["0", "1", "75", "78"] {
+            assert!(
+                help.lines()
+                    .any(|l| l.trim_start().starts_with(&format!("{code} "))),
+                "no exit code {code}:\n{help}"
+            );
+        }
+    }
+    for code in ["2", "3"] {
+        assert!(
+            top.lines()
+                .any(|l| l.trim_start().starts_with(&format!("{code} "))),
+            "no exit code {code}:\n{top}"
         );
     }
 }
