@@ -582,3 +582,42 @@ fn the_unit_carries_the_xdg_dirs_and_a_path_without_duplicates() {
     let unit = print_unit_env(&["--kind", "systemd"], &[("XDG_STATE_HOME", "state")]);
     assert!(!unit.contains("XDG_STATE_HOME"), "{unit}");
 }
+
+/// A stand-in `systemctl` for a running user manager whose unit is enabled but not active
+/// (`is-enabled` prints `enabled`, `is-active` prints `failed` and exits 3, as systemctl does).
+fn enabled_but_failed_systemctl(dir: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    let bin = dir.join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let script = "#!/bin/sh\ncase \"$2\" in\n  is-enabled) echo enabled ;;\n  is-active) echo \
+                  failed; exit 3 ;;\n  status) echo 'Active: failed (Result: exit-code)'; exit 3 \
+                  ;;\nesac\nexit 0\n";
+    let path = bin.join("systemctl");
+    std::fs::write(&path, script).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+#[test]
+fn service_status_tells_written_enabled_and_running_apart() {
+    let home = tempfile::tempdir().unwrap();
+    enabled_but_failed_systemctl(home.path());
+    let path = format!("{}:/usr/bin:/bin", home.path().join("bin").display());
+    let units = home.path().join(".config/systemd/user");
+    std::fs::create_dir_all(&units).unwrap();
+    std::fs::write(units.join("agentchat-listen.service"), "# written\n").unwrap();
+    let out = without_user_manager(
+        home.path(),
+        &["status", "--kind", "systemd"],
+        Some(&path),
+        &[],
+    );
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        stdout.contains("agentchat-listen.service (written)"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("enabled: yes (enabled)"), "{stdout}");
+    assert!(stdout.contains("running: no (failed)"), "{stdout}");
+    assert!(stdout.contains("Active: failed"), "{stdout}");
+}
