@@ -199,7 +199,14 @@ fn the_man_pages_render_without_warnings_and_name_every_command() {
         assert!(text.contains("NAME"), "{name} rendered to:\n{text}");
     }
     let (_, listen) = render(&pages.join("agentchat-listen.1")).unwrap();
-    for needed in ["--once", "AGENTCHAT_API_KEY", "78", "SIGHUP"] {
+    for needed in [
+        "--once",
+        "--log-level",
+        "AGENTCHAT_API_KEY",
+        "75",
+        "78",
+        "SIGHUP",
+    ] {
         assert!(
             listen.contains(needed),
             "agentchat-listen(1) lacks {needed}"
