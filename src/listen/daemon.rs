@@ -593,6 +593,9 @@ impl Daemon {
             api: self.api.clone(),
             idle_timeout: self.settings.listen.idle_timeout,
             key_refused_retry: self.scale.apply(crate::core::reconnect::KEY_REFUSED_RETRY),
+            // The settings in use, decided against their own `api_base`: a reload onto a
+            // server that is not on loopback gets the contract's backoff back at once.
+            backoff_scale: self.settings.time_scale.factor(),
             metrics: self.metrics.clone(),
         }
     }
