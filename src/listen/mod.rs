@@ -94,11 +94,11 @@ pub async fn run_command(args: ListenArgs) -> anyhow::Result<i32> {
     // recorded there is a killed listener's leftover.
     crate::runtime::supervisor::stop_leftover_run(&state.runs_dir(), settings.listen.kill_grace)
         .await;
-    let scale = TimeScale(settings.time_scale.factor());
     if args.once {
+        let scale = TimeScale(settings.time_scale.factor());
         once::run(settings, key, state, scale).await
     } else {
-        daemon::run(args.config, settings, key, state, scale).await
+        daemon::run(args.config, settings, key, state).await
     }
 }
 

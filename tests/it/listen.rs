@@ -1033,6 +1033,95 @@ async fn an_unreachable_server_never_ends_the_listener_it_backs_off() {
     assert_eq!(l.wait_exit(10.0), Some(0));
 }
 
+/// The `retry_in_ms` of the listener's `backoff` lines from the `from`-th logged event on.
+fn backoff_delays_after(l: &Listener, from: usize) -> Vec<u64> {
+    l.log()
+        .lines()
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .filter(|v| v.get("event").is_some())
+        .skip(from)
+        .filter(|v| v["event"] == "backoff")
+        .filter_map(|v| v["retry_in_ms"].as_u64())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_reconnect_backoff_is_scaled_only_against_a_loopback_api_base_and_a_reload_elsewhere_ends_it()
+ {
+    // Nothing listens on this port. 0.0.0.0 reaches this machine too, but is not a loopback
+    // address: the test time scale is ignored there.
+    let port = free_port();
+    let opts = Opts {
+        time_scale: 1000.0,
+        ..Opts::default()
+    };
+    let setup = Setup::new(&opts);
+    let base = format!("http://0.0.0.0:{port}");
+    let l = Listener::spawn(
+        listener_command_for(&base, FAKE_KEY, &setup, &opts),
+        &setup,
+        "",
+    );
+    logged_at_least(&l, "backoff", 2, 10.0).await;
+    let delays = backoff_delays_after(&l, 0);
+    assert!(
+        delays.iter().all(|ms| *ms >= 1_000),
+        "the contract's backoff (1 s, then 1-2 s) against {base}: {delays:?}"
+    );
+    drop(l);
+
+    // On loopback, with the API base in the config file: 1000 times faster (the 60 s cap is
+    // 60 ms).
+    let opts = Opts {
+        top_toml: format!("api_base = \"http://127.0.0.1:{port}\""),
+        ..opts
+    };
+    let setup = Setup::new(&opts);
+    let mut cmd = listener_command_for("unused", FAKE_KEY, &setup, &opts);
+    cmd.env_remove("AGENTCHAT_API_BASE");
+    let l = Listener::spawn(cmd, &setup, "");
+    logged_at_least(&l, "backoff", 8, 10.0).await;
+    let delays = backoff_delays_after(&l, 0);
+    assert!(
+        delays.iter().all(|ms| *ms <= 60),
+        "the scaled backoff on loopback: {delays:?}"
+    );
+
+    // A reload onto 0.0.0.0 gives the contract's backoff back at once (at most the attempt
+    // already under way when the reload came waits a scaled delay).
+    let config = std::fs::read_to_string(&setup.config).unwrap();
+    std::fs::write(&setup.config, config.replace("127.0.0.1", "0.0.0.0")).unwrap();
+    let from = l
+        .log()
+        .lines()
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .filter(|v| v.get("event").is_some())
+        .count();
+    l.signal(libc::SIGHUP);
+    assert!(
+        eventually(10.0, || backoff_delays_after(&l, from)
+            .iter()
+            .any(|ms| *ms >= 1_000))
+        .await,
+        "no contract-speed backoff after the reload:\n{}",
+        l.log()
+    );
+    let after = backoff_delays_after(&l, from);
+    let first_slow = after.iter().position(|ms| *ms >= 1_000).unwrap_or(0);
+    assert!(
+        first_slow <= 1 && after[first_slow..].iter().all(|ms| *ms >= 1_000),
+        "after the reload: {after:?}"
+    );
+    assert!(
+        l.events("test_time_scale").iter().any(|e| e["message"]
+            .as_str()
+            .unwrap_or("")
+            .contains("not in effect")),
+        "the reload says the scale is off:\n{}",
+        l.log()
+    );
+}
+
 #[test]
 fn bad_config_or_no_key_exits_78_with_a_line_naming_the_problem() {
     let opts = Opts::default();
