@@ -2201,3 +2201,45 @@ async fn a_server_whose_retry_after_keeps_falling_short_is_not_retried_at_its_pa
     assert_eq!(l.count("cycle_start"), 0, "a refused connect is no wake");
     assert_eq!(setup.status()["counters"]["connects"], 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connect_closed_at_once_with_1008_or_4426_is_no_connect_and_starts_no_cycle() {
+    use listen_support::fake::{self, Fake};
+    // The server accepts the upgrade and closes before any frame: a refused key, a client too
+    // old. Time runs 1000 times faster (the fake is on loopback), so the listener comes back
+    // within a second either way (the key-refused retry is 0.6 s, the ordinary backoff at most
+    // 60 ms) and meets the refusal again.
+    for (code, reason, said) in [
+        (1008, "Invalid token", "key_refused"),
+        (4426, "upgrade required", "upgrade_required"),
+    ] {
+        let fake = Fake::start("bob", fake::tray("@bob", 1)).await;
+        fake.shared.lock().unwrap().refuse_sockets = Some((code, reason.to_string()));
+        let opts = Opts {
+            time_scale: 1000.0,
+            ..Opts::default()
+        };
+        let (setup, l) = fake_listener(&fake, &opts);
+        let refused = || fake.shared.lock().unwrap().refused_at.len();
+        assert!(
+            eventually(15.0, || refused() >= 3).await,
+            "{code}: fewer than 3 attempts:\n{}",
+            l.log()
+        );
+        // Longer than the quiet window (300 ms): a connect wake would have started a cycle.
+        assert!(
+            never(1.0, || l.count("cycle_start") > 0).await,
+            "{code}: a connect closed at once started a cycle:\n{}",
+            l.log()
+        );
+        assert!(l.count(said) >= 3, "{code}: {said} each time:\n{}", l.log());
+        assert_eq!(l.count("socket_connected"), 0, "{code}: {}", l.log());
+        assert!(
+            status_holds(&setup, |s| s["counters"]["connects"] == 0
+                && s["counters"]["cycles"] == 0)
+            .await,
+            "{code}: no connect, no cycle"
+        );
+        assert_eq!(fake.shared.lock().unwrap().connects, 0);
+    }
+}
