@@ -207,7 +207,7 @@ pub async fn run_command(args: StatusArgs) -> anyhow::Result<i32> {
 /// The profiles a config file names: `default` (its top level) and every `[profiles.<name>]`.
 /// Without a config file, only `default`.
 pub fn configured_profiles(config: &ConfigArgs) -> anyhow::Result<Vec<String>> {
-    let env: std::collections::HashMap<String, String> = std::env::vars().collect();
+    let env = crate::config::process_env();
     let mut out = vec![crate::config::DEFAULT_PROFILE.to_string()];
     let Some((path, named)) = crate::config::config_file_path(config, &env) else {
         return Ok(out);
@@ -235,7 +235,7 @@ pub fn configured_profiles(config: &ConfigArgs) -> anyhow::Result<Vec<String>> {
 /// State dirs under the default state base whose lock a live process holds, with that pid: the
 /// listeners running for profiles the config does not (or no longer) name.
 fn locked_state_dirs() -> Vec<(String, std::path::PathBuf, u32)> {
-    let env: std::collections::HashMap<String, String> = std::env::vars().collect();
+    let env = crate::config::process_env();
     let Some(base) = crate::config::default_state_base(&env) else {
         return Vec::new();
     };
@@ -383,7 +383,7 @@ fn run_all(args: &StatusArgs) -> anyhow::Result<i32> {
         match crate::config::load_unkeyed(&one) {
             Ok(settings) => rows.push(row_for(&profile, true, settings.state_dir, None)),
             Err(e) => {
-                let env: std::collections::HashMap<String, String> = std::env::vars().collect();
+                let env = crate::config::process_env();
                 let dir = crate::config::default_state_base(&env)
                     .unwrap_or_default()
                     .join(&profile);
