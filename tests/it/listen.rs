@@ -2243,3 +2243,50 @@ async fn a_connect_closed_at_once_with_1008_or_4426_is_no_connect_and_starts_no_
         assert_eq!(fake.shared.lock().unwrap().connects, 0);
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_skipped_invite_makes_the_list_incomplete_so_a_counted_invite_is_not_forgotten() {
+    use listen_support::fake::{self, Fake};
+    // A card keeps every cycle running; the invite is counted by the first run.
+    let mut tray = fake::tray("@bob", 1);
+    tray["invites"] = serde_json::json!([{"invite_id": "gri_one", "group": {"id": "grp_a"}}]);
+    let fake = Fake::start("bob", tray.clone()).await;
+    let (setup, l) = fake_listener(&fake, &Opts::default());
+    run_done(&setup, &l, 1, 15.0).await;
+    logged_exactly(&l, "invite_counted", 1, 10.0).await;
+    let counted = || {
+        std::fs::read_to_string(setup.state_dir.join("invites.json"))
+            .ok()
+            .and_then(|t| serde_json::from_str::<Value>(&t).ok())
+            .map(|m| m["counted"]["gri_one"].is_u64())
+            .unwrap_or(false)
+    };
+    assert!(eventually(5.0, counted).await, "{}", l.log());
+
+    // Now the only invite on the tray is malformed: skipped, and the list is not complete, so
+    // the counted invite may still be on it. It is kept.
+    let mut with_bad_invite = tray.clone();
+    with_bad_invite["invites"] = serde_json::json!([{"group": {"id": "grp_b"}}]);
+    fake.shared.lock().unwrap().tray = with_bad_invite;
+    fake.wake("unanswered");
+    run_done(&setup, &l, 2, 15.0).await;
+    logged_at_least(&l, "cycle_end", 2, 10.0).await;
+    assert!(l.count("tray_entry_skipped") >= 1, "{}", l.log());
+    assert!(
+        counted(),
+        "a list with a skipped entry forgot the counted invite:\n{}",
+        l.log()
+    );
+
+    // A complete list without it: answered, forgotten.
+    let mut without = tray;
+    without["invites"] = serde_json::json!([]);
+    fake.shared.lock().unwrap().tray = without;
+    fake.wake("unanswered");
+    run_done(&setup, &l, 3, 15.0).await;
+    assert!(
+        eventually(5.0, || !counted()).await,
+        "a complete list without the invite forgets it:\n{}",
+        l.log()
+    );
+}
