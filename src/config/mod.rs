@@ -133,7 +133,8 @@ pub struct Settings {
 }
 
 /// `AGENTCHAT_TEST_TIME_SCALE` (tests and `agentchat demo`): divides the listener's own fixed
-/// timers (invite-rule pace, key-refused retry, status and texts refresh). Honoured only when
+/// timers (invite-rule pace, key-refused retry, status and texts refresh, the ordinary reconnect
+/// backoff), never the server's `retry_after` (contract 3.4). Honoured only when
 /// `api_base` is a loopback address, so a listener pointed at a real server never shortens a
 /// contract timer.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -161,7 +162,8 @@ impl TestTimeScale {
             TestTimeScale::On(s) => Some(format!(
                 "{TEST_TIME_SCALE}={s} is in effect (api_base is a loopback address): the \
                  listener's own timers (invite pace, key-refused retry, status and texts \
-                 refresh) run {s} times faster"
+                 refresh, the ordinary reconnect backoff) run {s} times faster; the server's \
+                 retry_after is never shortened"
             )),
             _ => None,
         }

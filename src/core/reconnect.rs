@@ -1,5 +1,6 @@
 //! Close classification and the reconnect delay (contract 3.4,
-//! `connect-budget.cases.json`). Randomness is injected as a number in [0, 1).
+//! `connect-budget.cases.json`). Randomness is injected as a number in [0, 1), and a test time
+//! scale as a factor that divides the ordinary backoff only.
 
 use std::time::Duration;
 
@@ -170,6 +171,19 @@ impl Backoff {
     }
 }
 
+/// A delay under a test time scale: `d` divided by `factor`, at least 1 ms, at most a day. A
+/// factor of 1, or one that is not a finite number above zero, leaves `d` as it is. The listener
+/// passes its test time scale (`listen::TimeScale`), which is 1 unless `api_base` is a loopback
+/// address (`docs/decisions.md`).
+pub fn scaled(d: Duration, factor: f64) -> Duration {
+    if !(factor.is_finite() && factor > 0.0) || factor == 1.0 {
+        return d;
+    }
+    Duration::try_from_secs_f64(d.as_secs_f64() / factor)
+        .unwrap_or(Duration::from_secs(86_400))
+        .clamp(Duration::from_millis(1), Duration::from_secs(86_400))
+}
+
 /// The delay before reconnecting after `kind`, given the ordinary backoff state.
 /// `KeyRefused` waits `key_refused_retry` (10 min by default).
 ///
@@ -180,18 +194,23 @@ impl Backoff {
 /// retry at their pace for as long as they keep coming. The growing backoff lets the minute drain.
 /// The first refusal after a settled connection waits the hint alone (the backoff's first delay
 /// is 1 s, the hint's floor).
+///
+/// `backoff_scale` divides the ordinary backoff's delay (`scaled`), wherever it is waited: after
+/// an ordinary close or an upgrade-required one, and as the part a budget refusal waits besides
+/// its hint. The hint itself is never scaled: it is the server's, and no attempt comes before
+/// `retry_after` seconds have passed (contract 3.4), whatever the scale.
 pub fn delay_after(
     kind: &CloseKind,
     backoff: &mut Backoff,
     key_refused_retry: Duration,
     rand01: f64,
+    backoff_scale: f64,
 ) -> Duration {
+    let mut ordinary = || scaled(backoff.next_delay(rand01), backoff_scale);
     match kind {
-        CloseKind::Budget { retry_after_s } => {
-            budget_delay(*retry_after_s, rand01).max(backoff.next_delay(rand01))
-        }
+        CloseKind::Budget { retry_after_s } => budget_delay(*retry_after_s, rand01).max(ordinary()),
         CloseKind::KeyRefused => key_refused_retry,
-        CloseKind::UpgradeRequired | CloseKind::Ordinary => backoff.next_delay(rand01),
+        CloseKind::UpgradeRequired | CloseKind::Ordinary => ordinary(),
     }
 }
 
@@ -270,17 +289,18 @@ mod tests {
                 &CloseKind::Budget { retry_after_s: 5 },
                 &mut b,
                 ten_min,
-                0.0
+                0.0,
+                1.0
             ),
             Duration::from_secs(5)
         );
         assert_eq!(b.attempt(), 1, "a budget refusal is a failed connect");
         assert_eq!(
-            delay_after(&CloseKind::KeyRefused, &mut b, ten_min, 0.0),
+            delay_after(&CloseKind::KeyRefused, &mut b, ten_min, 0.0, 1.0),
             ten_min
         );
         assert_eq!(
-            delay_after(&CloseKind::UpgradeRequired, &mut b, ten_min, 0.0),
+            delay_after(&CloseKind::UpgradeRequired, &mut b, ten_min, 0.0, 1.0),
             Duration::from_secs(1)
         );
         assert_eq!(b.attempt(), 2);
@@ -291,7 +311,7 @@ mod tests {
         let mut b = Backoff::default();
         let hint = CloseKind::Budget { retry_after_s: 1 };
         let waits: Vec<Duration> = (0..8)
-            .map(|_| delay_after(&hint, &mut b, KEY_REFUSED_RETRY, 0.999_999))
+            .map(|_| delay_after(&hint, &mut b, KEY_REFUSED_RETRY, 0.999_999, 1.0))
             .collect();
         assert!(waits.iter().all(|w| *w >= Duration::from_secs(1)));
         assert!(
@@ -305,6 +325,84 @@ mod tests {
         // A long hint is never cut short by a small backoff.
         let mut fresh = Backoff::default();
         let long = CloseKind::Budget { retry_after_s: 300 };
-        assert!(delay_after(&long, &mut fresh, KEY_REFUSED_RETRY, 0.0) >= Duration::from_secs(300));
+        assert!(
+            delay_after(&long, &mut fresh, KEY_REFUSED_RETRY, 0.0, 1.0) >= Duration::from_secs(300)
+        );
+    }
+
+    #[test]
+    fn a_time_scale_shortens_the_ordinary_backoff_and_never_the_servers_retry_after() {
+        let ten_min = Duration::from_secs(600);
+        let fast = 1000.0;
+        // The ordinary part scales: after an ordinary close, a 4426, at the first draw and at the
+        // cap (which the unscaled backoff reaches at 30-60 s).
+        let mut b = Backoff::default();
+        assert_eq!(
+            delay_after(&CloseKind::Ordinary, &mut b, ten_min, 0.0, fast),
+            Duration::from_millis(1)
+        );
+        for _ in 0..10 {
+            for kind in [CloseKind::Ordinary, CloseKind::UpgradeRequired] {
+                let d = delay_after(&kind, &mut b, ten_min, 0.999_999, fast);
+                assert!(d <= Duration::from_millis(60), "{kind:?}: {d:?}");
+            }
+        }
+        assert!(b.attempt() >= 7, "the backoff is at its cap");
+        let mut unscaled = b.clone();
+        assert!(
+            delay_after(&CloseKind::Ordinary, &mut unscaled, ten_min, 0.0, 1.0)
+                >= Duration::from_secs(30),
+            "the same state unscaled waits the cap"
+        );
+
+        // A refusal at the cap waits its hint, not the unscaled cap: the ordinary part it also
+        // waits is scaled. The hint is never scaled: at least 5 s, at most its 10 % jitter above.
+        let hint = CloseKind::Budget { retry_after_s: 5 };
+        for r in [0.0, 0.5, 0.999_999] {
+            let d = delay_after(&hint, &mut b, ten_min, r, fast);
+            assert!(
+                d >= Duration::from_secs(5) && d <= Duration::from_millis(5_500),
+                "{r}: {d:?}"
+            );
+            let mut unscaled = b.clone();
+            assert!(delay_after(&hint, &mut unscaled, ten_min, r, 1.0) >= Duration::from_secs(30));
+        }
+        // However large the scale, the hint and its 1 s floor hold.
+        for scale in [1e6, 1e300, f64::MAX] {
+            for s in [0, 1, 2, 3_600, u64::MAX] {
+                let d = delay_after(
+                    &CloseKind::Budget { retry_after_s: s },
+                    &mut Backoff::default(),
+                    ten_min,
+                    0.0,
+                    scale,
+                );
+                assert_eq!(d, Duration::from_secs(s.clamp(1, 3_600)), "{s} at {scale}");
+            }
+        }
+        // A refused key waits what the caller passes (the listener scales it itself).
+        assert_eq!(
+            delay_after(&CloseKind::KeyRefused, &mut b, ten_min, 0.0, fast),
+            ten_min
+        );
+        // No scale in effect (1), or none that makes sense: the contract's delays.
+        for scale in [1.0, 0.0, -5.0, f64::NAN, f64::INFINITY] {
+            let d = delay_after(
+                &CloseKind::Ordinary,
+                &mut Backoff::default(),
+                ten_min,
+                0.0,
+                scale,
+            );
+            assert_eq!(d, Duration::from_secs(1), "{scale}");
+        }
+        assert_eq!(
+            scaled(Duration::from_secs(60), 20.0),
+            Duration::from_secs(3)
+        );
+        assert_eq!(
+            scaled(Duration::from_secs(60), 1e-300),
+            Duration::from_secs(86_400)
+        );
     }
 }

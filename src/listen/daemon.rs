@@ -64,7 +64,6 @@ struct Daemon {
     /// cycles and the texts refreshes, so its keep-alive connection outlives each of them. Built
     /// again only when a reload or a new key file changes either.
     api: Api,
-    scale: TimeScale,
     state: StateDir,
     started: Instant,
     status: Status,
@@ -101,11 +100,10 @@ pub async fn run(
     settings: Settings,
     key: SecretString,
     state: StateDir,
-    scale: TimeScale,
 ) -> anyhow::Result<i32> {
     let mut signals = Signals::install()?;
     let notify = std::env::var_os("NOTIFY_SOCKET").is_some();
-    let mut d = Daemon::new(args, settings, key, state, scale, notify)?;
+    let mut d = Daemon::new(args, settings, key, state, notify)?;
     d.announce_start();
     d.refresh_texts().await;
     let mut wiring = Wiring::start(d.socket_params());
@@ -115,7 +113,7 @@ pub async fn run(
         wiring.shutdown.subscribe(),
     );
     d.ready();
-    let mut timers = Timers::new(d.scale, notify);
+    let mut timers = Timers::new(d.scale(), notify);
     let signal = main_loop(&mut d, &mut wiring, &mut signals, &mut timers).await;
     tracing::info!(event = %"stopping", signal, "stopping");
     d.stop(wiring, &mut signals).await;
@@ -269,7 +267,13 @@ async fn main_loop(
             _ = signals.term.recv() => return "SIGTERM",
             _ = signals.int.recv() => return "SIGINT",
             _ = signals.hup.recv() => {
+                let scale = d.scale();
                 d.reload(&w.params);
+                if d.scale() != scale {
+                    // The scale follows `api_base` (`config::TestTimeScale`): a reload onto
+                    // another server sets the timers again.
+                    *timers = Timers::new(d.scale(), d.notify);
+                }
                 d.spawn_texts_refresh(&w.texts_tx);
             }
             Some(ev) = w.events.recv() => {
@@ -371,9 +375,9 @@ impl Daemon {
         settings: Settings,
         key: SecretString,
         state: StateDir,
-        scale: TimeScale,
         notify: bool,
     ) -> Result<Daemon, ApiError> {
+        let scale = TimeScale(settings.time_scale.factor());
         let api = Api::new(&settings.api_base, key.clone())?;
         let now = SystemTime::now();
         let status = Status {
@@ -407,7 +411,6 @@ impl Daemon {
             settings,
             key,
             api,
-            scale,
             state,
             started: Instant::now(),
             status,
@@ -582,6 +585,13 @@ impl Daemon {
         }
     }
 
+    /// The test time scale of the settings in use, decided against their own `api_base`
+    /// (`config::TestTimeScale`): a reload onto a server that is not on loopback gets the
+    /// contract's timers back at once.
+    fn scale(&self) -> TimeScale {
+        TimeScale(self.settings.time_scale.factor())
+    }
+
     fn now_ms(&self) -> u64 {
         self.started.elapsed().as_millis() as u64
     }
@@ -592,7 +602,10 @@ impl Daemon {
             key: self.key.clone(),
             api: self.api.clone(),
             idle_timeout: self.settings.listen.idle_timeout,
-            key_refused_retry: self.scale.apply(crate::core::reconnect::KEY_REFUSED_RETRY),
+            key_refused_retry: self
+                .scale()
+                .apply(crate::core::reconnect::KEY_REFUSED_RETRY),
+            backoff_scale: self.scale().0,
             metrics: self.metrics.clone(),
         }
     }
@@ -697,7 +710,7 @@ impl Daemon {
             texts: self.current_texts().map(|l| l.texts.clone()),
             reasons: reasons.clone(),
             runtime_unusable: self.flags.unusable.is_some(),
-            invite_pace_ms: self.scale.invite_pace_ms(),
+            invite_pace_ms: self.scale().invite_pace_ms(),
             shutdown,
             run_starting: Some(run_starting),
             metrics: self.metrics.clone(),
@@ -942,6 +955,16 @@ impl Daemon {
 
     /// Reloaded settings (with a client for their endpoint already in place) take over.
     fn take_settings(&mut self, s: Settings) {
+        if s.time_scale != self.settings.time_scale {
+            match s.time_scale.notice() {
+                Some(line) => tracing::info!(event = %"test_time_scale", "{line}"),
+                None => tracing::info!(
+                    event = %"test_time_scale",
+                    api_base = %s.api_base,
+                    "the test time scale is not in effect (any more): every timer runs at contract speed"
+                ),
+            }
+        }
         let (old, new) = (self.texts_runtime(), s.listen.runtime.texts_runtime());
         if old != new {
             // Texts are keyed by runtime: the old runtime's are not this one's. Until its own come

@@ -66,18 +66,17 @@ fn parse_log_filter(raw: &str) -> Result<String, String> {
 }
 
 /// Test-only: `AGENTCHAT_TEST_TIME_SCALE` divides the listener's own fixed timers (invite-rule
-/// pace, key-refused retry, status refresh, texts refresh). Never the connect budget's delay,
-/// which is the server's. Config decides whether it is honoured (`config::TestTimeScale`: only
-/// against a loopback `api_base`).
-#[derive(Debug, Clone, Copy)]
+/// pace, key-refused retry, status refresh, texts refresh, the ordinary reconnect backoff). Never
+/// the connect budget's `retry_after`, which is the server's (contract 3.4). Config decides
+/// whether it is honoured (`config::TestTimeScale`: only against a loopback `api_base`).
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct TimeScale(pub f64);
 
 impl TimeScale {
-    /// `d / scale`, at least 1 ms, and never a panic on an absurd scale (saturates at a day).
+    /// `d / scale`, at least 1 ms, and never a panic on an absurd scale (saturates at a day):
+    /// `core::reconnect::scaled`, the rule the reconnect backoff is scaled by.
     pub fn apply(self, d: Duration) -> Duration {
-        Duration::try_from_secs_f64(d.as_secs_f64() / self.0)
-            .unwrap_or(Duration::from_secs(86_400))
-            .max(Duration::from_millis(1))
+        crate::core::reconnect::scaled(d, self.0).max(Duration::from_millis(1))
     }
     /// The invite rule's pace between single runs (`SINGLE_RUN_PACE_MS`), scaled.
     pub fn invite_pace_ms(self) -> u64 {
@@ -128,11 +127,11 @@ pub async fn run_command(args: ListenArgs) -> anyhow::Result<i32> {
     // recorded there is a killed listener's leftover.
     crate::runtime::supervisor::stop_leftover_run(&state.runs_dir(), settings.listen.kill_grace)
         .await;
-    let scale = TimeScale(settings.time_scale.factor());
     if args.once {
+        let scale = TimeScale(settings.time_scale.factor());
         once::run(settings, key, state, scale).await
     } else {
-        daemon::run(args.config, settings, key, state, scale).await
+        daemon::run(args.config, settings, key, state).await
     }
 }
 

@@ -30,6 +30,7 @@ pub async fn run(
         api: api.clone(),
         idle_timeout: settings.listen.idle_timeout,
         key_refused_retry: crate::core::reconnect::KEY_REFUSED_RETRY,
+        backoff_scale: scale.0,
         metrics: super::metrics::Metrics::off(),
     };
     let handle = socket::connect_once(&params, SETTLE)

@@ -38,6 +38,10 @@ pub struct SocketParams {
     pub api: Api,
     pub idle_timeout: Duration,
     pub key_refused_retry: Duration,
+    /// The test time scale in effect (1 unless `api_base` is a loopback address,
+    /// `config::TestTimeScale`): divides the ordinary backoff, never the server's `retry_after`
+    /// (`core::reconnect::delay_after`).
+    pub backoff_scale: f64,
     /// The listener's metrics (a no-op registry for `--once`).
     pub metrics: std::sync::Arc<super::metrics::Metrics>,
 }
@@ -212,6 +216,7 @@ impl Task {
             &mut self.backoff,
             params.key_refused_retry,
             fastrand::f64(),
+            params.backoff_scale,
         )
     }
 

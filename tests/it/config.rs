@@ -984,6 +984,13 @@ async fn no_command_panics_on_an_environment_variable_that_is_not_utf8() {
     let mut commands: Vec<(String, tokio::process::Command)> = vec![
         ("listen --once".into(), listen_once(d, &server)),
         ("status".into(), agentchat(d, &["status"])),
+        // `--all` reads the config's profiles and the state base itself (and refuses a state
+        // dir named for one profile).
+        ("status --all".into(), {
+            let mut cmd = agentchat(d, &["status", "--all"]);
+            cmd.env_remove("AGENTCHAT_STATE_DIR");
+            cmd
+        }),
         ("doctor".into(), agentchat(d, &["doctor"])),
         (
             "service print".into(),
@@ -993,6 +1000,15 @@ async fn no_command_panics_on_an_environment_variable_that_is_not_utf8() {
             "service status".into(),
             agentchat(d, &["service", "status"]),
         ),
+        (
+            "service install --all".into(),
+            agentchat(d, &["service", "install", "--all", "--kind", "systemd"]),
+        ),
+        (
+            "completions bash".into(),
+            agentchat(d, &["completions", "bash"]),
+        ),
+        ("man".into(), agentchat(d, &["man"])),
     ];
     for help in [
         &["--version"][..],
@@ -1009,7 +1025,8 @@ async fn no_command_panics_on_an_environment_variable_that_is_not_utf8() {
         let out = run(cmd).await;
         assert_ne!(out.code, Some(101), "{name} panicked: {}", out.stderr);
         assert!(!out.stderr.contains("panicked"), "{name}: {}", out.stderr);
-        if name == "listen --once" || name.ends_with("--help") || name == "--version" {
+        let must_succeed = ["listen --once", "--version", "completions bash", "man"];
+        if must_succeed.contains(&name.as_str()) || name.ends_with("--help") {
             assert_eq!(out.code, Some(0), "{name}: {}", out.stderr);
         }
     }

@@ -622,8 +622,14 @@ fn connect_budget_cases_classify_and_bound_the_delay() {
             return vec![format!("{label}: {kind:?}, want {}", exp["kind"])];
         }
         // The delay at both ends of the injected randomness, from a fresh backoff.
-        let low = reconnect::delay_after(&kind, &mut Backoff::default(), key_retry, 0.0);
-        let high = reconnect::delay_after(&kind, &mut Backoff::default(), key_retry, 0.999_999_999);
+        let low = reconnect::delay_after(&kind, &mut Backoff::default(), key_retry, 0.0, 1.0);
+        let high = reconnect::delay_after(
+            &kind,
+            &mut Backoff::default(),
+            key_retry,
+            0.999_999_999,
+            1.0,
+        );
         let (want_lo, want_hi) = match &kind {
             CloseKind::Budget { retry_after_s } => {
                 if Some(*retry_after_s) != exp["retry_after_s"].as_u64() {

@@ -226,7 +226,7 @@ proptest! {
     fn close_reason_parsing_never_panics(code in any::<u16>(), reason in any::<String>()) {
         let _ = reconnect::parse_retry_after(&reason);
         let kind = reconnect::classify_close(code, &reason);
-        let d = reconnect::delay_after(&kind, &mut Backoff::default(), Duration::from_secs(600), 0.5);
+        let d = reconnect::delay_after(&kind, &mut Backoff::default(), Duration::from_secs(600), 0.5, 1.0);
         prop_assert!(d >= Duration::from_secs(1) && d <= Duration::from_secs(3960));
     }
 
@@ -239,6 +239,38 @@ proptest! {
             reconnect::classify_close(1013, &reason),
             reconnect::CloseKind::Budget { retry_after_s: u64::from(s) }
         );
+    }
+
+    #[test]
+    fn under_any_time_scale_a_budget_refusal_waits_its_hint_and_the_ordinary_backoff_is_divided(
+        s in any::<u64>(),
+        scale in prop_oneof![any::<f64>(), 1.0f64..1e6],
+        rands in prop::collection::vec(any::<f64>(), 1..20),
+    ) {
+        let hint = Duration::from_secs(s.clamp(1, 3600));
+        let (mut budget, mut ordinary) = (Backoff::default(), Backoff::default());
+        for r in rands {
+            let unscaled = ordinary.clone().next_delay(r);
+            let d = reconnect::delay_after(
+                &reconnect::CloseKind::Budget { retry_after_s: s },
+                &mut budget,
+                Duration::from_secs(600),
+                r,
+                scale,
+            );
+            prop_assert!(d >= hint, "{:?} < the hint {:?} at scale {}", d, hint, scale);
+            let o = reconnect::delay_after(
+                &reconnect::CloseKind::Ordinary,
+                &mut ordinary,
+                Duration::from_secs(600),
+                r,
+                scale,
+            );
+            if scale.is_finite() && scale >= 1.0 {
+                prop_assert!(o <= unscaled.div_f64(scale).max(Duration::from_millis(1)) + Duration::from_nanos(1),
+                    "{:?} not {:?} divided by {}", o, unscaled, scale);
+            }
+        }
     }
 
     #[test]

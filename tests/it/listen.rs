@@ -1061,6 +1061,95 @@ async fn an_unreachable_server_never_ends_the_listener_it_backs_off() {
     assert_eq!(l.wait_exit(10.0), Some(0));
 }
 
+/// The `retry_in_ms` of the listener's `backoff` lines from the `from`-th logged event on.
+fn backoff_delays_after(l: &Listener, from: usize) -> Vec<u64> {
+    l.log()
+        .lines()
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .filter(|v| v.get("event").is_some())
+        .skip(from)
+        .filter(|v| v["event"] == "backoff")
+        .filter_map(|v| v["retry_in_ms"].as_u64())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_reconnect_backoff_is_scaled_only_against_a_loopback_api_base_and_a_reload_elsewhere_ends_it()
+ {
+    // Nothing listens on this port. 0.0.0.0 reaches this machine too, but is not a loopback
+    // address: the test time scale is ignored there.
+    let port = free_port();
+    let opts = Opts {
+        time_scale: 1000.0,
+        ..Opts::default()
+    };
+    let setup = Setup::new(&opts);
+    let base = format!("http://0.0.0.0:{port}");
+    let l = Listener::spawn(
+        listener_command_for(&base, FAKE_KEY, &setup, &opts),
+        &setup,
+        "",
+    );
+    logged_at_least(&l, "backoff", 2, 10.0).await;
+    let delays = backoff_delays_after(&l, 0);
+    assert!(
+        delays.iter().all(|ms| *ms >= 1_000),
+        "the contract's backoff (1 s, then 1-2 s) against {base}: {delays:?}"
+    );
+    drop(l);
+
+    // On loopback, with the API base in the config file: 1000 times faster (the 60 s cap is
+    // 60 ms).
+    let opts = Opts {
+        top_toml: format!("api_base = \"http://127.0.0.1:{port}\""),
+        ..opts
+    };
+    let setup = Setup::new(&opts);
+    let mut cmd = listener_command_for("unused", FAKE_KEY, &setup, &opts);
+    cmd.env_remove("AGENTCHAT_API_BASE");
+    let l = Listener::spawn(cmd, &setup, "");
+    logged_at_least(&l, "backoff", 8, 10.0).await;
+    let delays = backoff_delays_after(&l, 0);
+    assert!(
+        delays.iter().all(|ms| *ms <= 60),
+        "the scaled backoff on loopback: {delays:?}"
+    );
+
+    // A reload onto 0.0.0.0 gives the contract's backoff back at once (at most the attempt
+    // already under way when the reload came waits a scaled delay).
+    let config = std::fs::read_to_string(&setup.config).unwrap();
+    std::fs::write(&setup.config, config.replace("127.0.0.1", "0.0.0.0")).unwrap();
+    let from = l
+        .log()
+        .lines()
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .filter(|v| v.get("event").is_some())
+        .count();
+    l.signal(libc::SIGHUP);
+    assert!(
+        eventually(10.0, || backoff_delays_after(&l, from)
+            .iter()
+            .any(|ms| *ms >= 1_000))
+        .await,
+        "no contract-speed backoff after the reload:\n{}",
+        l.log()
+    );
+    let after = backoff_delays_after(&l, from);
+    let first_slow = after.iter().position(|ms| *ms >= 1_000).unwrap_or(0);
+    assert!(
+        first_slow <= 1 && after[first_slow..].iter().all(|ms| *ms >= 1_000),
+        "after the reload: {after:?}"
+    );
+    assert!(
+        l.events("test_time_scale").iter().any(|e| e["message"]
+            .as_str()
+            .unwrap_or("")
+            .contains("not in effect")),
+        "the reload says the scale is off:\n{}",
+        l.log()
+    );
+}
+
 #[test]
 fn bad_config_or_no_key_exits_78_with_a_line_naming_the_problem() {
     let opts = Opts::default();
@@ -2251,4 +2340,93 @@ async fn a_server_whose_retry_after_keeps_falling_short_is_not_retried_at_its_pa
     }
     assert_eq!(l.count("cycle_start"), 0, "a refused connect is no wake");
     assert_eq!(setup.status()["counters"]["connects"], 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connect_closed_at_once_with_1008_or_4426_is_no_connect_and_starts_no_cycle() {
+    use listen_support::fake::{self, Fake};
+    // The server accepts the upgrade and closes before any frame: a refused key, a client too
+    // old. Time runs 1000 times faster (the fake is on loopback), so the listener comes back
+    // within a second either way (the key-refused retry is 0.6 s, the ordinary backoff at most
+    // 60 ms) and meets the refusal again.
+    for (code, reason, said) in [
+        (1008, "Invalid token", "key_refused"),
+        (4426, "upgrade required", "upgrade_required"),
+    ] {
+        let fake = Fake::start("bob", fake::tray("@bob", 1)).await;
+        fake.shared.lock().unwrap().refuse_sockets = Some((code, reason.to_string()));
+        let opts = Opts {
+            time_scale: 1000.0,
+            ..Opts::default()
+        };
+        let (setup, l) = fake_listener(&fake, &opts);
+        let refused = || fake.shared.lock().unwrap().refused_at.len();
+        assert!(
+            eventually(15.0, || refused() >= 3).await,
+            "{code}: fewer than 3 attempts:\n{}",
+            l.log()
+        );
+        // Longer than the quiet window (300 ms): a connect wake would have started a cycle.
+        assert!(
+            never(1.0, || l.count("cycle_start") > 0).await,
+            "{code}: a connect closed at once started a cycle:\n{}",
+            l.log()
+        );
+        assert!(l.count(said) >= 3, "{code}: {said} each time:\n{}", l.log());
+        assert_eq!(l.count("socket_connected"), 0, "{code}: {}", l.log());
+        assert!(
+            status_holds(&setup, |s| s["counters"]["connects"] == 0
+                && s["counters"]["cycles"] == 0)
+            .await,
+            "{code}: no connect, no cycle"
+        );
+        assert_eq!(fake.shared.lock().unwrap().connects, 0);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_skipped_invite_makes_the_list_incomplete_so_a_counted_invite_is_not_forgotten() {
+    use listen_support::fake::{self, Fake};
+    // A card keeps every cycle running; the invite is counted by the first run.
+    let mut tray = fake::tray("@bob", 1);
+    tray["invites"] = serde_json::json!([{"invite_id": "gri_one", "group": {"id": "grp_a"}}]);
+    let fake = Fake::start("bob", tray.clone()).await;
+    let (setup, l) = fake_listener(&fake, &Opts::default());
+    run_done(&setup, &l, 1, 15.0).await;
+    logged_exactly(&l, "invite_counted", 1, 10.0).await;
+    let counted = || {
+        std::fs::read_to_string(setup.state_dir.join("invites.json"))
+            .ok()
+            .and_then(|t| serde_json::from_str::<Value>(&t).ok())
+            .map(|m| m["counted"]["gri_one"].is_u64())
+            .unwrap_or(false)
+    };
+    assert!(eventually(5.0, counted).await, "{}", l.log());
+
+    // Now the only invite on the tray is malformed: skipped, and the list is not complete, so
+    // the counted invite may still be on it. It is kept.
+    let mut with_bad_invite = tray.clone();
+    with_bad_invite["invites"] = serde_json::json!([{"group": {"id": "grp_b"}}]);
+    fake.shared.lock().unwrap().tray = with_bad_invite;
+    fake.wake("unanswered");
+    run_done(&setup, &l, 2, 15.0).await;
+    logged_at_least(&l, "cycle_end", 2, 10.0).await;
+    assert!(l.count("tray_entry_skipped") >= 1, "{}", l.log());
+    assert!(
+        counted(),
+        "a list with a skipped entry forgot the counted invite:\n{}",
+        l.log()
+    );
+
+    // A complete list without it: answered, forgotten.
+    let mut without = tray;
+    without["invites"] = serde_json::json!([]);
+    fake.shared.lock().unwrap().tray = without;
+    fake.wake("unanswered");
+    run_done(&setup, &l, 3, 15.0).await;
+    assert!(
+        eventually(5.0, || !counted()).await,
+        "a complete list without the invite forgets it:\n{}",
+        l.log()
+    );
 }

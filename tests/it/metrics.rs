@@ -4,7 +4,7 @@
 //! what it parsed. Also `/healthz`, `/readyz`, and the config rule for a public address.
 
 use crate::listen_support::{
-    Agent, BIN, Listener, Opts, Setup, Sim, eventually_async, listener_command,
+    Agent, BIN, Listener, Opts, Setup, Sim, eventually_async, free_port, listener_command,
 };
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -87,15 +87,6 @@ fn parse(python: &str, text: &str) -> Page {
         samples,
         text: text.to_string(),
     }
-}
-
-/// A loopback port free right now.
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 struct Endpoint {

@@ -189,6 +189,15 @@ pub fn as_list(v: &Value, key: &str) -> Vec<Value> {
         .unwrap_or_default()
 }
 
+/// A loopback port free right now.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
 /// Accepted socket connects in a connect log.
 pub fn accepted(connects: &[Value]) -> usize {
     connects.iter().filter(|c| is_accepted(c)).count()
