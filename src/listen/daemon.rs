@@ -593,6 +593,8 @@ impl Daemon {
             api: self.api.clone(),
             idle_timeout: self.settings.listen.idle_timeout,
             key_refused_retry: self.scale.apply(crate::core::reconnect::KEY_REFUSED_RETRY),
+            unreachable_warn_after: self.scale.apply(super::reach::UNREACHABLE_WARN_AFTER),
+            misconfigured_retry: self.scale.apply(super::reach::MISCONFIGURED_RETRY),
             metrics: self.metrics.clone(),
         }
     }

@@ -30,11 +30,18 @@ pub async fn run(
         api: api.clone(),
         idle_timeout: settings.listen.idle_timeout,
         key_refused_retry: crate::core::reconnect::KEY_REFUSED_RETRY,
+        unreachable_warn_after: super::reach::UNREACHABLE_WARN_AFTER,
+        misconfigured_retry: super::reach::MISCONFIGURED_RETRY,
         metrics: super::metrics::Metrics::off(),
     };
-    let handle = socket::connect_once(&params, SETTLE)
-        .await
-        .map_err(|e| anyhow::anyhow!("could not connect to {}: {e}", settings.api_base))?;
+    let handle = socket::connect_once(&params, SETTLE).await.map_err(|e| {
+        // Said once: the lines about a wrong or unreachable api_base name it already.
+        if e.contains(settings.api_base.as_str()) {
+            anyhow::anyhow!("could not connect: {e}")
+        } else {
+            anyhow::anyhow!("could not connect to {}: {e}", settings.api_base)
+        }
+    })?;
     let runtime = settings.listen.runtime.texts_runtime();
     let texts = match super::texts::load(&api, &state, runtime, true).await {
         Ok(loaded) => Some(loaded.texts),

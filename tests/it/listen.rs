@@ -2112,3 +2112,142 @@ async fn a_server_whose_retry_after_keeps_falling_short_is_not_retried_at_its_pa
     assert_eq!(l.count("cycle_start"), 0, "a refused connect is no wake");
     assert_eq!(setup.status()["counters"]["connects"], 0);
 }
+
+/// A listener for `api_base` (no sim behind it) with a throwaway key.
+fn listening_at(api_base: &str, opts: &Opts) -> (Setup, Listener) {
+    let setup = Setup::new(opts);
+    let cmd = listener_command_for(api_base, "ac_live_throwaway_0123456789", &setup, opts);
+    let l = Listener::spawn(cmd, &setup, "");
+    (setup, l)
+}
+
+/// Neither raw reqwest chains nor an OS error said twice reach the log.
+fn assert_readable(l: &Listener) {
+    let log = l.log();
+    for raw in [
+        "error sending request",
+        "client error (Connect)",
+        "os error",
+    ] {
+        assert!(!log.contains(raw), "`{raw}` in:\n{log}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_web_server_at_api_base_is_one_error_naming_what_answered_and_is_retried_slowly() {
+    // The retry while api_base is wrong: 60 s / 60 = 1 s.
+    let opts = Opts {
+        time_scale: 60.0,
+        ..Opts::default()
+    };
+    let web = crate::common::NotAgentChat::start();
+    let (setup, mut l) = listening_at(&web.api_base, &opts);
+    assert!(
+        eventually(20.0, || web.hits("/v1/agents/me") >= 3).await,
+        "{}",
+        l.log()
+    );
+    let errors = l.events("api_base_not_agentchat");
+    assert_eq!(
+        errors.len(),
+        1,
+        "one ERROR, not one per attempt:\n{}",
+        l.log()
+    );
+    assert_eq!(errors[0]["level"], "ERROR");
+    let said = errors[0]["message"].as_str().unwrap();
+    assert!(
+        said.starts_with(&format!(
+            "api_base {} answered 404 text/html: not an AgentChat server; check api_base",
+            web.api_base
+        )),
+        "{said}"
+    );
+    // The later attempts are INFO, with the same line as the status file's detail.
+    let again = l.events("backoff");
+    assert!(!again.is_empty(), "{}", l.log());
+    assert!(again.iter().all(|e| e["level"] == "INFO"), "{}", l.log());
+    assert_eq!(l.count("server_unreachable"), 0, "{}", l.log());
+    assert!(
+        status_holds(&setup, |s| s["state"] == "backoff"
+            && s["detail"]
+                .as_str()
+                .is_some_and(|d| d.contains("not an AgentChat server")))
+        .await
+    );
+    assert_readable(&l);
+    assert_eq!(l.wait_exit(0.1), None, "the listener keeps running");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agentchat_answering_404_under_a_wrong_path_is_a_wrong_api_base_too() {
+    let opts = Opts {
+        time_scale: 60.0,
+        ..Opts::default()
+    };
+    let sim = Sim::start(1.0).await;
+    let bob = sim.agent("bob").await;
+    let setup = Setup::new(&opts);
+    let base = format!("{}/api", sim.api_base);
+    let l = Listener::spawn(
+        listener_command_for(&base, &bob.key, &setup, &opts),
+        &setup,
+        "",
+    );
+    logged_at_least(&l, "backoff", 2, 20.0).await;
+    let errors = l.events("api_base_not_agentchat");
+    assert_eq!(errors.len(), 1, "{}", l.log());
+    let said = errors[0]["message"].as_str().unwrap();
+    assert!(
+        said.starts_with(&format!(
+            "api_base {base} answered HTTP 404 NOT_FOUND to GET /v1/agents/me; check api_base"
+        )),
+        "{said}"
+    );
+    assert!(!said.contains(&bob.key));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_server_is_info_then_one_warn_once_it_lasts() {
+    // The WARN after 300 s / 300 = 1 s of nothing answering; the backoff is the ordinary one.
+    let opts = Opts {
+        time_scale: 300.0,
+        ..Opts::default()
+    };
+    let base = crate::common::closed_port_base();
+    let (setup, mut l) = listening_at(&base, &opts);
+    logged_at_least(&l, "server_unreachable", 1, 20.0).await;
+    let warn = &l.events("server_unreachable")[0];
+    assert_eq!(warn["level"], "WARN");
+    let said = warn["message"].as_str().unwrap();
+    assert!(
+        said.starts_with(&format!("no AgentChat server at {base} for 1 min"))
+            && said.contains("connection refused"),
+        "{said}"
+    );
+    // Before it, INFO lines with one readable cause.
+    let before = l.events("backoff");
+    assert!(!before.is_empty(), "{}", l.log());
+    for b in &before {
+        assert_eq!(b["level"], "INFO");
+        assert_eq!(
+            b["detail"],
+            format!("{base} is unreachable: connection refused")
+        );
+    }
+    // Said once: the next attempt is INFO again.
+    let n = before.len();
+    logged_at_least(&l, "backoff", n + 1, 20.0).await;
+    assert_eq!(l.count("server_unreachable"), 1, "{}", l.log());
+    assert_eq!(
+        l.count("api_base_not_agentchat"),
+        0,
+        "an outage is no misconfiguration"
+    );
+    assert_eq!(
+        setup.status()["detail"],
+        format!("{base} is unreachable: connection refused")
+    );
+    assert_readable(&l);
+    assert_eq!(l.wait_exit(0.1), None, "the listener keeps running");
+}
