@@ -7,6 +7,7 @@ use super::{Check, Level};
 use crate::client::ApiError;
 use crate::config::{self, ConfigError, IntegrationSwitch, KeySource, RuntimeKind};
 use crate::core::status::{Outcome, Status};
+use crate::listen::reach::NotReached;
 use crate::listen::state_dir::STATUS_FILE;
 use crate::service;
 use crate::sys::process::ProcessEnd;
@@ -147,8 +148,25 @@ pub fn check_me(api_base: &str, result: &Result<String, ApiError>) -> Check {
         )
         .with("api_base", api_base)
         .with("http_status", *code),
+        // The same lines the listener logs (docs/operating.md, "When something is wrong").
         Err(e) => {
-            Check::fail("server", format!("cannot use {api_base}: {e}")).with("api_base", api_base)
+            let (detail, verdict) = match NotReached::from_api(api_base, e) {
+                NotReached::Misconfigured(line) => (line, "not_agentchat"),
+                NotReached::Unreachable(line) => (line, "unreachable"),
+            };
+            let c = Check::fail("server", detail)
+                .with("api_base", api_base)
+                .with("verdict", verdict);
+            match e {
+                ApiError::NotAgentChat {
+                    status,
+                    content_type,
+                } => c
+                    .with("http_status", *status)
+                    .with("content_type", content_type.clone()),
+                ApiError::Status { status, .. } => c.with("http_status", *status),
+                _ => c,
+            }
         }
     }
 }
