@@ -2251,3 +2251,23 @@ async fn an_unreachable_server_is_info_then_one_warn_once_it_lasts() {
     assert_readable(&l);
     assert_eq!(l.wait_exit(0.1), None, "the listener keeps running");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn once_against_a_web_server_exits_1_with_one_line_naming_api_base() {
+    let opts = Opts::default();
+    let web = crate::common::NotAgentChat::start();
+    let setup = Setup::new(&opts);
+    let mut cmd =
+        listener_command_for(&web.api_base, "ac_live_throwaway_0123456789", &setup, &opts);
+    cmd.arg("--once").env("AGENTCHAT_LOG", "off");
+    let mut l = Listener::spawn(cmd, &setup, "");
+    assert_eq!(l.wait_exit(20.0), Some(1), "{}", l.log());
+    assert_eq!(
+        l.log().trim_end(),
+        format!(
+            "agentchat listen: could not connect: api_base {} answered 404 text/html: not an \
+             AgentChat server; check api_base (the AgentChat API, e.g. https://api.agentchat.me)",
+            web.api_base
+        )
+    );
+}
