@@ -300,7 +300,7 @@ fn is_json_media_type(t: &str) -> bool {
 /// and wraps the OS error in two or three layers ("error sending request for url (…): client
 /// error (Connect): tcp connect error: Connection refused (os error 111)"). Never the key: no
 /// layer holds a header.
-fn network_problem(e: &reqwest::Error) -> String {
+pub fn network_problem(e: &reqwest::Error) -> String {
     let chain = causes(e);
     let host = e
         .url()
