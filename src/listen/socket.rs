@@ -263,9 +263,8 @@ impl Task {
                 api_base = %params.api_base,
                 for_s,
                 retry_in_ms,
-                "no AgentChat server at {} for {} min ({}); still retrying: check the network, or api_base",
-                params.api_base,
-                for_s.div_ceil(60),
+                "no AgentChat server for {} now: {}; still retrying (check the network, or api_base)",
+                crate::sys::time::human_secs(for_s),
                 n.detail()
             ),
             Say::Again => return false,
