@@ -694,6 +694,59 @@ fn integration_off_exits_0_without_starting() {
     assert!(!state.exists(), "nothing was started");
 }
 
+#[test]
+fn a_state_dir_of_another_user_exits_78_naming_whose_it_is_and_is_left_as_it_is() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let tmp = tempfile::tempdir().unwrap();
+    let theirs = tmp.path().join("theirs");
+    std::fs::create_dir(&theirs).unwrap();
+    std::fs::set_permissions(&theirs, std::fs::Permissions::from_mode(0o755)).unwrap();
+    // SAFETY: geteuid has no preconditions.
+    let (dir, owner) = if unsafe { libc::geteuid() } == 0 {
+        std::os::unix::fs::chown(&theirs, Some(65534), Some(65534)).unwrap();
+        (theirs, 65534)
+    } else {
+        // Not root: a dir root owns stands for another user's.
+        (std::path::PathBuf::from("/"), 0)
+    };
+    let before = std::fs::metadata(&dir).unwrap().mode();
+    let config = tmp.path().join("config.toml");
+    std::fs::write(&config, "").unwrap();
+    let child = std::process::Command::new(BIN)
+        .arg("listen")
+        .env("AGENTCHAT_API_KEY", "ac_live_not_used_0000000000")
+        .env("AGENTCHAT_STATE_DIR", &dir)
+        .env("AGENTCHAT_API_BASE", crate::common::closed_port_base())
+        .env("AGENTCHAT_CONFIG", &config)
+        .env_remove("AGENTCHAT_PROFILE")
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id() as i32;
+    assert!(
+        crate::common::gone_within_blocking(10.0, pid),
+        "the listener started in another user's state dir"
+    );
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(78), "{stderr}");
+    assert!(
+        stderr.starts_with(&format!(
+            "agentchat listen: the state dir {} belongs to ",
+            dir.display()
+        )) && stderr.contains(&format!("uid {owner}"))
+            && stderr.contains("chown")
+            && stderr.contains("--state-dir"),
+        "{stderr}"
+    );
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert_eq!(
+        std::fs::metadata(&dir).unwrap().mode(),
+        before,
+        "its mode is untouched"
+    );
+}
+
 // The three tests below use `listen_support::fake`, a small scripted server, because the sim is
 // faithful: it never echoes an agent's own message, never sends a malformed frame and never
 // serves another agent's tray.
