@@ -106,11 +106,17 @@ pub async fn run(
                 ) => anyhow::bail!("no run: {why_word} (cycle {})", last.id),
             }
         }
-        Some(Outcome::Failed | Outcome::Unusable) | None => anyhow::bail!(
-            "the run failed: {} (cycle {}, log {})",
-            last.failure.as_deref().unwrap_or("unknown"),
-            last.id,
-            last.run_log.as_deref().unwrap_or("-")
-        ),
+        outcome @ (Some(Outcome::Failed | Outcome::Unusable) | None) => {
+            let what = match outcome {
+                Some(Outcome::Unusable) => "the runtime cannot be used",
+                _ => "the run failed",
+            };
+            let failure = last.failure.as_deref().unwrap_or("unknown");
+            // A cycle that started no run has no log to name.
+            match &last.run_log {
+                Some(log) => anyhow::bail!("{what}: {failure} (cycle {}, log {log})", last.id),
+                None => anyhow::bail!("{what}: {failure} (cycle {})", last.id),
+            }
+        }
     }
 }

@@ -677,6 +677,44 @@ async fn once_exits_non_zero_with_a_message_when_the_run_fails_or_it_cannot_conn
     assert!(l2.log().contains("could not connect"), "{}", l2.log());
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn once_with_a_directory_as_command_says_it_is_a_directory_and_names_no_log() {
+    let sim = Sim::start(1.0).await;
+    let alice = sim.agent("alice").await;
+    let bob = sim.agent("bob").await;
+    let opts = Opts::default();
+    let setup = Setup::new(&opts);
+    let dir = setup.tmp.path().join("agent-dir");
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::write(
+        &setup.config,
+        format!(
+            "[listen]\nruntime = \"script\"\ncommand = [\"{}\"]\n",
+            dir.display()
+        ),
+    )
+    .unwrap();
+    sim.send(&alice, &bob, "for a directory").await;
+    let mut cmd = listener_command(&sim, &bob, &setup, &opts);
+    cmd.arg("--once").env("AGENTCHAT_LOG", "off");
+    let mut l = Listener::spawn(cmd, &setup, "");
+    assert_eq!(l.wait_exit(20.0), Some(1), "{}", l.log());
+    let said = l.log();
+    assert!(
+        said.starts_with(&format!(
+            "agentchat listen: the runtime cannot be used: the script runtime's program {} \
+             (`command` under [listen]) is a directory, not a program (cycle ",
+            dir.display()
+        )),
+        "{said}"
+    );
+    assert!(
+        !said.contains("does not exist") && !said.contains("log -"),
+        "{said}"
+    );
+    assert_eq!(said.lines().count(), 1, "{said}");
+}
+
 #[test]
 fn integration_off_exits_0_without_starting() {
     let tmp = tempfile::tempdir().unwrap();
