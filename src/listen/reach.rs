@@ -85,6 +85,8 @@ pub enum Say {
 /// clock.
 #[derive(Debug, Clone, Default)]
 pub struct Reach {
+    /// The `api_base` the episodes are about.
+    api_base: String,
     misconfigured_said: bool,
     unreachable_since: Option<Instant>,
     unreachable_said: bool,
@@ -94,7 +96,20 @@ impl Reach {
     /// An AgentChat server answered (the handle, an upgrade, a close), or the configuration
     /// changed (what was said was about the old one): both episodes end.
     pub fn reached(&mut self) {
-        *self = Reach::default();
+        let api_base = std::mem::take(&mut self.api_base);
+        *self = Reach {
+            api_base,
+            ..Reach::default()
+        };
+    }
+
+    /// The next attempt goes to `api_base`: a new one (a reload that changed it) starts afresh,
+    /// so a second wrong `api_base` is said too.
+    pub fn attempt(&mut self, api_base: &str) {
+        if self.api_base != api_base {
+            self.reached();
+            self.api_base = api_base.to_string();
+        }
     }
 
     /// One failed attempt at `now`; an outage is said at WARN once it lasted `warn_after`.
@@ -158,6 +173,13 @@ mod tests {
         assert_eq!(r.failed(&refused(), t, w), Say::Again);
         assert_eq!(r.failed(&html_404(), t, w), Say::Again);
         r.reached();
+        assert_eq!(r.failed(&html_404(), t, w), Say::Misconfigured);
+        // The same api_base again says nothing new; another one is said.
+        r.attempt("http://h");
+        assert_eq!(r.failed(&html_404(), t, w), Say::Misconfigured);
+        r.attempt("http://h");
+        assert_eq!(r.failed(&html_404(), t, w), Say::Again);
+        r.attempt("http://other");
         assert_eq!(r.failed(&html_404(), t, w), Say::Misconfigured);
     }
 

@@ -155,6 +155,7 @@ impl Task {
                 return;
             }
             let params = self.params_rx.borrow_and_update().clone();
+            self.reach.attempt(&params.api_base);
             send_state(&self.events, SocketState::Connecting, None, None).await;
             let (kind, detail, not_reached) = match self.one_connection(&params).await {
                 Ended::Shutdown => return,

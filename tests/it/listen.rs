@@ -2364,3 +2364,33 @@ async fn once_against_a_web_server_exits_1_with_one_line_naming_api_base() {
         )
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sighup_after_fixing_a_wrong_api_base_connects_at_once_not_after_the_minute() {
+    let web = crate::common::NotAgentChat::start();
+    let sim = Sim::start(1.0).await;
+    let bob = sim.agent("bob").await;
+    let opts = Opts {
+        top_toml: format!("api_base = \"{}\"", web.api_base),
+        ..Opts::default()
+    };
+    let setup = Setup::new(&opts);
+    // api_base from the config file, so a reload can change it.
+    let mut cmd = listener_command_for(&web.api_base, &bob.key, &setup, &opts);
+    cmd.env_remove("AGENTCHAT_API_BASE");
+    let l = Listener::spawn(cmd, &setup, "");
+    logged_at_least(&l, "api_base_not_agentchat", 1, 15.0).await;
+    let fixed = std::fs::read_to_string(&setup.config)
+        .unwrap()
+        .replace(&web.api_base, &sim.api_base);
+    std::fs::write(&setup.config, fixed).unwrap();
+    l.signal(libc::SIGHUP);
+    // The wrong api_base is retried every 60 s; the reload does not wait for that.
+    logged_at_least(&l, "socket_connected", 1, 10.0).await;
+    assert_eq!(
+        web.hits("/v1/agents/me"),
+        1,
+        "no second try at the wrong one"
+    );
+    assert_eq!(l.count("api_base_not_agentchat"), 1, "{}", l.log());
+}
