@@ -148,7 +148,7 @@ pub async fn run_command(args: DemoArgs) -> anyhow::Result<i32> {
             Ok(0)
         }
         Err(e) => {
-            eprintln!("\nagentchat demo failed: {e:#}");
+            eprintln!("\nagentchat demo: the demo failed: {e:#}");
             Ok(1)
         }
     }

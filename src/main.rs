@@ -1,11 +1,16 @@
 //! The `agentchat` binary: parses the command line (defined in `agentchat::cli`) and hands each
 //! command to its module. Errors become one line on stderr and exit code 1 here, at the edge.
+//!
+//! Every fatal error, a usage error included, is one line `agentchat <command>: <what>` (as
+//! `listen` prints when it cannot start), each cause once (docs/operating.md, "When something is
+//! wrong").
 
 use agentchat::cli::{Cli, Command};
-use clap::Parser;
+use clap::{CommandFactory, Parser};
 
 fn main() {
     let cli = Cli::try_parse().unwrap_or_else(|e| exit_on_usage_error(e));
+    let prefix = format!("agentchat {}", command_name(&cli.command));
     agentchat::sys::tls::install_crypto_provider();
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -13,7 +18,7 @@ fn main() {
     {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("agentchat: cannot start the async runtime: {e}");
+            eprintln!("{prefix}: cannot start the async runtime: {e}");
             std::process::exit(1);
         }
     };
@@ -33,17 +38,44 @@ fn main() {
     match result {
         Ok(code) => std::process::exit(code),
         Err(e) => {
-            eprintln!("agentchat: {e:#}");
+            eprintln!("{prefix}: {e:#}");
             std::process::exit(1);
         }
     }
 }
 
+/// The command's name as typed, for the error prefix.
+fn command_name(c: &Command) -> &'static str {
+    match c {
+        Command::Listen(_) => "listen",
+        Command::Status(_) => "status",
+        Command::Sim(_) => "sim",
+        Command::Service(_) => "service",
+        Command::Doctor(_) => "doctor",
+        Command::Demo(_) => "demo",
+        Command::Completions(_) => "completions",
+        Command::Man(_) => "man",
+        Command::DemoAgent(_) => "demo-agent",
+    }
+}
+
 /// Prints clap's message and exits. `listen` runs under service managers, so a flag it cannot
 /// use (`--runtime gpt`, `--log-format xml`) is a config error like any other: EX_CONFIG, which
-/// the systemd unit does not restart (or 0 under launchd); other commands keep clap's code.
+/// the systemd unit does not restart (or 0 under launchd); other commands keep clap's code. A
+/// usage error starts `agentchat <command>: ` like every other error (clap's own `error: ` is
+/// replaced); help and version go out as clap prints them.
 fn exit_on_usage_error(e: clap::Error) -> ! {
-    let _ = e.print();
+    if e.use_stderr() {
+        let text = e.render().to_string();
+        let what = text.strip_prefix("error: ").unwrap_or(&text);
+        let prefix = match typed_command() {
+            Some(name) => format!("agentchat {name}"),
+            None => "agentchat".to_string(),
+        };
+        eprint!("{prefix}: {what}");
+    } else {
+        let _ = e.print();
+    }
     let listen = std::env::args_os().nth(1).is_some_and(|a| a == "listen");
     let code = if listen && e.use_stderr() {
         agentchat::listen::config_error_exit_code(&agentchat::config::process_env())
@@ -51,4 +83,12 @@ fn exit_on_usage_error(e: clap::Error) -> ! {
         e.exit_code()
     };
     std::process::exit(code)
+}
+
+/// The command named on the command line (the first argument, when it is one).
+fn typed_command() -> Option<String> {
+    let first = std::env::args().nth(1)?;
+    Cli::command()
+        .find_subcommand(&first)
+        .map(|c| c.get_name().to_string())
 }

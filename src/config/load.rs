@@ -80,6 +80,11 @@ pub fn read_key_file(path: &Path) -> Result<SecretString, ConfigError> {
         problem,
     };
     let meta = std::fs::metadata(path).map_err(|e| problem(format!("cannot be read: {e}")))?;
+    if meta.is_dir() {
+        return Err(problem(
+            "is a directory; name the file that holds the key".into(),
+        ));
+    }
     #[cfg(unix)]
     {
         use std::os::unix::fs::PermissionsExt;

@@ -3,12 +3,20 @@
 
 use serde::{Deserialize, Serialize};
 
+/// The cause is part of the message and not a `source`, so a chain printed with `{:#}` says it
+/// once (as `config::ConfigError` does).
 #[derive(Debug, thiserror::Error)]
 pub enum TextsError {
     #[error("texts are not valid JSON: {0}")]
-    Json(#[from] serde_json::Error),
+    Json(serde_json::Error),
     #[error("texts version {0:?} is not \"1\"")]
     Version(String),
+}
+
+impl From<serde_json::Error> for TextsError {
+    fn from(e: serde_json::Error) -> TextsError {
+        TextsError::Json(e)
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -19,10 +19,18 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+/// The cause is part of the message and not a `source`, so a chain printed with `{:#}` says it
+/// once (as `config::ConfigError` does).
 #[derive(Debug, thiserror::Error)]
 pub enum TrayError {
     #[error("tray is not valid JSON: {0}")]
-    Json(#[from] serde_json::Error),
+    Json(serde_json::Error),
+}
+
+impl From<serde_json::Error> for TrayError {
+    fn from(e: serde_json::Error) -> TrayError {
+        TrayError::Json(e)
+    }
 }
 
 /// A tray as served. Every field but `conversations` may be missing (pre-v1 servers).

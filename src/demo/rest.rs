@@ -5,13 +5,16 @@ use secrecy::{ExposeSecret, SecretString};
 use serde_json::Value;
 use std::time::Duration;
 
+/// The cause is part of the message and not a `source`, so a chain printed with `{:#}` says it
+/// once (as `config::ConfigError` does).
 #[derive(Debug, thiserror::Error)]
 pub enum RestError {
-    #[error("{method} {path}: {source}")]
+    #[error("{method} {path}: {error}")]
     Network {
         method: &'static str,
         path: String,
-        source: reqwest::Error,
+        /// One line, each cause once (`client::network_problem`).
+        error: String,
     },
     #[error("{method} {path}: HTTP {status} {code}")]
     Status {
@@ -85,10 +88,10 @@ impl Rest {
         if let Some(b) = body {
             req = req.json(b);
         }
-        let net = |source| RestError::Network {
+        let net = |e: reqwest::Error| RestError::Network {
             method,
             path: path.to_string(),
-            source,
+            error: crate::client::network_problem(&e),
         };
         let resp = req.send().await.map_err(net)?;
         let status = resp.status();

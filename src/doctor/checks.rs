@@ -7,6 +7,7 @@ use super::{Check, Level};
 use crate::client::ApiError;
 use crate::config::{self, ConfigError, IntegrationSwitch, KeySource, RuntimeKind};
 use crate::core::status::{Outcome, Status};
+use crate::listen::reach::NotReached;
 use crate::listen::state_dir::STATUS_FILE;
 use crate::service;
 use crate::sys::process::ProcessEnd;
@@ -147,8 +148,25 @@ pub fn check_me(api_base: &str, result: &Result<String, ApiError>) -> Check {
         )
         .with("api_base", api_base)
         .with("http_status", *code),
+        // The same lines the listener logs (docs/operating.md, "When something is wrong").
         Err(e) => {
-            Check::fail("server", format!("cannot use {api_base}: {e}")).with("api_base", api_base)
+            let (detail, verdict) = match NotReached::from_api(api_base, e) {
+                NotReached::Misconfigured(line) => (line, "not_agentchat"),
+                NotReached::Unreachable(line) => (line, "unreachable"),
+            };
+            let c = Check::fail("server", detail)
+                .with("api_base", api_base)
+                .with("verdict", verdict);
+            match e {
+                ApiError::NotAgentChat {
+                    status,
+                    content_type,
+                } => c
+                    .with("http_status", *status)
+                    .with("content_type", content_type.clone()),
+                ApiError::Status { status, .. } => c.with("http_status", *status),
+                _ => c,
+            }
         }
     }
 }
@@ -214,13 +232,24 @@ pub fn check_state_dir(path: &Path, facts: &StateDirFacts) -> Check {
         }
         StateDirFacts::Present {
             mode,
-            owned_by_me,
+            owner,
+            you,
             writable,
         } => {
-            let c = if let Err(e) = writable {
+            let c = if owner != you {
+                // What `listen` refuses to start with, in its words.
+                Check::fail(
+                    "state_dir",
+                    crate::listen::state_dir::StateError::NotOurs {
+                        path: path.to_path_buf(),
+                        owned: path.to_path_buf(),
+                        owner: *owner,
+                        you: *you,
+                    }
+                    .to_string(),
+                )
+            } else if let Err(e) = writable {
                 Check::fail("state_dir", format!("{p} is not writable: {e}"))
-            } else if !owned_by_me {
-                Check::warn("state_dir", format!("{p} belongs to another user"))
             } else if mode & 0o777 != 0o700 {
                 Check::warn(
                     "state_dir",
@@ -693,7 +722,8 @@ mod tests {
         let p = Path::new("/s");
         let ok = |mode| StateDirFacts::Present {
             mode,
-            owned_by_me: true,
+            owner: 1000,
+            you: 1000,
             writable: Ok(()),
         };
         assert_eq!(check_state_dir(p, &ok(0o40700)).level, Level::Pass);
@@ -702,10 +732,28 @@ mod tests {
         assert!(loose.detail.contains("0755") && loose.detail.contains("chmod 700 /s"));
         let ro = StateDirFacts::Present {
             mode: 0o700,
-            owned_by_me: true,
+            owner: 1000,
+            you: 1000,
             writable: Err("Permission denied".into()),
         };
         assert_eq!(check_state_dir(p, &ro).level, Level::Fail);
+        let theirs = check_state_dir(
+            p,
+            &StateDirFacts::Present {
+                mode: 0o40700,
+                owner: 4242,
+                you: 1000,
+                writable: Ok(()),
+            },
+        );
+        assert_eq!(theirs.level, Level::Fail, "listen refuses it");
+        assert!(
+            theirs.detail.contains("uid 4242")
+                && theirs.detail.contains("chown")
+                && theirs.detail.contains("--state-dir"),
+            "{}",
+            theirs.detail
+        );
         assert_eq!(
             check_state_dir(p, &StateDirFacts::NotADir).level,
             Level::Fail

@@ -25,7 +25,9 @@ pub enum StateDirFacts {
     NotADir,
     Present {
         mode: u32,
-        owned_by_me: bool,
+        /// The dir's owner and the user doctor runs as.
+        owner: u32,
+        you: u32,
         /// `Err` with the reason when a file could not be created in it.
         writable: Result<(), String>,
     },
@@ -67,7 +69,8 @@ pub fn state_dir_facts(path: &Path) -> StateDirFacts {
         .map_err(|e| e.to_string());
     StateDirFacts::Present {
         mode: meta.permissions().mode(),
-        owned_by_me: meta.uid() == me,
+        owner: meta.uid(),
+        you: me,
         writable,
     }
 }

@@ -606,6 +606,8 @@ impl Daemon {
                 .scale()
                 .apply(crate::core::reconnect::KEY_REFUSED_RETRY),
             backoff_scale: self.scale().0,
+            unreachable_warn_after: self.scale().apply(super::reach::UNREACHABLE_WARN_AFTER),
+            misconfigured_retry: self.scale().apply(super::reach::MISCONFIGURED_RETRY),
             metrics: self.metrics.clone(),
         }
     }

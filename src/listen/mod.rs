@@ -11,6 +11,7 @@ pub mod daemon;
 pub mod logging;
 pub mod metrics;
 pub mod once;
+pub mod reach;
 pub mod socket;
 pub mod state_dir;
 pub mod texts;

@@ -31,11 +31,18 @@ pub async fn run(
         idle_timeout: settings.listen.idle_timeout,
         key_refused_retry: crate::core::reconnect::KEY_REFUSED_RETRY,
         backoff_scale: scale.0,
+        unreachable_warn_after: super::reach::UNREACHABLE_WARN_AFTER,
+        misconfigured_retry: super::reach::MISCONFIGURED_RETRY,
         metrics: super::metrics::Metrics::off(),
     };
-    let handle = socket::connect_once(&params, SETTLE)
-        .await
-        .map_err(|e| anyhow::anyhow!("could not connect to {}: {e}", settings.api_base))?;
+    let handle = socket::connect_once(&params, SETTLE).await.map_err(|e| {
+        // Said once: the lines about a wrong or unreachable api_base name it already.
+        if e.contains(settings.api_base.as_str()) {
+            anyhow::anyhow!("could not connect: {e}")
+        } else {
+            anyhow::anyhow!("could not connect to {}: {e}", settings.api_base)
+        }
+    })?;
     let runtime = settings.listen.runtime.texts_runtime();
     let texts = match super::texts::load(&api, &state, runtime, true).await {
         Ok(loaded) => Some(loaded.texts),
@@ -100,11 +107,17 @@ pub async fn run(
                 ) => anyhow::bail!("no run: {why_word} (cycle {})", last.id),
             }
         }
-        Some(Outcome::Failed | Outcome::Unusable) | None => anyhow::bail!(
-            "the run failed: {} (cycle {}, log {})",
-            last.failure.as_deref().unwrap_or("unknown"),
-            last.id,
-            last.run_log.as_deref().unwrap_or("-")
-        ),
+        outcome @ (Some(Outcome::Failed | Outcome::Unusable) | None) => {
+            let what = match outcome {
+                Some(Outcome::Unusable) => "the runtime cannot be used",
+                _ => "the run failed",
+            };
+            let failure = last.failure.as_deref().unwrap_or("unknown");
+            // A cycle that started no run has no log to name.
+            match &last.run_log {
+                Some(log) => anyhow::bail!("{what}: {failure} (cycle {}, log {log})", last.id),
+                None => anyhow::bail!("{what}: {failure} (cycle {})", last.id),
+            }
+        }
     }
 }

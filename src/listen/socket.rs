@@ -4,6 +4,7 @@
 //! It runs apart from cycles, so a long run never delays frames, acks or heartbeats. It never
 //! ends because of the network; only shutdown ends it.
 
+use super::reach::{NotReached, Reach, Say};
 use crate::client::{Api, ApiError, CLIENT_NAME, CLIENT_VERSION};
 use crate::core::engine::{Engine, WakeCause};
 use crate::core::frames::FrameType;
@@ -42,6 +43,10 @@ pub struct SocketParams {
     /// `config::TestTimeScale`): divides the ordinary backoff, never the server's `retry_after`
     /// (`core::reconnect::delay_after`).
     pub backoff_scale: f64,
+    /// How long nothing may answer before the log says so at WARN (`reach`).
+    pub unreachable_warn_after: Duration,
+    /// The wait between attempts while `api_base` answers as something other than AgentChat.
+    pub misconfigured_retry: Duration,
     /// The listener's metrics (a no-op registry for `--once`).
     pub metrics: std::sync::Arc<super::metrics::Metrics>,
 }
@@ -105,6 +110,8 @@ enum Ended {
     Shutdown,
     Reconfigured,
     Closed(CloseKind, String),
+    /// No AgentChat server was reached: a wrong `api_base`, or nothing answered.
+    NotReached(NotReached),
 }
 
 /// Runs until `shutdown` turns true.
@@ -122,6 +129,7 @@ pub async fn run(
         engine: Engine::new("", DEDUPE_CAPACITY),
         backoff: Backoff::default(),
         handle_known_for: None,
+        reach: Reach::default(),
     }
     .run()
     .await
@@ -137,6 +145,8 @@ struct Task {
     backoff: Backoff,
     /// The endpoint (API base and key) the engine's own handle was learnt for.
     handle_known_for: Option<SocketParams>,
+    /// What the log said about a wrong `api_base` or an outage.
+    reach: Reach,
     /// The listener's metrics (the same registry whatever a reload changes).
     metrics: std::sync::Arc<super::metrics::Metrics>,
 }
@@ -149,17 +159,33 @@ impl Task {
                 return;
             }
             let params = self.params_rx.borrow_and_update().clone();
+            self.reach.attempt(&params.api_base);
             send_state(&self.events, SocketState::Connecting, None, None).await;
-            let (kind, detail) = match self.one_connection(&params).await {
+            let (kind, detail, not_reached) = match self.one_connection(&params).await {
                 Ended::Shutdown => return,
                 // A new key or API base: connect again now, no backoff.
-                Ended::Reconfigured => continue,
-                Ended::Closed(kind, detail) => (kind, detail),
+                Ended::Reconfigured => {
+                    self.reach.reached();
+                    continue;
+                }
+                Ended::Closed(kind, detail) => {
+                    self.reach.reached();
+                    (kind, detail, None)
+                }
+                Ended::NotReached(n) => (CloseKind::Ordinary, n.detail().to_string(), Some(n)),
             };
             self.metrics.socket_down(&kind);
-            let delay = self.delay_after(&kind, &params);
-            self.report_down(&kind, detail, delay).await;
-            if !self.wait_before_retry(delay, &kind).await {
+            let misconfigured = matches!(not_reached, Some(NotReached::Misconfigured(_)));
+            let delay = if misconfigured {
+                params.misconfigured_retry
+            } else {
+                self.delay_after(&kind, &params)
+            };
+            let said = not_reached
+                .as_ref()
+                .is_some_and(|n| self.say_not_reached(n, &params, delay));
+            self.report_down(&kind, detail, delay, said).await;
+            if !self.wait_before_retry(delay, &kind, misconfigured).await {
                 return;
             }
         }
@@ -176,7 +202,7 @@ impl Task {
         };
         let ws = match connected {
             Ok(ws) => ws,
-            Err((kind, detail)) => return Ended::Closed(kind, detail),
+            Err(ended) => return ended,
         };
         tracing::debug!(event = %"socket_upgraded", "upgrade accepted; waiting for the first frame");
         let ended = self.read_loop(ws, params).await;
@@ -198,7 +224,8 @@ impl Task {
         let Some(answer) = or_shutdown(params.api.me(), &mut self.shutdown).await else {
             return Err(Ended::Shutdown);
         };
-        let handle = answer.map_err(me_failed)?;
+        let handle = answer.map_err(|e| me_failed(&params.api_base, e))?;
+        self.reach.reached();
         self.engine.set_own_handle(&handle);
         let _ = self.events.send(SocketEvent::Handle(handle)).await;
         self.handle_known_for = Some(params.clone());
@@ -220,8 +247,40 @@ impl Task {
         )
     }
 
-    /// Says why the socket is down and when it is tried again: one log line and the state.
-    async fn report_down(&self, kind: &CloseKind, mut detail: String, delay: Duration) {
+    /// A wrong `api_base` is said once at ERROR, an outage once at WARN when it has lasted
+    /// `unreachable_warn_after`; every other attempt is the ordinary INFO line of `report_down`
+    /// (`reach`, docs/operating.md "When something is wrong"). True when it logged.
+    fn say_not_reached(&mut self, n: &NotReached, params: &SocketParams, delay: Duration) -> bool {
+        let retry_in_ms = delay.as_millis() as u64;
+        match self
+            .reach
+            .failed(n, Instant::now(), params.unreachable_warn_after)
+        {
+            Say::Misconfigured => tracing::error!(
+                event = %"api_base_not_agentchat",
+                api_base = %params.api_base,
+                retry_in_ms,
+                "{}; retrying every {} s (at once on SIGHUP)",
+                n.detail(),
+                delay.as_secs().max(1)
+            ),
+            Say::LongUnreachable { for_s } => tracing::warn!(
+                event = %"server_unreachable",
+                api_base = %params.api_base,
+                for_s,
+                retry_in_ms,
+                "no AgentChat server for {} now: {}; still retrying (check the network, or api_base)",
+                crate::sys::time::human_secs(for_s),
+                n.detail()
+            ),
+            Say::Again => return false,
+        }
+        true
+    }
+
+    /// Says why the socket is down and when it is tried again: one log line (none for the
+    /// ordinary backoff when `said` already) and the state.
+    async fn report_down(&self, kind: &CloseKind, mut detail: String, delay: Duration, said: bool) {
         let retry_in_ms = delay.as_millis() as u64;
         let state = match kind {
             CloseKind::KeyRefused => {
@@ -251,7 +310,9 @@ impl Task {
                 SocketState::Backoff
             }
             CloseKind::Ordinary => {
-                tracing::info!(event = %"backoff", retry_in_ms, detail = %detail, "socket down; reconnecting after a delay");
+                if !said {
+                    tracing::info!(event = %"backoff", retry_in_ms, detail = %detail, "socket down; reconnecting after a delay");
+                }
                 SocketState::Backoff
             }
         };
@@ -262,9 +323,15 @@ impl Task {
         send_state(&self.events, state, Some(next), Some(detail)).await;
     }
 
-    /// Sleeps `delay`; false on shutdown. A reload cuts short only the wait after a refused key:
-    /// the server's budget delay and the ordinary backoff are never undercut.
-    async fn wait_before_retry(&mut self, delay: Duration, kind: &CloseKind) -> bool {
+    /// Sleeps `delay`; false on shutdown. A reload cuts short only the wait after a refused key
+    /// or a wrong `api_base`: the server's budget delay and the ordinary backoff are never
+    /// undercut.
+    async fn wait_before_retry(
+        &mut self,
+        delay: Duration,
+        kind: &CloseKind,
+        misconfigured: bool,
+    ) -> bool {
         let sleep = tokio::time::sleep(delay);
         tokio::pin!(sleep);
         loop {
@@ -277,6 +344,10 @@ impl Task {
                     if r.is_err() { return false; }
                     if *kind == CloseKind::KeyRefused {
                         tracing::info!(event = %"key_retry", "configuration reloaded; retrying the key now");
+                        return true;
+                    }
+                    if misconfigured {
+                        tracing::info!(event = %"reconnect", "configuration reloaded; trying api_base again now");
                         return true;
                     }
                 }
@@ -726,17 +797,14 @@ fn socket_error(e: tungstenite::Error) -> Ended {
     Ended::Closed(CloseKind::Ordinary, format!("socket error: {e}"))
 }
 
-/// `GET /v1/agents/me` failed: a refused key, or the ordinary backoff.
-fn me_failed(e: ApiError) -> Ended {
+/// `GET /v1/agents/me` failed: a refused key, a wrong `api_base`, or an outage.
+fn me_failed(api_base: &str, e: ApiError) -> Ended {
     match e {
         ApiError::Refused(status) => Ended::Closed(
             CloseKind::KeyRefused,
             format!("GET /v1/agents/me answered HTTP {status}"),
         ),
-        e => Ended::Closed(
-            CloseKind::Ordinary,
-            format!("GET /v1/agents/me failed: {e}"),
-        ),
+        e => Ended::NotReached(NotReached::from_api(api_base, &e)),
     }
 }
 
@@ -777,17 +845,17 @@ async fn send_state(
         .await;
 }
 
-async fn connect(params: &SocketParams) -> Result<Ws, (CloseKind, String)> {
+async fn connect(params: &SocketParams) -> Result<Ws, Ended> {
     let url = ws_url(&params.api_base);
     tracing::debug!(event = %"socket_connecting", url = %url, "connecting");
     let mut req = url
         .as_str()
         .into_client_request()
-        .map_err(|e| (CloseKind::Ordinary, format!("bad socket URL: {e}")))?;
+        .map_err(|e| Ended::Closed(CloseKind::Ordinary, format!("bad socket URL: {e}")))?;
     let h = req.headers_mut();
     let bearer = format!("Bearer {}", params.key.expose_secret());
     let Ok(auth) = tungstenite::http::HeaderValue::from_str(&bearer) else {
-        return Err((
+        return Err(Ended::Closed(
             CloseKind::KeyRefused,
             "the API key has characters a header cannot carry".into(),
         ));
@@ -813,19 +881,71 @@ async fn connect(params: &SocketParams) -> Result<Ws, (CloseKind, String)> {
     let config = WebSocketConfig::default().read_buffer_size(READ_BUFFER_BYTES);
     let fut = tokio_tungstenite::connect_async_tls_with_config(req, Some(config), true, connector);
     match tokio::time::timeout(CONNECT_TIMEOUT, fut).await {
-        Err(_) => Err((CloseKind::Ordinary, "connect timed out".into())),
+        Err(_) => Err(Ended::NotReached(NotReached::Unreachable(
+            super::reach::unreachable_line(
+                &params.api_base,
+                &format!(
+                    "the socket upgrade got no answer within {} s",
+                    CONNECT_TIMEOUT.as_secs()
+                ),
+            ),
+        ))),
         Ok(Ok((ws, _resp))) => Ok(ws),
-        Ok(Err(tungstenite::Error::Http(resp))) => {
-            let status = resp.status().as_u16();
-            let kind = reconnect::classify_upgrade_status(status);
-            let detail = if kind == CloseKind::KeyRefused {
-                format!("the upgrade was refused with HTTP {status}")
-            } else {
-                format!("the upgrade was answered HTTP {status}")
-            };
-            Err((kind, detail))
+        Ok(Err(tungstenite::Error::Http(resp))) => Err(upgrade_answered(&params.api_base, &resp)),
+        Ok(Err(e)) => Err(connect_failed(&params.api_base, e)),
+    }
+}
+
+/// An HTTP answer instead of the upgrade: a refused key (401, 403), the ordinary backoff (429,
+/// 408), an outage (5xx), else a wrong `api_base` (a 404 page, say): `/v1/ws` always exists.
+fn upgrade_answered(api_base: &str, resp: &tungstenite::http::Response<Option<Vec<u8>>>) -> Ended {
+    let status = resp.status().as_u16();
+    match reconnect::classify_upgrade_status(status) {
+        CloseKind::KeyRefused => Ended::Closed(
+            CloseKind::KeyRefused,
+            format!("the upgrade was refused with HTTP {status}"),
+        ),
+        _ if status >= 500 => Ended::NotReached(NotReached::Unreachable(format!(
+            "{api_base} answered the socket upgrade with HTTP {status}"
+        ))),
+        kind if status == 408 || status == 429 || !(400..500).contains(&status) => {
+            Ended::Closed(kind, format!("the upgrade was answered HTTP {status}"))
         }
-        Ok(Err(e)) => Err((CloseKind::Ordinary, format!("connect failed: {e}"))),
+        _ => {
+            let content_type = resp
+                .headers()
+                .get(tungstenite::http::header::CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok())
+                .map(crate::client::media_type);
+            let body = resp.body().as_deref().unwrap_or_default();
+            let what = match crate::client::judge_answer(status, content_type, body) {
+                Err(ApiError::Status { status, code }) => {
+                    format!("answered HTTP {status} {code} to GET /v1/ws")
+                }
+                Err(e) => e.to_string(),
+                Ok(()) => format!("answered HTTP {status} to GET /v1/ws"),
+            };
+            Ended::NotReached(NotReached::Misconfigured(super::reach::misconfigured_line(
+                api_base, &what,
+            )))
+        }
+    }
+}
+
+/// A connect that got no HTTP answer: nothing answered (an outage), or something else failed.
+fn connect_failed(api_base: &str, e: tungstenite::Error) -> Ended {
+    let unreachable = |what: String| {
+        Ended::NotReached(NotReached::Unreachable(super::reach::unreachable_line(
+            api_base, &what,
+        )))
+    };
+    match e {
+        tungstenite::Error::Io(io) => match crate::client::io_problem(io.kind()) {
+            Some(what) => unreachable(what.to_string()),
+            None => unreachable(io.to_string()),
+        },
+        tungstenite::Error::Tls(t) => unreachable(format!("the TLS handshake failed: {t}")),
+        e => Ended::Closed(CloseKind::Ordinary, format!("connect failed: {e}")),
     }
 }
 
@@ -834,12 +954,16 @@ async fn connect(params: &SocketParams) -> Result<Ws, (CloseKind, String)> {
 pub async fn connect_once(params: &SocketParams, settle: Duration) -> Result<String, String> {
     let handle = params.api.me().await.map_err(|e| match e {
         ApiError::Refused(s) => format!("the server refused the API key (HTTP {s})"),
-        other => format!("GET /v1/agents/me failed: {other}"),
+        other => NotReached::from_api(&params.api_base, &other)
+            .detail()
+            .to_string(),
     })?;
     let mut engine = Engine::new(&handle, DEDUPE_CAPACITY);
-    let mut ws = connect(params).await.map_err(|(kind, d)| match kind {
-        CloseKind::KeyRefused => format!("the server refused the API key: {d}"),
-        _ => d,
+    let mut ws = connect(params).await.map_err(|ended| match ended {
+        Ended::Closed(CloseKind::KeyRefused, d) => format!("the server refused the API key: {d}"),
+        Ended::Closed(_, d) => d,
+        Ended::NotReached(n) => n.detail().to_string(),
+        Ended::Shutdown | Ended::Reconfigured => "stopped".to_string(),
     })?;
     tracing::info!(event = %"socket_connected", url = %ws_url(&params.api_base), "socket connected");
     let deadline = tokio::time::Instant::now() + settle;

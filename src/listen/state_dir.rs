@@ -20,18 +20,93 @@ pub const RUNS_DIR: &str = "runs";
 /// whichever cycle runs, and an episode spans cycles.
 static INVITES_WRITE_FAILING: AtomicBool = AtomicBool::new(false);
 
+/// The cause is part of the message and not a `source`, so a chain printed with `{:#}` says it
+/// once (as `config::ConfigError` does).
 #[derive(Debug, thiserror::Error)]
 pub enum StateError {
-    #[error("cannot prepare the state dir {path}: {source}")]
+    #[error("cannot prepare the state dir {path}: {error}")]
     Dir {
         path: PathBuf,
-        source: std::io::Error,
+        error: std::io::Error,
     },
-    #[error("cannot use the lock file {path}: {source}")]
+    #[error("cannot use the lock file {path}: {error}")]
     Lock {
         path: PathBuf,
-        source: std::io::Error,
+        error: std::io::Error,
     },
+    #[error(
+        "the state dir {} exists but is not a directory: move it away, or use another state dir \
+         (--state-dir DIR or AGENTCHAT_STATE_DIR)",
+        path.display()
+    )]
+    NotADir { path: PathBuf },
+    /// The state dir, or the nearest existing dir it would be created in (`owned`), belongs to
+    /// another user: the listener changes nothing there.
+    #[error("{}", not_ours(path, owned, *owner, *you))]
+    NotOurs {
+        path: PathBuf,
+        owned: PathBuf,
+        owner: u32,
+        you: u32,
+    },
+    /// An existing dir that others can enter and that holds files of its own (a home dir, `/var`):
+    /// the listener does not narrow its mode, which would lock others out of what it holds.
+    #[error(
+        "the state dir {} has mode {mode:04o} and holds other files; the listener keeps its state \
+         in a private dir (0700) and changes the mode only of a dir of its own: use a new or \
+         empty dir (--state-dir DIR or AGENTCHAT_STATE_DIR), or run `chmod 700 {}` if that is \
+         what you want",
+        path.display(),
+        path.display()
+    )]
+    NotPrivate { path: PathBuf, mode: u32 },
+}
+
+/// What to say when the state dir (or the dir it would be created in) is another user's.
+fn not_ours(path: &Path, owned: &Path, owner: u32, you: u32) -> String {
+    use crate::sys::process::{user_label, user_name};
+    let me = user_name(you).unwrap_or_else(|| you.to_string());
+    let (p, o) = (path.display(), owned.display());
+    let whose = format!(
+        "belongs to {}, and you are {}",
+        user_label(owner),
+        user_label(you)
+    );
+    let elsewhere = "or use a state dir of your own (--state-dir DIR or AGENTCHAT_STATE_DIR)";
+    if path == owned {
+        format!("the state dir {p} {whose}: make it yours (`sudo chown -R {me} {p}`), {elsewhere}")
+    } else {
+        format!(
+            "cannot create the state dir {p}: {o} {whose}: create it for you \
+             (`sudo install -d -o {me} -m 700 {p}`), {elsewhere}"
+        )
+    }
+}
+
+/// Files the listener keeps in its state dir: a dir holding one of them (or nothing) is one.
+const STATE_NAMES: [&str; 4] = [LOCK_FILE, STATUS_FILE, INVITES_FILE, RUNS_DIR];
+
+/// Whether `dir` is empty or already a state dir.
+fn is_state_dir_or_empty(dir: &Path) -> std::io::Result<bool> {
+    let mut entries = std::fs::read_dir(dir)?.peekable();
+    if entries.peek().is_none() {
+        return Ok(true);
+    }
+    Ok(entries.filter_map(Result::ok).any(|e| {
+        let name = e.file_name();
+        let name = name.to_string_lossy();
+        STATE_NAMES.contains(&name.as_ref()) || name.starts_with("texts-")
+    }))
+}
+
+/// The nearest existing dir at or above `path`, and its owner.
+fn nearest_existing(path: &Path) -> Option<(PathBuf, u32)> {
+    use std::os::unix::fs::MetadataExt;
+    path.ancestors().find_map(|a| {
+        std::fs::metadata(a)
+            .ok()
+            .map(|m| (a.to_path_buf(), m.uid()))
+    })
 }
 
 /// The state dir of one profile.
@@ -56,18 +131,19 @@ pub enum LockAttempt {
     },
 }
 
-/// Why `status.json` could not be read.
+/// Why `status.json` could not be read. The cause is part of the message and not a `source`, so a chain printed with `{:#}` says it
+/// once (as `config::ConfigError` does).
 #[derive(Debug, thiserror::Error)]
 pub enum StatusReadError {
-    #[error("cannot read {path}: {source}")]
+    #[error("cannot read {path}: {error}")]
     Io {
         path: PathBuf,
-        source: std::io::Error,
+        error: std::io::Error,
     },
-    #[error("{path} is not a status file: {source}")]
+    #[error("{path} is not a status file: {error}")]
     NotAStatusFile {
         path: PathBuf,
-        source: serde_json::Error,
+        error: serde_json::Error,
     },
 }
 
@@ -79,14 +155,54 @@ impl StateDir {
         }
     }
 
-    /// Creates the dir (and parents) and makes it 0700.
+    /// Creates the dir (and parents, 0700) and makes it 0700. A dir of another user is refused
+    /// and left as it is, and so is an existing dir that others can enter and that holds other
+    /// files; one whose mode is already private is not touched.
     pub fn open(root: &Path) -> Result<StateDir, StateError> {
-        let err = |source| StateError::Dir {
+        use std::os::unix::fs::MetadataExt;
+        let err = |error| StateError::Dir {
             path: root.to_path_buf(),
-            source,
+            error,
         };
-        create_private_dir(root).map_err(err)?;
-        std::fs::set_permissions(root, std::fs::Permissions::from_mode(0o700)).map_err(err)?;
+        let you = crate::sys::process::current_uid();
+        if std::fs::metadata(root).is_ok_and(|m| !m.is_dir()) {
+            return Err(StateError::NotADir {
+                path: root.to_path_buf(),
+            });
+        }
+        if let Err(e) = create_private_dir(root) {
+            if e.kind() == std::io::ErrorKind::PermissionDenied
+                && let Some((owned, owner)) = nearest_existing(root)
+                && owner != you
+            {
+                return Err(StateError::NotOurs {
+                    path: root.to_path_buf(),
+                    owned,
+                    owner,
+                    you,
+                });
+            }
+            return Err(err(e));
+        }
+        let meta = std::fs::metadata(root).map_err(err)?;
+        if meta.uid() != you {
+            return Err(StateError::NotOurs {
+                path: root.to_path_buf(),
+                owned: root.to_path_buf(),
+                owner: meta.uid(),
+                you,
+            });
+        }
+        let mode = meta.mode() & 0o7777;
+        if mode & 0o077 != 0 {
+            if !is_state_dir_or_empty(root).map_err(err)? {
+                return Err(StateError::NotPrivate {
+                    path: root.to_path_buf(),
+                    mode,
+                });
+            }
+            std::fs::set_permissions(root, std::fs::Permissions::from_mode(0o700)).map_err(err)?;
+        }
         let dir = StateDir {
             root: root.to_path_buf(),
         };
@@ -120,9 +236,9 @@ impl StateDir {
     /// Takes `listen.lock` (`File::try_lock`) and writes our pid into it.
     pub fn lock(&self) -> Result<LockAttempt, StateError> {
         let path = self.path(LOCK_FILE);
-        let err = |source| StateError::Lock {
+        let err = |error| StateError::Lock {
             path: path.clone(),
-            source,
+            error,
         };
         let mut file = OpenOptions::new()
             .read(true)
@@ -188,9 +304,9 @@ impl StateDir {
         match std::fs::read(&path) {
             Ok(bytes) => serde_json::from_slice(&bytes)
                 .map(Some)
-                .map_err(|source| StatusReadError::NotAStatusFile { path, source }),
+                .map_err(|error| StatusReadError::NotAStatusFile { path, error }),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(source) => Err(StatusReadError::Io { path, source }),
+            Err(error) => Err(StatusReadError::Io { path, error }),
         }
     }
 
@@ -257,5 +373,107 @@ mod tests {
         assert_eq!(dir.load_invites().unwrap(), InviteMemory::default());
         std::fs::write(dir.path(INVITES_FILE), b"not json").unwrap();
         assert!(dir.load_invites().is_err());
+    }
+
+    fn mode_of(p: &Path) -> u32 {
+        std::fs::metadata(p).unwrap().mode() & 0o7777
+    }
+
+    #[test]
+    fn an_open_state_dir_of_ours_is_narrowed_and_a_private_one_left_as_it_is() {
+        let tmp = tempfile::tempdir().unwrap();
+        let open = tmp.path().join("open");
+        std::fs::create_dir(&open).unwrap();
+        std::fs::write(open.join(STATUS_FILE), b"{}").unwrap();
+        std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o755)).unwrap();
+        StateDir::open(&open).unwrap();
+        assert_eq!(mode_of(&open), 0o700);
+        // Already private (no bits for others): not touched.
+        let private = tmp.path().join("private");
+        std::fs::create_dir(&private).unwrap();
+        std::fs::set_permissions(&private, std::fs::Permissions::from_mode(0o1700)).unwrap();
+        StateDir::open(&private).unwrap();
+        assert_eq!(mode_of(&private), 0o1700);
+    }
+
+    #[test]
+    fn an_open_dir_holding_other_files_is_refused_and_left_as_it_is() {
+        let tmp = tempfile::tempdir().unwrap();
+        let home = tmp.path().join("home");
+        std::fs::create_dir(&home).unwrap();
+        std::fs::write(home.join("notes.txt"), b"mine").unwrap();
+        std::fs::set_permissions(&home, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let e = StateDir::open(&home).unwrap_err();
+        assert!(
+            matches!(e, StateError::NotPrivate { mode: 0o755, .. }),
+            "{e}"
+        );
+        assert!(e.to_string().contains("--state-dir"), "{e}");
+        assert_eq!(mode_of(&home), 0o755);
+        assert!(!home.join(RUNS_DIR).exists(), "nothing created there");
+    }
+
+    #[test]
+    fn a_state_dir_of_another_user_is_refused_untouched_naming_owner_and_fix() {
+        let tmp = tempfile::tempdir().unwrap();
+        let theirs = tmp.path().join("theirs");
+        std::fs::create_dir(&theirs).unwrap();
+        std::fs::set_permissions(&theirs, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let (dir, owner) = if crate::sys::process::current_uid() == 0 {
+            std::os::unix::fs::chown(&theirs, Some(65534), Some(65534)).unwrap();
+            (theirs, 65534)
+        } else {
+            // Not root: a dir root owns stands for another user's.
+            (PathBuf::from("/"), 0)
+        };
+        let before = mode_of(&dir);
+        let e = StateDir::open(&dir).unwrap_err();
+        assert!(matches!(e, StateError::NotOurs { .. }), "{e}");
+        let said = e.to_string();
+        assert!(
+            said.starts_with(&format!("the state dir {} belongs to ", dir.display()))
+                && said.contains(&format!("uid {owner}"))
+                && said.contains("sudo chown -R")
+                && said.contains("--state-dir DIR or AGENTCHAT_STATE_DIR"),
+            "{said}"
+        );
+        assert_eq!(mode_of(&dir), before, "its mode is left as it is");
+    }
+
+    #[test]
+    fn the_dir_to_create_the_state_dir_in_is_named_when_it_is_another_users() {
+        let e = StateError::NotOurs {
+            path: PathBuf::from("/srv/agentchat/state"),
+            owned: PathBuf::from("/srv"),
+            owner: 4242,
+            you: 4243,
+        };
+        assert_eq!(
+            e.to_string(),
+            "cannot create the state dir /srv/agentchat/state: /srv belongs to uid 4242, and you \
+             are uid 4243: create it for you (`sudo install -d -o 4243 -m 700 \
+             /srv/agentchat/state`), or use a state dir of your own (--state-dir DIR or \
+             AGENTCHAT_STATE_DIR)"
+        );
+    }
+
+    #[test]
+    fn a_file_in_the_way_is_named_and_each_os_error_is_said_once() {
+        let tmp = tempfile::tempdir().unwrap();
+        let file = tmp.path().join("file");
+        std::fs::write(&file, b"x").unwrap();
+        let e = StateDir::open(&file).unwrap_err();
+        assert!(
+            e.to_string().contains("exists but is not a directory"),
+            "{e}"
+        );
+        let under = StateDir::open(&file.join("state")).unwrap_err();
+        let chain = format!("{:#}", anyhow::Error::from(under));
+        assert_eq!(chain.matches("os error 20").count(), 1, "{chain}");
+        // A damaged status file: the parser's words once.
+        let dir = StateDir::open(&tmp.path().join("s")).unwrap();
+        std::fs::write(dir.path(STATUS_FILE), b"{ half").unwrap();
+        let chain = format!("{:#}", anyhow::Error::from(dir.read_status().unwrap_err()));
+        assert_eq!(chain.matches("line 1").count(), 1, "{chain}");
     }
 }

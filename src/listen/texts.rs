@@ -35,15 +35,16 @@ impl Loaded {
     }
 }
 
-/// Why no cached copy could be used.
+/// Why no cached copy could be used. The cause is part of the message and not a `source`, so a chain printed with `{:#}` says it
+/// once (as `config::ConfigError` does).
 #[derive(Debug, thiserror::Error)]
 pub enum CacheError {
     #[error("none cached for runtime {runtime}")]
     Missing { runtime: &'static str },
-    #[error("cannot read {path}: {source}")]
+    #[error("cannot read {path}: {error}")]
     Io {
         path: PathBuf,
-        source: std::io::Error,
+        error: std::io::Error,
     },
     #[error("the cached texts {path} are damaged: {reason}")]
     Damaged { path: PathBuf, reason: String },
@@ -82,7 +83,7 @@ pub fn cached(state: &StateDir, runtime: &'static str) -> Result<Loaded, CacheEr
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             return Err(CacheError::Missing { runtime });
         }
-        Err(source) => return Err(CacheError::Io { path, source }),
+        Err(error) => return Err(CacheError::Io { path, error }),
     };
     let texts = Texts::parse(&bytes).map_err(|e| CacheError::Damaged {
         path: path.clone(),

@@ -34,16 +34,13 @@ pub fn resolve_binary_in(
     path_var: Option<&std::ffi::OsStr>,
 ) -> Result<PathBuf, RuntimeError> {
     match configured {
-        Some(p) if p.components().count() > 1 || p.is_absolute() => {
-            if is_executable(p) {
-                Ok(p.to_path_buf())
-            } else {
-                Err(RuntimeError::Unusable(format!(
-                    "the {runtime} runtime's binary {} (from {config_key}) does not exist or is not executable",
-                    p.display()
-                )))
-            }
-        }
+        Some(p) if p.components().count() > 1 || p.is_absolute() => match not_a_program(p) {
+            None => Ok(p.to_path_buf()),
+            Some(why) => Err(RuntimeError::Unusable(format!(
+                "the {runtime} runtime's binary {} (from {config_key}) {why}",
+                p.display()
+            ))),
+        },
         Some(name) => search_path(name, path_var).ok_or_else(|| {
             RuntimeError::Unusable(format!(
                 "the {runtime} runtime's binary `{}` (from {config_key}) was not found on PATH",
@@ -71,6 +68,23 @@ pub(crate) fn search_path(name: &Path, path_var: Option<&std::ffi::OsStr>) -> Op
 }
 
 /// An existing file with an execute bit (for anyone): what a runtime can start.
+/// Why `p` cannot be run as a program: `does not exist`, `is a directory, not a program`, `is
+/// not a regular file`, `is not executable (chmod +x it)`; `None` for an executable file.
+/// Symlinks are followed.
+pub fn not_a_program(p: &Path) -> Option<String> {
+    use std::os::unix::fs::PermissionsExt;
+    match std::fs::metadata(p) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Some("does not exist".into()),
+        Err(e) => Some(format!("cannot be looked at: {e}")),
+        Ok(m) if m.is_dir() => Some("is a directory, not a program".into()),
+        Ok(m) if !m.is_file() => Some("is not a regular file".into()),
+        Ok(m) if m.permissions().mode() & 0o111 == 0 => {
+            Some("is not executable (`chmod +x` it)".into())
+        }
+        Ok(_) => None,
+    }
+}
+
 pub fn is_executable(p: &Path) -> bool {
     use std::os::unix::fs::PermissionsExt;
     std::fs::metadata(p)
@@ -250,10 +264,13 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let plain = d.path().join("notexec");
         std::fs::write(&plain, "x").unwrap();
-        assert!(matches!(
-            resolve_binary_in(Some(&plain), "codex", "codex", "k", None),
-            Err(RuntimeError::Unusable(_))
-        ));
+        let says = |p: &Path| match resolve_binary_in(Some(p), "codex", "codex", "k", None) {
+            Err(RuntimeError::Unusable(m)) => m,
+            other => panic!("{other:?}"),
+        };
+        assert!(says(&plain).ends_with("is not executable (`chmod +x` it)"));
+        assert!(says(&d.path().join("gone")).ends_with("does not exist"));
+        assert!(says(d.path()).ends_with("is a directory, not a program"));
         let good = exe(d.path(), "mycodex");
         assert_eq!(
             resolve_binary_in(Some(&good), "codex", "codex", "k", None).unwrap(),

@@ -15,12 +15,20 @@ use crate::sys::process::ProcessEnd;
 use secrecy::SecretString;
 use std::path::{Path, PathBuf};
 
+/// The cause is part of the message and not a `source`, so a chain printed with `{:#}` says it
+/// once (as `config::ConfigError` does).
 #[derive(Debug, thiserror::Error)]
 pub enum RuntimeError {
     #[error("{0}")]
     Unusable(String),
     #[error("could not prepare the run: {0}")]
-    Io(#[from] std::io::Error),
+    Io(std::io::Error),
+}
+
+impl From<std::io::Error> for RuntimeError {
+    fn from(e: std::io::Error) -> RuntimeError {
+        RuntimeError::Io(e)
+    }
 }
 
 /// What a run is for and what it may know.

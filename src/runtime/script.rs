@@ -51,11 +51,16 @@ pub fn locate(
 ) -> Result<PathBuf, RuntimeError> {
     if program.contains('/') {
         let p = workdir.join(program);
-        if p.is_file() {
-            return Ok(p);
-        }
+        // A file that is not executable is left to the run, which says so (`could not start`).
+        let why = match std::fs::metadata(&p) {
+            Ok(m) if m.is_file() => return Ok(p),
+            Ok(m) if m.is_dir() => "is a directory, not a program".to_string(),
+            Ok(_) => "is not a regular file".to_string(),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => "does not exist".to_string(),
+            Err(e) => format!("cannot be looked at: {e}"),
+        };
         return Err(RuntimeError::Unusable(format!(
-            "the script runtime's program {} (`command` under [listen]) does not exist",
+            "the script runtime's program {} (`command` under [listen]) {why}",
             p.display()
         )));
     }
@@ -205,7 +210,14 @@ mod tests {
             locate("./my-agent", dir.path(), None).unwrap(),
             dir.path().join("./my-agent")
         );
-        assert!(locate("/nonexistent/agent", dir.path(), None).is_err());
+        let missing = locate("/nonexistent/agent", dir.path(), None).unwrap_err();
+        assert!(missing.to_string().ends_with("does not exist"), "{missing}");
+        // A directory is said to be one, not to be missing.
+        let d = locate(dir.path().to_str().unwrap(), dir.path(), None).unwrap_err();
+        assert!(
+            d.to_string().ends_with("is a directory, not a program"),
+            "{d}"
+        );
     }
 
     #[test]

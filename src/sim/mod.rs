@@ -136,7 +136,7 @@ impl Drop for SimHandle {
 pub async fn start(config: SimConfig) -> anyhow::Result<SimHandle> {
     if !config.listen.ip().is_loopback() {
         anyhow::bail!(
-            "agentchat sim listens on loopback only; {} is not a loopback address",
+            "the local server listens on loopback only; {} is not a loopback address",
             config.listen
         );
     }

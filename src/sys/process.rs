@@ -166,6 +166,31 @@ pub fn current_uid() -> u32 {
     unsafe { libc::getuid() }
 }
 
+/// The user name of `uid` from the password database, when it has one.
+pub fn user_name(uid: u32) -> Option<String> {
+    let mut buf = vec![0 as libc::c_char; 4096];
+    // SAFETY: an all-zero `passwd` is a valid value (null pointers, zero ids); getpwuid_r only
+    // writes into it and into `buf`, whose length it is told.
+    let mut pwd: libc::passwd = unsafe { std::mem::zeroed() };
+    let mut found: *mut libc::passwd = std::ptr::null_mut();
+    // SAFETY: every pointer is valid for the call and `buf.len()` is the buffer's real size.
+    let rc = unsafe { libc::getpwuid_r(uid, &mut pwd, buf.as_mut_ptr(), buf.len(), &mut found) };
+    if rc != 0 || found.is_null() || pwd.pw_name.is_null() {
+        return None;
+    }
+    // SAFETY: on success `pw_name` points to a NUL-terminated string inside `buf`.
+    let name = unsafe { std::ffi::CStr::from_ptr(pwd.pw_name) };
+    Some(name.to_string_lossy().into_owned())
+}
+
+/// `alice (uid 1000)`, or `uid 1000` for a uid without a name.
+pub fn user_label(uid: u32) -> String {
+    match user_name(uid) {
+        Some(name) => format!("{name} (uid {uid})"),
+        None => format!("uid {uid}"),
+    }
+}
+
 /// Whether a process with this pid exists (a status file's pid may be stale).
 pub fn pid_alive(pid: u64) -> bool {
     let Ok(pid) = i32::try_from(pid) else {

@@ -19,6 +19,15 @@ pub fn unix_ms(t: SystemTime) -> u64 {
         .unwrap_or(0)
 }
 
+/// A span for a log line: `45 s` under two minutes, else whole minutes (`5 min`).
+pub fn human_secs(secs: u64) -> String {
+    if secs < 120 {
+        format!("{secs} s")
+    } else {
+        format!("{} min", secs / 60)
+    }
+}
+
 /// Today's date in UTC as `YYYY-MM-DD`.
 pub fn today_utc() -> String {
     let mut ts = rfc3339_seconds(SystemTime::now());

@@ -31,6 +31,58 @@ fn have(tool: &str) -> bool {
         .is_ok_and(|s| s.success())
 }
 
+#[test]
+fn every_commands_fatal_error_is_one_line_agentchat_command_colon() {
+    let tmp = tempfile::tempdir().unwrap();
+    let missing = tmp.path().join("absent.toml");
+    let missing = missing.to_str().unwrap();
+    for (args, start) in [
+        (
+            vec!["listen", "--bogus"],
+            "agentchat listen: unexpected argument '--bogus'",
+        ),
+        (
+            vec!["status", "--runtime", "gpt"],
+            "agentchat status: invalid value 'gpt'",
+        ),
+        (vec!["frob"], "agentchat: unrecognized subcommand 'frob'"),
+        (
+            vec!["listen", "--config", missing],
+            "agentchat listen: cannot read the config file",
+        ),
+        (
+            vec!["status", "--config", missing],
+            "agentchat status: cannot read the config file",
+        ),
+        (
+            vec!["sim", "--listen", "192.0.2.1:0"],
+            "agentchat sim: the local server listens on loopback only",
+        ),
+    ] {
+        let out = Command::new(BIN)
+            .args(&args)
+            .env_clear()
+            .env("HOME", tmp.path())
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("AGENTCHAT_API_KEY", "ac_live_unused_0123456789")
+            .env("AGENTCHAT_STATE_DIR", tmp.path().join("state"))
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?}: {stderr}");
+        assert!(stderr.starts_with(start), "{args:?}: {stderr}");
+        assert!(
+            !stderr.contains("error: ") && !stderr.contains("agentchat: agentchat"),
+            "{args:?}: {stderr}"
+        );
+        // Each cause once.
+        assert!(
+            stderr.matches("os error").count() <= 1,
+            "{args:?}: {stderr}"
+        );
+    }
+}
+
 /// Runs `script` in a real, non-interactive `bash` with `agentchat`'s bash completion loaded
 /// exactly as a user's rc file would load it; returns stdout (the script must succeed).
 fn in_bash_with_completion(script: &str) -> String {

@@ -415,6 +415,21 @@ fn a_missing_key_file_is_named_as_the_key_file_and_the_os_error_is_said_once() {
     );
     assert!(chain.contains("config file"), "{chain}");
     assert_eq!(chain.matches("os error 2").count(), 1, "{chain}");
+
+    // A directory named as the key file is said to be one.
+    std::fs::create_dir(dir.path().join("keys")).unwrap();
+    std::fs::write(&cfg, "api_key_file = \"keys\"\n").unwrap();
+    let args = ConfigArgs {
+        config: Some(cfg.clone()),
+        state_dir: Some(dir.path().join("state")),
+        ..ConfigArgs::default()
+    };
+    let err = load_with_env(&args, &env(&[])).unwrap_err();
+    assert!(
+        err.to_string()
+            .ends_with("(`api_key_file`) is a directory; name the file that holds the key"),
+        "{err}"
+    );
 }
 
 #[test]

@@ -93,7 +93,7 @@ fn a_failing_agent_run_fails_the_demo_with_a_reason_and_stops_the_listener() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
     assert!(
-        stderr.contains("agentchat demo failed: the demo agent's run failed"),
+        stderr.contains("agentchat demo: the demo failed: the demo agent's run failed"),
         "{stderr}"
     );
     assert!(stdout.contains("listener  exited 0"), "{stdout}");

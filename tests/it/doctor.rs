@@ -234,25 +234,46 @@ async fn a_refused_key_fails_the_server_check_and_never_shows_the_key() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_unreachable_server_fails_with_the_error() {
-    // A port that was just free: nothing listens there.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+async fn an_unreachable_server_fails_as_unreachable_in_one_line() {
+    let base = crate::common::closed_port_base();
     let s = Scratch::new(SCRIPT_CONFIG);
     let key = "ac_unreachable_test_key_0123456789";
-    let out = s
-        .doctor(&format!("http://127.0.0.1:{port}"), Some(key), &[])
-        .await;
+    let out = s.doctor(&base, Some(key), &[]).await;
     assert_eq!(out.code, 1, "{}", out.all());
-    let server = out.line("server");
-    assert!(
-        server.starts_with(&format!("FAIL server: cannot use http://127.0.0.1:{port}")),
-        "{server}"
+    assert_eq!(
+        out.line("server"),
+        format!("FAIL server: {base} is unreachable: connection refused")
     );
-    assert!(server.to_lowercase().contains("connect"), "{server}");
+    out.assert_no_secret(key);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_web_server_at_api_base_fails_as_not_an_agentchat_server() {
+    let web = crate::common::NotAgentChat::start();
+    let s = Scratch::new(SCRIPT_CONFIG);
+    let key = "ac_not_agentchat_test_key_0123456789";
+    let out = s.doctor(&web.api_base, Some(key), &["--json"]).await;
+    assert_eq!(out.code, 1, "{}", out.all());
+    let doc: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    let server = doc["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "server")
+        .unwrap();
+    assert_eq!(server["level"], "FAIL");
+    assert_eq!(
+        server["detail"],
+        format!(
+            "api_base {} answered 404 text/html: not an AgentChat server; check api_base (the \
+             AgentChat API, e.g. https://api.agentchat.me)",
+            web.api_base
+        )
+    );
+    assert_eq!(server["facts"]["verdict"], "not_agentchat");
+    assert_eq!(server["facts"]["http_status"], 404);
+    assert_eq!(server["facts"]["content_type"], "text/html");
+    assert_eq!(web.hits("/v1/agents/me"), 1);
     out.assert_no_secret(key);
 }
 

@@ -705,6 +705,44 @@ async fn once_exits_non_zero_with_a_message_when_the_run_fails_or_it_cannot_conn
     assert!(l2.log().contains("could not connect"), "{}", l2.log());
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn once_with_a_directory_as_command_says_it_is_a_directory_and_names_no_log() {
+    let sim = Sim::start(1.0).await;
+    let alice = sim.agent("alice").await;
+    let bob = sim.agent("bob").await;
+    let opts = Opts::default();
+    let setup = Setup::new(&opts);
+    let dir = setup.tmp.path().join("agent-dir");
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::write(
+        &setup.config,
+        format!(
+            "[listen]\nruntime = \"script\"\ncommand = [\"{}\"]\n",
+            dir.display()
+        ),
+    )
+    .unwrap();
+    sim.send(&alice, &bob, "for a directory").await;
+    let mut cmd = listener_command(&sim, &bob, &setup, &opts);
+    cmd.arg("--once").env("AGENTCHAT_LOG", "off");
+    let mut l = Listener::spawn(cmd, &setup, "");
+    assert_eq!(l.wait_exit(20.0), Some(1), "{}", l.log());
+    let said = l.log();
+    assert!(
+        said.starts_with(&format!(
+            "agentchat listen: the runtime cannot be used: the script runtime's program {} \
+             (`command` under [listen]) is a directory, not a program (cycle ",
+            dir.display()
+        )),
+        "{said}"
+    );
+    assert!(
+        !said.contains("does not exist") && !said.contains("log -"),
+        "{said}"
+    );
+    assert_eq!(said.lines().count(), 1, "{said}");
+}
+
 #[test]
 fn integration_off_exits_0_without_starting() {
     let tmp = tempfile::tempdir().unwrap();
@@ -720,6 +758,59 @@ fn integration_off_exits_0_without_starting() {
     assert_eq!(out.status.code(), Some(0));
     assert!(String::from_utf8_lossy(&out.stderr).contains("AGENTCHAT_INTEGRATION=off"));
     assert!(!state.exists(), "nothing was started");
+}
+
+#[test]
+fn a_state_dir_of_another_user_exits_78_naming_whose_it_is_and_is_left_as_it_is() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let tmp = tempfile::tempdir().unwrap();
+    let theirs = tmp.path().join("theirs");
+    std::fs::create_dir(&theirs).unwrap();
+    std::fs::set_permissions(&theirs, std::fs::Permissions::from_mode(0o755)).unwrap();
+    // SAFETY: geteuid has no preconditions.
+    let (dir, owner) = if unsafe { libc::geteuid() } == 0 {
+        std::os::unix::fs::chown(&theirs, Some(65534), Some(65534)).unwrap();
+        (theirs, 65534)
+    } else {
+        // Not root: a dir root owns stands for another user's.
+        (std::path::PathBuf::from("/"), 0)
+    };
+    let before = std::fs::metadata(&dir).unwrap().mode();
+    let config = tmp.path().join("config.toml");
+    std::fs::write(&config, "").unwrap();
+    let child = std::process::Command::new(BIN)
+        .arg("listen")
+        .env("AGENTCHAT_API_KEY", "ac_live_not_used_0000000000")
+        .env("AGENTCHAT_STATE_DIR", &dir)
+        .env("AGENTCHAT_API_BASE", crate::common::closed_port_base())
+        .env("AGENTCHAT_CONFIG", &config)
+        .env_remove("AGENTCHAT_PROFILE")
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id() as i32;
+    assert!(
+        crate::common::gone_within_blocking(10.0, pid),
+        "the listener started in another user's state dir"
+    );
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(78), "{stderr}");
+    assert!(
+        stderr.starts_with(&format!(
+            "agentchat listen: the state dir {} belongs to ",
+            dir.display()
+        )) && stderr.contains(&format!("uid {owner}"))
+            && stderr.contains("chown")
+            && stderr.contains("--state-dir"),
+        "{stderr}"
+    );
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert_eq!(
+        std::fs::metadata(&dir).unwrap().mode(),
+        before,
+        "its mode is untouched"
+    );
 }
 
 // The three tests below use `listen_support::fake`, a small scripted server, because the sim is
@@ -2429,4 +2520,195 @@ async fn a_skipped_invite_makes_the_list_incomplete_so_a_counted_invite_is_not_f
         "a complete list without the invite forgets it:\n{}",
         l.log()
     );
+}
+
+/// A listener for `api_base` (no sim behind it) with a throwaway key.
+fn listening_at(api_base: &str, opts: &Opts) -> (Setup, Listener) {
+    let setup = Setup::new(opts);
+    let cmd = listener_command_for(api_base, "ac_live_throwaway_0123456789", &setup, opts);
+    let l = Listener::spawn(cmd, &setup, "");
+    (setup, l)
+}
+
+/// Neither raw reqwest chains nor an OS error said twice reach the log.
+fn assert_readable(l: &Listener) {
+    let log = l.log();
+    for raw in [
+        "error sending request",
+        "client error (Connect)",
+        "os error",
+    ] {
+        assert!(!log.contains(raw), "`{raw}` in:\n{log}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_web_server_at_api_base_is_one_error_naming_what_answered_and_is_retried_slowly() {
+    // The retry while api_base is wrong: 60 s / 60 = 1 s.
+    let opts = Opts {
+        time_scale: 60.0,
+        ..Opts::default()
+    };
+    let web = crate::common::NotAgentChat::start();
+    let (setup, mut l) = listening_at(&web.api_base, &opts);
+    assert!(
+        eventually(20.0, || web.hits("/v1/agents/me") >= 3).await,
+        "{}",
+        l.log()
+    );
+    let errors = l.events("api_base_not_agentchat");
+    assert_eq!(
+        errors.len(),
+        1,
+        "one ERROR, not one per attempt:\n{}",
+        l.log()
+    );
+    assert_eq!(errors[0]["level"], "ERROR");
+    let said = errors[0]["message"].as_str().unwrap();
+    assert!(
+        said.starts_with(&format!(
+            "api_base {} answered 404 text/html: not an AgentChat server; check api_base",
+            web.api_base
+        )),
+        "{said}"
+    );
+    // The later attempts are INFO, with the same line as the status file's detail.
+    let again = l.events("backoff");
+    assert!(!again.is_empty(), "{}", l.log());
+    assert!(again.iter().all(|e| e["level"] == "INFO"), "{}", l.log());
+    assert_eq!(l.count("server_unreachable"), 0, "{}", l.log());
+    assert!(
+        status_holds(&setup, |s| s["state"] == "backoff"
+            && s["detail"]
+                .as_str()
+                .is_some_and(|d| d.contains("not an AgentChat server")))
+        .await
+    );
+    assert_readable(&l);
+    assert_eq!(l.wait_exit(0.1), None, "the listener keeps running");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agentchat_answering_404_under_a_wrong_path_is_a_wrong_api_base_too() {
+    let opts = Opts {
+        time_scale: 60.0,
+        ..Opts::default()
+    };
+    let sim = Sim::start(1.0).await;
+    let bob = sim.agent("bob").await;
+    let setup = Setup::new(&opts);
+    let base = format!("{}/api", sim.api_base);
+    let l = Listener::spawn(
+        listener_command_for(&base, &bob.key, &setup, &opts),
+        &setup,
+        "",
+    );
+    logged_at_least(&l, "backoff", 2, 20.0).await;
+    let errors = l.events("api_base_not_agentchat");
+    assert_eq!(errors.len(), 1, "{}", l.log());
+    let said = errors[0]["message"].as_str().unwrap();
+    assert!(
+        said.starts_with(&format!(
+            "api_base {base} answered HTTP 404 NOT_FOUND to GET /v1/agents/me; check api_base"
+        )),
+        "{said}"
+    );
+    assert!(!said.contains(&bob.key));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_server_is_info_then_one_warn_once_it_lasts() {
+    // The WARN after 300 s / 300 = 1 s of nothing answering; the backoff is the ordinary one.
+    let opts = Opts {
+        time_scale: 300.0,
+        ..Opts::default()
+    };
+    let base = crate::common::closed_port_base();
+    let (setup, mut l) = listening_at(&base, &opts);
+    logged_at_least(&l, "server_unreachable", 1, 20.0).await;
+    let warn = &l.events("server_unreachable")[0];
+    assert_eq!(warn["level"], "WARN");
+    let said = warn["message"].as_str().unwrap();
+    assert!(
+        said.starts_with("no AgentChat server for ")
+            && said.contains(&format!(
+                "now: {base} is unreachable: connection refused; still retrying"
+            )),
+        "{said}"
+    );
+    // Before it, INFO lines with one readable cause.
+    let before = l.events("backoff");
+    assert!(!before.is_empty(), "{}", l.log());
+    for b in &before {
+        assert_eq!(b["level"], "INFO");
+        assert_eq!(
+            b["detail"],
+            format!("{base} is unreachable: connection refused")
+        );
+    }
+    // Said once: the next attempt is INFO again.
+    let n = before.len();
+    logged_at_least(&l, "backoff", n + 1, 20.0).await;
+    assert_eq!(l.count("server_unreachable"), 1, "{}", l.log());
+    assert_eq!(
+        l.count("api_base_not_agentchat"),
+        0,
+        "an outage is no misconfiguration"
+    );
+    assert_eq!(
+        setup.status()["detail"],
+        format!("{base} is unreachable: connection refused")
+    );
+    assert_readable(&l);
+    assert_eq!(l.wait_exit(0.1), None, "the listener keeps running");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn once_against_a_web_server_exits_1_with_one_line_naming_api_base() {
+    let opts = Opts::default();
+    let web = crate::common::NotAgentChat::start();
+    let setup = Setup::new(&opts);
+    let mut cmd =
+        listener_command_for(&web.api_base, "ac_live_throwaway_0123456789", &setup, &opts);
+    cmd.arg("--once").env("AGENTCHAT_LOG", "off");
+    let mut l = Listener::spawn(cmd, &setup, "");
+    assert_eq!(l.wait_exit(20.0), Some(1), "{}", l.log());
+    assert_eq!(
+        l.log().trim_end(),
+        format!(
+            "agentchat listen: could not connect: api_base {} answered 404 text/html: not an \
+             AgentChat server; check api_base (the AgentChat API, e.g. https://api.agentchat.me)",
+            web.api_base
+        )
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sighup_after_fixing_a_wrong_api_base_connects_at_once_not_after_the_minute() {
+    let web = crate::common::NotAgentChat::start();
+    let sim = Sim::start(1.0).await;
+    let bob = sim.agent("bob").await;
+    let opts = Opts {
+        top_toml: format!("api_base = \"{}\"", web.api_base),
+        ..Opts::default()
+    };
+    let setup = Setup::new(&opts);
+    // api_base from the config file, so a reload can change it.
+    let mut cmd = listener_command_for(&web.api_base, &bob.key, &setup, &opts);
+    cmd.env_remove("AGENTCHAT_API_BASE");
+    let l = Listener::spawn(cmd, &setup, "");
+    logged_at_least(&l, "api_base_not_agentchat", 1, 15.0).await;
+    let fixed = std::fs::read_to_string(&setup.config)
+        .unwrap()
+        .replace(&web.api_base, &sim.api_base);
+    std::fs::write(&setup.config, fixed).unwrap();
+    l.signal(libc::SIGHUP);
+    // The wrong api_base is retried every 60 s; the reload does not wait for that.
+    logged_at_least(&l, "socket_connected", 1, 10.0).await;
+    assert_eq!(
+        web.hits("/v1/agents/me"),
+        1,
+        "no second try at the wrong one"
+    );
+    assert_eq!(l.count("api_base_not_agentchat"), 1, "{}", l.log());
 }

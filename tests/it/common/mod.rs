@@ -127,3 +127,66 @@ pub fn test_python() -> Option<String> {
         None
     }
 }
+
+/// `http://127.0.0.1:PORT` of a port that was just free: nothing listens there.
+pub fn closed_port_base() -> String {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    format!("http://127.0.0.1:{port}")
+}
+
+/// A web server that is not AgentChat: every request gets an HTML `404 Not Found` page, as a
+/// wrong `api_base` (a web site, another service) answers. Counts the requests per path. Its
+/// thread lives as long as the test binary.
+pub struct NotAgentChat {
+    pub api_base: String,
+    hits: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+impl NotAgentChat {
+    pub fn start() -> NotAgentChat {
+        use std::io::{BufRead, BufReader, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let api_base = format!("http://{}", listener.local_addr().unwrap());
+        let hits = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let seen = hits.clone();
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(mut stream) = stream else { continue };
+                let mut reader = BufReader::new(stream.try_clone().unwrap());
+                let mut request_line = String::new();
+                if reader.read_line(&mut request_line).is_err() {
+                    continue;
+                }
+                // The rest of the head, up to the empty line.
+                let mut line = String::new();
+                while reader.read_line(&mut line).is_ok_and(|n| n > 0) && line.trim() != "" {
+                    line.clear();
+                }
+                let path = request_line.split_whitespace().nth(1).unwrap_or("");
+                seen.lock().unwrap().push(path.to_string());
+                let body = "<html><body><h1>Not Found</h1></body></html>";
+                let _ = write!(
+                    stream,
+                    "HTTP/1.1 404 Not Found\r\nContent-Type: text/html; charset=utf-8\r\n\
+                     Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+            }
+        });
+        NotAgentChat { api_base, hits }
+    }
+
+    /// How many requests asked for `path` (query included).
+    pub fn hits(&self, path: &str) -> usize {
+        self.hits
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|p| *p == path)
+            .count()
+    }
+}
