@@ -42,8 +42,12 @@ fn every_commands_fatal_error_is_one_line_agentchat_command_colon() {
             "agentchat listen: unexpected argument '--bogus'",
         ),
         (
-            vec!["status", "--runtime", "gpt"],
-            "agentchat status: invalid value 'gpt'",
+            vec!["listen", "--runtime", "gpt"],
+            "agentchat listen: invalid value 'gpt'",
+        ),
+        (
+            vec!["status", "--runtime", "claude"],
+            "agentchat status: unexpected argument '--runtime'",
         ),
         (vec!["frob"], "agentchat: unrecognized subcommand 'frob'"),
         (
