@@ -809,7 +809,13 @@ impl Daemon {
         if shown != self.status.state {
             self.status.state = shown;
             self.status.since = time::rfc3339(now);
-            tracing::info!(event = %"state", state = shown.as_str(), "now {}", shown.as_str());
+            // While the socket comes and goes, `backoff` says why at INFO; the connecting and
+            // backoff states themselves are debug, so a retry is one line, not three.
+            if matches!(shown, ListenerState::Connecting | ListenerState::Backoff) {
+                tracing::debug!(event = %"state", state = shown.as_str(), "now {}", shown.as_str());
+            } else {
+                tracing::info!(event = %"state", state = shown.as_str(), "now {}", shown.as_str());
+            }
             if self.notify {
                 let line = format!("STATUS={}", shown.as_str());
                 let _ = sd_notify::notify(&[sd_notify::NotifyState::Custom(&line)]);

@@ -159,8 +159,11 @@ fn prepare(
         .log_filter()
         .unwrap_or_else(|| settings.log_level.clone());
     logging::init(args.log_format.unwrap_or(settings.log_format), &filter)?;
-    for line in crate::config::advice(&settings) {
-        tracing::warn!(event = %"config_advice", "{line}");
+    // A missing key ends the start below with its own line; the advice would say it twice.
+    if settings.api_key.is_some() {
+        for line in crate::config::advice(&settings) {
+            tracing::warn!(event = %"config_advice", "{line}");
+        }
     }
     if let Some(line) = settings.time_scale.notice() {
         tracing::info!(event = %"test_time_scale", "{line}");

@@ -112,8 +112,8 @@ pub async fn load(
         }
         Err(e) => e,
     };
-    tracing::warn!(event = %"texts_fetch_failed", runtime, error = %fetch_error, "could not fetch the texts");
     if !use_cache {
+        tracing::warn!(event = %"texts_fetch_failed", runtime, error = %fetch_error, "could not fetch the texts");
         return Err(Missing {
             runtime,
             fetch: fetch_error,
@@ -121,8 +121,9 @@ pub async fn load(
         });
     }
     let r = cached(state, runtime);
+    // One line either way: this one when the cache stands in, `Missing::log`'s when it cannot.
     if r.is_ok() {
-        tracing::info!(event = %"texts_cached", runtime, path = %state.texts_cache(runtime).display(), "using the last good texts from the cache");
+        tracing::warn!(event = %"texts_cached", runtime, error = %fetch_error, path = %state.texts_cache(runtime).display(), "could not fetch the texts; using the last good copy from the cache");
     }
     r.map_err(|e| Missing {
         runtime,

@@ -1272,7 +1272,12 @@ fn bad_config_or_no_key_exits_78_with_a_line_naming_the_problem() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("runtim"));
     let out = run(&setup.config, None);
     assert_eq!(out.status.code(), Some(78));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("no API key"));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        stderr.matches("no API key").count(),
+        1,
+        "said once: {stderr}"
+    );
 }
 
 #[test]
