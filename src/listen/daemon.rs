@@ -809,9 +809,15 @@ impl Daemon {
         if shown != self.status.state {
             self.status.state = shown;
             self.status.since = time::rfc3339(now);
-            // While the socket comes and goes, `backoff` says why at INFO; the connecting and
-            // backoff states themselves are debug, so a retry is one line, not three.
-            if matches!(shown, ListenerState::Connecting | ListenerState::Backoff) {
+            // While the socket comes and goes, `backoff` says why at INFO, and `stopping`/`stopped`
+            // have their own lines: these states are debug, so a retry is one line, not three.
+            if matches!(
+                shown,
+                ListenerState::Connecting
+                    | ListenerState::Backoff
+                    | ListenerState::Stopping
+                    | ListenerState::Stopped
+            ) {
                 tracing::debug!(event = %"state", state = shown.as_str(), "now {}", shown.as_str());
             } else {
                 tracing::info!(event = %"state", state = shown.as_str(), "now {}", shown.as_str());
