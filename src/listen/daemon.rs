@@ -805,11 +805,11 @@ impl Daemon {
         self.status.updated_at = time::rfc3339(now);
         self.metrics.observe_status(&self.status);
         match self.state.write_status(&self.status) {
-            Ok(()) if self.status_write_failing => {
+            Ok(_) if self.status_write_failing => {
                 self.status_write_failing = false;
                 tracing::info!(event = %"status_write_recovered", "status.json is written again");
             }
-            Ok(()) => {}
+            Ok(_) => {}
             Err(e) if !self.status_write_failing => {
                 self.status_write_failing = true;
                 tracing::warn!(event = %"status_write_failed", error = %e, "could not write status.json; the listener keeps working and logs this once until a write succeeds");

@@ -4,7 +4,7 @@
 
 use crate::core::invite_rule::InviteMemory;
 use crate::core::status::Status;
-use crate::sys::fs::{create_private_dir, write_atomic};
+use crate::sys::fs::{create_private_dir, write_atomic, write_atomic_unsynced};
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
@@ -194,9 +194,11 @@ impl StateDir {
         }
     }
 
-    pub fn write_status(&self, status: &Status) -> std::io::Result<()> {
+    /// Replaces `status.json` (without an `fsync`: it is rewritten on every change, and a new
+    /// listener writes it again at start). Returns the new file, open, for touching it.
+    pub fn write_status(&self, status: &Status) -> std::io::Result<File> {
         let bytes = serde_json::to_vec_pretty(status).map_err(std::io::Error::other)?;
-        write_atomic(&self.path(STATUS_FILE), &bytes)
+        write_atomic_unsynced(&self.path(STATUS_FILE), &bytes)
     }
 }
 
