@@ -32,7 +32,7 @@ pub struct ListenArgs {
 }
 
 /// Test-only: `AGENTCHAT_TEST_TIME_SCALE` divides the listener's own fixed timers (invite-rule
-/// pace, key-refused retry, status refresh, texts refresh). Never the connect budget's delay,
+/// pace, key-refused retry, status touch, texts refresh). Never the connect budget's delay,
 /// which is the server's. Config decides whether it is honoured (`config::TestTimeScale`: only
 /// against a loopback `api_base`).
 #[derive(Debug, Clone, Copy)]

@@ -181,13 +181,25 @@ impl StateDir {
         }
     }
 
-    /// Reads `status.json` into the typed status; `Ok(None)` when there is none (no listener has
-    /// run with this state dir). Older and newer files read too (see `core::status`).
+    /// Reads `status.json` into the typed status, with the file's modification time (when the
+    /// listener last touched it, `Status::file_modified`); `Ok(None)` when there is none (no
+    /// listener has run with this state dir). Older and newer files read too (see `core::status`).
     pub fn read_status(&self) -> Result<Option<Status>, StatusReadError> {
         let path = self.path(STATUS_FILE);
-        match std::fs::read(&path) {
-            Ok(bytes) => serde_json::from_slice(&bytes)
-                .map(Some)
+        let read = File::open(&path).and_then(|mut f| {
+            let modified = f.metadata()?.modified().ok();
+            let mut bytes = Vec::new();
+            f.read_to_end(&mut bytes)?;
+            Ok((bytes, modified))
+        });
+        match read {
+            Ok((bytes, modified)) => serde_json::from_slice(&bytes)
+                .map(|status| {
+                    Some(Status {
+                        file_modified: modified,
+                        ..status
+                    })
+                })
                 .map_err(|source| StatusReadError::NotAStatusFile { path, source }),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
             Err(source) => Err(StatusReadError::Io { path, source }),
@@ -230,8 +242,22 @@ mod tests {
             pid: 42,
             ..Default::default()
         };
-        dir.write_status(&status).unwrap();
-        assert_eq!(dir.read_status().unwrap(), Some(status));
+        let file = dir.write_status(&status).unwrap();
+        let read = dir.read_status().unwrap().unwrap();
+        assert_eq!(
+            read,
+            Status {
+                file_modified: read.file_modified,
+                ..status
+            }
+        );
+        // A touch of the file the write handed back is what a reader sees as its last turn.
+        let later = read.file_modified.unwrap() + std::time::Duration::from_secs(7);
+        file.set_modified(later).unwrap();
+        assert_eq!(
+            dir.read_status().unwrap().unwrap().file_modified,
+            Some(later)
+        );
         std::fs::write(dir.path(STATUS_FILE), b"{ half").unwrap();
         let e = dir.read_status().unwrap_err();
         assert!(matches!(e, StatusReadError::NotAStatusFile { .. }));
