@@ -595,40 +595,40 @@ impl Tally {
 const SUMMARY_EVERY: Duration = Duration::from_millis(100);
 
 /// The frames' log: a burst after a quiet `SUMMARY_EVERY` gets its line at once; the bursts that
-/// follow within that time are added up and get one line when it ends.
+/// follow within that time are added up and get one line when it ends. A timer runs only while
+/// bursts wait to be summed up: a lone burst (a heartbeat) leaves none behind.
 #[derive(Default)]
 struct SummaryLog {
     pending: Tally,
-    /// When the bursts added up so far are logged; `None` when the socket is quiet.
+    /// Until when a new burst is added up instead of logged at once: `SUMMARY_EVERY` after the
+    /// last line.
     until: Option<tokio::time::Instant>,
 }
 
 impl SummaryLog {
     fn record(&mut self, burst: Tally) {
+        let now = tokio::time::Instant::now();
         match self.until {
-            None => {
+            Some(until) if now < until => self.pending.add(burst),
+            _ => {
                 burst.log();
-                self.until = Some(tokio::time::Instant::now() + SUMMARY_EVERY);
+                self.until = Some(now + SUMMARY_EVERY);
             }
-            Some(_) => self.pending.add(burst),
         }
     }
 
+    /// When the bursts added up so far are logged; `None` when there are none.
     fn due(&self) -> Option<tokio::time::Instant> {
-        self.until
+        self.until.filter(|_| self.pending.frames > 0)
     }
 
-    /// The time is over: log what it added up, or call the socket quiet.
+    /// The time is over: log what it added up.
     fn on_due(&mut self) {
-        if self.pending.frames == 0 {
-            self.until = None;
-        } else {
-            self.flush();
-            self.until = Some(tokio::time::Instant::now() + SUMMARY_EVERY);
-        }
+        self.flush();
+        self.until = Some(tokio::time::Instant::now() + SUMMARY_EVERY);
     }
 
-    /// Logs what is pending now (the connection ended).
+    /// Logs what is pending now (the time is over, or the connection ended).
     fn flush(&mut self) {
         if self.pending.frames > 0 {
             std::mem::take(&mut self.pending).log();
