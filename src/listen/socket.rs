@@ -608,10 +608,13 @@ struct SummaryLog {
 impl SummaryLog {
     fn record(&mut self, burst: Tally) {
         let now = tokio::time::Instant::now();
+        self.pending.add(burst);
         match self.until {
-            Some(until) if now < until => self.pending.add(burst),
+            Some(until) if now < until => {}
+            // The time is up (its timer has not fired yet, or nothing was pending): this burst
+            // and whatever waits get their line now.
             _ => {
-                burst.log();
+                self.flush();
                 self.until = Some(now + SUMMARY_EVERY);
             }
         }
@@ -945,6 +948,36 @@ fn truncate(s: &str, max: usize) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn frames(n: u64) -> Tally {
+        Tally {
+            frames: n,
+            ..Tally::default()
+        }
+    }
+
+    /// A lone burst is logged at once and arms no timer; bursts within `SUMMARY_EVERY` wait for
+    /// one line, which the timer writes, or the first burst after the time is up if that comes
+    /// first: nothing pending is ever left behind a later line.
+    #[tokio::test(start_paused = true)]
+    async fn the_summary_log_sums_bursts_up_and_times_only_what_waits() {
+        let mut log = SummaryLog::default();
+        log.record(frames(1));
+        assert_eq!((log.pending.frames, log.due()), (0, None), "a lone burst");
+        log.record(frames(2));
+        log.record(frames(3));
+        assert_eq!(log.pending.frames, 5);
+        let due = log.due().expect("a timer while bursts wait");
+        tokio::time::advance(SUMMARY_EVERY).await;
+        assert!(tokio::time::Instant::now() >= due);
+        // The timer has not fired yet: the next burst takes what waits with it.
+        log.record(frames(4));
+        assert_eq!((log.pending.frames, log.due()), (0, None));
+        log.record(frames(5));
+        tokio::time::advance(SUMMARY_EVERY).await;
+        log.on_due();
+        assert_eq!((log.pending.frames, log.due()), (0, None));
+    }
 
     #[test]
     fn ws_url_follows_the_api_base_scheme() {
