@@ -233,13 +233,29 @@ impl Wiring {
     }
 }
 
-/// The main loop's timers. None of them ticks while the listener is idle (the texts refresh is
-/// daily, the key check runs only while the key is refused, the watchdog only under systemd).
+/// The main loop's timers. None of them ticks while the listener is idle and connected (the
+/// texts refresh is daily, the key check runs only while the key is refused, and systemd's
+/// watchdog is pinged on the server's heartbeats).
 struct Timers {
     texts: Interval,
     key: Interval,
-    /// systemd's watchdog, pinged at half its interval when it is on.
-    watchdog: Option<Interval>,
+    /// systemd's watchdog, pinged at half its interval when it is on, unless a turn of the loop
+    /// pinged it since (see [`Timers::turned`]).
+    watchdog: Option<Watchdog>,
+}
+
+/// systemd's watchdog (`WatchdogSec=` in the unit): a ping at least every half interval.
+struct Watchdog {
+    interval: Interval,
+    last: tokio::time::Instant,
+}
+
+impl Watchdog {
+    fn ping(&mut self) {
+        let _ = sd_notify::notify(&[sd_notify::NotifyState::Watchdog]);
+        self.last = tokio::time::Instant::now();
+        self.interval.reset();
+    }
 }
 
 impl Timers {
@@ -254,11 +270,26 @@ impl Timers {
         let watchdog = notify
             .then(sd_notify::watchdog_enabled)
             .flatten()
-            .map(|w| tokio::time::interval((w / 2).max(Duration::from_millis(100))));
+            .map(|w| Watchdog {
+                interval: tokio::time::interval((w / 2).max(Duration::from_millis(100))),
+                last: tokio::time::Instant::now(),
+            });
         Timers {
             texts,
             key: every(KEY_CHECK),
             watchdog,
+        }
+    }
+
+    /// The main loop turned: a watchdog last pinged a quarter of its interval ago or more is
+    /// pinged now, and its timer starts over. The server's heartbeat (45 s) turns the loop more
+    /// often than the unit's half interval (60 s), so while the socket is up the timer never
+    /// fires and the ping costs no wakeup of its own.
+    fn turned(&mut self) {
+        if let Some(w) = self.watchdog.as_mut()
+            && w.last.elapsed() >= w.interval.period() / 2
+        {
+            w.ping();
         }
     }
 }
@@ -274,6 +305,7 @@ async fn main_loop(
     loop {
         d.flush_status();
         d.turned();
+        timers.turned();
         let due = if w.cycle.is_none() {
             d.coalescer.due().map(|at| at.saturating_sub(d.now_ms()))
         } else {
@@ -319,8 +351,10 @@ async fn main_loop(
             }
             _ = timers.texts.tick() => d.spawn_texts_refresh(&w.texts_tx),
             Some(r) = w.texts.recv() => d.on_texts(r),
-            _ = tick(&mut timers.watchdog) => {
-                let _ = sd_notify::notify(&[sd_notify::NotifyState::Watchdog]);
+            _ = watchdog_due(&mut timers.watchdog) => {
+                if let Some(w) = timers.watchdog.as_mut() {
+                    w.ping();
+                }
             }
         }
     }
@@ -368,11 +402,11 @@ async fn cycle_end(
     }
 }
 
-/// The next tick of an interval that may be off; never when it is.
-async fn tick(interval: &mut Option<Interval>) {
-    match interval.as_mut() {
-        Some(i) => {
-            i.tick().await;
+/// The next tick of the watchdog's timer; never when there is no watchdog.
+async fn watchdog_due(watchdog: &mut Option<Watchdog>) {
+    match watchdog.as_mut() {
+        Some(w) => {
+            w.interval.tick().await;
         }
         None => std::future::pending().await,
     }
@@ -1085,6 +1119,35 @@ mod tests {
             stopping: false,
             stopped: false,
         }
+    }
+
+    /// A turn pings a watchdog last pinged half its timer's period ago or more, and the timer
+    /// starts over: with turns that often, the timer itself never fires.
+    #[tokio::test(start_paused = true)]
+    async fn a_turn_pings_the_watchdog_once_its_last_ping_is_half_a_period_old() {
+        let period = Duration::from_secs(60);
+        let mut timers = Timers::new(TimeScale(1.0), false);
+        timers.watchdog = Some(Watchdog {
+            interval: tokio::time::interval(period),
+            last: tokio::time::Instant::now(),
+        });
+        let last = |t: &Timers| t.watchdog.as_ref().map(|w| w.last);
+        let start = last(&timers);
+        tokio::time::advance(Duration::from_secs(29)).await;
+        timers.turned();
+        assert_eq!(last(&timers), start, "too soon");
+        tokio::time::advance(Duration::from_secs(1)).await;
+        timers.turned();
+        let pinged = tokio::time::Instant::now();
+        assert_eq!(last(&timers), Some(pinged));
+        // The timer was reset by that ping: nothing is due before a whole period from it.
+        tokio::time::advance(period - Duration::from_millis(1)).await;
+        let due = futures_util::FutureExt::now_or_never(watchdog_due(&mut timers.watchdog));
+        assert!(due.is_none());
+        tokio::time::advance(Duration::from_millis(1)).await;
+        assert!(
+            futures_util::FutureExt::now_or_never(watchdog_due(&mut timers.watchdog)).is_some()
+        );
     }
 
     #[test]
