@@ -56,7 +56,7 @@ const STATUS_HELP: &str = concat!(
     "
 
 Exit codes:
-  0  a listener is running and refreshing its status
+  0  a listener is running and its main loop turns
   3  none is running (never ran, stopped, died, or stuck)
   1  the config or the status file cannot be read"
 );

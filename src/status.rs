@@ -3,19 +3,21 @@
 //! all it does: it never takes the listener's lock (that could make a starting listener think it
 //! is already running) and never needs the API key.
 //!
-//! Exit codes, like `systemctl is-active`: 0 a listener is running and refreshing its status,
-//! 3 none is (never ran, stopping, stopped, or died), 1 the config or the status file cannot be
-//! read.
+//! Exit codes, like `systemctl is-active`: 0 a listener is running and its main loop turns, 3
+//! none is (never ran, stopping, stopped, died, or stuck), 1 the config or the status file cannot
+//! be read.
+//!
+//! Whether the loop turns is read from the file alone: the listener rewrites `status.json` on
+//! every change and, while nothing changes, touches it (its modification time) on a turn of its
+//! main loop at most every 30 s; the server's heartbeat turns it every 45 s
+//! (`core::status::quiet_allowance`).
 
 use crate::config::ConfigArgs;
-use crate::core::status::{ListenerState, Outcome, Status};
+use crate::core::status::{ListenerState, Outcome, Status, quiet_allowance};
 use crate::listen::state_dir::{STATUS_FILE, StateDir};
 use crate::sys::process::pid_alive;
 use serde_json::json;
-use std::time::{Duration, SystemTime};
-
-/// The listener rewrites its status every 30 s; older than this means it is not refreshing.
-pub const STALE_AFTER: Duration = Duration::from_secs(90);
+use std::time::SystemTime;
 
 /// `status` reads the config only to find the profile's state dir, so it takes only the flags
 /// that choose it (not `--runtime`, `--api-base` or `--metrics-addr`, which it would ignore).
@@ -56,7 +58,8 @@ impl StatusArgs {
 pub enum Liveness {
     /// Its pid is alive and the status is fresh.
     Running,
-    /// Its pid is alive but the status has not been refreshed within `STALE_AFTER`.
+    /// Its pid is alive but its main loop has not turned for longer than
+    /// `core::status::quiet_allowance` allows.
     Stale,
     /// Its pid is alive and it is stopping (a run may still have its grace).
     Stopping,
@@ -72,10 +75,25 @@ pub fn assess(status: &Status, pid_alive: bool, now: SystemTime) -> Liveness {
         ListenerState::Stopping => return Liveness::Stopping,
         _ => {}
     }
-    match humantime::parse_rfc3339_weak(&status.updated_at) {
-        Ok(t) if now.duration_since(t).unwrap_or_default() <= STALE_AFTER => Liveness::Running,
-        _ => Liveness::Stale,
+    let Some(turned) = last_turn(status) else {
+        return Liveness::Stale;
+    };
+    let next_retry = status.next_retry_at.as_deref().and_then(parse_time);
+    if now.duration_since(turned).unwrap_or_default() <= quiet_allowance(turned, next_retry) {
+        Liveness::Running
+    } else {
+        Liveness::Stale
     }
+}
+
+/// When the listener last showed that its main loop turns: the later of its last write
+/// (`updated_at`) and its last touch of the file (`file_modified`).
+pub fn last_turn(status: &Status) -> Option<SystemTime> {
+    parse_time(&status.updated_at).max(status.file_modified)
+}
+
+fn parse_time(s: &str) -> Option<SystemTime> {
+    humantime::parse_rfc3339_weak(s).ok()
 }
 
 /// A time or text field as shown: `?` when the file had none.
@@ -88,11 +106,12 @@ pub fn render(profile: &str, status: &Status, liveness: Liveness) -> String {
     let mut out = Vec::new();
     let pid = status.pid;
     let updated = or_unknown(&status.updated_at);
+    let turned = last_turn(status).map_or_else(|| "?".to_string(), crate::sys::time::rfc3339);
     out.push(format!("profile     {profile}"));
     out.push(match liveness {
         Liveness::Running => format!("listener    running (pid {pid})"),
         Liveness::Stale => format!(
-            "listener    pid {pid} is alive but has not refreshed its status since {updated} (stuck?)"
+            "listener    pid {pid} is alive but its main loop has not turned since {turned} (stuck?)"
         ),
         Liveness::Stopping => format!("listener    stopping (pid {pid})"),
         Liveness::NotRunning => {
@@ -430,6 +449,7 @@ fn run_all(args: &StatusArgs) -> anyhow::Result<i32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     fn doc(state: &str, updated: SystemTime) -> Status {
         serde_json::from_value(json!({
@@ -455,6 +475,31 @@ mod tests {
         );
         let old = now - Duration::from_secs(600);
         assert_eq!(assess(&doc("connected", old), true, now), Liveness::Stale);
+        // Written long ago, but touched since: the loop turns.
+        let touched = Status {
+            file_modified: Some(now - Duration::from_secs(40)),
+            ..doc("connected", old)
+        };
+        assert_eq!(assess(&touched, true, now), Liveness::Running);
+        // Waiting out a long reconnect delay: nothing turns the loop before the retry.
+        let missed = Status {
+            next_retry_at: Some(
+                humantime::format_rfc3339(now - Duration::from_secs(200)).to_string(),
+            ),
+            ..doc("backoff", old)
+        };
+        assert_eq!(
+            assess(&missed, true, now),
+            Liveness::Stale,
+            "the retry came and went"
+        );
+        let waiting = Status {
+            next_retry_at: Some(
+                humantime::format_rfc3339(now + Duration::from_secs(1_800)).to_string(),
+            ),
+            ..doc("backoff", now - Duration::from_secs(1_200))
+        };
+        assert_eq!(assess(&waiting, true, now), Liveness::Running);
         assert_eq!(assess(&doc("stopping", now), true, now), Liveness::Stopping);
         assert_eq!(
             assess(&doc("stopping", now), false, now),

@@ -1,7 +1,8 @@
 //! The typed vocabulary of what the listener is doing, and [`Status`], the document it keeps in
-//! its state dir as `status.json` (atomic writes, refreshed on every change and every 30 s; never
-//! the key, never message text). `agentchat status`, `agentchat doctor` and `listen --once` read
-//! the same type back.
+//! its state dir as `status.json` (atomic writes on every change, never while nothing changes;
+//! never the key, never message text). `agentchat status`, `agentchat doctor` and `listen --once`
+//! read the same type back, and [`quiet_allowance`] is how long a live listener's main loop may go
+//! without a turn before they call it stuck.
 //!
 //! Every enum is written with the snake_case name its variant's doc gives, and that name is the
 //! whole format: a field added here is a field of `status.json`. Reading is tolerant, so a status
@@ -11,6 +12,24 @@
 
 use serde::de::{DeserializeOwned, Deserializer};
 use serde::{Deserialize, Serialize};
+use std::time::{Duration, SystemTime};
+
+/// How long a live listener's main loop may go without a turn before `agentchat status`,
+/// `agentchat doctor` and `/healthz` call it stuck. While the socket is up the server sends a
+/// `heartbeat` frame and a ping every 45 s (contract 3.4), and each turns the loop; a socket
+/// silent for `idle_timeout` (100 s by default) is dropped, which turns it too. Two heartbeats and
+/// that default, with slack.
+pub const STALE_AFTER: Duration = Duration::from_secs(120);
+
+/// Pure: how long after its main loop's last turn at `last_turn` a live listener may stay quiet
+/// before it counts as stuck: [`STALE_AFTER`], or until [`STALE_AFTER`] past `next_retry` when it
+/// waits out a reconnect delay (nothing turns the loop before the retry).
+pub fn quiet_allowance(last_turn: SystemTime, next_retry: Option<SystemTime>) -> Duration {
+    let until_retry = next_retry
+        .and_then(|r| r.duration_since(last_turn).ok())
+        .unwrap_or_default();
+    STALE_AFTER.saturating_add(until_retry)
+}
 
 /// The one state `status.json` shows. When several hold, the first of `stopped`, `stopping`,
 /// `starting`, `key_refused`, `runtime_unusable`, `handle_mismatch` wins, then the socket's own
@@ -242,7 +261,7 @@ pub struct Status {
     pub runtime: String,
     /// Where the key came from: `env`, `file:<path>`, `config` (never the key itself).
     pub key_source: String,
-    /// When this file was last written.
+    /// When this file was last written: on every change, never while nothing changes.
     pub updated_at: String,
     /// When the listener process started.
     pub started_at: String,
@@ -262,6 +281,12 @@ pub struct Status {
     pub texts: TextsStatus,
     /// Counts since the listener started.
     pub counters: Counters,
+    /// Not part of the document: the file's modification time, which
+    /// `listen::state_dir::StateDir::read_status` fills in. The listener touches the file without
+    /// rewriting it on a turn of its main loop when it was last written or touched 30 s ago or
+    /// more, so the later of this and `updated_at` is its main loop's last turn, to within 30 s.
+    #[serde(skip)]
+    pub file_modified: Option<SystemTime>,
 }
 
 /// The last wake.
@@ -379,6 +404,21 @@ mod tests {
     use super::*;
     use serde_json::{Value, json};
 
+    #[test]
+    fn a_quiet_loop_is_allowed_two_heartbeats_and_slack_or_until_past_its_retry() {
+        let t = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000);
+        assert_eq!(quiet_allowance(t, None), STALE_AFTER);
+        // A retry already past changes nothing.
+        assert_eq!(
+            quiet_allowance(t, Some(t - Duration::from_secs(5))),
+            STALE_AFTER
+        );
+        assert_eq!(
+            quiet_allowance(t, Some(t + Duration::from_secs(3_600))),
+            Duration::from_secs(3_600) + STALE_AFTER
+        );
+    }
+
     /// Each enum's `as_str` is its serde name, so logs and `status.json` spell a value alike.
     #[test]
     fn as_str_is_the_serde_name() {
@@ -478,6 +518,7 @@ mod tests {
                 runs_failed: 1,
                 ..Default::default()
             },
+            file_modified: None,
         }
     }
 

@@ -339,9 +339,10 @@ pub fn check_status(
         }
         crate::status::Liveness::Stale => {
             level = Level::Warn;
+            let turned = crate::status::last_turn(status)
+                .map_or_else(|| "?".to_string(), crate::sys::time::rfc3339);
             detail.push_str(&format!(
-                " (pid {pid} is alive but has not refreshed its status since {}: stuck?)",
-                or_unknown(&status.updated_at)
+                " (pid {pid} is alive but its main loop has not turned since {turned}: stuck?)"
             ));
         }
         crate::status::Liveness::Stopping => {

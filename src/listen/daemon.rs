@@ -1,6 +1,11 @@
 //! The main loop (contract 3.4 and 4): owns the coalescer and the status, starts one cycle at a time as
-//! a task, refreshes texts and status on timers, and handles signals (SIGTERM/SIGINT stop,
-//! SIGHUP reload) and systemd notification. The socket runs as its own task and sends wakes here.
+//! a task, refreshes texts on a timer, and handles signals (SIGTERM/SIGINT stop, SIGHUP reload)
+//! and systemd notification. The socket runs as its own task and sends wakes here.
+//!
+//! An idle listener does nothing of its own: `status.json` is written when something in it
+//! changes, and no timer wakes the loop (the texts refresh is daily). The server's heartbeat
+//! (every 45 s, contract 3.4) still turns it, and such a turn touches the file, at most every
+//! `TOUCH_EVERY`, so `agentchat status` can tell a stuck loop (`core::status::quiet_allowance`).
 
 use super::TimeScale;
 use super::cycle::{self, CycleInput, CycleReport, RunStarting};
@@ -24,9 +29,12 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 use tokio::time::Interval;
 
-const STATUS_REFRESH: Duration = Duration::from_secs(30);
-/// However far a test scales time, the status file is not rewritten (and synced) more often.
-const STATUS_REFRESH_MIN: Duration = Duration::from_millis(250);
+/// A turn of the main loop touches `status.json` (its modification time, not its content) when
+/// it was last written or touched this long ago or more: well under the server's 45 s heartbeat,
+/// so every heartbeat that finds the file unchanged touches it.
+const TOUCH_EVERY: Duration = Duration::from_secs(30);
+/// However far a test scales time, the status file is not touched more often.
+const TOUCH_EVERY_MIN: Duration = Duration::from_millis(250);
 /// While the key is refused, how often the config (and key file) is read again to notice a new key.
 const KEY_CHECK: Duration = Duration::from_secs(2);
 const TEXTS_REFRESH: Duration = Duration::from_secs(24 * 3600);
@@ -79,6 +87,12 @@ struct Daemon {
     status_write_failing: bool,
     /// The status changed since it was last written; the main loop writes it once per turn.
     status_dirty: bool,
+    /// `status.json` as last written, open for touching; `None` when the last write failed.
+    status_file: Option<std::fs::File>,
+    /// When `status.json` was last written or touched.
+    status_proof: Instant,
+    /// [`TOUCH_EVERY`] at the test time scale.
+    touch_every: Duration,
     /// A cycle has started and its run is not spawned yet: nothing is written to disk meanwhile
     /// (a wake's way to its run is not held up by a synced write; the periodic refresh still
     /// writes).
@@ -217,13 +231,29 @@ impl Wiring {
     }
 }
 
-/// The main loop's timers.
+/// The main loop's timers. None of them ticks while the listener is idle and connected (the
+/// texts refresh is daily, the key check runs only while the key is refused, and systemd's
+/// watchdog is pinged on the server's heartbeats).
 struct Timers {
-    status: Interval,
     texts: Interval,
     key: Interval,
-    /// systemd's watchdog, pinged at half its interval when it is on.
-    watchdog: Option<Interval>,
+    /// systemd's watchdog, pinged at half its interval when it is on, unless a turn of the loop
+    /// pinged it since (see [`Timers::turned`]).
+    watchdog: Option<Watchdog>,
+}
+
+/// systemd's watchdog (`WatchdogSec=` in the unit): a ping at least every half interval.
+struct Watchdog {
+    interval: Interval,
+    last: tokio::time::Instant,
+}
+
+impl Watchdog {
+    fn ping(&mut self) {
+        let _ = sd_notify::notify(&[sd_notify::NotifyState::Watchdog]);
+        self.last = tokio::time::Instant::now();
+        self.interval.reset();
+    }
 }
 
 impl Timers {
@@ -238,12 +268,26 @@ impl Timers {
         let watchdog = notify
             .then(sd_notify::watchdog_enabled)
             .flatten()
-            .map(|w| tokio::time::interval((w / 2).max(Duration::from_millis(100))));
+            .map(|w| Watchdog {
+                interval: tokio::time::interval((w / 2).max(Duration::from_millis(100))),
+                last: tokio::time::Instant::now(),
+            });
         Timers {
-            status: every(scale.apply(STATUS_REFRESH).max(STATUS_REFRESH_MIN)),
             texts,
             key: every(KEY_CHECK),
             watchdog,
+        }
+    }
+
+    /// The main loop turned: a watchdog last pinged a quarter of its interval ago or more is
+    /// pinged now, and its timer starts over. The server's heartbeat (45 s) turns the loop more
+    /// often than the unit's half interval (60 s), so while the socket is up the timer never
+    /// fires and the ping costs no wakeup of its own.
+    fn turned(&mut self) {
+        if let Some(w) = self.watchdog.as_mut()
+            && w.last.elapsed() >= w.interval.period() / 2
+        {
+            w.ping();
         }
     }
 }
@@ -258,6 +302,8 @@ async fn main_loop(
 ) -> &'static str {
     loop {
         d.flush_status();
+        d.turned();
+        timers.turned();
         let due = if w.cycle.is_none() {
             d.coalescer.due().map(|at| at.saturating_sub(d.now_ms()))
         } else {
@@ -304,14 +350,15 @@ async fn main_loop(
                 d.on_cycle_task_end(r);
                 start_due_cycle(d, w);
             }
-            _ = timers.status.tick() => d.write_status(),
             _ = timers.key.tick(), if d.socket_state == SocketState::KeyRefused => {
                 d.check_key_file(&w.params);
             }
             _ = timers.texts.tick() => d.spawn_texts_refresh(&w.texts_tx),
             Some(r) = w.texts.recv() => d.on_texts(r),
-            _ = tick(&mut timers.watchdog) => {
-                let _ = sd_notify::notify(&[sd_notify::NotifyState::Watchdog]);
+            _ = watchdog_due(&mut timers.watchdog) => {
+                if let Some(w) = timers.watchdog.as_mut() {
+                    w.ping();
+                }
             }
         }
     }
@@ -359,11 +406,11 @@ async fn cycle_end(
     }
 }
 
-/// The next tick of an interval that may be off; never when it is.
-async fn tick(interval: &mut Option<Interval>) {
-    match interval.as_mut() {
-        Some(i) => {
-            i.tick().await;
+/// The next tick of the watchdog's timer; never when there is no watchdog.
+async fn watchdog_due(watchdog: &mut Option<Watchdog>) {
+    match watchdog.as_mut() {
+        Some(w) => {
+            w.interval.tick().await;
         }
         None => std::future::pending().await,
     }
@@ -400,12 +447,10 @@ impl Daemon {
             detail: None,
             texts: TextsStatus::default(),
             counters: Counters::default(),
+            file_modified: None,
         };
         let (quiet_ms, max_delay_ms) = windows(&settings);
-        let metrics = Metrics::for_settings(
-            &settings,
-            scale.apply(STATUS_REFRESH).max(STATUS_REFRESH_MIN),
-        );
+        let metrics = Metrics::for_settings(&settings);
         Ok(Daemon {
             args,
             settings,
@@ -431,6 +476,9 @@ impl Daemon {
             status_write_failing: false,
             status_dirty: false,
             status_held: false,
+            status_file: None,
+            status_proof: Instant::now(),
+            touch_every: scale.apply(TOUCH_EVERY).max(TOUCH_EVERY_MIN),
             pending_windows: None,
             texts_missing_logged: false,
             last_frame: None,
@@ -801,6 +849,25 @@ impl Daemon {
         }
     }
 
+    /// The main loop turned: `/healthz` hears it, and `status.json` is touched when it was last
+    /// written or touched `TOUCH_EVERY` ago (never while a cycle is on its way to its run). A
+    /// file that cannot be touched is written instead.
+    fn turned(&mut self) {
+        self.metrics.turned();
+        if self.status_held || self.status_proof.elapsed() < self.touch_every {
+            return;
+        }
+        let touched = self
+            .status_file
+            .as_ref()
+            .is_some_and(|f| f.set_modified(SystemTime::now()).is_ok());
+        if touched {
+            self.status_proof = Instant::now();
+        } else {
+            self.write_status();
+        }
+    }
+
     fn write_status(&mut self) {
         self.status_dirty = false;
         let now = SystemTime::now();
@@ -831,17 +898,22 @@ impl Daemon {
         self.status.last_frame_at = self.last_frame.map(time::rfc3339);
         self.status.updated_at = time::rfc3339(now);
         self.metrics.observe_status(&self.status);
+        self.status_proof = Instant::now();
         match self.state.write_status(&self.status) {
-            Ok(()) if self.status_write_failing => {
-                self.status_write_failing = false;
-                tracing::info!(event = %"status_write_recovered", "status.json is written again");
+            Ok(file) => {
+                self.status_file = Some(file);
+                if self.status_write_failing {
+                    self.status_write_failing = false;
+                    tracing::info!(event = %"status_write_recovered", "status.json is written again");
+                }
             }
-            Ok(()) => {}
-            Err(e) if !self.status_write_failing => {
-                self.status_write_failing = true;
-                tracing::warn!(event = %"status_write_failed", error = %e, "could not write status.json; the listener keeps working and logs this once until a write succeeds");
+            Err(e) => {
+                self.status_file = None;
+                if !self.status_write_failing {
+                    self.status_write_failing = true;
+                    tracing::warn!(event = %"status_write_failed", error = %e, "could not write status.json; the listener keeps working and logs this once until a write succeeds");
+                }
             }
-            Err(_) => {}
         }
     }
 
@@ -1084,6 +1156,35 @@ mod tests {
             stopping: false,
             stopped: false,
         }
+    }
+
+    /// A turn pings a watchdog last pinged half its timer's period ago or more, and the timer
+    /// starts over: with turns that often, the timer itself never fires.
+    #[tokio::test(start_paused = true)]
+    async fn a_turn_pings_the_watchdog_once_its_last_ping_is_half_a_period_old() {
+        let period = Duration::from_secs(60);
+        let mut timers = Timers::new(TimeScale(1.0), false);
+        timers.watchdog = Some(Watchdog {
+            interval: tokio::time::interval(period),
+            last: tokio::time::Instant::now(),
+        });
+        let last = |t: &Timers| t.watchdog.as_ref().map(|w| w.last);
+        let start = last(&timers);
+        tokio::time::advance(Duration::from_secs(29)).await;
+        timers.turned();
+        assert_eq!(last(&timers), start, "too soon");
+        tokio::time::advance(Duration::from_secs(1)).await;
+        timers.turned();
+        let pinged = tokio::time::Instant::now();
+        assert_eq!(last(&timers), Some(pinged));
+        // The timer was reset by that ping: nothing is due before a whole period from it.
+        tokio::time::advance(period - Duration::from_millis(1)).await;
+        let due = futures_util::FutureExt::now_or_never(watchdog_due(&mut timers.watchdog));
+        assert!(due.is_none());
+        tokio::time::advance(Duration::from_millis(1)).await;
+        assert!(
+            futures_util::FutureExt::now_or_never(watchdog_due(&mut timers.watchdog)).is_some()
+        );
     }
 
     #[test]

@@ -4,7 +4,8 @@
 //!
 //! - `GET /metrics`: the Prometheus text exposition format (version 0.0.4);
 //! - `GET /healthz`: 200 while the main loop turns; 503 with a one-line reason when its last turn
-//!   is older than the bound (three status refreshes: 90 s), or while it stops. The listener's
+//!   is older than the bound (`core::status::quiet_allowance`: 120 s, two server heartbeats and
+//!   slack, or until past the socket's next retry), or while it stops. The listener's
 //!   runtime has one thread, so a loop blocked outright leaves the endpoint unanswered (a probe's
 //!   timeout counts that as a failure too);
 //! - `GET /readyz`: 200 only while the socket is up, which means the key was accepted; 503 with
@@ -26,7 +27,7 @@
 use super::cycle::CycleReport;
 use crate::core::engine::WakeCause;
 use crate::core::reconnect::CloseKind;
-use crate::core::status::Status;
+use crate::core::status::{STALE_AFTER, Status, quiet_allowance};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::net::SocketAddr;
@@ -195,7 +196,7 @@ const LAST_FRAME_AGE: Def = Def {
 const LOOP_AGE: Def = Def {
     name: "agentchat_main_loop_last_turn_age_seconds",
     kind: "gauge",
-    help: "Seconds since the main loop last wrote its status (it does every 30 s and on every change).",
+    help: "Seconds since the main loop last turned (every frame turns it, the server's heartbeat every 45 s included).",
 };
 const START_TIME: Def = Def {
     name: "agentchat_start_time_seconds",
@@ -240,8 +241,10 @@ struct Inner {
     /// `status.json`'s `state` and `socket` when it was last written.
     state: String,
     socket: String,
-    /// When the main loop last wrote the status.
+    /// When the main loop last turned.
     last_turn: Option<Instant>,
+    /// When the socket tries again (`status.json`'s `next_retry_at`), while it waits to.
+    next_retry: Option<SystemTime>,
     last_frame: Option<Instant>,
     socket_up: bool,
     run_started: Option<Instant>,
@@ -276,8 +279,6 @@ impl Inner {
 pub struct Metrics {
     enabled: bool,
     profile: String,
-    /// `/healthz` fails when the main loop's last turn is older than this.
-    health_bound: Duration,
     started_at: SystemTime,
     inner: Mutex<Inner>,
 }
@@ -290,9 +291,8 @@ pub struct Probe {
 }
 
 impl Metrics {
-    /// A registry that records (metrics are on). `status_refresh` is how often the main loop
-    /// writes its status when nothing happens; three of them without a turn mean wedged.
-    pub fn new(profile: &str, status_refresh: Duration) -> Arc<Metrics> {
+    /// A registry that records (metrics are on).
+    pub fn new(profile: &str) -> Arc<Metrics> {
         let mut inner = Inner::default();
         // Series that exist from the start at 0, so `rate()` and `increase()` see their first
         // increment.
@@ -319,7 +319,6 @@ impl Metrics {
         Arc::new(Metrics {
             enabled: true,
             profile: profile.to_string(),
-            health_bound: status_refresh * 3,
             started_at: SystemTime::now(),
             inner: Mutex::new(inner),
         })
@@ -330,7 +329,6 @@ impl Metrics {
         Arc::new(Metrics {
             enabled: false,
             profile: String::new(),
-            health_bound: Duration::MAX,
             started_at: SystemTime::now(),
             inner: Mutex::new(Inner::default()),
         })
@@ -350,10 +348,28 @@ impl Metrics {
 
     // ---- hooks: the main loop ----
 
-    /// The status was written: the main loop turned. Keeps the state for the gauges and probes.
+    /// The main loop turned (`/healthz`).
+    pub fn turned(&self) {
+        if let Some(mut i) = self.lock() {
+            i.last_turn = Some(Instant::now());
+        }
+    }
+
+    /// The status was written: the main loop turned. Keeps the state for the gauges and probes,
+    /// and the socket's next retry for `/healthz`.
     pub fn observe_status(&self, status: &Status) {
+        if !self.enabled {
+            return;
+        }
         let socket = status.socket.map_or("", |s| s.as_str());
         self.observe_state(status.state.as_str(), socket);
+        let next_retry = status
+            .next_retry_at
+            .as_deref()
+            .and_then(|t| humantime::parse_rfc3339_weak(t).ok());
+        if let Some(mut i) = self.lock() {
+            i.next_retry = next_retry;
+        }
     }
 
     /// [`Metrics::observe_status`] with `status.json`'s `state` and `socket` words.
@@ -512,21 +528,25 @@ impl Metrics {
 
     // ---- the endpoint's answers ----
 
-    /// `/healthz`: 200 while the main loop turns.
+    /// `/healthz`: 200 while the main loop turns as often as `core::status::quiet_allowance`
+    /// (the rule `agentchat status` applies to the status file) asks.
     pub fn health(&self) -> Probe {
         let i = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         let age = i.last_turn.map(|t| t.elapsed());
+        let bound = age
+            .and_then(|a| SystemTime::now().checked_sub(a))
+            .map_or(STALE_AFTER, |turned| quiet_allowance(turned, i.next_retry));
         match (i.state.as_str(), age) {
             ("stopping" | "stopped", _) => Probe {
                 code: 503,
                 line: format!("the listener is {}", i.state),
             },
-            (_, Some(a)) if a > self.health_bound => Probe {
+            (_, Some(a)) if a > bound => Probe {
                 code: 503,
                 line: format!(
                     "wedged: the main loop last turned {} s ago (bound {} s)",
                     a.as_secs(),
-                    self.health_bound.as_secs()
+                    bound.as_secs()
                 ),
             },
             (_, None) => Probe {
@@ -841,12 +861,9 @@ fn answer<B>(m: &Metrics, req: &hyper::Request<B>) -> hyper::Response<Body> {
 impl Metrics {
     /// The registry for these settings: recording when `listen.metrics_addr` is set, else
     /// [`Metrics::off`].
-    pub fn for_settings(
-        settings: &crate::config::Settings,
-        status_refresh: Duration,
-    ) -> Arc<Metrics> {
+    pub fn for_settings(settings: &crate::config::Settings) -> Arc<Metrics> {
         match settings.listen.metrics_addr {
-            Some(_) => Metrics::new(&settings.profile, status_refresh),
+            Some(_) => Metrics::new(&settings.profile),
             None => Metrics::off(),
         }
     }
@@ -875,7 +892,7 @@ mod tests {
 
     #[test]
     fn the_page_moves_with_the_hooks_and_keeps_label_values_on_fixed_lists() {
-        let m = Metrics::new("work", Duration::from_secs(30));
+        let m = Metrics::new("work");
         m.wake(&WakeCause::Message, 1);
         m.wake(&WakeCause::Wake("reminder".into()), 1);
         m.wake(&WakeCause::Wake("something_new".into()), 1);
@@ -987,19 +1004,25 @@ mod tests {
 
     #[test]
     fn health_is_ok_while_the_loop_turns_and_names_the_wedge_or_the_stop() {
-        let m = Metrics::new("default", Duration::from_secs(30));
+        let m = Metrics::new("default");
         assert_eq!(m.health().code, 503, "before the first turn");
         m.observe_state("connected", "connected");
         assert_eq!(m.health().code, 200);
-        m.inner.lock().unwrap().last_turn = Some(Instant::now() - Duration::from_secs(91));
+        m.inner.lock().unwrap().last_turn = Some(Instant::now() - Duration::from_secs(121));
         let p = m.health();
         assert_eq!(p.code, 503);
         assert!(
             p.line
-                .starts_with("wedged: the main loop last turned 91 s ago (bound 90 s)"),
+                .starts_with("wedged: the main loop last turned 121 s ago (bound 120 s)"),
             "{}",
             p.line
         );
+        // Waiting out a reconnect delay: quiet until past the retry is no wedge.
+        m.inner.lock().unwrap().next_retry = Some(SystemTime::now() + Duration::from_secs(600));
+        assert_eq!(m.health().code, 200);
+        m.turned();
+        m.inner.lock().unwrap().next_retry = None;
+        assert_eq!(m.health().code, 200);
         m.observe_state("stopping", "connected");
         assert_eq!(
             m.health(),
@@ -1012,7 +1035,7 @@ mod tests {
 
     #[test]
     fn ready_only_with_the_socket_up() {
-        let m = Metrics::new("default", Duration::from_secs(30));
+        let m = Metrics::new("default");
         assert_eq!(m.readiness().code, 503);
         for (state, socket, code) in [
             ("connected", "connected", 200),
@@ -1037,7 +1060,7 @@ mod tests {
     #[tokio::test]
     async fn the_endpoint_answers_each_path_over_http() {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let m = Metrics::new("default", Duration::from_secs(30));
+        let m = Metrics::new("default");
         m.observe_state("connected", "connected");
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
@@ -1060,13 +1083,13 @@ mod tests {
         );
         assert!(page.contains("# TYPE agentchat_wakes_total counter"));
         assert!(get("/nope").await.starts_with("HTTP/1.1 404"));
-        m.inner.lock().unwrap().last_turn = Some(Instant::now() - Duration::from_secs(120));
+        m.inner.lock().unwrap().last_turn = Some(Instant::now() - Duration::from_secs(150));
         let wedged = get("/healthz").await;
         assert!(wedged.starts_with("HTTP/1.1 503"), "{wedged}");
         assert!(
             wedged
                 .trim_end()
-                .ends_with("wedged: the main loop last turned 120 s ago (bound 90 s)"),
+                .ends_with("wedged: the main loop last turned 150 s ago (bound 120 s)"),
             "{wedged}"
         );
     }

@@ -67,7 +67,7 @@ fn parse_log_filter(raw: &str) -> Result<String, String> {
 }
 
 /// Test-only: `AGENTCHAT_TEST_TIME_SCALE` divides the listener's own fixed timers (invite-rule
-/// pace, key-refused retry, status refresh, texts refresh, the ordinary reconnect backoff). Never
+/// pace, key-refused retry, status touch, texts refresh, the ordinary reconnect backoff). Never
 /// the connect budget's `retry_after`, which is the server's (contract 3.4). Config decides
 /// whether it is honoured (`config::TestTimeScale`: only against a loopback `api_base`).
 #[derive(Debug, Clone, Copy, PartialEq)]

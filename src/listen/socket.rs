@@ -671,40 +671,43 @@ impl Tally {
 const SUMMARY_EVERY: Duration = Duration::from_millis(100);
 
 /// The frames' log: a burst after a quiet `SUMMARY_EVERY` gets its line at once; the bursts that
-/// follow within that time are added up and get one line when it ends.
+/// follow within that time are added up and get one line when it ends. A timer runs only while
+/// bursts wait to be summed up: a lone burst (a heartbeat) leaves none behind.
 #[derive(Default)]
 struct SummaryLog {
     pending: Tally,
-    /// When the bursts added up so far are logged; `None` when the socket is quiet.
+    /// Until when a new burst is added up instead of logged at once: `SUMMARY_EVERY` after the
+    /// last line.
     until: Option<tokio::time::Instant>,
 }
 
 impl SummaryLog {
     fn record(&mut self, burst: Tally) {
+        let now = tokio::time::Instant::now();
+        self.pending.add(burst);
         match self.until {
-            None => {
-                burst.log();
-                self.until = Some(tokio::time::Instant::now() + SUMMARY_EVERY);
+            Some(until) if now < until => {}
+            // The time is up (its timer has not fired yet, or nothing was pending): this burst
+            // and whatever waits get their line now.
+            _ => {
+                self.flush();
+                self.until = Some(now + SUMMARY_EVERY);
             }
-            Some(_) => self.pending.add(burst),
         }
     }
 
+    /// When the bursts added up so far are logged; `None` when there are none.
     fn due(&self) -> Option<tokio::time::Instant> {
-        self.until
+        self.until.filter(|_| self.pending.frames > 0)
     }
 
-    /// The time is over: log what it added up, or call the socket quiet.
+    /// The time is over: log what it added up.
     fn on_due(&mut self) {
-        if self.pending.frames == 0 {
-            self.until = None;
-        } else {
-            self.flush();
-            self.until = Some(tokio::time::Instant::now() + SUMMARY_EVERY);
-        }
+        self.flush();
+        self.until = Some(tokio::time::Instant::now() + SUMMARY_EVERY);
     }
 
-    /// Logs what is pending now (the connection ended).
+    /// Logs what is pending now (the time is over, or the connection ended).
     fn flush(&mut self) {
         if self.pending.frames > 0 {
             std::mem::take(&mut self.pending).log();
@@ -1070,6 +1073,36 @@ fn truncate(s: &str, max: usize) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn frames(n: u64) -> Tally {
+        Tally {
+            frames: n,
+            ..Tally::default()
+        }
+    }
+
+    /// A lone burst is logged at once and arms no timer; bursts within `SUMMARY_EVERY` wait for
+    /// one line, which the timer writes, or the first burst after the time is up if that comes
+    /// first: nothing pending is ever left behind a later line.
+    #[tokio::test(start_paused = true)]
+    async fn the_summary_log_sums_bursts_up_and_times_only_what_waits() {
+        let mut log = SummaryLog::default();
+        log.record(frames(1));
+        assert_eq!((log.pending.frames, log.due()), (0, None), "a lone burst");
+        log.record(frames(2));
+        log.record(frames(3));
+        assert_eq!(log.pending.frames, 5);
+        let due = log.due().expect("a timer while bursts wait");
+        tokio::time::advance(SUMMARY_EVERY).await;
+        assert!(tokio::time::Instant::now() >= due);
+        // The timer has not fired yet: the next burst takes what waits with it.
+        log.record(frames(4));
+        assert_eq!((log.pending.frames, log.due()), (0, None));
+        log.record(frames(5));
+        tokio::time::advance(SUMMARY_EVERY).await;
+        log.on_due();
+        assert_eq!((log.pending.frames, log.due()), (0, None));
+    }
 
     #[test]
     fn ws_url_follows_the_api_base_scheme() {

@@ -4,7 +4,7 @@
 
 use crate::core::invite_rule::InviteMemory;
 use crate::core::status::Status;
-use crate::sys::fs::{create_private_dir, write_atomic};
+use crate::sys::fs::{create_private_dir, write_atomic, write_atomic_unsynced};
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
@@ -297,22 +297,36 @@ impl StateDir {
         }
     }
 
-    /// Reads `status.json` into the typed status; `Ok(None)` when there is none (no listener has
-    /// run with this state dir). Older and newer files read too (see `core::status`).
+    /// Reads `status.json` into the typed status, with the file's modification time (when the
+    /// listener last touched it, `Status::file_modified`); `Ok(None)` when there is none (no
+    /// listener has run with this state dir). Older and newer files read too (see `core::status`).
     pub fn read_status(&self) -> Result<Option<Status>, StatusReadError> {
         let path = self.path(STATUS_FILE);
-        match std::fs::read(&path) {
-            Ok(bytes) => serde_json::from_slice(&bytes)
-                .map(Some)
+        let read = File::open(&path).and_then(|mut f| {
+            let modified = f.metadata()?.modified().ok();
+            let mut bytes = Vec::new();
+            f.read_to_end(&mut bytes)?;
+            Ok((bytes, modified))
+        });
+        match read {
+            Ok((bytes, modified)) => serde_json::from_slice(&bytes)
+                .map(|status| {
+                    Some(Status {
+                        file_modified: modified,
+                        ..status
+                    })
+                })
                 .map_err(|error| StatusReadError::NotAStatusFile { path, error }),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
             Err(error) => Err(StatusReadError::Io { path, error }),
         }
     }
 
-    pub fn write_status(&self, status: &Status) -> std::io::Result<()> {
+    /// Replaces `status.json` (without an `fsync`: it is rewritten on every change, and a new
+    /// listener writes it again at start). Returns the new file, open, for touching it.
+    pub fn write_status(&self, status: &Status) -> std::io::Result<File> {
         let bytes = serde_json::to_vec_pretty(status).map_err(std::io::Error::other)?;
-        write_atomic(&self.path(STATUS_FILE), &bytes)
+        write_atomic_unsynced(&self.path(STATUS_FILE), &bytes)
     }
 }
 
@@ -344,8 +358,22 @@ mod tests {
             pid: 42,
             ..Default::default()
         };
-        dir.write_status(&status).unwrap();
-        assert_eq!(dir.read_status().unwrap(), Some(status));
+        let file = dir.write_status(&status).unwrap();
+        let read = dir.read_status().unwrap().unwrap();
+        assert_eq!(
+            read,
+            Status {
+                file_modified: read.file_modified,
+                ..status
+            }
+        );
+        // A touch of the file the write handed back is what a reader sees as its last turn.
+        let later = read.file_modified.unwrap() + std::time::Duration::from_secs(7);
+        file.set_modified(later).unwrap();
+        assert_eq!(
+            dir.read_status().unwrap().unwrap().file_modified,
+            Some(later)
+        );
         std::fs::write(dir.path(STATUS_FILE), b"{ half").unwrap();
         let e = dir.read_status().unwrap_err();
         assert!(matches!(e, StatusReadError::NotAStatusFile { .. }));

@@ -267,6 +267,10 @@ struct GroupRecord {
     boot_id: Option<String>,
 }
 
+/// Written right after the spawn, so without an `fsync`: the record is for a listener killed
+/// while its run lives, and the page cache outlives any process; a crash of the machine ends the
+/// group too (and the boot id tells its record apart). A synced write here forced a journal
+/// commit while the run was starting, and the run's own first writes waited for it.
 fn record_group(path: &Path, pgid: i32) -> std::io::Result<()> {
     let record = GroupRecord {
         pgid,
@@ -274,7 +278,7 @@ fn record_group(path: &Path, pgid: i32) -> std::io::Result<()> {
         boot_id: boot_id(),
     };
     let bytes = serde_json::to_vec(&record).map_err(std::io::Error::other)?;
-    crate::sys::fs::write_atomic(path, &bytes)
+    crate::sys::fs::write_atomic_unsynced(path, &bytes).map(drop)
 }
 
 /// Ends the process group a killed listener's run left behind (its `run.group` in `runs_dir`):

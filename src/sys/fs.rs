@@ -9,7 +9,23 @@ use std::path::Path;
 /// Writes `bytes` to a temp file beside `path` (0600) and renames it over `path`, so a reader
 /// never sees half a file.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    write_atomic_mode(path, bytes, 0o600)
+    write_atomic_mode(path, bytes, 0o600, Sync::Yes).map(drop)
+}
+
+/// `write_atomic` without the `fsync`, for a file rewritten often that a crash may leave at its
+/// previous version (the listener's `status.json`, which a new listener writes again at start): a
+/// reader still never sees half a file, and the writer never waits for the disk. Returns the new
+/// file, still open, so its writer can touch it later (`File::set_modified`) without a path
+/// lookup.
+pub fn write_atomic_unsynced(path: &Path, bytes: &[u8]) -> std::io::Result<File> {
+    write_atomic_mode(path, bytes, 0o600, Sync::No)
+}
+
+/// Whether an atomic write waits for the data to reach the disk before the rename.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Sync {
+    Yes,
+    No,
 }
 
 /// `write_atomic` for a file of the user's (the identity block's file, a service unit): keeps
@@ -19,10 +35,10 @@ pub fn write_keeping_mode(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     let mode = std::fs::metadata(path)
         .map(|m| m.mode() & 0o7777)
         .unwrap_or(0o644);
-    write_atomic_mode(path, bytes, mode)
+    write_atomic_mode(path, bytes, mode, Sync::Yes).map(drop)
 }
 
-fn write_atomic_mode(path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<()> {
+fn write_atomic_mode(path: &Path, bytes: &[u8], mode: u32, sync: Sync) -> std::io::Result<File> {
     let name = path
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
@@ -40,10 +56,12 @@ fn write_atomic_mode(path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<()
             .mode(0o600)
             .open(&tmp)?;
         f.write_all(bytes)?;
-        f.sync_all()?;
-        drop(f);
-        std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(mode))?;
-        std::fs::rename(&tmp, path)
+        if sync == Sync::Yes {
+            f.sync_all()?;
+        }
+        f.set_permissions(std::fs::Permissions::from_mode(mode))?;
+        std::fs::rename(&tmp, path)?;
+        Ok(f)
     })();
     if written.is_err() {
         // A full disk or a failed rename must not leave a temp file behind on every retry.

@@ -1068,18 +1068,34 @@ async fn sigterm_while_a_cycle_waits_out_a_429_stops_without_waiting_for_it() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_status_file_is_refreshed_on_its_timer_without_any_event() {
-    // 30 s / 30 = 1 s.
+async fn an_idle_listener_leaves_its_status_file_as_written_and_touches_it_on_the_heartbeat() {
+    // The sim's heartbeat every 45 s / 30 = 1.5 s; the listener touches at most every 30 s / 30.
     let opts = Opts {
         time_scale: 30.0,
         ..Opts::default()
     };
-    let (_sim, _alice, _bob, setup, l) = bob_listening(&opts).await;
-    let first = setup.status()["updated_at"].as_str().unwrap().to_string();
+    let sim = Sim::start(30.0).await;
+    let bob = sim.agent("bob").await;
+    let setup = Setup::new(&opts);
+    let l = Listener::start(&sim, &bob, &setup, &opts);
+    // The connect cycle's end is the last change there is to write.
     assert!(
-        eventually(5.0, || setup.status()["updated_at"].as_str().unwrap_or("")
-            > first.as_str())
-        .await
+        eventually(15.0, || !setup.status()["last_cycle"]["outcome"].is_null()).await,
+        "{}",
+        l.log()
+    );
+    let path = setup.state_dir.join("status.json");
+    let modified = || std::fs::metadata(&path).unwrap().modified().unwrap();
+    let (written, first) = (std::fs::read_to_string(&path).unwrap(), modified());
+    assert!(
+        eventually(10.0, || modified() > first).await,
+        "never touched:\n{}",
+        l.log()
+    );
+    assert_eq!(
+        std::fs::read_to_string(&path).unwrap(),
+        written,
+        "touched, not rewritten: nothing in it changed"
     );
     let s = setup.status();
     for field in [
