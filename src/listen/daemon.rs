@@ -91,8 +91,6 @@ struct Daemon {
     status_file: Option<std::fs::File>,
     /// When `status.json` was last written or touched.
     status_proof: Instant,
-    /// [`TOUCH_EVERY`] at the test time scale.
-    touch_every: Duration,
     /// A cycle has started and its run is not spawned yet: nothing is written to disk meanwhile
     /// (a wake's way to its run is not held up by a synced write; the periodic refresh still
     /// writes).
@@ -424,7 +422,6 @@ impl Daemon {
         state: StateDir,
         notify: bool,
     ) -> Result<Daemon, ApiError> {
-        let scale = TimeScale(settings.time_scale.factor());
         let api = Api::new(&settings.api_base, key.clone())?;
         let now = SystemTime::now();
         let status = Status {
@@ -478,7 +475,6 @@ impl Daemon {
             status_held: false,
             status_file: None,
             status_proof: Instant::now(),
-            touch_every: scale.apply(TOUCH_EVERY).max(TOUCH_EVERY_MIN),
             pending_windows: None,
             texts_missing_logged: false,
             last_frame: None,
@@ -854,7 +850,8 @@ impl Daemon {
     /// file that cannot be touched is written instead.
     fn turned(&mut self) {
         self.metrics.turned();
-        if self.status_held || self.status_proof.elapsed() < self.touch_every {
+        let touch_every = self.scale().apply(TOUCH_EVERY).max(TOUCH_EVERY_MIN);
+        if self.status_held || self.status_proof.elapsed() < touch_every {
             return;
         }
         let touched = self
