@@ -146,13 +146,12 @@ pub fn render(profile: &str, status: &Status, liveness: Liveness) -> String {
         ));
     }
     if let Some(c) = &status.last_cycle {
-        out.push(format!(
+        let mut line = format!(
             "last cycle  {} at {}: {}",
             or_unknown(&c.id),
             or_unknown(&c.started_at),
             outcome_word(c.outcome)
-        ));
-        let line = out.last_mut().expect("just pushed");
+        );
         if let Some(k) = c.run_kind {
             line.push_str(&format!(" ({} run)", k.as_str()));
         }
@@ -162,6 +161,7 @@ pub fn render(profile: &str, status: &Status, liveness: Liveness) -> String {
         if let Some(f) = &c.failure {
             line.push_str(&format!(", {f}"));
         }
+        out.push(line);
         if let Some(log) = &c.run_log {
             out.push(format!("run log     {log}"));
         }

@@ -57,7 +57,9 @@ fn seen_key(id: &str) -> SeenKey {
     use sha2::Digest as _;
     let digest = sha2::Sha256::digest(id.as_bytes());
     let mut key = [0u8; 16];
-    key.copy_from_slice(&digest[..16]);
+    for (k, d) in key.iter_mut().zip(digest) {
+        *k = d;
+    }
     key
 }
 

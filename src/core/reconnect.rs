@@ -75,16 +75,21 @@ pub fn parse_retry_after(reason: &str) -> Option<u64> {
     let bytes = reason.as_bytes();
     let mut from = 0;
     while from + KEY.len() <= bytes.len() {
-        let pos = bytes[from..]
+        let pos = bytes
+            .get(from..)?
             .windows(KEY.len())
             .position(|w| w.eq_ignore_ascii_case(KEY))?
             + from;
         from = pos + KEY.len();
-        let word_start = pos == 0 || !is_word_byte(bytes[pos - 1]);
-        if !word_start {
+        let after_word_byte = pos
+            .checked_sub(1)
+            .and_then(|i| bytes.get(i))
+            .is_some_and(|b| is_word_byte(*b));
+        if after_word_byte {
             continue;
         }
-        if let Some(v) = parse_value(&reason[pos + KEY.len()..]) {
+        // KEY is ASCII, so the byte after it is a char boundary and `get` finds it.
+        if let Some(v) = reason.get(pos + KEY.len()..).and_then(parse_value) {
             return Some(v);
         }
     }

@@ -77,7 +77,12 @@ impl RuntimeKind {
 
     /// This runtime's row of [`RUNTIMES`].
     pub fn descriptor(self) -> &'static RuntimeDescriptor {
-        &RUNTIMES[self as usize]
+        let [claude_code, codex, script] = &RUNTIMES;
+        match self {
+            RuntimeKind::ClaudeCode => claude_code,
+            RuntimeKind::Codex => codex,
+            RuntimeKind::Script => script,
+        }
     }
 
     /// The name used in config, flags, `status.json` and logs.

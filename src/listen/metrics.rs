@@ -226,8 +226,13 @@ impl Histogram {
         }
     }
     fn observe(&mut self, v: f64) {
-        if let Some(i) = self.bounds.iter().position(|b| v <= *b) {
-            self.counts[i] += 1;
+        if let Some(count) = self
+            .bounds
+            .iter()
+            .zip(self.counts.iter_mut())
+            .find_map(|(b, count)| (v <= *b).then_some(count))
+        {
+            *count += 1;
         }
         self.sum += v;
         self.count += 1;

@@ -34,7 +34,7 @@ pub fn prepare(ctx: &RunContext<'_>) -> Result<RunSpec, RuntimeError> {
 
     Ok(RunSpec {
         program,
-        args: command[1..].to_vec(),
+        args: command.get(1..).unwrap_or_default().to_vec(),
         env,
         env_remove,
         stdin: Some(ctx.prompt.as_bytes().to_vec()),

@@ -402,11 +402,11 @@ async fn relay_output(
     while out.is_some() || err.is_some() {
         tokio::select! {
             n = read_some(&mut out, &mut out_buf) => match n {
-                Some(n) => log.push(&out_buf[..n]),
+                Some(n) => log.push(out_buf.get(..n).unwrap_or_default()),
                 None => out = None,
             },
             n = read_some(&mut err, &mut err_buf) => match n {
-                Some(n) => log.push(&err_buf[..n]),
+                Some(n) => log.push(err_buf.get(..n).unwrap_or_default()),
                 None => err = None,
             },
         }
@@ -470,9 +470,10 @@ impl CappedLog {
             let now = data
                 .len()
                 .min(usize::try_from(self.head_left).unwrap_or(usize::MAX));
-            let _ = self.file.write_all(&data[..now]);
-            self.head_left -= now as u64;
-            data = &data[now..];
+            let (head, rest) = data.split_at_checked(now).unwrap_or((data, &[]));
+            let _ = self.file.write_all(head);
+            self.head_left -= head.len() as u64;
+            data = rest;
         }
         self.tail.push(data);
     }
@@ -499,10 +500,7 @@ impl CappedLog {
 /// The newest `cap` bytes pushed into it (a ring, allocated on first use).
 struct Tail {
     cap: usize,
-    buf: Vec<u8>,
-    /// Where the oldest kept byte is.
-    start: usize,
-    len: usize,
+    buf: std::collections::VecDeque<u8>,
     /// Every byte pushed.
     total: u64,
 }
@@ -511,9 +509,7 @@ impl Tail {
     fn new(cap: usize) -> Tail {
         Tail {
             cap,
-            buf: Vec::new(),
-            start: 0,
-            len: 0,
+            buf: std::collections::VecDeque::new(),
             total: 0,
         }
     }
@@ -523,34 +519,21 @@ impl Tail {
         if data.is_empty() || self.cap == 0 {
             return;
         }
-        if self.buf.is_empty() {
-            self.buf = vec![0; self.cap];
+        if self.buf.capacity() == 0 {
+            self.buf.reserve_exact(self.cap);
         }
-        let data = &data[data.len().saturating_sub(self.cap)..];
-        let end = (self.start + self.len) % self.cap;
-        let first = data.len().min(self.cap - end);
-        self.buf[end..end + first].copy_from_slice(&data[..first]);
-        self.buf[..data.len() - first].copy_from_slice(&data[first..]);
-        let len = self.len + data.len();
-        if len > self.cap {
-            self.start = (self.start + len - self.cap) % self.cap;
-            self.len = self.cap;
-        } else {
-            self.len = len;
-        }
+        // Only the newest `cap` bytes of this push can stay; then the oldest go to make room.
+        let data = data
+            .get(data.len().saturating_sub(self.cap)..)
+            .unwrap_or_default();
+        let over = (self.buf.len() + data.len()).saturating_sub(self.cap);
+        self.buf.drain(..over.min(self.buf.len()));
+        self.buf.extend(data);
     }
 
     /// The kept bytes, oldest first, in two slices.
     fn parts(&self) -> (&[u8], &[u8]) {
-        if self.len == 0 {
-            return (&[], &[]);
-        }
-        let end = self.start + self.len;
-        if end <= self.cap {
-            (&self.buf[self.start..end], &[])
-        } else {
-            (&self.buf[self.start..], &self.buf[..end - self.cap])
-        }
+        self.buf.as_slices()
     }
 }
 
