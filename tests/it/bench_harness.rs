@@ -52,22 +52,29 @@ fn bench_harness_runs_both_listeners_end_to_end_and_writes_every_figure_as_json(
         [
             "cold_start_ms",
             "idle_rss_mib",
-            "idle_cpu_ms",
+            "idle_cpu_us",
             "wake_p50_ms",
             "wake_p99_ms",
             "wake_max_ms",
-            "floor_ms",
+            "floor_p50_ms",
+            "floor_max_ms",
             "flood_total_ms",
             "flood_tail_ms",
             "flood_cpu_s",
             "flood_runs",
+            "flood_q0_tail_ms",
+            "flood_q0_cpu_s",
+            "flood_q0_runs",
             "binary_mb",
         ]
     );
     for f in figures {
         assert!(f["project"].is_number(), "a number for this project: {f}");
         assert!(f["goal"].is_string(), "{f}");
-        let paired = !matches!(f["key"].as_str(), Some("floor_ms" | "binary_mb"));
+        let paired = !matches!(
+            f["key"].as_str(),
+            Some("floor_p50_ms" | "floor_max_ms" | "binary_mb")
+        );
         assert_eq!(
             f["baseline"].is_number(),
             paired,
@@ -75,6 +82,13 @@ fn bench_harness_runs_both_listeners_end_to_end_and_writes_every_figure_as_json(
         );
     }
     assert_eq!(report["settings"]["wakes"], 2);
+    // The flood is taken twice per listener: at the wakes' quiet window of 0 and at the default.
+    for who in ["project", "baseline"] {
+        for flood in ["flood", "flood_quiet0"] {
+            let f = &report["raw"][who][flood];
+            assert!(f["runs"].is_number(), "{who} {flood}: {f}");
+        }
+    }
     assert_eq!(
         report["raw"]["project"]["wakes"]["samples_ms"]
             .as_array()
