@@ -292,15 +292,23 @@ async fn start_run(
     report.last.run_started = true;
     report.last.run_kind = Some(kind);
     report.last.run_log = Some(log_path.display().to_string());
-    tracing::info!(event = %"run_start", cycle_id = %id, run_kind = kind.as_str(), runtime = input.settings.listen.runtime.as_str(), log = %log_path.display(), "run started");
-    input.metrics.run_started();
-    if let Some(tx) = input.run_starting.take() {
-        let _ = tx.send(RunStarting {
-            kind,
-            log: log_path.display().to_string(),
-        });
-    }
-    let run_report = supervisor::run(spec, limits, &log_path, input.shutdown.clone()).await;
+    // Said once the process is started: a log line (a file under launchd) and the status write the
+    // daemon does on `run_starting` can each wait on a disk, and the run should not.
+    let run_starting = input.run_starting.take();
+    let runtime = input.settings.listen.runtime.as_str();
+    let metrics = &input.metrics;
+    let on_start = || {
+        tracing::info!(event = %"run_start", cycle_id = %id, run_kind = kind.as_str(), runtime, log = %log_path.display(), "run started");
+        metrics.run_started();
+        if let Some(tx) = run_starting {
+            let _ = tx.send(RunStarting {
+                kind,
+                log: log_path.display().to_string(),
+            });
+        }
+    };
+    let run_report =
+        supervisor::run(spec, limits, &log_path, input.shutdown.clone(), on_start).await;
     let run_ended_at = SystemTime::now();
     let output = read_log(&log_path);
     let outcome = runtime::judge(input.settings.listen.runtime, &run_report.end, &output);

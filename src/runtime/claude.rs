@@ -97,10 +97,19 @@ pub fn mcp_config_json(url: &str, key: &str) -> String {
 /// Writes the MCP config to `<state_dir>/claude-mcp.json` with the state dir's atomic write
 /// (created 0600 under a temporary name, then renamed), so the key is never readable by others
 /// even for a moment and a concurrent reader never sees half a file.
+///
+/// A file that already holds exactly this, private to its owner, is left as it is: the write (and
+/// its `fsync`) would stand between a wake and its run on every cycle for nothing.
 pub fn write_mcp_config(state_dir: &Path, url: &str, key: &str) -> Result<PathBuf, RuntimeError> {
+    use std::os::unix::fs::PermissionsExt as _;
     let path = state_dir.join(MCP_CONFIG_FILE);
-    crate::sys::fs::write_atomic(&path, mcp_config_json(url, key).as_bytes())
-        .map_err(RuntimeError::Io)?;
+    let json = mcp_config_json(url, key);
+    let unchanged = std::fs::metadata(&path)
+        .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o077 == 0)
+        && std::fs::read(&path).is_ok_and(|old| old == json.as_bytes());
+    if !unchanged {
+        crate::sys::fs::write_atomic(&path, json.as_bytes()).map_err(RuntimeError::Io)?;
+    }
     Ok(path)
 }
 
@@ -391,6 +400,31 @@ mod tests {
                 .unwrap()
                 .contains("mcpServers")
         );
+    }
+
+    #[test]
+    fn an_mcp_config_that_already_holds_the_same_is_not_written_again_and_a_new_key_is() {
+        use std::os::unix::fs::MetadataExt;
+        let mut fx = Fixture::new(crate::config::RuntimeKind::ClaudeCode);
+        let path = fx.state_dir().join(MCP_CONFIG_FILE);
+        prepare(&fx.ctx()).unwrap();
+        let first = std::fs::metadata(&path).unwrap().ino();
+        // The atomic write renames a new file into place, so a rewrite is a new inode.
+        prepare(&fx.ctx()).unwrap();
+        assert_eq!(
+            std::fs::metadata(&path).unwrap().ino(),
+            first,
+            "unchanged: left as it is"
+        );
+        fx.settings.listen.claude.mcp_url = Some("http://example.test/other".into());
+        prepare(&fx.ctx()).unwrap();
+        assert_ne!(
+            std::fs::metadata(&path).unwrap().ino(),
+            first,
+            "changed: written"
+        );
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(text.contains("http://example.test/other"), "{text}");
     }
 
     #[test]

@@ -54,9 +54,12 @@ pub struct RunReport {
     pub duration: Duration,
 }
 
-/// A line of the supervisor's own in the run log. Failing to write it must not fail the run.
-fn note(log: &mut File, line: &str) {
-    let _ = writeln!(log, "=== {} {line}", rfc3339_seconds(SystemTime::now()));
+/// A line of the supervisor's own in the run log, when there is one. Failing to write it must not
+/// fail the run.
+fn note(log: &mut Option<File>, line: &str) {
+    if let Some(log) = log {
+        let _ = writeln!(log, "=== {} {line}", rfc3339_seconds(SystemTime::now()));
+    }
 }
 
 /// The name `run-<UTC time>-<cycle id>.log` the listener gives a run's log, so that names sort by
@@ -81,13 +84,22 @@ pub fn log_file_name(cycle_id: &str) -> String {
 }
 
 /// Runs `spec` to its end. `cancel` turning true ends the run early (SIGTERM, grace, SIGKILL).
+/// `on_start` is called once the process was started (or could not be): the caller's own
+/// bookkeeping (its log line, counters, status) waits until then.
+///
 /// A `cancel` that is already true starts nothing. Never panics; a process that cannot be started
 /// is `SpawnFailed` with the reason.
+///
+/// The run starts before its log file is opened: creating a file can wait on the filesystem's
+/// journal (tens of ms on a busy disk), and nothing that can wait comes between a wake and its
+/// run (docs/benchmarks.md). The run's pipes hold its first output meanwhile. A log that cannot be
+/// opened (a full or read-only state dir) costs the log, not the run.
 pub async fn run(
     spec: &RunSpec,
     limits: RunLimits,
     log_path: &Path,
     mut cancel: watch::Receiver<bool>,
+    on_start: impl FnOnce(),
 ) -> RunReport {
     let started = Instant::now();
     let report = |end: ProcessEnd, pid: Option<u32>| RunReport {
@@ -99,11 +111,10 @@ pub async fn run(
     if *cancel.borrow_and_update() {
         return report(ProcessEnd::Cancelled, None);
     }
-    let (mut log, output_log) = match open_run_log(spec, log_path, limits.log_max) {
-        Ok(opened) => opened,
-        Err(msg) => return report(ProcessEnd::SpawnFailed(msg), None),
-    };
-    let mut group = match spawn(spec) {
+    let spawned = spawn(spec);
+    on_start();
+    let (mut log, output_log) = open_run_log(spec, log_path, limits.log_max);
+    let mut group = match spawned {
         Ok(group) => group,
         Err(msg) => {
             note(&mut log, &format!("run not started: {msg}"));
@@ -151,10 +162,16 @@ pub async fn run(
 }
 
 /// Opens the run log (0600) with its header line, and the capped writer the run's output goes
-/// through (`CappedLog`, on a second handle). `Err` is the reason, for `SpawnFailed`.
-fn open_run_log(spec: &RunSpec, log_path: &Path, max: u64) -> Result<(File, CappedLog), String> {
-    let mut log = open_append_private(log_path)
-        .map_err(|e| format!("cannot open the run log {}: {e}", log_path.display()))?;
+/// through (`CappedLog`, on a second handle). A log that cannot be opened is said once in the
+/// listener's log and the run's output is read and dropped: the run goes on.
+fn open_run_log(spec: &RunSpec, log_path: &Path, max: u64) -> (Option<File>, CappedLog) {
+    let mut log = match open_append_private(log_path) {
+        Ok(log) => Some(log),
+        Err(e) => {
+            tracing::warn!(event = %"run_log_unavailable", log = %log_path.display(), error = %e, "the run's log cannot be opened: the run goes on without it");
+            None
+        }
+    };
     note(
         &mut log,
         &format!(
@@ -163,13 +180,8 @@ fn open_run_log(spec: &RunSpec, log_path: &Path, max: u64) -> Result<(File, Capp
             spec.cwd.display()
         ),
     );
-    match log.try_clone() {
-        Ok(output) => Ok((log, CappedLog::new(output, max))),
-        Err(_) => Err(format!(
-            "cannot attach the run log {} to the process",
-            log_path.display()
-        )),
-    }
+    let output = log.as_ref().and_then(|l| l.try_clone().ok());
+    (log, CappedLog::new(output, max))
 }
 
 /// Starts the run in its own process group, stdout and stderr piped (to the capped log relay),
@@ -220,7 +232,7 @@ async fn supervise(
     group: &mut GroupChild,
     limits: RunLimits,
     cancel: &mut watch::Receiver<bool>,
-    log: &mut File,
+    log: &mut Option<File>,
 ) -> ProcessEnd {
     let cancelled = async {
         // A dropped sender means nobody can cancel any more.
@@ -427,7 +439,7 @@ async fn read_some<R: AsyncRead + Unpin>(pipe: &mut Option<R>, buf: &mut [u8]) -
 
 /// Waits (at most `OUTPUT_DRAIN`) for the relay to reach the end of the run's output, then
 /// writes what the cap held back.
-async fn finish_output(mut relay: tokio::task::JoinHandle<CappedLog>, log: &mut File) {
+async fn finish_output(mut relay: tokio::task::JoinHandle<CappedLog>, log: &mut Option<File>) {
     match tokio::time::timeout(OUTPUT_DRAIN, &mut relay).await {
         Ok(Ok(capped)) => capped.finish(),
         Ok(Err(_)) => note(log, "the run's output could not be read to its end"),
@@ -445,7 +457,9 @@ async fn finish_output(mut relay: tokio::task::JoinHandle<CappedLog>, log: &mut 
 /// past it, only the newest half is kept, in memory, and written by `finish` after a line that
 /// says which bytes were left out. Failed writes (a full disk) are ignored: the run goes on.
 struct CappedLog {
-    file: File,
+    /// `None`: no log could be opened; the output is read (the run must never block on a full
+    /// pipe) and dropped.
+    file: Option<File>,
     /// Bytes still written as they come.
     head_left: u64,
     /// Every byte of output seen so far.
@@ -454,7 +468,7 @@ struct CappedLog {
 }
 
 impl CappedLog {
-    fn new(file: File, max: u64) -> CappedLog {
+    fn new(file: Option<File>, max: u64) -> CappedLog {
         let head = max - max / 2;
         CappedLog {
             file,
@@ -466,12 +480,15 @@ impl CappedLog {
 
     fn push(&mut self, mut data: &[u8]) {
         self.seen += data.len() as u64;
+        if self.file.is_none() {
+            return;
+        }
         if self.head_left > 0 {
             let now = data
                 .len()
                 .min(usize::try_from(self.head_left).unwrap_or(usize::MAX));
             let (head, rest) = data.split_at_checked(now).unwrap_or((data, &[]));
-            let _ = self.file.write_all(head);
+            self.write(head);
             self.head_left -= head.len() as u64;
             data = rest;
         }
@@ -479,6 +496,9 @@ impl CappedLog {
     }
 
     fn finish(mut self) {
+        let Some(mut file) = self.file.take() else {
+            return;
+        };
         let (older, newer) = self.tail.parts();
         let kept = (older.len() + newer.len()) as u64;
         let head = self.seen - self.tail.total;
@@ -490,10 +510,17 @@ impl CappedLog {
                 head + left_out,
                 self.seen,
             );
-            let _ = self.file.write_all(line.as_bytes());
+            let _ = file.write_all(line.as_bytes());
         }
-        let _ = self.file.write_all(older);
-        let _ = self.file.write_all(newer);
+        let _ = file.write_all(older);
+        let _ = file.write_all(newer);
+    }
+
+    /// Writes to the log, if there is one; a failed write must not fail the run.
+    fn write(&mut self, bytes: &[u8]) {
+        if let Some(f) = &mut self.file {
+            let _ = f.write_all(bytes);
+        }
     }
 }
 
@@ -565,7 +592,7 @@ mod tests {
     fn capped(max: u64, pushes: &[&[u8]]) -> String {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("run.log");
-        let mut log = CappedLog::new(File::create(&path).unwrap(), max);
+        let mut log = CappedLog::new(Some(File::create(&path).unwrap()), max);
         for p in pushes {
             log.push(p);
         }

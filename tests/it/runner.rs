@@ -49,7 +49,7 @@ async fn pid_from(file: &Path) -> i32 {
 
 /// Runs `spec` with limits it never reaches, to its own end.
 async fn run_to_end(spec: &RunSpec, log: &Path) -> RunReport {
-    run(spec, limits(10_000, 1000), log, never_cancel()).await
+    run(spec, limits(10_000, 1000), log, never_cancel(), || {}).await
 }
 
 /// A time limit long enough that `/bin/sh` has started, forked and installed its traps before it
@@ -107,7 +107,7 @@ async fn large_stdin_to_a_child_that_never_reads_does_not_block() {
     let log = dir.path().join("run-c.log");
     let mut spec = sh("exit 3", dir.path());
     spec.stdin = Some(vec![b'x'; 4 << 20]);
-    let r = run(&spec, limits(20_000, 1000), &log, never_cancel()).await;
+    let r = run(&spec, limits(20_000, 1000), &log, never_cancel(), || {}).await;
     assert_eq!(r.end, ProcessEnd::Exited(3));
 }
 
@@ -184,7 +184,7 @@ async fn timeout_kills_the_leader_and_its_grandchild() {
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("run-f.log");
     let (spec, pidfile) = leader_waiting_on_a_child(dir.path());
-    let r = run(&spec, limits(LIMIT_MS, 2000), &log, never_cancel()).await;
+    let r = run(&spec, limits(LIMIT_MS, 2000), &log, never_cancel(), || {}).await;
     assert_eq!(r.end, ProcessEnd::TimedOut);
     let leader = r.pid.unwrap() as i32;
     let grandchild = pid_from(&pidfile).await;
@@ -226,7 +226,7 @@ async fn a_child_that_exits_on_sigterm_within_the_grace_is_timed_out_not_killed(
         "trap 'echo got-term; exit 0' TERM; sleep 300 & wait",
         dir.path(),
     );
-    let r = run(&spec, limits(LIMIT_MS, 10_000), &log, never_cancel()).await;
+    let r = run(&spec, limits(LIMIT_MS, 10_000), &log, never_cancel(), || {}).await;
     assert_eq!(r.end, ProcessEnd::TimedOut);
     let text = read(&log);
     assert!(text.contains("got-term"), "the trap ran: {text}");
@@ -239,7 +239,7 @@ async fn a_child_ignoring_sigterm_gets_sigkill_after_the_grace() {
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("run-i.log");
     let spec = sh("trap '' TERM; sleep 300", dir.path());
-    let r = run(&spec, limits(LIMIT_MS, 300), &log, never_cancel()).await;
+    let r = run(&spec, limits(LIMIT_MS, 300), &log, never_cancel(), || {}).await;
     assert_eq!(r.end, ProcessEnd::TimedOut);
     assert!(gone_within(5, r.pid.unwrap() as i32).await);
     assert!(read(&log).contains("SIGKILL sent to the process group"));
@@ -251,7 +251,7 @@ async fn cancel_ends_the_run_with_its_group() {
     let log = dir.path().join("run-j.log");
     let (spec, pidfile) = leader_waiting_on_a_child(dir.path());
     let (tx, rx) = tokio::sync::watch::channel(false);
-    let task = tokio::spawn(async move { run(&spec, limits(60_000, 2000), &log, rx).await });
+    let task = tokio::spawn(async move { run(&spec, limits(60_000, 2000), &log, rx, || {}).await });
     let child = pid_from(&pidfile).await;
     tx.send(true).unwrap();
     let r = task.await.unwrap();
@@ -268,6 +268,7 @@ async fn cancel_ends_the_run_with_its_group() {
         limits(10_000, 1000),
         &dir.path().join("run-k.log"),
         rx,
+        || panic!("an already cancelled run is never reported started"),
     )
     .await;
     assert_eq!(r.end, ProcessEnd::Cancelled);
@@ -280,7 +281,9 @@ async fn dropping_the_supervisor_mid_run_kills_the_group() {
     let log = dir.path().join("run-l.log");
     let (spec, pidfile) = leader_waiting_on_a_child(dir.path());
     let task =
-        tokio::spawn(async move { run(&spec, limits(60_000, 2000), &log, never_cancel()).await });
+        tokio::spawn(
+            async move { run(&spec, limits(60_000, 2000), &log, never_cancel(), || {}).await },
+        );
     let child = pid_from(&pidfile).await;
     task.abort();
     let _ = task.await;
@@ -383,7 +386,7 @@ async fn output_past_the_log_cap_keeps_its_head_and_tail_and_never_blocks_the_ru
     );
     let mut l = limits(60_000, 1000);
     l.log_max = 256 * 1024;
-    let r = run(&spec, l, &log, never_cancel()).await;
+    let r = run(&spec, l, &log, never_cancel(), || {}).await;
     assert_eq!(r.end, ProcessEnd::Exited(0));
     let text = read(&log);
     assert!(text.len() < 256 * 1024 + 4096, "{} bytes", text.len());
@@ -418,4 +421,80 @@ async fn a_run_that_closes_its_output_early_still_runs_to_its_end() {
     let text = read(&log);
     assert!(text.contains("before\n"), "{text}");
     assert!(!text.contains("output cut"), "{text}");
+}
+
+#[tokio::test]
+async fn the_run_is_started_before_its_log_file_is_created() {
+    // Creating a file can wait on the filesystem's journal: nothing that can wait comes between a
+    // wake and its run, so when the caller hears that the run started, its log does not exist yet.
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("run-order.log");
+    let marker = dir.path().join("ran");
+    let spec = sh(&format!("echo out; : > '{}'", marker.display()), dir.path());
+    let log_at_start = std::cell::Cell::new(None);
+    let r = run(&spec, limits(10_000, 1000), &log, never_cancel(), || {
+        log_at_start.set(Some(log.exists()))
+    })
+    .await;
+    assert_eq!(
+        log_at_start.get(),
+        Some(false),
+        "on_start ran once, before the log was created"
+    );
+    assert_eq!(r.end, ProcessEnd::Exited(0));
+    assert!(marker.exists());
+    let text = read(&log);
+    let header = text.find("run started: program /bin/sh").expect(&text);
+    let pid = text.find("(its own process group)").expect(&text);
+    let output = text.find("\nout\n").expect(&text);
+    let end = text.find("run ended: exited with code 0").expect(&text);
+    assert!(
+        header < pid && pid < output && output < end,
+        "in order:\n{text}"
+    );
+}
+
+#[tokio::test]
+async fn a_run_log_that_cannot_be_opened_costs_the_log_not_the_run() {
+    let dir = tempfile::tempdir().unwrap();
+    // A log path under a file, not a directory: no user (root included) can create it.
+    let blocker = dir.path().join("not-a-dir");
+    std::fs::write(&blocker, "").unwrap();
+    let log = blocker.join("run-x.log");
+    let marker = dir.path().join("ran");
+    // Output on both pipes, more than a pipe holds: the run must not block on unread output.
+    let spec = sh(
+        &format!(
+            "head -c 300000 /dev/zero; head -c 300000 /dev/zero >&2; : > '{}'",
+            marker.display()
+        ),
+        dir.path(),
+    );
+    let started = std::cell::Cell::new(0);
+    let r = run(&spec, limits(10_000, 1000), &log, never_cancel(), || {
+        started.set(started.get() + 1)
+    })
+    .await;
+    assert_eq!(started.get(), 1);
+    assert_eq!(r.end, ProcessEnd::Exited(0), "the run ran to its end");
+    assert!(marker.exists(), "the run did its work");
+    assert!(!log.exists());
+}
+
+#[tokio::test]
+async fn a_program_that_cannot_start_is_spawn_failed_and_still_reported_started_once() {
+    // The caller's `run_start` line and counters come with every attempt, as before the run log
+    // moved after the spawn: a run that cannot start is then ended as failed.
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("run-missing.log");
+    let mut spec = sh("", dir.path());
+    spec.program = dir.path().join("no-such-program");
+    let started = std::cell::Cell::new(0);
+    let r = run(&spec, limits(10_000, 1000), &log, never_cancel(), || {
+        started.set(started.get() + 1)
+    })
+    .await;
+    assert_eq!(started.get(), 1);
+    assert!(matches!(r.end, ProcessEnd::SpawnFailed(_)), "{:?}", r.end);
+    assert!(read(&log).contains("run not started:"), "{}", read(&log));
 }
