@@ -5,6 +5,9 @@
 //! Area modules hold tests; `common`, `listen_support`, `sim_support` and `model_server` are the
 //! shared helpers they use.
 
+// Tests may unwrap, panic and index: Cargo.toml denies those (restriction lints) in the program only.
+#![allow(clippy::restriction)]
+
 mod common;
 mod listen_support;
 mod model_server;

@@ -52,6 +52,16 @@ async fn run_to_end(spec: &RunSpec, log: &Path) -> RunReport {
     run(spec, limits(10_000, 1000), log, never_cancel(), || {}).await
 }
 
+/// Runs `spec` to its own end, and says how many times the supervisor reported it started.
+async fn run_counting_starts(spec: &RunSpec, log: &Path) -> (RunReport, u32) {
+    let started = std::cell::Cell::new(0);
+    let r = run(spec, limits(10_000, 1000), log, never_cancel(), || {
+        started.set(started.get() + 1)
+    })
+    .await;
+    (r, started.get())
+}
+
 /// A time limit long enough that `/bin/sh` has started, forked and installed its traps before it
 /// strikes, however loaded the machine (a shorter one can kill the shell before its first line).
 const LIMIT_MS: u64 = 3000;
@@ -470,12 +480,8 @@ async fn a_run_log_that_cannot_be_opened_costs_the_log_not_the_run() {
         ),
         dir.path(),
     );
-    let started = std::cell::Cell::new(0);
-    let r = run(&spec, limits(10_000, 1000), &log, never_cancel(), || {
-        started.set(started.get() + 1)
-    })
-    .await;
-    assert_eq!(started.get(), 1);
+    let (r, started) = run_counting_starts(&spec, &log).await;
+    assert_eq!(started, 1);
     assert_eq!(r.end, ProcessEnd::Exited(0), "the run ran to its end");
     assert!(marker.exists(), "the run did its work");
     assert!(!log.exists());
@@ -489,12 +495,8 @@ async fn a_program_that_cannot_start_is_spawn_failed_and_still_reported_started_
     let log = dir.path().join("run-missing.log");
     let mut spec = sh("", dir.path());
     spec.program = dir.path().join("no-such-program");
-    let started = std::cell::Cell::new(0);
-    let r = run(&spec, limits(10_000, 1000), &log, never_cancel(), || {
-        started.set(started.get() + 1)
-    })
-    .await;
-    assert_eq!(started.get(), 1);
+    let (r, started) = run_counting_starts(&spec, &log).await;
+    assert_eq!(started, 1);
     assert!(matches!(r.end, ProcessEnd::SpawnFailed(_)), "{:?}", r.end);
     assert!(read(&log).contains("run not started:"), "{}", read(&log));
 }
