@@ -135,11 +135,7 @@ impl Api {
             .await
             .map_err(|e| ApiError::Network(network_problem(&e)))?;
         let status = resp.status().as_u16();
-        let content_type = resp
-            .headers()
-            .get(reqwest::header::CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .map(media_type);
+        let content_type = content_type(resp.headers());
         if status == 401 || status == 403 {
             return Err(ApiError::Refused(status));
         }
@@ -279,6 +275,15 @@ pub fn judge_answer(
             content_type,
         }),
     }
+}
+
+/// The media type an answer names in its `Content-Type`, when it names one (`media_type`). The
+/// socket's upgrade answer has the same headers type (one `http` crate).
+pub fn content_type(headers: &reqwest::header::HeaderMap) -> Option<String> {
+    headers
+        .get(reqwest::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .map(media_type)
 }
 
 /// `text/html` of `text/html; charset=utf-8`, lower case.

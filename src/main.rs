@@ -10,7 +10,6 @@ use clap::{CommandFactory, Parser};
 
 fn main() {
     let cli = Cli::try_parse().unwrap_or_else(|e| exit_on_usage_error(e));
-    let prefix = format!("agentchat {}", command_name(&cli.command));
     agentchat::sys::tls::install_crypto_provider();
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -18,7 +17,7 @@ fn main() {
     {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("{prefix}: cannot start the async runtime: {e}");
+            eprintln!("{}: cannot start the async runtime: {e}", error_prefix());
             std::process::exit(1);
         }
     };
@@ -38,24 +37,9 @@ fn main() {
     match result {
         Ok(code) => std::process::exit(code),
         Err(e) => {
-            eprintln!("{prefix}: {e:#}");
+            eprintln!("{}: {e:#}", error_prefix());
             std::process::exit(1);
         }
-    }
-}
-
-/// The command's name as typed, for the error prefix.
-fn command_name(c: &Command) -> &'static str {
-    match c {
-        Command::Listen(_) => "listen",
-        Command::Status(_) => "status",
-        Command::Sim(_) => "sim",
-        Command::Service(_) => "service",
-        Command::Doctor(_) => "doctor",
-        Command::Demo(_) => "demo",
-        Command::Completions(_) => "completions",
-        Command::Man(_) => "man",
-        Command::DemoAgent(_) => "demo-agent",
     }
 }
 
@@ -68,11 +52,7 @@ fn exit_on_usage_error(e: clap::Error) -> ! {
     if e.use_stderr() {
         let text = e.render().to_string();
         let what = text.strip_prefix("error: ").unwrap_or(&text);
-        let prefix = match typed_command() {
-            Some(name) => format!("agentchat {name}"),
-            None => "agentchat".to_string(),
-        };
-        eprint!("{prefix}: {what}");
+        eprint!("{}: {what}", error_prefix());
     } else {
         let _ = e.print();
     }
@@ -85,10 +65,17 @@ fn exit_on_usage_error(e: clap::Error) -> ! {
     std::process::exit(code)
 }
 
-/// The command named on the command line (the first argument, when it is one).
-fn typed_command() -> Option<String> {
-    let first = std::env::args().nth(1)?;
-    Cli::command()
-        .find_subcommand(&first)
-        .map(|c| c.get_name().to_string())
+/// `agentchat <command>` for the command named on the command line (its first argument, when
+/// clap knows it as one), else `agentchat`. Read from the arguments, not the parsed command, so
+/// a usage error gets the same prefix; an argument that is not UTF-8 names no command. Only an
+/// error asks: a start pays nothing for it.
+fn error_prefix() -> String {
+    std::env::args_os()
+        .nth(1)
+        .and_then(|first| {
+            Cli::command()
+                .find_subcommand(first.to_str()?)
+                .map(|c| format!("agentchat {}", c.get_name()))
+        })
+        .unwrap_or_else(|| "agentchat".to_string())
 }

@@ -641,17 +641,16 @@ impl Daemon {
     }
 
     fn socket_params(&self) -> SocketParams {
+        let scale = self.scale();
         SocketParams {
             api_base: self.settings.api_base.clone(),
             key: self.key.clone(),
             api: self.api.clone(),
             idle_timeout: self.settings.listen.idle_timeout,
-            key_refused_retry: self
-                .scale()
-                .apply(crate::core::reconnect::KEY_REFUSED_RETRY),
-            backoff_scale: self.scale().0,
-            unreachable_warn_after: self.scale().apply(super::reach::UNREACHABLE_WARN_AFTER),
-            misconfigured_retry: self.scale().apply(super::reach::MISCONFIGURED_RETRY),
+            key_refused_retry: scale.apply(crate::core::reconnect::KEY_REFUSED_RETRY),
+            backoff_scale: scale.0,
+            unreachable_warn_after: scale.apply(super::reach::UNREACHABLE_WARN_AFTER),
+            misconfigured_retry: scale.apply(super::reach::MISCONFIGURED_RETRY),
             metrics: self.metrics.clone(),
         }
     }

@@ -54,12 +54,9 @@ pub fn init(format: LogFormat, filter: &str) -> anyhow::Result<()> {
     let targets = Targets::from_str(filter).map_err(|e| {
         anyhow::anyhow!("bad log filter `{filter}` (AGENTCHAT_LOG or log_level): {e}")
     })?;
-    let own_only = shows_only_own_lines(filter);
     let registry = tracing_subscriber::registry()
         .with(targets)
-        .with(FilterFn::new(move |m: &Metadata<'_>| {
-            !own_only || is_own_line(m)
-        }));
+        .with(own_lines(filter));
     let result = match format {
         LogFormat::Json => registry
             .with(
@@ -91,6 +88,13 @@ pub fn shows_only_own_lines(filter: &str) -> bool {
         Ok(level) => level <= LevelFilter::INFO,
         Err(_) => false,
     }
+}
+
+/// Keeps to the listener's own lines when `filter` is a bare level up to `info`; else lets all
+/// through (to the `Targets` filter).
+fn own_lines(filter: &str) -> FilterFn<impl Fn(&Metadata<'_>) -> bool + use<>> {
+    let own_only = shows_only_own_lines(filter);
+    FilterFn::new(move |m: &Metadata<'_>| !own_only || is_own_line(m))
 }
 
 /// A line of the listener's own: its target is this crate and it has an `event` field. Spans
@@ -137,15 +141,15 @@ struct Fields {
 
 enum Value {
     Text(String),
+    /// Integers, so that a zero can be left out (`"*0"` in [`TEXT_HIDDEN`]).
     Number(i128),
-    Other(String),
 }
 
 impl Fields {
     fn push(&mut self, field: &Field, value: Value) {
         match (field.name(), value) {
-            ("message", Value::Text(t) | Value::Other(t)) => self.message = t,
-            ("event", Value::Text(t) | Value::Other(t)) => self.event = Some(t),
+            ("message", Value::Text(t)) => self.message = t,
+            ("event", Value::Text(t)) => self.event = Some(t),
             (name, value) => self.fields.push((name, value)),
         }
     }
@@ -165,10 +169,10 @@ impl Visit for Fields {
         self.push(field, Value::Number(value));
     }
     fn record_u128(&mut self, field: &Field, value: u128) {
-        self.push(field, Value::Other(value.to_string()));
+        self.push(field, Value::Text(value.to_string()));
     }
     fn record_bool(&mut self, field: &Field, value: bool) {
-        self.push(field, Value::Other(value.to_string()));
+        self.push(field, Value::Text(value.to_string()));
     }
     fn record_error(&mut self, field: &Field, value: &(dyn std::error::Error + 'static)) {
         self.push(field, Value::Text(value.to_string()));
@@ -206,7 +210,7 @@ fn people_line(time: &str, metadata: &Metadata<'_>, record: impl FnOnce(&mut Fie
         let text = match value {
             Value::Number(0) if hidden.contains(&"*0") => continue,
             Value::Number(n) => n.to_string(),
-            Value::Text(t) | Value::Other(t) => t.clone(),
+            Value::Text(t) => t.clone(),
         };
         if text.trim().is_empty() {
             continue;
@@ -285,12 +289,9 @@ mod tests {
     /// The lines `emit` writes through the text format under `filter`, without their time.
     fn text_lines(filter: &str, emit: impl FnOnce()) -> Vec<String> {
         let buffer = Buffer::default();
-        let own_only = shows_only_own_lines(filter);
         let subscriber = tracing_subscriber::registry()
             .with(Targets::from_str(filter).expect("filter"))
-            .with(FilterFn::new(move |m: &Metadata<'_>| {
-                !own_only || is_own_line(m)
-            }))
+            .with(own_lines(filter))
             .with(
                 tracing_subscriber::fmt::layer()
                     .event_format(PeopleFormat)

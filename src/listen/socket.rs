@@ -915,11 +915,7 @@ fn upgrade_answered(api_base: &str, resp: &tungstenite::http::Response<Option<Ve
             Ended::Closed(kind, format!("the upgrade was answered HTTP {status}"))
         }
         _ => {
-            let content_type = resp
-                .headers()
-                .get(tungstenite::http::header::CONTENT_TYPE)
-                .and_then(|v| v.to_str().ok())
-                .map(crate::client::media_type);
+            let content_type = crate::client::content_type(resp.headers());
             let body = resp.body().as_deref().unwrap_or_default();
             let what = match crate::client::judge_answer(status, content_type, body) {
                 Err(ApiError::Status { status, code }) => {

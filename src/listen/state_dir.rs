@@ -131,8 +131,8 @@ pub enum LockAttempt {
     },
 }
 
-/// Why `status.json` could not be read. The cause is part of the message and not a `source`, so a chain printed with `{:#}` says it
-/// once (as `config::ConfigError` does).
+/// Why `status.json` could not be read. The cause is part of the message and not a `source`, so
+/// a chain printed with `{:#}` says it once (as `config::ConfigError` does).
 #[derive(Debug, thiserror::Error)]
 pub enum StatusReadError {
     #[error("cannot read {path}: {error}")]

@@ -35,8 +35,8 @@ impl Loaded {
     }
 }
 
-/// Why no cached copy could be used. The cause is part of the message and not a `source`, so a chain printed with `{:#}` says it
-/// once (as `config::ConfigError` does).
+/// Why no cached copy could be used. The cause is part of the message and not a `source`, so a
+/// chain printed with `{:#}` says it once (as `config::ConfigError` does).
 #[derive(Debug, thiserror::Error)]
 pub enum CacheError {
     #[error("none cached for runtime {runtime}")]

@@ -67,17 +67,25 @@ pub(crate) fn search_path(name: &Path, path_var: Option<&std::ffi::OsStr>) -> Op
         .find(|candidate| is_executable(candidate))
 }
 
-/// An existing file with an execute bit (for anyone): what a runtime can start.
-/// Why `p` cannot be run as a program: `does not exist`, `is a directory, not a program`, `is
-/// not a regular file`, `is not executable (chmod +x it)`; `None` for an executable file.
-/// Symlinks are followed.
+/// `p` as a regular file (symlinks followed), or why it is not one, as the end of a sentence
+/// about it: `does not exist`, `is a directory, not a program`, `is not a regular file`. Shared
+/// with the script runtime.
+pub(crate) fn regular_file(p: &Path) -> Result<std::fs::Metadata, String> {
+    match std::fs::metadata(p) {
+        Ok(m) if m.is_file() => Ok(m),
+        Ok(m) if m.is_dir() => Err("is a directory, not a program".into()),
+        Ok(_) => Err("is not a regular file".into()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err("does not exist".into()),
+        Err(e) => Err(format!("cannot be looked at: {e}")),
+    }
+}
+
+/// Why `p` cannot be run as a program ([`regular_file`]'s reasons, or `is not executable`);
+/// `None` for an executable file.
 pub fn not_a_program(p: &Path) -> Option<String> {
     use std::os::unix::fs::PermissionsExt;
-    match std::fs::metadata(p) {
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Some("does not exist".into()),
-        Err(e) => Some(format!("cannot be looked at: {e}")),
-        Ok(m) if m.is_dir() => Some("is a directory, not a program".into()),
-        Ok(m) if !m.is_file() => Some("is not a regular file".into()),
+    match regular_file(p) {
+        Err(why) => Some(why),
         Ok(m) if m.permissions().mode() & 0o111 == 0 => {
             Some("is not executable (`chmod +x` it)".into())
         }
@@ -85,6 +93,7 @@ pub fn not_a_program(p: &Path) -> Option<String> {
     }
 }
 
+/// An existing file with an execute bit (for anyone): what a runtime can start.
 pub fn is_executable(p: &Path) -> bool {
     use std::os::unix::fs::PermissionsExt;
     std::fs::metadata(p)

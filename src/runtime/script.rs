@@ -52,12 +52,9 @@ pub fn locate(
     if program.contains('/') {
         let p = workdir.join(program);
         // A file that is not executable is left to the run, which says so (`could not start`).
-        let why = match std::fs::metadata(&p) {
-            Ok(m) if m.is_file() => return Ok(p),
-            Ok(m) if m.is_dir() => "is a directory, not a program".to_string(),
-            Ok(_) => "is not a regular file".to_string(),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => "does not exist".to_string(),
-            Err(e) => format!("cannot be looked at: {e}"),
+        let why = match super::agent_cli::regular_file(&p) {
+            Ok(_) => return Ok(p),
+            Err(why) => why,
         };
         return Err(RuntimeError::Unusable(format!(
             "the script runtime's program {} (`command` under [listen]) {why}",
