@@ -552,7 +552,8 @@ impl Daemon {
         let run_log = cycle.and_then(|c| c.run_log.as_deref());
         let what = if cycle.is_some_and(|c| c.run_started) {
             format!(
-                "the run to end: it has SIGTERM, and SIGKILL goes to its whole process group when                  the grace of {} is over",
+                "the run to end: it has SIGTERM, and SIGKILL goes to its whole process group when \
+                 the grace of {} is over",
                 humantime::format_duration(grace)
             )
         } else {
