@@ -245,6 +245,16 @@ fn mono_us(entry: &Value) -> u64 {
         .unwrap_or_else(|| panic!("no mono_us in {entry}"))
 }
 
+/// When message `id` first appears in one of the sim's logs (`sends`, `acks`): `mono_us`.
+fn first_mono_us(entries: &[Value], id: &str, what: &str) -> u64 {
+    entries
+        .iter()
+        .filter(|e| e["message_id"] == id)
+        .map(mono_us)
+        .min()
+        .unwrap_or_else(|| panic!("{id} was never {what}"))
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn five_hundred_socket_closes_lose_no_ack_leave_no_wake_without_a_later_cycle_never_overlap_runs_and_never_wake_on_a_refused_connect()
  {
@@ -366,18 +376,8 @@ echo "end $$ $(date +%s%N)" >> "$d/runs.log""#,
         as_list(&v, "sends")
     });
     for id in &ids {
-        let first_send = sends
-            .iter()
-            .filter(|s| s["message_id"] == id.as_str())
-            .map(mono_us)
-            .min()
-            .unwrap_or_else(|| panic!("{id} was never sent on a socket"));
-        let first_ack = acks
-            .iter()
-            .filter(|a| a["message_id"] == id.as_str())
-            .map(mono_us)
-            .min()
-            .unwrap_or_else(|| panic!("{id} was never acked"));
+        let first_send = first_mono_us(&sends, id, "sent on a socket");
+        let first_ack = first_mono_us(&acks, id, "acked");
         assert!(first_ack >= first_send, "{id} acked before it was sent");
     }
     assert!(
