@@ -237,7 +237,10 @@ mod tests {
         } else {
             assert!(matches!(held, LockFacts::Held { .. }), "{held:?}");
         }
-        drop(f);
+        // Released with `unlock`, not by dropping `f`: another test thread's fork shares this
+        // open file description until its child's exec, and a flock lives on the description,
+        // so a close alone can leave it held for a moment. LOCK_UN ends it for every copy.
+        f.unlock().unwrap();
         assert_eq!(lock_facts(&path), LockFacts::Free);
     }
 }

@@ -118,7 +118,16 @@ pub struct StateDir {
 /// The lock, held for the life of the process (dropping it releases it).
 #[derive(Debug)]
 pub struct Lock {
-    _file: File,
+    file: File,
+}
+
+impl Drop for Lock {
+    /// Unlocks before the close: a `flock` lives on the open file description, which a run
+    /// being forked at that moment shares until its exec, so a close alone could leave the
+    /// lock held a little longer than the listener.
+    fn drop(&mut self) {
+        let _ = self.file.unlock();
+    }
 }
 
 /// The result of trying to take the lock.
@@ -254,7 +263,7 @@ impl StateDir {
                 file.seek(SeekFrom::Start(0)).map_err(err)?;
                 writeln!(file, "{}", std::process::id()).map_err(err)?;
                 file.flush().map_err(err)?;
-                Ok(LockAttempt::Acquired(Lock { _file: file }))
+                Ok(LockAttempt::Acquired(Lock { file }))
             }
             Err(std::fs::TryLockError::WouldBlock) => {
                 let mut s = String::new();
@@ -378,6 +387,28 @@ mod tests {
         let e = dir.read_status().unwrap_err();
         assert!(matches!(e, StatusReadError::NotAStatusFile { .. }));
         assert!(e.to_string().contains("is not a status file"), "{e}");
+    }
+
+    #[test]
+    fn the_lock_is_released_on_drop_even_while_a_child_shares_its_file() {
+        // A run forked while the listener holds the lock shares the lock's open file
+        // description until its exec; here a child keeps it for good (as its stdin), so only an
+        // explicit unlock can free the lock when the listener lets go.
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = StateDir::open(tmp.path()).unwrap();
+        let LockAttempt::Acquired(lock) = dir.lock().unwrap() else {
+            panic!("first lock must be granted")
+        };
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .stdin(lock.file.try_clone().unwrap())
+            .spawn()
+            .unwrap();
+        drop(lock);
+        let again = dir.lock().unwrap();
+        let _ = child.kill();
+        let _ = child.wait();
+        assert!(matches!(again, LockAttempt::Acquired(_)), "{again:?}");
     }
 
     #[test]
