@@ -55,6 +55,7 @@ fn bench_harness_runs_both_listeners_end_to_end_and_writes_every_figure_as_json(
             "idle_cpu_us",
             "wake_p50_ms",
             "wake_p99_ms",
+            "first_wake_ms",
             "wake_max_ms",
             "floor_p50_ms",
             "floor_max_ms",
@@ -82,6 +83,11 @@ fn bench_harness_runs_both_listeners_end_to_end_and_writes_every_figure_as_json(
         );
     }
     assert_eq!(report["settings"]["wakes"], 2);
+    // Each listener's first wake after its idle window is its own figure, apart from the wakes.
+    for who in ["project", "baseline"] {
+        let first = &report["raw"][who]["first_wake_ms"];
+        assert!(first.as_f64().is_some_and(|ms| ms > 0.0), "{who}: {first}");
+    }
     // The flood is taken twice per listener: at the wakes' quiet window of 0 and at the default.
     for who in ["project", "baseline"] {
         for flood in ["flood", "flood_quiet0"] {
