@@ -585,12 +585,12 @@ mod tests {
     #[tokio::test]
     async fn a_closed_port_is_connection_refused_said_once() {
         crate::sys::tls::install_crypto_provider();
-        // A port that was just free: nothing listens on it.
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
+        // A port held bound but never listening: a connect is refused for as long as the test
+        // runs, and no other process can take the port meanwhile (a listener dropped at once could
+        // still be held open by a process another test forks in that moment).
+        let held = tokio::net::TcpSocket::new_v4().unwrap();
+        held.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let port = held.local_addr().unwrap().port();
         let api = Api::new(
             &format!("http://127.0.0.1:{port}"),
             SecretString::from("ac_secret".to_string()),

@@ -86,7 +86,10 @@ fn bench_harness_runs_both_listeners_end_to_end_and_writes_every_figure_as_json(
     // Each listener's first wake after its idle window is its own figure, apart from the wakes.
     for who in ["project", "baseline"] {
         let first = &report["raw"][who]["first_wake"];
-        assert!(first["ms"].as_f64().is_some_and(|ms| ms > 0.0), "{who}: {first}");
+        assert!(
+            first["ms"].as_f64().is_some_and(|ms| ms > 0.0),
+            "{who}: {first}"
+        );
         assert!(first["listener_major_faults"].is_u64(), "{who}: {first}");
     }
     // The flood is taken twice per listener: at the wakes' quiet window of 0 and at the default.

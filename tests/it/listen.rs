@@ -1146,12 +1146,12 @@ async fn a_4426_close_is_logged_and_followed_by_the_ordinary_reconnect() {
 async fn an_unreachable_server_never_ends_the_listener_it_backs_off() {
     let opts = Opts::default();
     let setup = Setup::new(&opts);
-    // Nothing listens on this port.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    // A port held bound but never listening: a connect is refused for as long as the test
+    // runs, and no other process can take the port meanwhile (a listener dropped at once could
+    // still be held open by a process another test forks in that moment).
+    let held = tokio::net::TcpSocket::new_v4().unwrap();
+    held.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let port = held.local_addr().unwrap().port();
     let mut l = Listener::spawn(
         listener_command_for(&format!("http://127.0.0.1:{port}"), FAKE_KEY, &setup, &opts),
         &setup,
