@@ -288,10 +288,10 @@ async fn five_hundred_socket_closes_lose_no_ack_leave_no_wake_without_a_later_cy
 sleep 0.05
 echo "end $$ $(date +%s%N)" >> "$d/runs.log""#,
     );
-    let metrics_addr = format!("127.0.0.1:{}", free_port());
     let mut cmd = listener_command(&sim, &bob, &setup, &opts);
-    cmd.env("AGENTCHAT_METRICS_ADDR", &metrics_addr);
+    cmd.env("AGENTCHAT_METRICS_ADDR", "127.0.0.1:0");
     let l = Listener::spawn(cmd, &setup, "");
+    let metrics_base = metrics_base(&l).await;
     settled(&l).await;
     let storm_started = Instant::now();
 
@@ -487,7 +487,7 @@ echo "end $$ $(date +%s%N)" >> "$d/runs.log""#,
     // is up. The listener's own counts, from its metrics: its connect wakes are exactly the
     // connects the sim accepted (one each), and the refusals it met are exactly the sim's. Its
     // log and status.json agree.
-    let metrics = reqwest::get(format!("http://{metrics_addr}/metrics"))
+    let metrics = reqwest::get(format!("{metrics_base}/metrics"))
         .await
         .unwrap()
         .text()

@@ -1183,9 +1183,12 @@ fn backoff_delays_after(l: &Listener, from: usize) -> Vec<u64> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_reconnect_backoff_is_scaled_only_against_a_loopback_api_base_and_a_reload_elsewhere_ends_it()
  {
-    // Nothing listens on this port. 0.0.0.0 reaches this machine too, but is not a loopback
-    // address: the test time scale is ignored there.
-    let port = free_port();
+    // Nothing listens on this port (held bound, never listening, for the whole test). 0.0.0.0
+    // reaches this machine too, but is not a loopback address: the test time scale is ignored
+    // there.
+    let held = tokio::net::TcpSocket::new_v4().unwrap();
+    held.bind("0.0.0.0:0".parse().unwrap()).unwrap();
+    let port = held.local_addr().unwrap().port();
     let opts = Opts {
         time_scale: 1000.0,
         ..Opts::default()

@@ -4,7 +4,7 @@
 //! what it parsed. Also `/healthz`, `/readyz`, and the config rule for a public address.
 
 use crate::listen_support::{
-    Agent, BIN, Listener, Opts, Setup, Sim, eventually_async, free_port, listener_command,
+    Agent, BIN, Listener, Opts, Setup, Sim, eventually_async, listener_command, metrics_base,
 };
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -143,12 +143,11 @@ async fn bob_with_metrics(opts: &Opts) -> (Sim, Agent, Agent, Setup, Listener, E
     let alice = sim.agent("alice").await;
     let bob = sim.agent("bob").await;
     let setup = Setup::new(opts);
-    let port = free_port();
     let mut cmd = listener_command(&sim, &bob, &setup, opts);
-    cmd.env("AGENTCHAT_METRICS_ADDR", format!("127.0.0.1:{port}"));
+    cmd.env("AGENTCHAT_METRICS_ADDR", "127.0.0.1:0");
     let l = Listener::spawn(cmd, &setup, "");
     let ep = Endpoint {
-        base: format!("http://127.0.0.1:{port}"),
+        base: metrics_base(&l).await,
         http: reqwest::Client::new(),
     };
     (sim, alice, bob, setup, l, ep)

@@ -190,12 +190,20 @@ pub fn as_list(v: &Value, key: &str) -> Vec<Value> {
 }
 
 /// A loopback port free right now.
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+/// Where the listener serves its metrics (`http://ip:port`), from its `metrics_serving` line:
+/// the tests give it port 0 and read the port the kernel chose, so no port is picked before the
+/// listener binds it (another process could take it meanwhile).
+pub async fn metrics_base(l: &Listener) -> String {
+    assert!(
+        eventually(10.0, || l.count("metrics_serving") >= 1).await,
+        "no metrics_serving line:\n{}",
+        l.log()
+    );
+    let serving = l.events("metrics_serving");
+    let addr = serving[0]["addr"]
+        .as_str()
+        .expect("metrics_serving has its addr");
+    format!("http://{addr}")
 }
 
 /// Accepted socket connects in a connect log.
