@@ -6,7 +6,7 @@
 //! its man page) here, next to the definition, because config reads the variables itself rather
 //! than through clap (an empty variable counts as unset, and flags win over the environment).
 
-use clap::{CommandFactory, Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use std::io::Write;
 use std::path::PathBuf;
 
@@ -144,6 +144,16 @@ pub enum Command {
     /// The demo's built-in agent (used by `demo` as its script runtime).
     #[command(hide = true)]
     DemoAgent(crate::demo::DemoAgentArgs),
+    /// The config's profiles, one a line, for the shell completions of `--profile`.
+    #[command(hide = true)]
+    CompleteProfiles(CompleteProfilesArgs),
+}
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct CompleteProfilesArgs {
+    /// The config file (default: AGENTCHAT_CONFIG, else the platform's).
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, clap::Args)]
@@ -160,20 +170,150 @@ pub struct ManArgs {
     pub dir: Option<PathBuf>,
 }
 
-/// The whole CLI as a `clap::Command`, for completions, man pages and tests.
+/// The whole CLI as a `clap::Command`, for parsing, completions, man pages and tests: the derived
+/// definition, with `--metrics-addr` (part of the shared config flags) hidden and refused
+/// everywhere but `listen`, the one command that serves metrics.
 pub fn command() -> clap::Command {
-    Cli::command()
+    let mut cmd = Cli::command();
+    let others: Vec<String> = cmd
+        .get_subcommands()
+        .filter(|c| c.get_name() != "listen")
+        .filter(|c| c.get_arguments().any(|a| a.get_id() == "metrics_addr"))
+        .map(|c| c.get_name().to_string())
+        .collect();
+    for name in others {
+        cmd = cmd.mut_subcommand(name, |c| {
+            c.mut_arg("metrics_addr", |a| {
+                a.hide(true)
+                    .value_parser(|_: &str| -> Result<String, String> {
+                        Err("only `agentchat listen` serves metrics".to_string())
+                    })
+            })
+        });
+    }
+    cmd
 }
+
+/// Parses the process's arguments with [`command`].
+pub fn try_parse() -> Result<Cli, clap::Error> {
+    let matches = command().try_get_matches()?;
+    Cli::from_arg_matches(&matches).map_err(|e| e.format(&mut command()))
+}
+
+/// The levels `--log-level` offers in completions (it also takes a filter such as
+/// `agentchat=debug,info`, which no completion can list).
+const LOG_LEVELS: [&str; 5] = ["error", "warn", "info", "debug", "trace"];
+
+/// A stand-in candidate for `--profile` in the generated script, replaced by each shell's call of
+/// `agentchat complete-profiles` ([`dynamic_profiles`]).
+const PROFILES_MARK: &str = "AGENTCHAT__PROFILES";
 
 /// Writes the completion script for `shell` to `out`. Hidden commands (the demo's internal
 /// `demo-agent`) are left out: clap_complete's bash script would offer them.
 pub fn write_completions(shell: clap_complete::Shell, out: &mut dyn Write) {
     let full = command();
+    let dynamic = matches!(
+        shell,
+        clap_complete::Shell::Bash | clap_complete::Shell::Zsh | clap_complete::Shell::Fish
+    );
+    let subcommands = full
+        .get_subcommands()
+        .filter(|c| !c.is_hide_set())
+        .map(|c| with_value_candidates(c.clone(), dynamic));
     let mut shown = clap::Command::new("agentchat")
         .version(env!("CARGO_PKG_VERSION"))
         .about(full.get_about().cloned().unwrap_or_default())
-        .subcommands(full.get_subcommands().filter(|c| !c.is_hide_set()).cloned());
-    clap_complete::generate(shell, &mut shown, "agentchat", out);
+        .subcommands(subcommands);
+    let mut script = Vec::new();
+    clap_complete::generate(shell, &mut shown, "agentchat", &mut script);
+    let script = String::from_utf8_lossy(&script);
+    let _ = out.write_all(dynamic_profiles(shell, &script).as_bytes());
+}
+
+/// `cmd` (and its subcommands) for the completion generator only: `--log-level` offers the
+/// levels, and `--profile` the [`PROFILES_MARK`] when `dynamic` (bash, zsh, fish) so the script
+/// can ask for the config's profiles. Parsing never sees these value lists.
+fn with_value_candidates(cmd: clap::Command, dynamic: bool) -> clap::Command {
+    // A hidden flag (doctor's `--metrics-addr`) is left out: clap_complete's bash script would
+    // offer it.
+    let cmd = if cmd.get_arguments().any(|a| a.is_hide_set()) {
+        clap::Command::new(cmd.get_name().to_string())
+            .about(cmd.get_about().cloned().unwrap_or_default())
+            .args(cmd.get_arguments().filter(|a| !a.is_hide_set()).cloned())
+            .subcommands(cmd.get_subcommands().cloned())
+    } else {
+        cmd
+    };
+    let ids: Vec<String> = cmd
+        .get_arguments()
+        .map(|a| a.get_id().to_string())
+        .collect();
+    let mut cmd = cmd;
+    for id in ids {
+        cmd = match id.as_str() {
+            "log_level" => cmd.mut_arg(id, |a| {
+                a.value_parser(clap::builder::PossibleValuesParser::new(LOG_LEVELS))
+            }),
+            "profile" if dynamic => cmd.mut_arg(id, |a| {
+                a.value_parser(clap::builder::PossibleValuesParser::new([PROFILES_MARK]))
+            }),
+            _ => cmd,
+        };
+    }
+    let names: Vec<String> = cmd
+        .get_subcommands()
+        .map(|c| c.get_name().to_string())
+        .collect();
+    for name in names {
+        cmd = cmd.mut_subcommand(name, |c| with_value_candidates(c, dynamic));
+    }
+    cmd
+}
+
+/// Replaces [`PROFILES_MARK`] in a generated script with the shell's call of the binary's
+/// hidden `complete-profiles` (which reads the config named by a `--config` already typed, else
+/// `AGENTCHAT_CONFIG`, else the default file).
+fn dynamic_profiles(shell: clap_complete::Shell, script: &str) -> String {
+    match shell {
+        clap_complete::Shell::Bash => {
+            let helper = r#"_agentchat_profiles() {
+    local i config=()
+    for ((i = 1; i < ${#COMP_WORDS[@]} - 1; i++)); do
+        if [[ ${COMP_WORDS[i]} == --config ]]; then config=(--config "${COMP_WORDS[i+1]}"); fi
+    done
+    "${COMP_WORDS[0]}" complete-profiles "${config[@]}" 2>/dev/null
+}
+"#;
+            let body = script.replace(
+                &format!("\"{PROFILES_MARK}\""),
+                "\"$(_agentchat_profiles)\"",
+            );
+            format!("{helper}{body}")
+        }
+        clap_complete::Shell::Zsh => script.replace(
+            &format!("({PROFILES_MARK})"),
+            r#"{local -a c; c=(${(f)"$(${words[1]} complete-profiles ${${(M)words:#--config=*}#--config=} 2>/dev/null)"}); compadd -a c}"#,
+        ),
+        clap_complete::Shell::Fish => script.replace(
+            &format!("\"{PROFILES_MARK}\\t''\""),
+            "\"(agentchat complete-profiles 2>/dev/null)\"",
+        ),
+        _ => script.to_string(),
+    }
+}
+
+/// `agentchat complete-profiles`: the profiles `status --all` would show, one a line.
+pub fn run_complete_profiles(args: CompleteProfilesArgs) -> anyhow::Result<i32> {
+    let config = crate::config::ConfigArgs {
+        config: args.config,
+        ..crate::config::ConfigArgs::default()
+    };
+    let mut out = std::io::stdout().lock();
+    for name in crate::status::configured_profiles(&config)? {
+        writeln!(out, "{name}")?;
+    }
+    out.flush()?;
+    Ok(0)
 }
 
 /// Writes the top-level man page, `agentchat(1)`, to `out`.

@@ -6,10 +6,21 @@
 //! wrong").
 
 use agentchat::cli::{Cli, Command};
-use clap::{CommandFactory, Parser};
+use clap::CommandFactory;
 
 fn main() {
-    let cli = Cli::try_parse().unwrap_or_else(|e| exit_on_usage_error(e));
+    let cli = agentchat::cli::try_parse().unwrap_or_else(|e| exit_on_usage_error(e));
+    if matches!(
+        cli.command,
+        Command::Status(_)
+            | Command::Doctor(_)
+            | Command::Service(_)
+            | Command::Completions(_)
+            | Command::Man(_)
+            | Command::CompleteProfiles(_)
+    ) {
+        end_quietly_on_a_closed_pipe();
+    }
     agentchat::sys::tls::install_crypto_provider();
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -32,6 +43,7 @@ fn main() {
             Command::Completions(a) => agentchat::cli::run_completions(a),
             Command::Man(a) => agentchat::cli::run_man(a),
             Command::DemoAgent(a) => agentchat::demo::run_agent_command(a).await,
+            Command::CompleteProfiles(a) => agentchat::cli::run_complete_profiles(a),
         }
     });
     match result {
@@ -40,6 +52,19 @@ fn main() {
             eprintln!("{}: {e:#}", error_prefix());
             std::process::exit(1);
         }
+    }
+}
+
+/// Rust starts every program with SIGPIPE ignored, so writing to a pipe whose reader has gone
+/// (`agentchat man | head -5`) fails with EPIPE, and `println!` panics on it. The commands that
+/// print a report and exit take the default action back: they end silently, as `cat` does.
+/// `listen`, `sim` and `demo` keep it ignored: they write to their children's pipes and sockets
+/// and must outlive a reader that went away (doctor's probes get no stdin; sockets are written
+/// with MSG_NOSIGNAL).
+fn end_quietly_on_a_closed_pipe() {
+    // SAFETY: signal(2) with SIG_DFL, before any thread is started.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
 }
 

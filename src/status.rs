@@ -101,12 +101,44 @@ fn or_unknown(s: &str) -> &str {
     if s.is_empty() { "?" } else { s }
 }
 
-/// Pure: the human view of a status.
-pub fn render(profile: &str, status: &Status, liveness: Liveness) -> String {
+/// How long ago (or how far ahead) `then` is from `now`, in the largest unit that fits:
+/// `12 s ago`, `3 min ago`, `5 h ago`, `2 days ago`, `in 40 s`.
+pub fn relative(then: SystemTime, now: SystemTime) -> String {
+    let (secs, ahead) = match now.duration_since(then) {
+        Ok(d) => (d.as_secs(), false),
+        Err(e) => (e.duration().as_secs(), true),
+    };
+    let span = match secs {
+        0..60 => format!("{secs} s"),
+        60..3_600 => format!("{} min", secs / 60),
+        3_600..172_800 => format!("{} h", secs / 3_600),
+        _ => format!("{} days", secs / 86_400),
+    };
+    if ahead {
+        format!("in {span}")
+    } else {
+        format!("{span} ago")
+    }
+}
+
+/// An RFC 3339 time as shown: the time and, when it parses, how long ago it is
+/// (`2026-11-30T01:00:00Z (3 min ago)`); `?` when the file had none.
+fn when(at: &str, now: SystemTime) -> String {
+    match parse_time(at) {
+        Some(t) => format!("{at} ({})", relative(t, now)),
+        None => or_unknown(at).to_string(),
+    }
+}
+
+/// Pure: the human view of a status, its times also shown relative to `now`.
+pub fn render(profile: &str, status: &Status, liveness: Liveness, now: SystemTime) -> String {
     let mut out = Vec::new();
     let pid = status.pid;
-    let updated = or_unknown(&status.updated_at);
-    let turned = last_turn(status).map_or_else(|| "?".to_string(), crate::sys::time::rfc3339);
+    let updated = when(&status.updated_at, now);
+    let turned = last_turn(status).map_or_else(
+        || "?".to_string(),
+        |t| format!("{} ({})", crate::sys::time::rfc3339(t), relative(t, now)),
+    );
     out.push(format!("profile     {profile}"));
     out.push(match liveness {
         Liveness::Running => format!("listener    running (pid {pid})"),
@@ -121,7 +153,7 @@ pub fn render(profile: &str, status: &Status, liveness: Liveness) -> String {
     out.push(format!(
         "state       {} since {}",
         status.state.as_str(),
-        or_unknown(&status.since)
+        when(&status.since, now)
     ));
     if let Some(d) = &status.detail {
         out.push(format!("detail      {d}"));
@@ -136,12 +168,12 @@ pub fn render(profile: &str, status: &Status, liveness: Liveness) -> String {
         or_unknown(&status.key_source)
     ));
     if let Some(at) = &status.last_frame_at {
-        out.push(format!("last frame  {at}"));
+        out.push(format!("last frame  {}", when(at, now)));
     }
     if let Some(w) = &status.last_wake {
         out.push(format!(
-            "last wake   {} ({})",
-            or_unknown(&w.at),
+            "last wake   {}, for {}",
+            when(&w.at, now),
             w.reasons.join(", ")
         ));
     }
@@ -149,7 +181,7 @@ pub fn render(profile: &str, status: &Status, liveness: Liveness) -> String {
         let mut line = format!(
             "last cycle  {} at {}: {}",
             or_unknown(&c.id),
-            or_unknown(&c.started_at),
+            when(&c.started_at, now),
             outcome_word(c.outcome)
         );
         if let Some(k) = c.run_kind {
@@ -167,7 +199,7 @@ pub fn render(profile: &str, status: &Status, liveness: Liveness) -> String {
         }
     }
     if let Some(at) = &status.next_retry_at {
-        out.push(format!("next retry  {at}"));
+        out.push(format!("next retry  {}", when(at, now)));
     }
     out.push(format!(
         "texts       from {}{}",
@@ -176,7 +208,7 @@ pub fn render(profile: &str, status: &Status, liveness: Liveness) -> String {
             .texts
             .fetched_at
             .as_ref()
-            .map_or(String::new(), |f| format!(" (fetched {f})"))
+            .map_or(String::new(), |f| format!(", fetched {}", when(f, now)))
     ));
     let c = &status.counters;
     out.push(format!(
@@ -198,6 +230,10 @@ pub fn outcome_word(outcome: Option<Outcome>) -> &'static str {
     outcome.map_or("running", Outcome::as_str)
 }
 
+/// The schema version of `status --json` and `status --all --json` (docs/integrating.md): it
+/// changes only when a field is removed or changes meaning; new fields may appear without it.
+pub const JSON_VERSION: u32 = 1;
+
 pub async fn run_command(args: StatusArgs) -> anyhow::Result<i32> {
     if args.all {
         return run_all(&args);
@@ -206,11 +242,13 @@ pub async fn run_command(args: StatusArgs) -> anyhow::Result<i32> {
     let state = StateDir::at(&settings.state_dir);
     let file = state.path(STATUS_FILE);
     let status = state.read_status()?;
+    let now = SystemTime::now();
     let liveness = status
         .as_ref()
-        .map(|s| assess(s, pid_alive(u64::from(s.pid)), SystemTime::now()));
+        .map(|s| assess(s, pid_alive(u64::from(s.pid)), now));
     if args.json {
         let out = json!({
+            "version": JSON_VERSION,
             "profile": settings.profile,
             "state_dir": settings.state_dir,
             "status_file": file,
@@ -227,7 +265,8 @@ pub async fn run_command(args: StatusArgs) -> anyhow::Result<i32> {
                 render(
                     &settings.profile,
                     s,
-                    liveness.unwrap_or(Liveness::NotRunning)
+                    liveness.unwrap_or(Liveness::NotRunning),
+                    now
                 )
             ),
             None => println!(
@@ -313,18 +352,25 @@ pub struct Row {
     pub since: Option<String>,
     /// The last cycle's outcome (`completed`, `failed`, `unusable`, `no_run`).
     pub last_outcome: Option<String>,
-    /// What the service manager says about the profile's unit, or why it could not tell.
+    /// The profile's systemd unit or launchd label.
+    pub unit: String,
+    /// Where its unit file is, when `service install` wrote one.
+    pub unit_file: Option<std::path::PathBuf>,
+    /// The unit in a few words: `not installed`, `enabled, running`, `disabled, inactive`,
+    /// `installed, manager not asked`, `installed, no manager answers` (the manager's reason is
+    /// said once for the whole table: `service_manager`).
     pub service: String,
     /// Why the row could not be read (a config error for this profile, a damaged status file).
     pub error: Option<String>,
 }
 
+/// The row, and the service manager's error if it was asked and did not answer.
 fn row_for(
     profile: &str,
     configured: bool,
     state_dir: std::path::PathBuf,
     error: Option<String>,
-) -> Row {
+) -> (Row, Option<String>) {
     let (status, error) = match StateDir::at(&state_dir).read_status() {
         Ok(s) => (s, error),
         Err(e) => (None, error.or(Some(e.to_string()))),
@@ -337,7 +383,28 @@ fn row_for(
         crate::service::ServiceKind::Systemd => crate::service::systemd_unit_name(profile),
         crate::service::ServiceKind::Launchd => crate::service::launchd_label(profile),
     };
-    Row {
+    let unit_file = crate::service::unit_path(service_kind, profile)
+        .ok()
+        .filter(|p| p.is_file());
+    // No unit file, nothing to ask the manager about: that keeps its error (a user manager that
+    // does not run) out of every row of a machine that never installed one.
+    let (service, manager_error) = match &unit_file {
+        None => ("not installed".to_string(), None),
+        Some(_) => match crate::service::manager_view(service_kind, profile) {
+            crate::service::ManagerView::NotAsked => {
+                ("installed, manager not asked".to_string(), None)
+            }
+            crate::service::ManagerView::Unreachable(why) => {
+                ("installed, no manager answers".to_string(), Some(why))
+            }
+            crate::service::ManagerView::Answered {
+                enabled_word,
+                active_word,
+                ..
+            } => (format!("{enabled_word}, {active_word}"), None),
+        },
+    };
+    let row = Row {
         profile: profile.to_string(),
         configured,
         state_dir,
@@ -354,20 +421,22 @@ fn row_for(
             .and_then(|s| s.last_cycle.as_ref())
             .and_then(|c| c.outcome)
             .map(|o| o.as_str().to_string()),
-        service: format!(
-            "{unit}: {}",
-            crate::service::manager_view(service_kind, profile).describe()
-        ),
+        unit,
+        unit_file,
+        service,
         error,
-    }
+    };
+    (row, manager_error)
 }
 
-/// Pure: the table `status --all` prints.
-pub fn render_rows(rows: &[Row]) -> String {
-    let mut out = vec![format!(
-        "{:<16} {:<16} {:<9} {:<40} {:<10} service",
-        "PROFILE", "HANDLE", "LISTENER", "STATE SINCE", "LAST RUN"
-    )];
+/// Pure: the table `status --all` prints: columns as wide as their widest cell, two spaces
+/// apart, every header in capitals; `manager_error` (the service manager's reason for not
+/// answering, asked only about installed units) once under the table.
+pub fn render_rows(rows: &[Row], manager_error: Option<&str>, now: SystemTime) -> String {
+    let header = [
+        "PROFILE", "HANDLE", "LISTENER", "STATE", "SINCE", "LAST RUN", "SERVICE",
+    ];
+    let mut table: Vec<Vec<String>> = vec![header.iter().map(|h| h.to_string()).collect()];
     for r in rows {
         let listener = if r.running {
             "running"
@@ -376,30 +445,49 @@ pub fn render_rows(rows: &[Row]) -> String {
         } else {
             "stopped"
         };
-        let state = match (&r.state, &r.since) {
-            (Some(st), Some(since)) => format!("{st} since {since}"),
-            (Some(st), None) => st.clone(),
-            _ => "never ran".to_string(),
-        };
         let mut profile = r.profile.clone();
         if !r.configured {
             profile.push('*');
         }
-        out.push(format!(
-            "{:<16} {:<16} {:<9} {:<40} {:<10} {}",
+        let since = r.since.as_deref().and_then(parse_time);
+        table.push(vec![
             profile,
-            r.handle.as_deref().unwrap_or("-"),
-            listener,
-            state,
-            r.last_outcome.as_deref().unwrap_or("-"),
-            r.service
-        ));
-        if let Some(e) = &r.error {
-            out.push(format!("  {}: {e}", r.profile));
+            r.handle.clone().unwrap_or_else(|| "-".into()),
+            listener.to_string(),
+            r.state.clone().unwrap_or_else(|| "never ran".into()),
+            since.map_or_else(|| "-".into(), |t| relative(t, now)),
+            r.last_outcome.clone().unwrap_or_else(|| "-".into()),
+            r.service.clone(),
+        ]);
+    }
+    let mut widths = [0usize; 7];
+    for line in &table {
+        for (w, cell) in widths.iter_mut().zip(line) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let mut out = Vec::new();
+    for (i, line) in table.iter().enumerate() {
+        let cells: Vec<String> = line
+            .iter()
+            .zip(widths)
+            .map(|(cell, w)| format!("{cell:<w$}"))
+            .collect();
+        out.push(cells.join("  ").trim_end().to_string());
+        if let Some(e) = i.checked_sub(1).and_then(|r| rows.get(r)?.error.as_ref()) {
+            out.push(format!(
+                "  {}: {e}",
+                line.first().map_or("", String::as_str)
+            ));
         }
     }
     if rows.iter().any(|r| !r.configured) {
         out.push("* not in the config: found by the live lock in its state dir".to_string());
+    }
+    if let Some(why) = manager_error {
+        out.push(format!(
+            "service manager: no service manager answers ({why})"
+        ));
     }
     out.join("\n")
 }
@@ -432,16 +520,24 @@ fn run_all(args: &StatusArgs) -> anyhow::Result<i32> {
         }
     }
     for (name, dir, _pid) in locked_state_dirs() {
-        if !rows.iter().any(|r| r.state_dir == dir) {
+        if !rows.iter().any(|(r, _)| r.state_dir == dir) {
             rows.push(row_for(&name, false, dir, None));
         }
     }
+    let manager_error = rows.iter().find_map(|(_, e)| e.clone());
+    let rows: Vec<Row> = rows.into_iter().map(|(r, _)| r).collect();
     let all_running = rows.iter().filter(|r| r.configured).all(|r| r.running);
     if args.json {
-        let out = json!({ "all_running": all_running, "profiles": rows });
+        let out = json!({
+            "version": JSON_VERSION,
+            "all_running": all_running,
+            "service_manager_error": manager_error,
+            "profiles": rows,
+        });
         println!("{}", serde_json::to_string_pretty(&out)?);
     } else {
-        println!("{}", render_rows(&rows));
+        let now = SystemTime::now();
+        println!("{}", render_rows(&rows, manager_error.as_deref(), now));
     }
     Ok(if all_running { 0 } else { 3 })
 }
@@ -515,21 +611,97 @@ mod tests {
 
     #[test]
     fn render_shows_state_handle_wake_cycle_and_counters() {
-        let text = render(
-            "work",
-            &doc("connected", SystemTime::now()),
-            Liveness::Running,
-        );
+        let now = humantime::parse_rfc3339("2026-11-30T01:03:02Z").unwrap();
+        let text = render("work", &doc("connected", now), Liveness::Running, now);
         for needle in [
             "profile     work",
             "running (pid 42)",
-            "state       connected since",
+            "state       connected since 2026-11-30T01:00:00Z (3 min ago)",
             "handle      @bob",
-            "(message, invite)",
-            "c1 at 2026-11-30T01:00:02Z: completed (wake run)",
+            "2026-11-30T01:00:01Z (3 min ago), for message, invite",
+            "c1 at 2026-11-30T01:00:02Z (3 min ago): completed (wake run)",
+            "fetched 2026-11-30T01:00:00Z (3 min ago)",
             "runs 1 (0 failed)",
         ] {
             assert!(text.contains(needle), "missing {needle:?} in\n{text}");
         }
+    }
+
+    #[test]
+    fn relative_times_use_the_largest_unit_that_fits_both_ways() {
+        let now = humantime::parse_rfc3339("2026-11-30T12:00:00Z").unwrap();
+        let ago = |s: u64| relative(now - Duration::from_secs(s), now);
+        assert_eq!(ago(0), "0 s ago");
+        assert_eq!(ago(59), "59 s ago");
+        assert_eq!(ago(180), "3 min ago");
+        assert_eq!(ago(3 * 3_600 + 5), "3 h ago");
+        assert_eq!(ago(3 * 86_400), "3 days ago");
+        assert_eq!(relative(now + Duration::from_secs(40), now), "in 40 s");
+    }
+
+    fn row(profile: &str, handle: &str, service: &str, error: Option<&str>) -> Row {
+        Row {
+            profile: profile.into(),
+            configured: profile != "extra",
+            state_dir: "/s".into(),
+            running: true,
+            stale: false,
+            handle: Some(handle.into()),
+            state: Some("connected".into()),
+            since: Some("2026-11-30T11:57:00.123Z".into()),
+            last_outcome: Some("completed".into()),
+            unit: format!("agentchat-listen-{profile}.service"),
+            unit_file: None,
+            service: service.into(),
+            error: error.map(String::from),
+        }
+    }
+
+    #[test]
+    fn the_all_table_aligns_every_column_and_says_the_managers_error_once() {
+        let now = humantime::parse_rfc3339("2026-11-30T12:00:00Z").unwrap();
+        let rows = [
+            row(
+                "default",
+                "@a-very-long-handle-indeed",
+                "not installed",
+                None,
+            ),
+            row(
+                "work",
+                "@b",
+                "installed, no manager answers",
+                Some("bad file"),
+            ),
+            row("extra", "@c", "not installed", None),
+        ];
+        let text = render_rows(&rows, Some("Failed to connect to bus"), now);
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(lines[0].starts_with("PROFILE  HANDLE"), "{text}");
+        assert_eq!(lines[0], lines[0].to_uppercase(), "{text}");
+        // Every column starts where its header does.
+        for header in [
+            "HANDLE", "LISTENER", "STATE", "SINCE", "LAST RUN", "SERVICE",
+        ] {
+            let col = lines[0].find(header).unwrap();
+            for line in [lines[1], lines[2], lines[4]] {
+                let before = line.get(..col).unwrap();
+                assert!(before.ends_with("  "), "{header} in {line:?}\n{text}");
+                assert_ne!(line.get(col..col + 1), Some(" "), "{header}\n{text}");
+            }
+        }
+        assert!(lines[1].contains("  2 min ago  "), "{text}");
+        assert_eq!(lines[3], "  work: bad file");
+        assert!(lines[4].starts_with("extra*"), "{text}");
+        assert_eq!(
+            text.matches("Failed to connect to bus").count(),
+            1,
+            "{text}"
+        );
+        assert!(
+            text.ends_with(
+                "service manager: no service manager answers (Failed to connect to bus)"
+            )
+        );
     }
 }

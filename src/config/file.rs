@@ -57,7 +57,13 @@ fn parse(path: &Path, text: &str) -> Result<FileTable, ConfigError> {
         let message = match e.span() {
             Some(span) => {
                 let (line, col) = line_col(text, span.start);
-                format!("line {line}, column {col}: {}", e.message().trim())
+                let what = e.message().trim();
+                match (what, super::hint::duplicate_named(text, span)) {
+                    ("duplicate key", Some(name)) => {
+                        format!("line {line}, column {col}: {name}")
+                    }
+                    _ => format!("line {line}, column {col}: {what}"),
+                }
             }
             None => e.message().trim().to_string(),
         };
@@ -478,6 +484,54 @@ impl<'de, T: Deserialize<'de>> Visitor<'de> for TableVisitor<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::hint;
+
+    /// The "expected one of" list serde gives for an unknown key in `toml`'s table.
+    fn serde_keys(toml: &str) -> Vec<String> {
+        let table: toml::Table = toml::from_str(toml).unwrap();
+        let Err(e) = serde_path_to_error::deserialize::<_, FileTable>(toml::Value::Table(table))
+        else {
+            panic!("{toml} parsed")
+        };
+        let message = e.inner().message().to_string();
+        let list = message.split("expected one of ").nth(1).unwrap();
+        list.split(", ")
+            .map(|k| k.trim_matches('`').to_string())
+            .collect()
+    }
+
+    #[test]
+    fn the_key_lists_for_did_you_mean_are_the_shapes_own() {
+        for (toml, keys) in [
+            ("bogus = 1", hint::TOP_KEYS),
+            ("[listen]\nbogus = 1", hint::LISTEN_KEYS),
+            ("[listen.claude]\nbogus = 1", hint::CLAUDE_KEYS),
+            ("[listen.codex]\nbogus = 1", hint::CODEX_KEYS),
+        ] {
+            assert_eq!(serde_keys(toml), keys, "{toml}");
+        }
+    }
+
+    #[test]
+    fn a_duplicate_key_or_table_is_named_by_its_path() {
+        let err = |text: &str| parse(Path::new("/c.toml"), text).err().unwrap().to_string();
+        let e =
+            err("log_level = \"info\"\n[listen]\nquiet_window = \"1s\"\nquiet_window = \"2s\"\n");
+        assert!(
+            e.contains("line 4, column 1: duplicate key `listen.quiet_window`"),
+            "{e}"
+        );
+        let e = err("api_base = \"http://a\"\napi_base = \"http://b\"\n");
+        assert!(
+            e.contains("line 2, column 1: duplicate key `api_base`"),
+            "{e}"
+        );
+        let e = err("[listen]\n[profiles.w]\n[listen]\n");
+        assert!(e.contains("duplicate table `[listen]`"), "{e}");
+        // A name that is not a bare key is not quoted: it might be a value in the wrong place.
+        let e = err("\"ac_live secret\" = 1\n\"ac_live secret\" = 2\n");
+        assert!(e.contains("duplicate key") && !e.contains("secret"), "{e}");
+    }
 
     #[test]
     fn line_col_of_an_offset_inside_a_multibyte_character_does_not_panic() {

@@ -12,6 +12,7 @@
 
 mod env;
 mod file;
+mod hint;
 mod layer;
 mod load;
 mod resolve;
@@ -204,7 +205,7 @@ pub struct ConfigArgs {
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     /// A key the file set that we do not know; the message names it with its table path.
-    #[error("unknown config key `{0}`")]
+    #[error("unknown config key `{0}`{hint}", hint = hint::did_you_mean(.0))]
     UnknownKey(String),
     #[error("bad value for `{key}`: {problem}")]
     BadValue { key: String, problem: String },

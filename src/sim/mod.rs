@@ -35,12 +35,29 @@ pub struct SimArgs {
     /// Address to listen on; port 0 picks a free port.
     #[arg(long, default_value = "127.0.0.1:0")]
     pub listen: SocketAddr,
-    /// Run every server timer N times faster.
-    #[arg(long, default_value_t = 1.0)]
+    /// Run every server timer N times faster (0.001 to 1000000).
+    #[arg(long, default_value_t = 1.0, value_parser = parse_time_scale)]
     pub time_scale: f64,
     /// Create @alice and @bob and print their keys.
     #[arg(long)]
     pub seed_demo: bool,
+}
+
+/// `--time-scale`: a finite number from 0.001 to 1000000. Zero, a negative number, `nan` and
+/// `inf` would stop or break every timer (the clock divides by it), and a scale far below 0.001
+/// overflows the longest one (24 h).
+fn parse_time_scale(s: &str) -> Result<f64, String> {
+    let n: f64 = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("`{s}` is not a number"))?;
+    if n.is_finite() && (0.001..=1_000_000.0).contains(&n) {
+        Ok(n)
+    } else {
+        Err(format!(
+            "{s} is not a time scale: give a number from 0.001 to 1000000 (1 is real time)"
+        ))
+    }
 }
 
 /// Prints one JSON line (`api_base`, and the seeded agents' keys) on stdout, then logs requests

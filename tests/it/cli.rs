@@ -90,10 +90,24 @@ fn every_commands_fatal_error_is_one_line_agentchat_command_colon() {
 /// Runs `script` in a real, non-interactive `bash` with `agentchat`'s bash completion loaded
 /// exactly as a user's rc file would load it; returns stdout (the script must succeed).
 fn in_bash_with_completion(script: &str) -> String {
+    in_bash_with_completion_env(script, &[])
+}
+
+/// [`in_bash_with_completion`] with extra environment variables; the binary's folder is first
+/// on `PATH`, so the script's own calls of `agentchat` (the profiles) reach this build.
+fn in_bash_with_completion_env(script: &str, env: &[(&str, &str)]) -> String {
     let full = format!("source <(\"$AGENTCHAT_BIN\" completions bash) || exit 9\n{script}");
+    let dir = Path::new(BIN).parent().unwrap();
+    let path = format!(
+        "{}:{}",
+        dir.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
     let out = Command::new("bash")
         .args(["--norc", "--noprofile", "-c", &full])
         .env("AGENTCHAT_BIN", BIN)
+        .env("PATH", path)
+        .envs(env.iter().copied())
         .output()
         .expect("bash is needed for this test");
     assert!(
@@ -108,6 +122,10 @@ fn in_bash_with_completion(script: &str) -> String {
 /// What bash's completion function offers for the words typed so far (the last one being
 /// completed), one candidate per line, the way bash itself calls it on TAB.
 fn complete(words: &[&str]) -> Vec<String> {
+    complete_env(words, &[])
+}
+
+fn complete_env(words: &[&str], env: &[(&str, &str)]) -> Vec<String> {
     let quoted: Vec<String> = words.iter().map(|w| format!("'{w}'")).collect();
     let cword = words.len() - 1;
     let cur = words[cword];
@@ -119,7 +137,7 @@ fn complete(words: &[&str]) -> Vec<String> {
         words = quoted.join(" "),
         line = words.join(" "),
     );
-    in_bash_with_completion(&script)
+    in_bash_with_completion_env(&script, env)
         .lines()
         .filter(|l| !l.is_empty())
         .map(str::to_string)
@@ -351,8 +369,8 @@ fn every_flag_that_has_a_variable_names_it_in_help() {
             }
         }
     }
-    // listen takes every flag of the table; status three, doctor six, service two each.
-    assert_eq!(checked, 8 + 3 + 6 + 2 + 2);
+    // listen takes every flag of the table; status three, doctor five, service two each.
+    assert_eq!(checked, 8 + 3 + 5 + 2 + 2);
     let listen = stdout_of(&["listen", "--help"]);
     for (_, flag) in FLAG_OF {
         if let Some(flag) = flag {
@@ -382,4 +400,180 @@ fn the_top_level_help_and_listens_list_the_exit_codes() {
             "no exit code {code}:\n{top}"
         );
     }
+}
+
+#[test]
+fn bash_completes_the_configs_profiles_and_the_log_levels_not_file_names() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("agentchat.toml");
+    std::fs::write(&config, "[profiles.work]\n[profiles.ops]\n").unwrap();
+    let config = config.to_str().unwrap();
+    // A `--config` typed before `--profile` is the file read.
+    let mut got = complete(&["agentchat", "listen", "--config", config, "--profile", ""]);
+    got.sort();
+    assert_eq!(got, ["default", "ops", "work"]);
+    assert_eq!(
+        complete(&["agentchat", "status", "--config", config, "--profile", "w"]),
+        ["work"]
+    );
+    // Else AGENTCHAT_CONFIG, as every command reads it.
+    let mut got = complete_env(
+        &["agentchat", "doctor", "--profile", ""],
+        &[("AGENTCHAT_CONFIG", config)],
+    );
+    got.sort();
+    assert_eq!(got, ["default", "ops", "work"]);
+    let got = complete(&["agentchat", "listen", "--log-level", ""]);
+    assert_eq!(got, ["error", "warn", "info", "debug", "trace"]);
+    assert_eq!(
+        complete(&["agentchat", "listen", "--log-level", "de"]),
+        ["debug"]
+    );
+}
+
+#[test]
+fn the_zsh_and_fish_scripts_ask_the_binary_for_profiles_and_offer_the_levels() {
+    let zsh = stdout_of(&["completions", "zsh"]);
+    let fish = stdout_of(&["completions", "fish"]);
+    for script in [&zsh, &fish] {
+        assert!(script.contains("complete-profiles"), "{script}");
+        assert!(!script.contains("AGENTCHAT__PROFILES"), "{script}");
+        assert!(!script.contains("complete-profiles\t"), "{script}");
+    }
+    assert!(
+        zsh.contains(":LEVEL:(error warn info debug trace)"),
+        "{zsh}"
+    );
+    assert!(
+        fish.lines()
+            .any(|l| l.contains("-l log-level") && l.contains("error")),
+        "{fish}"
+    );
+    for shell in ["elvish", "powershell"] {
+        let script = stdout_of(&["completions", shell]);
+        assert!(!script.contains("AGENTCHAT__PROFILES"), "{shell}");
+    }
+    // The helper itself: the profiles of the file named, default first.
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("c.toml");
+    std::fs::write(&config, "[profiles.b]\n[profiles.a]\n").unwrap();
+    let listed = stdout_of(&["complete-profiles", "--config", config.to_str().unwrap()]);
+    assert_eq!(listed, "default\na\nb\n");
+}
+
+/// Runs `agentchat args` with stdout a pipe whose reader is already gone.
+fn into_a_closed_pipe(args: &[&str], home: &Path) -> Output {
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    Command::new(BIN)
+        .args(args)
+        .env("HOME", home)
+        .env("XDG_STATE_HOME", home.join("state"))
+        .env("XDG_CONFIG_HOME", home.join("config"))
+        .env_remove("AGENTCHAT_CONFIG")
+        .env_remove("AGENTCHAT_STATE_DIR")
+        .stdout(writer)
+        .stderr(std::process::Stdio::piped())
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn a_command_whose_reader_goes_away_ends_quietly_like_cat() {
+    use std::os::unix::process::ExitStatusExt;
+    let home = tempfile::tempdir().unwrap();
+    for args in [
+        &["man"][..],
+        &["completions", "bash"],
+        &["status"],
+        &["status", "--json"],
+        &["service", "print"],
+        &["--help"],
+        &["doctor", "--help"],
+    ] {
+        let out = into_a_closed_pipe(args, home.path());
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.is_empty(), "{args:?} said: {stderr}");
+        assert!(
+            out.status.signal() == Some(libc::SIGPIPE) || out.status.success(),
+            "{args:?}: {}",
+            out.status
+        );
+    }
+}
+
+#[test]
+fn doctor_shows_and_takes_only_the_flags_it_uses() {
+    let doctor = stdout_of(&["doctor", "--help"]);
+    assert!(option_line(&doctor, "--metrics-addr").is_none(), "{doctor}");
+    assert!(!doctor.contains("listen only"), "{doctor}");
+    for flag in [
+        "--config",
+        "--profile",
+        "--state-dir",
+        "--runtime",
+        "--api-base",
+        "--json",
+    ] {
+        assert!(option_line(&doctor, flag).is_some(), "doctor lacks {flag}");
+    }
+    let listen = stdout_of(&["listen", "--help"]);
+    assert!(option_line(&listen, "--metrics-addr").is_some(), "{listen}");
+    let out = agentchat(&["doctor", "--metrics-addr", "127.0.0.1:9464"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("only `agentchat listen` serves metrics"),
+        "{stderr}"
+    );
+    let man = stdout_of(&["completions", "bash"]);
+    let doctor_block = man.split("agentchat__subcmd__doctor)").nth(1).unwrap();
+    let doctor_opts = doctor_block.lines().find(|l| l.contains("opts=")).unwrap();
+    assert!(!doctor_opts.contains("--metrics-addr"), "{doctor_opts}");
+}
+
+#[test]
+fn sim_refuses_a_time_scale_that_is_zero_negative_or_not_finite() {
+    for bad in [
+        "0", "-1", "nan", "NaN", "inf", "-inf", "1e-9", "2e6", "fast",
+    ] {
+        let out = agentchat(&["sim", &format!("--time-scale={bad}")]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{bad}: {stderr}");
+        assert!(
+            stderr.starts_with("agentchat sim: invalid value") && stderr.contains("time scale")
+                || stderr.contains("is not a number"),
+            "{bad}: {stderr}"
+        );
+    }
+}
+
+#[test]
+fn a_duplicate_or_misspelt_config_key_is_named_with_what_to_do() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = |text: &str| {
+        let config = dir.path().join("config.toml");
+        std::fs::write(&config, text).unwrap();
+        let out = Command::new(BIN)
+            .args(["status", "--config", config.to_str().unwrap()])
+            .env("XDG_STATE_HOME", dir.path().join("state"))
+            .env_remove("AGENTCHAT_STATE_DIR")
+            .env_remove("AGENTCHAT_PROFILE")
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(1));
+        String::from_utf8(out.stderr).unwrap()
+    };
+    let e = run(
+        "[listen]\nruntime = \"script\"\ncommand = [\"/bin/true\"]\n\n\n\nruntime = \"codex\"\n",
+    );
+    assert!(
+        e.contains("line 7, column 1: duplicate key `listen.runtime`"),
+        "{e}"
+    );
+    let e = run("api_key_flie = \"/k\"\n");
+    assert!(
+        e.contains("unknown config key `api_key_flie`; did you mean `api_key_file`?"),
+        "{e}"
+    );
 }

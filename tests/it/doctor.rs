@@ -287,7 +287,7 @@ async fn an_unknown_config_key_fails_naming_the_key() {
     assert_eq!(out.code, 1, "{}", out.all());
     assert_eq!(
         out.line("config"),
-        "FAIL config: unknown config key `listen.qiet_window`"
+        "FAIL config: unknown config key `listen.qiet_window`; did you mean `listen.quiet_window`?"
     );
     out.assert_no_secret(key);
 

@@ -78,12 +78,18 @@ async fn status_reports_a_running_listener_then_a_stopped_one() {
     let (code, text) = status(&config, &state, false).await;
     assert_eq!(code, 0);
     assert!(text.contains(&format!("running (pid {pid})")), "{text}");
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("state       connected since ") && l.ends_with(" ago)")),
+        "no relative time on the state line:\n{text}"
+    );
     assert!(!text.contains(&key), "the key must never be shown");
 
     let (code, text) = status(&config, &state, true).await;
     assert_eq!(code, 0);
     let v: serde_json::Value = serde_json::from_str(&text).unwrap();
     assert_eq!(v["running"], true);
+    assert_eq!(v["version"], 1);
     assert_eq!(v["status"]["handle"], handle.as_str());
 
     let exit = sigterm_and_wait(&mut listener, 20).await;
@@ -248,13 +254,9 @@ async fn status_all_shows_every_configured_profile_and_live_locks_and_exits_0_on
     assert!(work["handle"].as_str().unwrap().starts_with('@'), "{work}");
     let outcome = work["last_outcome"].as_str().unwrap();
     assert!(["completed", "no_run"].contains(&outcome), "{work}");
-    assert!(
-        work["service"]
-            .as_str()
-            .unwrap()
-            .starts_with("agentchat-listen-work.service: service manager not asked"),
-        "{work}"
-    );
+    assert_eq!(work["unit"], "agentchat-listen-work.service", "{work}");
+    assert_eq!(work["service"], "not installed", "{work}");
+    assert_eq!(doc["version"], 1);
     assert_eq!(row(&doc, "extra")["configured"], false);
     let text = isolated(home, &["status", "--all", "--config"])
         .arg(&config)
@@ -262,7 +264,10 @@ async fn status_all_shows_every_configured_profile_and_live_locks_and_exits_0_on
         .await
         .unwrap();
     let text = String::from_utf8_lossy(&text.stdout).into_owned();
-    assert!(text.starts_with("PROFILE"), "{text}");
+    assert!(text.starts_with("PROFILE  HANDLE"), "{text}");
+    let header = text.lines().next().unwrap();
+    assert_eq!(header, header.to_uppercase(), "{text}");
+    assert!(text.contains(" ago  "), "no relative time in\n{text}");
     assert!(
         text.contains("\nextra*") && text.contains("not in the config"),
         "{text}"
@@ -320,4 +325,16 @@ async fn service_install_all_writes_one_unit_per_configured_profile() {
         work.contains(r#""listen" "--profile" "work" "--config""#),
         "{work}"
     );
+    // `status --all` now sees each unit file (and, with AGENTCHAT_SERVICE_DIR set, asks no manager).
+    let (_, doc) = status_all(home, &config).await;
+    let row = row(&doc, "work");
+    assert_eq!(row["service"], "installed, manager not asked", "{row}");
+    assert!(
+        row["unit_file"]
+            .as_str()
+            .unwrap()
+            .ends_with("units/agentchat-listen-work.service"),
+        "{row}"
+    );
+    assert_eq!(doc["service_manager_error"], serde_json::Value::Null);
 }
