@@ -225,6 +225,55 @@ pub fn render(profile: &str, status: &Status, liveness: Liveness, now: SystemTim
     out.join("\n")
 }
 
+/// Pure: whether the profile's listener can do its job now, and if not, one line saying what is
+/// wrong and what to do (for wrappers: the Claude Code plugin's SessionStart hook prints it). A
+/// `backoff` listener counts as usable: it reconnects by itself, and what waits is kept. The line
+/// never holds a double quote or a backslash, so a shell can take it out of the JSON with `sed`.
+pub fn problem(
+    profile: &str,
+    status: Option<&Status>,
+    liveness: Option<Liveness>,
+    now: SystemTime,
+) -> Option<String> {
+    let keep = format!("`agentchat service install --profile {profile}` keeps one running");
+    let doctor = format!("`agentchat doctor --profile {profile}` says why");
+    let line = match (status, liveness) {
+        (None, _) | (_, None) => {
+            format!("the listener for profile {profile} never ran here; {keep}")
+        }
+        (Some(s), Some(Liveness::NotRunning)) => {
+            let seen =
+                parse_time(&s.updated_at).map_or_else(|| "never".to_string(), |t| relative(t, now));
+            format!("the listener for profile {profile} is not running (last seen {seen}); {keep}")
+        }
+        (Some(s), Some(Liveness::Stale)) => format!(
+            "the listener for profile {profile} (pid {}) is stuck: its main loop has not turned \
+             for too long; restart it (`systemctl --user restart {}`)",
+            s.pid,
+            crate::service::systemd_unit_name(profile)
+        ),
+        (Some(_), Some(Liveness::Stopping)) => {
+            format!("the listener for profile {profile} is stopping; {keep}")
+        }
+        (Some(s), Some(Liveness::Running)) => match s.state {
+            ListenerState::KeyRefused => {
+                format!("the server refuses the API key of profile {profile}; {doctor}")
+            }
+            ListenerState::RuntimeUnusable => format!(
+                "the listener for profile {profile} runs but its runtime ({}) cannot work, so no \
+                 run starts; {doctor}",
+                or_unknown(&s.runtime)
+            ),
+            ListenerState::HandleMismatch => format!(
+                "the listener for profile {profile} reads another agent's tray than its key's, so \
+                 no run starts; {doctor}"
+            ),
+            _ => return None,
+        },
+    };
+    Some(line.replace(['"', '\\'], "'"))
+}
+
 /// A cycle's outcome as shown: `running` while it has none yet.
 pub fn outcome_word(outcome: Option<Outcome>) -> &'static str {
     outcome.map_or("running", Outcome::as_str)
@@ -246,6 +295,8 @@ pub async fn run_command(args: StatusArgs) -> anyhow::Result<i32> {
     let liveness = status
         .as_ref()
         .map(|s| assess(s, pid_alive(u64::from(s.pid)), now));
+    let problem = problem(&settings.profile, status.as_ref(), liveness, now);
+    let usable = problem.is_none();
     if args.json {
         let out = json!({
             "version": JSON_VERSION,
@@ -255,6 +306,8 @@ pub async fn run_command(args: StatusArgs) -> anyhow::Result<i32> {
             "running": liveness == Some(Liveness::Running),
             "stale": liveness == Some(Liveness::Stale),
             "stopping": liveness == Some(Liveness::Stopping),
+            "usable": usable,
+            "problem": problem,
             "status": status,
         });
         println!("{}", serde_json::to_string_pretty(&out)?);
@@ -702,6 +755,39 @@ mod tests {
             text.ends_with(
                 "service manager: no service manager answers (Failed to connect to bus)"
             )
+        );
+    }
+
+    #[test]
+    fn a_problem_line_only_when_the_listener_is_down_or_unusable() {
+        let now = humantime::parse_rfc3339("2026-11-30T01:03:02Z").unwrap();
+        let up = doc("connected", now);
+        let p = |s: Option<&Status>, l| problem("work", s, l, now);
+        assert_eq!(p(Some(&up), Some(Liveness::Running)), None);
+        assert_eq!(p(Some(&doc("backoff", now)), Some(Liveness::Running)), None);
+        let never = p(None, None).unwrap();
+        assert!(
+            never.contains("never ran") && never.contains("--profile work"),
+            "{never}"
+        );
+        let gone = p(
+            Some(&doc("connected", now - Duration::from_secs(180))),
+            Some(Liveness::NotRunning),
+        );
+        assert!(gone.unwrap().contains("not running (last seen 3 min ago)"));
+        for (state, needle) in [
+            ("key_refused", "refuses the API key"),
+            ("runtime_unusable", "runtime (script) cannot work"),
+            ("handle_mismatch", "another agent"),
+        ] {
+            let line = p(Some(&doc(state, now)), Some(Liveness::Running)).unwrap();
+            assert!(line.contains(needle), "{state}: {line}");
+            assert!(!line.contains('"') && !line.contains('\\'), "{line}");
+        }
+        assert!(
+            p(Some(&up), Some(Liveness::Stale))
+                .unwrap()
+                .contains("stuck")
         );
     }
 }

@@ -30,10 +30,15 @@ use std::time::SystemTime;
 pub struct DoctorArgs {
     #[command(flatten)]
     pub config: ConfigArgs,
-    /// Print one JSON document: `{ok, exit_code, profile, checks: [{name, level, detail, facts}]}`.
+    /// Print one JSON document: `{version, ok, exit_code, profile, checks: [{name, level, detail,
+    /// facts}]}`.
     #[arg(long)]
     pub json: bool,
 }
+
+/// The schema version of `doctor --json` (docs/integrating.md): it changes only when a field is
+/// removed or changes meaning; new fields and new checks may appear without it.
+pub const JSON_VERSION: u32 = 1;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Level {
@@ -107,6 +112,8 @@ impl Report {
         out
     }
 
+    /// `doctor --json`: `{version, ok, exit_code, profile, checks: [{name, level, detail, facts}]}`
+    /// (docs/integrating.md documents every field).
     pub fn to_json(&self) -> Value {
         let checks: Vec<Value> = self
             .checks
@@ -121,6 +128,7 @@ impl Report {
             })
             .collect();
         json!({
+            "version": JSON_VERSION,
             "ok": self.exit_code() == 0,
             "exit_code": self.exit_code(),
             "profile": self.profile,

@@ -22,6 +22,7 @@ mod demo;
 mod docs_links;
 mod doctor;
 mod faults;
+mod integrating;
 mod listen;
 mod metrics;
 mod runner;

@@ -1,0 +1,482 @@
+//! What docs/integrating.md promises a wrapper, pinned: every field it documents for
+//! `status --json` and `doctor --json` is in the real output and every field of the real output
+//! is documented; every exit code and variable it lists exists in the clap definition's help;
+//! and the reference Claude Code plugin (integrations/claude-code/) loaded by the real, pinned
+//! `claude` under the scripted model: its SessionStart hook's one line when no listener runs,
+//! nothing while one runs, and its MCP server in the session's `init` event.
+
+use crate::common::{config_in, sigterm_and_wait};
+use crate::model_server::cli::{base_env, claude_bin};
+use crate::model_server::{Mode, ModelServer};
+use serde_json::Value;
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_agentchat");
+
+fn repo() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn integrating_md() -> String {
+    std::fs::read_to_string(repo().join("docs/integrating.md")).unwrap()
+}
+
+/// The fields a section of docs/integrating.md documents: the first column of every table row
+/// between the heading `heading` and the next heading, as written in backticks
+/// (`status.last_cycle.outcome`).
+fn documented_fields(doc: &str, heading: &str) -> BTreeSet<String> {
+    let start = doc
+        .find(&format!("\n{heading}\n"))
+        .unwrap_or_else(|| panic!("docs/integrating.md has no heading {heading:?}"));
+    let mut out = BTreeSet::new();
+    for line in doc[start + heading.len() + 2..].lines() {
+        // The table ends at the next heading, of any level.
+        let hashes = line.chars().take_while(|c| *c == '#').count();
+        if hashes > 0 && line.chars().nth(hashes) == Some(' ') {
+            break;
+        }
+        let Some(cell) = line.strip_prefix("| `") else {
+            continue;
+        };
+        let Some(end) = cell.find('`') else { continue };
+        out.insert(cell[..end].to_string());
+    }
+    assert!(!out.is_empty(), "no field table under {heading:?}");
+    out
+}
+
+/// Every path of a JSON value's object keys, arrays entered with `[]`: `checks[].facts`. The
+/// objects under `leaves` are open-ended (their keys are documented as a family, not one by one)
+/// and are not entered.
+fn paths(v: &Value, prefix: &str, leaves: &[&str], out: &mut BTreeSet<String>) {
+    match v {
+        Value::Object(map) => {
+            for (k, v) in map {
+                let path = if prefix.is_empty() {
+                    k.clone()
+                } else {
+                    format!("{prefix}.{k}")
+                };
+                out.insert(path.clone());
+                if !leaves.contains(&path.as_str()) {
+                    paths(v, &path, leaves, out);
+                }
+            }
+        }
+        Value::Array(items) => {
+            for item in items {
+                paths(item, &format!("{prefix}[]"), leaves, out);
+            }
+        }
+        _ => {}
+    }
+}
+
+fn isolated(home: &Path) -> std::process::Command {
+    let mut cmd = std::process::Command::new(BIN);
+    for (k, _) in std::env::vars() {
+        if k.starts_with("AGENTCHAT_") {
+            cmd.env_remove(k);
+        }
+    }
+    cmd.env("HOME", home)
+        .env("XDG_STATE_HOME", home.join("state"))
+        .env("XDG_CONFIG_HOME", home.join("config"))
+        .env("AGENTCHAT_SERVICE_DIR", home.join("units"));
+    cmd
+}
+
+async fn start_sim() -> agentchat::sim::SimHandle {
+    agentchat::sys::tls::install_crypto_provider();
+    agentchat::sim::start(agentchat::sim::SimConfig {
+        listen: ([127, 0, 0, 1], 0).into(),
+        time_scale: 1.0,
+        seed_demo: true,
+    })
+    .await
+    .unwrap()
+}
+
+/// Starts `agentchat listen` on `config` against the sim and waits until `status` says it runs
+/// connected.
+async fn running_listener(
+    home: &Path,
+    config: &Path,
+    sim: &agentchat::sim::SimHandle,
+) -> tokio::process::Child {
+    let key = &sim.seeded[0].1;
+    let mut listen = tokio::process::Command::from(isolated(home));
+    listen
+        .arg("listen")
+        .arg("--config")
+        .arg(config)
+        .args(["--api-base", &sim.api_base])
+        .env("AGENTCHAT_API_KEY", key)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true);
+    let child = listen.spawn().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let out = isolated(home)
+            .args(["status", "--json", "--config"])
+            .arg(config)
+            .output()
+            .unwrap();
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+        if out.status.code() == Some(0)
+            && v["status"]["state"] == "connected"
+            && v["status"]["last_cycle"]["outcome"].is_string()
+        {
+            return child;
+        }
+        assert!(Instant::now() < deadline, "the listener never ran: {v}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_json_has_exactly_the_fields_docs_integrating_documents() {
+    let sim = start_sim().await;
+    let (dir, config) = config_in("[listen]\nruntime = \"script\"\ncommand = [\"/bin/true\"]\n");
+    let home = dir.path();
+    let mut listener = running_listener(home, &config, &sim).await;
+    let out = isolated(home)
+        .args(["status", "--json", "--config"])
+        .arg(&config)
+        .output()
+        .unwrap();
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["version"], 1);
+    assert_eq!(v["usable"], true);
+    assert_eq!(v["problem"], Value::Null);
+    let mut seen = BTreeSet::new();
+    paths(&v, "", &[], &mut seen);
+    let doc = integrating_md();
+    let documented = documented_fields(&doc, "### `status --json`");
+    // The running listener's file shows everything but what appears only in some states.
+    let only_sometimes: BTreeSet<String> = [
+        "status.next_retry_at",
+        "status.detail",
+        "status.last_cycle.run_kind",
+        "status.last_cycle.no_run_reason",
+        "status.last_cycle.failure",
+        "status.last_cycle.run_log",
+        "status.last_cycle.ended_at",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let undocumented: Vec<_> = seen.difference(&documented).collect();
+    assert!(
+        undocumented.is_empty(),
+        "status --json fields docs/integrating.md does not document: {undocumented:?}"
+    );
+    let absent: Vec<_> = documented
+        .difference(&seen)
+        .filter(|f| !only_sometimes.contains(*f))
+        .collect();
+    assert!(
+        absent.is_empty(),
+        "documented but not in status --json: {absent:?}\n{v:#}"
+    );
+
+    let out = isolated(home)
+        .args(["status", "--all", "--json", "--config"])
+        .arg(&config)
+        .output()
+        .unwrap();
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let mut seen = BTreeSet::new();
+    paths(&v, "", &[], &mut seen);
+    let documented = documented_fields(&doc, "### `status --all --json`");
+    assert_eq!(
+        seen, documented,
+        "status --all --json vs docs/integrating.md"
+    );
+    sigterm_and_wait(&mut listener, 20).await;
+    sim.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn doctor_json_has_exactly_the_fields_docs_integrating_documents() {
+    let sim = start_sim().await;
+    let (dir, config) = config_in("[listen]\nruntime = \"script\"\ncommand = [\"/bin/true\"]\n");
+    let out = isolated(dir.path())
+        .args(["doctor", "--json", "--config"])
+        .arg(&config)
+        .args(["--api-base", &sim.api_base])
+        .env("AGENTCHAT_API_KEY", &sim.seeded[0].1)
+        .output()
+        .unwrap();
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["version"], 1, "{v:#}");
+    let mut seen = BTreeSet::new();
+    paths(&v, "", &["checks[].facts"], &mut seen);
+    let doc = integrating_md();
+    assert_eq!(
+        seen,
+        documented_fields(&doc, "### `doctor --json`"),
+        "doctor --json vs docs/integrating.md"
+    );
+    // Every check name doctor gave is in the documented list of check names.
+    let names = documented_fields(&doc, "#### Checks");
+    for c in v["checks"].as_array().unwrap() {
+        let name = c["name"].as_str().unwrap();
+        assert!(names.contains(name), "check {name} is not documented");
+    }
+    sim.shutdown().await;
+}
+
+#[test]
+fn every_documented_exit_code_and_variable_is_in_the_clis_own_help() {
+    let doc = integrating_md();
+    let help = |args: &[&str]| {
+        let out = std::process::Command::new(BIN)
+            .args(args)
+            .arg("--help")
+            .output()
+            .unwrap();
+        String::from_utf8(out.stdout).unwrap()
+    };
+    for (cmd, heading) in [
+        ("listen", "#### `listen`"),
+        ("status", "#### `status`"),
+        ("doctor", "#### `doctor`"),
+        ("service", "#### `service`"),
+        ("demo", "#### `demo`"),
+        ("sim", "#### `sim`"),
+    ] {
+        let text = help(&[cmd]);
+        let codes = text.split("Exit codes:").nth(1).unwrap_or_default();
+        let in_help: BTreeSet<String> = codes
+            .lines()
+            .filter_map(|l| {
+                let word = l.trim_start().split(' ').next()?;
+                word.parse::<u8>().ok().map(|_| word.to_string())
+            })
+            .collect();
+        let documented = documented_fields(&doc, heading);
+        assert_eq!(documented, in_help, "{cmd}: exit codes in docs vs --help");
+    }
+    // Every variable the docs list is one the CLI reads (config's own list) or names in a
+    // command's help, and every variable config reads is documented.
+    let documented = documented_fields(&doc, "## Environment variables");
+    let all_help: String = ["listen", "status", "doctor", "service", "demo", "sim"]
+        .iter()
+        .map(|c| help(&[c]))
+        .collect();
+    for var in &documented {
+        assert!(
+            agentchat::config::VARIABLES.contains(&var.as_str()) || all_help.contains(var),
+            "{var} is documented but no command reads it"
+        );
+    }
+    for var in agentchat::config::VARIABLES {
+        assert!(documented.contains(*var), "{var} is not documented");
+    }
+    // Every command the docs list is a command of the binary.
+    let commands = documented_fields(&doc, "## Commands");
+    let cli = agentchat::cli::command();
+    for c in &commands {
+        let first = c.split(' ').nth(1).unwrap_or_default();
+        if first.starts_with('-') {
+            continue; // `agentchat --version`
+        }
+        assert!(
+            cli.find_subcommand(first).is_some(),
+            "`{c}` is documented but not a command"
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The reference Claude Code plugin
+// ---------------------------------------------------------------------------------------------
+
+fn plugin_dir() -> PathBuf {
+    repo().join("integrations/claude-code")
+}
+
+/// The JSON events of one `claude -p` session with the plugin loaded, under the scripted model;
+/// `env` is added (the agentchat variables the hook and the MCP entry read).
+async fn claude_session(home: &Path, env: &[(String, String)]) -> Vec<Value> {
+    let model = ModelServer::start(Mode::Normal).await;
+    let mut cmd = tokio::process::Command::new(claude_bin());
+    cmd.args([
+        "-p",
+        "--output-format",
+        "stream-json",
+        "--verbose",
+        "--include-hook-events",
+        "--plugin-dir",
+    ])
+    .arg(plugin_dir())
+    .env_clear()
+    .envs(base_env(home, &model.base_url()))
+    .envs(env.iter().map(|(k, v)| (k, v)))
+    .current_dir(home)
+    .stdin(std::process::Stdio::piped())
+    .stdout(std::process::Stdio::piped())
+    .stderr(std::process::Stdio::piped())
+    .kill_on_drop(true);
+    let mut child = cmd.spawn().unwrap();
+    {
+        use tokio::io::AsyncWriteExt;
+        let mut stdin = child.stdin.take().unwrap();
+        stdin.write_all(b"Say hello.").await.unwrap();
+    }
+    let out = tokio::time::timeout(Duration::from_secs(120), child.wait_with_output())
+        .await
+        .expect("claude finished within 120 s")
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "claude: {}\n{stdout}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}
+
+/// What the plugin's SessionStart hook printed, from the session's hook events.
+fn hook_output(events: &[Value]) -> String {
+    let responses: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["type"] == "system" && e["subtype"] == "hook_response")
+        .filter(|e| {
+            e["hook_event"] == "SessionStart"
+                || e["hook_name"]
+                    .as_str()
+                    .is_some_and(|n| n.starts_with("SessionStart"))
+        })
+        .collect();
+    assert!(
+        !responses.is_empty(),
+        "no SessionStart hook_response event: {events:#?}"
+    );
+    for r in &responses {
+        assert_eq!(r["exit_code"], 0, "the hook must exit 0: {r}");
+    }
+    responses
+        .iter()
+        .map(|r| r["stdout"].as_str().unwrap_or_default().to_string())
+        .collect()
+}
+
+fn init_event(events: &[Value]) -> &Value {
+    events
+        .iter()
+        .find(|e| e["type"] == "system" && e["subtype"] == "init")
+        .unwrap_or_else(|| panic!("no init event: {events:#?}"))
+}
+
+/// Whether this build has the `agentchat mcp` bridge the plugin's MCP entry starts.
+fn has_mcp_bridge() -> bool {
+    agentchat::cli::command().find_subcommand("mcp").is_some()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_claude_code_plugin_warns_once_when_no_listener_runs_and_is_silent_when_one_does() {
+    let sim = start_sim().await;
+    let key_dir = tempfile::tempdir().unwrap();
+    let key_file = key_dir.path().join("key");
+    std::fs::write(&key_file, &sim.seeded[0].1).unwrap();
+    std::fs::set_permissions(
+        &key_file,
+        std::os::unix::fs::PermissionsExt::from_mode(0o600),
+    )
+    .unwrap();
+    let (dir, config) = config_in(&format!(
+        "api_base = \"{}\"\napi_key_file = \"{}\"\n[listen]\nruntime = \"script\"\ncommand = [\"/bin/true\"]\n",
+        sim.api_base,
+        key_file.display()
+    ));
+    let home = dir.path().join("home");
+    std::fs::create_dir(&home).unwrap();
+    let env = vec![
+        ("AGENTCHAT_BIN".to_string(), BIN.to_string()),
+        ("AGENTCHAT_CONFIG".to_string(), config.display().to_string()),
+        (
+            "XDG_STATE_HOME".to_string(),
+            home.join("state").display().to_string(),
+        ),
+    ];
+
+    // No listener ever ran: one line, from the hook, that says so and what to do.
+    let events = claude_session(&home, &env).await;
+    let said = hook_output(&events);
+    let lines: Vec<&str> = said.lines().collect();
+    assert_eq!(lines.len(), 1, "{said:?}");
+    assert!(
+        lines[0].starts_with("AgentChat: the listener for profile default never ran here")
+            && lines[0].contains("agentchat service install"),
+        "{said:?}"
+    );
+    // The hook started nothing: still no status file, no lock.
+    assert!(
+        std::fs::read_dir(&home)
+            .unwrap()
+            .all(|e| e.unwrap().file_name() != "state"),
+        "the hook created the state dir"
+    );
+
+    // The plugin's MCP server is part of the session.
+    let init = init_event(&events);
+    let servers = init["mcp_servers"].as_array().unwrap();
+    let ours = servers
+        .iter()
+        .find(|s| s["name"].as_str().is_some_and(|n| n.contains("agentchat")))
+        .unwrap_or_else(|| panic!("the plugin's MCP server is not in init: {init:#}"));
+    let tools: Vec<&str> = init["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .filter(|t| t.starts_with("mcp__") && t.contains("agentchat"))
+        .collect();
+    if has_mcp_bridge() {
+        assert_eq!(ours["status"], "connected", "{ours}");
+        for tool in ["agentchat_inbox", "agentchat_send_message"] {
+            assert!(
+                tools.iter().any(|t| t.ends_with(tool)),
+                "{tool} not among {tools:?}"
+            );
+        }
+    } else {
+        eprintln!(
+            "this build has no `agentchat mcp` yet: the plugin's server {ours} is listed, its \
+             tools cannot be"
+        );
+        assert!(tools.is_empty(), "{tools:?}");
+    }
+
+    // A running listener: the hook says nothing.
+    let mut listener = running_listener(&home, &config, &sim).await;
+    let events = claude_session(&home, &env).await;
+    assert_eq!(
+        hook_output(&events),
+        "",
+        "the hook spoke while the listener ran"
+    );
+    sigterm_and_wait(&mut listener, 20).await;
+
+    // The binary missing: one line, still exit 0.
+    let missing = vec![(
+        "AGENTCHAT_BIN".to_string(),
+        dir.path().join("no-such-agentchat").display().to_string(),
+    )];
+    let said = hook_output(&claude_session(&home, &missing).await);
+    assert!(
+        said.starts_with("AgentChat: ") && said.contains("not installed"),
+        "{said:?}"
+    );
+    assert_eq!(said.lines().count(), 1, "{said:?}");
+    sim.shutdown().await;
+}
