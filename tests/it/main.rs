@@ -25,6 +25,7 @@ mod faults;
 mod integrating;
 mod listen;
 mod metrics;
+mod packaging;
 mod runner;
 mod runtimes_cli;
 mod runtimes_listen;
