@@ -302,7 +302,8 @@ fn plugin_dir() -> PathBuf {
 
 /// The JSON events of one `claude -p` session with the plugin loaded, under the scripted model;
 /// `env` is added (the agentchat variables the hook and the MCP entry read).
-async fn claude_session(home: &Path, env: &[(String, String)]) -> Vec<Value> {
+/// The second value is the scripted model's steps (`call agentchat_inbox`, `say`, ...).
+async fn claude_session(home: &Path, env: &[(String, String)]) -> (Vec<Value>, Vec<String>) {
     let model = ModelServer::start(Mode::Normal).await;
     let mut cmd = tokio::process::Command::new(claude_bin());
     cmd.args([
@@ -311,6 +312,8 @@ async fn claude_session(home: &Path, env: &[(String, String)]) -> Vec<Value> {
         "stream-json",
         "--verbose",
         "--include-hook-events",
+        "--allowedTools",
+        "mcp__plugin_agentchat_agentchat__*",
         "--plugin-dir",
     ])
     .arg(plugin_dir())
@@ -339,10 +342,11 @@ async fn claude_session(home: &Path, env: &[(String, String)]) -> Vec<Value> {
         out.status,
         String::from_utf8_lossy(&out.stderr)
     );
-    stdout
+    let events = stdout
         .lines()
         .filter_map(|l| serde_json::from_str(l).ok())
-        .collect()
+        .collect();
+    (events, model.journal().steps)
 }
 
 /// What the plugin's SessionStart hook printed, from the session's hook events.
@@ -410,7 +414,7 @@ async fn the_claude_code_plugin_warns_once_when_no_listener_runs_and_is_silent_w
     ];
 
     // No listener ever ran: one line, from the hook, that says so and what to do.
-    let events = claude_session(&home, &env).await;
+    let (events, steps) = claude_session(&home, &env).await;
     let said = hook_output(&events);
     let lines: Vec<&str> = said.lines().collect();
     assert_eq!(lines.len(), 1, "{said:?}");
@@ -449,17 +453,21 @@ async fn the_claude_code_plugin_warns_once_when_no_listener_runs_and_is_silent_w
                 "{tool} not among {tools:?}"
             );
         }
+        // The scripted agent read the tray through the plugin's server (`agentchat mcp` against
+        // the sim): the call came back, and the turn ended.
+        assert_eq!(steps, ["call agentchat_inbox", "say"], "{events:#?}");
     } else {
         eprintln!(
             "this build has no `agentchat mcp` yet: the plugin's server {ours} is listed, its \
              tools cannot be"
         );
         assert!(tools.is_empty(), "{tools:?}");
+        assert!(!steps.iter().any(|s| s.starts_with("call")), "{steps:?}");
     }
 
     // A running listener: the hook says nothing.
     let mut listener = running_listener(&home, &config, &sim).await;
-    let events = claude_session(&home, &env).await;
+    let (events, _) = claude_session(&home, &env).await;
     assert_eq!(
         hook_output(&events),
         "",
@@ -472,7 +480,7 @@ async fn the_claude_code_plugin_warns_once_when_no_listener_runs_and_is_silent_w
         "AGENTCHAT_BIN".to_string(),
         dir.path().join("no-such-agentchat").display().to_string(),
     )];
-    let said = hook_output(&claude_session(&home, &missing).await);
+    let said = hook_output(&claude_session(&home, &missing).await.0);
     assert!(
         said.starts_with("AgentChat: ") && said.contains("not installed"),
         "{said:?}"

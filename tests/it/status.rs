@@ -254,7 +254,11 @@ async fn status_all_shows_every_configured_profile_and_live_locks_and_exits_0_on
     assert!(work["handle"].as_str().unwrap().starts_with('@'), "{work}");
     let outcome = work["last_outcome"].as_str().unwrap();
     assert!(["completed", "no_run"].contains(&outcome), "{work}");
-    assert_eq!(work["unit"], "agentchat-listen-work.service", "{work}");
+    assert_eq!(
+        work["unit"],
+        agentchat::service::systemd_unit_name("work").as_str(),
+        "{work}"
+    );
     assert_eq!(work["service"], "not installed", "{work}");
     assert_eq!(doc["version"], 1);
     assert_eq!(row(&doc, "extra")["configured"], false);
@@ -329,12 +333,34 @@ async fn service_install_all_writes_one_unit_per_configured_profile() {
     let (_, doc) = status_all(home, &config).await;
     let row = row(&doc, "work");
     assert_eq!(row["service"], "installed, manager not asked", "{row}");
+    // The profile's own file in the unit dir (a unit, or a template's drop-in).
+    let unit_file = Path::new(row["unit_file"].as_str().unwrap());
     assert!(
-        row["unit_file"]
-            .as_str()
-            .unwrap()
-            .ends_with("units/agentchat-listen-work.service"),
+        unit_file.starts_with(home.join("units")) && unit_file.is_file(),
         "{row}"
     );
     assert_eq!(doc["service_manager_error"], serde_json::Value::Null);
+}
+
+#[tokio::test]
+async fn status_all_without_units_says_not_installed_and_never_repeats_a_manager_error() {
+    let (dir, config) = config_in("[profiles.work]\n[profiles.ops]\n");
+    let home = dir.path();
+    // The real service manager is in play (no AGENTCHAT_SERVICE_DIR): where no user manager runs,
+    // asking it fails with "Failed to connect to bus"; no unit is installed, so it is not asked.
+    let out = isolated(home, &["status", "--all", "--config"])
+        .arg(&config)
+        .env_remove("AGENTCHAT_SERVICE_DIR")
+        .output()
+        .await
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert_eq!(out.status.code(), Some(3), "{text}");
+    let rows: Vec<&str> = text.lines().skip(1).collect();
+    assert_eq!(rows.len(), 3, "{text}");
+    for row in rows {
+        assert!(row.ends_with("  not installed"), "{row:?}\n{text}");
+    }
+    assert!(!text.contains("no service manager answers"), "{text}");
+    assert!(!text.contains("bus"), "{text}");
 }

@@ -406,7 +406,9 @@ fn offered_tools(tools: &Value) -> Vec<(String, Option<String>, Value)> {
 /// The bare AgentChat tool name a called name stands for (`mcp__agentchat__agentchat_x` or
 /// `agentchat_x`).
 fn bare_tool(name: &str) -> Option<String> {
-    let bare = name.strip_prefix("mcp__agentchat__").unwrap_or(name);
+    // `mcp__<server>__agentchat_x` whatever the server is called (a Claude Code plugin's server
+    // is `plugin_agentchat_agentchat`), or the bare name.
+    let bare = name.rsplit("__").next().unwrap_or(name);
     bare.starts_with("agentchat_").then(|| bare.to_string())
 }
 
