@@ -488,3 +488,79 @@ async fn the_claude_code_plugin_warns_once_when_no_listener_runs_and_is_silent_w
     assert_eq!(said.lines().count(), 1, "{said:?}");
     sim.shutdown().await;
 }
+
+/// Runs the plugin's SessionStart hook itself (as Claude Code does: `sh <script>`) with `env`.
+fn run_hook(home: &Path, env: &[(&str, &str)]) -> std::process::Output {
+    let mut cmd = std::process::Command::new("sh");
+    for (k, _) in std::env::vars() {
+        if k.starts_with("AGENTCHAT_") {
+            cmd.env_remove(k);
+        }
+    }
+    cmd.arg(plugin_dir().join("hooks/session-start.sh"))
+        .env("HOME", home)
+        .env("XDG_STATE_HOME", home.join("state"))
+        .env("XDG_CONFIG_HOME", home.join("config"))
+        .env("AGENTCHAT_BIN", BIN)
+        .envs(env.iter().copied())
+        .output()
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_session_start_hook_names_a_refused_key_and_a_broken_config_in_one_line_exit_0() {
+    let sim = start_sim().await;
+    let (dir, config) = config_in(&format!(
+        "api_base = \"{}\"\n[listen]\nruntime = \"script\"\ncommand = [\"/bin/true\"]\n",
+        sim.api_base
+    ));
+    let home = dir.path();
+    let config_s = config.display().to_string();
+    // A listener whose key the server refuses: it runs (status exit 0) but cannot work.
+    let mut listener = tokio::process::Command::from(isolated(home));
+    listener
+        .args(["listen", "--config", &config_s])
+        .env("AGENTCHAT_API_KEY", "ac_live_refused_0123456789abcdef")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true);
+    let mut listener = listener.spawn().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let out = isolated(home)
+            .args(["status", "--json", "--config", &config_s])
+            .output()
+            .unwrap();
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+        if v["status"]["state"] == "key_refused" && v["running"] == true {
+            assert_eq!(v["usable"], false, "{v}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "never key_refused: {v}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let out = run_hook(home, &[("AGENTCHAT_CONFIG", &config_s)]);
+    let said = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert_eq!(out.status.code(), Some(0), "{said}");
+    assert_eq!(
+        said,
+        "AgentChat: the server refuses the API key of profile default; \
+         `agentchat doctor --profile default` says why\n"
+    );
+    assert!(!said.contains("ac_live_refused"), "{said}");
+    sigterm_and_wait(&mut listener, 20).await;
+
+    // A config status cannot read: one line with status's own reason, still exit 0.
+    let broken = home.join("broken.toml");
+    std::fs::write(&broken, "[listen]\nqiet_window = \"1s\"\n").unwrap();
+    let out = run_hook(home, &[("AGENTCHAT_CONFIG", broken.to_str().unwrap())]);
+    let said = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert_eq!(out.status.code(), Some(0), "{said}");
+    assert_eq!(said.lines().count(), 1, "{said}");
+    assert!(
+        said.starts_with("AgentChat: cannot tell whether the listener runs: agentchat status: ")
+            && said.contains("did you mean `listen.quiet_window`?"),
+        "{said}"
+    );
+    sim.shutdown().await;
+}
