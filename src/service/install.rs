@@ -111,10 +111,16 @@ pub(super) fn install(
             run_manager("systemctl", &["--user", "daemon-reload"])
                 .and_then(|_| run_manager("systemctl", &["--user", "enable", "--now", &unit]))
                 .map(|_| {
-                    format!(
-                        "started {unit}; logs: journalctl --user -u {unit}\n\
-                         to keep it running while you are logged out: loginctl enable-linger $USER"
-                    )
+                    let linger = match super::systemd::linger() {
+                        Some(true) => {
+                            "linger is on: it keeps running while you are logged out".to_string()
+                        }
+                        Some(false) => super::systemd::linger_advice(),
+                        None => "to keep it running while you are logged out: loginctl \
+                                 enable-linger $USER"
+                            .to_string(),
+                    };
+                    format!("started {unit}; logs: journalctl --user -u {unit}\n{linger}")
                 })
         }
         ServiceKind::Launchd => {
@@ -188,6 +194,55 @@ pub(super) fn install_all(kind: ServiceKind, config: Option<&Path>) -> anyhow::R
         );
         Ok(1)
     }
+}
+
+/// `service uninstall --all`: every profile the config names, and every profile whose unit is
+/// written in the unit dir (a profile since removed from the config), each through [`uninstall`].
+pub(super) fn uninstall_all(kind: ServiceKind, config: Option<&Path>) -> anyhow::Result<i32> {
+    let args = crate::config::ConfigArgs {
+        config: config.map(Path::to_path_buf),
+        ..Default::default()
+    };
+    let mut profiles = crate::status::configured_profiles(&args).unwrap_or_default();
+    if let Ok(entries) = std::fs::read_dir(&target(kind)?.dir) {
+        for e in entries.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if let Some(p) = profile_of_file(kind, &name)
+                && !profiles.contains(&p)
+            {
+                profiles.push(p);
+            }
+        }
+    }
+    let mut failed = Vec::new();
+    for profile in &profiles {
+        println!("== profile {profile}");
+        if let Err(e) = uninstall(kind, profile) {
+            eprintln!("agentchat service uninstall --all: profile `{profile}`: {e:#}");
+            failed.push(profile.clone());
+        }
+    }
+    Ok(i32::from(!failed.is_empty()))
+}
+
+/// The profile whose unit file is named `name` (the inverse of `file_name`), if it is one.
+fn profile_of_file(kind: ServiceKind, name: &str) -> Option<String> {
+    let profile = match kind {
+        ServiceKind::Systemd if name == systemd_unit_name("default") => "default",
+        ServiceKind::Systemd => name
+            .strip_prefix("agentchat-listen-")?
+            .strip_suffix(".service")?,
+        ServiceKind::Launchd => {
+            let label = name.strip_suffix(".plist")?;
+            if label == launchd_label("default") {
+                "default"
+            } else {
+                label.strip_prefix(&format!("{}.", launchd_label("default")))?
+            }
+        }
+    };
+    (file_name(kind, profile) == name && super::check_profile_name(profile).is_ok())
+        .then(|| profile.to_string())
 }
 
 /// `service uninstall`: stop and disable the unit, then remove its file.

@@ -98,14 +98,14 @@ pub fn manager_view(kind: ServiceKind, profile: &str) -> ManagerView {
 }
 
 /// `service status`: whether the unit is written, enabled and running, then the manager's own view.
+///
+/// Exit codes follow `systemctl status` (and LSB): 0 running, 3 not running (written, or enabled,
+/// but nothing runs it, or no manager answers to run it), 4 no such unit (not written).
 pub(super) fn status(kind: ServiceKind, profile: &str) -> anyhow::Result<i32> {
     let target = target(kind)?;
     let path = target.dir.join(file_name(kind, profile));
-    let written = if path.exists() {
-        "written"
-    } else {
-        "not written"
-    };
+    let is_written = path.exists();
+    let written = if is_written { "written" } else { "not written" };
     println!("unit: {} ({written})", path.display());
     let view = manager_view(kind, profile);
     match &view {
@@ -126,8 +126,9 @@ pub(super) fn status(kind: ServiceKind, profile: &str) -> anyhow::Result<i32> {
     {
         println!("{}", no_user_manager_advice(booted_with_systemd()));
     }
+    let code = status_code(is_written, &view);
     if !matches!(view, ManagerView::Answered { .. }) {
-        return Ok(0);
+        return Ok(code);
     }
     let answer = match kind {
         ServiceKind::Systemd => Command::new("systemctl")
@@ -153,5 +154,40 @@ pub(super) fn status(kind: ServiceKind, profile: &str) -> anyhow::Result<i32> {
         Ok(out) => print!("{}", String::from_utf8_lossy(&out.stdout)),
         Err(e) => println!("cannot ask the service manager: {e}"),
     }
-    Ok(0)
+    Ok(code)
+}
+
+/// `service status`'s exit code (see [`status`]). Without a manager to ask
+/// (`AGENTCHAT_SERVICE_DIR`), a written unit is all there is to tell: 0.
+pub fn status_code(written: bool, view: &ManagerView) -> i32 {
+    match view {
+        _ if !written => 4,
+        ManagerView::NotAsked => 0,
+        ManagerView::Answered { running: true, .. } => 0,
+        ManagerView::Answered { .. } | ManagerView::Unreachable(_) => 3,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn status_codes_follow_systemctl_three_not_running_four_no_such_unit() {
+        let answered = |running| ManagerView::Answered {
+            enabled: true,
+            running,
+            enabled_word: "enabled".into(),
+            active_word: "x".into(),
+        };
+        assert_eq!(status_code(true, &answered(true)), 0);
+        assert_eq!(status_code(true, &answered(false)), 3);
+        assert_eq!(
+            status_code(true, &ManagerView::Unreachable("no bus".into())),
+            3
+        );
+        assert_eq!(status_code(false, &answered(false)), 4);
+        assert_eq!(status_code(false, &ManagerView::NotAsked), 4);
+        assert_eq!(status_code(true, &ManagerView::NotAsked), 0);
+    }
 }

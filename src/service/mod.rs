@@ -22,7 +22,7 @@ mod systemd;
 
 pub use launchd::launchd_label;
 pub use manager::{ManagerView, manager_view};
-pub use systemd::{no_user_manager_advice, systemd_unit_name};
+pub use systemd::{linger, linger_advice, no_user_manager_advice, systemd_unit_name};
 
 use anyhow::Context;
 use std::path::{Path, PathBuf};
@@ -34,6 +34,14 @@ pub enum ServiceKind {
 }
 
 impl ServiceKind {
+    /// The word `--kind` takes.
+    pub fn word(self) -> &'static str {
+        match self {
+            ServiceKind::Systemd => "systemd",
+            ServiceKind::Launchd => "launchd",
+        }
+    }
+
     /// The kind this platform uses.
     pub fn native() -> ServiceKind {
         if cfg!(target_os = "macos") {
@@ -54,8 +62,14 @@ pub enum ServiceAction {
         all: bool,
     },
     /// Stop the service and remove its unit.
-    Uninstall,
-    /// Show what the service manager says about it.
+    Uninstall {
+        /// Uninstall the unit of every profile the config names, and of every profile whose
+        /// unit is written; exit 1 if any failed.
+        #[arg(long, conflicts_with = "profile")]
+        all: bool,
+    },
+    /// Show what the service manager says about it. Exit codes as `systemctl status`: 0 running,
+    /// 3 not running, 4 no such unit.
     Status,
     /// Print the unit this profile would get, without installing it.
     Print,
@@ -224,10 +238,47 @@ fn kill_grace_secs(profile: &str, config: Option<&Path>) -> u64 {
         .saturating_add(u64::from(grace.subsec_nanos() > 0))
 }
 
+/// The path the user runs the binary by, for `ExecStart`: `argv[0]` when it names a path, else
+/// the first `PATH` entry that holds it, as long as it is the running binary (`exe`); else `exe`.
+/// Not the symlink's target: with Homebrew, nix or a versioned install dir the target moves on
+/// the next upgrade and the stable name stays.
+pub fn stable_program(
+    exe: &Path,
+    argv0: Option<&std::ffi::OsStr>,
+    path: Option<&std::ffi::OsStr>,
+) -> PathBuf {
+    let Ok(real) = std::fs::canonicalize(exe) else {
+        return exe.to_path_buf();
+    };
+    let is_this = |p: &Path| std::fs::canonicalize(p).is_ok_and(|c| c == real);
+    let argv0 = argv0.map(Path::new);
+    let named: Vec<PathBuf> = match argv0 {
+        Some(a) if a.components().count() > 1 => std::path::absolute(a).into_iter().collect(),
+        Some(a) => path
+            .map(|p| {
+                std::env::split_paths(p)
+                    .filter(|dir| dir.is_absolute())
+                    .map(|dir| dir.join(a))
+                    .collect()
+            })
+            .unwrap_or_default(),
+        None => Vec::new(),
+    };
+    named
+        .into_iter()
+        .find(|p| is_this(p))
+        .unwrap_or_else(|| exe.to_path_buf())
+}
+
 /// The unit for `profile` (already chosen by [`chosen_profile`]) with the `--config` flag `config`.
 pub(super) fn spec_for(profile: &str, config: Option<&Path>) -> anyhow::Result<UnitSpec> {
     check_profile_name(profile)?;
-    let program = std::env::current_exe().context("cannot find the agentchat binary's path")?;
+    let exe = std::env::current_exe().context("cannot find the agentchat binary's path")?;
+    let program = stable_program(
+        &exe,
+        std::env::args_os().next().as_deref(),
+        std::env::var_os("PATH").as_deref(),
+    );
     let config = unit_config(config)?;
     let kill_grace_secs = kill_grace_secs(profile, config.as_deref());
     let log_dir = directories::BaseDirs::new()
@@ -260,6 +311,21 @@ fn chosen_profile(flag: Option<&str>) -> anyhow::Result<String> {
 pub async fn run_command(args: ServiceArgs) -> anyhow::Result<i32> {
     let profile = chosen_profile(args.profile.as_deref())?;
     let kind = args.kind.unwrap_or_else(ServiceKind::native);
+    if kind != ServiceKind::native()
+        && std::env::var_os("AGENTCHAT_SERVICE_DIR").is_none()
+        && matches!(
+            args.action,
+            ServiceAction::Install { .. } | ServiceAction::Uninstall { .. }
+        )
+    {
+        // Writing a plist where no launchd will read it (or a unit where no systemd runs) can only
+        // leave files behind; `service print` shows the text, and AGENTCHAT_SERVICE_DIR writes it.
+        anyhow::bail!(
+            "--kind {} is not this platform's service manager: nothing was written. `agentchat \
+             service print --kind {0}` shows the file; AGENTCHAT_SERVICE_DIR=DIR writes it there",
+            kind.word()
+        );
+    }
     match args.action {
         ServiceAction::Print => {
             print!(
@@ -272,7 +338,10 @@ pub async fn run_command(args: ServiceArgs) -> anyhow::Result<i32> {
             install::install(kind, &profile, args.config.as_deref())
         }
         ServiceAction::Install { all: true } => install::install_all(kind, args.config.as_deref()),
-        ServiceAction::Uninstall => install::uninstall(kind, &profile),
+        ServiceAction::Uninstall { all: false } => install::uninstall(kind, &profile),
+        ServiceAction::Uninstall { all: true } => {
+            install::uninstall_all(kind, args.config.as_deref())
+        }
         ServiceAction::Status => manager::status(kind, &profile),
     }
 }
@@ -311,6 +380,37 @@ mod tests {
         assert_eq!(spec.stop_timeout_secs(), 40);
         spec.kill_grace_secs = u64::MAX;
         assert_eq!(spec.stop_timeout_secs(), u64::MAX);
+    }
+
+    #[test]
+    fn exec_start_keeps_the_name_on_path_not_the_symlinks_target() {
+        let d = tempfile::tempdir().unwrap();
+        let real = d.path().join("Cellar/agentchat/1.2/bin/agentchat");
+        std::fs::create_dir_all(real.parent().unwrap()).unwrap();
+        std::fs::write(&real, "").unwrap();
+        let bin = d.path().join("bin");
+        std::fs::create_dir_all(&bin).unwrap();
+        std::os::unix::fs::symlink(&real, bin.join("agentchat")).unwrap();
+        let other = d.path().join("other");
+        std::fs::create_dir_all(&other).unwrap();
+        std::fs::write(other.join("agentchat"), "").unwrap();
+        let path = std::env::join_paths([other.clone(), bin.clone()]).unwrap();
+        // By PATH: the first entry that is this binary, not a different `agentchat` before it.
+        assert_eq!(
+            stable_program(&real, Some("agentchat".as_ref()), Some(&path)),
+            bin.join("agentchat")
+        );
+        // By a path in argv[0].
+        let argv0 = bin.join("agentchat");
+        assert_eq!(
+            stable_program(&real, Some(argv0.as_os_str()), None),
+            bin.join("agentchat")
+        );
+        // A name that is some other binary: the running one's own path.
+        assert_eq!(
+            stable_program(&real, Some(other.join("agentchat").as_os_str()), None),
+            real
+        );
     }
 
     #[test]

@@ -112,6 +112,41 @@ pub fn no_user_manager_advice(booted: bool) -> String {
     }
 }
 
+/// Whether the user's manager lingers (`loginctl show-user UID -p Linger`): `Some(false)` means
+/// it stops, and the listener with it, when the user's last session ends. `None`: logind did
+/// not answer.
+pub fn linger() -> Option<bool> {
+    let uid = crate::sys::process::current_uid().to_string();
+    let out = Command::new("loginctl")
+        .args(["show-user", &uid, "--property=Linger", "--value"])
+        .output()
+        .ok()?;
+    match String::from_utf8_lossy(&out.stdout).trim() {
+        "yes" => Some(true),
+        "no" => Some(false),
+        // logind knows no session of this user ("not logged in or lingering"), or did not
+        // answer: its own record on disk says, where systemd runs.
+        _ => booted_with_systemd().then(|| linger_file_exists(&uid)),
+    }
+}
+
+/// logind's record of a lingering user: `/var/lib/systemd/linger/<user name>`.
+fn linger_file_exists(uid: &str) -> bool {
+    let name = std::env::var("USER")
+        .ok()
+        .or_else(|| std::env::var("LOGNAME").ok())
+        .unwrap_or_else(|| uid.to_string());
+    Path::new("/var/lib/systemd/linger").join(name).exists()
+}
+
+/// What to tell the user when their manager does not linger.
+pub fn linger_advice() -> String {
+    "linger is off: your systemd user manager, and the listener with it, stops when your last \
+     session ends (logout, the end of an ssh session); to keep it running, run `loginctl \
+     enable-linger $USER`"
+        .to_string()
+}
+
 /// A systemctl query whose answer is one word on stdout (`is-enabled`, `is-active`); the word,
 /// or `unknown` when it printed none.
 pub(super) fn systemctl_word(verb: &str, unit: &str) -> String {

@@ -382,7 +382,8 @@ fn install_without_a_user_manager_writes_nothing_and_says_what_to_do() {
     // `service status` says the unit is only written, and that no manager runs it.
     let out = without_user_manager(home.path(), &["status", "--kind", "systemd"], None, &[]);
     let stdout = text(&out.stdout);
-    assert!(out.status.success(), "{}", text(&out.stderr));
+    // systemctl's codes: 3 "not running" (nothing runs it), 4 once no unit is written.
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out.stderr));
     assert!(
         stdout.contains("agentchat-listen.service (written)"),
         "{stdout}"
@@ -612,7 +613,7 @@ fn service_status_tells_written_enabled_and_running_apart() {
         &[],
     );
     let stdout = text(&out.stdout);
-    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out.stderr));
     assert!(
         stdout.contains("agentchat-listen.service (written)"),
         "{stdout}"
@@ -620,4 +621,33 @@ fn service_status_tells_written_enabled_and_running_apart() {
     assert!(stdout.contains("enabled: yes (enabled)"), "{stdout}");
     assert!(stdout.contains("running: no (failed)"), "{stdout}");
     assert!(stdout.contains("Active: failed"), "{stdout}");
+}
+
+#[test]
+fn service_status_of_a_profile_with_no_unit_exits_4_like_systemctl() {
+    let home = tempfile::tempdir().unwrap();
+    let out = without_user_manager(home.path(), &["status", "--kind", "systemd"], None, &[]);
+    assert_eq!(out.status.code(), Some(4), "{}", text(&out.stdout));
+    assert!(text(&out.stdout).contains("(not written)"));
+}
+
+#[cfg(target_os = "linux")]
+#[test]
+fn install_with_launchd_on_linux_writes_nothing_and_creates_no_launch_agents_dir() {
+    let home = tempfile::tempdir().unwrap();
+    let (_d, config) = config_in("[listen]\nruntime = \"script\"\ncommand = [\"/bin/true\"]\n");
+    let config = config.display().to_string();
+    for args in [
+        &["install", "--kind", "launchd", "--config", &config][..],
+        &["uninstall", "--kind", "launchd"][..],
+    ] {
+        let out = without_user_manager(home.path(), args, None, &[]);
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{stderr}");
+        assert!(stderr.contains("nothing was written"), "{stderr}");
+        assert!(
+            !home.path().join("Library").exists(),
+            "{args:?} left ~/Library behind"
+        );
+    }
 }
