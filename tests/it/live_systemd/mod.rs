@@ -102,7 +102,7 @@ impl Live {
         let sim = Sim::start(1.0).await;
         let (alice, bob) = (sim.agent("alice").await, sim.agent("bob").await);
         let key = dir.path().join("bob.key");
-        std::fs::write(&key, &bob.key).unwrap();
+        write_key(&key, &bob.key);
         let config = dir.path().join("config.toml");
 
         let release_dir = release.parent().unwrap().to_path_buf();
@@ -212,11 +212,6 @@ impl Live {
         eventually(secs as f64, || cond(self)).await
     }
 
-    /// The runs recorded so far.
-    pub fn runs(&self) -> usize {
-        self.record("count", 0).trim().parse().unwrap_or(0)
-    }
-
     /// What run `n` recorded as `name` (`name.n`); `n` 0 means the file `name` itself.
     pub fn record(&self, name: &str, n: usize) -> String {
         let file = if n == 0 {
@@ -264,9 +259,10 @@ impl Live {
         self.sim.send(&self.alice, &self.bob, text).await;
     }
 
-    /// Waits for run `n` to have started.
+    /// Waits for run `n` to have started (and recorded what it records at its start).
     pub async fn run_started(&self, n: usize, secs: u64) -> bool {
-        self.until(secs, |l| l.runs() >= n).await
+        self.until(secs, |l| l.rec.join(format!("started.{n}")).exists())
+            .await
     }
 }
 
@@ -294,6 +290,13 @@ impl Drop for Live {
     }
 }
 
+/// A key file as the listener accepts it: 0600.
+pub fn write_key(path: &Path, key: &str) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::write(path, key).unwrap();
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).unwrap();
+}
+
 pub fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
@@ -315,6 +318,7 @@ cat > /dev/null
 if p=$(cat "$d/pid.$((n - 1))" 2>/dev/null); then
   if kill -0 -- "-$p" 2>/dev/null; then echo alive; else echo gone; fi > "$d/previous.$n"
 fi
+: > "$d/started.$n"
 if [ -f "$d/escape" ]; then
   setsid sleep 300 < /dev/null > /dev/null 2>&1 &
   echo "$!" > "$d/escapee.$n"

@@ -312,7 +312,7 @@ async fn install_all_three_profiles_status_all_and_uninstall_all_leave_nothing()
     for p in ["two", "three"] {
         let agent = l.sim.agent(&format!("agent-{p}")).await;
         let key = l.dir.path().join(format!("{p}.key"));
-        std::fs::write(&key, &agent.key).unwrap();
+        super::write_key(&key, &agent.key);
         extra.push_str(&format!(
             "\n[profiles.{p}]\napi_key_file = \"{}\"\n",
             key.display()
