@@ -34,6 +34,8 @@ why_not() {
   done
   [ -x /lib/systemd/systemd ] || { echo "systemd is not installed (/lib/systemd/systemd)"; return; }
   command -v systemctl >/dev/null || { echo "systemctl is not installed"; return; }
+  command -v dbus-daemon >/dev/null || command -v dbus-broker >/dev/null || { echo "no D-Bus daemon (Debian: dbus)"; return; }
+  [ -e /usr/lib/systemd/user/dbus.socket ] || { echo "no user D-Bus for systemctl --user (Debian: dbus-user-session)"; return; }
   [ -n "$(findmnt -n -t cgroup2 -o TARGET | head -n1)" ] || { echo "no cgroup2 mount on the host"; return; }
   unshare --mount --pid --fork --cgroup true 2>/dev/null || { echo "unshare of mount/pid/cgroup namespaces is refused (no CAP_SYS_ADMIN?)"; return; }
 }
