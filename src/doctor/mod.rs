@@ -402,6 +402,32 @@ fn service_extras(profile: &str) -> Vec<Check> {
             )
         });
     }
+    if kind == ServiceKind::Systemd
+        && let Ok(template) = service::template_path()
+    {
+        checks.push(match facts::read_if_present(&template) {
+            Some(Ok(t)) if t == service::template_text() => Check::pass(
+                "service template",
+                format!("{} is current", template.display()),
+            ),
+            Some(Ok(_)) => Check::warn(
+                "service template",
+                format!(
+                    "{} differs from this version's template: run `agentchat service install` \
+                     again",
+                    template.display()
+                ),
+            ),
+            _ => Check::warn(
+                "service template",
+                format!(
+                    "{} is missing: the drop-in has no unit to apply to; run `agentchat service \
+                     install` again",
+                    template.display()
+                ),
+            ),
+        });
+    }
     if kind == ServiceKind::Systemd && std::env::var_os("AGENTCHAT_SERVICE_DIR").is_none() {
         checks.push(match service::linger() {
             Some(true) => Check::pass("linger", "on: the service keeps running after logout"),

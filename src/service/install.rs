@@ -3,8 +3,8 @@
 
 use super::systemd::{booted_with_systemd, systemd_user_manager};
 use super::{
-    ServiceKind, file_name, launchd_label, no_user_manager_advice, render, spec_for,
-    systemd_unit_name, target,
+    ServiceKind, file_name, launchd_label, no_user_manager_advice, spec_for, systemd_unit_name,
+    target, unit_files,
 };
 use anyhow::{Context, bail};
 use std::path::Path;
@@ -90,14 +90,25 @@ pub(super) fn install(
             no_user_manager_advice(booted_with_systemd())
         );
     }
+    let files = unit_files(kind, &spec);
+    let mut previous = Vec::new();
+    for (name, _) in &files {
+        let path = target.dir.join(name);
+        previous.push(match std::fs::read(&path) {
+            Ok(bytes) => Some(bytes),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Err(e) => return Err(e).with_context(|| format!("cannot read {}", path.display())),
+        });
+    }
     let path = target.dir.join(file_name(kind, profile));
-    let previous = match std::fs::read(&path) {
-        Ok(bytes) => Some(bytes),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-        Err(e) => return Err(e).with_context(|| format!("cannot read {}", path.display())),
-    };
-    write_unit(&path, render(kind, &spec))?;
-    println!("wrote {}", path.display());
+    for (name, text) in &files {
+        let file = target.dir.join(name);
+        write_unit(&file, text)?;
+        println!("wrote {}", file.display());
+    }
+    if kind == ServiceKind::Systemd {
+        replace_legacy_unit(&target.dir, profile, target.dry_run);
+    }
     if let Some(warning) = warning {
         eprintln!("agentchat service: warning: {warning}");
     }
@@ -143,14 +154,12 @@ pub(super) fn install(
             Ok(0)
         }
         Err(e) => {
-            let undone = match &previous {
-                Some(bytes) => write_unit(&path, bytes)
-                    .map(|()| format!("put the previous {} back", path.display())),
-                None => std::fs::remove_file(&path)
-                    .map(|()| format!("removed {}", path.display()))
-                    .map_err(anyhow::Error::from),
-            }
-            .unwrap_or_else(|e| format!("could not undo the write of {}: {e:#}", path.display()));
+            let undone = files
+                .iter()
+                .zip(&previous)
+                .map(|((name, _), before)| undo_write(&target.dir.join(name), before.as_deref()))
+                .collect::<Vec<_>>()
+                .join(", ");
             if kind == ServiceKind::Systemd {
                 let _ = run_manager("systemctl", &["--user", "daemon-reload"]);
             }
@@ -163,6 +172,52 @@ pub(super) fn install(
             };
             bail!("cannot install the service: {e:#}; {undone}.\n{advice}")
         }
+    }
+}
+
+/// Puts a file back as it was before `install` wrote it (removes it when it was not there); what
+/// was done, for the error message.
+fn undo_write(path: &Path, before: Option<&[u8]>) -> String {
+    match before {
+        Some(bytes) => {
+            write_unit(path, bytes).map(|()| format!("put the previous {} back", path.display()))
+        }
+        None => std::fs::remove_file(path)
+            .map(|()| {
+                remove_empty_dir(path);
+                format!("removed {}", path.display())
+            })
+            .map_err(anyhow::Error::from),
+    }
+    .unwrap_or_else(|e| format!("could not undo the write of {}: {e:#}", path.display()))
+}
+
+/// Removes the drop-in dir a removed drop-in leaves empty (never the unit dir itself).
+fn remove_empty_dir(file: &Path) {
+    if let Some(dir) = file.parent()
+        && dir.extension().is_some_and(|e| e == "d")
+    {
+        let _ = std::fs::remove_dir(dir);
+    }
+}
+
+/// An earlier version's unit for this profile (one file per profile) would run a second listener
+/// beside the template's instance: it is stopped, disabled and removed.
+fn replace_legacy_unit(dir: &Path, profile: &str, dry_run: bool) {
+    let name = super::systemd::legacy_unit_name(profile);
+    let path = dir.join(&name);
+    if !path.is_file() {
+        return;
+    }
+    if !dry_run {
+        let _ = run_manager("systemctl", &["--user", "disable", "--now", &name]);
+    }
+    match std::fs::remove_file(&path) {
+        Ok(()) => println!("removed {} (replaced by the template unit)", path.display()),
+        Err(e) => eprintln!(
+            "agentchat service: warning: cannot remove the earlier unit {}: {e}",
+            path.display()
+        ),
     }
 }
 
@@ -225,13 +280,30 @@ pub(super) fn uninstall_all(kind: ServiceKind, config: Option<&Path>) -> anyhow:
     Ok(i32::from(!failed.is_empty()))
 }
 
+/// The template stays while any profile's drop-in is installed; after the last, it goes too.
+fn remove_template_if_unused(dir: &Path) -> anyhow::Result<()> {
+    let in_use = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .any(|e| {
+            super::systemd::profile_of_drop_in_dir(&e.file_name().to_string_lossy()).is_some()
+                && e.path().join(super::systemd::DROP_IN_NAME).exists()
+        });
+    let template = dir.join(super::systemd::TEMPLATE_NAME);
+    if in_use || !template.exists() {
+        return Ok(());
+    }
+    std::fs::remove_file(&template)
+        .with_context(|| format!("cannot remove {}", template.display()))?;
+    println!("removed {}", template.display());
+    Ok(())
+}
+
 /// The profile whose unit file is named `name` (the inverse of `file_name`), if it is one.
 fn profile_of_file(kind: ServiceKind, name: &str) -> Option<String> {
     let profile = match kind {
-        ServiceKind::Systemd if name == systemd_unit_name("default") => "default",
-        ServiceKind::Systemd => name
-            .strip_prefix("agentchat-listen-")?
-            .strip_suffix(".service")?,
+        ServiceKind::Systemd => super::systemd::profile_of_drop_in_dir(name)?,
         ServiceKind::Launchd => {
             let label = name.strip_suffix(".plist")?;
             if label == launchd_label("default") {
@@ -241,8 +313,11 @@ fn profile_of_file(kind: ServiceKind, name: &str) -> Option<String> {
             }
         }
     };
-    (file_name(kind, profile) == name && super::check_profile_name(profile).is_ok())
-        .then(|| profile.to_string())
+    let own = match kind {
+        ServiceKind::Systemd => format!("{}.d", systemd_unit_name(profile)),
+        ServiceKind::Launchd => file_name(kind, profile),
+    };
+    (own == name && super::check_profile_name(profile).is_ok()).then(|| profile.to_string())
 }
 
 /// `service uninstall`: stop and disable the unit, then remove its file.
@@ -266,13 +341,19 @@ pub(super) fn uninstall(kind: ServiceKind, profile: &str) -> anyhow::Result<i32>
         }
     }
     match std::fs::remove_file(&path) {
-        Ok(()) => println!("removed {}", path.display()),
+        Ok(()) => {
+            remove_empty_dir(&path);
+            println!("removed {}", path.display())
+        }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             println!("no unit at {}", path.display())
         }
         Err(e) => {
             return Err(e).with_context(|| format!("cannot remove {}", path.display()));
         }
+    }
+    if kind == ServiceKind::Systemd {
+        remove_template_if_unused(&target.dir)?;
     }
     if !target.dry_run && kind == ServiceKind::Systemd {
         let _ = run_manager("systemctl", &["--user", "daemon-reload"]);

@@ -197,9 +197,45 @@ pub(super) fn target(kind: ServiceKind) -> anyhow::Result<Target> {
 
 pub(super) fn file_name(kind: ServiceKind, profile: &str) -> String {
     match kind {
-        ServiceKind::Systemd => systemd_unit_name(profile),
+        ServiceKind::Systemd => systemd::drop_in_file(profile),
         ServiceKind::Launchd => format!("{}.plist", launchd_label(profile)),
     }
+}
+
+/// Every file `install` writes for `profile` below the unit dir, with its text: for systemd the
+/// template (shared by every profile) and the profile's drop-in; for launchd the plist.
+pub(super) fn unit_files(kind: ServiceKind, spec: &UnitSpec) -> Vec<(String, String)> {
+    match kind {
+        ServiceKind::Systemd => vec![
+            (
+                systemd::TEMPLATE_NAME.to_string(),
+                systemd::TEMPLATE.to_string(),
+            ),
+            (file_name(kind, &spec.profile), render(kind, spec)),
+        ],
+        ServiceKind::Launchd => vec![(file_name(kind, &spec.profile), render(kind, spec))],
+    }
+}
+
+/// The files as `service print` shows them: each after a `# --- <path> ---` line.
+fn print_files(files: &[(String, String)]) -> String {
+    files
+        .iter()
+        .map(|(name, text)| format!("# --- {name} ---\n{text}"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Where the systemd template goes (respecting `AGENTCHAT_SERVICE_DIR`), for doctor.
+pub fn template_path() -> anyhow::Result<PathBuf> {
+    Ok(target(ServiceKind::Systemd)?
+        .dir
+        .join(systemd::TEMPLATE_NAME))
+}
+
+/// The template's text as `install` writes it.
+pub fn template_text() -> &'static str {
+    systemd::TEMPLATE
 }
 
 /// Profile names become parts of unit names and labels. The rule is config's own (letters,
@@ -328,10 +364,11 @@ pub async fn run_command(args: ServiceArgs) -> anyhow::Result<i32> {
     }
     match args.action {
         ServiceAction::Print => {
-            print!(
-                "{}",
-                render(kind, &spec_for(&profile, args.config.as_deref())?)
-            );
+            let spec = spec_for(&profile, args.config.as_deref())?;
+            match kind {
+                ServiceKind::Systemd => print!("{}", print_files(&unit_files(kind, &spec))),
+                ServiceKind::Launchd => print!("{}", render(kind, &spec)),
+            }
             Ok(0)
         }
         ServiceAction::Install { all: false } => {
@@ -352,8 +389,8 @@ pub fn unit_path(kind: ServiceKind, profile: &str) -> anyhow::Result<PathBuf> {
     Ok(target(kind)?.dir.join(file_name(kind, profile)))
 }
 
-/// The text `service print --profile P [--config F]` renders now, so `doctor` can byte-compare
-/// it with the installed unit.
+/// The text of the profile's own file (the systemd drop-in, the launchd plist) as `install` would
+/// write it now, so `doctor` can byte-compare it with the installed one.
 pub fn render_current(
     kind: ServiceKind,
     profile: &str,

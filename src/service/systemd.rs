@@ -1,14 +1,40 @@
-//! The systemd user unit: its name, its text (quoting for a command line and `Environment=`),
-//! and whether a user manager answers to run it.
+//! The systemd user unit: a template, `agentchat-listen@.service` (the instance is the profile),
+//! written as shipped, and per profile a drop-in with what is that install's own (the binary's
+//! path, the config, PATH and XDG_*, the stop timeout); quoting for a command line and
+//! `Environment=`; and whether a user manager answers, and lingers, to run it.
 
 use super::UnitSpec;
 use std::path::Path;
 use std::process::Command;
 
-const SYSTEMD_TEMPLATE: &str = include_str!("../../systemd/agentchat-listen.service");
+/// The template unit, written unchanged by every install.
+pub const TEMPLATE: &str = include_str!("../../systemd/agentchat-listen@.service");
+/// Its file name.
+pub const TEMPLATE_NAME: &str = "agentchat-listen@.service";
+const DROP_IN_TEMPLATE: &str = include_str!("../../systemd/install.conf");
+/// The drop-in's name inside `agentchat-listen@<profile>.service.d/`.
+pub const DROP_IN_NAME: &str = "install.conf";
 
-/// `agentchat-listen.service`, or `agentchat-listen-<profile>.service` for other profiles.
+/// `agentchat-listen@<profile>.service`.
 pub fn systemd_unit_name(profile: &str) -> String {
+    format!("agentchat-listen@{profile}.service")
+}
+
+/// The drop-in's path below the unit dir: `agentchat-listen@<profile>.service.d/install.conf`.
+pub fn drop_in_file(profile: &str) -> String {
+    format!("{}.d/{DROP_IN_NAME}", systemd_unit_name(profile))
+}
+
+/// The profile of a drop-in dir's name (`agentchat-listen@<profile>.service.d`), if it is one.
+pub fn profile_of_drop_in_dir(name: &str) -> Option<&str> {
+    name.strip_prefix("agentchat-listen@")?
+        .strip_suffix(".service.d")
+        .filter(|p| !p.is_empty())
+}
+
+/// The unit file of earlier versions, one per profile (`agentchat-listen.service`,
+/// `agentchat-listen-<profile>.service`), which `install` replaces.
+pub fn legacy_unit_name(profile: &str) -> String {
     if profile == "default" {
         "agentchat-listen.service".into()
     } else {
@@ -46,14 +72,14 @@ fn quote_for_systemd(text: &str, double_dollar: bool) -> String {
     out
 }
 
-/// The unit file's text for `spec`.
+/// The drop-in's text for `spec`.
 pub(super) fn render(spec: &UnitSpec) -> String {
     let exec: Vec<String> = spec
         .listen_args()
         .iter()
         .map(|a| systemd_quote(a))
         .collect();
-    SYSTEMD_TEMPLATE
+    DROP_IN_TEMPLATE
         .replace("{{PROFILE}}", &spec.profile)
         .replace("{{UNIT}}", &systemd_unit_name(&spec.profile))
         .replace("{{EXEC_START}}", &exec.join(" "))

@@ -540,10 +540,16 @@ async fn an_installed_unit_is_current_until_it_is_edited() {
     let unit = s.service_dir().join(if cfg!(target_os = "macos") {
         "me.agentchat.listen.plist"
     } else {
-        "agentchat-listen.service"
+        "agentchat-listen@default.service.d/install.conf"
     });
     let text = std::fs::read_to_string(&unit).unwrap();
-    std::fs::write(&unit, text.replace("RestartSec=5", "RestartSec=7")).unwrap();
+    let edited = if cfg!(target_os = "macos") {
+        text.replace("<integer>10</integer>", "<integer>11</integer>")
+    } else {
+        text.replace("TimeoutStopSec=", "TimeoutStopSec=1")
+    };
+    assert_ne!(edited, text);
+    std::fs::write(&unit, edited).unwrap();
     let out = s.doctor(&sim.api_base, Some(&key), &[]).await;
     assert_eq!(out.code, 0, "a stale unit is a warning: {}", out.all());
     let line = out.line("service");
