@@ -79,6 +79,14 @@ fn parse_plist(dir: &Path, plist: &str) -> serde_json::Value {
         "plistlib refused it: {}",
         String::from_utf8_lossy(&out.stderr)
     );
+    // plutil's own lint where it exists (macOS); this project's machines have none.
+    if let Ok(lint) = Command::new("plutil").arg("-lint").arg(&path).output() {
+        assert!(
+            lint.status.success(),
+            "plutil -lint refused it: {}",
+            String::from_utf8_lossy(&lint.stdout)
+        );
+    }
     serde_json::from_slice(&out.stdout).unwrap()
 }
 

@@ -4,8 +4,9 @@
 # on a machine whose own PID 1 is not systemd (a container, a CI runner).
 #
 #   harness.sh check                       exit 0 if it can run here, else print why and exit 1
-#   harness.sh up  [--bind DIR]...         boot; print "ready <host pid of PID 1>"; stay until
-#                                          stdin closes or SIGTERM; tear down; print "down"
+#   harness.sh up  [--bind DIR]...         boot; print "ready <host pid of PID 1> <state dir>
+#                                          <cgroup>"; stay until stdin closes or SIGTERM; tear
+#                                          down; print "down"
 #   harness.sh run [--bind DIR]... -- CMD  boot, run CMD inside (as root, cwd /), tear down;
 #                                          exit with CMD's status (125: the harness failed)
 #
@@ -192,7 +193,7 @@ ustate=$(timeout 30 "${INSIDE[@]}" systemctl --user is-system-running --wait 2>/
 FAILED=0
 
 if [ "$MODE" = up ]; then
-  echo "ready $PID1"
+  echo "ready $PID1 $STATE $CG"
   exec 3<&0
   cat <&3 >/dev/null 3<&- &                            # until the caller closes our stdin
   READER=$!

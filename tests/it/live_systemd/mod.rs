@@ -63,6 +63,8 @@ fn why_not() -> Option<String> {
 pub struct Live {
     /// `harness.sh up`; closing its stdin (on drop) tears the sandbox down.
     harness: Option<Child>,
+    /// The harness's state dir and cgroup on the host: both gone after teardown.
+    leftovers: Vec<PathBuf>,
     pub pid1: u32,
     pub dir: tempfile::TempDir,
     /// `<dir>/bin`, first on the PATH of every command run inside: holds `agentchat`, a symlink
@@ -121,15 +123,20 @@ impl Live {
         BufReader::new(child.stdout.take().unwrap())
             .read_line(&mut line)
             .unwrap();
-        let pid1: u32 = match line.trim().strip_prefix("ready ") {
-            Some(p) => p.parse().unwrap(),
-            None => {
+        let ready: Vec<&str> = line.split_whitespace().collect();
+        let (pid1, leftovers) = match ready.as_slice() {
+            ["ready", pid, state, cgroup] => (
+                pid.parse().unwrap(),
+                vec![PathBuf::from(state), PathBuf::from(cgroup)],
+            ),
+            _ => {
                 let _ = child.wait();
                 panic!("live_systemd::{test}: the sandbox did not boot (harness said {line:?})");
             }
         };
         let live = Live {
             harness: Some(child),
+            leftovers,
             pid1,
             bin_dir,
             config,
@@ -285,6 +292,13 @@ impl Drop for Live {
                         break;
                     }
                 }
+            }
+        }
+        // Nothing left on the host: the harness removed its cgroup and state dir (and with the
+        // cgroup gone, no process can be left in it). Not asserted while a test already fails.
+        if !std::thread::panicking() {
+            for path in &self.leftovers {
+                assert!(!path.exists(), "the harness left {} behind", path.display());
             }
         }
     }
