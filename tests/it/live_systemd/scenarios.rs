@@ -36,6 +36,13 @@ async fn install_is_active_only_after_ready_shows_its_state_and_runs_in_the_unit
         return;
     };
     let u = unit("default");
+    // A valid config with one piece of advice (max_delay below quiet_window): a WARN line at start.
+    let config = std::fs::read_to_string(&l.config).unwrap();
+    std::fs::write(
+        &l.config,
+        config.replace("quiet_window = \"200ms\"", "quiet_window = \"2s\""),
+    )
+    .unwrap();
     let said = install(&l);
     assert!(said.contains(&format!("started {u}")), "{said}");
     // Type=notify: `enable --now` returned only once the listener sent READY=1, so the unit is
@@ -93,6 +100,19 @@ async fn install_is_active_only_after_ready_shows_its_state_and_runs_in_the_unit
             .any(|e| e["MESSAGE"].as_str().is_some_and(|m| m.starts_with("20"))),
         "a line still carries its own timestamp: {entries:?}"
     );
+    let warnings: Vec<_> = entries
+        .iter()
+        .filter(|e| e["MESSAGE"].as_str().is_some_and(|m| m.starts_with("WARN")))
+        .collect();
+    assert!(!warnings.is_empty(), "no WARN line in {entries:?}");
+    for e in &warnings {
+        assert_eq!(e["PRIORITY"], "4", "{e}");
+    }
+    // So `journalctl -p warning` keeps exactly those.
+    let filtered = l.ok(&format!(
+        "journalctl --no-pager -o json -p warning _PID={main_pid}"
+    ));
+    assert_eq!(filtered.lines().count(), warnings.len(), "{filtered}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
