@@ -60,6 +60,28 @@ r=$(why_not); [ -z "$r" ] || die "cannot run here: $r"
 
 CG2=$(findmnt -n -t cgroup2 -o TARGET | head -n1)
 OWN_CG=$(awk -F: '$1=="0"{print $3}' /proc/self/cgroup)
+
+# What a harness killed with SIGKILL leaves (its namespaces, mounts and processes died with it;
+# its trap did not run): an empty cgroup and a state dir. Removed when idle for a minute, and
+# never while the sandbox's PID 1 lives.
+clean_stale() {
+  local cg d pid
+  for cg in "$CG2${OWN_CG%/}"/agentchat-live-*; do
+    [ -d "$cg" ] && grep -qx 'populated 0' "$cg/cgroup.events" 2>/dev/null || continue
+    d=/tmp/agentchat-live.${cg##*/agentchat-live-}
+    [ -d "$d" ] && [ -z "$(find "$d" -maxdepth 0 -mmin +1)" ] && continue
+    find "$cg" -depth -type d -exec rmdir {} + 2>/dev/null
+  done
+  for d in /tmp/agentchat-live.*; do
+    [ -d "$d" ] && [ -n "$(find "$d" -maxdepth 0 -mmin +1)" ] || continue
+    pid=$(cat "$d/pid" 2>/dev/null)
+    [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null && continue
+    [ -n "$(find "$CG2" -maxdepth 6 -type d -name "agentchat-live-${d##*.}" -print -quit 2>/dev/null)" ] \
+      && continue
+    rm -rf --one-file-system -- "$d"
+  done
+}
+clean_stale
 STATE=$(mktemp -d /tmp/agentchat-live.XXXXXX) || die "mktemp"
 CG="$CG2${OWN_CG%/}/agentchat-live-${STATE##*.}"
 PID1=""; TOP=""; DONE=0
