@@ -378,8 +378,9 @@ fn service_section(profile: &str, config: Option<PathBuf>) -> Check {
     )
 }
 
-/// `service binary` and `linger`, for an installed systemd unit: whether the binary its
-/// `ExecStart` names still exists, and whether the user manager outlives a logout.
+/// `exec_start`, `template` and `linger`, for an installed unit: whether the binary it runs still
+/// exists, whether the systemd template is this version's, and whether the user manager outlives
+/// a logout.
 fn service_extras(profile: &str) -> Vec<Check> {
     let kind = ServiceKind::native();
     let Ok(path) = service::unit_path(kind, profile) else {
@@ -391,10 +392,10 @@ fn service_extras(profile: &str) -> Vec<Check> {
     let mut checks = Vec::new();
     if let Some(program) = facts::unit_program(&text) {
         checks.push(if std::path::Path::new(&program).is_file() {
-            Check::pass("service binary", format!("ExecStart runs {program}"))
+            Check::pass("exec_start", format!("ExecStart runs {program}"))
         } else {
             Check::warn(
-                "service binary",
+                "exec_start",
                 format!(
                     "the unit's ExecStart names {program}, which no longer exists (moved or \
                      upgraded?): run `agentchat service install` again with the binary you use"
@@ -406,12 +407,11 @@ fn service_extras(profile: &str) -> Vec<Check> {
         && let Ok(template) = service::template_path()
     {
         checks.push(match facts::read_if_present(&template) {
-            Some(Ok(t)) if t == service::template_text() => Check::pass(
-                "service template",
-                format!("{} is current", template.display()),
-            ),
+            Some(Ok(t)) if t == service::template_text() => {
+                Check::pass("template", format!("{} is current", template.display()))
+            }
             Some(Ok(_)) => Check::warn(
-                "service template",
+                "template",
                 format!(
                     "{} differs from this version's template: run `agentchat service install` \
                      again",
@@ -419,7 +419,7 @@ fn service_extras(profile: &str) -> Vec<Check> {
                 ),
             ),
             _ => Check::warn(
-                "service template",
+                "template",
                 format!(
                     "{} is missing: the drop-in has no unit to apply to; run `agentchat service \
                      install` again",
