@@ -70,8 +70,9 @@ fn check_unit_config(profile: &str, config: Option<&Path>) -> anyhow::Result<Opt
     )
 }
 
-/// `service install`: checks the config and the service manager, writes the unit, and has the
-/// manager start it; when the manager refuses, the unit file is put back as it was.
+/// `service install`: checks the config and the service manager, writes the unit's files (systemd:
+/// the template and the profile's drop-in), and has the manager start it; when the manager
+/// refuses, every file is put back as it was.
 pub(super) fn install(
     kind: ServiceKind,
     profile: &str,
@@ -101,9 +102,15 @@ pub(super) fn install(
         });
     }
     let path = target.dir.join(file_name(kind, profile));
-    for (name, text) in &files {
+    for (i, (name, text)) in files.iter().enumerate() {
         let file = target.dir.join(name);
-        write_unit(&file, text)?;
+        if let Err(e) = write_unit(&file, text) {
+            // What was written before this one goes back as it was.
+            for ((done, _), before) in files.iter().zip(&previous).take(i) {
+                undo_write(&target.dir.join(done), before.as_deref());
+            }
+            return Err(e);
+        }
         println!("wrote {}", file.display());
     }
     if kind == ServiceKind::Systemd {

@@ -1,7 +1,9 @@
-//! `agentchat service`: installs the listener as a per-user service (a systemd user unit on Linux,
-//! a launchd agent on macOS), one per profile. The unit files are templates compiled in from
-//! `systemd/` and `launchd/`; rendering is pure so tests check the exact text with the real
-//! `systemd-analyze verify` and a real plist parser.
+//! `agentchat service`: installs the listener as a per-user service, on Linux an instance of the
+//! systemd template unit `agentchat-listen@.service` (the instance is the profile) with a drop-in
+//! of that install's own facts, on macOS a launchd agent per profile. The files are templates
+//! compiled in from `systemd/` and `launchd/`; rendering is pure so tests check the exact text
+//! with the real `systemd-analyze verify` and a real plist parser, and the live suite
+//! (`tests/it/live_systemd/`) runs the unit under a real systemd.
 //!
 //! `install` checks first what would make the service fail (the config it will read, a systemd
 //! user manager to run it) and writes nothing then; when the manager refuses the unit, the file is
@@ -11,7 +13,7 @@
 //! `AGENTCHAT_SERVICE_DIR` redirects install and uninstall to a scratch directory and skips
 //! `systemctl`/`launchctl`, so tests never touch the machine's services.
 //!
-//! Modules: `systemd` (the unit's text and the user manager), `launchd` (the agent's plist),
+//! Modules: `systemd` (the template, the drop-in's text, the user manager, linger), `launchd` (the agent's plist),
 //! `install` (install, uninstall, the config check and the undo), `manager` (what the service
 //! manager says: `status` and doctor's view).
 
