@@ -176,6 +176,31 @@ impl Outcome {
     }
 }
 
+/// A wake the listener gives itself, named in `last_wake.reasons`, `last_cycle.reasons`, the
+/// run's `AGENTCHAT_WAKE_REASONS`, the `cycle_start` log line and the `reason` label of
+/// `agentchat_wakes_total`, beside the socket's `message`, `invite`, `connect` and the server's
+/// wake reasons.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ListenerWake {
+    /// `recovered`: a state in which no run could start ended (`runtime_unusable` by a reload,
+    /// a changed binary or a passing re-check; texts back after a cycle found none), so the tray
+    /// is read at once: the server's wakes that came meanwhile were spent (contract 5).
+    Recovered,
+    /// `backlog`: the tray read after a run was cut short (`truncated`) and the run made
+    /// progress, so the next cycle starts at once (`core::decision::follow_up`).
+    Backlog,
+}
+
+impl ListenerWake {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ListenerWake::Recovered => "recovered",
+            ListenerWake::Backlog => "backlog",
+        }
+    }
+}
+
 /// Why a cycle started no run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -295,8 +320,9 @@ pub struct Status {
 pub struct LastWake {
     /// When it came.
     pub at: String,
-    /// The reasons pending for the next cycle: `message`, `invite`, `connect`, or the server's
-    /// `wake` reason (`reminder`, `unanswered`, ...).
+    /// The reasons pending for the next cycle: `message`, `invite`, `connect`, the server's
+    /// `wake` reason (`reminder`, `unanswered`, ...), or the listener's own ([`ListenerWake`]:
+    /// `recovered`, `backlog`).
     pub reasons: Vec<String>,
 }
 

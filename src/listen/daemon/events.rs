@@ -82,10 +82,14 @@ impl Daemon {
         shutdown: watch::Receiver<bool>,
         run_starting: oneshot::Sender<RunStarting>,
     ) -> JoinHandle<CycleReport> {
+        if self.retry_a_changed_runtime_binary() {
+            // This cycle is the way out: its reasons say so.
+            self.pending_reasons
+                .insert(crate::core::status::ListenerWake::Recovered.as_str().into());
+        }
         let reasons: Vec<String> = std::mem::take(&mut self.pending_reasons)
             .into_iter()
             .collect();
-        self.retry_a_changed_runtime_binary();
         let id = cycle::new_cycle_id();
         self.status.counters.cycles += 1;
         self.metrics.cycle_started();
@@ -100,6 +104,7 @@ impl Daemon {
             reasons: reasons.clone(),
             runtime_unusable: self.flags.unusable.is_some(),
             invite_pace_ms: self.scale().invite_pace_ms(),
+            follow_ups: self.follow_ups,
             shutdown,
             run_starting: Some(run_starting),
             metrics: self.metrics.clone(),
@@ -136,10 +141,12 @@ impl Daemon {
             self.status.counters.runs_failed += 1;
         }
         self.status.counters.invites_dismissed += report.last.invites_dismissed;
-        if let Some(why) = report.unusable {
-            self.flags.unusable = Some(why.clone());
-            self.flags.unusable_binary = crate::runtime::binary_stamp(&self.settings);
-            self.status.detail = Some(format!("runtime unusable: {why}"));
+        self.after_cycle(&report);
+        if let Some(why) = report.unusable.clone() {
+            self.mark_unusable(why);
+        }
+        if report.last.no_run_reason == Some(crate::core::status::NoRunReason::NoTexts) {
+            self.texts_owed();
         }
         if let Some(you) = report.handle_mismatch {
             if self.flags.mismatch.as_deref() != Some(you.as_str()) {

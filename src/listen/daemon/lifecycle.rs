@@ -67,6 +67,10 @@ impl Daemon {
             texts_missing_logged: false,
             last_frame: None,
             metrics,
+            runtime_recheck: Recheck::default(),
+            texts_recheck: Recheck::default(),
+            texts_owed: false,
+            follow_ups: 0,
         })
     }
 

@@ -9,11 +9,13 @@
 
 mod events;
 mod lifecycle;
+mod recovery;
 mod settings;
 mod status_file;
 mod texts_in_use;
 mod wiring;
 
+use recovery::Recheck;
 use wiring::{Signals, Timers, Wiring, watchdog_due};
 
 use super::TimeScale;
@@ -113,6 +115,14 @@ struct Daemon {
     last_frame: Option<SystemTime>,
     /// The metrics registry (a no-op unless `listen.metrics_addr` is set).
     metrics: Arc<Metrics>,
+    /// The next look at an unusable runtime (`recovery`).
+    runtime_recheck: Recheck,
+    /// The next fetch of missing texts (`recovery`).
+    texts_recheck: Recheck,
+    /// A cycle found no texts for a card that waited: texts that come back wake (`recovered`).
+    texts_owed: bool,
+    /// Cycles in a row that followed up a tray cut short (`core::decision::follow_up`).
+    follow_ups: u32,
 }
 
 /// Runs until SIGTERM/SIGINT. Returns the exit code (0).
@@ -126,8 +136,12 @@ pub async fn run(
     let notify = std::env::var_os("NOTIFY_SOCKET").is_some();
     let mut d = Daemon::new(args, settings, key, state, notify)?;
     d.announce_start();
+    let login_check = d.check_runtime_at_start();
     d.refresh_texts().await;
     let mut wiring = Wiring::start(d.socket_params());
+    if login_check {
+        wiring.runtime_check = Some(d.spawn_runtime_check());
+    }
     metrics::spawn_server(
         &d.metrics,
         d.settings.listen.metrics_addr,
@@ -203,6 +217,18 @@ async fn main_loop(
                 d.check_key_file(&w.params);
             }
             _ = timers.texts.tick() => d.spawn_texts_refresh(&w.texts_tx),
+            _ = recovery::at(d.runtime_recheck.at), if w.runtime_check.is_none() => {
+                d.runtime_recheck.at = None;
+                w.runtime_check = Some(d.spawn_runtime_check());
+            }
+            r = recovery::task_end(&mut w.runtime_check) => {
+                w.runtime_check = None;
+                d.on_runtime_check(r);
+            }
+            _ = recovery::at(d.texts_recheck.at) => {
+                d.texts_recheck.at = None;
+                d.spawn_texts_refresh(&w.texts_tx);
+            }
             Some(r) = w.texts.recv() => d.on_texts(r),
             _ = watchdog_due(&mut timers.watchdog) => {
                 if let Some(w) = timers.watchdog.as_mut() {

@@ -50,22 +50,16 @@ impl Daemon {
     }
 
     /// An unusable runtime whose binary was installed, updated or replaced since is tried again.
-    pub(super) fn retry_a_changed_runtime_binary(&mut self) {
+    /// True when it was.
+    pub(super) fn retry_a_changed_runtime_binary(&mut self) -> bool {
         if self.flags.unusable.is_none()
             || crate::runtime::binary_stamp(&self.settings) == self.flags.unusable_binary
         {
-            return;
+            return false;
         }
         tracing::info!(event = %"runtime_binary_changed", runtime = self.settings.listen.runtime.as_str(), "the runtime's binary changed; trying it again");
-        self.flags.unusable = None;
-        if self
-            .status
-            .detail
-            .as_deref()
-            .is_some_and(|d| d.starts_with("runtime unusable"))
-        {
-            self.status.detail = None;
-        }
+        self.leave_unusable("binary_changed", false);
+        true
     }
 
     /// SIGHUP: config and texts again; a refused key or an unusable runtime gets a new chance.
@@ -97,7 +91,9 @@ impl Daemon {
                 tracing::error!(event = %"reload_failed", error = %e, "the new configuration is invalid; keeping the old one")
             }
         }
-        self.flags.unusable = None;
+        // A person acted: the runtime gets a new chance at once, and its looks start over.
+        self.runtime_recheck.reset();
+        self.leave_unusable("reload", true);
         self.apply_pending_windows();
         let _ = params_tx.send(self.socket_params());
         self.status_changed();

@@ -60,12 +60,17 @@ impl Daemon {
                 self.texts_missing_logged = false;
                 self.status.texts = loaded.status();
                 self.texts = Some(loaded);
+                self.texts_back();
             }
             Err(missing) if missing.runtime != self.texts_runtime() => {}
             Err(missing) => {
-                if self.current_texts().is_none() && !self.texts_missing_logged {
-                    self.texts_missing_logged = true;
-                    missing.log();
+                if self.current_texts().is_none() {
+                    if !self.texts_missing_logged {
+                        self.texts_missing_logged = true;
+                        missing.log();
+                    }
+                    // None to run with: fetched again on the backoff (`recovery`).
+                    self.texts_recheck.schedule(self.scale());
                 }
             }
         }

@@ -41,6 +41,8 @@ pub(super) struct Wiring {
     pub(super) cycle: Option<JoinHandle<CycleReport>>,
     /// Hears from the running cycle when it hands its run to the supervisor.
     pub(super) run_starting: Option<oneshot::Receiver<RunStarting>>,
+    /// The runtime check under way (`recovery`), at most one.
+    pub(super) runtime_check: Option<JoinHandle<Result<String, crate::runtime::check::NotUsable>>>,
 }
 
 impl Wiring {
@@ -65,6 +67,7 @@ impl Wiring {
             socket,
             cycle: None,
             run_starting: None,
+            runtime_check: None,
         }
     }
 
