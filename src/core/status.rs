@@ -401,7 +401,7 @@ pub struct Counters {
     pub frames: u64,
     /// Messages acked.
     pub acks: u64,
-    /// Wakes registered (messages, wake frames, invites, connects).
+    /// Wakes registered (messages, wake frames, invites, connects, the listener's own).
     pub wakes: u64,
     /// Cycles started.
     pub cycles: u64,
@@ -429,6 +429,18 @@ where
 mod tests {
     use super::*;
     use serde_json::{Value, json};
+
+    #[test]
+    fn the_listeners_own_wake_reasons_are_written_as_their_words() {
+        for (w, word) in [
+            (ListenerWake::Recovered, "recovered"),
+            (ListenerWake::Backlog, "backlog"),
+        ] {
+            assert_eq!(w.as_str(), word);
+            assert_eq!(serde_json::to_value(w).unwrap(), json!(word));
+            assert_eq!(crate::core::engine::WakeCause::Listener(w).label(), word);
+        }
+    }
 
     #[test]
     fn a_quiet_loop_is_allowed_two_heartbeats_and_slack_or_until_past_its_retry() {

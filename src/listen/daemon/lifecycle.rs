@@ -69,6 +69,7 @@ impl Daemon {
             metrics,
             runtime_recheck: Recheck::default(),
             texts_recheck: Recheck::default(),
+            status_retry: Recheck::default(),
             texts_owed: false,
             follow_ups: 0,
         })

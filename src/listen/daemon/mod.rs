@@ -119,6 +119,8 @@ struct Daemon {
     runtime_recheck: Recheck,
     /// The next fetch of missing texts (`recovery`).
     texts_recheck: Recheck,
+    /// The next write of a status whose last write failed (`status_file`).
+    status_retry: Recheck,
     /// A cycle found no texts for a card that waited: texts that come back wake (`recovered`).
     texts_owed: bool,
     /// Cycles in a row that followed up a tray cut short (`core::decision::follow_up`).
@@ -224,6 +226,12 @@ async fn main_loop(
             r = recovery::task_end(&mut w.runtime_check) => {
                 w.runtime_check = None;
                 d.on_runtime_check(r);
+            }
+            _ = recovery::at(d.status_retry.at) => {
+                d.status_retry.at = None;
+                if !d.status_held {
+                    d.write_status();
+                }
             }
             _ = recovery::at(d.texts_recheck.at) => {
                 d.texts_recheck.at = None;

@@ -20,8 +20,12 @@ pub(super) struct Recheck {
 impl Recheck {
     /// Sets the next look, unless one is set: `core::recheck::delay(attempt)`, scaled.
     pub(super) fn schedule(&mut self, scale: TimeScale) {
+        self.schedule_after(scale.apply(crate::core::recheck::delay(self.attempt)));
+    }
+
+    /// Sets the next look `wait` from now, unless one is set.
+    pub(super) fn schedule_after(&mut self, wait: Duration) {
         if self.at.is_none() {
-            let wait = scale.apply(crate::core::recheck::delay(self.attempt));
             self.at = Some(tokio::time::Instant::now() + wait);
             self.attempt = self.attempt.saturating_add(1);
         }

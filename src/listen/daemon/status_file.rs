@@ -73,6 +73,7 @@ impl Daemon {
         match self.state.write_status(&self.status) {
             Ok(file) => {
                 self.status_file = Some(file);
+                self.status_retry.reset();
                 if self.status_write_failing {
                     self.status_write_failing = false;
                     tracing::info!(event = %"status_write_recovered", "status.json is written again");
@@ -80,6 +81,14 @@ impl Daemon {
             }
             Err(e) => {
                 self.status_file = None;
+                // What the file should say is not lost: it is written again soon, whether or not
+                // anything else changes (1 s doubling to `TOUCH_EVERY`), so it catches up once
+                // space or write access is back.
+                let wait = Duration::from_secs(1)
+                    .saturating_mul(1u32 << self.status_retry.attempt.min(5))
+                    .min(TOUCH_EVERY);
+                self.status_retry
+                    .schedule_after(self.scale().apply(wait).max(TOUCH_EVERY_MIN));
                 if !self.status_write_failing {
                     self.status_write_failing = true;
                     tracing::warn!(event = %"status_write_failed", error = %e, "could not write status.json; the listener keeps working and logs this once until a write succeeds");
