@@ -72,6 +72,7 @@ impl Daemon {
             status_retry: Recheck::default(),
             texts_owed: false,
             follow_ups: 0,
+            runtime_check_recovers: false,
         })
     }
 

@@ -125,6 +125,8 @@ struct Daemon {
     texts_owed: bool,
     /// Cycles in a row that followed up a tray cut short (`core::decision::follow_up`).
     follow_ups: u32,
+    /// The runtime check under way started while the runtime was unusable: its pass ends that.
+    runtime_check_recovers: bool,
 }
 
 /// Runs until SIGTERM/SIGINT. Returns the exit code (0).

@@ -87,7 +87,10 @@ impl Daemon {
 
     /// Checks the runtime as `doctor` does (`runtime::check`), off the main loop: at start, and
     /// while it is unusable when its look is due.
-    pub(super) fn spawn_runtime_check(&self) -> JoinHandle<Result<String, NotUsable>> {
+    pub(super) fn spawn_runtime_check(&mut self) -> JoinHandle<Result<String, NotUsable>> {
+        // A check that started while the runtime was usable (the one at start) is only said,
+        // even if a run made the runtime unusable meanwhile: its pass predates that refusal.
+        self.runtime_check_recovers = self.flags.unusable.is_some();
         let settings = self.settings.clone();
         let workdir = self.state.workdir(settings.listen.workdir.as_deref());
         tokio::spawn(async move { crate::runtime::check::usable(&settings, &workdir).await })
@@ -122,7 +125,8 @@ impl Daemon {
     ) {
         let r = r.unwrap_or_else(|e| Err(NotUsable::Missing(format!("the check crashed: {e}"))));
         let runtime = self.settings.listen.runtime.as_str();
-        match (self.flags.unusable.is_some(), r) {
+        let recovers = std::mem::take(&mut self.runtime_check_recovers);
+        match (recovers && self.flags.unusable.is_some(), r) {
             (true, Ok(ok)) => {
                 tracing::debug!(event = %"runtime_check", runtime, ok = %ok, "the runtime check passed");
                 self.leave_unusable("recheck", true);
@@ -131,8 +135,12 @@ impl Daemon {
                 tracing::debug!(event = %"runtime_check", runtime, why = %e.why(), "the runtime is still unusable");
                 self.runtime_recheck.schedule(self.scale());
             }
-            (false, Ok(ok)) => {
+            (false, Ok(ok)) if !recovers => {
                 tracing::info!(event = %"runtime_check", runtime, ok = %ok, "the runtime is ready");
+            }
+            (false, Ok(_)) => {}
+            (false, Err(e)) if recovers => {
+                tracing::debug!(event = %"runtime_check", runtime, why = %e.why(), "the runtime check did not pass; the runtime was made usable meanwhile");
             }
             (false, Err(e)) => {
                 tracing::warn!(event = %"runtime_check", runtime, why = %e.why(), "the runtime's check did not pass; runs are still tried, and one the runtime refuses makes it unusable");
