@@ -48,8 +48,10 @@ pub enum ListenerState {
     /// `key_refused`: the server refused the API key (HTTP 401/403 or close 1008); retried slowly,
     /// and at once on reload or when the key file changes.
     KeyRefused,
-    /// `runtime_unusable`: the runtime said it cannot work (not logged in, missing binary): no runs
-    /// until reload (SIGHUP) or until its binary changes.
+    /// `runtime_unusable`: the runtime said it cannot work (not logged in, missing binary), or its
+    /// program was missing at start: no runs until a re-check passes (on a backoff,
+    /// `core::recheck`), a reload (SIGHUP) or its binary changes; each way out reads the tray at
+    /// once (`ListenerWake::Recovered`).
     RuntimeUnusable,
     /// `handle_mismatch`: the tray belongs to another agent than this key's: no runs until it
     /// matches again.
@@ -159,7 +161,7 @@ pub enum Outcome {
     /// it could not be started (working directory, the runtime's files); `failure` says which.
     Failed,
     /// `unusable`: the runtime said it cannot work (not logged in, missing binary); the listener
-    /// shows `runtime_unusable` and starts no run until reload.
+    /// shows `runtime_unusable` and starts no run until the state ends ([`ListenerState::RuntimeUnusable`]).
     Unusable,
     /// `no_run`: no run was started; `no_run_reason` says why.
     NoRun,
@@ -218,7 +220,8 @@ pub enum NoRunReason {
     /// `no_prompt`: the texts lack the prompt this run needs (`wake_instruction` or
     /// `invite_prompt`).
     NoPrompt,
-    /// `runtime_unusable`: the runtime said earlier that it cannot work; no run until reload.
+    /// `runtime_unusable`: the runtime said earlier that it cannot work; no run until the state
+    /// ends ([`ListenerState::RuntimeUnusable`]).
     RuntimeUnusable,
 }
 
