@@ -2976,6 +2976,7 @@ async fn a_program_gone_for_a_moment_is_found_again_by_the_recheck_and_the_card_
 async fn texts_back_after_no_texts_run_the_waiting_card_at_once_with_a_recovered_wake() {
     let opts = Opts {
         time_scale: 0.05,
+        extra_toml: "metrics_addr = \"127.0.0.1:0\"\n".into(),
         ..Opts::default()
     };
     let sim = Sim::start(1.0).await;
@@ -2993,11 +2994,21 @@ async fn texts_back_after_no_texts_run_the_waiting_card_at_once_with_a_recovered
     logged_at_least(&l, "cycle_end", cycles + 1, 10.0).await;
     assert!(status_holds(&setup, |s| s["last_cycle"]["no_run_reason"] == "no_texts").await);
     assert_eq!(setup.rec.count(), 0);
+    // Connected, but no run can start: not ready.
+    let base = metrics_base(&l).await;
+    let ready = || async {
+        let r = reqwest::get(format!("{base}/readyz")).await.unwrap();
+        (r.status().as_u16(), r.text().await.unwrap())
+    };
+    let (code, why) = ready().await;
+    assert_eq!(code, 503, "{why}");
+    assert!(why.contains("no texts"), "{why}");
     sim.replace_texts("generic", good).await;
     l.signal(libc::SIGHUP);
     run_done(&setup, &l, 1, 15.0).await;
     logged_at_least(&l, "texts_recovered", 1, 5.0).await;
     assert_eq!(setup.rec.env(1)["AGENTCHAT_WAKE_REASONS"], "recovered");
+    assert!(eventually_async(5.0, || async { ready().await.0 == 200 }).await);
 }
 
 /// Issue 17, items 2 and 3: missing texts are fetched again on the backoff, so they come back
