@@ -1,5 +1,6 @@
 //! Whether the configured runtime can work now, without starting a run: what `doctor` checks,
-//! for the listener at start and while the runtime is unusable (`core::recheck`). The program
+//! for the listener ([`presence`] at start, [`usable`] while the runtime is unusable,
+//! `core::recheck`). The program
 //! must be there (the script's `command[0]`, found as a run would find it; the CLI's binary),
 //! and a CLI must say it is logged in (`claude auth status`, `codex login status`).
 

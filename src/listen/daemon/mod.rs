@@ -140,12 +140,9 @@ pub async fn run(
     let notify = std::env::var_os("NOTIFY_SOCKET").is_some();
     let mut d = Daemon::new(args, settings, key, state, notify)?;
     d.announce_start();
-    let login_check = d.check_runtime_at_start();
+    d.check_runtime_at_start();
     d.refresh_texts().await;
     let mut wiring = Wiring::start(d.socket_params());
-    if login_check {
-        wiring.runtime_check = Some(d.spawn_runtime_check());
-    }
     metrics::spawn_server(
         &d.metrics,
         d.settings.listen.metrics_addr,

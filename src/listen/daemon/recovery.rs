@@ -97,28 +97,21 @@ impl Daemon {
     }
 
     /// At start: a runtime whose program is missing is unusable from the first moment (as
-    /// `doctor` says), not from the first message; the login check follows off the main loop.
-    /// True when that check should run.
-    pub(super) fn check_runtime_at_start(&mut self) -> bool {
+    /// `doctor` says), not from the first message. Only the program's presence is checked here,
+    /// which starts no process: the login check (`claude auth status` is a Node process of about
+    /// 290 MB for 2 s) would cost every listener's start that, many at once on a machine that
+    /// boots twenty; it runs only while the runtime is unusable, and `doctor` runs it.
+    pub(super) fn check_runtime_at_start(&mut self) {
         let workdir = self.state.workdir(self.settings.listen.workdir.as_deref());
-        match crate::runtime::check::presence(&self.settings, &workdir) {
-            Ok(_) => self
-                .settings
-                .listen
-                .runtime
-                .descriptor()
-                .login_check
-                .is_some(),
-            Err(e) => {
-                tracing::error!(event = %"runtime_unusable", at = "start", runtime = self.settings.listen.runtime.as_str(), why = %e.why(), "the runtime cannot be used; no runs until it is fixed: the listener checks it again on a backoff (seconds growing to 10 minutes) and at once on reload (SIGHUP)");
-                self.mark_unusable(e.why().to_string());
-                false
-            }
+        if let Err(e) = crate::runtime::check::presence(&self.settings, &workdir) {
+            tracing::error!(event = %"runtime_unusable", at = "start", runtime = self.settings.listen.runtime.as_str(), why = %e.why(), "the runtime cannot be used; no runs until it is fixed: the listener checks it again on a backoff (seconds growing to 10 minutes) and at once on reload (SIGHUP)");
+            self.mark_unusable(e.why().to_string());
         }
     }
 
-    /// A runtime check ended. While the runtime is unusable a pass ends that and a failure waits
-    /// for the next look; otherwise (the check at start) it is only said.
+    /// A runtime check ended: while the runtime is still unusable, a pass ends that and a failure
+    /// waits for the next look. A check that started while the runtime was usable, or whose
+    /// state ended meanwhile (a reload), changes nothing.
     pub(super) fn on_runtime_check(
         &mut self,
         r: Result<Result<String, NotUsable>, tokio::task::JoinError>,
@@ -126,25 +119,16 @@ impl Daemon {
         let r = r.unwrap_or_else(|e| Err(NotUsable::Missing(format!("the check crashed: {e}"))));
         let runtime = self.settings.listen.runtime.as_str();
         let recovers = std::mem::take(&mut self.runtime_check_recovers);
-        match (recovers && self.flags.unusable.is_some(), r) {
-            (true, Ok(ok)) => {
+        match r {
+            Ok(ok) if recovers && self.flags.unusable.is_some() => {
                 tracing::debug!(event = %"runtime_check", runtime, ok = %ok, "the runtime check passed");
                 self.leave_unusable("recheck", true);
             }
-            (true, Err(e)) => {
+            Err(e) if self.flags.unusable.is_some() => {
                 tracing::debug!(event = %"runtime_check", runtime, why = %e.why(), "the runtime is still unusable");
                 self.runtime_recheck.schedule(self.scale());
             }
-            (false, Ok(ok)) if !recovers => {
-                tracing::info!(event = %"runtime_check", runtime, ok = %ok, "the runtime is ready");
-            }
-            (false, Ok(_)) => {}
-            (false, Err(e)) if recovers => {
-                tracing::debug!(event = %"runtime_check", runtime, why = %e.why(), "the runtime check did not pass; the runtime was made usable meanwhile");
-            }
-            (false, Err(e)) => {
-                tracing::warn!(event = %"runtime_check", runtime, why = %e.why(), "the runtime's check did not pass; runs are still tried, and one the runtime refuses makes it unusable");
-            }
+            _ => {}
         }
     }
 
