@@ -83,9 +83,12 @@ impl Daemon {
         run_starting: oneshot::Sender<RunStarting>,
     ) -> JoinHandle<CycleReport> {
         if self.retry_a_changed_runtime_binary() {
-            // This cycle is the way out: its reasons say so.
-            self.pending_reasons
-                .insert(crate::core::status::ListenerWake::Recovered.as_str().into());
+            // This cycle is the way out: its reasons (and the metrics) say so.
+            let cause = crate::core::engine::WakeCause::Listener(
+                crate::core::status::ListenerWake::Recovered,
+            );
+            self.metrics.wake(&cause, 1);
+            self.pending_reasons.insert(cause.label());
         }
         let reasons: Vec<String> = std::mem::take(&mut self.pending_reasons)
             .into_iter()
