@@ -66,6 +66,7 @@ pub async fn run(
         reasons: vec!["connect".into()],
         runtime_unusable: false,
         invite_pace_ms: scale.invite_pace_ms(),
+        follow_ups: 0,
         shutdown: shutdown_rx,
         metrics: super::metrics::Metrics::off(),
         run_starting: None,
