@@ -23,6 +23,7 @@ mod docs_links;
 mod doctor;
 mod faults;
 mod listen;
+mod listen_connect;
 mod metrics;
 mod runner;
 mod runtimes_cli;

@@ -224,6 +224,8 @@ impl Task {
         };
         let handle = answer.map_err(|e| me_failed(&params.api_base, e))?;
         self.reach.reached();
+        // The key was accepted: a later refusal is retried from seconds again.
+        self.backoff.key_accepted();
         self.engine.set_own_handle(&handle);
         let _ = self.events.send(SocketEvent::Handle(handle)).await;
         self.handle_known_for = Some(params.clone());
@@ -281,12 +283,23 @@ impl Task {
     async fn report_down(&self, kind: &CloseKind, mut detail: String, delay: Duration, said: bool) {
         let retry_in_ms = delay.as_millis() as u64;
         let state = match kind {
-            CloseKind::KeyRefused => {
+            // ERROR at the first refusal of a run; the retries after it (seconds growing to
+            // 10 min, `core::reconnect::Backoff::next_key_delay`) say it again at INFO.
+            CloseKind::KeyRefused if self.backoff.key_attempt() <= 1 => {
                 tracing::error!(
                     event = %"key_refused",
                     retry_in_ms,
                     detail = %detail,
                     "the server refused the API key; check AGENTCHAT_API_KEY or api_key_file, then send SIGHUP (systemctl --user reload) to retry at once"
+                );
+                SocketState::KeyRefused
+            }
+            CloseKind::KeyRefused => {
+                tracing::info!(
+                    event = %"key_refused",
+                    retry_in_ms,
+                    detail = %detail,
+                    "the server still refuses the API key; retrying later"
                 );
                 SocketState::KeyRefused
             }

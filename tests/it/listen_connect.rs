@@ -1,0 +1,88 @@
+//! How `agentchat listen` reaches the server and comes back (issue 17): a refused key retried
+//! from seconds, the connect budget's exact wait, one listener per agent per machine, a key
+//! that cannot be a key, `Retry-After` on the REST calls, a clock that jumped, and a proxy. The
+//! real binary against the sim (or the scripted server) on loopback, as in `listen.rs`.
+
+use crate::listen_support::*;
+use serde_json::json;
+use std::time::{Duration, SystemTime};
+
+/// Waits until the listener has finished its first cycle (the connect wake).
+async fn settled(l: &Listener) {
+    assert!(
+        eventually(15.0, || l.count("cycle_end") >= 1).await,
+        "the connect cycle never ended:\n{}",
+        l.log()
+    );
+}
+
+/// The sim, `alice` who writes, and `bob` whose listener runs with `opts`, past its connect cycle.
+async fn bob_listening(opts: &Opts) -> (Sim, Agent, Agent, Setup, Listener) {
+    let sim = Sim::start(1.0).await;
+    let alice = sim.agent("alice").await;
+    let bob = sim.agent("bob").await;
+    let setup = Setup::new(opts);
+    let l = Listener::start(&sim, &bob, &setup, opts);
+    settled(&l).await;
+    (sim, alice, bob, setup, l)
+}
+
+async fn state_becomes(setup: &Setup, l: &Listener, state: &str, secs: f64) {
+    assert!(
+        eventually(secs, || setup.status()["state"] == state).await,
+        "{}\n{}",
+        setup.status(),
+        l.log()
+    );
+}
+
+/// `next_retry_at` in the status file, as seconds from now.
+fn next_retry_in_s(setup: &Setup) -> Option<f64> {
+    let at = setup.status()["next_retry_at"].as_str()?.to_string();
+    let at = humantime::parse_rfc3339(&at).ok()?;
+    Some(match at.duration_since(SystemTime::now()) {
+        Ok(d) => d.as_secs_f64(),
+        Err(e) => -e.duration().as_secs_f64(),
+    })
+}
+
+async fn accept_key(sim: &Sim, a: &Agent) {
+    sim.post(
+        &format!("/_sim/agents/{}/refuse-key", a.handle),
+        json!({"refuse": false}),
+    )
+    .await;
+}
+
+// ------------------------------------------------------------------ item 4: a refused-key blip
+
+/// The key refused for 2 s, then accepted: the listener is back by itself within seconds (no
+/// SIGHUP), `next_retry_at` was seconds ahead, not 10 minutes, and a message sent meanwhile runs.
+/// At contract speed (no test time scale).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_refused_for_two_seconds_is_retried_within_seconds_and_the_message_sent_meanwhile_runs()
+ {
+    let (sim, alice, bob, setup, l) = bob_listening(&Opts::default()).await;
+    sim.refuse_key(&bob).await;
+    sim.close_sockets(&bob, 1008, "Invalid token").await;
+    state_becomes(&setup, &l, "key_refused", 10.0).await;
+    let ahead = next_retry_in_s(&setup).expect("next_retry_at while key_refused");
+    assert!(
+        ahead < 10.0,
+        "the first retry is seconds ahead, not {ahead} s"
+    );
+    sim.send(&alice, &bob, "sent while the key was refused")
+        .await;
+    // The blip: the server refuses the key for two seconds (the stimulus, not a wait for it).
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    accept_key(&sim, &bob).await;
+    assert!(
+        eventually(30.0, || setup.rec.done(1)).await,
+        "the message waited for the key retry:\n{}\n{}",
+        setup.status(),
+        l.log()
+    );
+    state_becomes(&setup, &l, "connected", 10.0).await;
+    assert_eq!(l.count("reload"), 0, "no SIGHUP was needed");
+    assert_eq!(l.count("key_retry"), 0, "no reload retried the key");
+}
