@@ -86,3 +86,87 @@ async fn a_key_refused_for_two_seconds_is_retried_within_seconds_and_the_message
     assert_eq!(l.count("reload"), 0, "no SIGHUP was needed");
     assert_eq!(l.count("key_retry"), 0, "no reload retried the key");
 }
+
+// ------------------------------------------- item 13: a key file with a character no key has
+
+/// A key file holding `\x01` inside the key: `listen` and `listen --once` exit 78 (a config
+/// error, not "unreachable" retried for ever) and `doctor` fails the key, each saying the file
+/// holds characters a key cannot have, never the key. A key in `AGENTCHAT_API_KEY` the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_with_a_control_character_is_a_key_error_in_listen_once_and_doctor_never_unreachable()
+{
+    use std::os::unix::fs::PermissionsExt;
+    let sim = Sim::start(1.0).await;
+    let bob = sim.agent("bob").await;
+    let keys = tempfile::tempdir().unwrap();
+    let key_file = keys.path().join("key");
+    let (head, tail) = bob.key.split_at(bob.key.len() / 2);
+    let bad_key = format!("{head}\x01{tail}");
+    std::fs::write(&key_file, format!("{bad_key}\n")).unwrap();
+    std::fs::set_permissions(&key_file, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let opts = Opts {
+        top_toml: format!("api_key_file = {:?}", key_file.display().to_string()),
+        ..Opts::default()
+    };
+    let setup = Setup::new(&opts);
+    let says = "characters an API key cannot have";
+    let no_key = |out: &str| {
+        assert!(
+            !out.contains(head) && !out.contains(tail) && !out.contains(&bob.key),
+            "the key appeared:\n{out}"
+        );
+    };
+
+    for once in [false, true] {
+        let mut cmd = listener_command(&sim, &bob, &setup, &opts);
+        cmd.env_remove("AGENTCHAT_API_KEY");
+        if once {
+            cmd.arg("--once");
+        }
+        let mut l = Listener::spawn(cmd, &setup, if once { "-once" } else { "" });
+        assert_eq!(l.wait_exit(20.0), Some(78), "once={once}:\n{}", l.log());
+        let log = l.log();
+        assert!(log.contains(says) && log.contains("api_key_file"), "{log}");
+        assert!(!log.contains("unreachable"), "{log}");
+        no_key(&log);
+    }
+    // The same key in AGENTCHAT_API_KEY names the variable.
+    let mut cmd = listener_command(&sim, &bob, &setup, &opts);
+    cmd.env("AGENTCHAT_API_KEY", &bad_key);
+    let mut l = Listener::spawn(cmd, &setup, "-env");
+    assert_eq!(l.wait_exit(20.0), Some(78), "{}", l.log());
+    assert!(
+        l.log().contains(says) && l.log().contains("AGENTCHAT_API_KEY"),
+        "{}",
+        l.log()
+    );
+    no_key(&l.log());
+
+    // doctor: the key check fails with the same words, and doctor fails.
+    let out = std::process::Command::new(BIN)
+        .arg("doctor")
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("HOME", setup.tmp.path())
+        .env("AGENTCHAT_SERVICE_DIR", setup.tmp.path().join("services"))
+        .env("AGENTCHAT_CONFIG", &setup.config)
+        .env("AGENTCHAT_STATE_DIR", &setup.state_dir)
+        .env("AGENTCHAT_API_BASE", &sim.api_base)
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_ne!(out.status.code(), Some(0), "{text}");
+    let key_line = text
+        .lines()
+        .find(|l| l.split_whitespace().nth(1) == Some("key:"))
+        .unwrap_or_else(|| panic!("no key line:\n{text}"));
+    assert!(
+        key_line.starts_with("FAIL") && key_line.contains(says),
+        "{text}"
+    );
+    no_key(&text);
+}
