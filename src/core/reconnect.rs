@@ -100,6 +100,30 @@ pub fn parse_retry_after(reason: &str) -> Option<u64> {
     None
 }
 
+/// The longest `Retry-After` honoured: the connect budget's cap (contract 3.4), so a server's
+/// answer can hold a retry back an hour at most.
+pub const RETRY_AFTER_HEADER_CAP: Duration = Duration::from_secs(BUDGET_CAP_S);
+
+/// An HTTP `Retry-After` value (RFC 9110 10.2.3): delta-seconds (`120`) or an HTTP-date
+/// (`Fri, 31 Dec 1999 23:59:59 GMT`, and the two obsolete forms recipients must read), the
+/// wait from `now_unix_ms`. A date in the past waits nothing; either form is capped at
+/// `RETRY_AFTER_HEADER_CAP`. `None` for anything else (the caller's default applies).
+pub fn retry_after_header(value: &str, now_unix_ms: u64) -> Option<Duration> {
+    let v = value.trim();
+    if !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()) {
+        // All digits: delta-seconds; too many for u64 saturates (then the cap).
+        let secs = v.parse::<u64>().unwrap_or(u64::MAX);
+        return Some(Duration::from_secs(secs).min(RETRY_AFTER_HEADER_CAP));
+    }
+    let at = httpdate::parse_http_date(v).ok()?;
+    let at_ms = at
+        .duration_since(std::time::UNIX_EPOCH)
+        .ok()?
+        .as_millis()
+        .min(u128::from(u64::MAX)) as u64;
+    Some(Duration::from_millis(at_ms.saturating_sub(now_unix_ms)).min(RETRY_AFTER_HEADER_CAP))
+}
+
 fn is_word_byte(b: u8) -> bool {
     b.is_ascii_alphanumeric() || b == b'_' || b == b'-'
 }
@@ -284,6 +308,56 @@ mod tests {
             Some(u64::MAX)
         );
         assert_eq!(parse_retry_after("retry_after=x; retry_after=9"), Some(9));
+    }
+
+    /// Issue 17 item 16: an HTTP-date `Retry-After` was read as the 5 s default.
+    #[test]
+    fn retry_after_header_reads_seconds_and_http_dates_bounded() {
+        // Sun, 06 Nov 1994 08:49:37 GMT
+        let now = 784_111_777_000;
+        assert_eq!(retry_after_header(" 7 ", now), Some(Duration::from_secs(7)));
+        assert_eq!(retry_after_header("0", now), Some(Duration::ZERO));
+        assert_eq!(
+            retry_after_header("99999999999999999999999", now),
+            Some(RETRY_AFTER_HEADER_CAP)
+        );
+        assert_eq!(
+            retry_after_header("Sun, 06 Nov 1994 08:50:17 GMT", now),
+            Some(Duration::from_secs(40))
+        );
+        // The obsolete RFC 850 and asctime forms.
+        assert_eq!(
+            retry_after_header("Sunday, 06-Nov-94 08:50:17 GMT", now),
+            Some(Duration::from_secs(40))
+        );
+        assert_eq!(
+            retry_after_header("Sun Nov  6 08:50:17 1994", now),
+            Some(Duration::from_secs(40))
+        );
+        // A fraction of a second before the date still waits what is left.
+        assert_eq!(
+            retry_after_header("Sun, 06 Nov 1994 08:49:38 GMT", now + 250),
+            Some(Duration::from_millis(750))
+        );
+        // A date in the past waits nothing; one far ahead waits the cap.
+        assert_eq!(
+            retry_after_header("Sun, 06 Nov 1994 08:00:00 GMT", now),
+            Some(Duration::ZERO)
+        );
+        assert_eq!(
+            retry_after_header("Fri, 31 Dec 9999 23:59:59 GMT", now),
+            Some(RETRY_AFTER_HEADER_CAP)
+        );
+        for garbage in [
+            "soon",
+            "",
+            "-5",
+            "1.5",
+            "7s",
+            "Sun, 32 Nov 1994 08:49:37 GMT",
+        ] {
+            assert_eq!(retry_after_header(garbage, now), None, "{garbage:?}");
+        }
     }
 
     #[test]

@@ -170,3 +170,122 @@ async fn a_key_with_a_control_character_is_a_key_error_in_listen_once_and_doctor
     );
     no_key(&text);
 }
+
+// -------------------------------------------- item 16: Retry-After on GET /v1/agents/me
+
+/// A tiny HTTP server: `GET /v1/agents/me` answers the scripted `429`s first (each with its
+/// `Retry-After` value), then `200 {"handle":"bob"}`; anything else (the socket upgrade) a `503`.
+/// Records when each `/v1/agents/me` came.
+struct MeServer {
+    api_base: String,
+    me_at: std::sync::Arc<std::sync::Mutex<Vec<std::time::Instant>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl MeServer {
+    async fn start(retry_afters: Vec<String>) -> MeServer {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let api_base = format!("http://{}", listener.local_addr().unwrap());
+        let me_at = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let script = std::sync::Arc::new(std::sync::Mutex::new(
+            retry_afters
+                .into_iter()
+                .collect::<std::collections::VecDeque<_>>(),
+        ));
+        let (at, sc) = (me_at.clone(), script.clone());
+        let task = tokio::spawn(async move {
+            while let Ok((mut stream, _)) = listener.accept().await {
+                let (at, sc) = (at.clone(), sc.clone());
+                tokio::spawn(async move {
+                    let mut head = Vec::new();
+                    let mut buf = [0u8; 1024];
+                    while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < 16_384 {
+                        match stream.read(&mut buf).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => head.extend_from_slice(&buf[..n]),
+                        }
+                    }
+                    let line = String::from_utf8_lossy(&head)
+                        .lines()
+                        .next()
+                        .unwrap_or("")
+                        .to_string();
+                    let (status, extra, body) = if line.starts_with("GET /v1/agents/me ") {
+                        at.lock().unwrap().push(std::time::Instant::now());
+                        match sc.lock().unwrap().pop_front() {
+                            Some(ra) => (
+                                "429 Too Many Requests",
+                                format!("retry-after: {ra}\r\n"),
+                                r#"{"code":"RATE_LIMITED","message":"slow down"}"#.to_string(),
+                            ),
+                            None => ("200 OK", String::new(), r#"{"handle":"bob"}"#.to_string()),
+                        }
+                    } else {
+                        (
+                            "503 Service Unavailable",
+                            String::new(),
+                            r#"{"code":"UNAVAILABLE","message":"down"}"#.to_string(),
+                        )
+                    };
+                    let resp = format!(
+                        "HTTP/1.1 {status}\r\n{extra}content-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                        body.len()
+                    );
+                    let _ = stream.write_all(resp.as_bytes()).await;
+                    let _ = stream.shutdown().await;
+                });
+            }
+        });
+        MeServer {
+            api_base,
+            me_at,
+            task,
+        }
+    }
+
+    fn me_times(&self) -> Vec<std::time::Instant> {
+        self.me_at.lock().unwrap().clone()
+    }
+}
+
+impl Drop for MeServer {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// `GET /v1/agents/me` answered `429` with `Retry-After: 3`, then with an HTTP-date 7-8 s after
+/// the start: the listener asks again no sooner than each says (before, the first was ignored
+/// for the 1 s ordinary backoff, and a date was read as 5 s), then goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_429_on_agents_me_waits_its_retry_after_in_seconds_and_as_an_http_date() {
+    let start = std::time::Instant::now();
+    // An HTTP date names a whole second: at least 7 s from now.
+    let date = httpdate::fmt_http_date(SystemTime::now() + Duration::from_secs(8));
+    let server = MeServer::start(vec!["3".into(), date]).await;
+    let opts = Opts::default();
+    let setup = Setup::new(&opts);
+    let l = Listener::spawn(
+        listener_command_for(&server.api_base, "ac_test_key", &setup, &opts),
+        &setup,
+        "",
+    );
+    assert!(
+        eventually(30.0, || server.me_times().len() >= 3).await,
+        "{}",
+        l.log()
+    );
+    let t = server.me_times();
+    let first_wait = t[1] - t[0];
+    assert!(
+        first_wait >= Duration::from_secs(3),
+        "Retry-After: 3 waited {first_wait:?}"
+    );
+    let third = t[2] - start;
+    assert!(
+        third >= Duration::from_secs(7),
+        "Retry-After as an HTTP date 7-8 s ahead: asked again {third:?} after the start"
+    );
+    assert!(l.log().contains("answered HTTP 429"), "{}", l.log());
+}

@@ -128,6 +128,7 @@ pub async fn run(
         backoff: Backoff::default(),
         handle_known_for: None,
         reach: Reach::default(),
+        server_wait: None,
     }
     .run()
     .await
@@ -147,6 +148,8 @@ struct Task {
     reach: Reach,
     /// The listener's metrics (the same registry whatever a reload changes).
     metrics: std::sync::Arc<super::metrics::Metrics>,
+    /// The wait a `429` on `GET /v1/agents/me` asked for (`Retry-After`), for the next delay.
+    server_wait: Option<Duration>,
 }
 
 impl Task {
@@ -179,6 +182,8 @@ impl Task {
             } else {
                 self.delay_after(&kind, &params)
             };
+            // A `429` asked for a wait of its own (`Retry-After`, at most an hour): never less.
+            let delay = delay.max(self.server_wait.take().unwrap_or_default());
             let said = not_reached
                 .as_ref()
                 .is_some_and(|n| self.say_not_reached(n, &params, delay));
@@ -222,7 +227,12 @@ impl Task {
         let Some(answer) = or_shutdown(params.api.me(), &mut self.shutdown).await else {
             return Err(Ended::Shutdown);
         };
-        let handle = answer.map_err(|e| me_failed(&params.api_base, e))?;
+        let handle = answer.map_err(|e| {
+            if let ApiError::RateLimited(wait) = e {
+                self.server_wait = Some(wait);
+            }
+            me_failed(&params.api_base, e)
+        })?;
         self.reach.reached();
         // The key was accepted: a later refusal is retried from seconds again.
         self.backoff.key_accepted();
@@ -373,6 +383,14 @@ fn me_failed(api_base: &str, e: ApiError) -> Ended {
         ApiError::Refused(status) => Ended::Closed(
             CloseKind::KeyRefused,
             format!("GET /v1/agents/me answered HTTP {status}"),
+        ),
+        // The server answered: it is there, and asked for a wait (`Task::server_wait`).
+        ApiError::RateLimited(wait) => Ended::Closed(
+            CloseKind::Ordinary,
+            format!(
+                "GET /v1/agents/me answered HTTP 429; retry after {} s",
+                wait.as_secs_f64().ceil() as u64
+            ),
         ),
         e => Ended::NotReached(NotReached::from_api(api_base, &e)),
     }
