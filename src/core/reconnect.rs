@@ -283,6 +283,38 @@ pub fn delay_after(
     }
 }
 
+/// How much further the wall clock may move than the monotonic one between two looks before
+/// it counts as a jump: more than an NTP step usually is, less than a short sleep.
+pub const CLOCK_JUMP: Duration = Duration::from_secs(5);
+
+/// Tells a sleep from the clocks: the monotonic clock (what the idle watchdog's timer runs on)
+/// stands still while a machine sleeps, the wall clock does not. When the wall clock moved more
+/// than `CLOCK_JUMP` further than the monotonic one since the last look, time passed that no
+/// timer saw: the socket may be dead without the watchdog knowing, so it is probed at once.
+/// Both clocks are injected in milliseconds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClockWatch {
+    wall_ms: u64,
+    mono_ms: u64,
+}
+
+impl ClockWatch {
+    pub fn new(wall_ms: u64, mono_ms: u64) -> ClockWatch {
+        ClockWatch { wall_ms, mono_ms }
+    }
+
+    /// Looks at both clocks again: the unseen time when the wall clock jumped ahead by more than
+    /// `CLOCK_JUMP` beyond the monotonic clock, else `None`. Either way the next look counts
+    /// from now. A wall clock set back is no sleep: `None`.
+    pub fn look(&mut self, wall_ms: u64, mono_ms: u64) -> Option<Duration> {
+        let wall = wall_ms.saturating_sub(self.wall_ms);
+        let mono = mono_ms.saturating_sub(self.mono_ms);
+        *self = ClockWatch::new(wall_ms, mono_ms);
+        let unseen = Duration::from_millis(wall.saturating_sub(mono));
+        (unseen > CLOCK_JUMP).then_some(unseen)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -358,6 +390,28 @@ mod tests {
         ] {
             assert_eq!(retry_after_header(garbage, now), None, "{garbage:?}");
         }
+    }
+
+    /// Issue 17 item 18: a sleep (the wall clock ran on, the monotonic clock stood still) is
+    /// seen at the next look; ordinary drift, a clock set back, or both clocks moving together
+    /// are not.
+    #[test]
+    fn a_wall_clock_jump_beyond_the_monotonic_clock_is_seen_once() {
+        let mut w = ClockWatch::new(1_000_000, 50);
+        // Ten seconds on both clocks: no jump.
+        assert_eq!(w.look(1_010_000, 10_050), None);
+        // A little drift (an NTP slew) is none either.
+        assert_eq!(w.look(1_020_500, 20_050), None);
+        // Ten minutes asleep: the wall clock moved 600 s, the monotonic 2 s.
+        assert_eq!(w.look(1_622_500, 22_050), Some(Duration::from_secs(598)));
+        // Seen once: the next look counts from there.
+        assert_eq!(w.look(1_632_500, 32_050), None);
+        // The wall clock set back 1,000 s: no sleep.
+        assert_eq!(w.look(1_632_500 - 1_000_000, 42_050), None);
+        // Exactly the threshold is not over it; a step past it is.
+        let mut w = ClockWatch::new(0, 0);
+        assert_eq!(w.look(5_000, 0), None);
+        assert_eq!(w.look(10_001, 0), Some(Duration::from_millis(5_001)));
     }
 
     #[test]

@@ -289,3 +289,88 @@ async fn a_429_on_agents_me_waits_its_retry_after_in_seconds_and_as_an_http_date
     );
     assert!(l.log().contains("answered HTTP 429"), "{}", l.log());
 }
+
+// ------------------------------------------------ item 18: a wall clock that jumped (a sleep)
+
+/// libfaketime's preload library (Debian's `libfaketime`, which `scripts/test` installs when
+/// missing and root), if there is one.
+fn libfaketime() -> Option<std::path::PathBuf> {
+    let lib = std::fs::read_dir("/usr/lib")
+        .ok()?
+        .filter_map(Result::ok)
+        .map(|e| e.path().join("faketime/libfaketimeMT.so.1"))
+        .find(|p| p.is_file());
+    if lib.is_none() {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "libfaketime is missing under CI: scripts/test installs it (apt-get install libfaketime)"
+        );
+        eprintln!(
+            "SKIPPED: libfaketime is not installed (Debian: apt-get install libfaketime); \
+             the clock-jump test needs it to move the listener's wall clock alone"
+        );
+    }
+    lib
+}
+
+/// A laptop that slept: the listener's wall clock jumps 10 minutes ahead while its monotonic
+/// clock (what the idle watchdog's timer runs on) does not. The real binary runs under
+/// libfaketime (`DONT_FAKE_MONOTONIC=1`: only `CLOCK_REALTIME` moves, by an offset read from a
+/// file the test rewrites). A healthy socket answers the probe and stays; a dead one (the sim
+/// silenced: it reads nothing, so not even a pong goes back) is dropped and reconnected within
+/// seconds, not after the rest of the 100 s idle timeout.
+///
+/// What is not real: the machine does not sleep (no suspend here); the jump is libfaketime's
+/// offset on the wall clock, which is what a wake from suspend looks like to the process.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wall_clock_jump_beyond_the_monotonic_clock_probes_the_socket_at_once() {
+    let Some(lib) = libfaketime() else { return };
+    let sim = Sim::start(1.0).await;
+    let _alice = sim.agent("alice").await;
+    let bob = sim.agent("bob").await;
+    let opts = Opts::default();
+    let setup = Setup::new(&opts);
+    let offset = setup.tmp.path().join("faketime");
+    std::fs::write(&offset, "+0\n").unwrap();
+    let mut cmd = listener_command(&sim, &bob, &setup, &opts);
+    cmd.env("LD_PRELOAD", &lib)
+        .env("FAKETIME_TIMESTAMP_FILE", &offset)
+        .env("FAKETIME_NO_CACHE", "1")
+        .env("DONT_FAKE_MONOTONIC", "1");
+    let l = Listener::spawn(cmd, &setup, "");
+    settled(&l).await;
+    state_becomes(&setup, &l, "connected", 10.0).await;
+
+    // Healthy: the jump is seen within the 10 s look, the ping answered, the socket kept.
+    std::fs::write(&offset, "+300\n").unwrap();
+    assert!(
+        eventually(25.0, || l.count("clock_jump") == 1).await,
+        "{}",
+        l.log()
+    );
+    let jump = &l.events("clock_jump")[0];
+    assert!(jump["unseen_ms"].as_u64().unwrap() >= 290_000, "{jump}");
+    assert!(
+        !eventually(12.0, || l.count("watchdog_drop") > 0).await,
+        "a socket that answered the probe was dropped:\n{}",
+        l.log()
+    );
+    assert_eq!(accepted(&sim.connects(&bob).await), 1);
+
+    // Dead: the sim answers nothing; the jump drops and reconnects it within the probe time.
+    sim.silence(&bob).await;
+    std::fs::write(&offset, "+900\n").unwrap();
+    assert!(
+        eventually(30.0, || l.count("watchdog_drop") == 1).await,
+        "the dead socket waited for the idle timeout:\n{}",
+        l.log()
+    );
+    assert_eq!(l.count("clock_jump"), 2, "{}", l.log());
+    let drop_line = &l.events("watchdog_drop")[0];
+    assert!(drop_line.get("probe_ms").is_some(), "{drop_line}");
+    assert!(
+        eventually_async(15.0, || async { accepted(&sim.connects(&bob).await) == 2 }).await,
+        "{}",
+        l.log()
+    );
+}

@@ -129,6 +129,8 @@ pub async fn run(
         handle_known_for: None,
         reach: Reach::default(),
         server_wait: None,
+        clocks: reconnect::ClockWatch::new(wall_ms(), 0),
+        origin: Instant::now(),
     }
     .run()
     .await
@@ -150,9 +152,19 @@ struct Task {
     metrics: std::sync::Arc<super::metrics::Metrics>,
     /// The wait a `429` on `GET /v1/agents/me` asked for (`Retry-After`), for the next delay.
     server_wait: Option<Duration>,
+    /// The wall and monotonic clocks at the last look, to tell a sleep (`read`).
+    clocks: reconnect::ClockWatch,
+    /// The monotonic clock's zero for `clocks`.
+    origin: Instant,
 }
 
 impl Task {
+    /// Looks at both clocks: the time no timer saw when the machine slept since the last look.
+    fn look_at_clocks(&mut self) -> Option<Duration> {
+        let mono_ms = self.origin.elapsed().as_millis().min(u128::from(u64::MAX)) as u64;
+        self.clocks.look(wall_ms(), mono_ms)
+    }
+
     /// Connects, reads until the connection ends, waits the delay its end calls for, and again.
     async fn run(mut self) {
         loop {
@@ -427,6 +439,11 @@ fn truncate(s: &str, max: usize) -> &str {
         Some((i, _)) => &s[..i],
         None => s,
     }
+}
+
+/// The wall clock in Unix milliseconds (`ClockWatch`).
+fn wall_ms() -> u64 {
+    crate::sys::time::unix_ms(SystemTime::now())
 }
 
 #[cfg(test)]

@@ -17,6 +17,11 @@ use tokio_tungstenite::tungstenite::{
 
 /// Frames larger than this are skipped unread (docs/operating.md, "What happens, in order").
 pub const MAX_FRAME_BYTES: usize = 1024 * 1024;
+/// How often, at most, a quiet socket compares the wall clock with the monotonic one
+/// (`core::reconnect::ClockWatch`): a sleep is seen within this much after the wake.
+const CLOCK_LOOK_EVERY: Duration = Duration::from_secs(10);
+/// How long a probed socket has to answer (a pong, or any frame) after a clock jump.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
 
 impl Task {
     /// Reads frames until the socket ends, the watchdog fires, or shutdown: one burst at a time.
@@ -48,11 +53,31 @@ impl Task {
         params: &SocketParams,
         summary: &mut SummaryLog,
     ) -> Result<Message, Ended> {
-        let idle_deadline = tokio::time::Instant::now() + params.idle_timeout;
+        let mut idle_deadline = tokio::time::Instant::now() + params.idle_timeout;
+        let mut probing = false;
         let next = loop {
             let summary_due = summary.due();
+            let look_at = tokio::time::Instant::now() + CLOCK_LOOK_EVERY;
             tokio::select! {
                 _ = sleep_until_some(summary_due) => summary.on_due(),
+                // The watchdog's timer runs on the monotonic clock, which stands still while the
+                // machine sleeps: a wall clock that ran further means a socket to probe now.
+                _ = tokio::time::sleep_until(look_at), if !probing => {
+                    if let Some(unseen) = self.look_at_clocks() {
+                        tracing::info!(
+                            event = %"clock_jump",
+                            unseen_ms = unseen.as_millis() as u64,
+                            probe_ms = PROBE_TIMEOUT.as_millis() as u64,
+                            "the wall clock moved {} s more than the monotonic clock (the machine slept?); probing the socket",
+                            unseen.as_secs()
+                        );
+                        if let Err(e) = ws.send(Message::Ping(Vec::new().into())).await {
+                            return Err(socket_error(e));
+                        }
+                        probing = true;
+                        idle_deadline = idle_deadline.min(tokio::time::Instant::now() + PROBE_TIMEOUT);
+                    }
+                }
                 r = self.shutdown.changed() => {
                     if r.is_err() || *self.shutdown.borrow() {
                         close_normal(ws).await;
@@ -74,6 +99,17 @@ impl Task {
             }
         };
         match next {
+            Err(_) if probing => {
+                tracing::warn!(
+                    event = %"watchdog_drop",
+                    probe_ms = PROBE_TIMEOUT.as_millis() as u64,
+                    "no answer to the probe after a clock jump; dropping the socket"
+                );
+                Err(Ended::Closed(
+                    CloseKind::Ordinary,
+                    "no answer to the probe after a clock jump".into(),
+                ))
+            }
             Err(_) => {
                 tracing::warn!(
                     event = %"watchdog_drop",
