@@ -104,6 +104,8 @@ struct Daemon {
     last_frame: Option<SystemTime>,
     /// The metrics registry (a no-op unless `listen.metrics_addr` is set).
     metrics: Arc<Metrics>,
+    /// This agent's machine-wide lock: one listener per agent (`agent_lock`).
+    agent: super::agent_lock::AgentSlot,
 }
 
 /// Runs until SIGTERM/SIGINT. Returns the exit code (0).
@@ -129,6 +131,11 @@ pub async fn run(
     let signal = main_loop(&mut d, &mut wiring, &mut signals, &mut timers).await;
     tracing::info!(event = %"stopping", signal, "stopping");
     d.stop(wiring, &mut signals).await;
+    if d.agent.taken_by_other() {
+        return Ok(super::already_running_exit_code(
+            &crate::config::process_env(),
+        ));
+    }
     Ok(0)
 }
 
@@ -323,8 +330,11 @@ async fn main_loop(
             Some(ev) = w.events.recv() => {
                 d.on_socket_event(ev);
                 // What else the socket has queued is the same turn (and one status write).
-                while let Ok(ev) = w.events.try_recv() {
+                while !d.agent.taken_by_other() && let Ok(ev) = w.events.try_recv() {
                     d.on_socket_event(ev);
+                }
+                if d.agent.taken_by_other() {
+                    return "another listener serves this agent";
                 }
                 // A wake due now (a zero quiet window) starts its cycle in this turn.
                 start_due_cycle(d, w);
@@ -479,6 +489,7 @@ impl Daemon {
             texts_missing_logged: false,
             last_frame: None,
             metrics,
+            agent: Default::default(),
         })
     }
 
@@ -679,6 +690,13 @@ impl Daemon {
         let now = SystemTime::now();
         match ev {
             SocketEvent::Handle(h) => {
+                let state_dir = self.settings.state_dir.clone();
+                if !self
+                    .agent
+                    .on_handle(&self.settings.api_base, &h, &state_dir)
+                {
+                    return;
+                }
                 tracing::info!(event = %"handle", handle = %crate::core::handle::shown(&h), "this key's agent");
                 self.handle = Some(h.clone());
                 self.status.handle = Some(crate::core::handle::shown(&h));

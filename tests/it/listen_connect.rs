@@ -374,3 +374,44 @@ async fn a_wall_clock_jump_beyond_the_monotonic_clock_probes_the_socket_at_once(
         l.log()
     );
 }
+
+// ------------------------------------------- item 8: one agent, one listener per machine
+
+/// The same agent's key with another state dir (another profile): the second listener learns
+/// the handle, finds the agent's machine-wide lock held and exits 75, naming the state dir of
+/// the one that runs; it never runs for a message. Once the first stops, the agent is free.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_listener_for_the_same_agent_exits_75_naming_the_state_dir_of_the_one_that_runs() {
+    let (sim, alice, bob, setup, l) = bob_listening(&Opts::default()).await;
+    let opts = Opts::default();
+    let other = Setup::new(&opts);
+    let mut second = Listener::start(&sim, &bob, &other, &opts);
+    assert_eq!(second.wait_exit(20.0), Some(75), "{}", second.log());
+    let said = second.events("already_running");
+    assert_eq!(said.len(), 1, "{}", second.log());
+    let first_dir = setup.state_dir.display().to_string();
+    assert_eq!(said[0]["state_dir"], first_dir.as_str(), "{}", said[0]);
+    assert!(
+        said[0]["fields"]["message"]
+            .as_str()
+            .or(said[0]["message"].as_str())
+            .unwrap_or_default()
+            .contains(&first_dir),
+        "{}",
+        said[0]
+    );
+    // One message, one run: the first listener's.
+    sim.send(&alice, &bob, "one run please").await;
+    assert!(eventually(15.0, || setup.rec.done(1)).await, "{}", l.log());
+    assert_eq!(other.rec.count(), 0, "the second listener ran");
+    // Another agent on the same machine is not held back.
+    let carol = sim.agent("carol").await;
+    let third_setup = Setup::new(&opts);
+    let third = Listener::start(&sim, &carol, &third_setup, &opts);
+    settled(&third).await;
+    // The first stops: the agent is free for the next.
+    drop(l);
+    let again = Listener::start(&sim, &bob, &other, &opts);
+    settled(&again).await;
+    assert_eq!(again.count("already_running"), 0, "{}", again.log());
+}
