@@ -24,6 +24,7 @@ mod doctor;
 mod faults;
 mod listen;
 mod listen_connect;
+mod listen_proxy;
 mod metrics;
 mod runner;
 mod runtimes_cli;

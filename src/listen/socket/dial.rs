@@ -1,5 +1,6 @@
 //! Dialling the socket: the upgrade request, its answers, and `--once`'s single connection.
 
+use super::proxy;
 use super::read::{MAX_FRAME_BYTES, close_normal};
 use super::{DEDUPE_CAPACITY, Ended, READ_BUFFER_BYTES, SocketParams, Ws, truncate, ws_url};
 use crate::client::{ApiError, CLIENT_NAME, CLIENT_VERSION};
@@ -50,8 +51,42 @@ pub(super) async fn connect(params: &SocketParams) -> Result<Ws, Ended> {
         tokio_tungstenite::Connector::Rustls(std::sync::Arc::new(ws_tls))
     });
     let config = WebSocketConfig::default().read_buffer_size(READ_BUFFER_BYTES);
-    let fut = tokio_tungstenite::connect_async_tls_with_config(req, Some(config), true, connector);
-    match tokio::time::timeout(CONNECT_TIMEOUT, fut).await {
+    let proxy = proxy::for_socket(&url);
+    let fut = async {
+        let Some(p) = &proxy else {
+            let direct = tokio_tungstenite::connect_async_tls_with_config(
+                req,
+                Some(config),
+                true,
+                connector,
+            );
+            return Ok(direct.await);
+        };
+        // Through the proxy REST takes (`proxy`): a `CONNECT` tunnel, then the same upgrade
+        // (and TLS for wss://) over it.
+        let host = req.uri().host().unwrap_or_default().to_string();
+        let port = req
+            .uri()
+            .port_u16()
+            .unwrap_or(if url.starts_with("wss://") { 443 } else { 80 });
+        tracing::debug!(event = %"socket_proxy", proxy = %proxy::shown(p), "tunnelling the socket through the proxy");
+        let stream =
+            proxy::tunnel(p, host.trim_start_matches('[').trim_end_matches(']'), port).await?;
+        Ok(
+            tokio_tungstenite::client_async_tls_with_config(req, stream, Some(config), connector)
+                .await,
+        )
+    };
+    let answer = match tokio::time::timeout(CONNECT_TIMEOUT, fut).await {
+        Err(elapsed) => Err(elapsed),
+        Ok(Err::<_, proxy::TunnelError>(tunnel)) => {
+            return Err(Ended::NotReached(NotReached::Unreachable(
+                reach::unreachable_line(&params.api_base, &tunnel.to_string()),
+            )));
+        }
+        Ok(Ok(answer)) => Ok(answer),
+    };
+    match answer {
         Err(_) => Err(Ended::NotReached(NotReached::Unreachable(
             reach::unreachable_line(
                 &params.api_base,

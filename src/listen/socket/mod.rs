@@ -5,6 +5,7 @@
 //! ends because of the network; only shutdown ends it.
 
 mod dial;
+mod proxy;
 mod read;
 mod summary;
 
