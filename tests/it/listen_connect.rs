@@ -400,6 +400,12 @@ async fn a_second_listener_for_the_same_agent_exits_75_naming_the_state_dir_of_t
         "{}",
         said[0]
     );
+    // `--once` for the same agent from another state dir: 75 too, and no run.
+    let mut cmd = listener_command(&sim, &bob, &other, &opts);
+    cmd.arg("--once");
+    let mut once = Listener::spawn(cmd, &other, "-once");
+    assert_eq!(once.wait_exit(20.0), Some(75), "{}", once.log());
+    assert_eq!(once.count("already_running"), 1, "{}", once.log());
     // One message, one run: the first listener's.
     sim.send(&alice, &bob, "one run please").await;
     assert!(eventually(15.0, || setup.rec.done(1)).await, "{}", l.log());
