@@ -25,6 +25,7 @@ mod faults;
 mod listen;
 mod listen_connect;
 mod listen_proxy;
+mod live_systemd;
 mod metrics;
 mod runner;
 mod runtimes_cli;
