@@ -6,6 +6,7 @@
 //! `texts` the served texts (the one loader and cache); `core::status` is the vocabulary of the
 //! status they write.
 
+pub mod agent_lock;
 pub mod cycle;
 pub mod daemon;
 pub mod logging;

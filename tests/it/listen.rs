@@ -478,8 +478,9 @@ async fn after_a_1013_with_retry_after_no_connect_is_attempted_before_the_delay(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_refused_key_shows_key_refused_and_retries_slowly() {
-    // key-refused retry: 600 s / 100 = 6 s.
+async fn a_refused_key_shows_key_refused_and_retries_on_a_growing_backoff() {
+    // The key-refused retry, 2 s doubling to 10 min, divided by 100: 10-20 ms, 20-40 ms, ...
+    // 2.56-5.12 s at the ninth (`core::reconnect::Backoff::next_key_delay`).
     let opts = Opts {
         time_scale: 100.0,
         ..Opts::default()
@@ -488,15 +489,23 @@ async fn a_refused_key_shows_key_refused_and_retries_slowly() {
     sim.refuse_key(&bob).await;
     sim.close_sockets(&bob, 1008, "Invalid token").await;
     state_becomes(&setup, &l, "key_refused", 10.0).await;
-    let n = sim.connects(&bob).await.len();
-    let refused_logs = l.count("key_refused");
-    // Within 3 s (less than the 6 s retry) nothing is tried again.
+    // It is tried again (from seconds, here scaled), never in a tight loop: in 4 s at most the
+    // first dozen retries (their lowest draws add up to 5.1 s by the ninth).
     assert!(
-        never(3.0, || l.count("key_refused") > refused_logs).await,
+        eventually(10.0, || l.count("key_refused") >= 4).await,
         "{}",
         l.log()
     );
-    assert!(sim.connects(&bob).await.len() <= n + 1);
+    let refused_logs = l.count("key_refused");
+    tokio::time::sleep(std::time::Duration::from_secs(4)).await;
+    assert!(l.count("key_refused") <= refused_logs + 6, "{}", l.log());
+    // One ERROR for the refusal; the retries say it at INFO.
+    let errors = l
+        .events("key_refused")
+        .iter()
+        .filter(|e| e["level"] == "ERROR")
+        .count();
+    assert_eq!(errors, 1, "{}", l.log());
     assert!(setup.status()["next_retry_at"].is_string());
     assert_eq!(l.wait_exit(0.1), None, "the listener keeps running");
 }
@@ -2480,42 +2489,32 @@ async fn a_sim_killed_and_started_again_on_the_same_port_gives_one_reconnect_one
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_server_whose_retry_after_keeps_falling_short_is_not_retried_at_its_pace() {
+async fn refusals_of_retry_after_1_in_a_row_each_wait_one_second_plus_at_most_ten_percent() {
     use listen_support::fake::{self, Fake};
-    // A server whose every connect is over budget and says "retry_after=1" each time, as one
-    // would whose hint counts only the oldest attempt while refused ones refill the minute.
+    // A server whose every connect is over budget and says "retry_after=1" each time. Contract
+    // 3.4: back off for that delay (floor 1 s, cap 1 h) plus 0-10 % above it, never less, and
+    // (issue 17 item 7) never more: before, the ordinary backoff stretched the waits to 1.0,
+    // 1.7, 3.6, 6.1, 11.6, 25.0, 48.5 s. At contract speed (no test time scale).
     let fake = Fake::start("bob", fake::tray("@bob", 1)).await;
     fake.shared.lock().unwrap().refuse_sockets =
         Some((1013, "rate_limited; retry_after=1".to_string()));
     let opts = Opts::default();
     let (setup, l) = fake_listener(&fake, &opts);
     let refused = || fake.shared.lock().unwrap().refused_at.clone();
+    // Eight refusals in a row: seven waits.
     assert!(
-        eventually(10.0, || !refused().is_empty()).await,
-        "{}",
+        eventually(30.0, || refused().len() >= 8).await,
+        "{:?}\n{}",
+        refused(),
         l.log()
     );
-    let first = refused()[0];
-    // Obeying the hint to the second would make 8 or 9 attempts in the first 8 s; the growing
-    // backoff (1, 1-2, 2-4, 4-8 s) makes at most 5. Wait for the first attempt past them.
-    assert!(
-        eventually(20.0, || refused().iter().any(|t| *t > first + 8_000)).await,
-        "{}",
-        l.log()
-    );
-    let attempts: Vec<u64> = refused()
-        .into_iter()
-        .filter(|t| *t <= first + 8_000)
-        .collect();
-    assert!(
-        attempts.len() <= 5,
-        "{} attempts in 8 s: {attempts:?}",
-        attempts.len()
-    );
+    let attempts: Vec<u64> = refused().into_iter().take(8).collect();
     for pair in attempts.windows(2) {
+        let gap = pair[1] - pair[0];
+        // 1 s to 1.1 s, plus what one upgrade on loopback takes (a generous 400 ms under load).
         assert!(
-            pair[1] - pair[0] >= 1_000,
-            "never before the hint: {attempts:?}"
+            (1_000..=1_500).contains(&gap),
+            "a wait of {gap} ms between refusals: {attempts:?}"
         );
     }
     assert_eq!(l.count("cycle_start"), 0, "a refused connect is no wake");

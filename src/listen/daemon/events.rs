@@ -22,6 +22,13 @@ impl Daemon {
         let now = SystemTime::now();
         match ev {
             SocketEvent::Handle(h) => {
+                let state_dir = self.settings.state_dir.clone();
+                if !self
+                    .agent
+                    .on_handle(&self.settings.api_base, &h, &state_dir)
+                {
+                    return;
+                }
                 tracing::info!(event = %"handle", handle = %crate::core::handle::shown(&h), "this key's agent");
                 self.handle = Some(h.clone());
                 self.status.handle = Some(crate::core::handle::shown(&h));

@@ -67,6 +67,7 @@ impl Daemon {
             texts_missing_logged: false,
             last_frame: None,
             metrics,
+            agent: Default::default(),
             runtime_recheck: Recheck::default(),
             texts_recheck: Recheck::default(),
             status_retry: Recheck::default(),

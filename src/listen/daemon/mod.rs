@@ -115,6 +115,8 @@ struct Daemon {
     last_frame: Option<SystemTime>,
     /// The metrics registry (a no-op unless `listen.metrics_addr` is set).
     metrics: Arc<Metrics>,
+    /// This agent's machine-wide lock: one listener per agent (`agent_lock`).
+    agent: super::agent_lock::AgentSlot,
     /// The next look at an unusable runtime (`recovery`).
     runtime_recheck: Recheck,
     /// The next fetch of missing texts (`recovery`).
@@ -153,6 +155,11 @@ pub async fn run(
     let signal = main_loop(&mut d, &mut wiring, &mut signals, &mut timers).await;
     tracing::info!(event = %"stopping", signal, "stopping");
     d.stop(wiring, &mut signals).await;
+    if d.agent.taken_by_other() {
+        return Ok(super::already_running_exit_code(
+            &crate::config::process_env(),
+        ));
+    }
     Ok(0)
 }
 
@@ -189,8 +196,11 @@ async fn main_loop(
             Some(ev) = w.events.recv() => {
                 d.on_socket_event(ev);
                 // What else the socket has queued is the same turn (and one status write).
-                while let Ok(ev) = w.events.try_recv() {
+                while !d.agent.taken_by_other() && let Ok(ev) = w.events.try_recv() {
                     d.on_socket_event(ev);
+                }
+                if d.agent.taken_by_other() {
+                    return "another listener serves this agent";
                 }
                 // A wake due now (a zero quiet window) starts its cycle in this turn.
                 start_due_cycle(d, w);
