@@ -199,7 +199,24 @@ async fn status_all_shows_every_configured_profile_and_live_locks_and_exits_0_on
     })
     .await
     .unwrap();
-    let (_, key) = sim.seeded[0].clone();
+    // One agent per profile: a second listener for the same agent exits 75 (one agent, one
+    // listener per machine).
+    let keys = [
+        sim.seeded[0].1.clone(),
+        sim.seeded[1].1.clone(),
+        reqwest::Client::new()
+            .post(format!("{}/_sim/agents", sim.api_base))
+            .json(&serde_json::json!({"handle": "carol"}))
+            .send()
+            .await
+            .unwrap()
+            .json::<serde_json::Value>()
+            .await
+            .unwrap()["api_key"]
+            .as_str()
+            .unwrap()
+            .to_string(),
+    ];
     let (dir, config) =
         config_in("[listen]\nruntime = \"script\"\ncommand = [\"/bin/true\"]\n[profiles.work]\n");
     let home = dir.path();
@@ -210,11 +227,11 @@ async fn status_all_shows_every_configured_profile_and_live_locks_and_exits_0_on
         "[listen]\nruntime = \"script\"\ncommand = [\"/bin/true\"]\n[profiles.extra]\n",
     )
     .unwrap();
-    let listen = |profile: &str, config: &Path| {
+    let listen = |profile: &str, config: &Path, key: &str| {
         isolated(home, &["listen", "--profile", profile, "--config"])
             .arg(config)
             .args(["--api-base", &sim.api_base])
-            .env("AGENTCHAT_API_KEY", &key)
+            .env("AGENTCHAT_API_KEY", key)
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
             .spawn()
@@ -227,9 +244,9 @@ async fn status_all_shows_every_configured_profile_and_live_locks_and_exits_0_on
     assert_eq!(row(&doc, "work")["state"], serde_json::Value::Null);
 
     let mut listeners = vec![
-        listen("default", &config),
-        listen("work", &config),
-        listen("extra", &other),
+        listen("default", &config, &keys[0]),
+        listen("work", &config, &keys[1]),
+        listen("extra", &other, &keys[2]),
     ];
     let deadline = Instant::now() + Duration::from_secs(20);
     let doc = loop {
@@ -319,12 +336,15 @@ async fn service_install_all_writes_one_unit_per_configured_profile() {
     assert_eq!(
         units,
         [
-            "agentchat-listen-ops.service",
-            "agentchat-listen-work.service",
-            "agentchat-listen.service"
+            "agentchat-listen@.service",
+            "agentchat-listen@default.service.d",
+            "agentchat-listen@ops.service.d",
+            "agentchat-listen@work.service.d"
         ]
     );
-    let work = std::fs::read_to_string(home.join("units/agentchat-listen-work.service")).unwrap();
+    let work =
+        std::fs::read_to_string(home.join("units/agentchat-listen@work.service.d/install.conf"))
+            .unwrap();
     assert!(
         work.contains(r#""listen" "--profile" "work" "--config""#),
         "{work}"
