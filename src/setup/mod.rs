@@ -331,6 +331,7 @@ async fn run_setup(args: SetupArgs) -> anyhow::Result<i32> {
             handle: &handle,
             api: &api,
             env: &place.env,
+            config: place.config_flag(),
         };
         if found.is_empty() {
             done.push("wiring: neither `claude` nor `codex` is on PATH; nothing to wire".into());

@@ -63,6 +63,13 @@ pub async fn run(config: Option<&Path>, profile: Option<&str>) -> anyhow::Result
             // Only empty ones: anything the listener or the user put there stays.
             let _ = std::fs::remove_dir(&d);
         }
+        // The state base (`…/agentchat`) holds only profiles' state dirs: once the last one is
+        // gone it goes too, whichever profile's setup created it.
+        if let Some(base) = crate::config::default_state_base(&place.env)
+            && place.state_dir.parent() == Some(base.as_path())
+        {
+            let _ = std::fs::remove_dir(&base);
+        }
     }
     println!("== undo for profile `{}`", place.profile);
     for l in &lines {
@@ -123,7 +130,15 @@ async fn undo_cli(cli: Cli, rec: &CliRecord, place: &Place, lines: &mut Vec<Stri
         let current = std::fs::read_to_string(&id.file).ok();
         // After a rewire the earlier text names the other agent, whose entry is gone: take out
         // only this block rather than put that one back.
-        let verdict = anchor::undo(id, current.as_deref(), rec.replaced.is_none());
+        let earlier_is_clean = id
+            .before
+            .as_deref()
+            .is_none_or(|b| anchor::block_in(b).is_none());
+        let verdict = anchor::undo(
+            id,
+            current.as_deref(),
+            rec.replaced.is_none() || earlier_is_clean,
+        );
         let file = id.file.display();
         match verdict {
             anchor::Undo::Write(text) => {

@@ -18,6 +18,8 @@ pub struct Wiring<'a> {
     pub handle: &'a str,
     pub api: &'a Api,
     pub env: &'a HashMap<String, String>,
+    /// The config named with `--config`, to find another profile's state dir.
+    pub config: Option<&'a Path>,
 }
 
 /// What wiring one CLI did, for the screen.
@@ -105,6 +107,7 @@ pub async fn wire(w: &Wiring<'_>, cli: Cli, binary: &Path, manifest: &mut Manife
     }
     let mut record = ours.clone();
     let mut changed = false;
+    let mut inherited_before: Option<Option<String>> = None;
     if entry == Entry::Argv(w.argv.clone()) {
         lines.push(format!(
             "{}: MCP server `agentchat` already runs `{}`",
@@ -120,6 +123,14 @@ pub async fn wire(w: &Wiring<'_>, cli: Cli, binary: &Path, manifest: &mut Manife
         }
         if !entry_is_ours && entry != Entry::None {
             record.replaced = foreign.clone();
+            // Taking over another profile's home: its setup's record of the file before any
+            // block is this one's too, so undo can give the user's own text back.
+            if let Entry::Argv(a) = &entry
+                && let Some(other) = wire::profile_of(a)
+                && let Some(before) = earlier_text(w, cli, &other, current_block.as_deref())
+            {
+                inherited_before = Some(before);
+            }
         }
         match wire::add(cli, binary, &w.argv).await {
             Ok(()) => {
@@ -141,7 +152,14 @@ pub async fn wire(w: &Wiring<'_>, cli: Cli, binary: &Path, manifest: &mut Manife
     }
     *record_mut(manifest, cli) = Some(record);
     if let Some(rendered) = rendered {
-        match write_block(&home, current_text.as_deref(), &rendered, manifest, cli) {
+        match write_block(
+            &home,
+            current_text.as_deref(),
+            &rendered,
+            manifest,
+            cli,
+            inherited_before,
+        ) {
             Ok(true) => {
                 changed = true;
                 lines.push(format!(
@@ -169,6 +187,7 @@ fn write_block(
     rendered: &str,
     manifest: &mut Manifest,
     cli: Cli,
+    inherited_before: Option<Option<String>>,
 ) -> anyhow::Result<bool> {
     let new = anchor::upsert(current, rendered)?;
     if current == Some(new.as_str()) {
@@ -181,8 +200,9 @@ fn write_block(
         .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", home.identity_file.display()))?;
     let block = anchor::block_in(&new).unwrap_or_default();
     let rec = record_mut(manifest, cli).get_or_insert_with(CliRecord::default);
-    let before = match &rec.identity {
-        Some(old) if old.file == home.identity_file => old.before.clone(),
+    let before = match (&rec.identity, inherited_before) {
+        (Some(old), _) if old.file == home.identity_file => old.before.clone(),
+        (_, Some(before)) => before,
         _ => current.map(str::to_string),
     };
     rec.identity = Some(IdentityRecord {
@@ -192,4 +212,22 @@ fn write_block(
         block,
     });
     Ok(true)
+}
+
+/// The text `other`'s setup recorded for this CLI's identity file before it wrote its block,
+/// when the block there now is still the one it wrote.
+fn earlier_text(
+    w: &Wiring<'_>,
+    cli: Cli,
+    other: &str,
+    block_now: Option<&str>,
+) -> Option<Option<String>> {
+    let place = super::Place::find(w.config, Some(other)).ok()?;
+    let m = Manifest::load(&place.state_dir).ok()??;
+    let rec = match cli {
+        Cli::Claude => m.claude,
+        Cli::Codex => m.codex,
+    }?;
+    let id = rec.identity?;
+    (Some(id.block.as_str()) == block_now).then_some(id.before)
 }
