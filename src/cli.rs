@@ -144,6 +144,7 @@ pub enum Command {
     #[command(after_help = crate::setup::UNINSTALL_HELP)]
     Uninstall(crate::setup::UninstallArgs),
     /// A stdio MCP server for Claude Code / Codex, relaying to AgentChat with the profile's key.
+    #[command(after_help = crate::mcp::MCP_HELP)]
     Mcp(crate::mcp::McpArgs),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell) on stdout.
     Completions(CompletionsArgs),

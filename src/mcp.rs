@@ -27,6 +27,17 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(120);
 /// Messages relayed at once; the next waits for a free slot.
 const IN_FLIGHT: usize = 8;
 
+pub const MCP_HELP: &str = "\
+Started by Claude Code or Codex (`agentchat setup` registers it): one JSON-RPC message per line
+on stdin and stdout, relayed to <api_base>/mcp with the profile's key.
+
+Environment: AGENTCHAT_CONFIG, AGENTCHAT_PROFILE, AGENTCHAT_API_BASE, AGENTCHAT_API_KEY (as
+  every command).
+
+Exit codes:
+  0  stdin ended
+  1  the profile has no usable config or key (the reason on stderr)";
+
 #[derive(Debug, Clone, clap::Args)]
 pub struct McpArgs {
     /// Config file (default: config.toml in the platform config dir) [env: AGENTCHAT_CONFIG].

@@ -89,7 +89,7 @@ pub struct SetupArgs {
     /// Remove what setup added for this profile (the same as `agentchat uninstall`).
     #[arg(long)]
     pub undo: bool,
-    /// The script runtime's command: `-- PROGRAM ARGS…`.
+    /// The script runtime's command: `-- PROGRAM ARGS...`.
     #[arg(last = true, value_name = "COMMAND")]
     pub command: Vec<String>,
 }
