@@ -219,17 +219,21 @@ pub fn diff(before: &str, after: &str) -> String {
     let mut out = String::new();
     let start = head.saturating_sub(ctx);
     for l in a.get(start..head).unwrap_or_default() {
-        out.push_str(&format!("  {l}\n"));
+        out.push_str(format!("  {l}").trim_end());
+        out.push('\n');
     }
     for l in a.get(head..a.len() - tail).unwrap_or_default() {
-        out.push_str(&format!("- {l}\n"));
+        out.push_str(format!("- {l}").trim_end());
+        out.push('\n');
     }
     for l in b.get(head..b.len() - tail).unwrap_or_default() {
-        out.push_str(&format!("+ {l}\n"));
+        out.push_str(format!("+ {l}").trim_end());
+        out.push('\n');
     }
     let end = (a.len() - tail + ctx).min(a.len());
     for l in a.get(a.len() - tail..end).unwrap_or_default() {
-        out.push_str(&format!("  {l}\n"));
+        out.push_str(format!("  {l}").trim_end());
+        out.push('\n');
     }
     out
 }

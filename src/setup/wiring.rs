@@ -137,8 +137,12 @@ pub async fn wire(w: &Wiring<'_>, cli: Cli, binary: &Path, manifest: &mut Manife
                 record.mcp_added = true;
                 record.mcp_command = w.argv.clone();
                 changed = true;
+                let scope = match cli {
+                    Cli::Claude => "user scope",
+                    Cli::Codex => "global",
+                };
                 lines.push(format!(
-                    "{}: MCP server `agentchat` added (user scope): `{}`",
+                    "{}: MCP server `agentchat` added ({scope}): `{}`",
                     cli.name(),
                     w.argv.join(" ")
                 ));

@@ -627,3 +627,84 @@ async fn claude_p_calls_agentchat_tools_through_the_wiring_setup_made() {
     );
     assert_answered(&w.sim.my_state().await, &conv);
 }
+
+/// The bridge reads the key from the profile: a refused key is an MCP error naming the profile
+/// (never the key), and a key file rotated under a running bridge is picked up at the next
+/// message, with nothing registered again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_bridge_picks_up_a_rotated_key_without_being_registered_again() {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+    let w = World::new().await;
+    let conf = w.home().join(".config/agentchat");
+    std::fs::create_dir_all(&conf).unwrap();
+    let key_file = conf.join("default.key");
+    let old = "ac_live_rotated_away_long_ago_0000000";
+    let write_key = |k: &str| {
+        std::fs::write(&key_file, format!("{k}\n")).unwrap();
+        std::fs::set_permissions(
+            &key_file,
+            std::os::unix::fs::PermissionsExt::from_mode(0o600),
+        )
+        .unwrap();
+    };
+    write_key(old);
+    std::fs::write(
+        w.config(),
+        format!(
+            "api_base = \"{}\"\napi_key_file = \"default.key\"\n",
+            w.sim.api_base()
+        ),
+    )
+    .unwrap();
+    let mut child = w
+        .command(Path::new(BIN), &["mcp", "--profile", "default"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut ask = async |msg: serde_json::Value| -> serde_json::Value {
+        stdin
+            .write_all(format!("{msg}\n").as_bytes())
+            .await
+            .unwrap();
+        let line = tokio::time::timeout(std::time::Duration::from_secs(30), lines.next_line())
+            .await
+            .expect("no answer from the bridge")
+            .unwrap()
+            .expect("the bridge closed stdout");
+        assert!(!line.contains(old) && !line.contains(&w.sim.me.1), "{line}");
+        serde_json::from_str(&line).unwrap()
+    };
+    let refused = ask(
+        serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                   "clientInfo": {"name": "test", "version": "1"}}}),
+    )
+    .await;
+    assert_eq!(refused["id"], 1);
+    let message = refused["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("refused the key of profile `default`"),
+        "{refused}"
+    );
+    write_key(&w.sim.me.1);
+    let listed = ask(serde_json::json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"})).await;
+    let tools = listed["result"]["tools"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert!(
+        tools.iter().any(|t| t["name"] == "agentchat_inbox"),
+        "{listed}"
+    );
+    drop(stdin);
+    let out = tokio::time::timeout(std::time::Duration::from_secs(30), child.wait_with_output())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(out.status.success(), "{}", show(&out));
+    assert!(!show(&out).contains(old));
+}
