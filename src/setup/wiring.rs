@@ -132,6 +132,14 @@ pub async fn wire(w: &Wiring<'_>, cli: Cli, binary: &Path, manifest: &mut Manife
                 inherited_before = Some(before);
             }
         }
+        // Codex refuses a CODEX_HOME that does not exist yet.
+        if cli == Cli::Codex
+            && let Some(dir) = home.mcp_store.parent()
+            && let Err(e) = super::manifest::create_dirs(dir, manifest, false)
+        {
+            lines.push(format!("{}: not wired: {e:#}", cli.name()));
+            return Done { lines, changed };
+        }
         match wire::add(cli, binary, &w.argv).await {
             Ok(()) => {
                 record.mcp_added = true;

@@ -521,6 +521,12 @@ async fn the_interactive_setup_asks_each_question_and_never_echoes_the_key() {
         transcript.contains("+ [profiles.tty.listen]"),
         "{transcript}"
     );
+    for cli in ["Claude Code", "Codex"] {
+        assert!(
+            transcript.contains(&format!("{cli}: MCP server `agentchat` added")),
+            "{transcript}"
+        );
+    }
     assert!(transcript.contains("To undo all of it: `agentchat setup --undo --profile tty`"));
     assert!(read(&w.config()).contains("runtime = \"claude-code\""));
     println!("{transcript}");
