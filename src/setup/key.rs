@@ -25,10 +25,14 @@ pub fn default_key_file(config_path: &Path, profile: &str) -> PathBuf {
         .join(format!("{profile}.key"))
 }
 
-/// The key as the user gives it. `existing`: the key file the profile names now, if it reads.
+/// The key as the user gives it: `--api-key-file`, else stdin when it is not a terminal, else
+/// `AGENTCHAT_API_KEY` (`env_key`), else the profile's key file (`existing`, kept), else a prompt.
+/// `ask`: questions may be asked (a terminal, no `--yes`); the key itself is asked for on a
+/// terminal even with `--yes` when nothing else gives it.
 pub fn obtain(
     key_file_flag: Option<&Path>,
     existing: Option<(&Path, &SecretString)>,
+    env_key: Option<SecretString>,
     target: &Path,
     ask: bool,
 ) -> anyhow::Result<Key> {
@@ -53,9 +57,15 @@ pub fn obtain(
             Some(tty::ask_secret("AgentChat API key (input hidden)")?)
         }
     } else if std::io::IsTerminal::is_terminal(&std::io::stdin()) {
-        None
+        match env_key {
+            Some(k) => Some(k),
+            None if existing.is_none() && tty::interactive() => {
+                Some(tty::ask_secret("AgentChat API key (input hidden)")?)
+            }
+            None => None,
+        }
     } else {
-        tty::key_from_stdin()?
+        tty::key_from_stdin()?.or(env_key)
     };
     match (given, existing) {
         (None, Some((file, key))) => Ok(Key {

@@ -30,8 +30,9 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 pub const SETUP_HELP: &str = "\
-The key comes from --api-key-file FILE, else stdin when it is not a terminal, else a prompt
-without echo. Nothing is written before the server accepts it (GET /v1/agents/me).
+The key comes from --api-key-file FILE, else stdin when it is not a terminal, else
+AGENTCHAT_API_KEY, else the profile's key file, else a prompt without echo. Nothing is
+written before the server accepts it (GET /v1/agents/me).
 
 Examples:
   agentchat setup                                   ask for everything on the terminal
@@ -40,6 +41,7 @@ Examples:
   agentchat setup --undo --profile work             remove what setup added
 
 Environment: AGENTCHAT_CONFIG, AGENTCHAT_PROFILE, AGENTCHAT_STATE_DIR (as every command);
+  AGENTCHAT_API_KEY (the key, when neither --api-key-file nor stdin gives one);
   HOME, CLAUDE_CONFIG_DIR, CODEX_HOME (where Claude Code and Codex keep their config).
 
 Exit codes:
@@ -227,7 +229,18 @@ async fn run_setup(args: SetupArgs) -> anyhow::Result<i32> {
     let base = api_base.clone().unwrap_or_else(|| now.api_base.clone());
     let target = key::default_key_file(&place.config_path, &profile);
     let existing = now.key.as_ref().map(|(p, k)| (p.as_path(), k));
-    let key = key::obtain(args.api_key_file.as_deref(), existing, &target, ask)?;
+    let env_key = place
+        .env
+        .get("AGENTCHAT_API_KEY")
+        .filter(|k| !k.is_empty())
+        .map(|k| secrecy::SecretString::from(k.clone()));
+    let key = key::obtain(
+        args.api_key_file.as_deref(),
+        existing,
+        env_key,
+        &target,
+        ask,
+    )?;
     let handle = key::check(&base, &key.key).await?;
     println!("key: accepted by {base}: you are @{handle}");
 
