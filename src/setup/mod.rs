@@ -148,6 +148,17 @@ impl Place {
     }
 }
 
+/// The path the user runs agentchat by (a symlink on PATH, not its versioned target), as the
+/// unit's `ExecStart` names it: what the MCP entries and the service subprocess run.
+pub(crate) fn stable_exe() -> anyhow::Result<PathBuf> {
+    let exe = std::env::current_exe()?;
+    Ok(crate::service::stable_program(
+        &exe,
+        std::env::args_os().next().as_deref(),
+        std::env::var_os("PATH").as_deref(),
+    ))
+}
+
 pub async fn run_command(args: SetupArgs) -> anyhow::Result<i32> {
     if args.undo {
         return undo::run(args.config.as_deref(), args.profile.as_deref()).await;
@@ -325,7 +336,7 @@ async fn run_setup(args: SetupArgs) -> anyhow::Result<i32> {
 
     // 4. Wiring.
     if wire_clis {
-        let exe = std::env::current_exe()?;
+        let exe = stable_exe()?;
         let mut argv = vec![
             exe.display().to_string(),
             "mcp".into(),

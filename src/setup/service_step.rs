@@ -10,8 +10,10 @@ use std::time::{Duration, Instant};
 /// How long setup waits for the manager to say the listener runs.
 const COME_UP: Duration = Duration::from_secs(15);
 
+/// The path the user ran agentchat by (`service::stable_program`): the subprocess gets it as its
+/// `argv[0]`, so the unit it writes is the one `service print` and `doctor` render from a shell.
 fn exe() -> anyhow::Result<PathBuf> {
-    Ok(std::env::current_exe()?)
+    super::stable_exe()
 }
 
 fn profile_args<'a>(profile: &'a str, config: Option<&'a Path>) -> Vec<String> {

@@ -712,3 +712,41 @@ async fn the_bridge_picks_up_a_rotated_key_without_being_registered_again() {
     assert!(out.status.success(), "{}", show(&out));
     assert!(!show(&out).contains(old));
 }
+
+/// The service step under a live systemd (the service suite's sandbox, `tests/live-systemd/`):
+/// setup installs the unit through `service install`, checks that the manager runs the listener
+/// and says so; a second run finds it current; undo stops and removes it, and the config is as
+/// it was.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn setup_installs_the_service_under_a_live_systemd_and_undo_removes_it() {
+    let Some(l) = crate::live_systemd::Live::boot("setup_installs_the_service").await else {
+        return;
+    };
+    let unit = agentchat::service::systemd_unit_name("default");
+    let config_before = std::fs::read(&l.config).unwrap();
+    let setup = format!(
+        "agentchat setup --yes --no-wire --config {} < /dev/null",
+        l.config.display()
+    );
+    let said = l.ok(&setup);
+    assert!(
+        said.contains("running: the manager started the listener"),
+        "{said}"
+    );
+    assert_eq!(l.prop(&unit, "ActiveState"), "active", "{said}");
+    assert!(said.contains("you are @bob"), "{said}");
+    let again = l.ok(&setup);
+    assert!(
+        again.contains("service: already installed and current"),
+        "{again}"
+    );
+    assert!(again.contains("Nothing changed"), "{again}");
+    let undone = l.ok(&format!(
+        "agentchat setup --undo --config {}",
+        l.config.display()
+    ));
+    assert!(undone.contains("service: "), "{undone}");
+    assert_ne!(l.prop(&unit, "ActiveState"), "active", "{undone}");
+    assert_eq!(std::fs::read(&l.config).unwrap(), config_before);
+    println!("{said}\n{undone}");
+}
