@@ -8,8 +8,9 @@
 //!   slack, or until past the socket's next retry), or while it stops. The listener's
 //!   runtime has one thread, so a loop blocked outright leaves the endpoint unanswered (a probe's
 //!   timeout counts that as a failure too);
-//! - `GET /readyz`: 200 only while the socket is up, which means the key was accepted; 503 with
-//!   the socket's state otherwise.
+//! - `GET /readyz`: 200 only while the socket is up (the key was accepted) and a run can start;
+//!   503 with the socket's state, or with why no run can start (`runtime_unusable`,
+//!   `handle_mismatch`, no texts), otherwise.
 //!
 //! The endpoint is off unless `listen.metrics_addr` is set, and never shows the key, peers'
 //! handles, message or invite ids, or text: every label value comes from a fixed list (an unknown
@@ -48,8 +49,9 @@ const STATES: &[&str] = &[
     "stopped",
 ];
 
-/// Wake reasons kept as labels: the listener's own (`message`, `invite`, `connect`) and the
-/// server's `wake` frame reasons of contract 3.4 and 3.5; anything else is `other`.
+/// Wake reasons kept as labels: the listener's own (`message`, `invite`, `connect`, and
+/// `core::status::ListenerWake`'s) and the server's `wake` frame reasons of contract 3.4 and 3.5;
+/// anything else is `other`.
 const WAKE_REASONS: &[&str] = &[
     "message",
     "invite",
@@ -59,6 +61,8 @@ const WAKE_REASONS: &[&str] = &[
     "messages",
     "test",
     crate::core::frames::WAKE_REASON_UNSPECIFIED,
+    "recovered",
+    "backlog",
 ];
 
 /// Frame types of contract 3.4 kept as labels; an unknown one is `other`.
@@ -181,7 +185,7 @@ const STATE: Def = Def {
 const READY: Def = Def {
     name: "agentchat_ready",
     kind: "gauge",
-    help: "1 while the socket is up and the key accepted (what /readyz answers 200 for).",
+    help: "1 while the socket is up, the key accepted and a run can start (what /readyz answers 200 for).",
 };
 const RUN_IN_PROGRESS: Def = Def {
     name: "agentchat_run_in_progress",
@@ -250,6 +254,8 @@ struct Inner {
     last_turn: Option<Instant>,
     /// When the socket tries again (`status.json`'s `next_retry_at`), while it waits to.
     next_retry: Option<SystemTime>,
+    /// `status.json` says no texts are loaded (`texts.source` `none`): no run can start.
+    no_texts: bool,
     last_frame: Option<Instant>,
     socket_up: bool,
     run_started: Option<Instant>,
@@ -374,6 +380,7 @@ impl Metrics {
             .and_then(|t| humantime::parse_rfc3339_weak(t).ok());
         if let Some(mut i) = self.lock() {
             i.next_retry = next_retry;
+            i.no_texts = status.texts.source == crate::core::status::TextsSource::Missing;
         }
     }
 
@@ -568,7 +575,7 @@ impl Metrics {
     /// `/readyz`: 200 only while the socket is up and the key accepted.
     pub fn readiness(&self) -> Probe {
         let i = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        readiness(&i.state, &i.socket)
+        readiness(&i.state, &i.socket, i.no_texts)
     }
 
     /// The whole page in the Prometheus text format.
@@ -658,7 +665,7 @@ impl Metrics {
             );
         }
         head(&mut out, &READY);
-        let ready = u8::from(readiness(&i.state, &i.socket).code == 200);
+        let ready = u8::from(readiness(&i.state, &i.socket, i.no_texts).code == 200);
         series(&mut out, READY.name, &[], ready.to_string());
         head(&mut out, &RUN_IN_PROGRESS);
         let running = u8::from(i.run_started.is_some());
@@ -686,11 +693,21 @@ impl Metrics {
     }
 }
 
-fn readiness(state: &str, socket: &str) -> Probe {
+/// Ready means a wake can become a run: the socket is up and nothing stops a run from starting
+/// (`runtime_unusable`, `handle_mismatch`, no texts).
+fn readiness(state: &str, socket: &str, no_texts: bool) -> Probe {
     match (state, socket) {
         ("stopping" | "stopped", _) => Probe {
             code: 503,
             line: format!("not ready: the listener is {state}"),
+        },
+        ("runtime_unusable" | "handle_mismatch", _) => Probe {
+            code: 503,
+            line: format!("not ready: no run can start ({state})"),
+        },
+        (_, "connected") if no_texts => Probe {
+            code: 503,
+            line: "not ready: no run can start (no texts for the runtime)".into(),
         },
         (_, "connected") => Probe {
             code: 200,
@@ -1044,7 +1061,8 @@ mod tests {
         assert_eq!(m.readiness().code, 503);
         for (state, socket, code) in [
             ("connected", "connected", 200),
-            ("runtime_unusable", "connected", 200),
+            ("runtime_unusable", "connected", 503),
+            ("handle_mismatch", "connected", 503),
             ("key_refused", "key_refused", 503),
             ("backoff", "backoff", 503),
             ("connecting", "connecting", 503),
