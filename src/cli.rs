@@ -138,6 +138,15 @@ pub enum Command {
     /// Show the whole loop on the local server: no account, no network.
     #[command(after_help = DEMO_HELP)]
     Demo(crate::demo::DemoArgs),
+    /// Set up an agent in one go: key, runtime, config, Claude Code / Codex wiring, service.
+    #[command(after_help = crate::setup::SETUP_HELP)]
+    Setup(crate::setup::SetupArgs),
+    /// Remove what `setup` added for a profile (the same as `setup --undo`).
+    #[command(after_help = crate::setup::UNINSTALL_HELP)]
+    Uninstall(crate::setup::UninstallArgs),
+    /// A stdio MCP server for Claude Code / Codex, relaying to AgentChat with the profile's key.
+    #[command(after_help = crate::mcp::MCP_HELP)]
+    Mcp(crate::mcp::McpArgs),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell) on stdout.
     Completions(CompletionsArgs),
     /// Print the man page (roff) on stdout, or write every command's page into a directory.

@@ -13,8 +13,10 @@ pub mod core;
 pub mod demo;
 pub mod doctor;
 pub mod listen;
+pub mod mcp;
 pub mod runtime;
 pub mod service;
+pub mod setup;
 #[allow(clippy::indexing_slicing)]
 pub mod sim;
 pub mod status;

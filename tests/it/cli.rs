@@ -155,7 +155,7 @@ fn the_bash_completion_loads_in_a_real_bash_and_registers_for_agentchat() {
 
 #[test]
 fn bash_completes_subcommands_their_actions_and_flags_but_not_hidden_ones() {
-    assert_eq!(complete(&["agentchat", "se"]), ["service"]);
+    assert_eq!(complete(&["agentchat", "se"]), ["service", "setup"]);
     assert_eq!(complete(&["agentchat", "li"]), ["listen"]);
     // `demo-agent` is the demo's internal helper and is hidden from users.
     assert_eq!(complete(&["agentchat", "dem"]), ["demo"]);

@@ -33,6 +33,7 @@ mod runner;
 mod runtimes_cli;
 mod runtimes_listen;
 mod service;
+mod setup;
 mod sim_conformance;
 mod sim_rest;
 mod sim_socket;

@@ -1,0 +1,140 @@
+//! The always-on service: `agentchat service install` for the profile (the command itself, so its
+//! checks and its undo of a refused install apply), then a check that the manager runs it. Where
+//! no user manager runs, setup says what to do instead and goes on.
+
+use super::manifest::Manifest;
+use crate::service::{self, ManagerView, ServiceKind};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// How long setup waits for the manager to say the listener runs.
+const COME_UP: Duration = Duration::from_secs(15);
+
+/// The path the user ran agentchat by (`service::stable_program`): the subprocess gets it as its
+/// `argv[0]`, so the unit it writes is the one `service print` and `doctor` render from a shell.
+fn exe() -> anyhow::Result<PathBuf> {
+    super::stable_exe()
+}
+
+fn profile_args<'a>(profile: &'a str, config: Option<&'a Path>) -> Vec<String> {
+    let mut args = vec!["--profile".to_string(), profile.to_string()];
+    if let Some(c) = config {
+        args.push("--config".into());
+        args.push(c.display().to_string());
+    }
+    args
+}
+
+/// Whether the unit on disk is the one `service install` would write now, and the manager runs it.
+fn already_installed(profile: &str, config: Option<&Path>) -> bool {
+    let kind = ServiceKind::native();
+    let (Ok(path), Ok(text)) = (
+        service::unit_path(kind, profile),
+        service::render_current(kind, profile, config.map(Path::to_path_buf)),
+    ) else {
+        return false;
+    };
+    let current = std::fs::read_to_string(path).is_ok_and(|t| t == text);
+    current
+        && match service::manager_view(kind, profile) {
+            ManagerView::NotAsked => true,
+            ManagerView::Answered { running, .. } => running,
+            ManagerView::Unreachable(_) => false,
+        }
+}
+
+/// Installs (or finds installed) the profile's service. Returns the screen's lines and whether
+/// anything changed.
+pub fn install(
+    profile: &str,
+    config: Option<&Path>,
+    manifest: &mut Manifest,
+) -> (Vec<String>, bool) {
+    if already_installed(profile, config) {
+        return (
+            vec!["service: already installed and current".to_string()],
+            false,
+        );
+    }
+    let out = exe().and_then(|exe| {
+        Ok(std::process::Command::new(exe)
+            .arg("service")
+            .arg("install")
+            .args(profile_args(profile, config))
+            .stdin(std::process::Stdio::null())
+            .output()?)
+    });
+    let out = match out {
+        Ok(o) => o,
+        Err(e) => return (vec![format!("service: not installed: {e:#}")], false),
+    };
+    let said = |b: &[u8]| {
+        String::from_utf8_lossy(b)
+            .lines()
+            .map(|l| format!("  {}", l.trim_start_matches("agentchat service: ")))
+            .collect::<Vec<_>>()
+    };
+    if !out.status.success() {
+        let mut lines = vec![format!(
+            "service: not installed (setup goes on without it). `agentchat service install` said:"
+        )];
+        lines.extend(said(&out.stderr));
+        lines.push(format!(
+            "  Until then run the listener yourself: `agentchat listen --profile {profile}`"
+        ));
+        return (lines, false);
+    }
+    manifest.service = true;
+    let mut lines = vec!["service: installed".to_string()];
+    lines.extend(said(&out.stdout));
+    lines.push(came_up(profile));
+    (lines, true)
+}
+
+/// Waits (briefly) for the manager to run the listener.
+fn came_up(profile: &str) -> String {
+    let kind = ServiceKind::native();
+    let deadline = Instant::now() + COME_UP;
+    loop {
+        match service::manager_view(kind, profile) {
+            ManagerView::NotAsked => {
+                return "  not checked: AGENTCHAT_SERVICE_DIR is set (no manager asked)".into();
+            }
+            ManagerView::Answered { running: true, .. } => {
+                return "  running: the manager started the listener".into();
+            }
+            view if Instant::now() >= deadline => {
+                return format!(
+                    "  not running after {} s: {}; see `agentchat service status --profile \
+                     {profile}`",
+                    COME_UP.as_secs(),
+                    view.describe()
+                );
+            }
+            _ => std::thread::sleep(Duration::from_millis(250)),
+        }
+    }
+}
+
+/// `agentchat service uninstall` for the profile.
+pub fn uninstall(profile: &str) -> String {
+    let out = exe().and_then(|exe| {
+        Ok(std::process::Command::new(exe)
+            .args(["service", "uninstall", "--profile", profile])
+            .stdin(std::process::Stdio::null())
+            .output()?)
+    });
+    match out {
+        Ok(o) if o.status.success() => format!(
+            "service: {}",
+            String::from_utf8_lossy(&o.stdout)
+                .trim()
+                .replace('\n', "; ")
+        ),
+        Ok(o) => format!(
+            "service: could not uninstall: {}",
+            String::from_utf8_lossy(&o.stderr).trim()
+        ),
+        Err(e) => format!("service: could not uninstall: {e:#}"),
+    }
+}

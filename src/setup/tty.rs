@@ -1,0 +1,111 @@
+//! Asking on the terminal: a line, a yes/no, and a secret read with echo off (termios), which is
+//! put back however the read ends.
+
+use secrecy::SecretString;
+use std::io::{BufRead, IsTerminal, Read, Write};
+
+/// Most bytes of a key read from stdin or a prompt.
+const MAX_KEY: u64 = 4096;
+
+/// Whether setup may ask: stdin and stdout are both a terminal.
+pub fn interactive() -> bool {
+    std::io::stdin().is_terminal() && std::io::stdout().is_terminal()
+}
+
+fn read_line() -> anyhow::Result<String> {
+    let mut line = String::new();
+    let n = std::io::stdin().lock().take(MAX_KEY).read_line(&mut line)?;
+    if n == 0 {
+        anyhow::bail!("the terminal closed before an answer was given");
+    }
+    Ok(line.trim().to_string())
+}
+
+/// Asks `question`; an empty answer is `default`.
+pub fn ask(question: &str, default: &str) -> anyhow::Result<String> {
+    if default.is_empty() {
+        print!("{question}: ");
+    } else {
+        print!("{question} [{default}]: ");
+    }
+    std::io::stdout().flush()?;
+    let a = read_line()?;
+    Ok(if a.is_empty() { default.to_string() } else { a })
+}
+
+/// Asks a yes/no question; an empty answer is `default`.
+pub fn confirm(question: &str, default: bool) -> anyhow::Result<bool> {
+    loop {
+        let hint = if default { "Y/n" } else { "y/N" };
+        print!("{question} [{hint}]: ");
+        std::io::stdout().flush()?;
+        match read_line()?.to_ascii_lowercase().as_str() {
+            "" => return Ok(default),
+            "y" | "yes" => return Ok(true),
+            "n" | "no" => return Ok(false),
+            _ => println!("Please answer y or n."),
+        }
+    }
+}
+
+/// Echo off on fd 0 until dropped.
+struct EchoOff {
+    saved: libc::termios,
+}
+
+impl EchoOff {
+    fn new() -> Option<EchoOff> {
+        // SAFETY: tcgetattr/tcsetattr on fd 0 with a termios we own; failure is reported by -1.
+        unsafe {
+            let mut t: libc::termios = std::mem::zeroed();
+            if libc::tcgetattr(0, &mut t) != 0 {
+                return None;
+            }
+            let saved = t;
+            t.c_lflag &= !libc::ECHO;
+            t.c_lflag |= libc::ICANON;
+            if libc::tcsetattr(0, libc::TCSANOW, &t) != 0 {
+                return None;
+            }
+            Some(EchoOff { saved })
+        }
+    }
+}
+
+impl Drop for EchoOff {
+    fn drop(&mut self) {
+        // SAFETY: puts back the attributes read in `new`.
+        unsafe {
+            libc::tcsetattr(0, libc::TCSANOW, &self.saved);
+        }
+    }
+}
+
+/// Asks for a secret with echo off; the answer is never shown.
+pub fn ask_secret(question: &str) -> anyhow::Result<SecretString> {
+    print!("{question}: ");
+    std::io::stdout().flush()?;
+    let guard = EchoOff::new();
+    if guard.is_none() {
+        anyhow::bail!("cannot turn the terminal's echo off; give the key with --api-key-file FILE");
+    }
+    let line = read_line();
+    drop(guard);
+    println!();
+    let line = line?;
+    if line.is_empty() {
+        anyhow::bail!("no key was given");
+    }
+    Ok(SecretString::from(line))
+}
+
+/// The key from stdin when it is not a terminal: its first line, trimmed.
+pub fn key_from_stdin() -> anyhow::Result<Option<SecretString>> {
+    let mut text = String::new();
+    std::io::stdin()
+        .lock()
+        .take(MAX_KEY)
+        .read_to_string(&mut text)?;
+    let key = text.lines().next().unwrap_or("").trim().to_string();
+    Ok((!key.is_empty()).then(|| SecretString::from(key)))
+}

@@ -1,0 +1,317 @@
+//! The user's own Claude Code and Codex: where each keeps its user-scope MCP servers and the file
+//! it loads every session, which `agentchat` entry is there, and the CLIs' own `mcp add` /
+//! `mcp remove`, which are the only way setup changes their config.
+//!
+//! The entry setup adds runs `agentchat mcp --profile P` (src/mcp.rs), so neither CLI's config
+//! ever holds the key.
+
+use crate::doctor::probes::{Probe, probe, sanitize};
+use crate::sys::process::ProcessEnd;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// The MCP server's name in both CLIs (tools show as `mcp__agentchat__<tool>`, contract 3.6).
+pub const SERVER_NAME: &str = "agentchat";
+/// How long one `mcp add`/`mcp remove` may take.
+const CLI_TIMEOUT: Duration = Duration::from_secs(60);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cli {
+    Claude,
+    Codex,
+}
+
+impl Cli {
+    pub const ALL: [Cli; 2] = [Cli::Claude, Cli::Codex];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Cli::Claude => "Claude Code",
+            Cli::Codex => "Codex",
+        }
+    }
+
+    pub fn program(self) -> &'static str {
+        match self {
+            Cli::Claude => "claude",
+            Cli::Codex => "codex",
+        }
+    }
+
+    /// The runtime whose texts (`GET /v1/texts?runtime=`) give its identity block.
+    pub fn texts_runtime(self) -> &'static str {
+        match self {
+            Cli::Claude => "claude-code",
+            Cli::Codex => "codex",
+        }
+    }
+
+    pub fn runtime(self) -> crate::config::RuntimeKind {
+        match self {
+            Cli::Claude => crate::config::RuntimeKind::ClaudeCode,
+            Cli::Codex => crate::config::RuntimeKind::Codex,
+        }
+    }
+}
+
+/// Where one CLI keeps what setup touches.
+#[derive(Debug, Clone)]
+pub struct Home {
+    pub cli: Cli,
+    /// The file that lists its user-scope MCP servers (read only; written by the CLI).
+    pub mcp_store: PathBuf,
+    /// The file it loads every session: `CLAUDE.md` or `AGENTS.md`.
+    pub identity_file: PathBuf,
+}
+
+/// The homes as the CLIs find them: `$CLAUDE_CONFIG_DIR` (else `~/.claude` for CLAUDE.md and
+/// `~/.claude.json` for the servers), `$CODEX_HOME` (else `~/.codex`).
+pub fn home(cli: Cli, env: &HashMap<String, String>) -> Option<Home> {
+    let get = |k: &str| env.get(k).filter(|v| !v.is_empty()).map(PathBuf::from);
+    let user = get("HOME")?;
+    Some(match cli {
+        Cli::Claude => match get("CLAUDE_CONFIG_DIR") {
+            Some(dir) => Home {
+                cli,
+                mcp_store: dir.join(".claude.json"),
+                identity_file: dir.join("CLAUDE.md"),
+            },
+            None => Home {
+                cli,
+                mcp_store: user.join(".claude.json"),
+                identity_file: user.join(".claude").join("CLAUDE.md"),
+            },
+        },
+        Cli::Codex => {
+            let dir = get("CODEX_HOME").unwrap_or_else(|| user.join(".codex"));
+            Home {
+                cli,
+                mcp_store: dir.join("config.toml"),
+                identity_file: dir.join("AGENTS.md"),
+            }
+        }
+    })
+}
+
+/// The `agentchat` entry a CLI has now.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Entry {
+    None,
+    /// A stdio server: its command and arguments.
+    Argv(Vec<String>),
+    /// Something else (an HTTP entry, say): described for the user.
+    Other(String),
+}
+
+/// Reads the entry from the CLI's own file (read only).
+pub fn current_entry(home: &Home) -> Entry {
+    let Ok(text) = std::fs::read_to_string(&home.mcp_store) else {
+        return Entry::None;
+    };
+    match home.cli {
+        Cli::Claude => {
+            let Ok(v) = serde_json::from_str::<serde_json::Value>(&text) else {
+                return Entry::None;
+            };
+            match v.pointer(&format!("/mcpServers/{SERVER_NAME}")) {
+                None => Entry::None,
+                Some(e) => argv_of(
+                    e.get("command").and_then(|c| c.as_str()),
+                    e.get("args").and_then(|a| a.as_array()).map(|a| {
+                        a.iter()
+                            .filter_map(|x| x.as_str().map(str::to_string))
+                            .collect()
+                    }),
+                    e.get("url").and_then(|u| u.as_str()),
+                ),
+            }
+        }
+        Cli::Codex => {
+            let Ok(t) = text.parse::<toml::Table>() else {
+                return Entry::None;
+            };
+            match t
+                .get("mcp_servers")
+                .and_then(|s| s.get(SERVER_NAME))
+                .and_then(|e| e.as_table())
+            {
+                None => Entry::None,
+                Some(e) => argv_of(
+                    e.get("command").and_then(|c| c.as_str()),
+                    e.get("args").and_then(|a| a.as_array()).map(|a| {
+                        a.iter()
+                            .filter_map(|x| x.as_str().map(str::to_string))
+                            .collect()
+                    }),
+                    e.get("url").and_then(|u| u.as_str()),
+                ),
+            }
+        }
+    }
+}
+
+fn argv_of(command: Option<&str>, args: Option<Vec<String>>, url: Option<&str>) -> Entry {
+    match (command, url) {
+        (Some(c), _) => {
+            let mut argv = vec![c.to_string()];
+            argv.extend(args.unwrap_or_default());
+            Entry::Argv(argv)
+        }
+        (None, Some(u)) => Entry::Other(format!("an HTTP server at {u}")),
+        (None, None) => Entry::Other("an entry without a command".into()),
+    }
+}
+
+/// The profile an `agentchat mcp --profile P` entry serves; `None` for anything else.
+pub fn profile_of(argv: &[String]) -> Option<String> {
+    let program = Path::new(argv.first()?).file_name()?.to_str()?;
+    if !program.starts_with("agentchat") || argv.get(1).map(String::as_str) != Some("mcp") {
+        return None;
+    }
+    let i = argv.iter().position(|a| a == "--profile")?;
+    argv.get(i + 1).cloned()
+}
+
+/// What an entry is, for the user: which profile it serves or what it is.
+pub fn describe(entry: &Entry) -> String {
+    match entry {
+        Entry::None => "no agentchat server".into(),
+        Entry::Argv(a) => match profile_of(a) {
+            Some(p) => format!("profile `{p}`"),
+            None => format!("another program (`{}`)", a.join(" ")),
+        },
+        Entry::Other(what) => what.clone(),
+    }
+}
+
+async fn run_cli(binary: &Path, args: &[&str]) -> Result<Probe, String> {
+    let p = probe(binary, args, &[], &[], CLI_TIMEOUT).await;
+    if p.end == ProcessEnd::Exited(0) {
+        return Ok(p);
+    }
+    let said = format!("{}\n{}", p.stderr, p.stdout);
+    let last = said
+        .lines()
+        .map(str::trim)
+        .rfind(|l| !l.is_empty() && !l.starts_with("WARNING: proceeding"))
+        .map(sanitize)
+        .unwrap_or_default();
+    Err(format!(
+        "`{} {}` failed ({}): {last}",
+        binary.display(),
+        args.join(" "),
+        p.end.word()
+    ))
+}
+
+/// `claude mcp add --scope user agentchat -- ARGV` / `codex mcp add agentchat -- ARGV`.
+pub async fn add(cli: Cli, binary: &Path, argv: &[String]) -> Result<(), String> {
+    let mut args: Vec<&str> = match cli {
+        Cli::Claude => vec!["mcp", "add", "--scope", "user", SERVER_NAME, "--"],
+        Cli::Codex => vec!["mcp", "add", SERVER_NAME, "--"],
+    };
+    args.extend(argv.iter().map(String::as_str));
+    run_cli(binary, &args).await.map(drop)
+}
+
+/// `claude mcp remove --scope user agentchat` / `codex mcp remove agentchat`.
+pub async fn remove(cli: Cli, binary: &Path) -> Result<(), String> {
+    let args: &[&str] = match cli {
+        Cli::Claude => &["mcp", "remove", "--scope", "user", SERVER_NAME],
+        Cli::Codex => &["mcp", "remove", SERVER_NAME],
+    };
+    run_cli(binary, args).await.map(drop)
+}
+
+/// The CLI on PATH, as the listener finds it.
+pub fn find(cli: Cli) -> Option<PathBuf> {
+    crate::runtime::agent_cli::resolve_binary(None, cli.program(), cli.program(), "PATH").ok()
+}
+
+/// Whether the CLI is logged in, and doctor's words for it.
+pub async fn login(cli: Cli, binary: &Path) -> (bool, String) {
+    let Some(args) = cli.runtime().descriptor().login_check else {
+        return (true, String::new());
+    };
+    let p = probe(binary, args, &[], &[], crate::doctor::probes::PROBE_TIMEOUT).await;
+    match cli {
+        Cli::Claude => crate::doctor::probes::judge_claude_login(&p),
+        Cli::Codex => crate::doctor::probes::judge_codex_login(&p),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(pairs: &[(&str, &str)]) -> HashMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn the_homes_follow_the_clis_own_variables() {
+        let h = home(Cli::Claude, &env(&[("HOME", "/h")])).unwrap();
+        assert_eq!(h.mcp_store, Path::new("/h/.claude.json"));
+        assert_eq!(h.identity_file, Path::new("/h/.claude/CLAUDE.md"));
+        let h = home(
+            Cli::Claude,
+            &env(&[("HOME", "/h"), ("CLAUDE_CONFIG_DIR", "/c")]),
+        )
+        .unwrap();
+        assert_eq!(h.mcp_store, Path::new("/c/.claude.json"));
+        assert_eq!(h.identity_file, Path::new("/c/CLAUDE.md"));
+        let h = home(Cli::Codex, &env(&[("HOME", "/h")])).unwrap();
+        assert_eq!(h.identity_file, Path::new("/h/.codex/AGENTS.md"));
+        let h = home(Cli::Codex, &env(&[("HOME", "/h"), ("CODEX_HOME", "/x")])).unwrap();
+        assert_eq!(h.mcp_store, Path::new("/x/config.toml"));
+    }
+
+    #[test]
+    fn an_entry_names_its_profile_only_when_it_is_agentchat_mcp() {
+        let a = |s: &[&str]| s.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            profile_of(&a(&["/usr/bin/agentchat", "mcp", "--profile", "work"])),
+            Some("work".into())
+        );
+        assert_eq!(profile_of(&a(&["npx", "mcp", "--profile", "work"])), None);
+        assert_eq!(
+            profile_of(&a(&["/bin/agentchat", "listen", "--profile", "w"])),
+            None
+        );
+        assert_eq!(profile_of(&a(&["/bin/agentchat", "mcp"])), None);
+    }
+
+    #[test]
+    fn entries_are_read_from_both_clis_files() {
+        let d = tempfile::tempdir().unwrap();
+        let e = env(&[("HOME", d.path().to_str().unwrap())]);
+        let claude = home(Cli::Claude, &e).unwrap();
+        assert_eq!(current_entry(&claude), Entry::None);
+        std::fs::write(
+            &claude.mcp_store,
+            r#"{"mcpServers":{"agentchat":{"type":"stdio","command":"/b/agentchat","args":["mcp","--profile","a"]}}}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            current_entry(&claude),
+            Entry::Argv(vec![
+                "/b/agentchat".into(),
+                "mcp".into(),
+                "--profile".into(),
+                "a".into()
+            ])
+        );
+        let codex = home(Cli::Codex, &e).unwrap();
+        std::fs::create_dir_all(codex.mcp_store.parent().unwrap()).unwrap();
+        std::fs::write(
+            &codex.mcp_store,
+            "[mcp_servers.agentchat]\nurl = \"https://x/mcp\"\n",
+        )
+        .unwrap();
+        assert!(matches!(current_entry(&codex), Entry::Other(w) if w.contains("https://x/mcp")));
+    }
+}
