@@ -1112,7 +1112,11 @@ async fn an_unknown_profile_makes_listen_exit_78_and_doctor_fail() {
 #[test]
 fn the_test_time_scale_is_honoured_only_against_a_loopback_api_base() {
     use agentchat::config::{TestTimeScale, advice};
-    let scaled = env(&[("AGENTCHAT_TEST_TIME_SCALE", "20")]);
+    // Plain http beyond loopback needs the opt-in (item: cleartext key), given here.
+    let scaled = env(&[
+        ("AGENTCHAT_TEST_TIME_SCALE", "20"),
+        ("AGENTCHAT_ALLOW_CLEARTEXT", "1"),
+    ]);
     let with_base = |base: &str| {
         let args = ConfigArgs {
             api_base: Some(base.into()),
@@ -1195,6 +1199,7 @@ async fn a_listener_with_a_non_loopback_api_base_ignores_the_test_time_scale() {
         );
         cmd.env("AGENTCHAT_API_BASE", base)
             .env("AGENTCHAT_API_KEY", "ac_not_used_0000")
+            .env("AGENTCHAT_ALLOW_CLEARTEXT", "1")
             .env("AGENTCHAT_TEST_TIME_SCALE", "100");
         cmd
     };
@@ -1257,4 +1262,142 @@ async fn listen_names_a_missing_key_file_once_without_calling_it_a_config_file()
         "{}",
         out.stderr
     );
+}
+
+#[test]
+fn a_cleartext_api_base_beyond_loopback_is_a_config_error_unless_allowed() {
+    let e = env(&[]);
+    let with = |base: &str, e: &HashMap<String, String>| {
+        let args = ConfigArgs {
+            api_base: Some(base.into()),
+            ..ConfigArgs::default()
+        };
+        resolve(&args, e, None)
+    };
+    for base in [
+        "http://api.agentchat.me",
+        "http://10.0.0.1:8080",
+        "http://0.0.0.0:9",
+        "http://127.0.0.1.example.com",
+    ] {
+        match with(base, &e) {
+            Err(ConfigError::BadValue { key, problem }) => {
+                assert_eq!(key, "api_base", "{base}");
+                assert!(
+                    problem.contains("https://")
+                        && problem.contains("clear text")
+                        && problem.contains("allow_cleartext = true"),
+                    "{base}: {problem}"
+                );
+            }
+            other => panic!("{base}: expected BadValue, got {:?}", other.map(|_| ())),
+        }
+    }
+    // Loopback and https are fine, without a word of advice.
+    for base in [
+        "http://127.0.0.1:8080",
+        "http://127.9.9.9",
+        "http://localhost:1",
+        "http://[::1]:80",
+        "https://api.agentchat.me",
+        "https://10.0.0.1",
+    ] {
+        let s = with(base, &e).unwrap_or_else(|err| panic!("{base}: {err}"));
+        assert!(
+            agentchat::config::advice(&s)
+                .iter()
+                .all(|a| !a.contains("clear text")),
+            "{base}"
+        );
+    }
+    // The opt-in, from the file (top level or a profile) or the environment, says so at start.
+    let text = "api_base = \"http://api.agentchat.me\"\nallow_cleartext = true\n";
+    let s = resolve(&ConfigArgs::default(), &e, file(text)).unwrap();
+    assert!(s.allow_cleartext);
+    assert!(
+        agentchat::config::advice(&s)
+            .iter()
+            .any(|a| a.contains("clear text") && a.contains("http://api.agentchat.me")),
+        "{:?}",
+        agentchat::config::advice(&s)
+    );
+    let allowed = env(&[("AGENTCHAT_ALLOW_CLEARTEXT", "1")]);
+    assert!(with("http://api.agentchat.me", &allowed).is_ok());
+    let off = env(&[("AGENTCHAT_ALLOW_CLEARTEXT", "0")]);
+    assert!(with("http://api.agentchat.me", &off).is_err());
+    let bad = env(&[("AGENTCHAT_ALLOW_CLEARTEXT", "maybe")]);
+    match with("https://api.agentchat.me", &bad) {
+        Err(ConfigError::BadValue { key, .. }) => assert_eq!(key, "AGENTCHAT_ALLOW_CLEARTEXT"),
+        other => panic!("expected BadValue, got {:?}", other.map(|_| ())),
+    }
+    // The MCP URLs carry the key too.
+    let text = "[listen.claude]\nmcp_url = \"http://mcp.example/mcp\"\n";
+    match err_of(&ConfigArgs::default(), &e, text) {
+        ConfigError::BadValue { key, problem } => {
+            assert_eq!(key, "listen.claude.mcp_url");
+            assert!(problem.contains("https://"), "{problem}");
+        }
+        other => panic!("expected BadValue, got {other}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn listen_and_doctor_exit_78_on_a_cleartext_api_base_naming_api_base_and_https() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("config.toml");
+    std::fs::write(
+        &config,
+        "api_base = \"http://api.agentchat.me\"\n[listen]\nruntime = \"script\"\ncommand = [\"/bin/true\"]\n",
+    )
+    .unwrap();
+    let mut cmd = agentchat(
+        dir.path(),
+        &["listen", "--config", config.to_str().unwrap()],
+    );
+    cmd.env("AGENTCHAT_API_KEY", "ac_cleartext_secret_0000");
+    let out = run(cmd).await;
+    assert_eq!(out.code, Some(78), "{}", out.stderr);
+    assert!(
+        out.stderr.contains("`api_base`") && out.stderr.contains("https://"),
+        "{}",
+        out.stderr
+    );
+    assert!(
+        !out.stderr.contains("ac_cleartext_secret"),
+        "{}",
+        out.stderr
+    );
+}
+
+#[test]
+fn an_api_base_ending_in_v1_is_normalised_and_said_once() {
+    let e = env(&[]);
+    for (written, used) in [
+        ("https://api.agentchat.me/v1", "https://api.agentchat.me"),
+        ("https://api.agentchat.me/v1/", "https://api.agentchat.me"),
+        ("http://127.0.0.1:8080/v1", "http://127.0.0.1:8080"),
+        ("https://host/prefix/v1", "https://host/prefix"),
+    ] {
+        let args = ConfigArgs {
+            api_base: Some(written.into()),
+            ..ConfigArgs::default()
+        };
+        let s = resolve(&args, &e, None).unwrap();
+        assert_eq!(s.api_base, used, "{written}");
+        let advice = agentchat::config::advice(&s);
+        assert_eq!(
+            advice.iter().filter(|a| a.contains("/v1")).count(),
+            1,
+            "{written}: {advice:?}"
+        );
+    }
+    for kept in ["https://host/v10", "https://v1", "https://host/v1x"] {
+        let args = ConfigArgs {
+            api_base: Some(kept.into()),
+            ..ConfigArgs::default()
+        };
+        let s = resolve(&args, &e, None).unwrap();
+        assert_eq!(s.api_base, kept);
+        assert!(s.api_base_written.is_none());
+    }
 }
