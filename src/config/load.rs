@@ -57,14 +57,31 @@ pub fn config_file_path(
         .map(|d| (d.config_dir().join("config.toml"), false))
 }
 
-/// The config file's path and text, if there is one to read.
+/// The most a config file may hold: the example with every key documented is under 20 KiB.
+pub const CONFIG_FILE_CAP: u64 = 1024 * 1024;
+/// The most a key file may hold: a key is under 100 bytes.
+pub const KEY_FILE_CAP: u64 = 16 * 1024;
+
+/// The config file's path and text, if there is one to read: a regular file (after symlinks)
+/// of at most `CONFIG_FILE_CAP`, read without blocking on a FIFO or a device
+/// (`sys::fs::read_regular_capped`), so a `SIGHUP` can never wedge the listener on it.
 fn read_config_file(
     args: &ConfigArgs,
     env: &HashMap<String, String>,
 ) -> Result<Option<(PathBuf, String)>, ConfigError> {
     match config_file_path(args, env) {
-        Some((path, explicit)) => match std::fs::read_to_string(&path) {
-            Ok(text) => Ok(Some((path, text))),
+        Some((path, explicit)) => match crate::sys::fs::read_regular_capped(&path, CONFIG_FILE_CAP)
+        {
+            Ok(bytes) => match String::from_utf8(bytes) {
+                Ok(text) => Ok(Some((path, text))),
+                Err(_) => Err(ConfigError::Read {
+                    path,
+                    error: std::io::Error::new(
+                        std::io::ErrorKind::InvalidData,
+                        "is not UTF-8 text",
+                    ),
+                }),
+            },
             Err(e) if !explicit && e.kind() == std::io::ErrorKind::NotFound => Ok(None),
             Err(error) => Err(ConfigError::Read { path, error }),
         },
@@ -72,19 +89,24 @@ fn read_config_file(
     }
 }
 
-/// Reads a key file, refusing (like ssh) one that group or others can read. The key is trimmed;
+/// Reads a key file, refusing (like ssh) one that group or others can read, and anything but a
+/// regular file of at most `KEY_FILE_CAP` (read without blocking, like the config file). The key is trimmed;
 /// an empty file is an error. No error message contains the file's content.
 pub fn read_key_file(path: &Path) -> Result<SecretString, ConfigError> {
     let problem = |problem: String| ConfigError::KeyFile {
         path: path.to_path_buf(),
         problem,
     };
-    let meta = std::fs::metadata(path).map_err(|e| problem(format!("cannot be read: {e}")))?;
-    if meta.is_dir() {
-        return Err(problem(
-            "is a directory; name the file that holds the key".into(),
-        ));
-    }
+    use crate::sys::fs;
+    let (file, meta) = fs::open_regular(path).map_err(|e| {
+        problem(match e.kind() {
+            std::io::ErrorKind::InvalidInput if path.is_dir() => {
+                "is a directory; name the file that holds the key".to_string()
+            }
+            std::io::ErrorKind::InvalidInput => e.to_string(),
+            _ => format!("cannot be read: {e}"),
+        })
+    })?;
     #[cfg(unix)]
     {
         use std::os::unix::fs::PermissionsExt;
@@ -96,11 +118,13 @@ pub fn read_key_file(path: &Path) -> Result<SecretString, ConfigError> {
             )));
         }
     }
-    if !meta.is_file() {
-        return Err(problem("is not a file".into()));
-    }
-    let text =
-        std::fs::read_to_string(path).map_err(|e| problem(format!("cannot be read: {e}")))?;
+    let bytes = fs::read_capped(file, &meta, KEY_FILE_CAP).map_err(|e| {
+        problem(match e.kind() {
+            std::io::ErrorKind::FileTooLarge => e.to_string(),
+            _ => format!("cannot be read: {e}"),
+        })
+    })?;
+    let text = String::from_utf8(bytes).map_err(|_| problem("is not UTF-8 text".into()))?;
     let key = text.trim();
     if key.is_empty() {
         return Err(problem("is empty".into()));

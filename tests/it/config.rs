@@ -1401,3 +1401,137 @@ fn an_api_base_ending_in_v1_is_normalised_and_said_once() {
         assert!(s.api_base_written.is_none());
     }
 }
+
+/// Caps the command's address space (1 GiB), so a read that would fill memory fails there instead
+/// of taking the machine's memory with it (today's main filled gigabytes from `/dev/zero`).
+fn with_memory_cap(cmd: &mut tokio::process::Command) {
+    unsafe {
+        cmd.pre_exec(|| {
+            let cap = libc::rlimit {
+                rlim_cur: 1 << 30,
+                rlim_max: 1 << 30,
+            };
+            libc::setrlimit(libc::RLIMIT_AS, &cap);
+            Ok(())
+        });
+    }
+}
+
+fn mkfifo(path: &Path) {
+    let c = std::ffi::CString::new(path.to_str().unwrap()).unwrap();
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_config_or_key_file_that_is_a_fifo_or_a_device_is_refused_at_once_saying_what_it_is() {
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("config.fifo");
+    mkfifo(&fifo);
+    let zero = dir.path().join("zero.toml");
+    std::os::unix::fs::symlink("/dev/zero", &zero).unwrap();
+    for (config, what) in [
+        (&fifo, "is a FIFO, not a regular file"),
+        (&zero, "is a character device, not a regular file"),
+    ] {
+        for sub in ["listen", "doctor"] {
+            let mut cmd = agentchat(dir.path(), &[sub, "--config", config.to_str().unwrap()]);
+            cmd.env("AGENTCHAT_API_KEY", "ac_not_used_0000")
+                .env("AGENTCHAT_API_BASE", "http://127.0.0.1:9");
+            with_memory_cap(&mut cmd);
+            let out = run(cmd).await;
+            let all = format!("{}{}", out.stdout, out.stderr);
+            assert!(
+                all.contains(config.to_str().unwrap()) && all.contains(what),
+                "{sub} --config {}: {all}",
+                config.display()
+            );
+            let expected = if sub == "listen" { 78 } else { 1 };
+            assert_eq!(out.code, Some(expected), "{sub}: {all}");
+        }
+    }
+    // The key file: a FIFO, /dev/zero, and a file over the cap.
+    let big = dir.path().join("big.key");
+    std::fs::write(&big, vec![b'a'; 64 * 1024]).unwrap();
+    std::fs::set_permissions(&big, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    let key_fifo = dir.path().join("key.fifo");
+    mkfifo(&key_fifo);
+    for (key, what) in [
+        (key_fifo.as_path(), "is a FIFO, not a regular file"),
+        (
+            Path::new("/dev/zero"),
+            "is a character device, not a regular file",
+        ),
+        (big.as_path(), "is 64 KiB, over the 16 KiB cap"),
+    ] {
+        let config = dir.path().join("keyed.toml");
+        std::fs::write(
+            &config,
+            format!(
+                "api_key_file = \"{}\"\n[listen]\nruntime = \"script\"\ncommand = [\"/bin/true\"]\n",
+                key.display()
+            ),
+        )
+        .unwrap();
+        let mut cmd = agentchat(
+            dir.path(),
+            &["listen", "--config", config.to_str().unwrap()],
+        );
+        cmd.env("AGENTCHAT_API_BASE", "http://127.0.0.1:9");
+        with_memory_cap(&mut cmd);
+        let out = run(cmd).await;
+        assert_eq!(out.code, Some(78), "{}", out.stderr);
+        assert!(
+            out.stderr.contains("`api_key_file`") && out.stderr.contains(what),
+            "{}: {}",
+            key.display(),
+            out.stderr
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_onto_a_config_symlinked_to_dev_zero_keeps_the_old_one_and_sigterm_still_stops() {
+    use crate::listen_support::{Listener, Opts, Setup, Sim, listener_command};
+    let sim = Sim::start(1.0).await;
+    let bob = sim.agent("bob").await;
+    let opts = Opts::default();
+    let setup = Setup::new(&opts);
+    let mut cmd = listener_command(&sim, &bob, &setup, &opts);
+    use std::os::unix::process::CommandExt;
+    unsafe {
+        cmd.pre_exec(|| {
+            let cap = libc::rlimit {
+                rlim_cur: 1 << 30,
+                rlim_max: 1 << 30,
+            };
+            libc::setrlimit(libc::RLIMIT_AS, &cap);
+            Ok(())
+        });
+    }
+    let mut l = Listener::spawn(cmd, &setup, "");
+    assert!(
+        crate::common::eventually(20.0, || setup.status()["socket"] == "connected").await,
+        "{}",
+        l.log()
+    );
+    let kept = setup.config.with_extension("kept");
+    std::fs::rename(&setup.config, &kept).unwrap();
+    std::os::unix::fs::symlink("/dev/zero", &setup.config).unwrap();
+    l.signal(libc::SIGHUP);
+    assert!(
+        crate::common::eventually(10.0, || l.count("reload_failed") >= 1).await,
+        "{}",
+        l.log()
+    );
+    let failed = &l.events("reload_failed")[0];
+    assert!(
+        failed
+            .to_string()
+            .contains("is a character device, not a regular file"),
+        "{failed}"
+    );
+    // The old config still serves, and a SIGTERM ends the listener at once.
+    assert_eq!(setup.status()["socket"], "connected");
+    l.signal(libc::SIGTERM);
+    assert_eq!(l.wait_exit(10.0), Some(0), "{}", l.log());
+}
