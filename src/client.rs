@@ -5,7 +5,9 @@
 mod answer;
 mod network;
 
-pub use answer::{content_type, judge_answer, media_type};
+pub use answer::{
+    DISMISS, ERROR_BODY_CAP, INBOX, ME, Route, TEXTS, content_type, judge_answer, media_type,
+};
 pub use network::{io_problem, network_problem};
 
 use crate::core::texts::Texts;
@@ -50,6 +52,21 @@ pub enum ApiError {
     /// A 2xx answer we could not parse.
     #[error("unexpected answer: {0}")]
     Body(String),
+    /// A 2xx answer larger than its route's cap (`client::Route`): no AgentChat answer is that
+    /// large, so the body was dropped unread past the cap. Names the route, the status and how
+    /// much was read, never the body.
+    #[error(
+        "answered {route} with HTTP {status} and a body over its {} cap (dropped after {} read): not an AgentChat answer",
+        crate::sys::fs::show_size(*cap),
+        crate::sys::fs::show_size(*read)
+    )]
+    TooLarge {
+        route: &'static str,
+        status: u16,
+        /// Bytes read when it was dropped (0: its `Content-Length` was over the cap).
+        read: u64,
+        cap: u64,
+    },
     /// An id that no URL path can carry (empty, `.` or `..`); no request was made.
     #[error("the id {0:?} cannot be put into a URL path")]
     BadId(String),
@@ -86,7 +103,7 @@ impl ApiError {
     /// key or a rate limit (a path after the host, say), or a 2xx we cannot read.
     pub fn is_misconfiguration(&self) -> bool {
         match self {
-            ApiError::NotAgentChat { .. } | ApiError::Body(_) => true,
+            ApiError::NotAgentChat { .. } | ApiError::Body(_) | ApiError::TooLarge { .. } => true,
             ApiError::Status { status, .. } => (400..500).contains(status) && *status != 408,
             _ => false,
         }
@@ -127,12 +144,12 @@ impl Api {
         &self.base
     }
 
-    async fn get(&self, path: &str) -> Result<Vec<u8>, ApiError> {
+    async fn get(&self, path: &str, route: Route) -> Result<Vec<u8>, ApiError> {
         let req = self.http.get(format!("{}{}", self.base, path));
-        self.send(req).await
+        self.send(req, route).await
     }
 
-    async fn send(&self, req: reqwest::RequestBuilder) -> Result<Vec<u8>, ApiError> {
+    async fn send(&self, req: reqwest::RequestBuilder, route: Route) -> Result<Vec<u8>, ApiError> {
         let resp = req
             .bearer_auth(self.key.expose_secret())
             .header("X-AgentChat-Client", CLIENT_NAME)
@@ -154,17 +171,14 @@ impl Api {
                 .unwrap_or(Duration::from_secs(5));
             return Err(ApiError::RateLimited(wait));
         }
-        let body = resp
-            .bytes()
-            .await
-            .map_err(|e| ApiError::Network(network_problem(&e)))?;
+        let body = answer::read_body(resp, route, status).await?;
         judge_answer(status, content_type, &body)?;
-        Ok(body.to_vec())
+        Ok(body)
     }
 
     /// `GET /v1/agents/me`: this agent's handle, bare as the server sends it there.
     pub async fn me(&self) -> Result<String, ApiError> {
-        let body = self.get("/v1/agents/me").await?;
+        let body = self.get("/v1/agents/me", ME).await?;
         let v: serde_json::Value =
             serde_json::from_slice(&body).map_err(|e| ApiError::Body(format!("agents/me: {e}")))?;
         v.get("handle")
@@ -176,13 +190,15 @@ impl Api {
 
     /// `GET /v1/inbox?invites=1&limit=50`: the tray, invites included (contract 3.1).
     pub async fn inbox(&self) -> Result<Tray, ApiError> {
-        let body = self.get("/v1/inbox?invites=1&limit=50").await?;
+        let body = self.get("/v1/inbox?invites=1&limit=50", INBOX).await?;
         Tray::parse(&body).map_err(|e| ApiError::Body(format!("tray: {e}")))
     }
 
     /// `GET /v1/texts?runtime=`: the parsed texts and the exact bytes (for the cache).
     pub async fn texts(&self, runtime: &str) -> Result<(Texts, Vec<u8>), ApiError> {
-        let body = self.get(&format!("/v1/texts?runtime={runtime}")).await?;
+        let body = self
+            .get(&format!("/v1/texts?runtime={runtime}"), TEXTS)
+            .await?;
         let texts = Texts::parse(&body).map_err(|e| ApiError::Body(format!("texts: {e}")))?;
         Ok((texts, body))
     }
@@ -198,7 +214,7 @@ impl Api {
             .post(url)
             .header("Idempotency-Key", idempotency_key(invite_id))
             .json(&serde_json::json!({}));
-        match self.send(req).await {
+        match self.send(req, DISMISS).await {
             Ok(_) => Ok(Dismissal::Dismissed),
             Err(ApiError::Status { status: 404, code }) if code == INVITE_NOT_FOUND => {
                 Ok(Dismissal::NotPending)

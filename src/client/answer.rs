@@ -2,6 +2,86 @@
 //! reading its body under the route's cap.
 
 use super::ApiError;
+use crate::sys::fs::show_size;
+
+/// One REST route as errors name it, and the most its 2xx body may hold. The caps follow the
+/// contract's shapes with room to spare: the tray is at most 50 cards (previews <= 240 chars)
+/// and 20 invites (contract 3.1), about 35 KB for 50 full cards (benches/core.rs), so 1 MiB; the
+/// texts are a few KB of prompts (conformance/texts.sample.json is 3 KB), so 1 MiB too; `me` and a
+/// dismiss answer are one small object, so 64 KiB (docs/decisions.md, "Bounded answers").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Route {
+    /// `GET /v1/agents/me`: the method and path, never a query or an id.
+    pub label: &'static str,
+    pub cap: u64,
+}
+
+pub const ME: Route = Route {
+    label: "GET /v1/agents/me",
+    cap: 64 * 1024,
+};
+pub const INBOX: Route = Route {
+    label: "GET /v1/inbox",
+    cap: 1024 * 1024,
+};
+pub const TEXTS: Route = Route {
+    label: "GET /v1/texts",
+    cap: 1024 * 1024,
+};
+pub const DISMISS: Route = Route {
+    label: "POST /v1/groups/invites/{id}/dismiss",
+    cap: 64 * 1024,
+};
+/// The most of an error answer's body read (AgentChat's is `{"code", "message"}`, contract 7); a
+/// longer one (a proxy's page) is judged by what was read.
+pub const ERROR_BODY_CAP: u64 = 64 * 1024;
+
+/// The body of `resp` (status `status`) for `route`, read chunk by chunk under the request's
+/// time limit (`REQUEST_TIMEOUT` covers the body too). A 2xx body over the route's cap is
+/// `TooLarge`, refused by its `Content-Length` before anything is read when it declares one; an
+/// error body is read up to `ERROR_BODY_CAP` and judged by that. A body that breaks off says
+/// which route answered, its status and how much came.
+pub async fn read_body(
+    mut resp: reqwest::Response,
+    route: Route,
+    status: u16,
+) -> Result<Vec<u8>, ApiError> {
+    let success = (200..300).contains(&status);
+    let cap = if success { route.cap } else { ERROR_BODY_CAP };
+    let too_large = |read: u64| ApiError::TooLarge {
+        route: route.label,
+        status,
+        read,
+        cap,
+    };
+    if success && resp.content_length().is_some_and(|n| n > cap) {
+        return Err(too_large(0));
+    }
+    let mut body: Vec<u8> = Vec::new();
+    loop {
+        let chunk = resp.chunk().await.map_err(|e| {
+            ApiError::Network(format!(
+                "{} ({} answered HTTP {status}, then its body broke off after {})",
+                super::network_problem(&e),
+                route.label,
+                show_size(body.len() as u64)
+            ))
+        })?;
+        let Some(chunk) = chunk else { break };
+        let room = usize::try_from(cap)
+            .unwrap_or(usize::MAX)
+            .saturating_sub(body.len());
+        if chunk.len() > room {
+            if success {
+                return Err(too_large((body.len() + chunk.len()) as u64));
+            }
+            body.extend_from_slice(chunk.get(..room).unwrap_or_default());
+            break;
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
+}
 
 /// `Ok` for an AgentChat answer with a 2xx status; otherwise the error it is. AgentChat answers
 /// in JSON, errors in its error shape `{"code": …}` (contract 7); anything else answered by the

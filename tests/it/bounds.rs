@@ -1,0 +1,126 @@
+//! Bounded inputs (issue 17, items 9 and 14): what a hostile server answers is read under a cap
+//! per route, and paths given relative to the working directory reach the runtimes absolute.
+//! The hostile server is the scripted one (`listen_support::fake`): a faithful server (the sim)
+//! never sends an endless body.
+
+use crate::listen_support::fake::{self, Fake};
+use crate::listen_support::{BIN, Listener, Opts, Setup, eventually, listener_command_for};
+use std::os::unix::process::CommandExt;
+
+const KEY: &str = "ac_bounds_secret_key_0000";
+
+/// Caps a child's address space at 1 GiB: were a body read without a cap (today's main read
+/// 4.6 GB in 20 s), the child fails there instead of taking the machine's memory.
+fn cap_memory(cmd: &mut std::process::Command) {
+    unsafe {
+        cmd.pre_exec(|| {
+            let cap = libc::rlimit {
+                rlim_cur: 1 << 30,
+                rlim_max: 1 << 30,
+            };
+            libc::setrlimit(libc::RLIMIT_AS, &cap);
+            Ok(())
+        });
+    }
+}
+
+/// The peak resident set of a live process, from /proc (kB).
+fn vm_hwm_kb(pid: i32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_endless_body_on_agents_me_is_dropped_at_its_cap_by_doctor_naming_route_status_and_size()
+{
+    let server = Fake::start("bob", fake::tray("bob", 0)).await;
+    server.shared.lock().unwrap().endless = vec!["/v1/agents/me"];
+    let dir = tempfile::tempdir().unwrap();
+    let mut cmd = std::process::Command::new(BIN);
+    cmd.arg("doctor")
+        .arg("--api-base")
+        .arg(&server.api_base)
+        .arg("--state-dir")
+        .arg(dir.path().join("state"))
+        .arg("--runtime")
+        .arg("script")
+        .env("HOME", dir.path())
+        .env("AGENTCHAT_CONFIG", dir.path().join("none.toml"))
+        .env("AGENTCHAT_SERVICE_DIR", dir.path().join("units"))
+        .env("AGENTCHAT_API_KEY", KEY)
+        .env_remove("AGENTCHAT_API_BASE")
+        .env_remove("AGENTCHAT_STATE_DIR");
+    std::fs::write(dir.path().join("none.toml"), "").unwrap();
+    cap_memory(&mut cmd);
+    let out = tokio::task::spawn_blocking(move || cmd.output().unwrap())
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let line = stdout
+        .lines()
+        .find(|l| l.contains("server:"))
+        .unwrap_or_else(|| panic!("no server line: {stdout}"));
+    assert!(
+        line.starts_with("FAIL")
+            && line.contains("GET /v1/agents/me")
+            && line.contains("HTTP 200")
+            && line.contains("64 KiB cap"),
+        "{line}"
+    );
+    assert!(
+        !stdout.contains(KEY) && !stdout.contains("aaaaaaaa"),
+        "{stdout}"
+    );
+    // It stopped reading: the server got to send little more than the cap (socket buffers aside).
+    let sent = server.shared.lock().unwrap().endless_sent;
+    assert!(sent < 64 * 1024 * 1024, "the server sent {sent} bytes");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_listener_answered_with_endless_bodies_stays_small_and_says_which_route_answered() {
+    let server = Fake::start("bob", fake::tray("bob", 0)).await;
+    server.shared.lock().unwrap().endless = vec!["/v1/agents/me"];
+    let opts = Opts {
+        time_scale: 50.0,
+        ..Opts::default()
+    };
+    let setup = Setup::new(&opts);
+    let mut cmd = listener_command_for(&server.api_base, KEY, &setup, &opts);
+    cap_memory(&mut cmd);
+    let mut l = Listener::spawn(cmd, &setup, "");
+    assert!(
+        eventually(30.0, || l.count("api_base_not_agentchat") >= 1).await,
+        "{}",
+        l.log()
+    );
+    let said = l.events("api_base_not_agentchat")[0].to_string();
+    assert!(
+        said.contains("GET /v1/agents/me") && said.contains("64 KiB cap"),
+        "{said}"
+    );
+    // The tray too: the handle answers now, the tray never ends.
+    {
+        let mut s = server.shared.lock().unwrap();
+        s.endless = vec!["/v1/inbox"];
+    }
+    l.signal(libc::SIGHUP);
+    assert!(
+        eventually(30.0, || l.count("tray_unreadable") >= 1).await,
+        "{}",
+        l.log()
+    );
+    let said = l.events("tray_unreadable")[0].to_string();
+    assert!(
+        said.contains("GET /v1/inbox") && said.contains("1 MiB cap"),
+        "{said}"
+    );
+    let hwm = vm_hwm_kb(l.pid());
+    assert!(hwm > 0 && hwm < 256 * 1024, "peak RSS {hwm} kB");
+    assert!(!l.log().contains(KEY));
+    l.signal(libc::SIGTERM);
+    assert_eq!(l.wait_exit(10.0), Some(0), "{}", l.log());
+}
