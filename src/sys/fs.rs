@@ -187,6 +187,33 @@ pub fn show_size(n: u64) -> String {
     }
 }
 
+/// Raises this process's soft limit on open descriptors to its hard limit (systemd and most
+/// shells start at a soft 1024 under a far higher hard limit), so what the listener holds (the
+/// socket, a run's pipes and logs, the metrics endpoint's few connections) never meets the soft
+/// limit first. The limits after, soft and hard; an error leaves them as they were.
+pub fn raise_open_files_limit() -> std::io::Result<(u64, u64)> {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit and setrlimit only read and write the struct passed by pointer.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    if lim.rlim_cur < lim.rlim_max {
+        let raised = libc::rlimit {
+            rlim_cur: lim.rlim_max,
+            rlim_max: lim.rlim_max,
+        };
+        // SAFETY: as above.
+        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        lim = raised;
+    }
+    Ok((lim.rlim_cur, lim.rlim_max))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,4 +1,11 @@
 //! The loopback HTTP endpoint: `/metrics`, `/healthz`, `/readyz`.
+//!
+//! Any local user can connect to it, so it holds little for anyone (docs/decisions.md,
+//! "The metrics endpoint's limits"): at most `MAX_CONNECTIONS` at once (one more is closed at
+//! once, unread), the request's head within `HEADER_READ_TIMEOUT` and at most
+//! `MAX_BUF_BYTES`, one request per connection, and every connection closed
+//! `CONNECTION_LIFETIME` after it was accepted whatever it is doing (a client that never reads
+//! its answer included). Half-sent requests can then never eat the listener's descriptors.
 
 use super::Metrics;
 use std::net::SocketAddr;
@@ -9,6 +16,19 @@ use std::time::Duration;
 pub fn is_loopback(addr: &SocketAddr) -> bool {
     addr.ip().is_loopback()
 }
+
+/// Connections served at once; one more is closed at once, without reading it. A scraper and a
+/// few probes need a handful.
+pub const MAX_CONNECTIONS: usize = 32;
+/// How long a connection may take to send its request's head.
+pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long any connection lives (one request each: no keep-alive, so none idles).
+pub const CONNECTION_LIFETIME: Duration = Duration::from_secs(30);
+/// hyper's read buffer per connection (its minimum is 8 KiB): a request head is a few hundred
+/// bytes.
+const MAX_BUF_BYTES: usize = 16 * 1024;
+/// The pause after a failed `accept` (descriptors exhausted, say), so the loop never spins.
+const ACCEPT_ERROR_PAUSE: Duration = Duration::from_millis(200);
 
 const TEXT_FORMAT: &str = "text/plain; version=0.0.4; charset=utf-8";
 
@@ -47,13 +67,27 @@ pub async fn serve_listener(
     if let Ok(local) = listener.local_addr() {
         tracing::info!(event = %"metrics_serving", addr = %local, "serving /metrics, /healthz and /readyz");
     }
+    let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
+    let mut refused_said = false;
     loop {
-        let (stream, _) = tokio::select! {
-            r = listener.accept() => match r {
-                Ok(c) => c,
-                Err(_) => continue,
-            },
+        let accepted = tokio::select! {
+            r = listener.accept() => r,
             _ = shutdown.wait_for(|s| *s) => return,
+        };
+        let stream = match accepted {
+            Ok((stream, _)) => stream,
+            Err(e) => {
+                tracing::debug!(event = %"metrics_accept_failed", error = %e, "accept failed; pausing");
+                tokio::time::sleep(ACCEPT_ERROR_PAUSE).await;
+                continue;
+            }
+        };
+        let Ok(slot) = slots.clone().try_acquire_owned() else {
+            if !std::mem::replace(&mut refused_said, true) {
+                tracing::warn!(event = %"metrics_connections_full", max = MAX_CONNECTIONS, "metrics endpoint: too many connections at once; closing the extra ones unread (said once)");
+            }
+            drop(stream);
+            continue;
         };
         let m = metrics.clone();
         tokio::spawn(async move {
@@ -61,9 +95,14 @@ pub async fn serve_listener(
                 let m = m.clone();
                 async move { Ok::<_, std::convert::Infallible>(answer(&m, &req)) }
             });
-            let _ = hyper::server::conn::http1::Builder::new()
-                .serve_connection(hyper_util::rt::TokioIo::new(stream), svc)
-                .await;
+            let conn = hyper::server::conn::http1::Builder::new()
+                .timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(HEADER_READ_TIMEOUT)
+                .keep_alive(false)
+                .max_buf_size(MAX_BUF_BYTES)
+                .serve_connection(hyper_util::rt::TokioIo::new(stream), svc);
+            let _ = tokio::time::timeout(CONNECTION_LIFETIME, conn).await;
+            drop(slot);
         });
     }
 }
