@@ -16,11 +16,13 @@ pub fn load(args: &ConfigArgs) -> Result<Settings, ConfigError> {
 pub fn load_unkeyed(args: &ConfigArgs) -> Result<Settings, ConfigError> {
     let env = env::config_env()?;
     let text = read_config_file(args, &env)?;
-    resolve(
+    let mut settings = resolve(
         args,
         &env,
         text.as_ref().map(|(p, t)| (p.as_path(), t.as_str())),
-    )
+    )?;
+    absolute_from_cwd(&mut settings);
+    Ok(settings)
 }
 
 /// `load` with a given environment (for callers that already hold one, and tests).
@@ -34,10 +36,20 @@ pub fn load_with_env(
         env,
         text.as_ref().map(|(p, t)| (p.as_path(), t.as_str())),
     )?;
+    absolute_from_cwd(&mut settings);
     if let KeySource::File(path) = &settings.key_source {
         settings.api_key = Some(read_key_file(path)?);
     }
     Ok(settings)
+}
+
+/// Every path of `settings` made absolute against the working directory (when it can be
+/// read), so the runs, which start elsewhere (the workdir), see the same files:
+/// `resolve::absolute_paths`.
+fn absolute_from_cwd(settings: &mut Settings) {
+    if let Ok(cwd) = std::env::current_dir() {
+        super::resolve::absolute_paths(settings, &cwd);
+    }
 }
 
 /// The config file to read: `--config`, else `AGENTCHAT_CONFIG` (both must exist), else
@@ -69,7 +81,12 @@ fn read_config_file(
     args: &ConfigArgs,
     env: &HashMap<String, String>,
 ) -> Result<Option<(PathBuf, String)>, ConfigError> {
-    match config_file_path(args, env) {
+    // Absolute, so the paths the file names relative to its folder come out absolute too.
+    let absolute = |p: PathBuf| match std::env::current_dir() {
+        Ok(cwd) if p.is_relative() => cwd.join(p),
+        _ => p,
+    };
+    match config_file_path(args, env).map(|(p, explicit)| (absolute(p), explicit)) {
         Some((path, explicit)) => match crate::sys::fs::read_regular_capped(&path, CONFIG_FILE_CAP)
         {
             Ok(bytes) => match String::from_utf8(bytes) {

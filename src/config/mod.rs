@@ -21,7 +21,9 @@ pub use env::{
     ALLOW_CLEARTEXT, TEST_TIME_SCALE, VARIABLES, integration_switch, process_env, read_process_env,
 };
 pub use load::{config_file_path, load, load_unkeyed, load_with_env, read_key_file};
-pub use resolve::{advice, check_profile_name, default_state_base, profile_name, resolve};
+pub use resolve::{
+    absolute_paths, advice, check_profile_name, default_state_base, profile_name, resolve,
+};
 
 use secrecy::SecretString;
 use std::path::{Path, PathBuf};

@@ -73,6 +73,47 @@ pub fn resolve(
     })
 }
 
+/// Makes every relative path of `settings` absolute against `cwd`: the state dir, the config
+/// file, the key file, the workdir, and a program named with a slash (`bin/agent`; a bare name
+/// stays bare, for `PATH`). The listener hands these to runs that start in another directory
+/// (the workdir): a relative `--state-dir state` once gave Claude Code `--mcp-config
+/// state/claude-mcp.json` from inside `state/workdir`.
+pub fn absolute_paths(settings: &mut Settings, cwd: &Path) {
+    let abs = |p: &mut PathBuf| {
+        if p.is_relative() {
+            *p = cwd.join(&*p);
+        }
+    };
+    let program = |p: &mut PathBuf| {
+        if p.is_relative() && p.components().count() > 1 {
+            *p = cwd.join(&*p);
+        }
+    };
+    abs(&mut settings.state_dir);
+    if let Some(p) = settings.config_path.as_mut() {
+        abs(p);
+    }
+    if let KeySource::File(p) = &mut settings.key_source {
+        abs(p);
+    }
+    let l = &mut settings.listen;
+    if let Some(p) = l.workdir.as_mut() {
+        abs(p);
+    }
+    if let Some(p) = l.claude.binary.as_mut() {
+        program(p);
+    }
+    if let Some(p) = l.codex.binary.as_mut() {
+        program(p);
+    }
+    if let Some(first) = l.command.first_mut()
+        && first.contains('/')
+        && Path::new(first.as_str()).is_relative()
+    {
+        *first = cwd.join(first.as_str()).to_string_lossy().into_owned();
+    }
+}
+
 /// The flags' layer. clap has parsed `--runtime` by the same names; `--api-base` gets the URL
 /// rule here, named by its flag.
 fn flag_layer(args: &ConfigArgs) -> Result<Layer, ConfigError> {

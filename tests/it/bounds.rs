@@ -124,3 +124,87 @@ async fn a_listener_answered_with_endless_bodies_stays_small_and_says_which_rout
     l.signal(libc::SIGTERM);
     assert_eq!(l.wait_exit(10.0), Some(0), "{}", l.log());
 }
+
+/// Issue 17 item 14: `--state-dir state` and `--config config.toml`, relative to where the
+/// listener was started, with the real CLI as the run: the run starts in the default workdir
+/// (`state/workdir`), so a relative MCP config path or `-C` given from there found nothing.
+async fn a_relative_state_dir_and_config_reach_the_real_cli_absolute(claude: bool) {
+    use crate::model_server::cli::{base_env, claude_bin, codex_bin, write_codex_home};
+    use crate::model_server::sim::{Sim, assert_answered};
+    use crate::model_server::{Mode, ModelServer};
+    let sim = Sim::start().await;
+    let model = ModelServer::start(Mode::Normal).await;
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    write_codex_home(&home, &model.base_url());
+    let (rt, bin) = if claude {
+        ("claude-code", claude_bin())
+    } else {
+        ("codex", codex_bin())
+    };
+    std::fs::write(
+        dir.path().join("config.toml"),
+        format!(
+            "log_level = \"debug\"\n\n[listen]\nruntime = \"{rt}\"\nquiet_window = \"200ms\"\n\
+             max_delay = \"1s\"\nrun_timeout = \"120s\"\nkill_grace = \"2s\"\n\n\
+             [listen.claude]\nbinary = \"{bin}\"\n\n[listen.codex]\nbinary = \"{bin}\"\n",
+            bin = bin.display(),
+        ),
+    )
+    .unwrap();
+    let stderr = std::fs::File::create(dir.path().join("listener.stderr")).unwrap();
+    let mut child = std::process::Command::new(BIN)
+        .args([
+            "listen",
+            "--log-format",
+            "json",
+            "--config",
+            "config.toml",
+            "--state-dir",
+            "state",
+        ])
+        .env_clear()
+        .envs(base_env(&home, &model.base_url()))
+        .env("AGENTCHAT_API_KEY", &sim.me.1)
+        .env("AGENTCHAT_API_BASE", sim.api_base())
+        .current_dir(dir.path())
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(stderr)
+        .spawn()
+        .unwrap();
+    let status = || {
+        std::fs::read_to_string(dir.path().join("state/status.json"))
+            .ok()
+            .and_then(|s| serde_json::from_str::<serde_json::Value>(&s).ok())
+            .unwrap_or_default()
+    };
+    let log = || std::fs::read_to_string(dir.path().join("listener.stderr")).unwrap_or_default();
+    let sent = sim.peer_sends("Relative paths, absolute answers?").await;
+    let conv = sent["conversation_id"].as_str().unwrap().to_string();
+    let done = crate::common::eventually_async(150, || async {
+        status()["last_cycle"]["outcome"] == "completed"
+    })
+    .await;
+    let explain = format!("status: {:#}\nlog:\n{}", status(), log());
+    crate::common::stop_child(&mut child, std::time::Duration::from_secs(15));
+    assert!(done, "no completed run\n{explain}");
+    assert_answered(&sim.my_state().await, &conv);
+    // What the status names is absolute.
+    let run_log = status()["last_cycle"]["run_log"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(run_log.starts_with('/'), "{run_log}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claude_code_answers_with_a_relative_state_dir_and_config() {
+    a_relative_state_dir_and_config_reach_the_real_cli_absolute(true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn codex_answers_with_a_relative_state_dir_and_config() {
+    a_relative_state_dir_and_config_reach_the_real_cli_absolute(false).await;
+}

@@ -1535,3 +1535,48 @@ async fn a_reload_onto_a_config_symlinked_to_dev_zero_keeps_the_old_one_and_sigt
     l.signal(libc::SIGTERM);
     assert_eq!(l.wait_exit(10.0), Some(0), "{}", l.log());
 }
+
+#[test]
+fn every_relative_path_is_made_absolute_against_the_working_directory() {
+    use agentchat::config::absolute_paths;
+    let args = ConfigArgs {
+        state_dir: Some("state".into()),
+        ..ConfigArgs::default()
+    };
+    let text = "api_key_file = \"keys/agent.key\"\n[listen]\nworkdir = \"work\"\n\
+                command = [\"bin/run.sh\", \"arg/x\"]\n[listen.claude]\nbinary = \"tools/claude\"\n\
+                [listen.codex]\nbinary = \"codex\"\n";
+    // A config file named relative to the working directory: its folder is "".
+    let mut s = resolve(&args, &env(&[]), Some((Path::new("config.toml"), text))).unwrap();
+    assert_eq!(
+        s.state_dir,
+        PathBuf::from("state"),
+        "resolve itself is pure"
+    );
+    absolute_paths(&mut s, Path::new("/srv/agent"));
+    assert_eq!(s.state_dir, PathBuf::from("/srv/agent/state"));
+    assert_eq!(s.config_path, Some(PathBuf::from("/srv/agent/config.toml")));
+    assert_eq!(
+        s.key_source,
+        KeySource::File(PathBuf::from("/srv/agent/keys/agent.key"))
+    );
+    assert_eq!(s.listen.workdir, Some(PathBuf::from("/srv/agent/work")));
+    assert_eq!(
+        s.listen.command,
+        vec!["/srv/agent/bin/run.sh".to_string(), "arg/x".to_string()]
+    );
+    assert_eq!(
+        s.listen.claude.binary,
+        Some(PathBuf::from("/srv/agent/tools/claude"))
+    );
+    assert_eq!(
+        s.listen.codex.binary,
+        Some(PathBuf::from("codex")),
+        "a bare name stays bare, for PATH"
+    );
+    // Absolute paths stay as they are.
+    let before = s.clone();
+    absolute_paths(&mut s, Path::new("/elsewhere"));
+    assert_eq!(s.state_dir, before.state_dir);
+    assert_eq!(s.listen.command, before.listen.command);
+}
