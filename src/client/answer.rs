@@ -8,7 +8,8 @@ use crate::sys::fs::show_size;
 /// contract's shapes with room to spare: the tray is at most 50 cards (previews <= 240 chars)
 /// and 20 invites (contract 3.1), about 35 KB for 50 full cards (benches/core.rs), so 1 MiB; the
 /// texts are a few KB of prompts (conformance/texts.sample.json is 3 KB), so 1 MiB too; `me` and a
-/// dismiss answer are one small object, so 64 KiB (docs/decisions.md, "Bounded answers").
+/// dismiss answer are one small object, so 64 KiB (docs/decisions.md, "Bounded answers and
+/// connections").
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Route {
     /// `GET /v1/agents/me`: the method and path, never a query or an id.

@@ -1,7 +1,7 @@
 //! The loopback HTTP endpoint: `/metrics`, `/healthz`, `/readyz`.
 //!
 //! Any local user can connect to it, so it holds little for anyone (docs/decisions.md,
-//! "The metrics endpoint's limits"): at most `MAX_CONNECTIONS` at once (one more is closed at
+//! "Bounded answers and connections"): at most `MAX_CONNECTIONS` at once (one more is closed at
 //! once, unread), the request's head within `HEADER_READ_TIMEOUT` and at most
 //! `MAX_BUF_BYTES`, one request per connection, and every connection closed
 //! `CONNECTION_LIFETIME` after it was accepted whatever it is doing (a client that never reads
