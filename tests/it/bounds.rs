@@ -1,4 +1,4 @@
-//! Bounded inputs (issue 17, items 9 and 14): what a hostile server answers is read under a cap
+//! Bounded inputs (issue 17, items 9 and 14, and issue 19's `/v1`): what a hostile server answers is read under a cap
 //! per route, and paths given relative to the working directory reach the runtimes absolute.
 //! The hostile server is the scripted one (`listen_support::fake`): a faithful server (the sim)
 //! never sends an endless body.
@@ -207,4 +207,52 @@ async fn claude_code_answers_with_a_relative_state_dir_and_config() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn codex_answers_with_a_relative_state_dir_and_config() {
     a_relative_state_dir_and_config_reach_the_real_cli_absolute(false).await;
+}
+
+/// Issue 19: `api_base = "http://host/v1"` asked for `/v1/v1/agents/me` and reported a 404.
+/// The `/v1` is dropped and said once: doctor passes its server check and warns.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_api_base_ending_in_v1_reaches_the_server_and_doctor_says_it_was_dropped() {
+    let sim = crate::listen_support::Sim::start(1.0).await;
+    let bob = sim.agent("bob").await;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("config.toml"), "").unwrap();
+    let with_v1 = format!("{}/v1", sim.api_base);
+    let mut cmd = std::process::Command::new(BIN);
+    cmd.arg("doctor")
+        .arg("--config")
+        .arg(dir.path().join("config.toml"))
+        .arg("--api-base")
+        .arg(&with_v1)
+        .arg("--state-dir")
+        .arg(dir.path().join("state"))
+        .arg("--runtime")
+        .arg("script")
+        .env("HOME", dir.path())
+        .env("AGENTCHAT_SERVICE_DIR", dir.path().join("units"))
+        .env("AGENTCHAT_API_KEY", &bob.key)
+        .env_remove("AGENTCHAT_API_BASE")
+        .env_remove("AGENTCHAT_STATE_DIR")
+        .env_remove("AGENTCHAT_CONFIG");
+    let out = tokio::task::spawn_blocking(move || cmd.output().unwrap())
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let server = stdout
+        .lines()
+        .find(|l| l.contains("server:"))
+        .unwrap_or_else(|| panic!("no server line: {stdout}"));
+    assert!(
+        server.starts_with("PASS") && server.contains("@bob"),
+        "{stdout}"
+    );
+    assert_eq!(
+        stdout
+            .lines()
+            .filter(|l| l.starts_with("WARN") && l.contains(&with_v1) && l.contains("/v1"))
+            .count(),
+        1,
+        "{stdout}"
+    );
+    assert!(!stdout.contains(&bob.key), "{stdout}");
 }
