@@ -1,5 +1,6 @@
-//! Bounded inputs (issue 17, items 9 and 14, and issue 19's `/v1`): what a hostile server answers is read under a cap
-//! per route, and paths given relative to the working directory reach the runtimes absolute.
+//! Bounded inputs (issue 17, items 9 and 14, and issue 19's `/v1`): what a hostile server
+//! answers is read under a cap per route, and paths given relative to the working directory
+//! reach the runtimes absolute.
 //! The hostile server is the scripted one (`listen_support::fake`): a faithful server (the sim)
 //! never sends an endless body.
 
