@@ -923,7 +923,7 @@ mod tests {
         assert!(
             c.detail.contains("not running")
                 && c.detail
-                    .contains("journalctl --user -u agentchat-listen.service"),
+                    .contains("journalctl --user -u agentchat-listen@default.service"),
             "{}",
             c.detail
         );

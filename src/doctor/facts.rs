@@ -92,7 +92,14 @@ pub fn lock_facts(path: &Path) -> LockFacts {
             // glibc's major()/minor() encoding of st_dev.
             let major = ((dev >> 8) & 0xfff) | ((dev >> 32) & !0xfff);
             let minor = (dev & 0xff) | ((dev >> 12) & !0xff);
-            return match flock_holder(&locks, major, minor, meta.ino()) {
+            let holder = flock_holder(&locks, major, minor, meta.ino()).or_else(|| {
+                // On overlayfs (every Docker container) the device stat gives is the upper
+                // layer's, not the overlay's that /proc/locks names: a flock on this inode
+                // number whose holder has this very file open is ours.
+                flock_holders_of_inode(&locks, meta.ino())
+                    .find(|pid| has_open(*pid, dev, meta.ino()))
+            });
+            return match holder {
                 Some(pid) => LockFacts::Held { pid: Some(pid) },
                 None => LockFacts::Free,
             };
@@ -114,7 +121,14 @@ pub fn lock_facts(path: &Path) -> LockFacts {
 /// Linux's `/proc/locks` (`1: FLOCK  ADVISORY  WRITE 1234 08:01:5678 0 EOF`). Waiters (`->`) are
 /// skipped. Reading it takes no lock, so a listener starting at the same moment is never turned away.
 pub fn flock_holder(proc_locks: &str, major: u64, minor: u64, inode: u64) -> Option<u32> {
-    proc_locks.lines().find_map(|line| {
+    flock_entries(proc_locks)
+        .find(|&(_, maj, min, ino)| maj == major && min == minor && ino == inode)
+        .map(|(pid, ..)| pid)
+}
+
+/// Every held `flock` in `/proc/locks`' text as (pid, major, minor, inode).
+fn flock_entries(proc_locks: &str) -> impl Iterator<Item = (u32, u64, u64, u64)> + '_ {
+    proc_locks.lines().filter_map(|line| {
         let mut f = line.split_whitespace().skip(1);
         let kind = f.next()?;
         if kind == "->" || kind != "FLOCK" {
@@ -128,8 +142,58 @@ pub fn flock_holder(proc_locks: &str, major: u64, minor: u64, inode: u64) -> Opt
         let maj = u64::from_str_radix(parts.next()?, 16).ok()?;
         let min = u64::from_str_radix(parts.next()?, 16).ok()?;
         let ino: u64 = parts.next()?.parse().ok()?;
-        (maj == major && min == minor && ino == inode).then_some(pid)
+        Some((pid, maj, min, ino))
     })
+}
+
+/// The pids holding a `flock` on an inode with this number, on any device (waiters skipped).
+pub fn flock_holders_of_inode(proc_locks: &str, inode: u64) -> impl Iterator<Item = u32> + '_ {
+    flock_entries(proc_locks).filter_map(move |(pid, _, _, ino)| (ino == inode).then_some(pid))
+}
+
+/// Whether process `pid` has a file with this device and inode open (its `/proc/PID/fd` links,
+/// followed). At most [`MAX_FDS_LOOKED_AT`] descriptors are looked at.
+#[cfg(target_os = "linux")]
+fn has_open(pid: u32, dev: u64, inode: u64) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return false;
+    };
+    fds.flatten()
+        .take(MAX_FDS_LOOKED_AT)
+        .filter_map(|fd| std::fs::metadata(fd.path()).ok())
+        .any(|m| m.dev() == dev && m.ino() == inode)
+}
+
+/// A bound on the descriptors [`has_open`] follows (the listener has a few dozen).
+#[cfg(target_os = "linux")]
+const MAX_FDS_LOOKED_AT: usize = 4096;
+
+/// The program a unit runs: the first word of its `ExecStart=` (systemd, double-quoted by
+/// `service`) or the first `<string>` of `ProgramArguments` (launchd), unquoted.
+pub fn unit_program(text: &str) -> Option<String> {
+    if let Some(line) = text
+        .lines()
+        .rev()
+        .find(|l| l.starts_with("ExecStart=") && l.len() > "ExecStart=".len())
+    {
+        let rest = line.strip_prefix("ExecStart=")?;
+        let word = match rest.strip_prefix('"') {
+            Some(q) => q.split('"').next()?.replace("$$", "$").replace("%%", "%"),
+            None => rest.split_whitespace().next()?.to_string(),
+        };
+        return Some(word);
+    }
+    let after = text.split("<key>ProgramArguments</key>").nth(1)?;
+    let first = after.split("<string>").nth(1)?.split("</string>").next()?;
+    Some(
+        first
+            .replace("&lt;", "<")
+            .replace("&gt;", ">")
+            .replace("&quot;", "\"")
+            .replace("&apos;", "'")
+            .replace("&amp;", "&"),
+    )
 }
 
 /// A server call under the one time limit for doctor's server checks; past it, a network error.
@@ -216,6 +280,27 @@ mod tests {
             Some(444),
             "hex major:minor"
         );
+    }
+
+    #[test]
+    fn a_units_program_is_read_from_exec_start_or_program_arguments() {
+        let unit = "[Service]\nExecStart=\"/opt/a b/agentchat\" \"listen\"\n";
+        assert_eq!(unit_program(unit).as_deref(), Some("/opt/a b/agentchat"));
+        let plist = "<key>ProgramArguments</key>\n<array>\n<string>/x/a&amp;b</string>";
+        assert_eq!(unit_program(plist).as_deref(), Some("/x/a&b"));
+        assert_eq!(unit_program("[Service]\n"), None);
+    }
+
+    #[test]
+    fn the_holders_of_an_inode_are_found_on_any_device_for_overlayfs() {
+        // overlayfs: stat gives the upper layer's device (here 00:2f), /proc/locks the overlay's.
+        let text = "\
+1: FLOCK  ADVISORY  WRITE 555 00:3a:77 0 EOF
+2: -> FLOCK  ADVISORY  WRITE 666 00:3a:77 0 EOF
+3: FLOCK  ADVISORY  WRITE 777 00:3a:78 0 EOF
+";
+        assert_eq!(flock_holder(text, 0, 0x2f, 77), None);
+        assert_eq!(flock_holders_of_inode(text, 77).collect::<Vec<_>>(), [555]);
     }
 
     #[test]

@@ -170,6 +170,7 @@ pub async fn run(args: &DoctorArgs) -> Report {
             &settings.profile,
             args.config.config.clone(),
         ));
+        report.checks.extend(service_extras(&settings.profile));
         if let Some(k) = &key {
             report.scrub(k.expose_secret());
         }
@@ -375,6 +376,66 @@ fn service_section(profile: &str, config: Option<PathBuf>) -> Check {
         &current,
         &manager,
     )
+}
+
+/// `exec_start`, `template` and `linger`, for an installed unit: whether the binary it runs still
+/// exists, whether the systemd template is this version's, and whether the user manager outlives
+/// a logout.
+fn service_extras(profile: &str) -> Vec<Check> {
+    let kind = ServiceKind::native();
+    let Ok(path) = service::unit_path(kind, profile) else {
+        return Vec::new();
+    };
+    let Some(Ok(text)) = facts::read_if_present(&path) else {
+        return Vec::new();
+    };
+    let mut checks = Vec::new();
+    if let Some(program) = facts::unit_program(&text) {
+        checks.push(if std::path::Path::new(&program).is_file() {
+            Check::pass("exec_start", format!("ExecStart runs {program}"))
+        } else {
+            Check::warn(
+                "exec_start",
+                format!(
+                    "the unit's ExecStart names {program}, which no longer exists (moved or \
+                     upgraded?): run `agentchat service install` again with the binary you use"
+                ),
+            )
+        });
+    }
+    if kind == ServiceKind::Systemd
+        && let Ok(template) = service::template_path()
+    {
+        checks.push(match facts::read_if_present(&template) {
+            Some(Ok(t)) if t == service::template_text() => {
+                Check::pass("template", format!("{} is current", template.display()))
+            }
+            Some(Ok(_)) => Check::warn(
+                "template",
+                format!(
+                    "{} differs from this version's template: run `agentchat service install` \
+                     again",
+                    template.display()
+                ),
+            ),
+            _ => Check::warn(
+                "template",
+                format!(
+                    "{} is missing: the drop-in has no unit to apply to; run `agentchat service \
+                     install` again",
+                    template.display()
+                ),
+            ),
+        });
+    }
+    if kind == ServiceKind::Systemd && std::env::var_os("AGENTCHAT_SERVICE_DIR").is_none() {
+        checks.push(match service::linger() {
+            Some(true) => Check::pass("linger", "on: the service keeps running after logout"),
+            Some(false) => Check::warn("linger", service::linger_advice()),
+            None => Check::pass("linger", "not known (logind did not answer)"),
+        });
+    }
+    checks
 }
 
 pub async fn run_command(args: DoctorArgs) -> anyhow::Result<i32> {

@@ -13,6 +13,10 @@
 //!   line's message), then the fields that say more, as plain `key=value` (a value with spaces in
 //!   double quotes). Not shown: the `event` name, empty values, and fields the message already
 //!   says ([`TEXT_HIDDEN`]). A library line shown on request names its target.
+//! - **Under journald** (`JOURNAL_STREAM` names the device and inode stderr is, as systemd sets it
+//!   for a unit's output): the text format without its time (journald stamps every line) and with
+//!   the line's syslog priority in front, `<3>` errors, `<4>` warnings, `<6>` info, `<7>` debug
+//!   and trace (sd-daemon(3)'s convention), so `journalctl -p warning` finds the warnings.
 //! - **`json`**: one object per line, every field, flattened (for machines and `agentchat demo`).
 
 use crate::config::LogFormat;
@@ -71,7 +75,9 @@ pub fn init(format: LogFormat, filter: &str) -> anyhow::Result<()> {
         LogFormat::Text => registry
             .with(
                 tracing_subscriber::fmt::layer()
-                    .event_format(PeopleFormat)
+                    .event_format(PeopleFormat {
+                        journal: stderr_is_journal(),
+                    })
                     .with_writer(std::io::stderr),
             )
             .try_init(),
@@ -107,8 +113,43 @@ fn is_own_line(m: &Metadata<'_>) -> bool {
     own && m.fields().field("event").is_some()
 }
 
-/// The text format for people (see the module's doc).
-pub struct PeopleFormat;
+/// What goes before a line written to stderr without `tracing` (a start that fails before
+/// logging is up): journald's `<3>` when stderr is the journal, else nothing.
+pub fn error_prefix() -> &'static str {
+    if stderr_is_journal() { "<3>" } else { "" }
+}
+
+/// Whether stderr is the journal's stream: `JOURNAL_STREAM` is `<device>:<inode>` of it
+/// (systemd.exec(5)), compared with what stderr is now (a redirect since would not match).
+fn stderr_is_journal() -> bool {
+    let Some(named) = std::env::var_os("JOURNAL_STREAM") else {
+        return false;
+    };
+    journal_stream_matches(&named.to_string_lossy(), stderr_dev_ino())
+}
+
+/// Pure: whether `JOURNAL_STREAM`'s `<device>:<inode>` is `actual`.
+fn journal_stream_matches(named: &str, actual: Option<(u64, u64)>) -> bool {
+    let Some((dev, ino)) = named.trim().split_once(':') else {
+        return false;
+    };
+    matches!((dev.parse::<u64>(), ino.parse::<u64>(), actual),
+        (Ok(d), Ok(i), Some((ad, ai))) if d == ad && i == ai)
+}
+
+/// The device and inode of file descriptor 2.
+fn stderr_dev_ino() -> Option<(u64, u64)> {
+    use std::os::fd::AsFd;
+    use std::os::unix::fs::MetadataExt;
+    let fd = std::io::stderr().as_fd().try_clone_to_owned().ok()?;
+    let meta = std::fs::File::from(fd).metadata().ok()?;
+    Some((meta.dev(), meta.ino()))
+}
+
+/// The text format for people (see the module's doc). `journal`: stderr is journald's stream.
+pub struct PeopleFormat {
+    pub journal: bool,
+}
 
 impl<S, N> FormatEvent<S, N> for PeopleFormat
 where
@@ -121,11 +162,16 @@ where
         mut writer: Writer<'_>,
         event: &Event<'_>,
     ) -> std::fmt::Result {
-        let line = people_line(
-            &crate::sys::time::rfc3339(std::time::SystemTime::now()),
-            event.metadata(),
-            |v| event.record(v),
-        );
+        let level = *event.metadata().level();
+        let prefix = if self.journal {
+            format!("<{}>", syslog_priority(level))
+        } else {
+            format!(
+                "{} ",
+                crate::sys::time::rfc3339(std::time::SystemTime::now())
+            )
+        };
+        let line = people_line(&prefix, event.metadata(), |v| event.record(v));
         writer.write_str(&line)?;
         writer.write_char('\n')
     }
@@ -183,14 +229,13 @@ impl Visit for Fields {
     }
 }
 
-/// Pure: the text line (without its newline) for an event at `time` with `metadata`, whose
-/// fields `record` visits.
-fn people_line(time: &str, metadata: &Metadata<'_>, record: impl FnOnce(&mut Fields)) -> String {
+/// Pure: the text line (without its newline) for an event with `metadata`, whose fields `record`
+/// visits, after `prefix` (the time and a space, or the journal's `<priority>`).
+fn people_line(prefix: &str, metadata: &Metadata<'_>, record: impl FnOnce(&mut Fields)) -> String {
     let mut f = Fields::default();
     record(&mut f);
     let mut out = String::with_capacity(120);
-    out.push_str(time);
-    out.push(' ');
+    out.push_str(prefix);
     let _ = write!(out, "{:<5} ", level_word(*metadata.level()));
     if f.event.is_none() && !metadata.target().starts_with(OWN_TARGET) {
         out.push_str(metadata.target());
@@ -222,6 +267,16 @@ fn people_line(time: &str, metadata: &Metadata<'_>, record: impl FnOnce(&mut Fie
         push_value(&mut out, &text);
     }
     out
+}
+
+/// The syslog priority journald reads from a `<N>` prefix (sd-daemon(3)).
+fn syslog_priority(level: Level) -> u8 {
+    match level {
+        Level::ERROR => 3,
+        Level::WARN => 4,
+        Level::INFO => 6,
+        Level::DEBUG | Level::TRACE => 7,
+    }
 }
 
 fn level_word(level: Level) -> &'static str {
@@ -286,20 +341,54 @@ mod tests {
         }
     }
 
-    /// The lines `emit` writes through the text format under `filter`, without their time.
-    fn text_lines(filter: &str, emit: impl FnOnce()) -> Vec<String> {
+    /// What `emit` writes through the text format under `filter` (`journal`: for journald).
+    fn raw_lines(filter: &str, journal: bool, emit: impl FnOnce()) -> Vec<String> {
         let buffer = Buffer::default();
         let subscriber = tracing_subscriber::registry()
             .with(Targets::from_str(filter).expect("filter"))
             .with(own_lines(filter))
             .with(
                 tracing_subscriber::fmt::layer()
-                    .event_format(PeopleFormat)
+                    .event_format(PeopleFormat { journal })
                     .with_writer(buffer.clone()),
             );
         tracing::subscriber::with_default(subscriber, emit);
         let text = String::from_utf8(buffer.0.lock().expect("buffer").clone()).expect("utf-8");
-        text.lines()
+        text.lines().map(str::to_string).collect()
+    }
+
+    #[test]
+    fn under_journald_a_line_has_its_syslog_priority_and_no_time() {
+        let lines = raw_lines("debug", true, || {
+            tracing::error!(event = "e", "broke");
+            tracing::warn!(event = "w", "odd");
+            tracing::info!(event = "i", "fine");
+            tracing::debug!(event = "d", "detail");
+        });
+        assert_eq!(
+            lines,
+            [
+                "<3>ERROR broke",
+                "<4>WARN  odd",
+                "<6>INFO  fine",
+                "<7>DEBUG detail"
+            ]
+        );
+    }
+
+    #[test]
+    fn journal_stream_must_name_stderrs_own_device_and_inode() {
+        assert!(journal_stream_matches("8:12345", Some((8, 12345))));
+        assert!(!journal_stream_matches("8:12345", Some((8, 999))));
+        assert!(!journal_stream_matches("8:12345", None));
+        assert!(!journal_stream_matches("garbage", Some((8, 12345))));
+        assert!(!journal_stream_matches("", Some((0, 0))));
+    }
+
+    /// The lines `emit` writes through the text format under `filter`, without their time.
+    fn text_lines(filter: &str, emit: impl FnOnce()) -> Vec<String> {
+        raw_lines(filter, false, emit)
+            .into_iter()
             .map(|l| {
                 let (time, rest) = l.split_once(' ').expect("a time first");
                 assert!(

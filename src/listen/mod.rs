@@ -192,7 +192,7 @@ fn prepare(
 /// with a restart loop: `EXIT_CONFIG` (the systemd unit prevents restarts on it), or 0 under
 /// launchd, whose `KeepAlive {SuccessfulExit: false}` restarts every non-zero exit.
 fn refuse_to_start(error: &anyhow::Error, env: &HashMap<String, String>) -> i32 {
-    eprintln!("agentchat listen: {error:#}");
+    eprintln!("{}agentchat listen: {error:#}", logging::error_prefix());
     config_error_exit_code(env)
 }
 

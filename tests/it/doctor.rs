@@ -536,14 +536,24 @@ async fn an_installed_unit_is_current_until_it_is_edited() {
         line.starts_with("PASS service: written and current"),
         "{line}"
     );
+    if cfg!(target_os = "linux") {
+        out.assert_line("template", "PASS template:", "is current");
+        out.assert_line("exec_start", "PASS exec_start:", "ExecStart runs /");
+    }
 
     let unit = s.service_dir().join(if cfg!(target_os = "macos") {
         "me.agentchat.listen.plist"
     } else {
-        "agentchat-listen.service"
+        "agentchat-listen@default.service.d/install.conf"
     });
     let text = std::fs::read_to_string(&unit).unwrap();
-    std::fs::write(&unit, text.replace("RestartSec=5", "RestartSec=7")).unwrap();
+    let edited = if cfg!(target_os = "macos") {
+        text.replace("<integer>10</integer>", "<integer>11</integer>")
+    } else {
+        text.replace("TimeoutStopSec=", "TimeoutStopSec=1")
+    };
+    assert_ne!(edited, text);
+    std::fs::write(&unit, edited).unwrap();
     let out = s.doctor(&sim.api_base, Some(&key), &[]).await;
     assert_eq!(out.code, 0, "a stale unit is a warning: {}", out.all());
     let line = out.line("service");
@@ -553,6 +563,19 @@ async fn an_installed_unit_is_current_until_it_is_edited() {
             && line.contains("agentchat service install"),
         "{line}"
     );
+
+    // The binary the unit names is gone (an upgrade moved it): doctor says so.
+    if cfg!(target_os = "linux") {
+        let text = std::fs::read_to_string(&unit).unwrap();
+        let moved = text.replace("ExecStart=\"/", "ExecStart=\"/nonexistent/moved/");
+        assert_ne!(moved, text);
+        std::fs::write(&unit, moved).unwrap();
+        let out = s.doctor(&sim.api_base, Some(&key), &[]).await;
+        out.assert_line("exec_start", "WARN exec_start:", "no longer exists");
+        std::fs::remove_file(s.service_dir().join("agentchat-listen@.service")).unwrap();
+        let out = s.doctor(&sim.api_base, Some(&key), &[]).await;
+        out.assert_line("template", "WARN template:", "is missing");
+    }
     sim.shutdown().await;
 }
 

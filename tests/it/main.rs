@@ -24,6 +24,7 @@ mod docs_links;
 mod doctor;
 mod faults;
 mod listen;
+mod live_systemd;
 mod metrics;
 mod runner;
 mod runtimes_cli;

@@ -52,9 +52,11 @@ fn print_unit_env(args: &[&str], env: &[(&str, &str)]) -> String {
     String::from_utf8(out.stdout).unwrap()
 }
 
-/// The number after `key=` in a systemd unit.
+/// The number after the last `key=` in a systemd unit (a drop-in's setting comes after the
+/// template's and wins).
 fn unit_number(unit: &str, key: &str) -> u64 {
     unit.lines()
+        .rev()
         .find_map(|l| l.strip_prefix(key)?.strip_prefix('='))
         .unwrap_or_else(|| panic!("no {key} in\n{unit}"))
         .parse()
@@ -77,16 +79,37 @@ fn parse_plist(dir: &Path, plist: &str) -> serde_json::Value {
         "plistlib refused it: {}",
         String::from_utf8_lossy(&out.stderr)
     );
+    // plutil's own lint where it exists (macOS); this project's machines have none.
+    if let Ok(lint) = Command::new("plutil").arg("-lint").arg(&path).output() {
+        assert!(
+            lint.status.success(),
+            "plutil -lint refused it: {}",
+            String::from_utf8_lossy(&lint.stdout)
+        );
+    }
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
-/// Runs `systemd-analyze verify` on `text` saved as `name`; returns its diagnostics (empty = clean).
+/// Runs `systemd-analyze verify` on the instance `name` of the files `service print` shows in
+/// `text` (each after a `# --- <path> ---` line: the template and the profile's drop-in), saved
+/// in `dir`, the only unit dir (`SYSTEMD_UNIT_PATH`); returns its diagnostics (empty = clean).
 fn systemd_verify(dir: &Path, name: &str, text: &str) -> String {
-    let path = dir.join(name);
-    std::fs::write(&path, text).unwrap();
+    let _ = std::fs::remove_dir_all(dir);
+    std::fs::create_dir_all(dir).unwrap();
+    let mut files = text.split("# --- ").skip(1);
+    let mut written = 0;
+    for file in files.by_ref() {
+        let (path, body) = file.split_once(" ---\n").unwrap();
+        let path = dir.join(path);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, body).unwrap();
+        written += 1;
+    }
+    assert_eq!(written, 2, "the template and a drop-in:\n{text}");
     let out = Command::new("systemd-analyze")
-        .args(["verify", "--man=no"])
-        .arg(&path)
+        .args(["verify", "--man=no", name])
+        .current_dir(dir)
+        .env("SYSTEMD_UNIT_PATH", format!("{}:", dir.display()))
         .output()
         .expect("systemd-analyze is needed for this test (Debian package systemd)");
     let mut diagnostics = String::from_utf8_lossy(&out.stderr).into_owned();
@@ -100,8 +123,8 @@ fn systemd_verify(dir: &Path, name: &str, text: &str) -> String {
 fn systemd_unit_passes_systemd_analyze_verify_for_default_and_named_profiles() {
     let dir = tempfile::tempdir().unwrap();
     for (profile, name) in [
-        ("default", "agentchat-listen.service"),
-        ("work", "agentchat-listen-work.service"),
+        ("default", "agentchat-listen@default.service"),
+        ("work", "agentchat-listen@work.service"),
     ] {
         let unit = print_unit(&["--kind", "systemd", "--profile", profile]);
         let diagnostics = systemd_verify(dir.path(), name, &unit);
@@ -123,7 +146,7 @@ fn systemd_unit_passes_systemd_analyze_verify_for_default_and_named_profiles() {
 fn systemd_verify_catches_a_broken_unit_so_the_check_above_means_something() {
     let dir = tempfile::tempdir().unwrap();
     let unit = print_unit(&["--kind", "systemd"]).replace("Type=notify", "Type=notifyy");
-    let diagnostics = systemd_verify(dir.path(), "agentchat-listen.service", &unit);
+    let diagnostics = systemd_verify(dir.path(), "agentchat-listen@default.service", &unit);
     assert!(diagnostics.contains("notifyy"), "{diagnostics}");
 }
 
@@ -226,8 +249,12 @@ fn install_and_uninstall_in_a_scratch_dir_write_and_remove_the_unit_without_a_ma
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let unit = dir.path().join("agentchat-listen-ci.service");
+    let unit = dir
+        .path()
+        .join("agentchat-listen@ci.service.d/install.conf");
+    let template = dir.path().join("agentchat-listen@.service");
     let text = std::fs::read_to_string(&unit).unwrap();
+    assert!(template.is_file());
     assert!(text.contains("\"listen\" \"--profile\" \"ci\""), "{text}");
     assert!(String::from_utf8_lossy(&out.stdout).contains("not calling the service manager"));
 
@@ -247,7 +274,10 @@ fn install_and_uninstall_in_a_scratch_dir_write_and_remove_the_unit_without_a_ma
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    // The last profile's uninstall takes the template and the drop-in dir with it.
     assert!(!unit.exists());
+    assert!(!unit.parent().unwrap().exists());
+    assert!(!template.exists());
 }
 
 #[test]
@@ -267,7 +297,10 @@ fn a_profile_name_that_cannot_name_a_unit_is_refused_with_a_clear_error() {
 fn the_profile_comes_from_agentchat_profile_like_every_other_command_and_the_flag_wins() {
     let unit = print_unit_env(&["--kind", "systemd"], &[("AGENTCHAT_PROFILE", "work")]);
     assert!(unit.contains("\"listen\" \"--profile\" \"work\""), "{unit}");
-    assert!(unit.contains("AgentChat listener (work)"), "{unit}");
+    assert!(
+        unit.contains("# --- agentchat-listen@work.service.d/install.conf ---"),
+        "{unit}"
+    );
     let unit = print_unit_env(
         &["--kind", "systemd", "--profile", " home "],
         &[("AGENTCHAT_PROFILE", "work")],
@@ -276,7 +309,10 @@ fn the_profile_comes_from_agentchat_profile_like_every_other_command_and_the_fla
     // Empty or blank is unset, as config reads it.
     for blank in ["", "  "] {
         let unit = print_unit_env(&["--kind", "systemd"], &[("AGENTCHAT_PROFILE", blank)]);
-        assert!(unit.contains("AgentChat listener (default)"), "{unit}");
+        assert!(
+            unit.contains("# --- agentchat-listen@default.service.d/install.conf ---"),
+            "{unit}"
+        );
     }
 }
 
@@ -284,7 +320,7 @@ fn the_profile_comes_from_agentchat_profile_like_every_other_command_and_the_fla
 fn a_profile_name_with_a_dot_that_config_accepts_can_be_installed() {
     let dir = tempfile::tempdir().unwrap();
     let unit = print_unit(&["--kind", "systemd", "--profile", "team.alpha"]);
-    let diagnostics = systemd_verify(dir.path(), "agentchat-listen-team.alpha.service", &unit);
+    let diagnostics = systemd_verify(dir.path(), "agentchat-listen@team.alpha.service", &unit);
     assert!(diagnostics.is_empty(), "{diagnostics}\n{unit}");
     assert!(unit.contains("\"--profile\" \"team.alpha\""), "{unit}");
     let plist = print_unit(&["--kind", "launchd", "--profile", "team.alpha"]);
@@ -311,7 +347,7 @@ fn the_systemd_unit_does_not_restart_on_a_config_error_or_a_listener_already_run
     // The exit codes systemd treats as failures are exactly the ones it must not loop on.
     assert!(unit.lines().any(|l| l == "Restart=on-failure"), "{unit}");
     let dir = tempfile::tempdir().unwrap();
-    let diagnostics = systemd_verify(dir.path(), "agentchat-listen.service", &unit);
+    let diagnostics = systemd_verify(dir.path(), "agentchat-listen@default.service", &unit);
     assert!(diagnostics.is_empty(), "{diagnostics}\n{unit}");
 }
 
@@ -367,24 +403,35 @@ fn install_without_a_user_manager_writes_nothing_and_says_what_to_do() {
         assert!(stderr.contains("does not run systemd"), "{stderr}");
     }
     assert!(!stdout.contains("wrote"), "{stdout}");
-    assert!(!units.join("agentchat-listen.service").exists());
+    assert!(
+        !units
+            .join("agentchat-listen@default.service.d/install.conf")
+            .exists()
+    );
+    assert!(!units.join("agentchat-listen@.service").exists());
 
     // An earlier unit (written by hand, or by an install that could not start it) stays as it was.
-    std::fs::create_dir_all(&units).unwrap();
-    std::fs::write(units.join("agentchat-listen.service"), "# earlier\n").unwrap();
+    std::fs::create_dir_all(units.join("agentchat-listen@default.service.d")).unwrap();
+    std::fs::write(
+        units.join("agentchat-listen@default.service.d/install.conf"),
+        "# earlier\n",
+    )
+    .unwrap();
     let out = without_user_manager(home.path(), &["install", "--kind", "systemd"], None, &[]);
     assert_eq!(out.status.code(), Some(1));
     assert_eq!(
-        std::fs::read_to_string(units.join("agentchat-listen.service")).unwrap(),
+        std::fs::read_to_string(units.join("agentchat-listen@default.service.d/install.conf"))
+            .unwrap(),
         "# earlier\n"
     );
 
     // `service status` says the unit is only written, and that no manager runs it.
     let out = without_user_manager(home.path(), &["status", "--kind", "systemd"], None, &[]);
     let stdout = text(&out.stdout);
-    assert!(out.status.success(), "{}", text(&out.stderr));
+    // systemctl's codes: 3 "not running" (nothing runs it), 4 once no unit is written.
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out.stderr));
     assert!(
-        stdout.contains("agentchat-listen.service (written)"),
+        stdout.contains("agentchat-listen@default.service.d/install.conf (written)"),
         "{stdout}"
     );
     assert!(
@@ -420,7 +467,10 @@ fn an_install_the_manager_refuses_leaves_the_unit_as_it_was_before() {
     let path = format!("{}:/usr/bin:/bin", home.path().join("bin").display());
     let unit = home
         .path()
-        .join(".config/systemd/user/agentchat-listen.service");
+        .join(".config/systemd/user/agentchat-listen@default.service.d/install.conf");
+    let template = home
+        .path()
+        .join(".config/systemd/user/agentchat-listen@.service");
 
     // No unit before: none after.
     let out = without_user_manager(
@@ -436,8 +486,10 @@ fn an_install_the_manager_refuses_leaves_the_unit_as_it_was_before() {
         "{stderr}"
     );
     assert!(!unit.exists(), "the refused unit was left behind");
+    assert!(!template.exists(), "the refused template was left behind");
 
     // A unit before: the same bytes after.
+    std::fs::create_dir_all(unit.parent().unwrap()).unwrap();
     std::fs::write(&unit, "# the earlier unit\n").unwrap();
     let out = without_user_manager(
         home.path(),
@@ -461,7 +513,7 @@ fn an_install_the_manager_refuses_leaves_the_unit_as_it_was_before() {
         [
             "--user show-environment",
             "--user daemon-reload",
-            "--user enable --now agentchat-listen.service",
+            "--user enable --now agentchat-listen@default.service",
             "--user daemon-reload"
         ],
         "{calls:?}"
@@ -564,7 +616,7 @@ fn the_unit_carries_the_xdg_dirs_and_a_path_without_duplicates() {
         ],
         "{unit}"
     );
-    let diagnostics = systemd_verify(dir.path(), "agentchat-listen.service", &unit);
+    let diagnostics = systemd_verify(dir.path(), "agentchat-listen@default.service", &unit);
     assert!(diagnostics.is_empty(), "{diagnostics}\n{unit}");
 
     let plist = print_unit_env(&["--kind", "launchd"], &env);
@@ -604,7 +656,12 @@ fn service_status_tells_written_enabled_and_running_apart() {
     let path = format!("{}:/usr/bin:/bin", home.path().join("bin").display());
     let units = home.path().join(".config/systemd/user");
     std::fs::create_dir_all(&units).unwrap();
-    std::fs::write(units.join("agentchat-listen.service"), "# written\n").unwrap();
+    std::fs::create_dir_all(units.join("agentchat-listen@default.service.d")).unwrap();
+    std::fs::write(
+        units.join("agentchat-listen@default.service.d/install.conf"),
+        "# written\n",
+    )
+    .unwrap();
     let out = without_user_manager(
         home.path(),
         &["status", "--kind", "systemd"],
@@ -612,12 +669,104 @@ fn service_status_tells_written_enabled_and_running_apart() {
         &[],
     );
     let stdout = text(&out.stdout);
-    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out.stderr));
     assert!(
-        stdout.contains("agentchat-listen.service (written)"),
+        stdout.contains("agentchat-listen@default.service.d/install.conf (written)"),
         "{stdout}"
     );
     assert!(stdout.contains("enabled: yes (enabled)"), "{stdout}");
     assert!(stdout.contains("running: no (failed)"), "{stdout}");
     assert!(stdout.contains("Active: failed"), "{stdout}");
+}
+
+#[test]
+fn service_status_of_a_profile_with_no_unit_exits_4_like_systemctl() {
+    let home = tempfile::tempdir().unwrap();
+    let out = without_user_manager(home.path(), &["status", "--kind", "systemd"], None, &[]);
+    assert_eq!(out.status.code(), Some(4), "{}", text(&out.stdout));
+    assert!(text(&out.stdout).contains("(not written)"));
+}
+
+#[cfg(target_os = "linux")]
+#[test]
+fn install_with_launchd_on_linux_writes_nothing_and_creates_no_launch_agents_dir() {
+    let home = tempfile::tempdir().unwrap();
+    let (_d, config) = config_in("[listen]\nruntime = \"script\"\ncommand = [\"/bin/true\"]\n");
+    let config = config.display().to_string();
+    for args in [
+        &["install", "--kind", "launchd", "--config", &config][..],
+        &["uninstall", "--kind", "launchd"][..],
+    ] {
+        let out = without_user_manager(home.path(), args, None, &[]);
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{stderr}");
+        assert!(stderr.contains("nothing was written"), "{stderr}");
+        assert!(
+            !home.path().join("Library").exists(),
+            "{args:?} left ~/Library behind"
+        );
+    }
+}
+
+#[test]
+fn install_replaces_an_earlier_per_profile_unit_and_uninstall_all_removes_every_profiles_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_c, config) = config_in("[profiles.two]\n[profiles.three]\n");
+    let config = config.to_str().unwrap();
+    std::fs::write(dir.path().join("agentchat-listen-two.service"), "# old\n").unwrap();
+    let out = agentchat(
+        &[
+            "service", "install", "--all", "--kind", "systemd", "--config", config,
+        ],
+        Some(dir.path()),
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(!dir.path().join("agentchat-listen-two.service").exists());
+    let mut names: Vec<String> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    assert_eq!(
+        names,
+        [
+            "agentchat-listen@.service",
+            "agentchat-listen@default.service.d",
+            "agentchat-listen@three.service.d",
+            "agentchat-listen@two.service.d"
+        ]
+    );
+    // The template is written as shipped, the same for every profile.
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("agentchat-listen@.service")).unwrap(),
+        include_str!("../../systemd/agentchat-listen@.service")
+    );
+    // One profile leaves: the template stays for the others.
+    let out = agentchat(
+        &[
+            "service",
+            "uninstall",
+            "--kind",
+            "systemd",
+            "--profile",
+            "two",
+        ],
+        Some(dir.path()),
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(dir.path().join("agentchat-listen@.service").exists());
+    let out = agentchat(
+        &[
+            "service",
+            "uninstall",
+            "--all",
+            "--kind",
+            "systemd",
+            "--config",
+            config,
+        ],
+        Some(dir.path()),
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
 }

@@ -252,7 +252,7 @@ async fn status_all_shows_every_configured_profile_and_live_locks_and_exits_0_on
         work["service"]
             .as_str()
             .unwrap()
-            .starts_with("agentchat-listen-work.service: service manager not asked"),
+            .starts_with("agentchat-listen@work.service: service manager not asked"),
         "{work}"
     );
     assert_eq!(row(&doc, "extra")["configured"], false);
@@ -310,12 +310,15 @@ async fn service_install_all_writes_one_unit_per_configured_profile() {
     assert_eq!(
         units,
         [
-            "agentchat-listen-ops.service",
-            "agentchat-listen-work.service",
-            "agentchat-listen.service"
+            "agentchat-listen@.service",
+            "agentchat-listen@default.service.d",
+            "agentchat-listen@ops.service.d",
+            "agentchat-listen@work.service.d"
         ]
     );
-    let work = std::fs::read_to_string(home.join("units/agentchat-listen-work.service")).unwrap();
+    let work =
+        std::fs::read_to_string(home.join("units/agentchat-listen@work.service.d/install.conf"))
+            .unwrap();
     assert!(
         work.contains(r#""listen" "--profile" "work" "--config""#),
         "{work}"
