@@ -330,6 +330,68 @@ mod tests {
         assert!(!ApiError::Refused(401).is_transient());
     }
 
+    /// A loopback server that answers every request with `head` and then `body_len` bytes of `x`.
+    async fn answering(head: &'static str, body_len: usize) -> Api {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        crate::sys::tls::install_crypto_provider();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        tokio::spawn(async move {
+            while let Ok((mut c, _)) = listener.accept().await {
+                tokio::spawn(async move {
+                    let mut buf = [0u8; 4096];
+                    let _ = c.read(&mut buf).await;
+                    let _ = c.write_all(head.as_bytes()).await;
+                    let _ = c.write_all(&vec![b'x'; body_len]).await;
+                });
+            }
+        });
+        Api::new(
+            &format!("http://127.0.0.1:{port}"),
+            SecretString::from("ac_secret".to_string()),
+        )
+        .unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_body_over_its_routes_cap_is_refused_by_its_length_and_an_error_page_is_judged_by_its_start()
+     {
+        // A 2xx that declares more than the route allows: refused before a byte is read.
+        let api = answering(
+            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 70000\r\n\r\n",
+            70_000,
+        )
+        .await;
+        let e = api.me().await.unwrap_err();
+        assert_eq!(
+            e,
+            ApiError::TooLarge {
+                route: "GET /v1/agents/me",
+                status: 200,
+                read: 0,
+                cap: 64 * 1024
+            }
+        );
+        assert!(e.is_misconfiguration() && !e.is_transient());
+        assert_eq!(
+            e.to_string(),
+            "answered GET /v1/agents/me with HTTP 200 and a body over its 64 KiB cap (dropped after 0 B read): not an AgentChat answer"
+        );
+        // A proxy's 502 page far over the error cap: still a 502, worth another try.
+        let api = answering(
+            "HTTP/1.1 502 Bad Gateway\r\ncontent-type: text/html\r\nconnection: close\r\n\r\n",
+            300_000,
+        )
+        .await;
+        assert_eq!(
+            api.me().await.unwrap_err(),
+            ApiError::Status {
+                status: 502,
+                code: String::new()
+            }
+        );
+    }
+
     #[tokio::test]
     async fn a_closed_port_is_connection_refused_said_once() {
         crate::sys::tls::install_crypto_provider();
