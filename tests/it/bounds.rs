@@ -257,3 +257,46 @@ async fn an_api_base_ending_in_v1_reaches_the_server_and_doctor_says_it_was_drop
     );
     assert!(!stdout.contains(&bob.key), "{stdout}");
 }
+
+/// doctor runs the runtime's CLI (`--version`, its login check): one that floods its output is
+/// kept to its first 64 KiB per stream and stopped at the probe's time limit, under a 1 GiB
+/// address-space cap (today's main kept every byte, about a gigabyte a second).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn doctor_keeps_a_flooding_clis_output_to_its_cap() {
+    let dir = tempfile::tempdir().unwrap();
+    let cli = dir.path().join("claude");
+    std::fs::write(&cli, "#!/bin/sh\nexec yes 'flood flood flood'\n").unwrap();
+    std::fs::set_permissions(&cli, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    std::fs::write(
+        dir.path().join("config.toml"),
+        format!(
+            "[listen]\nruntime = \"claude-code\"\n[listen.claude]\nbinary = \"{}\"\n",
+            cli.display()
+        ),
+    )
+    .unwrap();
+    let mut cmd = std::process::Command::new(BIN);
+    cmd.arg("doctor")
+        .arg("--config")
+        .arg(dir.path().join("config.toml"))
+        .arg("--state-dir")
+        .arg(dir.path().join("state"))
+        .env("HOME", dir.path())
+        .env("AGENTCHAT_SERVICE_DIR", dir.path().join("units"))
+        .env_remove("AGENTCHAT_API_KEY")
+        .env_remove("AGENTCHAT_API_BASE")
+        .env_remove("AGENTCHAT_STATE_DIR")
+        .env_remove("AGENTCHAT_CONFIG");
+    cap_memory(&mut cmd);
+    let out = tokio::task::spawn_blocking(move || cmd.output().unwrap())
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.lines().any(|l| l.contains("runtime:")),
+        "doctor ended without its runtime check (code {:?}): {stdout}\n{}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.len() < 64 * 1024, "{} bytes of output", stdout.len());
+}
