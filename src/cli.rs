@@ -44,7 +44,8 @@ Exit codes:
   0   stopped by SIGTERM/SIGINT; AGENTCHAT_INTEGRATION=off; --once: nothing waited or the run
       completed
   1   --once: could not connect, read the tray or find texts, a handle mismatch, or the run failed
-  75  another listener holds the profile's lock (EX_TEMPFAIL; the systemd unit does not restart)
+  75  another listener holds the profile's lock, or serves the same agent on this machine
+      (EX_TEMPFAIL; the systemd unit does not restart)
   78  the config cannot work (EX_CONFIG; the systemd unit does not restart on it)
   Under launchd 75 and 78 exit 0 instead, or KeepAlive would restart them.
 

@@ -243,9 +243,11 @@ pub fn path_segment(id: &str) -> Option<String> {
     Some(out)
 }
 
-/// `Retry-After` as integer seconds (the form the server sends).
+/// `Retry-After` as delta-seconds or an HTTP-date, from now, at most an hour
+/// (`core::reconnect::retry_after_header`).
 pub fn parse_retry_after_header(v: &str) -> Option<Duration> {
-    v.trim().parse::<u64>().ok().map(Duration::from_secs)
+    let now = crate::sys::time::unix_ms(std::time::SystemTime::now());
+    crate::core::reconnect::retry_after_header(v, now)
 }
 
 /// 8-128 chars of `[A-Za-z0-9_-]`, stable per invite so a retried dismiss is one dismiss.

@@ -1,7 +1,7 @@
 //! The config's I/O: the process environment, the config file and the key file, then `resolve`.
 
 use super::{ConfigArgs, ConfigError, KeySource, Settings, env, resolve};
-use secrecy::SecretString;
+use secrecy::{ExposeSecret, SecretString};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
@@ -39,6 +39,19 @@ pub fn load_with_env(
     absolute_from_cwd(&mut settings);
     if let KeySource::File(path) = &settings.key_source {
         settings.api_key = Some(read_key_file(path)?);
+    }
+    let named = match &settings.key_source {
+        KeySource::Env => Some("AGENTCHAT_API_KEY"),
+        KeySource::Config => Some("api_key"),
+        KeySource::File(_) | KeySource::Missing => None,
+    };
+    if let (Some(key), Some(named)) = (&settings.api_key, named)
+        && let Some(problem) = key_characters_problem(key.expose_secret())
+    {
+        return Err(ConfigError::BadValue {
+            key: named.to_string(),
+            problem: format!("it {problem}"),
+        });
     }
     Ok(settings)
 }
@@ -146,5 +159,19 @@ pub fn read_key_file(path: &Path) -> Result<SecretString, ConfigError> {
     if key.is_empty() {
         return Err(problem("is empty".into()));
     }
+    if let Some(why) = key_characters_problem(key) {
+        return Err(problem(why.to_string()));
+    }
     Ok(SecretString::from(key.to_string()))
+}
+
+/// A key is one token of visible ASCII (it travels in the `Authorization` header, contract 3.4):
+/// a control character, a space or a non-ASCII character inside it (a stray `\x01`, a second
+/// line, a BOM) is a mistake no retry fixes, so it is a config error, said without the key.
+fn key_characters_problem(key: &str) -> Option<&'static str> {
+    let bad = key.bytes().any(|b| !(0x21..=0x7e).contains(&b));
+    bad.then_some(
+        "holds characters an API key cannot have (a control character, a space, a line break \
+         or a non-ASCII character); write the key alone on one line",
+    )
 }

@@ -17,6 +17,9 @@ pub enum WakeCause {
     Invite,
     /// The socket (re)connected.
     Connected,
+    /// A wake the listener gives itself (`core::status::ListenerWake`): a way out of a state
+    /// in which no run could start, or a tray left cut short.
+    Listener(super::status::ListenerWake),
 }
 
 impl WakeCause {
@@ -27,6 +30,7 @@ impl WakeCause {
             WakeCause::Wake(r) => r.clone(),
             WakeCause::Invite => "invite".into(),
             WakeCause::Connected => "connect".into(),
+            WakeCause::Listener(w) => w.as_str().into(),
         }
     }
 }

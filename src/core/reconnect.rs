@@ -11,8 +11,12 @@ pub const BUDGET_CAP_S: u64 = 3_600;
 pub const BACKOFF_BASE: Duration = Duration::from_secs(1);
 pub const BACKOFF_CAP: Duration = Duration::from_secs(60);
 pub const STABLE_AFTER: Duration = Duration::from_secs(30);
-/// How long to wait after a refused key before trying again (`docs/decisions.md`).
+/// The refused-key retry's ceiling: a key refused again and again is tried every 5-10 min
+/// (`docs/decisions.md`).
 pub const KEY_REFUSED_RETRY: Duration = Duration::from_secs(600);
+/// The refused-key retry's first ceiling: a key refused for a moment (a rotation, a server
+/// restart) is tried again within seconds, not minutes.
+pub const KEY_RETRY_FIRST: Duration = Duration::from_secs(2);
 
 /// What a close (or failed connect) means for the next attempt.
 #[derive(Debug, Clone, PartialEq)]
@@ -96,6 +100,30 @@ pub fn parse_retry_after(reason: &str) -> Option<u64> {
     None
 }
 
+/// The longest `Retry-After` honoured: the connect budget's cap (contract 3.4), so a server's
+/// answer can hold a retry back an hour at most.
+pub const RETRY_AFTER_HEADER_CAP: Duration = Duration::from_secs(BUDGET_CAP_S);
+
+/// An HTTP `Retry-After` value (RFC 9110 10.2.3): delta-seconds (`120`) or an HTTP-date
+/// (`Fri, 31 Dec 1999 23:59:59 GMT`, and the two obsolete forms recipients must read), the
+/// wait from `now_unix_ms`. A date in the past waits nothing; either form is capped at
+/// `RETRY_AFTER_HEADER_CAP`. `None` for anything else (the caller's default applies).
+pub fn retry_after_header(value: &str, now_unix_ms: u64) -> Option<Duration> {
+    let v = value.trim();
+    if !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()) {
+        // All digits: delta-seconds; too many for u64 saturates (then the cap).
+        let secs = v.parse::<u64>().unwrap_or(u64::MAX);
+        return Some(Duration::from_secs(secs).min(RETRY_AFTER_HEADER_CAP));
+    }
+    let at = httpdate::parse_http_date(v).ok()?;
+    let at_ms = at
+        .duration_since(std::time::UNIX_EPOCH)
+        .ok()?
+        .as_millis()
+        .min(u128::from(u64::MAX)) as u64;
+    Some(Duration::from_millis(at_ms.saturating_sub(now_unix_ms)).min(RETRY_AFTER_HEADER_CAP))
+}
+
 fn is_word_byte(b: u8) -> bool {
     b.is_ascii_alphanumeric() || b == b'_' || b == b'-'
 }
@@ -137,7 +165,8 @@ fn unit(rand01: f64) -> f64 {
     }
 }
 
-/// The budget delay: clamp(s, 1 s, 1 h) plus 0-10 % above it, never less.
+/// The budget delay: clamp(s, 1 s, 1 h) plus 0-10 % above it, never less and never more
+/// (contract 3.4). This is the whole wait after a budget refusal (`delay_after`).
 pub fn budget_delay(retry_after_s: u64, rand01: f64) -> Duration {
     let base = retry_after_s.clamp(BUDGET_FLOOR_S, BUDGET_CAP_S);
     let jitter = base as f64 * 0.10 * unit(rand01);
@@ -149,9 +178,14 @@ pub fn budget_delay(retry_after_s: u64, rand01: f64) -> Duration {
 /// The n-th delay (from 0) is drawn from [c/2, c] with c = min(2^n s, 60 s), and is never below
 /// 1 s: so 1 s, then 1-2 s, 2-4 s, ... up to 30-60 s. Drawing below the ceiling spreads many
 /// listeners that lost the server at once.
+///
+/// It also keeps the refused-key retry (`next_key_delay`): 2 s doubling to the ceiling the
+/// caller passes (10 min by default), each drawn from [c/2, c] the same way, reset when the key
+/// is accepted (`key_accepted`).
 #[derive(Debug, Clone, Default)]
 pub struct Backoff {
     attempt: u32,
+    key_attempt: u32,
 }
 
 impl Backoff {
@@ -174,6 +208,33 @@ impl Backoff {
     pub fn attempt(&self) -> u32 {
         self.attempt
     }
+
+    /// The wait after a refused key: the n-th (from 0) drawn from [c/2, c] with
+    /// c = min(2 s * 2^n, `ceiling`), never below 1 s nor above `ceiling`. So 1-2 s, 2-4 s, ...
+    /// and 5-10 min from the ninth on: a key refused for a moment is tried again in seconds, a
+    /// wrong key costs the server an attempt every few minutes. Within the connect budget
+    /// (contract 3.4: 20 connects a minute per agent): at most six attempts in the first minute.
+    /// `scale` divides it (the test time scale), as `scaled` does.
+    pub fn next_key_delay(&mut self, ceiling: Duration, rand01: f64, scale: f64) -> Duration {
+        let c = KEY_RETRY_FIRST
+            .saturating_mul(1u32 << self.key_attempt.min(16))
+            .min(KEY_REFUSED_RETRY);
+        self.key_attempt = self.key_attempt.saturating_add(1);
+        let factor = 0.5 + 0.5 * unit(rand01);
+        let d = c.mul_f64(factor).max(Duration::from_secs(1));
+        scaled(d, scale).min(ceiling)
+    }
+
+    /// The key was accepted (the server answered who we are, or the socket came up): the next
+    /// refusal starts again at seconds.
+    pub fn key_accepted(&mut self) {
+        self.key_attempt = 0;
+    }
+
+    /// How many refused-key delays were drawn since the key was last accepted.
+    pub fn key_attempt(&self) -> u32 {
+        self.key_attempt
+    }
 }
 
 /// A delay under a test time scale: `d` divided by `factor`, at least 1 ms, at most a day. A
@@ -189,21 +250,20 @@ pub fn scaled(d: Duration, factor: f64) -> Duration {
         .clamp(Duration::from_millis(1), Duration::from_secs(86_400))
 }
 
-/// The delay before reconnecting after `kind`, given the ordinary backoff state.
-/// `KeyRefused` waits `key_refused_retry` (10 min by default).
+/// The delay before reconnecting after `kind`, given the backoff state.
+/// `KeyRefused` waits the refused-key retry (`Backoff::next_key_delay`), seconds growing to
+/// `key_refused_retry` (10 min by default).
 ///
-/// The budget waits its delay, and at least the ordinary backoff too, which the refusal advances
-/// like any failed connect. The budget counts refused attempts as well (contract 3.4), so a
-/// server whose `retry_after` names only when the oldest attempt leaves the minute refuses the
-/// retry again, and each refusal fills the minute anew: obeying such hints to the second would
-/// retry at their pace for as long as they keep coming. The growing backoff lets the minute drain.
-/// The first refusal after a settled connection waits the hint alone (the backoff's first delay
-/// is 1 s, the hint's floor).
+/// The budget waits exactly its delay (`budget_delay`: the hint, floor 1 s, cap 1 h, plus 0-10 %
+/// above, never less and never more: contract 3.4), however many refusals came before it. The
+/// refusal still advances the ordinary backoff like any failed connect, so a socket that comes up
+/// and drops at once after a refusal waits longer, but the ordinary backoff never stretches the
+/// server's delay (`docs/decisions.md`, "Socket and reconnect").
 ///
-/// `backoff_scale` divides the ordinary backoff's delay (`scaled`), wherever it is waited: after
-/// an ordinary close or an upgrade-required one, and as the part a budget refusal waits besides
-/// its hint. The hint itself is never scaled: it is the server's, and no attempt comes before
-/// `retry_after` seconds have passed (contract 3.4), whatever the scale.
+/// `backoff_scale` divides the ordinary backoff's delay (`scaled`) after an ordinary close or an
+/// upgrade-required one, and the refused-key retry. The budget's hint is never scaled: it is the
+/// server's, and no attempt comes before `retry_after` seconds have passed (contract 3.4),
+/// whatever the scale.
 pub fn delay_after(
     kind: &CloseKind,
     backoff: &mut Backoff,
@@ -211,11 +271,47 @@ pub fn delay_after(
     rand01: f64,
     backoff_scale: f64,
 ) -> Duration {
-    let mut ordinary = || scaled(backoff.next_delay(rand01), backoff_scale);
     match kind {
-        CloseKind::Budget { retry_after_s } => budget_delay(*retry_after_s, rand01).max(ordinary()),
-        CloseKind::KeyRefused => key_refused_retry,
-        CloseKind::UpgradeRequired | CloseKind::Ordinary => ordinary(),
+        CloseKind::Budget { retry_after_s } => {
+            backoff.next_delay(rand01);
+            budget_delay(*retry_after_s, rand01)
+        }
+        CloseKind::KeyRefused => backoff.next_key_delay(key_refused_retry, rand01, backoff_scale),
+        CloseKind::UpgradeRequired | CloseKind::Ordinary => {
+            scaled(backoff.next_delay(rand01), backoff_scale)
+        }
+    }
+}
+
+/// How much further the wall clock may move than the monotonic one between two looks before
+/// it counts as a jump: more than an NTP step usually is, less than a short sleep.
+pub const CLOCK_JUMP: Duration = Duration::from_secs(5);
+
+/// Tells a sleep from the clocks: the monotonic clock (what the idle watchdog's timer runs on)
+/// stands still while a machine sleeps, the wall clock does not. When the wall clock moved more
+/// than `CLOCK_JUMP` further than the monotonic one since the last look, time passed that no
+/// timer saw: the socket may be dead without the watchdog knowing, so it is probed at once.
+/// Both clocks are injected in milliseconds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClockWatch {
+    wall_ms: u64,
+    mono_ms: u64,
+}
+
+impl ClockWatch {
+    pub fn new(wall_ms: u64, mono_ms: u64) -> ClockWatch {
+        ClockWatch { wall_ms, mono_ms }
+    }
+
+    /// Looks at both clocks again: the unseen time when the wall clock jumped ahead by more than
+    /// `CLOCK_JUMP` beyond the monotonic clock, else `None`. Either way the next look counts
+    /// from now. A wall clock set back is no sleep: `None`.
+    pub fn look(&mut self, wall_ms: u64, mono_ms: u64) -> Option<Duration> {
+        let wall = wall_ms.saturating_sub(self.wall_ms);
+        let mono = mono_ms.saturating_sub(self.mono_ms);
+        *self = ClockWatch::new(wall_ms, mono_ms);
+        let unseen = Duration::from_millis(wall.saturating_sub(mono));
+        (unseen > CLOCK_JUMP).then_some(unseen)
     }
 }
 
@@ -244,6 +340,78 @@ mod tests {
             Some(u64::MAX)
         );
         assert_eq!(parse_retry_after("retry_after=x; retry_after=9"), Some(9));
+    }
+
+    /// Issue 17 item 16: an HTTP-date `Retry-After` was read as the 5 s default.
+    #[test]
+    fn retry_after_header_reads_seconds_and_http_dates_bounded() {
+        // Sun, 06 Nov 1994 08:49:37 GMT
+        let now = 784_111_777_000;
+        assert_eq!(retry_after_header(" 7 ", now), Some(Duration::from_secs(7)));
+        assert_eq!(retry_after_header("0", now), Some(Duration::ZERO));
+        assert_eq!(
+            retry_after_header("99999999999999999999999", now),
+            Some(RETRY_AFTER_HEADER_CAP)
+        );
+        assert_eq!(
+            retry_after_header("Sun, 06 Nov 1994 08:50:17 GMT", now),
+            Some(Duration::from_secs(40))
+        );
+        // The obsolete RFC 850 and asctime forms.
+        assert_eq!(
+            retry_after_header("Sunday, 06-Nov-94 08:50:17 GMT", now),
+            Some(Duration::from_secs(40))
+        );
+        assert_eq!(
+            retry_after_header("Sun Nov  6 08:50:17 1994", now),
+            Some(Duration::from_secs(40))
+        );
+        // A fraction of a second before the date still waits what is left.
+        assert_eq!(
+            retry_after_header("Sun, 06 Nov 1994 08:49:38 GMT", now + 250),
+            Some(Duration::from_millis(750))
+        );
+        // A date in the past waits nothing; one far ahead waits the cap.
+        assert_eq!(
+            retry_after_header("Sun, 06 Nov 1994 08:00:00 GMT", now),
+            Some(Duration::ZERO)
+        );
+        assert_eq!(
+            retry_after_header("Fri, 31 Dec 9999 23:59:59 GMT", now),
+            Some(RETRY_AFTER_HEADER_CAP)
+        );
+        for garbage in [
+            "soon",
+            "",
+            "-5",
+            "1.5",
+            "7s",
+            "Sun, 32 Nov 1994 08:49:37 GMT",
+        ] {
+            assert_eq!(retry_after_header(garbage, now), None, "{garbage:?}");
+        }
+    }
+
+    /// Issue 17 item 18: a sleep (the wall clock ran on, the monotonic clock stood still) is
+    /// seen at the next look; ordinary drift, a clock set back, or both clocks moving together
+    /// are not.
+    #[test]
+    fn a_wall_clock_jump_beyond_the_monotonic_clock_is_seen_once() {
+        let mut w = ClockWatch::new(1_000_000, 50);
+        // Ten seconds on both clocks: no jump.
+        assert_eq!(w.look(1_010_000, 10_050), None);
+        // A little drift (an NTP slew) is none either.
+        assert_eq!(w.look(1_020_500, 20_050), None);
+        // Ten minutes asleep: the wall clock moved 602 s, the monotonic 2 s.
+        assert_eq!(w.look(1_622_500, 22_050), Some(Duration::from_secs(600)));
+        // Seen once: the next look counts from there.
+        assert_eq!(w.look(1_632_500, 32_050), None);
+        // The wall clock set back 1,000 s: no sleep.
+        assert_eq!(w.look(1_632_500 - 1_000_000, 42_050), None);
+        // Exactly the threshold is not over it; a step past it is.
+        let mut w = ClockWatch::new(0, 0);
+        assert_eq!(w.look(5_000, 0), None);
+        assert_eq!(w.look(10_001, 0), Some(Duration::from_millis(5_001)));
     }
 
     #[test]
@@ -302,7 +470,8 @@ mod tests {
         assert_eq!(b.attempt(), 1, "a budget refusal is a failed connect");
         assert_eq!(
             delay_after(&CloseKind::KeyRefused, &mut b, ten_min, 0.0, 1.0),
-            ten_min
+            Duration::from_secs(1),
+            "a refused key first waits seconds"
         );
         assert_eq!(
             delay_after(&CloseKind::UpgradeRequired, &mut b, ten_min, 0.0, 1.0),
@@ -311,27 +480,89 @@ mod tests {
         assert_eq!(b.attempt(), 2);
     }
 
+    /// Issue 17 item 7: eight `retry_after=1` refusals in a row waited 1.0, 1.7, 3.6, 6.1, 11.6,
+    /// 25.0, 48.5 s, the ordinary backoff stretching the server's delay. Each must wait the hint
+    /// (floor 1 s) plus 0-10 %, never less and never more, however many came before.
     #[test]
-    fn budget_refusals_that_keep_coming_wait_the_growing_backoff_never_less_than_the_hint() {
+    fn budget_refusals_in_a_row_each_wait_the_hint_plus_at_most_ten_percent() {
+        for r in [0.0, 0.5, 0.999_999] {
+            for s in [0u64, 1, 7, 3_600, 7_200] {
+                let mut b = Backoff::default();
+                let base = Duration::from_secs(s.clamp(1, 3_600));
+                let hint = CloseKind::Budget { retry_after_s: s };
+                for n in 0..12 {
+                    let d = delay_after(&hint, &mut b, KEY_REFUSED_RETRY, r, 1.0);
+                    assert!(
+                        d >= base && d <= base.mul_f64(1.1),
+                        "refusal {n} of retry_after={s} at {r}: {d:?}"
+                    );
+                }
+                assert_eq!(b.attempt(), 12, "each refusal is a failed connect");
+            }
+        }
+        // After refusals, an ordinary close waits the grown backoff: the refusals counted.
         let mut b = Backoff::default();
-        let hint = CloseKind::Budget { retry_after_s: 1 };
-        let waits: Vec<Duration> = (0..8)
-            .map(|_| delay_after(&hint, &mut b, KEY_REFUSED_RETRY, 0.999_999, 1.0))
-            .collect();
-        assert!(waits.iter().all(|w| *w >= Duration::from_secs(1)));
-        assert!(
-            waits[0] < Duration::from_secs(2),
-            "the first waits the hint: {waits:?}"
+        for _ in 0..6 {
+            delay_after(
+                &CloseKind::Budget { retry_after_s: 1 },
+                &mut b,
+                KEY_REFUSED_RETRY,
+                0.0,
+                1.0,
+            );
+        }
+        assert_eq!(
+            delay_after(&CloseKind::Ordinary, &mut b, KEY_REFUSED_RETRY, 0.0, 1.0),
+            Duration::from_secs(30)
         );
-        assert!(
-            waits[6] > Duration::from_secs(60) - Duration::from_millis(1),
-            "the seventh waits the backoff's cap, not the 1 s hint: {waits:?}"
-        );
-        // A long hint is never cut short by a small backoff.
-        let mut fresh = Backoff::default();
+        // A long hint is never cut short.
         let long = CloseKind::Budget { retry_after_s: 300 };
         assert!(
-            delay_after(&long, &mut fresh, KEY_REFUSED_RETRY, 0.0, 1.0) >= Duration::from_secs(300)
+            delay_after(&long, &mut Backoff::default(), KEY_REFUSED_RETRY, 0.0, 1.0)
+                >= Duration::from_secs(300)
+        );
+    }
+
+    /// Issue 17 item 4: a key refused for a moment is tried again in seconds; a key refused on
+    /// and on grows to the 10-minute ceiling; an accepted key starts again at seconds.
+    #[test]
+    fn a_refused_key_is_retried_from_seconds_growing_to_the_ten_minute_ceiling() {
+        let mut top = Backoff::default();
+        let mut bottom = Backoff::default();
+        let key = CloseKind::KeyRefused;
+        let mut waited_first_minute = (Duration::ZERO, 0);
+        for n in 0..14u32 {
+            let hi = delay_after(&key, &mut top, KEY_REFUSED_RETRY, 0.999_999, 1.0);
+            let lo = delay_after(&key, &mut bottom, KEY_REFUSED_RETRY, 0.0, 1.0);
+            let c = (KEY_RETRY_FIRST * 2u32.pow(n.min(16))).min(KEY_REFUSED_RETRY);
+            assert!(hi <= c && hi > c.mul_f64(0.99), "{n}: {hi:?} under {c:?}");
+            assert_eq!(lo, (c / 2).max(Duration::from_secs(1)), "{n}");
+            if waited_first_minute.0 < Duration::from_secs(60) {
+                waited_first_minute.0 += lo;
+                waited_first_minute.1 += 1;
+            }
+        }
+        assert!(
+            waited_first_minute.1 <= 7,
+            "within the per-agent budget of 20 a minute, drawing low: {waited_first_minute:?}"
+        );
+        assert_eq!(
+            delay_after(&key, &mut top, KEY_REFUSED_RETRY, 0.999_999, 1.0),
+            KEY_REFUSED_RETRY.mul_f64(0.999_999_5),
+        );
+        top.key_accepted();
+        assert_eq!(top.key_attempt(), 0);
+        assert!(delay_after(&key, &mut top, KEY_REFUSED_RETRY, 0.999_999, 1.0) <= KEY_RETRY_FIRST);
+        // The ordinary backoff and the key's are apart.
+        assert_eq!(top.attempt(), 0);
+        // A smaller ceiling (the listener's scaled one) caps it; a scale divides it.
+        let mut b = Backoff::default();
+        for _ in 0..12 {
+            assert!(b.next_key_delay(Duration::from_secs(5), 0.999, 1.0) <= Duration::from_secs(5));
+        }
+        assert_eq!(
+            Backoff::default().next_key_delay(KEY_REFUSED_RETRY, 0.0, 1000.0),
+            Duration::from_millis(1)
         );
     }
 
@@ -360,17 +591,16 @@ mod tests {
             "the same state unscaled waits the cap"
         );
 
-        // A refusal at the cap waits its hint, not the unscaled cap: the ordinary part it also
-        // waits is scaled. The hint is never scaled: at least 5 s, at most its 10 % jitter above.
+        // A refusal waits its hint, scaled or not: at least 5 s, at most its 10 % jitter above.
         let hint = CloseKind::Budget { retry_after_s: 5 };
         for r in [0.0, 0.5, 0.999_999] {
-            let d = delay_after(&hint, &mut b, ten_min, r, fast);
-            assert!(
-                d >= Duration::from_secs(5) && d <= Duration::from_millis(5_500),
-                "{r}: {d:?}"
-            );
-            let mut unscaled = b.clone();
-            assert!(delay_after(&hint, &mut unscaled, ten_min, r, 1.0) >= Duration::from_secs(30));
+            for scale in [fast, 1.0] {
+                let d = delay_after(&hint, &mut b, ten_min, r, scale);
+                assert!(
+                    d >= Duration::from_secs(5) && d <= Duration::from_millis(5_500),
+                    "{r} at {scale}: {d:?}"
+                );
+            }
         }
         // However large the scale, the hint and its 1 s floor hold.
         for scale in [1e6, 1e300, f64::MAX] {
@@ -385,10 +615,18 @@ mod tests {
                 assert_eq!(d, Duration::from_secs(s.clamp(1, 3_600)), "{s} at {scale}");
             }
         }
-        // A refused key waits what the caller passes (the listener scales it itself).
+        // A refused key's retry is scaled, and capped by what the caller passes (the listener
+        // scales the ceiling itself).
         assert_eq!(
             delay_after(&CloseKind::KeyRefused, &mut b, ten_min, 0.0, fast),
-            ten_min
+            Duration::from_millis(1)
+        );
+        for _ in 0..12 {
+            delay_after(&CloseKind::KeyRefused, &mut b, ten_min, 0.999, fast);
+        }
+        assert!(
+            delay_after(&CloseKind::KeyRefused, &mut b, ten_min / 1000, 0.999, fast)
+                <= ten_min / 1000
         );
         // No scale in effect (1), or none that makes sense: the contract's delays.
         for scale in [1.0, 0.0, -5.0, f64::NAN, f64::INFINITY] {

@@ -48,8 +48,10 @@ pub enum ListenerState {
     /// `key_refused`: the server refused the API key (HTTP 401/403 or close 1008); retried slowly,
     /// and at once on reload or when the key file changes.
     KeyRefused,
-    /// `runtime_unusable`: the runtime said it cannot work (not logged in, missing binary): no runs
-    /// until reload (SIGHUP) or until its binary changes.
+    /// `runtime_unusable`: the runtime said it cannot work (not logged in, missing binary), or its
+    /// program was missing at start: no runs until a re-check passes (on a backoff,
+    /// `core::recheck`), a reload (SIGHUP) or its binary changes; each way out reads the tray at
+    /// once (`ListenerWake::Recovered`).
     RuntimeUnusable,
     /// `handle_mismatch`: the tray belongs to another agent than this key's: no runs until it
     /// matches again.
@@ -159,7 +161,7 @@ pub enum Outcome {
     /// it could not be started (working directory, the runtime's files); `failure` says which.
     Failed,
     /// `unusable`: the runtime said it cannot work (not logged in, missing binary); the listener
-    /// shows `runtime_unusable` and starts no run until reload.
+    /// shows `runtime_unusable` and starts no run until the state ends ([`ListenerState::RuntimeUnusable`]).
     Unusable,
     /// `no_run`: no run was started; `no_run_reason` says why.
     NoRun,
@@ -172,6 +174,31 @@ impl Outcome {
             Outcome::Failed => "failed",
             Outcome::Unusable => "unusable",
             Outcome::NoRun => "no_run",
+        }
+    }
+}
+
+/// A wake the listener gives itself, named in `last_wake.reasons`, `last_cycle.reasons`, the
+/// run's `AGENTCHAT_WAKE_REASONS`, the `cycle_start` log line and the `reason` label of
+/// `agentchat_wakes_total`, beside the socket's `message`, `invite`, `connect` and the server's
+/// wake reasons.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ListenerWake {
+    /// `recovered`: a state in which no run could start ended (`runtime_unusable` by a reload,
+    /// a changed binary or a passing re-check; texts back after a cycle found none), so the tray
+    /// is read at once: the server's wakes that came meanwhile were spent (contract 5).
+    Recovered,
+    /// `backlog`: the tray read after a run was cut short (`truncated`) and the run made
+    /// progress, so the next cycle starts at once (`core::decision::follow_up`).
+    Backlog,
+}
+
+impl ListenerWake {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ListenerWake::Recovered => "recovered",
+            ListenerWake::Backlog => "backlog",
         }
     }
 }
@@ -193,7 +220,8 @@ pub enum NoRunReason {
     /// `no_prompt`: the texts lack the prompt this run needs (`wake_instruction` or
     /// `invite_prompt`).
     NoPrompt,
-    /// `runtime_unusable`: the runtime said earlier that it cannot work; no run until reload.
+    /// `runtime_unusable`: the runtime said earlier that it cannot work; no run until the state
+    /// ends ([`ListenerState::RuntimeUnusable`]).
     RuntimeUnusable,
 }
 
@@ -295,8 +323,9 @@ pub struct Status {
 pub struct LastWake {
     /// When it came.
     pub at: String,
-    /// The reasons pending for the next cycle: `message`, `invite`, `connect`, or the server's
-    /// `wake` reason (`reminder`, `unanswered`, ...).
+    /// The reasons pending for the next cycle: `message`, `invite`, `connect`, the server's
+    /// `wake` reason (`reminder`, `unanswered`, ...), or the listener's own ([`ListenerWake`]:
+    /// `recovered`, `backlog`).
     pub reasons: Vec<String>,
 }
 
@@ -375,7 +404,7 @@ pub struct Counters {
     pub frames: u64,
     /// Messages acked.
     pub acks: u64,
-    /// Wakes registered (messages, wake frames, invites, connects).
+    /// Wakes registered (messages, wake frames, invites, connects, the listener's own).
     pub wakes: u64,
     /// Cycles started.
     pub cycles: u64,
@@ -403,6 +432,18 @@ where
 mod tests {
     use super::*;
     use serde_json::{Value, json};
+
+    #[test]
+    fn the_listeners_own_wake_reasons_are_written_as_their_words() {
+        for (w, word) in [
+            (ListenerWake::Recovered, "recovered"),
+            (ListenerWake::Backlog, "backlog"),
+        ] {
+            assert_eq!(w.as_str(), word);
+            assert_eq!(serde_json::to_value(w).unwrap(), json!(word));
+            assert_eq!(crate::core::engine::WakeCause::Listener(w).label(), word);
+        }
+    }
 
     #[test]
     fn a_quiet_loop_is_allowed_two_heartbeats_and_slack_or_until_past_its_retry() {

@@ -261,6 +261,35 @@ impl Card {
     pub fn is_muted(&self) -> bool {
         self.muted.unwrap_or(false)
     }
+
+    /// The card's only unread messages are system notices (contract 3.1): `preview` is `null`,
+    /// `you_owe_reply` is `false` and `mentioned_you` is not `true`, each as served. A card that
+    /// leaves any of them out (a pre-v1 server) or came back from a defer `reminder` is not read
+    /// as notices only: without the fields the listener cannot tell, and it runs rather than
+    /// leave a message unseen.
+    pub fn is_notices_only(&self) -> bool {
+        let field = |k: &str| self.extra.get(k);
+        field("preview") == Some(&Value::Null)
+            && field("you_owe_reply") == Some(&Value::Bool(false))
+            && field("mentioned_you") != Some(&Value::Bool(true))
+            && field("reminder").is_none_or(Value::is_null)
+    }
+
+    /// What tells this card's state apart on two reads of the tray: its conversation and its
+    /// newest unread message (`last_message_id`, else `newest_unread_at`) and `unread`. A run that
+    /// answered the card takes it off the tray; one that left it leaves this the same.
+    pub fn fingerprint(&self) -> (String, String, String) {
+        let text = |k: &str| match self.extra.get(k) {
+            Some(Value::String(s)) => s.clone(),
+            Some(Value::Number(n)) => n.to_string(),
+            _ => String::new(),
+        };
+        let newest = match text("last_message_id") {
+            id if id.is_empty() => text("newest_unread_at"),
+            id => id,
+        };
+        (self.conversation_id.clone(), newest, text("unread"))
+    }
 }
 
 #[cfg(test)]

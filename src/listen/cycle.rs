@@ -42,6 +42,8 @@ pub struct CycleInput {
     /// Set when the runtime reported it cannot work: no run until reload.
     pub runtime_unusable: bool,
     pub invite_pace_ms: u64,
+    /// Cycles in a row that followed up a tray cut short (`core::decision::follow_up`).
+    pub follow_ups: u32,
     pub shutdown: watch::Receiver<bool>,
     /// The listener's metrics (a no-op registry for `--once`).
     pub metrics: std::sync::Arc<super::metrics::Metrics>,
@@ -73,6 +75,9 @@ pub struct CycleReport {
     pub texts_missing: Option<texts::Missing>,
     /// The tray could not be read because the key was refused.
     pub key_refused: bool,
+    /// The tray after the run was cut short and the run made progress: the next cycle starts at
+    /// once (`core::decision::follow_up`).
+    pub follow_up: bool,
 }
 
 pub fn new_cycle_id() -> String {
@@ -338,11 +343,12 @@ async fn start_run(
 }
 
 fn log_unusable(input: &CycleInput, why: &str) {
-    tracing::error!(event = %"runtime_unusable", cycle_id = %input.id, runtime = input.settings.listen.runtime.as_str(), why = %why, "the runtime cannot be used; no runs until it is fixed and the listener reloaded (SIGHUP)");
+    tracing::error!(event = %"runtime_unusable", cycle_id = %input.id, runtime = input.settings.listen.runtime.as_str(), why = %why, "the runtime cannot be used; no runs until it is fixed: the listener checks it again on a backoff (seconds growing to 10 minutes) and at once on reload (SIGHUP)");
 }
 
 /// Step 6: the single-run invite rule (contract 4, last paragraph). A failed run counts nothing, but the memory
-/// still forgets invites that are gone, so the after-tray is read either way.
+/// still forgets invites that are gone, so the after-tray is read either way. A tray cut short
+/// before the run is read again too, to tell whether the next cycle follows at once.
 async fn apply_invite_rule_after_run(
     input: &CycleInput,
     report: &mut CycleReport,
@@ -352,12 +358,15 @@ async fn apply_invite_rule_after_run(
 ) {
     let before_ids = before.invite_ids();
     if before_ids.is_empty() {
-        // No invite waited, so none can be counted: no second tray read. Invites the memory
-        // still holds are gone from a complete list, so they were answered: forget them.
+        // No invite waited, so none can be counted. Invites the memory still holds are gone
+        // from a complete list, so they were answered: forget them.
         if before.invites_complete() {
             forget_answered(&input.state, &before_ids);
         }
-        return;
+        if !before.is_truncated() {
+            // Nothing waited beyond what the run saw either: no second tray read.
+            return;
+        }
     }
     let after = match read_tray(&input.api, &input.id, input.shutdown.clone()).await {
         Ok(t) => t,
@@ -367,7 +376,13 @@ async fn apply_invite_rule_after_run(
         }
     };
     log_tray(&input.id, "after", &after);
-    apply_invite_rule(input, report, before, &after, completed, run_ended_at).await;
+    report.follow_up = decision::follow_up(before, &after, input.follow_ups);
+    if report.follow_up {
+        tracing::info!(event = %"backlog", cycle_id = %input.id, cards = after.conversations.len(), truncated = after.is_truncated(), "more cards wait than the run could see, and the run made progress; the next cycle starts now");
+    }
+    if !before_ids.is_empty() {
+        apply_invite_rule(input, report, before, &after, completed, run_ended_at).await;
+    }
 }
 
 async fn apply_invite_rule(

@@ -6,6 +6,7 @@
 //! `texts` the served texts (the one loader and cache); `core::status` is the vocabulary of the
 //! status they write.
 
+pub mod agent_lock;
 pub mod cycle;
 pub mod daemon;
 pub mod logging;
@@ -110,7 +111,14 @@ pub async fn run_command(args: ListenArgs) -> anyhow::Result<i32> {
         Ok(ready) => ready,
         Err(e) => return Ok(refuse_to_start(&e, &env)),
     };
-    let _lock = match state.lock()? {
+    // A lock file that cannot be opened (a read-only state dir, say) is a state dir the listener
+    // cannot use: 78 like one it cannot create (docs/decisions.md, "Exit codes and signals"),
+    // which the systemd unit does not restart into.
+    let attempt = match state.lock() {
+        Ok(attempt) => attempt,
+        Err(e) => return Ok(refuse_to_start(&e.into(), &env)),
+    };
+    let _lock = match attempt {
         state_dir::LockAttempt::Acquired(l) => l,
         state_dir::LockAttempt::Held { pid } => {
             // Said once, in the log's format (logging is up by now), at a level `-qq` still shows.

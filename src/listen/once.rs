@@ -43,6 +43,14 @@ pub async fn run(
             anyhow::anyhow!("could not connect to {}: {e}", settings.api_base)
         }
     })?;
+    // One agent, one listener (`agent_lock`): a resident listener or another `--once` for the
+    // same agent under another state dir runs already.
+    let mut agent = super::agent_lock::AgentSlot::default();
+    if !agent.on_handle(&settings.api_base, &handle, &settings.state_dir) {
+        return Ok(super::already_running_exit_code(
+            &crate::config::process_env(),
+        ));
+    }
     let runtime = settings.listen.runtime.texts_runtime();
     let texts = match super::texts::load(&api, &state, runtime, true).await {
         Ok(loaded) => Some(loaded.texts),
@@ -66,6 +74,7 @@ pub async fn run(
         reasons: vec!["connect".into()],
         runtime_unusable: false,
         invite_pace_ms: scale.invite_pace_ms(),
+        follow_ups: 0,
         shutdown: shutdown_rx,
         metrics: super::metrics::Metrics::off(),
         run_starting: None,

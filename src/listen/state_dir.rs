@@ -259,10 +259,16 @@ impl StateDir {
             .map_err(err)?;
         match file.try_lock() {
             Ok(()) => {
-                file.set_len(0).map_err(err)?;
-                file.seek(SeekFrom::Start(0)).map_err(err)?;
-                writeln!(file, "{}", std::process::id()).map_err(err)?;
-                file.flush().map_err(err)?;
+                // The lock is the flock; the pid in the file only tells others who holds it. A
+                // full disk that cannot take it costs the pid, not the start.
+                let pid = file
+                    .set_len(0)
+                    .and_then(|()| file.seek(SeekFrom::Start(0)))
+                    .and_then(|_| writeln!(file, "{}", std::process::id()))
+                    .and_then(|()| file.flush());
+                if let Err(e) = pid {
+                    tracing::warn!(event = %"lock_pid_unwritten", lock = %path.display(), error = %e, "the lock is held, but its pid could not be written into it");
+                }
                 Ok(LockAttempt::Acquired(Lock { file }))
             }
             Err(std::fs::TryLockError::WouldBlock) => {

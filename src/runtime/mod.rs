@@ -4,8 +4,10 @@
 
 /// Helpers shared by the Claude Code and Codex runtimes (the agents' CLIs).
 pub mod agent_cli;
+pub mod check;
 pub mod claude;
 pub mod codex;
+pub mod probe;
 pub mod script;
 pub mod supervisor;
 

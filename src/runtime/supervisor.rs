@@ -54,11 +54,24 @@ pub struct RunReport {
     pub duration: Duration,
 }
 
+/// The first write to a run's log that failed (a full or read-only disk): the log ends there.
+/// Shared by the supervisor's own lines and the output relay, so the cut is said once, when the
+/// run ends (`event=run_log_cut`).
+type Cut = std::sync::Arc<std::sync::OnceLock<String>>;
+
+/// A run's log, when one could be opened, and whether it was cut.
+struct RunLog {
+    file: Option<File>,
+    cut: Cut,
+}
+
 /// A line of the supervisor's own in the run log, when there is one. Failing to write it must not
-/// fail the run.
-fn note(log: &mut Option<File>, line: &str) {
-    if let Some(log) = log {
-        let _ = writeln!(log, "=== {} {line}", rfc3339_seconds(SystemTime::now()));
+/// fail the run; it marks the log cut.
+fn note(log: &mut RunLog, line: &str) {
+    if let Some(f) = &mut log.file
+        && let Err(e) = writeln!(f, "=== {} {line}", rfc3339_seconds(SystemTime::now()))
+    {
+        let _ = log.cut.set(e.to_string());
     }
 }
 
@@ -158,19 +171,31 @@ pub async fn run(
             humantime::format_duration(Duration::from_millis(r.duration.as_millis() as u64))
         ),
     );
+    if let Some(error) = log.cut.get().cloned() {
+        // Said in the log too, when there is room for a line by now.
+        note(
+            &mut log,
+            &format!("this log is cut: a write failed ({error}); output is missing from there on"),
+        );
+        tracing::warn!(event = %"run_log_cut", log = %log_path.display(), error = %error, "the run's log could not be written to its end (a full or read-only disk?): output is missing from the first failed write on, its `run ended` line too when that did not fit; the run was judged from what the log holds");
+    }
     r
 }
 
 /// Opens the run log (0600) with its header line, and the capped writer the run's output goes
 /// through (`CappedLog`, on a second handle). A log that cannot be opened is said once in the
 /// listener's log and the run's output is read and dropped: the run goes on.
-fn open_run_log(spec: &RunSpec, log_path: &Path, max: u64) -> (Option<File>, CappedLog) {
-    let mut log = match open_append_private(log_path) {
+fn open_run_log(spec: &RunSpec, log_path: &Path, max: u64) -> (RunLog, CappedLog) {
+    let file = match open_append_private(log_path) {
         Ok(log) => Some(log),
         Err(e) => {
             tracing::warn!(event = %"run_log_unavailable", log = %log_path.display(), error = %e, "the run's log cannot be opened: the run goes on without it");
             None
         }
+    };
+    let mut log = RunLog {
+        file,
+        cut: Cut::default(),
     };
     note(
         &mut log,
@@ -180,8 +205,9 @@ fn open_run_log(spec: &RunSpec, log_path: &Path, max: u64) -> (Option<File>, Cap
             spec.cwd.display()
         ),
     );
-    let output = log.as_ref().and_then(|l| l.try_clone().ok());
-    (log, CappedLog::new(output, max))
+    let output = log.file.as_ref().and_then(|l| l.try_clone().ok());
+    let capped = CappedLog::new(output, max, log.cut.clone());
+    (log, capped)
 }
 
 /// Starts the run in its own process group, stdout and stderr piped (to the capped log relay),
@@ -232,7 +258,7 @@ async fn supervise(
     group: &mut GroupChild,
     limits: RunLimits,
     cancel: &mut watch::Receiver<bool>,
-    log: &mut Option<File>,
+    log: &mut RunLog,
 ) -> ProcessEnd {
     let cancelled = async {
         // A dropped sender means nobody can cancel any more.
@@ -439,7 +465,7 @@ async fn read_some<R: AsyncRead + Unpin>(pipe: &mut Option<R>, buf: &mut [u8]) -
 
 /// Waits (at most `OUTPUT_DRAIN`) for the relay to reach the end of the run's output, then
 /// writes what the cap held back.
-async fn finish_output(mut relay: tokio::task::JoinHandle<CappedLog>, log: &mut Option<File>) {
+async fn finish_output(mut relay: tokio::task::JoinHandle<CappedLog>, log: &mut RunLog) {
     match tokio::time::timeout(OUTPUT_DRAIN, &mut relay).await {
         Ok(Ok(capped)) => capped.finish(),
         Ok(Err(_)) => note(log, "the run's output could not be read to its end"),
@@ -465,16 +491,19 @@ struct CappedLog {
     /// Every byte of output seen so far.
     seen: u64,
     tail: Tail,
+    /// Set by the first write that failed.
+    cut: Cut,
 }
 
 impl CappedLog {
-    fn new(file: Option<File>, max: u64) -> CappedLog {
+    fn new(file: Option<File>, max: u64, cut: Cut) -> CappedLog {
         let head = max - max / 2;
         CappedLog {
             file,
             head_left: head,
             seen: 0,
             tail: Tail::new(usize::try_from(max / 2).unwrap_or(usize::MAX)),
+            cut,
         }
     }
 
@@ -510,16 +539,24 @@ impl CappedLog {
                 head + left_out,
                 self.seen,
             );
-            let _ = file.write_all(line.as_bytes());
+            self.written(file.write_all(line.as_bytes()));
         }
-        let _ = file.write_all(older);
-        let _ = file.write_all(newer);
+        self.written(file.write_all(older));
+        self.written(file.write_all(newer));
     }
 
     /// Writes to the log, if there is one; a failed write must not fail the run.
     fn write(&mut self, bytes: &[u8]) {
         if let Some(f) = &mut self.file {
-            let _ = f.write_all(bytes);
+            let r = f.write_all(bytes);
+            self.written(r);
+        }
+    }
+
+    /// A failed write marks the log cut (the first error is kept).
+    fn written(&self, r: std::io::Result<()>) {
+        if let Err(e) = r {
+            let _ = self.cut.set(e.to_string());
         }
     }
 }
@@ -592,7 +629,7 @@ mod tests {
     fn capped(max: u64, pushes: &[&[u8]]) -> String {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("run.log");
-        let mut log = CappedLog::new(Some(File::create(&path).unwrap()), max);
+        let mut log = CappedLog::new(Some(File::create(&path).unwrap()), max, Cut::default());
         for p in pushes {
             log.push(p);
         }

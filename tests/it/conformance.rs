@@ -642,7 +642,13 @@ fn connect_budget_cases_classify_and_bound_the_delay() {
                 let hi = exp["delay_s"]["max"].as_f64().unwrap();
                 (Duration::from_secs_f64(lo), Duration::from_secs_f64(hi))
             }
-            CloseKind::KeyRefused => (key_retry, key_retry),
+            // The refused-key retry's first wait, drawn from [c/2, c] above its floor.
+            CloseKind::KeyRefused => {
+                let k = &doc["key_refused_backoff"];
+                let c = Duration::from_secs(k["first_ceiling_s"].as_u64().unwrap());
+                let floor = Duration::from_secs(k["floor_s"].as_u64().unwrap());
+                ((c / 2).max(floor), c)
+            }
             // A first ordinary delay is the 1 s floor.
             _ => (Duration::from_secs(1), Duration::from_secs(1)),
         };
@@ -656,6 +662,73 @@ fn connect_budget_cases_classify_and_bound_the_delay() {
         }
         failures
     });
+}
+
+/// Refusals in a row, not only a fresh backoff: each waits the hint's bounds (contract 3.4).
+#[test]
+fn connect_budget_refusals_in_a_row_each_wait_within_the_hint_bounds() {
+    let doc = json("connect-budget.cases.json");
+    let key_retry = Duration::from_secs(doc["key_refused_retry_s"].as_u64().unwrap());
+    let mut failures = Vec::new();
+    for seq in doc["budget_sequences"].as_array().unwrap() {
+        let reason = seq["reason"].as_str().unwrap();
+        let kind = reconnect::classify_close(1013, reason);
+        let lo = Duration::from_secs_f64(seq["delay_s"]["min"].as_f64().unwrap());
+        let hi = Duration::from_secs_f64(seq["delay_s"]["max"].as_f64().unwrap());
+        for rand in [0.0, 0.5, 0.999_999_999] {
+            let mut backoff = Backoff::default();
+            for n in 0..seq["refusals"].as_u64().unwrap() {
+                let d = reconnect::delay_after(&kind, &mut backoff, key_retry, rand, 1.0);
+                if d < lo || d > hi {
+                    failures.push(format!("{reason:?} refusal {n} at {rand}: {d:?}"));
+                }
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{failures:#?}");
+}
+
+/// The refused-key retry grows from seconds to `key_refused_retry_s` and starts again once the
+/// key is accepted.
+#[test]
+fn key_refused_retry_follows_the_fixture_ceilings_and_resets_on_an_accepted_key() {
+    let doc = json("connect-budget.cases.json");
+    let key_retry = Duration::from_secs(doc["key_refused_retry_s"].as_u64().unwrap());
+    let k = &doc["key_refused_backoff"];
+    let floor = Duration::from_secs(k["floor_s"].as_u64().unwrap());
+    let ceilings: Vec<u64> = serde_json::from_value(k["ceilings_s"].clone()).unwrap();
+    let (mut top, mut bottom) = (Backoff::default(), Backoff::default());
+    let (mut first_minute, mut attempts) = (Duration::ZERO, 0u64);
+    for (n, c) in ceilings.iter().enumerate() {
+        let c = Duration::from_secs(*c);
+        let hi = reconnect::delay_after(
+            &CloseKind::KeyRefused,
+            &mut top,
+            key_retry,
+            0.999_999_999,
+            1.0,
+        );
+        let lo = reconnect::delay_after(&CloseKind::KeyRefused, &mut bottom, key_retry, 0.0, 1.0);
+        assert!(
+            hi <= c && hi > c.mul_f64(0.99),
+            "wait {n}: {hi:?} not just under {c:?}"
+        );
+        assert_eq!(lo, (c / 2).max(floor), "wait {n}: lowest draw");
+        if first_minute < Duration::from_secs(60) {
+            first_minute += lo;
+            attempts += 1;
+        }
+    }
+    assert!(attempts <= k["max_attempts_first_minute"].as_u64().unwrap());
+    top.key_accepted();
+    let again = reconnect::delay_after(
+        &CloseKind::KeyRefused,
+        &mut top,
+        key_retry,
+        0.999_999_999,
+        1.0,
+    );
+    assert!(again <= Duration::from_secs(ceilings[0]), "{again:?}");
 }
 
 #[test]

@@ -896,3 +896,85 @@ async fn a_full_then_read_only_state_dir_keeps_the_listener_acking_says_so_once_
         "reads found half-written files: {half_written:?}"
     );
 }
+
+/// Issue 17, item 15: a run whose output fills the state dir's disk. Its log is cut where the
+/// write failed and lacks its `run ended` line: the listener says so once (`run_log_cut`). The
+/// status written at the cycle's end fails too; once space is back it catches up by itself,
+/// without waiting for another event or the 30 s touch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_log_cut_by_a_full_disk_is_said_once_and_the_status_catches_up_once_space_is_back() {
+    let opts = Opts {
+        extra_toml: "run_log_max_bytes = 16777216\n".into(),
+        ..Opts::default()
+    };
+    let (sim, alice, bob) = alice_and_bob(1.0).await;
+    let setup = Setup::new(&opts);
+    let Some(_fs) = Tmpfs::mount(&setup.state_dir, "2m") else {
+        eprintln!("skipped: cannot mount a tmpfs here (needs root with CAP_SYS_ADMIN)");
+        return;
+    };
+    // 4 MB of output: the log's first half (8 MiB) is written as it comes, so the 2 MiB disk
+    // fills during the run.
+    script_run(&setup, "head -c 4000000 /dev/zero | tr '\\0' x");
+    let l = Listener::start(&sim, &bob, &setup, &opts);
+    settled(&l).await;
+    let cycles = l.count("cycle_end");
+    send_some(&sim, &alice, &bob, 1, "fill").await;
+    assert!(
+        eventually(30.0, || l.count("cycle_end") > cycles).await,
+        "{}",
+        l.log()
+    );
+    assert_eq!(l.count("run_log_cut"), 1, "said once:\n{}", l.log());
+    let cut = &l.events("run_log_cut")[0];
+    let log_path = PathBuf::from(cut["log"].as_str().unwrap());
+    let log = std::fs::read(&log_path).unwrap();
+    assert!(
+        log.len() < 4_000_000,
+        "the log really was cut: {} bytes",
+        log.len()
+    );
+    assert!(l.count("status_write_failed") >= 1, "{}", l.log());
+    let id = l.events("cycle_end").last().unwrap()["cycle_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let shows_it_ended =
+        |s: &Value| s["last_cycle"]["id"] == id.as_str() && !s["last_cycle"]["ended_at"].is_null();
+    // The status does not show the cycle ended: the write at its end did not fit.
+    assert!(!shows_it_ended(&setup.status()), "{}", setup.status());
+    // Space is back; nothing else happens, and the status catches up well within the 30 s touch.
+    std::fs::remove_file(&log_path).unwrap();
+    assert!(
+        eventually(20.0, || shows_it_ended(&setup.status())).await,
+        "{}\n{}",
+        setup.status(),
+        l.log()
+    );
+    assert_eq!(setup.status()["last_cycle"]["run_started"], true);
+    assert_eq!(l.count("status_write_recovered"), 1);
+}
+
+/// Issue 19: a state dir that is read-only at start is one the listener cannot use: it exits 78
+/// (EX_CONFIG, which the systemd unit does not restart into) with a line naming the lock file,
+/// not 1.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_only_state_dir_at_start_exits_78_naming_the_lock_file() {
+    let opts = Opts::default();
+    let (sim, _alice, bob) = alice_and_bob(1.0).await;
+    let setup = Setup::new(&opts);
+    let Some(fs) = Tmpfs::mount(&setup.state_dir, "1m") else {
+        eprintln!("skipped: cannot mount a tmpfs here (needs root with CAP_SYS_ADMIN)");
+        return;
+    };
+    // A state dir used before: its runs dir is there, so only the lock file cannot be opened.
+    std::fs::create_dir(setup.state_dir.join("runs")).unwrap();
+    fs.read_only();
+    let mut l = Listener::start(&sim, &bob, &setup, &opts);
+    assert_eq!(l.wait_exit(15.0), Some(78), "{}", l.log());
+    let log = l.log();
+    assert!(
+        log.contains("listen.lock") && log.contains("Read-only"),
+        "{log}"
+    );
+}

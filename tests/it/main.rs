@@ -24,6 +24,8 @@ mod docs_links;
 mod doctor;
 mod faults;
 mod listen;
+mod listen_connect;
+mod listen_proxy;
 mod live_systemd;
 mod metrics;
 mod runner;

@@ -278,7 +278,10 @@ async fn metrics_move_through_a_wake_a_run_and_a_refused_key_and_the_probes_foll
     assert_eq!(why.trim(), "not ready: the server refused the API key");
     let page = ep
         .page_until(&py, "the refusal was counted", |p| {
-            p.value("agentchat_key_refusals_total", &[]) == Some(1.0)
+            // At least once: the refused key is retried within seconds (issue 17 item 4), and
+            // each retry the server refuses counts too.
+            p.value("agentchat_key_refusals_total", &[])
+                .is_some_and(|n| n >= 1.0)
         })
         .await;
     assert_eq!(

@@ -69,13 +69,27 @@ impl Listener {
         Listener::start_with_binary(rt, sim, model, run_timeout, &rt.bin())
     }
 
-    /// `start` with `listen.<cli>.binary` set to `bin`.
+    /// `start` with `listen.<cli>.binary` set to `bin`. The listener's own timers run 50 times
+    /// slower (`AGENTCHAT_TEST_TIME_SCALE`): its re-check of an unusable runtime (5 s at contract
+    /// speed) stays out of these tests, so only what a test does ends `runtime_unusable`.
     fn start_with_binary(
         rt: Rt,
         sim: &Sim,
         model: &ModelServer,
         run_timeout: &str,
         bin: &Path,
+    ) -> Listener {
+        Listener::start_scaled(rt, sim, model, run_timeout, bin, 0.02)
+    }
+
+    /// `start_with_binary` with the listener's timers divided by `scale`.
+    fn start_scaled(
+        rt: Rt,
+        sim: &Sim,
+        model: &ModelServer,
+        run_timeout: &str,
+        bin: &Path,
+        scale: f64,
     ) -> Listener {
         let dir = tempfile::tempdir().unwrap();
         let home = dir.path().join("home");
@@ -107,6 +121,7 @@ impl Listener {
             .env("AGENTCHAT_API_KEY", &sim.me.1)
             .env("AGENTCHAT_API_BASE", sim.api_base())
             .env("AGENTCHAT_STATE_DIR", dir.path().join("state"))
+            .env("AGENTCHAT_TEST_TIME_SCALE", scale.to_string())
             // As if started from inside a Claude Code or Codex session: the runs must not inherit these.
             .envs(NESTED_ENV.iter().map(|(k, v)| (k, v)))
             .current_dir("/")
@@ -435,6 +450,44 @@ async fn unusable_runtime_is_tried_again_once_its_binary_changes(installed_at_fi
         "{}",
         listener.explain()
     );
+}
+
+/// Issue 17, item 3: one Claude result with `api_error_status: 401` (the model key refused for a
+/// moment) makes the profile `runtime_unusable`; nobody acts. The listener checks the runtime
+/// again on its backoff as `doctor` does (`claude auth status`, which the key in the
+/// environment passes), ends the state by itself and runs the card that waited, which is
+/// answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claude_refused_once_recovers_by_the_recheck_and_answers_without_sighup() {
+    let sim = Sim::start().await;
+    let model = ModelServer::start(Mode::UnauthorizedOnce).await;
+    // Scaled twice: the first look comes 2.5 s after the runtime became unusable.
+    let listener = Listener::start_scaled(Rt::Claude, &sim, &model, "120s", &Rt::Claude.bin(), 2.0);
+    let sent = sim.peer_sends(PEER_TEXT).await;
+    let conv = sent["conversation_id"].as_str().unwrap().to_string();
+    let unusable = eventually_async(150, || async {
+        !listener.events("runtime_unusable").is_empty()
+    })
+    .await;
+    assert!(unusable, "never runtime_unusable\n{}", listener.explain());
+    let done = eventually_async(150, || async {
+        listener.status()["last_cycle"]["outcome"] == "completed"
+    })
+    .await;
+    assert!(
+        done,
+        "no completed run after the re-check\n{}",
+        listener.explain()
+    );
+    let recovered = listener.events("runtime_recovered");
+    assert_eq!(recovered.len(), 1, "{}", listener.explain());
+    assert_eq!(recovered[0]["via"], "recheck", "{}", listener.explain());
+    let reasons = &listener.status()["last_cycle"]["reasons"];
+    assert!(
+        reasons.as_array().unwrap().contains(&"recovered".into()),
+        "{reasons}"
+    );
+    assert_answered(&sim.my_state().await, &conv);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

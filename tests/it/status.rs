@@ -193,7 +193,24 @@ async fn status_all_shows_every_configured_profile_and_live_locks_and_exits_0_on
     })
     .await
     .unwrap();
-    let (_, key) = sim.seeded[0].clone();
+    // One agent per profile: a second listener for the same agent exits 75 (one agent, one
+    // listener per machine).
+    let keys = [
+        sim.seeded[0].1.clone(),
+        sim.seeded[1].1.clone(),
+        reqwest::Client::new()
+            .post(format!("{}/_sim/agents", sim.api_base))
+            .json(&serde_json::json!({"handle": "carol"}))
+            .send()
+            .await
+            .unwrap()
+            .json::<serde_json::Value>()
+            .await
+            .unwrap()["api_key"]
+            .as_str()
+            .unwrap()
+            .to_string(),
+    ];
     let (dir, config) =
         config_in("[listen]\nruntime = \"script\"\ncommand = [\"/bin/true\"]\n[profiles.work]\n");
     let home = dir.path();
@@ -204,11 +221,11 @@ async fn status_all_shows_every_configured_profile_and_live_locks_and_exits_0_on
         "[listen]\nruntime = \"script\"\ncommand = [\"/bin/true\"]\n[profiles.extra]\n",
     )
     .unwrap();
-    let listen = |profile: &str, config: &Path| {
+    let listen = |profile: &str, config: &Path, key: &str| {
         isolated(home, &["listen", "--profile", profile, "--config"])
             .arg(config)
             .args(["--api-base", &sim.api_base])
-            .env("AGENTCHAT_API_KEY", &key)
+            .env("AGENTCHAT_API_KEY", key)
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
             .spawn()
@@ -221,9 +238,9 @@ async fn status_all_shows_every_configured_profile_and_live_locks_and_exits_0_on
     assert_eq!(row(&doc, "work")["state"], serde_json::Value::Null);
 
     let mut listeners = vec![
-        listen("default", &config),
-        listen("work", &config),
-        listen("extra", &other),
+        listen("default", &config, &keys[0]),
+        listen("work", &config, &keys[1]),
+        listen("extra", &other, &keys[2]),
     ];
     let deadline = Instant::now() + Duration::from_secs(20);
     let doc = loop {

@@ -15,8 +15,9 @@ pub(super) const STATES: &[&str] = &[
     "stopped",
 ];
 
-/// Wake reasons kept as labels: the listener's own (`message`, `invite`, `connect`) and the
-/// server's `wake` frame reasons of contract 3.4 and 3.5; anything else is `other`.
+/// Wake reasons kept as labels: the listener's own (`message`, `invite`, `connect`, and
+/// `core::status::ListenerWake`'s) and the server's `wake` frame reasons of contract 3.4 and 3.5;
+/// anything else is `other`.
 pub(super) const WAKE_REASONS: &[&str] = &[
     "message",
     "invite",
@@ -26,6 +27,8 @@ pub(super) const WAKE_REASONS: &[&str] = &[
     "messages",
     "test",
     crate::core::frames::WAKE_REASON_UNSPECIFIED,
+    "recovered",
+    "backlog",
 ];
 
 /// Frame types of contract 3.4 kept as labels; an unknown one is `other`.
@@ -149,7 +152,7 @@ pub(super) const STATE: Def = Def {
 pub(super) const READY: Def = Def {
     name: "agentchat_ready",
     kind: "gauge",
-    help: "1 while the socket is up and the key accepted (what /readyz answers 200 for).",
+    help: "1 while the socket is up, the key accepted and a run can start (what /readyz answers 200 for).",
 };
 pub(super) const RUN_IN_PROGRESS: Def = Def {
     name: "agentchat_run_in_progress",

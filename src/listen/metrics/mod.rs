@@ -8,8 +8,9 @@
 //!   slack, or until past the socket's next retry), or while it stops. The listener's
 //!   runtime has one thread, so a loop blocked outright leaves the endpoint unanswered (a probe's
 //!   timeout counts that as a failure too);
-//! - `GET /readyz`: 200 only while the socket is up, which means the key was accepted; 503 with
-//!   the socket's state otherwise.
+//! - `GET /readyz`: 200 only while the socket is up (the key was accepted) and a run can start;
+//!   503 with the socket's state, or with why no run can start (`runtime_unusable`,
+//!   `handle_mismatch`, no texts), otherwise.
 //!
 //! The endpoint is off unless `listen.metrics_addr` is set, and never shows the key, peers'
 //! handles, message or invite ids, or text: every label value comes from a fixed list (an unknown
@@ -85,6 +86,8 @@ struct Inner {
     last_turn: Option<Instant>,
     /// When the socket tries again (`status.json`'s `next_retry_at`), while it waits to.
     next_retry: Option<SystemTime>,
+    /// `status.json` says no texts are loaded (`texts.source` `none`): no run can start.
+    no_texts: bool,
     last_frame: Option<Instant>,
     socket_up: bool,
     run_started: Option<Instant>,
@@ -209,6 +212,7 @@ impl Metrics {
             .and_then(|t| humantime::parse_rfc3339_weak(t).ok());
         if let Some(mut i) = self.lock() {
             i.next_retry = next_retry;
+            i.no_texts = status.texts.source == crate::core::status::TextsSource::Missing;
         }
     }
 
@@ -403,7 +407,7 @@ impl Metrics {
     /// `/readyz`: 200 only while the socket is up and the key accepted.
     pub fn readiness(&self) -> Probe {
         let i = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        readiness(&i.state, &i.socket)
+        readiness(&i.state, &i.socket, i.no_texts)
     }
 }
 
@@ -418,11 +422,21 @@ impl Metrics {
     }
 }
 
-fn readiness(state: &str, socket: &str) -> Probe {
+/// Ready means a wake can become a run: the socket is up and nothing stops a run from starting
+/// (`runtime_unusable`, `handle_mismatch`, no texts).
+fn readiness(state: &str, socket: &str, no_texts: bool) -> Probe {
     match (state, socket) {
         ("stopping" | "stopped", _) => Probe {
             code: 503,
             line: format!("not ready: the listener is {state}"),
+        },
+        ("runtime_unusable" | "handle_mismatch", _) => Probe {
+            code: 503,
+            line: format!("not ready: no run can start ({state})"),
+        },
+        (_, "connected") if no_texts => Probe {
+            code: 503,
+            line: "not ready: no run can start (no texts for the runtime)".into(),
         },
         (_, "connected") => Probe {
             code: 200,
@@ -524,7 +538,8 @@ mod tests {
         assert_eq!(m.readiness().code, 503);
         for (state, socket, code) in [
             ("connected", "connected", 200),
-            ("runtime_unusable", "connected", 200),
+            ("runtime_unusable", "connected", 503),
+            ("handle_mismatch", "connected", 503),
             ("key_refused", "key_refused", 503),
             ("backoff", "backoff", 503),
             ("connecting", "connecting", 503),

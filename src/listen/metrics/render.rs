@@ -93,7 +93,7 @@ impl Metrics {
             );
         }
         head(&mut out, &READY);
-        let ready = u8::from(readiness(&i.state, &i.socket).code == 200);
+        let ready = u8::from(readiness(&i.state, &i.socket, i.no_texts).code == 200);
         series(&mut out, READY.name, &[], ready.to_string());
         head(&mut out, &RUN_IN_PROGRESS);
         let running = u8::from(i.run_started.is_some());

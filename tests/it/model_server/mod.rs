@@ -10,8 +10,8 @@
 //! message it read), then end the turn. Requests without AgentChat tools (Claude Code's side
 //! calls) get plain text.
 //!
-//! Modes: `Normal`, `Unauthorized` (every model call answers 401, as for an invalid key) and
-//! `Hang` (model calls are never answered).
+//! Modes: `Normal`, `Unauthorized` (every model call answers 401, as for an invalid key),
+//! `UnauthorizedOnce` (the first one does) and `Hang` (model calls are never answered).
 
 pub mod cli;
 pub mod sim;
@@ -34,6 +34,9 @@ pub enum Mode {
     Normal,
     Unauthorized,
     Hang,
+    /// The first model call answers 401 as `Unauthorized` does, every later one as `Normal`: a
+    /// key refused for a moment.
+    UnauthorizedOnce,
 }
 
 /// What the server saw and did, for assertions.
@@ -159,8 +162,15 @@ async fn handle(
             r#"{"error":"not found"}"#,
         ));
     }
+    let mode = match mode {
+        Mode::UnauthorizedOnce if journal.lock().unwrap().steps.iter().any(|s| s == "401") => {
+            Mode::Normal
+        }
+        Mode::UnauthorizedOnce => Mode::Unauthorized,
+        other => other,
+    };
     match mode {
-        Mode::Unauthorized => {
+        Mode::Unauthorized | Mode::UnauthorizedOnce => {
             journal.lock().unwrap().steps.push("401".into());
             let body = if path == "/v1/messages" {
                 r#"{"type":"error","error":{"type":"authentication_error","message":"invalid x-api-key"}}"#

@@ -1,0 +1,191 @@
+//! What the main loop hears from its tasks: socket events, a cycle's start, its run's start and
+//! its end.
+
+use super::*;
+
+impl Daemon {
+    /// The cycle's task ended: the coalescer hears it, and its report goes into the status.
+    pub(super) fn on_cycle_task_end(&mut self, r: Result<CycleReport, tokio::task::JoinError>) {
+        self.status_held = false;
+        let now = self.now_ms();
+        self.coalescer.end(now);
+        self.apply_pending_windows();
+        match r {
+            Ok(report) => self.on_cycle_end(report),
+            Err(e) => {
+                tracing::error!(event = %"cycle_crashed", error = %e, "the cycle task ended abnormally")
+            }
+        }
+    }
+
+    pub(super) fn on_socket_event(&mut self, ev: SocketEvent) {
+        let now = SystemTime::now();
+        match ev {
+            SocketEvent::Handle(h) => {
+                let state_dir = self.settings.state_dir.clone();
+                if !self
+                    .agent
+                    .on_handle(&self.settings.api_base, &h, &state_dir)
+                {
+                    return;
+                }
+                tracing::info!(event = %"handle", handle = %crate::core::handle::shown(&h), "this key's agent");
+                self.handle = Some(h.clone());
+                self.status.handle = Some(crate::core::handle::shown(&h));
+                self.status_changed();
+            }
+            SocketEvent::State {
+                state,
+                next_retry_at,
+                detail,
+            } => {
+                self.socket_state = state;
+                self.status.next_retry_at = next_retry_at.map(time::rfc3339);
+                if self.flags.unusable.is_none() && self.flags.mismatch.is_none() {
+                    self.status.detail = detail;
+                }
+                self.status_changed();
+            }
+            SocketEvent::Connected => {
+                self.status.counters.connects += 1;
+                self.status.last_connected_at = Some(time::rfc3339(now));
+            }
+            SocketEvent::Burst {
+                frames,
+                skipped,
+                acked,
+            } => {
+                self.status.counters.frames += frames;
+                self.status.counters.frames_skipped += skipped;
+                self.status.counters.acks += acked;
+                self.metrics.burst(skipped, acked);
+                self.last_frame = Some(now);
+            }
+            SocketEvent::Wake {
+                cause,
+                frames,
+                registered,
+            } => {
+                self.metrics.wake(&cause, frames);
+                let label = cause.label();
+                let t = self.now_ms();
+                self.coalescer.wake(t);
+                self.pending_reasons.insert(label);
+                let _ = registered.send(());
+                self.status.counters.wakes += frames;
+                self.status.last_wake = Some(LastWake {
+                    at: time::rfc3339(now),
+                    reasons: self.pending_reasons.iter().cloned().collect(),
+                });
+                self.status_changed();
+            }
+        }
+    }
+
+    /// Starts a cycle as its own task. The status shows it once its run is spawned (or it ended):
+    /// nothing is written to disk on a wake's way to its run.
+    pub(super) fn start_cycle(
+        &mut self,
+        shutdown: watch::Receiver<bool>,
+        run_starting: oneshot::Sender<RunStarting>,
+    ) -> JoinHandle<CycleReport> {
+        if self.retry_a_changed_runtime_binary() {
+            // This cycle is the way out: its reasons (and the metrics) say so.
+            let cause = crate::core::engine::WakeCause::Listener(
+                crate::core::status::ListenerWake::Recovered,
+            );
+            self.metrics.wake(&cause, 1);
+            self.pending_reasons.insert(cause.label());
+        }
+        let reasons: Vec<String> = std::mem::take(&mut self.pending_reasons)
+            .into_iter()
+            .collect();
+        let id = cycle::new_cycle_id();
+        self.status.counters.cycles += 1;
+        self.metrics.cycle_started();
+        let input = CycleInput {
+            id: id.clone(),
+            settings: self.settings.clone(),
+            api: self.api.clone(),
+            key: self.key.clone(),
+            state: self.state.clone(),
+            handle: self.handle.clone().unwrap_or_default(),
+            texts: self.current_texts().map(|l| l.texts.clone()),
+            reasons: reasons.clone(),
+            runtime_unusable: self.flags.unusable.is_some(),
+            invite_pace_ms: self.scale().invite_pace_ms(),
+            follow_ups: self.follow_ups,
+            shutdown,
+            run_starting: Some(run_starting),
+            metrics: self.metrics.clone(),
+        };
+        self.status.last_cycle = Some(LastCycle::started(
+            id,
+            time::rfc3339(SystemTime::now()),
+            reasons,
+        ));
+        self.status_changed();
+        self.status_held = true;
+        tokio::spawn(cycle::run(input))
+    }
+
+    /// The cycle handed its run to the supervisor. On the listener's single-threaded runtime this
+    /// is heard once the cycle's task yields, which is after the spawn: now the status may be
+    /// written.
+    pub(super) fn on_run_starting(&mut self, run: RunStarting) {
+        self.status_held = false;
+        if let Some(c) = self.status.last_cycle.as_mut() {
+            c.run_started = true;
+            c.run_kind = Some(run.kind);
+            c.run_log = Some(run.log);
+        }
+        self.status_changed();
+    }
+
+    pub(super) fn on_cycle_end(&mut self, report: CycleReport) {
+        self.metrics.cycle_ended(&report);
+        if report.last.run_started {
+            self.status.counters.runs += 1;
+        }
+        if report.last.run_failed() {
+            self.status.counters.runs_failed += 1;
+        }
+        self.status.counters.invites_dismissed += report.last.invites_dismissed;
+        self.after_cycle(&report);
+        if let Some(why) = report.unusable.clone() {
+            self.mark_unusable(why);
+        }
+        if report.last.no_run_reason == Some(crate::core::status::NoRunReason::NoTexts) {
+            self.texts_owed();
+        }
+        if let Some(you) = report.handle_mismatch {
+            if self.flags.mismatch.as_deref() != Some(you.as_str()) {
+                tracing::error!(
+                    event = %"handle_mismatch",
+                    you = %crate::core::handle::shown(&you),
+                    handle = self.handle.as_deref().map(crate::core::handle::shown),
+                    "the tray belongs to another agent than this key's; no runs until it matches"
+                );
+            }
+            self.status.detail = Some(format!(
+                "the tray is {you}'s, not @{}'s",
+                self.handle.as_deref().unwrap_or("?")
+            ));
+            self.flags.mismatch = Some(you);
+        } else if report.handle_ok && self.flags.mismatch.take().is_some() {
+            tracing::info!(event = %"handle_mismatch_cleared", "the tray is this key's agent's again");
+            self.status.detail = None;
+        }
+        if report.key_refused {
+            self.status.detail =
+                Some("the server refused the key when reading the tray (HTTP 401/403)".into());
+        }
+        if let Some(loaded) = report.loaded_texts {
+            self.take_texts(Ok(loaded));
+        } else if let Some(missing) = report.texts_missing {
+            self.take_texts(Err(missing));
+        }
+        self.status.last_cycle = Some(report.last);
+        self.status_changed();
+    }
+}

@@ -1,0 +1,167 @@
+//! The settings in use: the time scale, the socket's parameters, the client for the endpoint,
+//! SIGHUP's reload, and the key check while the key is refused.
+
+use super::*;
+
+impl Daemon {
+    /// The test time scale of the settings in use, decided against their own `api_base`
+    /// (`config::TestTimeScale`): a reload onto a server that is not on loopback gets the
+    /// contract's timers back at once.
+    pub(super) fn scale(&self) -> TimeScale {
+        TimeScale(self.settings.time_scale.factor())
+    }
+
+    pub(super) fn now_ms(&self) -> u64 {
+        self.started.elapsed().as_millis() as u64
+    }
+
+    pub(super) fn socket_params(&self) -> SocketParams {
+        let scale = self.scale();
+        SocketParams {
+            api_base: self.settings.api_base.clone(),
+            key: self.key.clone(),
+            api: self.api.clone(),
+            idle_timeout: self.settings.listen.idle_timeout,
+            key_refused_retry: scale.apply(crate::core::reconnect::KEY_REFUSED_RETRY),
+            backoff_scale: scale.0,
+            unreachable_warn_after: scale.apply(crate::listen::reach::UNREACHABLE_WARN_AFTER),
+            misconfigured_retry: scale.apply(crate::listen::reach::MISCONFIGURED_RETRY),
+            metrics: self.metrics.clone(),
+        }
+    }
+
+    /// A new base or key gets a new client; the same configuration keeps the one it has (and its
+    /// connection). `false`: no client could be built for the new one.
+    pub(super) fn use_endpoint(&mut self, api_base: &str, key: &SecretString) -> bool {
+        if api_base == self.settings.api_base && key.expose_secret() == self.key.expose_secret() {
+            return true;
+        }
+        match Api::new(api_base, key.clone()) {
+            Ok(api) => {
+                self.api = api;
+                self.key = key.clone();
+                true
+            }
+            Err(e) => {
+                tracing::error!(event = %"http_client_failed", error = %e, "cannot build the HTTP client");
+                false
+            }
+        }
+    }
+
+    /// An unusable runtime whose binary was installed, updated or replaced since is tried again.
+    /// True when it was.
+    pub(super) fn retry_a_changed_runtime_binary(&mut self) -> bool {
+        if self.flags.unusable.is_none()
+            || crate::runtime::binary_stamp(&self.settings) == self.flags.unusable_binary
+        {
+            return false;
+        }
+        tracing::info!(event = %"runtime_binary_changed", runtime = self.settings.listen.runtime.as_str(), "the runtime's binary changed; trying it again");
+        self.leave_unusable("binary_changed", false);
+        true
+    }
+
+    /// SIGHUP: config and texts again; a refused key or an unusable runtime gets a new chance.
+    pub(super) fn reload(&mut self, params_tx: &watch::Sender<SocketParams>) {
+        tracing::info!(event = %"reload", "reloading configuration and texts");
+        match config::load(&self.args) {
+            Ok(s) => match s.api_key.clone() {
+                Some(k) => {
+                    if s.state_dir != self.settings.state_dir {
+                        tracing::warn!(
+                            event = %"reload_partial",
+                            "the state dir cannot change while running; keeping the old one"
+                        );
+                    }
+                    let mut s = s;
+                    s.state_dir = self.settings.state_dir.clone();
+                    if self.use_endpoint(&s.api_base, &k) {
+                        self.take_settings(s);
+                    }
+                }
+                None => {
+                    tracing::error!(
+                        event = %"reload_failed",
+                        "the new configuration has no API key; keeping the old one"
+                    )
+                }
+            },
+            Err(e) => {
+                tracing::error!(event = %"reload_failed", error = %e, "the new configuration is invalid; keeping the old one")
+            }
+        }
+        // A person acted: the runtime gets a new chance at once, and its looks start over.
+        self.runtime_recheck.reset();
+        self.leave_unusable("reload", true);
+        self.apply_pending_windows();
+        let _ = params_tx.send(self.socket_params());
+        self.status_changed();
+    }
+
+    /// Reloaded settings (with a client for their endpoint already in place) take over.
+    pub(super) fn take_settings(&mut self, s: Settings) {
+        if s.time_scale != self.settings.time_scale {
+            match s.time_scale.notice() {
+                Some(line) => tracing::info!(event = %"test_time_scale", "{line}"),
+                None => tracing::info!(
+                    event = %"test_time_scale",
+                    api_base = %s.api_base,
+                    "the test time scale is not in effect (any more): every timer runs at contract speed"
+                ),
+            }
+        }
+        let (old, new) = (self.texts_runtime(), s.listen.runtime.texts_runtime());
+        if old != new {
+            // Texts are keyed by runtime: the old runtime's are not this one's. Until its own come
+            // (the server's, else its cached copy) nothing runs.
+            tracing::info!(event = %"texts_runtime_changed", from = old, to = new, "the runtime reads other texts now; loading them");
+            self.texts = None;
+            self.status.texts = TextsStatus::default();
+            self.texts_missing_logged = false;
+        }
+        if windows(&s) != windows(&self.settings) {
+            self.pending_windows = Some(windows(&s));
+        }
+        self.status.api_base = s.api_base.clone();
+        self.status.runtime = s.listen.runtime.as_str().to_string();
+        self.status.key_source = key_source_label(&s.key_source);
+        self.settings = s;
+    }
+
+    /// A reloaded `quiet_window`/`max_delay` takes over once no cycle runs and no wake waits, so
+    /// a wake already counted keeps the timing it was counted with.
+    pub(super) fn apply_pending_windows(&mut self) {
+        if self.coalescer.is_running() || self.coalescer.is_owed() {
+            return;
+        }
+        if let Some((quiet_ms, max_delay_ms)) = self.pending_windows.take() {
+            self.coalescer = Coalescer::new(quiet_ms, max_delay_ms);
+            tracing::info!(
+                event = %"coalescer_windows",
+                quiet_window_ms = quiet_ms,
+                max_delay_ms,
+                "new quiet_window and max_delay in effect"
+            );
+        }
+    }
+
+    /// While the key is refused, a changed key (file or environment) is tried at once.
+    pub(super) fn check_key_file(&mut self, params_tx: &watch::Sender<SocketParams>) {
+        if self.socket_state != SocketState::KeyRefused {
+            return;
+        }
+        let Ok(s) = config::load(&self.args) else {
+            return;
+        };
+        if let Some(k) = s.api_key
+            && k.expose_secret() != self.key.expose_secret()
+        {
+            tracing::info!(event = %"key_changed", "the API key changed; retrying now");
+            let base = self.settings.api_base.clone();
+            if self.use_endpoint(&base, &k) {
+                let _ = params_tx.send(self.socket_params());
+            }
+        }
+    }
+}

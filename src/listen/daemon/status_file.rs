@@ -1,0 +1,99 @@
+//! `status.json`: what it shows, when it is written, and touching it while nothing changes.
+
+use super::*;
+
+impl Daemon {
+    pub(super) fn shown(&self) -> ListenerState {
+        shown_state(&self.flags, self.socket_state)
+    }
+
+    /// Something shown in `status.json` changed; the main loop writes it at its next turn.
+    pub(super) fn status_changed(&mut self) {
+        self.status_dirty = true;
+    }
+
+    /// Writes the status if it changed, unless a cycle is on its way to its run.
+    pub(super) fn flush_status(&mut self) {
+        if self.status_dirty && !self.status_held {
+            self.write_status();
+        }
+    }
+
+    /// The main loop turned: `/healthz` hears it, and `status.json` is touched when it was last
+    /// written or touched `TOUCH_EVERY` ago (never while a cycle is on its way to its run). A
+    /// file that cannot be touched is written instead.
+    pub(super) fn turned(&mut self) {
+        self.metrics.turned();
+        let touch_every = self.scale().apply(TOUCH_EVERY).max(TOUCH_EVERY_MIN);
+        if self.status_held || self.status_proof.elapsed() < touch_every {
+            return;
+        }
+        let touched = self
+            .status_file
+            .as_ref()
+            .is_some_and(|f| f.set_modified(SystemTime::now()).is_ok());
+        if touched {
+            self.status_proof = Instant::now();
+        } else {
+            self.write_status();
+        }
+    }
+
+    pub(super) fn write_status(&mut self) {
+        self.status_dirty = false;
+        let now = SystemTime::now();
+        let shown = self.shown();
+        // `status.state` is the state last shown: a change restarts `since` and is announced.
+        if shown != self.status.state {
+            self.status.state = shown;
+            self.status.since = time::rfc3339(now);
+            // While the socket comes and goes, `backoff` says why at INFO, and `stopping`/`stopped`
+            // have their own lines: these states are debug, so a retry is one line, not three.
+            if matches!(
+                shown,
+                ListenerState::Connecting
+                    | ListenerState::Backoff
+                    | ListenerState::Stopping
+                    | ListenerState::Stopped
+            ) {
+                tracing::debug!(event = %"state", state = shown.as_str(), "now {}", shown.as_str());
+            } else {
+                tracing::info!(event = %"state", state = shown.as_str(), "now {}", shown.as_str());
+            }
+            if self.notify {
+                let line = format!("STATUS={}", shown.as_str());
+                let _ = sd_notify::notify(&[sd_notify::NotifyState::Custom(&line)]);
+            }
+        }
+        self.status.socket = Some(self.socket_state);
+        self.status.last_frame_at = self.last_frame.map(time::rfc3339);
+        self.status.updated_at = time::rfc3339(now);
+        self.metrics.observe_status(&self.status);
+        self.status_proof = Instant::now();
+        match self.state.write_status(&self.status) {
+            Ok(file) => {
+                self.status_file = Some(file);
+                self.status_retry.reset();
+                if self.status_write_failing {
+                    self.status_write_failing = false;
+                    tracing::info!(event = %"status_write_recovered", "status.json is written again");
+                }
+            }
+            Err(e) => {
+                self.status_file = None;
+                // What the file should say is not lost: it is written again soon, whether or not
+                // anything else changes (1 s doubling to `TOUCH_EVERY`), so it catches up once
+                // space or write access is back.
+                let wait = Duration::from_secs(1)
+                    .saturating_mul(1u32 << self.status_retry.attempt.min(5))
+                    .min(TOUCH_EVERY);
+                self.status_retry
+                    .schedule_after(self.scale().apply(wait).max(TOUCH_EVERY_MIN));
+                if !self.status_write_failing {
+                    self.status_write_failing = true;
+                    tracing::warn!(event = %"status_write_failed", error = %e, "could not write status.json; the listener keeps working and logs this once until a write succeeds");
+                }
+            }
+        }
+    }
+}

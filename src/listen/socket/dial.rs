@@ -1,0 +1,210 @@
+//! Dialling the socket: the upgrade request, its answers, and `--once`'s single connection.
+
+use super::proxy;
+use super::read::{MAX_FRAME_BYTES, close_normal};
+use super::{DEDUPE_CAPACITY, Ended, READ_BUFFER_BYTES, SocketParams, Ws, truncate, ws_url};
+use crate::client::{ApiError, CLIENT_NAME, CLIENT_VERSION};
+use crate::core::engine::Engine;
+use crate::core::reconnect::{self, CloseKind};
+use crate::listen::reach;
+use futures_util::{SinkExt, StreamExt};
+use reach::NotReached;
+use secrecy::ExposeSecret;
+use std::time::Duration;
+use tokio_tungstenite::tungstenite::{
+    self, Message, client::IntoClientRequest, protocol::WebSocketConfig,
+};
+
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
+
+pub(super) async fn connect(params: &SocketParams) -> Result<Ws, Ended> {
+    let url = ws_url(&params.api_base);
+    tracing::debug!(event = %"socket_connecting", url = %url, "connecting");
+    let mut req = url
+        .as_str()
+        .into_client_request()
+        .map_err(|e| Ended::Closed(CloseKind::Ordinary, format!("bad socket URL: {e}")))?;
+    let h = req.headers_mut();
+    let bearer = format!("Bearer {}", params.key.expose_secret());
+    let Ok(auth) = tungstenite::http::HeaderValue::from_str(&bearer) else {
+        return Err(Ended::Closed(
+            CloseKind::KeyRefused,
+            "the API key has characters a header cannot carry".into(),
+        ));
+    };
+    h.insert(tungstenite::http::header::AUTHORIZATION, auth);
+    h.insert(
+        "x-agentchat-capabilities",
+        tungstenite::http::HeaderValue::from_static("ack,heartbeat,rewake"),
+    );
+    h.insert(
+        "X-AgentChat-Client",
+        tungstenite::http::HeaderValue::from_static(CLIENT_NAME),
+    );
+    h.insert(
+        "X-AgentChat-Client-Version",
+        tungstenite::http::HeaderValue::from_static(CLIENT_VERSION),
+    );
+    let connector = crate::sys::tls::client_config().map(|tls| {
+        let mut ws_tls = (*tls).clone();
+        ws_tls.alpn_protocols.clear();
+        tokio_tungstenite::Connector::Rustls(std::sync::Arc::new(ws_tls))
+    });
+    let config = WebSocketConfig::default().read_buffer_size(READ_BUFFER_BYTES);
+    let proxy = proxy::for_socket(&url);
+    let fut = async {
+        let Some(p) = &proxy else {
+            let direct = tokio_tungstenite::connect_async_tls_with_config(
+                req,
+                Some(config),
+                true,
+                connector,
+            );
+            return Ok(direct.await);
+        };
+        // Through the proxy REST takes (`proxy`): a `CONNECT` tunnel, then the same upgrade
+        // (and TLS for wss://) over it.
+        let host = req.uri().host().unwrap_or_default().to_string();
+        let port = req
+            .uri()
+            .port_u16()
+            .unwrap_or(if url.starts_with("wss://") { 443 } else { 80 });
+        tracing::debug!(event = %"socket_proxy", proxy = %proxy::shown(p), "tunnelling the socket through the proxy");
+        let stream =
+            proxy::tunnel(p, host.trim_start_matches('[').trim_end_matches(']'), port).await?;
+        Ok(
+            tokio_tungstenite::client_async_tls_with_config(req, stream, Some(config), connector)
+                .await,
+        )
+    };
+    let answer = match tokio::time::timeout(CONNECT_TIMEOUT, fut).await {
+        Err(elapsed) => Err(elapsed),
+        Ok(Err::<_, proxy::TunnelError>(tunnel)) => {
+            return Err(Ended::NotReached(NotReached::Unreachable(
+                reach::unreachable_line(&params.api_base, &tunnel.to_string()),
+            )));
+        }
+        Ok(Ok(answer)) => Ok(answer),
+    };
+    match answer {
+        Err(_) => Err(Ended::NotReached(NotReached::Unreachable(
+            reach::unreachable_line(
+                &params.api_base,
+                &format!(
+                    "the socket upgrade got no answer within {} s",
+                    CONNECT_TIMEOUT.as_secs()
+                ),
+            ),
+        ))),
+        Ok(Ok((ws, _resp))) => Ok(ws),
+        Ok(Err(tungstenite::Error::Http(resp))) => Err(upgrade_answered(&params.api_base, &resp)),
+        Ok(Err(e)) => Err(connect_failed(&params.api_base, e)),
+    }
+}
+
+/// An HTTP answer instead of the upgrade: a refused key (401, 403), the ordinary backoff (429,
+/// 408), an outage (5xx), else a wrong `api_base` (a 404 page, say): `/v1/ws` always exists.
+fn upgrade_answered(api_base: &str, resp: &tungstenite::http::Response<Option<Vec<u8>>>) -> Ended {
+    let status = resp.status().as_u16();
+    match reconnect::classify_upgrade_status(status) {
+        CloseKind::KeyRefused => Ended::Closed(
+            CloseKind::KeyRefused,
+            format!("the upgrade was refused with HTTP {status}"),
+        ),
+        _ if status >= 500 => Ended::NotReached(NotReached::Unreachable(format!(
+            "{api_base} answered the socket upgrade with HTTP {status}"
+        ))),
+        kind if status == 408 || status == 429 || !(400..500).contains(&status) => {
+            Ended::Closed(kind, format!("the upgrade was answered HTTP {status}"))
+        }
+        _ => {
+            let content_type = crate::client::content_type(resp.headers());
+            let body = resp.body().as_deref().unwrap_or_default();
+            let what = match crate::client::judge_answer(status, content_type, body) {
+                Err(ApiError::Status { status, code }) => {
+                    format!("answered HTTP {status} {code} to GET /v1/ws")
+                }
+                Err(e) => e.to_string(),
+                Ok(()) => format!("answered HTTP {status} to GET /v1/ws"),
+            };
+            Ended::NotReached(NotReached::Misconfigured(reach::misconfigured_line(
+                api_base, &what,
+            )))
+        }
+    }
+}
+
+/// A connect that got no HTTP answer: nothing answered (an outage), or something else failed.
+fn connect_failed(api_base: &str, e: tungstenite::Error) -> Ended {
+    let unreachable = |what: String| {
+        Ended::NotReached(NotReached::Unreachable(reach::unreachable_line(
+            api_base, &what,
+        )))
+    };
+    match e {
+        tungstenite::Error::Io(io) => match crate::client::io_problem(io.kind()) {
+            Some(what) => unreachable(what.to_string()),
+            None => unreachable(io.to_string()),
+        },
+        tungstenite::Error::Tls(t) => unreachable(format!("the TLS handshake failed: {t}")),
+        e => Ended::Closed(CloseKind::Ordinary, format!("connect failed: {e}")),
+    }
+}
+
+/// `--once`: connects, handles the frames that arrive within `settle` (acking pushed messages:
+/// the cycle that follows reads the same tray), then closes with 1000. Returns the handle.
+pub async fn connect_once(params: &SocketParams, settle: Duration) -> Result<String, String> {
+    let handle = params.api.me().await.map_err(|e| match e {
+        ApiError::Refused(s) => format!("the server refused the API key (HTTP {s})"),
+        other => NotReached::from_api(&params.api_base, &other)
+            .detail()
+            .to_string(),
+    })?;
+    let mut engine = Engine::new(&handle, DEDUPE_CAPACITY);
+    let mut ws = connect(params).await.map_err(|ended| match ended {
+        Ended::Closed(CloseKind::KeyRefused, d) => format!("the server refused the API key: {d}"),
+        Ended::Closed(_, d) => d,
+        Ended::NotReached(n) => n.detail().to_string(),
+        Ended::Shutdown | Ended::Reconfigured => "stopped".to_string(),
+    })?;
+    tracing::info!(event = %"socket_connected", url = %ws_url(&params.api_base), "socket connected");
+    let deadline = tokio::time::Instant::now() + settle;
+    loop {
+        let msg = match tokio::time::timeout_at(deadline, ws.next()).await {
+            Err(_) => break,
+            Ok(None) => return Err("the socket closed right after connecting".into()),
+            Ok(Some(Err(e))) => return Err(format!("socket error: {e}")),
+            Ok(Some(Ok(m))) => m,
+        };
+        match msg {
+            Message::Text(t) if t.len() <= MAX_FRAME_BYTES => {
+                let action = engine.on_text(t.as_str());
+                if let Some(id) = action.ack {
+                    let _ = ws
+                        .send(Message::Text(crate::core::frames::ack_frame(&id).into()))
+                        .await;
+                }
+            }
+            Message::Close(frame) => {
+                let (code, reason) = frame
+                    .map(|f| (u16::from(f.code), f.reason.to_string()))
+                    .unwrap_or((1005, String::new()));
+                return Err(match reconnect::classify_close(code, &reason) {
+                    CloseKind::KeyRefused => {
+                        format!("the server refused the API key (close {code})")
+                    }
+                    CloseKind::Budget { retry_after_s } => {
+                        format!("connect budget exhausted; retry after {retry_after_s} s")
+                    }
+                    _ => format!(
+                        "the server closed the socket ({code} {})",
+                        truncate(&reason, 120)
+                    ),
+                });
+            }
+            _ => {}
+        }
+    }
+    close_normal(&mut ws).await;
+    Ok(handle)
+}
