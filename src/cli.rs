@@ -27,7 +27,8 @@ macro_rules! server_env {
         "
   AGENTCHAT_RUNTIME     claude-code | codex | script (--runtime)
   AGENTCHAT_API_BASE    the server (--api-base)
-  AGENTCHAT_API_KEY     the API key (else api_key_file, else api_key in the config)"
+  AGENTCHAT_API_KEY     the API key (else api_key_file, else api_key in the config)
+  AGENTCHAT_ALLOW_CLEARTEXT  1: allow a plain http:// api_base beyond this machine"
     };
 }
 

@@ -2,6 +2,14 @@
 //! invite dismiss. Thin I/O: every rule about what to do with the answers lives in `core`.
 //! Errors never carry the key or a response body (a body could quote message text).
 
+mod answer;
+mod network;
+
+pub use answer::{
+    DISMISS, ERROR_BODY_CAP, INBOX, ME, Route, TEXTS, content_type, judge_answer, media_type,
+};
+pub use network::{io_problem, network_problem};
+
 use crate::core::texts::Texts;
 use crate::core::tray::Tray;
 use secrecy::{ExposeSecret, SecretString};
@@ -44,6 +52,21 @@ pub enum ApiError {
     /// A 2xx answer we could not parse.
     #[error("unexpected answer: {0}")]
     Body(String),
+    /// A 2xx answer larger than its route's cap (`client::Route`): no AgentChat answer is that
+    /// large, so the body was dropped unread past the cap. Names the route, the status and how
+    /// much was read, never the body.
+    #[error(
+        "answered {route} with HTTP {status} and a body over its {} cap (dropped after {} read): not an AgentChat answer",
+        crate::sys::fs::show_size(*cap),
+        crate::sys::fs::show_size(*read)
+    )]
+    TooLarge {
+        route: &'static str,
+        status: u16,
+        /// Bytes read when it was dropped (0: its `Content-Length` was over the cap).
+        read: u64,
+        cap: u64,
+    },
     /// An id that no URL path can carry (empty, `.` or `..`); no request was made.
     #[error("the id {0:?} cannot be put into a URL path")]
     BadId(String),
@@ -80,7 +103,7 @@ impl ApiError {
     /// key or a rate limit (a path after the host, say), or a 2xx we cannot read.
     pub fn is_misconfiguration(&self) -> bool {
         match self {
-            ApiError::NotAgentChat { .. } | ApiError::Body(_) => true,
+            ApiError::NotAgentChat { .. } | ApiError::Body(_) | ApiError::TooLarge { .. } => true,
             ApiError::Status { status, .. } => (400..500).contains(status) && *status != 408,
             _ => false,
         }
@@ -121,12 +144,12 @@ impl Api {
         &self.base
     }
 
-    async fn get(&self, path: &str) -> Result<Vec<u8>, ApiError> {
+    async fn get(&self, path: &str, route: Route) -> Result<Vec<u8>, ApiError> {
         let req = self.http.get(format!("{}{}", self.base, path));
-        self.send(req).await
+        self.send(req, route).await
     }
 
-    async fn send(&self, req: reqwest::RequestBuilder) -> Result<Vec<u8>, ApiError> {
+    async fn send(&self, req: reqwest::RequestBuilder, route: Route) -> Result<Vec<u8>, ApiError> {
         let resp = req
             .bearer_auth(self.key.expose_secret())
             .header("X-AgentChat-Client", CLIENT_NAME)
@@ -148,17 +171,14 @@ impl Api {
                 .unwrap_or(Duration::from_secs(5));
             return Err(ApiError::RateLimited(wait));
         }
-        let body = resp
-            .bytes()
-            .await
-            .map_err(|e| ApiError::Network(network_problem(&e)))?;
+        let body = answer::read_body(resp, route, status).await?;
         judge_answer(status, content_type, &body)?;
-        Ok(body.to_vec())
+        Ok(body)
     }
 
     /// `GET /v1/agents/me`: this agent's handle, bare as the server sends it there.
     pub async fn me(&self) -> Result<String, ApiError> {
-        let body = self.get("/v1/agents/me").await?;
+        let body = self.get("/v1/agents/me", ME).await?;
         let v: serde_json::Value =
             serde_json::from_slice(&body).map_err(|e| ApiError::Body(format!("agents/me: {e}")))?;
         v.get("handle")
@@ -170,13 +190,15 @@ impl Api {
 
     /// `GET /v1/inbox?invites=1&limit=50`: the tray, invites included (contract 3.1).
     pub async fn inbox(&self) -> Result<Tray, ApiError> {
-        let body = self.get("/v1/inbox?invites=1&limit=50").await?;
+        let body = self.get("/v1/inbox?invites=1&limit=50", INBOX).await?;
         Tray::parse(&body).map_err(|e| ApiError::Body(format!("tray: {e}")))
     }
 
     /// `GET /v1/texts?runtime=`: the parsed texts and the exact bytes (for the cache).
     pub async fn texts(&self, runtime: &str) -> Result<(Texts, Vec<u8>), ApiError> {
-        let body = self.get(&format!("/v1/texts?runtime={runtime}")).await?;
+        let body = self
+            .get(&format!("/v1/texts?runtime={runtime}"), TEXTS)
+            .await?;
         let texts = Texts::parse(&body).map_err(|e| ApiError::Body(format!("texts: {e}")))?;
         Ok((texts, body))
     }
@@ -192,7 +214,7 @@ impl Api {
             .post(url)
             .header("Idempotency-Key", idempotency_key(invite_id))
             .json(&serde_json::json!({}));
-        match self.send(req).await {
+        match self.send(req, DISMISS).await {
             Ok(_) => Ok(Dismissal::Dismissed),
             Err(ApiError::Status { status: 404, code }) if code == INVITE_NOT_FOUND => {
                 Ok(Dismissal::NotPending)
@@ -236,190 +258,6 @@ fn idempotency_key(invite_id: &str) -> String {
         .take(100)
         .collect();
     format!("listener-dismiss-{clean}")
-}
-
-/// `Ok` for an AgentChat answer with a 2xx status; otherwise the error it is. AgentChat answers
-/// in JSON, errors in its error shape `{"code": …}` (contract 7); anything else answered by the
-/// API base is `NotAgentChat`, except a 5xx or 408, which a proxy in front of a real server gives
-/// during an outage. 401, 403 and 429 are judged before (they need no body).
-pub fn judge_answer(
-    status: u16,
-    content_type: Option<String>,
-    body: &[u8],
-) -> Result<(), ApiError> {
-    let json_type = content_type.as_deref().is_none_or(is_json_media_type);
-    if (200..300).contains(&status) {
-        let looks_json = matches!(
-            body.iter().find(|b| !b.is_ascii_whitespace()),
-            Some(b'{' | b'[')
-        );
-        return if json_type && looks_json {
-            Ok(())
-        } else {
-            Err(ApiError::NotAgentChat {
-                status,
-                content_type,
-            })
-        };
-    }
-    let code = json_type
-        .then(|| serde_json::from_slice::<serde_json::Value>(body).ok())
-        .flatten()
-        .and_then(|v| v.get("code").and_then(|c| c.as_str()).map(str::to_string));
-    match code {
-        Some(code) => Err(ApiError::Status { status, code }),
-        None if status >= 500 || status == 408 => Err(ApiError::Status {
-            status,
-            code: String::new(),
-        }),
-        None => Err(ApiError::NotAgentChat {
-            status,
-            content_type,
-        }),
-    }
-}
-
-/// The media type an answer names in its `Content-Type`, when it names one (`media_type`). The
-/// socket's upgrade answer has the same headers type (one `http` crate).
-pub fn content_type(headers: &reqwest::header::HeaderMap) -> Option<String> {
-    headers
-        .get(reqwest::header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .map(media_type)
-}
-
-/// `text/html` of `text/html; charset=utf-8`, lower case.
-pub fn media_type(header: &str) -> String {
-    header
-        .split(';')
-        .next()
-        .unwrap_or("")
-        .trim()
-        .to_ascii_lowercase()
-}
-
-/// `application/json` or any `+json` type (`application/problem+json`).
-fn is_json_media_type(t: &str) -> bool {
-    t == "application/json" || t.ends_with("+json")
-}
-
-/// One line for a request that got no answer, each cause once: reqwest's chain repeats the URL
-/// and wraps the OS error in two or three layers ("error sending request for url (…): client
-/// error (Connect): tcp connect error: Connection refused (os error 111)"). Never the key: no
-/// layer holds a header.
-pub fn network_problem(e: &reqwest::Error) -> String {
-    let chain = causes(e);
-    let host = e
-        .url()
-        .and_then(|u| u.host_str())
-        .unwrap_or("the host")
-        .to_string();
-    if chain
-        .iter()
-        .any(|c| c.to_ascii_lowercase().contains("dns error"))
-    {
-        return format!("cannot resolve the host name {host}");
-    }
-    if e.is_timeout() {
-        return if e.is_connect() {
-            format!(
-                "no connection to {host} within {} s",
-                CONNECT_TIMEOUT.as_secs()
-            )
-        } else {
-            format!("no answer within {} s", REQUEST_TIMEOUT.as_secs())
-        };
-    }
-    if let Some(what) = io_error_kind(e).and_then(io_problem) {
-        return what.to_string();
-    }
-    let innermost = chain.last().map(String::as_str).unwrap_or("unknown error");
-    if is_tls_error(e) {
-        return format!("the TLS handshake with {host} failed: {innermost}");
-    }
-    if e.is_connect() {
-        format!("cannot connect to {host}: {innermost}")
-    } else {
-        format!("the connection broke: {innermost}")
-    }
-}
-
-/// The usual OS errors of a connection, in words.
-pub fn io_problem(kind: std::io::ErrorKind) -> Option<&'static str> {
-    use std::io::ErrorKind as K;
-    Some(match kind {
-        K::ConnectionRefused => "connection refused",
-        K::ConnectionReset => "connection reset",
-        K::ConnectionAborted => "connection aborted",
-        K::TimedOut => "timed out",
-        K::HostUnreachable => "no route to the host",
-        K::NetworkUnreachable => "the network is unreachable",
-        K::AddrNotAvailable => "address not available",
-        K::UnexpectedEof => "the connection closed mid-answer",
-        _ => return None,
-    })
-}
-
-/// Every error in `e`'s chain, including what an OS error wraps (the connectors put TLS and
-/// OS errors inside `io::Error`s, which `source()` steps over).
-fn layers<'a>(
-    e: &'a (dyn std::error::Error + 'static),
-) -> Vec<&'a (dyn std::error::Error + 'static)> {
-    let mut out = Vec::new();
-    let mut src: Option<&(dyn std::error::Error + 'static)> = Some(e);
-    while let Some(inner) = src {
-        out.push(inner);
-        let mut wrapped = inner
-            .downcast_ref::<std::io::Error>()
-            .and_then(|io| io.get_ref());
-        while let Some(w) = wrapped {
-            let w: &(dyn std::error::Error + 'static) = w;
-            out.push(w);
-            wrapped = w
-                .downcast_ref::<std::io::Error>()
-                .and_then(|io| io.get_ref());
-        }
-        src = inner.source();
-    }
-    out
-}
-
-/// The first OS error in `e`'s chain whose kind has words in `io_problem`.
-fn io_error_kind(e: &(dyn std::error::Error + 'static)) -> Option<std::io::ErrorKind> {
-    layers(e)
-        .into_iter()
-        .filter_map(|l| l.downcast_ref::<std::io::Error>())
-        .map(std::io::Error::kind)
-        .find(|k| io_problem(*k).is_some())
-}
-
-/// Whether a TLS error is in `e`'s chain.
-fn is_tls_error(e: &(dyn std::error::Error + 'static)) -> bool {
-    layers(e).into_iter().any(|l| l.is::<rustls::Error>())
-}
-
-/// The causes under `e` (not `e` itself, which only names the URL), each once, without the
-/// OS error number (`Connection refused (os error 111)` is `Connection refused`). A layer whose
-/// text its cause repeats is dropped.
-fn causes(e: &(dyn std::error::Error + 'static)) -> Vec<String> {
-    let mut out: Vec<String> = Vec::new();
-    let mut src = e.source();
-    while let Some(inner) = src {
-        let text = strip_os_error(&inner.to_string());
-        if !text.is_empty() && !out.iter().any(|t| t.contains(&text)) {
-            out.push(text);
-        }
-        src = inner.source();
-    }
-    out
-}
-
-/// `text` without a trailing ` (os error N)`.
-fn strip_os_error(text: &str) -> String {
-    match text.rfind(" (os error ") {
-        Some(i) if text.ends_with(')') => text[..i].to_string(),
-        _ => text.to_string(),
-    }
 }
 
 #[cfg(test)]
@@ -494,94 +332,66 @@ mod tests {
         assert!(!ApiError::Refused(401).is_transient());
     }
 
-    #[test]
-    fn an_answer_that_is_not_agentchats_is_told_from_an_agentchat_error() {
-        let html = Some("text/html".to_string());
-        let json = Some("application/json".to_string());
-        // An HTML 404 page, a JSON body without `code`, a 2xx web page: not AgentChat.
-        for (status, ct, body) in [
-            (404, html.clone(), &b"<html>Not Found</html>"[..]),
-            (404, json.clone(), &b"{\"error\":\"nope\"}"[..]),
-            (404, None, &b"Not Found"[..]),
-            (200, html.clone(), &b"<!doctype html>"[..]),
-            (200, None, &b"hello"[..]),
-            (200, Some("text/plain".into()), &b"{}"[..]),
-            (400, html.clone(), &b"<html>Bad Request</html>"[..]),
-        ] {
-            assert_eq!(
-                judge_answer(status, ct.clone(), body),
-                Err(ApiError::NotAgentChat {
-                    status,
-                    content_type: ct
-                }),
-                "{status} {body:?}"
-            );
-        }
-        // AgentChat's error shape, and a proxy's 5xx page during an outage.
-        assert_eq!(
-            judge_answer(
-                404,
-                json.clone(),
-                br#"{"code":"NOT_FOUND","message":"no route"}"#
-            ),
-            Err(ApiError::Status {
-                status: 404,
-                code: "NOT_FOUND".into()
-            })
-        );
-        assert_eq!(
-            judge_answer(502, html.clone(), b"<html>Bad Gateway</html>"),
-            Err(ApiError::Status {
-                status: 502,
-                code: String::new()
-            })
-        );
-        assert_eq!(
-            judge_answer(200, json.clone(), b" {\"handle\":\"bob\"}"),
-            Ok(())
-        );
-        assert_eq!(
-            judge_answer(200, Some("application/problem+json".into()), b"[]"),
-            Ok(())
-        );
-        assert_eq!(judge_answer(200, None, b"{}"), Ok(()));
+    /// A loopback server that answers every request with `head` and then `body_len` bytes of `x`.
+    async fn answering(head: &'static str, body_len: usize) -> Api {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        crate::sys::tls::install_crypto_provider();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        tokio::spawn(async move {
+            while let Ok((mut c, _)) = listener.accept().await {
+                tokio::spawn(async move {
+                    let mut buf = [0u8; 4096];
+                    let _ = c.read(&mut buf).await;
+                    let _ = c.write_all(head.as_bytes()).await;
+                    let _ = c.write_all(&vec![b'x'; body_len]).await;
+                });
+            }
+        });
+        Api::new(
+            &format!("http://127.0.0.1:{port}"),
+            SecretString::from("ac_secret".to_string()),
+        )
+        .unwrap()
     }
 
-    #[test]
-    fn what_answered_is_one_readable_line() {
-        let e = ApiError::NotAgentChat {
-            status: 404,
-            content_type: Some(media_type("text/html; charset=utf-8")),
-        };
+    #[tokio::test]
+    async fn a_body_over_its_routes_cap_is_refused_by_its_length_and_an_error_page_is_judged_by_its_start()
+     {
+        // A 2xx that declares more than the route allows: refused before a byte is read.
+        let api = answering(
+            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 70000\r\n\r\n",
+            70_000,
+        )
+        .await;
+        let e = api.me().await.unwrap_err();
         assert_eq!(
-            e.to_string(),
-            "answered 404 text/html: not an AgentChat server"
-        );
-        let e = ApiError::NotAgentChat {
-            status: 200,
-            content_type: None,
-        };
-        assert_eq!(
-            e.to_string(),
-            "answered 200 without a content type: not an AgentChat server"
+            e,
+            ApiError::TooLarge {
+                route: "GET /v1/agents/me",
+                status: 200,
+                read: 0,
+                cap: 64 * 1024
+            }
         );
         assert!(e.is_misconfiguration() && !e.is_transient());
-        let not_found = ApiError::Status {
-            status: 404,
-            code: "NOT_FOUND".into(),
-        };
-        assert!(not_found.is_misconfiguration());
-        for outage in [
-            ApiError::Network("connection refused".into()),
+        assert_eq!(
+            e.to_string(),
+            "answered GET /v1/agents/me with HTTP 200 and a body over its 64 KiB cap (dropped after 0 B read): not an AgentChat answer"
+        );
+        // A proxy's 502 page far over the error cap: still a 502, worth another try.
+        let api = answering(
+            "HTTP/1.1 502 Bad Gateway\r\ncontent-type: text/html\r\nconnection: close\r\n\r\n",
+            300_000,
+        )
+        .await;
+        assert_eq!(
+            api.me().await.unwrap_err(),
             ApiError::Status {
-                status: 503,
-                code: String::new(),
-            },
-            ApiError::RateLimited(Duration::from_secs(1)),
-            ApiError::Refused(401),
-        ] {
-            assert!(!outage.is_misconfiguration(), "{outage}");
-        }
+                status: 502,
+                code: String::new()
+            }
+        );
     }
 
     #[tokio::test]
@@ -601,12 +411,5 @@ mod tests {
         let e = api.me().await.unwrap_err();
         assert_eq!(e, ApiError::Network("connection refused".into()));
         assert_eq!(e.to_string(), "unreachable: connection refused");
-    }
-
-    #[test]
-    fn causes_drop_os_error_numbers_and_repeats() {
-        let io = std::io::Error::from_raw_os_error(libc::ENOENT);
-        assert_eq!(strip_os_error(&io.to_string()), "No such file or directory");
-        assert_eq!(strip_os_error("plain"), "plain");
     }
 }

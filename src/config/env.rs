@@ -19,10 +19,14 @@ pub const VARIABLES: &[&str] = &[
     "AGENTCHAT_LOG",
     "AGENTCHAT_LOG_FORMAT",
     "AGENTCHAT_METRICS_ADDR",
+    ALLOW_CLEARTEXT,
     "AGENTCHAT_INTEGRATION",
     "AGENTCHAT_DOORBELL",
     TEST_TIME_SCALE,
 ];
+
+/// Allows an `http://` `api_base` beyond loopback (`allow_cleartext`): `1`/`true` or `0`/`false`.
+pub const ALLOW_CLEARTEXT: &str = "AGENTCHAT_ALLOW_CLEARTEXT";
 
 /// Test-only: divides the listener's own fixed timers, honoured only against a loopback
 /// `api_base` (`TestTimeScale`).
@@ -92,6 +96,7 @@ pub(super) fn layer(env: &HashMap<String, String>) -> Result<Layer, ConfigError>
         log_level: parse(env, "AGENTCHAT_LOG", value::log_filter)?,
         log_format: parse(env, "AGENTCHAT_LOG_FORMAT", value::choice)?,
         metrics_addr: parse(env, "AGENTCHAT_METRICS_ADDR", value::socket_addr)?,
+        allow_cleartext: parse(env, ALLOW_CLEARTEXT, value::switch)?,
         ..Layer::default()
     })
 }

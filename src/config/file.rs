@@ -118,6 +118,7 @@ struct SettingsTable<P> {
     api_base: Option<Value<ApiBase>>,
     api_key_file: Option<Value<String>>,
     api_key: Option<Value<Secret>>,
+    allow_cleartext: Option<Value<bool>>,
     log_level: Option<Value<LogFilter>>,
     log_format: Option<Value<LogFormat>>,
     listen: Option<Table<ListenTable>>,
@@ -193,6 +194,7 @@ impl Paths<'_> {
                 .map(|v| self.path(&v.0, &key("api_key_file")))
                 .transpose()?,
             api_key: t.api_key.map(|v| v.0.0),
+            allow_cleartext: t.allow_cleartext.map(|v| v.0),
             log_level: t.log_level.map(|v| v.0.0),
             log_format: t.log_format.map(|v| v.0),
             ..Layer::default()

@@ -21,6 +21,8 @@ pub struct Layer {
     pub api_base: Option<String>,
     pub api_key_file: Option<PathBuf>,
     pub api_key: Option<SecretString>,
+    /// `allow_cleartext`: an `http://` `api_base` beyond loopback is allowed.
+    pub allow_cleartext: Option<bool>,
     pub log_level: Option<String>,
     pub log_format: Option<LogFormat>,
     pub runtime: Option<RuntimeKind>,
@@ -53,6 +55,7 @@ impl Layer {
             api_base: self.api_base.or(base.api_base),
             api_key_file: self.api_key_file.or(base.api_key_file),
             api_key: self.api_key.or(base.api_key),
+            allow_cleartext: self.allow_cleartext.or(base.allow_cleartext),
             log_level: self.log_level.or(base.log_level),
             log_format: self.log_format.or(base.log_format),
             runtime: self.runtime.or(base.runtime),

@@ -16,11 +16,13 @@ pub fn load(args: &ConfigArgs) -> Result<Settings, ConfigError> {
 pub fn load_unkeyed(args: &ConfigArgs) -> Result<Settings, ConfigError> {
     let env = env::config_env()?;
     let text = read_config_file(args, &env)?;
-    resolve(
+    let mut settings = resolve(
         args,
         &env,
         text.as_ref().map(|(p, t)| (p.as_path(), t.as_str())),
-    )
+    )?;
+    absolute_from_cwd(&mut settings);
+    Ok(settings)
 }
 
 /// `load` with a given environment (for callers that already hold one, and tests).
@@ -34,6 +36,7 @@ pub fn load_with_env(
         env,
         text.as_ref().map(|(p, t)| (p.as_path(), t.as_str())),
     )?;
+    absolute_from_cwd(&mut settings);
     if let KeySource::File(path) = &settings.key_source {
         settings.api_key = Some(read_key_file(path)?);
     }
@@ -53,6 +56,15 @@ pub fn load_with_env(
     Ok(settings)
 }
 
+/// Every path of `settings` made absolute against the working directory (when it can be
+/// read), so the runs, which start elsewhere (the workdir), see the same files:
+/// `resolve::absolute_paths`.
+fn absolute_from_cwd(settings: &mut Settings) {
+    if let Ok(cwd) = std::env::current_dir() {
+        super::resolve::absolute_paths(settings, &cwd);
+    }
+}
+
 /// The config file to read: `--config`, else `AGENTCHAT_CONFIG` (both must exist), else
 /// `config.toml` in the platform config dir (optional). The bool says whether it was named
 /// explicitly.
@@ -70,14 +82,36 @@ pub fn config_file_path(
         .map(|d| (d.config_dir().join("config.toml"), false))
 }
 
-/// The config file's path and text, if there is one to read.
+/// The most a config file may hold: the example with every key documented is under 20 KiB.
+pub const CONFIG_FILE_CAP: u64 = 1024 * 1024;
+/// The most a key file may hold: a key is under 100 bytes.
+pub const KEY_FILE_CAP: u64 = 16 * 1024;
+
+/// The config file's path and text, if there is one to read: a regular file (after symlinks)
+/// of at most `CONFIG_FILE_CAP`, read without blocking on a FIFO or a device
+/// (`sys::fs::read_regular_capped`), so a `SIGHUP` can never wedge the listener on it.
 fn read_config_file(
     args: &ConfigArgs,
     env: &HashMap<String, String>,
 ) -> Result<Option<(PathBuf, String)>, ConfigError> {
-    match config_file_path(args, env) {
-        Some((path, explicit)) => match std::fs::read_to_string(&path) {
-            Ok(text) => Ok(Some((path, text))),
+    // Absolute, so the paths the file names relative to its folder come out absolute too.
+    let absolute = |p: PathBuf| match std::env::current_dir() {
+        Ok(cwd) if p.is_relative() => cwd.join(p),
+        _ => p,
+    };
+    match config_file_path(args, env).map(|(p, explicit)| (absolute(p), explicit)) {
+        Some((path, explicit)) => match crate::sys::fs::read_regular_capped(&path, CONFIG_FILE_CAP)
+        {
+            Ok(bytes) => match String::from_utf8(bytes) {
+                Ok(text) => Ok(Some((path, text))),
+                Err(_) => Err(ConfigError::Read {
+                    path,
+                    error: std::io::Error::new(
+                        std::io::ErrorKind::InvalidData,
+                        "is not UTF-8 text",
+                    ),
+                }),
+            },
             Err(e) if !explicit && e.kind() == std::io::ErrorKind::NotFound => Ok(None),
             Err(error) => Err(ConfigError::Read { path, error }),
         },
@@ -85,19 +119,24 @@ fn read_config_file(
     }
 }
 
-/// Reads a key file, refusing (like ssh) one that group or others can read. The key is trimmed;
+/// Reads a key file, refusing (like ssh) one that group or others can read, and anything but a
+/// regular file of at most `KEY_FILE_CAP` (read without blocking, like the config file). The key is trimmed;
 /// an empty file is an error. No error message contains the file's content.
 pub fn read_key_file(path: &Path) -> Result<SecretString, ConfigError> {
     let problem = |problem: String| ConfigError::KeyFile {
         path: path.to_path_buf(),
         problem,
     };
-    let meta = std::fs::metadata(path).map_err(|e| problem(format!("cannot be read: {e}")))?;
-    if meta.is_dir() {
-        return Err(problem(
-            "is a directory; name the file that holds the key".into(),
-        ));
-    }
+    use crate::sys::fs;
+    let (file, meta) = fs::open_regular(path).map_err(|e| {
+        problem(match e.kind() {
+            std::io::ErrorKind::InvalidInput if path.is_dir() => {
+                "is a directory; name the file that holds the key".to_string()
+            }
+            std::io::ErrorKind::InvalidInput => e.to_string(),
+            _ => format!("cannot be read: {e}"),
+        })
+    })?;
     #[cfg(unix)]
     {
         use std::os::unix::fs::PermissionsExt;
@@ -109,11 +148,13 @@ pub fn read_key_file(path: &Path) -> Result<SecretString, ConfigError> {
             )));
         }
     }
-    if !meta.is_file() {
-        return Err(problem("is not a file".into()));
-    }
-    let text =
-        std::fs::read_to_string(path).map_err(|e| problem(format!("cannot be read: {e}")))?;
+    let bytes = fs::read_capped(file, &meta, KEY_FILE_CAP).map_err(|e| {
+        problem(match e.kind() {
+            std::io::ErrorKind::FileTooLarge => e.to_string(),
+            _ => format!("cannot be read: {e}"),
+        })
+    })?;
+    let text = String::from_utf8(bytes).map_err(|_| problem("is not UTF-8 text".into()))?;
     let key = text.trim();
     if key.is_empty() {
         return Err(problem("is empty".into()));

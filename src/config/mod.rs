@@ -18,9 +18,13 @@ mod load;
 mod resolve;
 pub mod value;
 
-pub use env::{TEST_TIME_SCALE, VARIABLES, integration_switch, process_env, read_process_env};
+pub use env::{
+    ALLOW_CLEARTEXT, TEST_TIME_SCALE, VARIABLES, integration_switch, process_env, read_process_env,
+};
 pub use load::{config_file_path, load, load_unkeyed, load_with_env, read_key_file};
-pub use resolve::{advice, check_profile_name, default_state_base, profile_name, resolve};
+pub use resolve::{
+    absolute_paths, advice, check_profile_name, default_state_base, profile_name, resolve,
+};
 
 use secrecy::SecretString;
 use std::path::{Path, PathBuf};
@@ -121,6 +125,12 @@ pub struct Settings {
     pub profile: String,
     pub config_path: Option<PathBuf>,
     pub api_base: String,
+    /// `api_base` as it was written when it ended with `/v1`, which was dropped
+    /// (`value::api_base_without_v1`); `advice` says so once.
+    pub api_base_written: Option<String>,
+    /// `allow_cleartext` (`AGENTCHAT_ALLOW_CLEARTEXT`): an `http://` `api_base` beyond loopback
+    /// is allowed, and the key travels in clear text.
+    pub allow_cleartext: bool,
     pub api_key: Option<SecretString>,
     pub key_source: KeySource,
     pub state_dir: PathBuf,

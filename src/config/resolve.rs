@@ -37,10 +37,24 @@ pub fn resolve(
         }
     };
     let mut merged = flag_layer(args)?.over(env::layer(env)?.over(file_layer));
-    let api_base = merged
+    let written = merged
         .api_base
         .take()
         .unwrap_or_else(|| DEFAULT_API_BASE.to_string());
+    let (api_base, api_base_written) = match value::api_base_without_v1(&written) {
+        Some(stripped) => (stripped, Some(written)),
+        None => (written, None),
+    };
+    let allow_cleartext = merged.allow_cleartext.unwrap_or(false);
+    no_cleartext(&api_base, "api_base", allow_cleartext)?;
+    for (url, key) in [
+        (&merged.claude_mcp_url, "listen.claude.mcp_url"),
+        (&merged.codex_mcp_url, "listen.codex.mcp_url"),
+    ] {
+        if let Some(url) = url {
+            no_cleartext(url, key, allow_cleartext)?;
+        }
+    }
     let time_scale = TestTimeScale::decide(env::test_time_scale(env)?, &api_base);
     let (api_key, key_source) = key(env, &mut merged);
     Ok(Settings {
@@ -48,6 +62,8 @@ pub fn resolve(
         profile,
         config_path: file.map(|(p, _)| p.to_path_buf()),
         api_base,
+        api_base_written,
+        allow_cleartext,
         api_key,
         key_source,
         log_level: merged.log_level.take().unwrap_or_else(|| "info".into()),
@@ -55,6 +71,47 @@ pub fn resolve(
         listen: listen_settings(merged, time_scale)?,
         time_scale,
     })
+}
+
+/// Makes every relative path of `settings` absolute against `cwd`: the state dir, the config
+/// file, the key file, the workdir, and a program named with a slash (`bin/agent`; a bare name
+/// stays bare, for `PATH`). The listener hands these to runs that start in another directory
+/// (the workdir): a relative `--state-dir state` once gave Claude Code `--mcp-config
+/// state/claude-mcp.json` from inside `state/workdir`.
+pub fn absolute_paths(settings: &mut Settings, cwd: &Path) {
+    let abs = |p: &mut PathBuf| {
+        if p.is_relative() {
+            *p = cwd.join(&*p);
+        }
+    };
+    let program = |p: &mut PathBuf| {
+        if p.is_relative() && p.components().count() > 1 {
+            *p = cwd.join(&*p);
+        }
+    };
+    abs(&mut settings.state_dir);
+    if let Some(p) = settings.config_path.as_mut() {
+        abs(p);
+    }
+    if let KeySource::File(p) = &mut settings.key_source {
+        abs(p);
+    }
+    let l = &mut settings.listen;
+    if let Some(p) = l.workdir.as_mut() {
+        abs(p);
+    }
+    if let Some(p) = l.claude.binary.as_mut() {
+        program(p);
+    }
+    if let Some(p) = l.codex.binary.as_mut() {
+        program(p);
+    }
+    if let Some(first) = l.command.first_mut()
+        && first.contains('/')
+        && Path::new(first.as_str()).is_relative()
+    {
+        *first = cwd.join(first.as_str()).to_string_lossy().into_owned();
+    }
 }
 
 /// The flags' layer. clap has parsed `--runtime` by the same names; `--api-base` gets the URL
@@ -85,6 +142,23 @@ fn flag_layer(args: &ConfigArgs) -> Result<Layer, ConfigError> {
         runtime: args.runtime,
         metrics_addr,
         ..Layer::default()
+    })
+}
+
+/// Refuses a URL that would carry the key in clear text beyond this machine, unless
+/// `allow_cleartext` (docs/operating.md, "Configuration").
+fn no_cleartext(url: &str, key: &str, allow_cleartext: bool) -> Result<(), ConfigError> {
+    if allow_cleartext || !value::is_cleartext_beyond_loopback(url) {
+        return Ok(());
+    }
+    Err(ConfigError::BadValue {
+        key: key.into(),
+        problem: format!(
+            "`{url}` would send the API key in clear text (plain http://, and ws:// for the \
+             socket): use https://, or plain http:// only to this machine (127.0.0.1, ::1, \
+             localhost); set `allow_cleartext = true` (or {}=1) if this network is trusted",
+            env::ALLOW_CLEARTEXT
+        ),
     })
 }
 
@@ -266,6 +340,20 @@ pub fn advice(settings: &Settings) -> Vec<String> {
             "`listen.kill_grace` ({}) is not shorter than `listen.run_timeout` ({})",
             show(l.kill_grace),
             show(l.run_timeout)
+        ));
+    }
+    if let Some(written) = &settings.api_base_written {
+        out.push(format!(
+            "api_base `{written}` ends with /v1, which the listener adds to every path itself: \
+             using `{}`; drop the /v1 to silence this",
+            settings.api_base
+        ));
+    }
+    if settings.allow_cleartext && value::is_cleartext_beyond_loopback(&settings.api_base) {
+        out.push(format!(
+            "api_base `{}` is plain http:// beyond this machine and `allow_cleartext` is set: \
+             the API key travels in clear text",
+            settings.api_base
         ));
     }
     if let TestTimeScale::Ignored(s) = settings.time_scale {

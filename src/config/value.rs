@@ -131,6 +131,39 @@ pub fn api_base(raw: &str) -> Result<String, String> {
     Ok(trimmed.to_string())
 }
 
+/// A yes/no variable (`AGENTCHAT_ALLOW_CLEARTEXT`): `1`, `true`, `yes`, `on` or `0`, `false`,
+/// `no`, `off`, in any case.
+pub fn switch(raw: &str) -> Result<bool, String> {
+    match raw.trim().to_ascii_lowercase().as_str() {
+        "1" | "true" | "yes" | "on" => Ok(true),
+        "0" | "false" | "no" | "off" => Ok(false),
+        _ => Err(format!("`{raw}` is not a yes or no; write 1 or 0")),
+    }
+}
+
+/// `api_base` without a trailing `/v1` (or `/v1/`): the client adds `/v1/...` to every path
+/// itself, so `https://host/v1` would ask for `/v1/v1/agents/me` (docs/decisions.md). `None` when
+/// there is nothing to drop.
+pub fn api_base_without_v1(api_base: &str) -> Option<String> {
+    let url = reqwest::Url::parse(api_base).ok()?;
+    if url.query().is_some() || url.fragment().is_some() {
+        return None;
+    }
+    let trimmed = api_base.trim_end_matches('/');
+    let stripped = trimmed.strip_suffix("/v1")?;
+    // Still a URL with a host: `https://v1` has no path to drop.
+    reqwest::Url::parse(stripped)
+        .ok()
+        .filter(|u| u.host_str().is_some_and(|h| !h.is_empty()))
+        .map(|_| stripped.to_string())
+}
+
+/// Whether a request to `api_base` would carry the key in clear text: plain `http` to a host
+/// that is not this machine (`is_loopback`).
+pub fn is_cleartext_beyond_loopback(api_base: &str) -> bool {
+    reqwest::Url::parse(api_base).is_ok_and(|u| u.scheme() == "http") && !is_loopback(api_base)
+}
+
 /// An `ip:port` to serve on (`listen.metrics_addr`: `127.0.0.1:9464`, `[::1]:9464`).
 pub fn socket_addr(raw: &str) -> Result<std::net::SocketAddr, String> {
     raw.trim()

@@ -165,6 +165,12 @@ pub fn check_me(api_base: &str, result: &Result<String, ApiError>) -> Check {
                     .with("http_status", *status)
                     .with("content_type", content_type.clone()),
                 ApiError::Status { status, .. } => c.with("http_status", *status),
+                ApiError::TooLarge {
+                    status, read, cap, ..
+                } => c
+                    .with("http_status", *status)
+                    .with("body_bytes_read", *read)
+                    .with("body_cap_bytes", *cap),
                 _ => c,
             }
         }

@@ -132,6 +132,16 @@ pub async fn run_command(args: ListenArgs) -> anyhow::Result<i32> {
             return Ok(already_running_exit_code(&env));
         }
     };
+    // Descriptors: the soft limit up to the hard one, so nothing the listener holds meets a
+    // soft 1024 first (the metrics endpoint caps its own connections besides).
+    match crate::sys::fs::raise_open_files_limit() {
+        Ok((soft, hard)) => {
+            tracing::debug!(event = %"open_files_limit", soft, hard, "open files limit")
+        }
+        Err(e) => {
+            tracing::debug!(event = %"open_files_limit", error = %e, "cannot raise the open files limit")
+        }
+    }
     // Holding the lock, no other listener can be running a run from this state dir: a group
     // recorded there is a killed listener's leftover.
     crate::runtime::supervisor::stop_leftover_run(&state.runs_dir(), settings.listen.kill_grace)

@@ -48,16 +48,46 @@ pub async fn probe(
         Ok(g) => g,
         Err(e) => return ended(ProcessEnd::SpawnFailed(e.to_string())),
     };
-    // A probe past its time is dropped with its group (`GroupChild` kills it).
-    match tokio::time::timeout(timeout, group.wait_with_output()).await {
-        Ok(Ok(out)) => Probe {
-            end: ProcessEnd::from_status(out.status),
-            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    let mut group = group;
+    let (stdout, stderr) = (group.child.stdout.take(), group.child.stderr.take());
+    // Each stream is kept up to `PROBE_OUTPUT_CAP` and the rest drained unkept, so a CLI that
+    // floods its output neither fills memory nor blocks on a full pipe. A probe past its time is
+    // dropped with its group (`GroupChild` kills it).
+    let waited = tokio::time::timeout(timeout, async {
+        let (out, err, status) =
+            tokio::join!(kept_output(stdout), kept_output(stderr), group.child.wait());
+        status.map(|status| (status, out, err))
+    })
+    .await;
+    drop(group);
+    match waited {
+        Ok(Ok((status, out, err))) => Probe {
+            end: ProcessEnd::from_status(status),
+            stdout: String::from_utf8_lossy(&out).into_owned(),
+            stderr: String::from_utf8_lossy(&err).into_owned(),
         },
         Ok(Err(e)) => ended(ProcessEnd::SpawnFailed(e.to_string())),
         Err(_) => ended(ProcessEnd::TimedOut),
     }
+}
+
+/// The most of a probe's stdout or stderr kept: a version line or a login status is a few lines.
+pub const PROBE_OUTPUT_CAP: usize = 64 * 1024;
+
+/// Reads `pipe` to its end, keeping the first `PROBE_OUTPUT_CAP` bytes.
+async fn kept_output(pipe: Option<impl tokio::io::AsyncRead + Unpin>) -> Vec<u8> {
+    use tokio::io::AsyncReadExt;
+    let mut kept = Vec::new();
+    let Some(mut pipe) = pipe else { return kept };
+    let mut buf = [0u8; 8192];
+    while let Ok(n) = pipe.read(&mut buf).await {
+        if n == 0 {
+            break;
+        }
+        let room = PROBE_OUTPUT_CAP.saturating_sub(kept.len());
+        kept.extend_from_slice(buf.get(..n.min(room)).unwrap_or_default());
+    }
+    kept
 }
 
 /// `` `what` exited with 1 ``, ... : how a probe ended, for a check's detail.

@@ -1,5 +1,7 @@
 //! Files the listener writes: atomic replacement (temp file + rename) at 0600 or keeping the
-//! user's mode, and private (0600) appends. Nothing here knows what the files hold.
+//! user's mode, and private (0600) appends; and the one way to read a file the user names
+//! (config, key): regular files only, with a size cap, never blocking on a FIFO or a device.
+//! Nothing here knows what the files hold.
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;
@@ -95,6 +97,123 @@ pub fn open_append_private(path: &Path) -> std::io::Result<File> {
     Ok(file)
 }
 
+/// Reads the file at `path` (symlinks followed) when it is a regular file of at most `cap` bytes.
+/// Opened with `O_NONBLOCK`, so a FIFO or a device named by mistake (or a symlink to
+/// `/dev/zero`) is refused after an `fstat` instead of blocking the thread or filling memory; a
+/// regular file ignores the flag. The errors say what the file is (`is a FIFO, not a regular
+/// file`) or how large (`is 2.0 MiB, over the 1 MiB cap`), never what it holds. A file that grows
+/// past `cap` while being read is refused the same way.
+pub fn read_regular_capped(path: &Path, cap: u64) -> std::io::Result<Vec<u8>> {
+    let (file, meta) = open_regular(path)?;
+    read_capped(file, &meta, cap)
+}
+
+/// Opens `path` for reading (symlinks followed) with `O_NONBLOCK` and `fstat`s what it opened:
+/// an error saying what it is unless it is a regular file (`is a FIFO, not a regular file`). For
+/// a caller that judges the metadata (a key file's mode) before reading with [`read_capped`].
+pub fn open_regular(path: &Path) -> std::io::Result<(File, std::fs::Metadata)> {
+    let file = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path)?;
+    let meta = file.metadata()?;
+    if !meta.is_file() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!("{}, not a regular file", what_it_is(&meta.file_type())),
+        ));
+    }
+    Ok((file, meta))
+}
+
+/// Reads a file [`open_regular`] opened, refusing more than `cap` bytes (by its size, and again
+/// if it grows while being read).
+pub fn read_capped(file: File, meta: &std::fs::Metadata, cap: u64) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    if meta.len() > cap {
+        return Err(too_large(meta.len(), cap));
+    }
+    let mut bytes = Vec::with_capacity(usize::try_from(meta.len()).unwrap_or(0));
+    file.take(cap.saturating_add(1)).read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > cap {
+        return Err(too_large(bytes.len() as u64, cap));
+    }
+    Ok(bytes)
+}
+
+fn too_large(size: u64, cap: u64) -> std::io::Error {
+    std::io::Error::new(
+        std::io::ErrorKind::FileTooLarge,
+        format!(
+            "is {}, over the {} cap for this file",
+            show_size(size),
+            show_size(cap)
+        ),
+    )
+}
+
+/// `is a FIFO`, `is a directory`, … for a file that is not a regular one.
+pub fn what_it_is(t: &std::fs::FileType) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    if t.is_dir() {
+        "is a directory"
+    } else if t.is_fifo() {
+        "is a FIFO"
+    } else if t.is_char_device() {
+        "is a character device"
+    } else if t.is_block_device() {
+        "is a block device"
+    } else if t.is_socket() {
+        "is a socket"
+    } else if t.is_symlink() {
+        "is a symbolic link"
+    } else if t.is_file() {
+        "is a regular file"
+    } else {
+        "is not a file"
+    }
+}
+
+/// A byte count for messages: `512 B`, `64 KiB`, `1.5 MiB`.
+pub fn show_size(n: u64) -> String {
+    const KIB: u64 = 1024;
+    const MIB: u64 = 1024 * 1024;
+    match n {
+        n if n >= MIB && n % MIB == 0 => format!("{} MiB", n / MIB),
+        n if n >= MIB => format!("{:.1} MiB", n as f64 / MIB as f64),
+        n if n >= KIB && n % KIB == 0 => format!("{} KiB", n / KIB),
+        n if n >= KIB => format!("{:.1} KiB", n as f64 / KIB as f64),
+        n => format!("{n} B"),
+    }
+}
+
+/// Raises this process's soft limit on open descriptors to its hard limit (systemd and most
+/// shells start at a soft 1024 under a far higher hard limit), so what the listener holds (the
+/// socket, a run's pipes and logs, the metrics endpoint's few connections) never meets the soft
+/// limit first. The limits after, soft and hard; an error leaves them as they were.
+pub fn raise_open_files_limit() -> std::io::Result<(u64, u64)> {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit and setrlimit only read and write the struct passed by pointer.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    if lim.rlim_cur < lim.rlim_max {
+        let raised = libc::rlimit {
+            rlim_cur: lim.rlim_max,
+            rlim_max: lim.rlim_max,
+        };
+        // SAFETY: as above.
+        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        lim = raised;
+    }
+    Ok((lim.rlim_cur, lim.rlim_max))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -112,5 +231,29 @@ mod tests {
             .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
             .collect();
         assert_eq!(names, ["status.json"]);
+    }
+
+    #[test]
+    fn only_a_regular_file_under_its_cap_is_read_and_a_fifo_never_blocks() {
+        let tmp = tempfile::tempdir().unwrap();
+        let file = tmp.path().join("config.toml");
+        std::fs::write(&file, b"abc").unwrap();
+        assert_eq!(read_regular_capped(&file, 3).unwrap(), b"abc");
+        let e = read_regular_capped(&file, 2).unwrap_err();
+        assert_eq!(e.to_string(), "is 3 B, over the 2 B cap for this file");
+        let fifo = tmp.path().join("fifo");
+        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        // No writer: a blocking open would wait for ever.
+        let e = read_regular_capped(&fifo, 1024).unwrap_err();
+        assert_eq!(e.to_string(), "is a FIFO, not a regular file");
+        let zero = tmp.path().join("zero");
+        std::os::unix::fs::symlink("/dev/zero", &zero).unwrap();
+        let e = read_regular_capped(&zero, 1024).unwrap_err();
+        assert_eq!(e.to_string(), "is a character device, not a regular file");
+        let e = read_regular_capped(tmp.path(), 1024).unwrap_err();
+        assert_eq!(e.to_string(), "is a directory, not a regular file");
+        assert_eq!(show_size(1024 * 1024), "1 MiB");
+        assert_eq!(show_size(1536), "1.5 KiB");
     }
 }

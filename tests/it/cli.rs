@@ -331,6 +331,7 @@ const FLAG_OF: &[(&str, Option<&str>)] = &[
     ("AGENTCHAT_INTEGRATION", None),
     ("AGENTCHAT_DOORBELL", None),
     ("AGENTCHAT_TEST_TIME_SCALE", None),
+    ("AGENTCHAT_ALLOW_CLEARTEXT", None),
 ];
 
 /// The help line of `flag` in `help` (clap writes one line per option).

@@ -1112,7 +1112,11 @@ async fn an_unknown_profile_makes_listen_exit_78_and_doctor_fail() {
 #[test]
 fn the_test_time_scale_is_honoured_only_against_a_loopback_api_base() {
     use agentchat::config::{TestTimeScale, advice};
-    let scaled = env(&[("AGENTCHAT_TEST_TIME_SCALE", "20")]);
+    // Plain http beyond loopback needs the opt-in (item: cleartext key), given here.
+    let scaled = env(&[
+        ("AGENTCHAT_TEST_TIME_SCALE", "20"),
+        ("AGENTCHAT_ALLOW_CLEARTEXT", "1"),
+    ]);
     let with_base = |base: &str| {
         let args = ConfigArgs {
             api_base: Some(base.into()),
@@ -1195,6 +1199,7 @@ async fn a_listener_with_a_non_loopback_api_base_ignores_the_test_time_scale() {
         );
         cmd.env("AGENTCHAT_API_BASE", base)
             .env("AGENTCHAT_API_KEY", "ac_not_used_0000")
+            .env("AGENTCHAT_ALLOW_CLEARTEXT", "1")
             .env("AGENTCHAT_TEST_TIME_SCALE", "100");
         cmd
     };
@@ -1257,4 +1262,321 @@ async fn listen_names_a_missing_key_file_once_without_calling_it_a_config_file()
         "{}",
         out.stderr
     );
+}
+
+#[test]
+fn a_cleartext_api_base_beyond_loopback_is_a_config_error_unless_allowed() {
+    let e = env(&[]);
+    let with = |base: &str, e: &HashMap<String, String>| {
+        let args = ConfigArgs {
+            api_base: Some(base.into()),
+            ..ConfigArgs::default()
+        };
+        resolve(&args, e, None)
+    };
+    for base in [
+        "http://api.agentchat.me",
+        "http://10.0.0.1:8080",
+        "http://0.0.0.0:9",
+        "http://127.0.0.1.example.com",
+    ] {
+        match with(base, &e) {
+            Err(ConfigError::BadValue { key, problem }) => {
+                assert_eq!(key, "api_base", "{base}");
+                assert!(
+                    problem.contains("https://")
+                        && problem.contains("clear text")
+                        && problem.contains("allow_cleartext = true"),
+                    "{base}: {problem}"
+                );
+            }
+            other => panic!("{base}: expected BadValue, got {:?}", other.map(|_| ())),
+        }
+    }
+    // Loopback and https are fine, without a word of advice.
+    for base in [
+        "http://127.0.0.1:8080",
+        "http://127.9.9.9",
+        "http://localhost:1",
+        "http://[::1]:80",
+        "https://api.agentchat.me",
+        "https://10.0.0.1",
+    ] {
+        let s = with(base, &e).unwrap_or_else(|err| panic!("{base}: {err}"));
+        assert!(
+            agentchat::config::advice(&s)
+                .iter()
+                .all(|a| !a.contains("clear text")),
+            "{base}"
+        );
+    }
+    // The opt-in, from the file (top level or a profile) or the environment, says so at start.
+    let text = "api_base = \"http://api.agentchat.me\"\nallow_cleartext = true\n";
+    let s = resolve(&ConfigArgs::default(), &e, file(text)).unwrap();
+    assert!(s.allow_cleartext);
+    assert!(
+        agentchat::config::advice(&s)
+            .iter()
+            .any(|a| a.contains("clear text") && a.contains("http://api.agentchat.me")),
+        "{:?}",
+        agentchat::config::advice(&s)
+    );
+    let allowed = env(&[("AGENTCHAT_ALLOW_CLEARTEXT", "1")]);
+    assert!(with("http://api.agentchat.me", &allowed).is_ok());
+    let off = env(&[("AGENTCHAT_ALLOW_CLEARTEXT", "0")]);
+    assert!(with("http://api.agentchat.me", &off).is_err());
+    let bad = env(&[("AGENTCHAT_ALLOW_CLEARTEXT", "maybe")]);
+    match with("https://api.agentchat.me", &bad) {
+        Err(ConfigError::BadValue { key, .. }) => assert_eq!(key, "AGENTCHAT_ALLOW_CLEARTEXT"),
+        other => panic!("expected BadValue, got {:?}", other.map(|_| ())),
+    }
+    // The MCP URLs carry the key too.
+    let text = "[listen.claude]\nmcp_url = \"http://mcp.example/mcp\"\n";
+    match err_of(&ConfigArgs::default(), &e, text) {
+        ConfigError::BadValue { key, problem } => {
+            assert_eq!(key, "listen.claude.mcp_url");
+            assert!(problem.contains("https://"), "{problem}");
+        }
+        other => panic!("expected BadValue, got {other}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn listen_and_doctor_exit_78_on_a_cleartext_api_base_naming_api_base_and_https() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("config.toml");
+    std::fs::write(
+        &config,
+        "api_base = \"http://api.agentchat.me\"\n[listen]\nruntime = \"script\"\ncommand = [\"/bin/true\"]\n",
+    )
+    .unwrap();
+    let mut cmd = agentchat(
+        dir.path(),
+        &["listen", "--config", config.to_str().unwrap()],
+    );
+    cmd.env("AGENTCHAT_API_KEY", "ac_cleartext_secret_0000");
+    let out = run(cmd).await;
+    assert_eq!(out.code, Some(78), "{}", out.stderr);
+    assert!(
+        out.stderr.contains("`api_base`") && out.stderr.contains("https://"),
+        "{}",
+        out.stderr
+    );
+    assert!(
+        !out.stderr.contains("ac_cleartext_secret"),
+        "{}",
+        out.stderr
+    );
+}
+
+#[test]
+fn an_api_base_ending_in_v1_is_normalised_and_said_once() {
+    let e = env(&[]);
+    for (written, used) in [
+        ("https://api.agentchat.me/v1", "https://api.agentchat.me"),
+        ("https://api.agentchat.me/v1/", "https://api.agentchat.me"),
+        ("http://127.0.0.1:8080/v1", "http://127.0.0.1:8080"),
+        ("https://host/prefix/v1", "https://host/prefix"),
+    ] {
+        let args = ConfigArgs {
+            api_base: Some(written.into()),
+            ..ConfigArgs::default()
+        };
+        let s = resolve(&args, &e, None).unwrap();
+        assert_eq!(s.api_base, used, "{written}");
+        let advice = agentchat::config::advice(&s);
+        assert_eq!(
+            advice.iter().filter(|a| a.contains("/v1")).count(),
+            1,
+            "{written}: {advice:?}"
+        );
+    }
+    for kept in ["https://host/v10", "https://v1", "https://host/v1x"] {
+        let args = ConfigArgs {
+            api_base: Some(kept.into()),
+            ..ConfigArgs::default()
+        };
+        let s = resolve(&args, &e, None).unwrap();
+        assert_eq!(s.api_base, kept);
+        assert!(s.api_base_written.is_none());
+    }
+}
+
+/// Caps the command's address space (1 GiB), so a read that would fill memory fails there instead
+/// of taking the machine's memory with it (today's main filled gigabytes from `/dev/zero`).
+fn with_memory_cap(cmd: &mut tokio::process::Command) {
+    unsafe {
+        cmd.pre_exec(|| {
+            let cap = libc::rlimit {
+                rlim_cur: 1 << 30,
+                rlim_max: 1 << 30,
+            };
+            libc::setrlimit(libc::RLIMIT_AS, &cap);
+            Ok(())
+        });
+    }
+}
+
+fn mkfifo(path: &Path) {
+    let c = std::ffi::CString::new(path.to_str().unwrap()).unwrap();
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_config_or_key_file_that_is_a_fifo_or_a_device_is_refused_at_once_saying_what_it_is() {
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("config.fifo");
+    mkfifo(&fifo);
+    let zero = dir.path().join("zero.toml");
+    std::os::unix::fs::symlink("/dev/zero", &zero).unwrap();
+    for (config, what) in [
+        (&fifo, "is a FIFO, not a regular file"),
+        (&zero, "is a character device, not a regular file"),
+    ] {
+        for sub in ["listen", "doctor"] {
+            let mut cmd = agentchat(dir.path(), &[sub, "--config", config.to_str().unwrap()]);
+            cmd.env("AGENTCHAT_API_KEY", "ac_not_used_0000")
+                .env("AGENTCHAT_API_BASE", "http://127.0.0.1:9");
+            with_memory_cap(&mut cmd);
+            let out = run(cmd).await;
+            let all = format!("{}{}", out.stdout, out.stderr);
+            assert!(
+                all.contains(config.to_str().unwrap()) && all.contains(what),
+                "{sub} --config {}: {all}",
+                config.display()
+            );
+            let expected = if sub == "listen" { 78 } else { 1 };
+            assert_eq!(out.code, Some(expected), "{sub}: {all}");
+        }
+    }
+    // The key file: a FIFO, /dev/zero, and a file over the cap.
+    let big = dir.path().join("big.key");
+    std::fs::write(&big, vec![b'a'; 64 * 1024]).unwrap();
+    std::fs::set_permissions(&big, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    let key_fifo = dir.path().join("key.fifo");
+    mkfifo(&key_fifo);
+    for (key, what) in [
+        (key_fifo.as_path(), "is a FIFO, not a regular file"),
+        (
+            Path::new("/dev/zero"),
+            "is a character device, not a regular file",
+        ),
+        (big.as_path(), "is 64 KiB, over the 16 KiB cap"),
+    ] {
+        let config = dir.path().join("keyed.toml");
+        std::fs::write(
+            &config,
+            format!(
+                "api_key_file = \"{}\"\n[listen]\nruntime = \"script\"\ncommand = [\"/bin/true\"]\n",
+                key.display()
+            ),
+        )
+        .unwrap();
+        let mut cmd = agentchat(
+            dir.path(),
+            &["listen", "--config", config.to_str().unwrap()],
+        );
+        cmd.env("AGENTCHAT_API_BASE", "http://127.0.0.1:9");
+        with_memory_cap(&mut cmd);
+        let out = run(cmd).await;
+        assert_eq!(out.code, Some(78), "{}", out.stderr);
+        assert!(
+            out.stderr.contains("`api_key_file`") && out.stderr.contains(what),
+            "{}: {}",
+            key.display(),
+            out.stderr
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_onto_a_config_symlinked_to_dev_zero_keeps_the_old_one_and_sigterm_still_stops() {
+    use crate::listen_support::{Listener, Opts, Setup, Sim, listener_command};
+    let sim = Sim::start(1.0).await;
+    let bob = sim.agent("bob").await;
+    let opts = Opts::default();
+    let setup = Setup::new(&opts);
+    let mut cmd = listener_command(&sim, &bob, &setup, &opts);
+    use std::os::unix::process::CommandExt;
+    unsafe {
+        cmd.pre_exec(|| {
+            let cap = libc::rlimit {
+                rlim_cur: 1 << 30,
+                rlim_max: 1 << 30,
+            };
+            libc::setrlimit(libc::RLIMIT_AS, &cap);
+            Ok(())
+        });
+    }
+    let mut l = Listener::spawn(cmd, &setup, "");
+    assert!(
+        crate::common::eventually(20.0, || setup.status()["socket"] == "connected").await,
+        "{}",
+        l.log()
+    );
+    let kept = setup.config.with_extension("kept");
+    std::fs::rename(&setup.config, &kept).unwrap();
+    std::os::unix::fs::symlink("/dev/zero", &setup.config).unwrap();
+    l.signal(libc::SIGHUP);
+    assert!(
+        crate::common::eventually(10.0, || l.count("reload_failed") >= 1).await,
+        "{}",
+        l.log()
+    );
+    let failed = &l.events("reload_failed")[0];
+    assert!(
+        failed
+            .to_string()
+            .contains("is a character device, not a regular file"),
+        "{failed}"
+    );
+    // The old config still serves, and a SIGTERM ends the listener at once.
+    assert_eq!(setup.status()["socket"], "connected");
+    l.signal(libc::SIGTERM);
+    assert_eq!(l.wait_exit(10.0), Some(0), "{}", l.log());
+}
+
+#[test]
+fn every_relative_path_is_made_absolute_against_the_working_directory() {
+    use agentchat::config::absolute_paths;
+    let args = ConfigArgs {
+        state_dir: Some("state".into()),
+        ..ConfigArgs::default()
+    };
+    let text = "api_key_file = \"keys/agent.key\"\n[listen]\nworkdir = \"work\"\n\
+                command = [\"bin/run.sh\", \"arg/x\"]\n[listen.claude]\nbinary = \"tools/claude\"\n\
+                [listen.codex]\nbinary = \"codex\"\n";
+    // A config file named relative to the working directory: its folder is "".
+    let mut s = resolve(&args, &env(&[]), Some((Path::new("config.toml"), text))).unwrap();
+    assert_eq!(
+        s.state_dir,
+        PathBuf::from("state"),
+        "resolve itself is pure"
+    );
+    absolute_paths(&mut s, Path::new("/srv/agent"));
+    assert_eq!(s.state_dir, PathBuf::from("/srv/agent/state"));
+    assert_eq!(s.config_path, Some(PathBuf::from("/srv/agent/config.toml")));
+    assert_eq!(
+        s.key_source,
+        KeySource::File(PathBuf::from("/srv/agent/keys/agent.key"))
+    );
+    assert_eq!(s.listen.workdir, Some(PathBuf::from("/srv/agent/work")));
+    assert_eq!(
+        s.listen.command,
+        vec!["/srv/agent/bin/run.sh".to_string(), "arg/x".to_string()]
+    );
+    assert_eq!(
+        s.listen.claude.binary,
+        Some(PathBuf::from("/srv/agent/tools/claude"))
+    );
+    assert_eq!(
+        s.listen.codex.binary,
+        Some(PathBuf::from("codex")),
+        "a bare name stays bare, for PATH"
+    );
+    // Absolute paths stay as they are.
+    let before = s.clone();
+    absolute_paths(&mut s, Path::new("/elsewhere"));
+    assert_eq!(s.state_dir, before.state_dir);
+    assert_eq!(s.listen.command, before.listen.command);
 }

@@ -1265,6 +1265,8 @@ async fn the_reconnect_backoff_is_scaled_only_against_a_loopback_api_base_and_a_
     let port = held.local_addr().unwrap().port();
     let opts = Opts {
         time_scale: 1000.0,
+        // Plain http beyond loopback needs the opt-in.
+        extra_env: vec![("AGENTCHAT_ALLOW_CLEARTEXT".into(), "1".into())],
         ..Opts::default()
     };
     let setup = Setup::new(&opts);

@@ -14,6 +14,7 @@ mod model_server;
 mod sim_support;
 
 mod bench_harness;
+mod bounds;
 mod cli;
 mod config;
 mod conformance;

@@ -386,3 +386,121 @@ fn a_public_metrics_address_needs_metrics_public_and_the_error_names_both_keys()
         "{bad}"
     );
 }
+
+/// This process's open-files limit, the soft one raised to the hard one (the half-open
+/// connections below are the test's descriptors too); the hard limit.
+fn raise_own_nofile() -> u64 {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) };
+    lim.rlim_cur = lim.rlim_max;
+    unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) };
+    lim.rlim_max
+}
+
+/// Issue 17 item 11: any local user can open connections to the endpoint. With a soft limit of
+/// 1024 descriptors (systemd's default), 1,200 half-sent requests made today's listener fail its
+/// run with `Too many open files` and left `/healthz` unanswered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn half_sent_connections_past_the_cap_are_closed_at_once_and_a_run_and_healthz_still_work() {
+    use std::os::unix::process::CommandExt;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let hard = raise_own_nofile();
+    let n: usize = 1200.min(hard.saturating_sub(300) as usize);
+    assert!(
+        n > 1024,
+        "the test needs a hard open-files limit above 1,324 (it is {hard})"
+    );
+    let opts = Opts::default();
+    let sim = Sim::start(1.0).await;
+    let alice = sim.agent("alice").await;
+    let bob = sim.agent("bob").await;
+    let setup = Setup::new(&opts);
+    let mut cmd = listener_command(&sim, &bob, &setup, &opts);
+    cmd.env("AGENTCHAT_METRICS_ADDR", "127.0.0.1:0");
+    // The listener starts as a service would: a soft limit of 1024 under the hard one.
+    unsafe {
+        cmd.pre_exec(|| {
+            let mut lim = libc::rlimit {
+                rlim_cur: 0,
+                rlim_max: 0,
+            };
+            libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim);
+            lim.rlim_cur = 1024;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
+            Ok(())
+        });
+    }
+    let l = Listener::spawn(cmd, &setup, "");
+    let base = metrics_base(&l).await;
+    let addr = base.trim_start_matches("http://").to_string();
+    assert!(
+        crate::common::eventually(20.0, || setup.status()["socket"] == "connected").await,
+        "{}",
+        l.log()
+    );
+
+    let closed = Arc::new(AtomicUsize::new(0));
+    let mut readers = Vec::new();
+    for i in 0..n {
+        let mut c = tokio::time::timeout(
+            std::time::Duration::from_secs(10),
+            tokio::net::TcpStream::connect(&addr),
+        )
+        .await
+        .unwrap_or_else(|_| panic!("connect {i} hung:\n{}", l.log()))
+        .unwrap();
+        // A request head that never ends.
+        let _ = c.write_all(b"GET /metrics HTTP/1.1\r\nhost: x\r\n").await;
+        let closed = closed.clone();
+        readers.push(tokio::spawn(async move {
+            let mut buf = [0u8; 256];
+            loop {
+                match c.read(&mut buf).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(_) => {}
+                }
+            }
+            closed.fetch_add(1, Ordering::SeqCst);
+        }));
+    }
+    // All but the few the endpoint serves at once are closed without being read.
+    assert!(
+        crate::common::eventually(30.0, || closed.load(Ordering::SeqCst) >= n - 32).await,
+        "{} of {n} closed:\n{}",
+        closed.load(Ordering::SeqCst),
+        l.log()
+    );
+    assert_eq!(l.count("metrics_connections_full"), 1, "{}", l.log());
+
+    // A run starts and ends meanwhile.
+    sim.send(&alice, &bob, "hello while the endpoint is busy")
+        .await;
+    assert!(
+        crate::common::eventually(60.0, || setup.rec.done(1)).await,
+        "no run:\n{}",
+        l.log()
+    );
+    assert!(!l.log().contains("Too many open files"), "{}", l.log());
+    // The held ones are closed once their head is late, and /healthz answers again.
+    assert!(
+        crate::common::eventually(60.0, || closed.load(Ordering::SeqCst) == n).await,
+        "{} of {n} closed",
+        closed.load(Ordering::SeqCst)
+    );
+    let ep = Endpoint {
+        base,
+        http: reqwest::Client::builder()
+            .timeout(std::time::Duration::from_secs(5))
+            .build()
+            .unwrap(),
+    };
+    assert!(ep.answers("/healthz", 200).await, "{}", l.log());
+    for r in readers {
+        r.await.unwrap();
+    }
+}

@@ -39,6 +39,10 @@ pub struct Shared {
     /// over the connect budget), and when each was (unix ms).
     pub refuse_sockets: Option<(u16, String)>,
     pub refused_at: Vec<u64>,
+    /// REST paths (prefixes) answered `200` with a chunked JSON body that never ends (a hostile
+    /// or broken server), and how many body bytes the fake managed to send on them.
+    pub endless: Vec<&'static str>,
+    pub endless_sent: u64,
 }
 
 pub struct Fake {
@@ -215,6 +219,14 @@ async fn serve_rest(mut stream: TcpStream, shared: Arc<Mutex<Shared>>) {
             None
         }
     };
+    let endless = {
+        let s = shared.lock().unwrap();
+        s.endless.iter().any(|p| path.starts_with(p))
+    };
+    if endless {
+        serve_endless(stream, shared).await;
+        return;
+    }
     let down = {
         let s = shared.lock().unwrap();
         (path.starts_with("/v1/texts") && s.texts_down)
@@ -281,6 +293,26 @@ async fn serve_rest(mut stream: TcpStream, shared: Arc<Mutex<Shared>>) {
     );
     let _ = stream.write_all(resp.as_bytes()).await;
     let _ = stream.shutdown().await;
+}
+
+/// `200` with a chunked body that starts like JSON and never ends, until the client hangs up.
+async fn serve_endless(mut stream: TcpStream, shared: Arc<Mutex<Shared>>) {
+    let head =
+        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n";
+    if stream.write_all(head.as_bytes()).await.is_err() {
+        return;
+    }
+    let first = b"{\"handle\":\"";
+    let filler = vec![b'a'; 64 * 1024];
+    let mut chunk: &[u8] = first;
+    loop {
+        let framed = [format!("{:x}\r\n", chunk.len()).as_bytes(), chunk, b"\r\n"].concat();
+        if stream.write_all(&framed).await.is_err() {
+            return;
+        }
+        shared.lock().unwrap().endless_sent += chunk.len() as u64;
+        chunk = &filler;
+    }
 }
 
 /// A v1 tray for `you` with no card and one pending invite `invite_id` (complete list).

@@ -1,0 +1,176 @@
+//! The page's fixed vocabulary: every metric's name, type and help line, the label values kept
+//! (anything else is `other`), and the histograms' buckets.
+
+/// The states `agentchat_listener_state` always lists (one of them is 1), as `status.json` names
+/// them.
+pub(super) const STATES: &[&str] = &[
+    "starting",
+    "connecting",
+    "connected",
+    "backoff",
+    "key_refused",
+    "runtime_unusable",
+    "handle_mismatch",
+    "stopping",
+    "stopped",
+];
+
+/// Wake reasons kept as labels: the listener's own (`message`, `invite`, `connect`, and
+/// `core::status::ListenerWake`'s) and the server's `wake` frame reasons of contract 3.4 and 3.5;
+/// anything else is `other`.
+pub(super) const WAKE_REASONS: &[&str] = &[
+    "message",
+    "invite",
+    "connect",
+    "reminder",
+    "unanswered",
+    "messages",
+    "test",
+    crate::core::frames::WAKE_REASON_UNSPECIFIED,
+    "recovered",
+    "backlog",
+];
+
+/// Frame types of contract 3.4 kept as labels; an unknown one is `other`.
+pub(super) const FRAME_TYPES: &[&str] = &[
+    "hello.ok",
+    "message.new",
+    "message.read",
+    "presence.update",
+    "typing.start",
+    "typing.stop",
+    "rate_limit.warning",
+    "group.invite.received",
+    "group.deleted",
+    "wake",
+    "heartbeat",
+];
+
+pub(super) const RUN_OUTCOMES: &[&str] = &["completed", "failed", "unusable"];
+pub(super) const CYCLE_OUTCOMES: &[&str] = &["completed", "failed", "unusable", "no_run"];
+pub(super) const NO_RUN_REASONS: &[&str] = &[
+    "nothing_waiting",
+    "only_muted",
+    "handle_mismatch",
+    "tray_unreadable",
+    "no_texts",
+    "no_prompt",
+    "runtime_unusable",
+];
+
+/// Run durations, in seconds: a run takes seconds to the 15 min default limit.
+pub(super) const RUN_BUCKETS: &[f64] = &[
+    1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 900.0, 1800.0,
+];
+/// From the first wake a cycle serves to its run's start: the coalescer's quiet window (3 s) to
+/// its max delay (15 s), plus the tray read.
+pub(super) const LATENCY_BUCKETS: &[f64] =
+    &[0.5, 1.0, 2.0, 3.0, 5.0, 10.0, 15.0, 30.0, 60.0, 300.0];
+
+/// One metric of the page: its name, type and help line.
+pub(super) struct Def {
+    pub(super) name: &'static str,
+    pub(super) kind: &'static str,
+    pub(super) help: &'static str,
+}
+
+pub(super) const WAKES: Def = Def {
+    name: "agentchat_wakes_total",
+    kind: "counter",
+    help: "Wakes handed to the coalescer, by reason (message, invite, connect, the server's wake reasons; other).",
+};
+pub(super) const ACKS: Def = Def {
+    name: "agentchat_acks_total",
+    kind: "counter",
+    help: "Acks sent for message.new frames.",
+};
+pub(super) const FRAMES: Def = Def {
+    name: "agentchat_frames_total",
+    kind: "counter",
+    help: "Inbound socket frames, by type (contract frame types; other, malformed, oversized, binary, close, ping, pong).",
+};
+pub(super) const FRAMES_SKIPPED: Def = Def {
+    name: "agentchat_frames_skipped_total",
+    kind: "counter",
+    help: "Frames skipped unread: binary, over 1 MiB, or malformed.",
+};
+pub(super) const CONNECTS: Def = Def {
+    name: "agentchat_socket_connects_total",
+    kind: "counter",
+    help: "Socket connect attempts: result accepted (kind none), or refused with the kind of close or answer that refused it.",
+};
+pub(super) const CLOSES: Def = Def {
+    name: "agentchat_socket_closes_total",
+    kind: "counter",
+    help: "Ends of an established socket, by close kind (ordinary, connect_budget, key_refused, upgrade_required).",
+};
+pub(super) const KEY_REFUSALS: Def = Def {
+    name: "agentchat_key_refusals_total",
+    kind: "counter",
+    help: "Times the server refused the API key: on connect, by a close, or on a tray read.",
+};
+pub(super) const CYCLES: Def = Def {
+    name: "agentchat_cycles_total",
+    kind: "counter",
+    help: "Ended cycles, by outcome (completed, failed, unusable, no_run).",
+};
+pub(super) const NO_RUN: Def = Def {
+    name: "agentchat_no_run_cycles_total",
+    kind: "counter",
+    help: "Cycles that started no run, by reason.",
+};
+pub(super) const RUNS: Def = Def {
+    name: "agentchat_runs_total",
+    kind: "counter",
+    help: "Ended runs, by runtime and outcome (completed, failed, unusable).",
+};
+pub(super) const INVITES_COUNTED: Def = Def {
+    name: "agentchat_invites_counted_total",
+    kind: "counter",
+    help: "Invites a run left pending, counted by the single-run invite rule.",
+};
+pub(super) const INVITES_DISMISSED: Def = Def {
+    name: "agentchat_invites_dismissed_total",
+    kind: "counter",
+    help: "Invites dismissed by the single-run invite rule.",
+};
+pub(super) const RUN_DURATION: Def = Def {
+    name: "agentchat_run_duration_seconds",
+    kind: "histogram",
+    help: "How long runs took, by runtime.",
+};
+pub(super) const WAKE_TO_RUN: Def = Def {
+    name: "agentchat_wake_to_run_seconds",
+    kind: "histogram",
+    help: "From the first wake a cycle serves to the start of its run.",
+};
+pub(super) const STATE: Def = Def {
+    name: "agentchat_listener_state",
+    kind: "gauge",
+    help: "The listener's state as status.json shows it: 1 for the current state, 0 for the others.",
+};
+pub(super) const READY: Def = Def {
+    name: "agentchat_ready",
+    kind: "gauge",
+    help: "1 while the socket is up, the key accepted and a run can start (what /readyz answers 200 for).",
+};
+pub(super) const RUN_IN_PROGRESS: Def = Def {
+    name: "agentchat_run_in_progress",
+    kind: "gauge",
+    help: "1 while a run is in progress.",
+};
+pub(super) const LAST_FRAME_AGE: Def = Def {
+    name: "agentchat_last_frame_age_seconds",
+    kind: "gauge",
+    help: "Seconds since the last inbound frame (absent before the first).",
+};
+pub(super) const LOOP_AGE: Def = Def {
+    name: "agentchat_main_loop_last_turn_age_seconds",
+    kind: "gauge",
+    help: "Seconds since the main loop last turned (every frame turns it, the server's heartbeat every 45 s included).",
+};
+pub(super) const START_TIME: Def = Def {
+    name: "agentchat_start_time_seconds",
+    kind: "gauge",
+    help: "When the listener started, in seconds since the Unix epoch.",
+};

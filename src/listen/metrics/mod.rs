@@ -1,0 +1,558 @@
+//! The listener's metrics and health, for people who run many agents: a small registry fed by
+//! one-line hooks at the listener's event points (the same points that bump `status.json`'s
+//! `counters` or log an `event=`), and a loopback HTTP endpoint serving
+//!
+//! - `GET /metrics`: the Prometheus text exposition format (version 0.0.4);
+//! - `GET /healthz`: 200 while the main loop turns; 503 with a one-line reason when its last turn
+//!   is older than the bound (`core::status::quiet_allowance`: 120 s, two server heartbeats and
+//!   slack, or until past the socket's next retry), or while it stops. The listener's
+//!   runtime has one thread, so a loop blocked outright leaves the endpoint unanswered (a probe's
+//!   timeout counts that as a failure too);
+//! - `GET /readyz`: 200 only while the socket is up (the key was accepted) and a run can start;
+//!   503 with the socket's state, or with why no run can start (`runtime_unusable`,
+//!   `handle_mismatch`, no texts), otherwise.
+//!
+//! The endpoint is off unless `listen.metrics_addr` is set, and never shows the key, peers'
+//! handles, message or invite ids, or text: every label value comes from a fixed list (an unknown
+//! wake reason or frame type is `other`), except `profile`, which the operator chose.
+//!
+//! **Why hand-written, not `prometheus-client`.** The metric set is fixed and small, and the text
+//! format is a few lines per type. `prometheus-client` 0.24 would add seven crates (`parking_lot`,
+//! `lock_api`, `parking_lot_core`, `scopeguard`, `dtoa`, `cfg-if` and a derive proc-macro) and
+//! about 70 KB to a stripped release binary (measured on a probe binary with the release
+//! profile of this crate), it writes OpenMetrics rather than the Prometheus text format, and the
+//! gauges computed at scrape time (seconds since the last frame, the state as a one-hot gauge)
+//! would each need a custom collector. The page is checked with the reference parser (Python
+//! `prometheus_client.parser`) in `tests/it/metrics.rs`.
+
+mod defs;
+mod render;
+mod serve;
+
+pub use serve::{is_loopback, serve, serve_listener, spawn_server};
+
+use super::cycle::CycleReport;
+use crate::core::engine::WakeCause;
+use crate::core::reconnect::CloseKind;
+use crate::core::status::{STALE_AFTER, Status, quiet_allowance};
+use defs::*;
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant, SystemTime};
+
+/// Label pairs of one series, besides `profile`.
+type Labels = Vec<(&'static str, String)>;
+
+#[derive(Debug, Clone)]
+struct Histogram {
+    bounds: &'static [f64],
+    /// Non-cumulative counts per bound; the `+Inf` bucket is `count`.
+    counts: Vec<u64>,
+    sum: f64,
+    count: u64,
+}
+
+impl Histogram {
+    fn new(bounds: &'static [f64]) -> Histogram {
+        Histogram {
+            bounds,
+            counts: vec![0; bounds.len()],
+            sum: 0.0,
+            count: 0,
+        }
+    }
+    fn observe(&mut self, v: f64) {
+        if let Some(count) = self
+            .bounds
+            .iter()
+            .zip(self.counts.iter_mut())
+            .find_map(|(b, count)| (v <= *b).then_some(count))
+        {
+            *count += 1;
+        }
+        self.sum += v;
+        self.count += 1;
+    }
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    counters: BTreeMap<&'static str, BTreeMap<Labels, u64>>,
+    histograms: BTreeMap<&'static str, BTreeMap<Labels, Histogram>>,
+    /// `status.json`'s `state` and `socket` when it was last written.
+    state: String,
+    socket: String,
+    /// When the main loop last turned.
+    last_turn: Option<Instant>,
+    /// When the socket tries again (`status.json`'s `next_retry_at`), while it waits to.
+    next_retry: Option<SystemTime>,
+    /// `status.json` says no texts are loaded (`texts.source` `none`): no run can start.
+    no_texts: bool,
+    last_frame: Option<Instant>,
+    socket_up: bool,
+    run_started: Option<Instant>,
+    /// The first wake not yet served by a cycle, and the one the running cycle serves.
+    first_pending_wake: Option<Instant>,
+    cycle_wake: Option<Instant>,
+}
+
+impl Inner {
+    fn add(&mut self, def: &Def, labels: Labels, n: u64) {
+        *self
+            .counters
+            .entry(def.name)
+            .or_default()
+            .entry(labels)
+            .or_default() += n;
+    }
+    fn observe(&mut self, def: &Def, bounds: &'static [f64], labels: Labels, v: f64) {
+        self.histograms
+            .entry(def.name)
+            .or_default()
+            .entry(labels)
+            .or_insert_with(|| Histogram::new(bounds))
+            .observe(v);
+    }
+}
+
+/// The listener's registry. One per listener process, shared as an `Arc` by the main loop, the
+/// socket task and the cycles; every hook is a short lock on one mutex, and a no-op when metrics
+/// are off ([`Metrics::off`]).
+#[derive(Debug)]
+pub struct Metrics {
+    enabled: bool,
+    profile: String,
+    started_at: SystemTime,
+    inner: Mutex<Inner>,
+}
+
+/// An answer of the endpoint: status code and a one-line body.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Probe {
+    pub code: u16,
+    pub line: String,
+}
+
+impl Metrics {
+    /// A registry that records (metrics are on).
+    pub fn new(profile: &str) -> Arc<Metrics> {
+        let mut inner = Inner::default();
+        // Series that exist from the start at 0, so `rate()` and `increase()` see their first
+        // increment.
+        for def in [
+            &ACKS,
+            &FRAMES_SKIPPED,
+            &KEY_REFUSALS,
+            &INVITES_COUNTED,
+            &INVITES_DISMISSED,
+        ] {
+            inner.add(def, vec![], 0);
+        }
+        for o in CYCLE_OUTCOMES {
+            inner.add(&CYCLES, vec![("outcome", o.to_string())], 0);
+        }
+        for r in NO_RUN_REASONS {
+            inner.add(&NO_RUN, vec![("reason", r.to_string())], 0);
+        }
+        inner.add(
+            &CONNECTS,
+            vec![("result", "accepted".into()), ("kind", "none".into())],
+            0,
+        );
+        Arc::new(Metrics {
+            enabled: true,
+            profile: profile.to_string(),
+            started_at: SystemTime::now(),
+            inner: Mutex::new(inner),
+        })
+    }
+
+    /// A registry that records nothing (`metrics_addr` unset, `--once`).
+    pub fn off() -> Arc<Metrics> {
+        Arc::new(Metrics {
+            enabled: false,
+            profile: String::new(),
+            started_at: SystemTime::now(),
+            inner: Mutex::new(Inner::default()),
+        })
+    }
+
+    pub fn enabled(&self) -> bool {
+        self.enabled
+    }
+
+    fn lock(&self) -> Option<MutexGuard<'_, Inner>> {
+        if !self.enabled {
+            return None;
+        }
+        // A panic while holding the lock cannot leave the counters inconsistent enough to matter.
+        Some(self.inner.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    // ---- hooks: the main loop ----
+
+    /// The main loop turned (`/healthz`).
+    pub fn turned(&self) {
+        if let Some(mut i) = self.lock() {
+            i.last_turn = Some(Instant::now());
+        }
+    }
+
+    /// The status was written: the main loop turned. Keeps the state for the gauges and probes,
+    /// and the socket's next retry for `/healthz`.
+    pub fn observe_status(&self, status: &Status) {
+        if !self.enabled {
+            return;
+        }
+        let socket = status.socket.map_or("", |s| s.as_str());
+        self.observe_state(status.state.as_str(), socket);
+        let next_retry = status
+            .next_retry_at
+            .as_deref()
+            .and_then(|t| humantime::parse_rfc3339_weak(t).ok());
+        if let Some(mut i) = self.lock() {
+            i.next_retry = next_retry;
+            i.no_texts = status.texts.source == crate::core::status::TextsSource::Missing;
+        }
+    }
+
+    /// [`Metrics::observe_status`] with `status.json`'s `state` and `socket` words.
+    pub fn observe_state(&self, state: &str, socket: &str) {
+        if let Some(mut i) = self.lock() {
+            i.last_turn = Some(Instant::now());
+            i.state = state.to_string();
+            i.socket = socket.to_string();
+        }
+    }
+
+    /// A wake asked for by `frames` frames of one burst.
+    pub fn wake(&self, cause: &WakeCause, frames: u64) {
+        if let Some(mut i) = self.lock() {
+            let label = cause.label();
+            let reason = if WAKE_REASONS.contains(&label.as_str()) {
+                label
+            } else {
+                "other".into()
+            };
+            i.add(&WAKES, vec![("reason", reason)], frames);
+            i.first_pending_wake.get_or_insert_with(Instant::now);
+        }
+    }
+
+    /// A read burst was handled: how many of its frames were skipped, how many acks were sent.
+    pub fn burst(&self, skipped: u64, acked: u64) {
+        if let Some(mut i) = self.lock() {
+            i.add(&FRAMES_SKIPPED, vec![], skipped);
+            i.add(&ACKS, vec![], acked);
+        }
+    }
+
+    /// A cycle starts: it serves the wakes pending until now.
+    pub fn cycle_started(&self) {
+        if let Some(mut i) = self.lock() {
+            i.cycle_wake = i.first_pending_wake.take();
+        }
+    }
+
+    pub fn cycle_ended(&self, report: &CycleReport) {
+        let Some(mut i) = self.lock() else { return };
+        let last = &report.last;
+        let outcome = last.outcome.map_or("failed", |o| o.as_str());
+        i.add(
+            &CYCLES,
+            vec![("outcome", known(outcome, CYCLE_OUTCOMES))],
+            1,
+        );
+        if let Some(r) = last.no_run_reason.map(|r| r.as_str()) {
+            i.add(&NO_RUN, vec![("reason", known(r, NO_RUN_REASONS))], 1);
+        }
+        i.add(&INVITES_DISMISSED, vec![], last.invites_dismissed);
+        if report.key_refused {
+            i.add(&KEY_REFUSALS, vec![], 1);
+        }
+        i.cycle_wake = None;
+        i.run_started = None;
+    }
+
+    // ---- hooks: the socket task ----
+
+    pub fn frame(&self, msg: &tokio_tungstenite::tungstenite::Message) {
+        use tokio_tungstenite::tungstenite::Message;
+        let Some(mut i) = self.lock() else { return };
+        let kind = match msg {
+            Message::Text(t) if t.len() > super::socket::MAX_FRAME_BYTES => "oversized",
+            Message::Text(t) => frame_type(t.as_str()),
+            Message::Binary(_) => "binary",
+            Message::Close(_) => "close",
+            Message::Ping(_) => "ping",
+            Message::Pong(_) => "pong",
+            Message::Frame(_) => "other",
+        };
+        i.add(&FRAMES, vec![("type", kind.to_string())], 1);
+        i.last_frame = Some(Instant::now());
+    }
+
+    pub fn connect_accepted(&self) {
+        if let Some(mut i) = self.lock() {
+            i.add(
+                &CONNECTS,
+                vec![("result", "accepted".into()), ("kind", "none".into())],
+                1,
+            );
+            i.socket_up = true;
+        }
+    }
+
+    /// The socket is down (an attempt refused, or an established socket closed) with this kind.
+    pub fn socket_down(&self, kind: &CloseKind) {
+        let Some(mut i) = self.lock() else { return };
+        let k = close_kind(kind).to_string();
+        if std::mem::take(&mut i.socket_up) {
+            i.add(&CLOSES, vec![("kind", k)], 1);
+        } else {
+            i.add(
+                &CONNECTS,
+                vec![("result", "refused".into()), ("kind", k)],
+                1,
+            );
+        }
+        if *kind == CloseKind::KeyRefused {
+            i.add(&KEY_REFUSALS, vec![], 1);
+        }
+    }
+
+    // ---- hooks: the cycle ----
+
+    pub fn run_started(&self) {
+        let Some(mut i) = self.lock() else { return };
+        let now = Instant::now();
+        i.run_started = Some(now);
+        if let Some(w) = i.cycle_wake {
+            let secs = now.duration_since(w).as_secs_f64();
+            i.observe(&WAKE_TO_RUN, LATENCY_BUCKETS, vec![], secs);
+        }
+    }
+
+    pub fn run_ended(
+        &self,
+        runtime: &str,
+        outcome: &crate::runtime::RunOutcome,
+        duration: Duration,
+    ) {
+        use crate::runtime::RunOutcome;
+        let Some(mut i) = self.lock() else { return };
+        let outcome = match outcome {
+            RunOutcome::Completed => "completed",
+            RunOutcome::Failed(_) => "failed",
+            RunOutcome::Unusable(_) => "unusable",
+        };
+        i.run_started = None;
+        let runtime = runtime.to_string();
+        i.add(
+            &RUNS,
+            vec![
+                ("runtime", runtime.clone()),
+                ("outcome", known(outcome, RUN_OUTCOMES)),
+            ],
+            1,
+        );
+        i.observe(
+            &RUN_DURATION,
+            RUN_BUCKETS,
+            vec![("runtime", runtime)],
+            duration.as_secs_f64(),
+        );
+    }
+
+    pub fn invite_counted(&self) {
+        if let Some(mut i) = self.lock() {
+            i.add(&INVITES_COUNTED, vec![], 1);
+        }
+    }
+
+    // ---- the endpoint's answers ----
+
+    /// `/healthz`: 200 while the main loop turns as often as `core::status::quiet_allowance`
+    /// (the rule `agentchat status` applies to the status file) asks.
+    pub fn health(&self) -> Probe {
+        let i = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let age = i.last_turn.map(|t| t.elapsed());
+        let bound = age
+            .and_then(|a| SystemTime::now().checked_sub(a))
+            .map_or(STALE_AFTER, |turned| quiet_allowance(turned, i.next_retry));
+        match (i.state.as_str(), age) {
+            ("stopping" | "stopped", _) => Probe {
+                code: 503,
+                line: format!("the listener is {}", i.state),
+            },
+            (_, Some(a)) if a > bound => Probe {
+                code: 503,
+                line: format!(
+                    "wedged: the main loop last turned {} s ago (bound {} s)",
+                    a.as_secs(),
+                    bound.as_secs()
+                ),
+            },
+            (_, None) => Probe {
+                code: 503,
+                line: "the main loop has not turned yet".into(),
+            },
+            (state, Some(_)) => Probe {
+                code: 200,
+                line: format!("ok: the main loop turns ({state})"),
+            },
+        }
+    }
+
+    /// `/readyz`: 200 only while the socket is up and the key accepted.
+    pub fn readiness(&self) -> Probe {
+        let i = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        readiness(&i.state, &i.socket, i.no_texts)
+    }
+}
+
+impl Metrics {
+    /// The registry for these settings: recording when `listen.metrics_addr` is set, else
+    /// [`Metrics::off`].
+    pub fn for_settings(settings: &crate::config::Settings) -> Arc<Metrics> {
+        match settings.listen.metrics_addr {
+            Some(_) => Metrics::new(&settings.profile),
+            None => Metrics::off(),
+        }
+    }
+}
+
+/// Ready means a wake can become a run: the socket is up and nothing stops a run from starting
+/// (`runtime_unusable`, `handle_mismatch`, no texts).
+fn readiness(state: &str, socket: &str, no_texts: bool) -> Probe {
+    match (state, socket) {
+        ("stopping" | "stopped", _) => Probe {
+            code: 503,
+            line: format!("not ready: the listener is {state}"),
+        },
+        ("runtime_unusable" | "handle_mismatch", _) => Probe {
+            code: 503,
+            line: format!("not ready: no run can start ({state})"),
+        },
+        (_, "connected") if no_texts => Probe {
+            code: 503,
+            line: "not ready: no run can start (no texts for the runtime)".into(),
+        },
+        (_, "connected") => Probe {
+            code: 200,
+            line: "ready: the socket is up and the key accepted".into(),
+        },
+        (_, "key_refused") => Probe {
+            code: 503,
+            line: "not ready: the server refused the API key".into(),
+        },
+        (_, "") => Probe {
+            code: 503,
+            line: "not ready: starting".into(),
+        },
+        (_, other) => Probe {
+            code: 503,
+            line: format!("not ready: the socket is {other}"),
+        },
+    }
+}
+
+/// A frame's `type`, as a label from the fixed list: only the type is read, never the payload.
+fn frame_type(text: &str) -> &'static str {
+    #[derive(serde::Deserialize)]
+    struct Typed<'a> {
+        #[serde(borrow, rename = "type")]
+        kind: Option<std::borrow::Cow<'a, str>>,
+    }
+    match serde_json::from_str::<Typed>(text) {
+        Ok(Typed { kind: Some(k) }) => FRAME_TYPES
+            .iter()
+            .find(|t| **t == k)
+            .copied()
+            .unwrap_or("other"),
+        _ => "malformed",
+    }
+}
+
+fn close_kind(kind: &CloseKind) -> &'static str {
+    match kind {
+        CloseKind::Ordinary => "ordinary",
+        CloseKind::Budget { .. } => "connect_budget",
+        CloseKind::KeyRefused => "key_refused",
+        CloseKind::UpgradeRequired => "upgrade_required",
+    }
+}
+
+/// `v` when it is one of `list`, else `other`: label values never come from the server unbounded.
+fn known(v: &str, list: &[&str]) -> String {
+    if list.contains(&v) {
+        v.to_string()
+    } else {
+        "other".into()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample<'a>(page: &'a str, series: &str) -> Option<&'a str> {
+        page.lines()
+            .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
+    }
+
+    #[test]
+    fn health_is_ok_while_the_loop_turns_and_names_the_wedge_or_the_stop() {
+        let m = Metrics::new("default");
+        assert_eq!(m.health().code, 503, "before the first turn");
+        m.observe_state("connected", "connected");
+        assert_eq!(m.health().code, 200);
+        m.inner.lock().unwrap().last_turn = Some(Instant::now() - Duration::from_secs(121));
+        let p = m.health();
+        assert_eq!(p.code, 503);
+        assert!(
+            p.line
+                .starts_with("wedged: the main loop last turned 121 s ago (bound 120 s)"),
+            "{}",
+            p.line
+        );
+        // Waiting out a reconnect delay: quiet until past the retry is no wedge.
+        m.inner.lock().unwrap().next_retry = Some(SystemTime::now() + Duration::from_secs(600));
+        assert_eq!(m.health().code, 200);
+        m.turned();
+        m.inner.lock().unwrap().next_retry = None;
+        assert_eq!(m.health().code, 200);
+        m.observe_state("stopping", "connected");
+        assert_eq!(
+            m.health(),
+            Probe {
+                code: 503,
+                line: "the listener is stopping".into()
+            }
+        );
+    }
+
+    #[test]
+    fn ready_only_with_the_socket_up() {
+        let m = Metrics::new("default");
+        assert_eq!(m.readiness().code, 503);
+        for (state, socket, code) in [
+            ("connected", "connected", 200),
+            ("runtime_unusable", "connected", 503),
+            ("handle_mismatch", "connected", 503),
+            ("key_refused", "key_refused", 503),
+            ("backoff", "backoff", 503),
+            ("connecting", "connecting", 503),
+            ("stopping", "connected", 503),
+        ] {
+            m.observe_state(state, socket);
+            assert_eq!(m.readiness().code, code, "{state}/{socket}");
+            let ready = if code == 200 { "1" } else { "0" };
+            assert_eq!(
+                sample(&m.render(), r#"agentchat_ready{profile="default"}"#),
+                Some(ready)
+            );
+        }
+        assert_eq!(m.readiness().line, "not ready: the listener is stopping");
+    }
+}
