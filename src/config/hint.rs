@@ -7,6 +7,7 @@ pub(super) const TOP_KEYS: &[&str] = &[
     "api_base",
     "api_key_file",
     "api_key",
+    "allow_cleartext",
     "log_level",
     "log_format",
     "listen",
