@@ -11,6 +11,7 @@
 pub mod checks;
 pub mod facts;
 pub mod probes;
+pub mod service_checks;
 
 use crate::client::Api;
 use crate::config::{self, ConfigArgs, KeySource, RuntimeKind, Settings};
@@ -22,6 +23,7 @@ use facts::{LockFacts, StateDirFacts};
 use probes::{PROBE_TIMEOUT, probe};
 use secrecy::{ExposeSecret, SecretString};
 use serde_json::{Map, Value, json};
+use service_checks::*;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;

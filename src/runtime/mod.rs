@@ -7,6 +7,7 @@ pub mod agent_cli;
 pub mod check;
 pub mod claude;
 pub mod codex;
+mod leftover;
 pub mod probe;
 pub mod script;
 pub mod supervisor;
