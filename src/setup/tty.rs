@@ -82,13 +82,16 @@ impl Drop for EchoOff {
 }
 
 /// Asks for a secret with echo off; the answer is never shown.
+///
+/// Echo goes off before the question is shown: whatever is typed once the question is on the
+/// screen (a paste, or a typist who does not wait) must not be echoed.
 pub fn ask_secret(question: &str) -> anyhow::Result<SecretString> {
-    print!("{question}: ");
-    std::io::stdout().flush()?;
     let guard = EchoOff::new();
     if guard.is_none() {
         anyhow::bail!("cannot turn the terminal's echo off; give the key with --api-key-file FILE");
     }
+    print!("{question}: ");
+    std::io::stdout().flush()?;
     let line = read_line();
     drop(guard);
     println!();
