@@ -4,9 +4,12 @@
 //! and the reference Claude Code plugin (integrations/claude-code/) loaded by the real, pinned
 //! `claude` under the scripted model: its SessionStart hook's one line when no listener runs,
 //! nothing while one runs, and its MCP server in the session's `init` event.
+//! The reference Codex plugin (integrations/codex/) installed by the real, pinned `codex` from
+//! its local marketplace into an isolated `CODEX_HOME`: the MCP entry it registers, and nothing
+//! left once it is removed.
 
 use crate::common::{config_in, sigterm_and_wait};
-use crate::model_server::cli::{base_env, claude_bin};
+use crate::model_server::cli::{base_env, claude_bin, codex_bin};
 use crate::model_server::{Mode, ModelServer};
 use serde_json::Value;
 use std::collections::BTreeSet;
@@ -563,4 +566,172 @@ async fn the_session_start_hook_names_a_refused_key_and_a_broken_config_in_one_l
         "{said}"
     );
     sim.shutdown().await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The reference Codex plugin
+// ---------------------------------------------------------------------------------------------
+
+/// One run of the pinned `codex` with only `base_env` (its own `CODEX_HOME` under `home`), no
+/// stdin, and a time limit; the exit status must be 0. Returns stdout as JSON.
+async fn codex_json(home: &Path, args: &[&str]) -> Value {
+    let mut cmd = tokio::process::Command::new(codex_bin());
+    cmd.args(args)
+        .env_clear()
+        // No model is asked: the provider URL is a closed loopback port.
+        .envs(base_env(home, "http://127.0.0.1:9"))
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true);
+    let out = tokio::time::timeout(Duration::from_secs(60), cmd.output())
+        .await
+        .unwrap_or_else(|_| panic!("codex {args:?} did not finish in 60 s"))
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "codex {args:?}: {:?}\nstdout: {}\nstderr: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "codex {args:?} printed no JSON ({e}): {}",
+            String::from_utf8_lossy(&out.stdout)
+        )
+    })
+}
+
+/// Every file under `dir` (recursively), for "nothing is left behind".
+fn files_under(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return out;
+    };
+    for e in rd.flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            out.extend(files_under(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_codex_plugin_installs_from_the_local_marketplace_registers_the_mcp_bridge_and_removes_cleanly()
+ {
+    let home = tempfile::tempdir().unwrap();
+    let codex_home = home.path().join(".codex");
+    std::fs::create_dir_all(&codex_home).unwrap();
+    let marketplace = repo().join("integrations/codex");
+
+    let added = codex_json(
+        home.path(),
+        &[
+            "plugin",
+            "marketplace",
+            "add",
+            marketplace.to_str().unwrap(),
+            "--json",
+        ],
+    )
+    .await;
+    assert_eq!(added["marketplaceName"], "agentchat", "{added:#}");
+    let listed = codex_json(home.path(), &["plugin", "list", "--available", "--json"]).await;
+    let ids: Vec<&Value> = listed["available"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{listed:#}"))
+        .iter()
+        .map(|p| &p["pluginId"])
+        .collect();
+    assert!(
+        ids.contains(&&Value::from("agentchat@agentchat")),
+        "{listed:#}"
+    );
+
+    let installed = codex_json(
+        home.path(),
+        &["plugin", "add", "agentchat@agentchat", "--json"],
+    )
+    .await;
+    let installed_path = PathBuf::from(installed["installedPath"].as_str().unwrap());
+    assert!(
+        installed_path.starts_with(&codex_home) && installed_path.join(".mcp.json").is_file(),
+        "{installed:#}"
+    );
+
+    // The MCP server Codex now starts in every session: the stdio bridge for the profile.
+    let servers = codex_json(home.path(), &["mcp", "list", "--json"]).await;
+    let entry = servers
+        .as_array()
+        .and_then(|a| a.iter().find(|s| s["name"] == "agentchat"))
+        .unwrap_or_else(|| panic!("no agentchat MCP server registered: {servers:#}"));
+    assert_eq!(entry["enabled"], true, "{entry:#}");
+    let transport = &entry["transport"];
+    assert_eq!(transport["type"], "stdio", "{entry:#}");
+    assert_eq!(transport["command"], "sh", "{entry:#}");
+    let forwarded = transport["env_vars"].as_array().unwrap();
+    for var in [
+        "AGENTCHAT_BIN",
+        "AGENTCHAT_PROFILE",
+        "AGENTCHAT_CONFIG",
+        "AGENTCHAT_STATE_DIR",
+    ] {
+        assert!(
+            forwarded.contains(&Value::from(var)),
+            "{var} not forwarded: {entry:#}"
+        );
+    }
+    // What that command line runs, expanded by the same `sh`: `agentchat mcp --profile P`, P
+    // from AGENTCHAT_PROFILE or `default` (AGENTCHAT_BIN=echo shows the argv instead).
+    let args: Vec<&str> = transport["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    for (profile, expect) in [
+        (None, "mcp --profile default"),
+        (Some("work"), "mcp --profile work"),
+    ] {
+        let mut sh = std::process::Command::new("sh");
+        sh.args(&args)
+            .env_clear()
+            .env("PATH", "/usr/bin:/bin")
+            .env("AGENTCHAT_BIN", "echo");
+        if let Some(p) = profile {
+            sh.env("AGENTCHAT_PROFILE", p);
+        }
+        let out = sh.output().unwrap();
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout).trim(),
+            expect,
+            "{entry:#}"
+        );
+    }
+
+    codex_json(
+        home.path(),
+        &["plugin", "remove", "agentchat@agentchat", "--json"],
+    )
+    .await;
+    codex_json(
+        home.path(),
+        &["plugin", "marketplace", "remove", "agentchat", "--json"],
+    )
+    .await;
+    let servers = codex_json(home.path(), &["mcp", "list", "--json"]).await;
+    assert_eq!(
+        servers,
+        serde_json::json!([]),
+        "an MCP server is left after remove"
+    );
+    let config = std::fs::read_to_string(codex_home.join("config.toml")).unwrap_or_default();
+    assert!(
+        !config.contains("agentchat"),
+        "config.toml after remove:\n{config}"
+    );
+    let left = files_under(&codex_home.join("plugins"));
+    assert!(left.is_empty(), "plugin files left after remove: {left:?}");
 }
