@@ -6,10 +6,10 @@
 //! nothing while one runs, and its MCP server in the session's `init` event.
 //! The reference Codex plugin (integrations/codex/) installed by the real, pinned `codex` from
 //! its local marketplace into an isolated `CODEX_HOME`: the MCP entry it registers, and nothing
-//! left once it is removed.
+//! left once it is removed; and a `codex exec` session that reads the tray through it.
 
 use crate::common::{config_in, sigterm_and_wait};
-use crate::model_server::cli::{base_env, claude_bin, codex_bin};
+use crate::model_server::cli::{base_env, claude_bin, codex_bin, write_codex_home};
 use crate::model_server::{Mode, ModelServer};
 use serde_json::Value;
 use std::collections::BTreeSet;
@@ -734,4 +734,97 @@ async fn the_codex_plugin_installs_from_the_local_marketplace_registers_the_mcp_
     );
     let left = files_under(&codex_home.join("plugins"));
     assert!(left.is_empty(), "plugin files left after remove: {left:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_codex_session_with_the_plugin_installed_reads_the_tray_through_its_mcp_bridge() {
+    let sim = start_sim().await;
+    let key_dir = tempfile::tempdir().unwrap();
+    let key_file = key_dir.path().join("key");
+    std::fs::write(&key_file, &sim.seeded[0].1).unwrap();
+    std::fs::set_permissions(
+        &key_file,
+        std::os::unix::fs::PermissionsExt::from_mode(0o600),
+    )
+    .unwrap();
+    let (dir, config) = config_in(&format!(
+        "api_base = \"{}\"\napi_key_file = \"{}\"\n",
+        sim.api_base,
+        key_file.display()
+    ));
+    let home = dir.path().join("home");
+    let work = dir.path().join("work");
+    std::fs::create_dir(&home).unwrap();
+    std::fs::create_dir(&work).unwrap();
+    let model = ModelServer::start(Mode::Normal).await;
+    write_codex_home(&home, &model.base_url());
+    let marketplace = repo().join("integrations/codex");
+    codex_json(
+        &home,
+        &[
+            "plugin",
+            "marketplace",
+            "add",
+            marketplace.to_str().unwrap(),
+            "--json",
+        ],
+    )
+    .await;
+    codex_json(&home, &["plugin", "add", "agentchat@agentchat", "--json"]).await;
+
+    // Only what the plugin's entry forwards reaches the bridge: the binary and the config.
+    // `codex exec` runs with approval policy `never`, under which an MCP call that needs approval
+    // fails; the bypass stands in for the person who approves it in an interactive session.
+    let mut cmd = tokio::process::Command::new(codex_bin());
+    cmd.args([
+        "exec",
+        "--json",
+        "--skip-git-repo-check",
+        "--dangerously-bypass-approvals-and-sandbox",
+        "-C",
+    ])
+    .arg(&work)
+    .args(["--", "Say hello."])
+    .env_clear()
+    .envs(base_env(&home, &model.base_url()))
+    .env("AGENTCHAT_BIN", BIN)
+    .env("AGENTCHAT_CONFIG", &config)
+    .current_dir(&work)
+    .stdin(std::process::Stdio::null())
+    .kill_on_drop(true);
+    let out = tokio::time::timeout(Duration::from_secs(120), cmd.output())
+        .await
+        .expect("codex exec finished within 120 s")
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "codex exec: {}\n{stdout}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The plugin's server answered the scripted agent's call as the profile's agent (the sim's
+    // first seeded one, whose key the config names), and the turn ended.
+    let call = stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find(|e| e["type"] == "item.completed" && e["item"]["type"] == "mcp_tool_call")
+        .unwrap_or_else(|| panic!("no MCP tool call in the session: {stdout}"));
+    let item = &call["item"];
+    assert_eq!(
+        (&item["server"], &item["tool"], &item["status"]),
+        (
+            &Value::from("agentchat"),
+            &Value::from("agentchat_inbox"),
+            &Value::from("completed")
+        ),
+        "{item:#}"
+    );
+    let text = item["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap_or_default();
+    let tray: Value = serde_json::from_str(text).unwrap_or_else(|e| panic!("{e}: {item:#}"));
+    assert_eq!(tray["you"], sim.seeded[0].0.as_str(), "{tray:#}");
+    assert_eq!(model.journal().steps, ["call agentchat_inbox", "say"]);
+    sim.shutdown().await;
 }
