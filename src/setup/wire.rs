@@ -109,53 +109,41 @@ pub fn current_entry(home: &Home) -> Entry {
     let Ok(text) = std::fs::read_to_string(&home.mcp_store) else {
         return Entry::None;
     };
-    match home.cli {
-        Cli::Claude => {
-            let Ok(v) = serde_json::from_str::<serde_json::Value>(&text) else {
-                return Entry::None;
-            };
-            match v.pointer(&format!("/mcpServers/{SERVER_NAME}")) {
-                None => Entry::None,
-                Some(e) => argv_of(
-                    e.get("command").and_then(|c| c.as_str()),
-                    e.get("args").and_then(|a| a.as_array()).map(|a| {
-                        a.iter()
-                            .filter_map(|x| x.as_str().map(str::to_string))
-                            .collect()
-                    }),
-                    e.get("url").and_then(|u| u.as_str()),
-                ),
-            }
-        }
-        Cli::Codex => {
-            let Ok(t) = text.parse::<toml::Table>() else {
-                return Entry::None;
-            };
-            match t
-                .get("mcp_servers")
-                .and_then(|s| s.get(SERVER_NAME))
-                .and_then(|e| e.as_table())
-            {
-                None => Entry::None,
-                Some(e) => argv_of(
-                    e.get("command").and_then(|c| c.as_str()),
-                    e.get("args").and_then(|a| a.as_array()).map(|a| {
-                        a.iter()
-                            .filter_map(|x| x.as_str().map(str::to_string))
-                            .collect()
-                    }),
-                    e.get("url").and_then(|u| u.as_str()),
-                ),
-            }
-        }
+    // Both files' entries have the same shape (`command`, `args`, `url`); Codex's TOML is read
+    // as the same JSON value so one reader serves both.
+    let entry = match home.cli {
+        Cli::Claude => serde_json::from_str::<serde_json::Value>(&text)
+            .ok()
+            .and_then(|v| v.pointer(&format!("/mcpServers/{SERVER_NAME}")).cloned()),
+        Cli::Codex => text
+            .parse::<toml::Table>()
+            .ok()
+            .and_then(|t| {
+                t.get("mcp_servers")?
+                    .get(SERVER_NAME)
+                    .filter(|e| e.is_table())
+                    .cloned()
+            })
+            .and_then(|e| serde_json::to_value(e).ok()),
+    };
+    match entry {
+        Some(e) => argv_of(&e),
+        None => Entry::None,
     }
 }
 
-fn argv_of(command: Option<&str>, args: Option<Vec<String>>, url: Option<&str>) -> Entry {
+fn argv_of(e: &serde_json::Value) -> Entry {
+    let command = e.get("command").and_then(|c| c.as_str());
+    let url = e.get("url").and_then(|u| u.as_str());
     match (command, url) {
         (Some(c), _) => {
             let mut argv = vec![c.to_string()];
-            argv.extend(args.unwrap_or_default());
+            let args = e.get("args").and_then(|a| a.as_array());
+            argv.extend(
+                args.into_iter()
+                    .flatten()
+                    .filter_map(|x| x.as_str().map(str::to_string)),
+            );
             Entry::Argv(argv)
         }
         (None, Some(u)) => Entry::Other(format!("an HTTP server at {u}")),
