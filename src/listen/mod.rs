@@ -12,6 +12,7 @@ pub mod daemon;
 pub mod logging;
 pub mod metrics;
 pub mod once;
+pub mod pacer;
 pub mod reach;
 pub mod socket;
 pub mod state_dir;
