@@ -13,6 +13,7 @@ pub mod host;
 pub mod logging;
 pub mod metrics;
 pub mod once;
+pub mod pacer;
 pub mod reach;
 pub mod socket;
 pub mod state_dir;
