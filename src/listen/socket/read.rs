@@ -15,8 +15,7 @@ use tokio_tungstenite::tungstenite::{
     self, Message, protocol::CloseFrame, protocol::frame::coding::CloseCode,
 };
 
-/// Frames larger than this are skipped unread (docs/operating.md, "What happens, in order").
-pub const MAX_FRAME_BYTES: usize = 1024 * 1024;
+pub use crate::core::frames::MAX_FRAME_BYTES;
 /// How often, at most, a quiet socket compares the wall clock with the monotonic one
 /// (`core::reconnect::ClockWatch`): a sleep is seen within this much after the wake.
 const CLOCK_LOOK_EVERY: Duration = Duration::from_secs(10);
