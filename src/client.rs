@@ -214,11 +214,16 @@ impl Api {
 
     /// `GET /v1/texts?runtime=`: the parsed texts and the exact bytes (for the cache).
     pub async fn texts(&self, runtime: &str) -> Result<(Texts, Vec<u8>), ApiError> {
-        let body = self
-            .get(&format!("/v1/texts?runtime={runtime}"), TEXTS)
-            .await?;
+        let body = self.texts_bytes(runtime).await?;
         let texts = Texts::parse(&body).map_err(|e| ApiError::Body(format!("texts: {e}")))?;
         Ok((texts, body))
+    }
+
+    /// `GET /v1/texts?runtime=`'s exact bytes, judged as an answer but not parsed: the listener
+    /// parses them once per process (`listen::texts::intern`).
+    pub async fn texts_bytes(&self, runtime: &str) -> Result<Vec<u8>, ApiError> {
+        self.get(&format!("/v1/texts?runtime={runtime}"), TEXTS)
+            .await
     }
 
     /// `POST /v1/groups/invites/{id}/dismiss`. Only `404 INVITE_NOT_FOUND` means the invite is no
