@@ -27,6 +27,7 @@ impl Daemon {
             unreachable_warn_after: scale.apply(crate::listen::reach::UNREACHABLE_WARN_AFTER),
             misconfigured_retry: scale.apply(crate::listen::reach::MISCONFIGURED_RETRY),
             metrics: self.metrics.clone(),
+            pacer: crate::listen::pacer::Pacer::shared(scale.0),
         }
     }
 
@@ -65,7 +66,7 @@ impl Daemon {
     /// SIGHUP: config and texts again; a refused key or an unusable runtime gets a new chance.
     pub(super) fn reload(&mut self, params_tx: &watch::Sender<SocketParams>) {
         tracing::info!(event = %"reload", "reloading configuration and texts");
-        match config::load(&self.args) {
+        match self.source.load() {
             Ok(s) => match s.api_key.clone() {
                 Some(k) => {
                     if s.state_dir != self.settings.state_dir {
@@ -151,7 +152,7 @@ impl Daemon {
         if self.socket_state != SocketState::KeyRefused {
             return;
         }
-        let Ok(s) = config::load(&self.args) else {
+        let Ok(s) = self.source.load() else {
             return;
         };
         if let Some(k) = s.api_key
