@@ -387,7 +387,13 @@ async fn sigterm_stops_every_profile_and_each_run_gets_its_grace() {
     }
     for name in names {
         assert!(
-            eventually(20.0, || setup.profile(name).rec.count() == 1).await,
+            eventually(20.0, || !setup
+                .profile(name)
+                .rec
+                .file("pid", 1)
+                .trim()
+                .is_empty())
+            .await,
             "{}",
             l.log()
         );
@@ -427,7 +433,15 @@ async fn a_second_sigterm_kills_every_profiles_run_now() {
             .await;
     }
     for name in names {
-        assert!(eventually(20.0, || setup.profile(name).rec.count() == 1).await);
+        assert!(
+            eventually(20.0, || !setup
+                .profile(name)
+                .rec
+                .file("pid", 1)
+                .trim()
+                .is_empty())
+            .await
+        );
     }
     l.signal(libc::SIGTERM);
     assert!(
@@ -656,4 +670,65 @@ async fn two_profiles_for_one_agent_leave_one_running_and_the_process_up() {
     );
     assert_eq!(setup.status(ended_name)["state"], "stopped");
     assert_eq!(l.wait_exit(0.2), None, "the host keeps running");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_watchdog_is_pinged_while_every_idle_profile_turns() {
+    let sim = Sim::start(1.0).await;
+    let names = ["w1", "w2", "w3"];
+    let setup = HostSetup::new(&sim, &names).await;
+    let socket_path = setup.tmp.path().join("notify.sock");
+    let socket = std::os::unix::net::UnixDatagram::bind(&socket_path).unwrap();
+    socket
+        .set_read_timeout(Some(std::time::Duration::from_millis(100)))
+        .unwrap();
+    // A 400 ms watchdog: a tick every 200 ms, far inside the server's 45 s heartbeat, so only
+    // the probes keep idle loops turning from one tick to the next.
+    let mut cmd = setup.command(&sim);
+    cmd.env("NOTIFY_SOCKET", &socket_path)
+        .env("WATCHDOG_USEC", "400000");
+    let mut l = setup.spawn(cmd);
+    settled(&l, &names).await;
+    let mut said = Vec::new();
+    let mut buf = [0u8; 4096];
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(3);
+    while std::time::Instant::now() < until {
+        if let Ok(n) = socket.recv(&mut buf) {
+            said.push(String::from_utf8_lossy(&buf[..n]).into_owned());
+        }
+    }
+    let pings = said.iter().filter(|m| m.contains("WATCHDOG=1")).count();
+    assert!(pings >= 8, "{pings} pings in 3 s: {said:?}\n{}", l.log());
+    assert_eq!(l.count("watchdog_withheld"), 0, "{}", l.log());
+    l.signal(libc::SIGTERM);
+    assert_eq!(l.wait_exit(20.0), Some(0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_profile_takes_its_new_key_file_without_a_sighup() {
+    let sim = Sim::start(1.0).await;
+    let setup = HostSetup::new(&sim, &["rotated", "steady"]).await;
+    setup.write_key("rotated", "ac_the_old_key_nobody_knows");
+    let l = setup.start(&sim);
+    assert!(
+        eventually(20.0, || setup.status("rotated")["state"] == "key_refused").await,
+        "{}",
+        l.log()
+    );
+    let key = setup.profile("rotated").agent.key.clone();
+    setup.write_key("rotated", &key);
+    assert!(
+        eventually(20.0, || setup.status("rotated")["state"] == "connected").await,
+        "{}\n{}",
+        setup.status("rotated"),
+        l.log()
+    );
+    assert_eq!(
+        events_of(&l, "key_changed", "rotated").len(),
+        1,
+        "{}",
+        l.log()
+    );
+    assert!(events_of(&l, "reload", "rotated").is_empty());
+    assert_eq!(setup.status("steady")["state"], "connected");
 }
