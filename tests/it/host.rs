@@ -732,3 +732,45 @@ async fn a_refused_profile_takes_its_new_key_file_without_a_sighup() {
     assert!(events_of(&l, "reload", "rotated").is_empty());
     assert_eq!(setup.status("steady")["state"], "connected");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_profile_named_again_while_its_old_listener_stops_starts_once_that_one_ended() {
+    let sim = Sim::start(1.0).await;
+    let alice = sim.agent("alice").await;
+    let names = ["back", "other"];
+    let setup = HostSetup::new(&sim, &names).await;
+    let l = setup.start(&sim);
+    settled(&l, &names).await;
+    // A run that ignores SIGTERM holds the old listener in its stop for its grace (2 s).
+    let rec = &setup.profile("back").rec;
+    rec.set("trap", "");
+    rec.set("sleep", "30");
+    sim.send(&alice, &setup.profile("back").agent, "busy").await;
+    assert!(eventually(20.0, || !rec.file("pid", 1).trim().is_empty()).await);
+    setup.write_config(&["other"], "");
+    l.signal(libc::SIGHUP);
+    assert!(
+        eventually(10.0, || !events_of(&l, "stop_waiting", "back").is_empty()).await,
+        "{}",
+        l.log()
+    );
+    setup.write_config(&names, "");
+    l.signal(libc::SIGHUP);
+    assert!(
+        eventually(20.0, || events_of(&l, "listener_start", "back").len() == 2).await,
+        "{}",
+        l.log()
+    );
+    assert!(
+        eventually(20.0, || setup.status("back")["state"] == "connected").await,
+        "{}",
+        l.log()
+    );
+    assert!(
+        events_of(&l, "already_running", "back").is_empty(),
+        "{}",
+        l.log()
+    );
+    let pid: i32 = rec.file("pid", 1).trim().parse().unwrap();
+    assert!(is_gone(pid), "the old run was left behind");
+}

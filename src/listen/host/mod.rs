@@ -75,6 +75,9 @@ struct Host {
     profiles: BTreeMap<String, Running>,
     /// Profiles told to stop because the config no longer names them, until their task ends.
     leaving: Vec<(String, Running)>,
+    /// Profiles named again while their old listener is still leaving: started once it has
+    /// ended (and let go of the state dir's lock).
+    returning: BTreeMap<String, Settings>,
     ends_tx: mpsc::UnboundedSender<(String, u64, Outcome)>,
     ends: mpsc::UnboundedReceiver<(String, u64, Outcome)>,
     next_generation: u64,
@@ -145,6 +148,7 @@ impl Host {
             mode,
             profiles: BTreeMap::new(),
             leaving: Vec::new(),
+            returning: BTreeMap::new(),
             ends_tx,
             ends,
             next_generation: 0,
@@ -328,7 +332,10 @@ impl Host {
             .position(|(n, r)| n == name && r.generation == generation)
         {
             self.leaving.swap_remove(i);
-            if !self.profiles.contains_key(name)
+            if let Some(settings) = self.returning.remove(name) {
+                tracing::info!(event = %"profile_added", profile = %name, "the old listener of this profile has stopped; starting it again");
+                drop(self.start(name.to_string(), settings, None));
+            } else if !self.profiles.contains_key(name)
                 && let Some(r) = self.registry()
             {
                 r.remove(name);
@@ -399,6 +406,8 @@ impl Host {
             .filter(|n| !named.contains(n.as_str()))
             .cloned()
             .collect();
+        self.returning
+            .retain(|name, _| named.contains(name.as_str()));
         for name in gone {
             if let Some(r) = self.profiles.remove(&name) {
                 tracing::info!(event = %"profile_removed", profile = %name, "the config no longer names this profile; stopping it");
@@ -432,6 +441,11 @@ impl Host {
                         error = %e,
                         "this profile's new config is wrong; it keeps its old settings"
                     );
+                }
+                (None, Ok(s)) if self.leaving.iter().any(|(n, _)| *n == name) => {
+                    added += 1;
+                    tracing::info!(event = %"profile_added", profile = %name, "this profile's old listener is still stopping; it starts once that one has ended");
+                    self.returning.insert(name, s);
                 }
                 (None, Ok(s)) => {
                     added += 1;
