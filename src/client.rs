@@ -127,7 +127,8 @@ impl std::fmt::Debug for Api {
 
 impl Api {
     pub fn new(base: &str, key: SecretString) -> Result<Api, ApiError> {
-        let http = crate::sys::tls::http_client_builder()
+        let http = crate::sys::tls::http_client_builder_for(base)
+            .map_err(|e| ApiError::Client(e.to_string()))?
             .timeout(REQUEST_TIMEOUT)
             .connect_timeout(CONNECT_TIMEOUT)
             .user_agent(format!("agentchat-listener-rs/{CLIENT_VERSION}"))

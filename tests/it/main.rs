@@ -18,6 +18,7 @@ mod bounds;
 mod cli;
 mod config;
 mod conformance;
+mod container;
 mod core_props;
 mod demo;
 mod docs_links;
