@@ -331,7 +331,11 @@ async fn the_scratch_image_runs_the_listener_as_non_root_answers_probes_wakes_a_
 
     // The scene: the sim on loopback, bob's listener in the container.
     let sim = Sim::start(1.0).await;
-    let (alice, bob) = (sim.agent("alice").await, sim.agent("bob").await);
+    let (alice, bob, carol) = (
+        sim.agent("alice").await,
+        sim.agent("bob").await,
+        sim.agent("carol").await,
+    );
     let (cfg, secrets, state) = (
         scratch.path().join("cfg"),
         scratch.path().join("secrets"),
@@ -344,7 +348,6 @@ async fn the_scratch_image_runs_the_listener_as_non_root_answers_probes_wakes_a_
         cfg.join("config.toml"),
         format!(
             r#"api_base = "{base}"
-api_key_file = "/run/secrets/agentchat/bob.key"
 log_format = "json"
 
 [listen]
@@ -353,18 +356,26 @@ command = ["/usr/local/bin/agentchat", "demo-agent"]
 metrics_addr = "127.0.0.1:0"
 quiet_window = "200ms"
 kill_grace = "2s"
+
+[profiles.bob]
+api_key_file = "/run/secrets/agentchat/bob.key"
+
+[profiles.carol]
+api_key_file = "/run/secrets/agentchat/carol.key"
 "#,
             base = sim.api_base
         ),
     )
     .unwrap();
-    let key_file = secrets.join("bob.key");
-    std::fs::write(&key_file, &bob.key).unwrap();
     use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&key_file, std::fs::Permissions::from_mode(0o440)).unwrap();
-    chown(&key_file, 0, IMAGE_UID);
+    for (name, agent) in [("bob", &bob), ("carol", &carol)] {
+        let key_file = secrets.join(format!("{name}.key"));
+        std::fs::write(&key_file, &agent.key).unwrap();
+        std::fs::set_permissions(&key_file, std::fs::Permissions::from_mode(0o440)).unwrap();
+        chown(&key_file, 0, IMAGE_UID);
+    }
     chown(&state, IMAGE_UID, IMAGE_UID);
-    let mounts = |extra: &[&str]| -> Vec<String> {
+    let mounts = |extra: &[&str], command: &[&str]| -> Vec<String> {
         let mut v: Vec<String> = [
             "run",
             "--rm",
@@ -389,16 +400,20 @@ kill_grace = "2s"
         }
         v.extend(extra.iter().map(|s| s.to_string()));
         v.push(tag.clone());
+        v.extend(command.iter().map(|s| s.to_string()));
         v
     };
     made.containers.push(name.clone());
 
-    // No CA bundle in the image: an https api_base is refused at start, saying so.
+    // No CA bundle in the image: an https api_base is refused at start, saying so (one profile).
     let refused = podman.run(
-        &mounts(&["-e", "AGENTCHAT_API_BASE=https://127.0.0.1:9"])
-            .iter()
-            .map(String::as_str)
-            .collect::<Vec<_>>(),
+        &mounts(
+            &["-e", "AGENTCHAT_API_BASE=https://127.0.0.1:9"],
+            &["listen", "--profile", "bob"],
+        )
+        .iter()
+        .map(String::as_str)
+        .collect::<Vec<_>>(),
         false,
     );
     let said = String::from_utf8_lossy(&refused.stderr).to_string()
@@ -409,14 +424,15 @@ kill_grace = "2s"
         "{said}"
     );
 
-    // The listener itself, its log on files as the container runtime collects it.
+    // The image's own command (`listen --all`: bob and carol in one process), its log on files
+    // as the container runtime collects it.
     let (out, err) = (
         scratch.path().join("run.out"),
         scratch.path().join("run.err"),
     );
     let child = podman
         .command()
-        .args(mounts(&[]))
+        .args(mounts(&[], &[]))
         .stdin(std::process::Stdio::null())
         .stdout(std::fs::File::create(&out).unwrap())
         .stderr(std::fs::File::create(&err).unwrap())
@@ -428,30 +444,40 @@ kill_grace = "2s"
         "no metrics_serving line:\n{}",
         run.log()
     );
-    let addr = run.events("metrics_serving")[0]["addr"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    let probe = |path: &'static str| {
-        let url = format!("http://{addr}{path}");
-        async move {
-            match reqwest::get(&url).await {
-                Ok(r) => Some((r.status().as_u16(), r.text().await.unwrap_or_default())),
-                Err(_) => None,
-            }
+    // Every endpoint the process serves (one for the host; one per profile until the host
+    // shares one) answers the probes a pod's liveness and readiness use.
+    let addrs: Vec<String> = run
+        .events("metrics_serving")
+        .iter()
+        .map(|e| e["addr"].as_str().unwrap().to_string())
+        .collect();
+    let probe = |addr: String, path: &'static str| async move {
+        match reqwest::get(format!("http://{addr}{path}")).await {
+            Ok(r) => Some((r.status().as_u16(), r.text().await.unwrap_or_default())),
+            Err(_) => None,
         }
     };
-    assert_eq!(probe("/healthz").await.map(|p| p.0), Some(200));
-    assert!(
-        eventually_async(30.0, || async {
-            probe("/readyz").await.is_some_and(|p| p.0 == 200)
-        })
-        .await,
-        "never ready: {:?}\n{}",
-        probe("/readyz").await,
-        run.log()
-    );
-    assert!(accepted(&sim.connects(&bob).await) >= 1);
+    for addr in &addrs {
+        for path in ["/healthz", "/readyz"] {
+            assert!(
+                eventually_async(30.0, || async {
+                    probe(addr.clone(), path).await.is_some_and(|p| p.0 == 200)
+                })
+                .await,
+                "{addr}{path}: {:?}\n{}",
+                probe(addr.clone(), path).await,
+                run.log()
+            );
+        }
+    }
+    for agent in [&bob, &carol] {
+        assert!(
+            eventually_async(30.0, || async { accepted(&sim.connects(agent).await) >= 1 }).await,
+            "{} never connected:\n{}",
+            agent.handle,
+            run.log()
+        );
+    }
 
     // Non-root: the container's process, seen from the host, and the files it wrote.
     let pid = String::from_utf8_lossy(
@@ -471,13 +497,14 @@ kill_grace = "2s"
 
     // A message through the sim wakes the demo agent inside the container; it answers.
     sim.send(&alice, &bob, "are you in a container?").await;
-    let status_path = state.join("default/status.json");
-    let status = || -> serde_json::Value {
-        std::fs::read_to_string(&status_path)
+    let status_path = state.join("bob/status.json");
+    let status_of = |profile: &str| -> serde_json::Value {
+        std::fs::read_to_string(state.join(profile).join("status.json"))
             .ok()
             .and_then(|s| serde_json::from_str(&s).ok())
             .unwrap_or_default()
     };
+    let status = || status_of("bob");
     assert!(
         eventually_async(60.0, || async {
             crate::listen_support::as_list(&sim.tray(&alice).await, "conversations")
@@ -500,6 +527,8 @@ kill_grace = "2s"
     podman.run(&["stop", "-t", "20", &name], true);
     assert_eq!(run.wait(30.0), Some(0), "{}", run.log());
     assert_eq!(status()["state"], "stopped");
+    assert_eq!(status_of("carol")["state"], "stopped");
+    assert_eq!(status_of("carol")["counters"]["runs"], 0);
     use std::os::unix::fs::MetadataExt;
     assert_eq!(std::fs::metadata(&status_path).unwrap().uid(), IMAGE_UID);
 
@@ -513,7 +542,9 @@ kill_grace = "2s"
         assert!(v["event"].is_string() && v["level"].is_string(), "{line}");
     }
     assert!(
-        !log.contains(&bob.key) && !log.contains("are you in a container"),
+        !log.contains(&bob.key)
+            && !log.contains(&carol.key)
+            && !log.contains("are you in a container"),
         "{log}"
     );
     assert!(!run.events("cycle_end").is_empty());
