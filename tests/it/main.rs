@@ -26,6 +26,7 @@ mod doctor;
 mod faults;
 mod host;
 mod integrating;
+mod kubernetes;
 mod listen;
 mod listen_connect;
 mod listen_proxy;
