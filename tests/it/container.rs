@@ -444,8 +444,8 @@ api_key_file = "/run/secrets/agentchat/carol.key"
         "no metrics_serving line:\n{}",
         run.log()
     );
-    // Every endpoint the process serves (one for the host; one per profile until the host
-    // shares one) answers the probes a pod's liveness and readiness use.
+    // One endpoint for the whole host (the pod's one port): /healthz and /readyz answer 200,
+    // and /readyz names each profile.
     let addrs: Vec<String> = run
         .events("metrics_serving")
         .iter()
@@ -457,6 +457,7 @@ api_key_file = "/run/secrets/agentchat/carol.key"
             Err(_) => None,
         }
     };
+    assert_eq!(addrs.len(), 1, "one endpoint for the host: {addrs:?}");
     for addr in &addrs {
         for path in ["/healthz", "/readyz"] {
             assert!(
@@ -470,6 +471,11 @@ api_key_file = "/run/secrets/agentchat/carol.key"
             );
         }
     }
+    let ready = probe(addrs[0].clone(), "/readyz").await.unwrap().1;
+    assert!(
+        ready.contains("bob: ") && ready.contains("carol: "),
+        "{ready}"
+    );
     for agent in [&bob, &carol] {
         assert!(
             eventually_async(30.0, || async { accepted(&sim.connects(agent).await) >= 1 }).await,

@@ -466,6 +466,11 @@ async fn each_shards_config_runs_in_the_real_listener_and_its_probe_paths_answer
             "{}",
             l.log()
         );
+        assert_eq!(
+            l.count("metrics_serving"),
+            1,
+            "one endpoint, the pod's one port"
+        );
         for serving in l.events("metrics_serving") {
             let addr = serving["addr"].as_str().unwrap().to_string();
             for path in ["/healthz", "/readyz"] {
