@@ -1,12 +1,16 @@
 //! TLS in one place: the crypto provider (ring), so reqwest and tokio-tungstenite never panic
 //! looking for one and aws-lc never enters the build, and the one client config that REST (through
-//! [`http_client_builder_for`]) and the socket share.
+//! [`http_client_builder`]) and the socket share.
 //!
-//! The OS trust store is read only for a URL that needs it (`https://`, `wss://`): a listener
-//! pointed at plain `http://` (the local server on loopback, a container without a CA bundle)
-//! starts without one. A URL that needs it when there is none gets [`NoRoots`], which says what
-//! was looked for and how to supply it (docs/fleets.md, "The image").
+//! The OS trust store is read only when a certificate has to be checked: at the first TLS
+//! handshake (`https://`, `wss://`), or when the listener asks [`require_roots_for`] at start for
+//! an `https://` `api_base`. A listener pointed at plain `http://` (the local server on loopback, a
+//! container without a CA bundle) never reads it and needs none. When it is needed and holds no
+//! certificate, [`NoRoots`] says what was looked for and how to supply one (docs/fleets.md, "The
+//! image").
 
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use std::sync::{Arc, OnceLock};
 
 /// Installs ring as the process-wide rustls provider. Safe to call more than once.
@@ -23,8 +27,8 @@ const USUAL_BUNDLES: &str = "/etc/ssl/certs/ca-certificates.crt, /etc/pki/tls/ce
 const CERT_FILE_VAR: &str = "SSL_CERT_FILE";
 const CERT_DIR_VAR: &str = "SSL_CERT_DIR";
 
-/// An `https://` or `wss://` URL was given and no CA certificate could be loaded to check the
-/// server's certificate. Names paths and variables only: never a key, never a URL's userinfo.
+/// A certificate had to be checked (an `https://` or `wss://` URL) and no CA certificate could be
+/// loaded. Names paths and variables only: never a key, never a URL's userinfo.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
     "no CA certificates found (looked for {looked}): TLS to an https:// api_base needs them; \
@@ -78,135 +82,111 @@ pub fn needs_tls(url: &str) -> bool {
 /// of a connect that fails over and over.
 pub fn require_roots_for(url: &str) -> Result<(), NoRoots> {
     if needs_tls(url) {
-        roots().map(|_| ())
+        platform().map(|_| ())
     } else {
         Ok(())
     }
 }
 
-/// The OS trust store as a rustls config (ring), loaded once per process: reading the store on
-/// every cycle would cost time for nothing. The error is kept too: the store does not change
-/// under a running process (a new bundle takes a restart, as for any OS store update).
-fn roots() -> Result<Arc<rustls::ClientConfig>, NoRoots> {
-    use rustls_platform_verifier::ConfigVerifierExt;
-    static TLS: OnceLock<Result<Arc<rustls::ClientConfig>, NoRoots>> = OnceLock::new();
-    TLS.get_or_init(|| {
-        install_crypto_provider();
-        rustls::ClientConfig::with_platform_verifier()
+/// The OS trust store as rustls-platform-verifier checks it (ring), loaded at the first call and
+/// kept for the process: reading the store on every handshake would cost time for nothing. The
+/// error is kept too: the store does not change under a running process (a new bundle takes a
+/// restart, as for any OS store update).
+fn platform() -> Result<Arc<rustls_platform_verifier::Verifier>, NoRoots> {
+    static VERIFIER: OnceLock<Result<Arc<rustls_platform_verifier::Verifier>, NoRoots>> =
+        OnceLock::new();
+    VERIFIER
+        .get_or_init(|| {
+            install_crypto_provider();
+            rustls_platform_verifier::Verifier::new(Arc::new(
+                rustls::crypto::ring::default_provider(),
+            ))
             .map(Arc::new)
             .map_err(|_| NoRoots::now())
-    })
-    .clone()
-}
-
-/// TLS settings shared by REST and the socket: ring and the OS trust store. `None` when the
-/// store has no roots (the socket then dials `ws://` as it is; a `wss://` one never gets that far:
-/// the listener refused to start with [`require_roots_for`]).
-pub fn client_config() -> Option<Arc<rustls::ClientConfig>> {
-    roots().ok()
-}
-
-/// A config that takes no server as trusted, with `why` as every handshake's error: what a
-/// client for a plain URL carries (reqwest builds its TLS connector up front, and without one
-/// of ours it would read the OS store itself and fail the build when that is empty). Only a
-/// redirect to `https://` would ever use it.
-fn refusing(why: String) -> rustls::ClientConfig {
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let verifier = Arc::new(Refuse {
-        why,
-        schemes: provider
-            .signature_verification_algorithms
-            .supported_schemes(),
-    });
-    rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .map(|b| {
-            b.dangerous()
-                .with_custom_certificate_verifier(verifier)
-                .with_no_client_auth()
         })
-        // ring supports the default versions; were it not so, an empty-roots config refuses
-        // every server all the same.
-        .unwrap_or_else(|_| {
-            rustls::ClientConfig::builder()
-                .with_root_certificates(rustls::RootCertStore::empty())
-                .with_no_client_auth()
-        })
+        .clone()
 }
 
-/// The verifier of [`refusing`]: every certificate is refused with `why`.
+/// The verifier of [`client_config`]: the platform verifier, reached only when a server's
+/// certificate is checked, so a client that never speaks TLS never reads the store. Without
+/// roots each handshake fails with [`NoRoots`]'s text. Signatures are checked with ring's
+/// algorithms, as the platform verifier itself does.
 #[derive(Debug)]
-struct Refuse {
-    why: String,
-    schemes: Vec<rustls::SignatureScheme>,
+struct OnFirstUse {
+    algorithms: rustls::crypto::WebPkiSupportedAlgorithms,
 }
 
-impl rustls::client::danger::ServerCertVerifier for Refuse {
+impl ServerCertVerifier for OnFirstUse {
     fn verify_server_cert(
         &self,
-        _end_entity: &rustls::pki_types::CertificateDer<'_>,
-        _intermediates: &[rustls::pki_types::CertificateDer<'_>],
-        _server_name: &rustls::pki_types::ServerName<'_>,
-        _ocsp_response: &[u8],
-        _now: rustls::pki_types::UnixTime,
-    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
-        Err(rustls::Error::General(self.why.clone()))
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        server_name: &ServerName<'_>,
+        ocsp_response: &[u8],
+        now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        platform()
+            .map_err(|missing| rustls::Error::General(missing.to_string()))?
+            .verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now)
     }
 
     fn verify_tls12_signature(
         &self,
-        _message: &[u8],
-        _cert: &rustls::pki_types::CertificateDer<'_>,
-        _dss: &rustls::DigitallySignedStruct,
-    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-        Err(rustls::Error::General(self.why.clone()))
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.algorithms)
     }
 
     fn verify_tls13_signature(
         &self,
-        _message: &[u8],
-        _cert: &rustls::pki_types::CertificateDer<'_>,
-        _dss: &rustls::DigitallySignedStruct,
-    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-        Err(rustls::Error::General(self.why.clone()))
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.algorithms)
     }
 
     fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
-        self.schemes.clone()
+        self.algorithms.supported_schemes()
     }
 }
 
-/// A `reqwest` client builder for requests to `url`: the OS trust store when `url` needs TLS
-/// (else [`NoRoots`]), none read at all when it does not. The listener's REST client starts here.
-pub fn http_client_builder_for(url: &str) -> Result<reqwest::ClientBuilder, NoRoots> {
-    let builder = reqwest::Client::builder();
-    if needs_tls(url) {
-        return Ok(builder.tls_backend_preconfigured((*roots()?).clone()));
-    }
-    static PLAIN: OnceLock<rustls::ClientConfig> = OnceLock::new();
-    let plain = PLAIN.get_or_init(|| {
+/// TLS settings shared by REST and the socket: ring, and the OS trust store read at the first
+/// handshake. Built once per process; `None` only if ring refused the default protocol versions,
+/// which it never does (each library then uses its own roots).
+pub fn client_config() -> Option<Arc<rustls::ClientConfig>> {
+    static TLS: OnceLock<Option<Arc<rustls::ClientConfig>>> = OnceLock::new();
+    TLS.get_or_init(|| {
         install_crypto_provider();
-        refusing(format!(
-            "TLS is not set up for this client: it was made for a plain http:// URL ({})",
-            "set api_base to the https:// URL instead of one that redirects there"
-        ))
-    });
-    Ok(builder.tls_backend_preconfigured(plain.clone()))
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let verifier = Arc::new(OnFirstUse {
+            algorithms: provider.signature_verification_algorithms,
+        });
+        rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .ok()
+            .map(|b| {
+                Arc::new(
+                    b.dangerous()
+                        .with_custom_certificate_verifier(verifier)
+                        .with_no_client_auth(),
+                )
+            })
+    })
+    .clone()
 }
 
-/// A `reqwest` client builder for a client whose URLs are not known up front (the demo's, the MCP
-/// relay's): the OS trust store when it has roots; else a config that fails each TLS handshake
-/// with [`NoRoots`]'s text, so plain `http://` works and `https://` says what is missing. Never
-/// fails to build.
+/// A `reqwest` client builder that speaks TLS with [`client_config`]: every HTTP client of ours
+/// starts here (the listener's REST client, the demo's, the MCP relay's). It never fails for
+/// want of a CA bundle: plain `http://` needs none, and `https://` says what is missing.
 pub fn http_client_builder() -> reqwest::ClientBuilder {
     let builder = reqwest::Client::builder();
-    match roots() {
-        Ok(tls) => builder.tls_backend_preconfigured((*tls).clone()),
-        Err(missing) => {
-            static MISSING: OnceLock<rustls::ClientConfig> = OnceLock::new();
-            let config = MISSING.get_or_init(|| refusing(missing.to_string()));
-            builder.tls_backend_preconfigured(config.clone())
-        }
+    match client_config() {
+        Some(tls) => builder.tls_backend_preconfigured((*tls).clone()),
+        // No config: the provider is installed all the same, and reqwest uses its own roots.
+        None => builder,
     }
 }
 
@@ -237,14 +217,9 @@ mod tests {
     }
 
     #[test]
-    fn a_client_for_a_plain_url_builds_without_reading_the_trust_store() {
+    fn the_shared_config_builds_and_a_client_from_it_builds() {
         install_crypto_provider();
-        assert!(
-            http_client_builder_for("http://127.0.0.1:1")
-                .unwrap()
-                .build()
-                .is_ok()
-        );
+        assert!(client_config().is_some());
         assert!(http_client_builder().build().is_ok());
     }
 
@@ -257,26 +232,5 @@ mod tests {
         assert!(text.starts_with("no CA certificates found (looked for SSL_CERT_FILE=/x"));
         assert!(text.contains("mount a CA bundle at /etc/ssl/certs/ca-certificates.crt"));
         assert!(text.contains("set SSL_CERT_FILE"));
-    }
-
-    #[test]
-    fn the_refusing_verifier_fails_every_certificate_with_its_reason() {
-        use rustls::client::danger::ServerCertVerifier;
-        install_crypto_provider();
-        let _config = refusing("because".into());
-        let verifier = Refuse {
-            why: "because".into(),
-            schemes: vec![],
-        };
-        let err = verifier
-            .verify_server_cert(
-                &rustls::pki_types::CertificateDer::from(vec![0u8; 4]),
-                &[],
-                &rustls::pki_types::ServerName::try_from("example.com").unwrap(),
-                &[],
-                rustls::pki_types::UnixTime::now(),
-            )
-            .unwrap_err();
-        assert_eq!(err, rustls::Error::General("because".into()));
     }
 }
