@@ -41,12 +41,13 @@ pub struct NoRoots {
 }
 
 impl NoRoots {
-    /// What was looked for, from the environment as rustls-native-certs reads it: the variables
-    /// when either is set (they replace the OS store), else the OS store's usual places.
+    /// What was looked for: the OS store's usual places and the two variables as set (or
+    /// unset), so the line is true whichever of them rustls-native-certs read (with one variable
+    /// set it still reads the OS store's directory).
     fn now() -> NoRoots {
-        let var = |name: &str| std::env::var_os(name).filter(|v| !v.is_empty());
-        let shown = |name: &str| {
-            var(name).map(|v| {
+        let shown = |name: &str| match std::env::var_os(name).filter(|v| !v.is_empty()) {
+            None => format!("{name} unset"),
+            Some(v) => {
                 let path = std::path::PathBuf::from(&v);
                 let state = if path.exists() {
                     ""
@@ -54,19 +55,15 @@ impl NoRoots {
                     ", which does not exist"
                 };
                 format!("{name}={}{state}", path.display())
-            })
+            }
         };
-        let looked = match (shown(CERT_FILE_VAR), shown(CERT_DIR_VAR)) {
-            (None, None) => format!(
-                "the OS trust store: {USUAL_BUNDLES}; {CERT_FILE_VAR} and {CERT_DIR_VAR} unset"
+        NoRoots {
+            looked: format!(
+                "the OS trust store: {USUAL_BUNDLES}; {}; {}",
+                shown(CERT_FILE_VAR),
+                shown(CERT_DIR_VAR)
             ),
-            (file, dir) => [file, dir]
-                .into_iter()
-                .flatten()
-                .collect::<Vec<_>>()
-                .join(" and "),
-        };
-        NoRoots { looked }
+        }
     }
 }
 
@@ -230,6 +227,10 @@ mod tests {
         }
         .to_string();
         assert!(text.starts_with("no CA certificates found (looked for SSL_CERT_FILE=/x"));
+        // What `now` says names the OS store's places and both variables, set or not.
+        let looked = NoRoots::now().looked;
+        assert!(looked.starts_with("the OS trust store: /etc/ssl/certs/ca-certificates.crt"));
+        assert!(looked.contains("SSL_CERT_FILE") && looked.contains("SSL_CERT_DIR"));
         assert!(text.contains("mount a CA bundle at /etc/ssl/certs/ca-certificates.crt"));
         assert!(text.contains("set SSL_CERT_FILE"));
     }

@@ -182,9 +182,11 @@ impl Podman {
         c
     }
 
-    /// Runs podman to the end; its output, asserting success when `ok`.
+    /// Runs podman to the end (at most `PODMAN_LIMIT`); its output, asserting success when `ok`.
     fn run(&self, args: &[&str], ok: bool) -> std::process::Output {
-        let out = self.command().args(args).output().unwrap();
+        let mut cmd = self.command();
+        cmd.args(args);
+        let out = bounded(cmd, PODMAN_LIMIT);
         if ok {
             assert!(
                 out.status.success(),
@@ -194,6 +196,43 @@ impl Podman {
             );
         }
         out
+    }
+}
+
+/// The longest any one podman command (or the image build) may take before the test gives up
+/// on it and kills it: a hung podman fails the test instead of holding it for ever.
+const PODMAN_LIMIT: std::time::Duration = std::time::Duration::from_secs(180);
+
+/// `cmd` run to the end, its output kept in files; killed (and the test failed) after `limit`.
+fn bounded(mut cmd: std::process::Command, limit: std::time::Duration) -> std::process::Output {
+    let dir = tempfile::tempdir().unwrap();
+    let (out, err) = (dir.path().join("out"), dir.path().join("err"));
+    let mut child = cmd
+        .stdin(std::process::Stdio::null())
+        .stdout(std::fs::File::create(&out).unwrap())
+        .stderr(std::fs::File::create(&err).unwrap())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + limit;
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if std::time::Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "{cmd:?} did not end within {limit:?}:\n{}{}",
+                std::fs::read_to_string(&out).unwrap_or_default(),
+                std::fs::read_to_string(&err).unwrap_or_default()
+            );
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    std::process::Output {
+        status,
+        stdout: std::fs::read(&out).unwrap_or_default(),
+        stderr: std::fs::read(&err).unwrap_or_default(),
     }
 }
 
@@ -299,11 +338,11 @@ async fn the_scratch_image_runs_the_listener_as_non_root_answers_probes_wakes_a_
     let scratch = tempfile::tempdir().unwrap();
     let binary = binary_for_the_image();
     let started = std::time::Instant::now();
-    let build = std::process::Command::new(BUILD_SCRIPT)
+    let mut build = std::process::Command::new(BUILD_SCRIPT);
+    build
         .args(["--binary", &binary, "--tag", &tag])
-        .env("CONTAINERS_CONF", podman.conf_path())
-        .output()
-        .unwrap();
+        .env("CONTAINERS_CONF", podman.conf_path());
+    let build = bounded(build, PODMAN_LIMIT);
     assert!(
         build.status.success(),
         "scripts/container-build: {}\n{}",
