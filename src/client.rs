@@ -158,6 +158,7 @@ impl std::fmt::Debug for Api {
 impl Api {
     /// An `Api` for `base` with `key`, on the process's one client ([`shared_http`]).
     pub fn new(base: &str, key: SecretString) -> Result<Api, ApiError> {
+        crate::sys::tls::require_roots_for(base).map_err(|e| ApiError::Client(e.to_string()))?;
         Ok(Api {
             http: shared_http()?,
             base: base.trim_end_matches('/').to_string(),

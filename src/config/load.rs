@@ -295,7 +295,7 @@ pub fn read_key_file(path: &Path) -> Result<SecretString, ConfigError> {
     {
         use std::os::unix::fs::PermissionsExt;
         let mode = meta.permissions().mode() & 0o777;
-        if mode & 0o077 != 0 {
+        if mode & 0o077 != 0 && !secret_volume_mode(&meta) {
             return Err(problem(format!(
                 "can be read by other users (mode {mode:04o}); run `chmod 600 {}`",
                 path.display()
@@ -317,6 +317,18 @@ pub fn read_key_file(path: &Path) -> Result<SecretString, ConfigError> {
         return Err(problem(why.to_string()));
     }
     Ok(SecretString::from(key.to_string()))
+}
+
+/// A key file as Kubernetes mounts a Secret for a non-root pod (deploy/kubernetes/, docs/fleets.md):
+/// owned by root, group the pod's `fsGroup` (this process's own group), and the group's read bit
+/// added by the kubelet (0440). Only root and this group can read it, so it is taken like 0400;
+/// anything wider (group write, any bit for others, another group) is still refused.
+#[cfg(unix)]
+fn secret_volume_mode(meta: &std::fs::Metadata) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    // SAFETY: getegid(2) cannot fail and touches no memory.
+    let own_group = unsafe { libc::getegid() };
+    meta.mode() & 0o037 == 0 && meta.uid() == 0 && meta.gid() == own_group
 }
 
 /// A key is one token of visible ASCII (it travels in the `Authorization` header, contract 3.4):

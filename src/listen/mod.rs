@@ -258,6 +258,7 @@ fn prepare(
     state_dir::StateDir,
 )> {
     let settings = crate::config::load(&args.config)?;
+    crate::sys::tls::require_roots_for(&settings.api_base)?;
     let filter = args
         .log_filter()
         .unwrap_or_else(|| settings.log_level.clone());
