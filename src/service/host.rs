@@ -158,29 +158,44 @@ pub fn render(kind: ServiceKind, spec: &HostSpec) -> String {
 }
 
 /// The host's spec for the config `config` (the `--config` flag): the install's facts as a
-/// profile's unit takes them, every profile the config names, and their largest run grace.
-pub(super) fn host_spec(config: Option<&Path>) -> anyhow::Result<HostSpec> {
+/// profile's unit takes them, the profiles `listen --all` will run (`config::load_all`: every
+/// `[profiles.<name>]`, and `default` when the top level names a key of its own), and their
+/// largest run grace. Beside it, what would keep a profile from starting, one line each.
+pub(super) fn host_spec(config: Option<&Path>) -> anyhow::Result<(HostSpec, Vec<String>)> {
     let base = super::spec_for(crate::config::DEFAULT_PROFILE, config)?;
     let args = crate::config::ConfigArgs {
         config: base.config.clone(),
         ..Default::default()
     };
-    let profiles = crate::status::configured_profiles(&args)?;
-    let kill_grace_secs = profiles
-        .iter()
-        .map(|p| super::kill_grace_secs(p, base.config.as_deref()))
-        .max()
-        .unwrap_or(base.kill_grace_secs);
+    let set = crate::config::load_all(&args)?;
+    let mut problems = Vec::new();
+    let mut grace = None;
+    for (name, settings) in &set.profiles {
+        match settings {
+            Ok(s) => {
+                grace = grace.max(Some(s.listen.kill_grace));
+                if s.key_source == crate::config::KeySource::Missing {
+                    problems.push(format!(
+                        "profile `{name}` has no API key (set its `api_key_file`): it will not \
+                         start"
+                    ));
+                }
+            }
+            Err(e) => problems.push(format!("profile `{name}` will not start: {e}")),
+        }
+    }
+    let kill_grace_secs = grace.map_or(base.kill_grace_secs, super::whole_secs);
     let log_path = base.log_path.with_file_name("agentchat-host.log");
-    Ok(HostSpec {
+    let spec = HostSpec {
         program: base.program,
         config: base.config,
         path_env: base.path_env,
         xdg_env: base.xdg_env,
-        profiles,
+        profiles: set.profiles.into_iter().map(|(name, _)| name).collect(),
         kill_grace_secs,
         log_path,
-    })
+    };
+    Ok((spec, problems))
 }
 
 /// Whether the host's unit is in the way of a profile's own unit: written in the unit dir, or
@@ -267,33 +282,28 @@ pub(super) fn switch_advice(to_one_process: bool) -> String {
     )
 }
 
-/// `service install --all --one-process`: the config's profiles each checked as a profile's
-/// install checks its own (a profile that would not start is a warning naming it: the host runs
-/// the others; none that would start is an error), no per-profile unit of those profiles in the
-/// way, then the unit written and started as a profile's is (and put back when refused).
+/// `service install --all --one-process`: the config's profiles as `listen --all` reads them (a
+/// profile that would not start is a warning naming it: the host runs the others; none that would
+/// start is an error), no per-profile unit of those profiles in the way, then the unit written and
+/// started as a profile's is (and put back when refused).
 pub(super) fn install_host(kind: ServiceKind, config: Option<&Path>) -> anyhow::Result<i32> {
-    let spec = host_spec(config)?;
-    let mut warnings = Vec::new();
-    let mut starts = 0;
-    for p in &spec.profiles {
-        match super::install::check_unit_config(p, spec.config.as_deref()) {
-            Ok(warning) => {
-                starts += 1;
-                warnings.extend(warning.map(|w| format!("profile `{p}`: {w}")));
-            }
-            Err(e) => warnings.push(format!(
-                "profile `{p}` will not start (the host runs the others and reports it in its \
-                 status): {e:#}"
-            )),
-        }
+    let (spec, problems) = host_spec(config)?;
+    if spec.profiles.is_empty() {
+        anyhow::bail!(
+            "cannot install the one-process unit: the config names no profile for `listen --all` \
+             (each `[profiles.<name>]` table, and `default` when the top level names its own \
+             `api_key_file`); nothing was written"
+        );
     }
-    if starts == 0 {
+    if problems.len() >= spec.profiles.len() {
         anyhow::bail!(
             "cannot install the one-process unit: no profile of the config would start; nothing \
              was written:\n{}",
-            warnings.join("\n")
+            problems.join("\n")
         );
     }
+    // The host runs the others and reports these in their status.
+    let warnings = problems;
     let target = super::target(kind)?;
     super::install::require_user_manager(kind, &target)?;
     let in_the_way = profile_units_in_the_way(kind, &target, &spec.profiles);

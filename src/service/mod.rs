@@ -292,9 +292,12 @@ fn kill_grace_secs(profile: &str, config: Option<&Path>) -> u64 {
     let grace = crate::config::load_unkeyed(&args)
         .map(|s| s.listen.kill_grace)
         .unwrap_or(crate::config::DEFAULT_KILL_GRACE);
-    grace
-        .as_secs()
-        .saturating_add(u64::from(grace.subsec_nanos() > 0))
+    whole_secs(grace)
+}
+
+/// A duration in whole seconds, rounded up (a stop timeout must not fall short of it).
+fn whole_secs(d: std::time::Duration) -> u64 {
+    d.as_secs().saturating_add(u64::from(d.subsec_nanos() > 0))
 }
 
 /// The path the user runs the binary by, for `ExecStart`: `argv[0]` when it names a path, else
@@ -391,7 +394,7 @@ pub async fn run_command(args: ServiceArgs) -> anyhow::Result<i32> {
         } => {
             print!(
                 "{}",
-                host::render(kind, &host::host_spec(args.config.as_deref())?)
+                host::render(kind, &host::host_spec(args.config.as_deref())?.0)
             );
             Ok(0)
         }
@@ -438,7 +441,7 @@ pub fn host_unit_path(kind: ServiceKind) -> anyhow::Result<PathBuf> {
 
 /// The one-process unit's text as `install --all --one-process` would write it now, for `doctor`.
 pub fn render_host_current(kind: ServiceKind, config: Option<PathBuf>) -> anyhow::Result<String> {
-    Ok(host::render(kind, &host::host_spec(config.as_deref())?))
+    Ok(host::render(kind, &host::host_spec(config.as_deref())?.0))
 }
 
 /// The text of the profile's own file (the systemd drop-in, the launchd plist) as `install` would

@@ -120,11 +120,12 @@ fn the_open_files_limit_of_the_one_process_unit_grows_with_the_profiles() {
         "--config",
         config.to_str().unwrap(),
     ]);
-    // 1001 profiles (the 1000 and `default`): at least 4 each and the process's own.
+    // 1000 profiles (`default` is not one: the top level names no key of its own, as
+    // `listen --all` reads it): at least 4 each and the process's own.
     let limit = unit_number(&unit, "LimitNOFILE");
-    assert_eq!(limit, agentchat::service::limit_nofile(1001), "{unit}");
-    assert!(limit >= 1001 * 4 + 1024, "{limit}");
-    assert!(unit.contains("# 1001 profiles now"), "{unit}");
+    assert_eq!(limit, agentchat::service::limit_nofile(1000), "{unit}");
+    assert!(limit >= 1000 * 4 + 1024, "{limit}");
+    assert!(unit.contains("# 1000 profiles now"), "{unit}");
     let dir = tempfile::tempdir().unwrap();
     let diagnostics = verify_one(dir.path(), "agentchat-host.service", &unit);
     assert!(diagnostics.is_empty(), "{diagnostics}");
@@ -321,7 +322,7 @@ fn a_profile_that_would_not_start_is_a_warning_and_the_host_is_installed_for_the
     assert_eq!(names(dir.path()), ["agentchat-host.service"]);
 
     // No profile that would start: refused, nothing written.
-    let (_d, bad) = config_in("[listen]\nqiet_window = \"3s\"\n");
+    let (_d, bad) = config_in("api_key_file = \"k\"\n[listen]\nqiet_window = \"3s\"\n");
     let empty = tempfile::tempdir().unwrap();
     let out = agentchat(
         &[
@@ -339,6 +340,27 @@ fn a_profile_that_would_not_start_is_a_warning_and_the_host_is_installed_for_the
     assert!(
         stderr.contains("no profile of the config would start")
             && stderr.contains("listen.qiet_window"),
+        "{stderr}"
+    );
+    assert!(names(empty.path()).is_empty());
+
+    // No profile at all for `listen --all`: refused, saying what makes one.
+    let (_d, none) = config_in("[listen]\nruntime = \"script\"\n");
+    let out = agentchat(
+        &[
+            "service",
+            "install",
+            "--all",
+            "--one-process",
+            "--config",
+            none.to_str().unwrap(),
+        ],
+        Some(empty.path()),
+    );
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("names no profile") && stderr.contains("[profiles.<name>]"),
         "{stderr}"
     );
     assert!(names(empty.path()).is_empty());
