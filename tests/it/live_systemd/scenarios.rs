@@ -419,12 +419,10 @@ async fn accepted_connects(l: &Live, agent: &crate::listen_support::Agent) -> us
     crate::listen_support::accepted(&l.sim.connects(agent).await)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_one_process_unit_runs_three_profiles_starts_a_fourth_on_reload_and_stops_with_grace() {
-    let Some(l) = Live::boot("one_process_unit").await else {
-        return;
-    };
-    let host = agentchat::service::HOST_UNIT;
+/// The one-process scene: bob (`default`) and agents for profiles `two`, `three` and `four`, each
+/// with its key file; the config written with the first three. Returns the agents, and the
+/// config's text in three parts: the base (with `default`), `two` and `three`'s tables, `four`'s.
+async fn host_scene(l: &Live) -> (Vec<crate::listen_support::Agent>, String, String, String) {
     let mut agents = vec![crate::listen_support::Agent {
         handle: l.bob.handle.clone(),
         key: l.bob.key.clone(),
@@ -440,11 +438,85 @@ async fn the_one_process_unit_runs_three_profiles_starts_a_fourth_on_reload_and_
             key.display()
         ));
     }
-    // The fourth profile's table is held back until the reload.
     let (three, four) = extra.split_at(extra.find("\n[profiles.four]").unwrap());
     l.write_config("A", "");
     let base = std::fs::read_to_string(&l.config).unwrap();
     std::fs::write(&l.config, format!("{base}{three}")).unwrap();
+    (agents, base, three.to_string(), four.to_string())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_one_process_unit_pings_the_watchdog_for_all_profiles_and_is_restarted_when_wedged() {
+    let Some(l) = Live::boot("one_process_watchdog").await else {
+        return;
+    };
+    let host = agentchat::service::HOST_UNIT;
+    let (agents, ..) = host_scene(&l).await;
+    l.ok(&format!(
+        "agentchat service install --all --one-process --config {}",
+        l.config.display()
+    ));
+    // As in the profile's watchdog scenario: a drop-in shortens WatchdogSec, nothing else.
+    let watchdog_secs = 4;
+    l.ok(&format!(
+        "mkdir -p /root/.config/systemd/user/{host}.d && printf '[Service]\\nWatchdogSec={watchdog_secs}\\nRestartSec=1\\n' \
+         > /root/.config/systemd/user/{host}.d/zz-live-test.conf && systemctl --user daemon-reload \
+         && systemctl --user restart {host}"
+    ));
+    assert_eq!(l.prop(host, "WatchdogUSec"), format!("{watchdog_secs}s"));
+    for a in &agents[..3] {
+        assert!(crate::common::eventually_async(30, || connected(&l, a)).await);
+    }
+    // Idle with three profiles for three watchdog intervals: the host keeps pinging.
+    let idle = std::time::Duration::from_secs(3 * watchdog_secs);
+    assert!(
+        !l.until(idle.as_secs(), |l| l.prop(host, "NRestarts") != "0")
+            .await,
+        "the watchdog restarted an idle host: {}",
+        l.ok(&format!("systemctl --user status {host} || true"))
+    );
+    let pid = l.prop(host, "MainPID");
+    let before = accepted_of(&l, &agents[..3]).await;
+    let t = Instant::now();
+    l.ok(&format!("kill -STOP {pid}"));
+    assert!(
+        l.until(60, |l| l.prop(host, "NRestarts") == "1"
+            && l.prop(host, "ActiveState") == "active")
+            .await,
+        "not restarted: {}",
+        l.ok(&format!("systemctl --user status {host} || true"))
+    );
+    let took = t.elapsed().as_secs_f64();
+    eprintln!(
+        "live_systemd: one-process SIGSTOP to active again: {took:.1} s (WatchdogSec={watchdog_secs})"
+    );
+    assert_ne!(l.prop(host, "MainPID"), pid);
+    assert!(
+        l.journal_of_unit(host).iter().any(|e| e["MESSAGE"]
+            .as_str()
+            .is_some_and(|m| m.contains("Watchdog timeout"))),
+        "no watchdog timeout in the journal"
+    );
+    // Every profile came back: each connected once more, from the new process.
+    for (a, n) in agents[..3].iter().zip(before) {
+        assert!(
+            crate::common::eventually_async(30, || async {
+                accepted_connects(&l, a).await > n && connected(&l, a).await
+            })
+            .await,
+            "{} did not connect again after the restart",
+            a.handle
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_one_process_unit_runs_three_profiles_starts_a_fourth_on_reload_and_stops_with_grace() {
+    let Some(l) = Live::boot("one_process_unit").await else {
+        return;
+    };
+    let host = agentchat::service::HOST_UNIT;
+    let (agents, base, three, four) = host_scene(&l).await;
     let c = l.config.display().to_string();
 
     let t = Instant::now();
