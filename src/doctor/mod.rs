@@ -371,6 +371,32 @@ fn service_section(profile: &str, config: Option<PathBuf>) -> Check {
     }
     let path = service::unit_path(kind, profile).map_err(|e| format!("{e:#}"));
     let installed = path.as_ref().ok().and_then(|p| facts::read_if_present(p));
+    let host = service::host_unit_path(kind).map_err(|e| format!("{e:#}"));
+    if let Some(h) = host.as_ref().ok().filter(|h| h.exists()) {
+        if installed.is_some() {
+            return Check::warn(
+                "service",
+                format!(
+                    "both this profile's unit and the one-process unit {} are written: two \
+                     listeners for one agent (the second exits 75 on its lock); keep one: \
+                     `agentchat service uninstall --all`, then `install --all` or `install --all \
+                     --one-process`",
+                    h.display()
+                ),
+            );
+        }
+        let installed = facts::read_if_present(h);
+        let current =
+            service::render_host_current(kind, config.clone()).map_err(|e| format!("{e:#}"));
+        let manager = service::host_manager_view(kind);
+        return service_checks::check_host_service(
+            config.as_deref(),
+            &host,
+            installed.as_ref(),
+            &current,
+            &manager,
+        );
+    }
     let (current, manager) = match installed {
         Some(Ok(_)) => (
             service::render_current(kind, profile, config.clone()).map_err(|e| format!("{e:#}")),
@@ -393,9 +419,14 @@ fn service_section(profile: &str, config: Option<PathBuf>) -> Check {
 /// a logout.
 fn service_extras(profile: &str) -> Vec<Check> {
     let kind = ServiceKind::native();
-    let Ok(path) = service::unit_path(kind, profile) else {
+    let Ok(own) = service::unit_path(kind, profile) else {
         return Vec::new();
     };
+    // A profile without a unit of its own may run in the one-process unit.
+    let host = service::host_unit_path(kind)
+        .ok()
+        .filter(|h| !own.exists() && h.exists());
+    let path = host.clone().unwrap_or(own);
     let Some(Ok(text)) = facts::read_if_present(&path) else {
         return Vec::new();
     };
@@ -414,6 +445,7 @@ fn service_extras(profile: &str) -> Vec<Check> {
         });
     }
     if kind == ServiceKind::Systemd
+        && host.is_none()
         && let Ok(template) = service::template_path()
     {
         checks.push(match facts::read_if_present(&template) {

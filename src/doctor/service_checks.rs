@@ -42,6 +42,53 @@ pub fn check_service(
     current: &Result<String, String>,
     manager: &service::ManagerView,
 ) -> Check {
+    let mut reinstall = "agentchat service install".to_string();
+    if profile != "default" {
+        reinstall.push_str(&format!(" --profile {profile}"));
+    }
+    if let Some(c) = config {
+        reinstall.push_str(&format!(" --config {}", c.display()));
+    }
+    let unit = service::systemd_unit_name(profile);
+    check_unit(&reinstall, &unit, config, path, installed, current, manager)
+}
+
+/// `service` for a profile without a unit of its own while the one-process unit is written: that
+/// unit (it runs every profile of its config) against what `service print --one-process` renders.
+pub fn check_host_service(
+    config: Option<&Path>,
+    path: &Result<PathBuf, String>,
+    installed: Option<&Result<String, String>>,
+    current: &Result<String, String>,
+    manager: &service::ManagerView,
+) -> Check {
+    let mut reinstall = "agentchat service install --all --one-process".to_string();
+    if let Some(c) = config {
+        reinstall.push_str(&format!(" --config {}", c.display()));
+    }
+    check_unit(
+        &reinstall,
+        service::HOST_UNIT,
+        config,
+        path,
+        installed,
+        current,
+        manager,
+    )
+    .with("one_process", true)
+}
+
+/// The verdict on one written unit: `reinstall` is the command that writes it, `unit` the
+/// manager's name for it.
+fn check_unit(
+    reinstall: &str,
+    unit: &str,
+    config: Option<&Path>,
+    path: &Result<PathBuf, String>,
+    installed: Option<&Result<String, String>>,
+    current: &Result<String, String>,
+    manager: &service::ManagerView,
+) -> Check {
     let path = match path {
         Ok(p) => p,
         Err(e) => {
@@ -52,13 +99,6 @@ pub fn check_service(
         }
     };
     let p = path.display();
-    let mut reinstall = "agentchat service install".to_string();
-    if profile != "default" {
-        reinstall.push_str(&format!(" --profile {profile}"));
-    }
-    if let Some(c) = config {
-        reinstall.push_str(&format!(" --config {}", c.display()));
-    }
     let c = match installed {
         None => Check::pass(
             "service",
@@ -71,7 +111,7 @@ pub fn check_service(
         )
         .with("installed", true),
         Some(Ok(text)) => match current {
-            Ok(now) if now == text => manager_check(profile, &p.to_string(), manager)
+            Ok(now) if now == text => manager_check(reinstall, unit, &p.to_string(), manager)
                 .with("installed", true)
                 .with("current", true),
             Ok(now) => {
@@ -105,9 +145,8 @@ pub fn check_service(
 
 /// A written, current unit: PASS only when the manager runs it (or was not asked); facts
 /// `enabled` and `running` are what the manager said (absent when it was not asked).
-fn manager_check(profile: &str, path: &str, manager: &service::ManagerView) -> Check {
+fn manager_check(reinstall: &str, unit: &str, path: &str, manager: &service::ManagerView) -> Check {
     use service::ManagerView;
-    let unit = service::systemd_unit_name(profile);
     match manager {
         ManagerView::NotAsked => Check::pass(
             "service",
@@ -141,7 +180,7 @@ fn manager_check(profile: &str, path: &str, manager: &service::ManagerView) -> C
                     "service",
                     format!(
                         "running but not enabled, so it will not start at login ({detail}): \
-                         `agentchat service install` again"
+                         `{reinstall}` again"
                     ),
                 ),
             })

@@ -37,7 +37,10 @@ fn write_unit(path: &Path, text: impl AsRef<[u8]>) -> anyhow::Result<()> {
 /// The config the unit's listener will read must exist and load as the service will see it: its
 /// file, the key file it names, and none of the installing shell's `AGENTCHAT_*` variables (the
 /// manager passes none on). Returns a warning to print when the service would have no key.
-fn check_unit_config(profile: &str, config: Option<&Path>) -> anyhow::Result<Option<String>> {
+pub(super) fn check_unit_config(
+    profile: &str,
+    config: Option<&Path>,
+) -> anyhow::Result<Option<String>> {
     if let Some(c) = config
         && !c.is_file()
     {
@@ -81,6 +84,38 @@ pub(super) fn install(
     let spec = spec_for(profile, config)?;
     let warning = check_unit_config(profile, spec.config.as_deref())?;
     let target = target(kind)?;
+    require_user_manager(kind, &target)?;
+    if let Some(what) = super::host::host_in_the_way(kind, &target) {
+        bail!(
+            "cannot install the unit of profile `{profile}`: the one-process unit runs every              profile of its config ({what}); nothing was written. {}",
+            super::host::switch_advice(false)
+        );
+    }
+    let files = unit_files(kind, &spec);
+    let start = match kind {
+        ServiceKind::Systemd => systemd_unit_name(profile),
+        ServiceKind::Launchd => launchd_label(profile),
+    };
+    write_and_start(
+        kind,
+        &target,
+        &files,
+        &start,
+        warning.into_iter().collect(),
+        || {
+            if kind == ServiceKind::Systemd {
+                replace_legacy_unit(&target.dir, profile, target.dry_run);
+            }
+        },
+    )
+}
+
+/// Without `AGENTCHAT_SERVICE_DIR`, a systemd install needs a user manager that answers; nothing
+/// is written without one.
+pub(super) fn require_user_manager(
+    kind: ServiceKind,
+    target: &super::Target,
+) -> anyhow::Result<()> {
     if !target.dry_run
         && kind == ServiceKind::Systemd
         && let Err(why) = systemd_user_manager()
@@ -91,9 +126,22 @@ pub(super) fn install(
             no_user_manager_advice(booted_with_systemd())
         );
     }
-    let files = unit_files(kind, &spec);
+    Ok(())
+}
+
+/// Writes `files` into the unit dir (each one's earlier bytes kept), runs `after_write`, prints
+/// `warnings`, and has the manager start `unit` (a systemd unit, or the launchd label whose plist
+/// is the last file); when the manager refuses, every file is put back as it was.
+pub(super) fn write_and_start(
+    kind: ServiceKind,
+    target: &super::Target,
+    files: &[(String, String)],
+    unit: &str,
+    warnings: Vec<String>,
+    after_write: impl FnOnce(),
+) -> anyhow::Result<i32> {
     let mut previous = Vec::new();
-    for (name, _) in &files {
+    for (name, _) in files {
         let path = target.dir.join(name);
         previous.push(match std::fs::read(&path) {
             Ok(bytes) => Some(bytes),
@@ -101,7 +149,6 @@ pub(super) fn install(
             Err(e) => return Err(e).with_context(|| format!("cannot read {}", path.display())),
         });
     }
-    let path = target.dir.join(file_name(kind, profile));
     for (i, (name, text)) in files.iter().enumerate() {
         let file = target.dir.join(name);
         if let Err(e) = write_unit(&file, text) {
@@ -113,10 +160,8 @@ pub(super) fn install(
         }
         println!("wrote {}", file.display());
     }
-    if kind == ServiceKind::Systemd {
-        replace_legacy_unit(&target.dir, profile, target.dry_run);
-    }
-    if let Some(warning) = warning {
+    after_write();
+    for warning in warnings {
         eprintln!("agentchat service: warning: {warning}");
     }
     if target.dry_run {
@@ -124,35 +169,33 @@ pub(super) fn install(
         return Ok(0);
     }
     let started = match kind {
-        ServiceKind::Systemd => {
-            let unit = systemd_unit_name(profile);
-            run_manager("systemctl", &["--user", "daemon-reload"])
-                .and_then(|_| run_manager("systemctl", &["--user", "enable", "--now", &unit]))
-                .map(|_| {
-                    let linger = match super::systemd::linger() {
-                        Some(true) => {
-                            "linger is on: it keeps running while you are logged out".to_string()
-                        }
-                        Some(false) => super::systemd::linger_advice(),
-                        None => "to keep it running while you are logged out: loginctl \
-                                 enable-linger $USER"
-                            .to_string(),
-                    };
-                    format!("started {unit}; logs: journalctl --user -u {unit}\n{linger}")
-                })
-        }
+        ServiceKind::Systemd => run_manager("systemctl", &["--user", "daemon-reload"])
+            .and_then(|_| run_manager("systemctl", &["--user", "enable", "--now", unit]))
+            .map(|_| {
+                let linger = match super::systemd::linger() {
+                    Some(true) => {
+                        "linger is on: it keeps running while you are logged out".to_string()
+                    }
+                    Some(false) => super::systemd::linger_advice(),
+                    None => "to keep it running while you are logged out: loginctl \
+                             enable-linger $USER"
+                        .to_string(),
+                };
+                format!("started {unit}; logs: journalctl --user -u {unit}\n{linger}")
+            }),
         ServiceKind::Launchd => {
             let domain = format!("gui/{}", crate::sys::process::current_uid());
+            let plist = files
+                .last()
+                .map(|(name, _)| target.dir.join(name))
+                .unwrap_or_default();
             // A previous copy must be booted out first, or bootstrap refuses.
-            let _ = run_manager(
-                "launchctl",
-                &["bootout", &format!("{domain}/{}", launchd_label(profile))],
-            );
+            let _ = run_manager("launchctl", &["bootout", &format!("{domain}/{unit}")]);
             run_manager(
                 "launchctl",
-                &["bootstrap", &domain, &path.display().to_string()],
+                &["bootstrap", &domain, &plist.display().to_string()],
             )
-            .map(|_| format!("started {}", launchd_label(profile)))
+            .map(|_| format!("started {unit}"))
         }
     };
     match started {
@@ -235,8 +278,18 @@ pub(super) fn install_all(kind: ServiceKind, config: Option<&Path>) -> anyhow::R
         config: config.map(Path::to_path_buf),
         ..Default::default()
     };
+    let profiles = crate::status::configured_profiles(&args)?;
+    let target = target(kind)?;
+    if let Some(what) = super::host::host_in_the_way(kind, &target) {
+        // Said once, not once per profile.
+        bail!(
+            "cannot install a unit per profile: the one-process unit runs every profile of its \
+             config ({what}); nothing was written. {}",
+            super::host::switch_advice(false)
+        );
+    }
     let mut failed = Vec::new();
-    for profile in crate::status::configured_profiles(&args)? {
+    for profile in profiles {
         println!("== profile {profile}");
         match install(kind, &profile, config) {
             Ok(0) => {}
@@ -282,6 +335,17 @@ pub(super) fn uninstall_all(kind: ServiceKind, config: Option<&Path>) -> anyhow:
         if let Err(e) = uninstall(kind, profile) {
             eprintln!("agentchat service uninstall --all: profile `{profile}`: {e:#}");
             failed.push(profile.clone());
+        }
+    }
+    if target(kind)?
+        .dir
+        .join(super::host::host_file_name(kind))
+        .exists()
+    {
+        println!("== the one-process unit");
+        if let Err(e) = super::host::uninstall_host(kind) {
+            eprintln!("agentchat service uninstall --all: the one-process unit: {e:#}");
+            failed.push(super::host::host_unit(kind));
         }
     }
     Ok(i32::from(!failed.is_empty()))

@@ -15,7 +15,7 @@ pub fn launchd_label(profile: &str) -> String {
     }
 }
 
-fn xml_escape(s: &str) -> String {
+pub(super) fn xml_escape(s: &str) -> String {
     s.replace('&', "&amp;")
         .replace('<', "&lt;")
         .replace('>', "&gt;")

@@ -50,6 +50,24 @@ impl ManagerView {
 
 /// Asks the service manager about `profile`'s unit (nothing when `AGENTCHAT_SERVICE_DIR` is set).
 pub fn manager_view(kind: ServiceKind, profile: &str) -> ManagerView {
+    view_of(kind, &unit_of(kind, profile))
+}
+
+/// Asks the service manager about the one-process unit (`service install --all --one-process`).
+pub fn host_manager_view(kind: ServiceKind) -> ManagerView {
+    view_of(kind, &super::host::host_unit(kind))
+}
+
+/// The profile's systemd unit or launchd label.
+fn unit_of(kind: ServiceKind, profile: &str) -> String {
+    match kind {
+        ServiceKind::Systemd => systemd_unit_name(profile),
+        ServiceKind::Launchd => launchd_label(profile),
+    }
+}
+
+/// Asks the service manager about `unit` (a systemd unit, or a launchd label).
+fn view_of(kind: ServiceKind, unit: &str) -> ManagerView {
     if std::env::var_os("AGENTCHAT_SERVICE_DIR").is_some() {
         return ManagerView::NotAsked;
     }
@@ -58,9 +76,8 @@ pub fn manager_view(kind: ServiceKind, profile: &str) -> ManagerView {
             if let Err(why) = systemd_user_manager() {
                 return ManagerView::Unreachable(why);
             }
-            let unit = systemd_unit_name(profile);
-            let enabled_word = systemctl_word("is-enabled", &unit);
-            let active_word = systemctl_word("is-active", &unit);
+            let enabled_word = systemctl_word("is-enabled", unit);
+            let active_word = systemctl_word("is-active", unit);
             ManagerView::Answered {
                 enabled: matches!(enabled_word.as_str(), "enabled" | "enabled-runtime"),
                 running: matches!(active_word.as_str(), "active" | "reloading"),
@@ -73,10 +90,7 @@ pub fn manager_view(kind: ServiceKind, profile: &str) -> ManagerView {
             if let Err(e) = run_manager("launchctl", &["print", &domain]) {
                 return ManagerView::Unreachable(format!("{e:#}"));
             }
-            match run_manager(
-                "launchctl",
-                &["print", &format!("{domain}/{}", launchd_label(profile))],
-            ) {
+            match run_manager("launchctl", &["print", &format!("{domain}/{unit}")]) {
                 Ok(text) => {
                     let running = text.lines().any(|l| l.trim() == "state = running");
                     ManagerView::Answered {
@@ -98,16 +112,38 @@ pub fn manager_view(kind: ServiceKind, profile: &str) -> ManagerView {
 }
 
 /// `service status`: whether the unit is written, enabled and running, then the manager's own view.
+/// A profile without a unit of its own, while the one-process unit is written, is shown that unit
+/// (it runs the profile, if the config names it).
 ///
 /// Exit codes follow `systemctl status` (and LSB): 0 running, 3 not running (written, or enabled,
 /// but nothing runs it, or no manager answers to run it), 4 no such unit (not written).
 pub(super) fn status(kind: ServiceKind, profile: &str) -> anyhow::Result<i32> {
     let target = target(kind)?;
-    let path = target.dir.join(file_name(kind, profile));
+    let own = target.dir.join(file_name(kind, profile));
+    let host = target.dir.join(super::host::host_file_name(kind));
+    if !own.exists() && host.exists() {
+        println!(
+            "profile {profile}: no unit of its own; the one-process unit runs every profile of \
+             its config:"
+        );
+        return host_status(kind);
+    }
+    status_of(kind, &own, &unit_of(kind, profile))
+}
+
+/// `service status --one-process`: the one-process unit's status, as a profile's.
+pub(super) fn host_status(kind: ServiceKind) -> anyhow::Result<i32> {
+    let target = target(kind)?;
+    let path = target.dir.join(super::host::host_file_name(kind));
+    status_of(kind, &path, &super::host::host_unit(kind))
+}
+
+/// The status of the unit written at `path` whose manager's name is `unit`.
+fn status_of(kind: ServiceKind, path: &std::path::Path, unit: &str) -> anyhow::Result<i32> {
     let is_written = path.exists();
     let written = if is_written { "written" } else { "not written" };
     println!("unit: {} ({written})", path.display());
-    let view = manager_view(kind, profile);
+    let view = view_of(kind, unit);
     match &view {
         ManagerView::Answered {
             enabled,
@@ -132,21 +168,12 @@ pub(super) fn status(kind: ServiceKind, profile: &str) -> anyhow::Result<i32> {
     }
     let answer = match kind {
         ServiceKind::Systemd => Command::new("systemctl")
-            .args([
-                "--user",
-                "status",
-                "--no-pager",
-                &systemd_unit_name(profile),
-            ])
+            .args(["--user", "status", "--no-pager", unit])
             .output(),
         ServiceKind::Launchd => Command::new("launchctl")
             .args([
                 "print",
-                &format!(
-                    "gui/{}/{}",
-                    crate::sys::process::current_uid(),
-                    launchd_label(profile)
-                ),
+                &format!("gui/{}/{unit}", crate::sys::process::current_uid()),
             ])
             .output(),
     };

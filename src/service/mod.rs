@@ -17,13 +17,15 @@
 //! `install` (install, uninstall, the config check and the undo), `manager` (what the service
 //! manager says: `status` and doctor's view).
 
+mod host;
 mod install;
 mod launchd;
 mod manager;
 mod systemd;
 
+pub use host::{HOST_UNIT, HostSpec, host_label, limit_nofile};
 pub use launchd::launchd_label;
-pub use manager::{ManagerView, manager_view};
+pub use manager::{ManagerView, host_manager_view, manager_view};
 pub use systemd::{linger, linger_advice, no_user_manager_advice, systemd_unit_name};
 
 use anyhow::Context;
@@ -62,19 +64,38 @@ pub enum ServiceAction {
         /// `[profiles.<name>]`), one after the other; exit 1 if any failed.
         #[arg(long, conflicts_with = "profile")]
         all: bool,
+        /// With --all: one unit for every profile in one process (`agentchat listen --all`,
+        /// agentchat-host.service) instead of a unit per profile. Refused while a profile of
+        /// the config has a unit of its own.
+        #[arg(long, requires = "all")]
+        one_process: bool,
     },
     /// Stop the service and remove its unit.
     Uninstall {
-        /// Uninstall the unit of every profile the config names, and of every profile whose
-        /// unit is written; exit 1 if any failed.
+        /// Uninstall the unit of every profile the config names, of every profile whose unit is
+        /// written, and the one-process unit; exit 1 if any failed.
         #[arg(long, conflicts_with = "profile")]
         all: bool,
+        /// Uninstall the one-process unit (`install --all --one-process`).
+        #[arg(long, conflicts_with = "profile")]
+        one_process: bool,
     },
     /// Show what the service manager says about it. Exit codes as `systemctl status`: 0 running,
     /// 3 not running, 4 no such unit.
-    Status,
+    Status {
+        /// The one-process unit's status (a profile without a unit of its own shows it too).
+        #[arg(long, conflicts_with = "profile")]
+        one_process: bool,
+    },
     /// Print the unit this profile would get, without installing it.
-    Print,
+    Print {
+        /// Print the one-process unit `install --all --one-process` would write.
+        #[arg(long, conflicts_with = "profile")]
+        one_process: bool,
+        /// With --one-process: accepted, as `install --all --one-process` spells it.
+        #[arg(long, requires = "one_process")]
+        all: bool,
+    },
 }
 
 #[derive(Debug, Clone, clap::Args)]
@@ -271,9 +292,12 @@ fn kill_grace_secs(profile: &str, config: Option<&Path>) -> u64 {
     let grace = crate::config::load_unkeyed(&args)
         .map(|s| s.listen.kill_grace)
         .unwrap_or(crate::config::DEFAULT_KILL_GRACE);
-    grace
-        .as_secs()
-        .saturating_add(u64::from(grace.subsec_nanos() > 0))
+    whole_secs(grace)
+}
+
+/// A duration in whole seconds, rounded up (a stop timeout must not fall short of it).
+fn whole_secs(d: std::time::Duration) -> u64 {
+    d.as_secs().saturating_add(u64::from(d.subsec_nanos() > 0))
 }
 
 /// The path the user runs the binary by, for `ExecStart`: `argv[0]` when it names a path, else
@@ -365,7 +389,16 @@ pub async fn run_command(args: ServiceArgs) -> anyhow::Result<i32> {
         );
     }
     match args.action {
-        ServiceAction::Print => {
+        ServiceAction::Print {
+            one_process: true, ..
+        } => {
+            print!(
+                "{}",
+                host::render(kind, &host::host_spec(args.config.as_deref())?.0)
+            );
+            Ok(0)
+        }
+        ServiceAction::Print { .. } => {
             let spec = spec_for(&profile, args.config.as_deref())?;
             match kind {
                 ServiceKind::Systemd => print!("{}", print_files(&unit_files(kind, &spec))),
@@ -373,15 +406,24 @@ pub async fn run_command(args: ServiceArgs) -> anyhow::Result<i32> {
             }
             Ok(0)
         }
-        ServiceAction::Install { all: false } => {
+        ServiceAction::Install {
+            one_process: true, ..
+        } => host::install_host(kind, args.config.as_deref()),
+        ServiceAction::Install { all: false, .. } => {
             install::install(kind, &profile, args.config.as_deref())
         }
-        ServiceAction::Install { all: true } => install::install_all(kind, args.config.as_deref()),
-        ServiceAction::Uninstall { all: false } => install::uninstall(kind, &profile),
-        ServiceAction::Uninstall { all: true } => {
+        ServiceAction::Install { all: true, .. } => {
+            install::install_all(kind, args.config.as_deref())
+        }
+        ServiceAction::Uninstall { all: true, .. } => {
             install::uninstall_all(kind, args.config.as_deref())
         }
-        ServiceAction::Status => manager::status(kind, &profile),
+        ServiceAction::Uninstall {
+            one_process: true, ..
+        } => host::uninstall_host(kind),
+        ServiceAction::Uninstall { .. } => install::uninstall(kind, &profile),
+        ServiceAction::Status { one_process: true } => manager::host_status(kind),
+        ServiceAction::Status { .. } => manager::status(kind, &profile),
     }
 }
 
@@ -389,6 +431,17 @@ pub async fn run_command(args: ServiceArgs) -> anyhow::Result<i32> {
 /// `doctor`, which checks whether it is installed.
 pub fn unit_path(kind: ServiceKind, profile: &str) -> anyhow::Result<PathBuf> {
     Ok(target(kind)?.dir.join(file_name(kind, profile)))
+}
+
+/// Where `service install --all --one-process` puts the one-process unit (respecting
+/// `AGENTCHAT_SERVICE_DIR`), for `doctor`.
+pub fn host_unit_path(kind: ServiceKind) -> anyhow::Result<PathBuf> {
+    Ok(target(kind)?.dir.join(host::host_file_name(kind)))
+}
+
+/// The one-process unit's text as `install --all --one-process` would write it now, for `doctor`.
+pub fn render_host_current(kind: ServiceKind, config: Option<PathBuf>) -> anyhow::Result<String> {
+    Ok(host::render(kind, &host::host_spec(config.as_deref())?.0))
 }
 
 /// The text of the profile's own file (the systemd drop-in, the launchd plist) as `install` would

@@ -44,14 +44,14 @@ pub fn legacy_unit_name(profile: &str) -> String {
 
 /// Quotes one argument for a systemd command line: always double-quoted, with `\`, `"` escaped and
 /// `$`/`%` doubled so systemd expands nothing.
-fn systemd_quote(arg: &str) -> String {
+pub(super) fn systemd_quote(arg: &str) -> String {
     quote_for_systemd(arg, true)
 }
 
 /// Quotes one `Environment=` assignment: double-quoted with `\` and `"` escaped and `%` doubled
 /// (specifiers are expanded there). Unlike a command line, `$` means nothing in `Environment=`
 /// (systemd.exec(5)), so it stays single.
-fn systemd_env_quote(assignment: &str) -> String {
+pub(super) fn systemd_env_quote(assignment: &str) -> String {
     quote_for_systemd(assignment, false)
 }
 

@@ -38,6 +38,7 @@ mod runner;
 mod runtimes_cli;
 mod runtimes_listen;
 mod service;
+mod service_host;
 mod setup;
 mod sim_conformance;
 mod sim_rest;

@@ -6,18 +6,18 @@ use crate::common::config_in;
 use std::path::Path;
 use std::process::Command;
 
-const BIN: &str = env!("CARGO_BIN_EXE_agentchat");
+pub(crate) const BIN: &str = env!("CARGO_BIN_EXE_agentchat");
 
 /// A config dir no test writes to, so the machine's own `~/.config/agentchat/config.toml` never
 /// changes what these tests see.
 const NO_CONFIG_HOME: &str = "/nonexistent/agentchat-service-tests";
 
-fn agentchat(args: &[&str], service_dir: Option<&Path>) -> std::process::Output {
+pub(crate) fn agentchat(args: &[&str], service_dir: Option<&Path>) -> std::process::Output {
     agentchat_env(args, service_dir, &[])
 }
 
 /// Runs the real binary with `env` added to a clean config environment.
-fn agentchat_env(
+pub(crate) fn agentchat_env(
     args: &[&str],
     service_dir: Option<&Path>,
     env: &[(&str, &str)],
@@ -35,12 +35,12 @@ fn agentchat_env(
     cmd.output().expect("run agentchat")
 }
 
-fn print_unit(args: &[&str]) -> String {
+pub(crate) fn print_unit(args: &[&str]) -> String {
     print_unit_env(args, &[])
 }
 
 /// `agentchat service print ARGS` with `env`; the unit's text (the command must succeed).
-fn print_unit_env(args: &[&str], env: &[(&str, &str)]) -> String {
+pub(crate) fn print_unit_env(args: &[&str], env: &[(&str, &str)]) -> String {
     let mut full = vec!["service", "print"];
     full.extend_from_slice(args);
     let out = agentchat_env(&full, None, env);
@@ -54,7 +54,7 @@ fn print_unit_env(args: &[&str], env: &[(&str, &str)]) -> String {
 
 /// The number after the last `key=` in a systemd unit (a drop-in's setting comes after the
 /// template's and wins).
-fn unit_number(unit: &str, key: &str) -> u64 {
+pub(crate) fn unit_number(unit: &str, key: &str) -> u64 {
     unit.lines()
         .rev()
         .find_map(|l| l.strip_prefix(key)?.strip_prefix('='))
@@ -64,7 +64,7 @@ fn unit_number(unit: &str, key: &str) -> u64 {
 }
 
 /// Parses a launchd plist with Python's `plistlib` (a real parser) into JSON.
-fn parse_plist(dir: &Path, plist: &str) -> serde_json::Value {
+pub(crate) fn parse_plist(dir: &Path, plist: &str) -> serde_json::Value {
     let path = dir.join("agent.plist");
     std::fs::write(&path, plist).unwrap();
     let script =
@@ -355,7 +355,7 @@ fn the_systemd_unit_does_not_restart_on_a_config_error_or_a_listener_already_run
 /// this machine has: HOME and the config dir in `home`, `XDG_RUNTIME_DIR` an empty directory and
 /// no session bus address, so the real `systemctl --user` finds no manager to talk to. Never
 /// `AGENTCHAT_SERVICE_DIR`: this is the real install path. `path` replaces PATH when given.
-fn without_user_manager(
+pub(crate) fn without_user_manager(
     home: &Path,
     args: &[&str],
     path: Option<&str>,
@@ -380,7 +380,7 @@ fn without_user_manager(
     cmd.output().expect("run agentchat")
 }
 
-fn text(bytes: &[u8]) -> String {
+pub(crate) fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
 
@@ -444,7 +444,7 @@ fn install_without_a_user_manager_writes_nothing_and_says_what_to_do() {
 
 /// A stand-in `systemctl` that answers like a running user manager, except that `enable` fails;
 /// every call is appended to `calls`.
-fn refusing_systemctl(dir: &Path) -> std::path::PathBuf {
+pub(crate) fn refusing_systemctl(dir: &Path) -> std::path::PathBuf {
     use std::os::unix::fs::PermissionsExt;
     let bin = dir.join("bin");
     std::fs::create_dir_all(&bin).unwrap();
@@ -505,13 +505,15 @@ fn an_install_the_manager_refuses_leaves_the_unit_as_it_was_before() {
         "# the earlier unit\n"
     );
 
-    // The manager was checked first, and reloaded again after the undo.
+    // The manager was checked first (and whether the one-process unit runs), and reloaded again
+    // after the undo.
     let calls = std::fs::read_to_string(calls).unwrap();
     let calls: Vec<&str> = calls.lines().collect();
     assert_eq!(
-        calls[..4],
+        calls[..5],
         [
             "--user show-environment",
+            "--user is-active agentchat-host.service",
             "--user daemon-reload",
             "--user enable --now agentchat-listen@default.service",
             "--user daemon-reload"

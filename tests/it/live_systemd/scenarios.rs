@@ -406,3 +406,234 @@ async fn without_linger_install_and_doctor_say_the_listener_stops_at_logout() {
     let said = install(&l);
     assert!(said.contains("linger is on"), "{said}");
 }
+
+/// Whether the sim holds an open socket of `agent`: its listener is connected.
+async fn connected(l: &Live, agent: &crate::listen_support::Agent) -> bool {
+    l.sim.state(agent).await["sockets"]
+        .as_array()
+        .is_some_and(|s| !s.is_empty())
+}
+
+/// Accepted socket connects of `agent` so far, as the sim counts them.
+async fn accepted_connects(l: &Live, agent: &crate::listen_support::Agent) -> usize {
+    crate::listen_support::accepted(&l.sim.connects(agent).await)
+}
+
+/// The one-process scene: bob (`default`) and agents for profiles `two`, `three` and `four`, each
+/// with its key file; the config written with the first three. Returns the agents, and the
+/// config's text in three parts: the base (with `default`), `two` and `three`'s tables, `four`'s.
+async fn host_scene(l: &Live) -> (Vec<crate::listen_support::Agent>, String, String, String) {
+    let mut agents = vec![crate::listen_support::Agent {
+        handle: l.bob.handle.clone(),
+        key: l.bob.key.clone(),
+    }];
+    let mut extra = String::new();
+    for p in ["two", "three", "four"] {
+        let agent = l.sim.agent(&format!("agent-{p}")).await;
+        let key = l.dir.path().join(format!("{p}.key"));
+        super::write_key(&key, &agent.key);
+        agents.push(agent);
+        extra.push_str(&format!(
+            "\n[profiles.{p}]\napi_key_file = \"{}\"\n",
+            key.display()
+        ));
+    }
+    let (three, four) = extra.split_at(extra.find("\n[profiles.four]").unwrap());
+    l.write_config("A", "");
+    let base = std::fs::read_to_string(&l.config).unwrap();
+    std::fs::write(&l.config, format!("{base}{three}")).unwrap();
+    (agents, base, three.to_string(), four.to_string())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_one_process_unit_pings_the_watchdog_for_all_profiles_and_is_restarted_when_wedged() {
+    let Some(l) = Live::boot("one_process_watchdog").await else {
+        return;
+    };
+    let host = agentchat::service::HOST_UNIT;
+    let (agents, ..) = host_scene(&l).await;
+    l.ok(&format!(
+        "agentchat service install --all --one-process --config {}",
+        l.config.display()
+    ));
+    // As in the profile's watchdog scenario: a drop-in shortens WatchdogSec, nothing else.
+    let watchdog_secs = 4;
+    l.ok(&format!(
+        "mkdir -p /root/.config/systemd/user/{host}.d && printf '[Service]\\nWatchdogSec={watchdog_secs}\\nRestartSec=1\\n' \
+         > /root/.config/systemd/user/{host}.d/zz-live-test.conf && systemctl --user daemon-reload \
+         && systemctl --user restart {host}"
+    ));
+    assert_eq!(l.prop(host, "WatchdogUSec"), format!("{watchdog_secs}s"));
+    for a in &agents[..3] {
+        assert!(crate::common::eventually_async(30, || connected(&l, a)).await);
+    }
+    // Idle with three profiles for three watchdog intervals: the host keeps pinging.
+    let idle = std::time::Duration::from_secs(3 * watchdog_secs);
+    assert!(
+        !l.until(idle.as_secs(), |l| l.prop(host, "NRestarts") != "0")
+            .await,
+        "the watchdog restarted an idle host: {}",
+        l.ok(&format!("systemctl --user status {host} || true"))
+    );
+    let pid = l.prop(host, "MainPID");
+    let before = accepted_of(&l, &agents[..3]).await;
+    let t = Instant::now();
+    l.ok(&format!("kill -STOP {pid}"));
+    assert!(
+        l.until(60, |l| l.prop(host, "NRestarts") == "1"
+            && l.prop(host, "ActiveState") == "active")
+            .await,
+        "not restarted: {}",
+        l.ok(&format!("systemctl --user status {host} || true"))
+    );
+    let took = t.elapsed().as_secs_f64();
+    eprintln!(
+        "live_systemd: one-process SIGSTOP to active again: {took:.1} s (WatchdogSec={watchdog_secs})"
+    );
+    assert_ne!(l.prop(host, "MainPID"), pid);
+    assert!(
+        l.journal_of_unit(host).iter().any(|e| e["MESSAGE"]
+            .as_str()
+            .is_some_and(|m| m.contains("Watchdog timeout"))),
+        "no watchdog timeout in the journal"
+    );
+    // Every profile came back: each connected once more, from the new process.
+    for (a, n) in agents[..3].iter().zip(before) {
+        assert!(
+            crate::common::eventually_async(30, || async {
+                accepted_connects(&l, a).await > n && connected(&l, a).await
+            })
+            .await,
+            "{} did not connect again after the restart",
+            a.handle
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_one_process_unit_runs_three_profiles_starts_a_fourth_on_reload_and_stops_with_grace() {
+    let Some(l) = Live::boot("one_process_unit").await else {
+        return;
+    };
+    let host = agentchat::service::HOST_UNIT;
+    let (agents, base, three, four) = host_scene(&l).await;
+    let c = l.config.display().to_string();
+
+    let t = Instant::now();
+    let said = l.ok(&format!(
+        "agentchat service install --all --one-process --config {c}"
+    ));
+    eprintln!(
+        "live_systemd: one-process install to active: {:.1} s",
+        t.elapsed().as_secs_f64()
+    );
+    assert!(said.contains(&format!("started {host}")), "{said}");
+    // Type=notify: `enable --now` returned only after READY=1, so the unit is already active.
+    assert_eq!(l.prop(host, "Type"), "notify");
+    assert_eq!(l.prop(host, "ActiveState"), "active");
+    assert_eq!(l.prop(host, "SubState"), "running");
+    assert_eq!(l.prop(host, "LimitNOFILE"), "8192");
+    let exec = l.prop(host, "ExecStart");
+    assert!(exec.contains("listen --all --config"), "{exec}");
+    // All three profiles connected, from one process.
+    for a in &agents[..3] {
+        assert!(
+            crate::common::eventually_async(30, || connected(&l, a)).await,
+            "{} never connected",
+            a.handle
+        );
+    }
+    assert_eq!(
+        l.ok("pgrep -x agentchat | wc -l").trim(),
+        "1",
+        "not one process"
+    );
+    let pid = l.prop(host, "MainPID");
+    let rows = l.sh(&format!("agentchat status --all --config {c}"));
+    let table = text(&rows.stdout);
+    for p in ["default", "two", "three"] {
+        assert!(
+            table
+                .lines()
+                .any(|r| r.starts_with(p) && r.contains("running")),
+            "{p}: {table}"
+        );
+    }
+    // A profile's own unit beside it is refused.
+    let out = l.sh(&format!(
+        "agentchat service install --profile two --config {c}"
+    ));
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains("uninstall --all"),
+        "{}",
+        text(&out.stderr)
+    );
+
+    // Reload after adding a fourth profile: it starts, in the same process; the others stay.
+    let before: Vec<usize> = accepted_of(&l, &agents[..3]).await;
+    std::fs::write(&l.config, format!("{base}{three}{four}")).unwrap();
+    l.ok(&format!("systemctl --user reload {host}"));
+    assert!(
+        crate::common::eventually_async(30, || connected(&l, &agents[3])).await,
+        "the fourth profile never connected after the reload"
+    );
+    assert_eq!(l.prop(host, "MainPID"), pid, "the host was restarted");
+    assert_eq!(l.prop(host, "NRestarts"), "0");
+    assert_eq!(l.prop(host, "ActiveState"), "active");
+    let after: Vec<usize> = accepted_of(&l, &agents[..3]).await;
+    assert_eq!(
+        before, after,
+        "a profile the reload did not change reconnected"
+    );
+
+    // A run in the unit's cgroup, then a stop during it: the run gets its grace.
+    l.set("sleep", "300");
+    l.set("trap", "");
+    l.message("a run to interrupt").await;
+    assert!(l.run_started(1, 30).await, "no run");
+    let cgroup = l.record("cgroup", 1);
+    assert!(cgroup.contains(&format!("/{host}")), "{cgroup}");
+    let t = Instant::now();
+    l.ok(&format!("systemctl --user stop {host}"));
+    eprintln!(
+        "live_systemd: stop of the one-process unit during a run took {:.1} s",
+        t.elapsed().as_secs_f64()
+    );
+    assert_eq!(
+        l.record("term", 1).trim(),
+        "term",
+        "the run never got SIGTERM"
+    );
+    assert_eq!(
+        l.record("tidy", 1).trim(),
+        "tidy",
+        "the run was killed before its second of tidying up (kill_grace 3 s)"
+    );
+    assert_eq!(l.prop(host, "ActiveState"), "inactive");
+    assert!(l.ok("pgrep -x agentchat || true").trim().is_empty());
+
+    // Uninstall leaves nothing.
+    l.ok(&format!("agentchat service uninstall --all --config {c}"));
+    assert!(
+        l.ok("ls /root/.config/systemd/user/ 2>/dev/null | grep agentchat || true")
+            .trim()
+            .is_empty()
+    );
+    assert!(
+        l.ok("systemctl --user list-units --all --no-legend 'agentchat-*'")
+            .trim()
+            .is_empty()
+    );
+    let out = l.sh("agentchat service status --one-process");
+    assert_eq!(out.status.code(), Some(4), "{}", text(&out.stdout));
+}
+
+/// Accepted connects of each of `agents`, in order.
+async fn accepted_of(l: &Live, agents: &[crate::listen_support::Agent]) -> Vec<usize> {
+    let mut out = Vec::new();
+    for a in agents {
+        out.push(accepted_connects(l, a).await);
+    }
+    out
+}
