@@ -110,11 +110,34 @@ impl ApiError {
     }
 }
 
+/// One profile's view of the server: its API base and key, and a handle on the process's one
+/// HTTP client ([`shared_http`]). Cloning it, or making one per profile, costs a few strings.
 #[derive(Clone)]
 pub struct Api {
     http: reqwest::Client,
     base: String,
     key: SecretString,
+}
+
+/// The process's one HTTP client, built at the first call and shared by every [`Api`] after it
+/// (every profile of a host, every key and base a reload brings): one connection pool, one TLS
+/// set-up, one proxy reading of the environment (`HTTPS_PROXY`, `NO_PROXY`, …, read when it is
+/// built, as each per-profile client read them before). It carries no key: each request sets its
+/// own `Authorization`. A build that fails is not kept, so the next call tries again. A pooled
+/// connection belongs to the tokio runtime it was opened on; the program runs one runtime for
+/// its whole life (src/main.rs), so every profile's requests share the pool.
+pub fn shared_http() -> Result<reqwest::Client, ApiError> {
+    static HTTP: std::sync::OnceLock<reqwest::Client> = std::sync::OnceLock::new();
+    if let Some(http) = HTTP.get() {
+        return Ok(http.clone());
+    }
+    let built = crate::sys::tls::http_client_builder()
+        .timeout(REQUEST_TIMEOUT)
+        .connect_timeout(CONNECT_TIMEOUT)
+        .user_agent(format!("agentchat-listener-rs/{CLIENT_VERSION}"))
+        .build()
+        .map_err(|e| ApiError::Client(e.to_string()))?;
+    Ok(HTTP.get_or_init(|| built).clone())
 }
 
 impl std::fmt::Debug for Api {
@@ -126,15 +149,10 @@ impl std::fmt::Debug for Api {
 }
 
 impl Api {
+    /// An `Api` for `base` with `key`, on the process's one client ([`shared_http`]).
     pub fn new(base: &str, key: SecretString) -> Result<Api, ApiError> {
-        let http = crate::sys::tls::http_client_builder()
-            .timeout(REQUEST_TIMEOUT)
-            .connect_timeout(CONNECT_TIMEOUT)
-            .user_agent(format!("agentchat-listener-rs/{CLIENT_VERSION}"))
-            .build()
-            .map_err(|e| ApiError::Client(e.to_string()))?;
         Ok(Api {
-            http,
+            http: shared_http()?,
             base: base.trim_end_matches('/').to_string(),
             key,
         })
@@ -392,6 +410,57 @@ mod tests {
                 code: String::new()
             }
         );
+    }
+
+    /// Two profiles' `Api`s (two keys) share the process's one client: the second request reuses
+    /// the first's kept-alive connection, and each request carries its own key.
+    #[tokio::test]
+    async fn apis_of_two_profiles_share_one_client_and_pool_and_each_sends_its_own_key() {
+        use std::sync::{Arc, Mutex};
+        crate::sys::tls::install_crypto_provider();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let accepted = Arc::new(Mutex::new(0usize));
+        let keys = Arc::new(Mutex::new(Vec::<String>::new()));
+        let (a, k) = (accepted.clone(), keys.clone());
+        tokio::spawn(async move {
+            while let Ok((c, _)) = listener.accept().await {
+                *a.lock().unwrap() += 1;
+                let k = k.clone();
+                tokio::spawn(async move {
+                    let svc = hyper::service::service_fn(move |req: hyper::Request<_>| {
+                        let auth = req
+                            .headers()
+                            .get("authorization")
+                            .map(|v| v.to_str().unwrap().to_string())
+                            .unwrap_or_default();
+                        k.lock().unwrap().push(auth);
+                        async {
+                            hyper::Response::builder()
+                                .header("content-type", "application/json")
+                                .body(http_body_util::Full::new(hyper::body::Bytes::from(
+                                    r#"{"handle":"@bob"}"#,
+                                )))
+                        }
+                    });
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(hyper_util::rt::TokioIo::new(c), svc)
+                        .await;
+                });
+            }
+        });
+        let base = format!("http://127.0.0.1:{port}");
+        let one = Api::new(&base, SecretString::from("ac_one".to_string())).unwrap();
+        let two = Api::new(&base, SecretString::from("ac_two".to_string())).unwrap();
+        assert_eq!(one.me().await.unwrap(), "bob");
+        assert_eq!(two.me().await.unwrap(), "bob");
+        assert_eq!(one.me().await.unwrap(), "bob");
+        assert_eq!(*accepted.lock().unwrap(), 1, "one connection for both");
+        assert_eq!(
+            *keys.lock().unwrap(),
+            ["Bearer ac_one", "Bearer ac_two", "Bearer ac_one"]
+        );
+        assert!(!format!("{two:?}").contains("ac_two"));
     }
 
     #[tokio::test]

@@ -24,7 +24,19 @@ pub(super) fn layer(
     profile: &str,
     env: &HashMap<String, String>,
 ) -> Result<Layer, ConfigError> {
-    let mut file = parse(path, text)?;
+    layer_of_table(path, parse_toml(path, text)?, profile, env)
+}
+
+/// [`layer`] for a file already read as TOML (`parse_toml`): `listen --all` reads the file once
+/// and hands each profile a table holding the top level and that profile's own table only, so
+/// another profile's mistake is never this one's (`config::load_all`).
+pub(super) fn layer_of_table(
+    path: &Path,
+    table: toml::Table,
+    profile: &str,
+    env: &HashMap<String, String>,
+) -> Result<Layer, ConfigError> {
+    let mut file = shape(table)?;
     let base = path.parent();
     let profiles = file.profiles.take().map(|p| p.0).unwrap_or_default();
     for name in profiles.keys() {
@@ -51,8 +63,14 @@ pub(super) fn layer(
 
 /// The text as the file's tables: TOML syntax first (the line and column, never the line's
 /// text), then the shape.
+#[cfg(test)]
 fn parse(path: &Path, text: &str) -> Result<FileTable, ConfigError> {
-    let table: toml::Table = toml::from_str(text).map_err(|e| {
+    shape(parse_toml(path, text)?)
+}
+
+/// The text as TOML (syntax only): the line and column of a mistake, never the line's text.
+pub(super) fn parse_toml(path: &Path, text: &str) -> Result<toml::Table, ConfigError> {
+    toml::from_str(text).map_err(|e| {
         // The message only: toml's full rendering quotes the offending line, which may hold the key.
         let message = match e.span() {
             Some(span) => {
@@ -71,7 +89,11 @@ fn parse(path: &Path, text: &str) -> Result<FileTable, ConfigError> {
             path: path.to_path_buf(),
             message,
         }
-    })?;
+    })
+}
+
+/// The TOML as the file's tables, every error naming its key path.
+fn shape(table: toml::Table) -> Result<FileTable, ConfigError> {
     serde_path_to_error::deserialize(toml::Value::Table(table)).map_err(|e| {
         let key = e.path().to_string();
         let message = e.inner().message().trim().to_string();

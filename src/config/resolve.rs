@@ -36,6 +36,31 @@ pub fn resolve(
             });
         }
     };
+    resolve_layers(args, env, profile, file.map(|(p, _)| p), file_layer)
+}
+
+/// [`resolve`] for one profile of `listen --all`: the file already read as TOML and cut down to
+/// the top level and `profile`'s own table (`config::load_all`).
+pub(super) fn resolve_one_of_all(
+    args: &ConfigArgs,
+    env: &HashMap<String, String>,
+    path: &Path,
+    table: toml::Table,
+    profile: &str,
+) -> Result<Settings, ConfigError> {
+    let file_layer = file::layer_of_table(path, table, profile, env)?;
+    resolve_layers(args, env, profile.to_string(), Some(path), file_layer)
+}
+
+/// The merge of the file's layer (for `profile`) under the environment and the flags, then the
+/// defaults and bounds.
+fn resolve_layers(
+    args: &ConfigArgs,
+    env: &HashMap<String, String>,
+    profile: String,
+    config_path: Option<&Path>,
+    file_layer: Layer,
+) -> Result<Settings, ConfigError> {
     let mut merged = flag_layer(args)?.over(env::layer(env)?.over(file_layer));
     let written = merged
         .api_base
@@ -60,7 +85,7 @@ pub fn resolve(
     Ok(Settings {
         state_dir: state_dir(args, env, &profile)?,
         profile,
-        config_path: file.map(|(p, _)| p.to_path_buf()),
+        config_path: config_path.map(Path::to_path_buf),
         api_base,
         api_base_written,
         allow_cleartext,

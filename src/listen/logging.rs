@@ -60,15 +60,20 @@ pub fn init(format: LogFormat, filter: &str) -> anyhow::Result<()> {
     })?;
     let registry = tracing_subscriber::registry()
         .with(targets)
-        .with(own_lines(filter));
+        .with(own_lines(filter))
+        .with(ProfileLayer);
     let result = match format {
         LogFormat::Json => registry
             .with(
                 tracing_subscriber::fmt::layer()
-                    .json()
-                    .flatten_event(true)
-                    .with_current_span(false)
-                    .with_span_list(false)
+                    .fmt_fields(tracing_subscriber::fmt::format::JsonFields::new())
+                    .event_format(ProfileJson(
+                        tracing_subscriber::fmt::format()
+                            .json()
+                            .flatten_event(true)
+                            .with_current_span(false)
+                            .with_span_list(false),
+                    ))
                     .with_writer(std::io::stderr),
             )
             .try_init(),
@@ -146,6 +151,89 @@ fn stderr_dev_ino() -> Option<(u64, u64)> {
     Some((meta.dev(), meta.ino()))
 }
 
+/// The profile a span names: `listen::host` runs each profile of `listen --all` in a span with a
+/// `profile` field, kept here by [`ProfileLayer`] so that every line logged inside it (its
+/// socket's, its cycles', its runs') says `profile=<name>`, in both formats.
+struct ProfileName(String);
+
+/// Keeps a new span's `profile` field in its extensions ([`ProfileName`]).
+struct ProfileLayer;
+
+impl<S> tracing_subscriber::Layer<S> for ProfileLayer
+where
+    S: Subscriber + for<'a> LookupSpan<'a>,
+{
+    fn on_new_span(
+        &self,
+        attrs: &tracing::span::Attributes<'_>,
+        id: &tracing::span::Id,
+        ctx: tracing_subscriber::layer::Context<'_, S>,
+    ) {
+        struct Profile(Option<String>);
+        impl Visit for Profile {
+            fn record_str(&mut self, field: &Field, value: &str) {
+                if field.name() == "profile" {
+                    self.0 = Some(value.to_string());
+                }
+            }
+            fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
+                if field.name() == "profile" {
+                    self.0 = Some(format!("{value:?}"));
+                }
+            }
+        }
+        let mut p = Profile(None);
+        attrs.record(&mut p);
+        if let (Some(name), Some(span)) = (p.0, ctx.span(id)) {
+            span.extensions_mut().insert(ProfileName(name));
+        }
+    }
+}
+
+/// The profile of the span an event is logged in, unless the event names one itself.
+fn span_profile<S, N>(ctx: &FmtContext<'_, S, N>, event: &Event<'_>) -> Option<String>
+where
+    S: Subscriber + for<'a> LookupSpan<'a>,
+    N: for<'a> FormatFields<'a> + 'static,
+{
+    if event.metadata().fields().field("profile").is_some() {
+        return None;
+    }
+    ctx.event_scope()?
+        .from_root()
+        .find_map(|span| span.extensions().get::<ProfileName>().map(|p| p.0.clone()))
+}
+
+/// The JSON format with the span's `profile` as a field of the line's object, first.
+struct ProfileJson<F>(F);
+
+impl<S, N, F> FormatEvent<S, N> for ProfileJson<F>
+where
+    S: Subscriber + for<'a> LookupSpan<'a>,
+    N: for<'a> FormatFields<'a> + 'static,
+    F: FormatEvent<S, N>,
+{
+    fn format_event(
+        &self,
+        ctx: &FmtContext<'_, S, N>,
+        mut writer: Writer<'_>,
+        event: &Event<'_>,
+    ) -> std::fmt::Result {
+        let Some(profile) = span_profile(ctx, event) else {
+            return self.0.format_event(ctx, writer, event);
+        };
+        let mut line = String::with_capacity(256);
+        self.0.format_event(ctx, Writer::new(&mut line), event)?;
+        match line.strip_prefix('{') {
+            Some(rest) => {
+                let name = serde_json::Value::String(profile).to_string();
+                write!(writer, "{{\"profile\":{name},{rest}")
+            }
+            None => writer.write_str(&line),
+        }
+    }
+}
+
 /// The text format for people (see the module's doc). `journal`: stderr is journald's stream.
 pub struct PeopleFormat {
     pub journal: bool,
@@ -158,10 +246,11 @@ where
 {
     fn format_event(
         &self,
-        _ctx: &FmtContext<'_, S, N>,
+        ctx: &FmtContext<'_, S, N>,
         mut writer: Writer<'_>,
         event: &Event<'_>,
     ) -> std::fmt::Result {
+        let profile = span_profile(ctx, event);
         let level = *event.metadata().level();
         let prefix = if self.journal {
             format!("<{}>", syslog_priority(level))
@@ -171,7 +260,12 @@ where
                 crate::sys::time::rfc3339(std::time::SystemTime::now())
             )
         };
-        let line = people_line(&prefix, event.metadata(), |v| event.record(v));
+        let line = people_line(&prefix, event.metadata(), |v| {
+            if let Some(p) = profile {
+                v.fields.push(("profile", Value::Text(p)));
+            }
+            event.record(v)
+        });
         writer.write_str(&line)?;
         writer.write_char('\n')
     }
@@ -347,6 +441,7 @@ mod tests {
         let subscriber = tracing_subscriber::registry()
             .with(Targets::from_str(filter).expect("filter"))
             .with(own_lines(filter))
+            .with(ProfileLayer)
             .with(
                 tracing_subscriber::fmt::layer()
                     .event_format(PeopleFormat { journal })
@@ -374,6 +469,49 @@ mod tests {
                 "<7>DEBUG detail"
             ]
         );
+    }
+
+    #[test]
+    fn a_line_inside_a_profiles_span_names_the_profile_in_text_and_json() {
+        let emit = || {
+            let span = tracing::error_span!("profile", profile = %"alice");
+            let _in = span.enter();
+            tracing::info!(event = %"state", state = "connected", "now connected");
+            tracing::info!(event = %"listener_start", profile = %"bob", "listener starting");
+        };
+        assert_eq!(
+            text_lines("info", emit),
+            [
+                "INFO  now connected  profile=alice",
+                "INFO  listener starting  profile=bob"
+            ]
+        );
+        let buffer = Buffer::default();
+        let subscriber = tracing_subscriber::registry()
+            .with(Targets::from_str("info").expect("filter"))
+            .with(ProfileLayer)
+            .with(
+                tracing_subscriber::fmt::layer()
+                    .fmt_fields(tracing_subscriber::fmt::format::JsonFields::new())
+                    .event_format(ProfileJson(
+                        tracing_subscriber::fmt::format()
+                            .json()
+                            .flatten_event(true)
+                            .with_current_span(false)
+                            .with_span_list(false),
+                    ))
+                    .with_writer(buffer.clone()),
+            );
+        tracing::subscriber::with_default(subscriber, emit);
+        let text = String::from_utf8(buffer.0.lock().expect("buffer").clone()).expect("utf-8");
+        let profiles: Vec<String> = text
+            .lines()
+            .map(|l| {
+                let v: serde_json::Value = serde_json::from_str(l).expect("one JSON object a line");
+                v["profile"].as_str().expect("profile").to_string()
+            })
+            .collect();
+        assert_eq!(profiles, ["alice", "bob"]);
     }
 
     #[test]

@@ -9,6 +9,7 @@
 pub mod agent_lock;
 pub mod cycle;
 pub mod daemon;
+pub mod host;
 pub mod logging;
 pub mod metrics;
 pub mod once;
@@ -26,8 +27,12 @@ pub struct ListenArgs {
     #[command(flatten)]
     pub config: ConfigArgs,
     /// Connect, run at most one cycle if something waits, then exit.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "all")]
     pub once: bool,
+    /// Run every profile of the config in this one process, each as its own listener
+    /// (docs/many-agents.md); `default` only when the top level names a key of its own.
+    #[arg(long, conflicts_with_all = ["profile", "state_dir"])]
+    pub all: bool,
     /// Log line format: text for people, json for machines (config `log_format`)
     /// [env: AGENTCHAT_LOG_FORMAT].
     #[arg(long, value_name = "FORMAT", value_enum, ignore_case = true)]
@@ -107,6 +112,9 @@ pub async fn run_command(args: ListenArgs) -> anyhow::Result<i32> {
         }
     }
 
+    if args.all {
+        return run_all(args, &env).await;
+    }
     let (settings, key, state) = match prepare(&args) {
         Ok(ready) => ready,
         Err(e) => return Ok(refuse_to_start(&e, &env)),
@@ -118,7 +126,7 @@ pub async fn run_command(args: ListenArgs) -> anyhow::Result<i32> {
         Ok(attempt) => attempt,
         Err(e) => return Ok(refuse_to_start(&e.into(), &env)),
     };
-    let _lock = match attempt {
+    let lock = match attempt {
         state_dir::LockAttempt::Acquired(l) => l,
         state_dir::LockAttempt::Held { pid } => {
             // Said once, in the log's format (logging is up by now), at a level `-qq` still shows.
@@ -148,10 +156,85 @@ pub async fn run_command(args: ListenArgs) -> anyhow::Result<i32> {
         .await;
     if args.once {
         let scale = TimeScale(settings.time_scale.factor());
-        once::run(settings, key, state, scale).await
+        let r = once::run(settings, key, state, scale).await;
+        drop(lock);
+        r
     } else {
-        daemon::run(args.config, settings, key, state).await
+        let prepared = host::Prepared { key, state, lock };
+        host::run_one(args.config, settings, prepared).await
     }
+}
+
+/// `listen --all`: every profile of the config in this process (`host`). The environment may
+/// not choose a key or a state dir for all of them; `AGENTCHAT_PROFILE` is ignored.
+async fn run_all(args: ListenArgs, env: &HashMap<String, String>) -> anyhow::Result<i32> {
+    // Logging first, from the top level (flags over the environment over the file's top level):
+    // one log for every profile, each line naming its profile.
+    let top = crate::config::ConfigArgs {
+        profile: Some(crate::config::DEFAULT_PROFILE.into()),
+        ..args.config.clone()
+    };
+    let (format, level) = match crate::config::load_unkeyed(&top) {
+        Ok(s) => (s.log_format, s.log_level),
+        Err(_) => (LogFormat::Text, "info".to_string()),
+    };
+    let filter = args.log_filter().unwrap_or(level);
+    if let Err(e) = logging::init(args.log_format.unwrap_or(format), &filter) {
+        return Ok(refuse_to_start(&e, env));
+    }
+    let shared = |name: &str| env.get(name).is_some_and(|v| !v.is_empty());
+    if shared("AGENTCHAT_API_KEY") {
+        let e = anyhow::anyhow!(
+            "--all runs each profile with its own key: unset AGENTCHAT_API_KEY and name each \
+             profile's key with api_key_file in its [profiles.<name>] table"
+        );
+        return Ok(refuse_to_start(&e, env));
+    }
+    if shared("AGENTCHAT_STATE_DIR") {
+        let e = anyhow::anyhow!(
+            "--all keeps each profile in its own state dir: unset AGENTCHAT_STATE_DIR"
+        );
+        return Ok(refuse_to_start(&e, env));
+    }
+    if shared("AGENTCHAT_PROFILE") {
+        tracing::warn!(event = %"config_advice", "AGENTCHAT_PROFILE is ignored with --all: every profile of the config runs");
+    }
+    let set = match crate::config::load_all(&args.config) {
+        Ok(set) => set,
+        Err(e) => return Ok(refuse_to_start(&e.into(), env)),
+    };
+    if set.default_skipped {
+        tracing::info!(event = %"default_profile_skipped", "the config's top level names no key of its own (api_key_file or api_key): `default` is not one of the profiles");
+    }
+    if !set.profiles.iter().any(|(_, s)| s.is_ok()) {
+        for (name, s) in &set.profiles {
+            if let Err(e) = s {
+                tracing::error!(event = %"profile_config_error", profile = %name, error = %e, "this profile's config is wrong");
+            }
+        }
+        let e = match &set.config_path {
+            Some(p) if set.profiles.is_empty() => anyhow::anyhow!(
+                "--all found no profile in {}: add [profiles.<name>] tables, each with its api_key_file",
+                p.display()
+            ),
+            Some(p) => {
+                anyhow::anyhow!("--all: no profile of {} can run as configured", p.display())
+            }
+            None => anyhow::anyhow!(
+                "--all found no config file: name one with --config or AGENTCHAT_CONFIG"
+            ),
+        };
+        return Ok(refuse_to_start(&e, env));
+    }
+    match crate::sys::fs::raise_open_files_limit() {
+        Ok((soft, hard)) => {
+            tracing::debug!(event = %"open_files_limit", soft, hard, "open files limit")
+        }
+        Err(e) => {
+            tracing::debug!(event = %"open_files_limit", error = %e, "cannot raise the open files limit")
+        }
+    }
+    host::run_all(args.config, set).await
 }
 
 /// `sysexits.h` EX_CONFIG: the listener cannot start as configured, and starting it again will

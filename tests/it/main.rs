@@ -23,6 +23,7 @@ mod demo;
 mod docs_links;
 mod doctor;
 mod faults;
+mod host;
 mod integrating;
 mod listen;
 mod listen_connect;

@@ -504,3 +504,99 @@ async fn half_sent_connections_past_the_cap_are_closed_at_once_and_a_run_and_hea
         r.await.unwrap();
     }
 }
+
+/// The host's one endpoint (`listen::metrics::Registry`), served in-process over real HTTP until
+/// `agentchat listen --all` drives it through the binary: two running profiles and one that could
+/// not start are one page the reference parser reads (each family once, both profiles' samples
+/// in it), `/readyz` breaks the verdict down per profile in text and JSON, and a removed profile
+/// is gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_endpoint_serves_every_profile_and_readyz_breaks_down_per_profile() {
+    use agentchat::listen::metrics::{Registry, serve_listener};
+    let Some(py) = python() else { return };
+    let registry = Registry::new();
+    let work = registry.profile("work");
+    let home = registry.profile("home");
+    work.observe_state("connected", "connected");
+    home.observe_state("key_refused", "key_refused");
+    work.connect_accepted();
+    registry.set_failed("broken", "bad value for `listen.runtime`");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let (_stop, stop_rx) = tokio::sync::watch::channel(false);
+    tokio::spawn(serve_listener(registry.clone(), listener, stop_rx));
+    let ep = Endpoint {
+        base,
+        http: reqwest::Client::new(),
+    };
+
+    let page = ep.page(&py).await;
+    let families: Vec<&str> = page
+        .text
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .collect();
+    let mut unique = families.clone();
+    unique.sort();
+    unique.dedup();
+    assert_eq!(
+        families.len(),
+        unique.len(),
+        "a family twice:\n{}",
+        page.text
+    );
+    assert_eq!(page.get("agentchat_ready", &[("profile", "work")]), 1.0);
+    assert_eq!(page.get("agentchat_ready", &[("profile", "home")]), 0.0);
+    assert_eq!(page.get("agentchat_ready", &[("profile", "broken")]), 0.0);
+    assert_eq!(
+        page.get("agentchat_profile_failed", &[("profile", "broken")]),
+        1.0
+    );
+    assert_eq!(
+        page.get(
+            "agentchat_socket_connects_total",
+            &[("profile", "work"), ("result", "accepted")]
+        ),
+        1.0
+    );
+    assert_eq!(
+        page.get(
+            "agentchat_listener_state",
+            &[("profile", "home"), ("state", "key_refused")]
+        ),
+        1.0
+    );
+
+    let (code, text) = ep.get("/readyz").await.unwrap();
+    assert_eq!(code, 503);
+    assert_eq!(
+        text,
+        "not ready: 2 of 3 profiles are not ready\n\
+         broken: not ready: could not start: bad value for `listen.runtime`\n\
+         home: not ready: the server refused the API key\n\
+         work: ready: the socket is up and the key accepted\n"
+    );
+    let json: Value = ep
+        .http
+        .get(format!("{}/readyz", ep.base))
+        .header("accept", "application/json")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(json["ok"], false);
+    assert_eq!(json["profiles"].as_array().unwrap().len(), 3);
+    assert_eq!(json["profiles"][2]["profile"], "work");
+    assert_eq!(json["profiles"][2]["ok"], true);
+    assert_eq!(ep.get("/healthz").await.unwrap().0, 200);
+
+    registry.remove("home");
+    registry.remove("broken");
+    let (code, text) = ep.get("/readyz?format=json").await.unwrap();
+    assert_eq!(code, 200, "{text}");
+    let page = ep.page(&py).await;
+    assert_eq!(page.value("agentchat_ready", &[("profile", "home")]), None);
+    assert!(!page.text.contains("broken"), "{}", page.text);
+}

@@ -126,7 +126,7 @@ impl Daemon {
         ));
         self.status_changed();
         self.status_held = true;
-        tokio::spawn(cycle::run(input))
+        tokio::spawn(tracing::Instrument::in_current_span(cycle::run(input)))
     }
 
     /// The cycle handed its run to the supervisor. On the listener's single-threaded runtime this

@@ -3,13 +3,15 @@
 use super::*;
 
 impl Daemon {
-    pub(super) fn new(
-        args: ConfigArgs,
-        settings: Settings,
-        key: SecretString,
-        state: StateDir,
-        notify: bool,
-    ) -> Result<Daemon, ApiError> {
+    pub(super) fn new(start: Start) -> Result<Daemon, ApiError> {
+        let Start {
+            source,
+            settings,
+            key,
+            state,
+            metrics,
+            notify_status,
+        } = start;
         let api = Api::new(&settings.api_base, key.clone())?;
         let now = SystemTime::now();
         let status = Status {
@@ -35,9 +37,8 @@ impl Daemon {
             file_modified: None,
         };
         let (quiet_ms, max_delay_ms) = windows(&settings);
-        let metrics = Metrics::for_settings(&settings);
         Ok(Daemon {
-            args,
+            source,
             settings,
             key,
             api,
@@ -57,7 +58,7 @@ impl Daemon {
             handle: None,
             pending_reasons: BTreeSet::new(),
             coalescer: Coalescer::new(quiet_ms, max_delay_ms),
-            notify,
+            notify_status,
             status_write_failing: false,
             status_dirty: false,
             status_held: false,
@@ -90,23 +91,17 @@ impl Daemon {
         self.write_status();
     }
 
-    /// The socket task is started: no longer `starting`, and systemd hears READY.
+    /// The socket task is started: no longer `starting` (the host tells systemd).
     pub(super) fn ready(&mut self) {
         self.flags.starting = false;
-        if self.notify {
-            let _ = sd_notify::notify(&[sd_notify::NotifyState::Ready]);
-        }
     }
 
     /// Graceful stop: the run gets its grace, the socket closes with 1000, the status says
-    /// `stopped`. A second SIGTERM or SIGINT cuts the wait short: the run's group is killed at
-    /// once (however long `kill_grace` is) and the listener exits.
-    pub(super) async fn stop(&mut self, mut w: Wiring, signals: &mut Signals) {
+    /// `stopped`. `Command::StopNow` (a second SIGTERM or SIGINT) cuts the wait short: the run's
+    /// group is killed at once (however long `kill_grace` is) and the listener ends.
+    pub(super) async fn stop(&mut self, mut w: Wiring, commands: &mut mpsc::Receiver<Command>) {
         self.flags.stopping = true;
         self.write_status();
-        if self.notify {
-            let _ = sd_notify::notify(&[sd_notify::NotifyState::Stopping]);
-        }
         let _ = w.shutdown.send(true);
         // A run handed to the supervisor just before the signal came is still to be heard of.
         if let Some(run) = w.run_starting.take().and_then(|mut rx| rx.try_recv().ok()) {
@@ -114,14 +109,14 @@ impl Daemon {
         }
         let mut forced = false;
         if let Some(t) = w.cycle.take() {
-            forced = self.wait_for_cycle(t, signals).await;
+            forced = self.wait_for_cycle(t, commands).await;
         }
         if forced {
             w.close_socket().await;
         } else {
             tokio::select! {
                 _ = w.close_socket() => {}
-                signal = signals.second() => {
+                signal = stop_now(commands) => {
                     tracing::warn!(event = %"stop_forced", signal, "second stop signal: not waiting for the socket's close");
                 }
             }
@@ -138,7 +133,7 @@ impl Daemon {
     pub(super) async fn wait_for_cycle(
         &mut self,
         mut t: JoinHandle<CycleReport>,
-        signals: &mut Signals,
+        commands: &mut mpsc::Receiver<Command>,
     ) -> bool {
         let grace = self.settings.listen.kill_grace;
         let wait = grace.saturating_add(STOP_SLACK);
@@ -178,7 +173,7 @@ impl Daemon {
                     CutShort::Abandoned
                 }
             },
-            signal = signals.second() => {
+            signal = stop_now(commands) => {
                 tracing::warn!(event = %"stop_forced", signal, "second stop signal: killing the run's process group now");
                 CutShort::Killed
             }

@@ -1,6 +1,8 @@
-//! The main loop (contract 3.4 and 4): owns the coalescer and the status, starts one cycle at a time as
-//! a task, refreshes texts on a timer, and handles signals (SIGTERM/SIGINT stop, SIGHUP reload)
-//! and systemd notification. The socket runs as its own task and sends wakes here.
+//! One profile's listener, the main loop (contract 3.4 and 4): owns the coalescer and the status,
+//! starts one cycle at a time as a task, refreshes texts on a timer, and answers the process
+//! layer's commands (`Command`: stop, stop now, reload, probe). Signals, systemd notification,
+//! the watchdog and the metrics endpoint are the process's (`listen::host`), which runs one of
+//! these per profile. The socket runs as its own task and sends wakes here.
 //!
 //! An idle listener does nothing of its own: `status.json` is written when something in it
 //! changes, and no timer wakes the loop (the texts refresh is daily). The server's heartbeat
@@ -16,16 +18,16 @@ mod texts_in_use;
 mod wiring;
 
 use recovery::Recheck;
-use wiring::{Signals, Timers, Wiring, watchdog_due};
+use wiring::{Timers, Wiring};
 
 use super::TimeScale;
 use super::cycle::{self, CycleInput, CycleReport, RunStarting};
-use super::metrics::{self, Metrics};
+use super::metrics::Metrics;
 use super::socket::{self, SocketEvent, SocketParams, SocketState};
 use super::state_dir::StateDir;
 use super::texts::{self, Loaded, Missing};
 use crate::client::{Api, ApiError};
-use crate::config::{self, ConfigArgs, Settings};
+use crate::config::{self, Settings};
 use crate::core::coalescer::Coalescer;
 use crate::core::status::{
     Counters, LastCycle, LastWake, ListenerState, Outcome, Status, TextsStatus,
@@ -34,8 +36,8 @@ use crate::sys::time;
 use secrecy::{ExposeSecret, SecretString};
 use std::collections::BTreeSet;
 use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
 use std::time::{Duration, Instant, SystemTime};
-use tokio::signal::unix::{Signal, SignalKind, signal};
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 use tokio::time::Interval;
@@ -76,7 +78,8 @@ enum CutShort {
 }
 
 struct Daemon {
-    args: ConfigArgs,
+    /// Where the settings are read again.
+    source: config::Source,
     settings: Settings,
     key: SecretString,
     /// The one REST client for `settings.api_base` and `key`, shared by the socket task, the
@@ -93,7 +96,8 @@ struct Daemon {
     handle: Option<String>,
     pending_reasons: BTreeSet<String>,
     coalescer: Coalescer,
-    notify: bool,
+    /// Tell systemd the state (`STATUS=`): the process's one profile only.
+    notify_status: bool,
     /// The last status write failed (full disk, unwritable dir): logged once per episode.
     status_write_failing: bool,
     /// The status changed since it was last written; the main loop writes it once per turn.
@@ -131,68 +135,126 @@ struct Daemon {
     runtime_check_recovers: bool,
 }
 
-/// Runs until SIGTERM/SIGINT. Returns the exit code (0).
-pub async fn run(
-    args: ConfigArgs,
-    settings: Settings,
-    key: SecretString,
-    state: StateDir,
-) -> anyhow::Result<i32> {
-    let mut signals = Signals::install()?;
-    let notify = std::env::var_os("NOTIFY_SOCKET").is_some();
-    let mut d = Daemon::new(args, settings, key, state, notify)?;
+/// What the process layer (`listen::host`) tells a profile's listener. The listener owns no
+/// signal and says nothing to systemd: the host turns signals into these, and pings the watchdog
+/// only while every profile's loop turns (`host::watchdog`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Command {
+    /// Stop gracefully (the first SIGTERM/SIGINT, or the profile left the config): the run gets
+    /// its grace. The name is the cause, for the log.
+    Stop(&'static str),
+    /// Stop now (a second signal): the run's group is killed at once.
+    StopNow(&'static str),
+    /// SIGHUP: read this profile's config and texts again.
+    Reload,
+    /// Turn once: the host's watchdog looks for a loop that does not.
+    Probe,
+}
+
+/// Room in a profile's command channel: the host sends a few commands in a listener's life, and a
+/// probe that finds it full is dropped (the loop that does not drain it is the wedged one).
+pub const COMMANDS: usize = 4;
+
+/// How a profile's listener ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ended {
+    /// Told to stop.
+    Stopped,
+    /// Another listener serves this agent (`agent_lock`): this one stopped.
+    TakenByOther,
+}
+
+/// What a profile's listener starts with: its settings, and what the host made for it.
+pub struct Start {
+    /// Where its settings are read again (SIGHUP, a refused key).
+    pub source: config::Source,
+    pub settings: Settings,
+    pub key: SecretString,
+    pub state: StateDir,
+    /// Its metrics (a no-op unless an endpoint serves them); the host serves the endpoint.
+    pub metrics: Arc<Metrics>,
+    /// Tell systemd the state (`STATUS=`): only when this is the process's one profile.
+    pub notify_status: bool,
+}
+
+/// The listener's link to the host.
+pub struct Link {
+    pub commands: mpsc::Receiver<Command>,
+    /// Said once the listener is started (socket task running, texts looked at): the host's
+    /// READY waits for every profile's.
+    pub started: Option<oneshot::Sender<()>>,
+    /// Counts the main loop's turns, for the host's watchdog.
+    pub turns: Arc<AtomicU64>,
+}
+
+/// Runs one profile's listener until the host says stop (or another listener takes its agent).
+pub async fn run(start: Start, mut link: Link) -> anyhow::Result<Ended> {
+    let mut d = Daemon::new(start)?;
     d.announce_start();
     d.check_runtime_at_start();
     d.refresh_texts().await;
     let mut wiring = Wiring::start(d.socket_params());
-    metrics::spawn_server(
-        &d.metrics,
-        d.settings.listen.metrics_addr,
-        wiring.shutdown.subscribe(),
-    );
     d.ready();
-    let mut timers = Timers::new(d.scale(), notify);
-    let signal = main_loop(&mut d, &mut wiring, &mut signals, &mut timers).await;
-    tracing::info!(event = %"stopping", signal, "stopping");
-    d.stop(wiring, &mut signals).await;
-    if d.agent.taken_by_other() {
-        return Ok(super::already_running_exit_code(
-            &crate::config::process_env(),
-        ));
+    if let Some(started) = link.started.take() {
+        let _ = started.send(());
     }
-    Ok(0)
+    let mut timers = Timers::new(d.scale());
+    let cause = main_loop(&mut d, &mut wiring, &mut link, &mut timers).await;
+    tracing::info!(event = %"stopping", signal = cause, "stopping");
+    d.stop(wiring, &mut link.commands).await;
+    if d.agent.taken_by_other() {
+        return Ok(Ended::TakenByOther);
+    }
+    Ok(Ended::Stopped)
 }
 
-/// Waits for whatever comes next (a signal, a socket event, a due cycle, a cycle's end, a timer)
-/// and handles it, until SIGTERM or SIGINT; returns which of the two.
+/// The next `StopNow` while stopping; its cause. Other commands are dropped meanwhile, and a
+/// host that is gone never cuts the stop short.
+async fn stop_now(commands: &mut mpsc::Receiver<Command>) -> &'static str {
+    loop {
+        match commands.recv().await {
+            Some(Command::StopNow(cause)) => return cause,
+            Some(_) => {}
+            None => std::future::pending::<()>().await,
+        }
+    }
+}
+
+/// Waits for whatever comes next (a command, a socket event, a due cycle, a cycle's end, a timer)
+/// and handles it, until the host says stop; returns why.
 async fn main_loop(
     d: &mut Daemon,
     w: &mut Wiring,
-    signals: &mut Signals,
+    link: &mut Link,
     timers: &mut Timers,
 ) -> &'static str {
     loop {
         d.flush_status();
         d.turned();
-        timers.turned();
+        link.turns
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let due = if w.cycle.is_none() {
             d.coalescer.due().map(|at| at.saturating_sub(d.now_ms()))
         } else {
             None
         };
         tokio::select! {
-            _ = signals.term.recv() => return "SIGTERM",
-            _ = signals.int.recv() => return "SIGINT",
-            _ = signals.hup.recv() => {
-                let scale = d.scale();
-                d.reload(&w.params);
-                if d.scale() != scale {
-                    // The scale follows `api_base` (`config::TestTimeScale`): a reload onto
-                    // another server sets the timers again.
-                    *timers = Timers::new(d.scale(), d.notify);
+            cmd = link.commands.recv() => match cmd {
+                Some(Command::Stop(cause) | Command::StopNow(cause)) => return cause,
+                // The host is gone: nothing will say stop any more.
+                None => return "the process is ending",
+                Some(Command::Probe) => {}
+                Some(Command::Reload) => {
+                    let scale = d.scale();
+                    d.reload(&w.params);
+                    if d.scale() != scale {
+                        // The scale follows `api_base` (`config::TestTimeScale`): a reload onto
+                        // another server sets the timers again.
+                        *timers = Timers::new(d.scale());
+                    }
+                    d.spawn_texts_refresh(&w.texts_tx);
                 }
-                d.spawn_texts_refresh(&w.texts_tx);
-            }
+            },
             Some(ev) = w.events.recv() => {
                 d.on_socket_event(ev);
                 // What else the socket has queued is the same turn (and one status write).
@@ -247,11 +309,6 @@ async fn main_loop(
                 d.spawn_texts_refresh(&w.texts_tx);
             }
             Some(r) = w.texts.recv() => d.on_texts(r),
-            _ = watchdog_due(&mut timers.watchdog) => {
-                if let Some(w) = timers.watchdog.as_mut() {
-                    w.ping();
-                }
-            }
         }
     }
 }

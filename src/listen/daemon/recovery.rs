@@ -93,7 +93,9 @@ impl Daemon {
         self.runtime_check_recovers = self.flags.unusable.is_some();
         let settings = self.settings.clone();
         let workdir = self.state.workdir(settings.listen.workdir.as_deref());
-        tokio::spawn(async move { crate::runtime::check::usable(&settings, &workdir).await })
+        tokio::spawn(tracing::Instrument::in_current_span(async move {
+            crate::runtime::check::usable(&settings, &workdir).await
+        }))
     }
 
     /// At start: a runtime whose program is missing is unusable from the first moment (as

@@ -65,7 +65,7 @@ impl Daemon {
     /// SIGHUP: config and texts again; a refused key or an unusable runtime gets a new chance.
     pub(super) fn reload(&mut self, params_tx: &watch::Sender<SocketParams>) {
         tracing::info!(event = %"reload", "reloading configuration and texts");
-        match config::load(&self.args) {
+        match self.source.load() {
             Ok(s) => match s.api_key.clone() {
                 Some(k) => {
                     if s.state_dir != self.settings.state_dir {
@@ -151,7 +151,7 @@ impl Daemon {
         if self.socket_state != SocketState::KeyRefused {
             return;
         }
-        let Ok(s) = config::load(&self.args) else {
+        let Ok(s) = self.source.load() else {
             return;
         };
         if let Some(k) = s.api_key

@@ -60,7 +60,7 @@ impl Daemon {
             } else {
                 tracing::info!(event = %"state", state = shown.as_str(), "now {}", shown.as_str());
             }
-            if self.notify {
+            if self.notify_status {
                 let line = format!("STATUS={}", shown.as_str());
                 let _ = sd_notify::notify(&[sd_notify::NotifyState::Custom(&line)]);
             }

@@ -23,10 +23,10 @@ impl Daemon {
         let state = self.state.clone();
         let use_cache = self.current_texts().is_none();
         let tx = tx.clone();
-        tokio::spawn(async move {
+        tokio::spawn(tracing::Instrument::in_current_span(async move {
             let r = texts::load(&api, &state, runtime, use_cache).await;
             let _ = tx.send(r).await;
-        });
+        }));
     }
 
     /// The texts runtime the configured runtime reads.

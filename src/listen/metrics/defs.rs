@@ -174,3 +174,8 @@ pub(super) const START_TIME: Def = Def {
     kind: "gauge",
     help: "When the listener started, in seconds since the Unix epoch.",
 };
+pub(super) const PROFILE_FAILED: Def = Def {
+    name: "agentchat_profile_failed",
+    kind: "gauge",
+    help: "1 for a profile the host could not start (a bad config table, its lock held elsewhere); why is in /readyz and the log. Absent while every profile started.",
+};

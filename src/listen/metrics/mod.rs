@@ -12,6 +12,10 @@
 //!   503 with the socket's state, or with why no run can start (`runtime_unusable`,
 //!   `handle_mismatch`, no texts), otherwise.
 //!
+//! One process serves one endpoint: [`Registry`] holds every profile's `Metrics` (a single
+//! listener's registry holds its one), and the endpoint renders them all on one page and puts
+//! their probes together (`registry`).
+//!
 //! The endpoint is off unless `listen.metrics_addr` is set, and never shows the key, peers'
 //! handles, message or invite ids, or text: every label value comes from a fixed list (an unknown
 //! wake reason or frame type is `other`), except `profile`, which the operator chose.
@@ -26,15 +30,19 @@
 //! `prometheus_client.parser`) in `tests/it/metrics.rs`.
 
 mod defs;
+mod probes;
+mod registry;
 mod render;
 mod serve;
 
+pub use probes::Probe;
+pub use registry::{Registry, Verdict};
 pub use serve::{is_loopback, serve, serve_listener, spawn_server};
 
 use super::cycle::CycleReport;
 use crate::core::engine::WakeCause;
 use crate::core::reconnect::CloseKind;
-use crate::core::status::{STALE_AFTER, Status, quiet_allowance};
+use crate::core::status::Status;
 use defs::*;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -115,22 +123,15 @@ impl Inner {
     }
 }
 
-/// The listener's registry. One per listener process, shared as an `Arc` by the main loop, the
-/// socket task and the cycles; every hook is a short lock on one mutex, and a no-op when metrics
-/// are off ([`Metrics::off`]).
+/// One profile's registry, shared as an `Arc` by its main loop, socket task and cycles, and held
+/// by the process's [`Registry`] for the endpoint; every hook is a short lock on one mutex, and
+/// a no-op when metrics are off ([`Metrics::off`]).
 #[derive(Debug)]
 pub struct Metrics {
     enabled: bool,
     profile: String,
     started_at: SystemTime,
     inner: Mutex<Inner>,
-}
-
-/// An answer of the endpoint: status code and a one-line body.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Probe {
-    pub code: u16,
-    pub line: String,
 }
 
 impl Metrics {
@@ -369,46 +370,6 @@ impl Metrics {
             i.add(&INVITES_COUNTED, vec![], 1);
         }
     }
-
-    // ---- the endpoint's answers ----
-
-    /// `/healthz`: 200 while the main loop turns as often as `core::status::quiet_allowance`
-    /// (the rule `agentchat status` applies to the status file) asks.
-    pub fn health(&self) -> Probe {
-        let i = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        let age = i.last_turn.map(|t| t.elapsed());
-        let bound = age
-            .and_then(|a| SystemTime::now().checked_sub(a))
-            .map_or(STALE_AFTER, |turned| quiet_allowance(turned, i.next_retry));
-        match (i.state.as_str(), age) {
-            ("stopping" | "stopped", _) => Probe {
-                code: 503,
-                line: format!("the listener is {}", i.state),
-            },
-            (_, Some(a)) if a > bound => Probe {
-                code: 503,
-                line: format!(
-                    "wedged: the main loop last turned {} s ago (bound {} s)",
-                    a.as_secs(),
-                    bound.as_secs()
-                ),
-            },
-            (_, None) => Probe {
-                code: 503,
-                line: "the main loop has not turned yet".into(),
-            },
-            (state, Some(_)) => Probe {
-                code: 200,
-                line: format!("ok: the main loop turns ({state})"),
-            },
-        }
-    }
-
-    /// `/readyz`: 200 only while the socket is up and the key accepted.
-    pub fn readiness(&self) -> Probe {
-        let i = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        readiness(&i.state, &i.socket, i.no_texts)
-    }
 }
 
 impl Metrics {
@@ -419,41 +380,6 @@ impl Metrics {
             Some(_) => Metrics::new(&settings.profile),
             None => Metrics::off(),
         }
-    }
-}
-
-/// Ready means a wake can become a run: the socket is up and nothing stops a run from starting
-/// (`runtime_unusable`, `handle_mismatch`, no texts).
-fn readiness(state: &str, socket: &str, no_texts: bool) -> Probe {
-    match (state, socket) {
-        ("stopping" | "stopped", _) => Probe {
-            code: 503,
-            line: format!("not ready: the listener is {state}"),
-        },
-        ("runtime_unusable" | "handle_mismatch", _) => Probe {
-            code: 503,
-            line: format!("not ready: no run can start ({state})"),
-        },
-        (_, "connected") if no_texts => Probe {
-            code: 503,
-            line: "not ready: no run can start (no texts for the runtime)".into(),
-        },
-        (_, "connected") => Probe {
-            code: 200,
-            line: "ready: the socket is up and the key accepted".into(),
-        },
-        (_, "key_refused") => Probe {
-            code: 503,
-            line: "not ready: the server refused the API key".into(),
-        },
-        (_, "") => Probe {
-            code: 503,
-            line: "not ready: starting".into(),
-        },
-        (_, other) => Probe {
-            code: 503,
-            line: format!("not ready: the socket is {other}"),
-        },
     }
 }
 
@@ -489,70 +415,5 @@ fn known(v: &str, list: &[&str]) -> String {
         v.to_string()
     } else {
         "other".into()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn sample<'a>(page: &'a str, series: &str) -> Option<&'a str> {
-        page.lines()
-            .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
-    }
-
-    #[test]
-    fn health_is_ok_while_the_loop_turns_and_names_the_wedge_or_the_stop() {
-        let m = Metrics::new("default");
-        assert_eq!(m.health().code, 503, "before the first turn");
-        m.observe_state("connected", "connected");
-        assert_eq!(m.health().code, 200);
-        m.inner.lock().unwrap().last_turn = Some(Instant::now() - Duration::from_secs(121));
-        let p = m.health();
-        assert_eq!(p.code, 503);
-        assert!(
-            p.line
-                .starts_with("wedged: the main loop last turned 121 s ago (bound 120 s)"),
-            "{}",
-            p.line
-        );
-        // Waiting out a reconnect delay: quiet until past the retry is no wedge.
-        m.inner.lock().unwrap().next_retry = Some(SystemTime::now() + Duration::from_secs(600));
-        assert_eq!(m.health().code, 200);
-        m.turned();
-        m.inner.lock().unwrap().next_retry = None;
-        assert_eq!(m.health().code, 200);
-        m.observe_state("stopping", "connected");
-        assert_eq!(
-            m.health(),
-            Probe {
-                code: 503,
-                line: "the listener is stopping".into()
-            }
-        );
-    }
-
-    #[test]
-    fn ready_only_with_the_socket_up() {
-        let m = Metrics::new("default");
-        assert_eq!(m.readiness().code, 503);
-        for (state, socket, code) in [
-            ("connected", "connected", 200),
-            ("runtime_unusable", "connected", 503),
-            ("handle_mismatch", "connected", 503),
-            ("key_refused", "key_refused", 503),
-            ("backoff", "backoff", 503),
-            ("connecting", "connecting", 503),
-            ("stopping", "connected", 503),
-        ] {
-            m.observe_state(state, socket);
-            assert_eq!(m.readiness().code, code, "{state}/{socket}");
-            let ready = if code == 200 { "1" } else { "0" };
-            assert_eq!(
-                sample(&m.render(), r#"agentchat_ready{profile="default"}"#),
-                Some(ready)
-            );
-        }
-        assert_eq!(m.readiness().line, "not ready: the listener is stopping");
     }
 }

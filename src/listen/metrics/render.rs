@@ -1,123 +1,184 @@
-//! The page in the Prometheus text exposition format (version 0.0.4).
+//! The page in the Prometheus text exposition format (version 0.0.4), for one profile or many.
 
 use super::defs::*;
-use super::{Metrics, readiness};
+use super::probes::readiness;
+use super::{Inner, Metrics};
 use std::fmt::Write as _;
 use std::time::{Duration, SystemTime};
 
+/// One family of the page: its samples come together, under one `# HELP` and `# TYPE`, whatever
+/// the number of profiles (the text format wants a family's lines as one group).
+#[derive(Clone, Copy)]
+enum Family {
+    Counter(&'static Def),
+    Histogram(&'static Def),
+    State,
+    Ready,
+    RunInProgress,
+    LastFrameAge,
+    LoopAge,
+    StartTime,
+}
+
+/// The page's families, in the order they are written.
+const FAMILIES: &[Family] = &[
+    Family::Counter(&WAKES),
+    Family::Counter(&ACKS),
+    Family::Counter(&FRAMES),
+    Family::Counter(&FRAMES_SKIPPED),
+    Family::Counter(&CONNECTS),
+    Family::Counter(&CLOSES),
+    Family::Counter(&KEY_REFUSALS),
+    Family::Counter(&CYCLES),
+    Family::Counter(&NO_RUN),
+    Family::Counter(&RUNS),
+    Family::Counter(&INVITES_COUNTED),
+    Family::Counter(&INVITES_DISMISSED),
+    Family::Histogram(&RUN_DURATION),
+    Family::Histogram(&WAKE_TO_RUN),
+    Family::State,
+    Family::Ready,
+    Family::RunInProgress,
+    Family::LastFrameAge,
+    Family::LoopAge,
+    Family::StartTime,
+];
+
+impl Family {
+    fn def(self) -> &'static Def {
+        match self {
+            Family::Counter(d) | Family::Histogram(d) => d,
+            Family::State => &STATE,
+            Family::Ready => &READY,
+            Family::RunInProgress => &RUN_IN_PROGRESS,
+            Family::LastFrameAge => &LAST_FRAME_AGE,
+            Family::LoopAge => &LOOP_AGE,
+            Family::StartTime => &START_TIME,
+        }
+    }
+}
+
 impl Metrics {
-    /// The whole page in the Prometheus text format.
+    /// The whole page in the Prometheus text format, this profile alone.
     pub fn render(&self) -> String {
-        let i = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        let mut out = String::with_capacity(8 * 1024);
-        let profile = escape(&self.profile);
-        let series = |out: &mut String, name: &str, labels: &[(&str, String)], value: String| {
-            let _ = write!(out, "{name}{{profile=\"{profile}\"");
-            for (k, v) in labels {
-                let _ = write!(out, ",{k}=\"{}\"", escape(v));
-            }
-            let _ = writeln!(out, "}} {value}");
-        };
-        let head = |out: &mut String, def: &Def| {
-            let _ = writeln!(out, "# HELP {} {}", def.name, def.help);
-            let _ = writeln!(out, "# TYPE {} {}", def.name, def.kind);
-        };
-        for def in [
-            &WAKES,
-            &ACKS,
-            &FRAMES,
-            &FRAMES_SKIPPED,
-            &CONNECTS,
-            &CLOSES,
-            &KEY_REFUSALS,
-            &CYCLES,
-            &NO_RUN,
-            &RUNS,
-            &INVITES_COUNTED,
-            &INVITES_DISMISSED,
-        ] {
-            head(&mut out, def);
-            for (labels, v) in i.counters.get(def.name).into_iter().flatten() {
-                series(&mut out, def.name, labels, v.to_string());
+        page(&[self], &[])
+    }
+}
+
+/// The page for every profile of `profiles`, and `failed`, the profiles that could not start
+/// (`agentchat_ready` 0 and `agentchat_profile_failed` 1 each). Each profile's registry is locked
+/// once, so its samples are one moment's; the families are then written one after the other.
+pub(super) fn page(profiles: &[&Metrics], failed: &[&str]) -> String {
+    let mut groups: Vec<String> = FAMILIES.iter().map(|_| String::new()).collect();
+    for m in profiles {
+        let i = m.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let profile = escape(&m.profile);
+        for (family, out) in FAMILIES.iter().zip(groups.iter_mut()) {
+            samples(*family, m, &i, &profile, out);
+        }
+    }
+    let body: usize = groups.iter().map(String::len).sum();
+    let mut out = String::with_capacity(body + 4 * 1024);
+    let head = |out: &mut String, def: &Def| {
+        let _ = writeln!(out, "# HELP {} {}", def.name, def.help);
+        let _ = writeln!(out, "# TYPE {} {}", def.name, def.kind);
+    };
+    for (family, group) in FAMILIES.iter().zip(&groups) {
+        head(&mut out, family.def());
+        out.push_str(group);
+        if matches!(family, Family::Ready) {
+            for p in failed {
+                series(&mut out, &escape(p), READY.name, &[], "0".into());
             }
         }
-        for def in [&RUN_DURATION, &WAKE_TO_RUN] {
-            head(&mut out, def);
+    }
+    if !failed.is_empty() {
+        head(&mut out, &PROFILE_FAILED);
+        for p in failed {
+            series(&mut out, &escape(p), PROFILE_FAILED.name, &[], "1".into());
+        }
+    }
+    out
+}
+
+/// One sample line; `profile` is already escaped.
+fn series(out: &mut String, profile: &str, name: &str, labels: &[(&str, String)], value: String) {
+    let _ = write!(out, "{name}{{profile=\"{profile}\"");
+    for (k, v) in labels {
+        let _ = write!(out, ",{k}=\"{}\"", escape(v));
+    }
+    let _ = writeln!(out, "}} {value}");
+}
+
+/// One profile's samples of one family.
+fn samples(family: Family, m: &Metrics, i: &Inner, profile: &str, out: &mut String) {
+    let series = |out: &mut String, name: &str, labels: &[(&str, String)], value: String| {
+        series(out, profile, name, labels, value)
+    };
+    match family {
+        Family::Counter(def) => {
+            for (labels, v) in i.counters.get(def.name).into_iter().flatten() {
+                series(out, def.name, labels, v.to_string());
+            }
+        }
+        Family::Histogram(def) => {
             for (labels, h) in i.histograms.get(def.name).into_iter().flatten() {
+                let bucket = format!("{}_bucket", def.name);
                 let mut cumulative = 0;
                 for (bound, n) in h.bounds.iter().zip(&h.counts) {
                     cumulative += n;
                     let mut l = labels.clone();
                     l.push(("le", format_f64(*bound)));
-                    series(
-                        &mut out,
-                        &format!("{}_bucket", def.name),
-                        &l,
-                        cumulative.to_string(),
-                    );
+                    series(out, &bucket, &l, cumulative.to_string());
                 }
                 let mut l = labels.clone();
                 l.push(("le", "+Inf".into()));
+                series(out, &bucket, &l, h.count.to_string());
+                series(out, &format!("{}_sum", def.name), labels, format_f64(h.sum));
                 series(
-                    &mut out,
-                    &format!("{}_bucket", def.name),
-                    &l,
-                    h.count.to_string(),
-                );
-                series(
-                    &mut out,
-                    &format!("{}_sum", def.name),
-                    labels,
-                    format_f64(h.sum),
-                );
-                series(
-                    &mut out,
+                    out,
                     &format!("{}_count", def.name),
                     labels,
                     h.count.to_string(),
                 );
             }
         }
-        head(&mut out, &STATE);
-        let mut states: Vec<&str> = STATES.to_vec();
-        if !i.state.is_empty() && !states.contains(&i.state.as_str()) {
-            states.push(&i.state);
+        Family::State => {
+            let mut states: Vec<&str> = STATES.to_vec();
+            if !i.state.is_empty() && !states.contains(&i.state.as_str()) {
+                states.push(&i.state);
+            }
+            for s in states {
+                let v = u8::from(s == i.state);
+                series(out, STATE.name, &[("state", s.to_string())], v.to_string());
+            }
         }
-        for s in states {
-            let v = u8::from(s == i.state);
-            series(
-                &mut out,
-                STATE.name,
-                &[("state", s.to_string())],
-                v.to_string(),
-            );
+        Family::Ready => {
+            let ready = u8::from(readiness(&i.state, &i.socket, i.no_texts).code == 200);
+            series(out, READY.name, &[], ready.to_string());
         }
-        head(&mut out, &READY);
-        let ready = u8::from(readiness(&i.state, &i.socket, i.no_texts).code == 200);
-        series(&mut out, READY.name, &[], ready.to_string());
-        head(&mut out, &RUN_IN_PROGRESS);
-        let running = u8::from(i.run_started.is_some());
-        series(&mut out, RUN_IN_PROGRESS.name, &[], running.to_string());
-        head(&mut out, &LAST_FRAME_AGE);
-        if let Some(t) = i.last_frame {
-            series(
-                &mut out,
-                LAST_FRAME_AGE.name,
-                &[],
-                format_f64(secs3(t.elapsed())),
-            );
+        Family::RunInProgress => {
+            let running = u8::from(i.run_started.is_some());
+            series(out, RUN_IN_PROGRESS.name, &[], running.to_string());
         }
-        head(&mut out, &LOOP_AGE);
-        if let Some(t) = i.last_turn {
-            series(&mut out, LOOP_AGE.name, &[], format_f64(secs3(t.elapsed())));
+        Family::LastFrameAge => {
+            if let Some(t) = i.last_frame {
+                let age = format_f64(secs3(t.elapsed()));
+                series(out, LAST_FRAME_AGE.name, &[], age);
+            }
         }
-        head(&mut out, &START_TIME);
-        let start = self
-            .started_at
-            .duration_since(SystemTime::UNIX_EPOCH)
-            .unwrap_or_default();
-        series(&mut out, START_TIME.name, &[], format_f64(secs3(start)));
-        out
+        Family::LoopAge => {
+            if let Some(t) = i.last_turn {
+                series(out, LOOP_AGE.name, &[], format_f64(secs3(t.elapsed())));
+            }
+        }
+        Family::StartTime => {
+            let start = m
+                .started_at
+                .duration_since(SystemTime::UNIX_EPOCH)
+                .unwrap_or_default();
+            series(out, START_TIME.name, &[], format_f64(secs3(start)));
+        }
     }
 }
 

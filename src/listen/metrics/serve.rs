@@ -7,7 +7,7 @@
 //! `CONNECTION_LIFETIME` after it was accepted whatever it is doing (a client that never reads
 //! its answer included). Half-sent requests can then never eat the listener's descriptors.
 
-use super::Metrics;
+use super::{Metrics, Registry, Verdict};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -32,10 +32,11 @@ const ACCEPT_ERROR_PAUSE: Duration = Duration::from_millis(200);
 
 const TEXT_FORMAT: &str = "text/plain; version=0.0.4; charset=utf-8";
 
-/// Serves the endpoint on `addr` until `shutdown` turns true. A bind that fails (the port is
-/// taken) is logged and tried again every 10 s: the listener itself keeps working either way.
+/// Serves the endpoint for every profile of `registry` on `addr` until `shutdown` turns true. A
+/// bind that fails (the port is taken) is logged and tried again every 10 s: the listener itself
+/// keeps working either way.
 pub async fn serve(
-    metrics: Arc<Metrics>,
+    registry: Arc<Registry>,
     addr: SocketAddr,
     mut shutdown: tokio::sync::watch::Receiver<bool>,
 ) {
@@ -55,12 +56,12 @@ pub async fn serve(
             }
         }
     };
-    serve_listener(metrics, listener, shutdown).await
+    serve_listener(registry, listener, shutdown).await
 }
 
 /// Serves the endpoint on a bound socket until `shutdown` turns true.
 pub async fn serve_listener(
-    metrics: Arc<Metrics>,
+    registry: Arc<Registry>,
     listener: tokio::net::TcpListener,
     mut shutdown: tokio::sync::watch::Receiver<bool>,
 ) {
@@ -89,7 +90,7 @@ pub async fn serve_listener(
             drop(stream);
             continue;
         };
-        let m = metrics.clone();
+        let m = registry.clone();
         tokio::spawn(async move {
             let svc = hyper::service::service_fn(move |req| {
                 let m = m.clone();
@@ -109,7 +110,7 @@ pub async fn serve_listener(
 
 type Body = http_body_util::Full<hyper::body::Bytes>;
 
-fn answer<B>(m: &Metrics, req: &hyper::Request<B>) -> hyper::Response<Body> {
+fn answer<B>(m: &Registry, req: &hyper::Request<B>) -> hyper::Response<Body> {
     let reply = |code: u16, ctype: &str, body: String| {
         hyper::Response::builder()
             .status(code)
@@ -123,14 +124,8 @@ fn answer<B>(m: &Metrics, req: &hyper::Request<B>) -> hyper::Response<Body> {
     }
     match req.uri().path() {
         "/metrics" => reply(200, TEXT_FORMAT, m.render()),
-        "/healthz" => {
-            let p = m.health();
-            reply(p.code, "text/plain", format!("{}\n", p.line))
-        }
-        "/readyz" => {
-            let p = m.readiness();
-            reply(p.code, "text/plain", format!("{}\n", p.line))
-        }
+        "/healthz" => probe(reply, req, m.health(), false),
+        "/readyz" => probe(reply, req, m.readiness(), true),
         _ => reply(
             404,
             "text/plain",
@@ -139,15 +134,44 @@ fn answer<B>(m: &Metrics, req: &hyper::Request<B>) -> hyper::Response<Body> {
     }
 }
 
-/// Starts [`serve`] as a task when there is an address (`listen.metrics_addr`). The address is
-/// read once at start: a reload (SIGHUP) does not move the endpoint.
+/// A probe's answer: JSON with `?format=json` or `Accept: application/json`, else the text
+/// (`all`: a line for every profile, not only the failing ones).
+fn probe<B>(
+    reply: impl Fn(u16, &str, String) -> hyper::Response<Body>,
+    req: &hyper::Request<B>,
+    v: Verdict,
+    all: bool,
+) -> hyper::Response<Body> {
+    if wants_json(req) {
+        reply(v.code, "application/json", v.json())
+    } else {
+        reply(v.code, "text/plain", v.text(all))
+    }
+}
+
+fn wants_json<B>(req: &hyper::Request<B>) -> bool {
+    let query = req
+        .uri()
+        .query()
+        .is_some_and(|q| q.split('&').any(|kv| kv == "format=json"));
+    let accept = req
+        .headers()
+        .get(hyper::header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|a| a.contains("application/json"));
+    query || accept
+}
+
+/// Starts [`serve`] as a task when there is an address (`listen.metrics_addr`), for a registry of
+/// this one profile: the single listener's endpoint. The address is read once at start: a reload
+/// (SIGHUP) does not move the endpoint.
 pub fn spawn_server(
     metrics: &Arc<Metrics>,
     addr: Option<SocketAddr>,
     shutdown: tokio::sync::watch::Receiver<bool>,
 ) {
     if let Some(addr) = addr {
-        tokio::spawn(serve(metrics.clone(), addr, shutdown));
+        tokio::spawn(serve(Registry::of_one(metrics.clone()), addr, shutdown));
     }
 }
 
@@ -165,7 +189,11 @@ mod tests {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let (_stop, stop_rx) = tokio::sync::watch::channel(false);
-        tokio::spawn(serve_listener(m.clone(), listener, stop_rx));
+        tokio::spawn(serve_listener(
+            Registry::of_one(m.clone()),
+            listener,
+            stop_rx,
+        ));
         let get = |path: &'static str| async move {
             let mut c = tokio::net::TcpStream::connect(addr).await.unwrap();
             let req = format!("GET {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n");

@@ -1,0 +1,439 @@
+//! The process around the profiles' listeners: `agentchat listen` runs one profile through it,
+//! `agentchat listen --all` every profile of the config (docs/many-agents.md, "One process for
+//! many agents"). The boundary: a profile's listener (`listen::daemon`: its socket, coalescer,
+//! cycles, status, texts, state dir and locks) is a task that answers `daemon::Command`s; the
+//! process owns what there is one of per process: the signals (`signals`), systemd's
+//! notification and watchdog (`notify`), the metrics endpoint, and, with `--all`, the set of
+//! profiles that SIGHUP re-reads (`profiles`).
+//!
+//! Isolation: a profile that cannot start (no key, an unusable state dir, its lock held by
+//! another listener, an error in its own table of the config) is said in a log line naming it,
+//! and the others run; a profile whose listener ends (its agent served by another listener) ends
+//! alone. With `--all` the process never exits non-zero for one profile's trouble.
+
+mod notify;
+mod profiles;
+mod signals;
+
+pub(super) use profiles::Prepared;
+
+use super::daemon::{self, COMMANDS, Command, Ended, Link, Start};
+use super::metrics::{self, Metrics};
+use crate::config::{self, ConfigArgs, Settings};
+use notify::{Notify, Watchdog};
+use signals::{Asked, Signals};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio::task::JoinHandle;
+use tracing::Instrument;
+
+/// How one profile's listener ended: `Ok` as `daemon::run` says, `Err` when it could not start.
+type Outcome = anyhow::Result<Ended>;
+
+/// One profile's listener, as the process sees it.
+struct Running {
+    /// Tells this start of the profile from a later one (a profile removed and added again).
+    generation: u64,
+    commands: mpsc::Sender<Command>,
+    task: JoinHandle<()>,
+    /// The loop's turns (`daemon::Link::turns`), and their count at the watchdog's last tick.
+    turns: Arc<AtomicU64>,
+    seen: Option<u64>,
+    /// What SIGHUP compares (`profiles::fingerprint`).
+    fingerprint: [u8; 32],
+}
+
+/// One profile (`listen`), or every profile of the config (`listen --all`).
+enum Mode {
+    One(ConfigArgs),
+    All(ConfigArgs),
+}
+
+struct Host {
+    mode: Mode,
+    profiles: BTreeMap<String, Running>,
+    /// Profiles told to stop because the config no longer names them, until their task ends.
+    leaving: Vec<(String, Running)>,
+    ends_tx: mpsc::UnboundedSender<(String, u64, Outcome)>,
+    ends: mpsc::UnboundedReceiver<(String, u64, Outcome)>,
+    next_generation: u64,
+    notify: Notify,
+    watchdog: Option<Watchdog>,
+    /// Turns true when the process stops: the metrics endpoint ends.
+    endpoint: watch::Sender<bool>,
+}
+
+/// `agentchat listen`: the one profile `args` choose, prepared by `listen::run_command` (its
+/// lock held). Exit 0 on a stop; `already_running_exit_code` when another listener took its
+/// agent (`agent_lock`).
+pub(super) async fn run_one(
+    args: ConfigArgs,
+    settings: Settings,
+    prepared: Prepared,
+) -> anyhow::Result<i32> {
+    let mut signals = Signals::install()?;
+    let mut host = Host::new(Mode::One(args));
+    let name = settings.profile.clone();
+    let started = host.start(name, settings, Some(prepared));
+    host.serve(&mut signals, vec![started]).await
+}
+
+/// `agentchat listen --all`: every profile `config::load_all` finds. Exit 0 on a stop, and 78
+/// (`config_error_exit_code`) only when nothing can run: the environment or the file as a whole
+/// is wrong, or no profile's settings resolve.
+pub(super) async fn run_all(args: ConfigArgs, set: config::ProfileSet) -> anyhow::Result<i32> {
+    let mut signals = Signals::install()?;
+    let mut host = Host::new(Mode::All(args));
+    let mut started = Vec::new();
+    for (name, settings) in set.profiles {
+        match settings {
+            Ok(s) => started.push(host.start(name, s, None)),
+            Err(e) => profile_config_error(&name, &e),
+        }
+    }
+    tracing::info!(
+        event = %"host_start",
+        pid = std::process::id(),
+        profiles = host.profiles.len(),
+        "listening for {} profiles in one process",
+        host.profiles.len()
+    );
+    host.serve(&mut signals, started).await
+}
+
+/// A profile whose table of the config is wrong: said naming the profile and the key.
+fn profile_config_error(name: &str, e: &config::ConfigError) {
+    tracing::error!(
+        event = %"profile_config_error",
+        profile = %name,
+        error = %e,
+        "this profile's config is wrong; it does not run (the others do); fix it and send SIGHUP"
+    );
+}
+
+impl Host {
+    fn new(mode: Mode) -> Host {
+        let (ends_tx, ends) = mpsc::unbounded_channel();
+        let (endpoint, _) = watch::channel(false);
+        Host {
+            mode,
+            profiles: BTreeMap::new(),
+            leaving: Vec::new(),
+            ends_tx,
+            ends,
+            next_generation: 0,
+            notify: Notify::from_env(),
+            watchdog: None,
+            endpoint,
+        }
+    }
+
+    fn one(&self) -> bool {
+        matches!(self.mode, Mode::One(_))
+    }
+
+    /// Starts a profile's listener as a task (with `--all`, in a span naming the profile, so
+    /// every line it logs says `profile=<name>`); returns what says it has started.
+    fn start(
+        &mut self,
+        name: String,
+        settings: Settings,
+        prepared: Option<Prepared>,
+    ) -> oneshot::Receiver<()> {
+        let generation = self.next_generation;
+        self.next_generation += 1;
+        let (commands, commands_rx) = mpsc::channel(COMMANDS);
+        let (started_tx, started) = oneshot::channel();
+        let turns = Arc::new(AtomicU64::new(0));
+        let link = Link {
+            commands: commands_rx,
+            started: Some(started_tx),
+            turns: turns.clone(),
+        };
+        let (source, notify_status) = match &self.mode {
+            Mode::One(args) => (config::Source::One(args.clone()), true),
+            Mode::All(args) => (
+                config::Source::OfAll {
+                    args: args.clone(),
+                    profile: name.clone(),
+                },
+                false,
+            ),
+        };
+        let metrics = Metrics::for_settings(&settings);
+        metrics::spawn_server(
+            &metrics,
+            settings.listen.metrics_addr,
+            self.endpoint.subscribe(),
+        );
+        let fingerprint = profiles::fingerprint(&settings);
+        let ends = self.ends_tx.clone();
+        let end_name = name.clone();
+        let listener = async move {
+            let prepared = match prepared {
+                Some(p) => p,
+                None => profiles::prepare(&settings).await?,
+            };
+            let Prepared { key, state, lock } = prepared;
+            let start = Start {
+                source,
+                settings,
+                key,
+                state,
+                metrics,
+                notify_status,
+            };
+            let r = daemon::run(start, link).await;
+            // The lock outlives the listener: no other can start on this state dir meanwhile.
+            drop(lock);
+            r
+        };
+        let task = async move {
+            let r = listener.await;
+            let _ = ends.send((end_name, generation, r));
+        };
+        let task = if self.one() {
+            tokio::spawn(task)
+        } else {
+            tokio::spawn(task.instrument(tracing::error_span!("profile", profile = %name)))
+        };
+        self.profiles.insert(
+            name,
+            Running {
+                generation,
+                commands,
+                task,
+                turns,
+                seen: None,
+                fingerprint,
+            },
+        );
+        started
+    }
+
+    /// Answers signals, profile ends and the watchdog until a stop signal, then stops every
+    /// profile. `started`: READY goes to systemd once each of these has started (or ended).
+    async fn serve(
+        mut self,
+        signals: &mut Signals,
+        started: Vec<oneshot::Receiver<()>>,
+    ) -> anyhow::Result<i32> {
+        let mut all_started = Some(Box::pin(futures_util::future::join_all(started)));
+        let cause = loop {
+            tokio::select! {
+                asked = signals.next() => match asked {
+                    Asked::Stop(cause) => break cause,
+                    Asked::Reload => self.reload(),
+                },
+                _ = async { all_started.as_mut()?.await; Some(()) }, if all_started.is_some() => {
+                    all_started = None;
+                    self.notify.ready();
+                    self.watchdog = self.notify.watchdog_interval().map(Watchdog::new);
+                }
+                Some((name, generation, outcome)) = self.ends.recv() => {
+                    if let Some(code) = self.on_end(&name, generation, outcome) {
+                        // The one profile ended by itself: so does the process.
+                        self.notify.stopping();
+                        let _ = self.endpoint.send(true);
+                        return code;
+                    }
+                }
+                _ = notify::due(&mut self.watchdog) => self.watchdog_tick(),
+            }
+        };
+        self.stop(signals, cause).await
+    }
+
+    /// A profile's task ended by itself. With one profile, the process's exit (`Some`).
+    fn on_end(
+        &mut self,
+        name: &str,
+        generation: u64,
+        outcome: Outcome,
+    ) -> Option<anyhow::Result<i32>> {
+        if let Some(i) = self
+            .leaving
+            .iter()
+            .position(|(n, r)| n == name && r.generation == generation)
+        {
+            self.leaving.swap_remove(i);
+            return None;
+        }
+        if self
+            .profiles
+            .get(name)
+            .is_some_and(|r| r.generation == generation)
+        {
+            self.profiles.remove(name);
+        }
+        if self.one() {
+            return Some(exit_code(outcome));
+        }
+        match outcome {
+            Ok(Ended::Stopped) => {}
+            Ok(Ended::TakenByOther) => tracing::warn!(
+                event = %"profile_ended",
+                profile = %name,
+                "another listener serves this profile's agent; this profile stopped (the others run on; SIGHUP tries again)"
+            ),
+            Err(e) => tracing::error!(
+                event = %"profile_not_running",
+                profile = %name,
+                error = %format!("{e:#}"),
+                "this profile cannot run; the others run on (SIGHUP tries again)"
+            ),
+        }
+        None
+    }
+
+    /// SIGHUP. One profile: it reloads (its config and texts, as it always has). Every profile:
+    /// the config is read again; a profile it adds (or one not running) starts, one it no longer
+    /// names stops (its run gets its grace), one whose settings changed reloads, the rest are
+    /// left alone. A file that cannot be read keeps every profile as it is.
+    fn reload(&mut self) {
+        let args = match &self.mode {
+            Mode::One(_) => {
+                for r in self.profiles.values() {
+                    deliver(&r.commands, Command::Reload);
+                }
+                return;
+            }
+            Mode::All(args) => args.clone(),
+        };
+        tracing::info!(event = %"reload", "reloading the config: profiles added, removed or changed");
+        let set = match config::load_all(&args) {
+            Ok(set) => set,
+            Err(e) => {
+                tracing::error!(event = %"reload_failed", error = %e, "the config cannot be read; every profile keeps its settings");
+                return;
+            }
+        };
+        let named: std::collections::BTreeSet<&str> =
+            set.profiles.iter().map(|(n, _)| n.as_str()).collect();
+        let gone: Vec<String> = self
+            .profiles
+            .keys()
+            .filter(|n| !named.contains(n.as_str()))
+            .cloned()
+            .collect();
+        for name in gone {
+            if let Some(r) = self.profiles.remove(&name) {
+                tracing::info!(event = %"profile_removed", profile = %name, "the config no longer names this profile; stopping it");
+                deliver(&r.commands, Command::Stop("removed from the config"));
+                self.leaving.push((name, r));
+            }
+        }
+        let (mut added, mut changed) = (0, 0);
+        for (name, settings) in set.profiles {
+            match (self.profiles.get_mut(&name), settings) {
+                (Some(r), Ok(s)) => {
+                    let fingerprint = profiles::fingerprint(&s);
+                    if fingerprint != r.fingerprint {
+                        r.fingerprint = fingerprint;
+                        changed += 1;
+                        deliver(&r.commands, Command::Reload);
+                    }
+                }
+                (Some(_), Err(e)) => {
+                    tracing::error!(
+                        event = %"reload_failed",
+                        profile = %name,
+                        error = %e,
+                        "this profile's new config is wrong; it keeps its old settings"
+                    );
+                }
+                (None, Ok(s)) => {
+                    added += 1;
+                    tracing::info!(event = %"profile_added", profile = %name, "starting this profile");
+                    drop(self.start(name, s, None));
+                }
+                (None, Err(e)) => profile_config_error(&name, &e),
+            }
+        }
+        tracing::info!(
+            event = %"reloaded",
+            profiles = self.profiles.len(),
+            added,
+            changed,
+            "config reloaded"
+        );
+    }
+
+    /// The watchdog's tick: a ping when every started profile's loop turned since the last
+    /// tick, then a probe to each so that a healthy idle loop turns before the next
+    /// (`notify`'s module doc).
+    fn watchdog_tick(&mut self) {
+        let counts = self.profiles.values().filter_map(|r| {
+            let now = r.turns.load(Ordering::Relaxed);
+            // Not started yet: its loop has not turned once.
+            (now > 0).then_some((now, r.seen))
+        });
+        if notify::all_turned(counts) {
+            self.notify.watchdog();
+        } else {
+            tracing::warn!(event = %"watchdog_withheld", "a profile's main loop has not turned since the last watchdog tick; not pinging");
+        }
+        for r in self.profiles.values_mut() {
+            let now = r.turns.load(Ordering::Relaxed);
+            r.seen = (now > 0).then_some(now);
+            let _ = r.commands.try_send(Command::Probe);
+        }
+    }
+
+    /// SIGTERM/SIGINT: every profile stops at once, in parallel, each run with its grace; a
+    /// second signal kills every run's group now.
+    async fn stop(mut self, signals: &mut Signals, cause: &'static str) -> anyhow::Result<i32> {
+        self.notify.stopping();
+        let _ = self.endpoint.send(true);
+        let one = self.one();
+        let mut all: Vec<(String, Running)> =
+            std::mem::take(&mut self.profiles).into_iter().collect();
+        all.append(&mut self.leaving);
+        for (_, r) in &all {
+            deliver(&r.commands, Command::Stop(cause));
+        }
+        let senders: Vec<mpsc::Sender<Command>> =
+            all.iter().map(|(_, r)| r.commands.clone()).collect();
+        let mut tasks = Box::pin(futures_util::future::join_all(
+            all.into_iter().map(|(_, r)| r.task),
+        ));
+        loop {
+            tokio::select! {
+                _ = &mut tasks => break,
+                second = signals.stop() => {
+                    for tx in &senders {
+                        deliver(tx, Command::StopNow(second));
+                    }
+                }
+            }
+        }
+        if one && let Ok((_, _, outcome)) = self.ends.try_recv() {
+            return exit_code(outcome);
+        }
+        Ok(0)
+    }
+}
+
+/// The exit code for the one profile's end: 0 when stopped, `already_running_exit_code` when
+/// another listener took its agent.
+fn exit_code(outcome: Outcome) -> anyhow::Result<i32> {
+    match outcome? {
+        Ended::Stopped => Ok(0),
+        Ended::TakenByOther => Ok(super::already_running_exit_code(
+            &crate::config::process_env(),
+        )),
+    }
+}
+
+/// Hands a command to a profile: at once when its channel has room, else from a task of its own
+/// (a loop that is not draining its commands must not hold up the process).
+fn deliver(tx: &mpsc::Sender<Command>, cmd: Command) {
+    if let Err(mpsc::error::TrySendError::Full(cmd)) = tx.try_send(cmd) {
+        let tx = tx.clone();
+        tokio::spawn(async move {
+            let _ = tx.send(cmd).await;
+        });
+    }
+}

@@ -1,0 +1,533 @@
+//! `agentchat listen --all`: every profile of the config in one process, each its own listener.
+//! The real binary against the sim on loopback, each profile with its own recording script, key
+//! file and state dir (under the test's own `XDG_STATE_HOME`); waits poll the JSON log, the
+//! recorders, the status files or the sim.
+
+use crate::listen_support::*;
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// One profile of a host: its agent and its recorder.
+struct Profile {
+    name: String,
+    agent: Agent,
+    rec: Recorder,
+}
+
+/// A host's files: the config, the key files, the state home, the recorders.
+struct HostSetup {
+    tmp: tempfile::TempDir,
+    config: PathBuf,
+    profiles: Vec<Profile>,
+}
+
+impl HostSetup {
+    /// Profiles `names`, each with a new agent of the sim (`key` overrides one's key file).
+    async fn new(sim: &Sim, names: &[&str]) -> HostSetup {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut profiles = Vec::new();
+        for name in names {
+            let agent = sim.agent(&format!("{name}-agent")).await;
+            let dir = tmp.path().join(name);
+            std::fs::create_dir_all(&dir).unwrap();
+            profiles.push(Profile {
+                name: name.to_string(),
+                agent,
+                rec: Recorder::new(&dir),
+            });
+        }
+        let config = tmp.path().join("config.toml");
+        let setup = HostSetup {
+            tmp,
+            config,
+            profiles,
+        };
+        for p in &setup.profiles {
+            setup.write_key(&p.name, &p.agent.key);
+        }
+        setup.write_config(names, "");
+        setup
+    }
+
+    fn write_key(&self, name: &str, key: &str) {
+        use std::os::unix::fs::PermissionsExt;
+        let path = self.key_path(name);
+        std::fs::write(&path, key).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+    }
+
+    fn key_path(&self, name: &str) -> PathBuf {
+        self.tmp.path().join(format!("{name}.key"))
+    }
+
+    /// The config naming `names` (each of this setup's profiles), with `extra` appended.
+    fn write_config(&self, names: &[&str], extra: &str) {
+        let mut toml = String::from(
+            "log_level = \"debug\"\n[listen]\nruntime = \"script\"\nquiet_window = \"300ms\"\n\
+             max_delay = \"2s\"\nkill_grace = \"2s\"\nidle_timeout = \"100s\"\n",
+        );
+        for name in names {
+            let p = self.profile(name);
+            toml.push_str(&format!(
+                "\n[profiles.{name}]\napi_key_file = \"{key}\"\n[profiles.{name}.listen]\n\
+                 command = [\"/bin/sh\", \"{script}\"]\n",
+                key = self.key_path(name).display(),
+                script = p.rec.script.display(),
+            ));
+        }
+        toml.push_str(extra);
+        std::fs::write(&self.config, toml).unwrap();
+    }
+
+    fn profile(&self, name: &str) -> &Profile {
+        self.profiles.iter().find(|p| p.name == name).unwrap()
+    }
+
+    fn state_home(&self) -> PathBuf {
+        self.tmp.path().join("xdg")
+    }
+
+    fn state_dir(&self, name: &str) -> PathBuf {
+        self.state_home().join("agentchat").join(name)
+    }
+
+    fn status(&self, name: &str) -> Value {
+        std::fs::read_to_string(self.state_dir(name).join("status.json"))
+            .ok()
+            .and_then(|s| serde_json::from_str(&s).ok())
+            .unwrap_or(Value::Null)
+    }
+
+    /// `agentchat listen --all` for this setup, its environment its own.
+    fn command(&self, sim: &Sim) -> Command {
+        let mut cmd = Command::new(BIN);
+        cmd.args(["listen", "--all", "--log-format", "json"]);
+        isolate(&mut cmd, self.tmp.path());
+        cmd.env("AGENTCHAT_CONFIG", &self.config)
+            .env("AGENTCHAT_API_BASE", &sim.api_base)
+            .env("XDG_STATE_HOME", self.state_home())
+            .env("AGENTCHAT_LOG", "debug");
+        cmd
+    }
+
+    fn start(&self, sim: &Sim) -> Listener {
+        self.spawn(self.command(sim))
+    }
+
+    fn spawn(&self, mut cmd: Command) -> Listener {
+        let stderr_path = self.tmp.path().join("host.stderr");
+        cmd.stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(&stderr_path).unwrap());
+        Listener {
+            child: Some(cmd.spawn().expect("the host starts")),
+            stderr_path,
+        }
+    }
+}
+
+/// No AGENTCHAT_* or NOTIFY_SOCKET of the test's own environment reaches the child.
+fn isolate(cmd: &mut Command, home: &Path) {
+    for (k, _) in std::env::vars() {
+        if k.starts_with("AGENTCHAT_") || k == "NOTIFY_SOCKET" {
+            cmd.env_remove(k);
+        }
+    }
+    cmd.env("HOME", home);
+}
+
+/// The JSON lines of `l` whose `event` is `event` and whose `profile` is `profile`.
+fn events_of(l: &Listener, event: &str, profile: &str) -> Vec<Value> {
+    l.events(event)
+        .into_iter()
+        .filter(|v| v["profile"] == profile)
+        .collect()
+}
+
+/// Waits until each of `names` has ended its connect cycle.
+async fn settled(l: &Listener, names: &[&str]) {
+    for name in names {
+        assert!(
+            eventually(20.0, || !events_of(l, "cycle_end", name).is_empty()).await,
+            "{name}'s connect cycle never ended:\n{}",
+            l.log()
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_profiles_in_one_process_each_run_their_own_card_with_their_own_status() {
+    let sim = Sim::start(1.0).await;
+    let alice = sim.agent("alice").await;
+    let names = ["a", "b", "c"];
+    let setup = HostSetup::new(&sim, &names).await;
+    let l = setup.start(&sim);
+    settled(&l, &names).await;
+    for name in names {
+        let p = setup.profile(name);
+        sim.send(&alice, &p.agent, &format!("hello {name}")).await;
+    }
+    for name in names {
+        let p = setup.profile(name);
+        assert!(
+            eventually(20.0, || p.rec.done(1)).await,
+            "{name} never ran:\n{}",
+            l.log()
+        );
+        // Its own run: with its own agent's key, and no other profile's.
+        let env = p.rec.env(1);
+        assert_eq!(
+            env.get("AGENTCHAT_API_KEY"),
+            Some(&p.agent.key),
+            "{name}'s run has another key"
+        );
+        assert_eq!(p.rec.count(), 1, "{name} ran once");
+        // Its own status file, in its own state dir, showing its own agent.
+        assert!(
+            eventually(10.0, || {
+                let s = setup.status(name);
+                s["profile"] == name
+                    && s["state"] == "connected"
+                    && s["last_cycle"]["outcome"] == "completed"
+            })
+            .await,
+            "{name}: {}",
+            setup.status(name)
+        );
+        let s = setup.status(name);
+        assert_eq!(s["handle"], format!("@{}", p.agent.handle), "{s}");
+        assert_eq!(s["pid"], l.pid(), "{s}");
+    }
+    // One process: every profile's start is in this one log.
+    assert_eq!(l.count("listener_start"), 3, "{}", l.log());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_log_line_of_a_profile_names_it() {
+    let sim = Sim::start(1.0).await;
+    let alice = sim.agent("alice").await;
+    let names = ["x", "y"];
+    let setup = HostSetup::new(&sim, &names).await;
+    let l = setup.start(&sim);
+    settled(&l, &names).await;
+    sim.send(&alice, &setup.profile("x").agent, "hi").await;
+    assert!(eventually(20.0, || setup.profile("x").rec.done(1)).await);
+    assert!(eventually(10.0, || !events_of(&l, "run_end", "x").is_empty()).await);
+    let log = l.log();
+    let lines: Vec<Value> = log
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    // The socket's, the cycle's and the run's lines all say which profile they are of.
+    for event in [
+        "listener_start",
+        "socket_connected",
+        "cycle_end",
+        "run_end",
+        "frames",
+    ] {
+        let of_event: Vec<&Value> = lines.iter().filter(|v| v["event"] == event).collect();
+        assert!(!of_event.is_empty(), "no {event} line:\n{log}");
+        for v in of_event {
+            assert!(
+                v["profile"] == "x" || v["profile"] == "y",
+                "{event} line without its profile: {v}"
+            );
+        }
+    }
+    // Every line inside a profile names it: the only lines without one are the process's own.
+    for v in &lines {
+        if v.get("profile").is_none() {
+            let ev = v["event"].as_str().unwrap_or("");
+            assert!(
+                [
+                    "host_start",
+                    "default_profile_skipped",
+                    "open_files_limit",
+                    "reload",
+                    "reloaded"
+                ]
+                .contains(&ev),
+                "a line without its profile: {v}"
+            );
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bad_key_in_one_profile_leaves_the_others_running_and_says_so_in_its_status() {
+    let sim = Sim::start(1.0).await;
+    let alice = sim.agent("alice").await;
+    let setup = HostSetup::new(&sim, &["good", "bad"]).await;
+    setup.write_key("bad", "ac_not_a_key_the_server_knows");
+    let l = setup.start(&sim);
+    settled(&l, &["good"]).await;
+    assert!(
+        eventually(20.0, || setup.status("bad")["state"] == "key_refused").await,
+        "{}\n{}",
+        setup.status("bad"),
+        l.log()
+    );
+    sim.send(&alice, &setup.profile("good").agent, "still here?")
+        .await;
+    assert!(
+        eventually(20.0, || setup.profile("good").rec.done(1)).await,
+        "{}",
+        l.log()
+    );
+    assert_eq!(setup.status("good")["state"], "connected");
+    assert!(
+        !events_of(&l, "key_refused", "bad").is_empty() || l.log().contains("\"profile\":\"bad\""),
+        "{}",
+        l.log()
+    );
+    assert!(!l.log().contains("ac_not_a_key_the_server_knows"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_config_error_in_one_profiles_table_is_reported_for_it_and_the_others_run() {
+    let sim = Sim::start(1.0).await;
+    let alice = sim.agent("alice").await;
+    let setup = HostSetup::new(&sim, &["ok"]).await;
+    // A bad value in one profile's table, and another profile whose key file is missing.
+    setup.write_config(
+        &["ok"],
+        "\n[profiles.broken.listen]\nquiet_window = \"soon\"\n\
+         \n[profiles.keyless]\napi_key_file = \"/nonexistent/keyless.key\"\n",
+    );
+    let mut l = setup.start(&sim);
+    settled(&l, &["ok"]).await;
+    let errors = l.events("profile_config_error");
+    let broken = errors.iter().find(|v| v["profile"] == "broken");
+    let keyless = errors.iter().find(|v| v["profile"] == "keyless");
+    assert!(
+        broken.is_some_and(|v| v["error"]
+            .as_str()
+            .unwrap()
+            .contains("profiles.broken.listen.quiet_window")),
+        "{}",
+        l.log()
+    );
+    assert!(
+        keyless.is_some_and(|v| v["error"].as_str().unwrap().contains("keyless.key")),
+        "{}",
+        l.log()
+    );
+    sim.send(&alice, &setup.profile("ok").agent, "hi").await;
+    assert!(
+        eventually(20.0, || setup.profile("ok").rec.done(1)).await,
+        "{}",
+        l.log()
+    );
+    assert_eq!(l.wait_exit(0.2), None, "the host keeps running");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sighup_starts_an_added_profile_stops_a_removed_one_and_reloads_a_changed_one() {
+    let sim = Sim::start(1.0).await;
+    let alice = sim.agent("alice").await;
+    let setup = HostSetup::new(&sim, &["keep", "change", "drop", "add"]).await;
+    setup.write_config(&["keep", "change", "drop"], "");
+    let l = setup.start(&sim);
+    settled(&l, &["keep", "change", "drop"]).await;
+    let keep_connects = sim.connects(&setup.profile("keep").agent).await.len();
+    // `change` gets another quiet window, `drop` leaves, `add` comes.
+    setup.write_config(&["keep", "change", "add"], "");
+    let text = std::fs::read_to_string(&setup.config).unwrap().replace(
+        "[profiles.change.listen]\n",
+        "[profiles.change.listen]\nquiet_window = \"350ms\"\n",
+    );
+    std::fs::write(&setup.config, text).unwrap();
+    l.signal(libc::SIGHUP);
+    settled(&l, &["add"]).await;
+    assert!(
+        eventually(15.0, || setup.status("drop")["state"] == "stopped").await,
+        "{}\n{}",
+        setup.status("drop"),
+        l.log()
+    );
+    assert!(
+        eventually(10.0, || !events_of(&l, "coalescer_windows", "change")
+            .is_empty())
+        .await,
+        "{}",
+        l.log()
+    );
+    // `keep` was left alone: no reload line, the same socket.
+    assert!(events_of(&l, "reload", "keep").is_empty(), "{}", l.log());
+    assert_eq!(
+        sim.connects(&setup.profile("keep").agent).await.len(),
+        keep_connects
+    );
+    // The added one serves its agent.
+    sim.send(&alice, &setup.profile("add").agent, "welcome")
+        .await;
+    assert!(
+        eventually(20.0, || setup.profile("add").rec.done(1)).await,
+        "{}",
+        l.log()
+    );
+    assert_eq!(setup.status("keep")["state"], "connected");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_stops_every_profile_and_each_run_gets_its_grace() {
+    let sim = Sim::start(1.0).await;
+    let alice = sim.agent("alice").await;
+    let names = ["p", "q"];
+    let setup = HostSetup::new(&sim, &names).await;
+    let mut l = setup.start(&sim);
+    settled(&l, &names).await;
+    // Each run sleeps and ignores nothing: SIGTERM ends it within its grace.
+    for name in names {
+        setup.profile(name).rec.set("sleep", "30");
+        sim.send(&alice, &setup.profile(name).agent, "take your time")
+            .await;
+    }
+    for name in names {
+        assert!(
+            eventually(20.0, || setup.profile(name).rec.count() == 1).await,
+            "{}",
+            l.log()
+        );
+    }
+    let run_pids: Vec<i32> = names
+        .iter()
+        .map(|n| setup.profile(n).rec.file("pid", 1).trim().parse().unwrap())
+        .collect();
+    l.signal(libc::SIGTERM);
+    assert_eq!(l.wait_exit(20.0), Some(0), "{}", l.log());
+    for name in names {
+        assert_eq!(setup.status(name)["state"], "stopped", "{name}");
+        assert_eq!(events_of(&l, "stop_waiting", name).len(), 1, "{}", l.log());
+    }
+    for pid in run_pids {
+        assert!(is_gone(pid), "run {pid} left behind");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_sigterm_kills_every_profiles_run_now() {
+    let sim = Sim::start(1.0).await;
+    let alice = sim.agent("alice").await;
+    let names = ["s", "t"];
+    let setup = HostSetup::new(&sim, &names).await;
+    setup.write_config(&names, "");
+    let text = std::fs::read_to_string(&setup.config)
+        .unwrap()
+        .replace("kill_grace = \"2s\"", "kill_grace = \"60s\"");
+    std::fs::write(&setup.config, text).unwrap();
+    let mut l = setup.start(&sim);
+    settled(&l, &names).await;
+    for name in names {
+        setup.profile(name).rec.set("trap", "");
+        setup.profile(name).rec.set("sleep", "120");
+        sim.send(&alice, &setup.profile(name).agent, "ignore TERM")
+            .await;
+    }
+    for name in names {
+        assert!(eventually(20.0, || setup.profile(name).rec.count() == 1).await);
+    }
+    l.signal(libc::SIGTERM);
+    assert!(
+        eventually(10.0, || l.count("stop_waiting") == 2).await,
+        "{}",
+        l.log()
+    );
+    let started = std::time::Instant::now();
+    l.signal(libc::SIGTERM);
+    assert_eq!(l.wait_exit(15.0), Some(0), "{}", l.log());
+    assert!(started.elapsed().as_secs() < 15);
+    for name in names {
+        let pid: i32 = setup
+            .profile(name)
+            .rec
+            .file("pid", 1)
+            .trim()
+            .parse()
+            .unwrap();
+        assert!(is_gone(pid), "{name}'s run left behind");
+        assert_eq!(events_of(&l, "stop_forced", name).len(), 1, "{}", l.log());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sd_notify_ready_comes_once_for_the_process() {
+    let sim = Sim::start(1.0).await;
+    let names = ["n1", "n2", "n3"];
+    let setup = HostSetup::new(&sim, &names).await;
+    let socket_path = setup.tmp.path().join("notify.sock");
+    let socket = std::os::unix::net::UnixDatagram::bind(&socket_path).unwrap();
+    socket
+        .set_read_timeout(Some(std::time::Duration::from_millis(200)))
+        .unwrap();
+    let mut cmd = setup.command(&sim);
+    cmd.env("NOTIFY_SOCKET", &socket_path);
+    let mut l = setup.spawn(cmd);
+    settled(&l, &names).await;
+    l.signal(libc::SIGTERM);
+    assert_eq!(l.wait_exit(20.0), Some(0), "{}", l.log());
+    let mut said = Vec::new();
+    let mut buf = [0u8; 4096];
+    while let Ok(n) = socket.recv(&mut buf) {
+        said.push(String::from_utf8_lossy(&buf[..n]).into_owned());
+    }
+    let ready = said.iter().filter(|m| m.contains("READY=1")).count();
+    let stopping = said.iter().filter(|m| m.contains("STOPPING=1")).count();
+    assert_eq!(ready, 1, "{said:?}");
+    assert_eq!(stopping, 1, "{said:?}");
+    // No profile's own STATUS= line: three profiles have no one state.
+    assert!(!said.iter().any(|m| m.contains("STATUS=")), "{said:?}");
+    let r = said.iter().position(|m| m.contains("READY=1")).unwrap();
+    let s = said.iter().position(|m| m.contains("STOPPING=1")).unwrap();
+    assert!(r < s, "{said:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_all_reads_every_profile_of_a_host() {
+    let sim = Sim::start(1.0).await;
+    let names = ["r1", "r2"];
+    let setup = HostSetup::new(&sim, &names).await;
+    let l = setup.start(&sim);
+    settled(&l, &names).await;
+    for name in names {
+        assert!(eventually(10.0, || setup.status(name)["state"] == "connected").await);
+    }
+    let mut cmd = Command::new(BIN);
+    cmd.args(["status", "--all", "--json", "--config"])
+        .arg(&setup.config);
+    isolate(&mut cmd, setup.tmp.path());
+    cmd.env("XDG_STATE_HOME", setup.state_home())
+        .env("AGENTCHAT_SERVICE_DIR", setup.tmp.path().join("units"));
+    let out = cmd.output().unwrap();
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "{e}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    for name in names {
+        let row = doc["profiles"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["profile"] == name)
+            .unwrap_or_else(|| panic!("no row for {name}: {doc}"));
+        assert_eq!(row["running"], true, "{row}");
+        assert_eq!(row["state"], "connected", "{row}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn all_refuses_a_key_from_the_environment_with_78() {
+    let sim = Sim::start(1.0).await;
+    let setup = HostSetup::new(&sim, &["e"]).await;
+    let mut cmd = setup.command(&sim);
+    cmd.env("AGENTCHAT_API_KEY", "ac_from_env");
+    let mut l = setup.spawn(cmd);
+    assert_eq!(l.wait_exit(15.0), Some(78), "{}", l.log());
+    assert!(l.log().contains("unset AGENTCHAT_API_KEY"), "{}", l.log());
+    assert!(!l.log().contains("ac_from_env"));
+}
