@@ -109,6 +109,27 @@ pub fn load_one_of_all(args: &ConfigArgs, profile: &str) -> Result<Settings, Con
     one_of_all(args, &env, &path, table, profile)
 }
 
+/// The top level alone, its key file named but not read: what `listen --all` takes for the
+/// process itself (its log and its metrics endpoint), whatever the profiles' tables say.
+pub fn load_top_of_all(args: &ConfigArgs) -> Result<Settings, ConfigError> {
+    let env = env::config_env()?;
+    let args = ConfigArgs {
+        profile: Some(super::DEFAULT_PROFILE.to_string()),
+        ..args.clone()
+    };
+    let Some((path, text)) = read_config_file(&args, &env)? else {
+        let mut settings = resolve(&args, &env, None)?;
+        absolute_from_cwd(&mut settings);
+        return Ok(settings);
+    };
+    let mut top = super::file::parse_toml(&path, &text)?;
+    top.remove("profiles");
+    let mut settings =
+        super::resolve::resolve_one_of_all(&args, &env, &path, top, super::DEFAULT_PROFILE)?;
+    absolute_from_cwd(&mut settings);
+    Ok(settings)
+}
+
 /// The top level with `profiles` holding `name`'s table alone.
 fn cut(top: &toml::Table, name: &str, own: toml::Value) -> toml::Table {
     let mut t = top.clone();

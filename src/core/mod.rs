@@ -11,6 +11,7 @@ pub mod frames;
 pub mod handle;
 pub mod identity;
 pub mod invite_rule;
+pub mod pacing;
 pub mod recheck;
 pub mod reconnect;
 pub mod runtime_kind;

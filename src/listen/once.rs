@@ -34,6 +34,7 @@ pub async fn run(
         unreachable_warn_after: super::reach::UNREACHABLE_WARN_AFTER,
         misconfigured_retry: super::reach::MISCONFIGURED_RETRY,
         metrics: super::metrics::Metrics::off(),
+        pacer: super::pacer::Pacer::new(scale.0),
     };
     let handle = socket::connect_once(&params, SETTLE).await.map_err(|e| {
         // Said once: the lines about a wrong or unreachable api_base name it already.

@@ -1,7 +1,8 @@
 //! The budgets of contract 3.1 (poll) and 3.4 (socket connects), as pure functions of server-clock
 //! milliseconds. No I/O: the HTTP and socket layers ask, then spend.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
+use std::net::IpAddr;
 
 use super::clock::{HOUR, MIN, SEC};
 
@@ -158,7 +159,47 @@ pub struct IpBudget {
 
 impl IpBudget {
     pub fn attempt(&mut self, now: u64) -> Result<(), u64> {
-        counted_attempt(&mut self.minute, now, MIN, 300)
+        counted_attempt(&mut self.minute, now, MIN, IP_CONNECTS_PER_MINUTE)
+    }
+    /// Attempts in the last minute (this one included, after `attempt`).
+    fn in_window(&self) -> u64 {
+        self.minute.times.len() as u64
+    }
+}
+
+/// Contract 3.4: "Per client IP: 300 socket connects a minute".
+pub const IP_CONNECTS_PER_MINUTE: u32 = 300;
+
+/// The per-IP connect budgets, one per client IP (contract 3.4), and what each counted: every
+/// attempt, the refused ones, and the most attempts one minute ever held (the peak a test of
+/// connect pacing reads, `GET /_sim/refusals`).
+#[derive(Debug, Clone, Default)]
+pub struct IpBudgets {
+    by_ip: BTreeMap<IpAddr, IpCount>,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct IpCount {
+    budget: IpBudget,
+    pub attempts: u64,
+    pub refused: u64,
+    /// The most attempts any one minute (sliding, server clock) held, refused ones included.
+    pub peak_per_minute: u64,
+}
+
+impl IpBudgets {
+    /// Counts one attempt from `ip`; `Err(wait_ms)` when it is over the budget.
+    pub fn attempt(&mut self, ip: IpAddr, now: u64) -> Result<(), u64> {
+        let c = self.by_ip.entry(ip).or_default();
+        let r = c.budget.attempt(now);
+        c.attempts += 1;
+        c.refused += u64::from(r.is_err());
+        c.peak_per_minute = c.peak_per_minute.max(c.budget.in_window());
+        r
+    }
+
+    pub fn counts(&self) -> impl Iterator<Item = (&IpAddr, &IpCount)> {
+        self.by_ip.iter()
     }
 }
 
@@ -225,6 +266,23 @@ mod tests {
         }
         let wait = ip.attempt(300).unwrap_err();
         assert_eq!(ip.attempt(300 + wait), Ok(()));
+    }
+
+    #[test]
+    fn each_client_ip_has_its_own_budget_and_its_peak_is_counted() {
+        let mut b = IpBudgets::default();
+        let one: IpAddr = [127, 0, 0, 1].into();
+        let two: IpAddr = [127, 0, 0, 2].into();
+        for t in 0..300 {
+            b.attempt(one, t).unwrap();
+        }
+        assert!(b.attempt(one, 300).is_err(), "the 301st in a minute");
+        assert_eq!(b.attempt(two, 300), Ok(()), "another IP is counted apart");
+        let counts: Vec<_> = b.counts().collect();
+        assert_eq!(counts[0].1.attempts, 301);
+        assert_eq!(counts[0].1.refused, 1);
+        assert_eq!(counts[0].1.peak_per_minute, 301);
+        assert_eq!(counts[1].1.peak_per_minute, 1);
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! The control API under `/_sim/` (no auth; the sim listens on loopback only): make agents, cut,
 //! silence or hold sockets, read connect, send and ack logs and the server's view of an agent, set budgets,
-//! refuse or rotate keys, push wakes, make groups, invites and notices, replace texts.
+//! refuse or rotate keys, push wakes, make groups, invites and notices, replace texts, restart the
+//! whole server and count refused upgrades (`restart`).
 
 use serde_json::{Value, json};
 
@@ -40,6 +41,16 @@ pub async fn route(sim: &Sim, r: &Req) -> SimResult<Reply> {
             Ok(Reply::ok(json!({"agents": list})))
         }
         (m, ["agents", h, rest @ ..]) => agent_route(sim, r, m, &bare(h), rest),
+        ("POST", ["restart"]) => {
+            let how = super::restart::parse(&r.json_object()?).map_err(Rejection::validation)?;
+            let mut s = sim.lock();
+            let closed = s.restart(&how);
+            tracing::info!("sim: restart; {closed} sockets closed");
+            Ok(Reply::ok(
+                json!({"closed": closed, "restarts": s.refusals.restarts}),
+            ))
+        }
+        ("GET", ["refusals"]) => Ok(Reply::ok(sim.lock().refusals_body())),
         ("POST", ["groups"]) => {
             let b = r.json_object()?;
             let owner = str_field(&b, "owner")?;

@@ -5,7 +5,8 @@
 //! and `invites` split out); `tray` builds the
 //! v1 tray; `timers` run the defer and re-wake ladders; `budget` holds the poll and connect
 //! budgets; `http` routes to `api` (the agent's REST hands), `ws` (the socket), `mcp` (the hosted
-//! tools) and `control` (`/_sim/`); `texts` serves the texts; `clock` scales every timer.
+//! tools) and `control` (`/_sim/`, with `restart`: a whole-server restart and the refusal counts);
+//! `texts` serves the texts; `clock` scales every timer.
 
 mod api;
 mod budget;
@@ -16,6 +17,7 @@ mod http;
 mod invites;
 mod mcp;
 mod model;
+mod restart;
 mod store;
 mod texts;
 mod timers;

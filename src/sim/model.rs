@@ -21,6 +21,9 @@ pub enum Out {
     Close(u16, String),
     /// Keep TCP open, send nothing more, answer nothing.
     Silence,
+    /// Drop the TCP connection without a close frame (a server that went away: `1006` to the
+    /// client).
+    Drop,
 }
 
 /// Something landed for an agent: ends a held tray read.

@@ -3,7 +3,7 @@
 //! ack-held delivery, protocol pings with a pong deadline, `heartbeat` frames, silence.
 
 use std::collections::BTreeSet;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 use futures_util::{SinkExt, StreamExt};
@@ -35,8 +35,15 @@ fn plain(status: u16, text: &str) -> Response<Full<Bytes>> {
     super::http::into_response(Rejection::new(status, "VALIDATION_ERROR", text).into())
 }
 
-/// Answers the upgrade (101) and runs the socket on its own task.
-pub fn upgrade(sim: Sim, mut req: Request<Incoming>, _peer: SocketAddr) -> Response<Full<Bytes>> {
+/// Answers the upgrade (101) and runs the socket on its own task; the connect budget is the
+/// peer's IP's (contract 3.4). While a restart refuses upgrades, 503 (`restart`).
+pub fn upgrade(sim: Sim, mut req: Request<Incoming>, peer: SocketAddr) -> Response<Full<Bytes>> {
+    if sim.lock().refuse_upgrade_while_restarting() {
+        return super::http::into_response(
+            Rejection::new(503, "SERVICE_UNAVAILABLE", "the server is restarting").into(),
+        );
+    }
+    let ip = peer.ip();
     let h = req.headers();
     let is_ws = h
         .get("upgrade")
@@ -64,7 +71,7 @@ pub fn upgrade(sim: Sim, mut req: Request<Incoming>, _peer: SocketAddr) -> Respo
     tokio::spawn(async move {
         if let Ok(up) = on_upgrade.await {
             let ws = WebSocketStream::from_raw_socket(TokioIo::new(up), Role::Server, None).await;
-            run(sim, ws, bearer, caps_header).await;
+            run(sim, ws, ip, bearer, caps_header).await;
         }
     });
     Response::builder()
@@ -107,6 +114,7 @@ enum Auth {
 async fn admit(
     sim: &Sim,
     ws: &mut Ws,
+    ip: IpAddr,
     key: &str,
     path: &'static str,
     caps: &[String],
@@ -115,7 +123,7 @@ async fn admit(
         let mut s = sim.lock();
         let now = s.now_v();
         let clock = s.clock.clone();
-        if let Err(wait) = s.ip_budget.attempt(now) {
+        if let Err(wait) = s.ip_budgets.attempt(ip, now) {
             Some((
                 None,
                 1013,
@@ -149,9 +157,12 @@ async fn admit(
         }
     };
     if let Some((h, code, reason)) = refusal {
-        if let Some(h) = h {
-            sim.lock()
-                .log_connect(&h, path, "refused", Some(&reason), caps);
+        {
+            let mut s = sim.lock();
+            s.count_refused(code);
+            if let Some(h) = h {
+                s.log_connect(&h, path, "refused", Some(&reason), caps);
+            }
         }
         tracing::info!("sim: socket refused: {code} {reason}");
         close(ws, code, &reason).await;
@@ -162,6 +173,7 @@ async fn admit(
 async fn authenticate(
     sim: &Sim,
     ws: &mut Ws,
+    ip: IpAddr,
     bearer: Option<String>,
     caps_header: Option<Vec<String>>,
 ) -> Auth {
@@ -171,7 +183,7 @@ async fn authenticate(
             _ => String::new(),
         };
         let caps = accepted_caps(caps_header.as_deref().unwrap_or(&[]));
-        return match admit(sim, ws, &key, "header", &caps).await {
+        return match admit(sim, ws, ip, &key, "header", &caps).await {
             Some(handle) => Auth::Ok {
                 handle,
                 caps,
@@ -227,7 +239,7 @@ async fn authenticate(
         })
         .unwrap_or_default();
     let caps = accepted_caps(&asked);
-    match admit(sim, ws, &key, "hello", &caps).await {
+    match admit(sim, ws, ip, &key, "hello", &caps).await {
         Some(handle) => Auth::Ok {
             handle,
             caps,
@@ -238,9 +250,15 @@ async fn authenticate(
     }
 }
 
-async fn run(sim: Sim, mut ws: Ws, bearer: Option<String>, caps_header: Option<Vec<String>>) {
+async fn run(
+    sim: Sim,
+    mut ws: Ws,
+    ip: IpAddr,
+    bearer: Option<String>,
+    caps_header: Option<Vec<String>>,
+) {
     let (handle, caps, hello_ok, path) =
-        match authenticate(&sim, &mut ws, bearer, caps_header).await {
+        match authenticate(&sim, &mut ws, ip, bearer, caps_header).await {
             Auth::Ok {
                 handle,
                 caps,
@@ -289,8 +307,8 @@ async fn run(sim: Sim, mut ws: Ws, bearer: Option<String>, caps_header: Option<V
             tokio::select! {
                 out = rx.recv() => match out {
                     Some(Out::Close(code, reason)) => { close(&mut ws, code, &reason).await; break; }
+                    Some(Out::Drop) | None => break,
                     Some(_) => continue,
-                    None => break,
                 },
                 _ = shutdown.changed() => break,
             }
@@ -321,7 +339,7 @@ async fn run(sim: Sim, mut ws: Ws, bearer: Option<String>, caps_header: Option<V
                 }
                 Some(Out::Close(code, reason)) => { close(&mut ws, code, &reason).await; break; }
                 Some(Out::Silence) => silenced = true,
-                None => break,
+                Some(Out::Drop) | None => break,
             },
             _ = ping.tick() => {
                 if let Some(since) = awaiting_pong

@@ -531,3 +531,161 @@ async fn all_refuses_a_key_from_the_environment_with_78() {
     assert!(l.log().contains("unset AGENTCHAT_API_KEY"), "{}", l.log());
     assert!(!l.log().contains("ac_from_env"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_metrics_endpoint_serves_every_profile_and_readyz_names_the_one_that_cannot_start() {
+    let sim = Sim::start(1.0).await;
+    let setup = HostSetup::new(&sim, &["m1", "m2"]).await;
+    setup.write_config(
+        &["m1", "m2"],
+        "\n[profiles.broken.listen]\nmax_delay = \"never\"\n",
+    );
+    let mut cmd = setup.command(&sim);
+    cmd.args(["--metrics-addr", "127.0.0.1:0"]);
+    let l = setup.spawn(cmd);
+    settled(&l, &["m1", "m2"]).await;
+    let base = metrics_base(&l).await;
+    assert_eq!(l.count("metrics_serving"), 1, "one endpoint: {}", l.log());
+    let http = reqwest::Client::new();
+    let page = http
+        .get(format!("{base}/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for name in ["m1", "m2"] {
+        assert!(
+            page.contains(&format!("profile=\"{name}\"")),
+            "{name} not on the page:\n{page}"
+        );
+    }
+    let ready = http.get(format!("{base}/readyz")).send().await.unwrap();
+    assert_eq!(ready.status().as_u16(), 503);
+    let text = ready.text().await.unwrap();
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("broken:") && l.contains("max_delay")),
+        "{text}"
+    );
+    // Fixed and reloaded: the broken profile starts, and every profile is ready.
+    setup.write_config(&["m1", "m2"], "");
+    l.signal(libc::SIGHUP);
+    assert!(
+        eventually_async(20.0, || {
+            let http = http.clone();
+            let url = format!("{base}/readyz");
+            async move {
+                http.get(url)
+                    .send()
+                    .await
+                    .is_ok_and(|r| r.status().as_u16() == 200)
+            }
+        })
+        .await,
+        "{}",
+        l.log()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_profile_whose_lock_another_listener_holds_is_said_and_the_others_run() {
+    let sim = Sim::start(1.0).await;
+    let alice = sim.agent("alice").await;
+    let setup = HostSetup::new(&sim, &["held", "free"]).await;
+    // A listener of its own for `held` first, on the same state dir.
+    let mut cmd = Command::new(BIN);
+    cmd.args(["listen", "--profile", "held", "--log-format", "json"]);
+    isolate(&mut cmd, setup.tmp.path());
+    cmd.env("AGENTCHAT_CONFIG", &setup.config)
+        .env("AGENTCHAT_API_BASE", &sim.api_base)
+        .env("XDG_STATE_HOME", setup.state_home());
+    let stderr_path = setup.tmp.path().join("single.stderr");
+    cmd.stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&stderr_path).unwrap());
+    let single = Listener {
+        child: Some(cmd.spawn().unwrap()),
+        stderr_path,
+    };
+    assert!(
+        eventually(20.0, || setup.status("held")["state"] == "connected").await,
+        "{}",
+        single.log()
+    );
+    let mut l = setup.start(&sim);
+    settled(&l, &["free"]).await;
+    assert!(
+        eventually(10.0, || !events_of(&l, "already_running", "held")
+            .is_empty())
+        .await,
+        "{}",
+        l.log()
+    );
+    assert_eq!(events_of(&l, "profile_not_running", "held").len(), 1);
+    // The other listener's status is left alone, and the host serves the other profile.
+    assert_eq!(setup.status("held")["pid"], single.pid());
+    sim.send(&alice, &setup.profile("free").agent, "hi").await;
+    assert!(eventually(20.0, || setup.profile("free").rec.done(1)).await);
+    assert_eq!(l.wait_exit(0.2), None, "the host keeps running");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_profiles_for_one_agent_leave_one_running_and_the_process_up() {
+    let sim = Sim::start(1.0).await;
+    let setup = HostSetup::new(&sim, &["twin1", "twin2"]).await;
+    let key = setup.profile("twin1").agent.key.clone();
+    setup.write_key("twin2", &key);
+    let mut l = setup.start(&sim);
+    assert!(
+        eventually(20.0, || l.count("profile_ended") == 1).await,
+        "{}",
+        l.log()
+    );
+    let ended = &l.events("profile_ended")[0];
+    let (ended_name, other) = if ended["profile"] == "twin1" {
+        ("twin1", "twin2")
+    } else {
+        ("twin2", "twin1")
+    };
+    assert!(
+        eventually(10.0, || setup.status(other)["state"] == "connected").await,
+        "{}",
+        l.log()
+    );
+    assert_eq!(setup.status(ended_name)["state"], "stopped");
+    assert_eq!(l.wait_exit(0.2), None, "the host keeps running");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_watchdog_is_pinged_while_every_idle_profile_turns() {
+    let sim = Sim::start(1.0).await;
+    let names = ["w1", "w2", "w3"];
+    let setup = HostSetup::new(&sim, &names).await;
+    let socket_path = setup.tmp.path().join("notify.sock");
+    let socket = std::os::unix::net::UnixDatagram::bind(&socket_path).unwrap();
+    socket
+        .set_read_timeout(Some(std::time::Duration::from_millis(100)))
+        .unwrap();
+    // A 400 ms watchdog: a tick every 200 ms, far inside the server's 45 s heartbeat, so only
+    // the probes keep idle loops turning from one tick to the next.
+    let mut cmd = setup.command(&sim);
+    cmd.env("NOTIFY_SOCKET", &socket_path)
+        .env("WATCHDOG_USEC", "400000");
+    let mut l = setup.spawn(cmd);
+    settled(&l, &names).await;
+    let mut said = Vec::new();
+    let mut buf = [0u8; 4096];
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(3);
+    while std::time::Instant::now() < until {
+        if let Ok(n) = socket.recv(&mut buf) {
+            said.push(String::from_utf8_lossy(&buf[..n]).into_owned());
+        }
+    }
+    let pings = said.iter().filter(|m| m.contains("WATCHDOG=1")).count();
+    assert!(pings >= 8, "{pings} pings in 3 s: {said:?}\n{}", l.log());
+    assert_eq!(l.count("watchdog_withheld"), 0, "{}", l.log());
+    l.signal(libc::SIGTERM);
+    assert_eq!(l.wait_exit(20.0), Some(0));
+}

@@ -30,6 +30,7 @@ mod listen_connect;
 mod listen_proxy;
 mod live_systemd;
 mod metrics;
+mod pacing;
 mod packaging;
 mod runner;
 mod runtimes_cli;

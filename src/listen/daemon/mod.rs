@@ -308,7 +308,7 @@ async fn main_loop(
                 d.texts_recheck.at = None;
                 d.spawn_texts_refresh(&w.texts_tx);
             }
-            Some(r) = w.texts.recv() => d.on_texts(r),
+            Some(r) = w.texts.recv() => d.on_texts(*r),
         }
     }
 }

@@ -27,6 +27,7 @@ impl Daemon {
             unreachable_warn_after: scale.apply(crate::listen::reach::UNREACHABLE_WARN_AFTER),
             misconfigured_retry: scale.apply(crate::listen::reach::MISCONFIGURED_RETRY),
             metrics: self.metrics.clone(),
+            pacer: crate::listen::pacer::Pacer::shared(scale.0),
         }
     }
 

@@ -17,7 +17,7 @@ impl Daemon {
     }
 
     /// The timer's and SIGHUP's refresh runs as a task, so a slow server never holds up wakes.
-    pub(super) fn spawn_texts_refresh(&self, tx: &mpsc::Sender<Result<Loaded, Missing>>) {
+    pub(super) fn spawn_texts_refresh(&self, tx: &mpsc::Sender<Box<Result<Loaded, Missing>>>) {
         let api = self.api.clone();
         let runtime = self.settings.listen.runtime.texts_runtime();
         let state = self.state.clone();
@@ -25,7 +25,7 @@ impl Daemon {
         let tx = tx.clone();
         tokio::spawn(tracing::Instrument::in_current_span(async move {
             let r = texts::load(&api, &state, runtime, use_cache).await;
-            let _ = tx.send(r).await;
+            let _ = tx.send(Box::new(r)).await;
         }));
     }
 

@@ -9,8 +9,10 @@ pub(super) struct Wiring {
     pub(super) params: watch::Sender<SocketParams>,
     pub(super) events_tx: mpsc::Sender<SocketEvent>,
     pub(super) events: mpsc::Receiver<SocketEvent>,
-    pub(super) texts_tx: mpsc::Sender<Result<Loaded, Missing>>,
-    pub(super) texts: mpsc::Receiver<Result<Loaded, Missing>>,
+    /// Boxed: a channel allocates room for 32 of its items at once, and a profile of a host
+    /// should not hold 10 KB for a refresh a day.
+    pub(super) texts_tx: mpsc::Sender<Box<Result<Loaded, Missing>>>,
+    pub(super) texts: mpsc::Receiver<Box<Result<Loaded, Missing>>>,
     pub(super) socket: JoinHandle<()>,
     /// The cycle running now; one at a time, ever.
     pub(super) cycle: Option<JoinHandle<CycleReport>>,

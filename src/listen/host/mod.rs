@@ -18,7 +18,7 @@ mod signals;
 pub(super) use profiles::Prepared;
 
 use super::daemon::{self, COMMANDS, Command, Ended, Link, Start};
-use super::metrics::{self, Metrics};
+use super::metrics::{self, Metrics, Registry};
 use crate::config::{self, ConfigArgs, Settings};
 use notify::{Notify, Watchdog};
 use signals::{Asked, Signals};
@@ -48,7 +48,24 @@ struct Running {
 /// One profile (`listen`), or every profile of the config (`listen --all`).
 enum Mode {
     One(ConfigArgs),
-    All(ConfigArgs),
+    All(ConfigArgs, Endpoint),
+}
+
+/// The one metrics endpoint of `listen --all`: every profile's `Metrics` in one `Registry`.
+pub(super) struct Endpoint {
+    /// `--metrics-addr`, else `AGENTCHAT_METRICS_ADDR`, else the top level's
+    /// `[listen] metrics_addr`; off when none is set (a profile's own is ignored).
+    pub(super) addr: Option<std::net::SocketAddr>,
+    registry: Arc<Registry>,
+}
+
+impl Endpoint {
+    pub(super) fn new(addr: Option<std::net::SocketAddr>) -> Endpoint {
+        Endpoint {
+            addr,
+            registry: Registry::new(),
+        }
+    }
 }
 
 struct Host {
@@ -83,14 +100,22 @@ pub(super) async fn run_one(
 /// `agentchat listen --all`: every profile `config::load_all` finds. Exit 0 on a stop, and 78
 /// (`config_error_exit_code`) only when nothing can run: the environment or the file as a whole
 /// is wrong, or no profile's settings resolve.
-pub(super) async fn run_all(args: ConfigArgs, set: config::ProfileSet) -> anyhow::Result<i32> {
+pub(super) async fn run_all(
+    args: ConfigArgs,
+    set: config::ProfileSet,
+    endpoint: Endpoint,
+) -> anyhow::Result<i32> {
     let mut signals = Signals::install()?;
-    let mut host = Host::new(Mode::All(args));
+    let (addr, registry) = (endpoint.addr, endpoint.registry.clone());
+    let mut host = Host::new(Mode::All(args, endpoint));
+    if let Some(addr) = addr {
+        tokio::spawn(metrics::serve(registry, addr, host.endpoint.subscribe()));
+    }
     let mut started = Vec::new();
     for (name, settings) in set.profiles {
         match settings {
             Ok(s) => started.push(host.start(name, s, None)),
-            Err(e) => profile_config_error(&name, &e),
+            Err(e) => host.config_error(&name, &e),
         }
     }
     tracing::info!(
@@ -101,16 +126,6 @@ pub(super) async fn run_all(args: ConfigArgs, set: config::ProfileSet) -> anyhow
         host.profiles.len()
     );
     host.serve(&mut signals, started).await
-}
-
-/// A profile whose table of the config is wrong: said naming the profile and the key.
-fn profile_config_error(name: &str, e: &config::ConfigError) {
-    tracing::error!(
-        event = %"profile_config_error",
-        profile = %name,
-        error = %e,
-        "this profile's config is wrong; it does not run (the others do); fix it and send SIGHUP"
-    );
 }
 
 impl Host {
@@ -134,6 +149,33 @@ impl Host {
         matches!(self.mode, Mode::One(_))
     }
 
+    /// The endpoint's registry (`--all` only).
+    fn registry(&self) -> Option<&Arc<Registry>> {
+        match &self.mode {
+            Mode::All(_, e) => Some(&e.registry),
+            Mode::One(_) => None,
+        }
+    }
+
+    /// A profile that does not run: `/readyz` says why (`--all`).
+    fn failed(&self, name: &str, why: &str) {
+        if let Some(r) = self.registry() {
+            r.set_failed(name, why);
+        }
+    }
+
+    /// A profile whose table of the config is wrong: said naming the profile and the key, in the
+    /// log and on `/readyz`.
+    fn config_error(&self, name: &str, e: &config::ConfigError) {
+        tracing::error!(
+            event = %"profile_config_error",
+            profile = %name,
+            error = %e,
+            "this profile's config is wrong; it does not run (the others do); fix it and send SIGHUP"
+        );
+        self.failed(name, &format!("config: {e}"));
+    }
+
     /// Starts a profile's listener as a task (with `--all`, in a span naming the profile, so
     /// every line it logs says `profile=<name>`); returns what says it has started.
     fn start(
@@ -152,22 +194,37 @@ impl Host {
             started: Some(started_tx),
             turns: turns.clone(),
         };
-        let (source, notify_status) = match &self.mode {
-            Mode::One(args) => (config::Source::One(args.clone()), true),
-            Mode::All(args) => (
-                config::Source::OfAll {
+        let (source, notify_status, metrics) = match &self.mode {
+            Mode::One(args) => {
+                let metrics = Metrics::for_settings(&settings);
+                metrics::spawn_server(
+                    &metrics,
+                    settings.listen.metrics_addr,
+                    self.endpoint.subscribe(),
+                );
+                (config::Source::One(args.clone()), true, metrics)
+            }
+            Mode::All(args, endpoint) => {
+                if settings.listen.metrics_addr.is_some()
+                    && settings.listen.metrics_addr != endpoint.addr
+                {
+                    tracing::warn!(
+                        event = %"config_advice",
+                        profile = %name,
+                        "this profile's listen.metrics_addr is ignored with --all: the process serves every profile on one endpoint (--metrics-addr, or the top level's [listen] metrics_addr)"
+                    );
+                }
+                let metrics = match endpoint.addr {
+                    Some(_) => endpoint.registry.profile(&name),
+                    None => Metrics::off(),
+                };
+                let source = config::Source::OfAll {
                     args: args.clone(),
                     profile: name.clone(),
-                },
-                false,
-            ),
+                };
+                (source, false, metrics)
+            }
         };
-        let metrics = Metrics::for_settings(&settings);
-        metrics::spawn_server(
-            &metrics,
-            settings.listen.metrics_addr,
-            self.endpoint.subscribe(),
-        );
         let fingerprint = profiles::fingerprint(&settings);
         let ends = self.ends_tx.clone();
         let end_name = name.clone();
@@ -259,6 +316,11 @@ impl Host {
             .position(|(n, r)| n == name && r.generation == generation)
         {
             self.leaving.swap_remove(i);
+            if !self.profiles.contains_key(name)
+                && let Some(r) = self.registry()
+            {
+                r.remove(name);
+            }
             return None;
         }
         if self
@@ -273,17 +335,24 @@ impl Host {
         }
         match outcome {
             Ok(Ended::Stopped) => {}
-            Ok(Ended::TakenByOther) => tracing::warn!(
-                event = %"profile_ended",
-                profile = %name,
-                "another listener serves this profile's agent; this profile stopped (the others run on; SIGHUP tries again)"
-            ),
-            Err(e) => tracing::error!(
-                event = %"profile_not_running",
-                profile = %name,
-                error = %format!("{e:#}"),
-                "this profile cannot run; the others run on (SIGHUP tries again)"
-            ),
+            Ok(Ended::TakenByOther) => {
+                tracing::warn!(
+                    event = %"profile_ended",
+                    profile = %name,
+                    "another listener serves this profile's agent; this profile stopped (the others run on; SIGHUP tries again)"
+                );
+                self.failed(name, "another listener serves this profile's agent");
+            }
+            Err(e) => {
+                let why = format!("{e:#}");
+                tracing::error!(
+                    event = %"profile_not_running",
+                    profile = %name,
+                    error = %why,
+                    "this profile cannot run; the others run on (SIGHUP tries again)"
+                );
+                self.failed(name, &why);
+            }
         }
         None
     }
@@ -300,7 +369,7 @@ impl Host {
                 }
                 return;
             }
-            Mode::All(args) => args.clone(),
+            Mode::All(args, _) => args.clone(),
         };
         tracing::info!(event = %"reload", "reloading the config: profiles added, removed or changed");
         let set = match config::load_all(&args) {
@@ -323,6 +392,14 @@ impl Host {
                 tracing::info!(event = %"profile_removed", profile = %name, "the config no longer names this profile; stopping it");
                 deliver(&r.commands, Command::Stop("removed from the config"));
                 self.leaving.push((name, r));
+            }
+        }
+        if let Some(r) = self.registry() {
+            for n in r.names() {
+                let leaving = self.leaving.iter().any(|(l, _)| *l == n);
+                if !named.contains(n.as_str()) && !leaving {
+                    r.remove(&n);
+                }
             }
         }
         let (mut added, mut changed) = (0, 0);
@@ -349,7 +426,7 @@ impl Host {
                     tracing::info!(event = %"profile_added", profile = %name, "starting this profile");
                     drop(self.start(name, s, None));
                 }
-                (None, Err(e)) => profile_config_error(&name, &e),
+                (None, Err(e)) => self.config_error(&name, &e),
             }
         }
         tracing::info!(

@@ -161,6 +161,7 @@ pub async fn connect_once(params: &SocketParams, settle: Duration) -> Result<Str
             .to_string(),
     })?;
     let mut engine = Engine::new(&handle, DEDUPE_CAPACITY);
+    params.pacer.admit().await;
     let mut ws = connect(params).await.map_err(|ended| match ended {
         Ended::Closed(CloseKind::KeyRefused, d) => format!("the server refused the API key: {d}"),
         Ended::Closed(_, d) => d,

@@ -48,6 +48,9 @@ pub struct SocketParams {
     pub misconfigured_retry: Duration,
     /// The listener's metrics (a no-op registry for `--once`).
     pub metrics: std::sync::Arc<super::metrics::Metrics>,
+    /// The process's connect pacer (`listen::pacer`): every attempt passes it first, so all the
+    /// profiles of one process stay under the per-IP connect budget (contract 3.4).
+    pub pacer: super::pacer::Pacer,
 }
 
 impl SocketParams {
@@ -207,8 +210,16 @@ impl Task {
         }
     }
 
-    /// Learns the handle if needed, connects, and reads until the connection ends.
+    /// Passes the pacer, learns the handle if needed, connects, and reads until the connection
+    /// ends. Every attempt passes the pacer after the delay its last end called for (the
+    /// ordinary backoff, a refused key's retry, a `1013`'s `retry_after`), never instead of it.
     async fn one_connection(&mut self, params: &SocketParams) -> Ended {
+        if or_shutdown(params.pacer.admit(), &mut self.shutdown)
+            .await
+            .is_none()
+        {
+            return Ended::Shutdown;
+        }
         if let Err(ended) = self.learn_handle(params).await {
             return ended;
         }
