@@ -22,6 +22,12 @@ pub const CLIENT_VERSION: &str = env!("CARGO_PKG_VERSION");
 /// One REST timeout for every call: the tray is read without `wait_ms`, so answers are quick.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Idle keep-alive connections the one client keeps per server. A listener makes one REST call
+/// at a time (the socket's `me`, a cycle's tray read), so a few keep that path warm; a host of
+/// many profiles that all woke at once keeps no more than these once the burst is over (each
+/// idle connection holds its buffers: about 28 KiB apiece, measured with
+/// `benches/profile_memory.rs`).
+const POOL_IDLE_PER_HOST: usize = 4;
 
 #[derive(Debug, Clone, thiserror::Error, PartialEq)]
 pub enum ApiError {
@@ -132,6 +138,7 @@ pub fn shared_http() -> Result<reqwest::Client, ApiError> {
         return Ok(http.clone());
     }
     let built = crate::sys::tls::http_client_builder()
+        .pool_max_idle_per_host(POOL_IDLE_PER_HOST)
         .timeout(REQUEST_TIMEOUT)
         .connect_timeout(CONNECT_TIMEOUT)
         .user_agent(format!("agentchat-listener-rs/{CLIENT_VERSION}"))
@@ -214,11 +221,16 @@ impl Api {
 
     /// `GET /v1/texts?runtime=`: the parsed texts and the exact bytes (for the cache).
     pub async fn texts(&self, runtime: &str) -> Result<(Texts, Vec<u8>), ApiError> {
-        let body = self
-            .get(&format!("/v1/texts?runtime={runtime}"), TEXTS)
-            .await?;
+        let body = self.texts_bytes(runtime).await?;
         let texts = Texts::parse(&body).map_err(|e| ApiError::Body(format!("texts: {e}")))?;
         Ok((texts, body))
+    }
+
+    /// `GET /v1/texts?runtime=`'s exact bytes, judged as an answer but not parsed: the listener
+    /// parses them once per process (`listen::texts::intern`).
+    pub async fn texts_bytes(&self, runtime: &str) -> Result<Vec<u8>, ApiError> {
+        self.get(&format!("/v1/texts?runtime={runtime}"), TEXTS)
+            .await
     }
 
     /// `POST /v1/groups/invites/{id}/dismiss`. Only `404 INVITE_NOT_FOUND` means the invite is no

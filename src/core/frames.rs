@@ -74,6 +74,10 @@ impl ServerFrame {
     }
 }
 
+/// Frames larger than this are skipped unread (docs/operating.md, "What happens, in order"): the
+/// socket skips them and the metrics count them `oversized`, both reading this one number.
+pub const MAX_FRAME_BYTES: usize = 1024 * 1024;
+
 /// The reason recorded for a `wake` frame that names none: it still means "read the tray".
 pub const WAKE_REASON_UNSPECIFIED: &str = "wake";
 

@@ -37,7 +37,7 @@ pub struct CycleInput {
     /// Bare handle.
     pub handle: String,
     /// The texts loaded for the configured runtime (never another runtime's).
-    pub texts: Option<Texts>,
+    pub texts: Option<std::sync::Arc<Texts>>,
     pub reasons: Vec<String>,
     /// Set when the runtime reported it cannot work: no run until reload.
     pub runtime_unusable: bool,

@@ -6,18 +6,25 @@
 //!
 //! This is the one loader: the daemon, `--once` and a cycle that has none loaded all come here,
 //! and `doctor` names the cache through `StateDir::texts_cache` like this module does.
+//!
+//! Texts are held once per process however many profiles use them ([`intern`]): the profiles of
+//! a host that one server serves for one runtime are handed the same bytes, and share one parsed
+//! copy. Each agent's handle is filled in per run (`core::identity::render`), never here.
 
 use super::state_dir::StateDir;
 use crate::client::{Api, ApiError};
 use crate::core::status::{TextsSource, TextsStatus};
 use crate::core::texts::Texts;
+use std::collections::HashMap;
 use std::path::PathBuf;
+use std::sync::{Arc, Mutex, Weak};
 use std::time::SystemTime;
 
 /// Texts in use, with what they are for and where they came from.
 #[derive(Debug, Clone)]
 pub struct Loaded {
-    pub texts: Texts,
+    /// The process's one copy of these texts ([`intern`]).
+    pub texts: Arc<Texts>,
     /// The texts runtime they were served for.
     pub runtime: &'static str,
     pub source: TextsSource,
@@ -60,10 +67,42 @@ pub struct Missing {
     pub cache: Option<CacheError>,
 }
 
+/// The parsed texts for `bytes`, shared with every profile that was handed the same bytes: one
+/// copy in the process while any profile holds it (the table keeps weak references, and drops
+/// the dead ones whenever it gains an entry). Keyed by the bytes' SHA-256, so texts that differ
+/// by one byte (another server, runtime or version) are never mixed up.
+pub fn intern(bytes: &[u8]) -> Result<Arc<Texts>, crate::core::texts::TextsError> {
+    use sha2::Digest as _;
+    type Table = Mutex<HashMap<[u8; 32], Weak<Texts>>>;
+    static TABLE: std::sync::OnceLock<Table> = std::sync::OnceLock::new();
+    let mut key = [0u8; 32];
+    for (k, d) in key.iter_mut().zip(sha2::Sha256::digest(bytes)) {
+        *k = d;
+    }
+    let table = TABLE.get_or_init(Table::default);
+    if let Some(texts) = lock(table).get(&key).and_then(Weak::upgrade) {
+        return Ok(texts);
+    }
+    let texts = Arc::new(Texts::parse(bytes)?);
+    let mut t = lock(table);
+    // Another profile may have parsed the same bytes meanwhile: keep the first.
+    if let Some(first) = t.get(&key).and_then(Weak::upgrade) {
+        return Ok(first);
+    }
+    t.retain(|_, w| w.strong_count() > 0);
+    t.insert(key, Arc::downgrade(&texts));
+    Ok(texts)
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// Fetches `runtime`'s texts from the server and keeps their exact bytes as the last good copy
 /// (a failed write is logged: the texts are still good to use).
 pub async fn fetch(api: &Api, state: &StateDir, runtime: &'static str) -> Result<Loaded, ApiError> {
-    let (texts, bytes) = api.texts(runtime).await?;
+    let bytes = api.texts_bytes(runtime).await?;
+    let texts = intern(&bytes).map_err(|e| ApiError::Body(format!("texts: {e}")))?;
     if let Err(e) = crate::sys::fs::write_atomic(&state.texts_cache(runtime), &bytes) {
         tracing::warn!(event = %"texts_cache_write_failed", runtime, error = %e, "could not keep the texts");
     }
@@ -85,7 +124,7 @@ pub fn cached(state: &StateDir, runtime: &'static str) -> Result<Loaded, CacheEr
         }
         Err(error) => return Err(CacheError::Io { path, error }),
     };
-    let texts = Texts::parse(&bytes).map_err(|e| CacheError::Damaged {
+    let texts = intern(&bytes).map_err(|e| CacheError::Damaged {
         path: path.clone(),
         reason: e.to_string(),
     })?;
@@ -170,6 +209,46 @@ impl Missing {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Two profiles handed the same texts hold one copy; other bytes are another copy; and the
+    /// copy lives only while a profile holds it.
+    #[test]
+    fn profiles_served_the_same_texts_share_one_copy_and_other_texts_stay_apart() {
+        // The sample with a field of this test's own (unknown fields are ignored): bytes no other
+        // test holds at the same time.
+        let mut v: serde_json::Value =
+            serde_json::from_slice(include_bytes!("../../conformance/texts.sample.json")).unwrap();
+        v["only_in_this_test"] = "share".into();
+        let sample = &serde_json::to_vec(&v).unwrap()[..];
+        let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let (sa, sb) = (
+            StateDir::open(a.path()).unwrap(),
+            StateDir::open(b.path()).unwrap(),
+        );
+        std::fs::write(sa.texts_cache("codex"), sample).unwrap();
+        std::fs::write(sb.texts_cache("codex"), sample).unwrap();
+        let one = cached(&sa, "codex").unwrap();
+        let two = cached(&sb, "codex").unwrap();
+        assert!(Arc::ptr_eq(&one.texts, &two.texts));
+        assert_eq!(
+            *one.texts,
+            Texts::parse(sample).unwrap(),
+            "what a run is given is unchanged"
+        );
+        // One byte more (a newline) is other texts: never mixed up with these.
+        let mut other = sample.to_vec();
+        other.push(b'\n');
+        std::fs::write(sb.texts_cache("codex"), &other).unwrap();
+        let three = cached(&sb, "codex").unwrap();
+        assert!(!Arc::ptr_eq(&one.texts, &three.texts));
+        assert_eq!(Arc::strong_count(&one.texts), 2);
+        let weak = Arc::downgrade(&one.texts);
+        drop((one, two));
+        assert!(
+            weak.upgrade().is_none(),
+            "the table holds no copy of its own"
+        );
+    }
 
     #[test]
     fn the_cache_is_read_per_runtime_and_a_missing_or_damaged_copy_is_said_apart() {

@@ -143,7 +143,7 @@ impl Daemon {
     }
 
     pub(super) fn on_cycle_end(&mut self, report: CycleReport) {
-        self.metrics.cycle_ended(&report);
+        self.metrics.cycle_ended(&report.last, report.key_refused);
         if report.last.run_started {
             self.status.counters.runs += 1;
         }

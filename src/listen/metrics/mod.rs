@@ -39,10 +39,9 @@ pub use probes::Probe;
 pub use registry::{Registry, Verdict};
 pub use serve::{is_loopback, serve, serve_listener, spawn_server};
 
-use super::cycle::CycleReport;
 use crate::core::engine::WakeCause;
 use crate::core::reconnect::CloseKind;
-use crate::core::status::Status;
+use crate::core::status::{LastCycle, Status};
 use defs::*;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -255,9 +254,9 @@ impl Metrics {
         }
     }
 
-    pub fn cycle_ended(&self, report: &CycleReport) {
+    /// A cycle ended as `last` says; `key_refused`: its tray read met a refused key.
+    pub fn cycle_ended(&self, last: &LastCycle, key_refused: bool) {
         let Some(mut i) = self.lock() else { return };
-        let last = &report.last;
         let outcome = last.outcome.map_or("failed", |o| o.as_str());
         i.add(
             &CYCLES,
@@ -268,7 +267,7 @@ impl Metrics {
             i.add(&NO_RUN, vec![("reason", known(r, NO_RUN_REASONS))], 1);
         }
         i.add(&INVITES_DISMISSED, vec![], last.invites_dismissed);
-        if report.key_refused {
+        if key_refused {
             i.add(&KEY_REFUSALS, vec![], 1);
         }
         i.cycle_wake = None;
@@ -281,7 +280,7 @@ impl Metrics {
         use tokio_tungstenite::tungstenite::Message;
         let Some(mut i) = self.lock() else { return };
         let kind = match msg {
-            Message::Text(t) if t.len() > super::socket::MAX_FRAME_BYTES => "oversized",
+            Message::Text(t) if t.len() > crate::core::frames::MAX_FRAME_BYTES => "oversized",
             Message::Text(t) => frame_type(t.as_str()),
             Message::Binary(_) => "binary",
             Message::Close(_) => "close",
@@ -415,5 +414,29 @@ fn known(v: &str, list: &[&str]) -> String {
         v.to_string()
     } else {
         "other".into()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// The socket and the cycle record into the metrics; the metrics know neither (issue 20:
+    /// no import circle between `listen::cycle`, `listen::metrics` and `listen::socket`).
+    #[test]
+    fn the_metrics_import_neither_the_socket_nor_the_cycle() {
+        for (file, text) in [
+            ("mod.rs", include_str!("mod.rs")),
+            ("defs.rs", include_str!("defs.rs")),
+            ("probes.rs", include_str!("probes.rs")),
+            ("registry.rs", include_str!("registry.rs")),
+            ("render.rs", include_str!("render.rs")),
+            ("serve.rs", include_str!("serve.rs")),
+        ] {
+            let code = text.split("#[cfg(test)]").next().unwrap();
+            for module in ["cycle", "socket", "daemon"] {
+                for path in [format!("super::{module}"), format!("listen::{module}")] {
+                    assert!(!code.contains(&path), "{file} names {path}");
+                }
+            }
+        }
     }
 }

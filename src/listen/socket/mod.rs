@@ -224,7 +224,8 @@ impl Task {
             return ended;
         }
         let started = Instant::now();
-        let Some(connected) = or_shutdown(connect(params), &mut self.shutdown).await else {
+        let Some(connected) = or_shutdown(Box::pin(connect(params)), &mut self.shutdown).await
+        else {
             return Ended::Shutdown;
         };
         let ws = match connected {

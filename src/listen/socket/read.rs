@@ -15,8 +15,7 @@ use tokio_tungstenite::tungstenite::{
     self, Message, protocol::CloseFrame, protocol::frame::coding::CloseCode,
 };
 
-/// Frames larger than this are skipped unread (docs/operating.md, "What happens, in order").
-pub const MAX_FRAME_BYTES: usize = 1024 * 1024;
+pub use crate::core::frames::MAX_FRAME_BYTES;
 /// How often, at most, a quiet socket compares the wall clock with the monotonic one
 /// (`core::reconnect::ClockWatch`): a sleep is seen within this much after the wake.
 const CLOCK_LOOK_EVERY: Duration = Duration::from_secs(10);
@@ -402,4 +401,40 @@ pub(super) async fn close_normal(ws: &mut Ws) {
         while let Some(Ok(_)) = ws.next().await {}
     })
     .await;
+}
+
+#[cfg(test)]
+mod size_probe {
+    use super::super::*;
+
+    /// The socket task's future is allocated once per profile for the profile's whole life, at
+    /// the size of its largest state: the dial (the upgrade, TLS, a proxy tunnel) is boxed while
+    /// it runs, so an idle connected profile does not hold its 11 KB. Prints the sizes
+    /// (`--nocapture`).
+    #[tokio::test]
+    async fn the_socket_tasks_lasting_future_is_smaller_than_one_dial() {
+        crate::sys::tls::install_crypto_provider();
+        let api = Api::new("http://127.0.0.1:1", SecretString::from("k".to_string())).unwrap();
+        let params = SocketParams {
+            api_base: "http://127.0.0.1:1".into(),
+            key: SecretString::from("k".to_string()),
+            api,
+            idle_timeout: Duration::from_secs(1),
+            key_refused_retry: Duration::from_secs(1),
+            backoff_scale: 1.0,
+            unreachable_warn_after: Duration::from_secs(1),
+            misconfigured_retry: Duration::from_secs(1),
+            metrics: crate::listen::metrics::Metrics::off(),
+        };
+        let (_ptx, prx) = watch::channel(params.clone());
+        let (_stx, srx) = watch::channel(false);
+        let (etx, _erx) = mpsc::channel(4);
+        let task = std::mem::size_of_val(&run(prx, etx, srx));
+        let dial = std::mem::size_of_val(&dial::connect(&params));
+        eprintln!("socket task future: {task} B; one dial: {dial} B");
+        assert!(
+            task < dial,
+            "the dial is inline in the task: {task} >= {dial}"
+        );
+    }
 }
