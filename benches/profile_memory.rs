@@ -183,6 +183,7 @@ async fn run(base: &str, n: usize, measuring: bool) {
             unreachable_warn_after: Duration::from_secs(60),
             misconfigured_retry: Duration::from_secs(60),
             metrics,
+            pacer: agentchat::listen::pacer::Pacer::shared(1.0),
         };
         let (params_tx, params_rx) = tokio::sync::watch::channel(params);
         let (shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);

@@ -171,9 +171,14 @@ pub async fn run_command(args: ListenArgs) -> anyhow::Result<i32> {
 async fn run_all(args: ListenArgs, env: &HashMap<String, String>) -> anyhow::Result<i32> {
     // Logging first, from the top level (flags over the environment over the file's top level):
     // one log for every profile, each line naming its profile.
-    let (format, level, metrics_addr) = match crate::config::load_top_of_all(&args.config) {
-        Ok(s) => (s.log_format, s.log_level, s.listen.metrics_addr),
-        Err(_) => (LogFormat::Text, "info".to_string(), None),
+    let (format, level, metrics_addr, scale) = match crate::config::load_top_of_all(&args.config) {
+        Ok(s) => (
+            s.log_format,
+            s.log_level,
+            s.listen.metrics_addr,
+            TimeScale(s.time_scale.factor()),
+        ),
+        Err(_) => (LogFormat::Text, "info".to_string(), None, TimeScale(1.0)),
     };
     let filter = args.log_filter().unwrap_or(level);
     if let Err(e) = logging::init(args.log_format.unwrap_or(format), &filter) {
@@ -231,7 +236,7 @@ async fn run_all(args: ListenArgs, env: &HashMap<String, String>) -> anyhow::Res
             tracing::debug!(event = %"open_files_limit", error = %e, "cannot raise the open files limit")
         }
     }
-    host::run_all(args.config, set, host::Endpoint::new(metrics_addr)).await
+    host::run_all(args.config, set, host::Endpoint::new(metrics_addr), scale).await
 }
 
 /// `sysexits.h` EX_CONFIG: the listener cannot start as configured, and starting it again will

@@ -689,3 +689,32 @@ async fn the_watchdog_is_pinged_while_every_idle_profile_turns() {
     l.signal(libc::SIGTERM);
     assert_eq!(l.wait_exit(20.0), Some(0));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_profile_takes_its_new_key_file_without_a_sighup() {
+    let sim = Sim::start(1.0).await;
+    let setup = HostSetup::new(&sim, &["rotated", "steady"]).await;
+    setup.write_key("rotated", "ac_the_old_key_nobody_knows");
+    let l = setup.start(&sim);
+    assert!(
+        eventually(20.0, || setup.status("rotated")["state"] == "key_refused").await,
+        "{}",
+        l.log()
+    );
+    let key = setup.profile("rotated").agent.key.clone();
+    setup.write_key("rotated", &key);
+    assert!(
+        eventually(20.0, || setup.status("rotated")["state"] == "connected").await,
+        "{}\n{}",
+        setup.status("rotated"),
+        l.log()
+    );
+    assert_eq!(
+        events_of(&l, "key_changed", "rotated").len(),
+        1,
+        "{}",
+        l.log()
+    );
+    assert!(events_of(&l, "reload", "rotated").is_empty());
+    assert_eq!(setup.status("steady")["state"], "connected");
+}

@@ -11,6 +11,7 @@ impl Daemon {
             state,
             metrics,
             notify_status,
+            pacer,
         } = start;
         let api = Api::new(&settings.api_base, key.clone())?;
         let now = SystemTime::now();
@@ -59,6 +60,7 @@ impl Daemon {
             pending_reasons: BTreeSet::new(),
             coalescer: Coalescer::new(quiet_ms, max_delay_ms),
             notify_status,
+            pacer,
             status_write_failing: false,
             status_dirty: false,
             status_held: false,

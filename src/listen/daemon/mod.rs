@@ -98,6 +98,8 @@ struct Daemon {
     coalescer: Coalescer,
     /// Tell systemd the state (`STATUS=`): the process's one profile only.
     notify_status: bool,
+    /// The process's connect pacer, handed to every socket task.
+    pacer: super::pacer::Pacer,
     /// The last status write failed (full disk, unwritable dir): logged once per episode.
     status_write_failing: bool,
     /// The status changed since it was last written; the main loop writes it once per turn.
@@ -175,6 +177,8 @@ pub struct Start {
     pub metrics: Arc<Metrics>,
     /// Tell systemd the state (`STATUS=`): only when this is the process's one profile.
     pub notify_status: bool,
+    /// The process's one connect pacer (`listen::pacer`), which every profile's socket passes.
+    pub pacer: super::pacer::Pacer,
 }
 
 /// The listener's link to the host.

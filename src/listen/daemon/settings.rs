@@ -27,7 +27,7 @@ impl Daemon {
             unreachable_warn_after: scale.apply(crate::listen::reach::UNREACHABLE_WARN_AFTER),
             misconfigured_retry: scale.apply(crate::listen::reach::MISCONFIGURED_RETRY),
             metrics: self.metrics.clone(),
-            pacer: crate::listen::pacer::Pacer::shared(scale.0),
+            pacer: self.pacer.clone(),
         }
     }
 
@@ -152,10 +152,16 @@ impl Daemon {
         if self.socket_state != SocketState::KeyRefused {
             return;
         }
-        let Ok(s) = self.source.load() else {
-            return;
+        // One profile of many with a key file reads that file alone: a host whose keys are all
+        // refused (a rotation under way) must not parse the whole config for each profile every
+        // 2 s. A changed `api_key_file` itself is SIGHUP's.
+        let key = match (&self.source, &self.settings.key_source) {
+            (config::Source::OfAll { .. }, config::KeySource::File(path)) => {
+                config::read_key_file(path).ok()
+            }
+            _ => self.source.load().ok().and_then(|s| s.api_key),
         };
-        if let Some(k) = s.api_key
+        if let Some(k) = key
             && k.expose_secret() != self.key.expose_secret()
         {
             tracing::info!(event = %"key_changed", "the API key changed; retrying now");

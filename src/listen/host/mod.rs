@@ -17,8 +17,10 @@ mod signals;
 
 pub(super) use profiles::Prepared;
 
+use super::TimeScale;
 use super::daemon::{self, COMMANDS, Command, Ended, Link, Start};
 use super::metrics::{self, Metrics, Registry};
+use super::pacer::Pacer;
 use crate::config::{self, ConfigArgs, Settings};
 use notify::{Notify, Watchdog};
 use signals::{Asked, Signals};
@@ -80,6 +82,8 @@ struct Host {
     watchdog: Option<Watchdog>,
     /// Turns true when the process stops: the metrics endpoint ends.
     endpoint: watch::Sender<bool>,
+    /// The one connect pacer every profile's socket passes (contract 3.4's per-IP budget).
+    pacer: Pacer,
 }
 
 /// `agentchat listen`: the one profile `args` choose, prepared by `listen::run_command` (its
@@ -91,7 +95,8 @@ pub(super) async fn run_one(
     prepared: Prepared,
 ) -> anyhow::Result<i32> {
     let mut signals = Signals::install()?;
-    let mut host = Host::new(Mode::One(args));
+    let scale = TimeScale(settings.time_scale.factor());
+    let mut host = Host::new(Mode::One(args), scale);
     let name = settings.profile.clone();
     let started = host.start(name, settings, Some(prepared));
     host.serve(&mut signals, vec![started]).await
@@ -100,14 +105,18 @@ pub(super) async fn run_one(
 /// `agentchat listen --all`: every profile `config::load_all` finds. Exit 0 on a stop, and 78
 /// (`config_error_exit_code`) only when nothing can run: the environment or the file as a whole
 /// is wrong, or no profile's settings resolve.
+///
+/// `scale` is the process's test time scale (the top level's, `config::TestTimeScale`), read once:
+/// the connect pacer, which all profiles share, runs by it.
 pub(super) async fn run_all(
     args: ConfigArgs,
     set: config::ProfileSet,
     endpoint: Endpoint,
+    scale: TimeScale,
 ) -> anyhow::Result<i32> {
     let mut signals = Signals::install()?;
     let (addr, registry) = (endpoint.addr, endpoint.registry.clone());
-    let mut host = Host::new(Mode::All(args, endpoint));
+    let mut host = Host::new(Mode::All(args, endpoint), scale);
     if let Some(addr) = addr {
         tokio::spawn(metrics::serve(registry, addr, host.endpoint.subscribe()));
     }
@@ -129,7 +138,7 @@ pub(super) async fn run_all(
 }
 
 impl Host {
-    fn new(mode: Mode) -> Host {
+    fn new(mode: Mode, scale: TimeScale) -> Host {
         let (ends_tx, ends) = mpsc::unbounded_channel();
         let (endpoint, _) = watch::channel(false);
         Host {
@@ -142,6 +151,7 @@ impl Host {
             notify: Notify::from_env(),
             watchdog: None,
             endpoint,
+            pacer: Pacer::new(scale.0),
         }
     }
 
@@ -228,6 +238,7 @@ impl Host {
         let fingerprint = profiles::fingerprint(&settings);
         let ends = self.ends_tx.clone();
         let end_name = name.clone();
+        let pacer = self.pacer.clone();
         let listener = async move {
             let prepared = match prepared {
                 Some(p) => p,
@@ -241,6 +252,7 @@ impl Host {
                 state,
                 metrics,
                 notify_status,
+                pacer,
             };
             let r = daemon::run(start, link).await;
             // The lock outlives the listener: no other can start on this state dir meanwhile.

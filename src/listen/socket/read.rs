@@ -425,6 +425,7 @@ mod size_probe {
             unreachable_warn_after: Duration::from_secs(1),
             misconfigured_retry: Duration::from_secs(1),
             metrics: crate::listen::metrics::Metrics::off(),
+            pacer: crate::listen::pacer::Pacer::shared(1.0),
         };
         let (_ptx, prx) = watch::channel(params.clone());
         let (_stx, srx) = watch::channel(false);
