@@ -7,26 +7,29 @@
 //! # The policy
 //!
 //! A token bucket written as a virtual schedule (GCRA): one attempt per `interval_ms`, up to
-//! `burst` at once after a quiet spell. An attempt that finds a token goes at once (a single
-//! listener's connect is never delayed); one that has to wait is given the next free slot plus a
-//! jitter of up to `jitter_ms`, so the paced attempts of a storm do not land on a metronome's
-//! beat. Slots are handed out in call order and never go backwards, so waiters are served FIFO.
+//! `burst` at once after a quiet spell. An attempt is admitted only at the moment it really goes
+//! (`admit` with the time now): one that finds a token goes at once (a single listener's connect
+//! is never delayed); one that finds none is told how long to wait, the time to the next token
+//! plus a jitter of up to `jitter_ms`, so the paced attempts of a storm do not land on a
+//! metronome's beat, and asks again then. Because the bucket is checked when an attempt goes,
+//! not when it asked, a waiter woken late (a busy process) cannot make attempts bunch beyond the
+//! bound; `listen::pacer` serves the waiters one at a time in the order they came (FIFO).
 //!
 //! # The bound
 //!
-//! Let `T = interval_ms`, `tau = (burst - 1) * T`, `J = jitter_ms < T`. Attempt `i` gets the slot
-//! `s_i = max(now_i, tat_{i-1} - tau)` and goes at `a_i = max(s_i + j_i, a_{i-1})` with
-//! `0 <= j_i < J`; then `tat_i = max(tat_{i-1}, s_i) + T`. Since `tat_i >= tat_{i-1} + T` and
-//! `tat_j >= s_j + T`, for `i > j`: `s_i >= tat_{i-1} - tau >= s_j + (i - j) T - tau`. Slots only
-//! grow, so `a_j <= s_j + J` (by induction), and `a_i >= s_i`. Hence
-//! `a_i - a_j >= (i - j) T - tau - J`. If `n` admitted attempts fall in one closed window of
-//! length `W`, the first and last of them by index differ by at least `n - 1`, and by at most
-//! `W` in time: `(n - 1) T - tau - J <= W`, so `n <= burst + (W + J) / T`, and with `J < T`
-//! and `W` a multiple of `T`: **`n <= burst + W / T`**. For the defaults (`burst` 20, one every
-//! 250 ms, jitter under 125 ms) that is **at most 260 attempts in any 60 s window**, 40 below the
-//! budget's 300: room for a connect's own latency moving attempts closer together on the way to
-//! the server, and for the odd tool on the same host (`max_in_window` computes the bound;
-//! `tests/it/pacing.rs` checks it on random timelines).
+//! Let `T = interval_ms` and `tau = (burst - 1) * T`. Attempt `i` is admitted at `a_i` only if
+//! `a_i >= tat_{i-1} - tau`, and then `tat_i = max(tat_{i-1}, a_i) + T`. So `tat_i >= tat_{i-1} + T`
+//! and `tat_j >= a_j + T`, and for `i > j`:
+//! `a_i >= tat_{i-1} - tau >= tat_j + (i - 1 - j) T - tau >= a_j + (i - j) T - tau`.
+//! If `n` admitted attempts fall in one closed window of length `W`, the first and the last of
+//! them by index are at least `n - 1` apart and at most `W` apart in time:
+//! `(n - 1) T - tau <= W`, so **`n <= burst + W / T`** (rounded down), whatever the jitter and
+//! however late a waiter woke. For the defaults (`burst` 20, one every 250 ms) that is **at most
+//! 260 attempts in any 60 s window**, 40 below the budget's 300: room for a connect's own latency
+//! moving attempts closer together on the way to the server, and for the odd tool on the same
+//! host (`max_in_window` computes the bound; `tests/it/pacing.rs` checks it on random timelines,
+//! late wake-ups included). The jitter costs no rate: while attempts wait the bucket is empty and
+//! `tat` runs ahead of them, so an attempt that went a little late does not move the next slot.
 
 /// The contract's per-IP budget: 300 socket connects a minute (contract 3.4).
 pub const IP_BUDGET_PER_MINUTE: u64 = 300;
@@ -82,13 +85,11 @@ impl PacingPolicy {
     }
 
     /// The most attempts this policy admits in any closed window of `window_ms`
-    /// (`burst + floor((window + jitter) / interval)`, the bound proven in the module's doc).
+    /// (`burst + floor(window / interval)`, the bound proven in the module's doc).
     pub fn max_in_window(&self, window_ms: u64) -> u64 {
-        let t = self.interval_ms.max(1);
-        let jitter = self.jitter_ms.min(t.saturating_sub(1));
         self.burst
             .max(1)
-            .saturating_add(window_ms.saturating_add(jitter) / t)
+            .saturating_add(window_ms / self.interval_ms.max(1))
     }
 
     /// The shortest time in which `n` attempts, all asked for at once, are admitted (the last
@@ -99,14 +100,21 @@ impl PacingPolicy {
     }
 }
 
-/// The pacing state: the virtual schedule and the last admitted time.
+/// What `Pacing::admit` says about an attempt now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Admit {
+    /// Go now: a token was taken.
+    Go,
+    /// No token yet: ask again after this many ms (the next token's time plus the jitter).
+    Wait(u64),
+}
+
+/// The pacing state: the virtual schedule.
 #[derive(Debug, Clone)]
 pub struct Pacing {
     policy: PacingPolicy,
     /// The theoretical arrival time: when the bucket is full again (ms).
     tat: u64,
-    /// The latest admitted time, so a later caller never goes before an earlier one (FIFO).
-    last: u64,
 }
 
 impl Pacing {
@@ -118,7 +126,6 @@ impl Pacing {
                 jitter_ms: policy.jitter_ms.min(policy.interval_ms.saturating_sub(1)),
             },
             tat: 0,
-            last: 0,
         }
     }
 
@@ -126,39 +133,56 @@ impl Pacing {
         self.policy
     }
 
-    /// Reserves the next attempt asked for at `now_ms`, `jitter` in [0, 1): the time it may
-    /// dial, at or after `now_ms`. `now_ms` itself when a token is free and nobody is queued.
-    pub fn admit(&mut self, now_ms: u64, jitter: f64) -> u64 {
+    /// The earliest time a token is free.
+    fn next_token_at(&self) -> u64 {
         let p = self.policy;
-        let tau = (p.burst - 1).saturating_mul(p.interval_ms);
-        let slot = now_ms.max(self.tat.saturating_sub(tau));
-        let at = if slot == now_ms && self.last <= now_ms {
-            now_ms
-        } else {
-            let j = if jitter.is_finite() {
-                jitter.clamp(0.0, 1.0)
-            } else {
-                0.0
-            };
-            let extra = ((p.jitter_ms as f64) * j) as u64;
-            slot.saturating_add(extra.min(p.jitter_ms)).max(self.last)
-        };
-        self.tat = self.tat.max(slot).saturating_add(p.interval_ms);
-        self.last = at;
-        at
+        self.tat
+            .saturating_sub((p.burst - 1).saturating_mul(p.interval_ms))
     }
 
-    /// Whether an attempt asked for at `now_ms` would go at once.
-    pub fn would_go_at(&self, now_ms: u64) -> bool {
+    /// An attempt that would go at `now_ms` (`jitter` in [0, 1)): `Go` takes a token; `Wait`
+    /// takes nothing and says when to ask again.
+    pub fn admit(&mut self, now_ms: u64, jitter: f64) -> Admit {
         let p = self.policy;
-        let tau = (p.burst - 1).saturating_mul(p.interval_ms);
-        self.tat.saturating_sub(tau) <= now_ms && self.last <= now_ms
+        let at = self.next_token_at();
+        if at <= now_ms {
+            self.tat = self.tat.max(now_ms).saturating_add(p.interval_ms);
+            return Admit::Go;
+        }
+        let j = if jitter.is_finite() {
+            jitter.clamp(0.0, 1.0)
+        } else {
+            0.0
+        };
+        let extra = (((p.jitter_ms as f64) * j) as u64).min(p.jitter_ms);
+        Admit::Wait((at - now_ms).saturating_add(extra))
+    }
+
+    /// Whether an attempt at `now_ms` would go at once.
+    pub fn would_go(&self, now_ms: u64) -> bool {
+        self.next_token_at() <= now_ms
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Attempts asked for at `asks` (in order), each served after the one before it went, as
+    /// `listen::pacer` serves them; every wait is woken `late` ms late. The times they went.
+    fn serve(pc: &mut Pacing, asks: &[(u64, f64)], late: u64) -> Vec<u64> {
+        let mut went = Vec::new();
+        let mut free = 0;
+        for &(ask, jitter) in asks {
+            let mut now = ask.max(free);
+            while let Admit::Wait(ms) = pc.admit(now, jitter) {
+                now += ms + late;
+            }
+            went.push(now);
+            free = now;
+        }
+        went
+    }
 
     #[test]
     fn the_default_bound_is_260_a_minute_under_the_budget_of_300() {
@@ -174,33 +198,25 @@ mod tests {
             interval_ms: 100,
             jitter_ms: 0,
         });
-        assert_eq!(pc.admit(1_000, 0.5), 1_000, "the first goes at once");
-        assert_eq!(pc.admit(1_000, 0.5), 1_000);
-        assert_eq!(pc.admit(1_000, 0.5), 1_000);
-        assert_eq!(
-            pc.admit(1_000, 0.5),
-            1_100,
-            "past the burst: one interval on"
-        );
-        assert_eq!(pc.admit(1_000, 0.5), 1_200);
+        let went = serve(&mut pc, &[(1_000, 0.5); 5], 0);
+        assert_eq!(went, vec![1_000, 1_000, 1_000, 1_100, 1_200]);
         // After a quiet spell the burst is back.
-        assert!(pc.would_go_at(10_000));
-        assert_eq!(pc.admit(10_000, 0.9), 10_000);
+        assert!(pc.would_go(10_000));
+        assert_eq!(pc.admit(10_000, 0.9), Admit::Go);
     }
 
     #[test]
-    fn waiting_attempts_are_jittered_within_the_jitter_and_stay_in_order() {
+    fn waiting_attempts_are_jittered_within_the_jitter_without_losing_rate() {
         let mut pc = Pacing::new(PacingPolicy {
-            burst: 1,
+            burst: 2,
             interval_ms: 100,
             jitter_ms: 50,
         });
-        assert_eq!(pc.admit(0, 0.99), 0);
-        let a = pc.admit(0, 0.99);
-        assert!((100..150).contains(&a), "{a}");
-        let b = pc.admit(0, 0.0);
-        assert!(b >= a, "FIFO: {b} after {a}");
-        assert!((200..250).contains(&b), "{b}");
+        let went = serve(&mut pc, &[(0, 0.99); 12], 0);
+        for (i, at) in went.iter().enumerate().skip(2) {
+            let slot = (i as u64 - 1) * 100;
+            assert!((slot..slot + 50).contains(at), "attempt {i} at {at}");
+        }
     }
 
     #[test]
@@ -227,7 +243,7 @@ mod tests {
             interval_ms: 0,
             jitter_ms: 10,
         });
-        assert_eq!(z.admit(u64::MAX, 0.5), u64::MAX);
+        assert_eq!(z.admit(u64::MAX, 0.5), Admit::Go);
         let _ = z.admit(u64::MAX, 0.5);
     }
 }

@@ -3,14 +3,15 @@
 //! process hosting many agents stays under the per-IP connect budget (contract 3.4: 300 a minute,
 //! refused attempts included). The policy and its bound are `core::pacing`.
 //!
-//! Cheap when idle: no task and no timer of its own; an attempt that finds a token goes at once,
-//! one that has to wait sleeps until its slot (its own timer, dropped with it). Fair and FIFO:
-//! slots are handed out in the order `admit` is called and never go backwards. Bounded: each
-//! socket task holds at most one slot at a time, so the queue is at most one per profile. A
-//! waiter that is dropped (shutdown, a reload) leaves its slot unused, which only slows the pace.
+//! Cheap when idle: no task and no timer of its own; an attempt that finds a token goes at once.
+//! Fair and FIFO: the waiters queue on one fair lock (tokio's `Mutex` serves in the order asked);
+//! the one at the head sleeps until the next token (plus jitter) and takes it when it really
+//! goes, so a waiter woken late cannot bunch attempts past the bound (`core::pacing`). Bounded:
+//! each socket task waits for at most one attempt at a time, so the queue is at most one per
+//! profile. A waiter that is dropped (shutdown, a reload) leaves the queue and takes nothing.
 
-use crate::core::pacing::{Pacing, PacingPolicy};
-use std::sync::{Arc, Mutex, OnceLock};
+use crate::core::pacing::{Admit, Pacing, PacingPolicy};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 use tokio::time::Instant;
 
@@ -22,7 +23,8 @@ pub struct Pacer {
 
 #[derive(Debug)]
 struct Inner {
-    pacing: Mutex<Pacing>,
+    pacing: tokio::sync::Mutex<Pacing>,
+    policy: PacingPolicy,
     origin: Instant,
 }
 
@@ -34,9 +36,11 @@ impl Pacer {
     }
 
     pub fn with_policy(policy: PacingPolicy) -> Pacer {
+        let pacing = Pacing::new(policy);
         Pacer {
             inner: Arc::new(Inner {
-                pacing: Mutex::new(Pacing::new(policy)),
+                policy: pacing.policy(),
+                pacing: tokio::sync::Mutex::new(pacing),
                 origin: Instant::now(),
             }),
         }
@@ -50,27 +54,22 @@ impl Pacer {
     }
 
     pub fn policy(&self) -> PacingPolicy {
-        self.lock().policy()
+        self.inner.policy
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Pacing> {
-        // A poisoned lock only means another thread panicked while holding it; the state is
-        // still a valid schedule.
-        self.inner
-            .pacing
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    /// Waits for this attempt's slot; returns how long it waited. At once when a token is free.
+    /// Waits for this attempt's turn and token; returns how long it waited. At once when nobody
+    /// waits and a token is free.
     pub async fn admit(&self) -> Duration {
         let asked = Instant::now();
-        let now_ms = self.ms_since_origin(asked);
-        let at_ms = self.lock().admit(now_ms, fastrand::f64());
-        let wait = Duration::from_millis(at_ms.saturating_sub(now_ms));
-        if !wait.is_zero() {
-            tokio::time::sleep_until(asked + wait).await;
+        let mut pacing = self.inner.pacing.lock().await;
+        loop {
+            let now_ms = self.ms_since_origin(Instant::now());
+            match pacing.admit(now_ms, fastrand::f64()) {
+                Admit::Go => break,
+                Admit::Wait(ms) => tokio::time::sleep(Duration::from_millis(ms)).await,
+            }
         }
+        drop(pacing);
         let waited = asked.elapsed();
         tracing::debug!(
             event = %"connect_paced",
@@ -128,7 +127,7 @@ mod tests {
             let slot = u64::from(i.saturating_sub(1)) * 100;
             let ms = at.as_millis() as u64;
             assert!(
-                ms >= slot && ms <= slot + 40,
+                ms >= slot && ms <= slot + 41,
                 "attempt {i} at {ms} ms, slot {slot}"
             );
         }

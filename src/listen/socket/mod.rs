@@ -210,18 +210,19 @@ impl Task {
         }
     }
 
-    /// Passes the pacer, learns the handle if needed, connects, and reads until the connection
-    /// ends. Every attempt passes the pacer after the delay its last end called for (the
-    /// ordinary backoff, a refused key's retry, a `1013`'s `retry_after`), never instead of it.
+    /// Learns the handle if needed, passes the pacer, connects, and reads until the connection
+    /// ends. Every socket attempt passes the pacer right before it dials (so nothing between the
+    /// two bunches attempts), after the delay its last end called for (the ordinary backoff, a
+    /// refused key's retry, a `1013`'s `retry_after`), never instead of it.
     async fn one_connection(&mut self, params: &SocketParams) -> Ended {
+        if let Err(ended) = self.learn_handle(params).await {
+            return ended;
+        }
         if or_shutdown(params.pacer.admit(), &mut self.shutdown)
             .await
             .is_none()
         {
             return Ended::Shutdown;
-        }
-        if let Err(ended) = self.learn_handle(params).await {
-            return ended;
         }
         let started = Instant::now();
         let Some(connected) = or_shutdown(Box::pin(connect(params)), &mut self.shutdown).await
