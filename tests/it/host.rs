@@ -387,7 +387,13 @@ async fn sigterm_stops_every_profile_and_each_run_gets_its_grace() {
     }
     for name in names {
         assert!(
-            eventually(20.0, || setup.profile(name).rec.count() == 1).await,
+            eventually(20.0, || !setup
+                .profile(name)
+                .rec
+                .file("pid", 1)
+                .trim()
+                .is_empty())
+            .await,
             "{}",
             l.log()
         );
@@ -427,7 +433,15 @@ async fn a_second_sigterm_kills_every_profiles_run_now() {
             .await;
     }
     for name in names {
-        assert!(eventually(20.0, || setup.profile(name).rec.count() == 1).await);
+        assert!(
+            eventually(20.0, || !setup
+                .profile(name)
+                .rec
+                .file("pid", 1)
+                .trim()
+                .is_empty())
+            .await
+        );
     }
     l.signal(libc::SIGTERM);
     assert!(
