@@ -566,3 +566,64 @@ async fn a_thousand_profiles_start_and_come_back_after_a_sim_restart_with_no_101
     eprintln!("pacing: reconnects by reason: {why:?}");
     drop(host);
 }
+
+// ------------------------------------------------------------------ the conformance fixture
+
+/// `conformance/connect-pacing.cases.json`: the default policy, its bound at contract speed and
+/// under test time scales, and served sequences of attempts with the time each went.
+#[test]
+fn connect_pacing_cases_give_the_bound_and_the_times_each_attempt_went() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("conformance/connect-pacing.cases.json");
+    let doc: Value = serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
+    let p = PacingPolicy::default();
+    assert_eq!(doc["policy"]["burst"], p.burst);
+    assert_eq!(doc["policy"]["interval_ms"], p.interval_ms);
+    assert_eq!(doc["policy"]["jitter_ms"], p.jitter_ms);
+    let budget = doc["budget_per_minute"].as_u64().unwrap();
+    assert_eq!(budget, IP_BUDGET_PER_MINUTE);
+    let mut failures = Vec::new();
+    for b in doc["bounds"].as_array().unwrap() {
+        assert!(!b["description"].as_str().unwrap().is_empty());
+        let s = p.scaled(b["scale"].as_f64().unwrap());
+        let window = b["window_ms"].as_u64().unwrap();
+        let got = (s.interval_ms, s.jitter_ms, s.max_in_window(window));
+        let want = (
+            b["interval_ms"].as_u64().unwrap(),
+            b["jitter_ms"].as_u64().unwrap(),
+            b["max_in_window"].as_u64().unwrap(),
+        );
+        if got != want || got.2 >= budget {
+            failures.push(format!(
+                "bound at scale {}: {got:?}, want {want:?}",
+                b["scale"]
+            ));
+        }
+    }
+    for c in doc["cases"].as_array().unwrap() {
+        let what = c["description"].as_str().unwrap();
+        assert!(!what.is_empty());
+        let mut gaps = Vec::new();
+        let mut last_at = 0;
+        for a in c["asks"].as_array().unwrap() {
+            let at = a["at_ms"].as_u64().unwrap();
+            for i in 0..a["count"].as_u64().unwrap() {
+                // `serve` takes gaps between asks.
+                let gap = if i == 0 { at - last_at } else { 0 };
+                gaps.push((gap, a["jitter"].as_f64().unwrap(), 0));
+            }
+            last_at = at;
+        }
+        let went = serve(&mut Pacing::new(p), &gaps, 1.0);
+        let want: Vec<u64> = c["went_ms"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_u64().unwrap())
+            .collect();
+        if went != want {
+            failures.push(format!("{what}: went {went:?}, want {want:?}"));
+        }
+    }
+    assert!(failures.is_empty(), "{failures:#?}");
+}
