@@ -384,3 +384,62 @@ async fn status_all_without_units_says_not_installed_and_never_repeats_a_manager
     assert!(!text.contains("no service manager answers"), "{text}");
     assert!(!text.contains("bus"), "{text}");
 }
+
+/// A profile without a unit of its own that the one-process unit runs shows that unit in
+/// `status --all`; `default`, which `listen --all` skips without a key of its own, does not.
+#[tokio::test]
+async fn status_all_shows_the_one_process_unit_for_the_profiles_it_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path();
+    for p in ["work", "ops"] {
+        let key = home.join(format!("{p}.key"));
+        std::fs::write(&key, format!("ac_live_{p}_0123456789\n")).unwrap();
+        std::fs::set_permissions(&key, std::os::unix::fs::PermissionsExt::from_mode(0o600))
+            .unwrap();
+    }
+    let config = home.join("config.toml");
+    std::fs::write(
+        &config,
+        "[listen]\nruntime = \"script\"\ncommand = [\"/bin/true\"]\n\
+         [profiles.work]\napi_key_file = \"work.key\"\n\
+         [profiles.ops]\napi_key_file = \"ops.key\"\n",
+    )
+    .unwrap();
+    let out = isolated(
+        home,
+        &[
+            "service",
+            "install",
+            "--all",
+            "--one-process",
+            "--kind",
+            "systemd",
+            "--config",
+        ],
+    )
+    .arg(&config)
+    .output()
+    .await
+    .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (_, doc) = status_all(home, &config).await;
+    for p in ["work", "ops"] {
+        let r = row(&doc, p);
+        assert_eq!(r["unit"], "agentchat-host.service", "{r}");
+        assert_eq!(r["service"], "installed, manager not asked", "{r}");
+        assert!(
+            r["unit_file"]
+                .as_str()
+                .unwrap()
+                .ends_with("units/agentchat-host.service"),
+            "{r}"
+        );
+    }
+    let d = row(&doc, "default");
+    assert_eq!(d["service"], "not installed", "{d}");
+    assert_eq!(d["unit"], "agentchat-listen@default.service", "{d}");
+}

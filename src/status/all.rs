@@ -1,0 +1,385 @@
+//! `agentchat status --all`: a row per profile the config names (and per state dir a live
+//! listener holds), with its service unit: the profile's own, or the one-process unit that runs
+//! it (`service install --all --one-process`, src/service/host.rs).
+
+use super::{JSON_VERSION, Liveness, StatusArgs, assess, parse_time, relative};
+use crate::config::ConfigArgs;
+use crate::listen::state_dir::StateDir;
+use crate::sys::process::pid_alive;
+use serde_json::json;
+use std::time::SystemTime;
+
+/// The profiles a config file names: `default` (its top level) and every `[profiles.<name>]`.
+/// Without a config file, only `default`.
+pub fn configured_profiles(config: &ConfigArgs) -> anyhow::Result<Vec<String>> {
+    let env = crate::config::process_env();
+    let mut out = vec![crate::config::DEFAULT_PROFILE.to_string()];
+    let Some((path, named)) = crate::config::config_file_path(config, &env) else {
+        return Ok(out);
+    };
+    let text = match std::fs::read_to_string(&path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound && !named => return Ok(out),
+        Err(e) => anyhow::bail!("cannot read config file {}: {e}", path.display()),
+    };
+    // The whole file is checked (and its errors named) when each profile is loaded; here only the
+    // names are wanted.
+    let table: toml::Table = text
+        .parse()
+        .map_err(|_| anyhow::anyhow!("config file {} is not valid TOML", path.display()))?;
+    if let Some(profiles) = table.get("profiles").and_then(toml::Value::as_table) {
+        for name in profiles.keys() {
+            if !out.contains(name) {
+                out.push(name.clone());
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Whether the config file's top level names a key of its own (`api_key_file` or `api_key`), so
+/// `listen --all` runs `default` too (config::load_all); the key itself is never read.
+fn top_level_names_a_key(config: &ConfigArgs) -> bool {
+    let env = crate::config::process_env();
+    crate::config::config_file_path(config, &env)
+        .and_then(|(path, _)| std::fs::read_to_string(path).ok())
+        .and_then(|text| text.parse::<toml::Table>().ok())
+        .is_some_and(|t| t.contains_key("api_key_file") || t.contains_key("api_key"))
+}
+
+/// State dirs under the default state base whose lock a live process holds, with that pid: the
+/// listeners running for profiles the config does not (or no longer) name.
+fn locked_state_dirs() -> Vec<(String, std::path::PathBuf, u32)> {
+    let env = crate::config::process_env();
+    let Some(base) = crate::config::default_state_base(&env) else {
+        return Vec::new();
+    };
+    let Ok(entries) = std::fs::read_dir(&base) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for e in entries.flatten() {
+        let dir = e.path();
+        let lock = dir.join(crate::listen::state_dir::LOCK_FILE);
+        let pid = std::fs::read_to_string(&lock)
+            .ok()
+            .and_then(|s| s.trim().parse::<u32>().ok());
+        if let Some(pid) = pid.filter(|p| pid_alive(u64::from(*p)))
+            && let Some(name) = dir.file_name().and_then(|n| n.to_str())
+        {
+            out.push((name.to_string(), dir.clone(), pid));
+        }
+    }
+    out.sort();
+    out
+}
+
+/// One row of `status --all`.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Row {
+    pub profile: String,
+    /// Named by the config (else found by its live lock only).
+    pub configured: bool,
+    pub state_dir: std::path::PathBuf,
+    pub running: bool,
+    pub stale: bool,
+    pub handle: Option<String>,
+    pub state: Option<String>,
+    pub since: Option<String>,
+    /// The last cycle's outcome (`completed`, `failed`, `unusable`, `no_run`).
+    pub last_outcome: Option<String>,
+    /// The profile's systemd unit or launchd label.
+    pub unit: String,
+    /// Where its unit file is, when `service install` wrote one.
+    pub unit_file: Option<std::path::PathBuf>,
+    /// The unit in a few words: `not installed`, `enabled, running`, `disabled, inactive`,
+    /// `installed, manager not asked`, `installed, no manager answers` (the manager's reason is
+    /// said once for the whole table: `service_manager`).
+    pub service: String,
+    /// Why the row could not be read (a config error for this profile, a damaged status file).
+    pub error: Option<String>,
+}
+
+/// The unit that runs `profile`: its own when `service install` wrote one, else the one-process
+/// unit when that is written and `listen --all` runs the profile (`hosted`: src/service/host.rs);
+/// with the way to ask the manager about it.
+fn unit_of(
+    profile: &str,
+    hosted: bool,
+) -> (
+    String,
+    Option<std::path::PathBuf>,
+    Box<dyn FnOnce() -> crate::service::ManagerView>,
+) {
+    use crate::service::{ServiceKind, host_manager_view, host_unit, host_unit_path, manager_view};
+    let kind = ServiceKind::native();
+    let own = match kind {
+        ServiceKind::Systemd => crate::service::systemd_unit_name(profile),
+        ServiceKind::Launchd => crate::service::launchd_label(profile),
+    };
+    if let Some(file) = crate::service::unit_path(kind, profile)
+        .ok()
+        .filter(|p| p.is_file())
+    {
+        let profile = profile.to_string();
+        return (
+            own,
+            Some(file),
+            Box::new(move || manager_view(kind, &profile)),
+        );
+    }
+    match host_unit_path(kind).ok().filter(|p| hosted && p.is_file()) {
+        Some(file) => (
+            host_unit(kind),
+            Some(file),
+            Box::new(move || host_manager_view(kind)),
+        ),
+        None => (own, None, Box::new(move || manager_view(kind, ""))),
+    }
+}
+
+/// The row, and the service manager's error if it was asked and did not answer.
+fn row_for(
+    profile: &str,
+    configured: bool,
+    state_dir: std::path::PathBuf,
+    error: Option<String>,
+    hosted: bool,
+) -> (Row, Option<String>) {
+    let (status, error) = match StateDir::at(&state_dir).read_status() {
+        Ok(s) => (s, error),
+        Err(e) => (None, error.or(Some(e.to_string()))),
+    };
+    let liveness = status
+        .as_ref()
+        .map(|s| assess(s, pid_alive(u64::from(s.pid)), SystemTime::now()));
+    let (unit, unit_file, view) = unit_of(profile, hosted);
+    // No unit file, nothing to ask the manager about: that keeps its error (a user manager that
+    // does not run) out of every row of a machine that never installed one.
+    let (service, manager_error) = match &unit_file {
+        None => ("not installed".to_string(), None),
+        Some(_) => match view() {
+            crate::service::ManagerView::NotAsked => {
+                ("installed, manager not asked".to_string(), None)
+            }
+            crate::service::ManagerView::Unreachable(why) => {
+                ("installed, no manager answers".to_string(), Some(why))
+            }
+            crate::service::ManagerView::Answered {
+                enabled_word,
+                active_word,
+                ..
+            } => (format!("{enabled_word}, {active_word}"), None),
+        },
+    };
+    let row = Row {
+        profile: profile.to_string(),
+        configured,
+        state_dir,
+        running: liveness == Some(Liveness::Running),
+        stale: liveness == Some(Liveness::Stale),
+        handle: status.as_ref().and_then(|s| s.handle.clone()),
+        state: status.as_ref().map(|s| s.state.as_str().to_string()),
+        since: status
+            .as_ref()
+            .map(|s| s.since.clone())
+            .filter(|s| !s.is_empty()),
+        last_outcome: status
+            .as_ref()
+            .and_then(|s| s.last_cycle.as_ref())
+            .and_then(|c| c.outcome)
+            .map(|o| o.as_str().to_string()),
+        unit,
+        unit_file,
+        service,
+        error,
+    };
+    (row, manager_error)
+}
+
+/// Pure: the table `status --all` prints: columns as wide as their widest cell, two spaces
+/// apart, every header in capitals; `manager_error` (the service manager's reason for not
+/// answering, asked only about installed units) once under the table.
+pub fn render_rows(rows: &[Row], manager_error: Option<&str>, now: SystemTime) -> String {
+    let header = [
+        "PROFILE", "HANDLE", "LISTENER", "STATE", "SINCE", "LAST RUN", "SERVICE",
+    ];
+    let mut table: Vec<Vec<String>> = vec![header.iter().map(|h| h.to_string()).collect()];
+    for r in rows {
+        let listener = if r.running {
+            "running"
+        } else if r.stale {
+            "stuck"
+        } else {
+            "stopped"
+        };
+        let mut profile = r.profile.clone();
+        if !r.configured {
+            profile.push('*');
+        }
+        let since = r.since.as_deref().and_then(parse_time);
+        table.push(vec![
+            profile,
+            r.handle.clone().unwrap_or_else(|| "-".into()),
+            listener.to_string(),
+            r.state.clone().unwrap_or_else(|| "never ran".into()),
+            since.map_or_else(|| "-".into(), |t| relative(t, now)),
+            r.last_outcome.clone().unwrap_or_else(|| "-".into()),
+            r.service.clone(),
+        ]);
+    }
+    let mut widths = [0usize; 7];
+    for line in &table {
+        for (w, cell) in widths.iter_mut().zip(line) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let mut out = Vec::new();
+    for (i, line) in table.iter().enumerate() {
+        let cells: Vec<String> = line
+            .iter()
+            .zip(widths)
+            .map(|(cell, w)| format!("{cell:<w$}"))
+            .collect();
+        out.push(cells.join("  ").trim_end().to_string());
+        if let Some(e) = i.checked_sub(1).and_then(|r| rows.get(r)?.error.as_ref()) {
+            out.push(format!(
+                "  {}: {e}",
+                line.first().map_or("", String::as_str)
+            ));
+        }
+    }
+    if rows.iter().any(|r| !r.configured) {
+        out.push("* not in the config: found by the live lock in its state dir".to_string());
+    }
+    if let Some(why) = manager_error {
+        out.push(format!(
+            "service manager: no service manager answers ({why})"
+        ));
+    }
+    out.join("\n")
+}
+
+/// `status --all`: a row per configured profile, then per state dir with a live lock that no
+/// configured profile uses. Exit 0 only when every configured profile's listener runs.
+pub(super) fn run_all(args: &StatusArgs) -> anyhow::Result<i32> {
+    if args.state_dir.is_some()
+        || std::env::var_os("AGENTCHAT_STATE_DIR").is_some_and(|v| !v.is_empty())
+    {
+        anyhow::bail!(
+            "--all reads each profile's own state dir; drop --state-dir and unset AGENTCHAT_STATE_DIR"
+        );
+    }
+    let mut rows = Vec::new();
+    let default_hosted = top_level_names_a_key(&args.config_args());
+    for profile in configured_profiles(&args.config_args())? {
+        // The profiles `listen --all` runs (config::load_all): `default` only with a key of its own.
+        let hosted = profile != crate::config::DEFAULT_PROFILE || default_hosted;
+        let one = ConfigArgs {
+            profile: Some(profile.clone()),
+            ..args.config_args()
+        };
+        match crate::config::load_unkeyed(&one) {
+            Ok(settings) => rows.push(row_for(&profile, true, settings.state_dir, None, hosted)),
+            Err(e) => {
+                let env = crate::config::process_env();
+                let dir = crate::config::default_state_base(&env)
+                    .unwrap_or_default()
+                    .join(&profile);
+                rows.push(row_for(&profile, true, dir, Some(e.to_string()), hosted));
+            }
+        }
+    }
+    for (name, dir, _pid) in locked_state_dirs() {
+        if !rows.iter().any(|(r, _)| r.state_dir == dir) {
+            rows.push(row_for(&name, false, dir, None, false));
+        }
+    }
+    let manager_error = rows.iter().find_map(|(_, e)| e.clone());
+    let rows: Vec<Row> = rows.into_iter().map(|(r, _)| r).collect();
+    let all_running = rows.iter().filter(|r| r.configured).all(|r| r.running);
+    if args.json {
+        let out = json!({
+            "version": JSON_VERSION,
+            "all_running": all_running,
+            "service_manager_error": manager_error,
+            "profiles": rows,
+        });
+        println!("{}", serde_json::to_string_pretty(&out)?);
+    } else {
+        let now = SystemTime::now();
+        println!("{}", render_rows(&rows, manager_error.as_deref(), now));
+    }
+    Ok(if all_running { 0 } else { 3 })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(profile: &str, handle: &str, service: &str, error: Option<&str>) -> Row {
+        Row {
+            profile: profile.into(),
+            configured: profile != "extra",
+            state_dir: "/s".into(),
+            running: true,
+            stale: false,
+            handle: Some(handle.into()),
+            state: Some("connected".into()),
+            since: Some("2026-11-30T11:57:00.123Z".into()),
+            last_outcome: Some("completed".into()),
+            unit: format!("agentchat-listen-{profile}.service"),
+            unit_file: None,
+            service: service.into(),
+            error: error.map(String::from),
+        }
+    }
+
+    #[test]
+    fn the_all_table_aligns_every_column_and_says_the_managers_error_once() {
+        let now = humantime::parse_rfc3339("2026-11-30T12:00:00Z").unwrap();
+        let rows = [
+            row(
+                "default",
+                "@a-very-long-handle-indeed",
+                "not installed",
+                None,
+            ),
+            row(
+                "work",
+                "@b",
+                "installed, no manager answers",
+                Some("bad file"),
+            ),
+            row("extra", "@c", "not installed", None),
+        ];
+        let text = render_rows(&rows, Some("Failed to connect to bus"), now);
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(lines[0].starts_with("PROFILE  HANDLE"), "{text}");
+        assert_eq!(lines[0], lines[0].to_uppercase(), "{text}");
+        // Every column starts where its header does.
+        for header in [
+            "HANDLE", "LISTENER", "STATE", "SINCE", "LAST RUN", "SERVICE",
+        ] {
+            let col = lines[0].find(header).unwrap();
+            for line in [lines[1], lines[2], lines[4]] {
+                let before = line.get(..col).unwrap();
+                assert!(before.ends_with("  "), "{header} in {line:?}\n{text}");
+                assert_ne!(line.get(col..col + 1), Some(" "), "{header}\n{text}");
+            }
+        }
+        assert!(lines[1].contains("  2 min ago  "), "{text}");
+        assert_eq!(lines[3], "  work: bad file");
+        assert!(lines[4].starts_with("extra*"), "{text}");
+        assert_eq!(
+            text.matches("Failed to connect to bus").count(),
+            1,
+            "{text}"
+        );
+        assert!(
+            text.ends_with(
+                "service manager: no service manager answers (Failed to connect to bus)"
+            )
+        );
+    }
+}
