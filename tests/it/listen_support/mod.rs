@@ -46,6 +46,9 @@ impl Sim {
 
     /// The control API of a sim running elsewhere (an `agentchat sim` child process).
     pub fn external(api_base: &str) -> Sim {
+        // reqwest's client needs the process's rustls provider; a test that runs alone has no
+        // other step that installs it.
+        agentchat::sys::tls::install_crypto_provider();
         Sim {
             api_base: api_base.to_string(),
             http: reqwest::Client::new(),
