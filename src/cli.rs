@@ -38,6 +38,7 @@ const LISTEN_HELP: &str = concat!(
     "
   AGENTCHAT_LOG         log level or filter, e.g. debug (else log_level in the config)
   AGENTCHAT_LOG_FORMAT  text | json (--log-format)
+  AGENTCHAT_LOG_STREAM  stderr (the default) | stdout: where the log's lines go
   AGENTCHAT_METRICS_ADDR  serve /metrics, /healthz, /readyz here (--metrics-addr)
   AGENTCHAT_INTEGRATION off: exit 0 at once without listening
 

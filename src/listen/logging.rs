@@ -1,4 +1,4 @@
-//! Logs: `tracing` to stderr, text for people or JSON for machines. The filter is the settings'
+//! Logs: `tracing` to stderr (or stdout: `AGENTCHAT_LOG_STREAM`), text for people or JSON for machines. The filter is the settings'
 //! `log_level` (`--log-level`/`-v`/`-q` over `AGENTCHAT_LOG` over the config's `log_level`,
 //! checked by `config::value::log_filter`: a level such as `debug`, or `target=level` directives
 //! such as `agentchat=debug,info`). Every line the listener writes carries an `event` field so
@@ -50,7 +50,35 @@ pub const TEXT_HIDDEN: &[(&str, &[&str])] = &[
 
 /// Starts logging with `filter` (a `log_level` from the settings; a filter that did not come
 /// through config is checked here too).
+/// Where the log's lines go: stderr (the default, what systemd and launchd collect), or stdout
+/// (`AGENTCHAT_LOG_STREAM=stdout`: a container whose engine reads the log from stdout).
+pub const LOG_STREAM: &str = "AGENTCHAT_LOG_STREAM";
+
+/// Whether `AGENTCHAT_LOG_STREAM` asks for stdout: unset, empty or `stderr` is stderr, `stdout` is
+/// stdout, anything else is an error naming the variable.
+pub fn to_stdout(env: &std::collections::HashMap<String, String>) -> anyhow::Result<bool> {
+    match env
+        .get(LOG_STREAM)
+        .map(|v| v.trim().to_ascii_lowercase())
+        .as_deref()
+    {
+        None | Some("") | Some("stderr") => Ok(false),
+        Some("stdout") => Ok(true),
+        Some(_) => anyhow::bail!("bad {LOG_STREAM}: expected stdout or stderr"),
+    }
+}
+
+/// The writer for the log's lines: stdout or stderr, one type for both layers.
+fn writer(stdout: bool) -> tracing_subscriber::fmt::writer::BoxMakeWriter {
+    if stdout {
+        tracing_subscriber::fmt::writer::BoxMakeWriter::new(std::io::stdout)
+    } else {
+        tracing_subscriber::fmt::writer::BoxMakeWriter::new(std::io::stderr)
+    }
+}
+
 pub fn init(format: LogFormat, filter: &str) -> anyhow::Result<()> {
+    let stdout = to_stdout(&crate::config::process_env())?;
     let filter = match filter.trim() {
         "" => "info",
         f => f,
@@ -74,16 +102,16 @@ pub fn init(format: LogFormat, filter: &str) -> anyhow::Result<()> {
                             .with_current_span(false)
                             .with_span_list(false),
                     ))
-                    .with_writer(std::io::stderr),
+                    .with_writer(writer(stdout)),
             )
             .try_init(),
         LogFormat::Text => registry
             .with(
                 tracing_subscriber::fmt::layer()
                     .event_format(PeopleFormat {
-                        journal: stderr_is_journal(),
+                        journal: !stdout && stderr_is_journal(),
                     })
-                    .with_writer(std::io::stderr),
+                    .with_writer(writer(stdout)),
             )
             .try_init(),
     };
@@ -411,6 +439,21 @@ fn push_value(out: &mut String, text: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_log_stream_is_stderr_unless_stdout_is_asked_for_and_anything_else_is_named() {
+        let env =
+            |v: &str| std::collections::HashMap::from([(LOG_STREAM.to_string(), v.to_string())]);
+        assert!(!to_stdout(&Default::default()).unwrap());
+        assert!(!to_stdout(&env("")).unwrap());
+        assert!(!to_stdout(&env("stderr")).unwrap());
+        assert!(to_stdout(&env("STDOUT")).unwrap());
+        let e = to_stdout(&env("journal")).unwrap_err().to_string();
+        assert!(
+            e.contains("AGENTCHAT_LOG_STREAM") && e.contains("stdout or stderr"),
+            "{e}"
+        );
+    }
     use std::sync::{Arc, Mutex};
     use tracing_subscriber::fmt::MakeWriter;
 

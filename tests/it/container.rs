@@ -312,7 +312,7 @@ fn chown(path: &std::path::Path, uid: u32, gid: u32) {
 /// the sim on loopback as a Kubernetes pod would run it: the config mounted read-only, the key a
 /// root-owned 0440 file of the listener's group (a Secret under `fsGroup`), the state on a volume.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_scratch_image_runs_the_listener_as_non_root_answers_probes_wakes_a_script_run_and_stops_with_0()
+async fn the_scratch_image_runs_the_listener_as_non_root_answers_probes_wakes_a_script_run_logs_json_on_stdout_and_stops_with_0()
  {
     let test = "the_scratch_image_runs_the_listener_as_non_root_answers_probes_wakes_a_script_run_and_stops_with_0";
     let Some(podman) = Podman::find(test) else {
@@ -577,6 +577,14 @@ api_key_file = "/run/secrets/agentchat/carol.key"
     use std::os::unix::fs::MetadataExt;
     assert_eq!(std::fs::metadata(&status_path).unwrap().uid(), IMAGE_UID);
 
+    // The log is on stdout (the image sets AGENTCHAT_LOG_STREAM=stdout), where a container
+    // engine's log reader looks first.
+    let on_stdout = std::fs::read_to_string(&run.out).unwrap_or_default();
+    assert!(
+        on_stdout.contains("\"event\":\"cycle_end\""),
+        "no log lines on stdout:\n{}",
+        run.log()
+    );
     // Every log line is one JSON object, and none holds the key or the message.
     let log = run.log();
     let lines: Vec<&str> = log.lines().filter(|l| !l.trim().is_empty()).collect();
