@@ -30,7 +30,7 @@ pub async fn run(
         api: api.clone(),
         idle_timeout: settings.listen.idle_timeout,
         key_refused_retry: crate::core::reconnect::KEY_REFUSED_RETRY,
-        backoff_scale: scale.0,
+        scale,
         unreachable_warn_after: super::reach::UNREACHABLE_WARN_AFTER,
         misconfigured_retry: super::reach::MISCONFIGURED_RETRY,
         metrics: super::metrics::Metrics::off(),

@@ -23,7 +23,7 @@ impl Daemon {
             api: self.api.clone(),
             idle_timeout: self.settings.listen.idle_timeout,
             key_refused_retry: scale.apply(crate::core::reconnect::KEY_REFUSED_RETRY),
-            backoff_scale: scale.0,
+            scale,
             unreachable_warn_after: scale.apply(crate::listen::reach::UNREACHABLE_WARN_AFTER),
             misconfigured_retry: scale.apply(crate::listen::reach::MISCONFIGURED_RETRY),
             metrics: self.metrics.clone(),

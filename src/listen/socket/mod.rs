@@ -41,7 +41,7 @@ pub struct SocketParams {
     /// The test time scale in effect (1 unless `api_base` is a loopback address,
     /// `config::TestTimeScale`): divides the ordinary backoff, never the server's `retry_after`
     /// (`core::reconnect::delay_after`).
-    pub backoff_scale: f64,
+    pub scale: crate::listen::TimeScale,
     /// How long nothing may answer before the log says so at WARN (`reach`).
     pub unreachable_warn_after: Duration,
     /// The wait between attempts while `api_base` answers as something other than AgentChat.
@@ -279,7 +279,7 @@ impl Task {
             &mut self.backoff,
             params.key_refused_retry,
             fastrand::f64(),
-            params.backoff_scale,
+            params.scale.0,
         )
     }
 
