@@ -263,15 +263,7 @@ fn prepare(
         .log_filter()
         .unwrap_or_else(|| settings.log_level.clone());
     logging::init(args.log_format.unwrap_or(settings.log_format), &filter)?;
-    // A missing key ends the start below with its own line; the advice would say it twice.
-    if settings.api_key.is_some() {
-        for line in crate::config::advice(&settings) {
-            tracing::warn!(event = %"config_advice", "{line}");
-        }
-    }
-    if let Some(line) = settings.time_scale.notice() {
-        tracing::info!(event = %"test_time_scale", "{line}");
-    }
+    announce_settings(&settings);
     let Some(key) = settings.api_key.clone() else {
         anyhow::bail!(
             "no API key: set AGENTCHAT_API_KEY, or api_key_file in the config (profile `{}`)",
@@ -280,6 +272,20 @@ fn prepare(
     };
     let state = state_dir::StateDir::open(&settings.state_dir)?;
     Ok((settings, key, state))
+}
+
+/// What a profile's settings call for at its start: the config's advice (`config::advice`) and
+/// the test time scale's notice. Without a key the advice is left out: the start ends with the
+/// missing key's own line, and the advice would say it twice.
+pub(crate) fn announce_settings(settings: &crate::config::Settings) {
+    if settings.api_key.is_some() {
+        for line in crate::config::advice(settings) {
+            tracing::warn!(event = %"config_advice", "{line}");
+        }
+    }
+    if let Some(line) = settings.time_scale.notice() {
+        tracing::info!(event = %"test_time_scale", "{line}");
+    }
 }
 
 /// Says why the listener cannot start and picks the exit code a service manager will not answer

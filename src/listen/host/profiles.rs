@@ -18,14 +18,7 @@ pub(in crate::listen) struct Prepared {
 /// starts (`listen::run_command`): advice, the key, the state dir, its lock, the leftover run.
 /// An error is this profile's alone, said in its log line (the others run on).
 pub(super) async fn prepare(settings: &Settings) -> anyhow::Result<Prepared> {
-    if settings.api_key.is_some() {
-        for line in crate::config::advice(settings) {
-            tracing::warn!(event = %"config_advice", "{line}");
-        }
-    }
-    if let Some(line) = settings.time_scale.notice() {
-        tracing::info!(event = %"test_time_scale", "{line}");
-    }
+    crate::listen::announce_settings(settings);
     let Some(key) = settings.api_key.clone() else {
         anyhow::bail!(
             "no API key: set api_key_file in [profiles.{}] of the config",
