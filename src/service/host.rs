@@ -76,14 +76,12 @@ impl HostSpec {
     }
 
     pub fn environment(&self) -> Vec<(String, String)> {
-        let mut env = vec![("PATH".to_string(), self.path_env.clone())];
-        env.extend(self.xdg_env.iter().cloned());
-        env
+        super::unit_environment(&self.path_env, &self.xdg_env)
     }
 
-    /// The largest run grace plus the room `UnitSpec::stop_timeout_secs` leaves.
+    /// The largest run grace plus the room a profile's unit leaves (`super::stop_timeout_secs`).
     pub fn stop_timeout_secs(&self) -> u64 {
-        self.kill_grace_secs.saturating_add(30)
+        super::stop_timeout_secs(self.kill_grace_secs)
     }
 
     pub fn limit_nofile(&self) -> u64 {

@@ -149,16 +149,29 @@ impl UnitSpec {
 
     /// The variables the unit sets for the listener: PATH, then the XDG base dirs.
     pub fn environment(&self) -> Vec<(String, String)> {
-        let mut env = vec![("PATH".to_string(), self.path_env.clone())];
-        env.extend(self.xdg_env.iter().cloned());
-        env
+        unit_environment(&self.path_env, &self.xdg_env)
     }
 
-    /// Stop timeout: the run's grace plus room for the socket close and status write.
-    /// Saturating: a grace of "1000 years" must not overflow (a panic in debug builds).
     pub fn stop_timeout_secs(&self) -> u64 {
-        self.kill_grace_secs.saturating_add(30)
+        stop_timeout_secs(self.kill_grace_secs)
     }
+}
+
+/// The variables a unit (a profile's or the one-process unit) sets for the listener: PATH, then
+/// the XDG base dirs.
+pub(crate) fn unit_environment(
+    path_env: &str,
+    xdg_env: &[(String, String)],
+) -> Vec<(String, String)> {
+    let mut env = vec![("PATH".to_string(), path_env.to_string())];
+    env.extend(xdg_env.iter().cloned());
+    env
+}
+
+/// Stop timeout: the run's grace plus room for the socket close and status write.
+/// Saturating: a grace of "1000 years" must not overflow (a panic in debug builds).
+pub(crate) fn stop_timeout_secs(kill_grace_secs: u64) -> u64 {
+    kill_grace_secs.saturating_add(30)
 }
 
 /// The unit's PATH: the installing shell's entries in their order, each once, without empty
