@@ -332,6 +332,7 @@ const FLAG_OF: &[(&str, Option<&str>)] = &[
     ("AGENTCHAT_DOORBELL", None),
     ("AGENTCHAT_TEST_TIME_SCALE", None),
     ("AGENTCHAT_ALLOW_CLEARTEXT", None),
+    ("AGENTCHAT_LOG_STREAM", None),
 ];
 
 /// The help line of `flag` in `help` (clap writes one line per option).
