@@ -84,6 +84,26 @@ impl HostSetup {
         self.profiles.iter().find(|p| p.name == name).unwrap()
     }
 
+    /// The pid the profile's first run wrote (empty until the run has started).
+    fn run_pid_text(&self, name: &str) -> String {
+        self.profile(name).rec.file("pid", 1).trim().to_string()
+    }
+
+    fn run_pid(&self, name: &str) -> i32 {
+        self.run_pid_text(name).parse().unwrap()
+    }
+
+    /// Waits until each of `names` has a run going (its pid file written).
+    async fn runs_started(&self, names: &[&str], l: &Listener) {
+        for name in names {
+            assert!(
+                eventually(20.0, || !self.run_pid_text(name).is_empty()).await,
+                "{name}'s run never started:\n{}",
+                l.log()
+            );
+        }
+    }
+
     fn state_home(&self) -> PathBuf {
         self.tmp.path().join("xdg")
     }
@@ -385,23 +405,8 @@ async fn sigterm_stops_every_profile_and_each_run_gets_its_grace() {
         sim.send(&alice, &setup.profile(name).agent, "take your time")
             .await;
     }
-    for name in names {
-        assert!(
-            eventually(20.0, || !setup
-                .profile(name)
-                .rec
-                .file("pid", 1)
-                .trim()
-                .is_empty())
-            .await,
-            "{}",
-            l.log()
-        );
-    }
-    let run_pids: Vec<i32> = names
-        .iter()
-        .map(|n| setup.profile(n).rec.file("pid", 1).trim().parse().unwrap())
-        .collect();
+    setup.runs_started(&names, &l).await;
+    let run_pids: Vec<i32> = names.iter().map(|n| setup.run_pid(n)).collect();
     l.signal(libc::SIGTERM);
     assert_eq!(l.wait_exit(20.0), Some(0), "{}", l.log());
     for name in names {
@@ -432,17 +437,7 @@ async fn a_second_sigterm_kills_every_profiles_run_now() {
         sim.send(&alice, &setup.profile(name).agent, "ignore TERM")
             .await;
     }
-    for name in names {
-        assert!(
-            eventually(20.0, || !setup
-                .profile(name)
-                .rec
-                .file("pid", 1)
-                .trim()
-                .is_empty())
-            .await
-        );
-    }
+    setup.runs_started(&names, &l).await;
     l.signal(libc::SIGTERM);
     assert!(
         eventually(10.0, || l.count("stop_waiting") == 2).await,
@@ -454,13 +449,7 @@ async fn a_second_sigterm_kills_every_profiles_run_now() {
     assert_eq!(l.wait_exit(15.0), Some(0), "{}", l.log());
     assert!(started.elapsed().as_secs() < 15);
     for name in names {
-        let pid: i32 = setup
-            .profile(name)
-            .rec
-            .file("pid", 1)
-            .trim()
-            .parse()
-            .unwrap();
+        let pid = setup.run_pid(name);
         assert!(is_gone(pid), "{name}'s run left behind");
         assert_eq!(events_of(&l, "stop_forced", name).len(), 1, "{}", l.log());
     }
