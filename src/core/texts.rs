@@ -51,6 +51,17 @@ pub struct Texts {
 }
 
 impl Texts {
+    /// Why a run could not use these texts, when it could not: without a `wake_instruction` no
+    /// woken run can start, so such texts are refused like missing ones and the last good copy
+    /// stays in use (contract 3.6: "keep the last good copy").
+    pub fn unusable(&self) -> Option<&'static str> {
+        match self.wake_instruction.as_deref() {
+            None => Some("they have no wake_instruction"),
+            Some(w) if w.trim().is_empty() => Some("their wake_instruction is empty"),
+            Some(_) => None,
+        }
+    }
+
     /// Parses texts; refuses a `version` other than "1".
     pub fn parse(bytes: &[u8]) -> Result<Texts, TextsError> {
         let texts: Texts = serde_json::from_slice(bytes)?;

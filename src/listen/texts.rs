@@ -99,10 +99,17 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 /// Fetches `runtime`'s texts from the server and keeps their exact bytes as the last good copy
-/// (a failed write is logged: the texts are still good to use).
+/// (a failed write is logged: the texts are still good to use). Texts a run cannot use
+/// (`Texts::unusable`) are refused like an unreadable answer: the last good copy is kept, in use
+/// and on disk.
 pub async fn fetch(api: &Api, state: &StateDir, runtime: &'static str) -> Result<Loaded, ApiError> {
     let bytes = api.texts_bytes(runtime).await?;
     let texts = intern(&bytes).map_err(|e| ApiError::Body(format!("texts: {e}")))?;
+    if let Some(why) = texts.unusable() {
+        return Err(ApiError::Body(format!(
+            "texts refused: {why}, so no run could start with them"
+        )));
+    }
     if let Err(e) = crate::sys::fs::write_atomic(&state.texts_cache(runtime), &bytes) {
         tracing::warn!(event = %"texts_cache_write_failed", runtime, error = %e, "could not keep the texts");
     }
@@ -128,6 +135,12 @@ pub fn cached(state: &StateDir, runtime: &'static str) -> Result<Loaded, CacheEr
         path: path.clone(),
         reason: e.to_string(),
     })?;
+    if let Some(why) = texts.unusable() {
+        return Err(CacheError::Damaged {
+            path,
+            reason: why.to_string(),
+        });
+    }
     Ok(Loaded {
         texts,
         runtime,
