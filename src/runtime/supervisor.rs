@@ -280,7 +280,17 @@ async fn supervise(
         _ = cancelled => (ProcessEnd::Cancelled, "the listener is stopping".to_string()),
     };
     note(log, &format!("{why}: SIGTERM sent to the process group"));
-    match group.terminate(limits.grace).await.1 {
+    let (status, termination) = group.terminate(limits.grace).await;
+    match termination {
+        // A run the stop interrupted that still exits 0 within its grace finished its turn (a
+        // removed profile's, or the listener's stop): completed, not failed. The time limit stays
+        // a failure however the run then ends.
+        Termination::WithinGrace
+            if end == ProcessEnd::Cancelled && status.as_ref().is_ok_and(|s| s.success()) =>
+        {
+            note(log, "the run ended within the grace, exiting 0");
+            return ProcessEnd::Exited(0);
+        }
         Termination::WithinGrace => note(log, "the run ended within the grace"),
         Termination::Killed => note(
             log,

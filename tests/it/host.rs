@@ -763,3 +763,49 @@ async fn a_profile_named_again_while_its_old_listener_stops_starts_once_that_one
     let pid: i32 = rec.file("pid", 1).trim().parse().unwrap();
     assert!(is_gone(pid), "the old run was left behind");
 }
+
+/// Issue 29, item 5: a run that exits 0 during a removed profile's grace finished its turn: it
+/// is recorded completed (not failed with `end=cancelled`) and raises no `runs_failed`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_that_exits_0_in_a_removed_profiles_grace_is_completed_not_failed() {
+    let sim = Sim::start(1.0).await;
+    let alice = sim.agent("alice").await;
+    let setup = HostSetup::new(&sim, &["keep", "drop"]).await;
+    let long_grace = |names: &[&str]| {
+        setup.write_config(names, "");
+        let text = std::fs::read_to_string(&setup.config)
+            .unwrap()
+            .replace("kill_grace = \"2s\"", "kill_grace = \"20s\"");
+        std::fs::write(&setup.config, text).unwrap();
+    };
+    long_grace(&["keep", "drop"]);
+    let l = setup.start(&sim);
+    settled(&l, &["keep", "drop"]).await;
+    // The run ignores SIGTERM and finishes its turn (3 s) well within the grace, exiting 0.
+    let drop = setup.profile("drop");
+    drop.rec.set("trap", "");
+    drop.rec.set("sleep", "3");
+    sim.send(&alice, &drop.agent, "finish what you started")
+        .await;
+    setup.runs_started(&["drop"], &l).await;
+    long_grace(&["keep"]);
+    l.signal(libc::SIGHUP);
+    assert!(
+        eventually(20.0, || setup.status("drop")["state"] == "stopped").await,
+        "{}\n{}",
+        setup.status("drop"),
+        l.log()
+    );
+    assert!(drop.rec.done(1), "the run finished its turn");
+    let status = setup.status("drop");
+    assert_eq!(status["last_cycle"]["outcome"], "completed", "{status}");
+    assert_eq!(status["counters"]["runs_failed"], 0, "{status}");
+    let ends = events_of(&l, "run_end", "drop");
+    assert_eq!(ends.len(), 1, "{}", l.log());
+    assert_eq!(
+        (ends[0]["outcome"].as_str(), ends[0]["exit_code"].as_i64()),
+        (Some("completed"), Some(0)),
+        "{}",
+        l.log()
+    );
+}
