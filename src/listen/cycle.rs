@@ -317,6 +317,14 @@ async fn start_run(
     let run_ended_at = SystemTime::now();
     let output = read_log(&log_path);
     let outcome = runtime::judge(input.settings.listen.runtime, &run_report.end, &output);
+    // A program that cannot start for a lasting reason is an unusable runtime, not a failed run.
+    let workdir = input
+        .state
+        .workdir(input.settings.listen.workdir.as_deref());
+    let outcome = match runtime::check::unstartable(&input.settings, &workdir, &run_report.end) {
+        Some(why) => RunOutcome::Unusable(why),
+        None => outcome,
+    };
     if let Err(e) =
         supervisor::prune_logs(&input.state.runs_dir(), input.settings.listen.run_logs_keep)
     {

@@ -6,6 +6,7 @@
 
 use super::probe::{PROBE_TIMEOUT, judge_claude_login, judge_codex_login, probe};
 use crate::config::{RuntimeKind, Settings};
+use crate::sys::process::ProcessEnd;
 use std::path::{Path, PathBuf};
 
 /// Why the runtime cannot work now, in a line (never a key, never the CLI's raw output).
@@ -47,7 +48,51 @@ pub fn presence(settings: &Settings, workdir: &Path) -> Result<PathBuf, NotUsabl
             path.display()
         )));
     }
+    if let Some(interpreter) = missing_interpreter(&path) {
+        return Err(NotUsable::Missing(format!(
+            "{} names the interpreter {} on its `#!` line, which is not an executable file",
+            path.display(),
+            interpreter.display()
+        )));
+    }
     Ok(path)
+}
+
+/// The most bytes of a program read for its `#!` line.
+const SHEBANG_MAX: u64 = 256;
+
+/// The interpreter a script's `#!` line names, when it names one by full path that cannot run
+/// (the kernel then refuses the script with `ENOENT` or `EACCES`, as for a missing program).
+fn missing_interpreter(program: &Path) -> Option<PathBuf> {
+    use std::io::Read;
+    let mut head = Vec::new();
+    std::fs::File::open(program)
+        .ok()?
+        .take(SHEBANG_MAX)
+        .read_to_end(&mut head)
+        .ok()?;
+    let line = head.strip_prefix(b"#!")?.split(|b| *b == b'\n').next()?;
+    let line = std::str::from_utf8(line).ok()?;
+    let interpreter = PathBuf::from(line.split_whitespace().next()?);
+    (interpreter.is_absolute() && !super::agent_cli::is_executable(&interpreter))
+        .then_some(interpreter)
+}
+
+/// A run whose program could not be started, for a reason that stays until someone fixes it
+/// (`ENOENT`, `EACCES`, `ENOEXEC`, a missing interpreter): the runtime is unusable, with the
+/// listener's re-check and recovery wake, as for a program moved away. `None` for any other end,
+/// or a spawn that failed for a passing reason (no memory, too many processes): that run failed.
+/// The reason is what the re-check sees now ([`presence`]), else the spawn's own error.
+pub fn unstartable(settings: &Settings, workdir: &Path, end: &ProcessEnd) -> Option<String> {
+    let ProcessEnd::SpawnFailed(error) = end else {
+        return None;
+    };
+    if let Err(e) = presence(settings, workdir) {
+        return Some(e.why().to_string());
+    }
+    const LASTING: [&str; 3] = ["(os error 2)", "(os error 13)", "(os error 8)"];
+    (LASTING.iter().any(|code| error.contains(code)) || super::agent_cli::spawn_unfixable(end))
+        .then(|| format!("the program could not be started: {error}"))
 }
 
 /// [`presence`], then for Claude Code and Codex their login check, run as `doctor` runs it
@@ -110,6 +155,41 @@ mod tests {
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(&prog, std::fs::Permissions::from_mode(0o755)).unwrap();
         assert!(usable(&s, d.path()).await.is_ok());
+    }
+
+    #[test]
+    fn a_script_that_cannot_start_for_a_lasting_reason_is_unusable_and_a_passing_one_is_not() {
+        use std::os::unix::fs::PermissionsExt;
+        let d = tempfile::tempdir().unwrap();
+        let prog = d.path().join("agent");
+        let s = settings(&format!(
+            "[listen]\nruntime = \"script\"\ncommand = [\"{}\"]\n",
+            prog.display()
+        ));
+        std::fs::write(&prog, "#!/bin/sh\n").unwrap();
+        let refused = ProcessEnd::SpawnFailed("Permission denied (os error 13)".into());
+        // The exec bit gone: the re-check sees it and says so.
+        let why = unstartable(&s, d.path(), &refused).unwrap();
+        assert!(why.contains("not an executable"), "{why}");
+        std::fs::set_permissions(&prog, std::fs::Permissions::from_mode(0o755)).unwrap();
+        // A script whose interpreter is gone.
+        std::fs::write(&prog, "#!/nonexistent/interp -e\n").unwrap();
+        let why = unstartable(
+            &s,
+            d.path(),
+            &ProcessEnd::SpawnFailed("No such file or directory (os error 2)".into()),
+        )
+        .unwrap();
+        assert!(why.contains("/nonexistent/interp"), "{why}");
+        assert!(presence(&s, d.path()).is_err(), "the re-check sees it too");
+        // A program the kernel cannot run (no `#!`, no known format).
+        std::fs::write(&prog, "echo hi\n").unwrap();
+        let format = ProcessEnd::SpawnFailed("Exec format error (os error 8)".into());
+        assert!(unstartable(&s, d.path(), &format).is_some());
+        // A passing failure, and an ordinary end, are no unusable runtime.
+        let busy = ProcessEnd::SpawnFailed("Resource temporarily unavailable (os error 11)".into());
+        assert_eq!(unstartable(&s, d.path(), &busy), None);
+        assert_eq!(unstartable(&s, d.path(), &ProcessEnd::Exited(1)), None);
     }
 
     #[tokio::test]
