@@ -232,11 +232,14 @@ pub fn render(profile: &str, status: &Status, liveness: Liveness, now: SystemTim
 /// wrong and what to do (for wrappers: the Claude Code plugin's SessionStart hook prints it). A
 /// `backoff` listener counts as usable: it reconnects by itself, and what waits is kept. The line
 /// never holds a double quote or a backslash, so a shell can take it out of the JSON with `sed`.
+///
+/// `restart` is how to restart the listener as this host runs it ([`restart_advice`]).
 pub fn problem(
     profile: &str,
     status: Option<&Status>,
     liveness: Option<Liveness>,
     now: SystemTime,
+    restart: &str,
 ) -> Option<String> {
     let keep = format!("`agentchat service install --profile {profile}` keeps one running");
     let doctor = format!("`agentchat doctor --profile {profile}` says why");
@@ -251,9 +254,8 @@ pub fn problem(
         }
         (Some(s), Some(Liveness::Stale)) => format!(
             "the listener for profile {profile} (pid {}) is stuck: its main loop has not turned \
-             for too long; restart it (`systemctl --user restart {}`)",
-            s.pid,
-            crate::service::systemd_unit_name(profile)
+             for too long; restart it ({restart})",
+            s.pid
         ),
         (Some(_), Some(Liveness::Stopping)) => {
             format!("the listener for profile {profile} is stopping; {keep}")
@@ -277,6 +279,32 @@ pub fn problem(
     Some(line.replace(['"', '\\'], "'"))
 }
 
+/// How to restart profile `profile`'s listener (pid `pid`) as this host runs it: the one-process
+/// unit when it is installed (every profile lives in that one process), else the profile's own
+/// unit when it is installed, else the process itself. Never a unit this host does not use.
+pub fn restart_advice(profile: &str, pid: u32) -> String {
+    use crate::service::{self, ServiceKind};
+    let kind = ServiceKind::native();
+    let installed = |p: anyhow::Result<std::path::PathBuf>| p.is_ok_and(|p| p.exists());
+    let unit = if installed(service::host_unit_path(kind)) {
+        Some(service::host_unit(kind))
+    } else if installed(service::unit_path(kind, profile)) {
+        Some(match kind {
+            ServiceKind::Systemd => service::systemd_unit_name(profile),
+            ServiceKind::Launchd => service::launchd_label(profile),
+        })
+    } else {
+        None
+    };
+    match (kind, unit) {
+        (ServiceKind::Systemd, Some(unit)) => format!("`systemctl --user restart {unit}`"),
+        (ServiceKind::Launchd, Some(label)) => {
+            format!("`launchctl kickstart -k gui/$(id -u)/{label}`")
+        }
+        (_, None) => format!("`kill {pid}`, then start it again as you did"),
+    }
+}
+
 /// A cycle's outcome as shown: `running` while it has none yet.
 pub fn outcome_word(outcome: Option<Outcome>) -> &'static str {
     outcome.map_or("running", Outcome::as_str)
@@ -298,7 +326,8 @@ pub async fn run_command(args: StatusArgs) -> anyhow::Result<i32> {
     let liveness = status
         .as_ref()
         .map(|s| assess(s, pid_alive(u64::from(s.pid)), now));
-    let problem = problem(&settings.profile, status.as_ref(), liveness, now);
+    let restart = restart_advice(&settings.profile, status.as_ref().map_or(0, |s| s.pid));
+    let problem = problem(&settings.profile, status.as_ref(), liveness, now, &restart);
     let usable = problem.is_none();
     if args.json {
         let out = json!({
@@ -440,7 +469,7 @@ mod tests {
     fn a_problem_line_only_when_the_listener_is_down_or_unusable() {
         let now = humantime::parse_rfc3339("2026-11-30T01:03:02Z").unwrap();
         let up = doc("connected", now);
-        let p = |s: Option<&Status>, l| problem("work", s, l, now);
+        let p = |s: Option<&Status>, l| problem("work", s, l, now, "`the restart`");
         assert_eq!(p(Some(&up), Some(Liveness::Running)), None);
         assert_eq!(p(Some(&doc("backoff", now)), Some(Liveness::Running)), None);
         let never = p(None, None).unwrap();
@@ -462,10 +491,10 @@ mod tests {
             assert!(line.contains(needle), "{state}: {line}");
             assert!(!line.contains('"') && !line.contains('\\'), "{line}");
         }
+        let stuck = p(Some(&up), Some(Liveness::Stale)).unwrap();
         assert!(
-            p(Some(&up), Some(Liveness::Stale))
-                .unwrap()
-                .contains("stuck")
+            stuck.contains("stuck") && stuck.contains("restart it (`the restart`)"),
+            "{stuck}"
         );
     }
 }

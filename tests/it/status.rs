@@ -443,3 +443,84 @@ async fn status_all_shows_the_one_process_unit_for_the_profiles_it_runs() {
     assert_eq!(d["service"], "not installed", "{d}");
     assert_eq!(d["unit"], "agentchat-listen@default.service", "{d}");
 }
+
+/// A stuck listener's advice names the unit that runs it on this host: the one-process unit when
+/// it is installed, never a profile's own unit this host does not use.
+#[tokio::test]
+async fn a_stuck_listener_under_the_one_process_unit_is_told_to_restart_that_unit() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path();
+    let key = home.join("p0.key");
+    std::fs::write(&key, "ac_live_p0_0123456789\n").unwrap();
+    std::fs::set_permissions(&key, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    let config = home.join("config.toml");
+    std::fs::write(
+        &config,
+        "[listen]\nruntime = \"script\"\ncommand = [\"/bin/true\"]\n\
+         [profiles.p0]\napi_key_file = \"p0.key\"\n",
+    )
+    .unwrap();
+    let stuck_status = |state_dir: &Path| {
+        std::fs::create_dir_all(state_dir).unwrap();
+        let file = state_dir.join("status.json");
+        // A live pid (this test's) whose loop last turned an hour ago.
+        std::fs::write(
+            &file,
+            serde_json::json!({"state": "connected", "since": "2026-01-01T00:00:00Z",
+                "pid": std::process::id(), "updated_at": "2026-01-01T00:00:00Z"})
+            .to_string(),
+        )
+        .unwrap();
+        let old = std::time::SystemTime::now() - Duration::from_secs(3600);
+        std::fs::File::options()
+            .write(true)
+            .open(&file)
+            .unwrap()
+            .set_modified(old)
+            .unwrap();
+    };
+    stuck_status(&home.join("state").join("agentchat").join("p0"));
+    let problem = || async {
+        let out = isolated(home, &["status", "--profile", "p0", "--json", "--config"])
+            .arg(&config)
+            .output()
+            .await
+            .unwrap();
+        let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(doc["stale"], true, "{doc}");
+        doc["problem"].as_str().unwrap().to_string()
+    };
+    // No unit installed: the process itself, never a unit.
+    let bare = problem().await;
+    assert!(
+        bare.contains(&format!("kill {}", std::process::id())) && !bare.contains("systemctl"),
+        "{bare}"
+    );
+    let out = isolated(
+        home,
+        &[
+            "service",
+            "install",
+            "--all",
+            "--one-process",
+            "--kind",
+            "systemd",
+            "--config",
+        ],
+    )
+    .arg(&config)
+    .output()
+    .await
+    .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let hosted = problem().await;
+    assert!(
+        hosted.contains("systemctl --user restart agentchat-host.service")
+            && !hosted.contains("agentchat-listen@"),
+        "{hosted}"
+    );
+}
