@@ -1,8 +1,10 @@
 //! What a cycle does with the tray it read (contract 3.1 and 4): run with `wake_instruction`, run with
 //! `invite_prompt`, or no run.
 
+use super::engine::WakeCause;
 use super::texts::Texts;
 use super::tray::Tray;
+use std::collections::BTreeSet;
 
 pub use super::status::{NoRunReason, RunKind};
 
@@ -13,27 +15,96 @@ pub enum CycleDecision {
     NoRun(NoRunReason),
 }
 
-/// Decides from the tray alone. `own_handle` in any spelling.
+/// The most conversations [`WakeCauses`] names; a wake for one more counts as a wake of unknown
+/// cause (the tray decides), so its memory is bounded however many messages come.
+pub const MAX_WAKE_CONVERSATIONS: usize = 256;
+
+/// What the wakes a cycle serves were for, as far as the decision needs it (contract 3.1: mute
+/// means "don't wake me"): the conversations of the new messages, whether any wake had another
+/// cause (a reconnect, an invite, the listener's own), and whether the server re-woke the agent
+/// (`unanswered` or `reminder`, which never name a muted conversation, contract 5 and 6).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct WakeCauses {
+    messages: BTreeSet<String>,
+    other: bool,
+    rewake: bool,
+}
+
+impl WakeCauses {
+    /// Causes the listener does not know (`--once`, a test): the tray alone decides.
+    pub fn unknown() -> WakeCauses {
+        WakeCauses {
+            other: true,
+            ..WakeCauses::default()
+        }
+    }
+
+    /// Notes one more wake.
+    pub fn add(&mut self, cause: &WakeCause) {
+        match cause {
+            WakeCause::Message(Some(conversation))
+                if self.messages.contains(conversation)
+                    || self.messages.len() < MAX_WAKE_CONVERSATIONS =>
+            {
+                self.messages.insert(conversation.clone());
+            }
+            WakeCause::Wake(reason) if reason == "unanswered" || reason == "reminder" => {
+                self.rewake = true;
+                self.other = true;
+            }
+            _ => self.other = true,
+        }
+    }
+
+    /// Every wake was a new message in a conversation this tray shows muted: nothing the agent
+    /// asked to be woken for came, whatever else waits (its own wakes cover it).
+    fn only_muted_messages(&self, tray: &Tray) -> bool {
+        !self.other
+            && !self.messages.is_empty()
+            && self.messages.iter().all(|id| {
+                tray.conversations
+                    .iter()
+                    .any(|c| c.conversation_id == *id && c.is_muted())
+            })
+    }
+}
+
+/// Decides from the tray alone, as for a wake of unknown cause ([`decide_woken`]).
+pub fn decide(tray: &Tray, own_handle: &str) -> CycleDecision {
+    decide_woken(tray, own_handle, &WakeCauses::unknown())
+}
+
+/// Decides from the tray and what woke the cycle. `own_handle` in any spelling.
 ///
 /// A tray whose `you` names another agent runs nothing (a missing `you`, the pre-v1 shape, is not
-/// a mismatch). A card that is not muted and not notices only, or `truncated` (cards wait beyond
-/// the limit), runs with `wake_instruction`; otherwise listed invites run with `invite_prompt`;
-/// muted cards alone run nothing (mute means "don't wake me"), and an empty tray or one whose
-/// other cards hold only system notices is `nothing_waiting`: notices "are never what the gate
-/// judges" and "never wake the agent by itself" (contract 3.1, 4; `Card::is_notices_only`).
+/// a mismatch). A wake whose only causes are new messages in conversations the tray shows muted
+/// runs nothing (`only_muted`): mute means "don't wake me" (contract 3.1), and what else waits
+/// has wakes of its own (the server's re-wakes, contract 5). Otherwise a card that is not muted
+/// and not notices only runs with `wake_instruction`; so does `truncated` (cards wait beyond the
+/// limit), unless every card shown is muted: then only a server re-wake (`unanswered`,
+/// `reminder`), which never names a muted conversation, says an unmuted card waits beyond the
+/// cut. Otherwise listed invites run with `invite_prompt`; muted cards alone run nothing, and an
+/// empty tray or one whose other cards hold only system notices is `nothing_waiting`: notices
+/// "are never what the gate judges" and "never wake the agent by itself" (contract 3.1, 4;
+/// `Card::is_notices_only`).
 ///
-/// A malformed card (skipped by `Tray::parse`) counts like `truncated`: a card waits that the
-/// listener cannot read, so it cannot know the card is muted, and an unread message is not left
-/// without a run for that (the server's re-wake ladder bounds the runs). A malformed invite counts
-/// like `invites_truncated`: it starts no run by itself, because the invite rule can never count
-/// or dismiss an invite it cannot name.
-pub fn decide(tray: &Tray, own_handle: &str) -> CycleDecision {
+/// A malformed card (skipped by `Tray::parse`) runs: a card waits that the listener cannot read,
+/// so it cannot know the card is muted, and an unread message is not left without a run for that
+/// (the server's re-wake ladder bounds the runs). A malformed invite counts like
+/// `invites_truncated`: it starts no run by itself, because the invite rule can never count or
+/// dismiss an invite it cannot name.
+pub fn decide_woken(tray: &Tray, own_handle: &str, causes: &WakeCauses) -> CycleDecision {
     if let Some(you) = &tray.you
         && !super::handle::same(you, own_handle)
     {
         return CycleDecision::NoRun(NoRunReason::HandleMismatch);
     }
-    if tray.is_truncated()
+    if causes.only_muted_messages(tray) {
+        return CycleDecision::NoRun(NoRunReason::OnlyMuted);
+    }
+    let all_shown_muted =
+        !tray.conversations.is_empty() && tray.conversations.iter().all(|c| c.is_muted());
+    if (tray.is_truncated() && (!all_shown_muted || causes.rewake))
         || !tray.skipped_cards.is_empty()
         || tray
             .conversations
@@ -56,16 +127,18 @@ pub fn decide(tray: &Tray, own_handle: &str) -> CycleDecision {
 /// listener leaves the rest to the server's re-wakes (contract 5).
 pub const MAX_FOLLOW_UPS: u32 = 50;
 
-/// Whether a cycle whose run ended should start the next one at once, without a wake. Cards
-/// wait beyond what the run could see, and no server wake may come for them (the re-wake ladder
-/// ends after four rungs, contract 5): the tray read after the run is `truncated`, or the one
-/// before it was and the after-read shows a card that wakes and that the before-read did not
-/// (it came from beyond the cut). And the run made progress ([`tray_changed`]), and fewer than
-/// [`MAX_FOLLOW_UPS`] follow-ups came before this one in a row (`streak`). A run that changes
-/// nothing never starts another, so no loop of runs that change nothing; a run that keeps
-/// changing something is bounded by the streak.
-pub fn follow_up(before: &Tray, after: &Tray, streak: u32) -> bool {
-    let seen: std::collections::BTreeSet<&str> = before
+/// Whether a cycle whose run ended should start the next one at once, without a wake. Only
+/// after a run that `completed`: a failed or cut-short turn records nothing and the server
+/// re-wakes (contract 4 and 5: no program keeps a retry ladder of its own). Cards wait beyond what
+/// the run could see, and no server wake may come for them (the re-wake ladder ends after four
+/// rungs, contract 5): the tray read after the run is `truncated`, or the one before it was and
+/// the after-read shows a card that wakes and that the before-read did not (it came from beyond
+/// the cut). And the run made progress of its own ([`cards_left`]: cards it saw left the tray),
+/// and fewer than [`MAX_FOLLOW_UPS`] follow-ups came before this one in a row (`streak`). System
+/// notices and other agents' new messages move the tray without any run's doing, so they never
+/// count: a run that took no card off the tray never starts another.
+pub fn follow_up(before: &Tray, after: &Tray, streak: u32, completed: bool) -> bool {
+    let seen: BTreeSet<&str> = before
         .conversations
         .iter()
         .map(|c| c.conversation_id.as_str())
@@ -74,20 +147,41 @@ pub fn follow_up(before: &Tray, after: &Tray, streak: u32) -> bool {
         !c.is_muted() && !c.is_notices_only() && !seen.contains(c.conversation_id.as_str())
     });
     let more = after.is_truncated() || (before.is_truncated() && surfaced);
-    more && tray_changed(before, after) && streak < MAX_FOLLOW_UPS
+    completed && more && cards_left(before, after) && streak < MAX_FOLLOW_UPS
 }
 
-/// The tray changed between two reads: another set of cards, or a card whose newest unread
-/// message or unread count moved (`Card::fingerprint`). Invites are not compared: the invite
-/// rule has its own memory.
-pub fn tray_changed(before: &Tray, after: &Tray) -> bool {
-    let set = |t: &Tray| {
+/// Cards the before-read showed left the tray between two reads (the run's verdicts read or
+/// deferred them), beyond what newer arrivals explain: on a tray cut short, a card that came in
+/// newer than the before-read's oldest (`newest_unread_at`, RFC 3339 from one server, so the text
+/// orders) may have pushed one past the cut, so each such arrival (and each arrival without the
+/// field) cancels one card gone. A surfaced card from beyond the cut is older, and cancels none.
+pub fn cards_left(before: &Tray, after: &Tray) -> bool {
+    let ids = |t: &Tray| -> BTreeSet<String> {
         t.conversations
             .iter()
-            .map(|c| c.fingerprint())
-            .collect::<std::collections::BTreeSet<_>>()
+            .map(|c| c.conversation_id.clone())
+            .collect()
     };
-    set(before) != set(after)
+    let (was, is) = (ids(before), ids(after));
+    let gone = was.difference(&is).count();
+    if !after.is_truncated() {
+        return gone > 0;
+    }
+    let newest = |c: &super::tray::Card| match c.extra.get("newest_unread_at") {
+        Some(serde_json::Value::String(s)) => Some(s.clone()),
+        _ => None,
+    };
+    let oldest_before = before.conversations.iter().filter_map(newest).min();
+    let pushed_in = after
+        .conversations
+        .iter()
+        .filter(|c| !was.contains(&c.conversation_id))
+        .filter(|c| match (newest(c), &oldest_before) {
+            (Some(at), Some(oldest)) => at > *oldest,
+            _ => true,
+        })
+        .count();
+    gone > pushed_in
 }
 
 /// The served prompt for a run kind; `None` when the texts lack it (then: no run).
@@ -131,7 +225,7 @@ mod tests {
                 &tray(serde_json::json!({"conversations": [card(true)], "truncated": true})),
                 me
             ),
-            CycleDecision::Run(RunKind::Wake)
+            CycleDecision::NoRun(NoRunReason::OnlyMuted)
         );
         assert_eq!(
             decide(
@@ -222,38 +316,155 @@ mod tests {
         }
     }
 
+    /// A card with its newest unread message at minute `at` (a time that orders as text).
+    fn at(id: &str, at: u32) -> serde_json::Value {
+        serde_json::json!({"conversation_id": id, "last_message_id": format!("m-{id}-{at}"),
+            "unread": 1, "newest_unread_at": format!("2026-12-02T03:{at:02}:00.000Z")})
+    }
+
+    fn cut(cards: Vec<serde_json::Value>, truncated: bool) -> Tray {
+        tray(serde_json::json!({"conversations": cards, "truncated": truncated}))
+    }
+
     #[test]
-    fn a_truncated_tray_follows_up_only_after_progress_and_at_most_max_follow_ups_in_a_row() {
-        let card = |id: &str, last: &str| serde_json::json!({"conversation_id": id, "last_message_id": last, "unread": 1});
-        let cut = |cards: Vec<serde_json::Value>, truncated: bool| {
-            tray(serde_json::json!({"conversations": cards, "truncated": truncated}))
-        };
-        let before = cut(vec![card("a", "1"), card("b", "2")], true);
-        let answered = cut(vec![card("c", "3"), card("d", "4")], true);
-        assert!(!tray_changed(&before, &before.clone()));
-        assert!(tray_changed(&before, &answered));
-        assert!(tray_changed(
+    fn a_truncated_tray_follows_up_only_after_a_completed_run_took_cards_off_it() {
+        let before = cut(vec![at("a", 20), at("b", 10)], true);
+        // The run answered both; two older cards surfaced from beyond the cut.
+        let answered = cut(vec![at("c", 5), at("d", 4)], true);
+        assert!(cards_left(&before, &answered));
+        assert!(follow_up(&before, &answered, 0, true));
+        // The same trays after a failed or cut-short run: the server re-wakes, no ladder of ours.
+        assert!(!follow_up(&before, &answered, 0, false));
+        // A run that took nothing off never starts another.
+        assert!(!follow_up(&before, &before.clone(), 0, true));
+        // A card whose newest message moved is not a card gone (another agent wrote again).
+        assert!(!follow_up(
             &before,
-            &cut(vec![card("a", "5"), card("b", "2")], true)
+            &cut(vec![at("a", 30), at("b", 10)], true),
+            0,
+            true
         ));
-        assert!(follow_up(&before, &answered, 0));
-        // A run that changed nothing never starts another: no loop of runs that change nothing.
-        assert!(!follow_up(&before, &before.clone(), 0));
         // The last cards from beyond the cut surfaced: one more cycle for them.
-        assert!(follow_up(&before, &cut(vec![card("c", "3")], false), 0));
+        assert!(follow_up(&before, &cut(vec![at("c", 3)], false), 0, true));
         // Nothing new surfaced and nothing beyond the cut: the server's wakes cover what is left.
-        assert!(!follow_up(&before, &cut(vec![card("a", "1")], false), 0));
-        assert!(!follow_up(&before, &cut(vec![], false), 0));
+        assert!(!follow_up(&before, &cut(vec![at("a", 20)], false), 0, true));
+        assert!(!follow_up(&before, &cut(vec![], false), 0, true));
         // A tray that was whole before the run is not a backlog.
-        let whole = cut(vec![card("a", "1"), card("b", "2")], false);
-        assert!(!follow_up(&whole, &cut(vec![card("c", "3")], false), 0));
-        // Bounded even while every run changes something.
-        assert!(follow_up(&before, &answered, MAX_FOLLOW_UPS - 1));
-        assert!(!follow_up(&before, &answered, MAX_FOLLOW_UPS));
+        let whole = cut(vec![at("a", 20), at("b", 10)], false);
+        assert!(!follow_up(&whole, &cut(vec![at("c", 3)], false), 0, true));
+        // Bounded even while every run takes cards off.
+        assert!(follow_up(&before, &answered, MAX_FOLLOW_UPS - 1, true));
+        assert!(!follow_up(&before, &answered, MAX_FOLLOW_UPS, true));
         let mut streak = 0;
-        while follow_up(&before, &answered, streak) {
+        while follow_up(&before, &answered, streak, true) {
             streak += 1;
         }
         assert_eq!(streak, MAX_FOLLOW_UPS);
+    }
+
+    #[test]
+    fn cards_pushed_past_the_cut_by_newer_arrivals_are_no_progress() {
+        let before = cut(vec![at("a", 20), at("b", 10)], true);
+        // A group's notice (or another agent's message) brought a newer card in and pushed `b`
+        // past the cut: nothing the run did.
+        let pushed = cut(vec![at("g", 30), at("a", 20)], true);
+        assert!(!cards_left(&before, &pushed));
+        assert!(!follow_up(&before, &pushed, 0, true));
+        // One arrival without its time counts as pushing one out too.
+        let unknown = cut(
+            vec![serde_json::json!({"conversation_id": "g"}), at("a", 20)],
+            true,
+        );
+        assert!(!cards_left(&before, &unknown));
+        // The run answered `a` and `b` while `g` came in: one more gone than came, progress.
+        let both = cut(vec![at("g", 30), at("c", 5)], true);
+        assert!(cards_left(&before, &both));
+    }
+
+    fn message(conversation: &str) -> WakeCause {
+        WakeCause::Message(Some(conversation.into()))
+    }
+
+    #[test]
+    fn a_wake_for_muted_mail_only_starts_no_run_even_beside_an_unanswered_card() {
+        let me = "example-relay";
+        let t = tray(serde_json::json!({"conversations": [
+            {"conversation_id": "muted", "muted": true},
+            {"conversation_id": "old", "muted": false},
+        ]}));
+        let mut causes = WakeCauses::default();
+        for _ in 0..3 {
+            causes.add(&message("muted"));
+        }
+        assert_eq!(
+            decide_woken(&t, me, &causes),
+            CycleDecision::NoRun(NoRunReason::OnlyMuted)
+        );
+        // A message in a conversation that is not muted, a reconnect, the server's re-wake or
+        // a message whose conversation is not on the tray: the tray decides.
+        for extra in [
+            message("old"),
+            WakeCause::Connected,
+            WakeCause::Wake("unanswered".into()),
+            WakeCause::Message(None),
+        ] {
+            let mut c = causes.clone();
+            c.add(&extra);
+            assert_eq!(
+                decide_woken(&t, me, &c),
+                CycleDecision::Run(RunKind::Wake),
+                "{extra:?}"
+            );
+        }
+        let mut gone = WakeCauses::default();
+        gone.add(&message("read-meanwhile"));
+        assert_eq!(
+            decide_woken(&t, me, &gone),
+            CycleDecision::Run(RunKind::Wake)
+        );
+        // A mismatch still wins.
+        let other = tray(serde_json::json!({"you": "@other", "conversations": [
+            {"conversation_id": "muted", "muted": true}]}));
+        assert_eq!(
+            decide_woken(&other, me, &causes),
+            CycleDecision::NoRun(NoRunReason::HandleMismatch)
+        );
+    }
+
+    #[test]
+    fn a_truncated_tray_of_muted_cards_waits_for_nothing_until_the_server_re_wakes() {
+        let me = "example-relay";
+        let muted = |id: &str| serde_json::json!({"conversation_id": id, "muted": true});
+        let t =
+            tray(serde_json::json!({"conversations": [muted("a"), muted("b")], "truncated": true}));
+        assert_eq!(decide(&t, me), CycleDecision::NoRun(NoRunReason::OnlyMuted));
+        // `unanswered` and `reminder` never name a muted conversation: an unmuted card waits
+        // beyond the cut.
+        for reason in ["unanswered", "reminder"] {
+            let mut c = WakeCauses::default();
+            c.add(&WakeCause::Wake(reason.into()));
+            assert_eq!(
+                decide_woken(&t, me, &c),
+                CycleDecision::Run(RunKind::Wake),
+                "{reason}"
+            );
+        }
+        // A truncated tray showing nothing still runs: it cannot say what waits.
+        let empty = tray(serde_json::json!({"conversations": [], "truncated": true}));
+        assert_eq!(decide(&empty, me), CycleDecision::Run(RunKind::Wake));
+    }
+
+    #[test]
+    fn wake_causes_name_a_bounded_number_of_conversations() {
+        let mut c = WakeCauses::default();
+        for i in 0..MAX_WAKE_CONVERSATIONS {
+            c.add(&message(&format!("c{i}")));
+        }
+        assert!(!c.other);
+        c.add(&message("c0"));
+        assert!(!c.other, "one already named is no new entry");
+        c.add(&message("one-more"));
+        assert!(c.other, "past the bound the tray decides");
+        assert_eq!(c.messages.len(), MAX_WAKE_CONVERSATIONS);
     }
 }

@@ -9,8 +9,9 @@ use super::frames::{FrameType, ServerFrame};
 /// Why a cycle was asked for. Carried into the run as `AGENTCHAT_WAKE_REASONS`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum WakeCause {
-    /// A new message from someone else.
-    Message,
+    /// A new message from someone else, with its conversation when the frame named one (the
+    /// cycle's decision skips a wake for muted mail only, `core::decision::WakeCauses`).
+    Message(Option<String>),
     /// A `wake` frame; the reason as sent (`reminder`, `unanswered`, or one we do not know).
     Wake(String),
     /// `group.invite.received`.
@@ -26,7 +27,7 @@ impl WakeCause {
     /// The word used in logs, status and `AGENTCHAT_WAKE_REASONS`.
     pub fn label(&self) -> String {
         match self {
-            WakeCause::Message => "message".into(),
+            WakeCause::Message(_) => "message".into(),
             WakeCause::Wake(r) => r.clone(),
             WakeCause::Invite => "invite".into(),
             WakeCause::Connected => "connect".into(),
@@ -145,7 +146,7 @@ impl Engine {
                     && meta.kind.as_deref() != Some("system");
                 FrameAction {
                     ack: Some(meta.id),
-                    wake: wakes.then_some(WakeCause::Message),
+                    wake: wakes.then_some(WakeCause::Message(meta.conversation_id)),
                     ..FrameAction::default()
                 }
             }
@@ -183,10 +184,15 @@ mod tests {
         let mut e = Engine::new("@me", 8);
         let a = e.on_text(&msg("msg_1", "scout", "text"));
         assert_eq!(a.ack.as_deref(), Some("msg_1"));
-        assert_eq!(a.wake, Some(WakeCause::Message));
+        assert_eq!(a.wake, Some(WakeCause::Message(None)));
         let b = e.on_text(&msg("msg_1", "scout", "text"));
         assert_eq!(b.ack.as_deref(), Some("msg_1"));
         assert_eq!(b.wake, None);
+        // The wake names the message's conversation (the decision skips muted mail).
+        let c = e.on_text(
+            r#"{"type":"message.new","payload":{"id":"msg_2","sender":"scout","conversation_id":"conv_9"}}"#,
+        );
+        assert_eq!(c.wake, Some(WakeCause::Message(Some("conv_9".into()))));
     }
 
     #[test]
@@ -210,7 +216,7 @@ mod tests {
         // `a` was forgotten, so it wakes again; `c` is still remembered.
         assert_eq!(
             e.on_text(&msg("a", "x", "text")).wake,
-            Some(WakeCause::Message)
+            Some(WakeCause::Message(None))
         );
         assert_eq!(e.on_text(&msg("c", "x", "text")).wake, None);
     }
@@ -245,14 +251,14 @@ mod tests {
         let long = |c: char| c.to_string().repeat(200_000);
         assert_eq!(
             e.on_text(&msg(&long('a'), "x", "text")).wake,
-            Some(WakeCause::Message)
+            Some(WakeCause::Message(None))
         );
         let again = e.on_text(&msg(&long('a'), "x", "text"));
         assert_eq!(again.ack, Some(long('a')), "acked with the id as sent");
         assert_eq!(again.wake, None, "a duplicate, however long its id");
         assert_eq!(
             e.on_text(&msg(&long('b'), "x", "text")).wake,
-            Some(WakeCause::Message),
+            Some(WakeCause::Message(None)),
             "another long id is another message"
         );
         // What the memory keeps per id is 16 bytes, whatever the frame size.
@@ -276,7 +282,7 @@ mod tests {
         let mut e = Engine::new("", 8);
         assert_eq!(
             e.on_text(&msg("m", "", "text")).wake,
-            Some(WakeCause::Message)
+            Some(WakeCause::Message(None))
         );
         e.set_own_handle("@x");
         assert_eq!(e.on_text(&msg("m2", "X", "text")).wake, None);

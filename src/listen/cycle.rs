@@ -17,7 +17,7 @@ use crate::runtime::{self, RunContext, RunOutcome, RunSpec};
 use crate::sys::{fs, time};
 use secrecy::SecretString;
 use std::time::{Duration, SystemTime};
-use tokio::sync::{oneshot, watch};
+use tokio::sync::{mpsc, oneshot, watch};
 
 /// Tray reads tried inside one cycle before it ends without a run.
 const TRAY_ATTEMPTS: u32 = 3;
@@ -39,6 +39,8 @@ pub struct CycleInput {
     /// The texts loaded for the configured runtime (never another runtime's).
     pub texts: Option<std::sync::Arc<Texts>>,
     pub reasons: Vec<String>,
+    /// What the wakes were for (`core::decision::decide_woken`).
+    pub causes: decision::WakeCauses,
     /// Set when the runtime reported it cannot work: no run until reload.
     pub runtime_unusable: bool,
     pub invite_pace_ms: u64,
@@ -49,6 +51,14 @@ pub struct CycleInput {
     pub metrics: std::sync::Arc<super::metrics::Metrics>,
     /// Told when the run is handed to the supervisor (the daemon shows it in the status then).
     pub run_starting: Option<oneshot::Sender<RunStarting>>,
+    /// Told when the cycle waits out a `429 Retry-After` (the daemon's status shows the wait).
+    pub waits: Option<mpsc::Sender<CycleWait>>,
+}
+
+/// The cycle waits before its next tray read, for the server's `429 Retry-After`, until `until`.
+#[derive(Debug, Clone, Copy)]
+pub struct CycleWait {
+    pub until: SystemTime,
 }
 
 /// What a cycle says as it hands its run to the supervisor.
@@ -168,7 +178,7 @@ async fn steps(input: &mut CycleInput, report: &mut CycleReport) -> Result<Cycle
 /// Step 1: the tray, retried a few times; unreadable ends the cycle without a run (the server
 /// re-wakes).
 async fn read_tray_before(input: &CycleInput, report: &mut CycleReport) -> Result<Tray, CycleEnd> {
-    match read_tray(&input.api, &input.id, input.shutdown.clone()).await {
+    match read_tray(input, input.shutdown.clone()).await {
         Ok(tray) => {
             log_tray(&input.id, "before", &tray);
             Ok(tray)
@@ -187,7 +197,7 @@ fn decide_run(
     report: &mut CycleReport,
     before: &Tray,
 ) -> Result<RunKind, CycleEnd> {
-    match decision::decide(before, &input.handle) {
+    match decision::decide_woken(before, &input.handle, &input.causes) {
         CycleDecision::NoRun(NoRunReason::HandleMismatch) => {
             let you = before.you.clone().unwrap_or_default();
             // The main loop logs the error once per mismatch episode, not once per cycle.
@@ -376,7 +386,7 @@ async fn apply_invite_rule_after_run(
             return;
         }
     }
-    let after = match read_tray(&input.api, &input.id, input.shutdown.clone()).await {
+    let after = match read_tray(input, input.shutdown.clone()).await {
         Ok(t) => t,
         Err(e) => {
             tracing::warn!(event = %"tray_unreadable", cycle_id = %input.id, error = %e, "the tray after the run could not be read; the invite rule counts nothing this time");
@@ -384,9 +394,9 @@ async fn apply_invite_rule_after_run(
         }
     };
     log_tray(&input.id, "after", &after);
-    report.follow_up = decision::follow_up(before, &after, input.follow_ups);
+    report.follow_up = decision::follow_up(before, &after, input.follow_ups, completed);
     if report.follow_up {
-        tracing::info!(event = %"backlog", cycle_id = %input.id, cards = after.conversations.len(), truncated = after.is_truncated(), "more cards wait than the run could see, and the run made progress; the next cycle starts now");
+        tracing::info!(event = %"backlog", cycle_id = %input.id, cards = after.conversations.len(), truncated = after.is_truncated(), "more cards wait than the run could see, and the completed run took cards off the tray; the next cycle starts now");
     }
     if !before_ids.is_empty() {
         apply_invite_rule(input, report, before, &after, completed, run_ended_at).await;
@@ -512,14 +522,14 @@ fn forget_answered(state: &StateDir, listed: &[String]) {
     state.save_invites(&memory);
 }
 
-/// Reads the tray, retrying transient failures and honouring `429 Retry-After`. A stop during a
-/// wait between tries gives up at once (the last error), so a long `Retry-After` never delays a
-/// SIGTERM.
+/// Reads the tray, retrying transient failures and honouring `429 Retry-After` (the daemon hears
+/// of that wait: `CycleWait`). A stop during a wait between tries gives up at once (the last
+/// error), so a long `Retry-After` never delays a SIGTERM.
 async fn read_tray(
-    api: &Api,
-    cycle_id: &str,
+    input: &CycleInput,
     mut shutdown: watch::Receiver<bool>,
 ) -> Result<Tray, ApiError> {
+    let (api, cycle_id) = (&input.api, input.id.as_str());
     let mut attempt = 0;
     loop {
         attempt += 1;
@@ -536,6 +546,13 @@ async fn read_tray(
                     _ => Duration::from_millis(500 * (1 << attempt)),
                 };
                 tracing::info!(event = %"tray_retry", cycle_id = %cycle_id, error = %e, wait_ms = wait.as_millis() as u64, "tray read failed; retrying");
+                if matches!(e, ApiError::RateLimited(_))
+                    && let Some(waits) = &input.waits
+                {
+                    let _ = waits.try_send(CycleWait {
+                        until: SystemTime::now() + wait,
+                    });
+                }
                 tokio::select! {
                 _ = tokio::time::sleep(wait) => {}
                 _ = shutdown.wait_for(|s| *s) => return Err(e),

@@ -73,12 +73,14 @@ pub async fn run(
         handle,
         texts,
         reasons: vec!["connect".into()],
+        causes: crate::core::decision::WakeCauses::unknown(),
         runtime_unusable: false,
         invite_pace_ms: scale.invite_pace_ms(),
         follow_ups: 0,
         shutdown: shutdown_rx,
         metrics: super::metrics::Metrics::off(),
         run_starting: None,
+        waits: None,
     };
     let mut task = tokio::spawn(cycle::run(input));
     let report = tokio::select! {

@@ -9,11 +9,12 @@ use std::time::Duration;
 
 use agentchat::core::coalescer::Coalescer;
 use agentchat::core::decision::{self, CycleDecision, NoRunReason, RunKind};
-use agentchat::core::engine::Engine;
+use agentchat::core::engine::{Engine, WakeCause};
 use agentchat::core::frames::ack_frame;
 use agentchat::core::identity::{self, AnchorError};
 use agentchat::core::invite_rule::{InviteMemory, InviteVerdict, RunObservation};
 use agentchat::core::reconnect::{self, Backoff, CloseKind};
+use agentchat::core::status::ListenerWake;
 use agentchat::core::texts::{Texts, TextsError};
 use agentchat::core::tray::Tray;
 use serde_json::Value;
@@ -313,6 +314,21 @@ fn tray_entry_cases_skip_malformed_entries_by_index_only() {
     });
 }
 
+/// A wake cause as `cycle.cases.json` spells it (its `semantics`).
+fn wake_cause(word: &str) -> WakeCause {
+    match word.split_once(':') {
+        Some(("message", conversation)) => WakeCause::Message(Some(conversation.into())),
+        _ => match word {
+            "message" => WakeCause::Message(None),
+            "connect" => WakeCause::Connected,
+            "invite" => WakeCause::Invite,
+            "recovered" => WakeCause::Listener(ListenerWake::Recovered),
+            "backlog" => WakeCause::Listener(ListenerWake::Backlog),
+            reason => WakeCause::Wake(reason.into()),
+        },
+    }
+}
+
 #[test]
 fn cycle_cases_decide_run_kind_or_why_not() {
     let file = "cycle.cases.json";
@@ -327,7 +343,17 @@ fn cycle_cases_decide_run_kind_or_why_not() {
             Ok(t) => t,
             Err(e) => return vec![format!("tray does not parse: {e}")],
         };
-        let got = match decision::decide(&tray, own) {
+        let causes = match case["wake_causes"].as_array() {
+            None => decision::WakeCauses::unknown(),
+            Some(list) => {
+                let mut causes = decision::WakeCauses::default();
+                for c in list {
+                    causes.add(&wake_cause(c.as_str().unwrap()));
+                }
+                causes
+            }
+        };
+        let got = match decision::decide_woken(&tray, own, &causes) {
             CycleDecision::Run(RunKind::Wake) => "run_wake".to_owned(),
             CycleDecision::Run(RunKind::Invite) => "run_invite".to_owned(),
             CycleDecision::NoRun(why) => format!("no_run:{}", why.as_str()),

@@ -3,10 +3,14 @@
 
 use super::*;
 
+/// How `status.detail` begins while a cycle waits out the server's `429` (`on_cycle_wait`).
+const CYCLE_WAIT_DETAIL: &str =
+    "the server asked to wait (429 Retry-After): the cycle reads the tray again at";
+
 impl Daemon {
     /// The cycle's task ended: the coalescer hears it, and its report goes into the status.
     pub(super) fn on_cycle_task_end(&mut self, r: Result<CycleReport, tokio::task::JoinError>) {
-        self.status_held = false;
+        self.status_hold.release();
         let now = self.now_ms();
         self.coalescer.end(now);
         self.apply_pending_windows();
@@ -71,6 +75,7 @@ impl Daemon {
                 let t = self.now_ms();
                 self.coalescer.wake(t);
                 self.pending_reasons.insert(label);
+                self.wake_causes.add(&cause);
                 let _ = registered.send(());
                 self.status.counters.wakes += frames;
                 self.status.last_wake = Some(LastWake {
@@ -88,6 +93,7 @@ impl Daemon {
         &mut self,
         shutdown: watch::Receiver<bool>,
         run_starting: oneshot::Sender<RunStarting>,
+        waits: mpsc::Sender<cycle::CycleWait>,
     ) -> JoinHandle<CycleReport> {
         if self.retry_a_changed_runtime_binary() {
             // This cycle is the way out: its reasons (and the metrics) say so.
@@ -96,6 +102,7 @@ impl Daemon {
             );
             self.metrics.wake(&cause, 1);
             self.pending_reasons.insert(cause.label());
+            self.wake_causes.add(&cause);
         }
         let reasons: Vec<String> = std::mem::take(&mut self.pending_reasons)
             .into_iter()
@@ -112,11 +119,13 @@ impl Daemon {
             handle: self.handle.clone().unwrap_or_default(),
             texts: self.current_texts().map(|l| l.texts.clone()),
             reasons: reasons.clone(),
+            causes: std::mem::take(&mut self.wake_causes),
             runtime_unusable: self.flags.unusable.is_some(),
             invite_pace_ms: self.scale().invite_pace_ms(),
             follow_ups: self.follow_ups,
             shutdown,
             run_starting: Some(run_starting),
+            waits: Some(waits),
             metrics: self.metrics.clone(),
         };
         self.status.last_cycle = Some(LastCycle::started(
@@ -125,7 +134,7 @@ impl Daemon {
             reasons,
         ));
         self.status_changed();
-        self.status_held = true;
+        self.status_hold.hold();
         tokio::spawn(tracing::Instrument::in_current_span(cycle::run(input)))
     }
 
@@ -133,7 +142,7 @@ impl Daemon {
     /// is heard once the cycle's task yields, which is after the spawn: now the status may be
     /// written.
     pub(super) fn on_run_starting(&mut self, run: RunStarting) {
-        self.status_held = false;
+        self.status_hold.release();
         if let Some(c) = self.status.last_cycle.as_mut() {
             c.run_started = true;
             c.run_kind = Some(run.kind);
@@ -142,7 +151,23 @@ impl Daemon {
         self.status_changed();
     }
 
+    /// The running cycle waits out the server's `429 Retry-After` before it reads the tray again:
+    /// the status is written meanwhile and says so (a wait of minutes is no stuck loop).
+    pub(super) fn on_cycle_wait(&mut self, wait: cycle::CycleWait) {
+        self.status_hold.release();
+        self.status.detail = Some(format!("{CYCLE_WAIT_DETAIL} {}", time::rfc3339(wait.until)));
+        self.status_changed();
+    }
+
     pub(super) fn on_cycle_end(&mut self, report: CycleReport) {
+        if self
+            .status
+            .detail
+            .as_deref()
+            .is_some_and(|d| d.starts_with(CYCLE_WAIT_DETAIL))
+        {
+            self.status.detail = None;
+        }
         self.metrics.cycle_ended(&report.last, report.key_refused);
         if report.last.run_started {
             self.status.counters.runs += 1;

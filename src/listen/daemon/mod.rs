@@ -95,6 +95,8 @@ struct Daemon {
     texts: Option<Loaded>,
     handle: Option<String>,
     pending_reasons: BTreeSet<String>,
+    /// What the pending wakes were for, for the cycle's decision (muted mail starts no run).
+    wake_causes: crate::core::decision::WakeCauses,
     coalescer: Coalescer,
     /// Tell systemd the state (`STATUS=`): the process's one profile only.
     notify_status: bool,
@@ -109,9 +111,9 @@ struct Daemon {
     /// When `status.json` was last written or touched.
     status_proof: Instant,
     /// A cycle has started and its run is not spawned yet: nothing is written to disk meanwhile
-    /// (a wake's way to its run is not held up by a synced write; the periodic refresh still
-    /// writes).
-    status_held: bool,
+    /// (a wake's way to its run is not held up by a synced write), for a second at most
+    /// (`status_file::StatusHold`).
+    status_hold: status_file::StatusHold,
     /// `quiet_window`/`max_delay` from a reload, applied once the coalescer is idle.
     pending_windows: Option<(u64, u64)>,
     /// `texts_missing` was logged for the current stretch without texts.
@@ -304,7 +306,7 @@ async fn main_loop(
             }
             _ = recovery::at(d.status_retry.at) => {
                 d.status_retry.at = None;
-                if !d.status_held {
+                if !d.status_hold.holds() {
                     d.write_status();
                 }
             }
@@ -313,6 +315,8 @@ async fn main_loop(
                 d.spawn_texts_refresh(&w.texts_tx);
             }
             Some(r) = w.texts.recv() => d.on_texts(*r),
+            _ = recovery::at(d.status_hold.deadline()) => d.status_hold.release(),
+            Some(wait) = w.cycle_waits.recv() => d.on_cycle_wait(wait),
         }
     }
 }
@@ -325,7 +329,8 @@ fn start_due_cycle(d: &mut Daemon, w: &mut Wiring) {
     let now = d.now_ms();
     if d.coalescer.try_start(now) {
         let (run_starting_tx, run_starting_rx) = oneshot::channel();
-        w.cycle = Some(d.start_cycle(w.shutdown.subscribe(), run_starting_tx));
+        let waits = w.cycle_waits_tx.clone();
+        w.cycle = Some(d.start_cycle(w.shutdown.subscribe(), run_starting_tx, waits));
         w.run_starting = Some(run_starting_rx);
     }
 }

@@ -46,6 +46,7 @@ impl Daemon {
         let t = self.now_ms();
         self.coalescer.wake(t);
         self.pending_reasons.insert(cause.label());
+        self.wake_causes.add(&cause);
         self.status.counters.wakes += 1;
         self.status.last_wake = Some(LastWake {
             at: time::rfc3339(SystemTime::now()),

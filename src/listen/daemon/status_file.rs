@@ -2,6 +2,39 @@
 
 use super::*;
 
+/// The longest a cycle on its way to its run holds the status back: the step from wake to spawn
+/// takes milliseconds; a cycle still short of its run after this (a slow tray read, a `429`
+/// waited out) lets the status be written and touched again, so it never looks stuck.
+const HOLD_MAX: Duration = Duration::from_secs(1);
+
+/// Whether status writes wait for a cycle's run to be spawned, and until when at most.
+#[derive(Debug, Default)]
+pub(super) struct StatusHold {
+    until: Option<tokio::time::Instant>,
+}
+
+impl StatusHold {
+    /// A cycle starts: hold writes for [`HOLD_MAX`] at most.
+    pub(super) fn hold(&mut self) {
+        self.until = Some(tokio::time::Instant::now() + HOLD_MAX);
+    }
+
+    /// The run is spawned, the cycle ended or waits: write again.
+    pub(super) fn release(&mut self) {
+        self.until = None;
+    }
+
+    pub(super) fn holds(&self) -> bool {
+        self.until
+            .is_some_and(|until| tokio::time::Instant::now() < until)
+    }
+
+    /// When the hold ends by itself (the main loop then writes what waited).
+    pub(super) fn deadline(&self) -> Option<tokio::time::Instant> {
+        self.until
+    }
+}
+
 impl Daemon {
     pub(super) fn shown(&self) -> ListenerState {
         shown_state(&self.flags, self.socket_state)
@@ -14,7 +47,7 @@ impl Daemon {
 
     /// Writes the status if it changed, unless a cycle is on its way to its run.
     pub(super) fn flush_status(&mut self) {
-        if self.status_dirty && !self.status_held {
+        if self.status_dirty && !self.status_hold.holds() {
             self.write_status();
         }
     }
@@ -25,7 +58,7 @@ impl Daemon {
     pub(super) fn turned(&mut self) {
         self.metrics.turned();
         let touch_every = self.scale().apply(TOUCH_EVERY).max(TOUCH_EVERY_MIN);
-        if self.status_held || self.status_proof.elapsed() < touch_every {
+        if self.status_hold.holds() || self.status_proof.elapsed() < touch_every {
             return;
         }
         let touched = self

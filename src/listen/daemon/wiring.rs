@@ -18,6 +18,9 @@ pub(super) struct Wiring {
     pub(super) cycle: Option<JoinHandle<CycleReport>>,
     /// Hears from the running cycle when it hands its run to the supervisor.
     pub(super) run_starting: Option<oneshot::Receiver<RunStarting>>,
+    /// The running cycle's waits for a `429 Retry-After` (`Daemon::on_cycle_wait`).
+    pub(super) cycle_waits_tx: mpsc::Sender<cycle::CycleWait>,
+    pub(super) cycle_waits: mpsc::Receiver<cycle::CycleWait>,
     /// The runtime check under way (`recovery`), at most one.
     pub(super) runtime_check: Option<JoinHandle<Result<String, crate::runtime::check::NotUsable>>>,
 }
@@ -29,6 +32,7 @@ impl Wiring {
         let (params, _) = watch::channel(params);
         let (events_tx, events) = mpsc::channel::<SocketEvent>(256);
         let (texts_tx, texts) = mpsc::channel(4);
+        let (cycle_waits_tx, cycle_waits) = mpsc::channel(4);
         let socket = tokio::spawn(
             socket::run(params.subscribe(), events_tx.clone(), shutdown.subscribe())
                 .in_current_span(),
@@ -43,6 +47,8 @@ impl Wiring {
             socket,
             cycle: None,
             run_starting: None,
+            cycle_waits_tx,
+            cycle_waits,
             runtime_check: None,
         }
     }

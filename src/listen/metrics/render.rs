@@ -218,7 +218,7 @@ mod tests {
     #[test]
     fn the_page_moves_with_the_hooks_and_keeps_label_values_on_fixed_lists() {
         let m = Metrics::new("work");
-        m.wake(&WakeCause::Message, 1);
+        m.wake(&WakeCause::Message(None), 1);
         m.wake(&WakeCause::Wake("reminder".into()), 1);
         m.wake(&WakeCause::Wake("something_new".into()), 1);
         m.frame(&tokio_tungstenite::tungstenite::Message::Text(
@@ -318,7 +318,7 @@ mod tests {
     #[test]
     fn an_off_registry_records_nothing() {
         let m = Metrics::off();
-        m.wake(&WakeCause::Message, 1);
+        m.wake(&WakeCause::Message(None), 1);
         m.burst(0, 1);
         let page = m.render();
         assert!(
