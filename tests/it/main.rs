@@ -30,6 +30,7 @@ mod kubernetes;
 mod listen;
 mod listen_connect;
 mod listen_proxy;
+mod listen_wakes;
 mod live_systemd;
 mod metrics;
 mod pacing;
