@@ -130,3 +130,26 @@ impl Daemon {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A cycle stuck short of its run (a `429` waited out, a slow tray) holds the status back for
+    /// a second at most, so the file is written and touched again and never looks stuck.
+    #[tokio::test(start_paused = true)]
+    async fn the_status_hold_ends_by_itself_after_a_second_or_when_released() {
+        let mut hold = StatusHold::default();
+        assert!(!hold.holds());
+        assert_eq!(hold.deadline(), None, "no hold, no wake of the main loop");
+        hold.hold();
+        assert!(hold.holds());
+        let deadline = hold.deadline().unwrap();
+        assert_eq!(deadline - tokio::time::Instant::now(), HOLD_MAX);
+        tokio::time::advance(HOLD_MAX).await;
+        assert!(!hold.holds(), "a hold outlives no cycle's wait");
+        hold.hold();
+        hold.release();
+        assert!(!hold.holds());
+    }
+}
