@@ -449,13 +449,15 @@ fn me_failed(api_base: &str, e: ApiError) -> Ended {
             format!("GET /v1/agents/me answered HTTP {status}"),
         ),
         // The server answered: it is there, and asked for a wait (`Task::server_wait`).
-        ApiError::RateLimited(wait) => Ended::Closed(
-            CloseKind::Ordinary,
+        ApiError::RateLimited(wait) => Ended::Throttled(
+            wait,
             format!(
                 "GET /v1/agents/me answered HTTP 429; retry after {} s",
                 wait.as_secs_f64().ceil() as u64
             ),
         ),
+        // Contract 7: switched off for good; the same stopped state as a `4426`.
+        e @ ApiError::Removed { .. } => Ended::Closed(CloseKind::UpgradeRequired, e.to_string()),
         e => Ended::NotReached(NotReached::from_api(api_base, &e)),
     }
 }
