@@ -3,6 +3,7 @@
 //! Errors never carry the key or a response body (a body could quote message text).
 
 mod answer;
+mod deprecation;
 mod network;
 
 pub use answer::{
@@ -34,6 +35,26 @@ pub enum ApiError {
     /// 401 or 403: the key was refused (or the account is suspended).
     #[error("the server refused the API key (HTTP {0})")]
     Refused(u16),
+    /// 407, or a 401/403 that is not AgentChat's (not JSON: tinyproxy answers a wrong proxy
+    /// password with `401` and an HTML page): something between here and the server refused
+    /// the request, not the server the key (issue 29 item 15).
+    #[error("{}", proxy_refusal(*status, content_type.as_deref()))]
+    ProxyRefused {
+        status: u16,
+        content_type: Option<String>,
+    },
+    /// `REMOVED` (contract 7): the server switched this route off for good; retrying will not
+    /// succeed. Names the route and the replacement the server named (`details.replacement`).
+    #[error(
+        "{route} answered HTTP {status} REMOVED: the server switched this route off{} (contract 7) and names as its replacement: {replacement}; update agentchat",
+        removed_on.as_deref().map(|d| format!(" on {d}")).unwrap_or_default()
+    )]
+    Removed {
+        route: &'static str,
+        status: u16,
+        replacement: String,
+        removed_on: Option<String>,
+    },
     /// 429 with the wait the server asked for.
     #[error("rate limited; retry after {0:?}")]
     RateLimited(Duration),
@@ -79,6 +100,22 @@ pub enum ApiError {
     /// The HTTP client could not be built (its TLS set-up failed); no request was made.
     #[error("cannot build the HTTP client: {0}")]
     Client(String),
+}
+
+/// `ApiError::ProxyRefused`'s line: what answered and what to check, never the proxy URL (it
+/// may hold a password).
+fn proxy_refusal(status: u16, content_type: Option<&str>) -> String {
+    if status == 407 {
+        return "a proxy refused its credentials (HTTP 407): check the user and password in the \
+                proxy URL (HTTPS_PROXY, HTTP_PROXY)"
+            .to_string();
+    }
+    format!(
+        "HTTP {status} with a {} page, not AgentChat's JSON refusal: something in between (a \
+         proxy asking for its password?) refused the request; check the user and password in \
+         the proxy URL (HTTPS_PROXY, HTTP_PROXY), or api_base",
+        content_type.unwrap_or("non-JSON")
+    )
 }
 
 /// The error `code` of a `404` that means the invite is no longer pending (contract 3.3).
@@ -185,6 +222,15 @@ impl Api {
             .map_err(|e| ApiError::Network(network_problem(&e)))?;
         let status = resp.status().as_u16();
         let content_type = content_type(resp.headers());
+        let not_json = content_type
+            .as_deref()
+            .is_some_and(|t| !answer::is_json_media_type(t));
+        if status == 407 || ((status == 401 || status == 403) && not_json) {
+            return Err(ApiError::ProxyRefused {
+                status,
+                content_type,
+            });
+        }
         if status == 401 || status == 403 {
             return Err(ApiError::Refused(status));
         }
@@ -197,7 +243,13 @@ impl Api {
                 .unwrap_or(Duration::from_secs(5));
             return Err(ApiError::RateLimited(wait));
         }
+        deprecation::note_headers(route, resp.headers());
         let body = answer::read_body(resp, route, status).await?;
+        if matches!(status, 400 | 410)
+            && let Some(removed) = deprecation::removed(route, status, &body)
+        {
+            return Err(removed);
+        }
         judge_answer(status, content_type, &body)?;
         Ok(body)
     }
@@ -474,6 +526,48 @@ mod tests {
             ["Bearer ac_one", "Bearer ac_two", "Bearer ac_one"]
         );
         assert!(!format!("{two:?}").contains("ac_two"));
+    }
+
+    /// Issue 29 item 15: a wrong proxy password read as "the server refused the API key".
+    /// tinyproxy answers it `401` with an HTML page; a proxy per RFC 9110 answers `407`.
+    /// AgentChat's own refusal is JSON (`{"code":"UNAUTHORIZED"}`) and stays a refused key.
+    #[tokio::test]
+    async fn a_proxys_401_page_or_407_is_no_refused_key_and_agentchats_json_401_is() {
+        let tinyproxy = answering(
+            "HTTP/1.0 401 Unauthorized\r\nContent-Type: text/html\r\nWWW-Authenticate: Basic realm=\"Tinyproxy\"\r\nConnection: close\r\n\r\n",
+            200,
+        )
+        .await;
+        let proxy_407 = answering(
+            "HTTP/1.1 407 Proxy Authentication Required\r\nProxy-Authenticate: Basic realm=\"p\"\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
+            0,
+        )
+        .await;
+        for (api, status) in [(tinyproxy, 401), (proxy_407, 407)] {
+            let e = api.me().await.unwrap_err();
+            assert!(
+                matches!(e, ApiError::ProxyRefused { status: s, .. } if s == status),
+                "{e:?}"
+            );
+            let line = e.to_string();
+            assert!(
+                !line.contains("refused the API key") && line.contains("proxy URL"),
+                "{line}"
+            );
+            assert!(!e.is_transient() && !e.is_misconfiguration());
+        }
+        let body = r#"{"code":"UNAUTHORIZED","message":"Invalid API key"}"#;
+        let head: &'static str = Box::leak(
+            format!(
+                "HTTP/1.1 401 Unauthorized\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                body.len()
+            )
+            .into_boxed_str(),
+        );
+        assert_eq!(
+            answering(head, 0).await.me().await.unwrap_err(),
+            ApiError::Refused(401)
+        );
     }
 
     #[tokio::test]

@@ -145,7 +145,7 @@ pub fn media_type(header: &str) -> String {
 }
 
 /// `application/json` or any `+json` type (`application/problem+json`).
-fn is_json_media_type(t: &str) -> bool {
+pub(super) fn is_json_media_type(t: &str) -> bool {
     t == "application/json" || t.ends_with("+json")
 }
 

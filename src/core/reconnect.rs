@@ -17,6 +17,14 @@ pub const KEY_REFUSED_RETRY: Duration = Duration::from_secs(600);
 /// The refused-key retry's first ceiling: a key refused for a moment (a rotation, a server
 /// restart) is tried again within seconds, not minutes.
 pub const KEY_RETRY_FIRST: Duration = Duration::from_secs(2);
+/// How long a socket must stay up after its first frame, when no second frame comes, before it
+/// has proved itself (`SocketRecord::proved`): a server that accepts the upgrade, sends
+/// `hello.ok` and closes at once has not.
+pub const PROVEN_AFTER: Duration = Duration::from_secs(5);
+/// The re-check after a `4426 upgrade required` close: drawn from [c/2, c] of this. Contract 7:
+/// retrying the same way will not succeed, and refused connects count against the key's connect
+/// budget (200 an hour), so at most 4 an hour; updating agentchat restarts the listener anyway.
+pub const UPGRADE_RECHECK: Duration = Duration::from_secs(30 * 60);
 
 /// What a close (or failed connect) means for the next attempt.
 #[derive(Debug, Clone, PartialEq)]
@@ -60,7 +68,9 @@ pub fn classify_close(code: u16, reason: &str) -> CloseKind {
 
 /// Classifies an HTTP answer to the socket upgrade (instead of `101`). `401` and `403` are a
 /// refused key (`docs/decisions.md`); everything else, `429` included, is the ordinary backoff: the connect
-/// budget is never an HTTP error before the upgrade (contract 3.4), only a `1013` close.
+/// budget is never an HTTP error before the upgrade (contract 3.4), only a `1013` close. A
+/// `429`'s `Retry-After` (something in front of the server) is still waited, never less
+/// (`listen::socket`).
 pub fn classify_upgrade_status(status: u16) -> CloseKind {
     match status {
         401 | 403 => CloseKind::KeyRefused,
@@ -225,8 +235,20 @@ impl Backoff {
         scaled(d, scale).min(ceiling)
     }
 
-    /// The key was accepted (the server answered who we are, or the socket came up): the next
-    /// refusal starts again at seconds.
+    /// A connection ended after `record`. Only a socket that proved itself
+    /// (`SocketRecord::proved`) resets anything: the refused-key retry at once, the ordinary
+    /// backoff when it also stayed up `STABLE_AFTER`. An accepted upgrade the server closes at
+    /// once (`1008`, `1011`, a `hello.ok` then a close) resets nothing, so its delays grow
+    /// (issue 29 item 3); a REST call that accepts the key does not either.
+    pub fn socket_ended(&mut self, record: &SocketRecord) {
+        if record.proved() {
+            self.key_accepted();
+            self.connection_lasted(record.up_for);
+        }
+    }
+
+    /// The key was accepted by a socket that proved itself: the next refusal starts again at
+    /// seconds.
     pub fn key_accepted(&mut self) {
         self.key_attempt = 0;
     }
@@ -235,6 +257,38 @@ impl Backoff {
     pub fn key_attempt(&self) -> u32 {
         self.key_attempt
     }
+}
+
+/// What one connection showed before it ended, for `Backoff::socket_ended`.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct SocketRecord {
+    /// The socket came up: a first frame that was not a close.
+    pub came_up: bool,
+    /// Frames that came after that first one.
+    pub frames_after_first: u64,
+    /// How long it stayed up after its first frame.
+    pub up_for: Duration,
+}
+
+impl SocketRecord {
+    /// The socket proved itself: it came up, and a second frame followed or it stayed up
+    /// `PROVEN_AFTER`. Only then did the server accept the key and the client for good.
+    pub fn proved(&self) -> bool {
+        self.came_up && (self.frames_after_first >= 1 || self.up_for >= PROVEN_AFTER)
+    }
+}
+
+/// The re-check after a `4426` close: drawn from [c/2, c] of `UPGRADE_RECHECK` (15-30 min),
+/// divided by `scale` (the test time scale).
+pub fn upgrade_recheck_delay(rand01: f64, scale: f64) -> Duration {
+    scaled(UPGRADE_RECHECK.mul_f64(0.5 + 0.5 * unit(rand01)), scale)
+}
+
+/// What is left of a wait of `remaining` once `unseen` time passed that no timer saw (the
+/// machine slept, `ClockWatch`): the time asleep counts as waited, so a wait cut by a sleep ends
+/// at once, not a whole delay after the wake (issue 29 item 15).
+pub fn left_after_sleep(remaining: Duration, unseen: Duration) -> Duration {
+    remaining.saturating_sub(unseen)
 }
 
 /// A delay under a test time scale: `d` divided by `factor`, at least 1 ms, at most a day. A
@@ -260,8 +314,11 @@ pub fn scaled(d: Duration, factor: f64) -> Duration {
 /// and drops at once after a refusal waits longer, but the ordinary backoff never stretches the
 /// server's delay (`docs/decisions.md`, "Socket and reconnect").
 ///
-/// `backoff_scale` divides the ordinary backoff's delay (`scaled`) after an ordinary close or an
-/// upgrade-required one, and the refused-key retry. The budget's hint is never scaled: it is the
+/// `UpgradeRequired` waits the slow re-check (`upgrade_recheck_delay`, 15-30 min): contract 7,
+/// retrying will not succeed.
+///
+/// `backoff_scale` divides the ordinary backoff's delay (`scaled`), the upgrade re-check and the
+/// refused-key retry. The budget's hint is never scaled: it is the
 /// server's, and no attempt comes before `retry_after` seconds have passed (contract 3.4),
 /// whatever the scale.
 pub fn delay_after(
@@ -277,9 +334,11 @@ pub fn delay_after(
             budget_delay(*retry_after_s, rand01)
         }
         CloseKind::KeyRefused => backoff.next_key_delay(key_refused_retry, rand01, backoff_scale),
-        CloseKind::UpgradeRequired | CloseKind::Ordinary => {
-            scaled(backoff.next_delay(rand01), backoff_scale)
+        CloseKind::UpgradeRequired => {
+            backoff.next_delay(rand01);
+            upgrade_recheck_delay(rand01, backoff_scale)
         }
+        CloseKind::Ordinary => scaled(backoff.next_delay(rand01), backoff_scale),
     }
 }
 
@@ -475,9 +534,132 @@ mod tests {
         );
         assert_eq!(
             delay_after(&CloseKind::UpgradeRequired, &mut b, ten_min, 0.0, 1.0),
-            Duration::from_secs(1)
+            UPGRADE_RECHECK / 2,
+            "a 4426 waits the slow re-check"
         );
         assert_eq!(b.attempt(), 2);
+    }
+
+    /// Issue 29 item 11: a `4426` close was retried on the ordinary backoff, 60-120 connects an
+    /// hour against the key's budget of 200. The re-check is 15-30 min: at most 4 an hour.
+    #[test]
+    fn an_upgrade_required_close_is_rechecked_slowly_within_the_hourly_budget() {
+        for r in [0.0, 0.5, 0.999_999] {
+            let mut b = Backoff::default();
+            let (mut t, mut attempts) = (Duration::ZERO, 0);
+            while t < Duration::from_secs(3_600) {
+                let d = delay_after(
+                    &CloseKind::UpgradeRequired,
+                    &mut b,
+                    KEY_REFUSED_RETRY,
+                    r,
+                    1.0,
+                );
+                assert!(
+                    d >= Duration::from_secs(15 * 60) && d <= UPGRADE_RECHECK,
+                    "{r}: {d:?}"
+                );
+                t += d;
+                attempts += 1;
+            }
+            assert!(attempts <= 4, "{r}: {attempts} re-checks in an hour");
+        }
+        // The test time scale divides it.
+        assert_eq!(
+            upgrade_recheck_delay(0.0, 1000.0),
+            Duration::from_millis(900)
+        );
+    }
+
+    /// Issue 29 item 3: a server that accepts the upgrade and closes at once (`1008` while REST
+    /// still answers, or `1011`) was retried every 1-2 s: something reset the delays although
+    /// the socket never worked. Only a socket that proved itself resets them.
+    #[test]
+    fn only_a_socket_that_proved_itself_resets_the_delays() {
+        let closed_at_once = [
+            SocketRecord::default(),
+            // hello.ok, then the close at once.
+            SocketRecord {
+                came_up: true,
+                frames_after_first: 0,
+                up_for: Duration::from_millis(30),
+            },
+        ];
+        for rec in closed_at_once {
+            assert!(!rec.proved(), "{rec:?}");
+            let mut key = Backoff::default();
+            let mut ordinary = Backoff::default();
+            let (mut last_key, mut last_ordinary) = (Duration::ZERO, Duration::ZERO);
+            for n in 0..8 {
+                let k = delay_after(
+                    &CloseKind::KeyRefused,
+                    &mut key,
+                    KEY_REFUSED_RETRY,
+                    0.0,
+                    1.0,
+                );
+                let o = delay_after(
+                    &CloseKind::Ordinary,
+                    &mut ordinary,
+                    KEY_REFUSED_RETRY,
+                    0.0,
+                    1.0,
+                );
+                key.socket_ended(&rec);
+                ordinary.socket_ended(&rec);
+                assert!(k >= last_key && o >= last_ordinary, "{n}: {k:?} {o:?}");
+                (last_key, last_ordinary) = (k, o);
+            }
+            assert!(last_key >= Duration::from_secs(64), "{last_key:?}");
+            assert!(
+                last_ordinary >= Duration::from_secs(30),
+                "{last_ordinary:?}"
+            );
+        }
+        // A second frame, or five seconds up: the key was accepted for good.
+        for rec in [
+            SocketRecord {
+                came_up: true,
+                frames_after_first: 1,
+                up_for: Duration::from_millis(30),
+            },
+            SocketRecord {
+                came_up: true,
+                frames_after_first: 0,
+                up_for: PROVEN_AFTER,
+            },
+        ] {
+            assert!(rec.proved(), "{rec:?}");
+            let mut b = Backoff::default();
+            for _ in 0..5 {
+                delay_after(&CloseKind::KeyRefused, &mut b, KEY_REFUSED_RETRY, 0.0, 1.0);
+                delay_after(&CloseKind::Ordinary, &mut b, KEY_REFUSED_RETRY, 0.0, 1.0);
+            }
+            b.socket_ended(&rec);
+            assert_eq!(b.key_attempt(), 0);
+            assert_eq!(b.attempt(), 5, "the ordinary backoff waits for 30 s up");
+            b.socket_ended(&SocketRecord {
+                up_for: STABLE_AFTER,
+                ..rec
+            });
+            assert_eq!(b.attempt(), 0);
+        }
+        // Thirty seconds up with no frame at all proves nothing.
+        let mut b = Backoff::default();
+        b.next_delay(0.0);
+        b.socket_ended(&SocketRecord {
+            came_up: false,
+            frames_after_first: 0,
+            up_for: STABLE_AFTER,
+        });
+        assert_eq!(b.attempt(), 1);
+    }
+
+    #[test]
+    fn time_asleep_counts_as_waited() {
+        let s = Duration::from_secs;
+        assert_eq!(left_after_sleep(s(300), s(600)), Duration::ZERO);
+        assert_eq!(left_after_sleep(s(300), s(100)), s(200));
     }
 
     /// Issue 17 item 7: eight `retry_after=1` refusals in a row waited 1.0, 1.7, 3.6, 6.1, 11.6,
@@ -578,10 +760,16 @@ mod tests {
             Duration::from_millis(1)
         );
         for _ in 0..10 {
-            for kind in [CloseKind::Ordinary, CloseKind::UpgradeRequired] {
-                let d = delay_after(&kind, &mut b, ten_min, 0.999_999, fast);
-                assert!(d <= Duration::from_millis(60), "{kind:?}: {d:?}");
-            }
+            let d = delay_after(&CloseKind::Ordinary, &mut b, ten_min, 0.999_999, fast);
+            assert!(d <= Duration::from_millis(60), "{d:?}");
+            let d = delay_after(
+                &CloseKind::UpgradeRequired,
+                &mut b,
+                ten_min,
+                0.999_999,
+                fast,
+            );
+            assert!(d <= Duration::from_millis(1_800), "{d:?}");
         }
         assert!(b.attempt() >= 7, "the backoff is at its cap");
         let mut unscaled = b.clone();

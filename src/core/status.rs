@@ -56,6 +56,9 @@ pub enum ListenerState {
     /// `handle_mismatch`: the tray belongs to another agent than this key's: no runs until it
     /// matches again.
     HandleMismatch,
+    /// `upgrade_required`: the server closes the socket `4426` (contract 7): this agentchat is
+    /// too old for it, and no wake arrives until it is updated; re-checked every 15-30 min.
+    UpgradeRequired,
     /// `stopping`: SIGTERM or SIGINT came; a run still gets its grace (a second signal ends it at
     /// once).
     Stopping,
@@ -77,6 +80,7 @@ impl ListenerState {
             ListenerState::KeyRefused => "key_refused",
             ListenerState::RuntimeUnusable => "runtime_unusable",
             ListenerState::HandleMismatch => "handle_mismatch",
+            ListenerState::UpgradeRequired => "upgrade_required",
             ListenerState::Stopping => "stopping",
             ListenerState::Stopped => "stopped",
             ListenerState::Unknown => "unknown",
@@ -91,6 +95,7 @@ impl ListenerState {
             ListenerState::KeyRefused
                 | ListenerState::RuntimeUnusable
                 | ListenerState::HandleMismatch
+                | ListenerState::UpgradeRequired
         )
     }
 }
@@ -102,6 +107,7 @@ impl From<SocketState> for ListenerState {
             SocketState::Connected => ListenerState::Connected,
             SocketState::Backoff => ListenerState::Backoff,
             SocketState::KeyRefused => ListenerState::KeyRefused,
+            SocketState::UpgradeRequired => ListenerState::UpgradeRequired,
         }
     }
 }
@@ -119,6 +125,9 @@ pub enum SocketState {
     Backoff,
     /// `key_refused`: the server refused the key.
     KeyRefused,
+    /// `upgrade_required`: the server closed the socket `4426` (contract 7): it requires a newer
+    /// client; re-checked slowly (`core::reconnect::UPGRADE_RECHECK`).
+    UpgradeRequired,
 }
 
 impl SocketState {
@@ -128,6 +137,7 @@ impl SocketState {
             SocketState::Connected => "connected",
             SocketState::Backoff => "backoff",
             SocketState::KeyRefused => "key_refused",
+            SocketState::UpgradeRequired => "upgrade_required",
         }
     }
 }
@@ -479,6 +489,7 @@ mod tests {
             L::KeyRefused,
             L::RuntimeUnusable,
             L::HandleMismatch,
+            L::UpgradeRequired,
             L::Stopping,
             L::Stopped,
             L::Unknown,
@@ -486,7 +497,13 @@ mod tests {
             assert_eq!(name(s), s.as_str());
         }
         use SocketState as S;
-        for s in [S::Connecting, S::Connected, S::Backoff, S::KeyRefused] {
+        for s in [
+            S::Connecting,
+            S::Connected,
+            S::Backoff,
+            S::KeyRefused,
+            S::UpgradeRequired,
+        ] {
             assert_eq!(name(s), s.as_str());
             assert_eq!(ListenerState::from(s).as_str(), s.as_str());
         }

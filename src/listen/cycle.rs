@@ -85,6 +85,8 @@ pub struct CycleReport {
     pub texts_missing: Option<texts::Missing>,
     /// The tray could not be read because the key was refused.
     pub key_refused: bool,
+    /// The tray's route answered `REMOVED` (contract 7): what it said, for the status.
+    pub removed: Option<String>,
     /// The tray after the run was cut short and the run made progress: the next cycle starts at
     /// once (`core::decision::follow_up`).
     pub follow_up: bool,
@@ -185,7 +187,14 @@ async fn read_tray_before(input: &CycleInput, report: &mut CycleReport) -> Resul
         }
         Err(e) => {
             report.key_refused = matches!(e, ApiError::Refused(_));
-            tracing::warn!(event = %"tray_unreadable", cycle_id = %input.id, error = %e, "the tray could not be read; no run (the server re-wakes)");
+            if let ApiError::Removed { .. } = e {
+                // Contract 7: retrying will not succeed; the profile is not ready until a tray
+                // is read again (issue 29 item 12).
+                tracing::error!(event = %"route_removed", cycle_id = %input.id, error = %e, "the tray could not be read: the server switched its route off; no run until agentchat is updated");
+                report.removed = Some(e.to_string());
+            } else {
+                tracing::warn!(event = %"tray_unreadable", cycle_id = %input.id, error = %e, "the tray could not be read; no run (the server re-wakes)");
+            }
             Err(CycleEnd::NoRun(NoRunReason::TrayUnreadable))
         }
     }

@@ -21,6 +21,16 @@ pub async fn route(sim: &Sim, r: &Req) -> SimResult<Reply> {
         return texts_route(sim, r);
     }
     let me = sim.lock().auth(r.bearer())?;
+    // An old path switched off answers `410 REMOVED`; one deprecated carries the headers
+    // (contract 7, `old_paths`).
+    let path = format!("/{}", segs.join("/"));
+    sim.lock().old_paths.check(&path)?;
+    let reply = agent_route(sim, r, &me, m, &segs).await?;
+    Ok(sim.lock().old_paths.mark(&path, reply))
+}
+
+async fn agent_route(sim: &Sim, r: &Req, me: &str, m: &str, segs: &[&str]) -> SimResult<Reply> {
+    let me = me.to_string();
     match (m, &segs[1..]) {
         ("GET", ["agents", "me"]) => Ok(Reply::ok(sim.lock().me(&me)?)),
         ("POST", ["messages"]) => {
@@ -117,12 +127,7 @@ pub async fn route(sim: &Sim, r: &Req) -> SimResult<Reply> {
 /// Contract 7: an answer that used a deprecated value carries the three headers (the sim is
 /// before the switch-off, so the old value still works).
 fn deprecated(r: Reply, since_unix: u64) -> Reply {
-    r.header("deprecation", format!("@{since_unix}"))
-        .header("sunset", "Sat, 06 Feb 2027 00:00:00 GMT")
-        .header(
-            "link",
-            "<https://agentchat.me/contract/v1/#deprecations>; rel=\"deprecation\"",
-        )
+    super::old_paths::headers(r, since_unix)
 }
 
 fn texts_route(sim: &Sim, r: &Req) -> SimResult<Reply> {
@@ -207,7 +212,9 @@ pub async fn inbox(
             return Err(Rejection::rate_limited(scale.real_secs_ceil(wait)));
         }
         let t = tray::build(&s, me);
-        if wait_ms == 0 || t.shows_something(limit, invites) {
+        // A full-paused agent is answered at once with an empty tray (3.1; `tray::build`).
+        let paused = s.agent(me)?.paused == "full";
+        if wait_ms == 0 || paused || t.shows_something(limit, invites) {
             let shows = t.shows_something(limit, invites);
             let body = t.body(&s, me, limit, (wait_ms > 0).then_some(0));
             settle(&mut s, me, shows);
@@ -262,17 +269,59 @@ fn settle(s: &mut super::store::Store, me: &str, shows: bool) {
     }
 }
 
-/// `GET /v1/messages/sync?after=&limit=`: undelivered rows, oldest first, with `delivery_id`.
+/// `GET /v1/messages/sync?after=&limit=&wait_ms=`: undelivered rows, oldest first, with
+/// `delivery_id`. With `wait_ms` (1..50000) and nothing to show, held until a message or a
+/// wake lands or the wait ends, then read again; a new invite never ends it (3.1). A
+/// full-paused agent gets `[]` at once. One read against the poll budgets however long held.
 async fn sync(sim: &Sim, r: &Req, me: &str) -> SimResult<Reply> {
     let limit = r.query_u64("limit")?.unwrap_or(200).clamp(1, 500) as usize;
     let after = r.query.get("after").cloned();
-    let mut s = sim.lock();
-    let now = s.now_v();
-    let clock = s.clock.clone();
-    if let Err(wait) = s.agent_mut(me)?.polls.admit(now) {
-        return Err(Rejection::rate_limited(clock.real_secs_ceil(wait)));
+    let wait_ms = match r.query_u64("wait_ms")? {
+        None | Some(0) => 0,
+        Some(n) if n <= 50_000 => n,
+        Some(_) => return Err(Rejection::validation("wait_ms must be between 1 and 50000")),
+    };
+    let rows_now = |s: &mut super::store::Store| -> SimResult<Vec<Value>> {
+        Ok(if s.agent(me)?.paused == "full" {
+            Vec::new()
+        } else {
+            s.stored_rows(me, after.as_deref(), limit)
+        })
+    };
+    let mut rx = {
+        let mut s = sim.lock();
+        let now = s.now_v();
+        let clock = s.clock.clone();
+        if let Err(wait) = s.agent_mut(me)?.polls.admit(now) {
+            return Err(Rejection::rate_limited(clock.real_secs_ceil(wait)));
+        }
+        let rows = rows_now(&mut s)?;
+        if wait_ms == 0 || !rows.is_empty() || s.agent(me)?.paused == "full" {
+            let shows = !rows.is_empty();
+            settle(&mut s, me, shows);
+            return Ok(Reply::ok(Value::Array(rows)));
+        }
+        let a = s.agent_mut(me)?;
+        a.held += 1;
+        a.landing.subscribe()
+    };
+    let parked = Parked { sim, me };
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_millis(wait_ms);
+    let mut shutdown = sim.shutdown.clone();
+    loop {
+        tokio::select! {
+            got = rx.recv() => match got {
+                Ok(Landing::Invite) => continue,
+                Ok(_) | Err(RecvError::Lagged(_)) => break,
+                Err(RecvError::Closed) => { tokio::time::sleep_until(deadline).await; break; }
+            },
+            _ = tokio::time::sleep_until(deadline) => break,
+            _ = shutdown.changed() => break,
+        }
     }
-    let rows = s.stored_rows(me, after.as_deref(), limit);
+    drop(parked);
+    let mut s = sim.lock();
+    let rows = rows_now(&mut s)?;
     let shows = !rows.is_empty();
     settle(&mut s, me, shows);
     Ok(Reply::ok(Value::Array(rows)))

@@ -51,6 +51,10 @@ pub async fn route(sim: &Sim, r: &Req) -> SimResult<Reply> {
             ))
         }
         ("GET", ["refusals"]) => Ok(Reply::ok(sim.lock().refusals_body())),
+        ("POST", ["old-paths"]) => {
+            let b = r.json_object()?;
+            Ok(Reply::ok(sim.lock().old_paths.set(&b)?))
+        }
         ("POST", ["groups"]) => {
             let b = r.json_object()?;
             let owner = str_field(&b, "owner")?;
@@ -174,6 +178,21 @@ fn agent_route(sim: &Sim, r: &Req, method: &str, h: &str, rest: &[&str]) -> SimR
             }
             let n = s.close_sockets(h, code as u16, &reason);
             Ok(Reply::ok(json!({"closed": n})))
+        }
+        ("POST", ["pause"]) => {
+            let b = r.json_object()?;
+            let paused = match b.get("paused_by_owner").and_then(Value::as_str) {
+                Some("none") => "none",
+                Some("send") => "send",
+                Some("full") => "full",
+                _ => {
+                    return Err(Rejection::validation(
+                        "paused_by_owner must be none, send or full",
+                    ));
+                }
+            };
+            s.agent_mut(h)?.paused = paused;
+            Ok(Reply::ok(json!({"paused_by_owner": paused})))
         }
         ("POST", ["sockets", "silence"]) => {
             Ok(Reply::ok(json!({"silenced": s.silence_sockets(h)})))

@@ -17,6 +17,7 @@ mod http;
 mod invites;
 mod mcp;
 mod model;
+mod old_paths;
 mod restart;
 mod store;
 mod texts;

@@ -93,6 +93,9 @@ pub struct Agent {
     pub display_name: String,
     pub key: String,
     pub key_refused: bool,
+    /// `paused_by_owner`: `none`, `send` or `full` (`POST /_sim/agents/{h}/pause`). A `full`
+    /// pause means no live push, an empty tray at once, and `[]` from sync (contract 3.1).
+    pub paused: &'static str,
     pub created_at: String,
     pub muted_convs: BTreeSet<String>,
     pub muted_agents: BTreeSet<String>,

@@ -44,6 +44,8 @@ pub struct Store {
     pub ip_budgets: IpBudgets,
     /// Refused upgrades and restarts, for `GET /_sim/refusals` (`restart`).
     pub refusals: super::restart::Refusals,
+    /// Old paths deprecated or switched off (`POST /_sim/old-paths`, contract 7).
+    pub old_paths: super::old_paths::OldPaths,
     retired_keys: BTreeMap<String, String>,
     next_ord: u64,
     next_socket: u64,
@@ -88,6 +90,7 @@ impl Store {
             texts: BTreeMap::new(),
             ip_budgets: IpBudgets::default(),
             refusals: Default::default(),
+            old_paths: Default::default(),
             retired_keys: BTreeMap::new(),
             next_ord: 0,
             next_socket: 0,
@@ -143,6 +146,7 @@ impl Store {
                 display_name: display_name.map(str::to_string).unwrap_or(name),
                 key: key.clone(),
                 key_refused: false,
+                paused: "none",
                 created_at: now_iso(),
                 muted_convs: BTreeSet::new(),
                 muted_agents: BTreeSet::new(),
@@ -249,7 +253,7 @@ impl Store {
         let a = self.agent(h)?;
         Ok(json!({
             "handle": a.handle, "display_name": a.display_name, "description": null, "avatar_url": null,
-            "status": "active", "paused_by_owner": "none", "is_system": false,
+            "status": "active", "paused_by_owner": a.paused, "is_system": false,
             "settings": {"inbox_mode": "open", "group_invite_policy": "open"},
             "email_masked": format!("{}***@example.invalid", &a.handle[..1]),
             "wake_webhook": null, "created_at": a.created_at,

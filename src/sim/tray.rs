@@ -31,7 +31,8 @@ fn preview_text(m: &Message) -> String {
 
 /// Every visible card (newest first), the hidden-deferred count, and the pending invites.
 pub fn build(s: &Store, h: &str) -> Tray {
-    let Some(agent) = s.agents.get(h) else {
+    // A full-paused agent's tray is empty (contract 3.1).
+    let Some(agent) = s.agents.get(h).filter(|a| a.paused != "full") else {
         return Tray {
             cards: Vec::new(),
             deferred: 0,

@@ -1,5 +1,6 @@
 //! `GET /v1/ws` (contract 3.4): both auth paths, capability negotiation, the connect budget
 //! (`1013 rate_limited; retry_after=<s>` after accepting the upgrade), `1008 Invalid token`,
+//! `4426 upgrade required` for a socket without `ack` once that is switched off (contract 7),
 //! ack-held delivery, protocol pings with a pong deadline, `heartbeat` frames, silence.
 
 use std::collections::BTreeSet;
@@ -147,6 +148,13 @@ async fn admit(
                             format!("rate_limited; retry_after={}", clock.real_secs_ceil(wait)),
                         )),
                         _ if !good => Some((Some(h), 1008, "Invalid token".to_string())),
+                        // Contract 7: once `socket_without_ack` is off, a socket that did not
+                        // negotiate `ack` is closed `4426` (`old_paths`).
+                        _ if !caps.iter().any(|c| c == "ack")
+                            && s.old_paths.socket_without_ack_off() =>
+                        {
+                            Some((Some(h), 4426, "upgrade required".to_string()))
+                        }
                         _ => {
                             s.log_connect(&h, path, "accepted", None, caps);
                             return Some(h);

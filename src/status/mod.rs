@@ -273,6 +273,11 @@ pub fn problem(
                 "the listener for profile {profile} reads another agent's tray than its key's, so \
                  no run starts; {doctor}"
             ),
+            ListenerState::UpgradeRequired => format!(
+                "the server requires a newer agentchat (it closes the socket 4426 upgrade \
+                 required, or answers REMOVED), so no wake reaches profile {profile}; update \
+                 agentchat"
+            ),
             _ => return None,
         },
     };
@@ -486,6 +491,7 @@ mod tests {
             ("key_refused", "refuses the API key"),
             ("runtime_unusable", "runtime (script) cannot work"),
             ("handle_mismatch", "another agent"),
+            ("upgrade_required", "update agentchat"),
         ] {
             let line = p(Some(&doc(state, now)), Some(Liveness::Running)).unwrap();
             assert!(line.contains(needle), "{state}: {line}");

@@ -675,6 +675,12 @@ fn connect_budget_cases_classify_and_bound_the_delay() {
                 let floor = Duration::from_secs(k["floor_s"].as_u64().unwrap());
                 ((c / 2).max(floor), c)
             }
+            // The slow re-check after a `4426` (contract 7).
+            CloseKind::UpgradeRequired => {
+                let lo = exp["delay_s"]["min"].as_f64().unwrap();
+                let hi = exp["delay_s"]["max"].as_f64().unwrap();
+                (Duration::from_secs_f64(lo), Duration::from_secs_f64(hi))
+            }
             // A first ordinary delay is the 1 s floor.
             _ => (Duration::from_secs(1), Duration::from_secs(1)),
         };

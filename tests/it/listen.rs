@@ -1208,15 +1208,6 @@ async fn sigterm_or_sigint_closes_the_socket_with_1000_and_exits_0() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_4426_close_is_logged_and_followed_by_the_ordinary_reconnect() {
-    let opts = Opts::default();
-    let (sim, _alice, bob, _setup, l) = bob_listening(&opts).await;
-    sim.close_sockets(&bob, 4426, "upgrade required").await;
-    logged_exactly(&l, "upgrade_required", 1, 10.0).await;
-    accepted_at_least(&sim, &bob, &l, 2).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unreachable_server_never_ends_the_listener_it_backs_off() {
     let opts = Opts::default();
     let setup = Setup::new(&opts);

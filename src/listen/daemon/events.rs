@@ -201,6 +201,12 @@ impl Daemon {
             tracing::info!(event = %"handle_mismatch_cleared", "the tray is this key's agent's again");
             self.status.detail = None;
         }
+        if let Some(removed) = report.removed {
+            self.status.detail = Some(removed.clone());
+            self.flags.removed = Some(removed);
+        } else if report.handle_ok {
+            self.flags.removed = None;
+        }
         if report.key_refused {
             self.status.detail =
                 Some("the server refused the key when reading the tray (HTTP 401/403)".into());

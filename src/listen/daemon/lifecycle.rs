@@ -51,6 +51,7 @@ impl Daemon {
                 unusable: None,
                 unusable_binary: None,
                 mismatch: None,
+                removed: None,
                 stopping: false,
                 stopped: false,
             },

@@ -62,6 +62,8 @@ struct ListenerFlags {
     /// The runtime's binary when it became unusable: a different one gets a new chance.
     unusable_binary: Option<crate::runtime::agent_cli::BinaryStamp>,
     mismatch: Option<String>,
+    /// The tray's route answered `REMOVED` (contract 7): `upgrade_required` until a tray is read.
+    removed: Option<String>,
     /// SIGTERM or SIGINT came.
     stopping: bool,
     /// The stop is done: the last status written says so.
@@ -379,6 +381,8 @@ fn shown_state(p: &ListenerFlags, socket: SocketState) -> ListenerState {
         ListenerState::RuntimeUnusable
     } else if p.mismatch.is_some() {
         ListenerState::HandleMismatch
+    } else if p.removed.is_some() {
+        ListenerState::UpgradeRequired
     } else {
         socket.into()
     }
@@ -411,6 +415,7 @@ mod tests {
             unusable: None,
             unusable_binary: None,
             mismatch: None,
+            removed: None,
             stopping: false,
             stopped: false,
         }

@@ -11,6 +11,7 @@ pub(super) const STATES: &[&str] = &[
     "key_refused",
     "runtime_unusable",
     "handle_mismatch",
+    "upgrade_required",
     "stopping",
     "stopped",
 ];

@@ -69,6 +69,10 @@ pub(super) fn readiness(state: &str, socket: &str, no_texts: bool) -> Probe {
             code: 503,
             line: format!("not ready: the listener is {state}"),
         },
+        ("upgrade_required", _) => Probe {
+            code: 503,
+            line: "not ready: the server requires a newer agentchat (close 4426 or REMOVED)".into(),
+        },
         ("runtime_unusable" | "handle_mismatch", _) => Probe {
             code: 503,
             line: format!("not ready: no run can start ({state})"),

@@ -103,7 +103,8 @@ pub(super) async fn connect(params: &SocketParams) -> Result<Ws, Ended> {
 }
 
 /// An HTTP answer instead of the upgrade: a refused key (401, 403), the ordinary backoff (429,
-/// 408), an outage (5xx), else a wrong `api_base` (a 404 page, say): `/v1/ws` always exists.
+/// 408; a 429's `Retry-After` waited, never less: issue 29 item 15), an outage (5xx), else a
+/// wrong `api_base` (a 404 page, say): `/v1/ws` always exists.
 fn upgrade_answered(api_base: &str, resp: &tungstenite::http::Response<Option<Vec<u8>>>) -> Ended {
     let status = resp.status().as_u16();
     match reconnect::classify_upgrade_status(status) {
@@ -111,6 +112,24 @@ fn upgrade_answered(api_base: &str, resp: &tungstenite::http::Response<Option<Ve
             CloseKind::KeyRefused,
             format!("the upgrade was refused with HTTP {status}"),
         ),
+        _ if status == 429 => {
+            let wait = resp
+                .headers()
+                .get(tungstenite::http::header::RETRY_AFTER)
+                .and_then(|v| v.to_str().ok())
+                .and_then(crate::client::parse_retry_after_header);
+            let detail = format!("the upgrade was answered HTTP {status}");
+            match wait {
+                Some(wait) => Ended::Throttled(
+                    wait,
+                    format!(
+                        "{detail}; retry after {} s",
+                        wait.as_secs_f64().ceil() as u64
+                    ),
+                ),
+                None => Ended::Closed(CloseKind::Ordinary, detail),
+            }
+        }
         _ if status >= 500 => Ended::NotReached(NotReached::Unreachable(format!(
             "{api_base} answered the socket upgrade with HTTP {status}"
         ))),
@@ -164,7 +183,7 @@ pub async fn connect_once(params: &SocketParams, settle: Duration) -> Result<Str
     params.pacer.admit().await;
     let mut ws = connect(params).await.map_err(|ended| match ended {
         Ended::Closed(CloseKind::KeyRefused, d) => format!("the server refused the API key: {d}"),
-        Ended::Closed(_, d) => d,
+        Ended::Closed(_, d) | Ended::Throttled(_, d) => d,
         Ended::NotReached(n) => n.detail().to_string(),
         Ended::Shutdown | Ended::Reconfigured => "stopped".to_string(),
     })?;

@@ -112,6 +112,9 @@ enum Ended {
     Shutdown,
     Reconfigured,
     Closed(CloseKind, String),
+    /// An HTTP `429` (on `GET /v1/agents/me` or the upgrade): the ordinary backoff, and never
+    /// less than its `Retry-After` (at most an hour).
+    Throttled(Duration, String),
     /// No AgentChat server was reached: a wrong `api_base`, or nothing answered.
     NotReached(NotReached),
 }
@@ -135,6 +138,8 @@ pub async fn run(
         server_wait: None,
         clocks: reconnect::ClockWatch::new(wall_ms(), 0),
         origin: Instant::now(),
+        record: reconnect::SocketRecord::default(),
+        up_since: None,
     }
     .run()
     .await
@@ -160,6 +165,10 @@ struct Task {
     clocks: reconnect::ClockWatch,
     /// The monotonic clock's zero for `clocks`.
     origin: Instant,
+    /// What the current connection showed so far (`read`), for `Backoff::socket_ended`.
+    record: reconnect::SocketRecord,
+    /// When the current connection came up (its first frame that is not a close).
+    up_since: Option<Instant>,
 }
 
 impl Task {
@@ -188,6 +197,12 @@ impl Task {
                 Ended::Closed(kind, detail) => {
                     self.reach.reached();
                     (kind, detail, None)
+                }
+                // The server answered: it is there, and asked for a wait of its own.
+                Ended::Throttled(wait, detail) => {
+                    self.reach.reached();
+                    self.server_wait = Some(wait);
+                    (CloseKind::Ordinary, detail, None)
                 }
                 Ended::NotReached(n) => (CloseKind::Ordinary, n.detail().to_string(), Some(n)),
             };
@@ -224,7 +239,6 @@ impl Task {
         {
             return Ended::Shutdown;
         }
-        let started = Instant::now();
         let Some(connected) = or_shutdown(Box::pin(connect(params)), &mut self.shutdown).await
         else {
             return Ended::Shutdown;
@@ -234,10 +248,12 @@ impl Task {
             Err(ended) => return ended,
         };
         tracing::debug!(event = %"socket_upgraded", "upgrade accepted; waiting for the first frame");
+        self.record = reconnect::SocketRecord::default();
+        self.up_since = None;
         let ended = self.read_loop(ws, params).await;
-        if matches!(ended, Ended::Closed(..)) {
-            self.backoff.connection_lasted(started.elapsed());
-        }
+        self.record.up_for = self.up_since.map(|t| t.elapsed()).unwrap_or_default();
+        // Only a socket that proved itself resets the delays (issue 29 item 3).
+        self.backoff.socket_ended(&self.record);
         ended
     }
 
@@ -253,15 +269,10 @@ impl Task {
         let Some(answer) = or_shutdown(params.api.me(), &mut self.shutdown).await else {
             return Err(Ended::Shutdown);
         };
-        let handle = answer.map_err(|e| {
-            if let ApiError::RateLimited(wait) = e {
-                self.server_wait = Some(wait);
-            }
-            me_failed(&params.api_base, e)
-        })?;
+        let handle = answer.map_err(|e| me_failed(&params.api_base, e))?;
         self.reach.reached();
-        // The key was accepted: a later refusal is retried from seconds again.
-        self.backoff.key_accepted();
+        // REST accepting the key resets no delay: a socket that refuses it (`1008` right after
+        // the upgrade) keeps its growing retry until a socket proves itself (issue 29 item 3).
         self.engine.set_own_handle(&handle);
         let _ = self.events.send(SocketEvent::Handle(handle)).await;
         self.handle_known_for = Some(params.clone());
@@ -348,13 +359,18 @@ impl Task {
                 );
                 SocketState::Backoff
             }
+            // Contract 7: retrying the same way will not succeed. A stopped state, re-checked
+            // every 15-30 min (`core::reconnect::UPGRADE_RECHECK`), at once on reload.
             CloseKind::UpgradeRequired => {
                 tracing::error!(
                     event = %"upgrade_required",
                     retry_in_ms,
-                    "the server requires a newer client (close 4426); update agentchat"
+                    detail = %detail,
+                    "the server requires a newer agentchat ({}): no wake arrives until agentchat is updated; checking again in {} min",
+                    detail,
+                    delay.as_secs().div_ceil(60)
                 );
-                SocketState::Backoff
+                SocketState::UpgradeRequired
             }
             CloseKind::Ordinary => {
                 if !said {
@@ -370,9 +386,11 @@ impl Task {
         send_state(&self.events, state, Some(next), Some(detail)).await;
     }
 
-    /// Sleeps `delay`; false on shutdown. A reload cuts short only the wait after a refused key
-    /// or a wrong `api_base`: the server's budget delay and the ordinary backoff are never
-    /// undercut.
+    /// Sleeps `delay`; false on shutdown. A reload cuts short only the wait after a refused key,
+    /// a `4426` or a wrong `api_base`: the server's budget delay and the ordinary backoff are
+    /// never undercut. The clocks are looked at as during an idle socket (`read`): time the
+    /// machine slept counts as waited (`core::reconnect::left_after_sleep`), so a sleep during
+    /// the wait brings the attempt right after the wake, not a whole delay later.
     async fn wait_before_retry(
         &mut self,
         delay: Duration,
@@ -381,14 +399,34 @@ impl Task {
     ) -> bool {
         let sleep = tokio::time::sleep(delay);
         tokio::pin!(sleep);
+        self.look_at_clocks();
         loop {
+            let look_at = tokio::time::Instant::now() + read::CLOCK_LOOK_EVERY;
             tokio::select! {
                 _ = &mut sleep => return true,
+                _ = tokio::time::sleep_until(look_at) => {
+                    if let Some(unseen) = self.look_at_clocks() {
+                        let now = tokio::time::Instant::now();
+                        let left = reconnect::left_after_sleep(sleep.deadline().saturating_duration_since(now), unseen);
+                        tracing::info!(
+                            event = %"clock_jump",
+                            unseen_ms = unseen.as_millis() as u64,
+                            retry_in_ms = left.as_millis() as u64,
+                            "the wall clock moved {} s more than the monotonic clock (the machine slept?); that time counts as waited",
+                            unseen.as_secs()
+                        );
+                        sleep.as_mut().reset(now + left);
+                    }
+                }
                 r = self.shutdown.changed() => {
                     if r.is_err() || *self.shutdown.borrow() { return false; }
                 }
                 r = self.params_rx.changed() => {
                     if r.is_err() { return false; }
+                    if *kind == CloseKind::UpgradeRequired {
+                        tracing::info!(event = %"reconnect", "configuration reloaded; checking the socket again now");
+                        return true;
+                    }
                     if *kind == CloseKind::KeyRefused {
                         tracing::info!(event = %"key_retry", "configuration reloaded; retrying the key now");
                         return true;
@@ -411,13 +449,15 @@ fn me_failed(api_base: &str, e: ApiError) -> Ended {
             format!("GET /v1/agents/me answered HTTP {status}"),
         ),
         // The server answered: it is there, and asked for a wait (`Task::server_wait`).
-        ApiError::RateLimited(wait) => Ended::Closed(
-            CloseKind::Ordinary,
+        ApiError::RateLimited(wait) => Ended::Throttled(
+            wait,
             format!(
                 "GET /v1/agents/me answered HTTP 429; retry after {} s",
                 wait.as_secs_f64().ceil() as u64
             ),
         ),
+        // Contract 7: switched off for good; the same stopped state as a `4426`.
+        e @ ApiError::Removed { .. } => Ended::Closed(CloseKind::UpgradeRequired, e.to_string()),
         e => Ended::NotReached(NotReached::from_api(api_base, &e)),
     }
 }

@@ -122,7 +122,9 @@ pub async fn tunnel(p: &Intercept, host: &str, port: u16) -> Result<TcpStream, T
             proxy,
             target,
             status: match code {
-                407 => "HTTP 407 (proxy authentication required: check the user and password in the proxy URL)".to_string(),
+                401 | 407 => format!(
+                    "HTTP {code} (proxy authentication required: check the user and password in the proxy URL)"
+                ),
                 code => format!("HTTP {code}"),
             },
         }),

@@ -18,7 +18,7 @@ use tokio_tungstenite::tungstenite::{
 pub use crate::core::frames::MAX_FRAME_BYTES;
 /// How often, at most, a quiet socket compares the wall clock with the monotonic one
 /// (`core::reconnect::ClockWatch`): a sleep is seen within this much after the wake.
-const CLOCK_LOOK_EVERY: Duration = Duration::from_secs(10);
+pub(super) const CLOCK_LOOK_EVERY: Duration = Duration::from_secs(10);
 /// How long a probed socket has to answer (a pong, or any frame) after a clock jump.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -150,8 +150,13 @@ impl Task {
             // the upgrade and closes at once (contract 3.4, 7): that was no connect.
             *up = true;
             burst.came_up = true;
+            self.record.came_up = true;
+            self.up_since = Some(std::time::Instant::now());
             // Each (re)connect is one wake (contract 4 step 1).
             burst.wake(WakeCause::Connected);
+        } else if *up && !matches!(msg, Message::Close(_)) {
+            // A frame after the first: the socket proved itself (`core::reconnect::SocketRecord`).
+            self.record.frames_after_first += 1;
         }
         match msg {
             Message::Text(text) => self.take_text(burst, text.as_str()),

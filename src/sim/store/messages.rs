@@ -134,7 +134,8 @@ impl Store {
             if !notice || event == "group_deleted" {
                 let frame = self.envelope_frame(&id, r, false);
                 let mut handed_no_ack = false;
-                if let Some(a) = self.agents.get(r) {
+                // A full-paused agent gets no live push (contract 3.1).
+                if let Some(a) = self.agents.get(r).filter(|a| a.paused != "full") {
                     for s in a.sockets.iter().filter(|s| !s.silenced) {
                         let out = Out::Message {
                             id: id.clone(),

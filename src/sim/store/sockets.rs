@@ -74,10 +74,12 @@ impl Store {
     pub fn attach_socket(&mut self, h: &str, entry: SocketEntry) {
         let ack = entry.has("ack");
         let tx = entry.tx.clone();
+        // A full-paused agent gets no push, the backlog's neither (contract 3.1).
+        let paused = self.agents.get(h).is_some_and(|a| a.paused == "full");
         let mut backlog: Vec<(u64, String)> = self
             .messages
             .values()
-            .filter(|m| m.recipients.get(h).is_some_and(|d| d.status == "stored"))
+            .filter(|m| !paused && m.recipients.get(h).is_some_and(|d| d.status == "stored"))
             .map(|m| (m.ord, m.id.clone()))
             .collect();
         backlog.sort();

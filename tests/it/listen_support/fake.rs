@@ -39,6 +39,9 @@ pub struct Shared {
     /// over the connect budget), and when each was (unix ms).
     pub refuse_sockets: Option<(u16, String)>,
     pub refused_at: Vec<u64>,
+    /// Every socket upgrade is answered `429` with this `Retry-After` instead (something in
+    /// front of the server), each noted in `refused_at`.
+    pub upgrade_429: Option<String>,
     /// REST paths (prefixes) answered `200` with a chunked JSON body that never ends (a hostile
     /// or broken server), and how many body bytes the fake managed to send on them.
     pub endless: Vec<&'static str>,
@@ -128,7 +131,16 @@ async fn serve(
     let mut head = [0u8; 4096];
     let n = stream.peek(&mut head).await.unwrap_or(0);
     let text = String::from_utf8_lossy(&head[..n]).to_ascii_lowercase();
-    if text.contains("upgrade: websocket") {
+    let upgrade_429 = shared.lock().unwrap().upgrade_429.clone();
+    if let (true, Some(retry_after)) = (text.contains("upgrade: websocket"), upgrade_429) {
+        let mut stream = stream;
+        shared.lock().unwrap().refused_at.push(super::now_ms());
+        let resp = format!(
+            "HTTP/1.1 429 Too Many Requests\r\nretry-after: {retry_after}\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
+        );
+        let _ = stream.write_all(resp.as_bytes()).await;
+        let _ = stream.shutdown().await;
+    } else if text.contains("upgrade: websocket") {
         serve_ws(stream, shared, frames).await;
     } else {
         serve_rest(stream, shared).await;
