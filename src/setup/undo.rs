@@ -21,6 +21,8 @@ pub async fn run(config: Option<&Path>, profile: Option<&str>) -> anyhow::Result
         );
         return Ok(0);
     };
+    // Said first: the steps' own waits (`mcp remove`) are said as they start.
+    println!("== undo for profile `{}`", place.profile);
     let mut lines = Vec::new();
     let mut failed = false;
     if m.service {
@@ -86,7 +88,6 @@ pub async fn run(config: Option<&Path>, profile: Option<&str>) -> anyhow::Result
             let _ = std::fs::remove_dir(&base);
         }
     }
-    println!("== undo for profile `{}`", place.profile);
     for l in &lines {
         println!("{l}");
     }

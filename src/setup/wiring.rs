@@ -200,6 +200,13 @@ pub async fn wire(w: &Wiring<'_>, cli: Cli, binary: &Path, manifest: &mut Manife
                 after_sha256: None,
             }));
         }
+        // The recorded earlier bytes still stand for the file only while it is as setup left
+        // it (or they were taken just now): else undo must not put them back over others'
+        // changes.
+        let store_holds = record.store.as_ref().is_none_or(|st| {
+            st.after_sha256.is_none()
+                || st.after_sha256 == store_before.as_deref().map(|t| files::sha256(t.as_bytes()))
+        });
         // Intent first: the manifest says setup adds this entry before the CLI is asked to, so a
         // setup stopped in between (Ctrl-C, `kill -9`) leaves one that undo still removes.
         record.mcp_added = true;
@@ -224,6 +231,16 @@ pub async fn wire(w: &Wiring<'_>, cli: Cli, binary: &Path, manifest: &mut Manife
         match wire::add(cli, binary, &w.argv).await {
             Ok(()) => {
                 changed = true;
+                // The CLI's own file as setup leaves it, so undo can tell it untouched since
+                // (only after setup's own change: a file changed by anyone else is never taken
+                // for setup's).
+                if let Some(store) = &mut record.store {
+                    store.after_sha256 = files::read_text(&home.mcp_store, files::TEXT_CAP)
+                        .ok()
+                        .flatten()
+                        .filter(|_| store_holds)
+                        .map(|now| files::sha256(now.as_bytes()));
+                }
                 let scope = match cli {
                     Cli::Claude => "user scope",
                     Cli::Codex => "global",
@@ -239,12 +256,6 @@ pub async fn wire(w: &Wiring<'_>, cli: Cli, binary: &Path, manifest: &mut Manife
                 return Done { lines, changed };
             }
         }
-    }
-    // What the CLI's own file looks like as setup leaves it, so undo can tell it untouched.
-    if let Some(store) = &mut record.store
-        && let Ok(Some(now)) = files::read_text(&home.mcp_store, files::TEXT_CAP)
-    {
-        store.after_sha256 = Some(files::sha256(now.as_bytes()));
     }
     *record_mut(manifest, cli) = Some(record);
     if let Some(rendered) = rendered {
