@@ -4,7 +4,10 @@
 //!
 //! The markers are the ones every AgentChat integration shares, each on a line of its own:
 //! `<!-- agentchat:start -->` and `<!-- agentchat:end -->`. A marker counts only as a whole line
-//! (surrounding spaces allowed), so prose that mentions it inline is never taken for a block.
+//! (surrounding spaces allowed), so prose that mentions it inline is never taken for a block, and
+//! never inside a fenced code block (```` ``` ```` or `~~~`, as CommonMark fences): a CLAUDE.md that
+//! shows the markers in an example holds no block there, and no block is ever written into a
+//! fence (docs/decisions.md).
 
 use std::ops::Range;
 
@@ -17,6 +20,26 @@ pub enum AnchorError {
         "the identity block in this file is damaged (only one marker); fix or remove it by hand"
     )]
     Damaged,
+    #[error(
+        "this file ends inside a code fence (``` or ~~~ never closed), so a block appended there \
+         would be code; close the fence and try again"
+    )]
+    OpenFence,
+}
+
+/// A fence line's character and length (3 or more backticks or tildes after at most 3 spaces),
+/// and whether nothing follows the run (only such a line closes a fence).
+fn fence(line: &str) -> Option<(char, usize, bool)> {
+    let indent = line.len() - line.trim_start_matches(' ').len();
+    if indent > 3 {
+        return None;
+    }
+    let rest = line.trim_start_matches(' ');
+    let c = rest.chars().next().filter(|c| *c == '`' || *c == '~')?;
+    let n = rest.len() - rest.trim_start_matches(c).len();
+    let after = rest.trim_start_matches(c);
+    // A backtick fence's info string holds no backtick (CommonMark 4.5).
+    (n >= 3 && !(c == '`' && after.contains('`'))).then_some((c, n, after.trim().is_empty()))
 }
 
 /// Fills `<handle>` (without `@`; the template writes `@<handle>`).
@@ -61,9 +84,27 @@ fn lines(text: &str) -> impl Iterator<Item = Line<'_>> {
 /// end-marker text (its line ending stays outside). A marker without its partner, or an end
 /// before a start, is `Damaged`.
 fn blocks(text: &str) -> Result<Vec<Range<usize>>, AnchorError> {
+    Ok(scan(text)?.0)
+}
+
+/// `blocks`, and whether the text ends inside an open code fence.
+fn scan(text: &str) -> Result<(Vec<Range<usize>>, bool), AnchorError> {
     let mut found = Vec::new();
     let mut open: Option<usize> = None;
+    let mut in_fence: Option<(char, usize)> = None;
     for line in lines(text) {
+        match (in_fence, fence(line.text)) {
+            (None, Some((c, n, _))) => {
+                in_fence = Some((c, n));
+                continue;
+            }
+            (Some((c, n)), Some((c2, n2, true))) if c == c2 && n2 >= n => {
+                in_fence = None;
+                continue;
+            }
+            (Some(_), _) => continue,
+            (None, None) => {}
+        }
         match line.text.trim() {
             START_MARKER => {
                 if open.is_some() {
@@ -81,7 +122,7 @@ fn blocks(text: &str) -> Result<Vec<Range<usize>>, AnchorError> {
     if open.is_some() {
         return Err(AnchorError::Damaged);
     }
-    Ok(found)
+    Ok((found, in_fence.is_some()))
 }
 
 /// The byte range of the (first) identity block, markers included, without the end marker's line
@@ -122,8 +163,11 @@ pub fn block(rendered: &str, eol: &str) -> String {
 pub fn upsert(file_text: &str, rendered: &str) -> Result<String, AnchorError> {
     let eol = line_ending(file_text);
     let new_block = block(rendered, eol);
-    let found = blocks(file_text)?;
+    let (found, ends_in_fence) = scan(file_text)?;
     if found.is_empty() {
+        if ends_in_fence {
+            return Err(AnchorError::OpenFence);
+        }
         let mut out = String::with_capacity(file_text.len() + new_block.len() + 4);
         out.push_str(file_text);
         if !file_text.is_empty() {
@@ -216,6 +260,30 @@ mod tests {
     fn inline_marker_mention_is_not_a_block() {
         let file = format!("see `{START_MARKER}` here\n");
         assert_eq!(find(&file).unwrap(), None);
+    }
+
+    #[test]
+    fn markers_inside_a_code_fence_are_not_a_block() {
+        let shown = format!(
+            "# How it looks\n\n```markdown\n{START_MARKER}\nYou are @other.\n{END_MARKER}\n```\n"
+        );
+        assert_eq!(find(&shown), Ok(None));
+        // The block is appended after the fence, never written into it, and found again.
+        let out = upsert(&shown, "You are @x.").unwrap();
+        assert!(out.starts_with(&shown), "{out}");
+        let r = find(&out).unwrap().unwrap();
+        assert!(out[r].contains("@x"));
+        assert_eq!(upsert(&out, "You are @x.").unwrap(), out);
+        // A tilde fence, a longer closing run, and a lone marker inside a fence is no damage.
+        let tilde = format!("~~~~\n{START_MARKER}\n~~~~~\ntext\n");
+        assert_eq!(find(&tilde), Ok(None));
+        let inner = format!("```\n{START_MARKER}\n~~~\n{END_MARKER}\n```\n");
+        assert_eq!(find(&inner), Ok(None));
+        // A fence never closed: nothing is appended into it.
+        assert_eq!(upsert("```\ncode\n", "hi"), Err(AnchorError::OpenFence));
+        // Four spaces of indent is code, not a fence: the markers count.
+        let indented = format!("    ```\n{START_MARKER}\nx\n{END_MARKER}\n");
+        assert!(find(&indented).unwrap().is_some());
     }
 
     #[test]

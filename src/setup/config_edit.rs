@@ -127,7 +127,28 @@ pub fn apply(text: &str, keys: &[(Vec<String>, Value)]) -> Result<Applied, EditE
             }
         }
     }
-    Ok((doc.to_string(), records, created))
+    Ok((same_line_endings(text, doc.to_string()), records, created))
+}
+
+/// `out` with the line endings of `original`: `toml_edit` writes the lines it adds with LF, so
+/// in a file written with CRLF (mostly) every bare LF becomes CRLF, and nothing changes in any
+/// other file.
+fn same_line_endings(original: &str, out: String) -> String {
+    let lf = original.matches('\n').count();
+    let crlf = original.matches("\r\n").count();
+    if crlf == 0 || crlf * 2 <= lf {
+        return out;
+    }
+    let mut fixed = String::with_capacity(out.len() + out.len() / 16);
+    let mut prev = '\0';
+    for c in out.chars() {
+        if c == '\n' && prev != '\r' {
+            fixed.push('\r');
+        }
+        fixed.push(c);
+        prev = c;
+    }
+    fixed
 }
 
 /// Puts back what `records` say each key held, then removes the tables setup created that are
@@ -179,7 +200,7 @@ pub fn revert(
             parent.remove(name);
         }
     }
-    Ok(doc.to_string())
+    Ok(same_line_endings(text, doc.to_string()))
 }
 
 fn existing_table<'a>(doc: &'a mut DocumentMut, path: &[String]) -> Option<&'a mut Table> {
@@ -300,6 +321,26 @@ mod tests {
         let parsed: toml::Table = toml::from_str(&after).unwrap();
         assert_eq!(parsed["listen"]["runtime"].as_str(), Some("claude-code"));
         assert_eq!(revert(&after, &records, &created).unwrap(), "");
+    }
+
+    #[test]
+    fn a_crlf_file_keeps_its_crlf_both_ways() {
+        let user = USER.replace('\n', "\r\n");
+        let keys = keys_for("relay", &wanted());
+        let (after, records, created) = apply(&user, &keys).unwrap();
+        assert_eq!(
+            after.matches('\n').count(),
+            after.matches("\r\n").count(),
+            "{after:?}"
+        );
+        assert!(
+            after.contains("[profiles.relay]\r\napi_key_file = "),
+            "{after:?}"
+        );
+        assert_eq!(revert(&after, &records, &created).unwrap(), user);
+        // An LF file stays LF.
+        let (lf, _, _) = apply(USER, &keys).unwrap();
+        assert!(!lf.contains('\r'));
     }
 
     #[test]

@@ -43,6 +43,10 @@ pub struct ConfigRecord {
     /// Tables setup created (dotted paths), removed at undo once empty.
     #[serde(default)]
     pub created_tables: Vec<Vec<String>>,
+    /// Another profile's setup created the file (`manifest::inherit`): the last undo that leaves
+    /// it empty removes it, whichever profile's it is.
+    #[serde(default)]
+    pub created: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -63,18 +67,74 @@ pub struct CliRecord {
     /// What was wired there before `--rewire` replaced it (for the undo's advice).
     #[serde(default)]
     pub replaced: Option<String>,
+    /// The profile whose entry `--rewire` replaced: undo advises wiring it again while it exists.
+    #[serde(default)]
+    pub replaced_profile: Option<String>,
+    /// The user's own `agentchat` entry (not a profile's) that `--rewire` replaced, as the CLI's
+    /// file held it: undo puts it back.
+    #[serde(default)]
+    pub replaced_entry: Option<serde_json::Value>,
+    /// Codex's `config.toml` before setup first changed it, which Codex's own `mcp add`/`remove`
+    /// reformat: undo puts its bytes and mode back while it is still as setup left it.
+    #[serde(default)]
+    pub store: Option<StoreRecord>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// A CLI's own config file as it was before setup (at most `files::TEXT_CAP`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct StoreRecord {
+    pub path: PathBuf,
+    /// Its text (`None`: there was no file).
+    pub before: Option<String>,
+    pub mode: Option<u32>,
+    /// It was a symbolic link to this (as `readlink` gives it), which the CLI's rename replaces.
+    #[serde(default)]
+    pub link: Option<PathBuf>,
+    /// SHA-256 of the file as setup left it (`None`: not known yet).
+    #[serde(default)]
+    pub after_sha256: Option<String>,
+}
+
+/// The identity block setup wrote: what undo needs to take it out again, never a copy of the
+/// file (a 60 MB CLAUDE.md must not make a 60 MB manifest).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct IdentityRecord {
     pub file: PathBuf,
-    /// The file's text before setup (`None`: setup created it).
-    pub before: Option<String>,
-    /// The file's text setup left.
-    pub after: String,
+    /// Setup created the file: undo deletes it once it holds nothing else.
+    #[serde(default)]
+    pub created: bool,
+    /// What setup put between the earlier text and the block when it appended it ("\n\n",
+    /// "\r\n", or nothing), taken out with the block.
+    #[serde(default)]
+    pub separator: String,
     /// The block setup wrote, markers included.
     pub block: String,
+    /// SHA-256 of the file as setup left it.
+    #[serde(default)]
+    pub after_sha256: String,
+    /// An earlier version's whole copies, read only to upgrade its manifest (`upgrade`).
+    #[serde(default, rename = "before", skip_serializing)]
+    pub legacy_before: Option<String>,
+    #[serde(default, rename = "after", skip_serializing)]
+    pub legacy_after: Option<String>,
 }
+
+impl IdentityRecord {
+    /// A record an earlier version wrote (whole copies of the file) in today's terms.
+    fn upgrade(&mut self) {
+        if let Some(after) = self.legacy_after.take() {
+            let before = self.legacy_before.take();
+            self.created = before.is_none();
+            self.separator = super::anchor::separator(before.as_deref(), &after).to_string();
+            self.after_sha256 = super::files::sha256(after.as_bytes());
+        }
+    }
+}
+
+/// The most of a manifest read: it holds records, a block and at most one capped copy of
+/// Codex's `config.toml` and of the agentchat config (an earlier version's whole copies of
+/// larger files are refused with the size said).
+const MANIFEST_CAP: u64 = 32 * 1024 * 1024;
 
 impl Manifest {
     pub fn new(profile: &str) -> Manifest {
@@ -88,10 +148,18 @@ impl Manifest {
     /// The manifest in `state_dir`, if setup ran for this profile.
     pub fn load(state_dir: &Path) -> anyhow::Result<Option<Manifest>> {
         let path = state_dir.join(FILE);
-        match std::fs::read(&path) {
-            Ok(bytes) => Ok(Some(serde_json::from_slice(&bytes).map_err(|e| {
-                anyhow::anyhow!("{} is not a setup manifest: {e}", path.display())
-            })?)),
+        match crate::sys::fs::read_regular_capped(&path, MANIFEST_CAP) {
+            Ok(bytes) => {
+                let mut m: Manifest = serde_json::from_slice(&bytes).map_err(|e| {
+                    anyhow::anyhow!("{} is not a setup manifest: {e}", path.display())
+                })?;
+                for rec in [&mut m.claude, &mut m.codex].into_iter().flatten() {
+                    if let Some(id) = &mut rec.identity {
+                        id.upgrade();
+                    }
+                }
+                Ok(Some(m))
+            }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
             Err(e) => Err(anyhow::anyhow!("cannot read {}: {e}", path.display())),
         }
@@ -109,6 +177,42 @@ impl Manifest {
     pub fn created_dir(&mut self, dir: &Path) {
         if !self.created_dirs.iter().any(|d| d == dir) {
             self.created_dirs.push(dir.to_path_buf());
+        }
+    }
+}
+
+/// Takes over what other profiles' setups created that this profile now shares: the directories
+/// above its state dir and config (`~/.config/agentchat`, `~/.local/state`), and the config file
+/// itself. Each profile's undo removes a shared one only once it is empty, so whichever profile is
+/// undone last leaves no empty directory and no 0-byte config behind.
+pub fn inherit(m: &mut Manifest, state_dir: &Path, config_path: &Path) {
+    let Some(entries) = state_dir
+        .parent()
+        .and_then(|base| std::fs::read_dir(base).ok())
+    else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let dir = entry.path();
+        if dir == state_dir {
+            continue;
+        }
+        let Ok(Some(other)) = Manifest::load(&dir) else {
+            continue;
+        };
+        for d in &other.created_dirs {
+            let shared = [state_dir, config_path]
+                .iter()
+                .any(|p| p.starts_with(d) && *p != d.as_path());
+            if shared {
+                m.created_dir(d);
+            }
+        }
+        if let (Some(c), Some(o)) = (&mut m.config, &other.config)
+            && c.path == o.path
+            && (o.before.is_none() || o.created)
+        {
+            c.created = true;
         }
     }
 }

@@ -15,6 +15,7 @@
 
 mod anchor;
 mod config_edit;
+mod files;
 mod key;
 mod manifest;
 mod pick;
@@ -211,11 +212,7 @@ async fn run_setup(args: SetupArgs) -> anyhow::Result<i32> {
     let ask = tty::interactive() && !args.yes;
     let profile = place.profile.clone();
     let earlier = Manifest::load(&place.state_dir)?;
-    let config_text = match std::fs::read_to_string(&place.config_path) {
-        Ok(t) => Some(t),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-        Err(e) => anyhow::bail!("cannot read {}: {e}", place.config_path.display()),
-    };
+    let config_text = files::read_text(&place.config_path, files::TEXT_CAP)?;
     let defined = profile == config::DEFAULT_PROFILE && config_text.is_some()
         || config_edit::profiles_in(config_text.as_deref().unwrap_or("")).contains(&profile);
     let now = current(&place, config_text.as_deref(), defined);
@@ -281,6 +278,9 @@ async fn run_setup(args: SetupArgs) -> anyhow::Result<i32> {
     let (after, records, created_tables) = config_edit::apply(&before, &keys)?;
     let config_changes = after != before || config_text.is_none();
     if config_changes {
+        files::check_writable(&place.config_path)?;
+    }
+    if config_changes {
         println!("config: {} will change:", place.config_path.display());
         print!("{}", config_edit::diff(&before, &after));
     } else {
@@ -314,7 +314,7 @@ async fn run_setup(args: SetupArgs) -> anyhow::Result<i32> {
         if let Some(dir) = place.config_path.parent() {
             manifest::create_dirs(dir, &mut m, true)?;
         }
-        crate::sys::fs::write_keeping_mode(&place.config_path, after.as_bytes())
+        crate::sys::fs::write_through_links(&place.config_path, after.as_bytes())
             .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", place.config_path.display()))?;
         merge_config(
             &mut m,
@@ -332,6 +332,7 @@ async fn run_setup(args: SetupArgs) -> anyhow::Result<i32> {
     } else {
         done.push(format!("config: profile `{profile}` unchanged"));
     }
+    manifest::inherit(&mut m, &place.state_dir, &place.config_path);
     m.save(&place.state_dir)?;
 
     // 4. Wiring.
@@ -356,6 +357,7 @@ async fn run_setup(args: SetupArgs) -> anyhow::Result<i32> {
             api: &api,
             env: &place.env,
             config: place.config_flag(),
+            state_dir: &place.state_dir,
         };
         if found.is_empty() {
             done.push("wiring: neither `claude` nor `codex` is on PATH; nothing to wire".into());
@@ -439,6 +441,7 @@ fn merge_config(
                 after,
                 keys: records,
                 created_tables: created,
+                ..ConfigRecord::default()
             })
         }
     }

@@ -4,9 +4,9 @@
 //! the block setup wrote (`anchor`); the config keys get their earlier values back; the key file
 //! goes only if setup wrote it. A file still exactly as setup left it gets its earlier bytes back.
 
-use super::manifest::{CliRecord, Manifest};
+use super::manifest::{CliRecord, IdentityRecord, Manifest, StoreRecord};
 use super::wire::{self, Cli, Entry};
-use super::{Place, anchor, config_edit, service_step};
+use super::{Place, anchor, config_edit, files, service_step};
 use std::path::Path;
 
 pub async fn run(config: Option<&Path>, profile: Option<&str>) -> anyhow::Result<i32> {
@@ -21,6 +21,8 @@ pub async fn run(config: Option<&Path>, profile: Option<&str>) -> anyhow::Result
         );
         return Ok(0);
     };
+    // Said first: the steps' own waits (`mcp remove`) are said as they start.
+    println!("== undo for profile `{}`", place.profile);
     let mut lines = Vec::new();
     let mut failed = false;
     if m.service {
@@ -38,6 +40,21 @@ pub async fn run(config: Option<&Path>, profile: Option<&str>) -> anyhow::Result
                 failed = true;
                 lines.push(format!("config: not restored: {e:#}"));
             }
+        }
+    }
+    // The listener's copy of the key for Claude Code runs (src/runtime/claude.rs writes it).
+    let mcp_config = place
+        .state_dir
+        .join(crate::runtime::claude::MCP_CONFIG_FILE);
+    match std::fs::remove_file(&mcp_config) {
+        Ok(()) => lines.push(format!(
+            "key: removed {} (the listener's copy for Claude Code runs)",
+            mcp_config.display()
+        )),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => {
+            failed = true;
+            lines.push(format!("key: cannot remove {}: {e}", mcp_config.display()));
         }
     }
     if let Some(k) = &m.key_file {
@@ -71,7 +88,6 @@ pub async fn run(config: Option<&Path>, profile: Option<&str>) -> anyhow::Result
             let _ = std::fs::remove_dir(&base);
         }
     }
-    println!("== undo for profile `{}`", place.profile);
     for l in &lines {
         println!("{l}");
     }
@@ -86,112 +102,291 @@ async fn undo_cli(cli: Cli, rec: &CliRecord, place: &Place, lines: &mut Vec<Stri
         return true;
     };
     if rec.mcp_added {
-        let entry = wire::current_entry(&home);
-        if entry == Entry::Argv(rec.mcp_command.clone()) {
-            match wire::find(cli) {
-                Some(binary) => match wire::remove(cli, &binary).await {
-                    Ok(()) => lines.push(format!(
-                        "{}: MCP server `agentchat` removed (`{} mcp remove`)",
-                        cli.name(),
-                        cli.program()
-                    )),
-                    Err(e) => {
-                        failed = true;
-                        lines.push(format!("{}: MCP server not removed: {e}", cli.name()));
-                    }
-                },
-                None => {
-                    failed = true;
-                    lines.push(format!(
-                        "{}: `{}` is no longer on PATH, so its `mcp remove` cannot run; the \
-                         entry stays in {}",
-                        cli.name(),
-                        cli.program(),
-                        home.mcp_store.display()
-                    ));
-                }
-            }
-        } else {
-            lines.push(format!(
-                "{}: MCP server left alone: it is now {}, not this profile's",
-                cli.name(),
-                wire::describe(&entry)
-            ));
-        }
-        if let Some(what) = &rec.replaced {
-            lines.push(format!(
-                "{}: before setup it was wired for {what}; `agentchat setup --rewire` for that \
-                 one wires it again",
-                cli.name()
-            ));
-        }
+        failed |= undo_entry(cli, rec, place, &home, lines).await;
     }
     if let Some(id) = &rec.identity {
-        let current = std::fs::read_to_string(&id.file).ok();
-        // After a rewire the earlier text names the other agent, whose entry is gone: take out
-        // only this block rather than put that one back.
-        let earlier_is_clean = id
-            .before
-            .as_deref()
-            .is_none_or(|b| anchor::block_in(b).is_none());
-        let verdict = anchor::undo(
-            id,
-            current.as_deref(),
-            rec.replaced.is_none() || earlier_is_clean,
-        );
-        let file = id.file.display();
-        match verdict {
-            anchor::Undo::Write(text) => {
-                match crate::sys::fs::write_keeping_mode(&id.file, text.as_bytes()) {
-                    Ok(()) => lines.push(format!(
-                        "{}: identity block removed from {file}",
-                        cli.name()
-                    )),
-                    Err(e) => {
-                        failed = true;
-                        lines.push(format!("{}: cannot write {file}: {e}", cli.name()));
-                    }
-                }
-            }
-            anchor::Undo::Delete => match std::fs::remove_file(&id.file) {
-                Ok(()) => lines.push(format!("{}: removed {file} (setup created it)", cli.name())),
-                Err(e) => {
-                    failed = true;
-                    lines.push(format!("{}: cannot remove {file}: {e}", cli.name()));
-                }
-            },
-            anchor::Undo::NotOurs => lines.push(format!(
-                "{}: identity block in {file} left alone: it is not the one setup wrote",
-                cli.name()
-            )),
-        }
+        failed |= undo_identity(cli, id, lines);
     }
     failed
 }
 
+/// The MCP entry: Codex's file put back byte for byte while it is as setup left it, else the
+/// CLI's own `mcp remove`, then the user's own entry that `--rewire` replaced put back.
+async fn undo_entry(
+    cli: Cli,
+    rec: &CliRecord,
+    place: &Place,
+    home: &wire::Home,
+    lines: &mut Vec<String>,
+) -> bool {
+    if let Some(store) = &rec.store {
+        match restore_store(store) {
+            Ok(true) => {
+                lines.push(format!(
+                    "{}: {} restored byte for byte (as before setup)",
+                    cli.name(),
+                    store.path.display()
+                ));
+                advise(cli, rec, place, lines);
+                return false;
+            }
+            Ok(false) => {}
+            Err(e) => {
+                lines.push(format!("{}: {e}", cli.name()));
+                return true;
+            }
+        }
+    }
+    let mut failed = false;
+    let entry = wire::current_entry(home);
+    let binary = wire::find(cli);
+    if entry == Entry::Argv(rec.mcp_command.clone()) {
+        match &binary {
+            Some(binary) => match wire::remove(cli, binary).await {
+                Ok(()) => lines.push(format!(
+                    "{}: MCP server `agentchat` removed (`{} mcp remove`)",
+                    cli.name(),
+                    cli.program()
+                )),
+                Err(e) => {
+                    failed = true;
+                    lines.push(format!("{}: MCP server not removed: {e}", cli.name()));
+                }
+            },
+            None => {
+                failed = true;
+                lines.push(format!(
+                    "{}: `{}` is no longer on PATH, so its `mcp remove` cannot run; the entry \
+                     stays in {}",
+                    cli.name(),
+                    cli.program(),
+                    home.mcp_store.display()
+                ));
+            }
+        }
+    } else if entry == Entry::None {
+        lines.push(format!(
+            "{}: MCP server `agentchat` is not there; nothing to remove",
+            cli.name()
+        ));
+    } else {
+        lines.push(format!(
+            "{}: MCP server left alone: it is now {}, not this profile's",
+            cli.name(),
+            wire::describe(&entry)
+        ));
+    }
+    if let Some(store) = &rec.store {
+        tidy_store(cli, store, lines);
+    }
+    if let Some(user) = &rec.replaced_entry
+        && !failed
+        && wire::current_entry(home) == Entry::None
+    {
+        let put_back = match &binary {
+            Some(binary) => wire::restore(cli, binary, user).await,
+            None => Err(format!("`{}` is not on PATH", cli.program())),
+        };
+        match put_back {
+            Ok(()) => lines.push(format!(
+                "{}: your own MCP server `agentchat` ({}) put back",
+                cli.name(),
+                wire::describe(&wire::entry_of(Some(user)))
+            )),
+            Err(e) => {
+                failed = true;
+                lines.push(format!(
+                    "{}: your own MCP server `agentchat` not put back: {e}",
+                    cli.name()
+                ));
+            }
+        }
+        return failed;
+    }
+    advise(cli, rec, place, lines);
+    failed
+}
+
+/// After a rewire over another profile: how to wire that one again, while it exists.
+fn advise(cli: Cli, rec: &CliRecord, place: &Place, lines: &mut Vec<String>) {
+    let Some(what) = &rec.replaced else {
+        return;
+    };
+    if rec.replaced_entry.is_some() {
+        return;
+    }
+    match &rec.replaced_profile {
+        Some(p) if profile_exists(place, p) => lines.push(format!(
+            "{}: before setup it was wired for {what}; `agentchat setup --profile {p} \
+             --rewire` wires it for that profile again",
+            cli.name()
+        )),
+        Some(_) => lines.push(format!(
+            "{}: before setup it was wired for {what}, which is set up no more",
+            cli.name()
+        )),
+        None => lines.push(format!(
+            "{}: before setup it was wired for {what}; `agentchat setup --rewire` for that \
+             one wires it again",
+            cli.name()
+        )),
+    }
+}
+
+/// The profile still has a setup manifest or a place in the config.
+fn profile_exists(place: &Place, profile: &str) -> bool {
+    let by_setup = Place::find(place.config_flag(), Some(profile))
+        .ok()
+        .and_then(|p| Manifest::load(&p.state_dir).ok().flatten())
+        .is_some();
+    by_setup
+        || files::read_text(&place.config_path, files::TEXT_CAP)
+            .ok()
+            .flatten()
+            .is_some_and(|t| config_edit::profiles_in(&t).iter().any(|n| n == profile))
+}
+
+/// Puts a CLI's own file back as it was before setup, when it is still as setup left it:
+/// `Ok(false)` when it has changed since (or setup never saw it after its `mcp add`).
+fn restore_store(store: &StoreRecord) -> Result<bool, String> {
+    let Some(after) = &store.after_sha256 else {
+        return Ok(false);
+    };
+    let now = match files::read_text(&store.path, files::TEXT_CAP) {
+        Ok(Some(t)) => t,
+        Ok(None) => return Ok(false),
+        Err(e) => return Err(e.to_string()),
+    };
+    if &files::sha256(now.as_bytes()) != after {
+        return Ok(false);
+    }
+    let path = &store.path;
+    let cannot = |e: std::io::Error| format!("cannot restore {}: {e}", path.display());
+    match (&store.before, &store.link) {
+        (None, _) => std::fs::remove_file(path).map_err(cannot)?,
+        (Some(text), Some(link)) => {
+            // The CLI's rename replaced the user's link with a file: the target gets the bytes
+            // and the link comes back.
+            let target = match path.parent() {
+                Some(dir) if link.is_relative() => dir.join(link),
+                _ => link.clone(),
+            };
+            let target = crate::sys::fs::link_target(&target).map_err(cannot)?;
+            crate::sys::fs::write_with_mode(&target, text.as_bytes(), store.mode.unwrap_or(0o644))
+                .map_err(cannot)?;
+            let is_link = std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink());
+            if !is_link {
+                std::fs::remove_file(path).map_err(cannot)?;
+                std::os::unix::fs::symlink(link, path).map_err(cannot)?;
+            }
+        }
+        (Some(text), None) => {
+            crate::sys::fs::write_with_mode(path, text.as_bytes(), store.mode.unwrap_or(0o600))
+                .map_err(cannot)?
+        }
+    }
+    Ok(true)
+}
+
+/// After the CLI's own `mcp remove`: a file that did not exist before setup and holds nothing
+/// now goes, and one that did gets its mode back.
+fn tidy_store(cli: Cli, store: &StoreRecord, lines: &mut Vec<String>) {
+    let path = &store.path;
+    match &store.before {
+        None => {
+            if let Ok(Some(t)) = files::read_text(path, files::TEXT_CAP)
+                && t.trim().is_empty()
+                && std::fs::remove_file(path).is_ok()
+            {
+                lines.push(format!(
+                    "{}: removed {} (setup's `mcp add` created it)",
+                    cli.name(),
+                    path.display()
+                ));
+            }
+        }
+        Some(_) => {
+            if let Some(mode) = store.mode
+                && files::mode_of(path) != Some(mode)
+            {
+                use std::os::unix::fs::PermissionsExt;
+                let _ = std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode));
+            }
+        }
+    }
+}
+
+/// The identity block: taken out while it is the one setup wrote. Returns whether it failed.
+fn undo_identity(cli: Cli, id: &IdentityRecord, lines: &mut Vec<String>) -> bool {
+    let file = id.file.display();
+    let current = match files::read_text(&id.file, files::TEXT_CAP) {
+        Ok(t) => t,
+        Err(e) => {
+            lines.push(format!("{}: identity block left in place: {e}", cli.name()));
+            return true;
+        }
+    };
+    match anchor::undo(id, current.as_deref()) {
+        anchor::Undo::Write(text) => {
+            let written = files::check_writable(&id.file)
+                .map_err(|e| e.to_string())
+                .and_then(|()| {
+                    crate::sys::fs::write_through_links(&id.file, text.as_bytes())
+                        .map_err(|e| format!("cannot write {file}: {e}"))
+                });
+            match written {
+                Ok(()) => lines.push(format!(
+                    "{}: identity block removed from {file}",
+                    cli.name()
+                )),
+                Err(e) => {
+                    lines.push(format!("{}: identity block left in place: {e}", cli.name()));
+                    return true;
+                }
+            }
+        }
+        anchor::Undo::Delete => {
+            // Through a link, the file behind it goes and the link stays as the user made it.
+            let target = crate::sys::fs::link_target(&id.file).unwrap_or_else(|_| id.file.clone());
+            match std::fs::remove_file(&target) {
+                Ok(()) => lines.push(format!("{}: removed {file} (setup created it)", cli.name())),
+                Err(e) => {
+                    lines.push(format!("{}: cannot remove {file}: {e}", cli.name()));
+                    return true;
+                }
+            }
+        }
+        anchor::Undo::NotOurs => lines.push(format!(
+            "{}: identity block in {file} left alone: it is not the one setup wrote",
+            cli.name()
+        )),
+    }
+    false
+}
+
 fn undo_config(c: &super::manifest::ConfigRecord) -> anyhow::Result<String> {
     let path = c.path.display();
-    let current = match std::fs::read_to_string(&c.path) {
-        Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            return Ok(format!("config: {path} is gone; nothing to restore"));
-        }
-        Err(e) => anyhow::bail!("cannot read {path}: {e}"),
+    let Some(current) = files::read_text(&c.path, files::TEXT_CAP)? else {
+        return Ok(format!("config: {path} is gone; nothing to restore"));
     };
     let restored = if current == c.after {
         c.before.clone()
     } else {
-        let text = config_edit::revert(&current, &c.keys, &c.created_tables)?;
-        (c.before.is_some() || !text.trim().is_empty()).then_some(text)
+        Some(config_edit::revert(&current, &c.keys, &c.created_tables)?)
     };
-    match restored {
+    // A file setup created (this profile's or another's) that holds nothing else now goes: no
+    // 0-byte config.toml is left behind.
+    let created = c.before.is_none() || c.created;
+    match restored.filter(|t| !(created && t.trim().is_empty())) {
         Some(text) => {
-            crate::sys::fs::write_keeping_mode(&c.path, text.as_bytes())
+            files::check_writable(&c.path)?;
+            crate::sys::fs::write_through_links(&c.path, text.as_bytes())
                 .map_err(|e| anyhow::anyhow!("cannot write {path}: {e}"))?;
             Ok(format!("config: the profile's keys taken out of {path}"))
         }
         None => {
-            std::fs::remove_file(&c.path)
+            let target = crate::sys::fs::link_target(&c.path).unwrap_or_else(|_| c.path.clone());
+            std::fs::remove_file(&target)
                 .map_err(|e| anyhow::anyhow!("cannot remove {path}: {e}"))?;
             Ok(format!("config: removed {path} (setup created it)"))
         }

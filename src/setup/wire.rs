@@ -5,8 +5,9 @@
 //! The entry setup adds runs `agentchat mcp --profile P` (src/mcp.rs), so neither CLI's config
 //! ever holds the key.
 
+use super::files::{self, FileError};
 use crate::doctor::probes::{Probe, probe, sanitize};
-use crate::sys::process::ProcessEnd;
+use crate::sys::process::{GroupChild, ProcessEnd};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -104,14 +105,24 @@ pub enum Entry {
     Other(String),
 }
 
-/// Reads the entry from the CLI's own file (read only).
+/// Reads the entry from the CLI's own file (read only); a file it cannot read gives none.
 pub fn current_entry(home: &Home) -> Entry {
-    let Ok(text) = std::fs::read_to_string(&home.mcp_store) else {
-        return Entry::None;
+    entry_of(read_entry(home).ok().flatten().as_ref())
+}
+
+/// The `agentchat` entry as the CLI's file holds it (`None`: no file, or no such entry), read
+/// capped; a file that is not UTF-8 or over its cap is an error, never "no entry".
+pub fn read_entry(home: &Home) -> Result<Option<serde_json::Value>, FileError> {
+    let cap = match home.cli {
+        Cli::Claude => files::CLAUDE_JSON_CAP,
+        Cli::Codex => files::TEXT_CAP,
+    };
+    let Some(text) = files::read_text(&home.mcp_store, cap)? else {
+        return Ok(None);
     };
     // Both files' entries have the same shape (`command`, `args`, `url`); Codex's TOML is read
     // as the same JSON value so one reader serves both.
-    let entry = match home.cli {
+    Ok(match home.cli {
         Cli::Claude => serde_json::from_str::<serde_json::Value>(&text)
             .ok()
             .and_then(|v| v.pointer(&format!("/mcpServers/{SERVER_NAME}")).cloned()),
@@ -125,9 +136,13 @@ pub fn current_entry(home: &Home) -> Entry {
                     .cloned()
             })
             .and_then(|e| serde_json::to_value(e).ok()),
-    };
-    match entry {
-        Some(e) => argv_of(&e),
+    })
+}
+
+/// What an entry read by `read_entry` is.
+pub fn entry_of(value: Option<&serde_json::Value>) -> Entry {
+    match value {
+        Some(e) => argv_of(e),
         None => Entry::None,
     }
 }
@@ -173,8 +188,69 @@ pub fn describe(entry: &Entry) -> String {
     }
 }
 
-async fn run_cli(binary: &Path, args: &[&str]) -> Result<Probe, String> {
-    let p = probe(binary, args, &[], &[], CLI_TIMEOUT).await;
+/// Runs one `mcp add`/`remove` as `probe` runs a CLI (its own process group, a time limit,
+/// capped output), but tied to setup's life: the child gets SIGKILL when setup ends, so a setup
+/// stopped by Ctrl-C or `kill -9` mid-`mcp add` leaves no CLI writing its config on. The key's
+/// variable is not passed on (the entry runs `agentchat mcp`, which reads the key file).
+async fn run_child(binary: &Path, args: &[&str]) -> Probe {
+    let mut cmd = tokio::process::Command::new(binary);
+    cmd.args(args)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .env_remove("AGENTCHAT_API_KEY")
+        .kill_on_drop(true);
+    crate::sys::process::die_with_parent(&mut cmd);
+    let ended = |end| Probe {
+        end,
+        stdout: String::new(),
+        stderr: String::new(),
+    };
+    let mut group = match GroupChild::spawn(&mut cmd) {
+        Ok(g) => g,
+        Err(e) => return ended(ProcessEnd::SpawnFailed(e.to_string())),
+    };
+    let (out, err) = (group.child.stdout.take(), group.child.stderr.take());
+    let waited = tokio::time::timeout(CLI_TIMEOUT, async {
+        let (out, err, status) = tokio::join!(kept(out), kept(err), group.child.wait());
+        status.map(|status| (status, out, err))
+    })
+    .await;
+    drop(group);
+    match waited {
+        Ok(Ok((status, out, err))) => Probe {
+            end: ProcessEnd::from_status(status),
+            stdout: String::from_utf8_lossy(&out).into_owned(),
+            stderr: String::from_utf8_lossy(&err).into_owned(),
+        },
+        Ok(Err(e)) => ended(ProcessEnd::SpawnFailed(e.to_string())),
+        Err(_) => ended(ProcessEnd::TimedOut),
+    }
+}
+
+/// Reads `pipe` to its end or `OUTPUT_CAP` bytes.
+async fn kept(pipe: Option<impl tokio::io::AsyncRead + Unpin>) -> Vec<u8> {
+    use tokio::io::AsyncReadExt;
+    let mut kept = Vec::new();
+    if let Some(pipe) = pipe {
+        let _ = pipe.take(OUTPUT_CAP).read_to_end(&mut kept).await;
+    }
+    kept
+}
+
+/// The most of an `mcp add`/`remove`'s stdout or stderr kept (a line or two is what they say).
+const OUTPUT_CAP: u64 = 64 * 1024;
+
+async fn run_cli(cli: Cli, binary: &Path, args: &[&str]) -> Result<Probe, String> {
+    // Said before the wait, so a CLI that hangs is not a silent minute.
+    super::wiring::progress(&format!(
+        "{}: running `{} {}` (at most {} s)...",
+        cli.name(),
+        cli.program(),
+        args.iter().take(2).copied().collect::<Vec<_>>().join(" "),
+        CLI_TIMEOUT.as_secs()
+    ));
+    let p = run_child(binary, args).await;
     if p.end == ProcessEnd::Exited(0) {
         return Ok(p);
     }
@@ -200,7 +276,7 @@ pub async fn add(cli: Cli, binary: &Path, argv: &[String]) -> Result<(), String>
         Cli::Codex => vec!["mcp", "add", SERVER_NAME, "--"],
     };
     args.extend(argv.iter().map(String::as_str));
-    run_cli(binary, &args).await.map(drop)
+    run_cli(cli, binary, &args).await.map(drop)
 }
 
 /// `claude mcp remove --scope user agentchat` / `codex mcp remove agentchat`.
@@ -209,7 +285,45 @@ pub async fn remove(cli: Cli, binary: &Path) -> Result<(), String> {
         Cli::Claude => &["mcp", "remove", "--scope", "user", SERVER_NAME],
         Cli::Codex => &["mcp", "remove", SERVER_NAME],
     };
-    run_cli(binary, args).await.map(drop)
+    run_cli(cli, binary, args).await.map(drop)
+}
+
+/// Puts the user's own entry (as `read_entry` read it) back: `claude mcp add-json --scope user`,
+/// or for Codex `codex mcp add` with its command, arguments and environment (Codex's file is
+/// put back byte for byte instead when it is still as setup left it).
+pub async fn restore(cli: Cli, binary: &Path, entry: &serde_json::Value) -> Result<(), String> {
+    match cli {
+        Cli::Claude => {
+            let json = entry.to_string();
+            run_cli(
+                cli,
+                binary,
+                &["mcp", "add-json", "--scope", "user", SERVER_NAME, &json],
+            )
+            .await
+            .map(drop)
+        }
+        Cli::Codex => {
+            let Entry::Argv(argv) = argv_of(entry) else {
+                return Err("it was not a command, which `codex mcp add` cannot write".into());
+            };
+            let env: Vec<String> = entry
+                .get("env")
+                .and_then(|e| e.as_object())
+                .into_iter()
+                .flatten()
+                .filter_map(|(k, v)| v.as_str().map(|v| format!("{k}={v}")))
+                .collect();
+            let mut args = vec!["mcp", "add", SERVER_NAME];
+            for e in &env {
+                args.push("--env");
+                args.push(e);
+            }
+            args.push("--");
+            args.extend(argv.iter().map(String::as_str));
+            run_cli(cli, binary, &args).await.map(drop)
+        }
+    }
 }
 
 /// The CLI on PATH, as the listener finds it.

@@ -3,9 +3,9 @@
 //! agent at a time: one wired for another profile (or another `agentchat` server) is left alone
 //! unless `--rewire` asks for it.
 
-use super::anchor;
-use super::manifest::{CliRecord, IdentityRecord, Manifest};
+use super::manifest::{CliRecord, IdentityRecord, Manifest, StoreRecord};
 use super::wire::{self, Cli, Entry, Home};
+use super::{anchor, files};
 use crate::client::Api;
 use std::collections::HashMap;
 use std::path::Path;
@@ -20,6 +20,9 @@ pub struct Wiring<'a> {
     pub env: &'a HashMap<String, String>,
     /// The config named with `--config`, to find another profile's state dir.
     pub config: Option<&'a Path>,
+    /// The profile's state dir: the manifest is saved there before each change, so a setup
+    /// stopped halfway leaves a record of all it may have done.
+    pub state_dir: &'a Path,
 }
 
 /// What wiring one CLI did, for the screen.
@@ -49,17 +52,48 @@ async fn rendered_block(w: &Wiring<'_>, cli: Cli) -> Result<String, String> {
     Ok(crate::core::identity::render(&template, w.handle))
 }
 
+/// How long the texts read may take (src/client.rs: a 10 s connect inside a 30 s request).
+const TEXTS_WAIT_SECS: u64 = 40;
+
+fn not_wired(cli: Cli, mut lines: Vec<String>, why: impl std::fmt::Display) -> Done {
+    lines.push(format!("{}: not wired: {why}", cli.name()));
+    Done {
+        lines,
+        changed: false,
+    }
+}
+
 pub async fn wire(w: &Wiring<'_>, cli: Cli, binary: &Path, manifest: &mut Manifest) -> Done {
     let mut lines = Vec::new();
     let Some(home) = wire::home(cli, w.env) else {
-        return Done {
-            lines: vec![format!("{}: not wired: HOME is not set", cli.name())],
-            changed: false,
-        };
+        return not_wired(cli, lines, "HOME is not set");
     };
     let ours = record_mut(manifest, cli).clone().unwrap_or_default();
-    let entry = wire::current_entry(&home);
-    let current_text = std::fs::read_to_string(&home.identity_file).ok();
+    // Every file is read before anything changes; one that cannot be read whole as UTF-8 is
+    // never taken for "no file".
+    let entry_value = match wire::read_entry(&home) {
+        Ok(v) => v,
+        Err(e) => return not_wired(cli, lines, e),
+    };
+    let entry = wire::entry_of(entry_value.as_ref());
+    let store_before = match cli {
+        Cli::Codex => match files::read_text(&home.mcp_store, files::TEXT_CAP) {
+            Ok(t) => t,
+            Err(e) => return not_wired(cli, lines, e),
+        },
+        Cli::Claude => None,
+    };
+    // The identity file: a problem with it refuses only the block, said as such.
+    let (current_text, identity_problem) =
+        match files::read_text(&home.identity_file, files::TEXT_CAP).and_then(|t| {
+            if t.is_some() {
+                files::check_writable(&home.identity_file)?;
+            }
+            Ok(t)
+        }) {
+            Ok(t) => (t, None),
+            Err(e) => (None, Some(e.to_string())),
+        };
     let current_block = current_text.as_deref().and_then(anchor::block_in);
     let block_is_ours = |b: &String| ours.identity.as_ref().is_some_and(|r| &r.block == b);
     let entry_is_ours = match &entry {
@@ -79,11 +113,23 @@ pub async fn wire(w: &Wiring<'_>, cli: Cli, binary: &Path, manifest: &mut Manife
         _ if entry_is_ours => None,
         e => Some(wire::describe(e)),
     };
-    let rendered = match rendered_block(w, cli).await {
-        Ok(r) => Some(r),
-        Err(why) => {
+    let rendered = match &identity_problem {
+        Some(why) => {
             lines.push(format!("{}: identity block not written: {why}", cli.name()));
             None
+        }
+        None => {
+            progress(&format!(
+                "{}: reading the identity text from the server (at most {TEXTS_WAIT_SECS} s)...",
+                cli.name()
+            ));
+            match rendered_block(w, cli).await {
+                Ok(r) => Some(r),
+                Err(why) => {
+                    lines.push(format!("{}: identity block not written: {why}", cli.name()));
+                    None
+                }
+            }
         }
     };
     if let Some(f) = &foreign {
@@ -107,44 +153,94 @@ pub async fn wire(w: &Wiring<'_>, cli: Cli, binary: &Path, manifest: &mut Manife
     }
     let mut record = ours.clone();
     let mut changed = false;
-    let mut inherited_before: Option<Option<String>> = None;
+    let mut inherited: Option<(bool, String)> = None;
     if entry == Entry::Argv(w.argv.clone()) {
         lines.push(format!(
             "{}: MCP server `agentchat` already runs `{}`",
             cli.name(),
             w.argv.join(" ")
         ));
-    } else {
-        if entry != Entry::None
-            && let Err(e) = wire::remove(cli, binary).await
-        {
-            lines.push(format!("{}: not wired: {e}", cli.name()));
-            return Done { lines, changed };
+        // This profile's entry without a record of it: a setup stopped between its `mcp add` and
+        // its manifest. It is setup's, so undo removes it.
+        if !record.mcp_added {
+            record.mcp_added = true;
+            record.mcp_command = w.argv.clone();
         }
+    } else {
+        let mut other_store = None;
         if !entry_is_ours && entry != Entry::None {
             record.replaced = foreign.clone();
-            // Taking over another profile's home: its setup's record of the file before any
-            // block is this one's too, so undo can give the user's own text back.
-            if let Entry::Argv(a) = &entry
-                && let Some(other) = wire::profile_of(a)
-                && let Some(before) = earlier_text(w, cli, &other, current_block.as_deref())
-            {
-                inherited_before = Some(before);
+            record.replaced_profile = None;
+            record.replaced_entry = None;
+            match &entry {
+                Entry::Argv(a) => match wire::profile_of(a) {
+                    // Taking over another profile's home: its setup's record of what was there
+                    // before it is this one's too, so undo can give the user's own bytes back.
+                    Some(other) => {
+                        if let Some(rec) = other_record(w, cli, &other) {
+                            inherited = rec
+                                .identity
+                                .filter(|id| Some(id.block.as_str()) == current_block.as_deref())
+                                .map(|id| (id.created, id.separator));
+                            other_store = rec.store;
+                        }
+                        record.replaced_profile = Some(other);
+                    }
+                    None => record.replaced_entry = entry_value.clone(),
+                },
+                _ => record.replaced_entry = entry_value.clone(),
             }
+        }
+        if cli == Cli::Codex && record.store.is_none() {
+            record.store = Some(other_store.unwrap_or_else(|| StoreRecord {
+                path: home.mcp_store.clone(),
+                before: store_before.clone(),
+                mode: files::mode_of(&home.mcp_store),
+                link: std::fs::read_link(&home.mcp_store).ok(),
+                after_sha256: None,
+            }));
+        }
+        // The recorded earlier bytes still stand for the file only while it is as setup left
+        // it (or they were taken just now): else undo must not put them back over others'
+        // changes.
+        let store_holds = record.store.as_ref().is_none_or(|st| {
+            st.after_sha256.is_none()
+                || st.after_sha256 == store_before.as_deref().map(|t| files::sha256(t.as_bytes()))
+        });
+        // Intent first: the manifest says setup adds this entry before the CLI is asked to, so a
+        // setup stopped in between (Ctrl-C, `kill -9`) leaves one that undo still removes.
+        record.mcp_added = true;
+        record.mcp_command = w.argv.clone();
+        *record_mut(manifest, cli) = Some(record.clone());
+        if let Err(e) = manifest.save(w.state_dir) {
+            *record_mut(manifest, cli) = Some(ours);
+            return not_wired(cli, lines, format!("{e:#}"));
         }
         // Codex refuses a CODEX_HOME that does not exist yet.
         if cli == Cli::Codex
             && let Some(dir) = home.mcp_store.parent()
             && let Err(e) = super::manifest::create_dirs(dir, manifest, false)
         {
-            lines.push(format!("{}: not wired: {e:#}", cli.name()));
-            return Done { lines, changed };
+            return not_wired(cli, lines, format!("{e:#}"));
+        }
+        if entry != Entry::None
+            && let Err(e) = wire::remove(cli, binary).await
+        {
+            return not_wired(cli, lines, e);
         }
         match wire::add(cli, binary, &w.argv).await {
             Ok(()) => {
-                record.mcp_added = true;
-                record.mcp_command = w.argv.clone();
                 changed = true;
+                // The CLI's own file as setup leaves it, so undo can tell it untouched since
+                // (only after setup's own change: a file changed by anyone else is never taken
+                // for setup's).
+                if let Some(store) = &mut record.store {
+                    store.after_sha256 = files::read_text(&home.mcp_store, files::TEXT_CAP)
+                        .ok()
+                        .flatten()
+                        .filter(|_| store_holds)
+                        .map(|now| files::sha256(now.as_bytes()));
+                }
                 let scope = match cli {
                     Cli::Claude => "user scope",
                     Cli::Codex => "global",
@@ -157,7 +253,6 @@ pub async fn wire(w: &Wiring<'_>, cli: Cli, binary: &Path, manifest: &mut Manife
             }
             Err(e) => {
                 lines.push(format!("{}: MCP server not added: {e}", cli.name()));
-                *record_mut(manifest, cli) = Some(record);
                 return Done { lines, changed };
             }
         }
@@ -165,12 +260,13 @@ pub async fn wire(w: &Wiring<'_>, cli: Cli, binary: &Path, manifest: &mut Manife
     *record_mut(manifest, cli) = Some(record);
     if let Some(rendered) = rendered {
         match write_block(
+            w,
             &home,
             current_text.as_deref(),
             &rendered,
             manifest,
             cli,
-            inherited_before,
+            inherited,
         ) {
             Ok(true) => {
                 changed = true;
@@ -192,14 +288,24 @@ pub async fn wire(w: &Wiring<'_>, cli: Cli, binary: &Path, manifest: &mut Manife
     Done { lines, changed }
 }
 
-/// Upserts the block (anchor rules) and records the file's text before and after.
+/// A line said at once (not with the summary), before a wait that may be long.
+pub(super) fn progress(line: &str) {
+    use std::io::Write as _;
+    println!("{line}");
+    let _ = std::io::stdout().flush();
+}
+
+/// Upserts the block (anchor rules) and records what undo needs to take it out: the block, the
+/// separator before it, whether setup created the file (`inherited`: another profile's record
+/// of the same block, taken over by `--rewire`). The record is saved before the file is written.
 fn write_block(
+    w: &Wiring<'_>,
     home: &Home,
     current: Option<&str>,
     rendered: &str,
     manifest: &mut Manifest,
     cli: Cli,
-    inherited_before: Option<Option<String>>,
+    inherited: Option<(bool, String)>,
 ) -> anyhow::Result<bool> {
     let new = anchor::upsert(current, rendered)?;
     if current == Some(new.as_str()) {
@@ -208,38 +314,43 @@ fn write_block(
     if let Some(dir) = home.identity_file.parent() {
         super::manifest::create_dirs(dir, manifest, false)?;
     }
-    crate::sys::fs::write_keeping_mode(&home.identity_file, new.as_bytes())
-        .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", home.identity_file.display()))?;
     let block = anchor::block_in(&new).unwrap_or_default();
     let rec = record_mut(manifest, cli).get_or_insert_with(CliRecord::default);
-    let before = match (&rec.identity, inherited_before) {
-        (Some(old), _) if old.file == home.identity_file => old.before.clone(),
-        (_, Some(before)) => before,
-        _ => current.map(str::to_string),
+    let earlier = rec.identity.clone();
+    let (created, separator) = match (&earlier, inherited) {
+        (Some(old), _) if old.file == home.identity_file => (old.created, old.separator.clone()),
+        (_, Some(i)) => i,
+        _ => (
+            current.is_none(),
+            anchor::separator(current, &new).to_string(),
+        ),
     };
     rec.identity = Some(IdentityRecord {
         file: home.identity_file.clone(),
-        before,
-        after: new,
+        created,
+        separator,
         block,
+        after_sha256: files::sha256(new.as_bytes()),
+        ..IdentityRecord::default()
     });
+    manifest.save(w.state_dir)?;
+    // Through a symbolic link (dotfiles): the link stays, its target gets the block.
+    if let Err(e) = crate::sys::fs::write_through_links(&home.identity_file, new.as_bytes()) {
+        if let Some(rec) = record_mut(manifest, cli) {
+            rec.identity = earlier;
+        }
+        let _ = manifest.save(w.state_dir);
+        anyhow::bail!("cannot write {}: {e}", home.identity_file.display());
+    }
     Ok(true)
 }
 
-/// The text `other`'s setup recorded for this CLI's identity file before it wrote its block,
-/// when the block there now is still the one it wrote.
-fn earlier_text(
-    w: &Wiring<'_>,
-    cli: Cli,
-    other: &str,
-    block_now: Option<&str>,
-) -> Option<Option<String>> {
+/// `other`'s setup record for this CLI, when that profile's manifest can be read.
+fn other_record(w: &Wiring<'_>, cli: Cli, other: &str) -> Option<CliRecord> {
     let place = super::Place::find(w.config, Some(other)).ok()?;
     let m = Manifest::load(&place.state_dir).ok()??;
-    let rec = match cli {
+    match cli {
         Cli::Claude => m.claude,
         Cli::Codex => m.codex,
-    }?;
-    let id = rec.identity?;
-    (Some(id.block.as_str()) == block_now).then_some(id.before)
+    }
 }

@@ -40,6 +40,43 @@ pub fn write_keeping_mode(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     write_atomic_mode(path, bytes, mode, Sync::Yes).map(drop)
 }
 
+/// `write_atomic` with the mode given: for putting back a file of the user's as it was (setup's
+/// undo restores Codex's `config.toml` with the mode it had, which Codex's own writes narrow).
+pub fn write_with_mode(path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<()> {
+    write_atomic_mode(path, bytes, mode & 0o7777, Sync::Yes).map(drop)
+}
+
+/// The file a write to `path` must replace so that a symbolic link stays one (a dotfiles
+/// checkout links `CLAUDE.md` or `config.toml` into a repository): `path` itself unless it is a
+/// link, else where its chain of links ends, each relative target taken from its link's dir. A
+/// dangling link gives its target, so the first write creates the file behind the link.
+pub fn link_target(path: &Path) -> std::io::Result<std::path::PathBuf> {
+    let mut p = path.to_path_buf();
+    // As the kernel's own limit on a path's links (ELOOP).
+    for _ in 0..40 {
+        match std::fs::symlink_metadata(&p) {
+            Ok(m) if m.file_type().is_symlink() => {
+                let target = std::fs::read_link(&p)?;
+                p = match p.parent() {
+                    Some(dir) if target.is_relative() => dir.join(target),
+                    _ => target,
+                };
+            }
+            _ => return Ok(p),
+        }
+    }
+    Err(std::io::Error::other(format!(
+        "{}: too many levels of symbolic links",
+        path.display()
+    )))
+}
+
+/// `write_keeping_mode` through symbolic links: the link stays, the file it points to gets the
+/// bytes (with its own mode).
+pub fn write_through_links(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    write_keeping_mode(&link_target(path)?, bytes)
+}
+
 fn write_atomic_mode(path: &Path, bytes: &[u8], mode: u32, sync: Sync) -> std::io::Result<File> {
     let name = path
         .file_name()
@@ -231,6 +268,39 @@ mod tests {
             .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
             .collect();
         assert_eq!(names, ["status.json"]);
+    }
+
+    #[test]
+    fn a_write_through_a_link_keeps_the_link_and_changes_its_target() {
+        let tmp = tempfile::tempdir().unwrap();
+        let real = tmp.path().join("dotfiles/CLAUDE.md");
+        std::fs::create_dir_all(real.parent().unwrap()).unwrap();
+        std::fs::write(&real, b"old").unwrap();
+        let link = tmp.path().join("CLAUDE.md");
+        std::os::unix::fs::symlink("dotfiles/CLAUDE.md", &link).unwrap();
+        let twice = tmp.path().join("twice.md");
+        std::os::unix::fs::symlink(&link, &twice).unwrap();
+        write_through_links(&twice, b"new").unwrap();
+        assert!(
+            std::fs::symlink_metadata(&link)
+                .unwrap()
+                .file_type()
+                .is_symlink()
+        );
+        assert!(
+            std::fs::symlink_metadata(&twice)
+                .unwrap()
+                .file_type()
+                .is_symlink()
+        );
+        assert_eq!(std::fs::read(&real).unwrap(), b"new");
+        let dangling = tmp.path().join("dangling");
+        std::os::unix::fs::symlink("made-later", &dangling).unwrap();
+        write_through_links(&dangling, b"x").unwrap();
+        assert_eq!(std::fs::read(tmp.path().join("made-later")).unwrap(), b"x");
+        let lp = tmp.path().join("loop");
+        std::os::unix::fs::symlink("loop", &lp).unwrap();
+        assert!(link_target(&lp).is_err());
     }
 
     #[test]

@@ -93,6 +93,33 @@ impl Drop for GroupGuard {
     }
 }
 
+/// Has `cmd`'s child get SIGKILL when this process ends, however it ends (`PR_SET_PDEATHSIG`;
+/// Linux only, nothing elsewhere): for a child that changes the user's files on this process's
+/// behalf (setup's `mcp add`), which must not run on after a Ctrl-C or `kill -9` of its parent.
+/// A parent already gone by the time the child starts makes the spawn fail.
+pub fn die_with_parent(cmd: &mut tokio::process::Command) {
+    #[cfg(target_os = "linux")]
+    {
+        // SAFETY: the closure runs between fork and exec and calls only `prctl` and `getppid`,
+        // both async-signal-safe, and allocates nothing.
+        let parent = i64::from(std::process::id());
+        unsafe {
+            cmd.pre_exec(move || {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                if i64::from(libc::getppid()) != parent {
+                    // ESRCH: the parent ended before the child started.
+                    return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
+                }
+                Ok(())
+            });
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = cmd;
+}
+
 /// A child started as the leader of its own process group (its pid is the group id). Dropping it
 /// SIGKILLs the whole group, so nothing the child started outlives whoever holds it: the future
 /// awaiting it was dropped (a task aborted, a time limit passed), or its leader ended and left

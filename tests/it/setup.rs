@@ -750,3 +750,5 @@ async fn setup_installs_the_service_under_a_live_systemd_and_undo_removes_it() {
     assert_eq!(std::fs::read(&l.config).unwrap(), config_before);
     println!("{said}\n{undone}");
 }
+
+mod defects;
