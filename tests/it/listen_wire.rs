@@ -60,6 +60,10 @@ async fn a_socket_closed_right_after_the_upgrade_is_retried_ever_more_slowly_for
             l.log()
         );
         let g = gaps(&in_minute);
+        eprintln!(
+            "{code}: {} connects in the scaled minute, gaps {g:?} ms",
+            in_minute.len()
+        );
         assert!(
             g.last().unwrap() > &(3 * g[0]),
             "{code}: the delays do not grow: {g:?}"
