@@ -230,7 +230,18 @@ impl TryFrom<Map<String, Value>> for Invite {
     }
 }
 
+/// The tray version this listener reads (contract 3.1); a pre-v1 server sends none.
+pub const KNOWN_VERSION: u64 = 1;
+
 impl Tray {
+    /// A `version` other than 1 (issue 29 item 13). Contract rule 2: within v1 changes are
+    /// additive and a breaking change ships as v2 next to v1, so `GET /v1/inbox` should never
+    /// serve one; if it does, the listener reads the fields it knows as v1 (and says so once),
+    /// rather than stop waking the agent.
+    pub fn unknown_version(&self) -> Option<u64> {
+        self.version.filter(|v| *v != KNOWN_VERSION)
+    }
+
     /// Parses a tray body. The error never quotes a value from the body (it is logged), including
     /// a body that is not an object at all.
     pub fn parse(bytes: &[u8]) -> Result<Tray, TrayError> {
@@ -310,6 +321,18 @@ mod tests {
         assert_eq!(tray.conversations[0].muted, None);
         assert_eq!(tray.invite_ids(), vec!["i".to_string()]);
         assert_eq!(serde_json::to_value(&tray).unwrap(), v);
+    }
+
+    /// Issue 29 item 13: the tray's `version` was parsed and never looked at.
+    #[test]
+    fn a_version_other_than_1_is_unknown_and_a_missing_one_is_pre_v1() {
+        let of = |body: &str| Tray::parse(body.as_bytes()).unwrap().unknown_version();
+        assert_eq!(of(r#"{"version": 1, "conversations": []}"#), None);
+        assert_eq!(of(r#"{"conversations": []}"#), None);
+        assert_eq!(
+            of(r#"{"version": 2, "conversations": [{"conversation_id": "c"}]}"#),
+            Some(2)
+        );
     }
 
     #[test]

@@ -87,6 +87,9 @@ pub struct CycleReport {
     pub key_refused: bool,
     /// The tray's route answered `REMOVED` (contract 7): what it said, for the status.
     pub removed: Option<String>,
+    /// The tray read ended on a `429` whose `Retry-After` the cycle's retries did not wait out:
+    /// no tray read before it (the main loop's not-before time).
+    pub not_before: Option<Duration>,
     /// The tray after the run was cut short and the run made progress: the next cycle starts at
     /// once (`core::decision::follow_up`).
     pub follow_up: bool,
@@ -187,6 +190,9 @@ async fn read_tray_before(input: &CycleInput, report: &mut CycleReport) -> Resul
         }
         Err(e) => {
             report.key_refused = matches!(e, ApiError::Refused(_));
+            if let ApiError::RateLimited(wait) = e {
+                report.not_before = Some(wait);
+            }
             if let ApiError::Removed { .. } = e {
                 // Contract 7: retrying will not succeed; the profile is not ready until a tray
                 // is read again (issue 29 item 12).
@@ -572,7 +578,16 @@ async fn read_tray(
     }
 }
 
+/// Whether this process already said that a tray had a version it does not know.
+static UNKNOWN_VERSION_SAID: std::sync::atomic::AtomicBool =
+    std::sync::atomic::AtomicBool::new(false);
+
 fn log_tray(cycle_id: &str, when: &str, tray: &Tray) {
+    if let Some(v) = tray.unknown_version()
+        && !UNKNOWN_VERSION_SAID.swap(true, std::sync::atomic::Ordering::Relaxed)
+    {
+        tracing::warn!(event = %"tray_version_unknown", cycle_id = %cycle_id, version = v, known = crate::core::tray::KNOWN_VERSION, "the tray says version {v}; this agentchat knows version 1 and reads the fields it knows (contract 3.1); update agentchat");
+    }
     tracing::info!(
         event = %"tray_read",
         cycle_id = %cycle_id,

@@ -142,7 +142,14 @@ impl Store {
         }
         let frame = json!({"type": "group.invite.received", "payload": self.invite_list_item(&id)})
             .to_string();
-        self.push(&invitee, &frame, |_| true);
+        // A full-paused agent is not woken (contract 3.5): no frame; the invite is on the tray.
+        if self
+            .agents
+            .get(&invitee)
+            .is_some_and(|a| a.paused != "full")
+        {
+            self.push(&invitee, &frame, |_| true);
+        }
         self.land(&invitee, Landing::Invite);
         let now_v = self.now_v();
         if let Some(a) = self.agents.get_mut(&invitee) {

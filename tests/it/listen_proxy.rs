@@ -351,3 +351,37 @@ async fn behind_an_https_proxy_the_wss_socket_tunnels_through_it_and_tls_runs_in
         );
     }
 }
+
+/// Issue 29 item 15: a wrong proxy password read as "the server refused the API key" on REST.
+/// tinyproxy answers it `401` with an HTML page (its realm in `WWW-Authenticate`); AgentChat's
+/// own refusal is JSON. The listener now names the proxy's credentials, and is not `key_refused`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wrong_proxy_password_is_said_as_the_proxys_refusal_not_a_refused_key() {
+    let Some(proxy) = TinyProxy::start().await else {
+        return;
+    };
+    let sim = Sim::start(1.0).await;
+    let bob = sim.agent("bob").await;
+    let wrong = proxy.url().replace(PASSWORD, "not-the-password");
+    let setup = Setup::new(&Opts::default());
+    let l = proxied_listener(
+        &sim.api_base,
+        &bob.key,
+        &setup,
+        &[("http_proxy", wrong)],
+        "",
+    );
+    assert!(
+        eventually(20.0, || setup.status()["detail"]
+            .as_str()
+            .is_some_and(|d| d.contains("proxy URL")))
+        .await,
+        "{}\n{}",
+        setup.status(),
+        l.log()
+    );
+    assert_ne!(setup.status()["state"], "key_refused");
+    assert_eq!(l.count("key_refused"), 0, "{}", l.log());
+    assert!(!l.log().contains("refused the API key"), "{}", l.log());
+    assert!(!l.log().contains("not-the-password"), "{}", l.log());
+}

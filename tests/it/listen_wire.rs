@@ -60,6 +60,10 @@ async fn a_socket_closed_right_after_the_upgrade_is_retried_ever_more_slowly_for
             l.log()
         );
         let g = gaps(&in_minute);
+        eprintln!(
+            "{code}: {} connects in the scaled minute, gaps {g:?} ms",
+            in_minute.len()
+        );
         assert!(
             g.last().unwrap() > &(3 * g[0]),
             "{code}: the delays do not grow: {g:?}"
@@ -420,4 +424,78 @@ async fn a_full_paused_agent_starts_no_run_until_the_pause_ends() {
     .await;
     sim.wake(&bob, "reminder").await;
     assert!(eventually(15.0, || setup.rec.done(1)).await, "{}", l.log());
+}
+
+/// Issue 29 item 13: a `429` whose `Retry-After` outlasts a cycle's three tray reads ended the
+/// cycle, and the next wake read the tray again at once. Now the profile holds a not-before
+/// time: a wake meanwhile waits, and a cycle of its own (`recovered`) reads the tray at its end,
+/// so the card runs without a new message. The scripted server answers three reads `429` with
+/// `Retry-After: 3`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_429_that_outlasts_a_cycles_retries_holds_the_next_read_until_its_end_then_reads_by_itself()
+ {
+    let fake = Fake::start("bob", fake::tray("@bob", 1)).await;
+    {
+        let mut s = fake.shared.lock().unwrap();
+        s.inbox_429 = 3;
+        s.retry_after_s = 3;
+    }
+    let opts = Opts::default();
+    let (setup, l) = fake_listener(&fake, &opts);
+    let reads = || fake.shared.lock().unwrap().inbox_times.clone();
+    assert!(
+        eventually(20.0, || l.count("tray_not_before") == 1).await,
+        "{:?}\n{}",
+        reads(),
+        l.log()
+    );
+    let third = *reads().last().unwrap();
+    assert_eq!(reads().len(), 3);
+    // A wake meanwhile does not read the tray before the server's time.
+    fake.wake("reminder");
+    assert!(eventually(20.0, || setup.rec.done(1)).await, "{}", l.log());
+    let fourth = reads()[3];
+    assert!(
+        fourth >= third + 3_000,
+        "read again {} ms after the 429 of Retry-After: 3",
+        fourth - third
+    );
+    let reasons: Vec<String> = l
+        .events("cycle_start")
+        .iter()
+        .map(|e| e["reasons"].as_str().unwrap_or("").to_string())
+        .collect();
+    assert!(reasons.last().unwrap().contains("recovered"), "{reasons:?}");
+}
+
+/// Issue 29 item 13: the same, with no wake at all in between: the card still runs, by the
+/// listener's own cycle at the end of the wait.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_long_429_the_tray_is_read_again_at_its_end_without_a_new_wake() {
+    let fake = Fake::start("bob", fake::tray("@bob", 1)).await;
+    {
+        let mut s = fake.shared.lock().unwrap();
+        s.inbox_429 = 3;
+        s.retry_after_s = 2;
+    }
+    let (setup, l) = fake_listener(&fake, &Opts::default());
+    assert!(eventually(25.0, || setup.rec.done(1)).await, "{}", l.log());
+    assert_eq!(l.count("tray_not_before"), 1, "{}", l.log());
+}
+
+/// Issue 29 item 13: a tray whose `version` is not 1 is read as v1 (contract rule 2: v1 changes
+/// only additively) and said once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tray_of_an_unknown_version_is_read_as_v1_and_said_once() {
+    let mut tray = fake::tray("@bob", 1);
+    tray["version"] = serde_json::json!(2);
+    let fake = Fake::start("bob", tray).await;
+    let (setup, l) = fake_listener(&fake, &Opts::default());
+    assert!(eventually(15.0, || setup.rec.done(1)).await, "{}", l.log());
+    fake.wake("reminder");
+    assert!(eventually(15.0, || setup.rec.done(2)).await, "{}", l.log());
+    let said = l.events("tray_version_unknown");
+    assert_eq!(said.len(), 1, "{}", l.log());
+    assert_eq!(said[0]["version"], 2);
+    assert_eq!(said[0]["level"], "WARN");
 }

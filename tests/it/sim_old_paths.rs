@@ -120,6 +120,8 @@ async fn a_full_paused_agent_gets_no_push_an_empty_tray_at_once_and_nothing_from
         "full"
     );
     s.send(&alice, &bob, "while paused").await;
+    s.make_group(json!({"owner": alice.handle, "name": "crew", "invite": [bob.handle]}))
+        .await;
     assert!(
         matches!(ws.next(1_000).await, Got::Timeout),
         "a full-paused agent got a push"

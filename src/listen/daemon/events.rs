@@ -201,6 +201,15 @@ impl Daemon {
             tracing::info!(event = %"handle_mismatch_cleared", "the tray is this key's agent's again");
             self.status.detail = None;
         }
+        if let Some(wait) = report.not_before {
+            tracing::info!(
+                event = %"tray_not_before",
+                wait_ms = wait.as_millis() as u64,
+                "the server asked for {} s before the next tray read (429 Retry-After); wakes wait until then, and a cycle reads the tray then by itself",
+                wait.as_secs_f64().ceil() as u64
+            );
+            self.tray_not_before.schedule_after(wait);
+        }
         if let Some(removed) = report.removed {
             self.status.detail = Some(removed.clone());
             self.flags.removed = Some(removed);

@@ -75,6 +75,7 @@ impl Daemon {
             agent: Default::default(),
             runtime_recheck: Recheck::default(),
             texts_recheck: Recheck::default(),
+            tray_not_before: Recheck::default(),
             status_retry: Recheck::default(),
             texts_owed: false,
             follow_ups: 0,

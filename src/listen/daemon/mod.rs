@@ -131,6 +131,9 @@ struct Daemon {
     runtime_recheck: Recheck,
     /// The next fetch of missing texts (`recovery`).
     texts_recheck: Recheck,
+    /// No tray read before this: a `429`'s `Retry-After` outlasted a cycle's retries. A cycle of
+    /// its own (`recovered`) reads the tray then, so nothing waits for a new message.
+    tray_not_before: Recheck,
     /// The next write of a status whose last write failed (`status_file`).
     status_retry: Recheck,
     /// A cycle found no texts for a card that waited: texts that come back wake (`recovered`).
@@ -241,7 +244,7 @@ async fn main_loop(
         d.turned();
         link.turns
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let due = if w.cycle.is_none() {
+        let due = if w.cycle.is_none() && d.tray_not_before.at.is_none() {
             d.coalescer.due().map(|at| at.saturating_sub(d.now_ms()))
         } else {
             None
@@ -312,6 +315,11 @@ async fn main_loop(
                     d.write_status();
                 }
             }
+            _ = recovery::at(d.tray_not_before.at) => {
+                d.tray_not_before.reset();
+                d.own_wake(crate::core::status::ListenerWake::Recovered);
+                start_due_cycle(d, w);
+            }
             _ = recovery::at(d.texts_recheck.at) => {
                 d.texts_recheck.at = None;
                 d.spawn_texts_refresh(&w.texts_tx);
@@ -325,7 +333,7 @@ async fn main_loop(
 
 /// Starts the owed cycle when it is due now and none runs.
 fn start_due_cycle(d: &mut Daemon, w: &mut Wiring) {
-    if w.cycle.is_some() {
+    if w.cycle.is_some() || d.tray_not_before.at.is_some() {
         return;
     }
     let now = d.now_ms();
