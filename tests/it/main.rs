@@ -31,6 +31,7 @@ mod listen;
 mod listen_connect;
 mod listen_proxy;
 mod live_systemd;
+mod mcp_bridge;
 mod metrics;
 mod pacing;
 mod packaging;
