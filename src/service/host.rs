@@ -313,13 +313,97 @@ pub(super) fn install_host(kind: ServiceKind, config: Option<&Path>) -> anyhow::
             switch_advice(true)
         );
     }
-    let files = vec![(host_file_name(kind), render(kind, &spec))];
+    let text = render(kind, &spec);
+    let path = target.dir.join(host_file_name(kind));
+    let before = std::fs::read_to_string(&path).ok();
+    // Run again (profiles added since, `agentchat setup` adding one), the unit is rewritten with
+    // the profiles' count and largest grace; a running host then re-reads the config (a reload).
+    let was_running = before.is_some()
+        && !target.dry_run
+        && kind == ServiceKind::Systemd
+        && super::systemd::systemctl_word("is-active", HOST_UNIT) == "active";
     println!(
         "one process for {} profiles: {}",
         spec.profiles.len(),
         spec.profiles.join(", ")
     );
-    super::install::write_and_start(kind, &target, &files, &host_unit(kind), warnings, || {})
+    let files = vec![(host_file_name(kind), text)];
+    let code =
+        super::install::write_and_start(kind, &target, &files, &host_unit(kind), warnings, || {})?;
+    if code != 0 {
+        return Ok(code);
+    }
+    if was_running {
+        super::install::run_manager("systemctl", &["--user", "reload", HOST_UNIT])?;
+        println!(
+            "reloaded {HOST_UNIT}: profiles added to the config start in it, removed ones stop"
+        );
+    }
+    if let Some(note) = before
+        .as_deref()
+        .and_then(|b| limit_note(b, spec.limit_nofile(), was_running))
+    {
+        println!("{note}");
+    }
+    Ok(0)
+}
+
+/// What to say when the open-files limit the unit had (`before`, its text) is below the one it
+/// has now: a running process keeps the limit it started with until it is restarted.
+fn limit_note(before: &str, now: u64, running: bool) -> Option<String> {
+    let old: u64 = before
+        .lines()
+        .find_map(|l| l.strip_prefix("LimitNOFILE="))
+        .or_else(|| {
+            before
+                .split("<key>NumberOfFiles</key>")
+                .nth(1)?
+                .split("<integer>")
+                .nth(1)?
+                .split("</integer>")
+                .next()
+        })?
+        .trim()
+        .parse()
+        .ok()?;
+    (running && old < now).then(|| {
+        format!(
+            "LimitNOFILE rises from {old} to {now} at the host's next start (`systemctl --user \
+             restart {HOST_UNIT}`); until then the running process keeps {old}"
+        )
+    })
+}
+
+/// Whether the one-process unit is written (`None`: it is not) and runs the config `config`
+/// names: the `listen --all` arguments in its file, the program aside, are the ones `install
+/// --all --one-process` would write for that config now. `agentchat setup` adds a profile to it
+/// only then.
+pub fn host_runs_config(kind: ServiceKind, config: Option<&Path>) -> anyhow::Result<Option<bool>> {
+    let path = super::target(kind)?.dir.join(host_file_name(kind));
+    let Ok(text) = std::fs::read_to_string(&path) else {
+        return Ok(None);
+    };
+    let (spec, _) = host_spec(config)?;
+    let args = spec.listen_args();
+    let rest = args.get(1..).unwrap_or_default();
+    let same = match kind {
+        ServiceKind::Systemd => {
+            let tail: Vec<String> = rest.iter().map(|a| systemd_quote(a)).collect();
+            text.lines()
+                .find_map(|l| l.strip_prefix("ExecStart="))
+                .is_some_and(|l| l.trim_end().ends_with(&format!(" {}", tail.join(" "))))
+        }
+        ServiceKind::Launchd => {
+            let x = super::launchd::xml_escape;
+            let mut tail: Vec<String> = rest
+                .iter()
+                .map(|a| format!("    <string>{}</string>", x(a)))
+                .collect();
+            tail.push("  </array>".into());
+            text.contains(&format!("</string>\n{}", tail.join("\n")))
+        }
+    };
+    Ok(Some(same))
 }
 
 /// `service uninstall --one-process`: stop and disable the host's unit, then remove its file.

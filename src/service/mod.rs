@@ -23,7 +23,7 @@ mod launchd;
 mod manager;
 mod systemd;
 
-pub use host::{HOST_UNIT, HostSpec, host_label, host_unit, limit_nofile};
+pub use host::{HOST_UNIT, HostSpec, host_label, host_runs_config, host_unit, limit_nofile};
 pub use launchd::launchd_label;
 pub use manager::{ManagerView, host_manager_view, manager_view};
 pub use systemd::{linger, linger_advice, no_user_manager_advice, systemd_unit_name};

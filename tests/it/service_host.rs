@@ -530,3 +530,58 @@ fn doctor_checks_the_one_process_unit_for_a_profile_it_runs_and_warns_when_both_
         "{lines:?}"
     );
 }
+
+/// Installing the one-process unit again after profiles are added (what `agentchat setup` does
+/// for a new profile) rewrites the numbers that follow the profiles: the stop timeout for a
+/// longer `kill_grace`, the open-files limit beyond about 450 profiles; the file still passes
+/// `systemd-analyze verify`.
+#[test]
+fn installing_the_one_process_unit_again_keeps_its_stop_timeout_and_open_files_limit_current() {
+    let (c, config) = three_profiles();
+    let dir = tempfile::tempdir().unwrap();
+    let install = [
+        "service",
+        "install",
+        "--all",
+        "--one-process",
+        "--kind",
+        "systemd",
+        "--config",
+        &config,
+    ];
+    let out = agentchat(&install, Some(dir.path()));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let unit_file = dir.path().join("agentchat-host.service");
+    let first = std::fs::read_to_string(&unit_file).unwrap();
+    assert_eq!(unit_number(&first, "TimeoutStopSec"), 120, "{first}");
+    assert_eq!(unit_number(&first, "LimitNOFILE"), 8192, "{first}");
+
+    let mut more = std::fs::read_to_string(&config).unwrap();
+    for i in 0..600 {
+        more.push_str(&format!("\n[profiles.p{i}]\napi_key_file = \"k1\"\n"));
+    }
+    more.push_str("[profiles.p7.listen]\nkill_grace = \"5m\"\n");
+    std::fs::write(&config, more).unwrap();
+    let out = agentchat(&install, Some(dir.path()));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains("one process for 603 profiles"),
+        "{}",
+        text(&out.stdout)
+    );
+    let second = std::fs::read_to_string(&unit_file).unwrap();
+    assert_eq!(
+        unit_number(&second, "TimeoutStopSec"),
+        5 * 60 + 30,
+        "{second}"
+    );
+    assert_eq!(
+        unit_number(&second, "LimitNOFILE"),
+        agentchat::service::limit_nofile(603),
+        "{second}"
+    );
+    assert!(unit_number(&second, "LimitNOFILE") > 8192);
+    assert!(second.contains("# 603 profiles now"), "{second}");
+    let diagnostics = verify_one(&c.path().join("verify"), "agentchat-host.service", &second);
+    assert!(diagnostics.is_empty(), "{diagnostics}");
+}
