@@ -69,6 +69,10 @@ pub enum ServiceAction {
         /// the config has a unit of its own.
         #[arg(long, requires = "all")]
         one_process: bool,
+        /// With --one-process: only bring the written unit's stop timeout and open-files limit
+        /// up to the profiles the config names now (what the unit's ExecReload runs).
+        #[arg(long, requires = "one_process", hide = true)]
+        refresh: bool,
     },
     /// Stop the service and remove its unit.
     Uninstall {
@@ -418,6 +422,9 @@ pub async fn run_command(args: ServiceArgs) -> anyhow::Result<i32> {
                 ServiceKind::Launchd => print!("{}", render(kind, &spec)),
             }
             Ok(0)
+        }
+        ServiceAction::Install { refresh: true, .. } => {
+            host::refresh_host(kind, args.config.as_deref())
         }
         ServiceAction::Install {
             one_process: true, ..
