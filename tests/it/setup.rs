@@ -766,8 +766,20 @@ async fn setup_adds_the_profile_to_the_one_process_unit_instead_of_refusing() {
         "--no-service",
     ])
     .await;
+    // Installed naming the config (the default file), set up without naming it: the same config.
+    let config = w.config().display().to_string();
     let out = w
-        .agentchat(&["service", "install", "--all", "--one-process"], None)
+        .agentchat(
+            &[
+                "service",
+                "install",
+                "--all",
+                "--one-process",
+                "--config",
+                &config,
+            ],
+            None,
+        )
         .await;
     assert!(out.status.success(), "{}", show(&out));
     let units = w.dir.path().join("units");
