@@ -56,7 +56,7 @@ pub fn load_all(args: &ConfigArgs) -> Result<ProfileSet, ConfigError> {
         config_path: Some(path.clone()),
         ..ProfileSet::default()
     };
-    if top.contains_key("api_key_file") || top.contains_key("api_key") {
+    if runs_default(&top) {
         let default = super::DEFAULT_PROFILE.to_string();
         let settings = one_of_all(args, &env, &path, top.clone(), &default);
         set.profiles.push((default, settings));
@@ -68,6 +68,22 @@ pub fn load_all(args: &ConfigArgs) -> Result<ProfileSet, ConfigError> {
         set.profiles.push((name, settings));
     }
     Ok(set)
+}
+
+/// Whether `listen --all` runs `default`: the top level names a key of its own (`api_key_file` or
+/// `api_key`). The one rule, for [`load_all`] and for what `status --all` lists ([`all_runs_default`]).
+pub fn runs_default(top: &toml::Table) -> bool {
+    top.contains_key("api_key_file") || top.contains_key("api_key")
+}
+
+/// Whether `listen --all` runs `default` ([`runs_default`]) for the config `args` name; `None`
+/// without a config file, or with one that cannot be read or parsed (`listen --all` refuses
+/// those). No key file is read.
+pub fn all_runs_default(args: &ConfigArgs) -> Option<bool> {
+    let env = env::config_env().ok()?;
+    let (path, text) = read_config_file(args, &env).ok()??;
+    let top = super::file::parse_toml(&path, &text).ok()?;
+    Some(runs_default(&top))
 }
 
 /// What [`load_all`] found: each profile's name and its settings or its own error.

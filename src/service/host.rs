@@ -79,6 +79,24 @@ impl HostSpec {
         super::unit_environment(&self.path_env, &self.xdg_env)
     }
 
+    /// What the systemd unit's ExecReload runs before its SIGHUP: `install --all --one-process
+    /// --refresh` for the same config.
+    pub fn refresh_args(&self) -> Vec<String> {
+        let mut args = vec![
+            self.program.display().to_string(),
+            "service".into(),
+            "install".into(),
+            "--all".into(),
+            "--one-process".into(),
+            "--refresh".into(),
+        ];
+        if let Some(config) = &self.config {
+            args.push("--config".into());
+            args.push(config.display().to_string());
+        }
+        args
+    }
+
     /// The largest run grace plus the room a profile's unit leaves (`super::stop_timeout_secs`).
     pub fn stop_timeout_secs(&self) -> u64 {
         super::stop_timeout_secs(self.kill_grace_secs)
@@ -120,8 +138,14 @@ pub fn render(kind: ServiceKind, spec: &HostSpec) -> String {
                 .map(|(k, v)| format!("Environment={}", systemd_env_quote(&format!("{k}={v}"))))
                 .collect::<Vec<_>>()
                 .join("\n");
+            let refresh: Vec<String> = spec
+                .refresh_args()
+                .iter()
+                .map(|a| systemd_quote(a))
+                .collect();
             SYSTEMD_TEMPLATE
                 .replace("{{EXEC_START}}", &exec.join(" "))
+                .replace("{{REFRESH}}", &refresh.join(" "))
                 .replace(
                     "{{TIMEOUT_STOP_SEC}}",
                     &spec.stop_timeout_secs().to_string(),
@@ -313,13 +337,39 @@ pub(super) fn install_host(kind: ServiceKind, config: Option<&Path>) -> anyhow::
             switch_advice(true)
         );
     }
-    let files = vec![(host_file_name(kind), render(kind, &spec))];
+    let text = render(kind, &spec);
+    let path = target.dir.join(host_file_name(kind));
+    let before = std::fs::read_to_string(&path).ok();
+    // Run again (profiles added since, `agentchat setup` adding one), the unit is rewritten with
+    // the profiles' count and largest grace; a running host then re-reads the config (a reload).
+    let was_running = before.is_some()
+        && !target.dry_run
+        && kind == ServiceKind::Systemd
+        && super::systemd::systemctl_word("is-active", HOST_UNIT) == "active";
     println!(
         "one process for {} profiles: {}",
         spec.profiles.len(),
         spec.profiles.join(", ")
     );
-    super::install::write_and_start(kind, &target, &files, &host_unit(kind), warnings, || {})
+    let files = vec![(host_file_name(kind), text)];
+    let code =
+        super::install::write_and_start(kind, &target, &files, &host_unit(kind), warnings, || {})?;
+    if code != 0 {
+        return Ok(code);
+    }
+    if was_running {
+        super::install::run_manager("systemctl", &["--user", "reload", HOST_UNIT])?;
+        println!(
+            "reloaded {HOST_UNIT}: profiles added to the config start in it, removed ones stop"
+        );
+    }
+    if let Some(note) = before
+        .as_deref()
+        .and_then(|b| super::host_refresh::limit_note(b, spec.limit_nofile(), was_running))
+    {
+        println!("{note}");
+    }
+    Ok(0)
 }
 
 /// `service uninstall --one-process`: stop and disable the host's unit, then remove its file.

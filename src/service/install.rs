@@ -26,7 +26,7 @@ pub(super) fn run_manager(program: &str, args: &[&str]) -> anyhow::Result<String
     Ok(text)
 }
 
-fn write_unit(path: &Path, text: impl AsRef<[u8]>) -> anyhow::Result<()> {
+pub(super) fn write_unit(path: &Path, text: impl AsRef<[u8]>) -> anyhow::Result<()> {
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     }

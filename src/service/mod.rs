@@ -15,15 +15,18 @@
 //!
 //! Modules: `systemd` (the template, the drop-in's text, the user manager, linger), `launchd` (the agent's plist),
 //! `install` (install, uninstall, the config check and the undo), `manager` (what the service
-//! manager says: `status` and doctor's view).
+//! manager says: `status` and doctor's view), `host` (the one-process unit) and `host_refresh`
+//! (keeping it current as profiles are added).
 
 mod host;
+mod host_refresh;
 mod install;
 mod launchd;
 mod manager;
 mod systemd;
 
 pub use host::{HOST_UNIT, HostSpec, host_label, host_unit, limit_nofile};
+pub use host_refresh::host_runs_config;
 pub use launchd::launchd_label;
 pub use manager::{ManagerView, host_manager_view, manager_view};
 pub use systemd::{linger, linger_advice, no_user_manager_advice, systemd_unit_name};
@@ -69,6 +72,10 @@ pub enum ServiceAction {
         /// the config has a unit of its own.
         #[arg(long, requires = "all")]
         one_process: bool,
+        /// With --one-process: only bring the written unit's stop timeout and open-files limit
+        /// up to the profiles the config names now (what the unit's ExecReload runs).
+        #[arg(long, requires = "one_process", hide = true)]
+        refresh: bool,
     },
     /// Stop the service and remove its unit.
     Uninstall {
@@ -418,6 +425,9 @@ pub async fn run_command(args: ServiceArgs) -> anyhow::Result<i32> {
                 ServiceKind::Launchd => print!("{}", render(kind, &spec)),
             }
             Ok(0)
+        }
+        ServiceAction::Install { refresh: true, .. } => {
+            host_refresh::refresh_host(kind, args.config.as_deref())
         }
         ServiceAction::Install {
             one_process: true, ..

@@ -43,13 +43,36 @@ fn already_installed(profile: &str, config: Option<&Path>) -> bool {
         }
 }
 
-/// Installs (or finds installed) the profile's service. Returns the screen's lines and whether
-/// anything changed.
+/// Installs (or finds installed) the profile's service: its own unit, or, where the one-process
+/// unit runs this config (`service install --all --one-process`), that unit with the profile
+/// added. Returns the screen's lines and whether anything changed.
 pub fn install(
     profile: &str,
     config: Option<&Path>,
     manifest: &mut Manifest,
 ) -> (Vec<String>, bool) {
+    match service::host_runs_config(ServiceKind::native(), config) {
+        Ok(None) => {}
+        Ok(Some(true)) => return into_host(profile, config),
+        Ok(Some(false)) => {
+            return (
+                vec![
+                    format!(
+                        "service: not installed: the one-process unit ({}) runs another \
+                         config's profiles, and a unit of this profile's own beside it would be \
+                         a second listener",
+                        service::host_unit(ServiceKind::native())
+                    ),
+                    format!(
+                        "  Until then run the listener yourself: `agentchat listen --profile \
+                         {profile}`"
+                    ),
+                ],
+                false,
+            );
+        }
+        Err(e) => return (vec![format!("service: not installed: {e:#}")], false),
+    }
     if already_installed(profile, config) {
         return (
             vec!["service: already installed and current".to_string()],
@@ -68,12 +91,6 @@ pub fn install(
         Ok(o) => o,
         Err(e) => return (vec![format!("service: not installed: {e:#}")], false),
     };
-    let said = |b: &[u8]| {
-        String::from_utf8_lossy(b)
-            .lines()
-            .map(|l| format!("  {}", l.trim_start_matches("agentchat service: ")))
-            .collect::<Vec<_>>()
-    };
     if !out.status.success() {
         let mut lines = vec![format!(
             "service: not installed (setup goes on without it). `agentchat service install` said:"
@@ -89,6 +106,87 @@ pub fn install(
     lines.extend(said(&out.stdout));
     lines.push(came_up(profile));
     (lines, true)
+}
+
+/// The one-process unit runs this config: `service install --all --one-process` again, which
+/// rewrites it for the profiles the config names now (this one included: the config step wrote
+/// it) and reloads a running host, so the profile starts in that process. Undo takes the profile
+/// out of the config and leaves the unit (the host drops the profile at its next reload), so the
+/// manifest records no service of the profile's own.
+fn into_host(profile: &str, config: Option<&Path>) -> (Vec<String>, bool) {
+    let kind = ServiceKind::native();
+    let unit = service::host_unit(kind);
+    let current = service::render_host_current(kind, config.map(Path::to_path_buf))
+        .ok()
+        .zip(
+            service::host_unit_path(kind)
+                .ok()
+                .and_then(|p| std::fs::read_to_string(p).ok()),
+        )
+        .is_some_and(|(now, written)| now == written);
+    let running = match service::host_manager_view(kind) {
+        ManagerView::NotAsked => true,
+        ManagerView::Answered { running, .. } => running,
+        ManagerView::Unreachable(_) => false,
+    };
+    if current && running {
+        return (
+            vec![format!(
+                "service: profile `{profile}` runs in the one-process unit {unit}, already current"
+            )],
+            false,
+        );
+    }
+    let mut argv = vec!["service".to_string(), "install".into(), "--all".into()];
+    argv.push("--one-process".into());
+    if let Some(c) = config {
+        argv.push("--config".into());
+        argv.push(c.display().to_string());
+    }
+    let out = exe().and_then(|exe| {
+        Ok(std::process::Command::new(exe)
+            .args(&argv)
+            .stdin(std::process::Stdio::null())
+            .output()?)
+    });
+    let out = match out {
+        Ok(o) => o,
+        Err(e) => return (vec![format!("service: not added to {unit}: {e:#}")], false),
+    };
+    if !out.status.success() {
+        let mut lines = vec![format!(
+            "service: profile `{profile}` not added to the one-process unit {unit} (setup goes \
+             on without it). `agentchat service install --all --one-process` said:"
+        )];
+        lines.extend(said(&out.stderr));
+        return (lines, false);
+    }
+    let mut lines = vec![format!(
+        "service: profile `{profile}` added to the one-process unit {unit}"
+    )];
+    lines.extend(said(&out.stdout));
+    lines.extend(said(&out.stderr));
+    lines.push(match service::host_manager_view(kind) {
+        ManagerView::NotAsked => {
+            "  not checked: AGENTCHAT_SERVICE_DIR is set (no manager asked)".into()
+        }
+        ManagerView::Answered { running: true, .. } => {
+            "  running: the manager runs the host".into()
+        }
+        view => format!(
+            "  the host is not running: {}; see `agentchat service status --one-process`",
+            view.describe()
+        ),
+    });
+    (lines, true)
+}
+
+/// A subprocess's output as indented lines, without its `agentchat service: ` prefix.
+fn said(bytes: &[u8]) -> Vec<String> {
+    String::from_utf8_lossy(bytes)
+        .lines()
+        .map(|l| format!("  {}", l.trim_start_matches("agentchat service: ")))
+        .collect()
 }
 
 /// Waits (briefly) for the manager to run the listener.

@@ -37,16 +37,6 @@ pub fn configured_profiles(config: &ConfigArgs) -> anyhow::Result<Vec<String>> {
     Ok(out)
 }
 
-/// Whether the config file's top level names a key of its own (`api_key_file` or `api_key`), so
-/// `listen --all` runs `default` too (config::load_all); the key itself is never read.
-fn top_level_names_a_key(config: &ConfigArgs) -> bool {
-    let env = crate::config::process_env();
-    crate::config::config_file_path(config, &env)
-        .and_then(|(path, _)| std::fs::read_to_string(path).ok())
-        .and_then(|text| text.parse::<toml::Table>().ok())
-        .is_some_and(|t| t.contains_key("api_key_file") || t.contains_key("api_key"))
-}
-
 /// State dirs under the default state base whose lock a live process holds, with that pid: the
 /// listeners running for profiles the config does not (or no longer) name.
 fn locked_state_dirs() -> Vec<(String, std::path::PathBuf, u32)> {
@@ -271,10 +261,15 @@ pub(super) fn run_all(args: &StatusArgs) -> anyhow::Result<i32> {
         );
     }
     let mut rows = Vec::new();
-    let default_hosted = top_level_names_a_key(&args.config_args());
+    // `default` is listed as `listen --all` takes it (config::runs_default): not when the config's
+    // top level names no key of its own (a listener running for it anyway is found by its lock),
+    // and, without a config file, as the one profile there is (no one-process unit runs it).
+    let default_of_all = crate::config::all_runs_default(&args.config_args());
     for profile in configured_profiles(&args.config_args())? {
-        // The profiles `listen --all` runs (config::load_all): `default` only with a key of its own.
-        let hosted = profile != crate::config::DEFAULT_PROFILE || default_hosted;
+        let hosted = profile != crate::config::DEFAULT_PROFILE || default_of_all == Some(true);
+        if default_of_all == Some(false) && profile == crate::config::DEFAULT_PROFILE {
+            continue;
+        }
         let one = ConfigArgs {
             profile: Some(profile.clone()),
             ..args.config_args()
@@ -297,7 +292,9 @@ pub(super) fn run_all(args: &StatusArgs) -> anyhow::Result<i32> {
     }
     let manager_error = rows.iter().find_map(|(_, e)| e.clone());
     let rows: Vec<Row> = rows.into_iter().map(|(r, _)| r).collect();
-    let all_running = rows.iter().filter(|r| r.configured).all(|r| r.running);
+    // A config that gives `listen --all` no profile has nothing running as configured.
+    let all_running = rows.iter().any(|r| r.configured)
+        && rows.iter().filter(|r| r.configured).all(|r| r.running);
     if args.json {
         let out = json!({
             "version": JSON_VERSION,
@@ -309,6 +306,12 @@ pub(super) fn run_all(args: &StatusArgs) -> anyhow::Result<i32> {
     } else {
         let now = SystemTime::now();
         println!("{}", render_rows(&rows, manager_error.as_deref(), now));
+        if !rows.iter().any(|r| r.configured) {
+            println!(
+                "no profile: the config names no [profiles.<name>] table and its top level no \
+                 api_key_file of its own (listen --all would run none)"
+            );
+        }
     }
     Ok(if all_running { 0 } else { 3 })
 }

@@ -33,6 +33,7 @@ mod listen_proxy;
 mod listen_wakes;
 mod listen_wire;
 mod live_systemd;
+mod mcp_bridge;
 mod metrics;
 mod pacing;
 mod packaging;

@@ -75,6 +75,20 @@ fn the_one_process_unit_passes_systemd_analyze_verify_and_runs_listen_all() {
             .any(|l| l.starts_with("ExecStart=\"") && l.ends_with(&exec)),
         "{unit}"
     );
+    // A reload first brings the unit's numbers up to the profiles (failure ignored), then SIGHUP.
+    let refresh = format!(
+        "\"service\" \"install\" \"--all\" \"--one-process\" \"--refresh\" \"--config\" \"{config}\""
+    );
+    let reloads: Vec<&str> = unit
+        .lines()
+        .filter(|l| l.starts_with("ExecReload="))
+        .collect();
+    assert_eq!(reloads.len(), 2, "{unit}");
+    assert!(
+        reloads[0].starts_with("ExecReload=-\"") && reloads[0].ends_with(&refresh),
+        "{unit}"
+    );
+    assert_eq!(reloads[1], "ExecReload=/bin/kill -HUP $MAINPID");
     for needed in [
         "Type=notify",
         "NotifyAccess=main",
@@ -529,4 +543,80 @@ fn doctor_checks_the_one_process_unit_for_a_profile_it_runs_and_warns_when_both_
         service.starts_with("WARN service: both") && service.contains("exits 75"),
         "{lines:?}"
     );
+}
+
+/// After profiles are added, a reload's refresh (`install --all --one-process --refresh`, the
+/// unit's first ExecReload) and installing again (what `agentchat setup` does for a new profile)
+/// both rewrite the numbers that follow the profiles: the stop timeout for a longer
+/// `kill_grace`, the open-files limit beyond about 450 profiles; the file still passes
+/// `systemd-analyze verify`.
+#[test]
+fn installing_the_one_process_unit_again_keeps_its_stop_timeout_and_open_files_limit_current() {
+    let (c, config) = three_profiles();
+    let dir = tempfile::tempdir().unwrap();
+    let install = [
+        "service",
+        "install",
+        "--all",
+        "--one-process",
+        "--kind",
+        "systemd",
+        "--config",
+        &config,
+    ];
+    let out = agentchat(&install, Some(dir.path()));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let unit_file = dir.path().join("agentchat-host.service");
+    let first = std::fs::read_to_string(&unit_file).unwrap();
+    assert_eq!(unit_number(&first, "TimeoutStopSec"), 120, "{first}");
+    assert_eq!(unit_number(&first, "LimitNOFILE"), 8192, "{first}");
+
+    let mut more = std::fs::read_to_string(&config).unwrap();
+    for i in 0..600 {
+        more.push_str(&format!("\n[profiles.p{i}]\napi_key_file = \"k1\"\n"));
+    }
+    more.push_str("[profiles.p7.listen]\nkill_grace = \"5m\"\n");
+    std::fs::write(&config, more).unwrap();
+    // What a reload runs first (ExecReload): the numbers brought up to the profiles, in place.
+    let refresh = [&install[..], &["--refresh"]].concat();
+    let out = agentchat(&refresh, Some(dir.path()));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains("for 603 profiles"),
+        "{}",
+        text(&out.stdout)
+    );
+    let refreshed = std::fs::read_to_string(&unit_file).unwrap();
+    let printed = print_unit(&["--kind", "systemd", "--one-process", "--config", &config]);
+    assert_eq!(refreshed, printed, "a refresh writes what install would");
+    let out = agentchat(&refresh, Some(dir.path()));
+    assert!(
+        text(&out.stdout).contains("is current"),
+        "{}",
+        text(&out.stdout)
+    );
+    // Installing again writes the same.
+    let out = agentchat(&install, Some(dir.path()));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains("one process for 603 profiles"),
+        "{}",
+        text(&out.stdout)
+    );
+    let second = std::fs::read_to_string(&unit_file).unwrap();
+    assert_eq!(second, refreshed);
+    assert_eq!(
+        unit_number(&second, "TimeoutStopSec"),
+        5 * 60 + 30,
+        "{second}"
+    );
+    assert_eq!(
+        unit_number(&second, "LimitNOFILE"),
+        agentchat::service::limit_nofile(603),
+        "{second}"
+    );
+    assert!(unit_number(&second, "LimitNOFILE") > 8192);
+    assert!(second.contains("# 603 profiles now"), "{second}");
+    let diagnostics = verify_one(&c.path().join("verify"), "agentchat-host.service", &second);
+    assert!(diagnostics.is_empty(), "{diagnostics}");
 }

@@ -752,3 +752,62 @@ async fn setup_installs_the_service_under_a_live_systemd_and_undo_removes_it() {
 }
 
 mod defects;
+/// Where the one-process unit runs this config (`service install --all --one-process`), the
+/// service step adds the profile to it (the unit rewritten for the profiles the config names now,
+/// no unit of the profile's own beside it) instead of refusing; run again, it finds it current.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn setup_adds_the_profile_to_the_one_process_unit_instead_of_refusing() {
+    let w = World::new().await;
+    w.setup(&[
+        "--profile",
+        "a",
+        "--runtime",
+        "codex",
+        "--no-wire",
+        "--no-service",
+    ])
+    .await;
+    // Installed naming the config (the default file), set up without naming it: the same config.
+    let config = w.config().display().to_string();
+    let out = w
+        .agentchat(
+            &[
+                "service",
+                "install",
+                "--all",
+                "--one-process",
+                "--config",
+                &config,
+            ],
+            None,
+        )
+        .await;
+    assert!(out.status.success(), "{}", show(&out));
+    let units = w.dir.path().join("units");
+    let host = units.join(agentchat::service::HOST_UNIT);
+    assert!(read(&host).contains("# 1 profiles now"), "{}", read(&host));
+    let bob = w.sim.peer.1.clone();
+    let b = w
+        .setup_as(&bob, &["--profile", "b", "--runtime", "codex", "--no-wire"])
+        .await;
+    assert!(
+        b.contains("service: profile `b` added to the one-process unit agentchat-host.service"),
+        "{b}"
+    );
+    let unit = read(&host);
+    assert!(unit.contains("# 2 profiles now"), "{unit}");
+    assert!(
+        !units
+            .join(format!("{}.d", agentchat::service::systemd_unit_name("b")))
+            .exists(),
+        "{b}"
+    );
+    let again = w
+        .setup_as(&bob, &["--profile", "b", "--runtime", "codex", "--no-wire"])
+        .await;
+    assert!(
+        again.contains("runs in the one-process unit agentchat-host.service, already current"),
+        "{again}"
+    );
+    assert_eq!(read(&host), unit);
+}

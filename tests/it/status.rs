@@ -240,7 +240,16 @@ async fn status_all_shows_every_configured_profile_and_live_locks_and_exits_0_on
 
     let (code, doc) = status_all(home, &config).await;
     assert_eq!(code, 3, "{doc}");
-    assert_eq!(row(&doc, "default")["running"], false);
+    // `default` has no key of its own in this config, so `listen --all` would skip it: not
+    // listed until a listener runs for it (then found by its lock).
+    assert!(
+        !doc["profiles"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["profile"] == "default"),
+        "{doc}"
+    );
     assert_eq!(row(&doc, "work")["state"], serde_json::Value::Null);
 
     let mut listeners = vec![
@@ -256,8 +265,11 @@ async fn status_all_shows_every_configured_profile_and_live_locks_and_exits_0_on
             .unwrap()
             .iter()
             .any(|r| r["profile"] == "extra");
+        // `default` has a row only once its listener holds its lock.
         let connected = ["default", "work"].iter().all(|p| {
-            row(&doc, p)["state"] == "connected" && row(&doc, p)["last_outcome"].is_string()
+            doc["profiles"].as_array().unwrap().iter().any(|r| {
+                r["profile"] == *p && r["state"] == "connected" && r["last_outcome"].is_string()
+            })
         });
         if code == 0 && extra_found && connected {
             break doc;
@@ -279,14 +291,19 @@ async fn status_all_shows_every_configured_profile_and_live_locks_and_exits_0_on
     assert_eq!(work["service"], "not installed", "{work}");
     assert_eq!(doc["version"], 1);
     assert_eq!(row(&doc, "extra")["configured"], false);
+    assert_eq!(row(&doc, "default")["configured"], false);
     let text = isolated(home, &["status", "--all", "--config"])
         .arg(&config)
         .output()
         .await
         .unwrap();
     let text = String::from_utf8_lossy(&text.stdout).into_owned();
-    assert!(text.starts_with("PROFILE  HANDLE"), "{text}");
     let header = text.lines().next().unwrap();
+    assert_eq!(
+        header.split_whitespace().take(2).collect::<Vec<_>>(),
+        ["PROFILE", "HANDLE"],
+        "{text}"
+    );
     assert_eq!(header, header.to_uppercase(), "{text}");
     assert!(text.contains(" ago  "), "no relative time in\n{text}");
     assert!(
@@ -377,7 +394,7 @@ async fn status_all_without_units_says_not_installed_and_never_repeats_a_manager
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
     assert_eq!(out.status.code(), Some(3), "{text}");
     let rows: Vec<&str> = text.lines().skip(1).collect();
-    assert_eq!(rows.len(), 3, "{text}");
+    assert_eq!(rows.len(), 2, "{text}");
     for row in rows {
         assert!(row.ends_with("  not installed"), "{row:?}\n{text}");
     }
@@ -386,7 +403,7 @@ async fn status_all_without_units_says_not_installed_and_never_repeats_a_manager
 }
 
 /// A profile without a unit of its own that the one-process unit runs shows that unit in
-/// `status --all`; `default`, which `listen --all` skips without a key of its own, does not.
+/// `status --all`; `default`, which `listen --all` skips without a key of its own, is not listed.
 #[tokio::test]
 async fn status_all_shows_the_one_process_unit_for_the_profiles_it_runs() {
     let dir = tempfile::tempdir().unwrap();
@@ -439,9 +456,45 @@ async fn status_all_shows_the_one_process_unit_for_the_profiles_it_runs() {
             "{r}"
         );
     }
-    let d = row(&doc, "default");
-    assert_eq!(d["service"], "not installed", "{d}");
-    assert_eq!(d["unit"], "agentchat-listen@default.service", "{d}");
+    let listed: Vec<&str> = doc["profiles"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["profile"].as_str().unwrap())
+        .collect();
+    assert_eq!(listed, ["ops", "work"], "{doc}");
+}
+
+/// `status --all` lists the profiles `listen --all` runs, by the same rule
+/// (`config::runs_default`): `default` only when the config's top level names a key of its own;
+/// a config that gives `--all` no profile at all is not "all running".
+#[tokio::test]
+async fn status_all_lists_default_only_when_listen_all_runs_it() {
+    let listed = |doc: &serde_json::Value| -> Vec<String> {
+        doc["profiles"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["profile"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let (dir, config) = config_in("[profiles.work]\napi_key_file = \"work.key\"\n");
+    let (_, doc) = status_all(dir.path(), &config).await;
+    assert_eq!(listed(&doc), ["work"], "{doc}");
+
+    let (dir, config) =
+        config_in("api_key_file = \"default.key\"\n[profiles.work]\napi_key_file = \"work.key\"\n");
+    let (_, doc) = status_all(dir.path(), &config).await;
+    assert_eq!(listed(&doc), ["default", "work"], "{doc}");
+
+    let (dir, config) = config_in("log_level = \"info\"\n");
+    let (code, doc) = status_all(dir.path(), &config).await;
+    assert_eq!(listed(&doc), Vec::<String>::new(), "{doc}");
+    assert_eq!(
+        (code, &doc["all_running"]),
+        (3, &serde_json::json!(false)),
+        "{doc}"
+    );
 }
 
 /// A stuck listener's advice names the unit that runs it on this host: the one-process unit when

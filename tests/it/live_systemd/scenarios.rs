@@ -637,3 +637,87 @@ async fn accepted_of(l: &Live, agents: &[crate::listen_support::Agent]) -> Vec<u
     }
     out
 }
+
+/// `install --all --one-process` run again after a profile is added (what `agentchat setup` does
+/// for a new profile) rewrites the unit for the profiles the config names now and reloads the
+/// running host: the new profile starts in the same process, and the manager takes the stop
+/// timeout of its longer `kill_grace` at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_one_process_unit_installed_again_starts_an_added_profile_in_the_same_process() {
+    let Some(l) = Live::boot("one_process_again").await else {
+        return;
+    };
+    let host = agentchat::service::HOST_UNIT;
+    let (agents, base, three, four) = host_scene(&l).await;
+    let c = l.config.display().to_string();
+    let install = format!("agentchat service install --all --one-process --config {c}");
+    l.ok(&install);
+    for a in &agents[..3] {
+        assert!(
+            crate::common::eventually_async(30, || connected(&l, a)).await,
+            "{} never connected",
+            a.handle
+        );
+    }
+    let pid = l.prop(host, "MainPID");
+    let before = accepted_of(&l, &agents[..3]).await;
+    std::fs::write(
+        &l.config,
+        format!("{base}{three}{four}[profiles.four.listen]\nkill_grace = \"5m\"\n"),
+    )
+    .unwrap();
+    let said = l.ok(&install);
+    assert!(said.contains(&format!("reloaded {host}")), "{said}");
+    assert!(
+        crate::common::eventually_async(30, || connected(&l, &agents[3])).await,
+        "the added profile never connected after installing again: {said}"
+    );
+    assert_eq!(l.prop(host, "MainPID"), pid, "the host was restarted");
+    assert_eq!(l.prop(host, "NRestarts"), "0");
+    assert_eq!(l.prop(host, "TimeoutStopUSec"), "5min 30s");
+    assert_eq!(
+        accepted_of(&l, &agents[..3]).await,
+        before,
+        "a profile the reload did not change reconnected"
+    );
+    l.ok(&format!("agentchat service uninstall --all --config {c}"));
+}
+
+/// A bare reload after a profile with a longer `kill_grace` is added: the unit's first ExecReload
+/// brings its stop timeout (and open-files limit) up to the profiles and has the manager read it
+/// again, then the SIGHUP starts the profile in the same process.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_of_the_one_process_unit_brings_its_stop_timeout_up_to_an_added_profile() {
+    let Some(l) = Live::boot("one_process_reload_refresh").await else {
+        return;
+    };
+    let host = agentchat::service::HOST_UNIT;
+    let (agents, base, three, four) = host_scene(&l).await;
+    let c = l.config.display().to_string();
+    l.ok(&format!(
+        "agentchat service install --all --one-process --config {c}"
+    ));
+    let pid = l.prop(host, "MainPID");
+    let stop_before = l.prop(host, "TimeoutStopUSec");
+    std::fs::write(
+        &l.config,
+        format!("{base}{three}{four}[profiles.four.listen]\nkill_grace = \"5m\"\n"),
+    )
+    .unwrap();
+    l.ok(&format!("systemctl --user reload {host}"));
+    assert!(
+        crate::common::eventually_async(30, || connected(&l, &agents[3])).await,
+        "the added profile never connected after the reload"
+    );
+    assert_eq!(l.prop(host, "MainPID"), pid, "the host was restarted");
+    assert_eq!(l.prop(host, "ActiveState"), "active");
+    assert_eq!(
+        l.prop(host, "TimeoutStopUSec"),
+        "5min 30s",
+        "was {stop_before}"
+    );
+    assert_eq!(l.prop(host, "NeedDaemonReload"), "no");
+    let unit = l.ok(&format!("cat /root/.config/systemd/user/{host}"));
+    assert!(unit.contains("# 4 profiles now"), "{unit}");
+    l.ok(&format!("agentchat service uninstall --all --config {c}"));
+}
