@@ -18,6 +18,7 @@ mod invites;
 mod mcp;
 mod model;
 mod restart;
+mod signup;
 mod store;
 mod texts;
 mod timers;

@@ -44,6 +44,8 @@ pub struct Store {
     pub ip_budgets: IpBudgets,
     /// Refused upgrades and restarts, for `GET /_sim/refusals` (`restart`).
     pub refusals: super::restart::Refusals,
+    /// Sign-up and recovery by emailed code (`signup`).
+    pub signup: super::signup::Signup,
     retired_keys: BTreeMap<String, String>,
     next_ord: u64,
     next_socket: u64,
@@ -88,6 +90,7 @@ impl Store {
             texts: BTreeMap::new(),
             ip_budgets: IpBudgets::default(),
             refusals: Default::default(),
+            signup: Default::default(),
             retired_keys: BTreeMap::new(),
             next_ord: 0,
             next_socket: 0,
