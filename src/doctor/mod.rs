@@ -12,6 +12,7 @@ pub mod checks;
 pub mod facts;
 pub mod presence;
 pub mod probes;
+pub mod run;
 pub mod service_checks;
 
 use crate::client::Api;
@@ -41,6 +42,14 @@ pub struct DoctorArgs {
     /// that must know the agent answers.
     #[arg(long)]
     pub strict: bool,
+    /// Instead of the checks: one real run of the runtime now, on the agent's tray with the
+    /// served text; says whether it started, reached the AgentChat tools and completed. It
+    /// costs one model call and asks first.
+    #[arg(long, conflicts_with_all = ["json", "strict"])]
+    pub run: bool,
+    /// With --run: do not ask.
+    #[arg(long, short = 'y', requires = "run")]
+    pub yes: bool,
 }
 
 /// The schema version of `doctor --json` (docs/integrating.md): it changes only when a field is
@@ -527,6 +536,9 @@ fn service_extras(profile: &str) -> Vec<Check> {
 }
 
 pub async fn run_command(args: DoctorArgs) -> anyhow::Result<i32> {
+    if args.run {
+        return run::run_command(&args.config, args.yes).await;
+    }
     let report = run(&args).await;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report.to_json())?);

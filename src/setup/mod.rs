@@ -16,6 +16,7 @@
 mod account;
 mod anchor;
 mod config_edit;
+mod finish;
 mod key;
 mod manifest;
 mod pick;
@@ -28,6 +29,7 @@ pub(crate) mod wire;
 mod wiring;
 
 use crate::config::{self, ConfigArgs, RuntimeKind};
+pub(crate) use finish::confirm;
 use manifest::{ConfigRecord, Manifest};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -103,6 +105,10 @@ pub struct SetupArgs {
     /// The agent's handle for --new and --recover.
     #[arg(long, value_name = "HANDLE")]
     pub handle: Option<String>,
+    /// At the end, one real run now (`agentchat doctor --run --yes`): costs one model call. On
+    /// a terminal setup offers it instead.
+    #[arg(long)]
+    pub run: bool,
     /// Do not install the service.
     #[arg(long)]
     pub no_service: bool,
@@ -468,6 +474,8 @@ async fn run_setup(args: SetupArgs) -> anyhow::Result<i32> {
         },
         json: false,
         strict: false,
+        run: false,
+        yes: false,
     })
     .await;
     println!("\n== doctor");
@@ -492,12 +500,12 @@ async fn run_setup(args: SetupArgs) -> anyhow::Result<i32> {
         runtime,
         found: &found,
         unwired: if wire_clis {
-            unwired(&found, &place.env)
+            finish::unwired(&found, &place.env)
         } else {
             Vec::new()
         },
         service: if want_service {
-            service_now(&profile)
+            finish::service_now(&profile)
         } else {
             verdict::Service::NotWanted
         },
@@ -507,30 +515,10 @@ async fn run_setup(args: SetupArgs) -> anyhow::Result<i32> {
         println!("missing: {line}");
     }
     println!("{}", v.line);
-    Ok(v.code)
-}
-
-/// The CLIs found that have no `agentchat` MCP entry after wiring: the wiring failed. One left
-/// to another profile or to the user's own entry was left alone on purpose, and said so.
-fn unwired(found: &[pick::Found], env: &HashMap<String, String>) -> Vec<&'static str> {
-    found
-        .iter()
-        .filter(|f| {
-            let entry = wire::home(f.cli, env).map(|h| wire::current_entry(&h));
-            matches!(entry, None | Some(wire::Entry::None))
-        })
-        .map(|f| f.cli.name())
-        .collect()
-}
-
-/// The service as the manager sees it now.
-fn service_now(profile: &str) -> verdict::Service {
-    use crate::service::{ManagerView, ServiceKind};
-    match crate::service::manager_view(ServiceKind::native(), profile) {
-        ManagerView::NotAsked => verdict::Service::Written,
-        ManagerView::Answered { running: true, .. } => verdict::Service::Running,
-        view => verdict::Service::NotRunning(view.describe().trim().replace('\n', ", ")),
+    if v.code != verdict::EXIT_OK {
+        return Ok(v.code);
     }
+    finish::first_run(&args, &place, &handle, ask).await
 }
 
 /// Records the config edit, keeping the first run's "before" for every key.

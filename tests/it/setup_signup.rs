@@ -351,9 +351,14 @@ async fn an_interactive_sign_up_asks_email_handle_and_code_and_never_shows_the_k
             "n"
         ],
         ["Go ahead? [Y/n]: ", "y"],
+        [
+            "Try one real run now (`agentchat doctor --run`; it costs one model call)? [y/N]: ",
+            "y"
+        ],
     ]);
     let (transcript, code) = in_pty(&w, steps, &[BIN, "setup"]).await;
     println!("{transcript}");
+    assert!(transcript.contains("completed: yes"), "{transcript}");
     assert_eq!(code, 0, "{transcript}");
     assert!(transcript.contains("@alice is taken"), "{transcript}");
     let key = read(&w.home().join(".config/agentchat/default.key"))
@@ -368,6 +373,46 @@ async fn an_interactive_sign_up_asks_email_handle_and_code_and_never_shows_the_k
         transcript.contains("@newbie is ready on this machine (script, no service"),
         "{transcript}"
     );
+}
+
+/// Item 2: a scripted setup runs the first real run only when given `--run`, and its answer
+/// follows the run's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scripted_setup_makes_one_real_run_only_with_run() {
+    let w = World::new().await;
+    let base = [
+        "setup",
+        "--yes",
+        "--api-base",
+        w.sim.api_base(),
+        "--no-wire",
+    ];
+    let key = format!("{}\n", w.key());
+    let mut args = base.to_vec();
+    args.extend_from_slice(&["--no-service", "--runtime", "script", "--", "/bin/true"]);
+    let out = w.agentchat(&args, Some(&key)).await;
+    let said = show(&out);
+    assert_eq!(out.status.code(), Some(0), "{said}");
+    assert!(!said.contains("started:"), "a run without --run:\n{said}");
+    let mut args = base.to_vec();
+    args.extend_from_slice(&[
+        "--no-service",
+        "--run",
+        "--runtime",
+        "script",
+        "--",
+        "/bin/false",
+    ]);
+    let out = w.agentchat(&args, Some(&key)).await;
+    let said = show(&out);
+    assert!(said.contains("started: yes"), "{said}");
+    assert!(said.contains("completed: no"), "{said}");
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "a failed first run is not yet:\n{said}"
+    );
+    assert!(last_line(&said).starts_with("not yet: "), "{said}");
 }
 
 /// Defect 11: Ctrl-C at the hidden key prompt, under `sh` (dash on Debian: no job control, so
