@@ -73,7 +73,8 @@ pub fn check_mcp(
         McpFacts::NoEntry => Check::warn(
             name,
             format!(
-                "{cli} has no `agentchat` MCP server: in {cli} the agent cannot reach AgentChat; {fix}"
+                "{cli} has no `agentchat` MCP server: in {cli} the agent cannot reach AgentChat; \
+                 `agentchat setup{p}` wires it"
             ),
         ),
         McpFacts::Other(what) => Check::warn(
