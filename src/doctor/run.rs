@@ -163,7 +163,12 @@ pub async fn run_command(config: &config::ConfigArgs, yes: bool) -> anyhow::Resu
     let ok = started && outcome == RunOutcome::Completed && tools != Some(false);
     println!(
         "{}",
-        if ok {
+        if ok && tools.is_none() {
+            format!(
+                "@{handle}'s run started and completed (whether a script reached AgentChat is \
+                 not told)"
+            )
+        } else if ok {
             format!("@{handle} answers: a run started, reached AgentChat and completed")
         } else {
             format!(
