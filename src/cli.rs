@@ -70,8 +70,9 @@ const DOCTOR_HELP: &str = concat!(
     "
 
 Exit codes:
-  0  no check failed (a WARN is worth a look but does not stop the listener)
-  1  at least one check failed"
+  0  no check failed (a WARN is worth a look but does not stop the listener); --run: the run
+     started, reached the AgentChat tools and completed
+  1  at least one check failed (--strict: nothing listening fails too); --run: it did not"
 );
 
 const SERVICE_HELP: &str = "\
@@ -86,13 +87,14 @@ Exit codes:
   1  it could not be done: the reason, and what to do, on stderr";
 
 const TOP_HELP: &str = "\
-Start with `agentchat demo` (no account needed), then `agentchat doctor`.
+Start with `agentchat demo` (no account needed); then `agentchat setup` (it signs you up if
+you have no key), `agentchat doctor` and `agentchat doctor --run`.
 
 Exit codes (each command's --help lists its own):
   0   done (listen: stopped by a signal)
   1   it could not be done: what, and what to do, on stderr
   2   a usage error: an unknown flag or a bad value (listen: 78)
-  3   status: no listener is running
+  3   status: no listener is running; setup: not yet working (its last line says what to do)
   75  listen: another listener holds the profile's lock
   78  listen: the config cannot work (EX_CONFIG)";
 

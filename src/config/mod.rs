@@ -257,12 +257,14 @@ fn unknown_profile(name: &str, file: Option<&Path>, known: &[String]) -> String 
     };
     match file {
         Some(f) => format!(
-            "profile `{name}` is not defined: {} has no [profiles.{name}] table ({defined})",
+            "profile `{name}` is not defined: {} has no [profiles.{name}] table ({defined}); \
+             `agentchat setup --profile {name}` adds it",
             f.display()
         ),
         None => format!(
-            "profile `{name}` is not defined: no config file was read, so {defined}; add a \
-             [profiles.{name}] table to the config file"
+            "profile `{name}` is not defined: no config file was read, so {defined}; \
+             `agentchat setup --profile {name}` writes one (or add a [profiles.{name}] table to \
+             the config file)"
         ),
     }
 }

@@ -342,7 +342,11 @@ pub fn advice(settings: &Settings) -> Vec<String> {
         );
     }
     if settings.key_source == KeySource::Missing {
-        out.push("no API key: set AGENTCHAT_API_KEY, or `api_key_file` in the config".to_string());
+        out.push(
+            "no API key: run `agentchat setup` (it signs a new agent up or takes your key), or \
+             set AGENTCHAT_API_KEY, or `api_key_file` in the config"
+                .to_string(),
+        );
     }
     let l = &settings.listen;
     if l.runtime == RuntimeKind::Script && l.command.is_empty() {

@@ -126,7 +126,8 @@ pub fn check_key(
         }
         KeySource::Missing => Check::fail(
             "key",
-            "no API key: set AGENTCHAT_API_KEY, or `api_key_file` in the config",
+            "no API key: run `agentchat setup` (it signs a new agent up or takes your key), or \
+             set AGENTCHAT_API_KEY, or `api_key_file` in the config",
         )
         .with("source", Value::Null),
     }

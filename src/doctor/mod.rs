@@ -10,7 +10,9 @@
 
 pub mod checks;
 pub mod facts;
+pub mod presence;
 pub mod probes;
+pub mod run;
 pub mod service_checks;
 
 use crate::client::Api;
@@ -36,6 +38,18 @@ pub struct DoctorArgs {
     /// facts}]}`.
     #[arg(long)]
     pub json: bool,
+    /// Nothing listening for the profile is a FAIL (exit 1), not a WARN: for scripts and CI
+    /// that must know the agent answers.
+    #[arg(long)]
+    pub strict: bool,
+    /// Instead of the checks: one real run of the runtime now, on the agent's tray with the
+    /// served text; says whether it started, reached the AgentChat tools and completed. It
+    /// costs one model call and asks first.
+    #[arg(long, conflicts_with_all = ["json", "strict"])]
+    pub run: bool,
+    /// With --run: do not ask.
+    #[arg(long, short = 'y', requires = "run")]
+    pub yes: bool,
 }
 
 /// The schema version of `doctor --json` (docs/integrating.md): it changes only when a field is
@@ -175,6 +189,7 @@ pub async fn run(args: &DoctorArgs) -> Report {
         let key = key_section(&settings, &mut report);
         server_section(&settings, key.as_ref(), &mut report).await;
         state_section(&settings, &mut report);
+        presence_section(&settings, args.strict, &mut report);
         runtime_section(&settings, &mut report).await;
         report.checks.push(service_section(
             &settings.profile,
@@ -305,6 +320,46 @@ fn state_section(settings: &Settings, report: &mut Report) {
         alive,
         SystemTime::now(),
     ));
+}
+
+/// `listening`, `mcp_claude` and `mcp_codex` (`presence`): does anything answer for the profile,
+/// and can the user's own Claude Code and Codex reach AgentChat through this binary.
+fn presence_section(settings: &Settings, strict: bool, report: &mut Report) {
+    let lock = facts::lock_facts(&settings.state_dir.join(LOCK_FILE));
+    report
+        .checks
+        .push(presence::check_listening(&settings.profile, &lock, strict));
+    let env = config::process_env();
+    let this = crate::setup::stable_exe().unwrap_or_default();
+    for (name, cli) in [
+        ("mcp_claude", crate::setup::wire::Cli::Claude),
+        ("mcp_codex", crate::setup::wire::Cli::Codex),
+    ] {
+        let facts = mcp_facts(cli, &env);
+        report.checks.extend(presence::check_mcp(
+            name,
+            cli.name(),
+            &settings.profile,
+            &facts,
+            &this,
+        ));
+    }
+}
+
+/// The CLI's `agentchat` entry, read from its own file (never by running it).
+fn mcp_facts(cli: crate::setup::wire::Cli, env: &HashMap<String, String>) -> presence::McpFacts {
+    use crate::setup::wire;
+    let Some(home) = wire::home(cli, env) else {
+        return presence::McpFacts::Absent;
+    };
+    match wire::current_entry(&home) {
+        wire::Entry::Argv(a) => presence::McpFacts::Argv(a),
+        wire::Entry::Other(w) => presence::McpFacts::Other(w),
+        wire::Entry::None if wire::find(cli).is_some() || home.mcp_store.exists() => {
+            presence::McpFacts::NoEntry
+        }
+        wire::Entry::None => presence::McpFacts::Absent,
+    }
 }
 
 /// `workdir` (when one is configured) and `runtime`, plus `login` for Claude Code and Codex.
@@ -481,6 +536,9 @@ fn service_extras(profile: &str) -> Vec<Check> {
 }
 
 pub async fn run_command(args: DoctorArgs) -> anyhow::Result<i32> {
+    if args.run {
+        return run::run_command(&args.config, args.yes).await;
+    }
     let report = run(&args).await;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report.to_json())?);

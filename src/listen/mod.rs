@@ -223,7 +223,8 @@ async fn run_all(args: ListenArgs, env: &HashMap<String, String>) -> anyhow::Res
                 anyhow::anyhow!("--all: no profile of {} can run as configured", p.display())
             }
             None => anyhow::anyhow!(
-                "--all found no config file: name one with --config or AGENTCHAT_CONFIG"
+                "--all found no config file: name one with --config or AGENTCHAT_CONFIG, or make \
+                 one with `agentchat setup`"
             ),
         };
         return Ok(refuse_to_start(&e, env));
@@ -266,7 +267,8 @@ fn prepare(
     announce_settings(&settings);
     let Some(key) = settings.api_key.clone() else {
         anyhow::bail!(
-            "no API key: set AGENTCHAT_API_KEY, or api_key_file in the config (profile `{}`)",
+            "no API key for profile `{0}`: run `agentchat setup --profile {0}` (it signs a new \
+             agent up or takes your key), or set AGENTCHAT_API_KEY, or api_key_file in the config",
             settings.profile
         );
     };

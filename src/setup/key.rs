@@ -15,6 +15,8 @@ pub struct Key {
     pub file: PathBuf,
     /// Setup must write `file` (it holds another key, or none yet).
     pub write: bool,
+    /// `file` may be replaced though setup did not write it: recovery rotated the key it holds.
+    pub replace: bool,
 }
 
 /// `<config dir>/<profile>.key`: beside the config, one per profile.
@@ -43,6 +45,7 @@ pub fn obtain(
             key,
             file,
             write: false,
+            replace: false,
         });
     }
     let given = if ask {
@@ -72,6 +75,7 @@ pub fn obtain(
             key: key.clone(),
             file: file.to_path_buf(),
             write: false,
+            replace: false,
         }),
         (None, None) => anyhow::bail!(
             "no API key: give it on stdin (`agentchat setup … < keyfile`), with --api-key-file \
@@ -81,6 +85,7 @@ pub fn obtain(
             key,
             file: file.to_path_buf(),
             write: false,
+            replace: false,
         }),
         (Some(key), _) => {
             let same = crate::config::read_key_file(target)
@@ -89,6 +94,7 @@ pub fn obtain(
                 key,
                 file: target.to_path_buf(),
                 write: !same,
+                replace: false,
             })
         }
     }
@@ -120,7 +126,7 @@ pub fn store(key: &Key, manifest: &mut Manifest) -> anyhow::Result<bool> {
         return Ok(false);
     }
     let ours = manifest.key_file.as_deref() == Some(key.file.as_path());
-    if key.file.exists() && !ours {
+    if key.file.exists() && !ours && !key.replace {
         anyhow::bail!(
             "{} exists and holds another key; setup does not replace a key file it did not \
              write. Give it with --api-key-file {} to use it, or move it away",

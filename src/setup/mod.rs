@@ -13,19 +13,24 @@
 //! What it did is recorded in the profile's state dir (`manifest`), so `setup --undo` (`undo`)
 //! removes exactly that and nothing of another profile's.
 
+mod account;
 mod anchor;
 mod config_edit;
 mod files;
+mod finish;
 mod key;
 mod manifest;
 mod pick;
 mod service_step;
+mod signup;
 mod tty;
 mod undo;
-mod wire;
+mod verdict;
+pub(crate) mod wire;
 mod wiring;
 
 use crate::config::{self, ConfigArgs, RuntimeKind};
+pub(crate) use finish::confirm;
 use manifest::{ConfigRecord, Manifest};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -35,9 +40,16 @@ The key comes from --api-key-file FILE, else stdin when it is not a terminal, el
 AGENTCHAT_API_KEY, else the profile's key file, else a prompt without echo. Nothing is
 written before the server accepts it (GET /v1/agents/me).
 
+No key yet? In a terminal setup asks \"Do you have an AgentChat API key?\"; answer no to sign
+up with an email and a handle: the server emails a 6-digit code, setup asks for it and stores
+the new agent's key (0600, never shown). --recover gets a new key for an agent whose key is
+lost (the old one stops working). Scripted, the code is read from stdin.
+
 Examples:
   agentchat setup                                   ask for everything on the terminal
   agentchat setup --yes --profile work < work.key   scripted: key on stdin, proposals taken
+  agentchat setup --yes --new --email me@example.com --handle my-agent   sign up; code on stdin
+  agentchat setup --yes --recover --email me@example.com --handle my-agent
   agentchat setup --runtime script -- /home/me/bin/agent --verbose
   agentchat setup --undo --profile work             remove what setup added
 
@@ -46,8 +58,11 @@ Environment: AGENTCHAT_CONFIG, AGENTCHAT_PROFILE, AGENTCHAT_STATE_DIR (as every 
   HOME, CLAUDE_CONFIG_DIR, CODEX_HOME (where Claude Code and Codex keep their config).
 
 Exit codes:
-  0  done, or nothing to do (the screen says which)
-  1  it could not be done: a refused key, an unreadable config, an undo step that failed";
+  0  everything asked for works (the last line says \"@handle answers on this machine\")
+  1  it could not be done: a refused key, a refused sign-up, an unreadable config, \"Go
+     ahead? n\", an undo step that failed
+  3  setup wrote what it could, but something asked for does not work yet: the last line
+     (\"not yet: ...\") says what is missing and what to do";
 
 pub const UNINSTALL_HELP: &str = "\
 Removes what `agentchat setup` recorded for the profile in its state dir (setup.json): the MCP
@@ -75,8 +90,26 @@ pub struct SetupArgs {
     #[arg(long, value_name = "URL")]
     pub api_base: Option<String>,
     /// Use the key in FILE (0600) instead of reading it from stdin or asking.
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["new", "recover"])]
     pub api_key_file: Option<PathBuf>,
+    /// Sign up a new agent (--email, --handle): the server emails a 6-digit code, read from
+    /// the terminal or stdin; the new key is stored 0600 and never shown.
+    #[arg(long, conflicts_with = "recover")]
+    pub new: bool,
+    /// Get a new key for an agent whose key is lost (--email, --handle): by an emailed code,
+    /// like --new. The old key stops working.
+    #[arg(long)]
+    pub recover: bool,
+    /// The email for --new and --recover (where the code is sent).
+    #[arg(long, value_name = "EMAIL")]
+    pub email: Option<String>,
+    /// The agent's handle for --new and --recover.
+    #[arg(long, value_name = "HANDLE")]
+    pub handle: Option<String>,
+    /// At the end, one real run now (`agentchat doctor --run --yes`): costs one model call. On
+    /// a terminal setup offers it instead.
+    #[arg(long)]
+    pub run: bool,
     /// Do not install the service.
     #[arg(long)]
     pub no_service: bool,
@@ -209,6 +242,11 @@ fn current(place: &Place, config_text: Option<&str>, defined: bool) -> Current {
 
 async fn run_setup(args: SetupArgs) -> anyhow::Result<i32> {
     let place = Place::find(args.config.as_deref(), args.profile.as_deref())?;
+    // The key is in `place.env` now; no child setup starts (`claude auth status`, `mcp add`,
+    // `service install`) gets it from the environment.
+    // SAFETY: the runtime is current-thread (src/main.rs) and setup has started no thread yet,
+    // so nothing reads or writes the environment concurrently.
+    unsafe { std::env::remove_var("AGENTCHAT_API_KEY") };
     let ask = tty::interactive() && !args.yes;
     let profile = place.profile.clone();
     let earlier = Manifest::load(&place.state_dir)?;
@@ -237,23 +275,64 @@ async fn run_setup(args: SetupArgs) -> anyhow::Result<i32> {
     let base = api_base.clone().unwrap_or_else(|| now.api_base.clone());
     let target = key::default_key_file(&place.config_path, &profile);
     let existing = now.key.as_ref().map(|(p, k)| (p.as_path(), k));
+    // Trimmed as doctor and the listener read it: a stray newline or space is not the key's.
     let env_key = place
         .env
         .get("AGENTCHAT_API_KEY")
+        .map(|k| k.trim())
         .filter(|k| !k.is_empty())
-        .map(|k| secrecy::SecretString::from(k.clone()));
-    let key = key::obtain(
-        args.api_key_file.as_deref(),
-        existing,
-        env_key,
-        &target,
-        ask,
-    )?;
+        .map(|k| secrecy::SecretString::from(k.to_string()));
+    let mut m = earlier.clone().unwrap_or_else(|| Manifest::new(&profile));
+    let mut changed = false;
+    let mut done: Vec<String> = Vec::new();
+    let flow = if args.new {
+        Some(signup::Flow::Register)
+    } else if args.recover {
+        Some(signup::Flow::Recover)
+    } else if tty::interactive()
+        && args.api_key_file.is_none()
+        && existing.is_none()
+        && env_key.is_none()
+    {
+        account::ask_for_flow()?
+    } else {
+        None
+    };
+    let key = match flow {
+        Some(flow) => {
+            let k = account::obtain(
+                &base,
+                flow,
+                &args,
+                now.key.as_ref().map(|(p, _)| p.as_path()),
+                &target,
+                earlier.as_ref(),
+            )
+            .await?;
+            // Stored at once: the server shows a new key only once.
+            key::store(&k, &mut m)?;
+            manifest::create_dirs(&place.state_dir, &mut m, true)?;
+            m.save(&place.state_dir)?;
+            changed = true;
+            done.push(format!("key: stored in {} (0600)", k.file.display()));
+            println!("key: the new key is stored in {} (0600)", k.file.display());
+            k
+        }
+        None => key::obtain(
+            args.api_key_file.as_deref(),
+            existing,
+            env_key,
+            &target,
+            ask,
+        )?,
+    };
     let handle = key::check(&base, &key.key).await?;
     println!("key: accepted by {base}: you are @{handle}");
 
-    // 2. Runtime.
-    let found = pick::detect().await;
+    // 2. Runtime: only the CLIs setup will use or wire are asked whether they are logged in
+    // (`claude auth status` writes into a fresh home).
+    let absent = pick::absent_before_probes(&place.env);
+    let found = pick::detect(pick::needed(args.runtime, args.no_wire)).await;
     for line in pick::describe(&found) {
         println!("{line}");
     }
@@ -295,19 +374,25 @@ async fn run_setup(args: SetupArgs) -> anyhow::Result<i32> {
     let want_service = !args.no_service
         && (!ask || tty::confirm("Install the always-on service for this profile?", true)?);
     if ask && !tty::confirm("Go ahead?", true)? {
-        println!("Nothing was written.");
+        pick::remove_probe_leftovers(&absent);
+        match flow {
+            Some(_) => println!(
+                "Nothing else was written: the new key is in {}.",
+                key.file.display()
+            ),
+            None => println!("Nothing was written."),
+        }
         return Ok(1);
     }
 
-    // Writes start here.
-    let mut m = earlier.clone().unwrap_or_else(|| Manifest::new(&profile));
-    let mut changed = false;
-    let mut done: Vec<String> = Vec::new();
-    if key::store(&key, &mut m)? {
-        changed = true;
-        done.push(format!("key: stored in {} (0600)", key.file.display()));
-    } else {
-        done.push(format!("key: {} (unchanged)", key.file.display()));
+    // Writes start here (a key from sign-up or recovery is stored already).
+    if flow.is_none() {
+        if key::store(&key, &mut m)? {
+            changed = true;
+            done.push(format!("key: stored in {} (0600)", key.file.display()));
+        } else {
+            done.push(format!("key: {} (unchanged)", key.file.display()));
+        }
     }
     manifest::create_dirs(&place.state_dir, &mut m, true)?;
     if config_changes {
@@ -390,6 +475,9 @@ async fn run_setup(args: SetupArgs) -> anyhow::Result<i32> {
             ..Default::default()
         },
         json: false,
+        strict: false,
+        run: false,
+        yes: false,
     })
     .await;
     println!("\n== doctor");
@@ -408,7 +496,31 @@ async fn run_setup(args: SetupArgs) -> anyhow::Result<i32> {
         None => "agentchat setup --undo".to_string(),
     };
     println!("To undo all of it: `{undo}` (or `agentchat uninstall`, same flags).");
-    Ok(0)
+    let v = verdict::judge(&verdict::Facts {
+        profile: &profile,
+        handle: &handle,
+        runtime,
+        found: &found,
+        unwired: if wire_clis {
+            finish::unwired(&found, &place.env)
+        } else {
+            Vec::new()
+        },
+        service: if want_service {
+            finish::service_now(&profile)
+        } else {
+            verdict::Service::NotWanted
+        },
+        doctor: &report,
+    });
+    for line in &v.missing {
+        println!("missing: {line}");
+    }
+    println!("{}", v.line);
+    if v.code != verdict::EXIT_OK {
+        return Ok(v.code);
+    }
+    finish::first_run(&args, &place, &handle, ask).await
 }
 
 /// Records the config edit, keeping the first run's "before" for every key.

@@ -15,10 +15,19 @@ pub struct Found {
     pub login: String,
 }
 
-/// Every CLI on PATH, with its login state.
-pub async fn detect() -> Vec<Found> {
+/// The CLIs setup needs to know about: the runtime's (when it is one), and both when it wires
+/// them or must propose one. `--no-wire --runtime script` needs none.
+pub fn needed(runtime: Option<RuntimeKind>, no_wire: bool) -> Vec<Cli> {
+    Cli::ALL
+        .into_iter()
+        .filter(|c| !no_wire || runtime.is_none_or(|r| r == c.runtime()))
+        .collect()
+}
+
+/// The CLIs of `which` found on PATH, with their login state.
+pub async fn detect(which: Vec<Cli>) -> Vec<Found> {
     let mut out = Vec::new();
-    for cli in Cli::ALL {
+    for cli in which {
         if let Some(binary) = wire::find(cli) {
             let (logged_in, login) = wire::login(cli, &binary).await;
             out.push(Found {
@@ -30,6 +39,33 @@ pub async fn detect() -> Vec<Found> {
         }
     }
     out
+}
+
+/// What the login probes may create in a fresh home (`claude auth status` writes
+/// `~/.claude.json` and `~/.claude/backups`; Codex may make its home): the paths among them that
+/// do not exist before the probes run, so that "Go ahead? n" can leave the home as it found it.
+pub fn absent_before_probes(env: &std::collections::HashMap<String, String>) -> Vec<PathBuf> {
+    let mut paths = Vec::new();
+    if let Some(h) = wire::home(Cli::Claude, env) {
+        paths.push(h.mcp_store.clone());
+        paths.extend(h.identity_file.parent().map(std::path::Path::to_path_buf));
+    }
+    if let Some(h) = wire::home(Cli::Codex, env) {
+        paths.extend(h.mcp_store.parent().map(std::path::Path::to_path_buf));
+    }
+    paths.retain(|p| std::fs::symlink_metadata(p).is_err());
+    paths
+}
+
+/// Removes what the probes created of `absent` (nothing else existed there before them).
+pub fn remove_probe_leftovers(absent: &[PathBuf]) {
+    for p in absent {
+        let _ = match std::fs::symlink_metadata(p) {
+            Ok(m) if m.is_dir() => std::fs::remove_dir_all(p),
+            Ok(_) => std::fs::remove_file(p),
+            Err(_) => Ok(()),
+        };
+    }
 }
 
 /// The one to propose: the first logged in, else the first found.
@@ -98,12 +134,26 @@ pub fn describe(found: &[Found]) -> Vec<String> {
     found
         .iter()
         .map(|f| {
+            let how = if f.logged_in {
+                String::new()
+            } else {
+                format!("; it cannot answer until you log in: {}", login_hint(f.cli))
+            };
             format!(
-                "runtime {}: {} ({})",
+                "runtime {}: {} ({}){how}",
                 f.cli.runtime(),
                 f.binary.display(),
                 f.login
             )
         })
         .collect()
+}
+
+/// How to log a CLI in, said where the runtime is chosen and in setup's last line: a run of a
+/// CLI that is not logged in fails at the first message.
+pub fn login_hint(cli: Cli) -> &'static str {
+    match cli {
+        Cli::Claude => "run `claude` and /login (or `claude setup-token`), then `agentchat doctor`",
+        Cli::Codex => "run `codex login`, then `agentchat doctor`",
+    }
 }

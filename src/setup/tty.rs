@@ -48,35 +48,68 @@ pub fn confirm(question: &str, default: bool) -> anyhow::Result<bool> {
     }
 }
 
-/// Echo off on fd 0 until dropped.
+/// The terminal's attributes before echo went off, for the signal handler: set once (every
+/// prompt starts from the same terminal), read with an atomic load, which a handler may do.
+static SAVED: std::sync::OnceLock<libc::termios> = std::sync::OnceLock::new();
+
+/// The signals that end setup at a prompt (Ctrl-C, the quit key, a closed terminal, `kill`).
+const ENDING: [libc::c_int; 4] = [libc::SIGINT, libc::SIGQUIT, libc::SIGHUP, libc::SIGTERM];
+
+/// Puts the terminal back, then dies of the signal as it would have: Drop does not run when a
+/// signal ends the process, and a shell without job control (sh, dash) does not restore echo.
+extern "C" fn restore_and_die(sig: libc::c_int) {
+    // SAFETY: tcsetattr, signal and raise are async-signal-safe; SAVED was set before the
+    // handler was installed.
+    unsafe {
+        if let Some(t) = SAVED.get() {
+            libc::tcsetattr(0, libc::TCSANOW, t);
+        }
+        libc::signal(sig, libc::SIG_DFL);
+        libc::raise(sig);
+    }
+}
+
+/// Echo off on fd 0 until dropped, with the ending signals set to put it back first.
 struct EchoOff {
     saved: libc::termios,
+    handlers: Vec<(libc::c_int, libc::sighandler_t)>,
 }
 
 impl EchoOff {
     fn new() -> Option<EchoOff> {
         // SAFETY: tcgetattr/tcsetattr on fd 0 with a termios we own; failure is reported by -1.
+        // signal(2) installs a handler that only calls async-signal-safe functions.
         unsafe {
             let mut t: libc::termios = std::mem::zeroed();
             if libc::tcgetattr(0, &mut t) != 0 {
                 return None;
             }
             let saved = t;
+            let _ = SAVED.set(saved);
+            let handler = restore_and_die as extern "C" fn(libc::c_int) as libc::sighandler_t;
+            let handlers = ENDING
+                .iter()
+                .map(|&sig| (sig, libc::signal(sig, handler)))
+                .collect();
             t.c_lflag &= !libc::ECHO;
             t.c_lflag |= libc::ICANON;
+            let off = EchoOff { saved, handlers };
             if libc::tcsetattr(0, libc::TCSANOW, &t) != 0 {
                 return None;
             }
-            Some(EchoOff { saved })
+            Some(off)
         }
     }
 }
 
 impl Drop for EchoOff {
     fn drop(&mut self) {
-        // SAFETY: puts back the attributes read in `new`.
+        // SAFETY: puts back the attributes read in `new`, then the handlers it replaced.
         unsafe {
             libc::tcsetattr(0, libc::TCSANOW, &self.saved);
+            for &(sig, previous) in &self.handlers {
+                libc::signal(sig, previous);
+            }
         }
     }
 }

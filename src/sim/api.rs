@@ -20,6 +20,23 @@ pub async fn route(sim: &Sim, r: &Req) -> SimResult<Reply> {
     {
         return texts_route(sim, r);
     }
+    // Sign-up and recovery need no key (`signup`).
+    match (m, &segs[1..]) {
+        ("POST", ["register"]) => return Ok(Reply::ok(sim.lock().register(&r.json_object()?)?)),
+        ("POST", ["register", "verify"]) => {
+            return Ok(Reply::json(
+                201,
+                sim.lock().register_verify(&r.json_object()?)?,
+            ));
+        }
+        ("POST", ["agents", "recover"]) => {
+            return Ok(Reply::ok(sim.lock().recover(&r.json_object()?)?));
+        }
+        ("POST", ["agents", "recover", "verify"]) => {
+            return Ok(Reply::ok(sim.lock().recover_verify(&r.json_object()?)?));
+        }
+        _ => {}
+    }
     let me = sim.lock().auth(r.bearer())?;
     // An old path switched off answers `410 REMOVED`; one deprecated carries the headers
     // (contract 7, `old_paths`).

@@ -50,6 +50,7 @@ pub async fn route(sim: &Sim, r: &Req) -> SimResult<Reply> {
                 json!({"closed": closed, "restarts": s.refusals.restarts}),
             ))
         }
+        ("GET", ["outbox"]) => Ok(Reply::ok(sim.lock().outbox())),
         ("GET", ["refusals"]) => Ok(Reply::ok(sim.lock().refusals_body())),
         ("POST", ["old-paths"]) => {
             let b = r.json_object()?;

@@ -19,6 +19,7 @@ mod mcp;
 mod model;
 mod old_paths;
 mod restart;
+mod signup;
 mod store;
 mod texts;
 mod timers;

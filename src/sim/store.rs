@@ -46,6 +46,8 @@ pub struct Store {
     pub refusals: super::restart::Refusals,
     /// Old paths deprecated or switched off (`POST /_sim/old-paths`, contract 7).
     pub old_paths: super::old_paths::OldPaths,
+    /// Sign-up and recovery by emailed code (`signup`).
+    pub signup: super::signup::Signup,
     retired_keys: BTreeMap<String, String>,
     next_ord: u64,
     next_socket: u64,
@@ -91,6 +93,7 @@ impl Store {
             ip_budgets: IpBudgets::default(),
             refusals: Default::default(),
             old_paths: Default::default(),
+            signup: Default::default(),
             retired_keys: BTreeMap::new(),
             next_ord: 0,
             next_socket: 0,

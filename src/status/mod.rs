@@ -244,9 +244,10 @@ pub fn problem(
     let keep = format!("`agentchat service install --profile {profile}` keeps one running");
     let doctor = format!("`agentchat doctor --profile {profile}` says why");
     let line = match (status, liveness) {
-        (None, _) | (_, None) => {
-            format!("the listener for profile {profile} never ran here; {keep}")
-        }
+        (None, _) | (_, None) => format!(
+            "the listener for profile {profile} never ran here; {keep}; not set up yet: \
+             `agentchat setup --profile {profile}`"
+        ),
         (Some(s), Some(Liveness::NotRunning)) => {
             let seen =
                 parse_time(&s.updated_at).map_or_else(|| "never".to_string(), |t| relative(t, now));
@@ -360,7 +361,9 @@ pub async fn run_command(args: StatusArgs) -> anyhow::Result<i32> {
                 )
             ),
             None => println!(
-                "profile     {}\nlistener    never ran here (no {})",
+                "profile     {0}\nlistener    never ran here (no {1})\nnext        `agentchat \
+                 setup --profile {0}` sets the agent up (key, runtime, service); if it is set \
+                 up, `agentchat service install --profile {0}` keeps a listener running",
                 settings.profile,
                 file.display()
             ),

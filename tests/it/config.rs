@@ -768,6 +768,7 @@ fn advice_flags_a_key_in_the_file_an_empty_script_and_odd_windows_without_the_ke
     assert!(advice(&ok).is_empty(), "{:?}", advice(&ok));
     let missing = resolve(&ConfigArgs::default(), &env(&[]), None).unwrap();
     assert!(advice(&missing)[0].contains("no API key"));
+    assert!(advice(&missing)[0].contains("`agentchat setup`"));
 }
 
 #[test]

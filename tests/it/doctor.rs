@@ -679,3 +679,24 @@ async fn odd_but_valid_settings_are_warnings_that_do_not_fail() {
     out.assert_line("advice", "WARN advice:", "listen.max_delay");
     sim.shutdown().await;
 }
+
+/// Issue 28: nothing listening is not green. With no listener for the profile doctor WARNs and
+/// names what to run (exit 0); under `--strict` it is a FAIL (exit 1).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_listener_running_warns_and_fails_under_strict() {
+    let (sim, _, key) = seeded_sim().await;
+    let s = Scratch::new(SCRIPT_CONFIG);
+    let out = s.doctor(&sim.api_base, Some(&key), &[]).await;
+    assert_eq!(out.code, 0, "{}", out.all());
+    out.assert_line(
+        "listening",
+        "WARN listening: no listener runs",
+        "agentchat service install",
+    );
+    assert!(out.line("listening").contains("agentchat setup"));
+    let strict = s.doctor(&sim.api_base, Some(&key), &["--strict"]).await;
+    assert_eq!(strict.code, 1, "{}", strict.all());
+    strict.assert_line("listening", "FAIL listening:", "agentchat listen");
+    strict.assert_no_secret(&key);
+    sim.shutdown().await;
+}

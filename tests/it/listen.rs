@@ -1364,6 +1364,7 @@ fn bad_config_or_no_key_exits_78_with_a_line_naming_the_problem() {
         1,
         "said once: {stderr}"
     );
+    assert!(stderr.contains("`agentchat setup"), "{stderr}");
 }
 
 #[test]

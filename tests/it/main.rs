@@ -23,6 +23,7 @@ mod core_props;
 mod demo;
 mod docs_links;
 mod doctor;
+mod doctor_run;
 mod faults;
 mod host;
 mod integrating;

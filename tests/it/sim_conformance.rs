@@ -264,3 +264,118 @@ async fn check_6_a_socket_without_the_new_capabilities_sees_no_heartbeat_and_no_
             .any(|f| f["type"] == "wake" && f["payload"]["reason"] == "unanswered")
     );
 }
+
+/// Sign-up and key recovery (`POST /v1/register`, `/v1/register/verify`, `/v1/agents/recover`,
+/// `/v1/agents/recover/verify`) driven by the official Python SDK (`agentchatme` 1.1.1:
+/// `register`, `verify`, `recover`, `recover_verify`), a client nobody on this team wrote, so the
+/// sim's shapes and errors are checked against what the SDK sends and reads. The codes come from
+/// `GET /_sim/outbox`.
+#[tokio::test]
+async fn python_sdk_signs_up_and_recovers_a_key_against_the_sim_with_its_errors() {
+    let Some(python) = crate::common::test_python() else {
+        return;
+    };
+    let s = sim(1.0).await;
+    let script = r#"
+import json, os, urllib.request
+from agentchatme import AgentChatClient as C
+from agentchatme import errors as E
+base = os.environ["BASE"]
+out = {}
+def last_code(to, purpose):
+    box = json.load(urllib.request.urlopen(base + "/_sim/outbox"))
+    return [m for m in box if m["to"] == to and m["purpose"] == purpose][-1]["code"]
+def err(f):
+    try:
+        f()
+    except E.AgentChatError as e:
+        return {"cls": type(e).__name__, "code": e.code, "status": e.status,
+                "limit": getattr(e, "limit", None), "handles": getattr(e, "handles", None),
+                "retry_after_ms": getattr(e, "retry_after_ms", None), "details": dict(e.details or {})}
+    return None
+p = C.register(email="a@example.com", handle="newbie", base_url=base)
+out["register"] = sorted(p)
+out["wrong_code"] = err(lambda: C.verify(p["pending_id"], "000000" if last_code("a@example.com", "register") != "000000" else "111111", base_url=base))
+agent, key, client = C.verify(p["pending_id"], last_code("a@example.com", "register"), base_url=base)
+out["agent_handle"] = agent["handle"]
+out["me"] = client.get_me()["handle"] if hasattr(client, "get_me") else None
+out["reused"] = err(lambda: C.verify(p["pending_id"], last_code("a@example.com", "register"), base_url=base))
+out["taken"] = err(lambda: C.register(email="b@example.com", handle="newbie", base_url=base))
+out["bad_handle"] = err(lambda: C.register(email="b@example.com", handle="-no", base_url=base))
+r = C.recover("a@example.com", handle="newbie", base_url=base)
+out["recover"] = sorted(r)
+h, key2, _ = C.recover_verify(r["pending_id"], last_code("a@example.com", "recover"), base_url=base)
+out["recovered"] = [h, key2 != key]
+masked = C.recover("nobody@example.com", handle="ghost", base_url=base)
+out["masked"] = sorted(masked)
+for h2 in ["second", "third"]:
+    p2 = C.register(email="a@example.com", handle=h2, base_url=base)
+    C.verify(p2["pending_id"], last_code("a@example.com", "register"), base_url=base)
+out["limit"] = err(lambda: C.register(email="a@example.com", handle="fourth", base_url=base))
+r2 = C.recover("a@example.com", base_url=base)
+out["handle_required"] = err(lambda: C.recover_verify(r2["pending_id"], last_code("a@example.com", "recover"), base_url=base))
+out["rate"] = err(lambda: C.recover("a@example.com", handle="newbie", base_url=base))
+out["keys"] = [key, key2]
+print(json.dumps(out))
+"#;
+    let out = tokio::time::timeout(
+        Duration::from_secs(60),
+        tokio::process::Command::new(python)
+            .args(["-c", script])
+            .env("BASE", &s.base)
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "python failed: {stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+    assert_eq!(v["register"], json!(["message", "pending_id"]));
+    assert_eq!(v["wrong_code"]["code"], "INVALID_CODE");
+    assert_eq!(v["wrong_code"]["status"], 400);
+    assert_eq!(v["wrong_code"]["details"]["attempts_left"], 4);
+    assert_eq!(v["agent_handle"], "newbie");
+    assert_eq!(v["reused"]["code"], "CODE_EXPIRED", "a code works once");
+    assert_eq!(v["taken"]["code"], "HANDLE_TAKEN");
+    assert_eq!(v["taken"]["status"], 409);
+    assert_eq!(v["bad_handle"]["code"], "INVALID_HANDLE");
+    assert_eq!(v["recover"], json!(["message", "pending_id"]));
+    assert_eq!(v["recovered"], json!(["newbie", true]));
+    assert_eq!(
+        v["masked"],
+        json!(["message", "pending_id"]),
+        "no enumeration"
+    );
+    assert_eq!(v["limit"]["cls"], "EmailLimitReachedError");
+    assert_eq!(v["limit"]["limit"], 3);
+    assert_eq!(v["handle_required"]["cls"], "HandleRequiredError");
+    assert_eq!(
+        v["handle_required"]["handles"],
+        json!(["newbie", "second", "third"])
+    );
+    assert_eq!(v["rate"]["cls"], "RateLimitedError");
+    assert!(v["rate"]["retry_after_ms"].as_u64().unwrap() > 0);
+    // The first key was retired by the recovery; the second one works.
+    let (old, new) = (
+        v["keys"][0].as_str().unwrap(),
+        v["keys"][1].as_str().unwrap(),
+    );
+    assert_eq!(s.get(Some(old), "/v1/agents/me").await.0, 401);
+    let (st, me) = s.get(Some(new), "/v1/agents/me").await;
+    assert_eq!((st, me["handle"].as_str()), (200, Some("newbie")));
+    // The masked recovery emailed nothing.
+    let (_, outbox) = s.get(None, "/_sim/outbox").await;
+    let outbox = outbox.as_array().unwrap();
+    assert!(outbox.iter().all(|m| m["to"] != "nobody@example.com"));
+    assert!(
+        outbox
+            .iter()
+            .all(|m| m["code"].as_str().unwrap().len() == 6)
+    );
+}

@@ -43,6 +43,10 @@ async fn status_reports_a_running_listener_then_a_stopped_one() {
     let (code, text) = status(&config, &state, false).await;
     assert_eq!(code, 3, "{text}");
     assert!(text.contains("never ran here"), "{text}");
+    assert!(
+        text.contains("`agentchat setup"),
+        "the next step is named: {text}"
+    );
 
     let mut listener = tokio::process::Command::new(env!("CARGO_BIN_EXE_agentchat"))
         .arg("listen")

@@ -1,0 +1,207 @@
+//! Setup's last line, which is the truth, and the exit code that follows it: "@alice answers on
+//! this machine (claude-code, service running)", or "not yet: …" with what is missing and what
+//! to do (one `missing:` line each above it). Pure: the facts are gathered by the caller.
+
+use super::pick::Found;
+use crate::config::RuntimeKind;
+use crate::doctor::{Level, Report};
+
+/// Everything asked for works.
+pub const EXIT_OK: i32 = 0;
+/// Setup wrote what it could, but something asked for does not work yet.
+pub const EXIT_NOT_YET: i32 = 3;
+
+/// What the service is, as the manager says after setup.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Service {
+    /// `--no-service`, or "no" to the question.
+    NotWanted,
+    Running,
+    /// `AGENTCHAT_SERVICE_DIR` is set: the unit is written and no manager was asked.
+    Written,
+    /// Wanted, and not running: the manager's words.
+    NotRunning(String),
+}
+
+/// The facts the verdict is drawn from.
+pub struct Facts<'a> {
+    pub profile: &'a str,
+    pub handle: &'a str,
+    pub runtime: RuntimeKind,
+    /// The CLIs found, with their login (`pick::detect`).
+    pub found: &'a [Found],
+    /// The CLIs that were to be wired and have no `agentchat` entry at all.
+    pub unwired: Vec<&'static str>,
+    pub service: Service,
+    pub doctor: &'a Report,
+}
+
+/// The `missing:` lines and the last line, and the exit code.
+pub struct Verdict {
+    pub missing: Vec<String>,
+    pub line: String,
+    pub code: i32,
+}
+
+fn profile_flag(profile: &str) -> String {
+    if profile == crate::config::DEFAULT_PROFILE {
+        String::new()
+    } else {
+        format!(" --profile {profile}")
+    }
+}
+
+pub fn judge(f: &Facts<'_>) -> Verdict {
+    let mut missing = Vec::new();
+    let p = profile_flag(f.profile);
+    let cli = f.found.iter().find(|c| c.cli.runtime() == f.runtime);
+    let runtime_cli = f.runtime != RuntimeKind::Script;
+    match cli {
+        Some(c) if runtime_cli && !c.logged_in => missing.push(format!(
+            "`{}` is not logged in, so no run can answer: {}",
+            c.cli.program(),
+            super::pick::login_hint(c.cli)
+        )),
+        None if runtime_cli => missing.push(format!(
+            "the runtime {} has no CLI on PATH: install it, or `agentchat setup{p} --runtime \
+             script -- PROGRAM`",
+            f.runtime
+        )),
+        _ => {}
+    }
+    for c in &f.doctor.checks {
+        // The login is said above, with how to log in.
+        if c.level == Level::Fail && !(c.name == "login" && runtime_cli) {
+            missing.push(format!(
+                "doctor: {}: {} (`agentchat doctor{p}`)",
+                c.name, c.detail
+            ));
+        }
+    }
+    for name in &f.unwired {
+        missing.push(format!(
+            "{name} has no `agentchat` MCP entry: its wiring failed (see the lines above); run \
+             `agentchat setup{p}` again"
+        ));
+    }
+    let service = match &f.service {
+        Service::Running => "service running".to_string(),
+        Service::Written => "service unit written; AGENTCHAT_SERVICE_DIR is set, so no manager \
+                             was asked to start it"
+            .to_string(),
+        Service::NotWanted => format!(
+            "no service: it answers while `agentchat listen{p}` runs, or after `agentchat \
+             service install{p}`"
+        ),
+        Service::NotRunning(why) => {
+            missing.push(format!(
+                "the service is not running ({why}): `agentchat service status{p}` says why; \
+                 until then run `agentchat listen{p}`"
+            ));
+            String::new()
+        }
+    };
+    if !missing.is_empty() {
+        let line = format!(
+            "not yet: @{} cannot answer on this machine: {}",
+            f.handle,
+            missing.join("; ")
+        );
+        return Verdict {
+            missing,
+            line,
+            code: EXIT_NOT_YET,
+        };
+    }
+    let verb = if f.service == Service::Running {
+        "answers"
+    } else {
+        "is ready"
+    };
+    Verdict {
+        missing,
+        line: format!(
+            "@{} {verb} on this machine ({}, {service})",
+            f.handle, f.runtime
+        ),
+        code: EXIT_OK,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::doctor::Check;
+    use crate::setup::wire::Cli;
+    use std::path::PathBuf;
+
+    fn claude(logged_in: bool) -> Vec<Found> {
+        vec![Found {
+            cli: Cli::Claude,
+            binary: PathBuf::from("/bin/claude"),
+            logged_in,
+            login: String::new(),
+        }]
+    }
+
+    fn facts<'a>(found: &'a [Found], doctor: &'a Report, service: Service) -> Facts<'a> {
+        Facts {
+            profile: "default",
+            handle: "alice",
+            runtime: RuntimeKind::ClaudeCode,
+            found,
+            unwired: Vec::new(),
+            service,
+            doctor,
+        }
+    }
+
+    #[test]
+    fn everything_working_answers_with_exit_0() {
+        let (found, doctor) = (claude(true), Report::default());
+        let v = judge(&facts(&found, &doctor, Service::Running));
+        assert_eq!(
+            v.line,
+            "@alice answers on this machine (claude-code, service running)"
+        );
+        assert_eq!(v.code, EXIT_OK);
+        assert!(v.missing.is_empty());
+    }
+
+    #[test]
+    fn a_runtime_not_logged_in_is_not_yet_with_how_to_log_in() {
+        let (found, mut doctor) = (claude(false), Report::default());
+        doctor
+            .checks
+            .push(Check::fail("login", "not logged in (exit 1)"));
+        let v = judge(&facts(&found, &doctor, Service::Running));
+        assert_eq!(v.code, EXIT_NOT_YET);
+        assert!(v.line.starts_with("not yet: "), "{}", v.line);
+        assert_eq!(v.missing.len(), 1, "doctor's login FAIL is not said twice");
+        assert!(v.missing[0].contains("/login"), "{:?}", v.missing);
+    }
+
+    #[test]
+    fn a_service_that_does_not_run_and_a_doctor_fail_are_each_missing() {
+        let (found, mut doctor) = (claude(true), Report::default());
+        doctor.checks.push(Check::fail("texts", "no texts"));
+        let v = judge(&facts(
+            &found,
+            &doctor,
+            Service::NotRunning("inactive".into()),
+        ));
+        assert_eq!(v.code, EXIT_NOT_YET);
+        assert_eq!(v.missing.len(), 2, "{:?}", v.missing);
+        assert!(v.line.contains("agentchat listen"), "{}", v.line);
+        assert!(!v.line.ends_with(':'), "{}", v.line);
+    }
+
+    #[test]
+    fn no_service_asked_for_is_ready_but_never_says_answers() {
+        let (found, doctor) = (claude(true), Report::default());
+        let v = judge(&facts(&found, &doctor, Service::NotWanted));
+        assert_eq!(v.code, EXIT_OK);
+        assert!(v.line.starts_with("@alice is ready"), "{}", v.line);
+        assert!(v.line.contains("agentchat listen"), "{}", v.line);
+    }
+}
