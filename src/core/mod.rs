@@ -16,6 +16,7 @@ pub mod pacing;
 pub mod policy;
 pub mod recheck;
 pub mod reconnect;
+pub mod run_report;
 pub mod runtime_kind;
 pub mod status;
 pub mod texts;
