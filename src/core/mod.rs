@@ -1,6 +1,7 @@
 //! The rules of contract v1 that need no I/O: parsing, the frame engine, the coalescer, the
 //! reconnect policy, the single-run invite rule, the cycle decision, the identity block, the
-//! table of runtimes (`runtime_kind`) and the vocabulary of the listener's status (`status`).
+//! table of runtimes (`runtime_kind`), the vocabulary of the listener's status (`status`), and the
+//! run policy with the runs' own cost reports (`policy`, `run_report`; issue 26, not yet wired).
 //! Every time is an injected number of milliseconds, so each rule is tested without a runtime
 //! against the fixtures in `conformance/`.
 
@@ -12,8 +13,10 @@ pub mod handle;
 pub mod identity;
 pub mod invite_rule;
 pub mod pacing;
+pub mod policy;
 pub mod recheck;
 pub mod reconnect;
+pub mod run_report;
 pub mod runtime_kind;
 pub mod status;
 pub mod texts;

@@ -13,6 +13,7 @@ use agentchat::core::engine::{Engine, WakeCause};
 use agentchat::core::frames::ack_frame;
 use agentchat::core::identity::{self, AnchorError};
 use agentchat::core::invite_rule::{InviteMemory, InviteVerdict, RunObservation};
+use agentchat::core::policy;
 use agentchat::core::reconnect::{self, Backoff, CloseKind};
 use agentchat::core::status::ListenerWake;
 use agentchat::core::texts::{Texts, TextsError};
@@ -812,4 +813,144 @@ fn backoff_follows_the_fixture_ceilings_and_reset_rule() {
             case["description"]
         );
     }
+}
+
+// ---------------------------------------------------------------- run policy (issue 26)
+
+fn instant(v: &Value) -> i64 {
+    let s = v.as_str().unwrap_or_else(|| panic!("not an instant: {v}"));
+    let t = humantime::parse_rfc3339(s).unwrap_or_else(|e| panic!("{s}: {e}"));
+    i64::try_from(t.duration_since(std::time::UNIX_EPOCH).unwrap().as_millis()).unwrap()
+}
+
+fn shown_instant(ms: i64) -> String {
+    let t = std::time::UNIX_EPOCH + Duration::from_millis(u64::try_from(ms).unwrap());
+    humantime::format_rfc3339_seconds(t).to_string()
+}
+
+/// The gate's answer in the fixture's terms.
+fn gate_as_json(gate: &policy::Gate) -> Value {
+    match gate {
+        policy::Gate::Nothing => serde_json::json!({"gate": "nothing"}),
+        policy::Gate::Run {
+            cards,
+            invites,
+            beyond_cut,
+        } => {
+            let mut v = serde_json::json!({"gate": "run", "cards": cards});
+            if !invites.is_empty() {
+                v["invites"] = serde_json::json!(invites);
+            }
+            if *beyond_cut {
+                v["beyond_cut"] = Value::Bool(true);
+            }
+            v
+        }
+        policy::Gate::Held(h) => serde_json::json!({
+            "gate": "held",
+            "reason": h.reason.as_str(),
+            "key": h.key,
+            "until": h.until.map(shown_instant),
+            "cards": h.cards,
+            "invites": h.invites,
+        }),
+    }
+}
+
+#[test]
+fn policy_cases_hold_or_run_with_reason_and_end() {
+    let file = "policy.cases.json";
+    let doc = json(file);
+    let zones: BTreeMap<String, policy::OffsetTable> = doc["zones"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .map(|(name, z)| {
+            let changes = z["changes"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|c| {
+                    (
+                        instant(&c[0]),
+                        i32::try_from(c[1].as_i64().unwrap()).unwrap(),
+                    )
+                })
+                .collect();
+            let initial = i32::try_from(z["initial"].as_i64().unwrap()).unwrap();
+            (name.clone(), policy::OffsetTable::new(initial, changes))
+        })
+        .collect();
+    check_cases(file, &doc, "parse_cases", |case| {
+        let table: toml::Table = toml::from_str(case["policy"].as_str().unwrap()).unwrap();
+        match (
+            policy::Policy::from_toml(table, "listen.policy"),
+            case["error"].as_str(),
+        ) {
+            (Ok(_), None) => vec![],
+            (Ok(_), Some(want)) => vec![format!("parsed, expected an error with {want:?}")],
+            (Err(e), Some(want)) if e.to_string().contains(want) => vec![],
+            (Err(e), _) => vec![format!("error {e}")],
+        }
+    });
+    check_cases(file, &doc, "cases", |case| {
+        let table: toml::Table = toml::from_str(case["policy"].as_str().unwrap()).unwrap();
+        let p = match policy::Policy::from_toml(table, "listen.policy") {
+            Ok(p) => p,
+            Err(e) => return vec![format!("policy: {e}")],
+        };
+        let zone = &zones[case["zone"].as_str().unwrap()];
+        let mut ledger = policy::Ledger::new();
+        for r in case["runs"].as_array().unwrap() {
+            let at = instant(&r["at"]);
+            let conversations = r["conversations"]
+                .as_array()
+                .map(|c| c.iter().map(|c| c.as_str().unwrap().to_string()).collect())
+                .unwrap_or_default();
+            ledger.started(at, conversations, zone);
+            ledger.ended(at, r["cost_usd"].as_f64(), r["tokens"].as_u64());
+        }
+        let tray = Tray::parse(case["tray"].to_string().as_bytes()).unwrap();
+        let now = instant(&case["now"]);
+        let mut failures = Vec::new();
+        let got = policy::gate(&p, &tray, &ledger, now, zone);
+        if gate_as_json(&got) != case["expect"] {
+            failures.push(format!(
+                "expected {}, got {}",
+                case["expect"],
+                gate_as_json(&got)
+            ));
+        }
+        if let (Some(after), policy::Gate::Held(h)) = (case.get("after_until"), &got) {
+            let at = h.until.expect("after_until needs an until");
+            let then = gate_as_json(&policy::gate(&p, &tray, &ledger, at, zone));
+            if &then != after {
+                failures.push(format!("at until: expected {after}, got {then}"));
+            }
+        }
+        failures
+    });
+}
+
+/// The lines the pinned CLIs printed under the scripted model server (tests/it/runtimes_cli.rs),
+/// read for their own report of cost and usage.
+#[test]
+fn run_reports_read_cost_and_usage_from_the_clis_own_final_events() {
+    use agentchat::core::run_report::{self, Usage};
+    use agentchat::core::runtime_kind::RuntimeKind;
+    let claude = run_report::parse(
+        RuntimeKind::ClaudeCode,
+        &bytes("run-report.claude-code.jsonl"),
+    );
+    let codex = run_report::parse(RuntimeKind::Codex, &bytes("run-report.codex.jsonl"));
+    let doc = json("run-report.expected.json");
+    let usage = |u: &Value| Usage {
+        input: u["input"].as_u64().unwrap(),
+        cached_input: u["cached_input"].as_u64().unwrap(),
+        output: u["output"].as_u64().unwrap(),
+    };
+    assert_eq!(claude.cost_usd, doc["claude-code"]["cost_usd"].as_f64());
+    assert_eq!(claude.usage, Some(usage(&doc["claude-code"]["usage"])));
+    assert_eq!(codex.cost_usd, None, "Codex reports no cost");
+    assert_eq!(codex.usage, Some(usage(&doc["codex"]["usage"])));
 }

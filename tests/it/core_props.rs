@@ -912,3 +912,65 @@ proptest! {
         }
     }
 }
+
+// ---------------------------------------------------------------- run policy (issue 26)
+
+/// Quiet ranges as `"HH:MM-HH:MM"` text, some of them refused by the parser (start == end).
+fn quiet_ranges() -> impl Strategy<Value = Vec<String>> {
+    prop::collection::vec(
+        (0u16..1440, 0u16..1440)
+            .prop_map(|(a, b)| format!("{:02}:{:02}-{:02}:{:02}", a / 60, a % 60, b / 60, b % 60)),
+        0..4,
+    )
+}
+
+proptest! {
+    /// On any time zone with DST-like changes, any caps and quiet hours and any past runs: a
+    /// held run's `until` is later than now, and at `until` no time rule holds it (the ledger as
+    /// it was), so the listener's own wake then starts the run.
+    #[test]
+    fn policy_hold_ends_at_until_on_any_timeline(
+        ranges in quiet_ranges(),
+        per_hour in 0u32..4,
+        per_day in 0u32..6,
+        cost in prop::option::of(0.1f64..2.0),
+        initial in -12i32..=14,
+        changes in prop::collection::vec((0i64..10 * 86_400_000, prop::bool::ANY), 0..6),
+        runs in prop::collection::vec((0i64..10 * 86_400_000, 0.0f64..1.0), 0..12),
+        now in 0i64..10 * 86_400_000,
+    ) {
+        use agentchat::core::policy::{Ledger, OffsetTable, Policy};
+        let mut text = format!("max_runs_per_hour = {per_hour}\nmax_runs_per_day = {per_day}\n");
+        if let Some(c) = cost {
+            text.push_str(&format!("max_cost_per_day_usd = {c}\n"));
+        }
+        if !ranges.is_empty() {
+            text.push_str(&format!("quiet_hours = {ranges:?}\n"));
+        }
+        let Ok(policy) = Policy::from_toml(toml::from_str(&text).unwrap(), "listen.policy") else {
+            return Ok(()); // a range the parser refuses
+        };
+        // An offset of whole hours that moves an hour forward or back at each change.
+        let mut offset = initial * 3600;
+        let mut table = Vec::new();
+        let mut at: Vec<_> = changes;
+        at.sort();
+        for (t, forward) in at {
+            offset = (offset + if forward { 3600 } else { -3600 }).clamp(-12 * 3600, 14 * 3600);
+            table.push((t, offset));
+        }
+        let zone = OffsetTable::new(initial * 3600, table);
+        let mut ledger = Ledger::new();
+        let mut past: Vec<_> = runs.into_iter().filter(|r| r.0 <= now).collect();
+        past.sort_by_key(|r| r.0);
+        for (t, c) in past {
+            ledger.started(t, vec![], &zone);
+            ledger.ended(t, Some(c), Some(10));
+        }
+        if let Some((_, _, until)) = policy.may_start(&ledger, now, &zone) {
+            let until = until.expect("a hold of time rules always ends");
+            prop_assert!(until > now);
+            prop_assert_eq!(policy.may_start(&ledger, until, &zone), None);
+        }
+    }
+}

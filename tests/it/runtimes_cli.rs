@@ -217,6 +217,18 @@ async fn answers_a_peer_through_the_sims_mcp_tools(runtime: RuntimeKind) {
     let s = Setup::with_sim(runtime, Mode::Normal, &sim).await;
     let (end, output, outcome) = s.run(Duration::from_secs(120)).await;
     assert_eq!(outcome, RunOutcome::Completed, "{end:?}\n{}", show(&output));
+    // The run's own report of what it used (issue 26), from the CLI's final event; the scripted
+    // model reports 10 tokens in and 5 out per request. Only Claude Code prices them.
+    let report = agentchat::core::run_report::parse(runtime, &output);
+    let usage = report
+        .usage
+        .unwrap_or_else(|| panic!("no usage in\n{}", show(&output)));
+    assert!(usage.input > 0 && usage.output > 0, "{usage:?}");
+    assert_eq!(
+        report.cost_usd.is_some_and(|c| c > 0.0),
+        runtime == RuntimeKind::ClaudeCode,
+        "{report:?}"
+    );
     let steps = s.model.journal().steps;
     for step in [
         "call agentchat_inbox",

@@ -1,0 +1,228 @@
+//! The policy in words, for the lines issue 26 asks for: doctor's one line per profile
+//! ([`summary`]), `status`'s hold ("runs wait: max_runs_per_hour reached, until 14:00",
+//! [`hold_line`]) and today's spending ("today: 14 runs, $0.83", [`today_line`]). Pure: the
+//! local time of `until` comes from the injected offsets.
+
+use super::clock::{self, Offsets};
+use super::{FirstContact, Groups, Hold, HoldReason, Policy, Totals};
+use std::fmt::Write as _;
+
+/// `[listen.policy]` in one line: `no rules`, or each rule set, in the keys' order.
+pub fn summary(p: &Policy) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    if !p.quiet_hours.is_empty() {
+        let ranges: Vec<String> = p
+            .quiet_hours
+            .iter()
+            .map(|r| format!("{}-{}", hhmm(r.start), hhmm(r.end)))
+            .collect();
+        parts.push(format!("quiet {}", ranges.join(", ")));
+    }
+    if let Some(zone) = &p.timezone {
+        parts.push(format!("time zone {zone}"));
+    }
+    if let Some(n) = p.max_runs_per_hour {
+        parts.push(format!("at most {n} runs an hour"));
+    }
+    if let Some(n) = p.max_runs_per_day {
+        parts.push(format!("{n} a day"));
+    }
+    if let Some(c) = p.max_cost_per_day_usd {
+        parts.push(format!("${c:.2} a day"));
+    }
+    if let Some(n) = p.max_tokens_per_day {
+        parts.push(format!("{n} tokens a day"));
+    }
+    if let Some(c) = p.max_cost_per_run_usd {
+        parts.push(format!("${c:.2} a run"));
+    }
+    if p.first_contact == FirstContact::Wait {
+        parts.push("first contact waits".into());
+    }
+    if p.groups == Groups::Mentions {
+        parts.push("groups only when mentioned".into());
+    }
+    if let Some(allow) = &p.allow {
+        parts.push(format!("allow {}", handles(allow)));
+    }
+    if !p.deny.is_empty() {
+        parts.push(format!("deny {}", handles(&p.deny)));
+    }
+    if let Some(g) = p.loop_guard {
+        let within = humantime::format_duration(std::time::Duration::from_millis(
+            u64::try_from(g.within_ms).unwrap_or(0),
+        ));
+        parts.push(format!("loop guard {} runs in {within}", g.runs));
+    }
+    if parts.is_empty() {
+        "no rules".into()
+    } else {
+        parts.join("; ")
+    }
+}
+
+fn handles(list: &[super::HandlePattern]) -> String {
+    let shown: Vec<String> = list.iter().map(|p| format!("@{}", p.0)).collect();
+    shown.join(" ")
+}
+
+fn hhmm(minute: u16) -> String {
+    format!("{:02}:{:02}", minute / 60, minute % 60)
+}
+
+/// `runs wait: max_runs_per_hour reached, until 14:00` (the local time; with the date when
+/// `until` is not today). `now_ms` is when the line is written.
+pub fn hold_line(hold: &Hold, now_ms: i64, offsets: &dyn Offsets) -> String {
+    let mut line = match hold.reason {
+        HoldReason::QuietHours => "runs wait: quiet hours".to_string(),
+        HoldReason::RunsPerHour | HoldReason::RunsPerDay | HoldReason::CostPerDay => {
+            format!("runs wait: {} reached", hold.key)
+        }
+        HoldReason::LoopGuard => format!(
+            "runs wait: loop_guard holds {}",
+            count(hold.cards.len(), "conversation")
+        ),
+        HoldReason::NotAllowed => {
+            let mut what = Vec::new();
+            if !hold.cards.is_empty() {
+                what.push(count(hold.cards.len(), "card"));
+            }
+            if !hold.invites.is_empty() {
+                what.push(count(hold.invites.len(), "invite"));
+            }
+            format!("{} may not wake a run ({})", what.join(" and "), hold.key)
+        }
+    };
+    if let Some(until) = hold.until {
+        let _ = write!(line, ", until {}", local_time(until, now_ms, offsets));
+    }
+    line
+}
+
+fn count(n: usize, what: &str) -> String {
+    if n == 1 {
+        format!("1 {what}")
+    } else {
+        format!("{n} {what}s")
+    }
+}
+
+/// `today: 14 runs, $0.83` (and the tokens when a run reported tokens but no cost).
+pub fn today_line(day: &Totals) -> String {
+    let runs = count(usize::try_from(day.runs).unwrap_or(usize::MAX), "run");
+    if day.cost_usd > 0.0 || day.tokens == 0 {
+        format!("today: {runs}, ${:.2}", day.cost_usd)
+    } else {
+        format!("today: {runs}, {} tokens", day.tokens)
+    }
+}
+
+/// `14:00` today (local), else `2026-10-25 07:00`.
+fn local_time(at_ms: i64, now_ms: i64, offsets: &dyn Offsets) -> String {
+    let minute = clock::local_minute_of_day(offsets, at_ms);
+    let time = format!("{:02}:{:02}", minute / 60, minute % 60);
+    let day = clock::local_day(offsets, at_ms);
+    if day == clock::local_day(offsets, now_ms) {
+        return time;
+    }
+    let (y, m, d) = civil(day);
+    format!("{y:04}-{m:02}-{d:02} {time}")
+}
+
+/// Days since 1970-01-01 -> (year, month, day), proleptic Gregorian (H. Hinnant's
+/// `civil_from_days`).
+fn civil(days: i64) -> (i64, u32, u32) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    (
+        y,
+        u32::try_from(m).unwrap_or(1),
+        u32::try_from(d).unwrap_or(1),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::clock::FixedOffset;
+    use super::*;
+
+    #[test]
+    fn the_summary_names_each_rule_set_or_says_there_is_none() {
+        assert_eq!(summary(&Policy::default()), "no rules");
+        let p = Policy::from_toml(
+            toml::from_str(
+                r#"quiet_hours = ["22:00-07:00"]
+                max_runs_per_hour = 12
+                max_cost_per_day_usd = 5
+                first_contact = "wait"
+                allow = ["@Alice", "@ops-*"]
+                loop_guard = { runs = 6, within = "30m" }"#,
+            )
+            .unwrap(),
+            "listen.policy",
+        )
+        .unwrap();
+        assert_eq!(
+            summary(&p),
+            "quiet 22:00-07:00; at most 12 runs an hour; $5.00 a day; first contact waits; \
+             allow @alice @ops-*; loop guard 6 runs in 30m"
+        );
+    }
+
+    #[test]
+    fn a_hold_says_its_key_and_local_end() {
+        let z = FixedOffset(2 * 3600);
+        let hold = Hold {
+            reason: HoldReason::RunsPerHour,
+            key: "max_runs_per_hour",
+            until: Some(12 * 3_600_000), // 14:00 local
+            cards: vec!["c".into()],
+            invites: vec![],
+        };
+        assert_eq!(
+            hold_line(&hold, 11 * 3_600_000, &z),
+            "runs wait: max_runs_per_hour reached, until 14:00"
+        );
+        // Another day: with its date (2026-10-25 07:00 local).
+        let later = Hold {
+            reason: HoldReason::QuietHours,
+            key: "quiet_hours",
+            until: Some(1_792_908_000_000),
+            ..hold.clone()
+        };
+        assert_eq!(
+            hold_line(&later, 0, &FixedOffset(3600)),
+            "runs wait: quiet hours, until 2026-10-25 07:00"
+        );
+        let refused = Hold {
+            reason: HoldReason::NotAllowed,
+            key: "allow",
+            until: None,
+            cards: vec!["a".into(), "b".into()],
+            invites: vec!["i".into()],
+        };
+        assert_eq!(
+            hold_line(&refused, 0, &z),
+            "2 cards and 1 invite may not wake a run (allow)"
+        );
+    }
+
+    #[test]
+    fn today_says_runs_and_cost_or_tokens() {
+        let t = |runs, cost_usd, tokens| Totals {
+            runs,
+            cost_usd,
+            tokens,
+        };
+        assert_eq!(today_line(&t(14, 0.834, 0)), "today: 14 runs, $0.83");
+        assert_eq!(today_line(&t(1, 0.0, 0)), "today: 1 run, $0.00");
+        assert_eq!(today_line(&t(3, 0.0, 1200)), "today: 3 runs, 1200 tokens");
+    }
+}

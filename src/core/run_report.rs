@@ -1,0 +1,193 @@
+//! What a run reports it cost, from its own output events (issue 26): Claude Code's final
+//! `result` event (`total_cost_usd`, `usage`) and Codex's `turn.completed` (`usage`; Codex
+//! reports no cost). Only those events are read, and only their numbers: a line that is not one
+//! of them is skipped before it is parsed, and the typed shapes below have no field for the
+//! `result` text or any other message content. The sample lines in
+//! `conformance/run-report.*.jsonl` were printed by the pinned CLIs under the project's scripted
+//! model server (`tests/it/runtimes_cli.rs`).
+
+use super::runtime_kind::RuntimeKind;
+use serde::{Deserialize, Serialize};
+
+/// The longest line looked at: a final event is a few KB; a longer line is something else.
+pub const MAX_LINE: usize = 256 * 1024;
+
+/// Tokens a run used, as its runtime counts them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Usage {
+    /// Input tokens, cached ones included (Claude Code's `input_tokens` plus its cache reads
+    /// and writes; Codex's `input_tokens`, which already holds `cached_input_tokens`).
+    pub input: u64,
+    /// Of `input`, read from a cache.
+    pub cached_input: u64,
+    /// Output tokens (Codex's reasoning included, as it counts them).
+    pub output: u64,
+}
+
+impl Usage {
+    /// What `max_tokens_per_day` counts: input and output.
+    pub fn total(&self) -> u64 {
+        self.input.saturating_add(self.output)
+    }
+}
+
+/// A run's own report: `None` where the runtime said nothing (no final event, or Codex's cost).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct RunReport {
+    pub cost_usd: Option<f64>,
+    pub usage: Option<Usage>,
+}
+
+#[derive(Deserialize)]
+struct ClaudeResult {
+    #[serde(rename = "type")]
+    kind: String,
+    total_cost_usd: Option<f64>,
+    usage: Option<ClaudeUsage>,
+}
+
+#[derive(Deserialize)]
+struct ClaudeUsage {
+    #[serde(default)]
+    input_tokens: u64,
+    #[serde(default)]
+    cache_creation_input_tokens: u64,
+    #[serde(default)]
+    cache_read_input_tokens: u64,
+    #[serde(default)]
+    output_tokens: u64,
+}
+
+#[derive(Deserialize)]
+struct CodexTurn {
+    #[serde(rename = "type")]
+    kind: String,
+    usage: Option<CodexUsage>,
+}
+
+#[derive(Deserialize)]
+struct CodexUsage {
+    #[serde(default)]
+    input_tokens: u64,
+    #[serde(default)]
+    cached_input_tokens: u64,
+    #[serde(default)]
+    output_tokens: u64,
+}
+
+/// Reads a run's output line by line as it comes (stdout, JSON lines).
+#[derive(Debug, Clone, Copy)]
+pub struct Reader {
+    runtime: RuntimeKind,
+    report: RunReport,
+}
+
+impl Reader {
+    pub fn new(runtime: RuntimeKind) -> Reader {
+        Reader {
+            runtime,
+            report: RunReport::default(),
+        }
+    }
+
+    /// One line of output. Only a line that names the final event's type is parsed.
+    pub fn line(&mut self, line: &[u8]) {
+        if line.len() > MAX_LINE {
+            return;
+        }
+        match self.runtime {
+            RuntimeKind::ClaudeCode if contains(line, br#""type":"result""#) => {
+                if let Ok(r) = serde_json::from_slice::<ClaudeResult>(line)
+                    && r.kind == "result"
+                {
+                    // The last result event is the run's (there is one).
+                    self.report.cost_usd = r.total_cost_usd.filter(|c| c.is_finite() && *c >= 0.0);
+                    self.report.usage = r.usage.map(|u| Usage {
+                        input: u
+                            .input_tokens
+                            .saturating_add(u.cache_creation_input_tokens)
+                            .saturating_add(u.cache_read_input_tokens),
+                        cached_input: u.cache_read_input_tokens,
+                        output: u.output_tokens,
+                    });
+                }
+            }
+            RuntimeKind::Codex if contains(line, br#""type":"turn.completed""#) => {
+                if let Ok(t) = serde_json::from_slice::<CodexTurn>(line)
+                    && t.kind == "turn.completed"
+                    && let Some(u) = t.usage
+                {
+                    // One turn per `exec`; were there more, each adds its own.
+                    let before = self.report.usage.unwrap_or_default();
+                    self.report.usage = Some(Usage {
+                        input: before.input.saturating_add(u.input_tokens),
+                        cached_input: before.cached_input.saturating_add(u.cached_input_tokens),
+                        output: before.output.saturating_add(u.output_tokens),
+                    });
+                }
+            }
+            _ => {}
+        }
+    }
+
+    pub fn report(&self) -> RunReport {
+        self.report
+    }
+}
+
+/// The report of a whole output (a run log, a test).
+pub fn parse(runtime: RuntimeKind, output: &[u8]) -> RunReport {
+    let mut reader = Reader::new(runtime);
+    for line in output.split(|b| *b == b'\n') {
+        reader.line(line);
+    }
+    reader.report()
+}
+
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack.windows(needle.len()).any(|w| w == needle)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_line_that_only_mentions_the_type_in_its_text_is_not_read() {
+        let out = br#"{"type":"assistant","message":{"content":[{"type":"text","text":"\"type\":\"result\" total_cost_usd 99"}]}}"#;
+        assert_eq!(parse(RuntimeKind::ClaudeCode, out), RunReport::default());
+    }
+
+    #[test]
+    fn the_script_runtime_reports_nothing() {
+        let out = br#"{"type":"result","total_cost_usd":1.0}"#;
+        assert_eq!(parse(RuntimeKind::Script, out), RunReport::default());
+    }
+
+    #[test]
+    fn codex_turns_add_up_and_carry_no_cost() {
+        let line = br#"{"type":"turn.completed","usage":{"input_tokens":10,"cached_input_tokens":4,"output_tokens":3}}"#;
+        let mut out = line.to_vec();
+        out.push(b'\n');
+        out.extend_from_slice(line);
+        let r = parse(RuntimeKind::Codex, &out);
+        assert_eq!(r.cost_usd, None);
+        assert_eq!(
+            r.usage,
+            Some(Usage {
+                input: 20,
+                cached_input: 8,
+                output: 6
+            })
+        );
+        assert_eq!(r.usage.unwrap().total(), 26);
+    }
+
+    #[test]
+    fn a_negative_or_missing_cost_is_no_cost() {
+        let out = br#"{"type":"result","total_cost_usd":-1,"usage":{"input_tokens":1,"output_tokens":2}}"#;
+        let r = parse(RuntimeKind::ClaudeCode, out);
+        assert_eq!(r.cost_usd, None);
+        assert_eq!(r.usage.map(|u| u.total()), Some(3));
+    }
+}
