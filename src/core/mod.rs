@@ -14,6 +14,7 @@ pub mod invite_rule;
 pub mod pacing;
 pub mod recheck;
 pub mod reconnect;
+pub mod run_env;
 pub mod runtime_kind;
 pub mod status;
 pub mod texts;

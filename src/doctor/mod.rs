@@ -11,6 +11,7 @@
 pub mod checks;
 pub mod facts;
 pub mod probes;
+mod reach;
 pub mod service_checks;
 
 use crate::client::Api;
@@ -331,6 +332,8 @@ async fn runtime_section(settings: &Settings, report: &mut Report) {
             report.checks.extend(cli_runtime(settings, kind).await);
         }
     }
+    let touch = crate::runtime::confine::reach(settings);
+    report.checks.push(reach::check_reach(&touch, &workdir));
 }
 
 /// `runtime` for `script`: the command's program, found from the workdir and `PATH`.
