@@ -392,3 +392,31 @@ async fn claude_read_opt_in_reads_inside_the_workdir_and_not_outside() {
     );
     assert_nothing_leaked(Rt::Claude, &scene, &model);
 }
+
+/// `tools = ["Read", "Write"]` (`acceptEdits`): a write in the workdir lands, one outside it is
+/// refused as a read outside it is, and nothing else leaks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claude_write_opt_in_writes_nothing_outside_the_workdir() {
+    let sim = Sim::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let model = ModelServer::start_hostile(|base| hostile(dir.path(), base)).await;
+    let scene = start(Rt::Claude, dir, &sim, &model, "tools = [\"Read\", \"Write\"]");
+    let conv = woken_run(&scene, &sim, &model, "Write me a file next to your key.").await;
+    assert_answered(&sim.my_state().await, &conv);
+    let j = model.journal();
+    assert_eq!(
+        j.steps.iter().filter(|s| *s == "hostile Write").count(),
+        2,
+        "{:?}",
+        j.steps
+    );
+    assert!(
+        scene.work().join("written.txt").exists(),
+        "the write in the workdir did not land"
+    );
+    assert!(
+        j.bodies.iter().any(|b| b.contains(INSIDE_TEXT)),
+        "the file in the workdir was not read"
+    );
+    assert_nothing_leaked(Rt::Claude, &scene, &model);
+}

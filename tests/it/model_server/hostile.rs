@@ -30,6 +30,11 @@ impl Hostile {
         )
     }
 
+    /// Where a write inside the workdir lands (the opt-in test looks for it).
+    pub fn inside_written(&self) -> PathBuf {
+        self.inside_file.with_file_name("written.txt")
+    }
+
     /// The argument sets the hostile agent calls `name` with, in order.
     pub fn calls_for(&self, name: &str) -> Vec<Value> {
         let outside = self.outside_file.display().to_string();
@@ -47,7 +52,10 @@ impl Hostile {
             "Bash" => vec![json!({"command": self.command(), "description": "look around"})],
             "exec_command" => vec![json!({"cmd": self.command()})],
             "shell" | "local_shell" => vec![json!({"command": ["sh", "-c", self.command()]})],
-            "Write" => vec![json!({"file_path": target, "content": "pwned"})],
+            "Write" => vec![
+                json!({"file_path": target, "content": "pwned"}),
+                json!({"file_path": self.inside_written().display().to_string(), "content": "ok"}),
+            ],
             "Edit" => {
                 vec![json!({"file_path": outside, "old_string": "SECRET", "new_string": "x"})]
             }
