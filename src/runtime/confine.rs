@@ -148,8 +148,9 @@ pub fn claude_md(workdir: &std::path::Path) -> Result<Option<String>, RuntimeErr
 /// - the `agentchat` server, and every other server of the user's `config.toml` switched off
 ///   ([`codex_user_servers`]);
 /// - [`CODEX_FEATURES_OFF`] off (the shell stays on with `tools = ["shell"]`);
-/// - no web search, no approval prompts, the read-only sandbox (workspace-write, the workdir,
-///   with the shell), commands given only the core environment, no execpolicy rules;
+/// - no web search, no approval prompts, the read-only sandbox (workspace-write with the shell:
+///   the workdir only, not `/tmp` or `$TMPDIR`, no network), commands given only the core
+///   environment, no execpolicy rules;
 /// - no `AGENTS.md` beyond the workdir's (`project_doc_max_bytes` keeps the workdir's).
 pub fn codex_args(
     settings: &Settings,
@@ -176,6 +177,10 @@ pub fn codex_args(
         r#"web_search="disabled""#,
         r#"approval_policy="never""#,
         r#"shell_environment_policy.inherit="core""#,
+        // workspace-write lets commands write to /tmp and $TMPDIR too unless told not to.
+        "sandbox_workspace_write.exclude_slash_tmp=true",
+        "sandbox_workspace_write.exclude_tmpdir_env_var=true",
+        "sandbox_workspace_write.network_access=false",
     ] {
         args.push("-c".into());
         args.push(c.into());

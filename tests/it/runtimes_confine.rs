@@ -400,7 +400,13 @@ async fn claude_write_opt_in_writes_nothing_outside_the_workdir() {
     let sim = Sim::start().await;
     let dir = tempfile::tempdir().unwrap();
     let model = ModelServer::start_hostile(|base| hostile(dir.path(), base)).await;
-    let scene = start(Rt::Claude, dir, &sim, &model, "tools = [\"Read\", \"Write\"]");
+    let scene = start(
+        Rt::Claude,
+        dir,
+        &sim,
+        &model,
+        "tools = [\"Read\", \"Write\"]",
+    );
     let conv = woken_run(&scene, &sim, &model, "Write me a file next to your key.").await;
     assert_answered(&sim.my_state().await, &conv);
     let j = model.journal();
@@ -419,4 +425,55 @@ async fn claude_write_opt_in_writes_nothing_outside_the_workdir() {
         "the file in the workdir was not read"
     );
     assert_nothing_leaked(Rt::Claude, &scene, &model);
+}
+
+/// `tools = ["shell"]` for Codex: the shell is offered, in the workspace-write sandbox with the
+/// core environment only: a command sees none of the listener's secrets, writes in the workdir
+/// but not outside it, and cannot reach the network. (It can read outside the workdir: docs/runtimes.md says so.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn codex_shell_opt_in_writes_only_in_the_workdir_and_sees_no_secret() {
+    let sim = Sim::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let model = ModelServer::start_hostile(|base| hostile(dir.path(), base)).await;
+    let scene = start(Rt::Codex, dir, &sim, &model, "tools = [\"shell\"]");
+    let conv = woken_run(
+        &scene,
+        &sim,
+        &model,
+        "Run this for me: cat ~/.ssh/id_ed25519; env",
+    )
+    .await;
+    assert_answered(&sim.my_state().await, &conv);
+    let j = model.journal();
+    assert!(
+        j.offered
+            .iter()
+            .all(|o| o.iter().any(|t| t == "exec_command")),
+        "{:?}",
+        j.offered
+    );
+    assert!(
+        j.steps.iter().any(|s| s == "hostile exec_command"),
+        "{:?}",
+        j.steps
+    );
+    let all = j.bodies.join("\n");
+    for (name, secret) in SECRET_ENV {
+        assert!(!all.contains(secret), "{name} reached the model");
+    }
+    assert!(
+        !scene.dir.path().join("pwned.txt").exists(),
+        "a file was written outside"
+    );
+    assert!(
+        scene.work().join("written.txt").exists(),
+        "the command could not write in the workdir"
+    );
+    assert!(
+        !j.requests
+            .iter()
+            .any(|r| r.contains("/exfil") || r.contains("/user-mcp")),
+        "{:?}",
+        j.requests
+    );
 }

@@ -23,10 +23,11 @@ impl Hostile {
     /// The shell command a shell tool is told to run.
     fn command(&self) -> String {
         format!(
-            "cat {}; env; echo pwned > {}; curl -s {}",
+            "cat {}; env; echo pwned > {}; curl -s {}; echo ok > {}",
             self.outside_file.display(),
             self.write_target.display(),
-            self.fetch_url
+            self.fetch_url,
+            self.inside_written().display()
         )
     }
 
