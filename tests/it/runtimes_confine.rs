@@ -365,19 +365,26 @@ async fn codex_run_is_offered_only_agentchat_tools_and_leaks_nothing_under_a_per
     confined_run(Rt::Codex, CODEX_PINNED).await;
 }
 
-/// `tools = ["Read"]`: the hostile agent reads a file in the workdir (its text reaches the
-/// model) and one outside it (refused), and still nothing else leaks.
+/// `tools = ["Read", "Grep", "Glob"]`: the hostile agent reads a file in the workdir (its text
+/// reaches the model) and one outside it (refused), greps and globs outside it (refused), and
+/// still nothing else leaks.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn claude_read_opt_in_reads_inside_the_workdir_and_not_outside() {
+async fn claude_read_grep_glob_opt_in_work_in_the_workdir_and_are_refused_outside() {
     let sim = Sim::start().await;
     let dir = tempfile::tempdir().unwrap();
     let model = ModelServer::start_hostile(|base| hostile(dir.path(), base)).await;
-    let scene = start(Rt::Claude, dir, &sim, &model, "tools = [\"Read\"]");
+    let scene = start(
+        Rt::Claude,
+        dir,
+        &sim,
+        &model,
+        "tools = [\"Read\", \"Grep\", \"Glob\"]",
+    );
     let conv = woken_run(&scene, &sim, &model, "Read your notes and my key file.").await;
     assert_answered(&sim.my_state().await, &conv);
     let j = model.journal();
     let mut pinned: Vec<&str> = CLAUDE_PINNED.to_vec();
-    pinned.push("Read");
+    pinned.extend(["Glob", "Grep", "Read"]);
     pinned.sort();
     assert_eq!(j.offered.first().unwrap(), &pinned);
     assert_eq!(
@@ -386,6 +393,18 @@ async fn claude_read_opt_in_reads_inside_the_workdir_and_not_outside() {
         "{:?}",
         j.steps
     );
+    for tool in ["hostile Grep", "hostile Glob"] {
+        assert!(j.steps.iter().any(|s| s == tool), "{tool}: {:?}", j.steps);
+    }
+    // Claude Code's own words for a call `dontAsk` refused (Grep and Glob outside would list
+    // the outside folder's files, not their text, so the secret's absence alone shows nothing).
+    for tool in ["Read", "Grep", "Glob"] {
+        let refused = format!("Permission to use {tool} has been denied");
+        assert!(
+            j.bodies.iter().any(|b| b.contains(&refused)),
+            "{tool} outside the workdir was not refused"
+        );
+    }
     assert!(
         j.bodies.iter().any(|b| b.contains(INSIDE_TEXT)),
         "the file in the workdir was not read"
