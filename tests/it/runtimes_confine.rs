@@ -172,6 +172,11 @@ fn start(
          [mcp_servers.userfs]\nurl = \"{user_mcp}\"\n"
     );
     std::fs::write(&codex_toml, toml).unwrap();
+    // Codex's hooks file, in the shape of Claude Code's, trusted as a user who reviewed them
+    // would have (`--dangerously-bypass-hook-trust` in extra_args; without `--disable hooks`
+    // Codex runs them).
+    let codex_hooks = json!({"hooks": settings["hooks"].clone()});
+    std::fs::write(home.join(".codex/hooks.json"), codex_hooks.to_string()).unwrap();
     std::fs::write(
         home.join(".codex/AGENTS.md"),
         format!("# Mine\n{GLOBAL_MARKER}\n"),
@@ -189,7 +194,8 @@ fn start(
             "log_level = \"debug\"\n\n[listen]\nruntime = \"{name}\"\nworkdir = \"{work}\"\n\
              quiet_window = \"200ms\"\nmax_delay = \"1s\"\nrun_timeout = \"60s\"\n\
              kill_grace = \"2s\"\n{listen_extra}\n\n[listen.claude]\nbinary = \"{bin}\"\n\n\
-             [listen.codex]\nbinary = \"{bin}\"\n",
+             [listen.codex]\nbinary = \"{bin}\"\n\
+             extra_args = [\"--dangerously-bypass-hook-trust\"]\n",
             work = work.display(),
             bin = bin.display(),
         ),
