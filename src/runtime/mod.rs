@@ -181,3 +181,26 @@ pub const ALWAYS_REMOVED: &[&str] = &[
     "LISTEN_PID",
     "LISTEN_FDNAMES",
 ];
+
+#[cfg(test)]
+mod tests {
+    use super::inherited;
+    use std::ffi::OsString;
+    use std::os::unix::ffi::OsStringExt;
+
+    #[test]
+    fn a_run_inherits_the_allowlist_and_env_pass_only() {
+        let vars = [
+            ("PATH", "/bin"),
+            ("DEPLOY_TOKEN", "t"),
+            ("AGENTCHAT_API_KEY", "k"),
+            ("GITHUB_TOKEN", "g"),
+            ("NOTIFY_SOCKET", "/run/n"),
+        ]
+        .map(|(k, v)| (OsString::from(k), OsString::from(v)));
+        let odd = (OsString::from_vec(vec![0xff, b'X']), OsString::from("v"));
+        let got = inherited(vars.into_iter().chain([odd]), &["GITHUB_TOKEN".to_string()]);
+        let names: Vec<_> = got.iter().map(|(k, _)| k.to_string_lossy()).collect();
+        assert_eq!(names, ["PATH", "GITHUB_TOKEN"]);
+    }
+}
