@@ -87,6 +87,96 @@ fn codex_shell(settings: &Settings) -> Result<bool, RuntimeError> {
     }
 }
 
+/// Claude Code flags `listen.claude.extra_args` may not hold: they widen what a run is offered,
+/// and some (`--tools`, `--allowedTools`) add up instead of the last one winning.
+const CLAUDE_RESERVED: &[&str] = &[
+    "--tools",
+    "--allowedTools",
+    "--allowed-tools",
+    "--permission-mode",
+    "--dangerously-skip-permissions",
+    "--allow-dangerously-skip-permissions",
+    "--mcp-config",
+    "--setting-sources",
+    "--settings",
+    "--add-dir",
+    "--plugin-dir",
+    "--plugin-url",
+    "--agents",
+    "--agent",
+    "--chrome",
+];
+
+/// Codex flags `listen.codex.extra_args` may not hold, for the same reason.
+const CODEX_RESERVED: &[&str] = &[
+    "--enable",
+    "-s",
+    "--sandbox",
+    "--dangerously-bypass-approvals-and-sandbox",
+    "--full-auto",
+    "--approve-for-me",
+    "--add-dir",
+    "-p",
+    "--profile",
+    "--remote",
+    "--trust",
+];
+
+/// The `-c` keys (and their children) `listen.codex.extra_args` may not override.
+const CODEX_RESERVED_KEYS: &[&str] = &[
+    "mcp_servers",
+    "features",
+    "sandbox_mode",
+    "sandbox_workspace_write",
+    "shell_environment_policy",
+    "web_search",
+    "tools",
+    "approval_policy",
+    "hooks",
+    "plugins",
+    "apps",
+    "profile",
+    "profiles",
+];
+
+fn reserved(key: &str, arg: &str) -> RuntimeError {
+    RuntimeError::Unusable(format!(
+        "`{key}` holds `{arg}`, which would widen what a woken run is offered; use `listen.tools` \
+         (docs/runtimes.md, \"What a woken run can touch\")"
+    ))
+}
+
+/// Refuses an extra argument that is, or sets, one of `flags` (`--flag` or `--flag=value`).
+fn check_flags(key: &str, args: &[String], flags: &[&str]) -> Result<(), RuntimeError> {
+    for arg in args {
+        let name = arg.split_once('=').map_or(arg.as_str(), |(n, _)| n);
+        if flags.contains(&name) {
+            return Err(reserved(key, arg));
+        }
+    }
+    Ok(())
+}
+
+/// `listen.codex.extra_args`: no reserved flag, and no `-c`/`--config` of a reserved key.
+fn check_codex_extra(args: &[String]) -> Result<(), RuntimeError> {
+    const KEY: &str = "listen.codex.extra_args";
+    check_flags(KEY, args, CODEX_RESERVED)?;
+    let mut it = args.iter().peekable();
+    while let Some(arg) = it.next() {
+        let value = match arg.as_str() {
+            "-c" | "--config" => it.peek().map(|v| v.as_str()),
+            a => a.strip_prefix("--config="),
+        };
+        let Some(value) = value else { continue };
+        let path = value.split('=').next().unwrap_or_default().trim();
+        let top = path.split('.').next().unwrap_or_default().trim_matches('"');
+        if CODEX_RESERVED_KEYS.contains(&top) {
+            return Err(reserved(KEY, value));
+        }
+    }
+    Ok(())
+}
+
 /// Claude Code's switches, placed after `extra_args` and before `--allowedTools`:
 /// - `--strict-mcp-config`: only the listener's `--mcp-config` server (not with `mcp = "user"`,
 ///   whose server is in the user's own configuration);
@@ -100,6 +190,11 @@ fn codex_shell(settings: &Settings) -> Result<bool, RuntimeError> {
 ///   directory only.
 pub fn claude_args(settings: &Settings) -> Result<Vec<String>, RuntimeError> {
     let tools = claude_tools(settings)?;
+    check_flags(
+        "listen.claude.extra_args",
+        &settings.listen.claude.extra_args,
+        CLAUDE_RESERVED,
+    )?;
     let mut args = Vec::new();
     // `mcp = "user"`: the AgentChat server is in the user's own configuration, which Claude Code
     // reads only with the user's settings; doctor warns that every server of theirs comes along.
@@ -158,6 +253,7 @@ pub fn codex_args(
     user_servers: &[String],
 ) -> Result<Vec<String>, RuntimeError> {
     let shell = codex_shell(settings)?;
+    check_codex_extra(&settings.listen.codex.extra_args)?;
     let mut args = vec![
         "-c".to_string(),
         format!("mcp_servers={{agentchat={mcp_server}}}"),
@@ -377,6 +473,39 @@ mod tests {
             assert!(msg.contains("listen.tools") && msg.contains(tool), "{msg}");
             assert!(reach(&fx.settings).problem.is_some());
         }
+    }
+
+    #[test]
+    fn extra_args_that_would_widen_a_run_are_refused_naming_the_key() {
+        let mut fx = Fixture::new(RuntimeKind::ClaudeCode);
+        for bad in ["--tools", "--allowedTools=Bash", "--settings", "--add-dir"] {
+            fx.settings.listen.claude.extra_args = vec![bad.into(), "x".into()];
+            let msg = claude_args(&fx.settings).unwrap_err().to_string();
+            assert!(
+                msg.contains("listen.claude.extra_args") && msg.contains(bad),
+                "{msg}"
+            );
+        }
+        fx.settings.listen.claude.extra_args = vec!["--model".into(), "opus".into()];
+        assert!(claude_args(&fx.settings).is_ok());
+        let mut fx = Fixture::new(RuntimeKind::Codex);
+        for bad in [
+            &["--enable", "shell_tool"][..],
+            &["-s", "danger-full-access"],
+            &["-c", "mcp_servers.fs.url=\"u\""],
+            &["--config=features.shell_tool=true"],
+            &["-c", "sandbox_mode=\"danger-full-access\""],
+            &["-p", "wide"],
+        ] {
+            fx.settings.listen.codex.extra_args = bad.iter().map(|a| a.to_string()).collect();
+            let msg = codex_args(&fx.settings, "{}", &[]).unwrap_err().to_string();
+            assert!(msg.contains("listen.codex.extra_args"), "{msg}");
+        }
+        fx.settings.listen.codex.extra_args =
+            ["-c", "model=\"o3\"", "--dangerously-bypass-hook-trust"]
+                .map(String::from)
+                .to_vec();
+        assert!(codex_args(&fx.settings, "{}", &[]).is_ok());
     }
 
     #[test]
