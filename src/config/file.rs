@@ -169,6 +169,8 @@ struct ListenTable {
     idle_timeout: Option<Value<Duration>>,
     script_gets_key: Option<Value<bool>>,
     identity_block: Option<Value<bool>>,
+    env_pass: Option<Value<Vec<String>>>,
+    tools: Option<Value<Vec<String>>>,
     run_logs_keep: Option<Value<RunLogsKeep>>,
     run_log_max_bytes: Option<Value<RunLogMaxBytes>>,
     metrics_addr: Option<Value<String>>,
@@ -251,6 +253,15 @@ impl Paths<'_> {
         layer.idle_timeout = duration(t.idle_timeout, "idle_timeout");
         layer.script_gets_key = t.script_gets_key.map(|v| v.0);
         layer.identity_block = t.identity_block.map(|v| v.0);
+        if let Some(v) = &t.env_pass
+            && let Some(problem) =
+                v.0.iter()
+                    .find_map(|p| crate::core::run_env::pattern_problem(p))
+        {
+            return Err(bad(&key("env_pass"), problem));
+        }
+        layer.env_pass = t.env_pass.map(|v| v.0);
+        layer.tools = t.tools.map(|v| v.0);
         layer.run_logs_keep = t.run_logs_keep.map(|v| v.0.0);
         layer.run_log_max_bytes = t.run_log_max_bytes.map(|v| v.0.0);
         layer.metrics_addr = t

@@ -24,6 +24,8 @@ pub(super) const LISTEN_KEYS: &[&str] = &[
     "idle_timeout",
     "script_gets_key",
     "identity_block",
+    "env_pass",
+    "tools",
     "run_logs_keep",
     "run_log_max_bytes",
     "metrics_addr",

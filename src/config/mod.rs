@@ -93,6 +93,12 @@ pub struct ListenSettings {
     pub script_gets_key: bool,
     /// Keep the identity block current in CLAUDE.md / AGENTS.md inside `workdir`.
     pub identity_block: bool,
+    /// `listen.env_pass`: variables (`NAME`, `PREFIX_*`) a run inherits beyond the allowlist
+    /// of `core::run_env`.
+    pub env_pass: Vec<String>,
+    /// `listen.tools`: what a run may use beyond the AgentChat tools (Claude Code file tools, or
+    /// `shell` for Codex), inside the workdir only; empty by default.
+    pub tools: Vec<String>,
     /// Newest run logs kept.
     pub run_logs_keep: usize,
     /// Most bytes of a run's output kept in its log: the first half, then the last half

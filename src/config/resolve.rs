@@ -254,6 +254,8 @@ fn listen_settings(m: Layer, scale: TestTimeScale) -> Result<ListenSettings, Con
         idle_timeout: bounded(m.idle_timeout, &value::IDLE_TIMEOUT)?,
         script_gets_key: m.script_gets_key.unwrap_or(true),
         identity_block: m.identity_block.unwrap_or(true),
+        env_pass: m.env_pass.unwrap_or_default(),
+        tools: m.tools.unwrap_or_default(),
         run_logs_keep: m.run_logs_keep.unwrap_or(50),
         run_log_max_bytes: m
             .run_log_max_bytes

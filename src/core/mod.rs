@@ -17,6 +17,7 @@ pub mod policy;
 pub mod recheck;
 pub mod reconnect;
 pub mod run_report;
+pub mod run_env;
 pub mod runtime_kind;
 pub mod status;
 pub mod texts;

@@ -79,7 +79,8 @@ pub(super) fn stop_with_parent(cmd: &mut tokio::process::Command) {
 pub(super) fn stop_with_parent(_cmd: &mut tokio::process::Command) {}
 
 /// The listener's config for the demo: the script runtime is this binary's `demo-agent`, and the
-/// coalescer's windows are short so the demo moves quickly.
+/// coalescer's windows are short so the demo moves quickly. The agent's failure switch is passed
+/// by name: a run inherits nothing else of the listener's environment (`core::run_env`).
 pub(super) fn write_config(dir: &Path) -> anyhow::Result<PathBuf> {
     let exe = std::env::current_exe().context("cannot find this program's own path")?;
     let argv = toml::Value::Array(vec![
@@ -89,7 +90,8 @@ pub(super) fn write_config(dir: &Path) -> anyhow::Result<PathBuf> {
     let text = format!(
         "# written by `agentchat demo`\n[listen]\nruntime = \"script\"\ncommand = {argv}\n\
          quiet_window = \"300ms\"\nmax_delay = \"2s\"\nrun_timeout = \"20s\"\nkill_grace = \"2s\"\n\
-         identity_block = false\n"
+         identity_block = false\nenv_pass = [\"{}\"]\n",
+        super::agent::FAIL_ENV
     );
     let path = dir.join("config.toml");
     std::fs::write(&path, text).with_context(|| format!("cannot write {}", path.display()))?;

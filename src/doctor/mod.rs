@@ -13,6 +13,7 @@ pub mod facts;
 pub mod presence;
 pub mod probes;
 pub mod run;
+mod reach;
 pub mod service_checks;
 
 use crate::client::Api;
@@ -386,6 +387,8 @@ async fn runtime_section(settings: &Settings, report: &mut Report) {
             report.checks.extend(cli_runtime(settings, kind).await);
         }
     }
+    let touch = crate::runtime::confine::reach(settings);
+    report.checks.push(reach::check_reach(&touch, &workdir));
 }
 
 /// `runtime` for `script`: the command's program, found from the workdir and `PATH`.

@@ -48,6 +48,12 @@ pub fn prepare(ctx: &RunContext<'_>) -> Result<RunSpec, RuntimeError> {
         args.push(path_arg(&file)?);
     }
     args.extend(claude.extra_args.iter().cloned());
+    // After the user's arguments, so none of them widens what the run is offered.
+    args.extend(super::confine::claude_args(ctx.settings)?);
+    if let Some(text) = super::confine::claude_md(ctx.workdir)? {
+        args.push("--append-system-prompt".into());
+        args.push(text);
+    }
     // Last, so the variadic flag cannot swallow anything of ours.
     args.push("--allowedTools".into());
     args.push("mcp__agentchat__*".into());
@@ -55,13 +61,19 @@ pub fn prepare(ctx: &RunContext<'_>) -> Result<RunSpec, RuntimeError> {
     let mut env = super::common_env(ctx);
     // An unattended run must not stop to update itself.
     env.push(("DISABLE_AUTOUPDATER".into(), "1".into()));
+    // The auto-memory of earlier sessions in this directory (the user's own, when the workdir
+    // is their project) is not the stranger's to read (runtime::confine).
+    env.push(("CLAUDE_CODE_DISABLE_AUTO_MEMORY".into(), "1".into()));
 
     let mut env_remove = super::cli_env_remove();
+    let mut env_pass = ctx.settings.listen.env_pass.clone();
     if claude.mcp == McpMode::Listener {
         // The key reaches Claude through the MCP config only; the listener's own
         // `AGENTCHAT_API_KEY` stays away from the model's tools. With `mcp = "user"` it is left
         // inherited: the user's MCP config may expand it.
         env_remove.push("AGENTCHAT_API_KEY".into());
+    } else {
+        env_pass.push("AGENTCHAT_API_KEY".into());
     }
 
     Ok(RunSpec {
@@ -69,6 +81,7 @@ pub fn prepare(ctx: &RunContext<'_>) -> Result<RunSpec, RuntimeError> {
         args,
         env,
         env_remove,
+        env_pass,
         stdin: Some(ctx.prompt.as_bytes().to_vec()),
         cwd: ctx.workdir.to_path_buf(),
     })
@@ -343,6 +356,15 @@ mod tests {
                 cfg.to_str().unwrap(),
                 "--model",
                 "x",
+                "--strict-mcp-config",
+                "--setting-sources",
+                "",
+                "--settings",
+                r#"{"disableAllHooks":true}"#,
+                "--permission-mode",
+                "dontAsk",
+                "--tools",
+                "",
                 "--allowedTools",
                 "mcp__agentchat__*",
             ]
@@ -449,6 +471,7 @@ mod tests {
         assert!(!fx.state_dir().join(MCP_CONFIG_FILE).exists());
         // The user's own MCP config may read the key from the environment.
         assert!(!spec.env_remove.iter().any(|r| r == "AGENTCHAT_API_KEY"));
+        assert!(spec.env_pass.iter().any(|p| p == "AGENTCHAT_API_KEY"));
     }
 
     #[test]

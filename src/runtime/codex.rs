@@ -35,13 +35,23 @@ pub fn prepare(ctx: &RunContext<'_>) -> Result<RunSpec, RuntimeError> {
     let mut args: Vec<String> = ["exec", "--json", "--skip-git-repo-check"]
         .map(String::from)
         .to_vec();
-    for (key, value) in mcp_overrides(&url) {
-        args.push("-c".into());
-        args.push(format!("mcp_servers.agentchat.{key}={value}"));
-    }
     args.push("-C".into());
     args.push(workdir.to_string());
     args.extend(codex.extra_args.iter().cloned());
+    // After the user's arguments, so none of them widens what the run is offered.
+    let user_servers = match super::confine::codex_config_text(
+        std::env::var_os("CODEX_HOME").as_deref(),
+        std::env::var_os("HOME").as_deref(),
+    )? {
+        Some((path, text)) => super::confine::codex_user_servers(&text)
+            .map_err(|why| RuntimeError::Unusable(format!("Codex's {}: {why}", path.display())))?,
+        None => Vec::new(),
+    };
+    args.extend(super::confine::codex_args(
+        ctx.settings,
+        &mcp_server(&url),
+        &user_servers,
+    )?);
     args.push("--".into());
     args.push(ctx.prompt.to_string());
 
@@ -55,22 +65,25 @@ pub fn prepare(ctx: &RunContext<'_>) -> Result<RunSpec, RuntimeError> {
         args,
         env,
         env_remove,
+        env_pass: ctx.settings.listen.env_pass.clone(),
         stdin: None,
         cwd: ctx.workdir.to_path_buf(),
     })
 }
 
-/// The `mcp_servers.agentchat.*` overrides, values as TOML literals.
-fn mcp_overrides(url: &str) -> Vec<(&'static str, String)> {
+/// The `agentchat` MCP server as a TOML inline table (the value of `mcp_servers.agentchat`).
+fn mcp_server(url: &str) -> String {
     let toml_str = |s: &str| toml::Value::String(s.to_string()).to_string();
-    vec![
+    let fields = [
         ("url", toml_str(url)),
         ("bearer_token_env_var", toml_str(KEY_ENV)),
         ("default_tools_approval_mode", toml_str("approve")),
         // Without the tools the run cannot look at the tray; an unreachable server must fail
         // the run (exit 1), not let it complete having seen nothing.
         ("required", "true".into()),
-    ]
+    ];
+    let inner: Vec<String> = fields.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    format!("{{{}}}", inner.join(","))
 }
 
 /// Lowercase fragments of Codex's error messages that mean the model provider refused the
@@ -210,27 +223,32 @@ mod tests {
         let work = fx.workdir();
         assert_eq!(spec.program, fx.binary.clone());
         assert_eq!(
-            spec.args,
+            spec.args[..7],
             [
                 "exec",
                 "--json",
                 "--skip-git-repo-check",
-                "-c",
-                r#"mcp_servers.agentchat.url="http://127.0.0.1:9/mcp""#,
-                "-c",
-                r#"mcp_servers.agentchat.bearer_token_env_var="AGENTCHAT_API_KEY""#,
-                "-c",
-                r#"mcp_servers.agentchat.default_tools_approval_mode="approve""#,
-                "-c",
-                "mcp_servers.agentchat.required=true",
                 "-C",
                 work.to_str().unwrap(),
                 "--model",
                 "x",
-                "--",
-                Fixture::PROMPT,
             ]
         );
+        // The confinement follows the user's arguments (runtime::confine pins its content),
+        // then the prompt after `--`.
+        let tail = &spec.args[7..];
+        assert_eq!(
+            tail[..2],
+            [
+                "-c",
+                concat!(
+                    r#"mcp_servers={agentchat={url="http://127.0.0.1:9/mcp","#,
+                    r#"bearer_token_env_var="AGENTCHAT_API_KEY","#,
+                    r#"default_tools_approval_mode="approve",required=true}}"#
+                )
+            ]
+        );
+        assert_eq!(tail[tail.len() - 2..], ["--", Fixture::PROMPT,]);
         assert_eq!(spec.stdin, None);
         assert_eq!(spec.cwd, work);
     }
@@ -271,10 +289,16 @@ mod tests {
         let mut fx = Fixture::new(RuntimeKind::Codex);
         fx.settings.listen.codex.mcp_url = Some(r#"http://h/"q"\x"#.into());
         let spec = prepare(&fx.ctx()).unwrap();
-        let url_arg = spec.args.iter().find(|a| a.contains(".url=")).unwrap();
-        let value = url_arg.split_once('=').unwrap().1;
-        let parsed: toml::Table = toml::from_str(&format!("v = {value}")).unwrap();
-        assert_eq!(parsed["v"].as_str().unwrap(), r#"http://h/"q"\x"#);
+        let arg = spec
+            .args
+            .iter()
+            .find(|a| a.starts_with("mcp_servers={"))
+            .unwrap();
+        let parsed: toml::Table = toml::from_str(arg).unwrap();
+        assert_eq!(
+            parsed["mcp_servers"]["agentchat"]["url"].as_str().unwrap(),
+            r#"http://h/"q"\x"#
+        );
     }
 
     #[test]

@@ -7,6 +7,7 @@ pub mod agent_cli;
 pub mod check;
 pub mod claude;
 pub mod codex;
+pub mod confine;
 mod leftover;
 pub mod probe;
 pub mod script;
@@ -56,10 +57,13 @@ pub struct RunContext<'a> {
 pub struct RunSpec {
     pub program: PathBuf,
     pub args: Vec<String>,
-    /// Set on top of the listener's own environment.
+    /// Set on top of what the run inherits.
     pub env: Vec<(String, String)>,
-    /// Removed from the inherited environment.
+    /// Removed from what the run inherits.
     pub env_remove: Vec<String>,
+    /// What the run inherits of the listener's environment beyond `core::run_env`'s allowlist
+    /// (the profile's `listen.env_pass`); nothing else of it reaches the run.
+    pub env_pass: Vec<String>,
     /// Written to stdin and then closed; `None` gives the child a closed stdin (/dev/null).
     pub stdin: Option<Vec<u8>>,
     pub cwd: PathBuf,
@@ -143,6 +147,19 @@ pub fn common_env(ctx: &RunContext<'_>) -> Vec<(String, String)> {
     ]
 }
 
+/// The part of `vars` a run inherits: the allowlist of `core::run_env` and the profile's
+/// `env_pass` (a name that is not UTF-8 matches no pattern and stays behind).
+pub fn inherited(
+    vars: impl Iterator<Item = (std::ffi::OsString, std::ffi::OsString)>,
+    env_pass: &[String],
+) -> Vec<(std::ffi::OsString, std::ffi::OsString)> {
+    vars.filter(|(k, _)| {
+        k.to_str()
+            .is_some_and(|k| crate::core::run_env::passes(k, env_pass))
+    })
+    .collect()
+}
+
 /// What a Claude Code or Codex run must not inherit: systemd's variables and both CLIs'
 /// nested-session markers. Both sets go for either CLI: a listener started from a Codex shell may
 /// run Claude Code and the other way round, and the run's own tools may start the other CLI.
@@ -164,3 +181,26 @@ pub const ALWAYS_REMOVED: &[&str] = &[
     "LISTEN_PID",
     "LISTEN_FDNAMES",
 ];
+
+#[cfg(test)]
+mod tests {
+    use super::inherited;
+    use std::ffi::OsString;
+    use std::os::unix::ffi::OsStringExt;
+
+    #[test]
+    fn a_run_inherits_the_allowlist_and_env_pass_only() {
+        let vars = [
+            ("PATH", "/bin"),
+            ("DEPLOY_TOKEN", "t"),
+            ("AGENTCHAT_API_KEY", "k"),
+            ("GITHUB_TOKEN", "g"),
+            ("NOTIFY_SOCKET", "/run/n"),
+        ]
+        .map(|(k, v)| (OsString::from(k), OsString::from(v)));
+        let odd = (OsString::from_vec(vec![0xff, b'X']), OsString::from("v"));
+        let got = inherited(vars.into_iter().chain([odd]), &["GITHUB_TOKEN".to_string()]);
+        let names: Vec<_> = got.iter().map(|(k, _)| k.to_string_lossy()).collect();
+        assert_eq!(names, ["PATH", "GITHUB_TOKEN"]);
+    }
+}

@@ -37,6 +37,7 @@ pub fn prepare(ctx: &RunContext<'_>) -> Result<RunSpec, RuntimeError> {
         args: command.get(1..).unwrap_or_default().to_vec(),
         env,
         env_remove,
+        env_pass: ctx.settings.listen.env_pass.clone(),
         stdin: Some(ctx.prompt.as_bytes().to_vec()),
         cwd: ctx.workdir.to_path_buf(),
     })

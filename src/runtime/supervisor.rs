@@ -223,6 +223,8 @@ fn spawn(spec: &RunSpec) -> Result<GroupChild, String> {
         } else {
             Stdio::null()
         });
+    cmd.env_clear();
+    cmd.envs(super::inherited(std::env::vars_os(), &spec.env_pass));
     for name in ALWAYS_REMOVED
         .iter()
         .copied()

@@ -698,5 +698,34 @@ async fn no_listener_running_warns_and_fails_under_strict() {
     assert_eq!(strict.code, 1, "{}", strict.all());
     strict.assert_line("listening", "FAIL listening:", "agentchat listen");
     strict.assert_no_secret(&key);
+/// `reach` (docs/runtimes.md, "What a woken run can touch"): PASS for the default, WARN naming the
+/// files a profile's `listen.tools` opens and the variables its `env_pass` passes, FAIL for a tool
+/// that reaches past the workdir; the script runtime is the user's own program (WARN).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reach_passes_by_default_and_warns_for_a_profile_whose_runs_can_touch_files() {
+    let (sim, _, key) = seeded_sim().await;
+    let s = Scratch::new(
+        "[listen]\nruntime = \"claude-code\"\nworkdir = \"/tmp\"\n\n\
+         [profiles.repo.listen]\ntools = [\"Read\", \"Edit\"]\nenv_pass = [\"GITHUB_TOKEN\"]\n\n\
+         [profiles.wide.listen]\ntools = [\"Bash\"]\n\n\
+         [profiles.mine.listen]\nruntime = \"script\"\ncommand = [\"/bin/true\"]\n",
+    );
+    let out = s.doctor(&sim.api_base, Some(&key), &[]).await;
+    out.assert_line("reach", "PASS reach:", "AgentChat tools only");
+    let out = s
+        .doctor(&sim.api_base, Some(&key), &["--profile", "repo"])
+        .await;
+    out.assert_line("reach", "WARN reach:", "read files in /tmp (Read, Edit)");
+    out.assert_line("reach", "WARN reach:", "write files in /tmp");
+    out.assert_line("reach", "WARN reach:", "GITHUB_TOKEN");
+    let out = s
+        .doctor(&sim.api_base, Some(&key), &["--profile", "wide"])
+        .await;
+    out.assert_line("reach", "FAIL reach:", "`Bash`");
+    let out = s
+        .doctor(&sim.api_base, Some(&key), &["--profile", "mine"])
+        .await;
+    out.assert_line("reach", "WARN reach:", "your own program");
+    out.assert_no_secret(&key);
     sim.shutdown().await;
 }

@@ -40,6 +40,7 @@ mod pacing;
 mod packaging;
 mod runner;
 mod runtimes_cli;
+mod runtimes_confine;
 mod runtimes_listen;
 mod service;
 mod service_host;

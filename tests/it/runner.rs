@@ -14,6 +14,7 @@ fn sh(script: &str, cwd: &Path) -> RunSpec {
         args: vec!["-c".into(), script.into()],
         env: vec![],
         env_remove: vec![],
+        env_pass: vec![],
         stdin: None,
         cwd: cwd.to_path_buf(),
     }

@@ -87,11 +87,13 @@ impl Setup {
         cmd.args(&spec.args)
             .current_dir(&spec.cwd)
             .env_clear()
-            .envs(base_env(
-                &self.dir.path().join("home"),
-                &self.model.base_url(),
-            ))
-            .envs(self.extra_env.iter().map(|(k, v)| (k, v)))
+            // What the supervisor passes of the listener's environment (runtime::inherited).
+            .envs(
+                base_env(&self.dir.path().join("home"), &self.model.base_url())
+                    .into_iter()
+                    .chain(self.extra_env.iter().cloned())
+                    .filter(|(k, _)| agentchat::core::run_env::passes(k, &spec.env_pass)),
+            )
             .envs(spec.env.iter().map(|(k, v)| (k, v)))
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped())

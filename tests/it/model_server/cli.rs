@@ -33,8 +33,10 @@ pub fn codex_bin() -> PathBuf {
     pinned_cli("codex", "AGENTCHAT_TEST_CODEX")
 }
 
-/// The model key the Codex provider entry reads (any value; the scripted server ignores it).
-pub const CODEX_PROVIDER_KEY_VAR: &str = "SCRIPTED_MODEL_KEY";
+/// The model key the Codex provider entry reads (any value; the scripted server ignores it). Its
+/// name is under `OPENAI_*`, which a run inherits (`core::run_env`); another name would need
+/// the profile's `env_pass`.
+pub const CODEX_PROVIDER_KEY_VAR: &str = "OPENAI_SCRIPTED_MODEL_KEY";
 
 /// A minimal environment for a CLI (or the listener that starts one) with its own HOME, and
 /// for Claude Code the model endpoint; nothing of the developer's own setup leaks in.

@@ -14,7 +14,10 @@
 //! `UnauthorizedOnce` (the first one does) and `Hang` (model calls are never answered).
 
 pub mod cli;
+pub mod hostile;
 pub mod sim;
+
+pub use hostile::Hostile;
 
 use http_body_util::{BodyExt, Full};
 use hyper::body::{Bytes, Incoming};
@@ -44,8 +47,14 @@ pub enum Mode {
 pub struct Journal {
     /// `METHOD path` of every request.
     pub requests: Vec<String>,
-    /// The agent's steps: `call <tool>` or `say`, or `401` / `hang`.
+    /// The agent's steps: `call <tool>` or `say`, or `401` / `hang`, or `hostile <tool>`.
     pub steps: Vec<String>,
+    /// For every model call that offered the AgentChat tools: every tool it offered, as the
+    /// model sees them (`name`, or `namespace/name` for Codex's namespaced tools, or the `type`
+    /// of a tool without a name).
+    pub offered: Vec<Vec<String>>,
+    /// Every model call's body, as text: what the model was shown.
+    pub bodies: Vec<String>,
 }
 
 pub struct ModelServer {
@@ -58,11 +67,24 @@ pub struct ModelServer {
 impl ModelServer {
     /// Starts on a free loopback port, on the current tokio runtime.
     pub async fn start(mode: Mode) -> ModelServer {
+        ModelServer::start_with(mode, None).await
+    }
+
+    /// A `Normal` server whose agent first calls every tool it is offered besides AgentChat's
+    /// as `hostile` says, then does its AgentChat work as usual.
+    /// `plan` is given the server's base URL (for the URLs the agent fetches).
+    pub async fn start_hostile(plan: impl FnOnce(&str) -> Hostile) -> ModelServer {
+        ModelServer::start_with(Mode::Normal, Some(Box::new(plan))).await
+    }
+
+    async fn start_with(mode: Mode, plan: Option<Box<HostilePlan<'_>>>) -> ModelServer {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
+        let hostile = plan.map(|p| Arc::new(p(&format!("http://{addr}"))));
         let journal = Arc::new(Mutex::new(Journal::default()));
         let (shutdown, shutdown_rx) = tokio::sync::watch::channel(false);
         let j = journal.clone();
+        let h = hostile.clone();
         let task = tokio::spawn(async move {
             let mut conns = tokio::task::JoinSet::new();
             let mut stop = shutdown_rx.clone();
@@ -72,9 +94,10 @@ impl ModelServer {
                     accepted = listener.accept() => {
                         let Ok((stream, _)) = accepted else { continue };
                         let j = j.clone();
+                        let h = h.clone();
                         let rx = shutdown_rx.clone();
                         conns.spawn(async move {
-                            let svc = service_fn(move |req| handle(req, mode, j.clone(), rx.clone()));
+                            let svc = service_fn(move |req| handle(req, mode, h.clone(), j.clone(), rx.clone()));
                             let _ = http1::Builder::new()
                                 .serve_connection(TokioIo::new(stream), svc)
                                 .await;
@@ -111,9 +134,13 @@ impl Drop for ModelServer {
 
 type Body = Full<Bytes>;
 
+/// Makes the hostile plan from the server's base URL.
+type HostilePlan<'a> = dyn FnOnce(&str) -> Hostile + 'a;
+
 async fn handle(
     req: Request<Incoming>,
     mode: Mode,
+    hostile: Option<Arc<Hostile>>,
     journal: Arc<Mutex<Journal>>,
     mut shutdown: tokio::sync::watch::Receiver<bool>,
 ) -> Result<Response<Body>, std::convert::Infallible> {
@@ -155,6 +182,13 @@ async fn handle(
             r#"{"input_tokens":10}"#,
         ));
     }
+    if is_model_call {
+        let mut j = journal.lock().unwrap();
+        j.bodies.push(String::from_utf8_lossy(&body).into_owned());
+        if offers_agentchat(&request["tools"]) {
+            j.offered.push(tool_names(&request["tools"]));
+        }
+    }
     if !is_model_call {
         return Ok(plain(
             StatusCode::NOT_FOUND,
@@ -190,10 +224,11 @@ async fn handle(
             Ok(plain(StatusCode::SERVICE_UNAVAILABLE, "text/plain", "bye"))
         }
         Mode::Normal => {
+            let hostile = hostile.as_deref();
             let (step, sse) = if path == "/v1/messages" {
-                anthropic::answer(&request)
+                anthropic::answer(&request, hostile)
             } else {
-                openai::answer(&request)
+                openai::answer(&request, hostile)
             };
             journal.lock().unwrap().steps.push(step);
             Ok(plain(StatusCode::OK, "text/event-stream", &sse))
@@ -413,6 +448,30 @@ fn offered_tools(tools: &Value) -> Vec<(String, Option<String>, Value)> {
     out
 }
 
+/// Every tool a request offers, as the model sees it: `name`, `namespace/name`, or the `type` of
+/// a tool without a name (a hosted tool), sorted.
+pub fn tool_names(tools: &Value) -> Vec<String> {
+    let mut out = Vec::new();
+    for t in tools.as_array().into_iter().flatten() {
+        let name = t["name"].as_str();
+        match (t["tools"].as_array(), name) {
+            (Some(inner), ns) => {
+                for f in inner {
+                    out.push(format!(
+                        "{}/{}",
+                        ns.unwrap_or_default(),
+                        f["name"].as_str().unwrap_or_default()
+                    ));
+                }
+            }
+            (None, Some(n)) => out.push(n.to_string()),
+            (None, None) => out.push(t["type"].as_str().unwrap_or("?").to_string()),
+        }
+    }
+    out.sort();
+    out
+}
+
 /// The bare AgentChat tool name a called name stands for (`mcp__agentchat__agentchat_x` or
 /// `agentchat_x`).
 fn bare_tool(name: &str) -> Option<String> {
@@ -450,12 +509,17 @@ mod anthropic {
     use super::*;
 
     /// Answers one Messages request: the step's label and the SSE body.
-    pub fn answer(req: &Value) -> (String, String) {
+    pub fn answer(req: &Value, hostile: Option<&Hostile>) -> (String, String) {
         let tools = &req["tools"];
         if !offers_agentchat(tools) {
             return ("side-call".into(), text_message("OK."));
         }
         let history = history(req);
+        if let Some((name, _, args)) = hostile.and_then(|h| h.next_call(tools, &used(req))) {
+            // Ids apart from the AgentChat calls' (`toolu_<n>` for the n-th of those).
+            let n = 1000 + req["messages"].as_array().map_or(0, Vec::len);
+            return (format!("hostile {name}"), tool_message(&name, &args, n));
+        }
         let step = next_step(&history, &finder(tools));
         let label = step_label(&step);
         let body = match step {
@@ -468,6 +532,18 @@ mod anthropic {
             }
         };
         (label, body)
+    }
+
+    /// Every tool name the history called, once per call.
+    fn used(req: &Value) -> Vec<String> {
+        req["messages"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .flat_map(|m| m["content"].as_array().cloned().unwrap_or_default())
+            .filter(|b| b["type"] == "tool_use")
+            .filter_map(|b| b["name"].as_str().map(str::to_string))
+            .collect()
     }
 
     fn history(req: &Value) -> Vec<Exchange> {
@@ -531,12 +607,27 @@ mod openai {
     use super::*;
 
     /// Answers one Responses request: the step's label and the SSE body.
-    pub fn answer(req: &Value) -> (String, String) {
+    pub fn answer(req: &Value, hostile: Option<&Hostile>) -> (String, String) {
         let tools = &req["tools"];
         let history = history(req);
         let n = history.len();
         if !offers_agentchat(tools) {
             return ("side-call".into(), text_response("OK.", n));
+        }
+        if let Some((name, namespace, args)) = hostile.and_then(|h| h.next_call(tools, &used(req)))
+        {
+            let k = req["input"].as_array().map_or(0, Vec::len);
+            let mut item = json!({
+                "type": "function_call",
+                "id": format!("fc_h{k}"),
+                "call_id": format!("call_h{k}"),
+                "name": name,
+                "arguments": args.to_string(),
+            });
+            if let Some(ns) = namespace {
+                item["namespace"] = json!(ns);
+            }
+            return (format!("hostile {name}"), respond(item, k));
         }
         let step = next_step(&history, &finder(tools));
         let label = step_label(&step);
@@ -558,6 +649,17 @@ mod openai {
             }
         };
         (label, body)
+    }
+
+    /// Every tool name the history called, once per call.
+    fn used(req: &Value) -> Vec<String> {
+        req["input"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|i| i["type"] == "function_call")
+            .filter_map(|i| i["name"].as_str().map(str::to_string))
+            .collect()
     }
 
     fn history(req: &Value) -> Vec<Exchange> {
