@@ -12,8 +12,8 @@ pub mod checks;
 pub mod facts;
 pub mod presence;
 pub mod probes;
-pub mod run;
 mod reach;
+pub mod run;
 pub mod service_checks;
 
 use crate::client::Api;

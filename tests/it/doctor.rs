@@ -698,6 +698,9 @@ async fn no_listener_running_warns_and_fails_under_strict() {
     assert_eq!(strict.code, 1, "{}", strict.all());
     strict.assert_line("listening", "FAIL listening:", "agentchat listen");
     strict.assert_no_secret(&key);
+    sim.shutdown().await;
+}
+
 /// `reach` (docs/runtimes.md, "What a woken run can touch"): PASS for the default, WARN naming the
 /// files a profile's `listen.tools` opens and the variables its `env_pass` passes, FAIL for a tool
 /// that reaches past the workdir; the script runtime is the user's own program (WARN).
