@@ -56,6 +56,10 @@ pub enum ListenerState {
     /// `handle_mismatch`: the tray belongs to another agent than this key's: no runs until it
     /// matches again.
     HandleMismatch,
+    /// `queued`: with `listen --all`, a cycle found something waiting and its run waits for one
+    /// of the process's run slots (`listen.max_concurrent_runs`, `listen.min_available_memory`);
+    /// `detail` gives its place. The socket is up and wakes are heard meanwhile.
+    Queued,
     /// `stopping`: SIGTERM or SIGINT came; a run still gets its grace (a second signal ends it at
     /// once).
     Stopping,
@@ -77,6 +81,7 @@ impl ListenerState {
             ListenerState::KeyRefused => "key_refused",
             ListenerState::RuntimeUnusable => "runtime_unusable",
             ListenerState::HandleMismatch => "handle_mismatch",
+            ListenerState::Queued => "queued",
             ListenerState::Stopping => "stopping",
             ListenerState::Stopped => "stopped",
             ListenerState::Unknown => "unknown",
@@ -479,6 +484,7 @@ mod tests {
             L::KeyRefused,
             L::RuntimeUnusable,
             L::HandleMismatch,
+            L::Queued,
             L::Stopping,
             L::Stopped,
             L::Unknown,

@@ -49,6 +49,8 @@ pub struct CycleInput {
     pub metrics: std::sync::Arc<super::metrics::Metrics>,
     /// Told when the run is handed to the supervisor (the daemon shows it in the status then).
     pub run_starting: Option<oneshot::Sender<RunStarting>>,
+    /// The way to a run slot of the process (`listen --all`); `None`: no wait.
+    pub admission: Option<super::admission::Ticket>,
 }
 
 /// What a cycle says as it hands its run to the supervisor.
@@ -157,7 +159,12 @@ async fn steps(input: &mut CycleInput, report: &mut CycleReport) -> Result<Cycle
     let kind = decide_run(input, report, &before)?;
     let prompt = prompt_for_run(input, report, kind).await?;
     let spec = prepare_run(input, kind, &prompt)?;
+    // `listen --all`: the run waits for one of the process's slots (`listen::admission`).
+    let slot = super::admission::slot_for(input.admission.take(), &input.id, &input.shutdown)
+        .await
+        .map_err(|why| CycleEnd::Run(RunOutcome::Failed(why)))?;
     let (outcome, run_ended_at) = start_run(input, report, kind, &spec).await;
+    drop(slot);
     if !*input.shutdown.borrow() {
         let completed = outcome == RunOutcome::Completed;
         apply_invite_rule_after_run(input, report, &before, completed, run_ended_at).await;

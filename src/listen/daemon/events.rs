@@ -118,6 +118,7 @@ impl Daemon {
             shutdown,
             run_starting: Some(run_starting),
             metrics: self.metrics.clone(),
+            admission: self.ticket(),
         };
         self.status.last_cycle = Some(LastCycle::started(
             id,

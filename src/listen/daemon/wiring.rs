@@ -18,6 +18,8 @@ pub(super) struct Wiring {
     pub(super) cycle: Option<JoinHandle<CycleReport>>,
     /// Hears from the running cycle when it hands its run to the supervisor.
     pub(super) run_starting: Option<oneshot::Receiver<RunStarting>>,
+    /// Hears from the running cycle when its run waits for a slot (`listen::admission`).
+    pub(super) queued: Option<oneshot::Receiver<super::super::admission::Queued>>,
     /// The runtime check under way (`recovery`), at most one.
     pub(super) runtime_check: Option<JoinHandle<Result<String, crate::runtime::check::NotUsable>>>,
 }
@@ -43,6 +45,7 @@ impl Wiring {
             socket,
             cycle: None,
             run_starting: None,
+            queued: None,
             runtime_check: None,
         }
     }
