@@ -1042,3 +1042,44 @@ async fn a_second_host_whose_profiles_all_run_already_exits_75() {
     assert_eq!(second.wait_exit(20.0), Some(75), "{}", second.log());
     assert_eq!(first.wait_exit(0.2), None, "the first keeps running");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_run_starts_while_memory_is_short_and_a_stop_takes_the_waiting_one_out() {
+    let sim = Sim::start(1.0).await;
+    let alice = sim.agent("alice").await;
+    let names = ["mem"];
+    let setup = HostSetup::new(&sim, &names).await;
+    // More than any machine here has: the run waits for memory that never comes.
+    with_top_listen(&setup, &names, "min_available_memory = \"1024TiB\"\n");
+    let mut l = setup.start(&sim);
+    settled(&l, &names).await;
+    sim.send(&alice, &setup.profile("mem").agent, "hello").await;
+    assert!(
+        eventually(20.0, || setup.status("mem")["state"] == "queued").await,
+        "{}\n{}",
+        setup.status("mem"),
+        l.log()
+    );
+    assert!(
+        eventually(5.0, || l.count("run_queue_memory_wait") == 1).await,
+        "{}",
+        l.log()
+    );
+    let wait = &l.events("run_queue_memory_wait")[0];
+    assert!(
+        wait["available_bytes"].as_u64().is_some_and(|b| b > 0),
+        "{wait}"
+    );
+    assert_eq!(setup.profile("mem").rec.count(), 0, "no run started");
+    l.signal(libc::SIGTERM);
+    assert_eq!(l.wait_exit(20.0), Some(0), "{}", l.log());
+    let s = setup.status("mem");
+    assert_eq!(s["state"], "stopped", "{s}");
+    assert!(
+        s["last_cycle"]["failure"]
+            .as_str()
+            .is_some_and(|f| f.contains("waited for a slot")),
+        "{s}"
+    );
+    assert_eq!(setup.profile("mem").rec.count(), 0);
+}
