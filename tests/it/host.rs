@@ -593,7 +593,7 @@ async fn one_metrics_endpoint_serves_every_profile_and_readyz_names_the_one_that
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_profile_whose_lock_another_listener_holds_is_said_and_the_others_run() {
+async fn a_profile_whose_lock_another_process_holds_is_said_and_taken_over_once_it_stops() {
     let sim = Sim::start(1.0).await;
     let alice = sim.agent("alice").await;
     let setup = HostSetup::new(&sim, &["held", "free"]).await;
@@ -626,12 +626,40 @@ async fn a_profile_whose_lock_another_listener_holds_is_said_and_the_others_run(
         "{}",
         l.log()
     );
-    assert_eq!(events_of(&l, "profile_not_running", "held").len(), 1);
+    assert!(!events_of(&l, "profile_not_running", "held").is_empty());
+    // Tried again on a backoff, the other process named as the holder.
+    let scheduled = events_of(&l, "profile_retry_scheduled", "held");
+    assert!(
+        scheduled
+            .first()
+            .is_some_and(|e| e["holder"] == single.pid()),
+        "{}",
+        l.log()
+    );
     // The other listener's status is left alone, and the host serves the other profile.
     assert_eq!(setup.status("held")["pid"], single.pid());
     sim.send(&alice, &setup.profile("free").agent, "hi").await;
     assert!(eventually(20.0, || setup.profile("free").rec.done(1)).await);
     assert_eq!(l.wait_exit(0.2), None, "the host keeps running");
+    // Once the other listener is gone, a try on the backoff (5 s, then 10 s) takes the profile
+    // over: nobody has to send SIGHUP.
+    let mut single = single;
+    single.signal(libc::SIGTERM);
+    assert_eq!(single.wait_exit(20.0), Some(0));
+    assert!(
+        eventually(30.0, || setup.status("held")["pid"] == l.pid()
+            && setup.status("held")["state"] == "connected")
+        .await,
+        "{}\n{}",
+        setup.status("held"),
+        l.log()
+    );
+    sim.send(&alice, &setup.profile("held").agent, "back").await;
+    assert!(
+        eventually(20.0, || setup.profile("held").rec.done(1)).await,
+        "{}",
+        l.log()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

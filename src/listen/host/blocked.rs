@@ -1,9 +1,11 @@
 //! Profiles of `listen --all` that found their agent (or state dir) served by another listener
 //! (issue 27): never "served by nobody" while the config names the agent. One held by another
 //! profile of this process starts again as soon as an agent lock of the process is let go
-//! (`agent_lock::released`: a renamed profile, swapped key files); one held by another process
-//! is tried again on `core::recheck`'s backoff (5 s doubling to 10 min), which also catches a
-//! release heard before the refusal. When nothing runs and every profile is another process's,
+//! (`agent_lock::released`: a renamed profile, swapped key files), and at once when a lock was
+//! let go between its start and its refusal (the release came before the refusal was heard);
+//! one held by another process is tried again on `core::recheck`'s backoff (5 s doubling to
+//! 10 min). Two profiles of one agent (the same key twice) leave the second waiting for a
+//! release, without a timer. When nothing runs and every profile is another process's,
 //! the process exits 75, as a single `listen` does.
 
 use super::*;
@@ -16,7 +18,8 @@ pub(super) struct Blocked {
     own: bool,
     /// Tries so far (the backoff's step).
     attempt: u32,
-    /// When it is tried again; `None` while a try is under way.
+    /// When it is tried again on a timer; `None` while a try is under way, or while it waits
+    /// for a release of this process.
     at: Option<Instant>,
 }
 
@@ -29,30 +32,36 @@ impl Blocked {
 
 impl Host {
     /// `name` stopped, or could not start, because the listener `holder` (a pid) serves its agent
-    /// or holds its state dir.
-    pub(super) fn block(&mut self, name: &str, holder: Option<u32>) {
+    /// or holds its state dir; `releases_seen`: the process's lock releases when it started.
+    pub(super) fn block(&mut self, name: &str, holder: Option<u32>, releases_seen: u64) {
         let own = holder == Some(std::process::id());
         let attempt = self
             .blocked
             .get(name)
             .map_or(0, |b| b.attempt.saturating_add(1));
-        let wait = self.scale.apply(crate::core::recheck::delay(attempt));
+        let now = Instant::now();
+        let at = if !own {
+            Some(now + self.scale.apply(crate::core::recheck::delay(attempt)))
+        } else if *crate::listen::agent_lock::released().borrow() != releases_seen {
+            // A lock was let go since it started: perhaps the one it found held.
+            Some(now)
+        } else {
+            // The next release of this process tries it.
+            None
+        };
+        let in_ms = at.map(|at| {
+            u64::try_from(at.saturating_duration_since(now).as_millis()).unwrap_or(u64::MAX)
+        });
         tracing::info!(
             event = %"profile_retry_scheduled",
             profile = %name,
             holder,
-            in_ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX),
+            in_ms,
             "this profile starts again once its agent's listener lets go{}",
             if own { " (a profile of this process)" } else { "; tried again on a backoff" }
         );
-        self.blocked.insert(
-            name.to_string(),
-            Blocked {
-                own,
-                attempt,
-                at: Some(Instant::now() + wait),
-            },
-        );
+        self.blocked
+            .insert(name.to_string(), Blocked { own, attempt, at });
     }
 
     /// When the next try is due.
@@ -72,7 +81,10 @@ impl Host {
         let due: Vec<String> = self
             .blocked
             .iter()
-            .filter(|(_, b)| b.at.is_some_and(|at| at <= now || (released && b.own)))
+            .filter(|(n, b)| {
+                b.at.is_some_and(|at| at <= now)
+                    || (released && b.own && !self.profiles.contains_key(n.as_str()))
+            })
             .map(|(n, _)| n.clone())
             .collect();
         for name in due {

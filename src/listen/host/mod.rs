@@ -48,6 +48,8 @@ struct Running {
     seen: Option<u64>,
     /// What SIGHUP compares (`profiles::fingerprint`).
     fingerprint: [u8; 32],
+    /// The process's agent lock releases when it started (`blocked`).
+    releases_seen: u64,
 }
 
 /// One profile (`listen`), or every profile of the config (`listen --all`).
@@ -342,6 +344,7 @@ impl Host {
                 turns,
                 seen: None,
                 fingerprint,
+                releases_seen: *super::agent_lock::released().borrow(),
             },
         );
         started
@@ -406,6 +409,7 @@ impl Host {
             }
             return None;
         }
+        let releases_seen = self.profiles.get(name).map_or(0, |r| r.releases_seen);
         match self.profiles.get(name).map(|r| r.generation) {
             Some(g) if g == generation => drop(self.profiles.remove(name)),
             // An older start's end: the profile runs again already.
@@ -425,7 +429,7 @@ impl Host {
                     "another listener serves this profile's agent; this profile stopped until that one lets go (the others run on)"
                 );
                 self.failed(name, "another listener serves this profile's agent");
-                self.block(name, holder);
+                self.block(name, holder, releases_seen);
             }
             Err(e) if e.downcast_ref::<profiles::LockHeld>().is_some() => {
                 let holder = e.downcast_ref::<profiles::LockHeld>().and_then(|h| h.pid);
@@ -437,7 +441,7 @@ impl Host {
                     "this profile cannot run until that listener lets go; the others run on"
                 );
                 self.failed(name, &why);
-                self.block(name, holder);
+                self.block(name, holder, releases_seen);
             }
             Err(e) => {
                 self.failed_other.insert(name.to_string());
