@@ -175,6 +175,8 @@ struct ListenTable {
     run_log_max_bytes: Option<Value<RunLogMaxBytes>>,
     metrics_addr: Option<Value<String>>,
     metrics_public: Option<Value<bool>>,
+    max_concurrent_runs: Option<Value<MaxConcurrentRuns>>,
+    min_available_memory: Option<Value<String>>,
     claude: Option<Table<ClaudeTable>>,
     codex: Option<Table<CodexTable>>,
 }
@@ -274,6 +276,11 @@ impl Paths<'_> {
             })
             .transpose()?;
         layer.metrics_public = t.metrics_public.map(|v| v.0);
+        layer.max_concurrent_runs = t.max_concurrent_runs.map(|v| v.0.0);
+        layer.min_available_memory = t
+            .min_available_memory
+            .map(|v| value::byte_size(&v.0).map_err(|p| bad(&key("min_available_memory"), p)))
+            .transpose()?;
         if let Some(c) = t.claude {
             let c = c.0;
             layer.claude_binary = c
@@ -457,6 +464,18 @@ impl FromToml for RunLogsKeep {
 
 /// `run_log_max_bytes`: a whole number in `value::run_log_max_bytes`'s range.
 struct RunLogMaxBytes(u64);
+
+/// `listen.max_concurrent_runs`: a whole number of runs, at least 1.
+struct MaxConcurrentRuns(usize);
+
+impl FromToml for MaxConcurrentRuns {
+    fn from_toml(v: &toml::Value) -> Result<Self, String> {
+        let n = v
+            .as_integer()
+            .ok_or_else(|| format!("expected a number, found {}", v.type_str()))?;
+        value::max_concurrent_runs(n).map(MaxConcurrentRuns)
+    }
+}
 
 impl FromToml for RunLogMaxBytes {
     fn from_toml(v: &toml::Value) -> Result<Self, String> {

@@ -30,6 +30,8 @@ pub(super) const LISTEN_KEYS: &[&str] = &[
     "run_log_max_bytes",
     "metrics_addr",
     "metrics_public",
+    "max_concurrent_runs",
+    "min_available_memory",
     "claude",
     "codex",
 ];

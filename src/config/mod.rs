@@ -111,6 +111,13 @@ pub struct ListenSettings {
     pub metrics_addr: Option<std::net::SocketAddr>,
     /// `listen.metrics_public`: allows a `metrics_addr` that is not loopback.
     pub metrics_public: bool,
+    /// `listen.max_concurrent_runs`: the most runs `listen --all` starts at once, across its
+    /// profiles (`core::admission`); `None` is one per CPU core, at least two. The top level's
+    /// alone counts (a profile's own is ignored with a warning); a single `listen` has one run.
+    pub max_concurrent_runs: Option<usize>,
+    /// `listen.min_available_memory`, in bytes: `listen --all` starts no run while less is
+    /// available (`core::admission::available`). Top level only, like `max_concurrent_runs`.
+    pub min_available_memory: Option<u64>,
     pub claude: ClaudeSettings,
     pub codex: CodexSettings,
 }

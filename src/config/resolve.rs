@@ -262,6 +262,8 @@ fn listen_settings(m: Layer, scale: TestTimeScale) -> Result<ListenSettings, Con
             .unwrap_or(super::value::DEFAULT_RUN_LOG_MAX_BYTES),
         metrics_addr: m.metrics_addr,
         metrics_public: m.metrics_public.unwrap_or(false),
+        max_concurrent_runs: m.max_concurrent_runs,
+        min_available_memory: m.min_available_memory,
         claude: ClaudeSettings {
             binary: m.claude_binary,
             extra_args: m.claude_extra_args.unwrap_or_default(),

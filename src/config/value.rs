@@ -361,6 +361,40 @@ pub fn run_logs_keep(n: i64) -> Result<usize, String> {
     usize::try_from(n).map_err(|_| "is too large".to_string())
 }
 
+/// `listen.max_concurrent_runs`: at least one run, at most 10,000 (more than any machine runs).
+pub fn max_concurrent_runs(n: i64) -> Result<usize, String> {
+    const MAX: i64 = 10_000;
+    if !(1..=MAX).contains(&n) {
+        return Err(format!(
+            "{n} is out of bounds; allow between 1 and {MAX} runs at once"
+        ));
+    }
+    usize::try_from(n).map_err(|_| "is too large".to_string())
+}
+
+/// A size in bytes (`listen.min_available_memory`): a whole number with an optional unit, `B`,
+/// `KiB`, `MiB`, `GiB`, `TiB` (powers of 1024; `K`, `M`, `G`, `T` and `KB`, `MB`, `GB`, `TB`
+/// mean the same here), e.g. `"1GiB"`, `"512 MiB"`.
+pub fn byte_size(raw: &str) -> Result<u64, String> {
+    let text = raw.trim();
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (digits, unit) = text.split_at_checked(split).unwrap_or((text, ""));
+    let shape = || format!("`{raw}` is not a size like \"1GiB\", \"512MiB\" or a number of bytes");
+    let n: u64 = digits.parse().map_err(|_| shape())?;
+    let shift = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 0,
+        "k" | "kb" | "kib" => 10,
+        "m" | "mb" | "mib" => 20,
+        "g" | "gb" | "gib" => 30,
+        "t" | "tb" | "tib" => 40,
+        _ => return Err(shape()),
+    };
+    n.checked_mul(1u64 << shift)
+        .ok_or_else(|| format!("`{raw}` is too large"))
+}
+
 /// `AGENTCHAT_TEST_TIME_SCALE`: a number above zero.
 pub fn time_scale(raw: &str) -> Result<f64, String> {
     let text = raw.trim();
@@ -427,5 +461,31 @@ pub fn profile_name(name: &str) -> Result<(), String> {
         Err(format!(
             "`{name}` is not a usable profile name (letters, digits, '-', '_' and '.', at most 64, not starting with '.')"
         ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_byte_size_takes_binary_units_and_refuses_anything_else() {
+        assert_eq!(byte_size("1GiB"), Ok(1 << 30));
+        assert_eq!(byte_size(" 512 MiB "), Ok(512 << 20));
+        assert_eq!(byte_size("2g"), Ok(2 << 30));
+        assert_eq!(byte_size("4096"), Ok(4096));
+        for bad in [
+            "",
+            "GiB",
+            "1.5GiB",
+            "-1GiB",
+            "1 parsec",
+            "99999999999999TiB",
+        ] {
+            assert!(byte_size(bad).is_err(), "{bad}");
+        }
+        assert_eq!(max_concurrent_runs(1), Ok(1));
+        assert!(max_concurrent_runs(0).is_err());
+        assert!(max_concurrent_runs(10_001).is_err());
     }
 }

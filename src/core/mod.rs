@@ -5,6 +5,7 @@
 //! Every time is an injected number of milliseconds, so each rule is tested without a runtime
 //! against the fixtures in `conformance/`.
 
+pub mod admission;
 pub mod coalescer;
 pub mod decision;
 pub mod engine;

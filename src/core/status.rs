@@ -59,6 +59,10 @@ pub enum ListenerState {
     /// `upgrade_required`: the server closes the socket `4426` (contract 7): this agentchat is
     /// too old for it, and no wake arrives until it is updated; re-checked every 15-30 min.
     UpgradeRequired,
+    /// `queued`: with `listen --all`, a cycle found something waiting and its run waits for one
+    /// of the process's run slots (`listen.max_concurrent_runs`, `listen.min_available_memory`);
+    /// `detail` gives its place. The socket is up and wakes are heard meanwhile.
+    Queued,
     /// `stopping`: SIGTERM or SIGINT came; a run still gets its grace (a second signal ends it at
     /// once).
     Stopping,
@@ -81,6 +85,7 @@ impl ListenerState {
             ListenerState::RuntimeUnusable => "runtime_unusable",
             ListenerState::HandleMismatch => "handle_mismatch",
             ListenerState::UpgradeRequired => "upgrade_required",
+            ListenerState::Queued => "queued",
             ListenerState::Stopping => "stopping",
             ListenerState::Stopped => "stopped",
             ListenerState::Unknown => "unknown",
@@ -490,6 +495,7 @@ mod tests {
             L::RuntimeUnusable,
             L::HandleMismatch,
             L::UpgradeRequired,
+            L::Queued,
             L::Stopping,
             L::Stopped,
             L::Unknown,

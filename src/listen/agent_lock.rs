@@ -25,11 +25,27 @@ pub struct AgentLock {
 }
 
 impl Drop for AgentLock {
-    /// Removes the file while it is still locked, then unlocks (before the close).
+    /// Removes the file while it is still locked, then unlocks (before the close), and says so to
+    /// this process (`released`).
     fn drop(&mut self) {
         let _ = std::fs::remove_file(&self.path);
         let _ = self.file.unlock();
+        releases().send_modify(|n| *n = n.wrapping_add(1));
     }
+}
+
+/// Counts the agent locks this process let go of: `listen --all` starts again a profile that
+/// found its agent's lock held by another profile of the process once that one lets go
+/// (`listen::host`), without waiting for a person.
+fn releases() -> &'static tokio::sync::watch::Sender<u64> {
+    static RELEASES: std::sync::OnceLock<tokio::sync::watch::Sender<u64>> =
+        std::sync::OnceLock::new();
+    RELEASES.get_or_init(|| tokio::sync::watch::channel(0).0)
+}
+
+/// Hears every agent lock this process lets go of from now on.
+pub fn released() -> tokio::sync::watch::Receiver<u64> {
+    releases().subscribe()
 }
 
 /// What taking the lock came to.
@@ -37,11 +53,13 @@ impl Drop for AgentLock {
 pub enum Taken {
     /// This listener holds it now (or held it already).
     Held(AgentLock),
-    /// Another listener holds it: what its file says.
+    /// Another listener holds it: what its file says. `kept`: the lock the taker held before
+    /// (another agent's), still held: a failed move never lets go of the old agent.
     ByOther {
         pid: Option<u32>,
         state_dir: Option<String>,
         lock: PathBuf,
+        kept: Option<AgentLock>,
     },
 }
 
@@ -70,7 +88,7 @@ pub fn lock_path(dir: &Path, api_base: &str, handle: &str) -> PathBuf {
 
 /// Takes the lock for (`api_base`, `handle`) in `dir` for the listener of `state_dir`. `held`
 /// is the lock this listener holds now, if any: kept when it is for the same agent, released
-/// once the new one is taken.
+/// once the new one is taken, and handed back in `Taken::ByOther` when the new one is held.
 pub fn take(
     dir: &Path,
     api_base: &str,
@@ -86,10 +104,22 @@ pub fn take(
         if lock.agent == agent {
             return Ok(Taken::Held(lock));
         }
-        // Another agent now (a new key): take its lock first, and let the old one go after.
-        let taken = take(dir, api_base, handle, state_dir, None);
-        drop(lock);
-        return taken;
+        // Another agent now (a new key): take its lock first, and let the old one go after, only
+        // once the new one is ours.
+        return match take(dir, api_base, handle, state_dir, None) {
+            Ok(Taken::ByOther {
+                pid,
+                state_dir,
+                lock: path,
+                ..
+            }) => Ok(Taken::ByOther {
+                pid,
+                state_dir,
+                lock: path,
+                kept: Some(lock),
+            }),
+            taken => taken,
+        };
     }
     crate::sys::fs::create_private_dir(dir)?;
     let path = lock_path(dir, api_base, handle);
@@ -136,6 +166,7 @@ pub fn take(
                     pid: field("pid").and_then(|p| p.parse().ok()),
                     state_dir: field("state_dir"),
                     lock: path,
+                    kept: None,
                 });
             }
             Err(std::fs::TryLockError::Error(e)) => return Err(e),
@@ -154,6 +185,8 @@ pub struct AgentSlot {
     lock: Option<AgentLock>,
     /// Another listener on this machine serves the agent: this one must exit.
     taken_by_other: bool,
+    /// That listener's pid, as its lock file says.
+    holder: Option<u32>,
     /// A lock that could not be taken (an unwritable state home) was said once.
     warned: bool,
 }
@@ -177,7 +210,11 @@ impl AgentSlot {
                 pid,
                 state_dir: theirs,
                 lock,
+                kept,
             }) => {
+                // Held until this listener ends: its old agent is never left unserved meanwhile.
+                self.lock = kept;
+                self.holder = pid;
                 let theirs = theirs.unwrap_or_else(|| "an unknown state dir".into());
                 tracing::error!(
                     event = %"already_running",
@@ -201,6 +238,11 @@ impl AgentSlot {
     /// Whether another listener serves this agent (the listener exits 75).
     pub fn taken_by_other(&self) -> bool {
         self.taken_by_other
+    }
+
+    /// The pid of the listener that serves this agent, when another does.
+    pub fn holder(&self) -> Option<u32> {
+        self.holder
     }
 
     fn warn_once(&mut self, why: &str) {
@@ -255,5 +297,38 @@ mod tests {
             Taken::ByOther { .. }
         ));
         drop(carol);
+    }
+
+    #[test]
+    fn a_move_to_an_agent_another_listener_serves_keeps_the_old_agents_lock() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path().join("agents");
+        let base = "http://127.0.0.1:9";
+        let Taken::Held(x) = take(&d, base, "x", Path::new("/a"), None).unwrap() else {
+            panic!("x");
+        };
+        let Taken::Held(_y) = take(&d, base, "y", Path::new("/b"), None).unwrap() else {
+            panic!("y");
+        };
+        // The key files were swapped: /a now holds y's key, which /b serves.
+        let Taken::ByOther { kept: Some(x), .. } =
+            take(&d, base, "y", Path::new("/a"), Some(x)).unwrap()
+        else {
+            panic!("y is /b's, and x stays /a's");
+        };
+        assert!(
+            matches!(
+                take(&d, base, "x", Path::new("/c"), None).unwrap(),
+                Taken::ByOther { .. }
+            ),
+            "x is still held"
+        );
+        let released = released();
+        drop(x);
+        assert!(released.has_changed().unwrap(), "the release is heard");
+        assert!(matches!(
+            take(&d, base, "x", Path::new("/c"), None).unwrap(),
+            Taken::Held(_)
+        ));
     }
 }

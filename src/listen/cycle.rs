@@ -53,6 +53,8 @@ pub struct CycleInput {
     pub run_starting: Option<oneshot::Sender<RunStarting>>,
     /// Told when the cycle waits out a `429 Retry-After` (the daemon's status shows the wait).
     pub waits: Option<mpsc::Sender<CycleWait>>,
+    /// The way to a run slot of the process (`listen --all`); `None`: no wait.
+    pub admission: Option<super::admission::Ticket>,
 }
 
 /// The cycle waits before its next tray read, for the server's `429 Retry-After`, until `until`.
@@ -172,7 +174,12 @@ async fn steps(input: &mut CycleInput, report: &mut CycleReport) -> Result<Cycle
     let kind = decide_run(input, report, &before)?;
     let prompt = prompt_for_run(input, report, kind).await?;
     let spec = prepare_run(input, kind, &prompt)?;
+    // `listen --all`: the run waits for one of the process's slots (`listen::admission`).
+    let slot = super::admission::slot_for(input.admission.take(), &input.id, &input.shutdown)
+        .await
+        .map_err(|why| CycleEnd::Run(RunOutcome::Failed(why)))?;
     let (outcome, run_ended_at) = start_run(input, report, kind, &spec).await;
+    drop(slot);
     if !*input.shutdown.borrow() {
         let completed = outcome == RunOutcome::Completed;
         apply_invite_rule_after_run(input, report, &before, completed, run_ended_at).await;

@@ -6,6 +6,7 @@
 //! `texts` the served texts (the one loader and cache); `core::status` is the vocabulary of the
 //! status they write.
 
+pub mod admission;
 pub mod agent_lock;
 pub mod cycle;
 pub mod daemon;
@@ -171,15 +172,23 @@ pub async fn run_command(args: ListenArgs) -> anyhow::Result<i32> {
 async fn run_all(args: ListenArgs, env: &HashMap<String, String>) -> anyhow::Result<i32> {
     // Logging first, from the top level (flags over the environment over the file's top level):
     // one log for every profile, each line naming its profile.
-    let (format, level, metrics_addr, scale) = match crate::config::load_top_of_all(&args.config) {
-        Ok(s) => (
-            s.log_format,
-            s.log_level,
-            s.listen.metrics_addr,
-            TimeScale(s.time_scale.factor()),
-        ),
-        Err(_) => (LogFormat::Text, "info".to_string(), None, TimeScale(1.0)),
-    };
+    let (format, level, metrics_addr, scale, slots) =
+        match crate::config::load_top_of_all(&args.config) {
+            Ok(s) => (
+                s.log_format,
+                s.log_level.clone(),
+                s.listen.metrics_addr,
+                TimeScale(s.time_scale.factor()),
+                host::RunSlots::of(&s),
+            ),
+            Err(_) => (
+                LogFormat::Text,
+                "info".to_string(),
+                None,
+                TimeScale(1.0),
+                host::RunSlots::default(),
+            ),
+        };
     let filter = args.log_filter().unwrap_or(level);
     if let Err(e) = logging::init(args.log_format.unwrap_or(format), &filter) {
         return Ok(refuse_to_start(&e, env));
@@ -237,7 +246,8 @@ async fn run_all(args: ListenArgs, env: &HashMap<String, String>) -> anyhow::Res
             tracing::debug!(event = %"open_files_limit", error = %e, "cannot raise the open files limit")
         }
     }
-    host::run_all(args.config, set, host::Endpoint::new(metrics_addr), scale).await
+    let endpoint = host::Endpoint::new(metrics_addr);
+    host::run_all(args.config, set, endpoint, scale, slots).await
 }
 
 /// `sysexits.h` EX_CONFIG: the listener cannot start as configured, and starting it again will

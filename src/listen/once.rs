@@ -65,6 +65,7 @@ pub async fn run(
     let mut sigterm = signal(SignalKind::terminate())?;
     let mut sigint = signal(SignalKind::interrupt())?;
     let input = CycleInput {
+        admission: None,
         id: cycle::new_cycle_id(),
         settings,
         api,

@@ -187,6 +187,31 @@ fn row_for(
     (row, manager_error)
 }
 
+/// Pure: the run queue of `listen --all` (`listen::admission`) under the table: the running
+/// profiles whose state is `queued`, in the order they joined it (first come, first served: the
+/// order they start in), each with how long it has waited. `None` when nobody waits.
+fn queue_line(rows: &[Row], now: SystemTime) -> Option<String> {
+    let mut waiting: Vec<(SystemTime, &str)> = rows
+        .iter()
+        .filter(|r| r.running && r.state.as_deref() == Some("queued"))
+        .filter_map(|r| Some((parse_time(r.since.as_deref()?)?, r.profile.as_str())))
+        .collect();
+    if waiting.is_empty() {
+        return None;
+    }
+    waiting.sort();
+    let places: Vec<String> = waiting
+        .iter()
+        .enumerate()
+        .map(|(i, (since, p))| format!("{}. {p} (since {})", i + 1, relative(*since, now)))
+        .collect();
+    Some(format!(
+        "run queue ({} waiting for a run slot, first come, first served): {}",
+        places.len(),
+        places.join(", ")
+    ))
+}
+
 /// Pure: the table `status --all` prints: columns as wide as their widest cell, two spaces
 /// apart, every header in capitals; `manager_error` (the service manager's reason for not
 /// answering, asked only about installed units) once under the table.
@@ -242,6 +267,7 @@ pub fn render_rows(rows: &[Row], manager_error: Option<&str>, now: SystemTime) -
     if rows.iter().any(|r| !r.configured) {
         out.push("* not in the config: found by the live lock in its state dir".to_string());
     }
+    out.extend(queue_line(rows, now));
     if let Some(why) = manager_error {
         out.push(format!(
             "service manager: no service manager answers ({why})"
@@ -336,6 +362,27 @@ mod tests {
             service: service.into(),
             error: error.map(String::from),
         }
+    }
+
+    #[test]
+    fn the_run_queue_is_listed_under_the_table_in_the_order_it_was_joined() {
+        let now = SystemTime::now();
+        let at = |ago: u64| crate::sys::time::rfc3339(now - std::time::Duration::from_secs(ago));
+        let mut a = row("a", "@a", "not installed", None);
+        let mut b = row("b", "@b", "not installed", None);
+        let c = row("c", "@c", "not installed", None);
+        assert!(!render_rows(&[a.clone(), b.clone()], None, now).contains("run queue"));
+        for (r, ago) in [(&mut a, 5), (&mut b, 20)] {
+            r.state = Some("queued".into());
+            r.since = Some(at(ago));
+        }
+        let text = render_rows(&[a, b, c], None, now);
+        let last = text.lines().last().unwrap();
+        assert!(
+            last.starts_with("run queue (2 waiting")
+                && last.contains("1. b (since 20 s ago), 2. a (since 5 s ago)"),
+            "{text}"
+        );
     }
 
     #[test]

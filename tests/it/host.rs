@@ -593,7 +593,7 @@ async fn one_metrics_endpoint_serves_every_profile_and_readyz_names_the_one_that
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_profile_whose_lock_another_listener_holds_is_said_and_the_others_run() {
+async fn a_profile_whose_lock_another_process_holds_is_said_and_taken_over_once_it_stops() {
     let sim = Sim::start(1.0).await;
     let alice = sim.agent("alice").await;
     let setup = HostSetup::new(&sim, &["held", "free"]).await;
@@ -626,12 +626,40 @@ async fn a_profile_whose_lock_another_listener_holds_is_said_and_the_others_run(
         "{}",
         l.log()
     );
-    assert_eq!(events_of(&l, "profile_not_running", "held").len(), 1);
+    assert!(!events_of(&l, "profile_not_running", "held").is_empty());
+    // Tried again on a backoff, the other process named as the holder.
+    let scheduled = events_of(&l, "profile_retry_scheduled", "held");
+    assert!(
+        scheduled
+            .first()
+            .is_some_and(|e| e["holder"] == single.pid()),
+        "{}",
+        l.log()
+    );
     // The other listener's status is left alone, and the host serves the other profile.
     assert_eq!(setup.status("held")["pid"], single.pid());
     sim.send(&alice, &setup.profile("free").agent, "hi").await;
     assert!(eventually(20.0, || setup.profile("free").rec.done(1)).await);
     assert_eq!(l.wait_exit(0.2), None, "the host keeps running");
+    // Once the other listener is gone, a try on the backoff (5 s, then 10 s) takes the profile
+    // over: nobody has to send SIGHUP.
+    let mut single = single;
+    single.signal(libc::SIGTERM);
+    assert_eq!(single.wait_exit(20.0), Some(0));
+    assert!(
+        eventually(30.0, || setup.status("held")["pid"] == l.pid()
+            && setup.status("held")["state"] == "connected")
+        .await,
+        "{}\n{}",
+        setup.status("held"),
+        l.log()
+    );
+    sim.send(&alice, &setup.profile("held").agent, "back").await;
+    assert!(
+        eventually(20.0, || setup.profile("held").rec.done(1)).await,
+        "{}",
+        l.log()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -808,4 +836,324 @@ async fn a_run_that_exits_0_in_a_removed_profiles_grace_is_completed_not_failed(
         "{}",
         l.log()
     );
+}
+
+/// The config of `setup` naming `names`, with `lines` added to the top level's `[listen]`.
+fn with_top_listen(setup: &HostSetup, names: &[&str], lines: &str) {
+    setup.write_config(names, "");
+    let text = std::fs::read_to_string(&setup.config).unwrap().replacen(
+        "[listen]\n",
+        &format!("[listen]\n{lines}"),
+        1,
+    );
+    std::fs::write(&setup.config, text).unwrap();
+}
+
+/// `(event, profile)` of every `run_start` and `run_end` line, in log order.
+fn run_edges(l: &Listener) -> Vec<(String, String)> {
+    l.log()
+        .lines()
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .filter(|v| v["event"] == "run_start" || v["event"] == "run_end")
+        .map(|v| {
+            (
+                v["event"].as_str().unwrap().to_string(),
+                v["profile"].as_str().unwrap_or_default().to_string(),
+            )
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runs_beyond_max_concurrent_runs_wait_their_turn_in_order_and_say_so() {
+    let sim = Sim::start(1.0).await;
+    let alice = sim.agent("alice").await;
+    let names = ["q1", "q2", "q3"];
+    let setup = HostSetup::new(&sim, &names).await;
+    with_top_listen(&setup, &names, "max_concurrent_runs = 1\n");
+    for name in names {
+        setup.profile(name).rec.set("sleep", "2");
+    }
+    let mut cmd = setup.command(&sim);
+    cmd.args(["--metrics-addr", "127.0.0.1:0"]);
+    let l = setup.spawn(cmd);
+    settled(&l, &names).await;
+    let base = metrics_base(&l).await;
+    for name in names {
+        sim.send(&alice, &setup.profile(name).agent, "all at once")
+            .await;
+    }
+    // One runs; the others wait, and their status says so.
+    let queued = || names.iter().find(|n| setup.status(n)["state"] == "queued");
+    assert!(
+        eventually(20.0, || queued().is_some()).await,
+        "nobody queued:\n{}",
+        l.log()
+    );
+    let waiting = queued().unwrap();
+    let s = setup.status(waiting);
+    assert!(
+        s["detail"]
+            .as_str()
+            .is_some_and(|d| d.contains("waiting for a run slot") && d.contains("of 1 runs")),
+        "{s}"
+    );
+    let http = reqwest::Client::new();
+    let ready = http.get(format!("{base}/readyz")).send().await.unwrap();
+    assert_eq!(ready.status().as_u16(), 200, "waiting its turn is ready");
+    let page = http
+        .get(format!("{base}/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        page.lines().any(|l| l == "agentchat_runs_running 1"),
+        "{page}"
+    );
+    for name in names {
+        assert!(
+            eventually(30.0, || setup.profile(name).rec.done(1)).await,
+            "{name} never ran:\n{}",
+            l.log()
+        );
+    }
+    // Never two runs at once.
+    let edges = run_edges(&l);
+    let mut going = 0;
+    for (event, profile) in &edges {
+        going += if event == "run_start" { 1 } else { -1 };
+        assert!(going <= 1, "{profile}: two runs at once: {edges:?}");
+    }
+    // The two that waited started in the order they queued.
+    let queued_order: Vec<String> = l
+        .events("run_queued")
+        .iter()
+        .map(|v| v["profile"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(queued_order.len(), 2, "{}", l.log());
+    let started: Vec<&String> = edges
+        .iter()
+        .filter(|(e, p)| e == "run_start" && queued_order.contains(p))
+        .map(|(_, p)| p)
+        .collect();
+    assert_eq!(
+        started,
+        queued_order.iter().collect::<Vec<_>>(),
+        "{}",
+        l.log()
+    );
+    assert_eq!(l.count("run_dequeued"), 2, "{}", l.log());
+    for name in names {
+        assert_eq!(setup.profile(name).rec.count(), 1, "{name} ran once");
+    }
+    assert!(
+        eventually_async(10.0, || {
+            let http = http.clone();
+            let url = format!("{base}/metrics");
+            async move {
+                let page = http.get(url).send().await.unwrap().text().await.unwrap();
+                [
+                    "agentchat_runs_running 0",
+                    "agentchat_runs_queued 0",
+                    "agentchat_run_queue_wait_seconds_count 3",
+                ]
+                .iter()
+                .all(|want| page.lines().any(|l| l == *want))
+            }
+        })
+        .await,
+        "{}",
+        l.log()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_profile_renamed_during_its_run_serves_its_agent_once_the_old_name_lets_go() {
+    let sim = Sim::start(1.0).await;
+    let alice = sim.agent("alice").await;
+    let setup = HostSetup::new(&sim, &["alpha", "alpha2", "other"]).await;
+    let agent = &setup.profile("alpha").agent;
+    setup.write_key("alpha2", &agent.key);
+    setup.write_config(&["alpha", "other"], "");
+    let l = setup.start(&sim);
+    settled(&l, &["alpha", "other"]).await;
+    // A run that ignores SIGTERM keeps alpha (and its agent's lock) for its grace (2 s).
+    let rec = &setup.profile("alpha").rec;
+    rec.set("trap", "");
+    rec.set("sleep", "30");
+    sim.send(&alice, agent, "busy").await;
+    assert!(eventually(20.0, || !rec.file("pid", 1).trim().is_empty()).await);
+    setup.write_config(&["alpha2", "other"], "");
+    l.signal(libc::SIGHUP);
+    // alpha2 finds the agent alpha still holds, then takes it once alpha has let go.
+    assert!(
+        eventually(20.0, || setup.status("alpha2")["state"] == "connected"
+            && setup.status("alpha2")["handle"] == format!("@{}", agent.handle))
+        .await,
+        "{}\n{}",
+        setup.status("alpha2"),
+        l.log()
+    );
+    sim.send(&alice, agent, "still there?").await;
+    assert!(
+        eventually(20.0, || setup.profile("alpha2").rec.done(1)).await,
+        "nobody serves the renamed profile's agent:\n{}",
+        l.log()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_profiles_whose_key_files_are_swapped_both_serve_after_sighup() {
+    let sim = Sim::start(1.0).await;
+    let alice = sim.agent("alice").await;
+    let names = ["left", "right"];
+    let setup = HostSetup::new(&sim, &names).await;
+    let l = setup.start(&sim);
+    settled(&l, &names).await;
+    let (left, right) = (&setup.profile("left").agent, &setup.profile("right").agent);
+    setup.write_key("left", &right.key);
+    setup.write_key("right", &left.key);
+    l.signal(libc::SIGHUP);
+    for (name, agent) in [("left", right), ("right", left)] {
+        assert!(
+            eventually(30.0, || setup.status(name)["state"] == "connected"
+                && setup.status(name)["handle"] == format!("@{}", agent.handle))
+            .await,
+            "{name}: {}\n{}",
+            setup.status(name),
+            l.log()
+        );
+    }
+    sim.send(&alice, left, "to left's agent").await;
+    sim.send(&alice, right, "to right's agent").await;
+    for name in names {
+        assert!(
+            eventually(20.0, || setup.profile(name).rec.done(1)).await,
+            "{name} serves nobody:\n{}",
+            l.log()
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sighup_looks_again_at_once_at_an_unchanged_profile_whose_runtime_could_not_run() {
+    let sim = Sim::start(1.0).await;
+    let alice = sim.agent("alice").await;
+    let names = ["fixed", "fine"];
+    let setup = HostSetup::new(&sim, &names).await;
+    // `fixed` runs a program that is not there yet.
+    let program = setup.tmp.path().join("later.sh");
+    setup.write_config(&names, "");
+    let script = setup.profile("fixed").rec.script.clone();
+    let text = std::fs::read_to_string(&setup.config).unwrap().replace(
+        &format!("command = [\"/bin/sh\", \"{}\"]", script.display()),
+        &format!("command = [\"{}\"]", program.display()),
+    );
+    std::fs::write(&setup.config, text).unwrap();
+    let l = setup.start(&sim);
+    assert!(
+        eventually(20.0, || setup.status("fixed")["state"]
+            == "runtime_unusable")
+        .await,
+        "{}\n{}",
+        setup.status("fixed"),
+        l.log()
+    );
+    // The first look on the backoff (5 s) has passed: the next is 10 s later.
+    assert!(
+        eventually(20.0, || !events_of(&l, "runtime_check", "fixed").is_empty()).await,
+        "{}",
+        l.log()
+    );
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::write(
+            &program,
+            format!("#!/bin/sh\nexec /bin/sh '{}'\n", script.display()),
+        )
+        .unwrap();
+        std::fs::set_permissions(&program, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let asked = std::time::Instant::now();
+    l.signal(libc::SIGHUP);
+    assert!(
+        eventually(4.0, || setup.status("fixed")["state"] == "connected").await,
+        "SIGHUP did not look again: {}\n{}",
+        setup.status("fixed"),
+        l.log()
+    );
+    assert!(asked.elapsed() < std::time::Duration::from_secs(5));
+    sim.send(&alice, &setup.profile("fixed").agent, "now?")
+        .await;
+    assert!(
+        eventually(20.0, || setup.profile("fixed").rec.done(1)).await,
+        "{}",
+        l.log()
+    );
+    // The unchanged healthy profile kept its socket: no reload line.
+    assert!(events_of(&l, "reload", "fine").is_empty(), "{}", l.log());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_host_whose_profiles_all_run_already_exits_75() {
+    let sim = Sim::start(1.0).await;
+    let names = ["d1", "d2"];
+    let setup = HostSetup::new(&sim, &names).await;
+    let mut first = setup.start(&sim);
+    settled(&first, &names).await;
+    let stderr_path = setup.tmp.path().join("second.stderr");
+    let mut cmd = setup.command(&sim);
+    cmd.stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&stderr_path).unwrap());
+    let mut second = Listener {
+        child: Some(cmd.spawn().unwrap()),
+        stderr_path,
+    };
+    assert_eq!(second.wait_exit(20.0), Some(75), "{}", second.log());
+    assert_eq!(first.wait_exit(0.2), None, "the first keeps running");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_run_starts_while_memory_is_short_and_a_stop_takes_the_waiting_one_out() {
+    let sim = Sim::start(1.0).await;
+    let alice = sim.agent("alice").await;
+    let names = ["mem"];
+    let setup = HostSetup::new(&sim, &names).await;
+    // More than any machine here has: the run waits for memory that never comes.
+    with_top_listen(&setup, &names, "min_available_memory = \"1024TiB\"\n");
+    let mut l = setup.start(&sim);
+    settled(&l, &names).await;
+    sim.send(&alice, &setup.profile("mem").agent, "hello").await;
+    assert!(
+        eventually(20.0, || setup.status("mem")["state"] == "queued").await,
+        "{}\n{}",
+        setup.status("mem"),
+        l.log()
+    );
+    assert!(
+        eventually(5.0, || l.count("run_queue_memory_wait") == 1).await,
+        "{}",
+        l.log()
+    );
+    let wait = &l.events("run_queue_memory_wait")[0];
+    assert!(
+        wait["available_bytes"].as_u64().is_some_and(|b| b > 0),
+        "{wait}"
+    );
+    assert_eq!(setup.profile("mem").rec.count(), 0, "no run started");
+    l.signal(libc::SIGTERM);
+    assert_eq!(l.wait_exit(20.0), Some(0), "{}", l.log());
+    let s = setup.status("mem");
+    assert_eq!(s["state"], "stopped", "{s}");
+    assert!(
+        s["last_cycle"]["failure"]
+            .as_str()
+            .is_some_and(|f| f.contains("waited for a slot")),
+        "{s}"
+    );
+    assert_eq!(setup.profile("mem").rec.count(), 0);
 }

@@ -127,6 +127,7 @@ impl Daemon {
             run_starting: Some(run_starting),
             waits: Some(waits),
             metrics: self.metrics.clone(),
+            admission: self.ticket(),
         };
         self.status.last_cycle = Some(LastCycle::started(
             id,

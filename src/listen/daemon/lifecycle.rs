@@ -12,6 +12,7 @@ impl Daemon {
             metrics,
             notify_status,
             pacer,
+            admission,
         } = start;
         let api = Api::new(&settings.api_base, key.clone())?;
         let now = SystemTime::now();
@@ -54,6 +55,7 @@ impl Daemon {
                 removed: None,
                 stopping: false,
                 stopped: false,
+                queued: None,
             },
             socket_state: SocketState::Connecting,
             texts: None,
@@ -80,6 +82,11 @@ impl Daemon {
             texts_owed: false,
             follow_ups: 0,
             runtime_check_recovers: false,
+            admission: admission.map(|a| {
+                let who = a.member();
+                (a, who)
+            }),
+            queued_rx: None,
         })
     }
 

@@ -11,6 +11,7 @@
 
 mod events;
 mod lifecycle;
+mod queue;
 mod recovery;
 mod settings;
 mod status_file;
@@ -68,6 +69,8 @@ struct ListenerFlags {
     stopping: bool,
     /// The stop is done: the last status written says so.
     stopped: bool,
+    /// The cycle's run waits for a slot of the process (`listen::admission`).
+    queued: Option<super::admission::Queued>,
 }
 
 /// Why a stopping listener stopped waiting for its cycle.
@@ -142,20 +145,29 @@ struct Daemon {
     follow_ups: u32,
     /// The runtime check under way started while the runtime was unusable: its pass ends that.
     runtime_check_recovers: bool,
+    /// The process's run slots and this listener's id there (`listen --all`), and the running
+    /// cycle's word that its run queued, until the main loop takes it (`queue`).
+    admission: Option<(super::admission::Admission, u64)>,
+    queued_rx: Option<oneshot::Receiver<super::admission::Queued>>,
 }
 
 /// What the process layer (`listen::host`) tells a profile's listener. The listener owns no
 /// signal and says nothing to systemd: the host turns signals into these, and pings the watchdog
 /// only while every profile's loop turns (`host::watchdog`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub enum Command {
     /// Stop gracefully (the first SIGTERM/SIGINT, or the profile left the config): the run gets
     /// its grace. The name is the cause, for the log.
     Stop(&'static str),
     /// Stop now (a second signal): the run's group is killed at once.
     StopNow(&'static str),
-    /// SIGHUP: read this profile's config and texts again.
-    Reload,
+    /// SIGHUP: read this profile's config and texts again. `listen --all` hands each profile
+    /// the settings it read once for all of them; `None`: the listener reads its own.
+    Reload(Option<Box<Settings>>),
+    /// SIGHUP for a profile of `listen --all` whose settings did not change: whatever keeps its
+    /// runs from starting (an unusable runtime, missing texts, a refused key) is looked at now;
+    /// nothing for one that can run.
+    Recheck,
     /// Turn once: the host's watchdog looks for a loop that does not.
     Probe,
 }
@@ -169,8 +181,9 @@ pub const COMMANDS: usize = 4;
 pub enum Ended {
     /// Told to stop.
     Stopped,
-    /// Another listener serves this agent (`agent_lock`): this one stopped.
-    TakenByOther,
+    /// Another listener serves this agent (`agent_lock`): this one stopped. `holder`: that
+    /// listener's pid, as its lock says.
+    TakenByOther { holder: Option<u32> },
 }
 
 /// What a profile's listener starts with: its settings, and what the host made for it.
@@ -186,6 +199,8 @@ pub struct Start {
     pub notify_status: bool,
     /// The process's one connect pacer (`listen::pacer`), which every profile's socket passes.
     pub pacer: super::pacer::Pacer,
+    /// The process's run slots (`listen --all`); `None`: runs start at once.
+    pub admission: Option<super::admission::Admission>,
 }
 
 /// The listener's link to the host.
@@ -214,7 +229,9 @@ pub async fn run(start: Start, mut link: Link) -> anyhow::Result<Ended> {
     tracing::info!(event = %"stopping", signal = cause, "stopping");
     d.stop(wiring, &mut link.commands).await;
     if d.agent.taken_by_other() {
-        return Ok(Ended::TakenByOther);
+        return Ok(Ended::TakenByOther {
+            holder: d.agent.holder(),
+        });
     }
     Ok(Ended::Stopped)
 }
@@ -255,9 +272,10 @@ async fn main_loop(
                 // The host is gone: nothing will say stop any more.
                 None => return "the process is ending",
                 Some(Command::Probe) => {}
-                Some(Command::Reload) => {
+                Some(Command::Recheck) => d.recheck_now(&w.params),
+                Some(Command::Reload(new)) => {
                     let scale = d.scale();
-                    d.reload(&w.params);
+                    d.reload(&w.params, new);
                     if d.scale() != scale {
                         // The scale follows `api_base` (`config::TestTimeScale`): a reload onto
                         // another server sets the timers again.
@@ -287,13 +305,22 @@ async fn main_loop(
             _ = after_ms(due) => start_due_cycle(d, w),
             r = run_starting(&mut w.run_starting) => {
                 w.run_starting = None;
+                d.left_queue();
                 if let Ok(run) = r {
                     d.on_run_starting(run);
+                }
+            }
+            r = super::admission::heard(&mut w.queued) => {
+                w.queued = None;
+                if let Ok(q) = r {
+                    d.on_queued(q);
                 }
             }
             r = cycle_end(&mut w.cycle) => {
                 w.cycle = None;
                 w.run_starting = None;
+                w.queued = None;
+                d.left_queue();
                 d.on_cycle_task_end(r);
                 start_due_cycle(d, w);
             }
@@ -342,6 +369,7 @@ fn start_due_cycle(d: &mut Daemon, w: &mut Wiring) {
         let waits = w.cycle_waits_tx.clone();
         w.cycle = Some(d.start_cycle(w.shutdown.subscribe(), run_starting_tx, waits));
         w.run_starting = Some(run_starting_rx);
+        w.queued = d.queued_rx.take();
     }
 }
 
@@ -391,6 +419,8 @@ fn shown_state(p: &ListenerFlags, socket: SocketState) -> ListenerState {
         ListenerState::HandleMismatch
     } else if p.removed.is_some() {
         ListenerState::UpgradeRequired
+    } else if p.queued.is_some() && socket == SocketState::Connected {
+        ListenerState::Queued
     } else {
         socket.into()
     }
@@ -426,12 +456,27 @@ mod tests {
             removed: None,
             stopping: false,
             stopped: false,
+            queued: None,
         }
     }
 
     #[test]
     fn shown_state_puts_stopping_then_key_then_profile_states_over_the_socket() {
         let mut p = flags();
+        assert_eq!(
+            shown_state(&p, SocketState::Backoff),
+            ListenerState::Backoff
+        );
+        p.queued = Some(crate::listen::admission::Queued {
+            place: 1,
+            running: 2,
+            max: 2,
+        });
+        assert_eq!(
+            shown_state(&p, SocketState::Connected),
+            ListenerState::Queued
+        );
+        // Down, the socket's state says more than the wait.
         assert_eq!(
             shown_state(&p, SocketState::Backoff),
             ListenerState::Backoff

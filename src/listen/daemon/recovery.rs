@@ -184,3 +184,21 @@ pub(super) async fn task_end<T>(
         None => std::future::pending().await,
     }
 }
+
+impl Daemon {
+    /// SIGHUP found this profile's settings unchanged (`Command::Recheck`): a runtime that cannot
+    /// work is checked now, missing texts are fetched now, a refused key's file is read now. A
+    /// profile that can run does nothing.
+    pub(super) fn recheck_now(&mut self, params_tx: &watch::Sender<SocketParams>) {
+        let now = tokio::time::Instant::now();
+        if self.flags.unusable.is_some() {
+            tracing::info!(event = %"recheck", what = "runtime", "SIGHUP: checking the runtime again now");
+            self.runtime_recheck.at = Some(now);
+        }
+        if self.current_texts().is_none() {
+            tracing::info!(event = %"recheck", what = "texts", "SIGHUP: fetching the texts again now");
+            self.texts_recheck.at = Some(now);
+        }
+        self.check_key_file(params_tx);
+    }
+}

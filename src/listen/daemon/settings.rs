@@ -64,9 +64,13 @@ impl Daemon {
     }
 
     /// SIGHUP: config and texts again; a refused key or an unusable runtime gets a new chance.
-    pub(super) fn reload(&mut self, params_tx: &watch::Sender<SocketParams>) {
+    pub(super) fn reload(
+        &mut self,
+        params_tx: &watch::Sender<SocketParams>,
+        new: Option<Box<Settings>>,
+    ) {
         tracing::info!(event = %"reload", "reloading configuration and texts");
-        match self.source.load() {
+        match new.map_or_else(|| self.source.load(), |s| Ok(*s)) {
             Ok(s) => match s.api_key.clone() {
                 Some(k) => {
                     if s.state_dir != self.settings.state_dir {

@@ -21,6 +21,8 @@ pub(super) struct Wiring {
     /// The running cycle's waits for a `429 Retry-After` (`Daemon::on_cycle_wait`).
     pub(super) cycle_waits_tx: mpsc::Sender<cycle::CycleWait>,
     pub(super) cycle_waits: mpsc::Receiver<cycle::CycleWait>,
+    /// Hears from the running cycle when its run waits for a slot (`listen::admission`).
+    pub(super) queued: Option<oneshot::Receiver<super::super::admission::Queued>>,
     /// The runtime check under way (`recovery`), at most one.
     pub(super) runtime_check: Option<JoinHandle<Result<String, crate::runtime::check::NotUsable>>>,
 }
@@ -49,6 +51,7 @@ impl Wiring {
             run_starting: None,
             cycle_waits_tx,
             cycle_waits,
+            queued: None,
             runtime_check: None,
         }
     }

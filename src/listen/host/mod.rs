@@ -11,13 +11,16 @@
 //! and the others run; a profile whose listener ends (its agent served by another listener) ends
 //! alone. With `--all` the process never exits non-zero for one profile's trouble.
 
+mod blocked;
 mod notify;
 mod profiles;
+mod reload;
 mod signals;
 
 pub(super) use profiles::Prepared;
 
 use super::TimeScale;
+use super::admission::Admission;
 use super::daemon::{self, COMMANDS, Command, Ended, Link, Start};
 use super::metrics::{self, Metrics, Registry};
 use super::pacer::Pacer;
@@ -45,6 +48,8 @@ struct Running {
     seen: Option<u64>,
     /// What SIGHUP compares (`profiles::fingerprint`).
     fingerprint: [u8; 32],
+    /// The process's agent lock releases when it started (`blocked`).
+    releases_seen: u64,
 }
 
 /// One profile (`listen`), or every profile of the config (`listen --all`).
@@ -70,6 +75,30 @@ impl Endpoint {
     }
 }
 
+/// The top level's `listen.max_concurrent_runs` and `listen.min_available_memory`: the process's
+/// run slots (`listen::admission`), for every profile of `listen --all`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(super) struct RunSlots {
+    pub(super) max: Option<usize>,
+    pub(super) min_memory: Option<u64>,
+}
+
+impl RunSlots {
+    pub(super) fn of(s: &Settings) -> RunSlots {
+        RunSlots {
+            max: s.listen.max_concurrent_runs,
+            min_memory: s.listen.min_available_memory,
+        }
+    }
+
+    /// The slots there are: as set, else one per CPU core, at least two.
+    fn max(self) -> usize {
+        let cores = std::thread::available_parallelism().map_or(1, usize::from);
+        self.max
+            .unwrap_or_else(|| crate::core::admission::default_max(cores))
+    }
+}
+
 struct Host {
     mode: Mode,
     profiles: BTreeMap<String, Running>,
@@ -87,6 +116,14 @@ struct Host {
     endpoint: watch::Sender<bool>,
     /// The one connect pacer every profile's socket passes (contract 3.4's per-IP budget).
     pacer: Pacer,
+    /// `listen --all`'s run slots, as the top level sets them, and the queue for them.
+    slots: RunSlots,
+    admission: Option<Admission>,
+    /// Profiles whose agent another listener serves, tried again (`blocked`).
+    blocked: BTreeMap<String, blocked::Blocked>,
+    /// Profiles that cannot run for another reason (their config, their key, their state dir).
+    failed_other: std::collections::BTreeSet<String>,
+    scale: TimeScale,
 }
 
 /// `agentchat listen`: the one profile `args` choose, prepared by `listen::run_command` (its
@@ -116,10 +153,14 @@ pub(super) async fn run_all(
     set: config::ProfileSet,
     endpoint: Endpoint,
     scale: TimeScale,
+    slots: RunSlots,
 ) -> anyhow::Result<i32> {
     let mut signals = Signals::install()?;
     let (addr, registry) = (endpoint.addr, endpoint.registry.clone());
     let mut host = Host::new(Mode::All(args, endpoint), scale);
+    let admission = Admission::new(slots.max(), slots.min_memory, Some(registry.clone()));
+    host.slots = slots;
+    host.admission = Some(admission.clone());
     if let Some(addr) = addr {
         tokio::spawn(metrics::serve(registry, addr, host.endpoint.subscribe()));
     }
@@ -134,6 +175,8 @@ pub(super) async fn run_all(
         event = %"host_start",
         pid = std::process::id(),
         profiles = host.profiles.len(),
+        max_concurrent_runs = admission.max(),
+        min_available_memory = slots.min_memory,
         "listening for {} profiles in one process",
         host.profiles.len()
     );
@@ -156,6 +199,11 @@ impl Host {
             watchdog: None,
             endpoint,
             pacer: Pacer::new(scale.0),
+            slots: RunSlots::default(),
+            admission: None,
+            blocked: BTreeMap::new(),
+            failed_other: Default::default(),
+            scale,
         }
     }
 
@@ -180,7 +228,8 @@ impl Host {
 
     /// A profile whose table of the config is wrong: said naming the profile and the key, in the
     /// log and on `/readyz`.
-    fn config_error(&self, name: &str, e: &config::ConfigError) {
+    fn config_error(&mut self, name: &str, e: &config::ConfigError) {
+        self.failed_other.insert(name.to_string());
         tracing::error!(
             event = %"profile_config_error",
             profile = %name,
@@ -200,6 +249,11 @@ impl Host {
     ) -> oneshot::Receiver<()> {
         let generation = self.next_generation;
         self.next_generation += 1;
+        self.failed_other.remove(&name);
+        if let Some(b) = self.blocked.get_mut(&name) {
+            // A try under way: its backoff goes on should it be refused again.
+            b.at_none();
+        }
         let (commands, commands_rx) = mpsc::channel(COMMANDS);
         let (started_tx, started) = oneshot::channel();
         let turns = Arc::new(AtomicU64::new(0));
@@ -228,6 +282,13 @@ impl Host {
                         "this profile's listen.metrics_addr is ignored with --all: the process serves every profile on one endpoint (--metrics-addr, or the top level's [listen] metrics_addr)"
                     );
                 }
+                if RunSlots::of(&settings) != self.slots {
+                    tracing::warn!(
+                        event = %"config_advice",
+                        profile = %name,
+                        "this profile's listen.max_concurrent_runs or listen.min_available_memory is ignored with --all: the process's run slots are the top level's [listen]"
+                    );
+                }
                 let metrics = match endpoint.addr {
                     Some(_) => endpoint.registry.profile(&name),
                     None => Metrics::off(),
@@ -243,6 +304,7 @@ impl Host {
         let ends = self.ends_tx.clone();
         let end_name = name.clone();
         let pacer = self.pacer.clone();
+        let admission = self.admission.clone();
         let listener = async move {
             let prepared = match prepared {
                 Some(p) => p,
@@ -257,6 +319,7 @@ impl Host {
                 metrics,
                 notify_status,
                 pacer,
+                admission,
             };
             let r = daemon::run(start, link).await;
             // The lock outlives the listener: no other can start on this state dir meanwhile.
@@ -281,6 +344,7 @@ impl Host {
                 turns,
                 seen: None,
                 fingerprint,
+                releases_seen: *super::agent_lock::released().borrow(),
             },
         );
         started
@@ -294,8 +358,11 @@ impl Host {
         started: Vec<oneshot::Receiver<()>>,
     ) -> anyhow::Result<i32> {
         let mut all_started = Some(Box::pin(futures_util::future::join_all(started)));
+        let mut released = super::agent_lock::released();
         let cause = loop {
             tokio::select! {
+                _ = released.changed() => self.retry_blocked(true),
+                _ = blocked::at(self.next_retry()) => self.retry_blocked(false),
                 asked = signals.next() => match asked {
                     Asked::Stop(cause) => break cause,
                     Asked::Reload => self.reload(),
@@ -342,27 +409,42 @@ impl Host {
             }
             return None;
         }
-        if self
-            .profiles
-            .get(name)
-            .is_some_and(|r| r.generation == generation)
-        {
-            self.profiles.remove(name);
+        let releases_seen = self.profiles.get(name).map_or(0, |r| r.releases_seen);
+        match self.profiles.get(name).map(|r| r.generation) {
+            Some(g) if g == generation => drop(self.profiles.remove(name)),
+            // An older start's end: the profile runs again already.
+            Some(_) => return None,
+            None => {}
         }
         if self.one() {
             return Some(exit_code(outcome));
         }
         match outcome {
             Ok(Ended::Stopped) => {}
-            Ok(Ended::TakenByOther) => {
+            Ok(Ended::TakenByOther { holder }) => {
                 tracing::warn!(
                     event = %"profile_ended",
                     profile = %name,
-                    "another listener serves this profile's agent; this profile stopped (the others run on; SIGHUP tries again)"
+                    holder,
+                    "another listener serves this profile's agent; this profile stopped until that one lets go (the others run on)"
                 );
                 self.failed(name, "another listener serves this profile's agent");
+                self.block(name, holder, releases_seen);
+            }
+            Err(e) if e.downcast_ref::<profiles::LockHeld>().is_some() => {
+                let holder = e.downcast_ref::<profiles::LockHeld>().and_then(|h| h.pid);
+                let why = format!("{e:#}");
+                tracing::error!(
+                    event = %"profile_not_running",
+                    profile = %name,
+                    error = %why,
+                    "this profile cannot run until that listener lets go; the others run on"
+                );
+                self.failed(name, &why);
+                self.block(name, holder, releases_seen);
             }
             Err(e) => {
+                self.failed_other.insert(name.to_string());
                 let why = format!("{e:#}");
                 tracing::error!(
                     event = %"profile_not_running",
@@ -373,95 +455,16 @@ impl Host {
                 self.failed(name, &why);
             }
         }
+        if self.all_served_elsewhere() {
+            tracing::error!(
+                event = %"already_running",
+                "every profile of this config is served by another listener already; this process has nothing to do: exiting"
+            );
+            return Some(Ok(super::already_running_exit_code(
+                &crate::config::process_env(),
+            )));
+        }
         None
-    }
-
-    /// SIGHUP. One profile: it reloads (its config and texts, as it always has). Every profile:
-    /// the config is read again; a profile it adds (or one not running) starts, one it no longer
-    /// names stops (its run gets its grace), one whose settings changed reloads, the rest are
-    /// left alone. A file that cannot be read keeps every profile as it is.
-    fn reload(&mut self) {
-        let args = match &self.mode {
-            Mode::One(_) => {
-                for r in self.profiles.values() {
-                    deliver(&r.commands, Command::Reload);
-                }
-                return;
-            }
-            Mode::All(args, _) => args.clone(),
-        };
-        tracing::info!(event = %"reload", "reloading the config: profiles added, removed or changed");
-        let set = match config::load_all(&args) {
-            Ok(set) => set,
-            Err(e) => {
-                tracing::error!(event = %"reload_failed", error = %e, "the config cannot be read; every profile keeps its settings");
-                return;
-            }
-        };
-        let named: std::collections::BTreeSet<&str> =
-            set.profiles.iter().map(|(n, _)| n.as_str()).collect();
-        let gone: Vec<String> = self
-            .profiles
-            .keys()
-            .filter(|n| !named.contains(n.as_str()))
-            .cloned()
-            .collect();
-        self.returning
-            .retain(|name, _| named.contains(name.as_str()));
-        for name in gone {
-            if let Some(r) = self.profiles.remove(&name) {
-                tracing::info!(event = %"profile_removed", profile = %name, "the config no longer names this profile; stopping it");
-                deliver(&r.commands, Command::Stop("removed from the config"));
-                self.leaving.push((name, r));
-            }
-        }
-        if let Some(r) = self.registry() {
-            for n in r.names() {
-                let leaving = self.leaving.iter().any(|(l, _)| *l == n);
-                if !named.contains(n.as_str()) && !leaving {
-                    r.remove(&n);
-                }
-            }
-        }
-        let (mut added, mut changed) = (0, 0);
-        for (name, settings) in set.profiles {
-            match (self.profiles.get_mut(&name), settings) {
-                (Some(r), Ok(s)) => {
-                    let fingerprint = profiles::fingerprint(&s);
-                    if fingerprint != r.fingerprint {
-                        r.fingerprint = fingerprint;
-                        changed += 1;
-                        deliver(&r.commands, Command::Reload);
-                    }
-                }
-                (Some(_), Err(e)) => {
-                    tracing::error!(
-                        event = %"reload_failed",
-                        profile = %name,
-                        error = %e,
-                        "this profile's new config is wrong; it keeps its old settings"
-                    );
-                }
-                (None, Ok(s)) if self.leaving.iter().any(|(n, _)| *n == name) => {
-                    added += 1;
-                    tracing::info!(event = %"profile_added", profile = %name, "this profile's old listener is still stopping; it starts once that one has ended");
-                    self.returning.insert(name, s);
-                }
-                (None, Ok(s)) => {
-                    added += 1;
-                    tracing::info!(event = %"profile_added", profile = %name, "starting this profile");
-                    drop(self.start(name, s, None));
-                }
-                (None, Err(e)) => self.config_error(&name, &e),
-            }
-        }
-        tracing::info!(
-            event = %"reloaded",
-            profiles = self.profiles.len(),
-            added,
-            changed,
-            "config reloaded"
-        );
     }
 
     /// The watchdog's tick: a ping when every started profile's loop turned since the last
@@ -524,7 +527,7 @@ impl Host {
 fn exit_code(outcome: Outcome) -> anyhow::Result<i32> {
     match outcome? {
         Ended::Stopped => Ok(0),
-        Ended::TakenByOther => Ok(super::already_running_exit_code(
+        Ended::TakenByOther { .. } => Ok(super::already_running_exit_code(
             &crate::config::process_env(),
         )),
     }

@@ -14,6 +14,13 @@ pub(in crate::listen) struct Prepared {
     pub lock: state_dir::Lock,
 }
 
+/// The profile's state dir is locked by another listener (`pid`, when its lock file says).
+#[derive(Debug, thiserror::Error)]
+#[error("another listener holds this profile's lock")]
+pub(super) struct LockHeld {
+    pub(super) pid: Option<u32>,
+}
+
 /// Gets one profile of `listen --all` ready, as `listen` does for its one profile before it
 /// starts (`listen::run_command`): advice, the key, the state dir, its lock, the leftover run.
 /// An error is this profile's alone, said in its log line (the others run on).
@@ -33,9 +40,9 @@ pub(super) async fn prepare(settings: &Settings) -> anyhow::Result<Prepared> {
                 event = %"already_running",
                 pid,
                 lock = %state.path(state_dir::LOCK_FILE).display(),
-                "a listener for this profile is already running; this one does not start (SIGHUP tries again)"
+                "a listener for this profile is already running; this one does not start until it lets go"
             );
-            anyhow::bail!("another listener holds this profile's lock");
+            return Err(LockHeld { pid }.into());
         }
     };
     crate::runtime::supervisor::stop_leftover_run(&state.runs_dir(), settings.listen.kill_grace)

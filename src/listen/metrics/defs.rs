@@ -12,6 +12,7 @@ pub(super) const STATES: &[&str] = &[
     "runtime_unusable",
     "handle_mismatch",
     "upgrade_required",
+    "queued",
     "stopping",
     "stopped",
 ];
@@ -67,6 +68,12 @@ pub(super) const RUN_BUCKETS: &[f64] = &[
 /// its max delay (15 s), plus the tray read.
 pub(super) const LATENCY_BUCKETS: &[f64] =
     &[0.5, 1.0, 2.0, 3.0, 5.0, 10.0, 15.0, 30.0, 60.0, 300.0];
+
+/// Waits for a run slot, in seconds: none while slots are free, a run's length (seconds to
+/// minutes) per place ahead while they are not.
+pub(super) const QUEUE_WAIT_BUCKETS: &[f64] = &[
+    0.1, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0,
+];
 
 /// One metric of the page: its name, type and help line.
 pub(super) struct Def {
@@ -179,4 +186,19 @@ pub(super) const PROFILE_FAILED: Def = Def {
     name: "agentchat_profile_failed",
     kind: "gauge",
     help: "1 for a profile the host could not start (a bad config table, its lock held elsewhere); why is in /readyz and the log. Absent while every profile started.",
+};
+pub(super) const RUNS_RUNNING: Def = Def {
+    name: "agentchat_runs_running",
+    kind: "gauge",
+    help: "Runs going now, across the process's profiles (listen --all).",
+};
+pub(super) const RUNS_QUEUED: Def = Def {
+    name: "agentchat_runs_queued",
+    kind: "gauge",
+    help: "Profiles waiting for a run slot (max_concurrent_runs, min_available_memory).",
+};
+pub(super) const QUEUE_WAIT: Def = Def {
+    name: "agentchat_run_queue_wait_seconds",
+    kind: "histogram",
+    help: "How long each run waited for its slot (0 when one was free).",
 };

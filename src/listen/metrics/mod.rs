@@ -31,6 +31,7 @@
 
 mod defs;
 mod probes;
+mod queue;
 mod registry;
 mod render;
 mod serve;

@@ -147,6 +147,8 @@ mod tests {
         assert_eq!(m.readiness().code, 503);
         for (state, socket, code) in [
             ("connected", "connected", 200),
+            // Waiting for a run slot of the process: connected, and its run will start.
+            ("queued", "connected", 200),
             ("runtime_unusable", "connected", 503),
             ("handle_mismatch", "connected", 503),
             ("key_refused", "key_refused", 503),

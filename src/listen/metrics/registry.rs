@@ -32,6 +32,8 @@ enum Entry {
 #[derive(Debug, Default)]
 pub struct Registry {
     profiles: Mutex<BTreeMap<String, Entry>>,
+    /// The process's run queue (`listen --all` only).
+    pub queue: super::queue::QueueSamples,
 }
 
 /// One profile's part of an answer.
@@ -156,7 +158,9 @@ impl Registry {
         let (running, failed) = self.snapshot();
         let ms: Vec<&Metrics> = running.iter().map(|(_, m)| m.as_ref()).collect();
         let fs: Vec<&str> = failed.iter().map(|(n, _)| n.as_str()).collect();
-        super::render::page(&ms, &fs)
+        let mut page = super::render::page(&ms, &fs);
+        self.queue.render(&mut page);
+        page
     }
 
     /// `/healthz` for the process (the module's doc says what it checks).
