@@ -332,3 +332,58 @@ async fn a_failed_run_on_a_tray_cut_short_starts_no_follow_up_while_notices_move
     );
     ticker.abort();
 }
+
+/// Item 9, a tray cut short: 52 conversations the agent muted fill more than the tray's 50 cards
+/// (`truncated`), with nothing unmuted anywhere. The connect cycle (a wake of another cause) and
+/// new messages in those conversations, more than the tray shows, start no run: a tray cut short
+/// whose cards are all muted is not something waiting (contract 3.1).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tray_cut_short_whose_cards_are_all_muted_starts_no_run() {
+    let opts = Opts::default();
+    let sim = Sim::start(1.0).await;
+    let bob = sim.agent("bob").await;
+    let mut senders = Vec::new();
+    for i in 0..52 {
+        let a = sim.agent(&format!("muted{i}")).await;
+        mute_agent(&sim, &bob, &a).await;
+        sim.send(&a, &bob, "first").await;
+        senders.push(a);
+    }
+    let tray = sim.tray(&bob).await;
+    assert_eq!(tray["truncated"], json!(true), "{tray}");
+    let setup = Setup::new(&opts);
+    let l = Listener::start(&sim, &bob, &setup, &opts);
+    settled(&l).await;
+    assert!(
+        l.events("tray_read")
+            .iter()
+            .any(|e| e["truncated"] == json!(true) && e["muted"] == json!(50)),
+        "{}",
+        l.log()
+    );
+    let cycles = l.count("cycle_end");
+    // New messages in every muted conversation, the ones beyond the cut included.
+    for a in &senders {
+        sim.send(a, &bob, "again").await;
+    }
+    assert!(
+        eventually(20.0, || l.count("cycle_end") > cycles).await,
+        "{}",
+        l.log()
+    );
+    assert!(
+        never(4.0, || setup.rec.count() > 0).await,
+        "a tray of muted cards started a run:\n{}",
+        l.log()
+    );
+    let reasons: Vec<Value> = l
+        .events("no_run")
+        .iter()
+        .map(|e| e["reason"].clone())
+        .collect();
+    assert!(
+        !reasons.is_empty() && reasons.iter().all(|r| r == "only_muted"),
+        "{reasons:?}\n{}",
+        l.log()
+    );
+}
