@@ -222,6 +222,58 @@ async fn a_cycle_waiting_out_a_429_keeps_the_status_written_and_shows_the_wait()
     );
 }
 
+/// Item 4: the wait's text outlives a socket state change. While the cycle waits out a
+/// `Retry-After` of 240 s the server closes the socket; once it is connected again,
+/// `status.detail` still says the wait.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_429_wait_stays_in_the_status_detail_across_a_reconnect() {
+    use listen_support::fake::{self, Fake};
+    use tokio_tungstenite::tungstenite::{Message, protocol::CloseFrame};
+    let fake = Fake::start("bob", fake::tray("@bob", 1)).await;
+    {
+        let mut s = fake.shared.lock().unwrap();
+        s.inbox_429 = 1;
+        s.retry_after_s = 240;
+    }
+    let opts = Opts::default();
+    let setup = Setup::new(&opts);
+    let l = Listener::spawn(
+        listener_command_for(&fake.api_base, FAKE_KEY, &setup, &opts),
+        &setup,
+        "",
+    );
+    let waiting = |s: &Value| {
+        s["detail"]
+            .as_str()
+            .is_some_and(|d| d.contains("429") && d.contains("reads the tray again at"))
+    };
+    assert!(
+        eventually(15.0, || waiting(&setup.status())).await,
+        "{}\n{}",
+        setup.status(),
+        l.log()
+    );
+    fake.push(Message::Close(Some(CloseFrame {
+        code: 1011u16.into(),
+        reason: "going away".into(),
+    })));
+    assert!(
+        eventually(15.0, || l.count("socket_closed") >= 1
+            && l.count("socket_connected") >= 2
+            && setup.status()["state"] == "connected")
+        .await,
+        "{}\n{}",
+        setup.status(),
+        l.log()
+    );
+    let status = setup.status();
+    assert!(
+        waiting(&status),
+        "the wait was lost:\n{status}\n{}",
+        l.log()
+    );
+}
+
 /// Mutes `target` for `who` through the real route.
 async fn mute_agent(sim: &Sim, who: &Agent, target: &Agent) {
     let r = reqwest::Client::new()
