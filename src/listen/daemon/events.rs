@@ -228,8 +228,10 @@ impl Daemon {
         if let Some(removed) = report.removed {
             self.status.detail = Some(removed.clone());
             self.flags.removed = Some(removed);
+            self.schedule_removed_recheck();
         } else if report.handle_ok {
             self.flags.removed = None;
+            self.removed_recheck.reset();
         }
         if report.key_refused {
             self.status.detail =
