@@ -118,6 +118,78 @@ async fn texts_without_a_wake_instruction_are_refused_and_the_last_good_copy_kep
     assert!(eventually_async(5.0, || async { readyz(&base).await.0 == 200 }).await);
 }
 
+/// Item 1's rule for the invite prompt (contract 3.6; docs/decisions.md): texts without
+/// `invite_prompt` are refused like missing texts. The good copy in use stays in use and on disk,
+/// and an invite runs with its `invite_prompt`; with none, an invite waiting is `no_texts` (not
+/// `no_prompt`), and once the server serves usable texts the invite runs by itself (`recovered`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn texts_without_an_invite_prompt_are_refused_and_the_last_good_copy_kept() {
+    let opts = Opts {
+        time_scale: 10.0,
+        ..Opts::default()
+    };
+    let sim = Sim::start(1.0).await;
+    let alice = sim.agent("alice").await;
+    let bob = sim.agent("bob").await;
+    let good = sim.texts("generic", &bob.key).await;
+    let mut unusable = good.clone();
+    unusable.as_object_mut().unwrap().remove("invite_prompt");
+    let setup = Setup::new(&opts);
+    let cache = setup.state_dir.join("texts-generic.json");
+    {
+        let mut l = Listener::start(&sim, &bob, &setup, &opts);
+        settled(&l).await;
+        sim.replace_texts("generic", unusable.clone()).await;
+        l.signal(libc::SIGHUP);
+        assert!(
+            eventually(10.0, || l.count("texts_fetch_failed") >= 1).await,
+            "{}",
+            l.log()
+        );
+        let kept: Value = serde_json::from_slice(&std::fs::read(&cache).unwrap()).unwrap();
+        assert_eq!(
+            kept["invite_prompt"], good["invite_prompt"],
+            "the cache keeps the last good copy"
+        );
+        sim.invite(&alice, &bob, "lab").await;
+        assert!(eventually(15.0, || setup.rec.done(1)).await, "{}", l.log());
+        assert_eq!(
+            setup.rec.file("stdin", 1),
+            good["invite_prompt"].as_str().unwrap()
+        );
+        l.signal(libc::SIGTERM);
+        assert_eq!(l.wait_exit(10.0), Some(0));
+    }
+    // No good copy anywhere: the invite still waiting is no_texts, and the profile says so.
+    std::fs::remove_file(&cache).unwrap();
+    let l = Listener::spawn(listener_command(&sim, &bob, &setup, &opts), &setup, "-2");
+    assert!(
+        eventually(15.0, || setup.status()["last_cycle"]["no_run_reason"]
+            == "no_texts")
+        .await,
+        "{}\n{}",
+        setup.status(),
+        l.log()
+    );
+    assert_eq!(
+        l.events("no_run")
+            .iter()
+            .filter(|e| e["reason"] == "no_prompt")
+            .count(),
+        0,
+        "{}",
+        l.log()
+    );
+    assert!(!cache.exists(), "unusable texts are never cached");
+    sim.replace_texts("generic", good.clone()).await;
+    assert!(eventually(15.0, || setup.rec.done(2)).await, "{}", l.log());
+    assert_eq!(setup.rec.env(2)["AGENTCHAT_WAKE_REASONS"], "recovered");
+    assert_eq!(
+        setup.rec.file("stdin", 2),
+        good["invite_prompt"].as_str().unwrap()
+    );
+}
+
 /// Item 2: a program that loses its exec bit makes the runtime unusable (re-check, recovery
 /// wake), not a failed run per wake; `chmod +x` runs the waiting card without a new message.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
