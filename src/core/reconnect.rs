@@ -239,9 +239,10 @@ impl Backoff {
     /// (`SocketRecord::proved`) resets anything: the refused-key retry at once, the ordinary
     /// backoff when it also stayed up `STABLE_AFTER`. An accepted upgrade the server closes at
     /// once (`1008`, `1011`, a `hello.ok` then a close) resets nothing, so its delays grow
-    /// (issue 29 item 3); a REST call that accepts the key does not either.
-    pub fn socket_ended(&mut self, record: &SocketRecord) {
-        if record.proved() {
+    /// (issue 29 item 3); a REST call that accepts the key does not either. `scale` divides the
+    /// proof time (the test time scale), as `scaled` does.
+    pub fn socket_ended(&mut self, record: &SocketRecord, scale: f64) {
+        if record.proved(scale) {
             self.key_accepted();
             self.connection_lasted(record.up_for);
         }
@@ -272,9 +273,10 @@ pub struct SocketRecord {
 
 impl SocketRecord {
     /// The socket proved itself: it came up, and a second frame followed or it stayed up
-    /// `PROVEN_AFTER`. Only then did the server accept the key and the client for good.
-    pub fn proved(&self) -> bool {
-        self.came_up && (self.frames_after_first >= 1 || self.up_for >= PROVEN_AFTER)
+    /// `PROVEN_AFTER` divided by `scale` (the test time scale, as every other delay). Only then
+    /// did the server accept the key and the client for good.
+    pub fn proved(&self, scale: f64) -> bool {
+        self.came_up && (self.frames_after_first >= 1 || self.up_for >= scaled(PROVEN_AFTER, scale))
     }
 }
 
@@ -586,7 +588,7 @@ mod tests {
             },
         ];
         for rec in closed_at_once {
-            assert!(!rec.proved(), "{rec:?}");
+            assert!(!rec.proved(1.0), "{rec:?}");
             let mut key = Backoff::default();
             let mut ordinary = Backoff::default();
             let (mut last_key, mut last_ordinary) = (Duration::ZERO, Duration::ZERO);
@@ -605,8 +607,8 @@ mod tests {
                     0.0,
                     1.0,
                 );
-                key.socket_ended(&rec);
-                ordinary.socket_ended(&rec);
+                key.socket_ended(&rec, 1.0);
+                ordinary.socket_ended(&rec, 1.0);
                 assert!(k >= last_key && o >= last_ordinary, "{n}: {k:?} {o:?}");
                 (last_key, last_ordinary) = (k, o);
             }
@@ -629,30 +631,53 @@ mod tests {
                 up_for: PROVEN_AFTER,
             },
         ] {
-            assert!(rec.proved(), "{rec:?}");
+            assert!(rec.proved(1.0), "{rec:?}");
             let mut b = Backoff::default();
             for _ in 0..5 {
                 delay_after(&CloseKind::KeyRefused, &mut b, KEY_REFUSED_RETRY, 0.0, 1.0);
                 delay_after(&CloseKind::Ordinary, &mut b, KEY_REFUSED_RETRY, 0.0, 1.0);
             }
-            b.socket_ended(&rec);
+            b.socket_ended(&rec, 1.0);
             assert_eq!(b.key_attempt(), 0);
             assert_eq!(b.attempt(), 5, "the ordinary backoff waits for 30 s up");
-            b.socket_ended(&SocketRecord {
-                up_for: STABLE_AFTER,
-                ..rec
-            });
+            b.socket_ended(
+                &SocketRecord {
+                    up_for: STABLE_AFTER,
+                    ..rec
+                },
+                1.0,
+            );
             assert_eq!(b.attempt(), 0);
         }
         // Thirty seconds up with no frame at all proves nothing.
         let mut b = Backoff::default();
         b.next_delay(0.0);
-        b.socket_ended(&SocketRecord {
-            came_up: false,
-            frames_after_first: 0,
-            up_for: STABLE_AFTER,
-        });
+        b.socket_ended(
+            &SocketRecord {
+                came_up: false,
+                frames_after_first: 0,
+                up_for: STABLE_AFTER,
+            },
+            1.0,
+        );
         assert_eq!(b.attempt(), 1);
+    }
+
+    /// Issue 29: the proof time follows the test time scale as every other delay does, so a
+    /// test at scale 50 sees a socket prove itself after 100 ms up, not 5 s.
+    #[test]
+    fn the_proof_time_is_divided_by_the_test_time_scale() {
+        let rec = SocketRecord {
+            came_up: true,
+            frames_after_first: 0,
+            up_for: PROVEN_AFTER / 50,
+        };
+        assert!(!rec.proved(1.0));
+        assert!(rec.proved(50.0));
+        let mut b = Backoff::default();
+        delay_after(&CloseKind::KeyRefused, &mut b, KEY_REFUSED_RETRY, 0.0, 50.0);
+        b.socket_ended(&rec, 50.0);
+        assert_eq!(b.key_attempt(), 0);
     }
 
     #[test]

@@ -52,13 +52,19 @@ pub struct Texts {
 
 impl Texts {
     /// Why a run could not use these texts, when it could not: without a `wake_instruction` no
-    /// woken run can start, so such texts are refused like missing ones and the last good copy
-    /// stays in use (contract 3.6: "keep the last good copy").
+    /// woken run can start, without an `invite_prompt` no run for an invite can, so such texts
+    /// are refused like missing ones and the last good copy stays in use (contract 3.6: both are
+    /// fields of texts v1, "keep the last good copy", "never ship your own"; docs/decisions.md).
     pub fn unusable(&self) -> Option<&'static str> {
-        match self.wake_instruction.as_deref() {
-            None => Some("they have no wake_instruction"),
-            Some(w) if w.trim().is_empty() => Some("their wake_instruction is empty"),
-            Some(_) => None,
+        match (
+            self.wake_instruction.as_deref().map(str::trim),
+            self.invite_prompt.as_deref().map(str::trim),
+        ) {
+            (None, _) => Some("they have no wake_instruction"),
+            (Some(""), _) => Some("their wake_instruction is empty"),
+            (_, None) => Some("they have no invite_prompt"),
+            (_, Some("")) => Some("their invite_prompt is empty"),
+            _ => None,
         }
     }
 
@@ -69,5 +75,34 @@ impl Texts {
             return Err(TextsError::Version(texts.version));
         }
         Ok(texts)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn texts_without_either_prompt_are_unusable() {
+        let t = |w: Option<&str>, i: Option<&str>| {
+            let mut v = serde_json::json!({"version": "1"});
+            if let Some(w) = w {
+                v["wake_instruction"] = w.into();
+            }
+            if let Some(i) = i {
+                v["invite_prompt"] = i.into();
+            }
+            Texts::parse(v.to_string().as_bytes()).unwrap().unusable()
+        };
+        assert_eq!(t(Some("wake"), Some("invite")), None);
+        assert_eq!(
+            t(None, Some("invite")),
+            Some("they have no wake_instruction")
+        );
+        assert_eq!(t(Some("wake"), None), Some("they have no invite_prompt"));
+        assert_eq!(
+            t(Some("wake"), Some(" ")),
+            Some("their invite_prompt is empty")
+        );
     }
 }

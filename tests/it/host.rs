@@ -1157,3 +1157,66 @@ async fn no_run_starts_while_memory_is_short_and_a_stop_takes_the_waiting_one_ou
     );
     assert_eq!(setup.profile("mem").rec.count(), 0);
 }
+
+/// Issue 29 item 4's second case: during a SIGHUP storm a connected profile's `status.json`
+/// stayed "connecting" for seconds, because a cycle held every status write until it ended. Here
+/// the profile's cycle waits out a `429 Retry-After` of 240 s while each SIGHUP moves it to the
+/// other spelling of the server's loopback address (a reconnect each time): the state written
+/// follows the socket, and ends `connected` with every connect counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn during_a_sighup_storm_the_status_state_follows_the_socket() {
+    use crate::listen_support::fake::{self, Fake};
+    let sim = Sim::start(1.0).await;
+    let fake = Fake::start("bob", fake::tray("@bob", 1)).await;
+    {
+        let mut s = fake.shared.lock().unwrap();
+        s.inbox_429 = 1;
+        s.retry_after_s = 240;
+    }
+    let setup = HostSetup::new(&sim, &["storm"]).await;
+    let port = fake.api_base.rsplit(':').next().unwrap().to_string();
+    let base_config = std::fs::read_to_string(&setup.config).unwrap();
+    let point_at = |host: &str| {
+        std::fs::write(
+            &setup.config,
+            format!("api_base = \"http://{host}:{port}\"\n{base_config}"),
+        )
+        .unwrap();
+    };
+    point_at("127.0.0.1");
+    let mut cmd = setup.command(&sim);
+    cmd.env_remove("AGENTCHAT_API_BASE");
+    let l = setup.spawn(cmd);
+    assert!(
+        eventually(15.0, || !events_of(&l, "tray_retry", "storm").is_empty()).await,
+        "{}",
+        l.log()
+    );
+    for n in 0..6 {
+        point_at(if n % 2 == 0 { "localhost" } else { "127.0.0.1" });
+        let before = fake.connects();
+        l.signal(libc::SIGHUP);
+        assert!(
+            eventually(10.0, || fake.connects() > before).await,
+            "SIGHUP {n} made no reconnect:\n{}",
+            l.log()
+        );
+    }
+    let connects = fake.connects() as u64;
+    assert!(
+        eventually(5.0, || {
+            let s = setup.status("storm");
+            s["state"] == "connected" && s["counters"]["connects"] == connects
+        })
+        .await,
+        "{connects} connects; the status: {}\n{}",
+        setup.status("storm"),
+        l.log()
+    );
+    // The cycle still waits: the state was written while it did.
+    assert!(
+        events_of(&l, "cycle_end", "storm").is_empty(),
+        "{}",
+        l.log()
+    );
+}

@@ -118,6 +118,78 @@ async fn texts_without_a_wake_instruction_are_refused_and_the_last_good_copy_kep
     assert!(eventually_async(5.0, || async { readyz(&base).await.0 == 200 }).await);
 }
 
+/// Item 1's rule for the invite prompt (contract 3.6; docs/decisions.md): texts without
+/// `invite_prompt` are refused like missing texts. The good copy in use stays in use and on disk,
+/// and an invite runs with its `invite_prompt`; with none, an invite waiting is `no_texts` (not
+/// `no_prompt`), and once the server serves usable texts the invite runs by itself (`recovered`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn texts_without_an_invite_prompt_are_refused_and_the_last_good_copy_kept() {
+    let opts = Opts {
+        time_scale: 10.0,
+        ..Opts::default()
+    };
+    let sim = Sim::start(1.0).await;
+    let alice = sim.agent("alice").await;
+    let bob = sim.agent("bob").await;
+    let good = sim.texts("generic", &bob.key).await;
+    let mut unusable = good.clone();
+    unusable.as_object_mut().unwrap().remove("invite_prompt");
+    let setup = Setup::new(&opts);
+    let cache = setup.state_dir.join("texts-generic.json");
+    {
+        let mut l = Listener::start(&sim, &bob, &setup, &opts);
+        settled(&l).await;
+        sim.replace_texts("generic", unusable.clone()).await;
+        l.signal(libc::SIGHUP);
+        assert!(
+            eventually(10.0, || l.count("texts_fetch_failed") >= 1).await,
+            "{}",
+            l.log()
+        );
+        let kept: Value = serde_json::from_slice(&std::fs::read(&cache).unwrap()).unwrap();
+        assert_eq!(
+            kept["invite_prompt"], good["invite_prompt"],
+            "the cache keeps the last good copy"
+        );
+        sim.invite(&alice, &bob, "lab").await;
+        assert!(eventually(15.0, || setup.rec.done(1)).await, "{}", l.log());
+        assert_eq!(
+            setup.rec.file("stdin", 1),
+            good["invite_prompt"].as_str().unwrap()
+        );
+        l.signal(libc::SIGTERM);
+        assert_eq!(l.wait_exit(10.0), Some(0));
+    }
+    // No good copy anywhere: the invite still waiting is no_texts, and the profile says so.
+    std::fs::remove_file(&cache).unwrap();
+    let l = Listener::spawn(listener_command(&sim, &bob, &setup, &opts), &setup, "-2");
+    assert!(
+        eventually(15.0, || setup.status()["last_cycle"]["no_run_reason"]
+            == "no_texts")
+        .await,
+        "{}\n{}",
+        setup.status(),
+        l.log()
+    );
+    assert_eq!(
+        l.events("no_run")
+            .iter()
+            .filter(|e| e["reason"] == "no_prompt")
+            .count(),
+        0,
+        "{}",
+        l.log()
+    );
+    assert!(!cache.exists(), "unusable texts are never cached");
+    sim.replace_texts("generic", good.clone()).await;
+    assert!(eventually(15.0, || setup.rec.done(2)).await, "{}", l.log());
+    assert_eq!(setup.rec.env(2)["AGENTCHAT_WAKE_REASONS"], "recovered");
+    assert_eq!(
+        setup.rec.file("stdin", 2),
+        good["invite_prompt"].as_str().unwrap()
+    );
+}
+
 /// Item 2: a program that loses its exec bit makes the runtime unusable (re-check, recovery
 /// wake), not a failed run per wake; `chmod +x` runs the waiting card without a new message.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -219,6 +291,58 @@ async fn a_cycle_waiting_out_a_429_keeps_the_status_written_and_shows_the_wait()
     assert_eq!(
         (doc["running"].clone(), doc["stale"].clone()),
         (json!(true), json!(false))
+    );
+}
+
+/// Item 4: the wait's text outlives a socket state change. While the cycle waits out a
+/// `Retry-After` of 240 s the server closes the socket; once it is connected again,
+/// `status.detail` still says the wait.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_429_wait_stays_in_the_status_detail_across_a_reconnect() {
+    use listen_support::fake::{self, Fake};
+    use tokio_tungstenite::tungstenite::{Message, protocol::CloseFrame};
+    let fake = Fake::start("bob", fake::tray("@bob", 1)).await;
+    {
+        let mut s = fake.shared.lock().unwrap();
+        s.inbox_429 = 1;
+        s.retry_after_s = 240;
+    }
+    let opts = Opts::default();
+    let setup = Setup::new(&opts);
+    let l = Listener::spawn(
+        listener_command_for(&fake.api_base, FAKE_KEY, &setup, &opts),
+        &setup,
+        "",
+    );
+    let waiting = |s: &Value| {
+        s["detail"]
+            .as_str()
+            .is_some_and(|d| d.contains("429") && d.contains("reads the tray again at"))
+    };
+    assert!(
+        eventually(15.0, || waiting(&setup.status())).await,
+        "{}\n{}",
+        setup.status(),
+        l.log()
+    );
+    fake.push(Message::Close(Some(CloseFrame {
+        code: 1011u16.into(),
+        reason: "going away".into(),
+    })));
+    assert!(
+        eventually(15.0, || l.count("socket_closed") >= 1
+            && l.count("socket_connected") >= 2
+            && setup.status()["state"] == "connected")
+        .await,
+        "{}\n{}",
+        setup.status(),
+        l.log()
+    );
+    let status = setup.status();
+    assert!(
+        waiting(&status),
+        "the wait was lost:\n{status}\n{}",
+        l.log()
     );
 }
 
@@ -331,4 +455,59 @@ async fn a_failed_run_on_a_tray_cut_short_starts_no_follow_up_while_notices_move
         cycle_reasons(&l)
     );
     ticker.abort();
+}
+
+/// Item 9, a tray cut short: 52 conversations the agent muted fill more than the tray's 50 cards
+/// (`truncated`), with nothing unmuted anywhere. The connect cycle (a wake of another cause) and
+/// new messages in those conversations, more than the tray shows, start no run: a tray cut short
+/// whose cards are all muted is not something waiting (contract 3.1).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tray_cut_short_whose_cards_are_all_muted_starts_no_run() {
+    let opts = Opts::default();
+    let sim = Sim::start(1.0).await;
+    let bob = sim.agent("bob").await;
+    let mut senders = Vec::new();
+    for i in 0..52 {
+        let a = sim.agent(&format!("muted{i}")).await;
+        mute_agent(&sim, &bob, &a).await;
+        sim.send(&a, &bob, "first").await;
+        senders.push(a);
+    }
+    let tray = sim.tray(&bob).await;
+    assert_eq!(tray["truncated"], json!(true), "{tray}");
+    let setup = Setup::new(&opts);
+    let l = Listener::start(&sim, &bob, &setup, &opts);
+    settled(&l).await;
+    assert!(
+        l.events("tray_read")
+            .iter()
+            .any(|e| e["truncated"] == json!(true) && e["muted"] == json!(50)),
+        "{}",
+        l.log()
+    );
+    let cycles = l.count("cycle_end");
+    // New messages in every muted conversation, the ones beyond the cut included.
+    for a in &senders {
+        sim.send(a, &bob, "again").await;
+    }
+    assert!(
+        eventually(20.0, || l.count("cycle_end") > cycles).await,
+        "{}",
+        l.log()
+    );
+    assert!(
+        never(4.0, || setup.rec.count() > 0).await,
+        "a tray of muted cards started a run:\n{}",
+        l.log()
+    );
+    let reasons: Vec<Value> = l
+        .events("no_run")
+        .iter()
+        .map(|e| e["reason"].clone())
+        .collect();
+    assert!(
+        !reasons.is_empty() && reasons.iter().all(|r| r == "only_muted"),
+        "{reasons:?}\n{}",
+        l.log()
+    );
 }

@@ -341,6 +341,63 @@ async fn a_removed_tray_route_is_said_as_removed_with_its_replacement_and_the_pr
     assert_eq!(readyz(&base).await.0, 200);
 }
 
+/// Issue 29: a `REMOVED` tray route has a slow re-check of its own (the `4426` state's, 15-30
+/// min, here divided by the test time scale): once the route is back on, the listener leaves
+/// `upgrade_required` and runs the card that waited, with no wake from the server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_removed_tray_route_is_read_again_by_itself_and_the_waiting_card_runs_when_it_is_back() {
+    let sim = Sim::start(1.0).await;
+    let alice = sim.agent("alice").await;
+    let bob = sim.agent("bob").await;
+    let opts = Opts {
+        time_scale: 1000.0,
+        ..Opts::default()
+    };
+    let setup = Setup::new(&opts);
+    let l = Listener::start(&sim, &bob, &setup, &opts);
+    assert!(
+        eventually(15.0, || l.count("cycle_end") >= 1).await,
+        "{}",
+        l.log()
+    );
+    sim.post(
+        "/_sim/old-paths",
+        serde_json::json!({"path": "/v1/inbox", "state": "removed", "replacement": "GET /v2/tray"}),
+    )
+    .await;
+    sim.send(&alice, &bob, "after the switch-off").await;
+    assert!(
+        eventually(15.0, || setup.status()["state"] == "upgrade_required").await,
+        "{}\n{}",
+        setup.status(),
+        l.log()
+    );
+    // Still removed: the re-check reads the tray again, and stays not ready.
+    assert!(
+        eventually(15.0, || l.count("route_removed") >= 2).await,
+        "{}",
+        l.log()
+    );
+    assert_eq!(setup.rec.count(), 0);
+    sim.post(
+        "/_sim/old-paths",
+        serde_json::json!({"path": "/v1/inbox", "state": "on"}),
+    )
+    .await;
+    assert!(eventually(15.0, || setup.rec.done(1)).await, "{}", l.log());
+    let ran = l.events("cycle_start").into_iter().rev().find(|e| {
+        e["reasons"]
+            .as_str()
+            .is_some_and(|r| r.contains("recovered"))
+    });
+    assert!(ran.is_some(), "{}", l.log());
+    assert!(
+        eventually(5.0, || setup.status()["state"] == "connected").await,
+        "{}",
+        setup.status()
+    );
+}
+
 /// Issue 29 item 12: `GET /v1/agents/me` answering `410 REMOVED` read as "not an AgentChat
 /// server; check api_base". Now it is the same stopped state as a `4426`, naming the
 /// replacement, re-checked slowly.

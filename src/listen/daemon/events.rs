@@ -7,6 +7,19 @@ use super::*;
 const CYCLE_WAIT_DETAIL: &str =
     "the server asked to wait (429 Retry-After): the cycle reads the tray again at";
 
+/// The cycle's 429 wait within a `status.detail`, if it says one.
+fn cycle_wait_part(detail: &str) -> Option<String> {
+    let at = detail.find(CYCLE_WAIT_DETAIL)?;
+    detail.get(at..).map(str::to_string)
+}
+
+/// A `status.detail` without the cycle's 429 wait: what the socket said beside it, if anything.
+fn without_cycle_wait(detail: &str) -> Option<String> {
+    let at = detail.find(CYCLE_WAIT_DETAIL)?;
+    let rest = detail.get(..at)?.trim_end_matches("; ");
+    (!rest.is_empty()).then(|| rest.to_string())
+}
+
 impl Daemon {
     /// The cycle's task ended: the coalescer hears it, and its report goes into the status.
     pub(super) fn on_cycle_task_end(&mut self, r: Result<CycleReport, tokio::task::JoinError>) {
@@ -46,7 +59,12 @@ impl Daemon {
                 self.socket_state = state;
                 self.status.next_retry_at = next_retry_at.map(time::rfc3339);
                 if self.flags.unusable.is_none() && self.flags.mismatch.is_none() {
-                    self.status.detail = detail;
+                    // A cycle's 429 wait outlives a socket state change: the detail says both.
+                    let wait = self.status.detail.as_deref().and_then(cycle_wait_part);
+                    self.status.detail = match (detail, wait) {
+                        (Some(d), Some(w)) => Some(format!("{d}; {w}")),
+                        (d, w) => d.or(w),
+                    };
                 }
                 self.status_changed();
             }
@@ -161,13 +179,10 @@ impl Daemon {
     }
 
     pub(super) fn on_cycle_end(&mut self, report: CycleReport) {
-        if self
-            .status
-            .detail
-            .as_deref()
-            .is_some_and(|d| d.starts_with(CYCLE_WAIT_DETAIL))
+        if let Some(d) = self.status.detail.as_deref()
+            && cycle_wait_part(d).is_some()
         {
-            self.status.detail = None;
+            self.status.detail = without_cycle_wait(d);
         }
         self.metrics.cycle_ended(&report.last, report.key_refused);
         if report.last.run_started {
@@ -214,8 +229,10 @@ impl Daemon {
         if let Some(removed) = report.removed {
             self.status.detail = Some(removed.clone());
             self.flags.removed = Some(removed);
+            self.schedule_removed_recheck();
         } else if report.handle_ok {
             self.flags.removed = None;
+            self.removed_recheck.reset();
         }
         if report.key_refused {
             self.status.detail =
@@ -228,5 +245,21 @@ impl Daemon {
         }
         self.status.last_cycle = Some(report.last);
         self.status_changed();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cycle_wait_kept_beside_the_socket_detail_is_taken_out_alone() {
+        let wait = format!("{CYCLE_WAIT_DETAIL} 2026-12-02T04:00:00Z");
+        assert_eq!(cycle_wait_part(&wait).as_deref(), Some(wait.as_str()));
+        let both = format!("reconnecting; {wait}");
+        assert_eq!(cycle_wait_part(&both).as_deref(), Some(wait.as_str()));
+        assert_eq!(without_cycle_wait(&both).as_deref(), Some("reconnecting"));
+        assert_eq!(without_cycle_wait(&wait), None);
+        assert_eq!(cycle_wait_part("reconnecting"), None);
     }
 }

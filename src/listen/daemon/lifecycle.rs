@@ -79,6 +79,7 @@ impl Daemon {
             texts_recheck: Recheck::default(),
             tray_not_before: Recheck::default(),
             status_retry: Recheck::default(),
+            removed_recheck: Recheck::default(),
             texts_owed: false,
             follow_ups: 0,
             runtime_check_recovers: false,

@@ -139,6 +139,8 @@ struct Daemon {
     tray_not_before: Recheck,
     /// The next write of a status whose last write failed (`status_file`).
     status_retry: Recheck,
+    /// The next tray read while its route answers `REMOVED` (`recovery`).
+    removed_recheck: Recheck,
     /// A cycle found no texts for a card that waited: texts that come back wake (`recovered`).
     texts_owed: bool,
     /// Cycles in a row that followed up a tray cut short (`core::decision::follow_up`).
@@ -345,6 +347,10 @@ async fn main_loop(
             _ = recovery::at(d.tray_not_before.at) => {
                 d.tray_not_before.reset();
                 d.own_wake(crate::core::status::ListenerWake::Recovered);
+                start_due_cycle(d, w);
+            }
+            _ = recovery::at(d.removed_recheck.at) => {
+                d.removed_recheck_due();
                 start_due_cycle(d, w);
             }
             _ = recovery::at(d.texts_recheck.at) => {

@@ -3,7 +3,8 @@
 //! spent (the re-wake ladder has four rungs, contract 5), so leaving such a state reads the tray
 //! at once (`recovered`); so does a tray left cut short by a run that made progress (`backlog`).
 //! An unusable runtime is checked again on a backoff (`core::recheck`), and so are missing
-//! texts, so neither waits for a person.
+//! texts, so neither waits for a person; a tray route the server switched off (`REMOVED`) is
+//! read again on the slow re-check of the `4426` state.
 
 use super::*;
 use crate::core::engine::WakeCause;
@@ -147,6 +148,23 @@ impl Daemon {
         self.texts_recheck.reset();
         if std::mem::take(&mut self.texts_owed) {
             tracing::info!(event = %"texts_recovered", runtime = self.texts_runtime(), "texts are back; reading the tray now");
+            self.own_wake(ListenerWake::Recovered);
+        }
+    }
+
+    /// The tray's route answered `REMOVED` (contract 7): retrying soon will not succeed, but
+    /// nothing may come from the server to read it again (a profile without wakes), so the tray
+    /// is read again on the slow re-check of the `4426` state (15-30 min, scaled), until a read
+    /// works.
+    pub(super) fn schedule_removed_recheck(&mut self) {
+        let wait = crate::core::reconnect::upgrade_recheck_delay(fastrand::f64(), self.scale().0);
+        self.removed_recheck.schedule_after(wait);
+    }
+
+    /// The re-check of a `REMOVED` tray route is due: a cycle of the listener's own reads it.
+    pub(super) fn removed_recheck_due(&mut self) {
+        self.removed_recheck.at = None;
+        if self.flags.removed.is_some() {
             self.own_wake(ListenerWake::Recovered);
         }
     }

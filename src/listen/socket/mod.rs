@@ -253,7 +253,7 @@ impl Task {
         let ended = self.read_loop(ws, params).await;
         self.record.up_for = self.up_since.map(|t| t.elapsed()).unwrap_or_default();
         // Only a socket that proved itself resets the delays (issue 29 item 3).
-        self.backoff.socket_ended(&self.record);
+        self.backoff.socket_ended(&self.record, params.scale.0);
         ended
     }
 
