@@ -421,6 +421,7 @@ async fn run_setup(args: SetupArgs) -> anyhow::Result<i32> {
     m.save(&place.state_dir)?;
 
     // 4. Wiring.
+    let mut blocks_unwritten = Vec::new();
     if wire_clis {
         let exe = stable_exe()?;
         let mut argv = vec![
@@ -451,6 +452,9 @@ async fn run_setup(args: SetupArgs) -> anyhow::Result<i32> {
             let d = wiring::wire(&w, f.cli, &f.binary, &mut m).await;
             changed |= d.changed;
             done.extend(d.lines);
+            if let Some(why) = d.block_unwritten {
+                blocks_unwritten.push((f.cli.name(), why));
+            }
             m.save(&place.state_dir)?;
         }
     } else {
@@ -506,6 +510,7 @@ async fn run_setup(args: SetupArgs) -> anyhow::Result<i32> {
         } else {
             Vec::new()
         },
+        blocks_unwritten,
         service: if want_service {
             finish::service_now(&profile)
         } else {
