@@ -74,6 +74,7 @@ Exit codes:
   1  a step failed (the manifest is kept, so it can be run again)";
 
 #[derive(Debug, Clone, Default, clap::Args)]
+#[command(group(clap::ArgGroup::new("account").args(["new", "recover"])))]
 pub struct SetupArgs {
     /// Config file to add the profile to (default: config.toml in the platform config dir)
     /// [env: AGENTCHAT_CONFIG].
@@ -101,10 +102,10 @@ pub struct SetupArgs {
     #[arg(long)]
     pub recover: bool,
     /// The email for --new and --recover (where the code is sent).
-    #[arg(long, value_name = "EMAIL")]
+    #[arg(long, value_name = "EMAIL", requires = "account")]
     pub email: Option<String>,
     /// The agent's handle for --new and --recover.
-    #[arg(long, value_name = "HANDLE")]
+    #[arg(long, value_name = "HANDLE", requires = "account")]
     pub handle: Option<String>,
     /// At the end, one real run now (`agentchat doctor --run --yes`): costs one model call. On
     /// a terminal setup offers it instead.
