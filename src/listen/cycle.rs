@@ -14,10 +14,12 @@ use crate::core::texts::Texts;
 use crate::core::tray::Tray;
 use crate::runtime::supervisor::{self, RunLimits};
 use crate::runtime::{self, RunContext, RunOutcome, RunSpec};
-use crate::sys::{fs, time};
+use crate::sys::time;
 use secrecy::SecretString;
 use std::time::{Duration, SystemTime};
 use tokio::sync::{mpsc, oneshot, watch};
+
+pub mod workdir;
 
 /// Tray reads tried inside one cycle before it ends without a run.
 const TRAY_ATTEMPTS: u32 = 3;
@@ -269,18 +271,19 @@ async fn prompt_for_run(
 /// A runtime that cannot work is `Unusable`; anything else that stops the run is `Failed`.
 fn prepare_run(input: &CycleInput, kind: RunKind, prompt: &str) -> Result<RunSpec, CycleEnd> {
     let id = &input.id;
-    let workdir = input
-        .state
-        .workdir(input.settings.listen.workdir.as_deref());
-    if let Err(e) = std::fs::create_dir_all(&workdir) {
-        tracing::error!(event = %"run_failed", cycle_id = %id, error = %e, workdir = %workdir.display(), "cannot create the run's working directory");
-        return Err(CycleEnd::Run(RunOutcome::Failed(format!("workdir: {e}"))));
-    }
-    if input.settings.listen.identity_block
-        && let Some(texts) = &input.texts
-    {
-        keep_identity_block(&input.settings, texts, &input.handle, &workdir, id);
-    }
+    let workdir = match workdir::prepare(
+        &input.settings,
+        &input.state,
+        input.texts.as_deref(),
+        &input.handle,
+        id,
+    ) {
+        Ok(w) => w,
+        Err((workdir, e)) => {
+            tracing::error!(event = %"run_failed", cycle_id = %id, error = %e, workdir = %workdir.display(), "cannot create the run's working directory");
+            return Err(CycleEnd::Run(RunOutcome::Failed(format!("workdir: {e}"))));
+        }
+    };
     let handle_at = format!("@{}", crate::core::handle::normalize(&input.handle));
     let ctx = RunContext {
         settings: &input.settings,
@@ -478,49 +481,6 @@ async fn apply_invite_rule(
         }
     }
     input.state.save_invites(&memory);
-}
-
-/// Keeps the identity block (which handle this agent is, from the served
-/// `identity_line_template`) current in the file the runtime loads every turn inside `workdir`:
-/// `CLAUDE.md` for Claude Code, `AGENTS.md` for Codex; nothing for scripts. Every byte outside
-/// the marked block stays as it was; a damaged block is left alone with a warning.
-fn keep_identity_block(
-    settings: &Settings,
-    texts: &Texts,
-    handle: &str,
-    workdir: &std::path::Path,
-    cycle_id: &str,
-) {
-    let Some(file) = settings.listen.runtime.identity_file() else {
-        return;
-    };
-    let Some(template) = texts.identity_line_template.as_deref() else {
-        tracing::debug!(event = %"identity_skipped", cycle_id = %cycle_id, "the texts have no identity_line_template");
-        return;
-    };
-    let path = workdir.join(file);
-    let current = match std::fs::read_to_string(&path) {
-        Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
-        Err(e) => {
-            tracing::warn!(event = %"identity_failed", cycle_id = %cycle_id, path = %path.display(), error = %e, "cannot read the file for the identity block");
-            return;
-        }
-    };
-    let rendered = crate::core::identity::render(template, &crate::core::handle::normalize(handle));
-    match crate::core::identity::upsert(&current, &rendered) {
-        Ok(next) if next == current => {}
-        Ok(next) => {
-            if let Err(e) = fs::write_keeping_mode(&path, next.as_bytes()) {
-                tracing::warn!(event = %"identity_failed", cycle_id = %cycle_id, path = %path.display(), error = %e, "cannot write the identity block");
-            } else {
-                tracing::info!(event = %"identity_updated", cycle_id = %cycle_id, path = %path.display(), "identity block updated");
-            }
-        }
-        Err(e) => {
-            tracing::warn!(event = %"identity_failed", cycle_id = %cycle_id, path = %path.display(), error = %e, "identity block left as it is")
-        }
-    }
 }
 
 /// Forgets the remembered invites a complete tray list no longer shows: they were answered
