@@ -827,3 +827,47 @@ async fn setup_adds_the_profile_to_the_one_process_unit_instead_of_refusing() {
     );
     assert_eq!(read(&host), unit);
 }
+
+/// Undo of a profile setup added to the one-process unit installs that unit again the way the
+/// service step did, so the host drops the profile now, not at its next reload; undoing the last
+/// profile says what to do with a unit that has none left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn undo_takes_the_profile_out_of_the_one_process_unit_at_once() {
+    let w = World::new().await;
+    w.setup(&[
+        "--profile",
+        "a",
+        "--runtime",
+        "codex",
+        "--no-wire",
+        "--no-service",
+    ])
+    .await;
+    let out = w
+        .agentchat(&["service", "install", "--all", "--one-process"], None)
+        .await;
+    assert!(out.status.success(), "{}", show(&out));
+    let host = w
+        .dir
+        .path()
+        .join("units")
+        .join(agentchat::service::HOST_UNIT);
+    let bob = w.sim.peer.1.clone();
+    w.setup_as(&bob, &["--profile", "b", "--runtime", "codex", "--no-wire"])
+        .await;
+    assert!(read(&host).contains("# 2 profiles now"), "{}", read(&host));
+    let undone = w.undo(&["--profile", "b"]).await;
+    assert!(
+        undone.contains(
+            "service: profile `b` taken out of the one-process unit agentchat-host.service \
+             (reloaded)"
+        ),
+        "{undone}"
+    );
+    assert!(read(&host).contains("# 1 profiles now"), "{}", read(&host));
+    let last = w.undo(&["--profile", "a"]).await;
+    assert!(
+        last.contains("was not reloaded; it runs profile `a` until its next reload or stop"),
+        "{last}"
+    );
+}
