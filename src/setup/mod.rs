@@ -327,6 +327,10 @@ async fn run_setup(args: SetupArgs) -> anyhow::Result<i32> {
             ask,
         )?,
     };
+    wiring::progress(&format!(
+        "key: checking it with {base} (GET /v1/agents/me, at most {} s)...",
+        key::CHECK_WAIT.as_secs()
+    ));
     let handle = key::check(&base, &key.key).await?;
     println!("key: accepted by {base}: you are @{handle}");
 
@@ -473,6 +477,10 @@ async fn run_setup(args: SetupArgs) -> anyhow::Result<i32> {
     }
 
     // 6. Check, and the one screen.
+    wiring::progress(&format!(
+        "doctor: checking the key and the texts with {base} (at most {} s), then the runtime...",
+        2 * crate::doctor::facts::SERVER_TIMEOUT.as_secs()
+    ));
     let report = crate::doctor::run(&crate::doctor::DoctorArgs {
         config: ConfigArgs {
             config: place.config_flag().map(Path::to_path_buf),
