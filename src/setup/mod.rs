@@ -66,8 +66,21 @@ Exit codes:
 
 pub const UNINSTALL_HELP: &str = "\
 Removes what `agentchat setup` recorded for the profile in its state dir (setup.json): the MCP
-entries through the CLIs' own `mcp remove`, the identity block, the service, the profile's keys
-in the config, and the key file if setup wrote it. Everything else stays byte for byte.
+entries through the CLIs' own `mcp remove` (Codex's config.toml is put back byte for byte, mode
+included, while it is as setup left it), the identity block, the service (a profile setup added
+to the one-process unit is taken out of the running host), the profile's keys in the config,
+and the key file if setup wrote it. Everything else stays byte for byte. A line ending in
+`...` is said as a wait starts, with its limit.
+
+  $ agentchat uninstall --profile work
+  == undo for profile `work`
+  Claude Code: running `claude mcp remove` (at most 60 s)...
+  Claude Code: MCP server `agentchat` removed (`claude mcp remove`)
+  Claude Code: removed ~/.claude/CLAUDE.md (setup created it)
+  Codex: ~/.codex/config.toml restored byte for byte (as before setup)
+  Codex: removed ~/.codex/AGENTS.md (setup created it)
+  config: removed ~/.config/agentchat/config.toml (setup created it)
+  key: removed ~/.config/agentchat/work.key (setup wrote it)
 
 Exit codes:
   0  done, or setup never ran for the profile
