@@ -406,6 +406,22 @@ mod tests {
         assert_eq!(what_it_said(&long, "").matches('x').count(), SAID_LINES);
     }
 
+    #[tokio::test]
+    async fn what_a_cli_said_before_it_hung_is_kept_past_the_time_limit() {
+        use tokio::io::AsyncWriteExt;
+        let (mut tx, rx) = tokio::io::duplex(64);
+        tx.write_all(b"Error: waiting for the keyring\n")
+            .await
+            .unwrap();
+        let mut said = Vec::new();
+        // The writer stays open: the read never ends by itself, as with a hung CLI.
+        let ended =
+            tokio::time::timeout(Duration::from_millis(100), kept(Some(rx), &mut said)).await;
+        assert!(ended.is_err());
+        assert_eq!(said, b"Error: waiting for the keyring\n");
+        drop(tx);
+    }
+
     #[test]
     fn the_homes_follow_the_clis_own_variables() {
         let h = home(Cli::Claude, &env(&[("HOME", "/h")])).unwrap();
