@@ -8,7 +8,7 @@ use std::path::Path;
 use std::time::Duration;
 
 /// How long the server checks may take in all (each call).
-const SERVER_TIMEOUT: Duration = Duration::from_secs(15);
+pub const SERVER_TIMEOUT: Duration = Duration::from_secs(15);
 
 /// The facts `check_texts` needs from one `GET /v1/texts`.
 #[derive(Debug, Clone)]

@@ -92,10 +92,12 @@ pub async fn run_command(config: &config::ConfigArgs, yes: bool) -> anyhow::Resu
             pid.map(|p| format!(" (pid {p})")).unwrap_or_default()
         ),
     };
-    let workdir = state.workdir(settings.listen.workdir.as_deref());
-    std::fs::create_dir_all(&workdir)?;
-    std::fs::create_dir_all(state.runs_dir())?;
     let cycle_id = format!("doctor-{}", crate::listen::cycle::new_cycle_id());
+    // The cycle's own start of a run: the workdir and the identity block in it.
+    let workdir =
+        crate::listen::cycle::workdir::prepare(&settings, &state, Some(&texts), &handle, &cycle_id)
+            .map_err(|(dir, e)| anyhow::anyhow!("cannot create {}: {e}", dir.display()))?;
+    std::fs::create_dir_all(state.runs_dir())?;
     let handle_at = format!("@{}", crate::core::handle::normalize(&handle));
     let reasons = ["doctor".to_string()];
     let ctx = RunContext {

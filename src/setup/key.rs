@@ -100,13 +100,21 @@ pub fn obtain(
     }
 }
 
+/// How long the key check may wait for the server (said before it starts).
+pub const CHECK_WAIT: std::time::Duration = std::time::Duration::from_secs(40);
+
 /// `GET /v1/agents/me` with the key: the handle, or why the key cannot be used. The message
 /// never holds the key.
 pub async fn check(api_base: &str, key: &SecretString) -> anyhow::Result<String> {
     let api = Api::new(api_base, key.clone())?;
-    let me = tokio::time::timeout(std::time::Duration::from_secs(40), api.me())
+    let me = tokio::time::timeout(CHECK_WAIT, api.me())
         .await
-        .map_err(|_| anyhow::anyhow!("{api_base} did not answer GET /v1/agents/me within 40 s"))?;
+        .map_err(|_| {
+            anyhow::anyhow!(
+                "{api_base} did not answer GET /v1/agents/me within {} s",
+                CHECK_WAIT.as_secs()
+            )
+        })?;
     match me {
         Ok(handle) => Ok(handle),
         Err(ApiError::Refused(status)) => anyhow::bail!(

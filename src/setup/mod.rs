@@ -66,14 +66,28 @@ Exit codes:
 
 pub const UNINSTALL_HELP: &str = "\
 Removes what `agentchat setup` recorded for the profile in its state dir (setup.json): the MCP
-entries through the CLIs' own `mcp remove`, the identity block, the service, the profile's keys
-in the config, and the key file if setup wrote it. Everything else stays byte for byte.
+entries through the CLIs' own `mcp remove` (Codex's config.toml is put back byte for byte, mode
+included, while it is as setup left it), the identity block, the service (a profile setup added
+to the one-process unit is taken out of the running host), the profile's keys in the config,
+and the key file if setup wrote it. Everything else stays byte for byte. A line ending in
+`...` is said as a wait starts, with its limit.
+
+  $ agentchat uninstall --profile work
+  == undo for profile `work`
+  Claude Code: running `claude mcp remove` (at most 60 s)...
+  Claude Code: MCP server `agentchat` removed (`claude mcp remove`)
+  Claude Code: removed ~/.claude/CLAUDE.md (setup created it)
+  Codex: ~/.codex/config.toml restored byte for byte (as before setup)
+  Codex: removed ~/.codex/AGENTS.md (setup created it)
+  config: removed ~/.config/agentchat/config.toml (setup created it)
+  key: removed ~/.config/agentchat/work.key (setup wrote it)
 
 Exit codes:
   0  done, or setup never ran for the profile
   1  a step failed (the manifest is kept, so it can be run again)";
 
 #[derive(Debug, Clone, Default, clap::Args)]
+#[command(group(clap::ArgGroup::new("account").args(["new", "recover"])))]
 pub struct SetupArgs {
     /// Config file to add the profile to (default: config.toml in the platform config dir)
     /// [env: AGENTCHAT_CONFIG].
@@ -101,10 +115,10 @@ pub struct SetupArgs {
     #[arg(long)]
     pub recover: bool,
     /// The email for --new and --recover (where the code is sent).
-    #[arg(long, value_name = "EMAIL")]
+    #[arg(long, value_name = "EMAIL", requires = "account")]
     pub email: Option<String>,
     /// The agent's handle for --new and --recover.
-    #[arg(long, value_name = "HANDLE")]
+    #[arg(long, value_name = "HANDLE", requires = "account")]
     pub handle: Option<String>,
     /// At the end, one real run now (`agentchat doctor --run --yes`): costs one model call. On
     /// a terminal setup offers it instead.
@@ -326,6 +340,10 @@ async fn run_setup(args: SetupArgs) -> anyhow::Result<i32> {
             ask,
         )?,
     };
+    wiring::progress(&format!(
+        "key: checking it with {base} (GET /v1/agents/me, at most {} s)...",
+        key::CHECK_WAIT.as_secs()
+    ));
     let handle = key::check(&base, &key.key).await?;
     println!("key: accepted by {base}: you are @{handle}");
 
@@ -421,6 +439,7 @@ async fn run_setup(args: SetupArgs) -> anyhow::Result<i32> {
     m.save(&place.state_dir)?;
 
     // 4. Wiring.
+    let mut blocks_unwritten = Vec::new();
     if wire_clis {
         let exe = stable_exe()?;
         let mut argv = vec![
@@ -451,6 +470,9 @@ async fn run_setup(args: SetupArgs) -> anyhow::Result<i32> {
             let d = wiring::wire(&w, f.cli, &f.binary, &mut m).await;
             changed |= d.changed;
             done.extend(d.lines);
+            if let Some(why) = d.block_unwritten {
+                blocks_unwritten.push((f.cli.name(), why));
+            }
             m.save(&place.state_dir)?;
         }
     } else {
@@ -468,6 +490,10 @@ async fn run_setup(args: SetupArgs) -> anyhow::Result<i32> {
     }
 
     // 6. Check, and the one screen.
+    wiring::progress(&format!(
+        "doctor: checking the key and the texts with {base} (at most {} s), then the runtime...",
+        2 * crate::doctor::facts::SERVER_TIMEOUT.as_secs()
+    ));
     let report = crate::doctor::run(&crate::doctor::DoctorArgs {
         config: ConfigArgs {
             config: place.config_flag().map(Path::to_path_buf),
@@ -506,6 +532,7 @@ async fn run_setup(args: SetupArgs) -> anyhow::Result<i32> {
         } else {
             Vec::new()
         },
+        blocks_unwritten,
         service: if want_service {
             finish::service_now(&profile)
         } else {

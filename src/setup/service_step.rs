@@ -111,8 +111,8 @@ pub fn install(
 /// The one-process unit runs this config: `service install --all --one-process` again, which
 /// rewrites it for the profiles the config names now (this one included: the config step wrote
 /// it) and reloads a running host, so the profile starts in that process. Undo takes the profile
-/// out of the config and leaves the unit (the host drops the profile at its next reload), so the
-/// manifest records no service of the profile's own.
+/// out of the config and does the same again (`out_of_host`), so the manifest records no service
+/// of the profile's own.
 fn into_host(profile: &str, config: Option<&Path>) -> (Vec<String>, bool) {
     let kind = ServiceKind::native();
     let unit = service::host_unit(kind);
@@ -137,19 +137,7 @@ fn into_host(profile: &str, config: Option<&Path>) -> (Vec<String>, bool) {
             false,
         );
     }
-    let mut argv = vec!["service".to_string(), "install".into(), "--all".into()];
-    argv.push("--one-process".into());
-    if let Some(c) = config {
-        argv.push("--config".into());
-        argv.push(c.display().to_string());
-    }
-    let out = exe().and_then(|exe| {
-        Ok(std::process::Command::new(exe)
-            .args(&argv)
-            .stdin(std::process::Stdio::null())
-            .output()?)
-    });
-    let out = match out {
+    let out = match install_host(config) {
         Ok(o) => o,
         Err(e) => return (vec![format!("service: not added to {unit}: {e:#}")], false),
     };
@@ -179,6 +167,59 @@ fn into_host(profile: &str, config: Option<&Path>) -> (Vec<String>, bool) {
         ),
     });
     (lines, true)
+}
+
+/// `agentchat service install --all --one-process [--config F]`: the one-process unit rewritten
+/// for the profiles the config names now, and a running host reloaded.
+fn install_host(config: Option<&Path>) -> anyhow::Result<std::process::Output> {
+    let mut argv = vec!["service", "install", "--all", "--one-process"];
+    let named = config.map(|c| c.display().to_string());
+    if let Some(c) = &named {
+        argv.extend(["--config", c]);
+    }
+    Ok(std::process::Command::new(exe()?)
+        .args(&argv)
+        .stdin(std::process::Stdio::null())
+        .output()?)
+}
+
+/// Whether the one-process unit runs this config, asked before undo changes the config (a
+/// config undo removes entirely can no longer be compared).
+pub fn host_runs(config: Option<&Path>) -> bool {
+    matches!(
+        service::host_runs_config(ServiceKind::native(), config),
+        Ok(Some(true))
+    )
+}
+
+/// Undo's half of `into_host`: after the config lost the profile, the one-process unit that
+/// runs it is installed again the same way, so the running host drops the profile now rather
+/// than at its next reload. A failure is said with what to do; the undo itself stands.
+pub fn out_of_host(profile: &str, config: Option<&Path>) -> Vec<String> {
+    let unit = service::host_unit(ServiceKind::native());
+    match install_host(config) {
+        Ok(out) if out.status.success() => {
+            let mut lines = vec![format!(
+                "service: profile `{profile}` taken out of the one-process unit {unit} (reloaded)"
+            )];
+            lines.extend(said(&out.stdout));
+            lines.extend(said(&out.stderr));
+            lines
+        }
+        Ok(out) => {
+            let mut lines = vec![format!(
+                "service: the one-process unit {unit} was not reloaded; it runs profile \
+                 `{profile}` until its next reload or stop (`agentchat service uninstall --all \
+                 --one-process` when no profile is left). `agentchat service install --all \
+                 --one-process` said:"
+            )];
+            lines.extend(said(&out.stderr));
+            lines
+        }
+        Err(e) => vec![format!(
+            "service: the one-process unit {unit} was not reloaded: {e:#}"
+        )],
+    }
 }
 
 /// A subprocess's output as indented lines, without its `agentchat service: ` prefix.

@@ -34,8 +34,17 @@ pub async fn run(config: Option<&Path>, profile: Option<&str>) -> anyhow::Result
         }
     }
     if let Some(c) = &m.config {
+        let in_host = service_step::host_runs(place.config_flag());
         match undo_config(c) {
-            Ok(line) => lines.push(line),
+            Ok(line) => {
+                lines.push(line);
+                if in_host {
+                    lines.extend(service_step::out_of_host(
+                        &place.profile,
+                        place.config_flag(),
+                    ));
+                }
+            }
             Err(e) => {
                 failed = true;
                 lines.push(format!("config: not restored: {e:#}"));

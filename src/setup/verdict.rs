@@ -32,6 +32,8 @@ pub struct Facts<'a> {
     pub found: &'a [Found],
     /// The CLIs that were to be wired and have no `agentchat` entry at all.
     pub unwired: Vec<&'static str>,
+    /// The CLIs whose identity block could not be written, and why.
+    pub blocks_unwritten: Vec<(&'static str, String)>,
     pub service: Service,
     pub doctor: &'a Report,
 }
@@ -82,6 +84,13 @@ pub fn judge(f: &Facts<'_>) -> Verdict {
         missing.push(format!(
             "{name} has no `agentchat` MCP entry: its wiring failed (see the lines above); run \
              `agentchat setup{p}` again"
+        ));
+    }
+    for (name, why) in &f.blocks_unwritten {
+        missing.push(format!(
+            "{name}'s identity block is not written ({why}), so its sessions do not know they \
+             are @{}: fix that file, then run `agentchat setup{p}` again",
+            f.handle
         ));
     }
     let service = match &f.service {
@@ -151,6 +160,7 @@ mod tests {
             runtime: RuntimeKind::ClaudeCode,
             found,
             unwired: Vec::new(),
+            blocks_unwritten: Vec::new(),
             service,
             doctor,
         }
@@ -194,6 +204,26 @@ mod tests {
         assert_eq!(v.missing.len(), 2, "{:?}", v.missing);
         assert!(v.line.contains("agentchat listen"), "{}", v.line);
         assert!(!v.line.ends_with(':'), "{}", v.line);
+    }
+
+    #[test]
+    fn an_identity_block_not_written_is_not_yet_with_what_to_do() {
+        let (found, doctor) = (claude(true), Report::default());
+        let mut f = facts(&found, &doctor, Service::Running);
+        f.blocks_unwritten = vec![("Claude Code", "/h/CLAUDE.md is read-only".into())];
+        let v = judge(&f);
+        assert_eq!(v.code, EXIT_NOT_YET);
+        assert_eq!(v.missing.len(), 1, "{:?}", v.missing);
+        assert!(
+            v.missing[0].contains("/h/CLAUDE.md is read-only"),
+            "{:?}",
+            v.missing
+        );
+        assert!(
+            v.missing[0].contains("run `agentchat setup` again"),
+            "{:?}",
+            v.missing
+        );
     }
 
     #[test]

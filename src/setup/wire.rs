@@ -211,35 +211,45 @@ async fn run_child(binary: &Path, args: &[&str]) -> Probe {
         Err(e) => return ended(ProcessEnd::SpawnFailed(e.to_string())),
     };
     let (out, err) = (group.child.stdout.take(), group.child.stderr.take());
+    // Kept outside the time limit's future, so what a CLI said before it hung is still shown.
+    let (mut out_kept, mut err_kept) = (Vec::new(), Vec::new());
     let waited = tokio::time::timeout(CLI_TIMEOUT, async {
-        let (out, err, status) = tokio::join!(kept(out), kept(err), group.child.wait());
-        status.map(|status| (status, out, err))
+        let (_, _, status) = tokio::join!(
+            kept(out, &mut out_kept),
+            kept(err, &mut err_kept),
+            group.child.wait()
+        );
+        status
     })
     .await;
     drop(group);
-    match waited {
-        Ok(Ok((status, out, err))) => Probe {
-            end: ProcessEnd::from_status(status),
-            stdout: String::from_utf8_lossy(&out).into_owned(),
-            stderr: String::from_utf8_lossy(&err).into_owned(),
-        },
-        Ok(Err(e)) => ended(ProcessEnd::SpawnFailed(e.to_string())),
-        Err(_) => ended(ProcessEnd::TimedOut),
+    let end = match waited {
+        Ok(Ok(status)) => ProcessEnd::from_status(status),
+        Ok(Err(e)) => ProcessEnd::SpawnFailed(e.to_string()),
+        Err(_) => ProcessEnd::TimedOut,
+    };
+    Probe {
+        end,
+        stdout: String::from_utf8_lossy(&out_kept).into_owned(),
+        stderr: String::from_utf8_lossy(&err_kept).into_owned(),
     }
 }
 
-/// Reads `pipe` to its end or `OUTPUT_CAP` bytes.
-async fn kept(pipe: Option<impl tokio::io::AsyncRead + Unpin>) -> Vec<u8> {
+/// Reads `pipe` to its end, keeping its first `OUTPUT_CAP` bytes in `kept` (the rest is read
+/// and dropped, so a talkative CLI never blocks on a full pipe). Chunk by chunk (a read is
+/// cancel-safe), so what came before a time-out stays in `kept`.
+async fn kept(pipe: Option<impl tokio::io::AsyncRead + Unpin>, kept: &mut Vec<u8>) {
     use tokio::io::AsyncReadExt;
-    let mut kept = Vec::new();
-    if let Some(pipe) = pipe {
-        let _ = pipe.take(OUTPUT_CAP).read_to_end(&mut kept).await;
+    let Some(mut pipe) = pipe else { return };
+    let mut chunk = [0u8; 4096];
+    while let Ok(n @ 1..) = pipe.read(&mut chunk).await {
+        let room = OUTPUT_CAP.saturating_sub(kept.len());
+        kept.extend(chunk.iter().take(n.min(room)));
     }
-    kept
 }
 
 /// The most of an `mcp add`/`remove`'s stdout or stderr kept (a line or two is what they say).
-const OUTPUT_CAP: u64 = 64 * 1024;
+const OUTPUT_CAP: usize = 64 * 1024;
 
 async fn run_cli(cli: Cli, binary: &Path, args: &[&str]) -> Result<Probe, String> {
     // Said before the wait, so a CLI that hangs is not a silent minute.
@@ -254,19 +264,39 @@ async fn run_cli(cli: Cli, binary: &Path, args: &[&str]) -> Result<Probe, String
     if p.end == ProcessEnd::Exited(0) {
         return Ok(p);
     }
-    let said = format!("{}\n{}", p.stderr, p.stdout);
-    let last = said
-        .lines()
-        .map(str::trim)
-        .rfind(|l| !l.is_empty() && !l.starts_with("WARNING: proceeding"))
-        .map(sanitize)
-        .unwrap_or_default();
+    let end = match &p.end {
+        ProcessEnd::TimedOut => format!("timed out after {} s", CLI_TIMEOUT.as_secs()),
+        end => end.to_string(),
+    };
     Err(format!(
-        "`{} {}` failed ({}): {last}",
+        "`{} {}` {end}: {}",
         binary.display(),
         args.join(" "),
-        p.end.word()
+        what_it_said(&p.stderr, &p.stdout)
     ))
+}
+
+/// The most of a failed CLI's output shown: its first lines that say something.
+const SAID_LINES: usize = 4;
+
+/// What a failed CLI said, bounded and made safe to show: the first `SAID_LINES` lines that say
+/// something, stderr first, joined on one line. Its own warnings about helper aliases and a
+/// backtrace of frames without names (Codex: `9: <unknown>`) are not what went wrong.
+fn what_it_said(stderr: &str, stdout: &str) -> String {
+    let lines: Vec<String> = stderr
+        .lines()
+        .chain(stdout.lines())
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with("WARNING: proceeding") && *l != "Caused by:")
+        .take_while(|l| !l.starts_with("Stack backtrace:"))
+        .take(SAID_LINES)
+        .map(sanitize)
+        .collect();
+    if lines.is_empty() {
+        "it said nothing".to_string()
+    } else {
+        lines.join(" / ")
+    }
 }
 
 /// `claude mcp add --scope user agentchat -- ARGV` / `codex mcp add agentchat -- ARGV`.
@@ -352,6 +382,44 @@ mod tests {
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect()
+    }
+
+    #[test]
+    fn a_failed_cli_shows_its_error_and_cause_not_its_backtrace() {
+        let codex = "WARNING: proceeding, even though we could not create PATH aliases\n\
+            Error: failed to load bootstrap configuration\n\nCaused by:\n    \
+            0: /h/.codex/config.toml:2:8: unclosed table, expected `]`\n    \
+            1: TOML parse error at line 2, column 8\n         |\n\n\
+            Stack backtrace:\n   0: <unknown>\n   9: <unknown>\n";
+        let said = what_it_said(codex, "");
+        assert!(said.starts_with("Error: failed to load bootstrap configuration / "));
+        assert!(
+            said.contains("/h/.codex/config.toml:2:8: unclosed table"),
+            "{said}"
+        );
+        assert!(
+            !said.contains("<unknown>") && !said.contains("WARNING"),
+            "{said}"
+        );
+        assert_eq!(what_it_said("", "\n \n"), "it said nothing");
+        let long = "x\n".repeat(100);
+        assert_eq!(what_it_said(&long, "").matches('x').count(), SAID_LINES);
+    }
+
+    #[tokio::test]
+    async fn what_a_cli_said_before_it_hung_is_kept_past_the_time_limit() {
+        use tokio::io::AsyncWriteExt;
+        let (mut tx, rx) = tokio::io::duplex(64);
+        tx.write_all(b"Error: waiting for the keyring\n")
+            .await
+            .unwrap();
+        let mut said = Vec::new();
+        // The writer stays open: the read never ends by itself, as with a hung CLI.
+        let ended =
+            tokio::time::timeout(Duration::from_millis(100), kept(Some(rx), &mut said)).await;
+        assert!(ended.is_err());
+        assert_eq!(said, b"Error: waiting for the keyring\n");
+        drop(tx);
     }
 
     #[test]

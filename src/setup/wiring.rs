@@ -29,6 +29,9 @@ pub struct Wiring<'a> {
 pub struct Done {
     pub lines: Vec<String>,
     pub changed: bool,
+    /// Why the identity block could not be written (the file refused, the texts not read, the
+    /// write failed): setup's verdict counts it as missing.
+    pub block_unwritten: Option<String>,
 }
 
 fn record_mut(manifest: &mut Manifest, cli: Cli) -> &mut Option<CliRecord> {
@@ -60,6 +63,7 @@ fn not_wired(cli: Cli, mut lines: Vec<String>, why: impl std::fmt::Display) -> D
     Done {
         lines,
         changed: false,
+        block_unwritten: None,
     }
 }
 
@@ -113,9 +117,11 @@ pub async fn wire(w: &Wiring<'_>, cli: Cli, binary: &Path, manifest: &mut Manife
         _ if entry_is_ours => None,
         e => Some(wire::describe(e)),
     };
+    let mut block_unwritten = None;
     let rendered = match &identity_problem {
         Some(why) => {
             lines.push(format!("{}: identity block not written: {why}", cli.name()));
+            block_unwritten = Some(why.clone());
             None
         }
         None => {
@@ -127,6 +133,7 @@ pub async fn wire(w: &Wiring<'_>, cli: Cli, binary: &Path, manifest: &mut Manife
                 Ok(r) => Some(r),
                 Err(why) => {
                     lines.push(format!("{}: identity block not written: {why}", cli.name()));
+                    block_unwritten = Some(why);
                     None
                 }
             }
@@ -148,6 +155,7 @@ pub async fn wire(w: &Wiring<'_>, cli: Cli, binary: &Path, manifest: &mut Manife
             return Done {
                 lines,
                 changed: false,
+                block_unwritten: None,
             };
         }
     }
@@ -253,7 +261,11 @@ pub async fn wire(w: &Wiring<'_>, cli: Cli, binary: &Path, manifest: &mut Manife
             }
             Err(e) => {
                 lines.push(format!("{}: MCP server not added: {e}", cli.name()));
-                return Done { lines, changed };
+                return Done {
+                    lines,
+                    changed,
+                    block_unwritten: None,
+                };
             }
         }
     }
@@ -282,10 +294,17 @@ pub async fn wire(w: &Wiring<'_>, cli: Cli, binary: &Path, manifest: &mut Manife
                 cli.name(),
                 home.identity_file.display()
             )),
-            Err(e) => lines.push(format!("{}: identity block not written: {e:#}", cli.name())),
+            Err(e) => {
+                lines.push(format!("{}: identity block not written: {e:#}", cli.name()));
+                block_unwritten = Some(format!("{e:#}"));
+            }
         }
     }
-    Done { lines, changed }
+    Done {
+        lines,
+        changed,
+        block_unwritten,
+    }
 }
 
 /// A line said at once (not with the summary), before a wait that may be long.

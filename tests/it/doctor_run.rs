@@ -136,13 +136,15 @@ async fn without_yes_and_without_a_terminal_it_asks_nothing_and_starts_nothing()
 /// The pinned `claude` under the scripted model: the run reads the tray, answers the peer
 /// through AgentChat's tools, and doctor says all three.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn claude_reaches_the_agentchat_tools_and_answers_a_peer() {
+async fn claude_gets_the_identity_block_reaches_the_agentchat_tools_and_answers_a_peer() {
     let sim = Sim::start().await;
     let model = ModelServer::start(Mode::Normal).await;
     let sent = sim.peer_sends("Is the build green? (doctor run)").await;
     let conv = sent["conversation_id"].as_str().unwrap().to_string();
+    let work = tempfile::tempdir().unwrap();
     let dir = scratch(&format!(
-        "runtime = \"claude-code\"\n\n[listen.claude]\nbinary = \"{}\"",
+        "runtime = \"claude-code\"\nworkdir = \"{}\"\n\n[listen.claude]\nbinary = \"{}\"",
+        work.path().display(),
         claude_bin().display()
     ));
     let home = dir.path().join("home");
@@ -155,4 +157,11 @@ async fn claude_reaches_the_agentchat_tools_and_answers_a_peer() {
     assert!(said.contains("completed: yes"), "{said}");
     assert_answered(&sim.my_state().await, &conv);
     assert!(!said.contains(&sim.me.1), "the key was printed");
+    // The run started as a cycle's does: the identity block is in the workdir's CLAUDE.md.
+    let claude_md = std::fs::read_to_string(work.path().join("CLAUDE.md")).unwrap_or_default();
+    let handle = format!("@{}", sim.me.0.trim_start_matches('@'));
+    assert!(
+        claude_md.contains("<!-- agentchat:start -->") && claude_md.contains(&handle),
+        "no identity block for {handle} in the workdir's CLAUDE.md: {claude_md:?}"
+    );
 }

@@ -827,3 +827,160 @@ async fn setup_adds_the_profile_to_the_one_process_unit_instead_of_refusing() {
     );
     assert_eq!(read(&host), unit);
 }
+
+/// Undo of a profile setup added to the one-process unit installs that unit again the way the
+/// service step did, so the host drops the profile now, not at its next reload; undoing the last
+/// profile says what to do with a unit that has none left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn undo_takes_the_profile_out_of_the_one_process_unit_at_once() {
+    let w = World::new().await;
+    w.setup(&[
+        "--profile",
+        "a",
+        "--runtime",
+        "codex",
+        "--no-wire",
+        "--no-service",
+    ])
+    .await;
+    let out = w
+        .agentchat(&["service", "install", "--all", "--one-process"], None)
+        .await;
+    assert!(out.status.success(), "{}", show(&out));
+    let host = w
+        .dir
+        .path()
+        .join("units")
+        .join(agentchat::service::HOST_UNIT);
+    let bob = w.sim.peer.1.clone();
+    w.setup_as(&bob, &["--profile", "b", "--runtime", "codex", "--no-wire"])
+        .await;
+    assert!(read(&host).contains("# 2 profiles now"), "{}", read(&host));
+    let undone = w.undo(&["--profile", "b"]).await;
+    assert!(
+        undone.contains(
+            "service: profile `b` taken out of the one-process unit agentchat-host.service \
+             (reloaded)"
+        ),
+        "{undone}"
+    );
+    assert!(read(&host).contains("# 1 profiles now"), "{}", read(&host));
+    let last = w.undo(&["--profile", "a"]).await;
+    assert!(
+        last.contains("was not reloaded; it runs profile `a` until its next reload or stop"),
+        "{last}"
+    );
+}
+
+/// A loopback stand-in for a server that freezes after the key check: it answers the first
+/// request (`GET /v1/agents/me`) with a handle and then accepts connections and never answers.
+async fn server_freezing_after_the_key_check() -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        loop {
+            let Ok((mut s, _)) = listener.accept().await else {
+                return;
+            };
+            if !held.is_empty() {
+                held.push(s);
+                continue;
+            }
+            let mut got = Vec::new();
+            let mut buf = [0u8; 4096];
+            while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+                match s.read(&mut buf).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => got.extend_from_slice(&buf[..n]),
+                }
+            }
+            assert!(
+                got.starts_with(b"GET /v1/agents/me "),
+                "first request: {got:?}"
+            );
+            let body = r#"{"handle":"@alice"}"#;
+            let _ = s
+                .write_all(
+                    format!(
+                        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: \
+                         {}\r\nconnection: close\r\n\r\n{body}",
+                        body.len()
+                    )
+                    .as_bytes(),
+                )
+                .await;
+            held.push(s);
+        }
+    });
+    base
+}
+
+/// Setup says what it waits for, and how long it may take, before each wait on the server: the
+/// key check, and doctor's server checks when the server freezes after the key check (said
+/// well before that wait ends, not after it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn setup_says_each_wait_on_a_server_that_freezes_after_the_key_check() {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+    let w = World::new().await;
+    let base = server_freezing_after_the_key_check().await;
+    let mut cmd = w.command(
+        Path::new(BIN),
+        &[
+            "setup",
+            "--yes",
+            "--api-base",
+            &base,
+            "--runtime",
+            "script",
+            "--no-wire",
+            "--no-service",
+            "--",
+            "/bin/true",
+        ],
+    );
+    cmd.stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null());
+    let mut child = cmd.spawn().unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    stdin
+        .write_all(format!("{}\n", w.key()).as_bytes())
+        .await
+        .unwrap();
+    drop(stdin);
+    let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut seen: Vec<(std::time::Instant, String)> = Vec::new();
+    let read_all = async {
+        while let Ok(Some(l)) = lines.next_line().await {
+            seen.push((std::time::Instant::now(), l));
+        }
+    };
+    tokio::time::timeout(std::time::Duration::from_secs(120), read_all)
+        .await
+        .expect("setup did not finish within 120 s");
+    let end = std::time::Instant::now();
+    let status = child.wait().await.unwrap();
+    let text: Vec<&str> = seen.iter().map(|(_, l)| l.as_str()).collect();
+    let text = text.join("\n");
+    let at = |prefix: &str| {
+        seen.iter()
+            .position(|(_, l)| l.starts_with(prefix))
+            .unwrap_or_else(|| panic!("no line starting {prefix:?}:\n{text}"))
+    };
+    let checking = at(&format!(
+        "key: checking it with {base} (GET /v1/agents/me, at most 40 s)..."
+    ));
+    assert!(checking < at("key: accepted"), "{text}");
+    let doctor = at(&format!(
+        "doctor: checking the key and the texts with {base} (at most 30 s)"
+    ));
+    let waited = end.duration_since(seen[doctor].0);
+    assert!(
+        waited >= std::time::Duration::from_secs(10),
+        "the doctor line came only {waited:?} before the end:\n{text}"
+    );
+    assert_eq!(status.code(), Some(3), "{text}");
+    assert!(text.contains("no answer within 15 s"), "{text}");
+}

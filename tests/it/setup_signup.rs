@@ -464,3 +464,26 @@ async fn go_ahead_no_leaves_a_fresh_home_as_it_was() {
         diff.join("\n")
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn email_or_handle_without_new_or_recover_is_a_usage_error() {
+    let w = World::new().await;
+    for extra in [["--email", "me@example.com"], ["--handle", "newbie"]] {
+        let mut args = vec!["setup", "--yes", "--api-base", w.sim.api_base()];
+        args.extend_from_slice(&extra);
+        let out = w.agentchat(&args, Some(&format!("{}\n", w.key()))).await;
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{extra:?}: {}", show(&out));
+        assert!(
+            stderr.starts_with("agentchat setup: ")
+                && stderr.contains("--new")
+                && stderr.contains("--recover"),
+            "{extra:?}: {stderr}"
+        );
+        assert!(
+            !w.config().exists(),
+            "{extra:?}: setup ran anyway:\n{}",
+            show(&out)
+        );
+    }
+}

@@ -6,6 +6,7 @@
 mod after;
 mod run;
 mod tray;
+pub mod workdir;
 
 use super::state_dir::StateDir;
 use super::texts;

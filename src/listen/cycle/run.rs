@@ -2,12 +2,9 @@
 //! spec, the supervised run and its judgement.
 
 use super::{CycleEnd, CycleInput, CycleReport, RunStarting};
-use crate::config::Settings;
 use crate::core::status::{Outcome, RunKind};
-use crate::core::texts::Texts;
 use crate::runtime::supervisor::{self, RunLimits};
 use crate::runtime::{self, RunContext, RunOutcome, RunSpec};
-use crate::sys::fs;
 use std::time::SystemTime;
 
 /// Most run-log bytes read back for judging.
@@ -21,18 +18,19 @@ pub(super) fn prepare_run(
     prompt: &str,
 ) -> Result<RunSpec, CycleEnd> {
     let id = &input.id;
-    let workdir = input
-        .state
-        .workdir(input.settings.listen.workdir.as_deref());
-    if let Err(e) = std::fs::create_dir_all(&workdir) {
-        tracing::error!(event = %"run_failed", cycle_id = %id, error = %e, workdir = %workdir.display(), "cannot create the run's working directory");
-        return Err(CycleEnd::Run(RunOutcome::Failed(format!("workdir: {e}"))));
-    }
-    if input.settings.listen.identity_block
-        && let Some(texts) = &input.texts
-    {
-        keep_identity_block(&input.settings, texts, &input.handle, &workdir, id);
-    }
+    let workdir = match super::workdir::prepare(
+        &input.settings,
+        &input.state,
+        input.texts.as_deref(),
+        &input.handle,
+        id,
+    ) {
+        Ok(w) => w,
+        Err((workdir, e)) => {
+            tracing::error!(event = %"run_failed", cycle_id = %id, error = %e, workdir = %workdir.display(), "cannot create the run's working directory");
+            return Err(CycleEnd::Run(RunOutcome::Failed(format!("workdir: {e}"))));
+        }
+    };
     let handle_at = format!("@{}", crate::core::handle::normalize(&input.handle));
     let ctx = RunContext {
         settings: &input.settings,
@@ -129,49 +127,6 @@ pub(super) async fn start_run(
 
 fn log_unusable(input: &CycleInput, why: &str) {
     tracing::error!(event = %"runtime_unusable", cycle_id = %input.id, runtime = input.settings.listen.runtime.as_str(), why = %why, "the runtime cannot be used; no runs until it is fixed: the listener checks it again on a backoff (seconds growing to 10 minutes) and at once on reload (SIGHUP)");
-}
-
-/// Keeps the identity block (which handle this agent is, from the served
-/// `identity_line_template`) current in the file the runtime loads every turn inside `workdir`:
-/// `CLAUDE.md` for Claude Code, `AGENTS.md` for Codex; nothing for scripts. Every byte outside
-/// the marked block stays as it was; a damaged block is left alone with a warning.
-fn keep_identity_block(
-    settings: &Settings,
-    texts: &Texts,
-    handle: &str,
-    workdir: &std::path::Path,
-    cycle_id: &str,
-) {
-    let Some(file) = settings.listen.runtime.identity_file() else {
-        return;
-    };
-    let Some(template) = texts.identity_line_template.as_deref() else {
-        tracing::debug!(event = %"identity_skipped", cycle_id = %cycle_id, "the texts have no identity_line_template");
-        return;
-    };
-    let path = workdir.join(file);
-    let current = match std::fs::read_to_string(&path) {
-        Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
-        Err(e) => {
-            tracing::warn!(event = %"identity_failed", cycle_id = %cycle_id, path = %path.display(), error = %e, "cannot read the file for the identity block");
-            return;
-        }
-    };
-    let rendered = crate::core::identity::render(template, &crate::core::handle::normalize(handle));
-    match crate::core::identity::upsert(&current, &rendered) {
-        Ok(next) if next == current => {}
-        Ok(next) => {
-            if let Err(e) = fs::write_keeping_mode(&path, next.as_bytes()) {
-                tracing::warn!(event = %"identity_failed", cycle_id = %cycle_id, path = %path.display(), error = %e, "cannot write the identity block");
-            } else {
-                tracing::info!(event = %"identity_updated", cycle_id = %cycle_id, path = %path.display(), "identity block updated");
-            }
-        }
-        Err(e) => {
-            tracing::warn!(event = %"identity_failed", cycle_id = %cycle_id, path = %path.display(), error = %e, "identity block left as it is")
-        }
-    }
 }
 
 fn read_log(path: &std::path::Path) -> Vec<u8> {

@@ -18,6 +18,38 @@ fn manifest_of(w: &World, profile: &str) -> PathBuf {
         .join("setup.json")
 }
 
+/// `setup --yes` where the identity block of each of `clis` is refused: setup goes on, and its
+/// verdict is "not yet" (exit 3) with a `missing:` line for each such block; anything else
+/// missing is only the runtime's login (the pinned CLIs are never logged in here).
+async fn setup_refusing_blocks(w: &World, args: &[&str], clis: &[&str]) -> String {
+    let mut all = vec!["setup", "--yes", "--api-base", w.sim.api_base()];
+    all.extend_from_slice(args);
+    let out = w.agentchat(&all, Some(&format!("{}\n", w.key()))).await;
+    let text = show(&out);
+    assert_eq!(out.status.code(), Some(3), "{text}");
+    assert!(text.lines().any(|l| l.starts_with("not yet: ")), "{text}");
+    for cli in clis {
+        assert!(
+            text.lines().any(|l| l
+                .starts_with(&format!("missing: {cli}'s identity block is not written ("))
+                && l.contains("run `agentchat setup` again")),
+            "{cli}: {text}"
+        );
+    }
+    let blocks = text
+        .lines()
+        .filter(|l| l.starts_with("missing: ") && l.contains("identity block"))
+        .count();
+    assert_eq!(blocks, clis.len(), "{text}");
+    assert!(
+        text.lines()
+            .filter(|l| l.starts_with("missing: ") && !l.contains("identity block"))
+            .all(|l| l.contains("is not logged in")),
+        "{text}"
+    );
+    text
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_file_that_is_not_utf8_is_refused_and_undo_never_deletes_it() {
     let w = World::new().await;
@@ -27,7 +59,12 @@ async fn a_file_that_is_not_utf8_is_refused_and_undo_never_deletes_it() {
     std::fs::write(&claude_md, b"# R\xe8gles\n").unwrap();
     std::fs::write(&agents_md, b"\xff").unwrap();
     let before = w.snapshot();
-    let text = w.setup(&["--runtime", "claude-code", "--no-service"]).await;
+    let text = setup_refusing_blocks(
+        &w,
+        &["--runtime", "claude-code", "--no-service"],
+        &["Claude Code", "Codex"],
+    )
+    .await;
     for f in [&claude_md, &agents_md] {
         assert!(
             text.contains(&format!(
@@ -55,7 +92,12 @@ async fn a_read_only_identity_file_is_refused_with_a_message() {
     let claude_md = w.home().join(".claude/CLAUDE.md");
     std::fs::set_permissions(&claude_md, std::fs::Permissions::from_mode(0o444)).unwrap();
     let before = std::fs::read(&claude_md).unwrap();
-    let text = w.setup(&["--runtime", "claude-code", "--no-service"]).await;
+    let text = setup_refusing_blocks(
+        &w,
+        &["--runtime", "claude-code", "--no-service"],
+        &["Claude Code"],
+    )
+    .await;
     assert!(
         text.contains(&format!(
             "Claude Code: identity block not written: {} is read-only (mode 0444)",
@@ -427,7 +469,12 @@ async fn the_manifest_stays_small_beside_a_large_claude_md_and_a_huge_one_is_ref
     let huge = "x".repeat(3 * 1024 * 1024);
     std::fs::write(&agents_md, &huge).unwrap();
     let before = w.snapshot();
-    let text = w.setup(&["--runtime", "claude-code", "--no-service"]).await;
+    let text = setup_refusing_blocks(
+        &w,
+        &["--runtime", "claude-code", "--no-service"],
+        &["Codex"],
+    )
+    .await;
     // Setup says what it waits for before each long wait.
     assert!(
         text.contains("Claude Code: running `claude mcp add` (at most 60 s)..."),
@@ -452,4 +499,31 @@ async fn the_manifest_stays_small_beside_a_large_claude_md_and_a_huge_one_is_ref
         "setup then undo changed:\n{}",
         diff.join("\n")
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broken_codex_config_is_said_in_codexs_own_words_and_is_not_yet() {
+    let w = World::new().await;
+    w.fill().await;
+    let codex_toml = w.home().join(".codex/config.toml");
+    std::fs::write(&codex_toml, "# mine\n[tui\n").unwrap();
+    let mut all = vec!["setup", "--yes", "--api-base", w.sim.api_base()];
+    all.extend_from_slice(&["--runtime", "claude-code", "--no-service"]);
+    let out = w.agentchat(&all, Some(&format!("{}\n", w.key()))).await;
+    let text = show(&out);
+    assert_eq!(out.status.code(), Some(3), "{text}");
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("Codex: MCP server not added: "))
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(
+        line.contains("exited with code") && line.contains("config.toml:2:5: unclosed table"),
+        "{line}"
+    );
+    assert!(!line.contains("<unknown>"), "{line}");
+    assert!(
+        text.contains("missing: Codex has no `agentchat` MCP entry"),
+        "{text}"
+    );
+    assert_eq!(read(&codex_toml), "# mine\n[tui\n");
 }
