@@ -4,6 +4,16 @@ use super::{ConfigArgs, ConfigError, KeySource, Settings, env, resolve};
 use secrecy::{ExposeSecret, SecretString};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Reads of the config file by this process, for the log: `listen --all` reads it once per
+/// SIGHUP for every profile (issue 27), which each profile's `reload` line shows.
+static FILE_READS: AtomicU64 = AtomicU64::new(0);
+
+/// How many times this process has read its config file.
+pub fn file_reads() -> u64 {
+    FILE_READS.load(Ordering::Relaxed)
+}
 
 /// Reads the config file (if any) and the process environment, then `resolve`s; reads the key
 /// file when the key comes from one.
@@ -260,6 +270,12 @@ pub const KEY_FILE_CAP: u64 = 16 * 1024;
 /// The config file's path and text, if there is one to read: a regular file (after symlinks)
 /// of at most `CONFIG_FILE_CAP`, read without blocking on a FIFO or a device
 /// (`sys::fs::read_regular_capped`), so a `SIGHUP` can never wedge the listener on it.
+/// The config file's bytes, the read counted ([`file_reads`]).
+fn read_counted(path: &Path) -> std::io::Result<Vec<u8>> {
+    FILE_READS.fetch_add(1, Ordering::Relaxed);
+    crate::sys::fs::read_regular_capped(path, CONFIG_FILE_CAP)
+}
+
 fn read_config_file(
     args: &ConfigArgs,
     env: &HashMap<String, String>,
@@ -270,8 +286,7 @@ fn read_config_file(
         _ => p,
     };
     match config_file_path(args, env).map(|(p, explicit)| (absolute(p), explicit)) {
-        Some((path, explicit)) => match crate::sys::fs::read_regular_capped(&path, CONFIG_FILE_CAP)
-        {
+        Some((path, explicit)) => match read_counted(&path) {
             Ok(bytes) => match String::from_utf8(bytes) {
                 Ok(text) => Ok(Some((path, text))),
                 Err(_) => Err(ConfigError::Read {

@@ -22,8 +22,8 @@ pub use env::{
     ALLOW_CLEARTEXT, TEST_TIME_SCALE, VARIABLES, integration_switch, process_env, read_process_env,
 };
 pub use load::{
-    ProfileSet, Source, all_runs_default, config_file_path, load, load_all, load_one_of_all,
-    load_top_of_all, load_unkeyed, load_with_env, read_key_file, runs_default,
+    ProfileSet, Source, all_runs_default, config_file_path, file_reads, load, load_all,
+    load_one_of_all, load_top_of_all, load_unkeyed, load_with_env, read_key_file, runs_default,
 };
 pub use resolve::{
     absolute_paths, advice, check_profile_name, default_state_base, profile_name, resolve,

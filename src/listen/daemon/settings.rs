@@ -69,8 +69,17 @@ impl Daemon {
         params_tx: &watch::Sender<SocketParams>,
         new: Option<Box<Settings>>,
     ) {
-        tracing::info!(event = %"reload", "reloading configuration and texts");
-        match new.map_or_else(|| self.source.load(), |s| Ok(*s)) {
+        // `listen --all` hands the settings its one read of the config gave every profile;
+        // `config_reads` (the process's reads so far) shows no profile read it again.
+        let handed = new.is_some();
+        let loaded = new.map_or_else(|| self.source.load(), |s| Ok(*s));
+        tracing::info!(
+            event = %"reload",
+            settings = if handed { "handed" } else { "read" },
+            config_reads = crate::config::file_reads(),
+            "reloading configuration and texts"
+        );
+        match loaded {
             Ok(s) => match s.api_key.clone() {
                 Some(k) => {
                     if s.state_dir != self.settings.state_dir {

@@ -98,6 +98,7 @@ impl Host {
             profiles = self.profiles.len(),
             added,
             changed,
+            config_reads = config::file_reads(),
             "config reloaded"
         );
     }
