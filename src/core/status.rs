@@ -238,6 +238,9 @@ pub enum NoRunReason {
     /// `runtime_unusable`: the runtime said earlier that it cannot work; no run until the state
     /// ends ([`ListenerState::RuntimeUnusable`]).
     RuntimeUnusable,
+    /// `stopped`: the listener stopped (SIGTERM, or SIGHUP removing its profile) while the run
+    /// waited for one of `listen --all`'s run slots; no run started, so none failed.
+    Stopped,
 }
 
 impl NoRunReason {
@@ -251,6 +254,7 @@ impl NoRunReason {
             NoRunReason::NoTexts => "no_texts",
             NoRunReason::NoPrompt => "no_prompt",
             NoRunReason::RuntimeUnusable => "runtime_unusable",
+            NoRunReason::Stopped => "stopped",
         }
     }
 }
@@ -529,6 +533,7 @@ mod tests {
             R::NoTexts,
             R::NoPrompt,
             R::RuntimeUnusable,
+            R::Stopped,
         ] {
             assert_eq!(name(r), r.as_str());
         }

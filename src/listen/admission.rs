@@ -301,18 +301,23 @@ pub struct Queued {
     pub max: usize,
 }
 
-/// Waits for the cycle's run slot (no ticket: a single `listen`, no wait). `Err` when the
-/// listener stops first, with why, for the cycle's end.
+/// How long a run may wait for its slot before the tray that decided it is read again: a wait
+/// longer than this (scaled by the test time scale) ends in a fresh tray read and decision
+/// (`listen::cycle`), since the card may have been answered elsewhere meanwhile.
+pub const STALE_DECISION: Duration = Duration::from_secs(30);
+
+/// Waits for the cycle's run slot (no ticket: a single `listen`, no wait): the slot and how long
+/// the run waited for it. `None` when the listener stops first: no run was started.
 pub async fn slot_for(
     ticket: Option<Ticket>,
     cycle_id: &str,
     shutdown: &tokio::sync::watch::Receiver<bool>,
-) -> Result<Option<Permit>, String> {
+) -> Option<(Option<Permit>, Duration)> {
     let Some(mut ticket) = ticket else {
-        return Ok(None);
+        return Some((None, Duration::ZERO));
     };
     let (place, running, max, waiting) = match ticket.admission.enter(ticket.who) {
-        Entry::Now(p) => return Ok(Some(p)),
+        Entry::Now(p) => return Some((Some(p), Duration::ZERO)),
         Entry::Queued {
             place,
             running,
@@ -350,9 +355,10 @@ pub async fn slot_for(
                 waited_ms = u64::try_from(waited.as_millis()).unwrap_or(u64::MAX),
                 "this run's turn came"
             );
-            Ok(Some(permit))
+            Some((Some(permit), waited))
         }
-        () = stopped => Err("the listener stopped while this run waited for a slot".into()),
+        // The cycle ends `no_run` (`stopped`): no run was started, so none failed.
+        () = stopped => None,
     }
 }
 

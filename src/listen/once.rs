@@ -116,7 +116,8 @@ pub async fn run(
                 Some(
                     NoRunReason::TrayUnreadable
                     | NoRunReason::HandleMismatch
-                    | NoRunReason::NoTexts,
+                    | NoRunReason::NoTexts
+                    | NoRunReason::Stopped,
                 ) => anyhow::bail!("no run: {why_word} (cycle {})", last.id),
             }
         }

@@ -1149,13 +1149,151 @@ async fn no_run_starts_while_memory_is_short_and_a_stop_takes_the_waiting_one_ou
     assert_eq!(l.wait_exit(20.0), Some(0), "{}", l.log());
     let s = setup.status("mem");
     assert_eq!(s["state"], "stopped", "{s}");
-    assert!(
-        s["last_cycle"]["failure"]
-            .as_str()
-            .is_some_and(|f| f.contains("waited for a slot")),
+    // No run started, so none failed: the cycle ends `no_run` (`stopped`).
+    assert_no_run_stopped(&s);
+    assert_eq!(setup.profile("mem").rec.count(), 0);
+}
+
+/// A cycle that ended while its run waited for a slot: `no_run` (`stopped`), no run counted.
+fn assert_no_run_stopped(s: &Value) {
+    assert_eq!(
+        (
+            s["last_cycle"]["outcome"].as_str(),
+            s["last_cycle"]["no_run_reason"].as_str(),
+            s["last_cycle"]["run_started"].as_bool(),
+        ),
+        (Some("no_run"), Some("stopped"), Some(false)),
         "{s}"
     );
-    assert_eq!(setup.profile("mem").rec.count(), 0);
+    assert_eq!(s["last_cycle"]["failure"], Value::Null, "{s}");
+    assert_eq!(s["counters"]["runs_failed"], 0, "{s}");
+    assert_eq!(s["counters"]["runs"], 0, "{s}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_profile_removed_while_its_run_waits_for_a_slot_ends_with_no_run_not_a_failed_one() {
+    let sim = Sim::start(1.0).await;
+    let alice = sim.agent("alice").await;
+    let names = ["gone", "kept"];
+    let setup = HostSetup::new(&sim, &names).await;
+    // More than any machine here has: the run waits for memory that never comes.
+    let memory = "min_available_memory = \"1024TiB\"\n";
+    with_top_listen(&setup, &names, memory);
+    let l = setup.start(&sim);
+    settled(&l, &names).await;
+    sim.send(&alice, &setup.profile("gone").agent, "hello")
+        .await;
+    assert!(
+        eventually(20.0, || setup.status("gone")["state"] == "queued").await,
+        "{}\n{}",
+        setup.status("gone"),
+        l.log()
+    );
+    with_top_listen(&setup, &["kept"], memory);
+    l.signal(libc::SIGHUP);
+    assert!(
+        eventually(20.0, || setup.status("gone")["state"] == "stopped").await,
+        "{}\n{}",
+        setup.status("gone"),
+        l.log()
+    );
+    assert_no_run_stopped(&setup.status("gone"));
+    assert_eq!(setup.profile("gone").rec.count(), 0, "no run started");
+    let ends = events_of(&l, "cycle_end", "gone");
+    assert_eq!(
+        ends.last().and_then(|e| e["no_run_reason"].as_str()),
+        Some("stopped"),
+        "{}",
+        l.log()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sighup_after_a_top_level_edit_reads_the_config_once_for_every_profile() {
+    let sim = Sim::start(1.0).await;
+    let names = ["r1", "r2", "r3"];
+    let setup = HostSetup::new(&sim, &names).await;
+    let l = setup.start(&sim);
+    settled(&l, &names).await;
+    // A top-level edit: every profile's settings change.
+    with_top_listen(&setup, &names, "run_timeout = \"5m\"\n");
+    l.signal(libc::SIGHUP);
+    assert!(
+        eventually(20.0, || names
+            .iter()
+            .all(|n| !events_of(&l, "reload", n).is_empty()))
+        .await,
+        "{}",
+        l.log()
+    );
+    let host = l
+        .events("reloaded")
+        .into_iter()
+        .find(|v| v["changed"] == 3)
+        .unwrap_or_else(|| panic!("no reload changed all three:\n{}", l.log()));
+    let reads = host["config_reads"].as_u64().unwrap();
+    for name in names {
+        let reload = &events_of(&l, "reload", name)[0];
+        assert_eq!(reload["settings"], "handed", "{reload}");
+        // No profile read the file again after the host's one read.
+        assert_eq!(reload["config_reads"].as_u64(), Some(reads), "{}", l.log());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_card_answered_elsewhere_while_its_run_waited_long_for_a_slot_starts_no_run() {
+    let sim = Sim::start(1.0).await;
+    let alice = sim.agent("alice").await;
+    let names = ["first", "late"];
+    let setup = HostSetup::new(&sim, &names).await;
+    with_top_listen(&setup, &names, "max_concurrent_runs = 1\n");
+    setup.profile("first").rec.set("sleep", "4");
+    let mut cmd = setup.command(&sim);
+    // The 30 s after which a waited-for run's tray is read again, divided by 30: 1 s.
+    cmd.env("AGENTCHAT_TEST_TIME_SCALE", "30");
+    let l = setup.spawn(cmd);
+    settled(&l, &names).await;
+    sim.send(&alice, &setup.profile("first").agent, "take the slot")
+        .await;
+    setup.runs_started(&["first"], &l).await;
+    let late = &setup.profile("late").agent;
+    sim.send(&alice, late, "answered elsewhere").await;
+    assert!(
+        eventually(20.0, || setup.status("late")["state"] == "queued").await,
+        "{}\n{}",
+        setup.status("late"),
+        l.log()
+    );
+    // The agent answers the card another way (here: it reads it) while its run waits.
+    let tray = sim.tray(late).await;
+    let conv = tray["conversations"][0]["conversation_id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{tray}"))
+        .to_string();
+    let read = reqwest::Client::new()
+        .post(format!("{}/v1/conversations/{conv}/read", sim.api_base))
+        .bearer_auth(&late.key)
+        .json(&serde_json::json!({}))
+        .send()
+        .await
+        .unwrap();
+    assert!(read.status().is_success(), "{}", read.status());
+    // Its connect cycle, then the one that waited.
+    assert!(
+        eventually(30.0, || events_of(&l, "cycle_end", "late").len() >= 2).await,
+        "{}",
+        l.log()
+    );
+    let end = events_of(&l, "cycle_end", "late")[1].clone();
+    assert_eq!(
+        (end["run_started"].as_bool(), end["no_run_reason"].as_str()),
+        (Some(false), Some("nothing_waiting")),
+        "{}",
+        l.log()
+    );
+    assert_eq!(events_of(&l, "tray_reread", "late").len(), 1, "{}", l.log());
+    assert_eq!(setup.profile("late").rec.count(), 0, "no run started");
+    assert!(setup.profile("first").rec.done(1));
 }
 
 /// Issue 29 item 4's second case: during a SIGHUP storm a connected profile's `status.json`

@@ -173,9 +173,25 @@ async fn steps(input: &mut CycleInput, report: &mut CycleReport) -> Result<Cycle
     let prompt = prompt_for_run(input, report, kind).await?;
     let spec = prepare_run(input, kind, &prompt)?;
     // `listen --all`: the run waits for one of the process's slots (`listen::admission`).
-    let slot = super::admission::slot_for(input.admission.take(), &input.id, &input.shutdown)
-        .await
-        .map_err(|why| CycleEnd::Run(RunOutcome::Failed(why)))?;
+    let Some((slot, waited)) =
+        super::admission::slot_for(input.admission.take(), &input.id, &input.shutdown).await
+    else {
+        return Err(CycleEnd::NoRun(NoRunReason::Stopped));
+    };
+    let stale = super::TimeScale(input.settings.time_scale.factor())
+        .apply(super::admission::STALE_DECISION);
+    let (before, kind, spec) = if waited > stale {
+        // The tray that decided this run is that old: the card may be answered elsewhere, an
+        // invite declined. Decide again on the tray as it is now (the slot is kept meanwhile).
+        tracing::info!(event = %"tray_reread", cycle_id = %input.id, waited_ms = u64::try_from(waited.as_millis()).unwrap_or(u64::MAX), "this run waited long for its slot: reading the tray again before it starts");
+        let before = read_tray_before(input, report).await?;
+        let kind = decide_run(input, report, &before)?;
+        let prompt = prompt_for_run(input, report, kind).await?;
+        let spec = prepare_run(input, kind, &prompt)?;
+        (before, kind, spec)
+    } else {
+        (before, kind, spec)
+    };
     let (outcome, run_ended_at) = start_run(input, report, kind, &spec).await;
     drop(slot);
     if !*input.shutdown.borrow() {

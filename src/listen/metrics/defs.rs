@@ -58,6 +58,7 @@ pub(super) const NO_RUN_REASONS: &[&str] = &[
     "no_texts",
     "no_prompt",
     "runtime_unusable",
+    "stopped",
 ];
 
 /// Run durations, in seconds: a run takes seconds to the 15 min default limit.
