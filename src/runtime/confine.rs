@@ -388,6 +388,17 @@ pub fn reach(settings: &Settings) -> Reach {
         env_pass: settings.listen.env_pass.clone(),
         ..Reach::default()
     };
+    // `extra_args` that would widen a run make every run `runtime_unusable` (claude_args,
+    // codex_args): doctor says so before the listener starts.
+    let extra = match settings.listen.runtime {
+        RuntimeKind::ClaudeCode => check_flags(
+            "listen.claude.extra_args",
+            &settings.listen.claude.extra_args,
+            CLAUDE_RESERVED,
+        ),
+        RuntimeKind::Codex => check_codex_extra(&settings.listen.codex.extra_args),
+        RuntimeKind::Script => Ok(()),
+    };
     match settings.listen.runtime {
         RuntimeKind::ClaudeCode => {
             match claude_tools(settings) {
@@ -422,6 +433,9 @@ pub fn reach(settings: &Settings) -> Reach {
             r.writes = true;
             r.commands = true;
         }
+    }
+    if let (None, Err(e)) = (&r.problem, extra) {
+        r.problem = Some(e.to_string());
     }
     r
 }
@@ -521,6 +535,23 @@ mod tests {
                 .map(String::from)
                 .to_vec();
         assert!(codex_args(&fx.settings, "{}", &[]).is_ok());
+    }
+
+    #[test]
+    fn widening_extra_args_are_reachs_problem_naming_the_key() {
+        let mut fx = Fixture::new(RuntimeKind::ClaudeCode);
+        fx.settings.listen.claude.extra_args = vec!["--allowedTools=Bash".into()];
+        let problem = reach(&fx.settings).problem.unwrap();
+        assert!(problem.contains("listen.claude.extra_args"), "{problem}");
+        let mut fx = Fixture::new(RuntimeKind::Codex);
+        fx.settings.listen.codex.extra_args = vec!["--sandbox".into(), "danger-full-access".into()];
+        let problem = reach(&fx.settings).problem.unwrap();
+        assert!(problem.contains("listen.codex.extra_args"), "{problem}");
+        // The fixture's own `--model x` widens nothing.
+        assert_eq!(
+            reach(&Fixture::new(RuntimeKind::Codex).settings).problem,
+            None
+        );
     }
 
     #[test]
