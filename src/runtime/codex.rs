@@ -22,6 +22,19 @@ pub const KEY_ENV: &str = "AGENTCHAT_API_KEY";
 pub const NESTED_SESSION_VARS: &[&str] = &["CODEX_SANDBOX", "CODEX_SANDBOX_NETWORK_DISABLED"];
 
 pub fn prepare(ctx: &RunContext<'_>) -> Result<RunSpec, RuntimeError> {
+    let user_config = super::confine::codex_config_path(
+        std::env::var_os("CODEX_HOME").as_deref(),
+        std::env::var_os("HOME").as_deref(),
+    );
+    prepare_with(ctx, user_config.as_deref())
+}
+
+/// [`prepare`] with the user's Codex `config.toml` named (`None`: there is none), whose MCP
+/// servers are switched off for the run; the unit tests name a scratch file.
+fn prepare_with(
+    ctx: &RunContext<'_>,
+    user_config: Option<&std::path::Path>,
+) -> Result<RunSpec, RuntimeError> {
     let codex = &ctx.settings.listen.codex;
     let program = super::cli_binary(ctx.settings, RuntimeKind::Codex)?;
     let url = agent_cli::mcp_url(&ctx.settings.api_base, codex.mcp_url.as_deref());
@@ -39,14 +52,7 @@ pub fn prepare(ctx: &RunContext<'_>) -> Result<RunSpec, RuntimeError> {
     args.push(workdir.to_string());
     args.extend(codex.extra_args.iter().cloned());
     // After the user's arguments, so none of them widens what the run is offered.
-    let user_servers = match super::confine::codex_config_text(
-        std::env::var_os("CODEX_HOME").as_deref(),
-        std::env::var_os("HOME").as_deref(),
-    )? {
-        Some((path, text)) => super::confine::codex_user_servers(&text)
-            .map_err(|why| RuntimeError::Unusable(format!("Codex's {}: {why}", path.display())))?,
-        None => Vec::new(),
-    };
+    let user_servers = super::confine::codex_user_servers_at(user_config)?;
     args.extend(super::confine::codex_args(
         ctx.settings,
         &mcp_server(&url),
@@ -216,10 +222,65 @@ mod tests {
 {"type":"turn.failed","error":{"message":"unexpected status 401 Unauthorized: invalid x-api-key, url: http://127.0.0.1:18401/v1/responses"}}
 "#;
 
+    /// The user's Codex config a test's run reads: a scratch path in the fixture's dir (absent
+    /// unless the test writes it), never the `CODEX_HOME` or `~/.codex` of whoever runs the tests.
+    fn scratch_config(fx: &Fixture) -> std::path::PathBuf {
+        fx.dir.path().join("codex-home/config.toml")
+    }
+
+    fn prepare_scratch(fx: &Fixture) -> Result<RunSpec, RuntimeError> {
+        prepare_with(&fx.ctx(), Some(&scratch_config(fx)))
+    }
+
+    #[test]
+    fn the_users_codex_servers_in_its_config_are_each_switched_off() {
+        let fx = Fixture::new(RuntimeKind::Codex);
+        let config = scratch_config(&fx);
+        std::fs::create_dir_all(config.parent().unwrap()).unwrap();
+        std::fs::write(
+            &config,
+            "model = \"m\"\n[mcp_servers.fs]\ncommand = \"x\"\n\
+             [mcp_servers.agentchat]\nurl = \"u\"\n[mcp_servers.github]\nurl = \"v\"\n",
+        )
+        .unwrap();
+        let spec = prepare_scratch(&fx).unwrap();
+        let offs: Vec<&str> = spec
+            .args
+            .windows(2)
+            .filter(|w| w[0] == "-c" && w[1].ends_with(".enabled=false"))
+            .map(|w| w[1].as_str())
+            .collect();
+        assert_eq!(
+            offs,
+            [
+                "mcp_servers.fs.enabled=false",
+                "mcp_servers.github.enabled=false"
+            ]
+        );
+        // Without the file (the scratch default), no server is switched off.
+        std::fs::remove_file(&config).unwrap();
+        let spec = prepare_scratch(&fx).unwrap();
+        assert!(!spec.args.iter().any(|a| a.ends_with(".enabled=false")));
+    }
+
+    #[test]
+    fn a_codex_config_that_does_not_parse_is_unusable_naming_the_file() {
+        let fx = Fixture::new(RuntimeKind::Codex);
+        let config = scratch_config(&fx);
+        std::fs::create_dir_all(config.parent().unwrap()).unwrap();
+        std::fs::write(&config, "[tui\n").unwrap();
+        match prepare_scratch(&fx) {
+            Err(RuntimeError::Unusable(why)) => {
+                assert!(why.contains(&config.display().to_string()), "{why}")
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
     #[test]
     fn argv_has_the_documented_shape_with_the_prompt_last() {
         let fx = Fixture::new(RuntimeKind::Codex);
-        let spec = prepare(&fx.ctx()).unwrap();
+        let spec = prepare_scratch(&fx).unwrap();
         let work = fx.workdir();
         assert_eq!(spec.program, fx.binary.clone());
         assert_eq!(
@@ -256,7 +317,7 @@ mod tests {
     #[test]
     fn key_is_only_in_the_named_env_var() {
         let fx = Fixture::new(RuntimeKind::Codex);
-        let spec = prepare(&fx.ctx()).unwrap();
+        let spec = prepare_scratch(&fx).unwrap();
         assert!(spec.args.iter().all(|a| !a.contains(Fixture::KEY)));
         let carriers: Vec<_> = spec
             .env
@@ -271,7 +332,7 @@ mod tests {
     #[test]
     fn both_clis_nested_session_vars_are_removed_and_codex_home_is_left_alone() {
         let fx = Fixture::new(RuntimeKind::Codex);
-        let spec = prepare(&fx.ctx()).unwrap();
+        let spec = prepare_scratch(&fx).unwrap();
         for v in [
             "CODEX_SANDBOX",
             "CODEX_SANDBOX_NETWORK_DISABLED",
@@ -288,7 +349,7 @@ mod tests {
     fn mcp_url_is_toml_quoted() {
         let mut fx = Fixture::new(RuntimeKind::Codex);
         fx.settings.listen.codex.mcp_url = Some(r#"http://h/"q"\x"#.into());
-        let spec = prepare(&fx.ctx()).unwrap();
+        let spec = prepare_scratch(&fx).unwrap();
         let arg = spec
             .args
             .iter()
@@ -305,7 +366,10 @@ mod tests {
     fn missing_binary_is_unusable() {
         let mut fx = Fixture::new(RuntimeKind::Codex);
         fx.settings.listen.codex.binary = Some(fx.dir.path().join("none/codex"));
-        assert!(matches!(prepare(&fx.ctx()), Err(RuntimeError::Unusable(_))));
+        assert!(matches!(
+            prepare_scratch(&fx),
+            Err(RuntimeError::Unusable(_))
+        ));
     }
 
     #[test]

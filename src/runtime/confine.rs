@@ -322,26 +322,40 @@ pub fn codex_user_servers(config_toml: &str) -> Result<Vec<String>, String> {
     Ok(names)
 }
 
-/// Codex's `config.toml` in its home (`CODEX_HOME`, else `~/.codex`), read capped; `None` when
-/// there is none.
-pub fn codex_config_text(
+/// Where Codex keeps its `config.toml`: `CODEX_HOME` (when set and not empty), else
+/// `~/.codex`; `None` without either. Pure, so the runs' unit tests name a scratch file instead of
+/// whatever the developer running them has.
+pub fn codex_config_path(
     codex_home: Option<&std::ffi::OsStr>,
     home: Option<&std::ffi::OsStr>,
-) -> Result<Option<(std::path::PathBuf, String)>, RuntimeError> {
+) -> Option<std::path::PathBuf> {
     let dir = match (codex_home, home) {
         (Some(c), _) if !c.is_empty() => std::path::PathBuf::from(c),
         (_, Some(h)) => std::path::Path::new(h).join(".codex"),
-        _ => return Ok(None),
+        _ => return None,
     };
-    let path = dir.join("config.toml");
-    match crate::sys::fs::read_regular_capped(&path, 1024 * 1024) {
-        Ok(bytes) => Ok(Some((path, String::from_utf8_lossy(&bytes).into_owned()))),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(RuntimeError::Unusable(format!(
-            "cannot read Codex's {} to keep its MCP servers out of the run: {e}",
-            path.display()
-        ))),
-    }
+    Some(dir.join("config.toml"))
+}
+
+/// [`codex_user_servers`] of the `config.toml` at `path`, read capped; none when there is no
+/// such file. A file that cannot be read or names a server that cannot be switched off makes the
+/// runtime unusable, naming the file.
+pub fn codex_user_servers_at(path: Option<&std::path::Path>) -> Result<Vec<String>, RuntimeError> {
+    let Some(path) = path else {
+        return Ok(Vec::new());
+    };
+    let text = match crate::sys::fs::read_regular_capped(path, 1024 * 1024) {
+        Ok(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => {
+            return Err(RuntimeError::Unusable(format!(
+                "cannot read Codex's {} to keep its MCP servers out of the run: {e}",
+                path.display()
+            )));
+        }
+    };
+    codex_user_servers(&text)
+        .map_err(|why| RuntimeError::Unusable(format!("Codex's {}: {why}", path.display())))
 }
 
 /// What a run of this profile can touch beyond AgentChat, for `doctor` (pure: from the
@@ -373,6 +387,17 @@ pub fn reach(settings: &Settings) -> Reach {
     let mut r = Reach {
         env_pass: settings.listen.env_pass.clone(),
         ..Reach::default()
+    };
+    // `extra_args` that would widen a run make every run `runtime_unusable` (claude_args,
+    // codex_args): doctor says so before the listener starts.
+    let extra = match settings.listen.runtime {
+        RuntimeKind::ClaudeCode => check_flags(
+            "listen.claude.extra_args",
+            &settings.listen.claude.extra_args,
+            CLAUDE_RESERVED,
+        ),
+        RuntimeKind::Codex => check_codex_extra(&settings.listen.codex.extra_args),
+        RuntimeKind::Script => Ok(()),
     };
     match settings.listen.runtime {
         RuntimeKind::ClaudeCode => {
@@ -409,6 +434,9 @@ pub fn reach(settings: &Settings) -> Reach {
             r.commands = true;
         }
     }
+    if let (None, Err(e)) = (&r.problem, extra) {
+        r.problem = Some(e.to_string());
+    }
     r
 }
 
@@ -416,6 +444,7 @@ pub fn reach(settings: &Settings) -> Reach {
 mod tests {
     use super::*;
     use crate::runtime::agent_cli::test_support::Fixture;
+    use std::path::Path;
 
     fn with_tools(runtime: RuntimeKind, tools: &[&str]) -> Fixture {
         let mut fx = Fixture::new(runtime);
@@ -506,6 +535,44 @@ mod tests {
                 .map(String::from)
                 .to_vec();
         assert!(codex_args(&fx.settings, "{}", &[]).is_ok());
+    }
+
+    #[test]
+    fn widening_extra_args_are_reachs_problem_naming_the_key() {
+        let mut fx = Fixture::new(RuntimeKind::ClaudeCode);
+        fx.settings.listen.claude.extra_args = vec!["--allowedTools=Bash".into()];
+        let problem = reach(&fx.settings).problem.unwrap();
+        assert!(problem.contains("listen.claude.extra_args"), "{problem}");
+        let mut fx = Fixture::new(RuntimeKind::Codex);
+        fx.settings.listen.codex.extra_args = vec!["--sandbox".into(), "danger-full-access".into()];
+        let problem = reach(&fx.settings).problem.unwrap();
+        assert!(problem.contains("listen.codex.extra_args"), "{problem}");
+        // The fixture's own `--model x` widens nothing.
+        assert_eq!(
+            reach(&Fixture::new(RuntimeKind::Codex).settings).problem,
+            None
+        );
+    }
+
+    #[test]
+    fn codex_config_path_is_codex_home_else_dot_codex() {
+        use std::ffi::OsStr;
+        let p = |c: Option<&str>, h: Option<&str>| {
+            codex_config_path(c.map(OsStr::new), h.map(OsStr::new))
+        };
+        assert_eq!(
+            p(Some("/x"), Some("/h")).unwrap(),
+            Path::new("/x/config.toml")
+        );
+        assert_eq!(
+            p(Some(""), Some("/h")).unwrap(),
+            Path::new("/h/.codex/config.toml")
+        );
+        assert_eq!(
+            p(None, Some("/h")).unwrap(),
+            Path::new("/h/.codex/config.toml")
+        );
+        assert_eq!(p(None, None), None);
     }
 
     #[test]

@@ -512,9 +512,9 @@ async fn run_setup(args: SetupArgs) -> anyhow::Result<i32> {
     for line in &done {
         println!("{line}");
     }
-    if changed {
-        println!("Done.");
-    } else {
+    // No "Done." here: the verdict below is the only line that says whether it worked
+    // (issue 28, "the last line is the truth").
+    if !changed {
         println!("Nothing changed: profile `{profile}` was already set up this way.");
     }
     let undo = match &args.profile {

@@ -732,3 +732,41 @@ async fn reach_passes_by_default_and_warns_for_a_profile_whose_runs_can_touch_fi
     out.assert_no_secret(&key);
     sim.shutdown().await;
 }
+
+/// Issue 24: `extra_args` that would widen a run make every run `runtime_unusable` naming the
+/// key; doctor says the same, as a FAIL on its `reach` line, before a listener ever starts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn widening_extra_args_fail_reach_naming_the_key() {
+    let (sim, _, key) = seeded_sim().await;
+    let s = Scratch::new(
+        "[listen]\nruntime = \"claude-code\"\n\
+         [listen.claude]\nextra_args = [\"--allowedTools\", \"Bash\"]\n\n\
+         [profiles.cx.listen]\nruntime = \"codex\"\n\
+         [profiles.cx.listen.codex]\nextra_args = [\"--sandbox\", \"danger-full-access\"]\n\n\
+         [profiles.narrow.listen]\nruntime = \"codex\"\n\
+         [profiles.narrow.listen.codex]\nextra_args = [\"-c\", \"model=\\\"o3\\\"\"]\n",
+    );
+    let out = s.doctor(&sim.api_base, Some(&key), &[]).await;
+    assert_eq!(out.code, 1, "{}", out.all());
+    out.assert_line(
+        "reach",
+        "FAIL reach:",
+        "`listen.claude.extra_args` holds `--allowedTools`",
+    );
+    let out = s
+        .doctor(&sim.api_base, Some(&key), &["--profile", "cx"])
+        .await;
+    assert_eq!(out.code, 1, "{}", out.all());
+    out.assert_line(
+        "reach",
+        "FAIL reach:",
+        "`listen.codex.extra_args` holds `--sandbox`",
+    );
+    // An argument that widens nothing passes.
+    let out = s
+        .doctor(&sim.api_base, Some(&key), &["--profile", "narrow"])
+        .await;
+    out.assert_line("reach", "PASS reach:", "AgentChat tools only");
+    out.assert_no_secret(&key);
+    sim.shutdown().await;
+}

@@ -348,7 +348,10 @@ async fn a_second_setup_changes_nothing_and_says_so() {
     let first = w
         .setup(&["--profile", "other2", "--runtime", "codex"])
         .await;
-    assert!(first.contains("Done."), "{first}");
+    assert!(
+        first.contains("config: profile `other2` written to"),
+        "{first}"
+    );
     let once = w.snapshot();
     let second = w.setup(&["--profile", "other2"]).await;
     assert!(

@@ -527,3 +527,34 @@ async fn a_broken_codex_config_is_said_in_codexs_own_words_and_is_not_yet() {
     );
     assert_eq!(read(&codex_toml), "# mine\n[tui\n");
 }
+
+/// Issue 28, "the last line is the truth": a setup that ends `not yet` says nothing before its
+/// verdict that claims it worked (it used to print "Done." just above `not yet`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_not_yet_setup_claims_no_success_before_its_verdict() {
+    let w = World::new().await;
+    w.fill().await;
+    let mut all = vec!["setup", "--yes", "--api-base", w.sim.api_base()];
+    // The pinned CLIs are never logged in here, so the runtime cannot answer: `not yet`.
+    all.extend_from_slice(&["--runtime", "claude-code", "--no-service"]);
+    let out = w.agentchat(&all, Some(&format!("{}\n", w.key()))).await;
+    let text = show(&out);
+    assert_eq!(out.status.code(), Some(3), "{text}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = stdout.lines().collect();
+    let (last, before) = lines.split_last().unwrap_or_else(|| panic!("{text}"));
+    assert!(last.starts_with("not yet: "), "{text}");
+    // It did write things, so this is the run that used to say "Done.".
+    assert!(
+        text.contains("config: profile `default` written to"),
+        "{text}"
+    );
+    for line in before {
+        assert!(
+            !matches!(line.trim(), "Done." | "Done" | "OK" | "Success")
+                && !line.contains("answers on this machine")
+                && !line.contains("is ready on this machine"),
+            "a success claim before the `not yet` verdict: {line:?}\n{text}"
+        );
+    }
+}
