@@ -149,14 +149,6 @@ pub fn json_lines(output: &[u8]) -> impl Iterator<Item = serde_json::Value> + '_
     })
 }
 
-/// The lines of a run log that are not JSON (the CLI's stderr, the supervisor's header).
-pub fn plain_lines(output: &[u8]) -> impl Iterator<Item = std::borrow::Cow<'_, str>> + '_ {
-    output
-        .split(|b| *b == b'\n')
-        .filter(|line| line.trim_ascii().first() != Some(&b'{'))
-        .map(String::from_utf8_lossy)
-}
-
 /// A failure reason for how the process ended, when the end alone decides it.
 pub fn end_failure(end: &ProcessEnd) -> Option<String> {
     match end {
