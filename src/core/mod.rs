@@ -4,6 +4,9 @@
 //! run policy with the runs' own cost reports (`policy`, `run_report`; issue 26, not yet wired).
 //! Every time is an injected number of milliseconds, so each rule is tested without a runtime
 //! against the fixtures in `conformance/`.
+//!
+//! The contract is AgentChat's contract v1, published at <https://agentchat.me/contract/v1/>;
+//! a section number in a comment anywhere in this crate ("contract 3.4") refers to it.
 
 pub mod admission;
 pub mod coalescer;
