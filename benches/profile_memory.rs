@@ -179,7 +179,7 @@ async fn run(base: &str, n: usize, measuring: bool) {
             api,
             idle_timeout: Duration::from_secs(100),
             key_refused_retry: Duration::from_secs(2),
-            scale: agentchat::listen::TimeScale(1.0),
+            scale: agentchat::config::TestTimeScale::Off,
             unreachable_warn_after: Duration::from_secs(60),
             misconfigured_retry: Duration::from_secs(60),
             metrics,

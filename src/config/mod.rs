@@ -183,6 +183,20 @@ impl TestTimeScale {
         }
     }
 
+    /// `d / factor`, at least 1 ms, and never a panic on an absurd scale (saturates at a day):
+    /// `core::reconnect::scaled`, the rule the reconnect backoff is scaled by.
+    pub fn apply(self, d: Duration) -> Duration {
+        crate::core::reconnect::scaled(d, self.factor()).max(Duration::from_millis(1))
+    }
+
+    /// The invite rule's pace between single runs (`SINGLE_RUN_PACE_MS`), scaled.
+    pub fn invite_pace_ms(self) -> u64 {
+        self.apply(Duration::from_millis(
+            crate::core::invite_rule::SINGLE_RUN_PACE_MS,
+        ))
+        .as_millis() as u64
+    }
+
     /// The line to log once at start while the scale is in effect.
     pub fn notice(self) -> Option<String> {
         match self {
@@ -307,3 +321,28 @@ pub const DEFAULT_KILL_GRACE: Duration = value::KILL_GRACE.default;
 /// `me.agentchat.listen.<profile>`). launchd passes the label to the job as `XPC_SERVICE_NAME`,
 /// which is how `listen` knows launchd started it; `service` names the agents with it.
 pub const LAUNCHD_LABEL_PREFIX: &str = "me.agentchat.listen";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn time_scale_divides_and_never_gives_a_zero_timer() {
+        let s = TestTimeScale::On(20.0);
+        assert_eq!(s.apply(Duration::from_secs(60)), Duration::from_secs(3));
+        // Ignored or off, the contract's timer stands.
+        assert_eq!(
+            TestTimeScale::Ignored(20.0).apply(Duration::from_secs(60)),
+            Duration::from_secs(60)
+        );
+        // Absurd but valid scales neither panic nor give a zero timer.
+        assert_eq!(
+            TestTimeScale::On(1e-300).apply(Duration::from_secs(60)),
+            Duration::from_secs(86_400)
+        );
+        assert_eq!(
+            TestTimeScale::On(1e300).apply(Duration::from_secs(60)),
+            Duration::from_millis(1)
+        );
+    }
+}

@@ -20,9 +20,8 @@ pub mod socket;
 pub mod state_dir;
 pub mod texts;
 
-use crate::config::{ConfigArgs, IntegrationSwitch, LogFormat};
+use crate::config::{ConfigArgs, IntegrationSwitch, LogFormat, TestTimeScale};
 use std::collections::HashMap;
-use std::time::Duration;
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct ListenArgs {
@@ -72,28 +71,6 @@ impl ListenArgs {
 /// `--log-level` through the rule `log_level` and `AGENTCHAT_LOG` use.
 fn parse_log_filter(raw: &str) -> Result<String, String> {
     crate::config::value::log_filter(raw)
-}
-
-/// Test-only: `AGENTCHAT_TEST_TIME_SCALE` divides the listener's own fixed timers (invite-rule
-/// pace, key-refused retry, status touch, texts refresh, the ordinary reconnect backoff). Never
-/// the connect budget's `retry_after`, which is the server's (contract 3.4). Config decides
-/// whether it is honoured (`config::TestTimeScale`: only against a loopback `api_base`).
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct TimeScale(pub f64);
-
-impl TimeScale {
-    /// `d / scale`, at least 1 ms, and never a panic on an absurd scale (saturates at a day):
-    /// `core::reconnect::scaled`, the rule the reconnect backoff is scaled by.
-    pub fn apply(self, d: Duration) -> Duration {
-        crate::core::reconnect::scaled(d, self.0).max(Duration::from_millis(1))
-    }
-    /// The invite rule's pace between single runs (`SINGLE_RUN_PACE_MS`), scaled.
-    pub fn invite_pace_ms(self) -> u64 {
-        self.apply(Duration::from_millis(
-            crate::core::invite_rule::SINGLE_RUN_PACE_MS,
-        ))
-        .as_millis() as u64
-    }
 }
 
 pub async fn run_command(args: ListenArgs) -> anyhow::Result<i32> {
@@ -157,7 +134,7 @@ pub async fn run_command(args: ListenArgs) -> anyhow::Result<i32> {
     crate::runtime::supervisor::stop_leftover_run(&state.runs_dir(), settings.listen.kill_grace)
         .await;
     if args.once {
-        let scale = TimeScale(settings.time_scale.factor());
+        let scale = settings.time_scale;
         let r = once::run(settings, key, state, scale).await;
         drop(lock);
         r
@@ -178,14 +155,14 @@ async fn run_all(args: ListenArgs, env: &HashMap<String, String>) -> anyhow::Res
                 s.log_format,
                 s.log_level.clone(),
                 s.listen.metrics_addr,
-                TimeScale(s.time_scale.factor()),
+                s.time_scale,
                 host::RunSlots::of(&s),
             ),
             Err(_) => (
                 LogFormat::Text,
                 "info".to_string(),
                 None,
-                TimeScale(1.0),
+                TestTimeScale::Off,
                 host::RunSlots::default(),
             ),
         };
@@ -388,20 +365,5 @@ mod tests {
                 "{both:?}"
             );
         }
-    }
-
-    #[test]
-    fn time_scale_divides_and_never_gives_a_zero_timer() {
-        let s = TimeScale(20.0);
-        assert_eq!(s.apply(Duration::from_secs(60)), Duration::from_secs(3));
-        // Absurd but valid scales neither panic nor give a zero timer.
-        assert_eq!(
-            TimeScale(1e-300).apply(Duration::from_secs(60)),
-            Duration::from_secs(86_400)
-        );
-        assert_eq!(
-            TimeScale(1e300).apply(Duration::from_secs(60)),
-            Duration::from_millis(1)
-        );
     }
 }

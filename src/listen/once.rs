@@ -20,7 +20,7 @@ pub async fn run(
     settings: Settings,
     key: SecretString,
     state: StateDir,
-    scale: super::TimeScale,
+    scale: crate::config::TestTimeScale,
 ) -> anyhow::Result<i32> {
     // One REST client for the whole run: who am I, the texts, the tray.
     let api = Api::new(&settings.api_base, key.clone())?;
@@ -34,7 +34,7 @@ pub async fn run(
         unreachable_warn_after: super::reach::UNREACHABLE_WARN_AFTER,
         misconfigured_retry: super::reach::MISCONFIGURED_RETRY,
         metrics: super::metrics::Metrics::off(),
-        pacer: super::pacer::Pacer::new(scale.0),
+        pacer: super::pacer::Pacer::new(scale.factor()),
     };
     let handle = socket::connect_once(&params, SETTLE).await.map_err(|e| {
         // Said once: the lines about a wrong or unreachable api_base name it already.

@@ -30,7 +30,7 @@ struct Inner {
 
 impl Pacer {
     /// A pacer with the default policy, its minute divided by `scale` (the test time scale in
-    /// effect, `listen::TimeScale`: 1 unless honoured against a loopback `api_base`).
+    /// effect, `config::TestTimeScale`: 1 unless honoured against a loopback `api_base`).
     pub fn new(scale: f64) -> Pacer {
         Pacer::with_policy(PacingPolicy::default().scaled(scale))
     }

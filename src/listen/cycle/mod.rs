@@ -178,7 +178,9 @@ async fn steps(input: &mut CycleInput, report: &mut CycleReport) -> Result<Cycle
     else {
         return Err(CycleEnd::NoRun(NoRunReason::Stopped));
     };
-    let stale = super::TimeScale(input.settings.time_scale.factor())
+    let stale = input
+        .settings
+        .time_scale
         .apply(super::admission::STALE_DECISION);
     let (before, kind, spec) = if waited > stale {
         // The tray that decided this run is that old: the card may be answered elsewhere, an

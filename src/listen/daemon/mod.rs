@@ -21,7 +21,6 @@ mod wiring;
 use recovery::Recheck;
 use wiring::{Timers, Wiring};
 
-use super::TimeScale;
 use super::cycle::{self, CycleInput, CycleReport, RunStarting};
 use super::metrics::Metrics;
 use super::socket::{self, SocketEvent, SocketParams, SocketState};

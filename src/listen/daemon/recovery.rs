@@ -20,7 +20,7 @@ pub(super) struct Recheck {
 
 impl Recheck {
     /// Sets the next look, unless one is set: `core::recheck::delay(attempt)`, scaled.
-    pub(super) fn schedule(&mut self, scale: TimeScale) {
+    pub(super) fn schedule(&mut self, scale: config::TestTimeScale) {
         self.schedule_after(scale.apply(crate::core::recheck::delay(self.attempt)));
     }
 
@@ -157,7 +157,8 @@ impl Daemon {
     /// is read again on the slow re-check of the `4426` state (15-30 min, scaled), until a read
     /// works.
     pub(super) fn schedule_removed_recheck(&mut self) {
-        let wait = crate::core::reconnect::upgrade_recheck_delay(fastrand::f64(), self.scale().0);
+        let wait =
+            crate::core::reconnect::upgrade_recheck_delay(fastrand::f64(), self.scale().factor());
         self.removed_recheck.schedule_after(wait);
     }
 

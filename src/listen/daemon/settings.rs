@@ -7,8 +7,8 @@ impl Daemon {
     /// The test time scale of the settings in use, decided against their own `api_base`
     /// (`config::TestTimeScale`): a reload onto a server that is not on loopback gets the
     /// contract's timers back at once.
-    pub(super) fn scale(&self) -> TimeScale {
-        TimeScale(self.settings.time_scale.factor())
+    pub(super) fn scale(&self) -> config::TestTimeScale {
+        self.settings.time_scale
     }
 
     pub(super) fn now_ms(&self) -> u64 {

@@ -99,7 +99,7 @@ pub(super) struct Timers {
 }
 
 impl Timers {
-    pub(super) fn new(scale: TimeScale) -> Timers {
+    pub(super) fn new(scale: config::TestTimeScale) -> Timers {
         let every = |d: Duration| {
             let mut i = tokio::time::interval(d);
             i.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);

@@ -19,11 +19,11 @@ mod signals;
 
 pub(super) use profiles::Prepared;
 
-use super::TimeScale;
 use super::admission::Admission;
 use super::daemon::{self, COMMANDS, Command, Ended, Link, Start};
 use super::metrics::{self, Metrics, Registry};
 use super::pacer::Pacer;
+use crate::config::TestTimeScale;
 use crate::config::{self, ConfigArgs, Settings};
 use notify::{Notify, Watchdog};
 use signals::{Asked, Signals};
@@ -123,7 +123,7 @@ struct Host {
     blocked: BTreeMap<String, blocked::Blocked>,
     /// Profiles that cannot run for another reason (their config, their key, their state dir).
     failed_other: std::collections::BTreeSet<String>,
-    scale: TimeScale,
+    scale: TestTimeScale,
 }
 
 /// `agentchat listen`: the one profile `args` choose, prepared by `listen::run_command` (its
@@ -135,7 +135,7 @@ pub(super) async fn run_one(
     prepared: Prepared,
 ) -> anyhow::Result<i32> {
     let mut signals = Signals::install()?;
-    let scale = TimeScale(settings.time_scale.factor());
+    let scale = settings.time_scale;
     let mut host = Host::new(Mode::One(args), scale);
     let name = settings.profile.clone();
     let started = host.start(name, settings, Some(prepared));
@@ -152,7 +152,7 @@ pub(super) async fn run_all(
     args: ConfigArgs,
     set: config::ProfileSet,
     endpoint: Endpoint,
-    scale: TimeScale,
+    scale: TestTimeScale,
     slots: RunSlots,
 ) -> anyhow::Result<i32> {
     let mut signals = Signals::install()?;
@@ -184,7 +184,7 @@ pub(super) async fn run_all(
 }
 
 impl Host {
-    fn new(mode: Mode, scale: TimeScale) -> Host {
+    fn new(mode: Mode, scale: TestTimeScale) -> Host {
         let (ends_tx, ends) = mpsc::unbounded_channel();
         let (endpoint, _) = watch::channel(false);
         Host {
@@ -198,7 +198,7 @@ impl Host {
             notify: Notify::from_env(),
             watchdog: None,
             endpoint,
-            pacer: Pacer::new(scale.0),
+            pacer: Pacer::new(scale.factor()),
             slots: RunSlots::default(),
             admission: None,
             blocked: BTreeMap::new(),

@@ -41,7 +41,7 @@ pub struct SocketParams {
     /// The test time scale in effect (1 unless `api_base` is a loopback address,
     /// `config::TestTimeScale`): divides the ordinary backoff, never the server's `retry_after`
     /// (`core::reconnect::delay_after`).
-    pub scale: crate::listen::TimeScale,
+    pub scale: crate::config::TestTimeScale,
     /// How long nothing may answer before the log says so at WARN (`reach`).
     pub unreachable_warn_after: Duration,
     /// The wait between attempts while `api_base` answers as something other than AgentChat.
@@ -253,7 +253,8 @@ impl Task {
         let ended = self.read_loop(ws, params).await;
         self.record.up_for = self.up_since.map(|t| t.elapsed()).unwrap_or_default();
         // Only a socket that proved itself resets the delays (issue 29 item 3).
-        self.backoff.socket_ended(&self.record, params.scale.0);
+        self.backoff
+            .socket_ended(&self.record, params.scale.factor());
         ended
     }
 
@@ -290,7 +291,7 @@ impl Task {
             &mut self.backoff,
             params.key_refused_retry,
             fastrand::f64(),
-            params.scale.0,
+            params.scale.factor(),
         )
     }
 

@@ -426,7 +426,7 @@ mod size_probe {
             api,
             idle_timeout: Duration::from_secs(1),
             key_refused_retry: Duration::from_secs(1),
-            scale: crate::listen::TimeScale(1.0),
+            scale: crate::config::TestTimeScale::Off,
             unreachable_warn_after: Duration::from_secs(1),
             misconfigured_retry: Duration::from_secs(1),
             metrics: crate::listen::metrics::Metrics::off(),
