@@ -295,7 +295,7 @@ pub fn left_after_sleep(remaining: Duration, unseen: Duration) -> Duration {
 
 /// A delay under a test time scale: `d` divided by `factor`, at least 1 ms, at most a day. A
 /// factor of 1, or one that is not a finite number above zero, leaves `d` as it is. The listener
-/// passes its test time scale (`listen::TimeScale`), which is 1 unless `api_base` is a loopback
+/// passes its test time scale (`config::TestTimeScale`), which is 1 unless `api_base` is a loopback
 /// address (`docs/decisions.md`).
 pub fn scaled(d: Duration, factor: f64) -> Duration {
     if !(factor.is_finite() && factor > 0.0) || factor == 1.0 {
