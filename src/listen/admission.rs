@@ -362,16 +362,6 @@ pub async fn slot_for(
     }
 }
 
-/// What a oneshot says, once; never while there is none.
-pub async fn heard<T>(
-    rx: &mut Option<oneshot::Receiver<T>>,
-) -> Result<T, oneshot::error::RecvError> {
-    match rx.as_mut() {
-        Some(rx) => rx.await,
-        None => std::future::pending().await,
-    }
-}
-
 /// The memory a run can have now (`core::admission::available`): `MemAvailable`, and the
 /// headroom of every cgroup of this process that has a memory limit.
 pub fn available_memory() -> Option<u64> {

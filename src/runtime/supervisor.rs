@@ -364,12 +364,9 @@ async fn relay_output(
 
 /// The next bytes from `pipe`: `None` at its end (or on an error); never ready without a pipe.
 async fn read_some<R: AsyncRead + Unpin>(pipe: &mut Option<R>, buf: &mut [u8]) -> Option<usize> {
-    match pipe {
-        Some(p) => match p.read(buf).await {
-            Ok(0) | Err(_) => None,
-            Ok(n) => Some(n),
-        },
-        None => std::future::pending().await,
+    match crate::sys::wait::some(pipe.as_mut().map(|p| p.read(buf))).await {
+        Ok(0) | Err(_) => None,
+        Ok(n) => Some(n),
     }
 }
 

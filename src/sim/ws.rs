@@ -363,7 +363,7 @@ async fn run(
                     if ws.send(Message::text(f)).await.is_err() { break; }
                 }
             },
-            r = async { match hold.as_mut() { Some(h) => h.changed().await, None => std::future::pending().await } } => {
+            r = crate::sys::wait::some(hold.as_mut().map(|h| h.changed())) => {
                 // The agent (and its hold switch) is gone only when the sim is.
                 if r.is_err() { break; }
             }

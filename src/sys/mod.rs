@@ -1,5 +1,6 @@
 //! OS plumbing shared by every layer: files (`fs`), processes and their groups (`process`), time
-//! formatting (`time`), TLS (`tls`) and cutting text to a length (`text`). Imports nothing else of
+//! formatting (`time`), TLS (`tls`), cutting text to a length (`text`) and waiting on an optional
+//! deadline or future (`wait`). Imports nothing else of
 //! the crate, so any module may use it.
 
 pub mod fs;
@@ -7,3 +8,4 @@ pub mod process;
 pub mod text;
 pub mod time;
 pub mod tls;
+pub mod wait;

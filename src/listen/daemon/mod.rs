@@ -32,7 +32,7 @@ use crate::core::coalescer::Coalescer;
 use crate::core::status::{
     Counters, LastCycle, LastWake, ListenerState, Outcome, Status, TextsStatus,
 };
-use crate::sys::time;
+use crate::sys::{time, wait};
 use secrecy::{ExposeSecret, SecretString};
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -304,20 +304,20 @@ async fn main_loop(
                 w.restart_socket();
             }
             _ = after_ms(due) => start_due_cycle(d, w),
-            r = run_starting(&mut w.run_starting) => {
+            r = wait::some(w.run_starting.as_mut()) => {
                 w.run_starting = None;
                 d.left_queue();
                 if let Ok(run) = r {
                     d.on_run_starting(run);
                 }
             }
-            r = super::admission::heard(&mut w.queued) => {
+            r = wait::some(w.queued.as_mut()) => {
                 w.queued = None;
                 if let Ok(q) = r {
                     d.on_queued(q);
                 }
             }
-            r = cycle_end(&mut w.cycle) => {
+            r = wait::some(w.cycle.as_mut()) => {
                 w.cycle = None;
                 w.run_starting = None;
                 w.queued = None;
@@ -329,35 +329,35 @@ async fn main_loop(
                 d.check_key_file(&w.params);
             }
             _ = timers.texts.tick() => d.spawn_texts_refresh(&w.texts_tx),
-            _ = recovery::at(d.runtime_recheck.at), if w.runtime_check.is_none() => {
+            _ = wait::until(d.runtime_recheck.at), if w.runtime_check.is_none() => {
                 d.runtime_recheck.at = None;
                 w.runtime_check = Some(d.spawn_runtime_check());
             }
-            r = recovery::task_end(&mut w.runtime_check) => {
+            r = wait::some(w.runtime_check.as_mut()) => {
                 w.runtime_check = None;
                 d.on_runtime_check(r);
             }
-            _ = recovery::at(d.status_retry.at) => {
+            _ = wait::until(d.status_retry.at) => {
                 d.status_retry.at = None;
                 if !d.status_hold.holds() {
                     d.write_status();
                 }
             }
-            _ = recovery::at(d.tray_not_before.at) => {
+            _ = wait::until(d.tray_not_before.at) => {
                 d.tray_not_before.reset();
                 d.own_wake(crate::core::status::ListenerWake::Recovered);
                 start_due_cycle(d, w);
             }
-            _ = recovery::at(d.removed_recheck.at) => {
+            _ = wait::until(d.removed_recheck.at) => {
                 d.removed_recheck_due();
                 start_due_cycle(d, w);
             }
-            _ = recovery::at(d.texts_recheck.at) => {
+            _ = wait::until(d.texts_recheck.at) => {
                 d.texts_recheck.at = None;
                 d.spawn_texts_refresh(&w.texts_tx);
             }
             Some(r) = w.texts.recv() => d.on_texts(*r),
-            _ = recovery::at(d.status_hold.deadline()) => d.status_hold.release(),
+            _ = wait::until(d.status_hold.deadline()) => d.status_hold.release(),
             Some(wait) = w.cycle_waits.recv() => d.on_cycle_wait(wait),
         }
     }
@@ -378,32 +378,10 @@ fn start_due_cycle(d: &mut Daemon, w: &mut Wiring) {
     }
 }
 
-/// What the running cycle says as it hands its run to the supervisor; never while none runs.
-async fn run_starting(
-    rx: &mut Option<oneshot::Receiver<RunStarting>>,
-) -> Result<RunStarting, oneshot::error::RecvError> {
-    match rx.as_mut() {
-        Some(rx) => rx.await,
-        None => std::future::pending().await,
-    }
-}
-
 /// After `ms` milliseconds (at once for 0); never for `None`.
 async fn after_ms(ms: Option<u64>) {
-    match ms {
-        Some(0) => {}
-        Some(ms) => tokio::time::sleep(Duration::from_millis(ms)).await,
-        None => std::future::pending().await,
-    }
-}
-
-/// The end of the running cycle's task; never while none runs.
-async fn cycle_end(
-    cycle: &mut Option<JoinHandle<CycleReport>>,
-) -> Result<CycleReport, tokio::task::JoinError> {
-    match cycle.as_mut() {
-        Some(t) => t.await,
-        None => std::future::pending().await,
+    if ms != Some(0) {
+        wait::until(ms.map(|ms| tokio::time::Instant::now() + Duration::from_millis(ms))).await;
     }
 }
 

@@ -186,24 +186,6 @@ impl Daemon {
     }
 }
 
-/// At `t`; never for `None`.
-pub(super) async fn at(t: Option<tokio::time::Instant>) {
-    match t {
-        Some(t) => tokio::time::sleep_until(t).await,
-        None => std::future::pending().await,
-    }
-}
-
-/// The end of a task in `slot`; never while there is none.
-pub(super) async fn task_end<T>(
-    slot: &mut Option<JoinHandle<T>>,
-) -> Result<T, tokio::task::JoinError> {
-    match slot.as_mut() {
-        Some(t) => t.await,
-        None => std::future::pending().await,
-    }
-}
-
 impl Daemon {
     /// SIGHUP found this profile's settings unchanged (`Command::Recheck`): a runtime that cannot
     /// work is checked now, missing texts are fetched now, a refused key's file is read now. A

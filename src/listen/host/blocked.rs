@@ -118,11 +118,3 @@ impl Host {
             && self.blocked.values().all(|b| !b.own)
     }
 }
-
-/// At `at`; never for `None`.
-pub(super) async fn at(at: Option<Instant>) {
-    match at {
-        Some(at) => tokio::time::sleep_until(at).await,
-        None => std::future::pending().await,
-    }
-}

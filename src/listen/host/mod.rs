@@ -362,7 +362,7 @@ impl Host {
         let cause = loop {
             tokio::select! {
                 _ = released.changed() => self.retry_blocked(true),
-                _ = blocked::at(self.next_retry()) => self.retry_blocked(false),
+                _ = crate::sys::wait::until(self.next_retry()) => self.retry_blocked(false),
                 asked = signals.next() => match asked {
                     Asked::Stop(cause) => break cause,
                     Asked::Reload => self.reload(),

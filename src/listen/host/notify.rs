@@ -81,12 +81,7 @@ pub(super) fn all_turned(counts: impl IntoIterator<Item = (u64, Option<u64>)>) -
 
 /// The next tick; never without a watchdog.
 pub(super) async fn due(w: &mut Option<Watchdog>) {
-    match w.as_mut() {
-        Some(w) => {
-            w.tick.tick().await;
-        }
-        None => std::future::pending().await,
-    }
+    crate::sys::wait::some(w.as_mut().map(|w| w.tick.tick())).await;
 }
 
 #[cfg(test)]

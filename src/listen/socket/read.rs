@@ -1,7 +1,7 @@
 //! Reading one connection: frames in bursts, their wakes registered with the main loop, then
 //! their acks (contract 3.4, 4 step 1).
 
-use super::summary::{SummaryLog, Tally, sleep_until_some};
+use super::summary::{SummaryLog, Tally};
 use super::{
     Ended, SocketEvent, SocketParams, SocketState, Task, Ws, send_state, truncate, ws_url,
 };
@@ -58,7 +58,7 @@ impl Task {
             let summary_due = summary.due();
             let look_at = tokio::time::Instant::now() + CLOCK_LOOK_EVERY;
             tokio::select! {
-                _ = sleep_until_some(summary_due) => summary.on_due(),
+                _ = crate::sys::wait::until(summary_due) => summary.on_due(),
                 // The watchdog's timer runs on the monotonic clock, which stands still while the
                 // machine sleeps: a wall clock that ran further means a socket to probe now.
                 _ = tokio::time::sleep_until(look_at), if !probing => {

@@ -120,14 +120,6 @@ impl SummaryLog {
     }
 }
 
-/// Sleeps until `at`, or forever when there is nothing to wait for.
-pub(super) async fn sleep_until_some(at: Option<tokio::time::Instant>) {
-    match at {
-        Some(at) => tokio::time::sleep_until(at).await,
-        None => std::future::pending().await,
-    }
-}
-
 /// Text frames of a burst by type.
 #[derive(Default)]
 pub(super) struct TypeCounts {
