@@ -844,13 +844,9 @@ const BIN: &str = env!("CARGO_BIN_EXE_agentchat");
 /// The binary with none of the outer environment's AGENTCHAT_* variables, a private HOME (so no
 /// user config is read) and a state dir in `dir`.
 fn agentchat(dir: &Path, args: &[&str]) -> tokio::process::Command {
-    let mut cmd = tokio::process::Command::new(BIN);
+    let mut cmd =
+        tokio::process::Command::from(crate::common::isolated_command(BIN, &["NOTIFY_SOCKET"]));
     cmd.args(args);
-    for (k, _) in std::env::vars_os() {
-        if k.to_string_lossy().starts_with("AGENTCHAT_") || k == "NOTIFY_SOCKET" {
-            cmd.env_remove(k);
-        }
-    }
     cmd.env("HOME", dir)
         .env("XDG_CONFIG_HOME", dir.join("config"))
         .env("AGENTCHAT_STATE_DIR", dir.join("state"))

@@ -69,13 +69,11 @@ impl Scratch {
     /// The real binary with an isolated environment: no inherited AGENTCHAT_* settings, HOME
     /// and the service dir inside the scratch dir.
     fn command(&self, sub: &str) -> tokio::process::Command {
-        let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_agentchat"));
+        let mut cmd = tokio::process::Command::from(crate::common::isolated_command(
+            env!("CARGO_BIN_EXE_agentchat"),
+            &["XDG_*"],
+        ));
         cmd.arg(sub);
-        for (k, _) in std::env::vars() {
-            if k.starts_with("AGENTCHAT_") || k.starts_with("XDG_") {
-                cmd.env_remove(k);
-            }
-        }
         cmd.env("HOME", self.path())
             .env("AGENTCHAT_SERVICE_DIR", self.service_dir())
             .env_remove("ANTHROPIC_API_KEY")

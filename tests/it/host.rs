@@ -121,9 +121,8 @@ impl HostSetup {
 
     /// `agentchat listen --all` for this setup, its environment its own.
     fn command(&self, sim: &Sim) -> Command {
-        let mut cmd = Command::new(BIN);
+        let mut cmd = isolated(self.tmp.path());
         cmd.args(["listen", "--all", "--log-format", "json"]);
-        isolate(&mut cmd, self.tmp.path());
         cmd.env("AGENTCHAT_CONFIG", &self.config)
             .env("AGENTCHAT_API_BASE", &sim.api_base)
             .env("XDG_STATE_HOME", self.state_home())
@@ -147,14 +146,11 @@ impl HostSetup {
     }
 }
 
-/// No AGENTCHAT_* or NOTIFY_SOCKET of the test's own environment reaches the child.
-fn isolate(cmd: &mut Command, home: &Path) {
-    for (k, _) in std::env::vars() {
-        if k.starts_with("AGENTCHAT_") || k == "NOTIFY_SOCKET" {
-            cmd.env_remove(k);
-        }
-    }
+/// The binary with no AGENTCHAT_* or NOTIFY_SOCKET of the test's own environment, and `home`.
+fn isolated(home: &Path) -> Command {
+    let mut cmd = crate::common::isolated_command(BIN, &["NOTIFY_SOCKET"]);
     cmd.env("HOME", home);
+    cmd
 }
 
 /// The JSON lines of `l` whose `event` is `event` and whose `profile` is `profile`.
@@ -497,10 +493,9 @@ async fn status_all_reads_every_profile_of_a_host() {
     for name in names {
         assert!(eventually(10.0, || setup.status(name)["state"] == "connected").await);
     }
-    let mut cmd = Command::new(BIN);
+    let mut cmd = isolated(setup.tmp.path());
     cmd.args(["status", "--all", "--json", "--config"])
         .arg(&setup.config);
-    isolate(&mut cmd, setup.tmp.path());
     cmd.env("XDG_STATE_HOME", setup.state_home())
         .env("AGENTCHAT_SERVICE_DIR", setup.tmp.path().join("units"));
     let out = cmd.output().unwrap();
@@ -598,9 +593,8 @@ async fn a_profile_whose_lock_another_process_holds_is_said_and_taken_over_once_
     let alice = sim.agent("alice").await;
     let setup = HostSetup::new(&sim, &["held", "free"]).await;
     // A listener of its own for `held` first, on the same state dir.
-    let mut cmd = Command::new(BIN);
+    let mut cmd = isolated(setup.tmp.path());
     cmd.args(["listen", "--profile", "held", "--log-format", "json"]);
-    isolate(&mut cmd, setup.tmp.path());
     cmd.env("AGENTCHAT_CONFIG", &setup.config)
         .env("AGENTCHAT_API_BASE", &sim.api_base)
         .env("XDG_STATE_HOME", setup.state_home());

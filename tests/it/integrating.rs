@@ -78,12 +78,7 @@ fn paths(v: &Value, prefix: &str, leaves: &[&str], out: &mut BTreeSet<String>) {
 }
 
 fn isolated(home: &Path) -> std::process::Command {
-    let mut cmd = std::process::Command::new(BIN);
-    for (k, _) in std::env::vars() {
-        if k.starts_with("AGENTCHAT_") {
-            cmd.env_remove(k);
-        }
-    }
+    let mut cmd = crate::common::isolated_command(BIN, &[]);
     cmd.env("HOME", home)
         .env("XDG_STATE_HOME", home.join("state"))
         .env("XDG_CONFIG_HOME", home.join("config"))
@@ -494,12 +489,7 @@ async fn the_claude_code_plugin_warns_once_when_no_listener_runs_and_is_silent_w
 
 /// Runs the plugin's SessionStart hook itself (as Claude Code does: `sh <script>`) with `env`.
 fn run_hook(home: &Path, env: &[(&str, &str)]) -> std::process::Output {
-    let mut cmd = std::process::Command::new("sh");
-    for (k, _) in std::env::vars() {
-        if k.starts_with("AGENTCHAT_") {
-            cmd.env_remove(k);
-        }
-    }
+    let mut cmd = crate::common::isolated_command("sh", &[]);
     cmd.arg(plugin_dir().join("hooks/session-start.sh"))
         .env("HOME", home)
         .env("XDG_STATE_HOME", home.join("state"))

@@ -436,13 +436,8 @@ async fn each_shards_config_runs_in_the_real_listener_and_its_probe_paths_answer
         let config = setup.tmp.path().join("shard.toml");
         std::fs::write(&config, &text).unwrap();
 
-        let mut cmd = std::process::Command::new(BIN);
+        let mut cmd = crate::common::isolated_command(BIN, &["NOTIFY_SOCKET", "SSL_CERT*"]);
         cmd.args(["listen", "--all"]);
-        for (k, _) in std::env::vars() {
-            if k.starts_with("AGENTCHAT_") || k == "NOTIFY_SOCKET" || k.starts_with("SSL_CERT") {
-                cmd.env_remove(k);
-            }
-        }
         cmd.env("AGENTCHAT_CONFIG", &config)
             .env("AGENTCHAT_API_BASE", &sim.api_base)
             .env("AGENTCHAT_METRICS_ADDR", "127.0.0.1:0")

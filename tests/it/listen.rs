@@ -1334,13 +1334,8 @@ fn bad_config_or_no_key_exits_78_with_a_line_naming_the_problem() {
     let bad = setup.tmp.path().join("bad.toml");
     std::fs::write(&bad, "[listen]\nruntim = \"script\"\n").unwrap();
     let run = |config: &std::path::Path, key: Option<&str>| {
-        let mut cmd = std::process::Command::new(BIN);
+        let mut cmd = crate::common::isolated_command(BIN, &[]);
         cmd.arg("listen");
-        for (k, _) in std::env::vars() {
-            if k.starts_with("AGENTCHAT_") {
-                cmd.env_remove(k);
-            }
-        }
         cmd.env("AGENTCHAT_CONFIG", config)
             .env("AGENTCHAT_STATE_DIR", &setup.state_dir)
             .env("AGENTCHAT_API_BASE", "http://127.0.0.1:9");

@@ -344,12 +344,7 @@ fn a_public_metrics_address_needs_metrics_public_and_the_error_names_both_keys()
     let config = tmp.path().join("config.toml");
     let run = |toml: &str, env_addr: Option<&str>| {
         std::fs::write(&config, toml).unwrap();
-        let mut cmd = Command::new(BIN);
-        for (k, _) in std::env::vars() {
-            if k.starts_with("AGENTCHAT_") {
-                cmd.env_remove(k);
-            }
-        }
+        let mut cmd = crate::common::isolated_command(BIN, &[]);
         cmd.args(["doctor", "--config"])
             .arg(&config)
             .env("AGENTCHAT_STATE_DIR", tmp.path().join("state"));

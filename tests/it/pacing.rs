@@ -457,13 +457,8 @@ async fn a_thousand_profiles_start_and_come_back_after_a_sim_restart_with_no_101
     let config = tmp.path().join("config.toml");
     std::fs::write(&config, toml).unwrap();
 
-    let mut cmd = std::process::Command::new(ls::BIN);
+    let mut cmd = crate::common::isolated_command(ls::BIN, &["NOTIFY_SOCKET"]);
     cmd.args(["listen", "--all", "--log-format", "json"]);
-    for (k, _) in std::env::vars() {
-        if k.starts_with("AGENTCHAT_") || k == "NOTIFY_SOCKET" {
-            cmd.env_remove(k);
-        }
-    }
     cmd.env("HOME", tmp.path())
         .env("XDG_STATE_HOME", tmp.path().join("xdg"))
         .env("AGENTCHAT_CONFIG", &config)

@@ -39,12 +39,7 @@ fn text(out: &Output) -> String {
 
 /// Runs `program args` with a home of its own and nothing of the caller's AgentChat setup.
 fn run_isolated(program: &Path, args: &[&str], home: &Path) -> Output {
-    let mut cmd = Command::new(program);
-    for (k, _) in std::env::vars() {
-        if k.starts_with("AGENTCHAT_") {
-            cmd.env_remove(k);
-        }
-    }
+    let mut cmd = crate::common::isolated_command(program, &[]);
     cmd.args(args)
         .env("HOME", home)
         .env("XDG_STATE_HOME", home.join("state"))

@@ -157,12 +157,10 @@ async fn status_refuses_the_flags_it_would_ignore_as_a_usage_error() {
 /// `agentchat` with a clean `AGENTCHAT_*` environment, the state base under `home`, and units
 /// written into `home/units` (the service manager is never asked).
 fn isolated(home: &Path, args: &[&str]) -> tokio::process::Command {
-    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_agentchat"));
-    for (k, _) in std::env::vars() {
-        if k.starts_with("AGENTCHAT_") {
-            cmd.env_remove(k);
-        }
-    }
+    let mut cmd = tokio::process::Command::from(crate::common::isolated_command(
+        env!("CARGO_BIN_EXE_agentchat"),
+        &[],
+    ));
     cmd.args(args)
         .env("HOME", home)
         .env("XDG_STATE_HOME", home.join("state"))

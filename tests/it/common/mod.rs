@@ -3,6 +3,8 @@
 
 pub mod settings;
 
+use std::ffi::OsStr;
+
 use std::path::PathBuf;
 use std::process::ExitStatus;
 use std::time::{Duration, Instant};
@@ -189,4 +191,24 @@ impl NotAgentChat {
             .filter(|p| *p == path)
             .count()
     }
+}
+
+/// `program` with none of the test's own `AGENTCHAT_*` variables (the `AGENTCHAT_TEST_*` ones
+/// included), so a child reads only what its test sets. `also` names more variables to drop, each
+/// exactly or, ending in `*`, by prefix (`"NOTIFY_SOCKET"`, `"XDG_*"`). A tokio command is
+/// `tokio::process::Command::from` this one.
+pub fn isolated_command(program: impl AsRef<OsStr>, also: &[&str]) -> std::process::Command {
+    let mut cmd = std::process::Command::new(program);
+    for (k, _) in std::env::vars_os() {
+        let name = k.to_string_lossy();
+        let dropped = name.starts_with("AGENTCHAT_")
+            || also.iter().any(|p| match p.strip_suffix('*') {
+                Some(prefix) => name.starts_with(prefix),
+                None => name == *p,
+            });
+        if dropped {
+            cmd.env_remove(&k);
+        }
+    }
+    cmd
 }

@@ -434,13 +434,8 @@ pub fn listener_command_for(api_base: &str, key: &str, setup: &Setup, opts: &Opt
 /// `agentchat listen` with the test's environment but no `--log-format` (so the default or a
 /// test's own choice applies).
 pub fn listener_command_bare(api_base: &str, key: &str, setup: &Setup, opts: &Opts) -> Command {
-    let mut cmd = Command::new(BIN);
+    let mut cmd = crate::common::isolated_command(BIN, &["NOTIFY_SOCKET"]);
     cmd.arg("listen");
-    for (k, _) in std::env::vars() {
-        if k.starts_with("AGENTCHAT_") || k == "NOTIFY_SOCKET" {
-            cmd.env_remove(k);
-        }
-    }
     cmd.env("AGENTCHAT_CONFIG", &setup.config)
         .env("AGENTCHAT_API_KEY", key)
         .env("AGENTCHAT_API_BASE", api_base)
