@@ -179,6 +179,8 @@ struct ListenTable {
     min_available_memory: Option<Value<String>>,
     claude: Option<Table<ClaudeTable>>,
     codex: Option<Table<CodexTable>>,
+    /// `[listen.policy]`: read by `core::policy`'s own shape, which names its keys' paths.
+    policy: Option<Table<toml::Table>>,
 }
 
 #[derive(serde::Deserialize)]
@@ -281,6 +283,17 @@ impl Paths<'_> {
             .min_available_memory
             .map(|v| value::byte_size(&v.0).map_err(|p| bad(&key("min_available_memory"), p)))
             .transpose()?;
+        if let Some(p) = t.policy {
+            let prefix = key("policy");
+            layer.policy = Some(
+                crate::core::policy::PolicyLayer::from_toml(p.0, &prefix).map_err(|e| match e {
+                    crate::core::policy::PolicyError::UnknownKey(k) => ConfigError::UnknownKey(k),
+                    crate::core::policy::PolicyError::BadValue { key, problem } => {
+                        ConfigError::BadValue { key, problem }
+                    }
+                })?,
+            );
+        }
         if let Some(c) = t.claude {
             let c = c.0;
             layer.claude_binary = c
@@ -585,6 +598,45 @@ mod tests {
         // A name that is not a bare key is not quoted: it might be a value in the wrong place.
         let e = err("\"ac_live secret\" = 1\n\"ac_live secret\" = 2\n");
         assert!(e.contains("duplicate key") && !e.contains("secret"), "{e}");
+    }
+
+    #[test]
+    fn a_profiles_policy_goes_over_the_top_levels_key_by_key() {
+        let text = "[listen.policy]\nmax_runs_per_hour = 12\ndeny = [\"@noisy\"]\n\
+                    [profiles.w.listen.policy]\nmax_runs_per_hour = 3\nfirst_contact = \"wait\"\n";
+        let env = HashMap::new();
+        let policy = |profile: &str| {
+            let layer = layer(Path::new("/c.toml"), text, profile, &env).unwrap();
+            layer.policy.unwrap_or_default().resolve()
+        };
+        let top = policy("default");
+        assert_eq!(top.max_runs_per_hour, Some(12));
+        assert_eq!(top.first_contact, crate::core::policy::FirstContact::Wake);
+        let w = policy("w");
+        assert_eq!(w.max_runs_per_hour, Some(3));
+        assert_eq!(w.first_contact, crate::core::policy::FirstContact::Wait);
+        assert_eq!(w.deny, top.deny, "the top level's deny reaches the profile");
+    }
+
+    #[test]
+    fn a_policy_mistake_is_named_by_its_full_path_in_any_table() {
+        let env = HashMap::new();
+        let err = |text: &str| {
+            layer(Path::new("/c.toml"), text, "w", &env)
+                .err()
+                .unwrap()
+                .to_string()
+        };
+        let e = err("[profiles.w.listen.policy]\nmax_runs_per_hour = -1\n");
+        assert!(
+            e.contains("`profiles.w.listen.policy.max_runs_per_hour`"),
+            "{e}"
+        );
+        let e = err("[profiles.w]\n[listen.policy]\nquiet_hourz = \"22:00-07:00\"\n");
+        assert!(
+            e.contains("unknown config key `listen.policy.quiet_hourz`"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -34,6 +34,7 @@ pub(super) const LISTEN_KEYS: &[&str] = &[
     "min_available_memory",
     "claude",
     "codex",
+    "policy",
 ];
 pub(super) const CLAUDE_KEYS: &[&str] = &["binary", "extra_args", "mcp", "mcp_url"];
 pub(super) const CODEX_KEYS: &[&str] = &["binary", "extra_args", "mcp_url"];

@@ -50,6 +50,8 @@ pub struct Layer {
     pub codex_binary: Option<PathBuf>,
     pub codex_extra_args: Option<Vec<String>>,
     pub codex_mcp_url: Option<String>,
+    /// `[listen.policy]`, key by key: a profile's table over the top level's.
+    pub policy: Option<crate::core::policy::PolicyLayer>,
 }
 
 impl Layer {
@@ -87,6 +89,10 @@ impl Layer {
             codex_binary: self.codex_binary.or(base.codex_binary),
             codex_extra_args: self.codex_extra_args.or(base.codex_extra_args),
             codex_mcp_url: self.codex_mcp_url.or(base.codex_mcp_url),
+            policy: match (self.policy, base.policy) {
+                (Some(top), Some(low)) => Some(top.over(low)),
+                (top, low) => top.or(low),
+            },
         }
     }
 }

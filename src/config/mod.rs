@@ -99,6 +99,9 @@ pub struct ListenSettings {
     /// `listen.tools`: what a run may use beyond the AgentChat tools (Claude Code file tools, or
     /// `shell` for Codex), inside the workdir only; empty by default.
     pub tools: Vec<String>,
+    /// `[listen.policy]` (issue 26): who may wake a run, when, and how much the runs may spend;
+    /// the default has no rule.
+    pub policy: crate::core::policy::Policy,
     /// Newest run logs kept.
     pub run_logs_keep: usize,
     /// Most bytes of a run's output kept in its log: the first half, then the last half

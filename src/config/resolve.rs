@@ -256,6 +256,7 @@ fn listen_settings(m: Layer, scale: TestTimeScale) -> Result<ListenSettings, Con
         identity_block: m.identity_block.unwrap_or(true),
         env_pass: m.env_pass.unwrap_or_default(),
         tools: m.tools.unwrap_or_default(),
+        policy: m.policy.unwrap_or_default().resolve(),
         run_logs_keep: m.run_logs_keep.unwrap_or(50),
         run_log_max_bytes: m
             .run_log_max_bytes

@@ -95,6 +95,7 @@ pub(super) fn fingerprint(settings: &Settings) -> [u8; 32] {
         min_available_memory,
         claude,
         codex,
+        policy,
     } = listen;
     let ClaudeSettings {
         binary: claude_binary,
@@ -149,6 +150,14 @@ pub(super) fn fingerprint(settings: &Settings) -> [u8; 32] {
     f.flag("identity_block", *identity_block);
     f.list("env_pass", env_pass);
     f.list("tools", tools);
+    // The summary names every rule exactly but rounds dollars to cents: their bits go too.
+    f.text("policy", &crate::core::policy::summary(policy));
+    for (name, usd) in [
+        ("policy.max_cost_per_day_usd", policy.max_cost_per_day_usd),
+        ("policy.max_cost_per_run_usd", policy.max_cost_per_run_usd),
+    ] {
+        f.bytes(name, &usd.unwrap_or(0.0).to_bits().to_le_bytes());
+    }
     f.bytes("run_logs_keep", &(*run_logs_keep as u64).to_le_bytes());
     f.bytes("run_log_max_bytes", &run_log_max_bytes.to_le_bytes());
     f.opt_text(
