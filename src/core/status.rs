@@ -207,6 +207,10 @@ pub enum ListenerWake {
     /// `backlog`: the tray read after a run was cut short (`truncated`) and the run made
     /// progress, so the next cycle starts at once (`core::decision::follow_up`).
     Backlog,
+    /// `hold_ended`: a run held by `[listen.policy]` may start now (quiet hours ended, a cap's
+    /// window rolled over, a loop-guarded conversation's window passed, or a reload lifted or
+    /// loosened the rule), so the tray is read without waiting for a new message (issue 26).
+    HoldEnded,
 }
 
 impl ListenerWake {
@@ -214,6 +218,7 @@ impl ListenerWake {
         match self {
             ListenerWake::Recovered => "recovered",
             ListenerWake::Backlog => "backlog",
+            ListenerWake::HoldEnded => "hold_ended",
         }
     }
 }
@@ -241,6 +246,9 @@ pub enum NoRunReason {
     /// `stopped`: the listener stopped (SIGTERM, or SIGHUP removing its profile) while the run
     /// waited for one of `listen --all`'s run slots; no run started, so none failed.
     Stopped,
+    /// `held`: `[listen.policy]` holds the run (quiet hours, a cap, the loop guard, or no card
+    /// from a sender allowed to wake one); `held` in the status says why and until when.
+    Held,
 }
 
 impl NoRunReason {
@@ -255,6 +263,7 @@ impl NoRunReason {
             NoRunReason::NoPrompt => "no_prompt",
             NoRunReason::RuntimeUnusable => "runtime_unusable",
             NoRunReason::Stopped => "stopped",
+            NoRunReason::Held => "held",
         }
     }
 }
@@ -328,6 +337,13 @@ pub struct Status {
     pub texts: TextsStatus,
     /// Counts since the listener started.
     pub counters: Counters,
+    /// Runs held by `[listen.policy]` (issue 26): why, until when, and the cards that wait.
+    /// `null` when nothing is held. A hold is the user's choice, not a fault: `/readyz` stays 200.
+    #[serde(deserialize_with = "lenient")]
+    pub held: Option<Held>,
+    /// The runs and what they cost, this local hour and today (the local calendar day), from the
+    /// runs' own reports: the totals `[listen.policy]`'s caps are held against.
+    pub usage: Usage,
     /// Not part of the document: the file's modification time, which
     /// `listen::state_dir::StateDir::read_status` fills in. The listener touches the file without
     /// rewriting it on a turn of its main loop when it was last written or touched 30 s ago or
@@ -413,6 +429,47 @@ pub struct TextsStatus {
     pub fetched_at: Option<String>,
 }
 
+/// `held`: runs wait because of `[listen.policy]`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Held {
+    /// `quiet_hours`, `runs_per_hour`, `runs_per_day`, `cost_per_day`, `loop_guard` or
+    /// `not_allowed` (`core::policy::HoldReason`).
+    pub reason: String,
+    /// The config key that holds them (`max_runs_per_hour`, `allow`, ...).
+    pub key: String,
+    /// When the hold ends and the listener reads the tray by itself; absent when no time ends
+    /// it (`not_allowed`: a new message, a reload or the rule lifted).
+    pub until: Option<String>,
+    /// Since when runs have been held.
+    pub since: String,
+    /// The conversations whose cards wait (ids, never text).
+    pub cards: Vec<String>,
+    /// The invites that wait.
+    pub invites: Vec<String>,
+}
+
+/// `usage`: runs and spending in the local hour and the local day.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Usage {
+    pub this_hour: UsageTotals,
+    pub today: UsageTotals,
+}
+
+/// One period's runs and what they cost.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct UsageTotals {
+    /// Runs started.
+    pub runs: u64,
+    /// US dollars, as the runs' own reports say (Claude Code's `total_cost_usd`); runs that
+    /// report no cost add nothing.
+    pub cost_usd: f64,
+    /// Tokens the runs reported (input and output, cached included).
+    pub tokens: u64,
+}
+
 /// Counts since the listener started.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
@@ -457,6 +514,7 @@ mod tests {
         for (w, word) in [
             (ListenerWake::Recovered, "recovered"),
             (ListenerWake::Backlog, "backlog"),
+            (ListenerWake::HoldEnded, "hold_ended"),
         ] {
             assert_eq!(w.as_str(), word);
             assert_eq!(serde_json::to_value(w).unwrap(), json!(word));
@@ -587,6 +645,8 @@ mod tests {
                 runs_failed: 1,
                 ..Default::default()
             },
+            held: None,
+            usage: Usage::default(),
             file_modified: None,
         }
     }
@@ -619,7 +679,9 @@ mod tests {
                 "next_retry_at",
                 "detail",
                 "texts",
-                "counters"
+                "counters",
+                "held",
+                "usage"
             ]
         );
         assert_eq!(v["state"], "connected");

@@ -106,7 +106,9 @@ pub async fn run(
                     NoRunReason::NothingWaiting
                     | NoRunReason::OnlyMuted
                     | NoRunReason::NoPrompt
-                    | NoRunReason::RuntimeUnusable,
+                    | NoRunReason::RuntimeUnusable
+                    // The user's `[listen.policy]` chose that no run starts now.
+                    | NoRunReason::Held,
                 )
                 | None => {
                     println!("no run: {why_word}");

@@ -36,6 +36,8 @@ impl Daemon {
             detail: None,
             texts: TextsStatus::default(),
             counters: Counters::default(),
+            held: None,
+            usage: Default::default(),
             file_modified: None,
         };
         let (quiet_ms, max_delay_ms) = windows(&settings);
