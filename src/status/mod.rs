@@ -152,7 +152,7 @@ impl Offsets for MachineZone {
 const IDS_SHOWN: usize = 5;
 
 /// Pure: what a hold keeps waiting, `2 cards: conv_a, conv_b; 1 invite: inv_1` (ids only, at most
-/// [`IDS_SHOWN`] of each); `None` when the file lists none.
+/// `IDS_SHOWN` of each); `None` when the file lists none.
 pub fn waiting_line(held: &Held) -> Option<String> {
     let list = |ids: &[String], what: &str| -> Option<String> {
         if ids.is_empty() {
