@@ -63,6 +63,19 @@ pub fn check_advice(advice: &[String]) -> Vec<Check> {
         .collect()
 }
 
+/// `policy`: the profile's `[listen.policy]` in one line (`core::policy::summary`). Never a
+/// WARN or a FAIL: the rules are the user's choice, and a mistake in them fails `config`.
+pub fn check_policy(policy: &crate::core::policy::Policy) -> Check {
+    let summary = crate::core::policy::summary(policy);
+    let set = *policy != crate::core::policy::Policy::default();
+    let detail = if set {
+        summary
+    } else {
+        format!("{summary}: every card wakes a run")
+    };
+    Check::pass("policy", detail).with("rules", set)
+}
+
 /// `integration`: `AGENTCHAT_INTEGRATION=off` makes `listen` exit at once.
 pub fn check_integration(switch: &IntegrationSwitch) -> Check {
     match switch {
@@ -805,5 +818,22 @@ mod tests {
         let c = check(ManagerView::NotAsked);
         assert_eq!(c.level, Level::Pass);
         assert!(c.detail.starts_with("written and current"), "{}", c.detail);
+    }
+
+    #[test]
+    fn the_policy_is_one_pass_line_with_or_without_rules() {
+        use crate::core::policy::Policy;
+        let none = check_policy(&Policy::default());
+        assert_eq!(none.level, Level::Pass);
+        assert_eq!(none.detail, "no rules: every card wakes a run");
+        assert_eq!(none.facts["rules"], false);
+        let p = Policy {
+            max_runs_per_hour: Some(12),
+            ..Policy::default()
+        };
+        let some = check_policy(&p);
+        assert_eq!(some.level, Level::Pass);
+        assert_eq!(some.detail, "at most 12 runs an hour");
+        assert_eq!(some.facts["rules"], true);
     }
 }

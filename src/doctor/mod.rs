@@ -207,7 +207,7 @@ pub async fn run(args: &DoctorArgs) -> Report {
     report
 }
 
-/// `config`, `integration` and `advice`. Returns the settings when they loaded.
+/// `config`, `integration`, `advice` and `policy`. Returns the settings when they loaded.
 fn config_section(
     args: &DoctorArgs,
     env: &HashMap<String, String>,
@@ -228,6 +228,7 @@ fn config_section(
     report
         .checks
         .extend(check_advice(&config::advice(&settings)));
+    report.checks.push(check_policy(&settings.listen.policy));
     Some(settings)
 }
 

@@ -2,8 +2,10 @@
 //! listener holds), with its service unit: the profile's own, or the one-process unit that runs
 //! it (`service install --all --one-process`, src/service/host.rs).
 
-use super::{JSON_VERSION, Liveness, StatusArgs, assess, parse_time, relative};
+use super::{JSON_VERSION, Liveness, MachineZone, StatusArgs, assess, parse_time, relative};
 use crate::config::ConfigArgs;
+use crate::core::policy::{Offsets, Totals, held_line, today_line};
+use crate::core::status::{Held, UsageTotals};
 use crate::listen::state_dir::StateDir;
 use crate::sys::process::pid_alive;
 use serde_json::json;
@@ -88,6 +90,10 @@ pub struct Row {
     pub service: String,
     /// Why the row could not be read (a config error for this profile, a damaged status file).
     pub error: Option<String>,
+    /// `status.held`: runs held by `[listen.policy]`, or `None`.
+    pub held: Option<Held>,
+    /// `status.usage.today`: today's runs and what they cost; `None` when it never ran.
+    pub today: Option<UsageTotals>,
 }
 
 /// The unit that runs `profile`: its own when `service install` wrote one, else the one-process
@@ -183,6 +189,8 @@ fn row_for(
         unit_file,
         service,
         error,
+        held: status.as_ref().and_then(|s| s.held.clone()),
+        today: status.as_ref().map(|s| s.usage.today.clone()),
     };
     (row, manager_error)
 }
@@ -212,12 +220,31 @@ fn queue_line(rows: &[Row], now: SystemTime) -> Option<String> {
     ))
 }
 
+/// Pure: the `TODAY` cell, `14 runs, $0.83` (tokens when the runs reported no cost).
+fn today_cell(today: Option<&UsageTotals>) -> String {
+    let Some(t) = today else {
+        return "-".into();
+    };
+    let line = today_line(&Totals {
+        runs: t.runs,
+        cost_usd: t.cost_usd,
+        tokens: t.tokens,
+    });
+    line.strip_prefix("today: ").unwrap_or(&line).to_string()
+}
+
 /// Pure: the table `status --all` prints: columns as wide as their widest cell, two spaces
-/// apart, every header in capitals; `manager_error` (the service manager's reason for not
-/// answering, asked only about installed units) once under the table.
-pub fn render_rows(rows: &[Row], manager_error: Option<&str>, now: SystemTime) -> String {
+/// apart, every header in capitals; under a row, its error and its hold (the end in `zone`'s
+/// local time); `manager_error` (the service manager's reason for not answering, asked only
+/// about installed units) once under the table.
+pub fn render_rows(
+    rows: &[Row],
+    manager_error: Option<&str>,
+    now: SystemTime,
+    zone: &dyn Offsets,
+) -> String {
     let header = [
-        "PROFILE", "HANDLE", "LISTENER", "STATE", "SINCE", "LAST RUN", "SERVICE",
+        "PROFILE", "HANDLE", "LISTENER", "STATE", "SINCE", "LAST RUN", "TODAY", "SERVICE",
     ];
     let mut table: Vec<Vec<String>> = vec![header.iter().map(|h| h.to_string()).collect()];
     for r in rows {
@@ -240,10 +267,12 @@ pub fn render_rows(rows: &[Row], manager_error: Option<&str>, now: SystemTime) -
             r.state.clone().unwrap_or_else(|| "never ran".into()),
             since.map_or_else(|| "-".into(), |t| relative(t, now)),
             r.last_outcome.clone().unwrap_or_else(|| "-".into()),
+            today_cell(r.today.as_ref()),
             r.service.clone(),
         ]);
     }
-    let mut widths = [0usize; 7];
+    let now_ms = i64::try_from(crate::sys::time::unix_ms(now)).unwrap_or(i64::MAX);
+    let mut widths = [0usize; 8];
     for line in &table {
         for (w, cell) in widths.iter_mut().zip(line) {
             *w = (*w).max(cell.chars().count());
@@ -257,11 +286,13 @@ pub fn render_rows(rows: &[Row], manager_error: Option<&str>, now: SystemTime) -
             .map(|(cell, w)| format!("{cell:<w$}"))
             .collect();
         out.push(cells.join("  ").trim_end().to_string());
-        if let Some(e) = i.checked_sub(1).and_then(|r| rows.get(r)?.error.as_ref()) {
-            out.push(format!(
-                "  {}: {e}",
-                line.first().map_or("", String::as_str)
-            ));
+        let row = i.checked_sub(1).and_then(|r| rows.get(r));
+        let name = line.first().map_or("", String::as_str);
+        if let Some(e) = row.and_then(|r| r.error.as_ref()) {
+            out.push(format!("  {name}: {e}"));
+        }
+        if let Some(h) = row.and_then(|r| r.held.as_ref()) {
+            out.push(format!("  {name}: {}", held_line(h, now_ms, zone)));
         }
     }
     if rows.iter().any(|r| !r.configured) {
@@ -331,7 +362,10 @@ pub(super) fn run_all(args: &StatusArgs) -> anyhow::Result<i32> {
         println!("{}", serde_json::to_string_pretty(&out)?);
     } else {
         let now = SystemTime::now();
-        println!("{}", render_rows(&rows, manager_error.as_deref(), now));
+        println!(
+            "{}",
+            render_rows(&rows, manager_error.as_deref(), now, &MachineZone)
+        );
         if !rows.iter().any(|r| r.configured) {
             println!(
                 "no profile: the config names no [profiles.<name>] table and its top level no \
@@ -361,8 +395,16 @@ mod tests {
             unit_file: None,
             service: service.into(),
             error: error.map(String::from),
+            held: None,
+            today: Some(UsageTotals {
+                runs: 3,
+                cost_usd: 0.25,
+                tokens: 0,
+            }),
         }
     }
+
+    const UTC: crate::core::policy::FixedOffset = crate::core::policy::FixedOffset(0);
 
     #[test]
     fn the_run_queue_is_listed_under_the_table_in_the_order_it_was_joined() {
@@ -371,12 +413,12 @@ mod tests {
         let mut a = row("a", "@a", "not installed", None);
         let mut b = row("b", "@b", "not installed", None);
         let c = row("c", "@c", "not installed", None);
-        assert!(!render_rows(&[a.clone(), b.clone()], None, now).contains("run queue"));
+        assert!(!render_rows(&[a.clone(), b.clone()], None, now, &UTC).contains("run queue"));
         for (r, ago) in [(&mut a, 5), (&mut b, 20)] {
             r.state = Some("queued".into());
             r.since = Some(at(ago));
         }
-        let text = render_rows(&[a, b, c], None, now);
+        let text = render_rows(&[a, b, c], None, now, &UTC);
         let last = text.lines().last().unwrap();
         assert!(
             last.starts_with("run queue (2 waiting")
@@ -403,13 +445,13 @@ mod tests {
             ),
             row("extra", "@c", "not installed", None),
         ];
-        let text = render_rows(&rows, Some("Failed to connect to bus"), now);
+        let text = render_rows(&rows, Some("Failed to connect to bus"), now, &UTC);
         let lines: Vec<&str> = text.lines().collect();
         assert!(lines[0].starts_with("PROFILE  HANDLE"), "{text}");
         assert_eq!(lines[0], lines[0].to_uppercase(), "{text}");
         // Every column starts where its header does.
         for header in [
-            "HANDLE", "LISTENER", "STATE", "SINCE", "LAST RUN", "SERVICE",
+            "HANDLE", "LISTENER", "STATE", "SINCE", "LAST RUN", "TODAY", "SERVICE",
         ] {
             let col = lines[0].find(header).unwrap();
             for line in [lines[1], lines[2], lines[4]] {
@@ -430,6 +472,44 @@ mod tests {
             text.ends_with(
                 "service manager: no service manager answers (Failed to connect to bus)"
             )
+        );
+    }
+
+    #[test]
+    fn a_held_profile_says_its_hold_under_its_row_and_every_row_todays_runs() {
+        let now = humantime::parse_rfc3339("2026-11-30T11:30:00Z").unwrap();
+        let mut work = row("work", "@w", "not installed", None);
+        work.held = Some(Held {
+            reason: "quiet_hours".into(),
+            key: "quiet_hours".into(),
+            until: Some("2026-11-30T12:00:00Z".into()),
+            ..Held::default()
+        });
+        work.today = Some(UsageTotals {
+            runs: 2,
+            cost_usd: 0.0,
+            tokens: 1_500,
+        });
+        let mut never = row("new", "@n", "not installed", None);
+        never.today = None;
+        let rows = [row("default", "@d", "not installed", None), work, never];
+        let east = crate::core::policy::FixedOffset(2 * 3600);
+        let text = render_rows(&rows, None, now, &east);
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(lines[1].contains("  3 runs, $0.25  "), "{text}");
+        assert!(lines[2].contains("  2 runs, 1500 tokens  "), "{text}");
+        assert_eq!(
+            lines[3], "  work: runs wait: quiet hours, until 14:00",
+            "{text}"
+        );
+        assert!(
+            lines[4].starts_with("new ") && lines[4].contains("  -  "),
+            "{text}"
+        );
+        assert_eq!(
+            lines.len(),
+            5,
+            "one hold line, for the held row only:\n{text}"
         );
     }
 }

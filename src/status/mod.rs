@@ -13,7 +13,8 @@
 //! (`core::status::quiet_allowance`).
 
 use crate::config::ConfigArgs;
-use crate::core::status::{ListenerState, Outcome, Status, quiet_allowance};
+use crate::core::policy::{Offsets, held_line, usage_line};
+use crate::core::status::{Held, ListenerState, Outcome, Status, quiet_allowance};
 use crate::listen::state_dir::{STATUS_FILE, StateDir};
 use crate::sys::process::pid_alive;
 use serde_json::json;
@@ -133,8 +134,60 @@ fn when(at: &str, now: SystemTime) -> String {
     }
 }
 
-/// Pure: the human view of a status, its times also shown relative to `now`.
-pub fn render(profile: &str, status: &Status, liveness: Liveness, now: SystemTime) -> String {
+/// The machine's own time zone, asked of the C library at each instant: a hold's end is shown
+/// to the person at this machine in its local time. Only [`Offsets::offset_at`] is needed to
+/// say a time; no change is looked for.
+pub struct MachineZone;
+
+impl Offsets for MachineZone {
+    fn offset_at(&self, utc_ms: i64) -> i32 {
+        crate::sys::time::local_offset_secs(utc_ms).unwrap_or(0)
+    }
+    fn next_change(&self, _: i64) -> Option<i64> {
+        None
+    }
+}
+
+/// How many ids of each kind a line lists before `and N more`.
+const IDS_SHOWN: usize = 5;
+
+/// Pure: what a hold keeps waiting, `2 cards: conv_a, conv_b; 1 invite: inv_1` (ids only, at most
+/// `IDS_SHOWN` of each); `None` when the file lists none.
+pub fn waiting_line(held: &Held) -> Option<String> {
+    let list = |ids: &[String], what: &str| -> Option<String> {
+        if ids.is_empty() {
+            return None;
+        }
+        let shown: Vec<&str> = ids.iter().take(IDS_SHOWN).map(String::as_str).collect();
+        let more = ids.len().saturating_sub(IDS_SHOWN);
+        let tail = if more > 0 {
+            format!(" and {more} more")
+        } else {
+            String::new()
+        };
+        let plural = if ids.len() == 1 { "" } else { "s" };
+        Some(format!(
+            "{} {what}{plural}: {}{tail}",
+            ids.len(),
+            shown.join(", ")
+        ))
+    };
+    let parts: Vec<String> = [list(&held.cards, "card"), list(&held.invites, "invite")]
+        .into_iter()
+        .flatten()
+        .collect();
+    (!parts.is_empty()).then(|| parts.join("; "))
+}
+
+/// Pure: the human view of a status, its times also shown relative to `now`, a hold's end in the
+/// local time `zone` gives.
+pub fn render(
+    profile: &str,
+    status: &Status,
+    liveness: Liveness,
+    now: SystemTime,
+    zone: &dyn Offsets,
+) -> String {
     let mut out = Vec::new();
     let pid = status.pid;
     let updated = when(&status.updated_at, now);
@@ -201,6 +254,18 @@ pub fn render(profile: &str, status: &Status, liveness: Liveness, now: SystemTim
             out.push(format!("run log     {log}"));
         }
     }
+    if let Some(h) = &status.held {
+        let now_ms = i64::try_from(crate::sys::time::unix_ms(now)).unwrap_or(i64::MAX);
+        let mut line = format!("held        {}", held_line(h, now_ms, zone));
+        if let Some(t) = parse_time(&h.since) {
+            line.push_str(&format!(" (held since {})", relative(t, now)));
+        }
+        out.push(line);
+        if let Some(w) = waiting_line(h) {
+            out.push(format!("waiting     {w}"));
+        }
+    }
+    out.push(format!("usage       {}", usage_line(&status.usage)));
     if let Some(at) = &status.next_retry_at {
         out.push(format!("next retry  {}", when(at, now)));
     }
@@ -357,7 +422,8 @@ pub async fn run_command(args: StatusArgs) -> anyhow::Result<i32> {
                     &settings.profile,
                     s,
                     liveness.unwrap_or(Liveness::NotRunning),
-                    now
+                    now,
+                    &MachineZone
                 )
             ),
             None => println!(
@@ -446,7 +512,8 @@ mod tests {
     #[test]
     fn render_shows_state_handle_wake_cycle_and_counters() {
         let now = humantime::parse_rfc3339("2026-11-30T01:03:02Z").unwrap();
-        let text = render("work", &doc("connected", now), Liveness::Running, now);
+        let z = crate::core::policy::FixedOffset(0);
+        let text = render("work", &doc("connected", now), Liveness::Running, now, &z);
         for needle in [
             "profile     work",
             "running (pid 42)",
@@ -456,6 +523,37 @@ mod tests {
             "c1 at 2026-11-30T01:00:02Z (3 min ago): completed (wake run)",
             "fetched 2026-11-30T01:00:00Z (3 min ago)",
             "runs 1 (0 failed)",
+            "usage       today: 0 runs, $0.00; this hour: 0 runs",
+        ] {
+            assert!(text.contains(needle), "missing {needle:?} in\n{text}");
+        }
+        assert!(!text.contains("held"), "no hold, no line:\n{text}");
+    }
+
+    #[test]
+    fn render_says_a_hold_with_its_local_end_the_cards_waiting_and_todays_spending() {
+        let now = humantime::parse_rfc3339("2026-11-30T11:30:00Z").unwrap();
+        let mut s = doc("connected", now);
+        s.held = Some(Held {
+            reason: "runs_per_hour".into(),
+            key: "max_runs_per_hour".into(),
+            until: Some("2026-11-30T12:00:00Z".into()),
+            since: "2026-11-30T11:20:00Z".into(),
+            cards: (1..=7).map(|i| format!("conv_{i}")).collect(),
+            invites: vec!["inv_1".into()],
+        });
+        s.usage.today = crate::core::status::UsageTotals {
+            runs: 14,
+            cost_usd: 0.834,
+            tokens: 90_000,
+        };
+        s.usage.this_hour.runs = 12;
+        let east = crate::core::policy::FixedOffset(2 * 3600);
+        let text = render("work", &s, Liveness::Running, now, &east);
+        for needle in [
+            "held        runs wait: max_runs_per_hour reached, until 14:00 (held since 10 min ago)",
+            "waiting     7 cards: conv_1, conv_2, conv_3, conv_4, conv_5 and 2 more; 1 invite: inv_1",
+            "usage       today: 14 runs, $0.83; this hour: 12 runs",
         ] {
             assert!(text.contains(needle), "missing {needle:?} in\n{text}");
         }

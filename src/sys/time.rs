@@ -34,3 +34,29 @@ pub fn today_utc() -> String {
     ts.truncate(10);
     ts
 }
+
+/// The machine's UTC offset (seconds east) at `unix_ms`, from the C library's local time (`TZ`,
+/// else `/etc/localtime`): how `agentchat status` shows a hold's end to the person at this
+/// machine. `None` when the C library cannot tell (a time outside its range).
+pub fn local_offset_secs(unix_ms: i64) -> Option<i32> {
+    let secs = libc::time_t::try_from(unix_ms.div_euclid(1000)).ok()?;
+    // SAFETY: `tm` is plain data the call fills; both pointers are valid for the call.
+    let mut tm: libc::tm = unsafe { std::mem::zeroed() };
+    let done = unsafe { libc::localtime_r(&secs, &mut tm) };
+    if done.is_null() {
+        return None;
+    }
+    i32::try_from(tm.tm_gmtoff).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_local_offset_is_a_whole_number_of_minutes_within_a_day() {
+        let now = i64::try_from(unix_ms(SystemTime::now())).unwrap();
+        let off = local_offset_secs(now).unwrap();
+        assert!(off.abs() < 86_400 && off % 60 == 0, "{off}");
+    }
+}

@@ -684,6 +684,44 @@ fn shipped_example_config_parses_for_every_profile() {
         s.key_source,
         KeySource::File(PathBuf::from("/home/u/.config/agentchat/work.key"))
     );
+    // Every `[listen.policy]` key has a commented sample beside what it does (the top level sets
+    // none: no rules by default), and the profile's own example parses.
+    let top = resolve(&ConfigArgs::default(), &env(&[]), Some((&path, &text))).unwrap();
+    assert_eq!(
+        top.listen.policy,
+        agentchat::core::policy::Policy::default()
+    );
+    let policy = text
+        .split("\n[listen.policy]\n")
+        .nth(1)
+        .expect("a [listen.policy] table")
+        .split("\n[")
+        .next()
+        .unwrap();
+    for key in [
+        "quiet_hours",
+        "timezone",
+        "max_runs_per_hour",
+        "max_runs_per_day",
+        "max_cost_per_day_usd",
+        "max_tokens_per_day",
+        "max_cost_per_run_usd",
+        "first_contact",
+        "groups",
+        "allow",
+        "deny",
+        "loop_guard",
+    ] {
+        assert!(
+            policy.contains(&format!("\n# {key} = ")),
+            "{key} has no commented sample in [listen.policy]"
+        );
+    }
+    assert_eq!(s.listen.policy.max_runs_per_hour, Some(12));
+    assert_eq!(
+        s.listen.policy.first_contact,
+        agentchat::core::policy::FirstContact::Wait
+    );
 }
 
 #[test]

@@ -768,3 +768,40 @@ async fn widening_extra_args_fail_reach_naming_the_key() {
     out.assert_no_secret(&key);
     sim.shutdown().await;
 }
+
+/// Issue 26: doctor shows the profile's `[listen.policy]` in one PASS line (never a FAIL: the rules
+/// are the user's choice), a profile's table over the top level's key by key, and says plainly
+/// when there are none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_policy_is_one_pass_line_per_profile_naming_its_rules_or_none() {
+    let (sim, _, key) = seeded_sim().await;
+    let s = Scratch::new(
+        "[listen]\nruntime = \"script\"\ncommand = [\"/bin/true\"]\n\n\
+         [profiles.paid.listen.policy]\nquiet_hours = [\"22:00-07:00\"]\nmax_runs_per_hour = 12\n\
+         max_cost_per_day_usd = 5.0\nfirst_contact = \"wait\"\ndeny = [\"@noisy\"]\n\
+         loop_guard = { runs = 6, within = \"30m\" }\n",
+    );
+    let out = s.doctor(&sim.api_base, Some(&key), &[]).await;
+    assert_eq!(out.code, 0, "{}", out.all());
+    assert_eq!(
+        out.line("policy"),
+        "PASS policy: no rules: every card wakes a run"
+    );
+    let paid = s
+        .doctor(&sim.api_base, Some(&key), &["--profile", "paid"])
+        .await;
+    assert_eq!(paid.code, 0, "{}", paid.all());
+    assert_eq!(
+        paid.line("policy"),
+        "PASS policy: quiet 22:00-07:00; at most 12 runs an hour; $5.00 a day; \
+         first contact waits; deny @noisy; loop guard 6 runs in 30m"
+    );
+    assert_eq!(
+        paid.stdout.matches(" policy: ").count(),
+        1,
+        "{}",
+        paid.all()
+    );
+    paid.assert_no_secret(&key);
+    sim.shutdown().await;
+}

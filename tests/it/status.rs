@@ -579,3 +579,106 @@ async fn a_stuck_listener_under_the_one_process_unit_is_told_to_restart_that_uni
         "{hosted}"
     );
 }
+
+/// Issue 26: `status` and `status --all` say a hold from `status.json`'s `held` (its key, its end
+/// in the machine's local time, the cards waiting) and today's runs and cost from `usage`;
+/// `--json` passes both through, and a held listener stays usable (a hold is the user's choice).
+#[tokio::test]
+async fn status_says_a_hold_with_its_local_end_the_cards_waiting_and_todays_runs_and_cost() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path();
+    let mut config_text = "[listen]\nruntime = \"script\"\ncommand = [\"/bin/true\"]\n".to_string();
+    for p in ["p0", "p1"] {
+        let key = home.join(format!("{p}.key"));
+        std::fs::write(&key, format!("ac_live_{p}_0123456789\n")).unwrap();
+        std::fs::set_permissions(&key, std::os::unix::fs::PermissionsExt::from_mode(0o600))
+            .unwrap();
+        config_text.push_str(&format!("[profiles.{p}]\napi_key_file = \"{p}.key\"\n"));
+    }
+    let config = home.join("config.toml");
+    std::fs::write(&config, config_text).unwrap();
+    let now = std::time::SystemTime::now();
+    let rfc = |t: std::time::SystemTime| humantime::format_rfc3339_seconds(t).to_string();
+    // The hold ends 40 minutes from now, on a whole minute; the machine is two hours east of UTC
+    // (a POSIX TZ, no zone file needed).
+    let secs = now.duration_since(std::time::UNIX_EPOCH).unwrap().as_secs();
+    let until = std::time::UNIX_EPOCH + Duration::from_secs((secs + 2400) / 60 * 60);
+    let local = |t: std::time::SystemTime| rfc(t + Duration::from_secs(7200));
+    let (until_local, now_local) = (local(until), local(now));
+    let expected_until = if until_local[..10] == now_local[..10] {
+        until_local[11..16].to_string()
+    } else {
+        format!("{} {}", &until_local[..10], &until_local[11..16])
+    };
+    let write = |profile: &str, doc: serde_json::Value| {
+        let state_dir = home.join("state").join("agentchat").join(profile);
+        std::fs::create_dir_all(&state_dir).unwrap();
+        std::fs::write(state_dir.join("status.json"), doc.to_string()).unwrap();
+    };
+    let base = |profile: &str| {
+        serde_json::json!({"state": "connected", "since": rfc(now), "pid": std::process::id(),
+            "profile": profile, "updated_at": rfc(now)})
+    };
+    let mut held = base("p0");
+    held["held"] = serde_json::json!({"reason": "runs_per_hour", "key": "max_runs_per_hour",
+        "until": rfc(until), "since": rfc(now - Duration::from_secs(600)),
+        "cards": ["conv_1", "conv_2"], "invites": []});
+    held["usage"] = serde_json::json!({"this_hour": {"runs": 12, "cost_usd": 0.61, "tokens": 0},
+        "today": {"runs": 14, "cost_usd": 0.834, "tokens": 52000}});
+    write("p0", held);
+    let mut free = base("p1");
+    free["usage"] = serde_json::json!({"this_hour": {"runs": 0, "cost_usd": 0.0, "tokens": 0},
+        "today": {"runs": 3, "cost_usd": 0.0, "tokens": 1200}});
+    write("p1", free);
+    let run = |args: &[&str]| {
+        let mut cmd = isolated(home, args);
+        cmd.arg("--config").arg(&config).env("TZ", "XST-2");
+        async move {
+            let out = cmd.output().await.unwrap();
+            String::from_utf8_lossy(&out.stdout).into_owned()
+        }
+    };
+    let hold = format!("runs wait: max_runs_per_hour reached, until {expected_until}");
+
+    let p0 = run(&["status", "--profile", "p0"]).await;
+    for needle in [
+        format!("held        {hold} (held since 10 min ago)"),
+        "waiting     2 cards: conv_1, conv_2".to_string(),
+        "usage       today: 14 runs, $0.83; this hour: 12 runs".to_string(),
+    ] {
+        assert!(p0.contains(&needle), "missing {needle:?} in\n{p0}");
+    }
+    let p1 = run(&["status", "--profile", "p1"]).await;
+    assert!(!p1.contains("held") && !p1.contains("waiting"), "{p1}");
+    assert!(
+        p1.contains("usage       today: 3 runs, 1200 tokens; this hour: 0 runs"),
+        "tokens when no cost was reported:\n{p1}"
+    );
+
+    let json: serde_json::Value =
+        serde_json::from_str(&run(&["status", "--profile", "p0", "--json"]).await).unwrap();
+    assert_eq!(json["usable"], true, "a hold is no fault: {json}");
+    assert_eq!(json["status"]["held"]["key"], "max_runs_per_hour");
+    assert_eq!(json["status"]["held"]["cards"][1], "conv_2");
+    assert_eq!(json["status"]["usage"]["today"]["runs"], 14);
+    assert_eq!(json["status"]["usage"]["this_hour"]["runs"], 12);
+
+    let all = run(&["status", "--all"]).await;
+    let lines: Vec<&str> = all.lines().collect();
+    let at = |p: &str| {
+        lines
+            .iter()
+            .position(|l| l.starts_with(&format!("{p} ")))
+            .unwrap()
+    };
+    assert!(lines[0].contains("  TODAY  "), "{all}");
+    assert!(lines[at("p0")].contains("  14 runs, $0.83  "), "{all}");
+    assert_eq!(lines[at("p0") + 1], format!("  p0: {hold}"), "{all}");
+    assert!(lines[at("p1")].contains("  3 runs, 1200 tokens  "), "{all}");
+    assert_eq!(all.matches("runs wait").count(), 1, "{all}");
+    let (_, doc) = status_all(home, &config).await;
+    assert_eq!(row(&doc, "p0")["held"]["reason"], "runs_per_hour");
+    assert_eq!(row(&doc, "p0")["today"]["cost_usd"], 0.834);
+    assert_eq!(row(&doc, "p1")["held"], serde_json::Value::Null);
+    assert_eq!(row(&doc, "p1")["today"]["tokens"], 1200);
+}

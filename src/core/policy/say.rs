@@ -1,10 +1,12 @@
 //! The policy in words, for the lines issue 26 asks for: doctor's one line per profile
 //! ([`summary`]), `status`'s hold ("runs wait: max_runs_per_hour reached, until 14:00",
-//! [`hold_line`]) and today's spending ("today: 14 runs, $0.83", [`today_line`]). Pure: the
-//! local time of `until` comes from the injected offsets.
+//! [`hold_line`], or [`held_line`] from `status.json`'s `held`) and today's spending ("today: 14
+//! runs, $0.83", [`today_line`], [`usage_line`]). Pure: the local time of `until` comes from the
+//! injected offsets.
 
 use super::clock::{self, Offsets};
 use super::{FirstContact, Groups, Hold, HoldReason, Policy, Totals};
+use crate::core::status::{Held, Usage};
 use std::fmt::Write as _;
 
 /// `[listen.policy]` in one line: `no rules`, or each rule set, in the keys' order.
@@ -73,30 +75,83 @@ fn hhmm(minute: u16) -> String {
 /// `runs wait: max_runs_per_hour reached, until 14:00` (the local time; with the date when
 /// `until` is not today). `now_ms` is when the line is written.
 pub fn hold_line(hold: &Hold, now_ms: i64, offsets: &dyn Offsets) -> String {
-    let mut line = match hold.reason {
-        HoldReason::QuietHours => "runs wait: quiet hours".to_string(),
-        HoldReason::RunsPerHour | HoldReason::RunsPerDay | HoldReason::CostPerDay => {
-            format!("runs wait: {} reached", hold.key)
-        }
-        HoldReason::LoopGuard => format!(
-            "runs wait: loop_guard holds {}",
-            count(hold.cards.len(), "conversation")
-        ),
-        HoldReason::NotAllowed => {
-            let mut what = Vec::new();
-            if !hold.cards.is_empty() {
-                what.push(count(hold.cards.len(), "card"));
-            }
-            if !hold.invites.is_empty() {
-                what.push(count(hold.invites.len(), "invite"));
-            }
-            format!("{} may not wake a run ({})", what.join(" and "), hold.key)
-        }
-    };
+    let mut line = reason_words(
+        Some(hold.reason),
+        hold.reason.as_str(),
+        hold.key,
+        hold.cards.len(),
+        hold.invites.len(),
+    );
     if let Some(until) = hold.until {
         let _ = write!(line, ", until {}", local_time(until, now_ms, offsets));
     }
     line
+}
+
+/// [`hold_line`]'s words for `status.json`'s `held`, as `agentchat status` reads it back: the
+/// same line for every reason this version knows, `runs wait: <reason> (<key>)` for one a newer
+/// listener wrote, and an `until` that is not RFC 3339 shown as written.
+pub fn held_line(held: &Held, now_ms: i64, offsets: &dyn Offsets) -> String {
+    let reason = ALL_REASONS.into_iter().find(|r| r.as_str() == held.reason);
+    let mut line = reason_words(
+        reason,
+        &held.reason,
+        &held.key,
+        held.cards.len(),
+        held.invites.len(),
+    );
+    if let Some(until) = held.until.as_deref().filter(|u| !u.is_empty()) {
+        let shown = humantime::parse_rfc3339_weak(until)
+            .ok()
+            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+            .and_then(|d| i64::try_from(d.as_millis()).ok())
+            .map_or_else(|| until.to_string(), |ms| local_time(ms, now_ms, offsets));
+        let _ = write!(line, ", until {shown}");
+    }
+    line
+}
+
+const ALL_REASONS: [HoldReason; 6] = [
+    HoldReason::QuietHours,
+    HoldReason::RunsPerHour,
+    HoldReason::RunsPerDay,
+    HoldReason::CostPerDay,
+    HoldReason::LoopGuard,
+    HoldReason::NotAllowed,
+];
+
+/// A hold's line before its `until`; `raw` and `key` name a reason this version does not know.
+fn reason_words(
+    reason: Option<HoldReason>,
+    raw: &str,
+    key: &str,
+    cards: usize,
+    invites: usize,
+) -> String {
+    match reason {
+        Some(HoldReason::QuietHours) => "runs wait: quiet hours".to_string(),
+        Some(HoldReason::RunsPerHour | HoldReason::RunsPerDay | HoldReason::CostPerDay) => {
+            format!("runs wait: {key} reached")
+        }
+        Some(HoldReason::LoopGuard) => format!(
+            "runs wait: loop_guard holds {}",
+            count(cards, "conversation")
+        ),
+        Some(HoldReason::NotAllowed) => {
+            let mut what = Vec::new();
+            if cards > 0 {
+                what.push(count(cards, "card"));
+            }
+            if invites > 0 {
+                what.push(count(invites, "invite"));
+            }
+            if what.is_empty() {
+                return format!("runs wait: no card from a sender allowed to wake a run ({key})");
+            }
+            format!("{} may not wake a run ({key})", what.join(" and "))
+        }
+        None => format!("runs wait: {raw} ({key})"),
+    }
 }
 
 fn count(n: usize, what: &str) -> String {
@@ -115,6 +170,21 @@ pub fn today_line(day: &Totals) -> String {
     } else {
         format!("today: {runs}, {} tokens", day.tokens)
     }
+}
+
+/// `today: 14 runs, $0.83; this hour: 3 runs`: [`today_line`] for `usage.today`, then this
+/// local hour's runs (what `max_runs_per_hour` counts), from `status.json`'s `usage`.
+pub fn usage_line(usage: &Usage) -> String {
+    let today = Totals {
+        runs: usage.today.runs,
+        cost_usd: usage.today.cost_usd,
+        tokens: usage.today.tokens,
+    };
+    let hour = count(
+        usize::try_from(usage.this_hour.runs).unwrap_or(usize::MAX),
+        "run",
+    );
+    format!("{}; this hour: {hour}", today_line(&today))
 }
 
 /// `14:00` today (local), else `2026-10-25 07:00`.
@@ -224,5 +294,103 @@ mod tests {
         assert_eq!(today_line(&t(14, 0.834, 0)), "today: 14 runs, $0.83");
         assert_eq!(today_line(&t(1, 0.0, 0)), "today: 1 run, $0.00");
         assert_eq!(today_line(&t(3, 0.0, 1200)), "today: 3 runs, 1200 tokens");
+    }
+
+    fn held(reason: &str, key: &str, until: Option<&str>) -> Held {
+        Held {
+            reason: reason.into(),
+            key: key.into(),
+            until: until.map(String::from),
+            since: "2026-11-30T11:40:00Z".into(),
+            cards: vec!["conv_a".into(), "conv_b".into()],
+            invites: vec![],
+        }
+    }
+
+    #[test]
+    fn a_held_status_says_the_hold_with_its_local_end() {
+        // 2026-11-30T12:00:00Z is 14:00 two hours east of UTC; "now" is 11:30Z the same day.
+        let now = 1_796_038_200_000;
+        let east = FixedOffset(2 * 3600);
+        let h = held(
+            "runs_per_hour",
+            "max_runs_per_hour",
+            Some("2026-11-30T12:00:00Z"),
+        );
+        assert_eq!(
+            held_line(&h, now, &east),
+            "runs wait: max_runs_per_hour reached, until 14:00"
+        );
+        // The same instant in UTC, and on another local day with its date.
+        assert!(held_line(&h, now, &FixedOffset(0)).ends_with("until 12:00"));
+        assert!(
+            held_line(&h, now, &FixedOffset(12 * 3600)).ends_with("until 2026-12-01 00:00"),
+            "{}",
+            held_line(&h, now, &FixedOffset(12 * 3600))
+        );
+        // Every reason this version writes reads as `hold_line` says it.
+        let quiet = held("quiet_hours", "quiet_hours", Some("2026-11-30T12:00:00Z"));
+        assert_eq!(
+            held_line(&quiet, now, &east),
+            "runs wait: quiet hours, until 14:00"
+        );
+        let cost = held("cost_per_day", "max_tokens_per_day", None);
+        assert_eq!(
+            held_line(&cost, now, &east),
+            "runs wait: max_tokens_per_day reached"
+        );
+        let guard = held("loop_guard", "loop_guard", None);
+        assert_eq!(
+            held_line(&guard, now, &east),
+            "runs wait: loop_guard holds 2 conversations"
+        );
+        let refused = held("not_allowed", "first_contact", None);
+        assert_eq!(
+            held_line(&refused, now, &east),
+            "2 cards may not wake a run (first_contact)"
+        );
+        let none = Held {
+            cards: vec![],
+            ..refused
+        };
+        assert_eq!(
+            held_line(&none, now, &east),
+            "runs wait: no card from a sender allowed to wake a run (first_contact)"
+        );
+        // A reason from a newer listener, and an `until` that is not a time, as written.
+        let newer = held("moon_phase", "max_moons", Some("soon"));
+        assert_eq!(
+            held_line(&newer, now, &east),
+            "runs wait: moon_phase (max_moons), until soon"
+        );
+    }
+
+    #[test]
+    fn usage_says_today_with_cost_or_tokens_and_this_hours_runs() {
+        use crate::core::status::UsageTotals;
+        let usage = |today: UsageTotals, hour: u64| Usage {
+            this_hour: UsageTotals {
+                runs: hour,
+                ..UsageTotals::default()
+            },
+            today,
+        };
+        let t = |runs, cost_usd, tokens| UsageTotals {
+            runs,
+            cost_usd,
+            tokens,
+        };
+        assert_eq!(
+            usage_line(&usage(t(14, 0.834, 52_000), 3)),
+            "today: 14 runs, $0.83; this hour: 3 runs"
+        );
+        assert_eq!(
+            usage_line(&usage(t(2, 0.0, 1200), 1)),
+            "today: 2 runs, 1200 tokens; this hour: 1 run"
+        );
+        assert_eq!(
+            usage_line(&Usage::default()),
+            "today: 0 runs, $0.00; this hour: 0 runs"
+        );
     }
 }
