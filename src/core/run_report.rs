@@ -135,6 +135,71 @@ impl Reader {
     }
 }
 
+/// A run's stdout as it streams, in chunks of any size, cut into lines for a [`Reader`]. It holds
+/// at most [`MAX_LINE`] bytes of an unfinished line (a longer line is skipped to its end), so what
+/// it keeps never grows with the output. For the script runtime, which reports nothing, it keeps
+/// nothing at all.
+#[derive(Debug)]
+pub struct Lines {
+    reader: Reader,
+    /// The unfinished line so far.
+    partial: Vec<u8>,
+    /// The current line is longer than [`MAX_LINE`]: skipped to its newline.
+    skipping: bool,
+}
+
+impl Lines {
+    pub fn new(runtime: RuntimeKind) -> Lines {
+        Lines {
+            reader: Reader::new(runtime),
+            partial: Vec::new(),
+            skipping: false,
+        }
+    }
+
+    /// The next bytes of output.
+    pub fn push(&mut self, mut chunk: &[u8]) {
+        if self.reader.runtime == RuntimeKind::Script {
+            return;
+        }
+        while let Some(end) = chunk.iter().position(|b| *b == b'\n') {
+            let (line, rest) = chunk.split_at_checked(end).unwrap_or((chunk, &[]));
+            if self.skipping {
+                self.skipping = false;
+            } else if self.partial.is_empty() {
+                self.reader.line(line);
+            } else if self.partial.len() + line.len() <= MAX_LINE {
+                self.partial.extend_from_slice(line);
+                self.reader.line(&self.partial);
+            }
+            self.partial.clear();
+            chunk = rest.get(1..).unwrap_or_default();
+        }
+        if self.skipping || chunk.is_empty() {
+            return;
+        }
+        if self.partial.len() + chunk.len() <= MAX_LINE {
+            self.partial.extend_from_slice(chunk);
+        } else {
+            self.partial = Vec::new();
+            self.skipping = true;
+        }
+    }
+
+    /// The output ended: its last line, when it had no newline, is read too.
+    pub fn finish(&mut self) {
+        if !self.skipping && !self.partial.is_empty() {
+            self.reader.line(&self.partial);
+        }
+        self.partial = Vec::new();
+        self.skipping = false;
+    }
+
+    pub fn report(&self) -> RunReport {
+        self.reader.report()
+    }
+}
+
 /// The report of a whole output (a run log, a test).
 pub fn parse(runtime: RuntimeKind, output: &[u8]) -> RunReport {
     let mut reader = Reader::new(runtime);
@@ -181,6 +246,74 @@ mod tests {
             })
         );
         assert_eq!(r.usage.unwrap().total(), 26);
+    }
+
+    const RESULT: &[u8] = br#"{"type":"result","subtype":"success","total_cost_usd":0.25,"usage":{"input_tokens":7,"cache_read_input_tokens":3,"output_tokens":2}}"#;
+
+    #[test]
+    fn lines_split_across_chunks_of_any_size_are_read_whole() {
+        let mut out = br#"{"type":"assistant","message":{}}"#.to_vec();
+        out.push(b'\n');
+        out.extend_from_slice(RESULT);
+        out.push(b'\n');
+        let whole = parse(RuntimeKind::ClaudeCode, &out);
+        assert_eq!(whole.cost_usd, Some(0.25));
+        for size in [1, 2, 7, 64, out.len()] {
+            let mut lines = Lines::new(RuntimeKind::ClaudeCode);
+            for chunk in out.chunks(size) {
+                lines.push(chunk);
+            }
+            lines.finish();
+            assert_eq!(lines.report(), whole, "chunks of {size}");
+        }
+    }
+
+    #[test]
+    fn a_last_line_without_newline_is_read_at_the_end() {
+        let mut lines = Lines::new(RuntimeKind::ClaudeCode);
+        lines.push(RESULT);
+        assert_eq!(lines.report(), RunReport::default());
+        lines.finish();
+        assert_eq!(lines.report().usage.map(|u| u.total()), Some(12));
+    }
+
+    #[test]
+    fn an_endless_line_is_skipped_and_never_held_past_the_cap() {
+        let mut lines = Lines::new(RuntimeKind::ClaudeCode);
+        let chunk = vec![b'x'; 64 * 1024];
+        for _ in 0..160 {
+            lines.push(&chunk);
+            assert!(lines.partial.capacity() <= 2 * MAX_LINE);
+        }
+        assert!(lines.skipping);
+        // The endless line ends; the next one is read as usual.
+        lines.push(b"\n");
+        lines.push(RESULT);
+        lines.push(b"\n");
+        assert_eq!(lines.report().cost_usd, Some(0.25));
+        assert!(lines.partial.capacity() <= 2 * MAX_LINE);
+    }
+
+    #[test]
+    fn a_line_over_the_cap_is_skipped_even_when_it_looks_like_a_result() {
+        let mut long = RESULT.to_vec();
+        long.extend(std::iter::repeat_n(b' ', MAX_LINE));
+        long.push(b'\n');
+        let mut lines = Lines::new(RuntimeKind::ClaudeCode);
+        for chunk in long.chunks(4096) {
+            lines.push(chunk);
+        }
+        lines.finish();
+        assert_eq!(lines.report(), RunReport::default());
+    }
+
+    #[test]
+    fn the_script_runtime_keeps_nothing_of_its_output() {
+        let mut lines = Lines::new(RuntimeKind::Script);
+        lines.push(RESULT);
+        lines.finish();
+        assert_eq!(lines.partial.capacity(), 0);
+        assert_eq!(lines.report(), RunReport::default());
     }
 
     #[test]

@@ -84,6 +84,7 @@ pub fn prepare(ctx: &RunContext<'_>) -> Result<RunSpec, RuntimeError> {
         env_pass,
         stdin: Some(ctx.prompt.as_bytes().to_vec()),
         cwd: ctx.workdir.to_path_buf(),
+        runtime: RuntimeKind::ClaudeCode,
     })
 }
 
