@@ -1,5 +1,5 @@
 //! What a run reports it cost, from its own output events (issue 26): Claude Code's final
-//! `result` event (`total_cost_usd`, `usage`) and Codex's `turn.completed` (`usage`; Codex
+//! `result` event (`total_cost_usd`, `modelUsage`, else `usage`) and Codex's `turn.completed` (`usage`; Codex
 //! reports no cost). Only those events are read, and only their numbers: a line that is not one
 //! of them is skipped before it is parsed, and the typed shapes below have no field for the
 //! `result` text or any other message content. The sample lines in
@@ -44,6 +44,24 @@ struct ClaudeResult {
     kind: String,
     total_cost_usd: Option<f64>,
     usage: Option<ClaudeUsage>,
+    /// Per model, what `total_cost_usd` was computed from. A run Claude Code ends at its
+    /// `--max-budget-usd` reports zeros in `usage` and the real counts here only (recorded from
+    /// claude 2.1.197), so this is read first.
+    #[serde(rename = "modelUsage")]
+    model_usage: Option<std::collections::BTreeMap<String, ClaudeModelUsage>>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ClaudeModelUsage {
+    #[serde(default)]
+    input_tokens: u64,
+    #[serde(default)]
+    cache_creation_input_tokens: u64,
+    #[serde(default)]
+    cache_read_input_tokens: u64,
+    #[serde(default)]
+    output_tokens: u64,
 }
 
 #[derive(Deserialize)]
@@ -102,14 +120,29 @@ impl Reader {
                 {
                     // The last result event is the run's (there is one).
                     self.report.cost_usd = r.total_cost_usd.filter(|c| c.is_finite() && *c >= 0.0);
-                    self.report.usage = r.usage.map(|u| Usage {
-                        input: u
-                            .input_tokens
-                            .saturating_add(u.cache_creation_input_tokens)
-                            .saturating_add(u.cache_read_input_tokens),
-                        cached_input: u.cache_read_input_tokens,
-                        output: u.output_tokens,
-                    });
+                    self.report.usage = match r.model_usage.filter(|m| !m.is_empty()) {
+                        Some(models) => Some(models.values().fold(Usage::default(), |sum, u| {
+                            Usage {
+                                input: sum
+                                    .input
+                                    .saturating_add(u.input_tokens)
+                                    .saturating_add(u.cache_creation_input_tokens)
+                                    .saturating_add(u.cache_read_input_tokens),
+                                cached_input: sum
+                                    .cached_input
+                                    .saturating_add(u.cache_read_input_tokens),
+                                output: sum.output.saturating_add(u.output_tokens),
+                            }
+                        })),
+                        None => r.usage.map(|u| Usage {
+                            input: u
+                                .input_tokens
+                                .saturating_add(u.cache_creation_input_tokens)
+                                .saturating_add(u.cache_read_input_tokens),
+                            cached_input: u.cache_read_input_tokens,
+                            output: u.output_tokens,
+                        }),
+                    };
                 }
             }
             RuntimeKind::Codex if contains(line, br#""type":"turn.completed""#) => {
@@ -314,6 +347,33 @@ mod tests {
         lines.finish();
         assert_eq!(lines.partial.capacity(), 0);
         assert_eq!(lines.report(), RunReport::default());
+    }
+
+    /// Recorded from claude 2.1.197 under the scripted model with `--max-budget-usd 0.00001`
+    /// (ids and the session shortened): `usage` is all zeros, `modelUsage` holds the counts.
+    const OVER_BUDGET: &[u8] = br#"{"type":"result","subtype":"error_max_budget_usd","is_error":true,"num_turns":1,"total_cost_usd":0.000175,"usage":{"input_tokens":0,"cache_creation_input_tokens":0,"cache_read_input_tokens":0,"output_tokens":0},"modelUsage":{"claude-opus-4-8[1m]":{"inputTokens":10,"outputTokens":5,"cacheReadInputTokens":0,"cacheCreationInputTokens":0,"webSearchRequests":0,"costUSD":0.000175}},"errors":["Reached maximum budget ($0.00001)"]}"#;
+
+    #[test]
+    fn a_run_ended_at_its_budget_is_read_from_model_usage_summed_over_models() {
+        let r = parse(RuntimeKind::ClaudeCode, OVER_BUDGET);
+        assert_eq!(r.cost_usd, Some(0.000175));
+        assert_eq!(
+            r.usage,
+            Some(Usage {
+                input: 10,
+                cached_input: 0,
+                output: 5
+            })
+        );
+        let two = br#"{"type":"result","total_cost_usd":1,"usage":{"input_tokens":1},"modelUsage":{"a":{"inputTokens":10,"cacheReadInputTokens":4,"outputTokens":1},"b":{"inputTokens":2,"cacheCreationInputTokens":3,"outputTokens":2}}}"#;
+        assert_eq!(
+            parse(RuntimeKind::ClaudeCode, two).usage,
+            Some(Usage {
+                input: 19,
+                cached_input: 4,
+                output: 3
+            })
+        );
     }
 
     #[test]
