@@ -195,7 +195,7 @@ impl Lines {
         if self.reader.runtime == RuntimeKind::Script {
             return;
         }
-        while let Some(end) = chunk.iter().position(|b| *b == b'\n') {
+        while let Some(end) = memchr::memchr(b'\n', chunk) {
             let (line, rest) = chunk.split_at_checked(end).unwrap_or((chunk, &[]));
             if self.skipping {
                 self.skipping = false;
@@ -243,7 +243,7 @@ pub fn parse(runtime: RuntimeKind, output: &[u8]) -> RunReport {
 }
 
 fn contains(haystack: &[u8], needle: &[u8]) -> bool {
-    haystack.windows(needle.len()).any(|w| w == needle)
+    memchr::memmem::find(haystack, needle).is_some()
 }
 
 #[cfg(test)]
