@@ -12,6 +12,9 @@ use crate::model_server::{Mode, ModelServer};
 use crate::runtimes_listen::{Listener, Rt};
 use serde_json::Value;
 
+/// The peer's message: read by the run, never by the listener's own log.
+const PEER_TEXT: &str = "How much does an answer cost? (peer text 41c9)";
+
 /// The `[listen]` lines every test here adds: the metrics endpoint on a free loopback port.
 const METRICS: &str = "metrics_addr = \"127.0.0.1:0\"";
 
@@ -23,12 +26,16 @@ async fn one_run(rt: Rt, config: [&str; 2], outcome: &str) -> (Sim, ModelServer,
     let sim = Sim::start().await;
     let model = ModelServer::start(Mode::Normal).await;
     let listener = Listener::start_configured(rt, &sim, &model, "120s", &rt.bin(), 0.02, config);
-    sim.peer_sends("How much does an answer cost?").await;
+    sim.peer_sends(PEER_TEXT).await;
     let ended = eventually_async(150, || async {
         listener.status()["last_cycle"]["outcome"] == outcome
     })
     .await;
     assert!(ended, "no {outcome} run\n{}", listener.explain());
+    assert!(
+        !listener.log().contains(PEER_TEXT),
+        "message text is in the listener's log"
+    );
     (sim, model, listener)
 }
 
