@@ -1,5 +1,5 @@
 //! Throughput of the pure core on the listener's hot paths: frames through the engine, tray and
-//! texts parsing, and the coalescer. Prints numbers; asserts nothing about speed.
+//! texts parsing, the coalescer, and a run's output read for its report. Prints numbers; asserts nothing about speed.
 //!
 //! `cargo bench --bench core` measures; under `cargo test` (no `--bench` flag) it runs each
 //! workload once as a smoke check so the harness cannot rot.
@@ -101,6 +101,30 @@ fn main() {
             if black_box(coalescer.is_running()) {
                 coalescer.end(now);
             }
+        },
+    );
+
+    // A run's stdout read for its own report as the supervisor reads it, in 64 KiB chunks: the
+    // recorded Claude Code turn (12 KB of stream-json), repeated to 1 MiB per pass.
+    let turn = std::fs::read(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/conformance/run-report.claude-code.jsonl"
+    ))
+    .unwrap();
+    let output: Vec<u8> = turn.iter().copied().cycle().take(1 << 20).collect();
+    measure(
+        "run_report: claude stream-json, 1 MiB",
+        n(200),
+        "MiB",
+        |_| {
+            let mut lines = agentchat::core::run_report::Lines::new(
+                agentchat::core::runtime_kind::RuntimeKind::ClaudeCode,
+            );
+            for chunk in output.chunks(64 * 1024) {
+                lines.push(chunk);
+            }
+            lines.finish();
+            black_box(lines.report());
         },
     );
 }

@@ -1,5 +1,5 @@
 //! What a run reports it cost, from its own output events (issue 26): Claude Code's final
-//! `result` event (`total_cost_usd`, `usage`) and Codex's `turn.completed` (`usage`; Codex
+//! `result` event (`total_cost_usd`, `modelUsage`, else `usage`) and Codex's `turn.completed` (`usage`; Codex
 //! reports no cost). Only those events are read, and only their numbers: a line that is not one
 //! of them is skipped before it is parsed, and the typed shapes below have no field for the
 //! `result` text or any other message content. The sample lines in
@@ -44,6 +44,24 @@ struct ClaudeResult {
     kind: String,
     total_cost_usd: Option<f64>,
     usage: Option<ClaudeUsage>,
+    /// Per model, what `total_cost_usd` was computed from. A run Claude Code ends at its
+    /// `--max-budget-usd` reports zeros in `usage` and the real counts here only (recorded from
+    /// claude 2.1.197), so this is read first.
+    #[serde(rename = "modelUsage")]
+    model_usage: Option<std::collections::BTreeMap<String, ClaudeModelUsage>>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ClaudeModelUsage {
+    #[serde(default)]
+    input_tokens: u64,
+    #[serde(default)]
+    cache_creation_input_tokens: u64,
+    #[serde(default)]
+    cache_read_input_tokens: u64,
+    #[serde(default)]
+    output_tokens: u64,
 }
 
 #[derive(Deserialize)]
@@ -102,14 +120,29 @@ impl Reader {
                 {
                     // The last result event is the run's (there is one).
                     self.report.cost_usd = r.total_cost_usd.filter(|c| c.is_finite() && *c >= 0.0);
-                    self.report.usage = r.usage.map(|u| Usage {
-                        input: u
-                            .input_tokens
-                            .saturating_add(u.cache_creation_input_tokens)
-                            .saturating_add(u.cache_read_input_tokens),
-                        cached_input: u.cache_read_input_tokens,
-                        output: u.output_tokens,
-                    });
+                    self.report.usage = match r.model_usage.filter(|m| !m.is_empty()) {
+                        Some(models) => Some(models.values().fold(Usage::default(), |sum, u| {
+                            Usage {
+                                input: sum
+                                    .input
+                                    .saturating_add(u.input_tokens)
+                                    .saturating_add(u.cache_creation_input_tokens)
+                                    .saturating_add(u.cache_read_input_tokens),
+                                cached_input: sum
+                                    .cached_input
+                                    .saturating_add(u.cache_read_input_tokens),
+                                output: sum.output.saturating_add(u.output_tokens),
+                            }
+                        })),
+                        None => r.usage.map(|u| Usage {
+                            input: u
+                                .input_tokens
+                                .saturating_add(u.cache_creation_input_tokens)
+                                .saturating_add(u.cache_read_input_tokens),
+                            cached_input: u.cache_read_input_tokens,
+                            output: u.output_tokens,
+                        }),
+                    };
                 }
             }
             RuntimeKind::Codex if contains(line, br#""type":"turn.completed""#) => {
@@ -135,6 +168,71 @@ impl Reader {
     }
 }
 
+/// A run's stdout as it streams, in chunks of any size, cut into lines for a [`Reader`]. It holds
+/// at most [`MAX_LINE`] bytes of an unfinished line (a longer line is skipped to its end), so what
+/// it keeps never grows with the output. For the script runtime, which reports nothing, it keeps
+/// nothing at all.
+#[derive(Debug)]
+pub struct Lines {
+    reader: Reader,
+    /// The unfinished line so far.
+    partial: Vec<u8>,
+    /// The current line is longer than [`MAX_LINE`]: skipped to its newline.
+    skipping: bool,
+}
+
+impl Lines {
+    pub fn new(runtime: RuntimeKind) -> Lines {
+        Lines {
+            reader: Reader::new(runtime),
+            partial: Vec::new(),
+            skipping: false,
+        }
+    }
+
+    /// The next bytes of output.
+    pub fn push(&mut self, mut chunk: &[u8]) {
+        if self.reader.runtime == RuntimeKind::Script {
+            return;
+        }
+        while let Some(end) = memchr::memchr(b'\n', chunk) {
+            let (line, rest) = chunk.split_at_checked(end).unwrap_or((chunk, &[]));
+            if self.skipping {
+                self.skipping = false;
+            } else if self.partial.is_empty() {
+                self.reader.line(line);
+            } else if self.partial.len() + line.len() <= MAX_LINE {
+                self.partial.extend_from_slice(line);
+                self.reader.line(&self.partial);
+            }
+            self.partial.clear();
+            chunk = rest.get(1..).unwrap_or_default();
+        }
+        if self.skipping || chunk.is_empty() {
+            return;
+        }
+        if self.partial.len() + chunk.len() <= MAX_LINE {
+            self.partial.extend_from_slice(chunk);
+        } else {
+            self.partial = Vec::new();
+            self.skipping = true;
+        }
+    }
+
+    /// The output ended: its last line, when it had no newline, is read too.
+    pub fn finish(&mut self) {
+        if !self.skipping && !self.partial.is_empty() {
+            self.reader.line(&self.partial);
+        }
+        self.partial = Vec::new();
+        self.skipping = false;
+    }
+
+    pub fn report(&self) -> RunReport {
+        self.reader.report()
+    }
+}
+
 /// The report of a whole output (a run log, a test).
 pub fn parse(runtime: RuntimeKind, output: &[u8]) -> RunReport {
     let mut reader = Reader::new(runtime);
@@ -145,7 +243,7 @@ pub fn parse(runtime: RuntimeKind, output: &[u8]) -> RunReport {
 }
 
 fn contains(haystack: &[u8], needle: &[u8]) -> bool {
-    haystack.windows(needle.len()).any(|w| w == needle)
+    memchr::memmem::find(haystack, needle).is_some()
 }
 
 #[cfg(test)]
@@ -181,6 +279,101 @@ mod tests {
             })
         );
         assert_eq!(r.usage.unwrap().total(), 26);
+    }
+
+    const RESULT: &[u8] = br#"{"type":"result","subtype":"success","total_cost_usd":0.25,"usage":{"input_tokens":7,"cache_read_input_tokens":3,"output_tokens":2}}"#;
+
+    #[test]
+    fn lines_split_across_chunks_of_any_size_are_read_whole() {
+        let mut out = br#"{"type":"assistant","message":{}}"#.to_vec();
+        out.push(b'\n');
+        out.extend_from_slice(RESULT);
+        out.push(b'\n');
+        let whole = parse(RuntimeKind::ClaudeCode, &out);
+        assert_eq!(whole.cost_usd, Some(0.25));
+        for size in [1, 2, 7, 64, out.len()] {
+            let mut lines = Lines::new(RuntimeKind::ClaudeCode);
+            for chunk in out.chunks(size) {
+                lines.push(chunk);
+            }
+            lines.finish();
+            assert_eq!(lines.report(), whole, "chunks of {size}");
+        }
+    }
+
+    #[test]
+    fn a_last_line_without_newline_is_read_at_the_end() {
+        let mut lines = Lines::new(RuntimeKind::ClaudeCode);
+        lines.push(RESULT);
+        assert_eq!(lines.report(), RunReport::default());
+        lines.finish();
+        assert_eq!(lines.report().usage.map(|u| u.total()), Some(12));
+    }
+
+    #[test]
+    fn an_endless_line_is_skipped_and_never_held_past_the_cap() {
+        let mut lines = Lines::new(RuntimeKind::ClaudeCode);
+        let chunk = vec![b'x'; 64 * 1024];
+        for _ in 0..160 {
+            lines.push(&chunk);
+            assert!(lines.partial.capacity() <= 2 * MAX_LINE);
+        }
+        assert!(lines.skipping);
+        // The endless line ends; the next one is read as usual.
+        lines.push(b"\n");
+        lines.push(RESULT);
+        lines.push(b"\n");
+        assert_eq!(lines.report().cost_usd, Some(0.25));
+        assert!(lines.partial.capacity() <= 2 * MAX_LINE);
+    }
+
+    #[test]
+    fn a_line_over_the_cap_is_skipped_even_when_it_looks_like_a_result() {
+        let mut long = RESULT.to_vec();
+        long.extend(std::iter::repeat_n(b' ', MAX_LINE));
+        long.push(b'\n');
+        let mut lines = Lines::new(RuntimeKind::ClaudeCode);
+        for chunk in long.chunks(4096) {
+            lines.push(chunk);
+        }
+        lines.finish();
+        assert_eq!(lines.report(), RunReport::default());
+    }
+
+    #[test]
+    fn the_script_runtime_keeps_nothing_of_its_output() {
+        let mut lines = Lines::new(RuntimeKind::Script);
+        lines.push(RESULT);
+        lines.finish();
+        assert_eq!(lines.partial.capacity(), 0);
+        assert_eq!(lines.report(), RunReport::default());
+    }
+
+    /// Recorded from claude 2.1.197 under the scripted model with `--max-budget-usd 0.00001`
+    /// (ids and the session shortened): `usage` is all zeros, `modelUsage` holds the counts.
+    const OVER_BUDGET: &[u8] = br#"{"type":"result","subtype":"error_max_budget_usd","is_error":true,"num_turns":1,"total_cost_usd":0.000175,"usage":{"input_tokens":0,"cache_creation_input_tokens":0,"cache_read_input_tokens":0,"output_tokens":0},"modelUsage":{"claude-opus-4-8[1m]":{"inputTokens":10,"outputTokens":5,"cacheReadInputTokens":0,"cacheCreationInputTokens":0,"webSearchRequests":0,"costUSD":0.000175}},"errors":["Reached maximum budget ($0.00001)"]}"#;
+
+    #[test]
+    fn a_run_ended_at_its_budget_is_read_from_model_usage_summed_over_models() {
+        let r = parse(RuntimeKind::ClaudeCode, OVER_BUDGET);
+        assert_eq!(r.cost_usd, Some(0.000175));
+        assert_eq!(
+            r.usage,
+            Some(Usage {
+                input: 10,
+                cached_input: 0,
+                output: 5
+            })
+        );
+        let two = br#"{"type":"result","total_cost_usd":1,"usage":{"input_tokens":1},"modelUsage":{"a":{"inputTokens":10,"cacheReadInputTokens":4,"outputTokens":1},"b":{"inputTokens":2,"cacheCreationInputTokens":3,"outputTokens":2}}}"#;
+        assert_eq!(
+            parse(RuntimeKind::ClaudeCode, two).usage,
+            Some(Usage {
+                input: 19,
+                cached_input: 4,
+                output: 3
+            })
+        );
     }
 
     #[test]

@@ -50,6 +50,12 @@ pub fn prepare(ctx: &RunContext<'_>) -> Result<RunSpec, RuntimeError> {
     args.extend(claude.extra_args.iter().cloned());
     // After the user's arguments, so none of them widens what the run is offered.
     args.extend(super::confine::claude_args(ctx.settings)?);
+    // The policy's spend for one run (issue 26) is Claude Code's own budget, after the user's
+    // arguments: the last occurrence wins, so a `--max-budget-usd` of theirs counts only while
+    // `max_cost_per_run_usd` is unset.
+    if let Some(usd) = ctx.settings.listen.policy.max_cost_per_run_usd {
+        args.extend(["--max-budget-usd".to_string(), usd.to_string()]);
+    }
     if let Some(text) = super::confine::claude_md(ctx.workdir)? {
         args.push("--append-system-prompt".into());
         args.push(text);
@@ -84,6 +90,7 @@ pub fn prepare(ctx: &RunContext<'_>) -> Result<RunSpec, RuntimeError> {
         env_pass,
         stdin: Some(ctx.prompt.as_bytes().to_vec()),
         cwd: ctx.workdir.to_path_buf(),
+        runtime: RuntimeKind::ClaudeCode,
     })
 }
 
@@ -372,6 +379,30 @@ mod tests {
         assert!(spec.args.iter().all(|a| !a.contains(Fixture::KEY)));
         assert!(spec.env.iter().all(|(_, v)| !v.contains(Fixture::KEY)));
         assert_eq!(spec.cwd, fx.workdir());
+    }
+
+    #[test]
+    fn max_cost_per_run_usd_is_passed_as_the_budget_flag_after_the_users_own() {
+        let mut fx = Fixture::new(crate::config::RuntimeKind::ClaudeCode);
+        let budget = |args: &[String]| -> Vec<(usize, String)> {
+            args.iter()
+                .enumerate()
+                .filter(|(_, a)| a.starts_with("--max-budget-usd"))
+                .map(|(i, _)| (i, args.get(i + 1).cloned().unwrap_or_default()))
+                .collect()
+        };
+        assert_eq!(budget(&prepare(&fx.ctx()).unwrap().args), []);
+
+        fx.settings.listen.policy.max_cost_per_run_usd = Some(0.5);
+        fx.settings.listen.claude.extra_args = vec!["--max-budget-usd".into(), "9".into()];
+        let args = prepare(&fx.ctx()).unwrap().args;
+        let found = budget(&args);
+        let [(users, nine), (ours, half)] = found.as_slice() else {
+            panic!("{args:?}");
+        };
+        assert_eq!((nine.as_str(), half.as_str()), ("9", "0.5"));
+        assert!(ours > users, "the policy's flag must come last: {args:?}");
+        assert!(args.iter().position(|a| a == "--allowedTools").unwrap() > *ours);
     }
 
     #[test]

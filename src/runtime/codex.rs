@@ -74,6 +74,7 @@ fn prepare_with(
         env_pass: ctx.settings.listen.env_pass.clone(),
         stdin: None,
         cwd: ctx.workdir.to_path_buf(),
+        runtime: RuntimeKind::Codex,
     })
 }
 

@@ -67,6 +67,9 @@ pub struct RunSpec {
     /// Written to stdin and then closed; `None` gives the child a closed stdin (/dev/null).
     pub stdin: Option<Vec<u8>>,
     pub cwd: PathBuf,
+    /// Whose output events the supervisor reads for the run's own report of cost and tokens
+    /// (`core::run_report`; the script runtime's output is not read).
+    pub runtime: RuntimeKind,
 }
 
 /// The run's outcome for the invite rule and the status file.

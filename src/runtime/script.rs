@@ -40,6 +40,7 @@ pub fn prepare(ctx: &RunContext<'_>) -> Result<RunSpec, RuntimeError> {
         env_pass: ctx.settings.listen.env_pass.clone(),
         stdin: Some(ctx.prompt.as_bytes().to_vec()),
         cwd: ctx.workdir.to_path_buf(),
+        runtime: crate::config::RuntimeKind::Script,
     })
 }
 

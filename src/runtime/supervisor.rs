@@ -13,11 +13,17 @@
 //! Codex put their result) is still there to judge the run by. The supervisor's own `===` lines
 //! are never cut.
 //!
+//! The run's stdout is also read for its own report of cost and tokens (`core::run_report`:
+//! Claude Code's `result` event, Codex's `turn.completed`), whatever the cap keeps of it and
+//! however the run ends: a report printed before a kill still counts. Only those events' numbers
+//! are kept, and the log's last `===` line says them (`run reported: …`).
+//!
 //! While a run lives, its process group is recorded in `run.group` beside its log. A listener
 //! killed mid-run (SIGKILL, the OOM killer) cannot end the group itself, so the next listener to
 //! take the state dir's lock ends it (`stop_leftover_run`) before it starts anything: a new run
 //! never overlaps the old one's leftovers.
 
+use crate::core::run_report::{self, Lines};
 use crate::runtime::leftover::record_group;
 pub use crate::runtime::leftover::{RUN_GROUP_FILE, stop_leftover_run};
 use crate::runtime::{ALWAYS_REMOVED, RunSpec};
@@ -52,6 +58,8 @@ pub struct RunReport {
     pub pid: Option<u32>,
     pub log_path: PathBuf,
     pub duration: Duration,
+    /// What the run reported of its cost and tokens, from its own output events.
+    pub reported: run_report::RunReport,
 }
 
 /// The first write to a run's log that failed (a full or read-only disk): the log ends there.
@@ -120,6 +128,7 @@ pub async fn run(
         pid,
         log_path: log_path.to_path_buf(),
         duration: started.elapsed(),
+        reported: run_report::RunReport::default(),
     };
     if *cancel.borrow_and_update() {
         return report(ProcessEnd::Cancelled, None);
@@ -147,10 +156,13 @@ pub async fn run(
             &format!("cannot record the process group in {RUN_GROUP_FILE}: {e}"),
         );
     }
+    // The relay says each new report here, so one read before an abandoned relay still counts.
+    let (reported_tx, reported) = watch::channel(run_report::RunReport::default());
     let relay = tokio::spawn(relay_output(
         group.child.stdout.take(),
         group.child.stderr.take(),
         output_log,
+        (Lines::new(spec.runtime), reported_tx),
     ));
     let feeder = feed_stdin(&mut group, spec);
     let end = supervise(&mut group, limits, &mut cancel, &mut log).await;
@@ -162,7 +174,10 @@ pub async fn run(
         f.abort();
     }
     finish_output(relay, &mut log).await;
-    let r = report(end, pid);
+    let r = RunReport {
+        reported: *reported.borrow(),
+        ..report(end, pid)
+    };
     note(
         &mut log,
         &format!(
@@ -171,6 +186,9 @@ pub async fn run(
             humantime::format_duration(Duration::from_millis(r.duration.as_millis() as u64))
         ),
     );
+    if let Some(line) = reported_line(&r.reported) {
+        note(&mut log, &line);
+    }
     if let Some(error) = log.cut.get().cloned() {
         // Said in the log too, when there is room for a line by now.
         note(
@@ -338,20 +356,51 @@ pub fn prune_logs(dir: &Path, keep: usize) -> std::io::Result<()> {
     Ok(())
 }
 
+/// The run log's summary line of what the run reported (`None`: it reported nothing).
+fn reported_line(r: &run_report::RunReport) -> Option<String> {
+    let cost = r.cost_usd.map(|c| format!("cost ${c}"));
+    let tokens = r.usage.map(|u| {
+        format!(
+            "tokens {} ({} in, {} of them cached, {} out)",
+            u.total(),
+            u.input,
+            u.cached_input,
+            u.output
+        )
+    });
+    let parts: Vec<String> = cost.into_iter().chain(tokens).collect();
+    (!parts.is_empty()).then(|| format!("run reported: {}", parts.join(", ")))
+}
+
 /// Copies the run's stdout and stderr into its log, capped (`CappedLog`), until both are closed.
 /// Keeps reading past the cap, so a run that writes without end is never blocked on a full pipe.
+/// Stdout also goes through `lines`, whose report is said on the channel each time it changes.
 async fn relay_output(
     mut out: Option<tokio::process::ChildStdout>,
     mut err: Option<tokio::process::ChildStderr>,
     mut log: CappedLog,
+    (mut lines, reported): (Lines, watch::Sender<run_report::RunReport>),
 ) -> CappedLog {
     let mut out_buf = vec![0u8; OUTPUT_CHUNK];
     let mut err_buf = vec![0u8; OUTPUT_CHUNK];
+    let say = |lines: &Lines| {
+        let now = lines.report();
+        reported.send_if_modified(|r| std::mem::replace(r, now) != now);
+    };
     while out.is_some() || err.is_some() {
         tokio::select! {
             n = read_some(&mut out, &mut out_buf) => match n {
-                Some(n) => log.push(out_buf.get(..n).unwrap_or_default()),
-                None => out = None,
+                Some(n) => {
+                    let chunk = out_buf.get(..n).unwrap_or_default();
+                    log.push(chunk);
+                    lines.push(chunk);
+                    say(&lines);
+                }
+                None => {
+                    out = None;
+                    lines.finish();
+                    say(&lines);
+                }
             },
             n = read_some(&mut err, &mut err_buf) => match n {
                 Some(n) => log.push(err_buf.get(..n).unwrap_or_default()),
@@ -586,6 +635,74 @@ mod tests {
         use std::os::unix::process::ExitStatusExt;
         assert_eq!(status.signal(), Some(libc::SIGTERM));
         assert!(!dir.path().join(RUN_GROUP_FILE).exists());
+    }
+
+    const RESULT_LINE: &str = r#"{"type":"result","subtype":"success","total_cost_usd":0.25,"usage":{"input_tokens":40,"output_tokens":2}}"#;
+
+    /// A Claude Code run (as far as its report goes) that is `script` in `sh`.
+    fn claude_like(script: &str, cwd: &Path) -> RunSpec {
+        RunSpec {
+            program: PathBuf::from("/bin/sh"),
+            args: vec!["-c".into(), script.into()],
+            env: vec![],
+            env_remove: vec![],
+            env_pass: vec![],
+            stdin: None,
+            cwd: cwd.to_path_buf(),
+            runtime: crate::config::RuntimeKind::ClaudeCode,
+        }
+    }
+
+    async fn run_to_end(spec: &RunSpec, dir: &Path, timeout_ms: u64) -> (RunReport, String) {
+        let (_keep, cancel) = watch::channel(false);
+        let limits = RunLimits {
+            timeout: Duration::from_millis(timeout_ms),
+            grace: Duration::from_millis(300),
+            log_max: 1 << 20,
+        };
+        let log = dir.join("run.log");
+        let r = run(spec, limits, &log, cancel, || {}).await;
+        (r, std::fs::read_to_string(&log).unwrap())
+    }
+
+    #[tokio::test]
+    async fn a_report_printed_before_the_run_is_killed_still_counts() {
+        let dir = tempfile::tempdir().unwrap();
+        // Both ignore SIGTERM, so the grace ends in SIGKILL.
+        let script = format!("trap '' TERM; printf '%s\\n' '{RESULT_LINE}'; sleep 30");
+        let (r, log) = run_to_end(&claude_like(&script, dir.path()), dir.path(), 500).await;
+        assert_eq!(r.end, ProcessEnd::TimedOut);
+        assert!(log.contains("SIGKILL sent"), "{log}");
+        assert_eq!(r.reported.cost_usd, Some(0.25));
+        assert_eq!(r.reported.usage.map(|u| u.total()), Some(42));
+        let summary = log.lines().last().unwrap();
+        assert!(
+            summary
+                .ends_with("run reported: cost $0.25, tokens 42 (40 in, 0 of them cached, 2 out)"),
+            "{log}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_report_counts_when_the_output_outlives_the_run_and_its_relay_is_abandoned() {
+        let dir = tempfile::tempdir().unwrap();
+        // The escapee holds the output open past the drain: the relay is aborted.
+        let script = format!("printf '%s\\n' '{RESULT_LINE}'; setsid sleep 4 & sleep 0.5; exit 0");
+        let (r, log) = run_to_end(&claude_like(&script, dir.path()), dir.path(), 10_000).await;
+        assert_eq!(r.end, ProcessEnd::Exited(0));
+        assert!(
+            log.contains("still open after its process group ended"),
+            "{log}"
+        );
+        assert_eq!(r.reported.cost_usd, Some(0.25));
+    }
+
+    #[tokio::test]
+    async fn a_run_that_reports_nothing_has_no_summary_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let (r, log) = run_to_end(&claude_like("echo hello", dir.path()), dir.path(), 10_000).await;
+        assert_eq!(r.reported, run_report::RunReport::default());
+        assert!(!log.contains("run reported"), "{log}");
     }
 
     #[test]

@@ -41,6 +41,7 @@ mod packaging;
 mod runner;
 mod runtimes_cli;
 mod runtimes_confine;
+mod runtimes_cost;
 mod runtimes_listen;
 mod service;
 mod service_host;

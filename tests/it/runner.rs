@@ -17,6 +17,7 @@ fn sh(script: &str, cwd: &Path) -> RunSpec {
         env_pass: vec![],
         stdin: None,
         cwd: cwd.to_path_buf(),
+        runtime: agentchat::config::RuntimeKind::Script,
     }
 }
 

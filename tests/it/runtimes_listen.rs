@@ -37,7 +37,7 @@ const NESTED_ENV: &[(&str, &str)] = &[
 const PEER_TEXT: &str = "Is the release branch cut yet? (peer text 7f3a)";
 
 #[derive(Clone, Copy, PartialEq)]
-enum Rt {
+pub(crate) enum Rt {
     Claude,
     Codex,
 }
@@ -49,7 +49,7 @@ impl Rt {
             Rt::Codex => "codex",
         }
     }
-    fn bin(self) -> PathBuf {
+    pub(crate) fn bin(self) -> PathBuf {
         match self {
             Rt::Claude => claude_bin(),
             Rt::Codex => codex_bin(),
@@ -59,9 +59,9 @@ impl Rt {
 
 /// The real listener as a child, with its files in a temp dir; dropping it stops it (SIGTERM,
 /// then SIGKILL) so a failing test leaves nothing running.
-struct Listener {
+pub(crate) struct Listener {
     child: Option<Child>,
-    dir: tempfile::TempDir,
+    pub(crate) dir: tempfile::TempDir,
 }
 
 impl Listener {
@@ -91,6 +91,20 @@ impl Listener {
         bin: &Path,
         scale: f64,
     ) -> Listener {
+        Listener::start_configured(rt, sim, model, run_timeout, bin, scale, ["", ""])
+    }
+
+    /// `start_scaled` with TOML lines added to the config's `[listen]` and `[listen.claude]`
+    /// tables.
+    pub(crate) fn start_configured(
+        rt: Rt,
+        sim: &Sim,
+        model: &ModelServer,
+        run_timeout: &str,
+        bin: &Path,
+        scale: f64,
+        [listen, claude]: [&str; 2],
+    ) -> Listener {
         let dir = tempfile::tempdir().unwrap();
         let home = dir.path().join("home");
         let work = dir.path().join("work");
@@ -103,7 +117,7 @@ impl Listener {
             format!(
                 "log_level = \"debug\"\n\n[listen]\nruntime = \"{rt}\"\nworkdir = \"{work}\"\n\
                  quiet_window = \"200ms\"\nmax_delay = \"1s\"\nrun_timeout = \"{run_timeout}\"\n\
-                 kill_grace = \"2s\"\n\n[listen.claude]\nbinary = \"{bin}\"\n\n\
+                 kill_grace = \"2s\"\n{listen}\n\n[listen.claude]\nbinary = \"{bin}\"\n{claude}\n\n\
                  [listen.codex]\nbinary = \"{bin}\"\n",
                 rt = rt.name(),
                 work = work.display(),
@@ -140,19 +154,19 @@ impl Listener {
         self.child.as_ref().unwrap().id() as i32
     }
 
-    fn status(&self) -> Value {
+    pub(crate) fn status(&self) -> Value {
         std::fs::read_to_string(self.dir.path().join("state/status.json"))
             .ok()
             .and_then(|s| serde_json::from_str(&s).ok())
             .unwrap_or(Value::Null)
     }
 
-    fn log(&self) -> String {
+    pub(crate) fn log(&self) -> String {
         std::fs::read_to_string(self.dir.path().join("listener.stderr")).unwrap_or_default()
     }
 
     /// The JSON log lines whose `event` is `event`.
-    fn events(&self, event: &str) -> Vec<Value> {
+    pub(crate) fn events(&self, event: &str) -> Vec<Value> {
         self.log()
             .lines()
             .filter_map(|l| serde_json::from_str::<Value>(l).ok())
@@ -164,7 +178,7 @@ impl Listener {
     }
 
     /// Everything a failing assertion should show: status and the log's tail.
-    fn explain(&self) -> String {
+    pub(crate) fn explain(&self) -> String {
         let log = self.log();
         let tail: Vec<&str> = log.lines().rev().take(40).collect();
         format!(

@@ -93,6 +93,9 @@ pub struct CycleReport {
     /// The tray after the run was cut short and the run made progress: the next cycle starts at
     /// once (`core::decision::follow_up`).
     pub follow_up: bool,
+    /// The run's own report of its cost and tokens (`core::run_report`): `Some` once a run was
+    /// started, empty where its runtime reported nothing (the script runtime, a run cut short).
+    pub run_report: Option<crate::core::run_report::RunReport>,
 }
 
 pub fn new_cycle_id() -> String {

@@ -87,16 +87,18 @@ pub(super) async fn start_run(
             });
         }
     };
-    let run_report =
+    let supervised =
         supervisor::run(spec, limits, &log_path, input.shutdown.clone(), on_start).await;
+    let reported = supervised.reported;
+    report.run_report = Some(reported);
     let run_ended_at = SystemTime::now();
     let output = read_log(&log_path);
-    let outcome = runtime::judge(input.settings.listen.runtime, &run_report.end, &output);
+    let outcome = runtime::judge(input.settings.listen.runtime, &supervised.end, &output);
     // A program that cannot start for a lasting reason is an unusable runtime, not a failed run.
     let workdir = input
         .state
         .workdir(input.settings.listen.workdir.as_deref());
-    let outcome = match runtime::check::unstartable(&input.settings, &workdir, &run_report.end) {
+    let outcome = match runtime::check::unstartable(&input.settings, &workdir, &supervised.end) {
         Some(why) => RunOutcome::Unusable(why),
         None => outcome,
     };
@@ -105,23 +107,26 @@ pub(super) async fn start_run(
     {
         tracing::warn!(event = %"run_logs_prune_failed", error = %e, "could not prune old run logs");
     }
-    let duration_ms = run_report.duration.as_millis() as u64;
+    let duration_ms = supervised.duration.as_millis() as u64;
     match &outcome {
         RunOutcome::Completed => {
-            let end = &run_report.end;
-            tracing::info!(event = %"run_end", cycle_id = %id, outcome = Outcome::Completed.as_str(), end = end.word(), exit_code = end.exit_code(), signal = end.signal(), duration_ms, "run completed");
+            let end = &supervised.end;
+            tracing::info!(event = %"run_end", cycle_id = %id, outcome = Outcome::Completed.as_str(), end = end.word(), exit_code = end.exit_code(), signal = end.signal(), duration_ms, cost_usd = reported.cost_usd, tokens = reported.usage.map(|u| u.total()), "run completed");
         }
         RunOutcome::Failed(why) => {
-            let end = &run_report.end;
-            tracing::warn!(event = %"run_end", cycle_id = %id, outcome = Outcome::Failed.as_str(), end = end.word(), exit_code = end.exit_code(), signal = end.signal(), why = %why, duration_ms, "run failed");
+            let end = &supervised.end;
+            tracing::warn!(event = %"run_end", cycle_id = %id, outcome = Outcome::Failed.as_str(), end = end.word(), exit_code = end.exit_code(), signal = end.signal(), why = %why, duration_ms, cost_usd = reported.cost_usd, tokens = reported.usage.map(|u| u.total()), "run failed");
         }
         RunOutcome::Unusable(why) => log_unusable(input, why),
     }
     input.metrics.run_ended(
         input.settings.listen.runtime.as_str(),
         &outcome,
-        run_report.duration,
+        supervised.duration,
     );
+    input
+        .metrics
+        .run_reported(input.settings.listen.runtime.as_str(), &reported);
     (outcome, run_ended_at)
 }
 

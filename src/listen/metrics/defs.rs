@@ -133,6 +133,16 @@ pub(super) const RUNS: Def = Def {
     kind: "counter",
     help: "Ended runs, by runtime and outcome (completed, failed, unusable).",
 };
+pub(super) const RUN_COST: Def = Def {
+    name: "agentchat_run_cost_usd_total",
+    kind: "counter",
+    help: "What runs cost in US dollars, as each run reported it (Claude Code's result event; Codex reports no cost), by runtime.",
+};
+pub(super) const RUN_TOKENS: Def = Def {
+    name: "agentchat_run_tokens_total",
+    kind: "counter",
+    help: "Tokens runs used, as each run reported them, by runtime and kind (input, cached ones included; output).",
+};
 pub(super) const INVITES_COUNTED: Def = Def {
     name: "agentchat_invites_counted_total",
     kind: "counter",

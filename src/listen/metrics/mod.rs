@@ -86,6 +86,8 @@ impl Histogram {
 #[derive(Debug, Default)]
 struct Inner {
     counters: BTreeMap<&'static str, BTreeMap<Labels, u64>>,
+    /// Counters of floats (dollars).
+    sums: BTreeMap<&'static str, BTreeMap<Labels, f64>>,
     histograms: BTreeMap<&'static str, BTreeMap<Labels, Histogram>>,
     /// `status.json`'s `state` and `socket` when it was last written.
     state: String,
@@ -363,6 +365,29 @@ impl Metrics {
             vec![("runtime", runtime)],
             duration.as_secs_f64(),
         );
+    }
+
+    /// The run's own report of cost and tokens (`core::run_report`); what it did not report
+    /// adds nothing.
+    pub fn run_reported(&self, runtime: &str, report: &crate::core::run_report::RunReport) {
+        let Some(mut i) = self.lock() else { return };
+        let runtime = runtime.to_string();
+        if let Some(cost) = report.cost_usd {
+            *i.sums
+                .entry(RUN_COST.name)
+                .or_default()
+                .entry(vec![("runtime", runtime.clone())])
+                .or_default() += cost;
+        }
+        if let Some(u) = report.usage {
+            for (kind, n) in [("input", u.input), ("output", u.output)] {
+                i.add(
+                    &RUN_TOKENS,
+                    vec![("runtime", runtime.clone()), ("kind", kind.into())],
+                    n,
+                );
+            }
+        }
     }
 
     pub fn invite_counted(&self) {

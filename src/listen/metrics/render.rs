@@ -11,6 +11,8 @@ use std::time::{Duration, SystemTime};
 #[derive(Clone, Copy)]
 enum Family {
     Counter(&'static Def),
+    /// A counter of a float (dollars).
+    Sum(&'static Def),
     Histogram(&'static Def),
     State,
     Ready,
@@ -32,6 +34,8 @@ const FAMILIES: &[Family] = &[
     Family::Counter(&CYCLES),
     Family::Counter(&NO_RUN),
     Family::Counter(&RUNS),
+    Family::Sum(&RUN_COST),
+    Family::Counter(&RUN_TOKENS),
     Family::Counter(&INVITES_COUNTED),
     Family::Counter(&INVITES_DISMISSED),
     Family::Histogram(&RUN_DURATION),
@@ -47,7 +51,7 @@ const FAMILIES: &[Family] = &[
 impl Family {
     fn def(self) -> &'static Def {
         match self {
-            Family::Counter(d) | Family::Histogram(d) => d,
+            Family::Counter(d) | Family::Sum(d) | Family::Histogram(d) => d,
             Family::State => &STATE,
             Family::Ready => &READY,
             Family::RunInProgress => &RUN_IN_PROGRESS,
@@ -119,6 +123,11 @@ fn samples(family: Family, m: &Metrics, i: &Inner, profile: &str, out: &mut Stri
         Family::Counter(def) => {
             for (labels, v) in i.counters.get(def.name).into_iter().flatten() {
                 series(out, def.name, labels, v.to_string());
+            }
+        }
+        Family::Sum(def) => {
+            for (labels, v) in i.sums.get(def.name).into_iter().flatten() {
+                series(out, def.name, labels, format_f64(*v));
             }
         }
         Family::Histogram(def) => {
@@ -313,6 +322,71 @@ mod tests {
             !page.contains("something_new") && !page.contains("made.up"),
             "{page}"
         );
+    }
+
+    #[test]
+    fn run_reports_add_up_per_runtime_and_what_was_not_reported_adds_nothing() {
+        use crate::core::run_report::{RunReport, Usage};
+        let m = Metrics::new("work");
+        let usage = |input, output| {
+            Some(Usage {
+                input,
+                cached_input: 0,
+                output,
+            })
+        };
+        m.run_reported(
+            "claude-code",
+            &RunReport {
+                cost_usd: Some(0.25),
+                usage: usage(100, 10),
+            },
+        );
+        m.run_reported(
+            "claude-code",
+            &RunReport {
+                cost_usd: Some(0.125),
+                usage: usage(50, 5),
+            },
+        );
+        m.run_reported(
+            "codex",
+            &RunReport {
+                cost_usd: None,
+                usage: usage(7, 3),
+            },
+        );
+        m.run_reported("script", &RunReport::default());
+        let page = m.render();
+        for (series, value) in [
+            (
+                r#"agentchat_run_cost_usd_total{profile="work",runtime="claude-code"}"#,
+                "0.375",
+            ),
+            (
+                r#"agentchat_run_tokens_total{profile="work",runtime="claude-code",kind="input"}"#,
+                "150",
+            ),
+            (
+                r#"agentchat_run_tokens_total{profile="work",runtime="claude-code",kind="output"}"#,
+                "15",
+            ),
+            (
+                r#"agentchat_run_tokens_total{profile="work",runtime="codex",kind="input"}"#,
+                "7",
+            ),
+        ] {
+            assert_eq!(sample(&page, series), Some(value), "{series} in\n{page}");
+        }
+        assert!(
+            page.contains("# TYPE agentchat_run_cost_usd_total counter"),
+            "{page}"
+        );
+        assert!(
+            !page.contains(r#"agentchat_run_cost_usd_total{profile="work",runtime="codex"}"#),
+            "{page}"
+        );
+        assert!(!page.contains(r#"runtime="script""#), "{page}");
     }
 
     #[test]
