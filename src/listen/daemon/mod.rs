@@ -1,5 +1,5 @@
-//! One profile's listener, the main loop (contract 3.4 and 4): owns the coalescer and the status,
-//! starts one cycle at a time as a task, refreshes texts on a timer, and answers the process
+//! One profile's listener, the main loop (contract 3.4 and 4): starts one cycle at a time as a
+//! task, refreshes texts on a timer, and answers the process
 //! layer's commands (`Command`: stop, stop now, reload, probe). Signals, systemd notification,
 //! the watchdog and the metrics endpoint are the process's (`listen::host`), which runs one of
 //! these per profile. The socket runs as its own task and sends wakes here.
@@ -8,6 +8,11 @@
 //! changes, and no timer wakes the loop (the texts refresh is daily). The server's heartbeat
 //! (every 45 s, contract 3.4) still turns it, and such a turn touches the file, at most every
 //! `TOUCH_EVERY`, so `agentchat status` can tell a stuck loop (`core::status::quiet_allowance`).
+//!
+//! Each concern is a type that owns its fields: the wakes (`core::wakes`, recorded by `wakes`),
+//! the runtime's health (`core::runtime_health`, acted on by `runtime`), the texts in use with
+//! their recovery (`texts_in_use`), `status.json` as a file (`status_file`); `render` builds the
+//! document from them at each write.
 
 mod events;
 mod lifecycle;
