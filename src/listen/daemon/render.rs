@@ -83,3 +83,78 @@ impl Daemon {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{ConfigArgs, resolve};
+    use std::collections::HashMap;
+    use std::path::Path;
+
+    fn daemon(state_dir: &Path) -> Daemon {
+        let env = HashMap::from([("HOME".to_string(), "/home/u".to_string())]);
+        let toml =
+            "api_key = \"ac_test\"\n[listen]\nruntime = \"script\"\ncommand = [\"/bin/true\"]\n";
+        let settings = resolve(
+            &ConfigArgs::default(),
+            &env,
+            Some((Path::new("/etc/agentchat/config.toml"), toml)),
+        )
+        .unwrap();
+        let key = settings.api_key.clone().unwrap();
+        Daemon::new(Start {
+            source: config::Source::One(ConfigArgs::default()),
+            settings,
+            key,
+            state: StateDir::at(state_dir),
+            metrics: Metrics::new("default"),
+            notify_status: false,
+            pacer: crate::listen::pacer::Pacer::new(1.0),
+            admission: None,
+        })
+        .unwrap()
+    }
+
+    fn shown(d: &mut Daemon) -> Status {
+        let now = SystemTime::now();
+        d.status_file.show(d.sources().state(), now);
+        d.render(now)
+    }
+
+    #[test]
+    fn the_status_is_rendered_from_the_owners_with_the_most_pressing_detail() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut d = daemon(dir.path());
+        assert_eq!(shown(&mut d).state, ListenerState::Starting);
+        d.ready();
+        d.on_socket_event(SocketEvent::State {
+            state: SocketState::Connected,
+            next_retry_at: None,
+            detail: Some("up".into()),
+        });
+        d.record(&WakeCause::Invite, 2);
+        let s = shown(&mut d);
+        assert_eq!(s.state, ListenerState::Connected);
+        assert_eq!(s.detail.as_deref(), Some("up"));
+        assert_eq!(s.counters.wakes, 2);
+        assert_eq!(s.last_wake.map(|w| w.reasons), Some(vec!["invite".into()]));
+        assert_eq!((s.held, s.usage), (None, Usage::default()));
+
+        d.mark_unusable("no program".into());
+        let s = shown(&mut d);
+        assert_eq!(s.state, ListenerState::RuntimeUnusable);
+        assert_eq!(s.detail.as_deref(), Some("runtime unusable: no program"));
+
+        d.leave_unusable("reload", true);
+        let s = shown(&mut d);
+        assert_eq!(s.state, ListenerState::Connected);
+        assert_eq!(
+            s.detail.as_deref(),
+            Some("up"),
+            "the socket's words are back"
+        );
+        assert_eq!(s.counters.wakes, 3, "leaving it is a wake of its own");
+        let reasons = s.last_wake.map(|w| w.reasons).unwrap();
+        assert_eq!(reasons, ["invite", "recovered"]);
+    }
+}
