@@ -352,7 +352,7 @@ async fn main_loop(
             }
             _ = wait::until(d.instant(d.tray_not_before.at())) => {
                 d.tray_not_before.reset();
-                d.record(&WakeCause::Listener(ListenerWake::Recovered), 1);
+                d.own_wake(ListenerWake::Recovered);
                 start_due_cycle(d, w);
             }
             _ = wait::until(d.instant(d.removed_recheck.at())) => {

@@ -23,7 +23,7 @@ impl Daemon {
     pub(super) fn removed_recheck_due(&mut self) {
         self.removed_recheck.clear();
         if self.flags.removed.is_some() {
-            self.record(&WakeCause::Listener(ListenerWake::Recovered), 1);
+            self.own_wake(ListenerWake::Recovered);
         }
     }
 
@@ -32,7 +32,7 @@ impl Daemon {
     /// stretch of looks from the first delay.
     pub(super) fn after_cycle(&mut self, report: &cycle::CycleReport) {
         if self.wakes.followed_up(report.follow_up) {
-            self.record(&WakeCause::Listener(ListenerWake::Backlog), 1);
+            self.own_wake(ListenerWake::Backlog);
         }
         if report.last.run_started && report.unusable.is_none() {
             self.runtime.start_over();

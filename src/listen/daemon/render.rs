@@ -3,15 +3,7 @@
 
 use super::*;
 use crate::core::shown::{Sources, Waiting};
-use crate::core::status::{Held, LastWake, Usage};
-
-/// What owners outside the daemon's own state show in `status.json`: the run policy's hold and
-/// spending (issue 26), empty until an owner provides them.
-#[derive(Debug, Default)]
-pub(super) struct Provided {
-    pub(super) held: Option<Held>,
-    pub(super) usage: Usage,
-}
+use crate::core::status::{LastWake, Usage};
 
 impl Daemon {
     /// Every source of the shown state and detail, as they stand.
@@ -36,10 +28,9 @@ impl Daemon {
         }
     }
 
-    /// The parts of the status other owners provide.
-    pub(super) fn provided(&self) -> Provided {
-        Provided::default()
-    }
+    /// The parts of the status that owners beside the daemon's own state fill in: the run
+    /// policy's hold and spending (`held`, `usage`; issue 26) go here. Empty until then.
+    fn provide(&self, _status: &mut Status) {}
 
     /// The status document as of `now`.
     pub(super) fn render(&self, now: SystemTime) -> Status {
@@ -49,9 +40,8 @@ impl Daemon {
             cycle_wait_until: cycle_wait.as_deref(),
             ..self.sources()
         };
-        let Provided { held, usage } = self.provided();
         let s = &self.settings;
-        Status {
+        let mut status = Status {
             state,
             since: time::rfc3339(since),
             socket: Some(self.socket.state),
@@ -77,10 +67,12 @@ impl Daemon {
                 wakes: self.wakes.count(),
                 ..self.counters.clone()
             },
-            held,
-            usage,
+            held: None,
+            usage: Usage::default(),
             file_modified: None,
-        }
+        };
+        self.provide(&mut status);
+        status
     }
 }
 

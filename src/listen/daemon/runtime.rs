@@ -27,7 +27,7 @@ impl Daemon {
     fn said_recovered(&mut self, via: &'static str, was: &str, wake: bool) {
         tracing::info!(event = %"runtime_recovered", via, runtime = self.settings.listen.runtime.as_str(), was = %was, "the runtime may work again; reading the tray now");
         if wake {
-            self.record(&WakeCause::Listener(ListenerWake::Recovered), 1);
+            self.own_wake(ListenerWake::Recovered);
         }
         self.status_changed();
     }

@@ -123,7 +123,7 @@ impl Daemon {
         let (runtime, now, factor) = (self.texts_runtime(), self.now_ms(), self.scale().factor());
         if self.texts.take(r, runtime, now, factor) {
             tracing::info!(event = %"texts_recovered", runtime, "texts are back; reading the tray now");
-            self.record(&WakeCause::Listener(ListenerWake::Recovered), 1);
+            self.own_wake(ListenerWake::Recovered);
         }
     }
 

@@ -14,6 +14,11 @@ impl Daemon {
         self.status_changed();
     }
 
+    /// A wake the listener gives itself (`core::status::ListenerWake`): one of [`Daemon::record`].
+    pub(super) fn own_wake(&mut self, why: ListenerWake) {
+        self.record(&WakeCause::Listener(why), 1);
+    }
+
     /// A reload's `quiet_window`/`max_delay`: in effect once no cycle runs and no wake waits, so a
     /// wake already counted keeps the timing it was counted with.
     pub(super) fn set_windows(&mut self, windows: Windows) {
