@@ -244,4 +244,43 @@ mod tests {
         hold.release();
         assert!(!hold.holds());
     }
+
+    /// A write that fails is tried again on its own, 1 s doubling, and logged once; a write that
+    /// works ends the episode and keeps the file open for touching.
+    #[test]
+    fn a_failed_write_is_retried_on_a_doubling_wait_until_one_works() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = StateDir::at(&dir.path().join("not-yet"));
+        let scale = config::TestTimeScale::Off;
+        let mut f = StatusFile::new(false, SystemTime::now());
+        f.changed();
+        assert!(f.due());
+        f.write(&state, &Status::default(), 0, scale);
+        assert!(
+            !f.due(),
+            "written or not, the change is not written again at every turn"
+        );
+        assert_eq!(f.retry_at(), Some(1_000));
+        assert!(f.retry_due());
+        assert_eq!(f.retry_at(), None);
+        f.write(&state, &Status::default(), 1_000, scale);
+        assert_eq!(
+            f.retry_at(),
+            Some(3_000),
+            "the second retry waits twice as long"
+        );
+        assert!(!f.touch(Duration::ZERO), "no file to touch: write instead");
+        std::fs::create_dir(dir.path().join("not-yet")).unwrap();
+        f.write(&state, &Status::default(), 3_000, scale);
+        assert_eq!(f.retry_at(), None, "written: no retry");
+        assert!(f.touch(Duration::ZERO), "the file written is touched");
+        f.hold();
+        f.changed();
+        assert!(
+            !f.due(),
+            "a cycle on its way to its run holds the write back"
+        );
+        f.release();
+        assert!(f.due());
+    }
 }
