@@ -1,6 +1,8 @@
 //! The rules of contract v1 that need no I/O: parsing, the frame engine, the coalescer, the
 //! reconnect policy, the single-run invite rule, the cycle decision, the identity block, the
-//! table of runtimes (`runtime_kind`), the vocabulary of the listener's status (`status`), and the
+//! table of runtimes (`runtime_kind`), the vocabulary of the listener's status (`status`) and what
+//! it shows (`shown`), the listener's wakes (`wakes`) and its ways out of an unusable runtime
+//! (`runtime_health`) and missing texts (`texts_recovery`), and the
 //! run policy with the runs' own cost reports (`policy`, `run_report`; issue 26, not yet wired).
 //! Every time is an injected number of milliseconds, so each rule is tested without a runtime
 //! against the fixtures in `conformance/`.
@@ -22,7 +24,11 @@ pub mod recheck;
 pub mod reconnect;
 pub mod run_env;
 pub mod run_report;
+pub mod runtime_health;
 pub mod runtime_kind;
+pub mod shown;
 pub mod status;
 pub mod texts;
+pub mod texts_recovery;
 pub mod tray;
+pub mod wakes;

@@ -3,30 +3,14 @@
 
 use super::*;
 
-/// How `status.detail` begins while a cycle waits out the server's `429` (`on_cycle_wait`).
-const CYCLE_WAIT_DETAIL: &str =
-    "the server asked to wait (429 Retry-After): the cycle reads the tray again at";
-
-/// The cycle's 429 wait within a `status.detail`, if it says one.
-fn cycle_wait_part(detail: &str) -> Option<String> {
-    let at = detail.find(CYCLE_WAIT_DETAIL)?;
-    detail.get(at..).map(str::to_string)
-}
-
-/// A `status.detail` without the cycle's 429 wait: what the socket said beside it, if anything.
-fn without_cycle_wait(detail: &str) -> Option<String> {
-    let at = detail.find(CYCLE_WAIT_DETAIL)?;
-    let rest = detail.get(..at)?.trim_end_matches("; ");
-    (!rest.is_empty()).then(|| rest.to_string())
-}
-
 impl Daemon {
     /// The cycle's task ended: the coalescer hears it, and its report goes into the status.
     pub(super) fn on_cycle_task_end(&mut self, r: Result<CycleReport, tokio::task::JoinError>) {
-        self.status_hold.release();
+        self.status_file.release();
+        self.flags.cycle_wait = None;
         let now = self.now_ms();
-        self.coalescer.end(now);
-        self.apply_pending_windows();
+        let windows = self.wakes.end(now);
+        self.windows_in_effect(windows);
         match r {
             Ok(report) => self.on_cycle_end(report),
             Err(e) => {
@@ -47,8 +31,7 @@ impl Daemon {
                     return;
                 }
                 tracing::info!(event = %"handle", handle = %crate::core::handle::shown(&h), "this key's agent");
-                self.handle = Some(h.clone());
-                self.status.handle = Some(crate::core::handle::shown(&h));
+                self.handle = Some(h);
                 self.status_changed();
             }
             SocketEvent::State {
@@ -56,51 +39,33 @@ impl Daemon {
                 next_retry_at,
                 detail,
             } => {
-                self.socket_state = state;
-                self.status.next_retry_at = next_retry_at.map(time::rfc3339);
-                if self.flags.unusable.is_none() && self.flags.mismatch.is_none() {
-                    // A cycle's 429 wait outlives a socket state change: the detail says both.
-                    let wait = self.status.detail.as_deref().and_then(cycle_wait_part);
-                    self.status.detail = match (detail, wait) {
-                        (Some(d), Some(w)) => Some(format!("{d}; {w}")),
-                        (d, w) => d.or(w),
-                    };
-                }
+                self.socket.state = state;
+                self.socket.next_retry_at = next_retry_at;
+                self.socket.detail = detail;
                 self.status_changed();
             }
             SocketEvent::Connected => {
-                self.status.counters.connects += 1;
-                self.status.last_connected_at = Some(time::rfc3339(now));
+                self.counters.connects += 1;
+                self.socket.last_connected = Some(now);
             }
             SocketEvent::Burst {
                 frames,
                 skipped,
                 acked,
             } => {
-                self.status.counters.frames += frames;
-                self.status.counters.frames_skipped += skipped;
-                self.status.counters.acks += acked;
+                self.counters.frames += frames;
+                self.counters.frames_skipped += skipped;
+                self.counters.acks += acked;
                 self.metrics.burst(skipped, acked);
-                self.last_frame = Some(now);
+                self.socket.last_frame = Some(now);
             }
             SocketEvent::Wake {
                 cause,
                 frames,
                 registered,
             } => {
-                self.metrics.wake(&cause, frames);
-                let label = cause.label();
-                let t = self.now_ms();
-                self.coalescer.wake(t);
-                self.pending_reasons.insert(label);
-                self.wake_causes.add(&cause);
+                self.record(&cause, frames);
                 let _ = registered.send(());
-                self.status.counters.wakes += frames;
-                self.status.last_wake = Some(LastWake {
-                    at: time::rfc3339(now),
-                    reasons: self.pending_reasons.iter().cloned().collect(),
-                });
-                self.status_changed();
             }
         }
     }
@@ -113,20 +78,18 @@ impl Daemon {
         run_starting: oneshot::Sender<RunStarting>,
         waits: mpsc::Sender<cycle::CycleWait>,
     ) -> JoinHandle<CycleReport> {
-        if self.retry_a_changed_runtime_binary() {
-            // This cycle is the way out: its reasons (and the metrics) say so.
-            let cause = crate::core::engine::WakeCause::Listener(
-                crate::core::status::ListenerWake::Recovered,
-            );
-            self.metrics.wake(&cause, 1);
-            self.pending_reasons.insert(cause.label());
-            self.wake_causes.add(&cause);
+        // A changed runtime binary makes this cycle the way out: its reasons (and the metrics)
+        // say so, and it owes no cycle of its own.
+        let also = self
+            .retry_a_changed_runtime_binary()
+            .then_some(WakeCause::Listener(ListenerWake::Recovered));
+        if let Some(cause) = &also {
+            self.metrics.wake(cause, 1);
         }
-        let reasons: Vec<String> = std::mem::take(&mut self.pending_reasons)
-            .into_iter()
-            .collect();
+        let served = self.wakes.serve(also.as_ref());
+        let reasons = served.reasons;
         let id = cycle::new_cycle_id();
-        self.status.counters.cycles += 1;
+        self.counters.cycles += 1;
         self.metrics.cycle_started();
         let input = CycleInput {
             id: id.clone(),
@@ -137,23 +100,23 @@ impl Daemon {
             handle: self.handle.clone().unwrap_or_default(),
             texts: self.current_texts().map(|l| l.texts.clone()),
             reasons: reasons.clone(),
-            causes: std::mem::take(&mut self.wake_causes),
-            runtime_unusable: self.flags.unusable.is_some(),
+            causes: served.causes,
+            runtime_unusable: !self.runtime.is_usable(),
             invite_pace_ms: self.scale().invite_pace_ms(),
-            follow_ups: self.follow_ups,
+            follow_ups: served.follow_ups,
             shutdown,
             run_starting: Some(run_starting),
             waits: Some(waits),
             metrics: self.metrics.clone(),
             admission: self.ticket(),
         };
-        self.status.last_cycle = Some(LastCycle::started(
+        self.last_cycle = Some(LastCycle::started(
             id,
             time::rfc3339(SystemTime::now()),
             reasons,
         ));
         self.status_changed();
-        self.status_hold.hold();
+        self.status_file.hold();
         tokio::spawn(tracing::Instrument::in_current_span(cycle::run(input)))
     }
 
@@ -161,8 +124,8 @@ impl Daemon {
     /// is heard once the cycle's task yields, which is after the spawn: now the status may be
     /// written.
     pub(super) fn on_run_starting(&mut self, run: RunStarting) {
-        self.status_hold.release();
-        if let Some(c) = self.status.last_cycle.as_mut() {
+        self.status_file.release();
+        if let Some(c) = self.last_cycle.as_mut() {
             c.run_started = true;
             c.run_kind = Some(run.kind);
             c.run_log = Some(run.log);
@@ -173,31 +136,28 @@ impl Daemon {
     /// The running cycle waits out the server's `429 Retry-After` before it reads the tray again:
     /// the status is written meanwhile and says so (a wait of minutes is no stuck loop).
     pub(super) fn on_cycle_wait(&mut self, wait: cycle::CycleWait) {
-        self.status_hold.release();
-        self.status.detail = Some(format!("{CYCLE_WAIT_DETAIL} {}", time::rfc3339(wait.until)));
+        self.status_file.release();
+        self.flags.cycle_wait = Some(wait.until);
         self.status_changed();
     }
 
     pub(super) fn on_cycle_end(&mut self, report: CycleReport) {
-        if let Some(d) = self.status.detail.as_deref()
-            && cycle_wait_part(d).is_some()
-        {
-            self.status.detail = without_cycle_wait(d);
-        }
+        self.flags.cycle_wait = None;
         self.metrics.cycle_ended(&report.last, report.key_refused);
         if report.last.run_started {
-            self.status.counters.runs += 1;
+            self.counters.runs += 1;
         }
         if report.last.run_failed() {
-            self.status.counters.runs_failed += 1;
+            self.counters.runs_failed += 1;
         }
-        self.status.counters.invites_dismissed += report.last.invites_dismissed;
+        self.counters.invites_dismissed += report.last.invites_dismissed;
         self.after_cycle(&report);
         if let Some(why) = report.unusable.clone() {
             self.mark_unusable(why);
         }
         if report.last.no_run_reason == Some(crate::core::status::NoRunReason::NoTexts) {
-            self.texts_owed();
+            let (now, factor) = (self.now_ms(), self.scale().factor());
+            self.texts.owe(now, factor);
         }
         if let Some(you) = report.handle_mismatch {
             if self.flags.mismatch.as_deref() != Some(you.as_str()) {
@@ -208,14 +168,9 @@ impl Daemon {
                     "the tray belongs to another agent than this key's; no runs until it matches"
                 );
             }
-            self.status.detail = Some(format!(
-                "the tray is {you}'s, not @{}'s",
-                self.handle.as_deref().unwrap_or("?")
-            ));
             self.flags.mismatch = Some(you);
         } else if report.handle_ok && self.flags.mismatch.take().is_some() {
             tracing::info!(event = %"handle_mismatch_cleared", "the tray is this key's agent's again");
-            self.status.detail = None;
         }
         if let Some(wait) = report.not_before {
             tracing::info!(
@@ -224,10 +179,10 @@ impl Daemon {
                 "the server asked for {} s before the next tray read (429 Retry-After); wakes wait until then, and a cycle reads the tray then by itself",
                 wait.as_secs_f64().ceil() as u64
             );
-            self.tray_not_before.schedule_after(wait);
+            let now = self.now_ms();
+            self.tray_not_before.schedule_after(now, wait);
         }
         if let Some(removed) = report.removed {
-            self.status.detail = Some(removed.clone());
             self.flags.removed = Some(removed);
             self.schedule_removed_recheck();
         } else if report.handle_ok {
@@ -235,7 +190,7 @@ impl Daemon {
             self.removed_recheck.reset();
         }
         if report.key_refused {
-            self.status.detail =
+            self.socket.detail =
                 Some("the server refused the key when reading the tray (HTTP 401/403)".into());
         }
         if let Some(loaded) = report.loaded_texts {
@@ -243,23 +198,7 @@ impl Daemon {
         } else if let Some(missing) = report.texts_missing {
             self.take_texts(Err(missing));
         }
-        self.status.last_cycle = Some(report.last);
+        self.last_cycle = Some(report.last);
         self.status_changed();
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_cycle_wait_kept_beside_the_socket_detail_is_taken_out_alone() {
-        let wait = format!("{CYCLE_WAIT_DETAIL} 2026-12-02T04:00:00Z");
-        assert_eq!(cycle_wait_part(&wait).as_deref(), Some(wait.as_str()));
-        let both = format!("reconnecting; {wait}");
-        assert_eq!(cycle_wait_part(&both).as_deref(), Some(wait.as_str()));
-        assert_eq!(without_cycle_wait(&both).as_deref(), Some("reconnecting"));
-        assert_eq!(without_cycle_wait(&wait), None);
-        assert_eq!(cycle_wait_part("reconnecting"), None);
     }
 }

@@ -16,31 +16,7 @@ impl Daemon {
         } = start;
         let api = Api::new(&settings.api_base, key.clone())?;
         let now = SystemTime::now();
-        let status = Status {
-            state: ListenerState::Starting,
-            since: time::rfc3339(now),
-            socket: Some(SocketState::Connecting),
-            pid: std::process::id(),
-            profile: settings.profile.clone(),
-            handle: None,
-            api_base: settings.api_base.clone(),
-            runtime: settings.listen.runtime.as_str().to_string(),
-            key_source: key_source_label(&settings.key_source),
-            updated_at: time::rfc3339(now),
-            started_at: time::rfc3339(now),
-            last_frame_at: None,
-            last_connected_at: None,
-            last_wake: None,
-            last_cycle: None,
-            next_retry_at: None,
-            detail: None,
-            texts: TextsStatus::default(),
-            counters: Counters::default(),
-            held: None,
-            usage: Default::default(),
-            file_modified: None,
-        };
-        let (quiet_ms, max_delay_ms) = windows(&settings);
+        let windows = windows(&settings);
         Ok(Daemon {
             source,
             settings,
@@ -48,43 +24,21 @@ impl Daemon {
             api,
             state,
             started: Instant::now(),
-            status,
-            flags: ListenerFlags {
-                starting: true,
-                unusable: None,
-                unusable_binary: None,
-                mismatch: None,
-                removed: None,
-                stopping: false,
-                stopped: false,
-                queued: None,
-            },
-            socket_state: SocketState::Connecting,
-            texts: None,
+            started_at: now,
+            flags: ListenerFlags::default(),
+            socket: SocketView::default(),
             handle: None,
-            pending_reasons: BTreeSet::new(),
-            wake_causes: Default::default(),
-            coalescer: Coalescer::new(quiet_ms, max_delay_ms),
-            notify_status,
+            counters: Counters::default(),
+            last_cycle: None,
+            wakes: Wakes::new(windows),
+            texts: TextsInUse::default(),
+            runtime: RuntimeHealth::default(),
+            status_file: StatusFile::new(notify_status, now),
             pacer,
-            status_write_failing: false,
-            status_dirty: false,
-            status_hold: Default::default(),
-            status_file: None,
-            status_proof: Instant::now(),
-            pending_windows: None,
-            texts_missing_logged: false,
-            last_frame: None,
             metrics,
             agent: Default::default(),
-            runtime_recheck: Recheck::default(),
-            texts_recheck: Recheck::default(),
             tray_not_before: Recheck::default(),
-            status_retry: Recheck::default(),
             removed_recheck: Recheck::default(),
-            texts_owed: false,
-            follow_ups: 0,
-            runtime_check_recovers: false,
             admission: admission.map(|a| {
                 let who = a.member();
                 (a, who)
@@ -108,14 +62,14 @@ impl Daemon {
 
     /// The socket task is started: no longer `starting` (the host tells systemd).
     pub(super) fn ready(&mut self) {
-        self.flags.starting = false;
+        self.flags.phase = Phase::Running;
     }
 
     /// Graceful stop: the run gets its grace, the socket closes with 1000, the status says
     /// `stopped`. `Command::StopNow` (a second SIGTERM or SIGINT) cuts the wait short: the run's
     /// group is killed at once (however long `kill_grace` is) and the listener ends.
     pub(super) async fn stop(&mut self, mut w: Wiring, commands: &mut mpsc::Receiver<Command>) {
-        self.flags.stopping = true;
+        self.flags.phase = Phase::Stopping;
         self.write_status();
         let _ = w.shutdown.send(true);
         // A run handed to the supervisor just before the signal came is still to be heard of.
@@ -136,7 +90,7 @@ impl Daemon {
                 }
             }
         }
-        self.flags.stopped = true;
+        self.flags.phase = Phase::Stopped;
         self.write_status();
         tracing::info!(event = %"stopped", "listener stopped");
     }
@@ -152,7 +106,7 @@ impl Daemon {
     ) -> bool {
         let grace = self.settings.listen.kill_grace;
         let wait = grace.saturating_add(STOP_SLACK);
-        let cycle = self.status.last_cycle.as_ref();
+        let cycle = self.last_cycle.as_ref();
         let cycle_id = cycle.map(|c| c.id.as_str());
         let run_log = cycle.and_then(|c| c.run_log.as_deref());
         let what = if cycle.is_some_and(|c| c.run_started) {
@@ -203,7 +157,8 @@ impl Daemon {
 
     /// The status of a cycle the stop cut short: a run it had started counts as failed.
     pub(super) fn record_cut_cycle(&mut self, why: CutShort) {
-        let Some(c) = self.status.last_cycle.as_mut() else {
+        self.flags.cycle_wait = None;
+        let Some(c) = self.last_cycle.as_mut() else {
             return;
         };
         c.ended_at = Some(time::rfc3339(SystemTime::now()));
@@ -216,8 +171,8 @@ impl Daemon {
                 }
                 .to_string(),
             );
-            self.status.counters.runs += 1;
-            self.status.counters.runs_failed += 1;
+            self.counters.runs += 1;
+            self.counters.runs_failed += 1;
         }
     }
 }

@@ -1,5 +1,5 @@
-//! One profile's listener, the main loop (contract 3.4 and 4): owns the coalescer and the status,
-//! starts one cycle at a time as a task, refreshes texts on a timer, and answers the process
+//! One profile's listener, the main loop (contract 3.4 and 4): starts one cycle at a time as a
+//! task, refreshes texts on a timer, and answers the process
 //! layer's commands (`Command`: stop, stop now, reload, probe). Signals, systemd notification,
 //! the watchdog and the metrics endpoint are the process's (`listen::host`), which runs one of
 //! these per profile. The socket runs as its own task and sends wakes here.
@@ -8,17 +8,26 @@
 //! changes, and no timer wakes the loop (the texts refresh is daily). The server's heartbeat
 //! (every 45 s, contract 3.4) still turns it, and such a turn touches the file, at most every
 //! `TOUCH_EVERY`, so `agentchat status` can tell a stuck loop (`core::status::quiet_allowance`).
+//!
+//! Each concern is a type that owns its fields: the wakes (`core::wakes`, recorded by `wakes`),
+//! the runtime's health (`core::runtime_health`, acted on by `runtime`), the texts in use with
+//! their recovery (`texts_in_use`), `status.json` as a file (`status_file`); `render` builds the
+//! document from them at each write.
 
 mod events;
 mod lifecycle;
 mod queue;
 mod recovery;
+mod render;
+mod runtime;
 mod settings;
 mod status_file;
 mod texts_in_use;
+mod wakes;
 mod wiring;
 
-use recovery::Recheck;
+use status_file::StatusFile;
+use texts_in_use::TextsInUse;
 use wiring::{Timers, Wiring};
 
 use super::cycle::{self, CycleInput, CycleReport, RunStarting};
@@ -28,13 +37,15 @@ use super::state_dir::StateDir;
 use super::texts::{self, Loaded, Missing};
 use crate::client::{Api, ApiError};
 use crate::config::{self, Settings};
-use crate::core::coalescer::Coalescer;
-use crate::core::status::{
-    Counters, LastCycle, LastWake, ListenerState, Outcome, Status, TextsStatus,
-};
+use crate::core::engine::WakeCause;
+use crate::core::recheck::Recheck;
+use crate::core::runtime_health::RuntimeHealth;
+use crate::core::shown::Phase;
+use crate::core::status::{Counters, LastCycle, ListenerState, ListenerWake, Outcome, Status};
+use crate::core::wakes::{Wakes, Windows};
+use crate::runtime::agent_cli::BinaryStamp;
 use crate::sys::{time, wait};
 use secrecy::{ExposeSecret, SecretString};
-use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 use std::time::{Duration, Instant, SystemTime};
@@ -54,22 +65,43 @@ const TEXTS_REFRESH: Duration = Duration::from_secs(24 * 3600);
 /// Beyond the run's own grace, how long a stopping listener waits for a cycle to wind down.
 const STOP_SLACK: Duration = Duration::from_secs(5);
 
-/// The listener's own flags (starting, stopping, runtime unusable, handle mismatch), shown on top
-/// of the socket's state.
+/// What the socket last said, kept as it came: formatted into the status only when it is written.
+#[derive(Debug)]
+struct SocketView {
+    state: SocketState,
+    /// Its words on its state; a tray read whose key was refused says so in their place until
+    /// the socket says its next state.
+    detail: Option<String>,
+    next_retry_at: Option<SystemTime>,
+    last_connected: Option<SystemTime>,
+    /// When the last frame came: a time per frame, formatted only at a write.
+    last_frame: Option<SystemTime>,
+}
+
+impl Default for SocketView {
+    fn default() -> Self {
+        SocketView {
+            state: SocketState::Connecting,
+            detail: None,
+            next_retry_at: None,
+            last_connected: None,
+            last_frame: None,
+        }
+    }
+}
+
+/// What the listener itself stands in, shown on top of the socket's state (`core::shown`).
+#[derive(Debug, Default)]
 struct ListenerFlags {
-    starting: bool,
-    unusable: Option<String>,
-    /// The runtime's binary when it became unusable: a different one gets a new chance.
-    unusable_binary: Option<crate::runtime::agent_cli::BinaryStamp>,
+    phase: Phase,
+    /// The tray belongs to this agent, not to this key's handle: no runs until it matches.
     mismatch: Option<String>,
     /// The tray's route answered `REMOVED` (contract 7): `upgrade_required` until a tray is read.
     removed: Option<String>,
-    /// SIGTERM or SIGINT came.
-    stopping: bool,
-    /// The stop is done: the last status written says so.
-    stopped: bool,
     /// The cycle's run waits for a slot of the process (`listen::admission`).
     queued: Option<super::admission::Queued>,
+    /// The running cycle waits out the server's `429 Retry-After` until then.
+    cycle_wait: Option<SystemTime>,
 }
 
 /// Why a stopping listener stopped waiting for its cycle.
@@ -81,6 +113,8 @@ enum CutShort {
     Abandoned,
 }
 
+/// One profile's listener: its settings and endpoint, and the owners of its state, from which
+/// `render` builds `status.json` at each write.
 struct Daemon {
     /// Where the settings are read again.
     source: config::Source,
@@ -91,61 +125,34 @@ struct Daemon {
     /// again only when a reload or a new key file changes either.
     api: Api,
     state: StateDir,
+    /// The zero of the listener's millisecond clock (`now_ms`), which the pure owners count on.
     started: Instant,
-    status: Status,
+    started_at: SystemTime,
     flags: ListenerFlags,
-    socket_state: SocketState,
-    /// The texts in use.
-    texts: Option<Loaded>,
+    socket: SocketView,
     handle: Option<String>,
-    pending_reasons: BTreeSet<String>,
-    /// What the pending wakes were for, for the cycle's decision (muted mail starts no run).
-    wake_causes: crate::core::decision::WakeCauses,
-    coalescer: Coalescer,
-    /// Tell systemd the state (`STATUS=`): the process's one profile only.
-    notify_status: bool,
+    /// The counters `status.json` shows, but the wakes' (`wakes`).
+    counters: Counters,
+    last_cycle: Option<LastCycle>,
+    /// The wakes owed a cycle (`core::wakes`; `wakes` records every one).
+    wakes: Wakes,
+    /// The texts in use, and the way out while there are none (`texts_in_use`).
+    texts: TextsInUse,
+    /// Whether the runtime can run, and the way out when not (`runtime`).
+    runtime: RuntimeHealth<BinaryStamp>,
+    /// `status.json`: when it is written and touched (`status_file`).
+    status_file: StatusFile,
     /// The process's connect pacer, handed to every socket task.
     pacer: super::pacer::Pacer,
-    /// The last status write failed (full disk, unwritable dir): logged once per episode.
-    status_write_failing: bool,
-    /// The status changed since it was last written; the main loop writes it once per turn.
-    status_dirty: bool,
-    /// `status.json` as last written, open for touching; `None` when the last write failed.
-    status_file: Option<std::fs::File>,
-    /// When `status.json` was last written or touched.
-    status_proof: Instant,
-    /// A cycle has started and its run is not spawned yet: nothing is written to disk meanwhile
-    /// (a wake's way to its run is not held up by a synced write), for a second at most
-    /// (`status_file::StatusHold`).
-    status_hold: status_file::StatusHold,
-    /// `quiet_window`/`max_delay` from a reload, applied once the coalescer is idle.
-    pending_windows: Option<(u64, u64)>,
-    /// `texts_missing` was logged for the current stretch without texts.
-    texts_missing_logged: bool,
-    /// When the last frame came: kept as a time and formatted into `status.last_frame_at` only
-    /// when the status is written, not on every frame.
-    last_frame: Option<SystemTime>,
     /// The metrics registry (a no-op unless `listen.metrics_addr` is set).
     metrics: Arc<Metrics>,
     /// This agent's machine-wide lock: one listener per agent (`agent_lock`).
     agent: super::agent_lock::AgentSlot,
-    /// The next look at an unusable runtime (`recovery`).
-    runtime_recheck: Recheck,
-    /// The next fetch of missing texts (`recovery`).
-    texts_recheck: Recheck,
     /// No tray read before this: a `429`'s `Retry-After` outlasted a cycle's retries. A cycle of
     /// its own (`recovered`) reads the tray then, so nothing waits for a new message.
     tray_not_before: Recheck,
-    /// The next write of a status whose last write failed (`status_file`).
-    status_retry: Recheck,
     /// The next tray read while its route answers `REMOVED` (`recovery`).
     removed_recheck: Recheck,
-    /// A cycle found no texts for a card that waited: texts that come back wake (`recovered`).
-    texts_owed: bool,
-    /// Cycles in a row that followed up a tray cut short (`core::decision::follow_up`).
-    follow_ups: u32,
-    /// The runtime check under way started while the runtime was unusable: its pass ends that.
-    runtime_check_recovers: bool,
     /// The process's run slots and this listener's id there (`listen --all`), and the running
     /// cycle's word that its run queued, until the main loop takes it (`queue`).
     admission: Option<(super::admission::Admission, u64)>,
@@ -262,8 +269,8 @@ async fn main_loop(
         d.turned();
         link.turns
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let due = if w.cycle.is_none() && d.tray_not_before.at.is_none() {
-            d.coalescer.due().map(|at| at.saturating_sub(d.now_ms()))
+        let due = if w.cycle.is_none() && d.tray_not_before.at().is_none() {
+            d.wakes.due().map(|at| at.saturating_sub(d.now_ms()))
         } else {
             None
         };
@@ -325,39 +332,39 @@ async fn main_loop(
                 d.on_cycle_task_end(r);
                 start_due_cycle(d, w);
             }
-            _ = timers.key.tick(), if d.socket_state == SocketState::KeyRefused => {
+            _ = timers.key.tick(), if d.socket.state == SocketState::KeyRefused => {
                 d.check_key_file(&w.params);
             }
             _ = timers.texts.tick() => d.spawn_texts_refresh(&w.texts_tx),
-            _ = wait::until(d.runtime_recheck.at), if w.runtime_check.is_none() => {
-                d.runtime_recheck.at = None;
-                w.runtime_check = Some(d.spawn_runtime_check());
+            _ = wait::until(d.instant(d.runtime.recheck_at())), if w.runtime_check.is_none() => {
+                if d.runtime.begin_check() {
+                    w.runtime_check = Some(d.spawn_runtime_check());
+                }
             }
             r = wait::some(w.runtime_check.as_mut()) => {
                 w.runtime_check = None;
                 d.on_runtime_check(r);
             }
-            _ = wait::until(d.status_retry.at) => {
-                d.status_retry.at = None;
-                if !d.status_hold.holds() {
+            _ = wait::until(d.instant(d.status_file.retry_at())) => {
+                if d.status_file.retry_due() {
                     d.write_status();
                 }
             }
-            _ = wait::until(d.tray_not_before.at) => {
+            _ = wait::until(d.instant(d.tray_not_before.at())) => {
                 d.tray_not_before.reset();
-                d.own_wake(crate::core::status::ListenerWake::Recovered);
+                d.own_wake(ListenerWake::Recovered);
                 start_due_cycle(d, w);
             }
-            _ = wait::until(d.removed_recheck.at) => {
+            _ = wait::until(d.instant(d.removed_recheck.at())) => {
                 d.removed_recheck_due();
                 start_due_cycle(d, w);
             }
-            _ = wait::until(d.texts_recheck.at) => {
-                d.texts_recheck.at = None;
+            _ = wait::until(d.instant(d.texts.recheck_at())) => {
+                d.texts.fetching();
                 d.spawn_texts_refresh(&w.texts_tx);
             }
             Some(r) = w.texts.recv() => d.on_texts(*r),
-            _ = wait::until(d.status_hold.deadline()) => d.status_hold.release(),
+            _ = wait::until(d.status_file.hold_deadline()) => d.status_file.release(),
             Some(wait) = w.cycle_waits.recv() => d.on_cycle_wait(wait),
         }
     }
@@ -365,11 +372,11 @@ async fn main_loop(
 
 /// Starts the owed cycle when it is due now and none runs.
 fn start_due_cycle(d: &mut Daemon, w: &mut Wiring) {
-    if w.cycle.is_some() || d.tray_not_before.at.is_some() {
+    if w.cycle.is_some() || d.tray_not_before.at().is_some() {
         return;
     }
     let now = d.now_ms();
-    if d.coalescer.try_start(now) {
+    if d.wakes.try_start(now) {
         let (run_starting_tx, run_starting_rx) = oneshot::channel();
         let waits = w.cycle_waits_tx.clone();
         w.cycle = Some(d.start_cycle(w.shutdown.subscribe(), run_starting_tx, waits));
@@ -385,36 +392,12 @@ async fn after_ms(ms: Option<u64>) {
     }
 }
 
-/// The one state `status.json` shows: stopping > starting > key_refused > runtime_unusable >
-/// handle_mismatch > the socket's. A refused key comes first: nothing else can work without it.
-fn shown_state(p: &ListenerFlags, socket: SocketState) -> ListenerState {
-    if p.stopped {
-        ListenerState::Stopped
-    } else if p.stopping {
-        ListenerState::Stopping
-    } else if p.starting {
-        ListenerState::Starting
-    } else if socket == SocketState::KeyRefused {
-        ListenerState::KeyRefused
-    } else if p.unusable.is_some() {
-        ListenerState::RuntimeUnusable
-    } else if p.mismatch.is_some() {
-        ListenerState::HandleMismatch
-    } else if p.removed.is_some() {
-        ListenerState::UpgradeRequired
-    } else if p.queued.is_some() && socket == SocketState::Connected {
-        ListenerState::Queued
-    } else {
-        socket.into()
+/// The coalescer's windows of these settings.
+fn windows(s: &Settings) -> Windows {
+    Windows {
+        quiet_ms: s.listen.quiet_window.as_millis() as u64,
+        max_delay_ms: s.listen.max_delay.as_millis() as u64,
     }
-}
-
-/// The coalescer's `(quiet_window, max_delay)` in milliseconds.
-fn windows(s: &Settings) -> (u64, u64) {
-    (
-        s.listen.quiet_window.as_millis() as u64,
-        s.listen.max_delay.as_millis() as u64,
-    )
 }
 
 fn key_source_label(k: &config::KeySource) -> String {
@@ -423,70 +406,5 @@ fn key_source_label(k: &config::KeySource) -> String {
         config::KeySource::File(p) => format!("file:{}", p.display()),
         config::KeySource::Config => "config".into(),
         config::KeySource::Missing => "missing".into(),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn flags() -> ListenerFlags {
-        ListenerFlags {
-            starting: false,
-            unusable: None,
-            unusable_binary: None,
-            mismatch: None,
-            removed: None,
-            stopping: false,
-            stopped: false,
-            queued: None,
-        }
-    }
-
-    #[test]
-    fn shown_state_puts_stopping_then_key_then_profile_states_over_the_socket() {
-        let mut p = flags();
-        assert_eq!(
-            shown_state(&p, SocketState::Backoff),
-            ListenerState::Backoff
-        );
-        p.queued = Some(crate::listen::admission::Queued {
-            place: 1,
-            running: 2,
-            max: 2,
-        });
-        assert_eq!(
-            shown_state(&p, SocketState::Connected),
-            ListenerState::Queued
-        );
-        // Down, the socket's state says more than the wait.
-        assert_eq!(
-            shown_state(&p, SocketState::Backoff),
-            ListenerState::Backoff
-        );
-        p.mismatch = Some("@x".into());
-        assert_eq!(
-            shown_state(&p, SocketState::Connected),
-            ListenerState::HandleMismatch
-        );
-        p.unusable = Some("no claude".into());
-        assert_eq!(
-            shown_state(&p, SocketState::Connected),
-            ListenerState::RuntimeUnusable
-        );
-        assert_eq!(
-            shown_state(&p, SocketState::KeyRefused),
-            ListenerState::KeyRefused
-        );
-        p.stopping = true;
-        assert_eq!(
-            shown_state(&p, SocketState::KeyRefused),
-            ListenerState::Stopping
-        );
-        p.stopped = true;
-        assert_eq!(
-            shown_state(&p, SocketState::Connected),
-            ListenerState::Stopped
-        );
     }
 }

@@ -21,26 +21,15 @@ impl Daemon {
     /// The cycle's run waits: shown now (a cycle on its way to its run holds the status back;
     /// a wait is no longer on that way).
     pub(super) fn on_queued(&mut self, q: Queued) {
-        self.status.detail = Some(queued_detail(&q));
         self.flags.queued = Some(q);
-        self.status_hold.release();
+        self.status_file.release();
         self.status_changed();
     }
 
     /// The run started, or the cycle ended: no longer queued.
     pub(super) fn left_queue(&mut self) {
-        if let Some(q) = self.flags.queued.take() {
-            if self.status.detail.as_deref() == Some(queued_detail(&q).as_str()) {
-                self.status.detail = None;
-            }
+        if self.flags.queued.take().is_some() {
             self.status_changed();
         }
     }
-}
-
-fn queued_detail(q: &Queued) -> String {
-    format!(
-        "waiting for a run slot: place {} in the queue when it joined, {} of {} runs going",
-        q.place, q.running, q.max
-    )
 }

@@ -11,8 +11,14 @@ impl Daemon {
         self.settings.time_scale
     }
 
+    /// The listener's clock in milliseconds since its start, which the pure owners count on.
     pub(super) fn now_ms(&self) -> u64 {
         self.started.elapsed().as_millis() as u64
+    }
+
+    /// A time of `now_ms`'s clock as an instant to wait for; `None` stays never.
+    pub(super) fn instant(&self, ms: Option<u64>) -> Option<tokio::time::Instant> {
+        ms.map(|ms| tokio::time::Instant::from_std(self.started) + Duration::from_millis(ms))
     }
 
     pub(super) fn socket_params(&self) -> SocketParams {
@@ -48,19 +54,6 @@ impl Daemon {
                 false
             }
         }
-    }
-
-    /// An unusable runtime whose binary was installed, updated or replaced since is tried again.
-    /// True when it was.
-    pub(super) fn retry_a_changed_runtime_binary(&mut self) -> bool {
-        if self.flags.unusable.is_none()
-            || crate::runtime::binary_stamp(&self.settings) == self.flags.unusable_binary
-        {
-            return false;
-        }
-        tracing::info!(event = %"runtime_binary_changed", runtime = self.settings.listen.runtime.as_str(), "the runtime's binary changed; trying it again");
-        self.leave_unusable("binary_changed", false);
-        true
     }
 
     /// SIGHUP: config and texts again; a refused key or an unusable runtime gets a new chance.
@@ -106,9 +99,8 @@ impl Daemon {
             }
         }
         // A person acted: the runtime gets a new chance at once, and its looks start over.
-        self.runtime_recheck.reset();
+        self.runtime.start_over();
         self.leave_unusable("reload", true);
-        self.apply_pending_windows();
         let _ = params_tx.send(self.socket_params());
         self.status_changed();
     }
@@ -130,39 +122,15 @@ impl Daemon {
             // Texts are keyed by runtime: the old runtime's are not this one's. Until its own come
             // (the server's, else its cached copy) nothing runs.
             tracing::info!(event = %"texts_runtime_changed", from = old, to = new, "the runtime reads other texts now; loading them");
-            self.texts = None;
-            self.status.texts = TextsStatus::default();
-            self.texts_missing_logged = false;
+            self.texts_runtime_changed();
         }
-        if windows(&s) != windows(&self.settings) {
-            self.pending_windows = Some(windows(&s));
-        }
-        self.status.api_base = s.api_base.clone();
-        self.status.runtime = s.listen.runtime.as_str().to_string();
-        self.status.key_source = key_source_label(&s.key_source);
+        self.set_windows(windows(&s));
         self.settings = s;
-    }
-
-    /// A reloaded `quiet_window`/`max_delay` takes over once no cycle runs and no wake waits, so
-    /// a wake already counted keeps the timing it was counted with.
-    pub(super) fn apply_pending_windows(&mut self) {
-        if self.coalescer.is_running() || self.coalescer.is_owed() {
-            return;
-        }
-        if let Some((quiet_ms, max_delay_ms)) = self.pending_windows.take() {
-            self.coalescer = Coalescer::new(quiet_ms, max_delay_ms);
-            tracing::info!(
-                event = %"coalescer_windows",
-                quiet_window_ms = quiet_ms,
-                max_delay_ms,
-                "new quiet_window and max_delay in effect"
-            );
-        }
     }
 
     /// While the key is refused, a changed key (file or environment) is tried at once.
     pub(super) fn check_key_file(&mut self, params_tx: &watch::Sender<SocketParams>) {
-        if self.socket_state != SocketState::KeyRefused {
+        if self.socket.state != SocketState::KeyRefused {
             return;
         }
         // One profile of many with a key file reads that file alone: a host whose keys are all

@@ -1,4 +1,5 @@
-//! `status.json`: what it shows, when it is written, and touching it while nothing changes.
+//! `status.json`: when it is written, and touching it while nothing changes. What it shows is
+//! `render`'s.
 
 use super::*;
 
@@ -35,99 +36,190 @@ impl StatusHold {
     }
 }
 
-impl Daemon {
-    pub(super) fn shown(&self) -> ListenerState {
-        shown_state(&self.flags, self.socket_state)
+/// `status.json` as a file: whether what it shows changed since the last write, the hold while a
+/// cycle is on its way to its run, the file kept open for touching, the retry of a failed write,
+/// and the state last shown with its `since`. What it shows is `Daemon::render`'s.
+pub(super) struct StatusFile {
+    /// The status changed since it was last written; the main loop writes it once per turn.
+    dirty: bool,
+    /// The last write failed (full disk, unwritable dir): logged once per episode.
+    failing: bool,
+    /// The file as last written, open for touching; `None` when the last write failed.
+    file: Option<std::fs::File>,
+    /// When it was last written or touched.
+    proof: Instant,
+    hold: StatusHold,
+    /// The next write of a status whose last write failed, on the daemon's clock.
+    retry: Recheck,
+    /// The state last shown, and since when.
+    shown: (ListenerState, SystemTime),
+    /// Tell systemd the state (`STATUS=`): the process's one profile only.
+    notify: bool,
+}
+
+impl StatusFile {
+    pub(super) fn new(notify: bool, now: SystemTime) -> StatusFile {
+        StatusFile {
+            dirty: false,
+            failing: false,
+            file: None,
+            proof: Instant::now(),
+            hold: StatusHold::default(),
+            retry: Recheck::default(),
+            shown: (ListenerState::Starting, now),
+            notify,
+        }
     }
 
+    /// Something shown changed; the main loop writes it at its next turn.
+    pub(super) fn changed(&mut self) {
+        self.dirty = true;
+    }
+
+    /// A change waits, and no cycle on its way to its run holds it back.
+    pub(super) fn due(&self) -> bool {
+        self.dirty && !self.hold.holds()
+    }
+
+    /// A cycle starts: nothing is written to disk on a wake's way to its run.
+    pub(super) fn hold(&mut self) {
+        self.hold.hold();
+    }
+
+    /// The run is spawned, the cycle ended or waits: write again.
+    pub(super) fn release(&mut self) {
+        self.hold.release();
+    }
+
+    pub(super) fn hold_deadline(&self) -> Option<tokio::time::Instant> {
+        self.hold.deadline()
+    }
+
+    /// When a failed write is tried again.
+    pub(super) fn retry_at(&self) -> Option<u64> {
+        self.retry.at()
+    }
+
+    /// The retry is due: true when it may write now.
+    pub(super) fn retry_due(&mut self) -> bool {
+        self.retry.clear();
+        !self.hold.holds()
+    }
+
+    /// Touches the file when it was last written or touched `every` ago (never while a cycle
+    /// is on its way to its run). False: it could not be touched, and is to be written instead.
+    pub(super) fn touch(&mut self, every: Duration) -> bool {
+        if self.hold.holds() || self.proof.elapsed() < every {
+            return true;
+        }
+        let touched = self
+            .file
+            .as_ref()
+            .is_some_and(|f| f.set_modified(SystemTime::now()).is_ok());
+        if touched {
+            self.proof = Instant::now();
+        }
+        touched
+    }
+
+    /// The state to show now: a change restarts `since`, and is announced (the log, systemd).
+    pub(super) fn show(&mut self, state: ListenerState, now: SystemTime) {
+        if state == self.shown.0 {
+            return;
+        }
+        self.shown = (state, now);
+        // While the socket comes and goes, `backoff` says why at INFO, and `stopping`/`stopped`
+        // have their own lines: these states are debug, so a retry is one line, not three.
+        if matches!(
+            state,
+            ListenerState::Connecting
+                | ListenerState::Backoff
+                | ListenerState::Stopping
+                | ListenerState::Stopped
+        ) {
+            tracing::debug!(event = %"state", state = state.as_str(), "now {}", state.as_str());
+        } else {
+            tracing::info!(event = %"state", state = state.as_str(), "now {}", state.as_str());
+        }
+        if self.notify {
+            let line = format!("STATUS={}", state.as_str());
+            let _ = sd_notify::notify(&[sd_notify::NotifyState::Custom(&line)]);
+        }
+    }
+
+    /// The state last shown, and since when.
+    pub(super) fn shown(&self) -> (ListenerState, SystemTime) {
+        self.shown
+    }
+
+    /// Writes `status` (`now`: the daemon's clock, `scale`: its test time scale). A failure is
+    /// logged once per episode and the write tried again soon, whether or not anything else
+    /// changes (1 s doubling to `TOUCH_EVERY`), so the file catches up once space or write
+    /// access is back.
+    pub(super) fn write(
+        &mut self,
+        dir: &StateDir,
+        status: &Status,
+        now: u64,
+        scale: config::TestTimeScale,
+    ) {
+        self.dirty = false;
+        self.proof = Instant::now();
+        match dir.write_status(status) {
+            Ok(file) => {
+                self.file = Some(file);
+                self.retry.reset();
+                if std::mem::take(&mut self.failing) {
+                    tracing::info!(event = %"status_write_recovered", "status.json is written again");
+                }
+            }
+            Err(e) => {
+                self.file = None;
+                let wait = Duration::from_secs(1)
+                    .saturating_mul(1u32 << self.retry.attempt().min(5))
+                    .min(TOUCH_EVERY);
+                self.retry
+                    .schedule_after(now, scale.apply(wait).max(TOUCH_EVERY_MIN));
+                if !std::mem::replace(&mut self.failing, true) {
+                    tracing::warn!(event = %"status_write_failed", error = %e, "could not write status.json; the listener keeps working and logs this once until a write succeeds");
+                }
+            }
+        }
+    }
+}
+
+impl Daemon {
     /// Something shown in `status.json` changed; the main loop writes it at its next turn.
     pub(super) fn status_changed(&mut self) {
-        self.status_dirty = true;
+        self.status_file.changed();
     }
 
     /// Writes the status if it changed, unless a cycle is on its way to its run.
     pub(super) fn flush_status(&mut self) {
-        if self.status_dirty && !self.status_hold.holds() {
+        if self.status_file.due() {
             self.write_status();
         }
     }
 
     /// The main loop turned: `/healthz` hears it, and `status.json` is touched when it was last
-    /// written or touched `TOUCH_EVERY` ago (never while a cycle is on its way to its run). A
-    /// file that cannot be touched is written instead.
+    /// written or touched `TOUCH_EVERY` ago. A file that cannot be touched is written instead.
     pub(super) fn turned(&mut self) {
         self.metrics.turned();
         let touch_every = self.scale().apply(TOUCH_EVERY).max(TOUCH_EVERY_MIN);
-        if self.status_hold.holds() || self.status_proof.elapsed() < touch_every {
-            return;
-        }
-        let touched = self
-            .status_file
-            .as_ref()
-            .is_some_and(|f| f.set_modified(SystemTime::now()).is_ok());
-        if touched {
-            self.status_proof = Instant::now();
-        } else {
+        if !self.status_file.touch(touch_every) {
             self.write_status();
         }
     }
 
+    /// Renders the status from its owners and writes it.
     pub(super) fn write_status(&mut self) {
-        self.status_dirty = false;
         let now = SystemTime::now();
-        let shown = self.shown();
-        // `status.state` is the state last shown: a change restarts `since` and is announced.
-        if shown != self.status.state {
-            self.status.state = shown;
-            self.status.since = time::rfc3339(now);
-            // While the socket comes and goes, `backoff` says why at INFO, and `stopping`/`stopped`
-            // have their own lines: these states are debug, so a retry is one line, not three.
-            if matches!(
-                shown,
-                ListenerState::Connecting
-                    | ListenerState::Backoff
-                    | ListenerState::Stopping
-                    | ListenerState::Stopped
-            ) {
-                tracing::debug!(event = %"state", state = shown.as_str(), "now {}", shown.as_str());
-            } else {
-                tracing::info!(event = %"state", state = shown.as_str(), "now {}", shown.as_str());
-            }
-            if self.notify_status {
-                let line = format!("STATUS={}", shown.as_str());
-                let _ = sd_notify::notify(&[sd_notify::NotifyState::Custom(&line)]);
-            }
-        }
-        self.status.socket = Some(self.socket_state);
-        self.status.last_frame_at = self.last_frame.map(time::rfc3339);
-        self.status.updated_at = time::rfc3339(now);
-        self.metrics.observe_status(&self.status);
-        self.status_proof = Instant::now();
-        match self.state.write_status(&self.status) {
-            Ok(file) => {
-                self.status_file = Some(file);
-                self.status_retry.reset();
-                if self.status_write_failing {
-                    self.status_write_failing = false;
-                    tracing::info!(event = %"status_write_recovered", "status.json is written again");
-                }
-            }
-            Err(e) => {
-                self.status_file = None;
-                // What the file should say is not lost: it is written again soon, whether or not
-                // anything else changes (1 s doubling to `TOUCH_EVERY`), so it catches up once
-                // space or write access is back.
-                let wait = Duration::from_secs(1)
-                    .saturating_mul(1u32 << self.status_retry.attempt.min(5))
-                    .min(TOUCH_EVERY);
-                self.status_retry
-                    .schedule_after(self.scale().apply(wait).max(TOUCH_EVERY_MIN));
-                if !self.status_write_failing {
-                    self.status_write_failing = true;
-                    tracing::warn!(event = %"status_write_failed", error = %e, "could not write status.json; the listener keeps working and logs this once until a write succeeds");
-                }
-            }
-        }
+        self.status_file.show(self.sources().state(), now);
+        let status = self.render(now);
+        self.metrics.observe_status(&status);
+        let now_ms = self.now_ms();
+        self.status_file
+            .write(&self.state, &status, now_ms, self.scale());
     }
 }
 
@@ -151,5 +243,44 @@ mod tests {
         hold.hold();
         hold.release();
         assert!(!hold.holds());
+    }
+
+    /// A write that fails is tried again on its own, 1 s doubling, and logged once; a write that
+    /// works ends the episode and keeps the file open for touching.
+    #[test]
+    fn a_failed_write_is_retried_on_a_doubling_wait_until_one_works() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = StateDir::at(&dir.path().join("not-yet"));
+        let scale = config::TestTimeScale::Off;
+        let mut f = StatusFile::new(false, SystemTime::now());
+        f.changed();
+        assert!(f.due());
+        f.write(&state, &Status::default(), 0, scale);
+        assert!(
+            !f.due(),
+            "written or not, the change is not written again at every turn"
+        );
+        assert_eq!(f.retry_at(), Some(1_000));
+        assert!(f.retry_due());
+        assert_eq!(f.retry_at(), None);
+        f.write(&state, &Status::default(), 1_000, scale);
+        assert_eq!(
+            f.retry_at(),
+            Some(3_000),
+            "the second retry waits twice as long"
+        );
+        assert!(!f.touch(Duration::ZERO), "no file to touch: write instead");
+        std::fs::create_dir(dir.path().join("not-yet")).unwrap();
+        f.write(&state, &Status::default(), 3_000, scale);
+        assert_eq!(f.retry_at(), None, "written: no retry");
+        assert!(f.touch(Duration::ZERO), "the file written is touched");
+        f.hold();
+        f.changed();
+        assert!(
+            !f.due(),
+            "a cycle on its way to its run holds the write back"
+        );
+        f.release();
+        assert!(f.due());
     }
 }

@@ -1,6 +1,79 @@
-//! The texts in use: refreshes, and which runtime's texts a cycle gets.
+//! The texts in use: refreshes, which runtime's texts a cycle gets, and the way out while the
+//! configured runtime has none (`core::texts_recovery`): fetched again on a backoff, and a wake
+//! a cycle spent without them made good when they come.
 
 use super::*;
+use crate::core::status::TextsStatus;
+use crate::core::texts_recovery::TextsRecovery;
+
+/// The texts loaded, and their recovery.
+#[derive(Default)]
+pub(super) struct TextsInUse {
+    loaded: Option<Loaded>,
+    recovery: TextsRecovery,
+}
+
+impl TextsInUse {
+    /// The loaded texts when they are `runtime`'s: another runtime's texts spell the tools
+    /// another way and are never used.
+    pub(super) fn current(&self, runtime: &str) -> Option<&Loaded> {
+        self.loaded.as_ref().filter(|l| l.runtime == runtime)
+    }
+
+    /// What `status.json` says of them.
+    pub(super) fn status(&self) -> TextsStatus {
+        self.loaded.as_ref().map(Loaded::status).unwrap_or_default()
+    }
+
+    /// Texts came (a refresh, or a cycle that had none): `runtime`'s take over; an answer for a
+    /// runtime switched away from meanwhile is dropped. With none for the runtime,
+    /// `texts_missing` is said once per stretch without texts and they are fetched again on the
+    /// backoff. True when texts came back after a cycle spent a wake without them.
+    fn take(&mut self, r: Result<Loaded, Missing>, runtime: &str, now: u64, factor: f64) -> bool {
+        match r {
+            Ok(loaded) if loaded.runtime != runtime => {
+                tracing::debug!(event = %"texts_dropped", runtime = loaded.runtime, "texts for a runtime no longer configured");
+                false
+            }
+            Ok(loaded) => {
+                self.loaded = Some(loaded);
+                self.recovery.came()
+            }
+            Err(missing) if missing.runtime != runtime => false,
+            Err(missing) => {
+                if self.current(runtime).is_none() && self.recovery.missing(now, factor) {
+                    missing.log();
+                }
+                false
+            }
+        }
+    }
+
+    /// A cycle found no texts for a card that waited.
+    pub(super) fn owe(&mut self, now: u64, factor: f64) {
+        self.recovery.owe(now, factor);
+    }
+
+    /// The runtime reads other texts now: none are in use until its own come.
+    fn runtime_changed(&mut self) {
+        self.loaded = None;
+        self.recovery.runtime_changed();
+    }
+
+    pub(super) fn recheck_at(&self) -> Option<u64> {
+        self.recovery.recheck_at()
+    }
+
+    /// The fetch on the backoff is due (the caller fetches).
+    pub(super) fn fetching(&mut self) {
+        self.recovery.fetching();
+    }
+
+    /// SIGHUP: fetch now.
+    pub(super) fn recheck_now(&mut self, now: u64) {
+        self.recovery.recheck_now(now);
+    }
+}
 
 impl Daemon {
     /// Fetches the texts; on failure keeps what is loaded or falls back to the cache.
@@ -34,12 +107,9 @@ impl Daemon {
         self.settings.listen.runtime.texts_runtime()
     }
 
-    /// The loaded texts when they are the configured runtime's: another runtime's texts spell the
-    /// tools another way and are never used.
+    /// The loaded texts when they are the configured runtime's.
     pub(super) fn current_texts(&self) -> Option<&Loaded> {
-        self.texts
-            .as_ref()
-            .filter(|l| l.runtime == self.texts_runtime())
+        self.texts.current(self.texts_runtime())
     }
 
     /// A texts refresh ended.
@@ -48,31 +118,18 @@ impl Daemon {
         self.status_changed();
     }
 
-    /// Texts came (a refresh, or a cycle that had none): the configured runtime's take over; an
-    /// answer for a runtime switched away from meanwhile is dropped. With none for the runtime,
-    /// `texts_missing` is said once per stretch without texts.
+    /// Texts came from a refresh or a cycle: texts back after a spent wake read the tray now.
     pub(super) fn take_texts(&mut self, r: Result<Loaded, Missing>) {
-        match r {
-            Ok(loaded) if loaded.runtime != self.texts_runtime() => {
-                tracing::debug!(event = %"texts_dropped", runtime = loaded.runtime, "texts for a runtime no longer configured");
-            }
-            Ok(loaded) => {
-                self.texts_missing_logged = false;
-                self.status.texts = loaded.status();
-                self.texts = Some(loaded);
-                self.texts_back();
-            }
-            Err(missing) if missing.runtime != self.texts_runtime() => {}
-            Err(missing) => {
-                if self.current_texts().is_none() {
-                    if !self.texts_missing_logged {
-                        self.texts_missing_logged = true;
-                        missing.log();
-                    }
-                    // None to run with: fetched again on the backoff (`recovery`).
-                    self.texts_recheck.schedule(self.scale());
-                }
-            }
+        let (runtime, now, factor) = (self.texts_runtime(), self.now_ms(), self.scale().factor());
+        if self.texts.take(r, runtime, now, factor) {
+            tracing::info!(event = %"texts_recovered", runtime, "texts are back; reading the tray now");
+            self.own_wake(ListenerWake::Recovered);
         }
+    }
+
+    /// The runtime switched to one that reads other texts: until its own come (the server's,
+    /// else its cached copy) nothing runs.
+    pub(super) fn texts_runtime_changed(&mut self) {
+        self.texts.runtime_changed();
     }
 }

@@ -23,7 +23,7 @@ pub(super) struct Wiring {
     pub(super) cycle_waits: mpsc::Receiver<cycle::CycleWait>,
     /// Hears from the running cycle when its run waits for a slot (`listen::admission`).
     pub(super) queued: Option<oneshot::Receiver<super::super::admission::Queued>>,
-    /// The runtime check under way (`recovery`), at most one.
+    /// The runtime check under way (`runtime`), at most one.
     pub(super) runtime_check: Option<JoinHandle<Result<String, crate::runtime::check::NotUsable>>>,
 }
 
