@@ -15,10 +15,9 @@ use std::marker::PhantomData;
 use std::path::Path;
 use std::time::Duration;
 
-/// The file's layer for `profile`: `[profiles.<profile>]` over the top level. Every profile
-/// table is checked, so a typo in a profile not in use is still reported. A profile other than
-/// `default` must have its table: a typo must not start a second listener for the same agent.
-pub(super) fn layer(
+/// [`layer_of_table`] from the file's text, for the tests.
+#[cfg(test)]
+fn layer(
     path: &Path,
     text: &str,
     profile: &str,
@@ -27,9 +26,12 @@ pub(super) fn layer(
     layer_of_table(path, parse_toml(path, text)?, profile, env)
 }
 
-/// [`layer`] for a file already read as TOML (`parse_toml`): `listen --all` reads the file once
-/// and hands each profile a table holding the top level and that profile's own table only, so
-/// another profile's mistake is never this one's (`config::load_all`).
+/// The file's layer for `profile` from its TOML (`parse_toml`): `[profiles.<profile>]` over the
+/// top level. Every profile table in `table` is checked, so a typo in a profile not in use is
+/// still reported. A profile other than `default` must have its table: a typo must not start a
+/// second listener for the same agent. `listen --all` hands each profile a table holding the top
+/// level and that profile's own table only, so another profile's mistake is never this one's
+/// (`config::ConfigFile::all`).
 pub(super) fn layer_of_table(
     path: &Path,
     table: toml::Table,

@@ -24,10 +24,31 @@ pub fn resolve(
     env: &HashMap<String, String>,
     file: Option<(&Path, &str)>,
 ) -> Result<Settings, ConfigError> {
+    let file = match file {
+        Some((path, text)) => {
+            // The profile's name is checked before the text, as it always was.
+            profile_name(args, env)?;
+            Some((path, file::parse_toml(path, text)?))
+        }
+        None => None,
+    };
+    resolve_table(args, env, file)
+}
+
+/// [`resolve`] for a file already read as TOML ([`super::ConfigFile`]): the same checks in
+/// the same order, the profile's name first.
+pub(super) fn resolve_table(
+    args: &ConfigArgs,
+    env: &HashMap<String, String>,
+    file: Option<(&Path, toml::Table)>,
+) -> Result<Settings, ConfigError> {
     let profile = profile_name(args, env)?;
-    let file_layer = match file {
-        Some((path, text)) => file::layer(path, text, &profile, env)?,
-        None if profile == DEFAULT_PROFILE => Layer::default(),
+    let (path, file_layer) = match file {
+        Some((path, table)) => (
+            Some(path),
+            file::layer_of_table(path, table, &profile, env)?,
+        ),
+        None if profile == DEFAULT_PROFILE => (None, Layer::default()),
         None => {
             return Err(ConfigError::UnknownProfile {
                 name: profile,
@@ -36,11 +57,11 @@ pub fn resolve(
             });
         }
     };
-    resolve_layers(args, env, profile, file.map(|(p, _)| p), file_layer)
+    resolve_layers(args, env, profile, path, file_layer)
 }
 
 /// [`resolve`] for one profile of `listen --all`: the file already read as TOML and cut down to
-/// the top level and `profile`'s own table (`config::load_all`).
+/// the top level and `profile`'s own table ([`super::ConfigFile::all`]).
 pub(super) fn resolve_one_of_all(
     args: &ConfigArgs,
     env: &HashMap<String, String>,
@@ -200,8 +221,10 @@ fn key(env: &HashMap<String, String>, merged: &mut Layer) -> (Option<SecretStrin
     }
 }
 
-/// `--state-dir`, else `AGENTCHAT_STATE_DIR`, else the platform's state dir plus the profile.
-fn state_dir(
+/// `--state-dir`, else `AGENTCHAT_STATE_DIR`, else the platform's state dir plus the profile:
+/// the one precedence, for the settings and for `setup`, which needs the state dir before any
+/// config file exists. The file never names the state dir.
+pub fn state_dir(
     args: &ConfigArgs,
     env: &HashMap<String, String>,
     profile: &str,
