@@ -16,6 +16,7 @@ mod config_file;
 mod env;
 mod file;
 mod hint;
+mod keys;
 mod layer;
 mod load;
 mod resolve;

@@ -3,6 +3,7 @@
 //! bounds depend on `api_base`, through the test time scale). Pure: the environment is a map
 //! and the file's text is given.
 
+use super::keys::ListenLayer;
 use super::layer::{Layer, Sourced};
 use super::value::{self, DurationRule};
 use super::{
@@ -185,8 +186,11 @@ fn flag_layer(args: &ConfigArgs) -> Result<Layer, ConfigError> {
         .transpose()?;
     Ok(Layer {
         api_base,
-        runtime: args.runtime,
-        metrics_addr,
+        listen: Some(ListenLayer {
+            runtime: args.runtime,
+            metrics_addr,
+            ..ListenLayer::default()
+        }),
         ..Layer::default()
     })
 }
@@ -246,7 +250,8 @@ pub fn state_dir(
 }
 
 /// `[listen]` with its defaults, every duration inside its bounds.
-fn listen_settings(m: Layer, scale: TestTimeScale) -> Result<ListenSettings, ConfigError> {
+fn listen_settings(mut m: Layer, scale: TestTimeScale) -> Result<ListenSettings, ConfigError> {
+    let l = m.listen.take().unwrap_or_default();
     let factor = scale.factor();
     let bounded = |v: Option<Sourced<std::time::Duration>>, rule: &DurationRule| match v {
         None => Ok(rule.default),
@@ -254,9 +259,9 @@ fn listen_settings(m: Layer, scale: TestTimeScale) -> Result<ListenSettings, Con
             .check(value, factor)
             .map_err(|problem| ConfigError::BadValue { key, problem }),
     };
-    if let Some(addr) = m.metrics_addr
+    if let Some(addr) = l.metrics_addr
         && !addr.ip().is_loopback()
-        && !m.metrics_public.unwrap_or(false)
+        && !l.metrics_public.unwrap_or(false)
     {
         return Err(ConfigError::BadValue {
             key: "listen.metrics_addr".into(),
@@ -267,27 +272,27 @@ fn listen_settings(m: Layer, scale: TestTimeScale) -> Result<ListenSettings, Con
         });
     }
     Ok(ListenSettings {
-        runtime: m.runtime.unwrap_or(RuntimeKind::ClaudeCode),
-        command: m.command.unwrap_or_default(),
-        workdir: m.workdir,
-        run_timeout: bounded(m.run_timeout, &value::RUN_TIMEOUT)?,
-        kill_grace: bounded(m.kill_grace, &value::KILL_GRACE)?,
-        quiet_window: bounded(m.quiet_window, &value::QUIET_WINDOW)?,
-        max_delay: bounded(m.max_delay, &value::MAX_DELAY)?,
-        idle_timeout: bounded(m.idle_timeout, &value::IDLE_TIMEOUT)?,
-        script_gets_key: m.script_gets_key.unwrap_or(true),
-        identity_block: m.identity_block.unwrap_or(true),
-        env_pass: m.env_pass.unwrap_or_default(),
-        tools: m.tools.unwrap_or_default(),
+        runtime: l.runtime.unwrap_or(RuntimeKind::ClaudeCode),
+        command: l.command.unwrap_or_default(),
+        workdir: l.workdir,
+        run_timeout: bounded(l.run_timeout, &value::RUN_TIMEOUT)?,
+        kill_grace: bounded(l.kill_grace, &value::KILL_GRACE)?,
+        quiet_window: bounded(l.quiet_window, &value::QUIET_WINDOW)?,
+        max_delay: bounded(l.max_delay, &value::MAX_DELAY)?,
+        idle_timeout: bounded(l.idle_timeout, &value::IDLE_TIMEOUT)?,
+        script_gets_key: l.script_gets_key.unwrap_or(true),
+        identity_block: l.identity_block.unwrap_or(true),
+        env_pass: l.env_pass.unwrap_or_default(),
+        tools: l.tools.unwrap_or_default(),
         policy: m.policy.unwrap_or_default().resolve(),
-        run_logs_keep: m.run_logs_keep.unwrap_or(50),
-        run_log_max_bytes: m
+        run_logs_keep: l.run_logs_keep.unwrap_or(50),
+        run_log_max_bytes: l
             .run_log_max_bytes
             .unwrap_or(super::value::DEFAULT_RUN_LOG_MAX_BYTES),
-        metrics_addr: m.metrics_addr,
-        metrics_public: m.metrics_public.unwrap_or(false),
-        max_concurrent_runs: m.max_concurrent_runs,
-        min_available_memory: m.min_available_memory,
+        metrics_addr: l.metrics_addr,
+        metrics_public: l.metrics_public.unwrap_or(false),
+        max_concurrent_runs: l.max_concurrent_runs,
+        min_available_memory: l.min_available_memory,
         claude: ClaudeSettings {
             binary: m.claude_binary,
             extra_args: m.claude_extra_args.unwrap_or_default(),

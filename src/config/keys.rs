@@ -1,0 +1,92 @@
+//! The `[listen]` keys, each defined once: its name, the type the file holds, the type a layer
+//! holds, and the rule from one to the other. From this one list come the file's `[listen]` shape
+//! (`ListenTable`), the "did you mean" list (`LISTEN_KEYS`), the layer's fields (`ListenLayer`)
+//! and how one layer stacks on another, so a new key is one line here, its field in
+//! `ListenSettings` and its default in `resolve::listen_settings` (and its entry in
+//! config/agentchat.example.toml, which a test checks).
+
+use super::file::{ClaudeTable, CodexTable, MaxConcurrentRuns, Paths, RunLogMaxBytes, RunLogsKeep};
+use super::file::{Table, Value};
+use super::layer::{Sourced, layer};
+use super::{ConfigError, RuntimeKind};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// `keys { key: file type => layer type = rule, .. }` for every plain key; then the subtables, each read by
+/// its own code in `file`. The rule is a method of `file::Paths` taking the file's value and the
+/// key's full path.
+macro_rules! listen_keys {
+    (
+        keys { $( $(#[$doc:meta])* $key:ident: $file:ty => $layer:ty = $rule:ident, )* }
+        tables { $( $(#[$tdoc:meta])* $table:ident: $shape:ty, )* }
+    ) => {
+        /// `[listen]` as the file writes it; an unknown key is an error naming its path.
+        #[derive(serde::Deserialize)]
+        #[serde(deny_unknown_fields)]
+        pub(super) struct ListenTable {
+            $( $key: Option<Value<$file>>, )*
+            $( $(#[$tdoc])* pub(super) $table: Option<Table<$shape>>, )*
+        }
+
+        /// The keys of `[listen]`, in the shape's order (a unit test in `file` checks them
+        /// against serde's own list), for "did you mean".
+        pub(super) const LISTEN_KEYS: &[&str] = &[$(stringify!($key),)* $(stringify!($table),)*];
+
+        layer! {
+            /// `[listen]`'s plain keys as one source (a file table, the environment, the flags)
+            /// sets them.
+            pub struct ListenLayer {
+                $( $(#[$doc])* $key: $layer, )*
+            }
+        }
+
+        impl ListenLayer {
+            /// The table's plain keys as a layer, each by its rule and named by its full path
+            /// (`prefix` is `listen.` or `profiles.<name>.listen.`); the subtables stay in `t`.
+            pub(super) fn take(
+                t: &mut ListenTable,
+                paths: Paths,
+                prefix: &str,
+            ) -> Result<ListenLayer, ConfigError> {
+                Ok(ListenLayer {
+                    $( $key: t
+                        .$key
+                        .take()
+                        .map(|v| paths.$rule(v.0, &format!("{prefix}{}", stringify!($key))))
+                        .transpose()?, )*
+                })
+            }
+        }
+    };
+}
+
+listen_keys! {
+    keys {
+    runtime: RuntimeKind => RuntimeKind = plain,
+    /// argv for the `script` runtime; its program found like a CLI's `binary`.
+    command: Vec<String> => Vec<String> = command,
+    workdir: String => PathBuf = path,
+    run_timeout: Duration => Sourced<Duration> = sourced,
+    kill_grace: Duration => Sourced<Duration> = sourced,
+    quiet_window: Duration => Sourced<Duration> = sourced,
+    max_delay: Duration => Sourced<Duration> = sourced,
+    idle_timeout: Duration => Sourced<Duration> = sourced,
+    script_gets_key: bool => bool = plain,
+    identity_block: bool => bool = plain,
+    env_pass: Vec<String> => Vec<String> = env_pass,
+    tools: Vec<String> => Vec<String> = plain,
+    run_logs_keep: RunLogsKeep => usize = plain,
+    run_log_max_bytes: RunLogMaxBytes => u64 = plain,
+    metrics_addr: String => SocketAddr = socket_addr,
+    metrics_public: bool => bool = plain,
+    max_concurrent_runs: MaxConcurrentRuns => usize = plain,
+    min_available_memory: String => u64 = byte_size,
+    }
+    tables {
+        claude: ClaudeTable,
+        codex: CodexTable,
+        /// `[listen.policy]`: read by `core::policy`'s own shape, which names its keys' paths.
+        policy: toml::Table,
+    }
+}
