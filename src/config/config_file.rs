@@ -142,13 +142,13 @@ impl ConfigFile {
             ..ProfileSet::default()
         };
         if runs_default(&top) {
-            let settings = self.of_all(path, top.clone(), DEFAULT_PROFILE);
+            let settings = self.of_all(path, top.clone(), None, DEFAULT_PROFILE);
             set.profiles.push((DEFAULT_PROFILE.to_string(), settings));
         } else {
             set.default_skipped = true;
         }
         for (name, own) in tables {
-            let settings = self.of_all(path, with_own(&top, &name, own), &name);
+            let settings = self.of_all(path, top.clone(), Some(own), &name);
             set.profiles.push((name, settings));
         }
         Ok(set)
@@ -168,8 +168,8 @@ impl ConfigFile {
             Some(toml::Value::Table(t)) => t.clone(),
             _ => toml::Table::new(),
         };
-        let table = if profile == DEFAULT_PROFILE {
-            top
+        let own = if profile == DEFAULT_PROFILE {
+            None
         } else {
             let Some(own) = tables.remove(profile) else {
                 return Err(ConfigError::UnknownProfile {
@@ -178,9 +178,9 @@ impl ConfigFile {
                     known: tables.keys().cloned().collect(),
                 });
             };
-            with_own(&top, profile, own)
+            Some(own)
         };
-        self.of_all(path, table, profile)
+        self.of_all(path, top, own, profile)
     }
 
     /// The top level alone, its key file named but not read: what `listen --all` takes for the
@@ -197,6 +197,7 @@ impl ConfigFile {
                 &self.env,
                 path,
                 without_profiles(table),
+                None,
                 DEFAULT_PROFILE,
             )?,
         };
@@ -204,8 +205,15 @@ impl ConfigFile {
         Ok(settings)
     }
 
-    /// `name`'s settings from `table` (the top level and `name`'s own table), key file read.
-    fn of_all(&self, path: &Path, table: toml::Table, name: &str) -> Result<Settings, ConfigError> {
+    /// `name`'s settings from the top level and `own`, its own table (`None` for `default`),
+    /// key file read.
+    fn of_all(
+        &self,
+        path: &Path,
+        top: toml::Table,
+        own: Option<toml::Value>,
+        name: &str,
+    ) -> Result<Settings, ConfigError> {
         super::value::profile_name(name).map_err(|problem| ConfigError::BadValue {
             key: format!("profiles.{name}"),
             problem,
@@ -215,7 +223,7 @@ impl ConfigFile {
             ..self.args.clone()
         };
         load::with_key(resolve::resolve_one_of_all(
-            &args, &self.env, path, table, name,
+            &args, &self.env, path, top, own, name,
         )?)
     }
 
@@ -271,17 +279,6 @@ fn without_profiles(table: &toml::Table) -> toml::Table {
     let mut top = table.clone();
     top.remove("profiles");
     top
-}
-
-/// What one profile of `listen --all` is checked against: the top level with `profiles` holding
-/// `name`'s table alone, so another profile's mistake is never this one's, and this one's
-/// mistakes are named by their full path (`profiles.<name>.listen.max_delay`).
-fn with_own(top: &toml::Table, name: &str, own: toml::Value) -> toml::Table {
-    let mut t = top.clone();
-    let mut only = toml::Table::new();
-    only.insert(name.to_string(), own);
-    t.insert("profiles".into(), toml::Value::Table(only));
-    t
 }
 
 #[cfg(test)]
@@ -379,6 +376,19 @@ mod tests {
         assert!(ok.1.is_ok());
         let e = bad.1.as_ref().err().unwrap().to_string();
         assert!(e.contains("`profiles.bad.listen.run_timeout`"), "{e}");
+        // A profile whose table is not a table is named by its own path.
+        let (_dir2, args2, env2) = written("[profiles]\nw = 3\nv = {}\n");
+        let set = ConfigFile::read_with_env(&args2, env2)
+            .unwrap()
+            .all()
+            .unwrap();
+        let w = set.profiles.iter().find(|(n, _)| n == "w").unwrap();
+        let e = w.1.as_ref().err().unwrap().to_string();
+        assert_eq!(
+            e,
+            "bad value for `profiles.w`: expected a table, found integer"
+        );
+        assert!(set.profiles.iter().any(|(n, s)| n == "v" && s.is_ok()));
         // One profile read as a single `listen` checks every table, so the typo is reported.
         let e = file.settings(Some("ok"), KeyFile::Named).err().unwrap();
         assert!(

@@ -28,11 +28,9 @@ fn layer(
 }
 
 /// The file's layer for `profile` from its TOML (`parse_toml`): `[profiles.<profile>]` over the
-/// top level. Every profile table in `table` is checked, so a typo in a profile not in use is
-/// still reported. A profile other than `default` must have its table: a typo must not start a
-/// second listener for the same agent. `listen --all` hands each profile a table holding the top
-/// level and that profile's own table only, so another profile's mistake is never this one's
-/// (`config::ConfigFile::all`).
+/// top level. Every profile table is checked, so a typo in a profile not in use is still
+/// reported. A profile other than `default` must have its table: a typo must not start a second
+/// listener for the same agent.
 pub(super) fn layer_of_table(
     path: &Path,
     table: toml::Table,
@@ -62,6 +60,30 @@ pub(super) fn layer_of_table(
     };
     let chosen = Paths { base, env }.layer(table.1.0, &format!("profiles.{profile}."))?;
     Ok(chosen.over(top))
+}
+
+/// The layer of one profile of `listen --all` (`config::ConfigFile::all`): `own`, the profile's
+/// name and its own table, over `top`, the top level without `profiles`. No other profile's
+/// table is read, so another profile's mistake is never this one's; this one's are named by
+/// their full path (`profiles.<name>.listen.max_delay`).
+pub(super) fn layer_of_profile(
+    path: &Path,
+    top: toml::Table,
+    own: Option<(&str, toml::Value)>,
+    env: &HashMap<String, String>,
+) -> Result<Layer, ConfigError> {
+    let paths = Paths {
+        base: path.parent(),
+        env,
+    };
+    let top: SettingsTable<NoProfiles> = shape_as(toml::Value::Table(top), "")?;
+    let top = paths.layer(top, "")?;
+    let Some((name, own)) = own else {
+        return Ok(top);
+    };
+    let prefix = format!("profiles.{name}.");
+    let own: Table<ProfileTable> = shape_as(own, &prefix)?;
+    Ok(paths.layer(own.0, &prefix)?.over(top))
 }
 
 /// The text as the file's tables: TOML syntax first (the line and column, never the line's
@@ -97,8 +119,18 @@ pub(super) fn parse_toml(path: &Path, text: &str) -> Result<toml::Table, ConfigE
 
 /// The TOML as the file's tables, every error naming its key path.
 fn shape(table: toml::Table) -> Result<FileTable, ConfigError> {
-    serde_path_to_error::deserialize(toml::Value::Table(table)).map_err(|e| {
-        let key = e.path().to_string();
+    shape_as(toml::Value::Table(table), "")
+}
+
+/// A TOML value found at `prefix` (`""`, or `profiles.<name>.`) as `T`, every error naming its
+/// full key path.
+fn shape_as<T: de::DeserializeOwned>(v: toml::Value, prefix: &str) -> Result<T, ConfigError> {
+    serde_path_to_error::deserialize(v).map_err(|e| {
+        let key = match e.path().to_string() {
+            // The value itself (a profile's table that is not a table): its own path.
+            at if at == "." && !prefix.is_empty() => prefix.trim_end_matches('.').to_string(),
+            at => format!("{prefix}{at}"),
+        };
         let message = e.inner().message().trim().to_string();
         // serde's `deny_unknown_fields` error: "unknown field `x`, expected one of ...".
         if message.starts_with("unknown field `") {

@@ -61,16 +61,17 @@ pub(super) fn resolve_table(
     resolve_layers(args, env, profile, path, file_layer)
 }
 
-/// [`resolve`] for one profile of `listen --all`: the file already read as TOML and cut down to
-/// the top level and `profile`'s own table ([`super::ConfigFile::all`]).
+/// [`resolve`] for one profile of `listen --all` ([`super::ConfigFile::all`]): the file's top
+/// level (without `profiles`) and `own`, the profile's own table (`None` for `default`).
 pub(super) fn resolve_one_of_all(
     args: &ConfigArgs,
     env: &HashMap<String, String>,
     path: &Path,
-    table: toml::Table,
+    top: toml::Table,
+    own: Option<toml::Value>,
     profile: &str,
 ) -> Result<Settings, ConfigError> {
-    let file_layer = file::layer_of_table(path, table, profile, env)?;
+    let file_layer = file::layer_of_profile(path, top, own.map(|t| (profile, t)), env)?;
     resolve_layers(args, env, profile.to_string(), Some(path), file_layer)
 }
 
