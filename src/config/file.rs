@@ -5,7 +5,7 @@
 //! a key pasted into the wrong field must not reach a log) and a bad value says what would do.
 //! Paths are made absolute against the file's folder last.
 
-use super::keys::{ListenLayer, ListenTable};
+use super::keys::{ClaudeLayer, CodexLayer, ListenLayer, ListenTable};
 use super::layer::{Layer, Sourced};
 use super::{ConfigError, DEFAULT_PROFILE, LogFormat, McpMode, RuntimeKind, value};
 use secrecy::SecretString;
@@ -191,23 +191,6 @@ impl<'de> Deserialize<'de> for NoProfiles {
     }
 }
 
-#[derive(serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(super) struct ClaudeTable {
-    binary: Option<Value<String>>,
-    extra_args: Option<Value<Vec<String>>>,
-    mcp: Option<Value<McpMode>>,
-    mcp_url: Option<Value<ApiBase>>,
-}
-
-#[derive(serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(super) struct CodexTable {
-    binary: Option<Value<String>>,
-    extra_args: Option<Value<Vec<String>>>,
-    mcp_url: Option<Value<ApiBase>>,
-}
-
 // ---------------------------------------------------------------------------------------------
 // From the tables to a layer: paths resolved, every key named by its full path
 // ---------------------------------------------------------------------------------------------
@@ -260,24 +243,11 @@ impl Paths<'_> {
                 })?,
             );
         }
-        if let Some(c) = t.claude {
-            let c = c.0;
-            layer.claude_binary = c
-                .binary
-                .map(|v| self.program(&v.0, &key("claude.binary")))
-                .transpose()?;
-            layer.claude_extra_args = c.extra_args.map(|v| v.0);
-            layer.claude_mcp = c.mcp.map(|v| v.0);
-            layer.claude_mcp_url = c.mcp_url.map(|v| v.0.0);
+        if let Some(mut c) = t.claude {
+            layer.claude = Some(ClaudeLayer::take(&mut c.0, self, &key("claude."))?);
         }
-        if let Some(c) = t.codex {
-            let c = c.0;
-            layer.codex_binary = c
-                .binary
-                .map(|v| self.program(&v.0, &key("codex.binary")))
-                .transpose()?;
-            layer.codex_extra_args = c.extra_args.map(|v| v.0);
-            layer.codex_mcp_url = c.mcp_url.map(|v| v.0.0);
+        if let Some(mut c) = t.codex {
+            layer.codex = Some(CodexLayer::take(&mut c.0, self, &key("codex."))?);
         }
         Ok(())
     }
@@ -322,8 +292,8 @@ impl Paths<'_> {
         value::byte_size(&v).map_err(|p| bad(key, p))
     }
 
-    fn program(self, raw: &str, key: &str) -> Result<std::path::PathBuf, ConfigError> {
-        value::program(raw, self.base, self.env).map_err(|p| bad(key, p))
+    pub(super) fn program(self, raw: String, key: &str) -> Result<std::path::PathBuf, ConfigError> {
+        value::program(&raw, self.base, self.env).map_err(|p| bad(key, p))
     }
 
     /// `command`'s program is found like `binary`: bare names on PATH at run time, paths made
@@ -337,7 +307,10 @@ impl Paths<'_> {
             if first.trim().is_empty() {
                 return Err(bad(key, "the program (first item) must not be empty"));
             }
-            *first = self.program(first, key)?.to_string_lossy().into_owned();
+            *first = self
+                .program(std::mem::take(first), key)?
+                .to_string_lossy()
+                .into_owned();
         }
         Ok(argv)
     }
@@ -439,7 +412,13 @@ impl FromToml for McpMode {
 }
 
 /// `api_base` and the MCP URLs.
-struct ApiBase(String);
+pub(super) struct ApiBase(String);
+
+impl From<ApiBase> for String {
+    fn from(v: ApiBase) -> String {
+        v.0
+    }
+}
 
 impl FromToml for ApiBase {
     fn from_toml(v: &toml::Value) -> Result<Self, String> {
@@ -596,8 +575,11 @@ mod tests {
         for (toml, keys) in [
             ("bogus = 1", hint::TOP_KEYS),
             ("[listen]\nbogus = 1", crate::config::keys::LISTEN_KEYS),
-            ("[listen.claude]\nbogus = 1", hint::CLAUDE_KEYS),
-            ("[listen.codex]\nbogus = 1", hint::CODEX_KEYS),
+            (
+                "[listen.claude]\nbogus = 1",
+                crate::config::keys::CLAUDE_KEYS,
+            ),
+            ("[listen.codex]\nbogus = 1", crate::config::keys::CODEX_KEYS),
         ] {
             assert_eq!(serde_keys(toml), keys, "{toml}");
         }

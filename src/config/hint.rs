@@ -2,8 +2,8 @@
 //! set twice. Wording only; the file's shape is in `file`.
 
 /// The keys of each table, as the file's shape defines them (a unit test checks these lists
-/// against serde's own), for "did you mean" on an unknown key; `[listen]`'s come from its one
-/// list of keys (`config::keys`).
+/// against serde's own), for "did you mean" on an unknown key; `[listen]`'s and its CLIs' come
+/// from their one list of keys (`config::keys`).
 pub(super) const TOP_KEYS: &[&str] = &[
     "api_base",
     "api_key_file",
@@ -14,8 +14,6 @@ pub(super) const TOP_KEYS: &[&str] = &[
     "listen",
     "profiles",
 ];
-pub(super) const CLAUDE_KEYS: &[&str] = &["binary", "extra_args", "mcp", "mcp_url"];
-pub(super) const CODEX_KEYS: &[&str] = &["binary", "extra_args", "mcp_url"];
 
 /// `; did you mean `x`?` for an unknown key's path (`profiles.work.listen.qiet_window`), or
 /// nothing: the closest key of the same table within a few edits, else the same name in another
@@ -32,8 +30,8 @@ pub(super) fn did_you_mean(path: &str) -> String {
     let tables: [(&str, &[&str]); 4] = [
         ("", TOP_KEYS),
         ("listen", super::keys::LISTEN_KEYS),
-        ("listen.claude", CLAUDE_KEYS),
-        ("listen.codex", CODEX_KEYS),
+        ("listen.claude", super::keys::CLAUDE_KEYS),
+        ("listen.codex", super::keys::CODEX_KEYS),
     ];
     let joined = |t: &str, k: &str| {
         if t.is_empty() {

@@ -1,7 +1,7 @@
 //! What one source (the file's top level, a profile table, the environment, the flags) sets, and
 //! how sources stack: a higher layer wins wherever it sets a value.
 
-use super::{LogFormat, McpMode};
+use super::LogFormat;
 use secrecy::SecretString;
 use std::path::PathBuf;
 
@@ -57,17 +57,13 @@ layer! {
         allow_cleartext: bool,
         log_level: String,
         log_format: LogFormat,
-        claude_binary: PathBuf,
-        claude_extra_args: Vec<String>,
-        claude_mcp: McpMode,
-        claude_mcp_url: String,
-        codex_binary: PathBuf,
-        codex_extra_args: Vec<String>,
-        codex_mcp_url: String,
     }
     merged {
         /// `[listen]`'s plain keys (`config::keys`).
         listen: super::keys::ListenLayer,
+        /// `[listen.claude]` and `[listen.codex]`.
+        claude: super::keys::ClaudeLayer,
+        codex: super::keys::CodexLayer,
         /// `[listen.policy]`, key by key: a profile's table over the top level's.
         policy: crate::core::policy::PolicyLayer,
     }

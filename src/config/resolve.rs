@@ -96,8 +96,14 @@ fn resolve_layers(
     let allow_cleartext = merged.allow_cleartext.unwrap_or(false);
     no_cleartext(&api_base, "api_base", allow_cleartext)?;
     for (url, key) in [
-        (&merged.claude_mcp_url, "listen.claude.mcp_url"),
-        (&merged.codex_mcp_url, "listen.codex.mcp_url"),
+        (
+            merged.claude.as_ref().and_then(|c| c.mcp_url.as_ref()),
+            "listen.claude.mcp_url",
+        ),
+        (
+            merged.codex.as_ref().and_then(|c| c.mcp_url.as_ref()),
+            "listen.codex.mcp_url",
+        ),
     ] {
         if let Some(url) = url {
             no_cleartext(url, key, allow_cleartext)?;
@@ -253,6 +259,8 @@ pub fn state_dir(
 /// `[listen]` with its defaults, every duration inside its bounds.
 fn listen_settings(mut m: Layer, scale: TestTimeScale) -> Result<ListenSettings, ConfigError> {
     let l = m.listen.take().unwrap_or_default();
+    let claude = m.claude.take().unwrap_or_default();
+    let codex = m.codex.take().unwrap_or_default();
     let factor = scale.factor();
     let bounded = |v: Option<Sourced<std::time::Duration>>, rule: &DurationRule| match v {
         None => Ok(rule.default),
@@ -295,15 +303,15 @@ fn listen_settings(mut m: Layer, scale: TestTimeScale) -> Result<ListenSettings,
         max_concurrent_runs: l.max_concurrent_runs,
         min_available_memory: l.min_available_memory,
         claude: ClaudeSettings {
-            binary: m.claude_binary,
-            extra_args: m.claude_extra_args.unwrap_or_default(),
-            mcp: m.claude_mcp.unwrap_or(McpMode::Listener),
-            mcp_url: m.claude_mcp_url,
+            binary: claude.binary,
+            extra_args: claude.extra_args.unwrap_or_default(),
+            mcp: claude.mcp.unwrap_or(McpMode::Listener),
+            mcp_url: claude.mcp_url,
         },
         codex: CodexSettings {
-            binary: m.codex_binary,
-            extra_args: m.codex_extra_args.unwrap_or_default(),
-            mcp_url: m.codex_mcp_url,
+            binary: codex.binary,
+            extra_args: codex.extra_args.unwrap_or_default(),
+            mcp_url: codex.mcp_url,
         },
     })
 }
