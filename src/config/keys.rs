@@ -118,3 +118,51 @@ keyed_table! {
     }
     tables {}
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The lines of the example config's section `[table]` (`""`: the top level, before the
+    /// first header).
+    fn section<'a>(example: &'a str, table: &str) -> Vec<&'a str> {
+        let mut current = String::new();
+        let mut out = Vec::new();
+        for line in example.lines() {
+            if let Some(header) = line.strip_prefix('[') {
+                current = header.trim_end().trim_end_matches(']').to_string();
+            } else if current == table {
+                out.push(line);
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn the_example_config_documents_every_key_in_its_own_table() {
+        let example = include_str!("../../config/agentchat.example.toml");
+        let subtables = ["listen", "profiles", "claude", "codex", "policy"];
+        for (table, keys) in [
+            ("", super::super::hint::TOP_KEYS),
+            ("listen", LISTEN_KEYS),
+            ("listen.claude", CLAUDE_KEYS),
+            ("listen.codex", CODEX_KEYS),
+        ] {
+            let lines = section(example, table);
+            for key in keys.iter().filter(|k| !subtables.contains(k)) {
+                let set = |l: &&str| {
+                    let l = l.trim_start_matches('#').trim_start();
+                    l.strip_prefix(*key)
+                        .is_some_and(|rest| rest.trim_start().starts_with('='))
+                };
+                assert!(
+                    lines.iter().any(set),
+                    "config/agentchat.example.toml does not show `{key}` under [{table}]"
+                );
+            }
+        }
+        for header in ["[listen]", "[listen.claude]", "[listen.codex]"] {
+            assert!(example.lines().any(|l| l == header), "{header}");
+        }
+    }
+}

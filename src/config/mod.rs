@@ -6,6 +6,9 @@
 //!   shared by the file, the environment and the flags.
 //! - `file`: the config file's shape as serde types, with errors that name the key path.
 //! - `env`: the process environment without panics, and the environment's layer.
+//! - `keys`: each `[listen]`, `[listen.claude]` and `[listen.codex]` key defined once (its
+//!   shape, its "did you mean" name, its layer field and rule).
+//! - `hint`: "did you mean" for an unknown key, and the name of a key set twice.
 //! - `layer`: what one source sets, and how sources stack.
 //! - `resolve`: the profile, the merge, defaults and bounds, `advice`.
 //! - `load`: the reads: the config file (capped, counted) and the key file.
