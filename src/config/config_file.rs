@@ -8,8 +8,8 @@ use std::path::{Path, PathBuf};
 
 /// The config file as one read found it (or found none), and the environment it was read under.
 /// Every question is answered from this one read: `listen --all` and its `SIGHUP` ask it for
-/// every profile, `status --all` for its rows.
-#[derive(Debug)]
+/// every profile, `status --all` for its rows. Deliberately not `Debug`: the environment and the
+/// file may hold the key.
 pub struct ConfigFile {
     args: ConfigArgs,
     env: HashMap<String, String>,
