@@ -323,7 +323,7 @@ pub fn run_complete_profiles(args: CompleteProfilesArgs) -> anyhow::Result<i32> 
         ..crate::config::ConfigArgs::default()
     };
     let mut out = std::io::stdout().lock();
-    for name in crate::status::configured_profiles(&config)? {
+    for name in crate::config::ConfigFile::read(&config)?.profile_names() {
         writeln!(out, "{name}")?;
     }
     out.flush()?;

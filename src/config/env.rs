@@ -3,6 +3,7 @@
 //! UTF-8, even one that has nothing to do with us (`FOO=$'a\xffb'`), so every command reads the
 //! environment here instead.
 
+use super::keys::ListenLayer;
 use super::layer::Layer;
 use super::{ConfigError, DOORBELL_REMOVAL_DATE, IntegrationSwitch, value};
 use std::collections::HashMap;
@@ -93,11 +94,14 @@ pub(super) fn layer(env: &HashMap<String, String>) -> Result<Layer, ConfigError>
     }
     Ok(Layer {
         api_base: parse(env, "AGENTCHAT_API_BASE", value::api_base)?,
-        runtime: parse(env, "AGENTCHAT_RUNTIME", value::choice)?,
         log_level: parse(env, "AGENTCHAT_LOG", value::log_filter)?,
         log_format: parse(env, "AGENTCHAT_LOG_FORMAT", value::choice)?,
-        metrics_addr: parse(env, "AGENTCHAT_METRICS_ADDR", value::socket_addr)?,
         allow_cleartext: parse(env, ALLOW_CLEARTEXT, value::switch)?,
+        listen: Some(ListenLayer {
+            runtime: parse(env, "AGENTCHAT_RUNTIME", value::choice)?,
+            metrics_addr: parse(env, "AGENTCHAT_METRICS_ADDR", value::socket_addr)?,
+            ..ListenLayer::default()
+        }),
         ..Layer::default()
     })
 }

@@ -5,6 +5,7 @@
 //! a key pasted into the wrong field must not reach a log) and a bad value says what would do.
 //! Paths are made absolute against the file's folder last.
 
+use super::keys::{ClaudeLayer, CodexLayer, ListenLayer, ListenTable};
 use super::layer::{Layer, Sourced};
 use super::{ConfigError, DEFAULT_PROFILE, LogFormat, McpMode, RuntimeKind, value};
 use secrecy::SecretString;
@@ -15,10 +16,9 @@ use std::marker::PhantomData;
 use std::path::Path;
 use std::time::Duration;
 
-/// The file's layer for `profile`: `[profiles.<profile>]` over the top level. Every profile
-/// table is checked, so a typo in a profile not in use is still reported. A profile other than
-/// `default` must have its table: a typo must not start a second listener for the same agent.
-pub(super) fn layer(
+/// [`layer_of_table`] from the file's text, for the tests.
+#[cfg(test)]
+fn layer(
     path: &Path,
     text: &str,
     profile: &str,
@@ -27,9 +27,10 @@ pub(super) fn layer(
     layer_of_table(path, parse_toml(path, text)?, profile, env)
 }
 
-/// [`layer`] for a file already read as TOML (`parse_toml`): `listen --all` reads the file once
-/// and hands each profile a table holding the top level and that profile's own table only, so
-/// another profile's mistake is never this one's (`config::load_all`).
+/// The file's layer for `profile` from its TOML (`parse_toml`): `[profiles.<profile>]` over the
+/// top level. Every profile table is checked, so a typo in a profile not in use is still
+/// reported. A profile other than `default` must have its table: a typo must not start a second
+/// listener for the same agent.
 pub(super) fn layer_of_table(
     path: &Path,
     table: toml::Table,
@@ -59,6 +60,30 @@ pub(super) fn layer_of_table(
     };
     let chosen = Paths { base, env }.layer(table.1.0, &format!("profiles.{profile}."))?;
     Ok(chosen.over(top))
+}
+
+/// The layer of one profile of `listen --all` (`config::ConfigFile::all`): `own`, the profile's
+/// name and its own table, over `top`, the top level without `profiles`. No other profile's
+/// table is read, so another profile's mistake is never this one's; this one's are named by
+/// their full path (`profiles.<name>.listen.max_delay`).
+pub(super) fn layer_of_profile(
+    path: &Path,
+    top: toml::Table,
+    own: Option<(&str, toml::Value)>,
+    env: &HashMap<String, String>,
+) -> Result<Layer, ConfigError> {
+    let paths = Paths {
+        base: path.parent(),
+        env,
+    };
+    let top: SettingsTable<NoProfiles> = shape_as(toml::Value::Table(top), "")?;
+    let top = paths.layer(top, "")?;
+    let Some((name, own)) = own else {
+        return Ok(top);
+    };
+    let prefix = format!("profiles.{name}.");
+    let own: Table<ProfileTable> = shape_as(own, &prefix)?;
+    Ok(paths.layer(own.0, &prefix)?.over(top))
 }
 
 /// The text as the file's tables: TOML syntax first (the line and column, never the line's
@@ -94,8 +119,18 @@ pub(super) fn parse_toml(path: &Path, text: &str) -> Result<toml::Table, ConfigE
 
 /// The TOML as the file's tables, every error naming its key path.
 fn shape(table: toml::Table) -> Result<FileTable, ConfigError> {
-    serde_path_to_error::deserialize(toml::Value::Table(table)).map_err(|e| {
-        let key = e.path().to_string();
+    shape_as(toml::Value::Table(table), "")
+}
+
+/// A TOML value found at `prefix` (`""`, or `profiles.<name>.`) as `T`, every error naming its
+/// full key path.
+fn shape_as<T: de::DeserializeOwned>(v: toml::Value, prefix: &str) -> Result<T, ConfigError> {
+    serde_path_to_error::deserialize(v).map_err(|e| {
+        let key = match e.path().to_string() {
+            // The value itself (a profile's table that is not a table): its own path.
+            at if at == "." && !prefix.is_empty() => prefix.trim_end_matches('.').to_string(),
+            at => format!("{prefix}{at}"),
+        };
         let message = e.inner().message().trim().to_string();
         // serde's `deny_unknown_fields` error: "unknown field `x`, expected one of ...".
         if message.starts_with("unknown field `") {
@@ -156,57 +191,13 @@ impl<'de> Deserialize<'de> for NoProfiles {
     }
 }
 
-#[derive(serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ListenTable {
-    runtime: Option<Value<RuntimeKind>>,
-    command: Option<Value<Vec<String>>>,
-    workdir: Option<Value<String>>,
-    run_timeout: Option<Value<Duration>>,
-    kill_grace: Option<Value<Duration>>,
-    quiet_window: Option<Value<Duration>>,
-    max_delay: Option<Value<Duration>>,
-    idle_timeout: Option<Value<Duration>>,
-    script_gets_key: Option<Value<bool>>,
-    identity_block: Option<Value<bool>>,
-    env_pass: Option<Value<Vec<String>>>,
-    tools: Option<Value<Vec<String>>>,
-    run_logs_keep: Option<Value<RunLogsKeep>>,
-    run_log_max_bytes: Option<Value<RunLogMaxBytes>>,
-    metrics_addr: Option<Value<String>>,
-    metrics_public: Option<Value<bool>>,
-    max_concurrent_runs: Option<Value<MaxConcurrentRuns>>,
-    min_available_memory: Option<Value<String>>,
-    claude: Option<Table<ClaudeTable>>,
-    codex: Option<Table<CodexTable>>,
-    /// `[listen.policy]`: read by `core::policy`'s own shape, which names its keys' paths.
-    policy: Option<Table<toml::Table>>,
-}
-
-#[derive(serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ClaudeTable {
-    binary: Option<Value<String>>,
-    extra_args: Option<Value<Vec<String>>>,
-    mcp: Option<Value<McpMode>>,
-    mcp_url: Option<Value<ApiBase>>,
-}
-
-#[derive(serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-struct CodexTable {
-    binary: Option<Value<String>>,
-    extra_args: Option<Value<Vec<String>>>,
-    mcp_url: Option<Value<ApiBase>>,
-}
-
 // ---------------------------------------------------------------------------------------------
 // From the tables to a layer: paths resolved, every key named by its full path
 // ---------------------------------------------------------------------------------------------
 
 /// What relative paths and `~` resolve against.
 #[derive(Clone, Copy)]
-struct Paths<'a> {
+pub(super) struct Paths<'a> {
     base: Option<&'a Path>,
     env: &'a HashMap<String, String>,
 }
@@ -219,7 +210,7 @@ impl Paths<'_> {
             api_base: t.api_base.map(|v| v.0.0),
             api_key_file: t
                 .api_key_file
-                .map(|v| self.path(&v.0, &key("api_key_file")))
+                .map(|v| self.path(v.0, &key("api_key_file")))
                 .transpose()?,
             api_key: t.api_key.map(|v| v.0.0),
             allow_cleartext: t.allow_cleartext.map(|v| v.0),
@@ -233,56 +224,14 @@ impl Paths<'_> {
         Ok(layer)
     }
 
-    fn listen(self, t: ListenTable, prefix: &str, layer: &mut Layer) -> Result<(), ConfigError> {
+    fn listen(
+        self,
+        mut t: ListenTable,
+        prefix: &str,
+        layer: &mut Layer,
+    ) -> Result<(), ConfigError> {
         let key = |name: &str| format!("{prefix}{name}");
-        let duration = |v: Option<Value<Duration>>, name: &str| {
-            v.map(|v| Sourced {
-                value: v.0,
-                key: key(name),
-            })
-        };
-        layer.runtime = t.runtime.map(|v| v.0);
-        layer.command = t
-            .command
-            .map(|v| self.command(v.0, &key("command")))
-            .transpose()?;
-        layer.workdir = t
-            .workdir
-            .map(|v| self.path(&v.0, &key("workdir")))
-            .transpose()?;
-        layer.run_timeout = duration(t.run_timeout, "run_timeout");
-        layer.kill_grace = duration(t.kill_grace, "kill_grace");
-        layer.quiet_window = duration(t.quiet_window, "quiet_window");
-        layer.max_delay = duration(t.max_delay, "max_delay");
-        layer.idle_timeout = duration(t.idle_timeout, "idle_timeout");
-        layer.script_gets_key = t.script_gets_key.map(|v| v.0);
-        layer.identity_block = t.identity_block.map(|v| v.0);
-        if let Some(v) = &t.env_pass
-            && let Some(problem) =
-                v.0.iter()
-                    .find_map(|p| crate::core::run_env::pattern_problem(p))
-        {
-            return Err(bad(&key("env_pass"), problem));
-        }
-        layer.env_pass = t.env_pass.map(|v| v.0);
-        layer.tools = t.tools.map(|v| v.0);
-        layer.run_logs_keep = t.run_logs_keep.map(|v| v.0.0);
-        layer.run_log_max_bytes = t.run_log_max_bytes.map(|v| v.0.0);
-        layer.metrics_addr = t
-            .metrics_addr
-            .map(|v| {
-                value::socket_addr(&v.0).map_err(|problem| ConfigError::BadValue {
-                    key: key("metrics_addr"),
-                    problem,
-                })
-            })
-            .transpose()?;
-        layer.metrics_public = t.metrics_public.map(|v| v.0);
-        layer.max_concurrent_runs = t.max_concurrent_runs.map(|v| v.0.0);
-        layer.min_available_memory = t
-            .min_available_memory
-            .map(|v| value::byte_size(&v.0).map_err(|p| bad(&key("min_available_memory"), p)))
-            .transpose()?;
+        layer.listen = Some(ListenLayer::take(&mut t, self, prefix)?);
         if let Some(p) = t.policy {
             let prefix = key("policy");
             layer.policy = Some(
@@ -294,44 +243,74 @@ impl Paths<'_> {
                 })?,
             );
         }
-        if let Some(c) = t.claude {
-            let c = c.0;
-            layer.claude_binary = c
-                .binary
-                .map(|v| self.program(&v.0, &key("claude.binary")))
-                .transpose()?;
-            layer.claude_extra_args = c.extra_args.map(|v| v.0);
-            layer.claude_mcp = c.mcp.map(|v| v.0);
-            layer.claude_mcp_url = c.mcp_url.map(|v| v.0.0);
+        if let Some(mut c) = t.claude {
+            layer.claude = Some(ClaudeLayer::take(&mut c.0, self, &key("claude."))?);
         }
-        if let Some(c) = t.codex {
-            let c = c.0;
-            layer.codex_binary = c
-                .binary
-                .map(|v| self.program(&v.0, &key("codex.binary")))
-                .transpose()?;
-            layer.codex_extra_args = c.extra_args.map(|v| v.0);
-            layer.codex_mcp_url = c.mcp_url.map(|v| v.0.0);
+        if let Some(mut c) = t.codex {
+            layer.codex = Some(CodexLayer::take(&mut c.0, self, &key("codex."))?);
         }
         Ok(())
     }
 
-    fn path(self, raw: &str, key: &str) -> Result<std::path::PathBuf, ConfigError> {
-        value::path(raw, self.base, self.env).map_err(|p| bad(key, p))
+    /// The rules of `config::keys`: each takes the file's value and the key's full path.
+    pub(super) fn plain<T: Into<U>, U>(self, v: T, _key: &str) -> Result<U, ConfigError> {
+        Ok(v.into())
     }
 
-    fn program(self, raw: &str, key: &str) -> Result<std::path::PathBuf, ConfigError> {
-        value::program(raw, self.base, self.env).map_err(|p| bad(key, p))
+    /// A value kept with its key, for the bounds checked after the merge.
+    pub(super) fn sourced<T>(self, value: T, key: &str) -> Result<Sourced<T>, ConfigError> {
+        Ok(Sourced {
+            value,
+            key: key.to_string(),
+        })
+    }
+
+    pub(super) fn path(self, raw: String, key: &str) -> Result<std::path::PathBuf, ConfigError> {
+        value::path(&raw, self.base, self.env).map_err(|p| bad(key, p))
+    }
+
+    /// `env_pass`: each item a `NAME` or `PREFIX_*` pattern (`core::run_env`).
+    pub(super) fn env_pass(self, v: Vec<String>, key: &str) -> Result<Vec<String>, ConfigError> {
+        match v
+            .iter()
+            .find_map(|p| crate::core::run_env::pattern_problem(p))
+        {
+            Some(problem) => Err(bad(key, problem)),
+            None => Ok(v),
+        }
+    }
+
+    pub(super) fn socket_addr(
+        self,
+        v: String,
+        key: &str,
+    ) -> Result<std::net::SocketAddr, ConfigError> {
+        value::socket_addr(&v).map_err(|p| bad(key, p))
+    }
+
+    pub(super) fn byte_size(self, v: String, key: &str) -> Result<u64, ConfigError> {
+        value::byte_size(&v).map_err(|p| bad(key, p))
+    }
+
+    pub(super) fn program(self, raw: String, key: &str) -> Result<std::path::PathBuf, ConfigError> {
+        value::program(&raw, self.base, self.env).map_err(|p| bad(key, p))
     }
 
     /// `command`'s program is found like `binary`: bare names on PATH at run time, paths made
     /// absolute against the config file's folder; its arguments stay as written.
-    fn command(self, mut argv: Vec<String>, key: &str) -> Result<Vec<String>, ConfigError> {
+    pub(super) fn command(
+        self,
+        mut argv: Vec<String>,
+        key: &str,
+    ) -> Result<Vec<String>, ConfigError> {
         if let Some(first) = argv.first_mut() {
             if first.trim().is_empty() {
                 return Err(bad(key, "the program (first item) must not be empty"));
             }
-            *first = self.program(first, key)?.to_string_lossy().into_owned();
+            *first = self
+                .program(std::mem::take(first), key)?
+                .to_string_lossy()
+                .into_owned();
         }
         Ok(argv)
     }
@@ -351,11 +330,11 @@ fn bad(key: &str, problem: impl Into<String>) -> ConfigError {
 /// A value read as any TOML value, then converted by its [`FromToml`] rule. serde's own type
 /// errors quote the value (`invalid type: string "ac_...", expected ...`); this names only the
 /// TOML type it found.
-struct Value<T>(T);
+pub(super) struct Value<T>(pub(super) T);
 
 /// How a value is taken from TOML: the problem is a sentence without the value's text (unless
 /// the value cannot be secret).
-trait FromToml: Sized {
+pub(super) trait FromToml: Sized {
     fn from_toml(v: &toml::Value) -> Result<Self, String>;
 }
 
@@ -433,7 +412,13 @@ impl FromToml for McpMode {
 }
 
 /// `api_base` and the MCP URLs.
-struct ApiBase(String);
+pub(super) struct ApiBase(String);
+
+impl From<ApiBase> for String {
+    fn from(v: ApiBase) -> String {
+        v.0
+    }
+}
 
 impl FromToml for ApiBase {
     fn from_toml(v: &toml::Value) -> Result<Self, String> {
@@ -464,7 +449,13 @@ impl FromToml for Secret {
 }
 
 /// `run_logs_keep`: a whole number in `value::run_logs_keep`'s range.
-struct RunLogsKeep(usize);
+pub(super) struct RunLogsKeep(usize);
+
+impl From<RunLogsKeep> for usize {
+    fn from(v: RunLogsKeep) -> usize {
+        v.0
+    }
+}
 
 impl FromToml for RunLogsKeep {
     fn from_toml(v: &toml::Value) -> Result<Self, String> {
@@ -476,10 +467,22 @@ impl FromToml for RunLogsKeep {
 }
 
 /// `run_log_max_bytes`: a whole number in `value::run_log_max_bytes`'s range.
-struct RunLogMaxBytes(u64);
+pub(super) struct RunLogMaxBytes(u64);
+
+impl From<RunLogMaxBytes> for u64 {
+    fn from(v: RunLogMaxBytes) -> u64 {
+        v.0
+    }
+}
 
 /// `listen.max_concurrent_runs`: a whole number of runs, at least 1.
-struct MaxConcurrentRuns(usize);
+pub(super) struct MaxConcurrentRuns(usize);
+
+impl From<MaxConcurrentRuns> for usize {
+    fn from(v: MaxConcurrentRuns) -> usize {
+        v.0
+    }
+}
 
 impl FromToml for MaxConcurrentRuns {
     fn from_toml(v: &toml::Value) -> Result<Self, String> {
@@ -506,7 +509,7 @@ impl FromToml for RunLogMaxBytes {
 /// A TOML table deserialized as `T`. serde's own error for a non-table quotes the value; this
 /// one names its type. The table's own map is handed on, so `serde_path_to_error` still tracks
 /// the keys inside it.
-struct Table<T>(T);
+pub(super) struct Table<T>(pub(super) T);
 
 impl<'de, T: Deserialize<'de>> Deserialize<'de> for Table<T> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
@@ -571,9 +574,12 @@ mod tests {
     fn the_key_lists_for_did_you_mean_are_the_shapes_own() {
         for (toml, keys) in [
             ("bogus = 1", hint::TOP_KEYS),
-            ("[listen]\nbogus = 1", hint::LISTEN_KEYS),
-            ("[listen.claude]\nbogus = 1", hint::CLAUDE_KEYS),
-            ("[listen.codex]\nbogus = 1", hint::CODEX_KEYS),
+            ("[listen]\nbogus = 1", crate::config::keys::LISTEN_KEYS),
+            (
+                "[listen.claude]\nbogus = 1",
+                crate::config::keys::CLAUDE_KEYS,
+            ),
+            ("[listen.codex]\nbogus = 1", crate::config::keys::CODEX_KEYS),
         ] {
             assert_eq!(serde_keys(toml), keys, "{toml}");
         }

@@ -1,8 +1,9 @@
 //! Hints in config errors: "did you mean" for an unknown key, and the name of a key or table
 //! set twice. Wording only; the file's shape is in `file`.
 
-/// The keys of each table, as the file's shape below defines them (a unit test checks these
-/// lists against serde's own), for "did you mean" on an unknown key.
+/// The keys of each table, as the file's shape defines them (a unit test checks these lists
+/// against serde's own), for "did you mean" on an unknown key; `[listen]`'s and its CLIs' come
+/// from their one list of keys (`config::keys`).
 pub(super) const TOP_KEYS: &[&str] = &[
     "api_base",
     "api_key_file",
@@ -13,31 +14,6 @@ pub(super) const TOP_KEYS: &[&str] = &[
     "listen",
     "profiles",
 ];
-pub(super) const LISTEN_KEYS: &[&str] = &[
-    "runtime",
-    "command",
-    "workdir",
-    "run_timeout",
-    "kill_grace",
-    "quiet_window",
-    "max_delay",
-    "idle_timeout",
-    "script_gets_key",
-    "identity_block",
-    "env_pass",
-    "tools",
-    "run_logs_keep",
-    "run_log_max_bytes",
-    "metrics_addr",
-    "metrics_public",
-    "max_concurrent_runs",
-    "min_available_memory",
-    "claude",
-    "codex",
-    "policy",
-];
-pub(super) const CLAUDE_KEYS: &[&str] = &["binary", "extra_args", "mcp", "mcp_url"];
-pub(super) const CODEX_KEYS: &[&str] = &["binary", "extra_args", "mcp_url"];
 
 /// `; did you mean `x`?` for an unknown key's path (`profiles.work.listen.qiet_window`), or
 /// nothing: the closest key of the same table within a few edits, else the same name in another
@@ -53,9 +29,9 @@ pub(super) fn did_you_mean(path: &str) -> String {
     let (table, name) = rest.rsplit_once('.').unwrap_or(("", rest));
     let tables: [(&str, &[&str]); 4] = [
         ("", TOP_KEYS),
-        ("listen", LISTEN_KEYS),
-        ("listen.claude", CLAUDE_KEYS),
-        ("listen.codex", CODEX_KEYS),
+        ("listen", super::keys::LISTEN_KEYS),
+        ("listen.claude", super::keys::CLAUDE_KEYS),
+        ("listen.codex", super::keys::CODEX_KEYS),
     ];
     let joined = |t: &str, k: &str| {
         if t.is_empty() {

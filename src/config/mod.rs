@@ -6,27 +6,33 @@
 //!   shared by the file, the environment and the flags.
 //! - `file`: the config file's shape as serde types, with errors that name the key path.
 //! - `env`: the process environment without panics, and the environment's layer.
+//! - `keys`: each `[listen]`, `[listen.claude]` and `[listen.codex]` key defined once (its
+//!   shape, its "did you mean" name, its layer field and rule).
+//! - `hint`: "did you mean" for an unknown key, and the name of a key set twice.
 //! - `layer`: what one source sets, and how sources stack.
 //! - `resolve`: the profile, the merge, defaults and bounds, `advice`.
-//! - `load`: the files (config, key) and the process environment, then `resolve`.
+//! - `load`: the reads: the config file (capped, counted) and the key file.
+//! - `config_file`: [`ConfigFile`], the config file read once, answering every command: the
+//!   profiles it names, which ones `listen --all` runs, a profile's settings, the top level.
 
+mod config_file;
 mod env;
 mod file;
 mod hint;
+mod keys;
 mod layer;
 mod load;
 mod resolve;
 pub mod value;
 
+pub use config_file::{ConfigFile, KeyFile, ProfileSet, Source};
 pub use env::{
     ALLOW_CLEARTEXT, TEST_TIME_SCALE, VARIABLES, integration_switch, process_env, read_process_env,
 };
-pub use load::{
-    ProfileSet, Source, all_runs_default, config_file_path, file_reads, load, load_all,
-    load_one_of_all, load_top_of_all, load_unkeyed, load_with_env, read_key_file, runs_default,
-};
+pub use load::{config_file_path, file_reads, read_key_file};
 pub use resolve::{
     absolute_paths, advice, check_profile_name, default_state_base, profile_name, resolve,
+    state_dir,
 };
 
 use secrecy::SecretString;

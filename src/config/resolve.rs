@@ -3,6 +3,7 @@
 //! bounds depend on `api_base`, through the test time scale). Pure: the environment is a map
 //! and the file's text is given.
 
+use super::keys::ListenLayer;
 use super::layer::{Layer, Sourced};
 use super::value::{self, DurationRule};
 use super::{
@@ -24,10 +25,31 @@ pub fn resolve(
     env: &HashMap<String, String>,
     file: Option<(&Path, &str)>,
 ) -> Result<Settings, ConfigError> {
+    let file = match file {
+        Some((path, text)) => {
+            // The profile's name is checked before the text, as it always was.
+            profile_name(args, env)?;
+            Some((path, file::parse_toml(path, text)?))
+        }
+        None => None,
+    };
+    resolve_table(args, env, file)
+}
+
+/// [`resolve`] for a file already read as TOML ([`super::ConfigFile`]): the same checks in
+/// the same order, the profile's name first.
+pub(super) fn resolve_table(
+    args: &ConfigArgs,
+    env: &HashMap<String, String>,
+    file: Option<(&Path, toml::Table)>,
+) -> Result<Settings, ConfigError> {
     let profile = profile_name(args, env)?;
-    let file_layer = match file {
-        Some((path, text)) => file::layer(path, text, &profile, env)?,
-        None if profile == DEFAULT_PROFILE => Layer::default(),
+    let (path, file_layer) = match file {
+        Some((path, table)) => (
+            Some(path),
+            file::layer_of_table(path, table, &profile, env)?,
+        ),
+        None if profile == DEFAULT_PROFILE => (None, Layer::default()),
         None => {
             return Err(ConfigError::UnknownProfile {
                 name: profile,
@@ -36,19 +58,20 @@ pub fn resolve(
             });
         }
     };
-    resolve_layers(args, env, profile, file.map(|(p, _)| p), file_layer)
+    resolve_layers(args, env, profile, path, file_layer)
 }
 
-/// [`resolve`] for one profile of `listen --all`: the file already read as TOML and cut down to
-/// the top level and `profile`'s own table (`config::load_all`).
+/// [`resolve`] for one profile of `listen --all` ([`super::ConfigFile::all`]): the file's top
+/// level (without `profiles`) and `own`, the profile's own table (`None` for `default`).
 pub(super) fn resolve_one_of_all(
     args: &ConfigArgs,
     env: &HashMap<String, String>,
     path: &Path,
-    table: toml::Table,
+    top: toml::Table,
+    own: Option<toml::Value>,
     profile: &str,
 ) -> Result<Settings, ConfigError> {
-    let file_layer = file::layer_of_table(path, table, profile, env)?;
+    let file_layer = file::layer_of_profile(path, top, own.map(|t| (profile, t)), env)?;
     resolve_layers(args, env, profile.to_string(), Some(path), file_layer)
 }
 
@@ -73,8 +96,14 @@ fn resolve_layers(
     let allow_cleartext = merged.allow_cleartext.unwrap_or(false);
     no_cleartext(&api_base, "api_base", allow_cleartext)?;
     for (url, key) in [
-        (&merged.claude_mcp_url, "listen.claude.mcp_url"),
-        (&merged.codex_mcp_url, "listen.codex.mcp_url"),
+        (
+            merged.claude.as_ref().and_then(|c| c.mcp_url.as_ref()),
+            "listen.claude.mcp_url",
+        ),
+        (
+            merged.codex.as_ref().and_then(|c| c.mcp_url.as_ref()),
+            "listen.codex.mcp_url",
+        ),
     ] {
         if let Some(url) = url {
             no_cleartext(url, key, allow_cleartext)?;
@@ -164,8 +193,11 @@ fn flag_layer(args: &ConfigArgs) -> Result<Layer, ConfigError> {
         .transpose()?;
     Ok(Layer {
         api_base,
-        runtime: args.runtime,
-        metrics_addr,
+        listen: Some(ListenLayer {
+            runtime: args.runtime,
+            metrics_addr,
+            ..ListenLayer::default()
+        }),
         ..Layer::default()
     })
 }
@@ -200,8 +232,10 @@ fn key(env: &HashMap<String, String>, merged: &mut Layer) -> (Option<SecretStrin
     }
 }
 
-/// `--state-dir`, else `AGENTCHAT_STATE_DIR`, else the platform's state dir plus the profile.
-fn state_dir(
+/// `--state-dir`, else `AGENTCHAT_STATE_DIR`, else the platform's state dir plus the profile:
+/// the one precedence, for the settings and for `setup`, which needs the state dir before any
+/// config file exists. The file never names the state dir.
+pub fn state_dir(
     args: &ConfigArgs,
     env: &HashMap<String, String>,
     profile: &str,
@@ -223,7 +257,10 @@ fn state_dir(
 }
 
 /// `[listen]` with its defaults, every duration inside its bounds.
-fn listen_settings(m: Layer, scale: TestTimeScale) -> Result<ListenSettings, ConfigError> {
+fn listen_settings(mut m: Layer, scale: TestTimeScale) -> Result<ListenSettings, ConfigError> {
+    let l = m.listen.take().unwrap_or_default();
+    let claude = m.claude.take().unwrap_or_default();
+    let codex = m.codex.take().unwrap_or_default();
     let factor = scale.factor();
     let bounded = |v: Option<Sourced<std::time::Duration>>, rule: &DurationRule| match v {
         None => Ok(rule.default),
@@ -231,9 +268,9 @@ fn listen_settings(m: Layer, scale: TestTimeScale) -> Result<ListenSettings, Con
             .check(value, factor)
             .map_err(|problem| ConfigError::BadValue { key, problem }),
     };
-    if let Some(addr) = m.metrics_addr
+    if let Some(addr) = l.metrics_addr
         && !addr.ip().is_loopback()
-        && !m.metrics_public.unwrap_or(false)
+        && !l.metrics_public.unwrap_or(false)
     {
         return Err(ConfigError::BadValue {
             key: "listen.metrics_addr".into(),
@@ -244,37 +281,37 @@ fn listen_settings(m: Layer, scale: TestTimeScale) -> Result<ListenSettings, Con
         });
     }
     Ok(ListenSettings {
-        runtime: m.runtime.unwrap_or(RuntimeKind::ClaudeCode),
-        command: m.command.unwrap_or_default(),
-        workdir: m.workdir,
-        run_timeout: bounded(m.run_timeout, &value::RUN_TIMEOUT)?,
-        kill_grace: bounded(m.kill_grace, &value::KILL_GRACE)?,
-        quiet_window: bounded(m.quiet_window, &value::QUIET_WINDOW)?,
-        max_delay: bounded(m.max_delay, &value::MAX_DELAY)?,
-        idle_timeout: bounded(m.idle_timeout, &value::IDLE_TIMEOUT)?,
-        script_gets_key: m.script_gets_key.unwrap_or(true),
-        identity_block: m.identity_block.unwrap_or(true),
-        env_pass: m.env_pass.unwrap_or_default(),
-        tools: m.tools.unwrap_or_default(),
+        runtime: l.runtime.unwrap_or(RuntimeKind::ClaudeCode),
+        command: l.command.unwrap_or_default(),
+        workdir: l.workdir,
+        run_timeout: bounded(l.run_timeout, &value::RUN_TIMEOUT)?,
+        kill_grace: bounded(l.kill_grace, &value::KILL_GRACE)?,
+        quiet_window: bounded(l.quiet_window, &value::QUIET_WINDOW)?,
+        max_delay: bounded(l.max_delay, &value::MAX_DELAY)?,
+        idle_timeout: bounded(l.idle_timeout, &value::IDLE_TIMEOUT)?,
+        script_gets_key: l.script_gets_key.unwrap_or(true),
+        identity_block: l.identity_block.unwrap_or(true),
+        env_pass: l.env_pass.unwrap_or_default(),
+        tools: l.tools.unwrap_or_default(),
         policy: m.policy.unwrap_or_default().resolve(),
-        run_logs_keep: m.run_logs_keep.unwrap_or(50),
-        run_log_max_bytes: m
+        run_logs_keep: l.run_logs_keep.unwrap_or(50),
+        run_log_max_bytes: l
             .run_log_max_bytes
             .unwrap_or(super::value::DEFAULT_RUN_LOG_MAX_BYTES),
-        metrics_addr: m.metrics_addr,
-        metrics_public: m.metrics_public.unwrap_or(false),
-        max_concurrent_runs: m.max_concurrent_runs,
-        min_available_memory: m.min_available_memory,
+        metrics_addr: l.metrics_addr,
+        metrics_public: l.metrics_public.unwrap_or(false),
+        max_concurrent_runs: l.max_concurrent_runs,
+        min_available_memory: l.min_available_memory,
         claude: ClaudeSettings {
-            binary: m.claude_binary,
-            extra_args: m.claude_extra_args.unwrap_or_default(),
-            mcp: m.claude_mcp.unwrap_or(McpMode::Listener),
-            mcp_url: m.claude_mcp_url,
+            binary: claude.binary,
+            extra_args: claude.extra_args.unwrap_or_default(),
+            mcp: claude.mcp.unwrap_or(McpMode::Listener),
+            mcp_url: claude.mcp_url,
         },
         codex: CodexSettings {
-            binary: m.codex_binary,
-            extra_args: m.codex_extra_args.unwrap_or_default(),
-            mcp_url: m.codex_mcp_url,
+            binary: codex.binary,
+            extra_args: codex.extra_args.unwrap_or_default(),
+            mcp_url: codex.mcp_url,
         },
     })
 }

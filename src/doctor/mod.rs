@@ -213,7 +213,8 @@ fn config_section(
     env: &HashMap<String, String>,
     report: &mut Report,
 ) -> Option<Settings> {
-    let loaded = config::load_unkeyed(&args.config);
+    let loaded = config::ConfigFile::read(&args.config)
+        .and_then(|file| file.settings(None, config::KeyFile::Named));
     let looked_for = config::config_file_path(&args.config, env).map(|(p, _)| p);
     report
         .checks

@@ -54,7 +54,7 @@ fn ask_first(runtime: RuntimeKind, yes: bool) -> anyhow::Result<bool> {
 /// Runs it and prints one line per stage; exit 0 when the run started and completed (and,
 /// for Claude Code and Codex, reached the tools), else 1.
 pub async fn run_command(config: &config::ConfigArgs, yes: bool) -> anyhow::Result<i32> {
-    let settings = config::load(config)?;
+    let settings = config::ConfigFile::read(config)?.settings(None, config::KeyFile::Read)?;
     let p = if settings.profile == config::DEFAULT_PROFILE {
         String::new()
     } else {

@@ -148,17 +148,18 @@ pub async fn run_command(args: ListenArgs) -> anyhow::Result<i32> {
 /// not choose a key or a state dir for all of them; `AGENTCHAT_PROFILE` is ignored.
 async fn run_all(args: ListenArgs, env: &HashMap<String, String>) -> anyhow::Result<i32> {
     // Logging first, from the top level (flags over the environment over the file's top level):
-    // one log for every profile, each line naming its profile.
+    // one log for every profile, each line naming its profile. The file is read once, here.
+    let file = crate::config::ConfigFile::read(&args.config);
     let (format, level, metrics_addr, scale, slots) =
-        match crate::config::load_top_of_all(&args.config) {
-            Ok(s) => (
+        match file.as_ref().ok().and_then(|f| f.top_of_all().ok()) {
+            Some(s) => (
                 s.log_format,
                 s.log_level.clone(),
                 s.listen.metrics_addr,
                 s.time_scale,
                 host::RunSlots::of(&s),
             ),
-            Err(_) => (
+            None => (
                 LogFormat::Text,
                 "info".to_string(),
                 None,
@@ -187,7 +188,7 @@ async fn run_all(args: ListenArgs, env: &HashMap<String, String>) -> anyhow::Res
     if shared("AGENTCHAT_PROFILE") {
         tracing::warn!(event = %"config_advice", "AGENTCHAT_PROFILE is ignored with --all: every profile of the config runs");
     }
-    let set = match crate::config::load_all(&args.config) {
+    let set = match file.and_then(|f| f.all()) {
         Ok(set) => set,
         Err(e) => return Ok(refuse_to_start(&e.into(), env)),
     };
@@ -245,7 +246,8 @@ fn prepare(
     secrecy::SecretString,
     state_dir::StateDir,
 )> {
-    let settings = crate::config::load(&args.config)?;
+    let settings = crate::config::ConfigFile::read(&args.config)?
+        .settings(None, crate::config::KeyFile::Read)?;
     crate::sys::tls::require_roots_for(&settings.api_base)?;
     let filter = args
         .log_filter()

@@ -60,11 +60,12 @@ struct Target {
 }
 
 fn load_target(args: &McpArgs) -> anyhow::Result<Target> {
-    let settings = config::load(&ConfigArgs {
+    let settings = config::ConfigFile::read(&ConfigArgs {
         config: args.config.clone(),
         profile: args.profile.clone(),
         ..Default::default()
-    })?;
+    })?
+    .settings(None, config::KeyFile::Read)?;
     let Some(key) = settings.api_key else {
         anyhow::bail!(
             "profile `{}` has no API key; run `agentchat setup --profile {}`",

@@ -180,7 +180,7 @@ pub fn render(kind: ServiceKind, spec: &HostSpec) -> String {
 }
 
 /// The host's spec for the config `config` (the `--config` flag): the install's facts as a
-/// profile's unit takes them, the profiles `listen --all` will run (`config::load_all`: every
+/// profile's unit takes them, the profiles `listen --all` will run (`config::ConfigFile::all`: every
 /// `[profiles.<name>]`, and `default` when the top level names a key of its own), and their
 /// largest run grace. Beside it, what would keep a profile from starting, one line each.
 pub(super) fn host_spec(config: Option<&Path>) -> anyhow::Result<(HostSpec, Vec<String>)> {
@@ -189,7 +189,7 @@ pub(super) fn host_spec(config: Option<&Path>) -> anyhow::Result<(HostSpec, Vec<
         config: base.config.clone(),
         ..Default::default()
     };
-    let set = crate::config::load_all(&args)?;
+    let set = crate::config::ConfigFile::read(&args)?.all()?;
     let mut problems = Vec::new();
     let mut grace = None;
     for (name, settings) in &set.profiles {

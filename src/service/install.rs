@@ -60,10 +60,12 @@ pub(super) fn check_unit_config(
         profile: Some(profile.to_string()),
         ..Default::default()
     };
-    let settings = crate::config::load_with_env(&args, &env).with_context(|| {
-        "the listener could not start with the config the service would use; fix it \
+    let settings = crate::config::ConfigFile::read_with_env(&args, env)
+        .and_then(|file| file.settings(None, crate::config::KeyFile::Read))
+        .with_context(|| {
+            "the listener could not start with the config the service would use; fix it \
          (`agentchat doctor` shows the same), then install again"
-    })?;
+        })?;
     Ok(
         (settings.key_source == crate::config::KeySource::Missing).then(|| {
             "the service will have no API key: the manager does not pass this shell's \
@@ -278,7 +280,7 @@ pub(super) fn install_all(kind: ServiceKind, config: Option<&Path>) -> anyhow::R
         config: config.map(Path::to_path_buf),
         ..Default::default()
     };
-    let profiles = crate::status::configured_profiles(&args)?;
+    let profiles = crate::config::ConfigFile::read(&args)?.profile_names();
     let target = target(kind)?;
     if let Some(what) = super::host::host_in_the_way(kind, &target) {
         // Said once, not once per profile.
@@ -318,7 +320,9 @@ pub(super) fn uninstall_all(kind: ServiceKind, config: Option<&Path>) -> anyhow:
         config: config.map(Path::to_path_buf),
         ..Default::default()
     };
-    let mut profiles = crate::status::configured_profiles(&args).unwrap_or_default();
+    let mut profiles = crate::config::ConfigFile::read(&args)
+        .map(|file| file.profile_names())
+        .unwrap_or_default();
     if let Ok(entries) = std::fs::read_dir(&target(kind)?.dir) {
         for e in entries.flatten() {
             let name = e.file_name().to_string_lossy().into_owned();

@@ -309,7 +309,8 @@ fn kill_grace_secs(profile: &str, config: Option<&Path>) -> u64 {
         profile: Some(profile.to_string()),
         ..Default::default()
     };
-    let grace = crate::config::load_unkeyed(&args)
+    let grace = crate::config::ConfigFile::read(&args)
+        .and_then(|file| file.settings(None, crate::config::KeyFile::Named))
         .map(|s| s.listen.kill_grace)
         .unwrap_or(crate::config::DEFAULT_KILL_GRACE);
     whole_secs(grace)

@@ -176,12 +176,7 @@ impl Place {
         let (path, explicit) = config::config_file_path(&args, &env)
             .ok_or_else(|| anyhow::anyhow!("no config dir: HOME is not set; give --config FILE"))?;
         let config_path = std::path::absolute(path)?;
-        let state_dir = match env.get("AGENTCHAT_STATE_DIR").filter(|v| !v.is_empty()) {
-            Some(d) => PathBuf::from(d),
-            None => config::default_state_base(&env)
-                .ok_or_else(|| anyhow::anyhow!("no state dir: HOME is not set"))?
-                .join(&profile),
-        };
+        let state_dir = config::state_dir(&args, &env, &profile)?;
         Ok(Place {
             profile,
             config_path,
@@ -233,8 +228,11 @@ fn current(place: &Place, config_text: Option<&str>, defined: bool) -> Current {
         profile: Some(place.profile.clone()),
         ..Default::default()
     };
-    let loaded = config_text
-        .and_then(|t| config::resolve(&args, &env, Some((place.config_path.as_path(), t))).ok());
+    let loaded = config_text.and_then(|t| {
+        config::ConfigFile::parse(&args, env.clone(), &place.config_path, t)
+            .and_then(|file| file.settings(None, config::KeyFile::Named))
+            .ok()
+    });
     let api_base = loaded
         .as_ref()
         .map(|s| s.api_base.clone())

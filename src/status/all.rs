@@ -3,41 +3,13 @@
 //! it (`service install --all --one-process`, src/service/host.rs).
 
 use super::{JSON_VERSION, Liveness, MachineZone, StatusArgs, assess, parse_time, relative};
-use crate::config::ConfigArgs;
+use crate::config::{ConfigFile, KeyFile};
 use crate::core::policy::{Offsets, Totals, held_line, today_line};
 use crate::core::status::{Held, UsageTotals};
 use crate::listen::state_dir::StateDir;
 use crate::sys::process::pid_alive;
 use serde_json::json;
 use std::time::SystemTime;
-
-/// The profiles a config file names: `default` (its top level) and every `[profiles.<name>]`.
-/// Without a config file, only `default`.
-pub fn configured_profiles(config: &ConfigArgs) -> anyhow::Result<Vec<String>> {
-    let env = crate::config::process_env();
-    let mut out = vec![crate::config::DEFAULT_PROFILE.to_string()];
-    let Some((path, named)) = crate::config::config_file_path(config, &env) else {
-        return Ok(out);
-    };
-    let text = match std::fs::read_to_string(&path) {
-        Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound && !named => return Ok(out),
-        Err(e) => anyhow::bail!("cannot read config file {}: {e}", path.display()),
-    };
-    // The whole file is checked (and its errors named) when each profile is loaded; here only the
-    // names are wanted.
-    let table: toml::Table = text
-        .parse()
-        .map_err(|_| anyhow::anyhow!("config file {} is not valid TOML", path.display()))?;
-    if let Some(profiles) = table.get("profiles").and_then(toml::Value::as_table) {
-        for name in profiles.keys() {
-            if !out.contains(name) {
-                out.push(name.clone());
-            }
-        }
-    }
-    Ok(out)
-}
 
 /// State dirs under the default state base whose lock a live process holds, with that pid: the
 /// listeners running for profiles the config does not (or no longer) name.
@@ -318,24 +290,22 @@ pub(super) fn run_all(args: &StatusArgs) -> anyhow::Result<i32> {
         );
     }
     let mut rows = Vec::new();
-    // `default` is listed as `listen --all` takes it (config::runs_default): not when the config's
-    // top level names no key of its own (a listener running for it anyway is found by its lock),
-    // and, without a config file, as the one profile there is (no one-process unit runs it).
-    let default_of_all = crate::config::all_runs_default(&args.config_args());
-    for profile in configured_profiles(&args.config_args())? {
+    // The one read of the config file; every row asks it.
+    let file = ConfigFile::read(&args.config_args())?;
+    // `default` is listed as `listen --all` takes it (`ConfigFile::runs_default`): not when the
+    // config's top level names no key of its own (a listener running for it anyway is found by
+    // its lock), and, without a config file, as the one profile there is (no one-process unit
+    // runs it).
+    let default_of_all = file.runs_default();
+    for profile in file.profile_names() {
         let hosted = profile != crate::config::DEFAULT_PROFILE || default_of_all == Some(true);
         if default_of_all == Some(false) && profile == crate::config::DEFAULT_PROFILE {
             continue;
         }
-        let one = ConfigArgs {
-            profile: Some(profile.clone()),
-            ..args.config_args()
-        };
-        match crate::config::load_unkeyed(&one) {
+        match file.settings(Some(&profile), KeyFile::Named) {
             Ok(settings) => rows.push(row_for(&profile, true, settings.state_dir, None, hosted)),
             Err(e) => {
-                let env = crate::config::process_env();
-                let dir = crate::config::default_state_base(&env)
+                let dir = crate::config::default_state_base(file.env())
                     .unwrap_or_default()
                     .join(&profile);
                 rows.push(row_for(&profile, true, dir, Some(e.to_string()), hosted));

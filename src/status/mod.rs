@@ -21,7 +21,7 @@ use serde_json::json;
 use std::time::SystemTime;
 
 mod all;
-pub use all::{Row, configured_profiles, render_rows};
+pub use all::{Row, render_rows};
 
 /// `status` reads the config only to find the profile's state dir, so it takes only the flags
 /// that choose it (not `--runtime`, `--api-base` or `--metrics-addr`, which it would ignore).
@@ -389,7 +389,8 @@ pub async fn run_command(args: StatusArgs) -> anyhow::Result<i32> {
     if args.all {
         return all::run_all(&args);
     }
-    let settings = crate::config::load_unkeyed(&args.config_args())?;
+    let settings = crate::config::ConfigFile::read(&args.config_args())?
+        .settings(None, crate::config::KeyFile::Named)?;
     let state = StateDir::at(&settings.state_dir);
     let file = state.path(STATUS_FILE);
     let status = state.read_status()?;

@@ -1,8 +1,8 @@
 //! Layered config: precedence, profiles, key sources, and errors that name their key.
 
 use agentchat::config::{
-    ConfigArgs, ConfigError, IntegrationSwitch, KeySource, LogFormat, McpMode, RuntimeKind,
-    integration_switch, load_with_env, resolve,
+    ConfigArgs, ConfigError, ConfigFile, IntegrationSwitch, KeyFile, KeySource, LogFormat, McpMode,
+    RuntimeKind, Settings, integration_switch, resolve,
 };
 use secrecy::ExposeSecret;
 use std::collections::HashMap;
@@ -27,6 +27,14 @@ fn err_of(args: &ConfigArgs, e: &HashMap<String, String>, text: &str) -> ConfigE
         Ok(_) => panic!("expected an error for:\n{text}"),
         Err(e) => e,
     }
+}
+
+/// What `listen` loads: the one read of the file under `env`, the key file read.
+fn load_with_env(
+    args: &ConfigArgs,
+    env: &HashMap<String, String>,
+) -> Result<Settings, ConfigError> {
+    ConfigFile::read_with_env(args, env.clone())?.settings(None, KeyFile::Read)
 }
 
 #[test]
@@ -1521,6 +1529,38 @@ async fn a_config_or_key_file_that_is_a_fifo_or_a_device_is_refused_at_once_sayi
             key.display(),
             out.stderr
         );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_all_and_the_profile_completion_refuse_a_fifo_or_a_device_config_at_once() {
+    // They read the config through the one capped reader (config::ConfigFile) as listen does: a
+    // plain read would wait forever on a FIFO and fill memory from /dev/zero.
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("config.fifo");
+    mkfifo(&fifo);
+    let zero = dir.path().join("zero.toml");
+    std::os::unix::fs::symlink("/dev/zero", &zero).unwrap();
+    for (config, what) in [
+        (&fifo, "is a FIFO, not a regular file"),
+        (&zero, "is a character device, not a regular file"),
+    ] {
+        for sub in [&["status", "--all"][..], &["complete-profiles"][..]] {
+            let mut argv = sub.to_vec();
+            argv.extend(["--config", config.to_str().unwrap()]);
+            let mut cmd = agentchat(dir.path(), &argv);
+            cmd.env_remove("AGENTCHAT_STATE_DIR");
+            with_memory_cap(&mut cmd);
+            let out = run(cmd).await;
+            assert!(
+                out.stderr.contains("cannot read the config file")
+                    && out.stderr.contains(config.to_str().unwrap())
+                    && out.stderr.contains(what),
+                "{argv:?}: {}",
+                out.stderr
+            );
+            assert_eq!(out.code, Some(1), "{argv:?}: {}", out.stderr);
+        }
     }
 }
 

@@ -468,7 +468,7 @@ async fn status_all_shows_the_one_process_unit_for_the_profiles_it_runs() {
 }
 
 /// `status --all` lists the profiles `listen --all` runs, by the same rule
-/// (`config::runs_default`): `default` only when the config's top level names a key of its own;
+/// (`config::ConfigFile::runs_default`): `default` only when the config's top level names a key of its own;
 /// a config that gives `--all` no profile at all is not "all running".
 #[tokio::test]
 async fn status_all_lists_default_only_when_listen_all_runs_it() {

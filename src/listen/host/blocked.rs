@@ -94,7 +94,7 @@ impl Host {
             if self.profiles.contains_key(&name) {
                 continue;
             }
-            match config::load_one_of_all(&args, &name) {
+            match config::ConfigFile::read(&args).and_then(|file| file.one_of_all(&name)) {
                 Ok(s) => {
                     tracing::info!(event = %"profile_retry", profile = %name, "trying this profile again: its agent's lock may be free");
                     drop(self.start(name, s, None));

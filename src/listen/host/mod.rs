@@ -142,7 +142,7 @@ pub(super) async fn run_one(
     host.serve(&mut signals, vec![started]).await
 }
 
-/// `agentchat listen --all`: every profile `config::load_all` finds. Exit 0 on a stop, and 78
+/// `agentchat listen --all`: every profile `config::ConfigFile::all` finds. Exit 0 on a stop, and 78
 /// (`config_error_exit_code`) only when nothing can run: the environment or the file as a whole
 /// is wrong, or no profile's settings resolve.
 ///

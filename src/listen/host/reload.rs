@@ -21,7 +21,7 @@ impl Host {
             Mode::All(args, _) => args.clone(),
         };
         tracing::info!(event = %"reload", "reloading the config: profiles added, removed or changed");
-        let set = match config::load_all(&args) {
+        let set = match config::ConfigFile::read(&args).and_then(|file| file.all()) {
             Ok(set) => set,
             Err(e) => {
                 tracing::error!(event = %"reload_failed", error = %e, "the config cannot be read; every profile keeps its settings");
