@@ -2,9 +2,10 @@
 //!
 //! Data path: `socket` (frames -> `core::engine` -> wakes, acks) -> `daemon` (coalescer, one cycle
 //! at a time, status, signals) -> `cycle` (tray, decide, run via `runtime::supervisor`, tray,
-//! invite rule). `once` is the single-shot form for scripts and cron. `state_dir` owns the files,
-//! `texts` the served texts (the one loader and cache); `core::status` is the vocabulary of the
-//! status they write.
+//! invite rule). `once` is the single-shot form for scripts and cron. `start` gets a profile ready
+//! (one way for `listen`, `--once` and `--all`) and says how the process exits when it cannot be
+//! (`core::exit`). `state_dir` owns the files, `texts` the served texts (the one loader and
+//! cache); `core::status` is the vocabulary of the status they write.
 
 pub mod admission;
 pub mod agent_lock;

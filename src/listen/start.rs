@@ -111,7 +111,8 @@ pub struct Prepared {
 
 /// Gets a profile ready for its listener: the config's advice, the key, the state dir, its lock,
 /// and, holding the lock, a killed listener's leftover run ended. `alone`: the process's one
-/// profile (`listen`, `--once`), whose lines carry no profile span.
+/// profile (`listen`, `--once`), whose missing key is told every way `listen` takes one (`--all`
+/// refuses `AGENTCHAT_API_KEY`).
 pub async fn prepare(settings: &Settings, alone: bool) -> Result<Prepared, StartError> {
     announce_settings(settings);
     let Some(key) = settings.api_key.clone() else {
@@ -126,24 +127,15 @@ pub async fn prepare(settings: &Settings, alone: bool) -> Result<Prepared, Start
     let lock = match state.lock()? {
         LockAttempt::Acquired(l) => l,
         LockAttempt::Held { pid } => {
-            // Said once, in the log's format, at a level `-qq` still shows.
-            let lock = state.path(state_dir::LOCK_FILE);
-            if alone {
-                tracing::error!(
-                    event = %"already_running",
-                    profile = %settings.profile,
-                    pid,
-                    lock = %lock.display(),
-                    "a listener for this profile is already running; exiting"
-                );
-            } else {
-                tracing::error!(
-                    event = %"already_running",
-                    pid,
-                    lock = %lock.display(),
-                    "a listener for this profile is already running; this one does not start until it lets go"
-                );
-            }
+            // Said once, in the log's format, at a level `-qq` still shows; with `--all` the
+            // host says what the profile does next.
+            tracing::error!(
+                event = %"already_running",
+                profile = %settings.profile,
+                pid,
+                lock = %state.path(state_dir::LOCK_FILE).display(),
+                "a listener for this profile is already running; this one does not start"
+            );
             return Err(StartError::LockHeld { pid });
         }
     };

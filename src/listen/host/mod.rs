@@ -1,6 +1,6 @@
-//! The process around the profiles' listeners: `agentchat listen` runs one profile through it,
-//! `agentchat listen --all` every profile of the config (docs/many-agents.md, "One process for
-//! many agents"). The boundary: a profile's listener (`listen::daemon`: its socket, coalescer,
+//! The process around the profiles' listeners: `agentchat listen` runs one profile through it (a
+//! set of one), `agentchat listen --all` every profile of the config (docs/many-agents.md, "One
+//! process for many agents"); what the two do differently is one `Policy`, decided at start. The boundary: a profile's listener (`listen::daemon`: its socket, coalescer,
 //! cycles, status, texts, state dir and locks) is a task that answers `daemon::Command`s; the
 //! process owns what there is one of per process: the signals (`signals`), systemd's
 //! notification and watchdog (`notify`), the metrics endpoint, and, with `--all`, the set of
@@ -13,6 +13,7 @@
 
 mod blocked;
 mod notify;
+mod policy;
 mod profiles;
 mod reload;
 mod signals;
@@ -26,6 +27,8 @@ use crate::config::TestTimeScale;
 use crate::config::{self, ConfigArgs, Settings};
 use crate::core::exit::Exit;
 use notify::{Notify, Watchdog};
+pub(super) use policy::Top;
+use policy::{Endpoint, Policy, RunSlots};
 use signals::{Asked, Signals};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -50,110 +53,6 @@ struct Running {
     fingerprint: [u8; 32],
     /// The process's agent lock releases when it started (`blocked`).
     releases_seen: u64,
-}
-
-/// What `agentchat listen` (a set of one profile) and `listen --all` do differently, decided once
-/// at start.
-struct Policy {
-    /// The command line's config arguments: where a profile's settings are read again.
-    args: ConfigArgs,
-    /// `listen --all`'s one metrics endpoint, every profile's metrics in its registry. `None`:
-    /// `listen`, whose one profile is the process ([`Policy::alone`]).
-    shared: Option<Endpoint>,
-}
-
-impl Policy {
-    /// The process is its one profile: the profile serves its own metrics, tells systemd its
-    /// state, logs without a profile span and reads its own config on SIGHUP, and its end is the
-    /// process's, with its exit code.
-    fn alone(&self) -> bool {
-        self.shared.is_none()
-    }
-
-    /// Where the profile `name` reads its settings again (SIGHUP, a refused key).
-    fn source(&self, name: &str) -> config::Source {
-        match self.shared {
-            None => config::Source::One(self.args.clone()),
-            Some(_) => config::Source::OfAll {
-                args: self.args.clone(),
-                profile: name.to_string(),
-            },
-        }
-    }
-}
-
-/// The one metrics endpoint of `listen --all`: every profile's `Metrics` in one `Registry`.
-pub(super) struct Endpoint {
-    /// `--metrics-addr`, else `AGENTCHAT_METRICS_ADDR`, else the top level's
-    /// `[listen] metrics_addr`; off when none is set (a profile's own is ignored).
-    pub(super) addr: Option<std::net::SocketAddr>,
-    registry: Arc<Registry>,
-}
-
-impl Endpoint {
-    pub(super) fn new(addr: Option<std::net::SocketAddr>) -> Endpoint {
-        Endpoint {
-            addr,
-            registry: Registry::new(),
-        }
-    }
-}
-
-/// The top level's `listen.max_concurrent_runs` and `listen.min_available_memory`: the process's
-/// run slots (`listen::admission`), for every profile of `listen --all`.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub(super) struct RunSlots {
-    pub(super) max: Option<usize>,
-    pub(super) min_memory: Option<u64>,
-}
-
-impl RunSlots {
-    pub(super) fn of(s: &Settings) -> RunSlots {
-        RunSlots {
-            max: s.listen.max_concurrent_runs,
-            min_memory: s.listen.min_available_memory,
-        }
-    }
-
-    /// The slots there are: as set, else one per CPU core, at least two.
-    fn max(self) -> usize {
-        let cores = std::thread::available_parallelism().map_or(1, usize::from);
-        self.max
-            .unwrap_or_else(|| crate::core::admission::default_max(cores))
-    }
-}
-
-/// The top level's settings for the whole process of `listen --all`, read before its profiles.
-#[derive(Debug, Clone, Copy)]
-pub(super) struct Top {
-    /// `--metrics-addr`, else `AGENTCHAT_METRICS_ADDR`, else the top level's `[listen]
-    /// metrics_addr`.
-    metrics_addr: Option<std::net::SocketAddr>,
-    /// The connect pacer, which all profiles share, runs by it.
-    scale: TestTimeScale,
-    slots: RunSlots,
-}
-
-impl Top {
-    pub(super) fn of(s: &Settings) -> Top {
-        Top {
-            metrics_addr: s.listen.metrics_addr,
-            scale: s.time_scale,
-            slots: RunSlots::of(s),
-        }
-    }
-}
-
-impl Default for Top {
-    /// A top level that cannot be read: no endpoint, contract speed, the default slots (the
-    /// profiles' own errors say what is wrong).
-    fn default() -> Top {
-        Top {
-            metrics_addr: None,
-            scale: TestTimeScale::Off,
-            slots: RunSlots::default(),
-        }
-    }
 }
 
 struct Host {
