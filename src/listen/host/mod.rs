@@ -315,8 +315,11 @@ impl Host {
                 biased;
                 Some((name, generation, outcome)) = self.ends.recv() => {
                     if let Some(code) = self.on_end(&name, generation, outcome) {
-                        // The one profile ended by itself: so does the process.
-                        self.notify.stopping();
+                        // The one profile ended by itself: so does the process. A process that
+                        // ends at its start tells systemd nothing, as before there was a host.
+                        if all_started.is_none() {
+                            self.notify.stopping();
+                        }
                         let _ = self.endpoint.send(true);
                         return Ok(code);
                     }
