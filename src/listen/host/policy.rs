@@ -106,3 +106,28 @@ impl Default for Top {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn listen_is_alone_and_reads_its_own_profile_while_all_reads_each_profile_of_the_config() {
+        let args = ConfigArgs::default();
+        let one = Policy {
+            args: args.clone(),
+            shared: None,
+        };
+        assert!(one.alone());
+        assert!(matches!(one.source("work"), config::Source::One(_)));
+        let all = Policy {
+            args,
+            shared: Some(Endpoint::new(None)),
+        };
+        assert!(!all.alone());
+        assert!(matches!(
+            all.source("work"),
+            config::Source::OfAll { profile, .. } if profile == "work"
+        ));
+    }
+}
