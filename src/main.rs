@@ -73,9 +73,9 @@ fn end_quietly_on_a_closed_pipe() {
 
 /// Prints clap's message and exits. `listen` runs under service managers, so a flag it cannot
 /// use (`--runtime gpt`, `--log-format xml`) is a config error like any other: EX_CONFIG, which
-/// the systemd unit does not restart (or 0 under launchd); other commands keep clap's code. A
-/// usage error starts `agentchat <command>: ` like every other error (clap's own `error: ` is
-/// replaced); help and version go out as clap prints them.
+/// the systemd unit does not restart (or 0 under launchd: `listen::start::exit_code`); other
+/// commands keep clap's code. A usage error starts `agentchat <command>: ` like every other error
+/// (clap's own `error: ` is replaced); help and version go out as clap prints them.
 fn exit_on_usage_error(e: clap::Error) -> ! {
     if e.use_stderr() {
         let text = e.render().to_string();
@@ -84,13 +84,35 @@ fn exit_on_usage_error(e: clap::Error) -> ! {
     } else {
         let _ = e.print();
     }
-    let listen = std::env::args_os().nth(1).is_some_and(|a| a == "listen");
-    let code = if listen && e.use_stderr() {
-        agentchat::listen::config_error_exit_code(&agentchat::config::process_env())
+    let code = if failed_in(&e).as_deref() == Some("listen") {
+        agentchat::listen::start::exit_code(
+            agentchat::core::exit::Exit::Config,
+            &agentchat::config::process_env(),
+        )
     } else {
         e.exit_code()
     };
     std::process::exit(code)
+}
+
+/// The command whose arguments clap was parsing when it refused them, `None` for the top level's
+/// own errors and for help and version: clap's error says what went wrong but not where, so the
+/// same arguments are parsed again with errors ignored, as far as clap gets.
+fn failed_in(e: &clap::Error) -> Option<String> {
+    use clap::error::ErrorKind;
+    let top_level = matches!(
+        e.kind(),
+        ErrorKind::InvalidSubcommand
+            | ErrorKind::MissingSubcommand
+            | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+    );
+    if !e.use_stderr() || top_level {
+        return None;
+    }
+    let lenient = agentchat::cli::command()
+        .ignore_errors(true)
+        .try_get_matches();
+    lenient.ok()?.subcommand_name().map(str::to_string)
 }
 
 /// `agentchat <command>` for the command named on the command line (its first argument, when

@@ -14,6 +14,7 @@ pub mod admission;
 pub mod coalescer;
 pub mod decision;
 pub mod engine;
+pub mod exit;
 pub mod frames;
 pub mod handle;
 pub mod identity;

@@ -2,9 +2,10 @@
 //!
 //! Data path: `socket` (frames -> `core::engine` -> wakes, acks) -> `daemon` (coalescer, one cycle
 //! at a time, status, signals) -> `cycle` (tray, decide, run via `runtime::supervisor`, tray,
-//! invite rule). `once` is the single-shot form for scripts and cron. `state_dir` owns the files,
-//! `texts` the served texts (the one loader and cache); `core::status` is the vocabulary of the
-//! status they write.
+//! invite rule). `once` is the single-shot form for scripts and cron. `start` gets a profile ready
+//! (one way for `listen`, `--once` and `--all`) and says how the process exits when it cannot be
+//! (`core::exit`). `state_dir` owns the files, `texts` the served texts (the one loader and
+//! cache); `core::status` is the vocabulary of the status they write.
 
 pub mod admission;
 pub mod agent_lock;
@@ -17,10 +18,12 @@ pub mod once;
 pub mod pacer;
 pub mod reach;
 pub mod socket;
+pub mod start;
 pub mod state_dir;
 pub mod texts;
 
-use crate::config::{ConfigArgs, IntegrationSwitch, LogFormat, TestTimeScale};
+use crate::config::{ConfigArgs, IntegrationSwitch, LogFormat};
+use start::StartError;
 use std::collections::HashMap;
 
 #[derive(Debug, Clone, clap::Args)]
@@ -90,108 +93,78 @@ pub async fn run_command(args: ListenArgs) -> anyhow::Result<i32> {
             eprintln!("agentchat listen: {warning}");
         }
     }
-
-    if args.all {
-        return run_all(args, &env).await;
-    }
-    let (settings, key, state) = match prepare(&args) {
-        Ok(ready) => ready,
-        Err(e) => return Ok(refuse_to_start(&e, &env)),
-    };
-    // A lock file that cannot be opened (a read-only state dir, say) is a state dir the listener
-    // cannot use: 78 like one it cannot create (docs/decisions.md, "Exit codes and signals"),
-    // which the systemd unit does not restart into.
-    let attempt = match state.lock() {
-        Ok(attempt) => attempt,
-        Err(e) => return Ok(refuse_to_start(&e.into(), &env)),
-    };
-    let lock = match attempt {
-        state_dir::LockAttempt::Acquired(l) => l,
-        state_dir::LockAttempt::Held { pid } => {
-            // Said once, in the log's format (logging is up by now), at a level `-qq` still shows.
-            tracing::error!(
-                event = %"already_running",
-                profile = %settings.profile,
-                pid,
-                lock = %state.path(state_dir::LOCK_FILE).display(),
-                "a listener for this profile is already running; exiting"
-            );
-            return Ok(already_running_exit_code(&env));
-        }
-    };
-    // Descriptors: the soft limit up to the hard one, so nothing the listener holds meets a
-    // soft 1024 first (the metrics endpoint caps its own connections besides).
-    match crate::sys::fs::raise_open_files_limit() {
-        Ok((soft, hard)) => {
-            tracing::debug!(event = %"open_files_limit", soft, hard, "open files limit")
-        }
-        Err(e) => {
-            tracing::debug!(event = %"open_files_limit", error = %e, "cannot raise the open files limit")
-        }
-    }
-    // Holding the lock, no other listener can be running a run from this state dir: a group
-    // recorded there is a killed listener's leftover.
-    crate::runtime::supervisor::stop_leftover_run(&state.runs_dir(), settings.listen.kill_grace)
-        .await;
-    if args.once {
-        let scale = settings.time_scale;
-        let r = once::run(settings, key, state, scale).await;
-        drop(lock);
-        r
+    let ready = if args.all {
+        all_ready(&args, &env)
     } else {
-        let prepared = host::Prepared { key, state, lock };
-        host::run_one(args.config, settings, prepared).await
+        one_ready(&args).map(|s| Ready::One(Box::new(s)))
+    };
+    let ready = match ready {
+        Ok(ready) => ready,
+        Err(e) => return Ok(e.refuse(&env)),
+    };
+    match ready {
+        Ready::One(settings) if args.once => match start::prepare(&settings, true).await {
+            Ok(prepared) => once::run(*settings, prepared).await,
+            Err(e) => Ok(e.refuse(&env)),
+        },
+        Ready::One(settings) => host::run_one(args.config, *settings).await,
+        Ready::All { set, top } => host::run_all(args.config, set, top).await,
     }
+}
+
+/// What the command line asks to run, its config read and logging up.
+enum Ready {
+    /// `listen` or `listen --once`: the profile `args` choose.
+    One(Box<crate::config::Settings>),
+    /// `listen --all`: every profile of the config, and the top level's process-wide settings.
+    All {
+        set: crate::config::ProfileSet,
+        top: host::Top,
+    },
+}
+
+/// `listen`'s one profile: its settings, TLS roots for its `api_base`, and logging by them.
+fn one_ready(args: &ListenArgs) -> Result<crate::config::Settings, StartError> {
+    let settings = crate::config::ConfigFile::read(&args.config)?
+        .settings(None, crate::config::KeyFile::Read)?;
+    crate::sys::tls::require_roots_for(&settings.api_base)
+        .map_err(|e| StartError::Setup(e.into()))?;
+    let filter = args
+        .log_filter()
+        .unwrap_or_else(|| settings.log_level.clone());
+    logging::init(args.log_format.unwrap_or(settings.log_format), &filter)
+        .map_err(StartError::Setup)?;
+    Ok(settings)
 }
 
 /// `listen --all`: every profile of the config in this process (`host`). The environment may
 /// not choose a key or a state dir for all of them; `AGENTCHAT_PROFILE` is ignored.
-async fn run_all(args: ListenArgs, env: &HashMap<String, String>) -> anyhow::Result<i32> {
+fn all_ready(args: &ListenArgs, env: &HashMap<String, String>) -> Result<Ready, StartError> {
     // Logging first, from the top level (flags over the environment over the file's top level):
     // one log for every profile, each line naming its profile. The file is read once, here.
     let file = crate::config::ConfigFile::read(&args.config);
-    let (format, level, metrics_addr, scale, slots) =
-        match file.as_ref().ok().and_then(|f| f.top_of_all().ok()) {
-            Some(s) => (
-                s.log_format,
-                s.log_level.clone(),
-                s.listen.metrics_addr,
-                s.time_scale,
-                host::RunSlots::of(&s),
-            ),
-            None => (
-                LogFormat::Text,
-                "info".to_string(),
-                None,
-                TestTimeScale::Off,
-                host::RunSlots::default(),
-            ),
-        };
+    let (format, level, top) = match file.as_ref().ok().and_then(|f| f.top_of_all().ok()) {
+        Some(s) => (s.log_format, s.log_level.clone(), host::Top::of(&s)),
+        None => (LogFormat::Text, "info".to_string(), host::Top::default()),
+    };
     let filter = args.log_filter().unwrap_or(level);
-    if let Err(e) = logging::init(args.log_format.unwrap_or(format), &filter) {
-        return Ok(refuse_to_start(&e, env));
-    }
+    logging::init(args.log_format.unwrap_or(format), &filter).map_err(StartError::Setup)?;
     let shared = |name: &str| env.get(name).is_some_and(|v| !v.is_empty());
     if shared("AGENTCHAT_API_KEY") {
-        let e = anyhow::anyhow!(
+        return Err(StartError::Setup(anyhow::anyhow!(
             "--all runs each profile with its own key: unset AGENTCHAT_API_KEY and name each \
              profile's key with api_key_file in its [profiles.<name>] table"
-        );
-        return Ok(refuse_to_start(&e, env));
+        )));
     }
     if shared("AGENTCHAT_STATE_DIR") {
-        let e = anyhow::anyhow!(
+        return Err(StartError::Setup(anyhow::anyhow!(
             "--all keeps each profile in its own state dir: unset AGENTCHAT_STATE_DIR"
-        );
-        return Ok(refuse_to_start(&e, env));
+        )));
     }
     if shared("AGENTCHAT_PROFILE") {
         tracing::warn!(event = %"config_advice", "AGENTCHAT_PROFILE is ignored with --all: every profile of the config runs");
     }
-    let set = match file.and_then(|f| f.all()) {
-        Ok(set) => set,
-        Err(e) => return Ok(refuse_to_start(&e.into(), env)),
-    };
+    let set = file.and_then(|f| f.all())?;
     if set.default_skipped {
         tracing::info!(event = %"default_profile_skipped", "the config's top level names no key of its own (api_key_file or api_key): `default` is not one of the profiles");
     }
@@ -214,107 +187,16 @@ async fn run_all(args: ListenArgs, env: &HashMap<String, String>) -> anyhow::Res
                  one with `agentchat setup`"
             ),
         };
-        return Ok(refuse_to_start(&e, env));
+        return Err(StartError::Setup(e));
     }
-    match crate::sys::fs::raise_open_files_limit() {
-        Ok((soft, hard)) => {
-            tracing::debug!(event = %"open_files_limit", soft, hard, "open files limit")
-        }
-        Err(e) => {
-            tracing::debug!(event = %"open_files_limit", error = %e, "cannot raise the open files limit")
-        }
-    }
-    let endpoint = host::Endpoint::new(metrics_addr);
-    host::run_all(args.config, set, endpoint, scale, slots).await
+    Ok(Ready::All { set, top })
 }
 
-/// `sysexits.h` EX_CONFIG: the listener cannot start as configured, and starting it again will
-/// not help. The systemd unit names it in `RestartPreventExitStatus`, so a bad config is one
-/// failed start, not a restart loop.
-pub const EXIT_CONFIG: i32 = 78;
+/// `sysexits.h` EX_CONFIG (`core::exit`): the listener cannot start as configured.
+pub const EXIT_CONFIG: i32 = crate::core::exit::EX_CONFIG;
 
-/// `sysexits.h` EX_TEMPFAIL: another listener holds the profile's lock, so this one did nothing.
-/// Not 0, so a script can tell; the systemd unit names it in `RestartPreventExitStatus` too, so
-/// the service does not restart into the same lock every few seconds.
-pub const EXIT_ALREADY_RUNNING: i32 = 75;
-
-/// Everything that must be right before the listener can run: config, logging, key, state dir.
-fn prepare(
-    args: &ListenArgs,
-) -> anyhow::Result<(
-    crate::config::Settings,
-    secrecy::SecretString,
-    state_dir::StateDir,
-)> {
-    let settings = crate::config::ConfigFile::read(&args.config)?
-        .settings(None, crate::config::KeyFile::Read)?;
-    crate::sys::tls::require_roots_for(&settings.api_base)?;
-    let filter = args
-        .log_filter()
-        .unwrap_or_else(|| settings.log_level.clone());
-    logging::init(args.log_format.unwrap_or(settings.log_format), &filter)?;
-    announce_settings(&settings);
-    let Some(key) = settings.api_key.clone() else {
-        anyhow::bail!(
-            "no API key for profile `{0}`: run `agentchat setup --profile {0}` (it signs a new \
-             agent up or takes your key), or set AGENTCHAT_API_KEY, or api_key_file in the config",
-            settings.profile
-        );
-    };
-    let state = state_dir::StateDir::open(&settings.state_dir)?;
-    Ok((settings, key, state))
-}
-
-/// What a profile's settings call for at its start: the config's advice (`config::advice`) and
-/// the test time scale's notice. Without a key the advice is left out: the start ends with the
-/// missing key's own line, and the advice would say it twice.
-pub(crate) fn announce_settings(settings: &crate::config::Settings) {
-    if settings.api_key.is_some() {
-        for line in crate::config::advice(settings) {
-            tracing::warn!(event = %"config_advice", "{line}");
-        }
-    }
-    if let Some(line) = settings.time_scale.notice() {
-        tracing::info!(event = %"test_time_scale", "{line}");
-    }
-}
-
-/// Says why the listener cannot start and picks the exit code a service manager will not answer
-/// with a restart loop: `EXIT_CONFIG` (the systemd unit prevents restarts on it), or 0 under
-/// launchd, whose `KeepAlive {SuccessfulExit: false}` restarts every non-zero exit.
-fn refuse_to_start(error: &anyhow::Error, env: &HashMap<String, String>) -> i32 {
-    eprintln!("{}agentchat listen: {error:#}", logging::error_prefix());
-    config_error_exit_code(env)
-}
-
-/// The exit code for a listener that cannot start as configured (a bad flag included):
-/// `EXIT_CONFIG`, or 0 under launchd (see `refuse_to_start`).
-pub fn config_error_exit_code(env: &HashMap<String, String>) -> i32 {
-    if under_launchd(env) {
-        eprintln!("agentchat listen: not restarting until the config is fixed (launchd)");
-        0
-    } else {
-        EXIT_CONFIG
-    }
-}
-
-/// The exit code for a listener that found the profile's lock held: `EXIT_ALREADY_RUNNING`, or 0
-/// under launchd, whose `KeepAlive {SuccessfulExit: false}` would start it again every
-/// `ThrottleInterval` into the same lock (launchd/me.agentchat.listen.plist).
-pub fn already_running_exit_code(env: &HashMap<String, String>) -> i32 {
-    if under_launchd(env) {
-        0
-    } else {
-        EXIT_ALREADY_RUNNING
-    }
-}
-
-/// Whether launchd started this process as one of our agents: launchd passes the job's label in
-/// `XPC_SERVICE_NAME` (config::LAUNCHD_LABEL_PREFIX).
-fn under_launchd(env: &HashMap<String, String>) -> bool {
-    env.get("XPC_SERVICE_NAME")
-        .is_some_and(|label| label.starts_with(crate::config::LAUNCHD_LABEL_PREFIX))
-}
+/// `sysexits.h` EX_TEMPFAIL (`core::exit`): another listener holds the profile's lock.
+pub const EXIT_ALREADY_RUNNING: i32 = crate::core::exit::EX_TEMPFAIL;
 
 #[cfg(test)]
 mod tests {

@@ -4,11 +4,11 @@
 
 use super::cycle::{self, CycleInput};
 use super::socket::{self, SocketParams};
-use super::state_dir::StateDir;
+use super::start::Prepared;
 use crate::client::Api;
 use crate::config::Settings;
+use crate::core::exit::Exit;
 use crate::core::status::{NoRunReason, Outcome};
-use secrecy::SecretString;
 use std::time::Duration;
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::watch;
@@ -16,26 +16,23 @@ use tokio::sync::watch;
 /// How long `--once` listens after connecting before it reads the tray.
 const SETTLE: Duration = Duration::from_millis(500);
 
-pub async fn run(
-    settings: Settings,
-    key: SecretString,
-    state: StateDir,
-    scale: crate::config::TestTimeScale,
-) -> anyhow::Result<i32> {
+/// `prepared`: the profile as `start::prepare` left it, its lock held until this returns.
+pub async fn run(settings: Settings, prepared: Prepared) -> anyhow::Result<i32> {
+    let Prepared {
+        key,
+        state,
+        lock: _lock,
+    } = prepared;
+    let scale = settings.time_scale;
     // One REST client for the whole run: who am I, the texts, the tray.
     let api = Api::new(&settings.api_base, key.clone())?;
-    let params = SocketParams {
-        api_base: settings.api_base.clone(),
-        key: key.clone(),
-        api: api.clone(),
-        idle_timeout: settings.listen.idle_timeout,
-        key_refused_retry: crate::core::reconnect::KEY_REFUSED_RETRY,
-        scale,
-        unreachable_warn_after: super::reach::UNREACHABLE_WARN_AFTER,
-        misconfigured_retry: super::reach::MISCONFIGURED_RETRY,
-        metrics: super::metrics::Metrics::off(),
-        pacer: super::pacer::Pacer::new(scale.factor()),
-    };
+    let params = SocketParams::new(
+        &settings,
+        key.clone(),
+        api.clone(),
+        super::metrics::Metrics::off(),
+        super::pacer::Pacer::new(scale.factor()),
+    );
     let handle = socket::connect_once(&params, SETTLE).await.map_err(|e| {
         // Said once: the lines about a wrong or unreachable api_base name it already.
         if e.contains(settings.api_base.as_str()) {
@@ -48,7 +45,8 @@ pub async fn run(
     // same agent under another state dir runs already.
     let mut agent = super::agent_lock::AgentSlot::default();
     if !agent.on_handle(&settings.api_base, &handle, &settings.state_dir) {
-        return Ok(super::already_running_exit_code(
+        return Ok(super::start::exit_code(
+            Exit::AlreadyRunning,
             &crate::config::process_env(),
         ));
     }

@@ -23,7 +23,7 @@ pub const HOST_UNIT: &str = "agentchat-host.service";
 const NOFILE_CEILING: u64 = 524_288;
 
 /// `me.agentchat.listen-host`: it starts with the listener's prefix, so the listener knows it runs
-/// under launchd (`listen::already_running_exit_code`), and no profile's label
+/// under launchd (`core::exit::code`), and no profile's label
 /// (`me.agentchat.listen.<profile>`) can be it.
 pub fn host_label() -> String {
     format!("{LAUNCHD_LABEL_PREFIX}-host")

@@ -1387,6 +1387,45 @@ fn under_launchd_a_bad_config_exits_0_so_keepalive_does_not_loop() {
     assert_eq!(out.status.code(), Some(agentchat::listen::EXIT_CONFIG));
 }
 
+/// A `listen` that cannot start (its profile's lock held: 75; no key: 78) ends before READY and
+/// tells systemd nothing, neither READY nor STOPPING: the host hears a start's end before its
+/// "started" (src/listen/host/mod.rs, `serve`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_listener_that_cannot_start_tells_systemd_neither_ready_nor_stopping() {
+    use std::os::unix::net::UnixDatagram;
+    let opts = Opts::default();
+    let sim = Sim::start(1.0).await;
+    let bob = sim.agent("bob").await;
+    let setup = Setup::new(&opts);
+    let first = Listener::start(&sim, &bob, &setup, &opts);
+    settled(&first).await;
+    let sock_path = setup.tmp.path().join("notify.sock");
+    let sock = UnixDatagram::bind(&sock_path).unwrap();
+    sock.set_read_timeout(Some(std::time::Duration::from_millis(100)))
+        .unwrap();
+    let mut cmd = listener_command(&sim, &bob, &setup, &opts);
+    cmd.env("NOTIFY_SOCKET", &sock_path);
+    let mut held = Listener::spawn(cmd, &setup, "-held");
+    assert_eq!(held.wait_exit(10.0), Some(75), "{}", held.log());
+    let other = Setup::new(&opts);
+    let mut cmd = crate::common::isolated_command(BIN, &["NOTIFY_SOCKET"]);
+    cmd.arg("listen")
+        .env("AGENTCHAT_CONFIG", &other.config)
+        .env("AGENTCHAT_STATE_DIR", &other.state_dir)
+        .env("AGENTCHAT_API_BASE", &sim.api_base)
+        .env("NOTIFY_SOCKET", &sock_path);
+    let out = cmd.output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(78), "{stderr}");
+    assert!(stderr.contains("no API key"), "{stderr}");
+    let mut said = Vec::new();
+    let mut buf = [0u8; 512];
+    while let Ok(n) = sock.recv(&mut buf) {
+        said.push(String::from_utf8_lossy(&buf[..n]).into_owned());
+    }
+    assert!(said.is_empty(), "{said:?}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_new_key_in_the_key_file_is_tried_at_once_without_a_reload() {
     use std::os::unix::fs::PermissionsExt;

@@ -22,19 +22,13 @@ impl Daemon {
     }
 
     pub(super) fn socket_params(&self) -> SocketParams {
-        let scale = self.scale();
-        SocketParams {
-            api_base: self.settings.api_base.clone(),
-            key: self.key.clone(),
-            api: self.api.clone(),
-            idle_timeout: self.settings.listen.idle_timeout,
-            key_refused_retry: scale.apply(crate::core::reconnect::KEY_REFUSED_RETRY),
-            scale,
-            unreachable_warn_after: scale.apply(crate::listen::reach::UNREACHABLE_WARN_AFTER),
-            misconfigured_retry: scale.apply(crate::listen::reach::MISCONFIGURED_RETRY),
-            metrics: self.metrics.clone(),
-            pacer: self.pacer.clone(),
-        }
+        SocketParams::new(
+            &self.settings,
+            self.key.clone(),
+            self.api.clone(),
+            self.metrics.clone(),
+            self.pacer.clone(),
+        )
     }
 
     /// A new base or key gets a new client; the same configuration keeps the one it has (and its

@@ -73,10 +73,6 @@ impl Host {
     /// was let go (`released`), each one a profile of this process held. Its settings are read
     /// again (the config may have changed since).
     pub(super) fn retry_blocked(&mut self, released: bool) {
-        let Mode::All(args, _) = &self.mode else {
-            return;
-        };
-        let args = args.clone();
         let now = Instant::now();
         let due: Vec<String> = self
             .blocked
@@ -94,10 +90,10 @@ impl Host {
             if self.profiles.contains_key(&name) {
                 continue;
             }
-            match config::ConfigFile::read(&args).and_then(|file| file.one_of_all(&name)) {
+            match self.policy.source(&name).load() {
                 Ok(s) => {
                     tracing::info!(event = %"profile_retry", profile = %name, "trying this profile again: its agent's lock may be free");
-                    drop(self.start(name, s, None));
+                    drop(self.start(name, s));
                 }
                 Err(e) => {
                     self.blocked.remove(&name);

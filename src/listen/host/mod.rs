@@ -1,6 +1,6 @@
-//! The process around the profiles' listeners: `agentchat listen` runs one profile through it,
-//! `agentchat listen --all` every profile of the config (docs/many-agents.md, "One process for
-//! many agents"). The boundary: a profile's listener (`listen::daemon`: its socket, coalescer,
+//! The process around the profiles' listeners: `agentchat listen` runs one profile through it (a
+//! set of one), `agentchat listen --all` every profile of the config (docs/many-agents.md, "One
+//! process for many agents"); what the two do differently is one `Policy`, decided at start. The boundary: a profile's listener (`listen::daemon`: its socket, coalescer,
 //! cycles, status, texts, state dir and locks) is a task that answers `daemon::Command`s; the
 //! process owns what there is one of per process: the signals (`signals`), systemd's
 //! notification and watchdog (`notify`), the metrics endpoint, and, with `--all`, the set of
@@ -13,19 +13,22 @@
 
 mod blocked;
 mod notify;
+mod policy;
 mod profiles;
 mod reload;
 mod signals;
-
-pub(super) use profiles::Prepared;
 
 use super::admission::Admission;
 use super::daemon::{self, COMMANDS, Command, Ended, Link, Start};
 use super::metrics::{self, Metrics, Registry};
 use super::pacer::Pacer;
+use super::start::{Prepared, StartError};
 use crate::config::TestTimeScale;
 use crate::config::{self, ConfigArgs, Settings};
+use crate::core::exit::Exit;
 use notify::{Notify, Watchdog};
+pub(super) use policy::Top;
+use policy::{Endpoint, Policy, RunSlots};
 use signals::{Asked, Signals};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -35,7 +38,7 @@ use tokio::task::JoinHandle;
 use tracing::Instrument;
 
 /// How one profile's listener ended: `Ok` as `daemon::run` says, `Err` when it could not start.
-type Outcome = anyhow::Result<Ended>;
+type Outcome = Result<Ended, StartError>;
 
 /// One profile's listener, as the process sees it.
 struct Running {
@@ -52,55 +55,8 @@ struct Running {
     releases_seen: u64,
 }
 
-/// One profile (`listen`), or every profile of the config (`listen --all`).
-enum Mode {
-    One(ConfigArgs),
-    All(ConfigArgs, Endpoint),
-}
-
-/// The one metrics endpoint of `listen --all`: every profile's `Metrics` in one `Registry`.
-pub(super) struct Endpoint {
-    /// `--metrics-addr`, else `AGENTCHAT_METRICS_ADDR`, else the top level's
-    /// `[listen] metrics_addr`; off when none is set (a profile's own is ignored).
-    pub(super) addr: Option<std::net::SocketAddr>,
-    registry: Arc<Registry>,
-}
-
-impl Endpoint {
-    pub(super) fn new(addr: Option<std::net::SocketAddr>) -> Endpoint {
-        Endpoint {
-            addr,
-            registry: Registry::new(),
-        }
-    }
-}
-
-/// The top level's `listen.max_concurrent_runs` and `listen.min_available_memory`: the process's
-/// run slots (`listen::admission`), for every profile of `listen --all`.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub(super) struct RunSlots {
-    pub(super) max: Option<usize>,
-    pub(super) min_memory: Option<u64>,
-}
-
-impl RunSlots {
-    pub(super) fn of(s: &Settings) -> RunSlots {
-        RunSlots {
-            max: s.listen.max_concurrent_runs,
-            min_memory: s.listen.min_available_memory,
-        }
-    }
-
-    /// The slots there are: as set, else one per CPU core, at least two.
-    fn max(self) -> usize {
-        let cores = std::thread::available_parallelism().map_or(1, usize::from);
-        self.max
-            .unwrap_or_else(|| crate::core::admission::default_max(cores))
-    }
-}
-
 struct Host {
-    mode: Mode,
+    policy: Policy,
     profiles: BTreeMap<String, Running>,
     /// Profiles told to stop because the config no longer names them, until their task ends.
     leaving: Vec<(String, Running)>,
@@ -126,38 +82,39 @@ struct Host {
     scale: TestTimeScale,
 }
 
-/// `agentchat listen`: the one profile `args` choose, prepared by `listen::run_command` (its
-/// lock held). Exit 0 on a stop; `already_running_exit_code` when another listener took its
-/// agent (`agent_lock`).
-pub(super) async fn run_one(
-    args: ConfigArgs,
-    settings: Settings,
-    prepared: Prepared,
-) -> anyhow::Result<i32> {
+/// `agentchat listen`: the one profile `args` choose, as a set of one. Exit 0 on a stop; the
+/// start's own exit code when it cannot start (`StartError::exit`); `Exit::AlreadyRunning`'s when
+/// another listener took its agent (`agent_lock`).
+pub(super) async fn run_one(args: ConfigArgs, settings: Settings) -> anyhow::Result<i32> {
     let mut signals = Signals::install()?;
-    let scale = settings.time_scale;
-    let mut host = Host::new(Mode::One(args), scale);
+    let policy = Policy { args, shared: None };
+    let mut host = Host::new(policy, settings.time_scale);
     let name = settings.profile.clone();
-    let started = host.start(name, settings, Some(prepared));
+    let started = host.start(name, settings);
     host.serve(&mut signals, vec![started]).await
 }
 
-/// `agentchat listen --all`: every profile `config::ConfigFile::all` finds. Exit 0 on a stop, and 78
-/// (`config_error_exit_code`) only when nothing can run: the environment or the file as a whole
-/// is wrong, or no profile's settings resolve.
+/// `agentchat listen --all`: every profile `config::ConfigFile::all` finds. Exit 0 on a stop (78,
+/// from `listen::run_command`, only when nothing can run: the environment or the file as a whole
+/// is wrong, or no profile's settings resolve); `Exit::AlreadyRunning`'s when every profile is
+/// another process's.
 ///
-/// `scale` is the process's test time scale (the top level's, `config::TestTimeScale`), read once:
-/// the connect pacer, which all profiles share, runs by it.
+/// `top.scale` is the process's test time scale (the top level's, `config::TestTimeScale`), read
+/// once: the connect pacer, which all profiles share, runs by it.
 pub(super) async fn run_all(
     args: ConfigArgs,
     set: config::ProfileSet,
-    endpoint: Endpoint,
-    scale: TestTimeScale,
-    slots: RunSlots,
+    top: Top,
 ) -> anyhow::Result<i32> {
     let mut signals = Signals::install()?;
+    let endpoint = Endpoint::new(top.metrics_addr);
     let (addr, registry) = (endpoint.addr, endpoint.registry.clone());
-    let mut host = Host::new(Mode::All(args, endpoint), scale);
+    let policy = Policy {
+        args,
+        shared: Some(endpoint),
+    };
+    let mut host = Host::new(policy, top.scale);
+    let slots = top.slots;
     let admission = Admission::new(slots.max(), slots.min_memory, Some(registry.clone()));
     host.slots = slots;
     host.admission = Some(admission.clone());
@@ -167,7 +124,7 @@ pub(super) async fn run_all(
     let mut started = Vec::new();
     for (name, settings) in set.profiles {
         match settings {
-            Ok(s) => started.push(host.start(name, s, None)),
+            Ok(s) => started.push(host.start(name, s)),
             Err(e) => host.config_error(&name, &e),
         }
     }
@@ -184,11 +141,11 @@ pub(super) async fn run_all(
 }
 
 impl Host {
-    fn new(mode: Mode, scale: TestTimeScale) -> Host {
+    fn new(policy: Policy, scale: TestTimeScale) -> Host {
         let (ends_tx, ends) = mpsc::unbounded_channel();
         let (endpoint, _) = watch::channel(false);
         Host {
-            mode,
+            policy,
             profiles: BTreeMap::new(),
             leaving: Vec::new(),
             returning: BTreeMap::new(),
@@ -207,16 +164,9 @@ impl Host {
         }
     }
 
-    fn one(&self) -> bool {
-        matches!(self.mode, Mode::One(_))
-    }
-
     /// The endpoint's registry (`--all` only).
     fn registry(&self) -> Option<&Arc<Registry>> {
-        match &self.mode {
-            Mode::All(_, e) => Some(&e.registry),
-            Mode::One(_) => None,
-        }
+        self.policy.shared.as_ref().map(|e| &e.registry)
     }
 
     /// A profile that does not run: `/readyz` says why (`--all`).
@@ -240,13 +190,9 @@ impl Host {
     }
 
     /// Starts a profile's listener as a task (with `--all`, in a span naming the profile, so
-    /// every line it logs says `profile=<name>`); returns what says it has started.
-    fn start(
-        &mut self,
-        name: String,
-        settings: Settings,
-        prepared: Option<Prepared>,
-    ) -> oneshot::Receiver<()> {
+    /// every line it logs says `profile=<name>`): `start::prepare`, then `daemon::run`. Returns
+    /// what says it has started; a start that fails sends its end before that is dropped.
+    fn start(&mut self, name: String, settings: Settings) -> oneshot::Receiver<()> {
         let generation = self.next_generation;
         self.next_generation += 1;
         self.failed_other.remove(&name);
@@ -262,42 +208,22 @@ impl Host {
             started: Some(started_tx),
             turns: turns.clone(),
         };
-        let (source, notify_status, metrics) = match &self.mode {
-            Mode::One(args) => {
-                let metrics = Metrics::for_settings(&settings);
-                metrics::spawn_server(
-                    &metrics,
-                    settings.listen.metrics_addr,
-                    self.endpoint.subscribe(),
-                );
-                (config::Source::One(args.clone()), true, metrics)
-            }
-            Mode::All(args, endpoint) => {
-                if settings.listen.metrics_addr.is_some()
-                    && settings.listen.metrics_addr != endpoint.addr
-                {
-                    tracing::warn!(
-                        event = %"config_advice",
-                        profile = %name,
-                        "this profile's listen.metrics_addr is ignored with --all: the process serves every profile on one endpoint (--metrics-addr, or the top level's [listen] metrics_addr)"
-                    );
-                }
-                if RunSlots::of(&settings) != self.slots {
-                    tracing::warn!(
-                        event = %"config_advice",
-                        profile = %name,
-                        "this profile's listen.max_concurrent_runs or listen.min_available_memory is ignored with --all: the process's run slots are the top level's [listen]"
-                    );
-                }
+        let alone = self.policy.alone();
+        let source = self.policy.source(&name);
+        // `listen`'s one profile serves its own endpoint once it holds its lock; with `--all` the
+        // process serves every profile's.
+        let (metrics, own_endpoint) = match &self.policy.shared {
+            None => (
+                Metrics::for_settings(&settings),
+                Some(self.endpoint.subscribe()),
+            ),
+            Some(endpoint) => {
+                self.ignored_with_all(&name, &settings, endpoint);
                 let metrics = match endpoint.addr {
                     Some(_) => endpoint.registry.profile(&name),
                     None => Metrics::off(),
                 };
-                let source = config::Source::OfAll {
-                    args: args.clone(),
-                    profile: name.clone(),
-                };
-                (source, false, metrics)
+                (metrics, None)
             }
         };
         let fingerprint = profiles::fingerprint(&settings);
@@ -305,32 +231,35 @@ impl Host {
         let end_name = name.clone();
         let pacer = self.pacer.clone();
         let admission = self.admission.clone();
-        let listener = async move {
-            let prepared = match prepared {
-                Some(p) => p,
-                None => profiles::prepare(&settings).await?,
-            };
-            let Prepared { key, state, lock } = prepared;
-            let start = Start {
-                source,
-                settings,
-                key,
-                state,
-                metrics,
-                notify_status,
-                pacer,
-                admission,
-            };
-            let r = daemon::run(start, link).await;
-            // The lock outlives the listener: no other can start on this state dir meanwhile.
-            drop(lock);
-            r
-        };
         let task = async move {
-            let r = listener.await;
-            let _ = ends.send((end_name, generation, r));
+            let outcome = match super::start::prepare(&settings, alone).await {
+                Ok(Prepared { key, state, lock }) => {
+                    if let Some(stop) = own_endpoint {
+                        metrics::spawn_server(&metrics, settings.listen.metrics_addr, stop);
+                    }
+                    let start = Start {
+                        source,
+                        settings,
+                        key,
+                        state,
+                        metrics,
+                        notify_status: alone,
+                        pacer,
+                        admission,
+                    };
+                    let r = daemon::run(start, link).await;
+                    // The lock outlives the listener: no other can start on this state dir
+                    // meanwhile.
+                    drop(lock);
+                    r.map_err(StartError::Listener)
+                }
+                // `link` lives on until the end is sent: the host hears the end before it hears
+                // "started" (READY is never sent for a process that ends at its start).
+                Err(e) => Err(e),
+            };
+            let _ = ends.send((end_name, generation, outcome));
         };
-        let task = if self.one() {
+        let task = if alone {
             tokio::spawn(task)
         } else {
             tokio::spawn(task.instrument(tracing::error_span!("profile", profile = %name)))
@@ -350,6 +279,25 @@ impl Host {
         started
     }
 
+    /// With `--all`, what a profile's own table may not choose for the process: said once at its
+    /// start.
+    fn ignored_with_all(&self, name: &str, settings: &Settings, endpoint: &Endpoint) {
+        if settings.listen.metrics_addr.is_some() && settings.listen.metrics_addr != endpoint.addr {
+            tracing::warn!(
+                event = %"config_advice",
+                profile = %name,
+                "this profile's listen.metrics_addr is ignored with --all: the process serves every profile on one endpoint (--metrics-addr, or the top level's [listen] metrics_addr)"
+            );
+        }
+        if RunSlots::of(settings) != self.slots {
+            tracing::warn!(
+                event = %"config_advice",
+                profile = %name,
+                "this profile's listen.max_concurrent_runs or listen.min_available_memory is ignored with --all: the process's run slots are the top level's [listen]"
+            );
+        }
+    }
+
     /// Answers signals, profile ends and the watchdog until a stop signal, then stops every
     /// profile. `started`: READY goes to systemd once each of these has started (or ended).
     async fn serve(
@@ -360,9 +308,22 @@ impl Host {
         let mut all_started = Some(Box::pin(futures_util::future::join_all(started)));
         let mut released = super::agent_lock::released();
         let cause = loop {
+            let next_retry = self.next_retry();
             tokio::select! {
-                _ = released.changed() => self.retry_blocked(true),
-                _ = crate::sys::wait::until(self.next_retry()) => self.retry_blocked(false),
+                // Ends first: a profile that could not start sends its end before its "started"
+                // goes, so `listen` that cannot start ends without READY.
+                biased;
+                Some((name, generation, outcome)) = self.ends.recv() => {
+                    if let Some(code) = self.on_end(&name, generation, outcome) {
+                        // The one profile ended by itself: so does the process. A process that
+                        // ends at its start tells systemd nothing, as before there was a host.
+                        if all_started.is_none() {
+                            self.notify.stopping();
+                        }
+                        let _ = self.endpoint.send(true);
+                        return Ok(code);
+                    }
+                }
                 asked = signals.next() => match asked {
                     Asked::Stop(cause) => break cause,
                     Asked::Reload => self.reload(),
@@ -372,27 +333,16 @@ impl Host {
                     self.notify.ready();
                     self.watchdog = self.notify.watchdog_interval().map(Watchdog::new);
                 }
-                Some((name, generation, outcome)) = self.ends.recv() => {
-                    if let Some(code) = self.on_end(&name, generation, outcome) {
-                        // The one profile ended by itself: so does the process.
-                        self.notify.stopping();
-                        let _ = self.endpoint.send(true);
-                        return code;
-                    }
-                }
+                _ = released.changed() => self.retry_blocked(true),
+                _ = crate::sys::wait::until(next_retry) => self.retry_blocked(false),
                 _ = notify::due(&mut self.watchdog) => self.watchdog_tick(),
             }
         };
         self.stop(signals, cause).await
     }
 
-    /// A profile's task ended by itself. With one profile, the process's exit (`Some`).
-    fn on_end(
-        &mut self,
-        name: &str,
-        generation: u64,
-        outcome: Outcome,
-    ) -> Option<anyhow::Result<i32>> {
+    /// A profile's task ended by itself. `Some`: the process ends too, with this exit code.
+    fn on_end(&mut self, name: &str, generation: u64, outcome: Outcome) -> Option<i32> {
         if let Some(i) = self
             .leaving
             .iter()
@@ -401,7 +351,7 @@ impl Host {
             self.leaving.swap_remove(i);
             if let Some(settings) = self.returning.remove(name) {
                 tracing::info!(event = %"profile_added", profile = %name, "the old listener of this profile has stopped; starting it again");
-                drop(self.start(name.to_string(), settings, None));
+                drop(self.start(name.to_string(), settings));
             } else if !self.profiles.contains_key(name)
                 && let Some(r) = self.registry()
             {
@@ -416,8 +366,8 @@ impl Host {
             Some(_) => return None,
             None => {}
         }
-        if self.one() {
-            return Some(exit_code(outcome));
+        if self.policy.alone() {
+            return Some(alone_exit(outcome));
         }
         match outcome {
             Ok(Ended::Stopped) => {}
@@ -431,9 +381,8 @@ impl Host {
                 self.failed(name, "another listener serves this profile's agent");
                 self.block(name, holder, releases_seen);
             }
-            Err(e) if e.downcast_ref::<profiles::LockHeld>().is_some() => {
-                let holder = e.downcast_ref::<profiles::LockHeld>().and_then(|h| h.pid);
-                let why = format!("{e:#}");
+            Err(e @ StartError::LockHeld { pid: holder }) => {
+                let why = e.said();
                 tracing::error!(
                     event = %"profile_not_running",
                     profile = %name,
@@ -445,7 +394,7 @@ impl Host {
             }
             Err(e) => {
                 self.failed_other.insert(name.to_string());
-                let why = format!("{e:#}");
+                let why = e.said();
                 tracing::error!(
                     event = %"profile_not_running",
                     profile = %name,
@@ -460,9 +409,10 @@ impl Host {
                 event = %"already_running",
                 "every profile of this config is served by another listener already; this process has nothing to do: exiting"
             );
-            return Some(Ok(super::already_running_exit_code(
+            return Some(super::start::exit_code(
+                Exit::AlreadyRunning,
                 &crate::config::process_env(),
-            )));
+            ));
         }
         None
     }
@@ -493,7 +443,7 @@ impl Host {
     async fn stop(mut self, signals: &mut Signals, cause: &'static str) -> anyhow::Result<i32> {
         self.notify.stopping();
         let _ = self.endpoint.send(true);
-        let one = self.one();
+        let alone = self.policy.alone();
         let mut all: Vec<(String, Running)> =
             std::mem::take(&mut self.profiles).into_iter().collect();
         all.append(&mut self.leaving);
@@ -515,21 +465,22 @@ impl Host {
                 }
             }
         }
-        if one && let Ok((_, _, outcome)) = self.ends.try_recv() {
-            return exit_code(outcome);
+        if alone && let Ok((_, _, outcome)) = self.ends.try_recv() {
+            return Ok(alone_exit(outcome));
         }
         Ok(0)
     }
 }
 
-/// The exit code for the one profile's end: 0 when stopped, `already_running_exit_code` when
-/// another listener took its agent.
-fn exit_code(outcome: Outcome) -> anyhow::Result<i32> {
-    match outcome? {
-        Ended::Stopped => Ok(0),
-        Ended::TakenByOther { .. } => Ok(super::already_running_exit_code(
-            &crate::config::process_env(),
-        )),
+/// The process's exit code for its one profile's end (`listen`): 0 when stopped; a start
+/// error's own, said on stderr (`StartError::refuse`); `Exit::AlreadyRunning`'s when another
+/// listener took its agent.
+fn alone_exit(outcome: Outcome) -> i32 {
+    let env = crate::config::process_env();
+    match outcome {
+        Ok(Ended::Stopped) => super::start::exit_code(Exit::Done, &env),
+        Ok(Ended::TakenByOther { .. }) => super::start::exit_code(Exit::AlreadyRunning, &env),
+        Err(e) => e.refuse(&env),
     }
 }
 

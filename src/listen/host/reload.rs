@@ -11,17 +11,14 @@ impl Host {
     /// whatever keeps their runs from starting (`Command::Recheck`: SIGHUP is how a fixed
     /// runtime, key or texts is said). A file that cannot be read keeps every profile as it is.
     pub(super) fn reload(&mut self) {
-        let args = match &self.mode {
-            Mode::One(_) => {
-                for r in self.profiles.values() {
-                    deliver(&r.commands, Command::Reload(None));
-                }
-                return;
+        if self.policy.alone() {
+            for r in self.profiles.values() {
+                deliver(&r.commands, Command::Reload(None));
             }
-            Mode::All(args, _) => args.clone(),
-        };
+            return;
+        }
         tracing::info!(event = %"reload", "reloading the config: profiles added, removed or changed");
-        let set = match config::ConfigFile::read(&args).and_then(|file| file.all()) {
+        let set = match config::ConfigFile::read(&self.policy.args).and_then(|file| file.all()) {
             Ok(set) => set,
             Err(e) => {
                 tracing::error!(event = %"reload_failed", error = %e, "the config cannot be read; every profile keeps its settings");
@@ -88,7 +85,7 @@ impl Host {
                 (None, Ok(s)) => {
                     added += 1;
                     tracing::info!(event = %"profile_added", profile = %name, "starting this profile");
-                    drop(self.start(name, s, None));
+                    drop(self.start(name, s));
                 }
                 (None, Err(e)) => self.config_error(&name, &e),
             }

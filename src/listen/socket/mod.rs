@@ -54,6 +54,30 @@ pub struct SocketParams {
 }
 
 impl SocketParams {
+    /// The socket's parameters for `settings` and its key and client: the one place the test
+    /// time scale (`settings.time_scale`) divides the socket's own timers.
+    pub fn new(
+        settings: &crate::config::Settings,
+        key: SecretString,
+        api: Api,
+        metrics: std::sync::Arc<super::metrics::Metrics>,
+        pacer: super::pacer::Pacer,
+    ) -> SocketParams {
+        let scale = settings.time_scale;
+        SocketParams {
+            api_base: settings.api_base.clone(),
+            key,
+            api,
+            idle_timeout: settings.listen.idle_timeout,
+            key_refused_retry: scale.apply(reconnect::KEY_REFUSED_RETRY),
+            scale,
+            unreachable_warn_after: scale.apply(super::reach::UNREACHABLE_WARN_AFTER),
+            misconfigured_retry: scale.apply(super::reach::MISCONFIGURED_RETRY),
+            metrics,
+            pacer,
+        }
+    }
+
     fn same_endpoint(&self, other: &SocketParams) -> bool {
         self.api_base == other.api_base && self.key.expose_secret() == other.key.expose_secret()
     }
