@@ -82,6 +82,7 @@ pub async fn run(
         metrics: super::metrics::Metrics::off(),
         run_starting: None,
         waits: None,
+        policy: None,
     };
     let mut task = tokio::spawn(cycle::run(input));
     let report = tokio::select! {

@@ -146,6 +146,7 @@ impl Daemon {
             waits: Some(waits),
             metrics: self.metrics.clone(),
             admission: self.ticket(),
+            policy: Some(self.run_policy.for_cycle()),
         };
         self.status.last_cycle = Some(LastCycle::started(
             id,
@@ -162,6 +163,7 @@ impl Daemon {
     /// written.
     pub(super) fn on_run_starting(&mut self, run: RunStarting) {
         self.status_hold.release();
+        self.run_policy.run_started(&run.conversations);
         if let Some(c) = self.status.last_cycle.as_mut() {
             c.run_started = true;
             c.run_kind = Some(run.kind);
@@ -185,6 +187,7 @@ impl Daemon {
             self.status.detail = without_cycle_wait(d);
         }
         self.metrics.cycle_ended(&report.last, report.key_refused);
+        self.run_policy.cycle_ended(&report);
         if report.last.run_started {
             self.status.counters.runs += 1;
         }

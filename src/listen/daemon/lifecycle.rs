@@ -41,6 +41,7 @@ impl Daemon {
             file_modified: None,
         };
         let (quiet_ms, max_delay_ms) = windows(&settings);
+        let run_policy = run_policy::RunPolicy::load(&settings, &state);
         Ok(Daemon {
             source,
             settings,
@@ -90,6 +91,7 @@ impl Daemon {
                 (a, who)
             }),
             queued_rx: None,
+            run_policy,
         })
     }
 

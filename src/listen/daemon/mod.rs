@@ -13,6 +13,7 @@ mod events;
 mod lifecycle;
 mod queue;
 mod recovery;
+mod run_policy;
 mod settings;
 mod status_file;
 mod texts_in_use;
@@ -150,6 +151,8 @@ struct Daemon {
     /// cycle's word that its run queued, until the main loop takes it (`queue`).
     admission: Option<(super::admission::Admission, u64)>,
     queued_rx: Option<oneshot::Receiver<super::admission::Queued>>,
+    /// `[listen.policy]`: the rules, the ledger of runs and the hold (`run_policy`).
+    run_policy: run_policy::RunPolicy,
 }
 
 /// What the process layer (`listen::host`) tells a profile's listener. The listener owns no
@@ -359,6 +362,12 @@ async fn main_loop(
             Some(r) = w.texts.recv() => d.on_texts(*r),
             _ = wait::until(d.status_hold.deadline()) => d.status_hold.release(),
             Some(wait) = w.cycle_waits.recv() => d.on_cycle_wait(wait),
+            _ = wait::until(d.run_policy.wake_at()) => {
+                if d.run_policy.wake_due() {
+                    d.own_wake(crate::core::status::ListenerWake::HoldEnded);
+                }
+                start_due_cycle(d, w);
+            }
         }
     }
 }

@@ -140,7 +140,12 @@ impl Daemon {
         self.status.api_base = s.api_base.clone();
         self.status.runtime = s.listen.runtime.as_str().to_string();
         self.status.key_source = key_source_label(&s.key_source);
+        let lifted = self.run_policy.reload(&s);
         self.settings = s;
+        if lifted {
+            // Runs were held and the rules changed: the tray is read now, not at the next message.
+            self.own_wake(crate::core::status::ListenerWake::HoldEnded);
+        }
     }
 
     /// A reloaded `quiet_window`/`max_delay` takes over once no cycle runs and no wake waits, so

@@ -101,6 +101,7 @@ impl Daemon {
         self.status.socket = Some(self.socket_state);
         self.status.last_frame_at = self.last_frame.map(time::rfc3339);
         self.status.updated_at = time::rfc3339(now);
+        self.run_policy.show(&mut self.status);
         self.metrics.observe_status(&self.status);
         self.status_proof = Instant::now();
         match self.state.write_status(&self.status) {
