@@ -307,3 +307,98 @@ fn test_clock_offset(scale: TestTimeScale) -> i64 {
     tracing::info!(event = %"test_clock", offset_ms = offset, "{TEST_CLOCK} is in effect: the run policy's clock reads {text} now");
     offset
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::policy::HoldReason;
+    use crate::core::status::LastCycle;
+    use std::collections::HashMap;
+    use std::path::Path;
+
+    fn settings(toml: &str) -> Settings {
+        let env = HashMap::from([("HOME".to_string(), "/home/u".to_string())]);
+        crate::config::resolve(
+            &crate::config::ConfigArgs::default(),
+            &env,
+            Some((Path::new("/etc/agentchat/config.toml"), toml)),
+        )
+        .unwrap()
+    }
+
+    fn ran(conversations: &[&str]) -> CycleReport {
+        CycleReport {
+            last: LastCycle {
+                run_started: true,
+                ..Default::default()
+            },
+            policy: PolicySeen::Clear,
+            conversations: conversations.iter().map(|c| c.to_string()).collect(),
+            ..Default::default()
+        }
+    }
+
+    #[tokio::test]
+    async fn a_corrupt_ledger_starts_afresh_and_every_run_is_kept_in_the_state_dir() {
+        let tmp = tempfile::tempdir().unwrap();
+        let state = StateDir::open(&tmp.path().join("s")).unwrap();
+        std::fs::write(state.path(LEDGER_FILE), b"{not json").unwrap();
+        let s = settings("[listen.policy]\nmax_runs_per_day = 5\n");
+        let mut p = RunPolicy::load(&s, &state);
+        assert!(p.ledger.runs().is_empty());
+        p.run_started(&["c1".to_string()]);
+        p.cycle_ended(&ran(&["c1"]));
+        // A run whose start was not heard still counts, from its cycle's end.
+        p.cycle_ended(&ran(&[]));
+        let again = RunPolicy::load(&s, &state);
+        assert_eq!(again.ledger.runs().len(), 2);
+        let mut status = Status::default();
+        again.show(&mut status);
+        assert_eq!(status.usage.today.runs, 2);
+        assert_eq!(status.held, None);
+    }
+
+    #[tokio::test]
+    async fn a_hold_is_shown_with_its_end_and_a_reload_that_changes_the_rules_lifts_it() {
+        let tmp = tempfile::tempdir().unwrap();
+        let state = StateDir::open(&tmp.path().join("s")).unwrap();
+        let s = settings("[listen.policy]\nallow = [\"@a\"]\n");
+        let mut p = RunPolicy::load(&s, &state);
+        let soon = p.now() + 50;
+        let hold = Hold {
+            reason: HoldReason::RunsPerHour,
+            key: "max_runs_per_hour",
+            until: Some(soon),
+            cards: vec!["c1".into()],
+            invites: vec![],
+        };
+        p.cycle_ended(&CycleReport {
+            policy: PolicySeen::Held(hold),
+            ..Default::default()
+        });
+        let mut status = Status::default();
+        p.show(&mut status);
+        let held = status.held.clone().unwrap();
+        assert_eq!(
+            (held.reason.as_str(), held.cards.len()),
+            ("runs_per_hour", 1)
+        );
+        assert_eq!(held.until, Some(rfc3339_ms(soon)));
+        assert!(p.wake_at().is_some());
+        tokio::time::sleep(Duration::from_millis(120)).await;
+        assert!(p.wake_due(), "the hold's end has come");
+        assert!(
+            p.wake_at().is_some(),
+            "a later look stays set until a cycle judges"
+        );
+        assert!(!p.reload(&s), "the same rules lift nothing");
+        assert!(p.reload(&settings("")), "rules changed while held");
+        p.cycle_ended(&CycleReport {
+            policy: PolicySeen::Clear,
+            ..Default::default()
+        });
+        assert_eq!(p.wake_at(), None);
+        p.show(&mut status);
+        assert_eq!(status.held, None);
+    }
+}
