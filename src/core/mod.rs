@@ -1,7 +1,7 @@
 //! The rules of contract v1 that need no I/O: parsing, the frame engine, the coalescer, the
 //! reconnect policy, the single-run invite rule, the cycle decision, the identity block, the
 //! table of runtimes (`runtime_kind`), the vocabulary of the listener's status (`status`), and the
-//! run policy with the runs' own cost reports (`policy`, `run_report`; issue 26, not yet wired).
+//! run policy with the runs' own cost reports (`policy`, `run_report`; issue 26).
 //! Every time is an injected number of milliseconds, so each rule is tested without a runtime
 //! against the fixtures in `conformance/`.
 //!
