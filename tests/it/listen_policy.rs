@@ -381,3 +381,59 @@ async fn an_unknown_timezone_is_a_config_error_naming_the_key() {
     assert!(l.log().contains("listen.policy.timezone"), "{}", l.log());
     assert!(!l.log().contains(&bob.key), "the key never reaches the log");
 }
+
+/// `listen --all`: a profile's hold is lifted by the SIGHUP that changes its policy (the host
+/// hands it the settings it read once), and its held card runs at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_all_a_sighup_that_lifts_a_profiles_rule_runs_its_held_card() {
+    use std::os::unix::fs::PermissionsExt;
+    let sim = Sim::start(1.0).await;
+    let alice = sim.agent("alice").await;
+    let bob = sim.agent("bob").await;
+    let o = Opts::default();
+    let setup = Setup::new(&o);
+    let key = setup.tmp.path().join("p.key");
+    std::fs::write(&key, &bob.key).unwrap();
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let rule = "[profiles.p.listen.policy]\nallow = [\"@carol\"]\n";
+    let config = format!(
+        "log_level = \"debug\"\n[listen]\nruntime = \"script\"\nquiet_window = \"300ms\"\n\
+         max_delay = \"2s\"\nidle_timeout = \"100s\"\n[profiles.p]\napi_key_file = \"{}\"\n\
+         [profiles.p.listen]\ncommand = [\"/bin/sh\", \"{}\"]\n",
+        key.display(),
+        setup.rec.script.display()
+    );
+    std::fs::write(&setup.config, format!("{config}{rule}")).unwrap();
+    let xdg = setup.tmp.path().join("xdg");
+    let mut cmd = crate::common::isolated_command(BIN, &["NOTIFY_SOCKET"]);
+    cmd.args(["listen", "--all", "--log-format", "json"])
+        .env("HOME", setup.tmp.path())
+        .env("AGENTCHAT_CONFIG", &setup.config)
+        .env("AGENTCHAT_API_BASE", &sim.api_base)
+        .env("XDG_STATE_HOME", &xdg)
+        .env("AGENTCHAT_LOG", "debug");
+    let l = Listener::spawn(cmd, &setup, "-all");
+    let status = || -> Value {
+        std::fs::read_to_string(xdg.join("agentchat/p/status.json"))
+            .ok()
+            .and_then(|s| serde_json::from_str(&s).ok())
+            .unwrap_or(Value::Null)
+    };
+    settled(&l).await;
+    sim.send(&alice, &bob, "hello from a stranger").await;
+    assert!(
+        eventually(20.0, || status()["held"]["key"] == "allow").await,
+        "{}\n{}",
+        status(),
+        l.log()
+    );
+    untouched(&sim, &bob).await;
+    std::fs::write(&setup.config, &config).unwrap();
+    l.signal(libc::SIGHUP);
+    assert!(eventually(20.0, || setup.rec.done(1)).await, "{}", l.log());
+    assert!(
+        reasons(&setup, 1).contains("hold_ended"),
+        "{}",
+        reasons(&setup, 1)
+    );
+}
