@@ -122,6 +122,10 @@ async fn quiet_hours_hold_a_card_until_they_end_and_then_it_runs_without_a_new_m
     );
     assert_eq!(setup.rec.count(), 0);
     assert_eq!(l.count("run_held"), 1, "{}", l.log());
+    assert!(
+        eventually_async(5.0, || async { sim.acks(&bob).await.len() >= 2 }).await,
+        "both messages are acked during the hold"
+    );
     // 07:00 on the policy's clock: the listener reads the tray by itself.
     assert!(eventually(40.0, || setup.rec.done(1)).await, "{}", l.log());
     assert!(

@@ -15,7 +15,8 @@ use std::sync::Arc;
 #[derive(Debug, Clone)]
 pub struct PolicyGate {
     pub policy: Policy,
-    pub ledger: Ledger,
+    /// Shared with the daemon, which copies it only when it records a run meanwhile.
+    pub ledger: Arc<Ledger>,
     pub offsets: Arc<OffsetTable>,
     /// The policy's clock minus the wall clock, in ms: 0 but under a test clock
     /// (`AGENTCHAT_TEST_CLOCK`, `listen::daemon::run_policy`).

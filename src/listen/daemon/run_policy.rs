@@ -44,7 +44,8 @@ struct CurrentHold {
 pub(super) struct RunPolicy {
     policy: Policy,
     offsets: Arc<OffsetTable>,
-    ledger: Ledger,
+    /// Shared with the running cycle's snapshot (`PolicyGate`): a cycle costs no copy of it.
+    ledger: Arc<Ledger>,
     hold: Option<CurrentHold>,
     /// The run in progress: when it started on the policy's clock.
     running: Option<i64>,
@@ -63,7 +64,7 @@ impl RunPolicy {
         let clock_offset_ms = test_clock_offset(settings.time_scale);
         let now = now_ms(clock_offset_ms);
         let path = state.path(LEDGER_FILE);
-        let ledger = match fs::read_regular_capped(&path, MAX_LEDGER_BYTES) {
+        let ledger: Ledger = match fs::read_regular_capped(&path, MAX_LEDGER_BYTES) {
             Ok(bytes) => serde_json::from_slice(&bytes).unwrap_or_else(|e| {
                 tracing::warn!(event = %"ledger_unreadable", path = %path.display(), error = %e, "the run ledger is damaged; starting a new one (today's caps count from now)");
                 Ledger::new()
@@ -77,7 +78,7 @@ impl RunPolicy {
         let mut p = RunPolicy {
             policy: settings.listen.policy.clone(),
             offsets: Arc::new(zone(settings, now)),
-            ledger,
+            ledger: Arc::new(ledger),
             hold: None,
             running: None,
             wake: None,
@@ -95,7 +96,8 @@ impl RunPolicy {
 
     fn prune(&mut self) {
         let keep = self.policy.loop_guard.map_or(0, |g| g.within_ms);
-        self.ledger.prune(self.now(), keep, self.offsets.as_ref());
+        let (now, offsets) = (self.now(), self.offsets.clone());
+        Arc::make_mut(&mut self.ledger).prune(now, keep, offsets.as_ref());
     }
 
     /// What a cycle needs to ask the policy.
@@ -112,8 +114,7 @@ impl RunPolicy {
     /// A run was handed to the supervisor: it counts from now.
     pub(super) fn run_started(&mut self, conversations: &[String]) {
         let now = self.now();
-        self.ledger
-            .started(now, conversations.to_vec(), self.offsets.as_ref());
+        Arc::make_mut(&mut self.ledger).started(now, conversations.to_vec(), self.offsets.as_ref());
         self.running = Some(now);
         self.save();
     }
@@ -128,7 +129,7 @@ impl RunPolicy {
                     // The run's start was not heard (it ended as fast as it began).
                     let now = self.now();
                     let convs = report.conversations.clone();
-                    self.ledger.started(now, convs, self.offsets.as_ref());
+                    Arc::make_mut(&mut self.ledger).started(now, convs, self.offsets.as_ref());
                     now
                 }
             };
@@ -136,7 +137,7 @@ impl RunPolicy {
             // the `cost` branch; the coordinator switches this line on when it lands:
             // let (cost, tokens) = report.run_report.as_ref().map_or((None, None), |r| (r.cost_usd, r.tokens()));
             let (cost, tokens) = (None, None);
-            self.ledger.ended(started, cost, tokens);
+            Arc::make_mut(&mut self.ledger).ended(started, cost, tokens);
             self.save();
         }
         match &report.policy {
@@ -248,7 +249,7 @@ impl RunPolicy {
     /// Writes `ledger.json` atomically; a failure is said once per episode, and the listener
     /// keeps the ledger in memory.
     fn save(&mut self) {
-        let written = serde_json::to_vec(&self.ledger)
+        let written = serde_json::to_vec(self.ledger.as_ref())
             .map_err(std::io::Error::other)
             .and_then(|bytes| fs::write_atomic(&self.path, &bytes));
         match written {
