@@ -441,3 +441,30 @@ async fn with_all_a_sighup_that_lifts_a_profiles_rule_runs_its_held_card() {
         reasons(&setup, 1)
     );
 }
+
+/// `listen --once` (a cron job's run) keeps the same ledger as the daemon: the first one runs
+/// the card and counts it, the next, over `max_runs_per_day`, is held (exit 0, `no run: held`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn once_counts_its_run_in_the_ledger_and_the_next_is_held_by_the_days_cap() {
+    let o = opts("max_runs_per_day = 1", None);
+    let sim = Sim::start(1.0).await;
+    let alice = sim.agent("alice").await;
+    let bob = sim.agent("bob").await;
+    let setup = Setup::new(&o);
+    sim.send(&alice, &bob, "for cron").await;
+    let once = |suffix: &str| {
+        let mut cmd = listener_command(&sim, &bob, &setup, &o);
+        cmd.arg("--once");
+        Listener::spawn(cmd, &setup, suffix)
+    };
+    let mut first = once("-1");
+    assert_eq!(first.wait_exit(20.0), Some(0), "{}", first.log());
+    assert_eq!(setup.rec.count(), 1);
+    let mut second = once("-2");
+    assert_eq!(second.wait_exit(20.0), Some(0), "{}", second.log());
+    assert_eq!(setup.rec.count(), 1, "the day's cap holds the second run");
+    assert_eq!(second.count("run_held"), 1, "{}", second.log());
+    let out = std::fs::read_to_string(setup.tmp.path().join("listener-2.stdout")).unwrap();
+    assert!(out.contains("no run: held"), "{out}");
+    untouched(&sim, &bob).await;
+}

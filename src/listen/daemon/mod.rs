@@ -13,7 +13,7 @@ mod events;
 mod lifecycle;
 mod queue;
 mod recovery;
-mod run_policy;
+pub(crate) mod run_policy;
 mod settings;
 mod status_file;
 mod texts_in_use;

@@ -41,7 +41,7 @@ struct CurrentHold {
 
 /// One profile's policy, ledger and hold.
 #[derive(Debug)]
-pub(super) struct RunPolicy {
+pub(crate) struct RunPolicy {
     policy: Policy,
     offsets: Arc<OffsetTable>,
     /// Shared with the running cycle's snapshot (`PolicyGate`): a cycle costs no copy of it.
@@ -60,7 +60,7 @@ pub(super) struct RunPolicy {
 impl RunPolicy {
     /// The settings' policy and zone, and the ledger the state dir keeps (a corrupt or unreadable
     /// file is said once and the ledger starts afresh).
-    pub(super) fn load(settings: &Settings, state: &StateDir) -> RunPolicy {
+    pub(crate) fn load(settings: &Settings, state: &StateDir) -> RunPolicy {
         let clock_offset_ms = test_clock_offset(settings.time_scale);
         let now = now_ms(clock_offset_ms);
         let path = state.path(LEDGER_FILE);
@@ -101,7 +101,7 @@ impl RunPolicy {
     }
 
     /// What a cycle needs to ask the policy.
-    pub(super) fn for_cycle(&mut self) -> PolicyGate {
+    pub(crate) fn for_cycle(&mut self) -> PolicyGate {
         self.prune();
         PolicyGate {
             policy: self.policy.clone(),
@@ -121,7 +121,7 @@ impl RunPolicy {
 
     /// A cycle ended: its run's report goes into the ledger, and what the policy said of its
     /// tray sets or ends the hold.
-    pub(super) fn cycle_ended(&mut self, report: &CycleReport) {
+    pub(crate) fn cycle_ended(&mut self, report: &CycleReport) {
         if report.last.run_started {
             let started = match self.running.take() {
                 Some(t) => t,
