@@ -373,9 +373,10 @@ async fn the_loop_guard_stops_a_sender_that_keeps_replying_while_others_still_wa
 }
 
 /// `timezone` names a zone the system does not have: the listener refuses to start (exit 78,
-/// which the unit does not restart into), naming the key.
+/// which the unit does not restart into), naming the key; a running listener's reload onto it
+/// keeps the settings in use.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_unknown_timezone_is_a_config_error_naming_the_key() {
+async fn an_unknown_timezone_is_a_config_error_naming_the_key_at_start_and_on_reload() {
     let o = opts(r#"timezone = "Mars/Olympus_Mons""#, None);
     let sim = Sim::start(1.0).await;
     let bob = sim.agent("bob").await;
@@ -384,6 +385,28 @@ async fn an_unknown_timezone_is_a_config_error_naming_the_key() {
     assert_eq!(l.wait_exit(20.0), Some(78), "{}", l.log());
     assert!(l.log().contains("listen.policy.timezone"), "{}", l.log());
     assert!(!l.log().contains(&bob.key), "the key never reaches the log");
+    // Running with a good zone, a reload onto an unknown one keeps the settings in use.
+    let config = std::fs::read_to_string(&setup.config).unwrap();
+    std::fs::write(&setup.config, config.replace("Mars/Olympus_Mons", "UTC")).unwrap();
+    let mut l = Listener::spawn(listener_command(&sim, &bob, &setup, &o), &setup, "-2");
+    settled(&l).await;
+    std::fs::write(&setup.config, &config).unwrap();
+    l.signal(libc::SIGHUP);
+    assert!(
+        eventually(10.0, || l.count("reload_failed") == 1).await,
+        "{}",
+        l.log()
+    );
+    let failed = &l.events("reload_failed")[0];
+    assert!(
+        failed["error"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("listen.policy.timezone"),
+        "{failed}"
+    );
+    assert_eq!(l.wait_exit(1.0), None, "still running:\n{}", l.log());
+    assert_eq!(setup.status()["state"], "connected");
 }
 
 /// `listen --all`: a profile's hold is lifted by the SIGHUP that changes its policy (the host
