@@ -135,7 +135,7 @@ impl RunPolicy {
             };
             // The run's own report of cost and tokens (`CycleReport::run_report`) comes with
             // the `cost` branch; the coordinator switches this line on when it lands:
-            // let (cost, tokens) = report.run_report.as_ref().map_or((None, None), |r| (r.cost_usd, r.tokens()));
+            // let (cost, tokens) = report.run_report.as_ref().map_or((None, None), |r| (r.cost_usd, r.usage.as_ref().map(|u| u.total())));
             let (cost, tokens) = (None, None);
             Arc::make_mut(&mut self.ledger).ended(started, cost, tokens);
             self.save();
