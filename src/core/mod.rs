@@ -3,7 +3,7 @@
 //! table of runtimes (`runtime_kind`), the vocabulary of the listener's status (`status`) and what
 //! it shows (`shown`), the listener's wakes (`wakes`) and its ways out of an unusable runtime
 //! (`runtime_health`) and missing texts (`texts_recovery`), and the
-//! run policy with the runs' own cost reports (`policy`, `run_report`; issue 26, not yet wired).
+//! run policy with the runs' own cost reports (`policy`, `run_report`; issue 26).
 //! Every time is an injected number of milliseconds, so each rule is tested without a runtime
 //! against the fixtures in `conformance/`.
 //!

@@ -62,6 +62,8 @@ pub async fn run(settings: Settings, prepared: Prepared) -> anyhow::Result<i32> 
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let mut sigterm = signal(SignalKind::terminate())?;
     let mut sigint = signal(SignalKind::interrupt())?;
+    // `[listen.policy]` holds a one-off run as it holds the daemon's, and counts it.
+    let mut run_policy = super::daemon::run_policy::RunPolicy::load(&settings, &state);
     let input = CycleInput {
         admission: None,
         id: cycle::new_cycle_id(),
@@ -80,6 +82,7 @@ pub async fn run(settings: Settings, prepared: Prepared) -> anyhow::Result<i32> 
         metrics: super::metrics::Metrics::off(),
         run_starting: None,
         waits: None,
+        policy: Some(run_policy.for_cycle()),
     };
     let mut task = tokio::spawn(cycle::run(input));
     let report = tokio::select! {
@@ -88,6 +91,7 @@ pub async fn run(settings: Settings, prepared: Prepared) -> anyhow::Result<i32> 
         _ = sigint.recv() => { let _ = shutdown_tx.send(true); task.await }
     }
     .map_err(|e| anyhow::anyhow!("the cycle ended abnormally: {e}"))?;
+    run_policy.cycle_ended(&report);
 
     let last = &report.last;
     match last.outcome {

@@ -30,6 +30,7 @@ mod integrating;
 mod kubernetes;
 mod listen;
 mod listen_connect;
+mod listen_policy;
 mod listen_proxy;
 mod listen_wakes;
 mod listen_wire;

@@ -9,11 +9,13 @@
 //! A card no rule lets wake a run stays on the tray untouched. The choices the issue leaves open
 //! are in docs/decisions.md, "Run policy"; `conformance/policy.cases.json` pins every rule.
 
+mod admit;
 mod clock;
 mod ledger;
 mod parse;
 mod say;
 
+pub use admit::admit;
 pub use clock::{FixedOffset, OffsetTable, Offsets, local_day, local_hour};
 pub use ledger::{DayTotal, Ledger, MAX_CONVERSATIONS_PER_RUN, MAX_RUNS, RunEntry, Totals};
 pub use parse::{MAX_LOOP_WINDOW_MS, PolicyError, PolicyLayer};

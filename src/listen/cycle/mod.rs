@@ -4,6 +4,7 @@
 //! names each step in order and ends with a `CycleEnd`, the one value the status is written from.
 
 mod after;
+pub mod gate;
 mod run;
 mod tray;
 pub mod workdir;
@@ -53,6 +54,8 @@ pub struct CycleInput {
     pub waits: Option<mpsc::Sender<CycleWait>>,
     /// The way to a run slot of the process (`listen --all`); `None`: no wait.
     pub admission: Option<super::admission::Ticket>,
+    /// The run policy (issue 26; `gate`); `None`: every run the decision chose starts.
+    pub policy: Option<gate::PolicyGate>,
 }
 
 /// The cycle waits before its next tray read, for the server's `429 Retry-After`, until `until`.
@@ -67,6 +70,8 @@ pub struct RunStarting {
     pub kind: RunKind,
     /// The run's log file.
     pub log: String,
+    /// The conversations its tray showed moving, for the run policy's ledger (`gate`).
+    pub conversations: Vec<String>,
 }
 
 /// What the cycle did, for the status file and the main loop.
@@ -96,6 +101,10 @@ pub struct CycleReport {
     /// The run's own report of its cost and tokens (`core::run_report`): `Some` once a run was
     /// started, empty where its runtime reported nothing (the script runtime, a run cut short).
     pub run_report: Option<crate::core::run_report::RunReport>,
+    /// What the run policy said of the tray (`gate`).
+    pub policy: gate::PolicySeen,
+    /// The conversations the tray before the run showed moving (`core::policy::loop_conversations`).
+    pub conversations: Vec<String>,
 }
 
 pub fn new_cycle_id() -> String {
@@ -173,6 +182,7 @@ async fn steps(input: &mut CycleInput, report: &mut CycleReport) -> Result<Cycle
     }
     let before = read_tray_before(input, report).await?;
     let kind = decide_run(input, report, &before)?;
+    let kind = gate::judge(input, report, &before, kind)?;
     let prompt = prompt_for_run(input, report, kind).await?;
     let spec = prepare_run(input, kind, &prompt)?;
     // `listen --all`: the run waits for one of the process's slots (`listen::admission`).
@@ -191,6 +201,7 @@ async fn steps(input: &mut CycleInput, report: &mut CycleReport) -> Result<Cycle
         tracing::info!(event = %"tray_reread", cycle_id = %input.id, waited_ms = u64::try_from(waited.as_millis()).unwrap_or(u64::MAX), "this run waited long for its slot: reading the tray again before it starts");
         let before = read_tray_before(input, report).await?;
         let kind = decide_run(input, report, &before)?;
+        let kind = gate::judge(input, report, &before, kind)?;
         let prompt = prompt_for_run(input, report, kind).await?;
         let spec = prepare_run(input, kind, &prompt)?;
         (before, kind, spec)
@@ -222,6 +233,7 @@ fn decide_run(
         }
         CycleDecision::NoRun(why) => {
             report.handle_ok = true;
+            report.policy = gate::PolicySeen::Clear;
             Err(CycleEnd::NoRun(why))
         }
         CycleDecision::Run(kind) => {

@@ -75,6 +75,7 @@ pub(super) async fn start_run(
     // Said once the process is started: a log line (a file under launchd) and the status write the
     // daemon does on `run_starting` can each wait on a disk, and the run should not.
     let run_starting = input.run_starting.take();
+    let conversations = report.conversations.clone();
     let runtime = input.settings.listen.runtime.as_str();
     let metrics = &input.metrics;
     let on_start = || {
@@ -84,6 +85,7 @@ pub(super) async fn start_run(
             let _ = tx.send(RunStarting {
                 kind,
                 log: log_path.display().to_string(),
+                conversations,
             });
         }
     };

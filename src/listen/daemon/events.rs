@@ -109,6 +109,7 @@ impl Daemon {
             waits: Some(waits),
             metrics: self.metrics.clone(),
             admission: self.ticket(),
+            policy: Some(self.run_policy.for_cycle()),
         };
         self.last_cycle = Some(LastCycle::started(
             id,
@@ -125,6 +126,7 @@ impl Daemon {
     /// written.
     pub(super) fn on_run_starting(&mut self, run: RunStarting) {
         self.status_file.release();
+        self.run_policy.run_started(&run.conversations);
         if let Some(c) = self.last_cycle.as_mut() {
             c.run_started = true;
             c.run_kind = Some(run.kind);
@@ -144,6 +146,7 @@ impl Daemon {
     pub(super) fn on_cycle_end(&mut self, report: CycleReport) {
         self.flags.cycle_wait = None;
         self.metrics.cycle_ended(&report.last, report.key_refused);
+        self.run_policy.cycle_ended(&report);
         if report.last.run_started {
             self.counters.runs += 1;
         }

@@ -17,6 +17,7 @@ impl Daemon {
         let api = Api::new(&settings.api_base, key.clone())?;
         let now = SystemTime::now();
         let windows = windows(&settings);
+        let run_policy = run_policy::RunPolicy::load(&settings, &state);
         Ok(Daemon {
             source,
             settings,
@@ -44,6 +45,7 @@ impl Daemon {
                 (a, who)
             }),
             queued_rx: None,
+            run_policy,
         })
     }
 

@@ -19,6 +19,7 @@ mod lifecycle;
 mod queue;
 mod recovery;
 mod render;
+pub(crate) mod run_policy;
 mod runtime;
 mod settings;
 mod status_file;
@@ -157,6 +158,8 @@ struct Daemon {
     /// cycle's word that its run queued, until the main loop takes it (`queue`).
     admission: Option<(super::admission::Admission, u64)>,
     queued_rx: Option<oneshot::Receiver<super::admission::Queued>>,
+    /// `[listen.policy]`: the rules, the ledger of runs and the hold (`run_policy`).
+    run_policy: run_policy::RunPolicy,
 }
 
 /// What the process layer (`listen::host`) tells a profile's listener. The listener owns no
@@ -366,6 +369,12 @@ async fn main_loop(
             Some(r) = w.texts.recv() => d.on_texts(*r),
             _ = wait::until(d.status_file.hold_deadline()) => d.status_file.release(),
             Some(wait) = w.cycle_waits.recv() => d.on_cycle_wait(wait),
+            _ = wait::until(d.run_policy.wake_at()) => {
+                if d.run_policy.wake_due() {
+                    d.own_wake(crate::core::status::ListenerWake::HoldEnded);
+                }
+                start_due_cycle(d, w);
+            }
         }
     }
 }

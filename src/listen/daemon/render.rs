@@ -30,7 +30,9 @@ impl Daemon {
 
     /// The parts of the status that owners beside the daemon's own state fill in: the run
     /// policy's hold and spending (`held`, `usage`; issue 26) go here. Empty until then.
-    fn provide(&self, _status: &mut Status) {}
+    fn provide(&self, status: &mut Status) {
+        self.run_policy.show(status);
+    }
 
     /// The status document as of `now`.
     pub(super) fn render(&self, now: SystemTime) -> Status {

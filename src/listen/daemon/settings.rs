@@ -119,7 +119,12 @@ impl Daemon {
             self.texts_runtime_changed();
         }
         self.set_windows(windows(&s));
+        let lifted = self.run_policy.reload(&s);
         self.settings = s;
+        if lifted {
+            // Runs were held and the rules changed: the tray is read now, not at the next message.
+            self.own_wake(crate::core::status::ListenerWake::HoldEnded);
+        }
     }
 
     /// While the key is refused, a changed key (file or environment) is tried at once.

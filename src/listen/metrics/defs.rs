@@ -31,6 +31,7 @@ pub(super) const WAKE_REASONS: &[&str] = &[
     crate::core::frames::WAKE_REASON_UNSPECIFIED,
     "recovered",
     "backlog",
+    "hold_ended",
 ];
 
 /// Frame types of contract 3.4 kept as labels; an unknown one is `other`.
@@ -59,6 +60,17 @@ pub(super) const NO_RUN_REASONS: &[&str] = &[
     "no_prompt",
     "runtime_unusable",
     "stopped",
+    "held",
+];
+
+/// Why `[listen.policy]` holds runs (`core::policy::HoldReason`): `agentchat_held`'s labels.
+pub(super) const HOLD_REASONS: &[&str] = &[
+    "quiet_hours",
+    "runs_per_hour",
+    "runs_per_day",
+    "cost_per_day",
+    "loop_guard",
+    "not_allowed",
 ];
 
 /// Run durations, in seconds: a run takes seconds to the 15 min default limit.
@@ -207,6 +219,11 @@ pub(super) const RUNS_QUEUED: Def = Def {
     name: "agentchat_runs_queued",
     kind: "gauge",
     help: "Profiles waiting for a run slot (max_concurrent_runs, min_available_memory).",
+};
+pub(super) const HELD: Def = Def {
+    name: "agentchat_held",
+    kind: "gauge",
+    help: "1 for the reason [listen.policy] holds this profile's runs now (status.json's held.reason), 0 for the others. A hold is the user's choice: /readyz stays 200.",
 };
 pub(super) const QUEUE_WAIT: Def = Def {
     name: "agentchat_run_queue_wait_seconds",

@@ -98,6 +98,8 @@ struct Inner {
     next_retry: Option<SystemTime>,
     /// `status.json` says no texts are loaded (`texts.source` `none`): no run can start.
     no_texts: bool,
+    /// `status.json`'s `held.reason`: why `[listen.policy]` holds runs now.
+    held: Option<String>,
     last_frame: Option<Instant>,
     socket_up: bool,
     run_started: Option<Instant>,
@@ -216,6 +218,7 @@ impl Metrics {
         if let Some(mut i) = self.lock() {
             i.next_retry = next_retry;
             i.no_texts = status.texts.source == crate::core::status::TextsSource::Missing;
+            i.held = status.held.as_ref().map(|h| h.reason.clone());
         }
     }
 

@@ -20,6 +20,7 @@ enum Family {
     LastFrameAge,
     LoopAge,
     StartTime,
+    Held,
 }
 
 /// The page's families, in the order they are written.
@@ -46,6 +47,7 @@ const FAMILIES: &[Family] = &[
     Family::LastFrameAge,
     Family::LoopAge,
     Family::StartTime,
+    Family::Held,
 ];
 
 impl Family {
@@ -58,6 +60,7 @@ impl Family {
             Family::LastFrameAge => &LAST_FRAME_AGE,
             Family::LoopAge => &LOOP_AGE,
             Family::StartTime => &START_TIME,
+            Family::Held => &HELD,
         }
     }
 }
@@ -187,6 +190,12 @@ fn samples(family: Family, m: &Metrics, i: &Inner, profile: &str, out: &mut Stri
                 .duration_since(SystemTime::UNIX_EPOCH)
                 .unwrap_or_default();
             series(out, START_TIME.name, &[], format_f64(secs3(start)));
+        }
+        Family::Held => {
+            for r in HOLD_REASONS {
+                let v = u8::from(i.held.as_deref() == Some(*r));
+                series(out, HELD.name, &[("reason", r.to_string())], v.to_string());
+            }
         }
     }
 }

@@ -1,0 +1,493 @@
+//! Issue 26: the run policy (`[listen.policy]`) in the real listener against the sim, with the
+//! recording `sh` script as the run. Each rule holds a card (status.json's `held` says why and
+//! until when, the card stays unread with no verdict on the sim) and the card runs at the hold's
+//! end, or at the reload that lifts the rule, without a new message (wake reason `hold_ended`).
+//!
+//! Quiet hours and the caps follow the local clock, so these tests move the policy's clock, not
+//! the machine's: `AGENTCHAT_TEST_CLOCK` (test-only, honoured only while the test time scale is,
+//! against the loopback sim) starts it just before the boundary, and `TZ=UTC0` fixes the zone.
+
+use crate::listen_support::*;
+use serde_json::{Value, json};
+
+/// A listener whose policy is `policy` (the body of `[listen.policy]`), its clock starting at
+/// `clock` when set, its metrics on a port of its own.
+fn opts(policy: &str, clock: Option<&str>) -> Opts {
+    let mut extra_env = vec![("TZ".to_string(), "UTC0".to_string())];
+    if let Some(c) = clock {
+        extra_env.push(("AGENTCHAT_TEST_CLOCK".into(), c.into()));
+    }
+    Opts {
+        time_scale: 10.0,
+        extra_env,
+        extra_toml: format!("metrics_addr = \"127.0.0.1:0\"\n\n[listen.policy]\n{policy}\n"),
+        ..Opts::default()
+    }
+}
+
+/// Waits until the listener's first cycle (the connect wake) ended.
+async fn settled(l: &Listener) {
+    assert!(
+        eventually(20.0, || l.count("cycle_end") >= 1).await,
+        "the connect cycle never ended:\n{}",
+        l.log()
+    );
+}
+
+/// Waits until status.json says runs are held for `reason`; the `held` object.
+async fn held(setup: &Setup, l: &Listener, reason: &str) -> Value {
+    assert!(
+        eventually(20.0, || setup.status()["held"]["reason"] == reason).await,
+        "not held for {reason}: {}\n{}",
+        setup.status(),
+        l.log()
+    );
+    let status = setup.status();
+    assert_eq!(status["last_cycle"]["no_run_reason"], "held", "{status}");
+    status["held"].clone()
+}
+
+/// The card waits on the sim as it came: unread, no verdict recorded.
+async fn untouched(sim: &Sim, agent: &Agent) {
+    let tray = sim.tray(agent).await;
+    let cards = as_list(&tray, "conversations");
+    assert!(
+        !cards.is_empty() && cards.iter().all(|c| c["unread"].as_u64() > Some(0)),
+        "{tray}"
+    );
+    let state = sim.state(agent).await;
+    assert_eq!(state["verdicts"], json!([]), "{state}");
+}
+
+/// The reasons run `n` was woken for.
+fn reasons(setup: &Setup, n: usize) -> String {
+    setup
+        .rec
+        .env(n)
+        .get("AGENTCHAT_WAKE_REASONS")
+        .cloned()
+        .unwrap_or_default()
+}
+
+async fn metrics(l: &Listener) -> String {
+    let base = metrics_base(l).await;
+    reqwest::get(format!("{base}/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap()
+}
+
+/// Quiet hours hold a message that comes at 06:59 until 07:00, when the card runs by itself;
+/// `/readyz` stays 200 meanwhile and `agentchat_held` says why. One `run_held` line.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quiet_hours_hold_a_card_until_they_end_and_then_it_runs_without_a_new_message() {
+    let o = opts(
+        r#"quiet_hours = ["22:00-07:00"]"#,
+        Some("2026-12-02T06:59:40Z"),
+    );
+    let sim = Sim::start(1.0).await;
+    let alice = sim.agent("alice").await;
+    let bob = sim.agent("bob").await;
+    let setup = Setup::new(&o);
+    let l = Listener::start(&sim, &bob, &setup, &o);
+    settled(&l).await;
+    assert_eq!(l.count("test_clock"), 1, "{}", l.log());
+    sim.send(&alice, &bob, "are you up?").await;
+    let h = held(&setup, &l, "quiet_hours").await;
+    assert_eq!(h["key"], "quiet_hours");
+    assert_eq!(h["until"], "2026-12-02T07:00:00.000Z");
+    assert_eq!(h["cards"].as_array().map(Vec::len), Some(1), "{h}");
+    assert_eq!(setup.rec.count(), 0, "no run during quiet hours");
+    untouched(&sim, &bob).await;
+    let base = metrics_base(&l).await;
+    let ready = reqwest::get(format!("{base}/readyz")).await.unwrap();
+    assert_eq!(ready.status().as_u16(), 200, "a hold is no fault");
+    let page = metrics(&l).await;
+    assert!(
+        page.contains("agentchat_held{profile=\"default\",reason=\"quiet_hours\"} 1"),
+        "{page}"
+    );
+    assert!(
+        page.contains("agentchat_held{profile=\"default\",reason=\"runs_per_hour\"} 0"),
+        "{page}"
+    );
+    // A wake during the hold is acked and costs no run; the hold is said once.
+    sim.send(&alice, &bob, "hello?").await;
+    assert!(
+        eventually(10.0, || l.count("cycle_end") >= 3).await,
+        "{}",
+        l.log()
+    );
+    assert_eq!(setup.rec.count(), 0);
+    assert_eq!(l.count("run_held"), 1, "{}", l.log());
+    assert!(
+        eventually_async(5.0, || async { sim.acks(&bob).await.len() >= 2 }).await,
+        "both messages are acked during the hold"
+    );
+    // 07:00 on the policy's clock: the listener reads the tray by itself.
+    assert!(eventually(40.0, || setup.rec.done(1)).await, "{}", l.log());
+    assert!(
+        reasons(&setup, 1).contains("hold_ended"),
+        "{}",
+        reasons(&setup, 1)
+    );
+    assert!(
+        eventually(10.0, || setup.status()["held"].is_null()).await,
+        "{}",
+        setup.status()
+    );
+    assert_eq!(setup.status()["usage"]["today"]["runs"], 1);
+}
+
+/// `max_runs_per_hour = 1`: the second card waits for the next clock hour, then runs; the
+/// ledger is in the state dir.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn max_runs_per_hour_holds_the_next_run_until_the_hour_rolls_over() {
+    let o = opts("max_runs_per_hour = 1", Some("2026-12-02T10:59:35Z"));
+    let sim = Sim::start(1.0).await;
+    let alice = sim.agent("alice").await;
+    let carol = sim.agent("carol").await;
+    let bob = sim.agent("bob").await;
+    let setup = Setup::new(&o);
+    let l = Listener::start(&sim, &bob, &setup, &o);
+    settled(&l).await;
+    sim.send(&alice, &bob, "one").await;
+    assert!(eventually(20.0, || setup.rec.done(1)).await, "{}", l.log());
+    sim.send(&carol, &bob, "two").await;
+    let h = held(&setup, &l, "runs_per_hour").await;
+    assert_eq!(h["key"], "max_runs_per_hour");
+    assert_eq!(h["until"], "2026-12-02T11:00:00.000Z");
+    assert_eq!(setup.status()["usage"]["this_hour"]["runs"], 1);
+    assert_eq!(setup.rec.count(), 1);
+    let ledger: Value =
+        serde_json::from_slice(&std::fs::read(setup.state_dir.join("ledger.json")).unwrap())
+            .unwrap();
+    assert_eq!(ledger["runs"].as_array().map(Vec::len), Some(1), "{ledger}");
+    assert!(eventually(45.0, || setup.rec.done(2)).await, "{}", l.log());
+    assert!(
+        reasons(&setup, 2).contains("hold_ended"),
+        "{}",
+        reasons(&setup, 2)
+    );
+}
+
+/// `max_runs_per_day = 1`: the next run waits for local midnight.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn max_runs_per_day_holds_the_next_run_until_midnight() {
+    let o = opts("max_runs_per_day = 1", Some("2026-12-02T23:59:35Z"));
+    let sim = Sim::start(1.0).await;
+    let alice = sim.agent("alice").await;
+    let carol = sim.agent("carol").await;
+    let bob = sim.agent("bob").await;
+    let setup = Setup::new(&o);
+    let l = Listener::start(&sim, &bob, &setup, &o);
+    settled(&l).await;
+    sim.send(&alice, &bob, "one").await;
+    assert!(eventually(20.0, || setup.rec.done(1)).await, "{}", l.log());
+    sim.send(&carol, &bob, "two").await;
+    let h = held(&setup, &l, "runs_per_day").await;
+    assert_eq!(h["until"], "2026-12-03T00:00:00.000Z");
+    assert!(eventually(45.0, || setup.rec.done(2)).await, "{}", l.log());
+    assert!(
+        reasons(&setup, 2).contains("hold_ended"),
+        "{}",
+        reasons(&setup, 2)
+    );
+}
+
+/// `max_cost_per_day_usd`: a script run reports no cost, so the day's spending is pre-seeded in
+/// `ledger.json` (as a restart finds it): the card waits for midnight, and status's usage shows
+/// the seeded run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn max_cost_per_day_holds_runs_once_the_ledger_reaches_it_until_midnight() {
+    let clock = "2026-12-02T23:59:35Z";
+    let o = opts("max_cost_per_day_usd = 1.0", Some(clock));
+    let sim = Sim::start(1.0).await;
+    let alice = sim.agent("alice").await;
+    let bob = sim.agent("bob").await;
+    let setup = Setup::new(&o);
+    std::fs::create_dir_all(&setup.state_dir).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&setup.state_dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let earlier = humantime::parse_rfc3339(clock)
+        .unwrap()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
+        - 3_600_000;
+    std::fs::write(
+        setup.state_dir.join("ledger.json"),
+        json!({"runs": [{"started_ms": earlier, "cost_usd": 1.25, "tokens": 1000}]}).to_string(),
+    )
+    .unwrap();
+    let l = Listener::start(&sim, &bob, &setup, &o);
+    settled(&l).await;
+    sim.send(&alice, &bob, "expensive?").await;
+    let h = held(&setup, &l, "cost_per_day").await;
+    assert_eq!(h["key"], "max_cost_per_day_usd");
+    assert_eq!(h["until"], "2026-12-03T00:00:00.000Z");
+    let usage = &setup.status()["usage"]["today"];
+    assert_eq!(
+        (usage["runs"].as_u64(), usage["cost_usd"].as_f64()),
+        (Some(1), Some(1.25))
+    );
+    untouched(&sim, &bob).await;
+    assert!(eventually(45.0, || setup.rec.done(1)).await, "{}", l.log());
+    assert!(
+        reasons(&setup, 1).contains("hold_ended"),
+        "{}",
+        reasons(&setup, 1)
+    );
+}
+
+/// A sender rule the config holds a card by (`not_allowed`, no `until`): the card waits
+/// untouched until a reload that lifts the rule reads the tray at once.
+async fn held_until_a_reload_lifts(policy: &str, key: &str, group: bool) {
+    let o = opts(policy, None);
+    let sim = Sim::start(1.0).await;
+    let alice = sim.agent("alice").await;
+    let bob = sim.agent("bob").await;
+    let setup = Setup::new(&o);
+    let l = Listener::start(&sim, &bob, &setup, &o);
+    settled(&l).await;
+    if group {
+        let g = sim
+            .post(
+                "/_sim/groups",
+                json!({"owner": alice.handle, "name": "lab", "members": [bob.handle]}),
+            )
+            .await;
+        let gid = g["group_id"].as_str().unwrap().to_string();
+        let req = sim
+            .http
+            .post(format!("{}/v1/messages", sim.api_base))
+            .bearer_auth(&alice.key)
+            .json(&json!({"conversation_id": gid, "client_msg_id": "g-1",
+                          "content": {"text": "hello everyone"}}));
+        assert!(req.send().await.unwrap().status().is_success());
+    } else {
+        sim.send(&alice, &bob, "hi, we have not met").await;
+    }
+    let h = held(&setup, &l, "not_allowed").await;
+    assert_eq!(h["key"], key, "{h}");
+    assert!(h["until"].is_null(), "{h}");
+    assert_eq!(l.count("run_held"), 1, "{}", l.log());
+    untouched(&sim, &bob).await;
+    assert_eq!(setup.rec.count(), 0);
+    // The user lifts the rule: SIGHUP reads the tray now, without a new message.
+    let config = std::fs::read_to_string(&setup.config).unwrap();
+    std::fs::write(&setup.config, config.replace(policy, "")).unwrap();
+    l.signal(libc::SIGHUP);
+    assert!(eventually(20.0, || setup.rec.done(1)).await, "{}", l.log());
+    assert!(
+        reasons(&setup, 1).contains("hold_ended"),
+        "{}",
+        reasons(&setup, 1)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn first_contact_wait_holds_a_strangers_first_message_until_a_reload_lifts_it() {
+    held_until_a_reload_lifts(r#"first_contact = "wait""#, "first_contact", false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn groups_mentions_holds_group_chatter_that_does_not_mention_the_agent() {
+    held_until_a_reload_lifts(r#"groups = "mentions""#, "groups", true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn allow_holds_a_card_from_a_handle_it_does_not_list() {
+    held_until_a_reload_lifts(r#"allow = ["@carol"]"#, "allow", false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deny_holds_a_card_from_a_denied_handle() {
+    held_until_a_reload_lifts(r#"deny = ["@ali*"]"#, "deny", false).await;
+}
+
+/// A hostile sender that keeps replying: after two runs in the window its conversation stops
+/// waking runs, while another sender's message still starts one; once the window passes the
+/// held card runs by itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_loop_guard_stops_a_sender_that_keeps_replying_while_others_still_wake_runs() {
+    let o = opts(r#"loop_guard = { runs = 2, within = "12s" }"#, None);
+    let sim = Sim::start(1.0).await;
+    let mallory = sim.agent("mallory").await;
+    let alice = sim.agent("alice").await;
+    let bob = sim.agent("bob").await;
+    let setup = Setup::new(&o);
+    let l = Listener::start(&sim, &bob, &setup, &o);
+    settled(&l).await;
+    sim.send(&mallory, &bob, "ping 1").await;
+    assert!(eventually(20.0, || setup.rec.done(1)).await, "{}", l.log());
+    sim.send(&mallory, &bob, "ping 2").await;
+    assert!(eventually(20.0, || setup.rec.done(2)).await, "{}", l.log());
+    sim.send(&mallory, &bob, "ping 3").await;
+    let h = held(&setup, &l, "loop_guard").await;
+    assert_eq!(h["key"], "loop_guard");
+    assert!(h["until"].is_string(), "{h}");
+    assert_eq!(setup.rec.count(), 2);
+    // Another conversation still wakes a run.
+    sim.send(&alice, &bob, "a real question").await;
+    assert!(eventually(20.0, || setup.rec.done(3)).await, "{}", l.log());
+    assert!(
+        reasons(&setup, 3).contains("message"),
+        "{}",
+        reasons(&setup, 3)
+    );
+    // The agent answered Alice (the recording run does not: bob reads her card himself).
+    let tray = sim.tray(&bob).await;
+    let cards = as_list(&tray, "conversations");
+    let theirs = cards
+        .iter()
+        .find(|c| {
+            c["counterparty"]["handle"]
+                .as_str()
+                .is_some_and(|h| h.contains("alice"))
+        })
+        .and_then(|c| c["conversation_id"].as_str())
+        .expect("alice's card");
+    let read = sim
+        .http
+        .post(format!("{}/v1/conversations/{theirs}/read", sim.api_base))
+        .bearer_auth(&bob.key)
+        .json(&json!({}));
+    assert!(read.send().await.unwrap().status().is_success());
+    // Mallory goes on: held again, and once the window passes the card runs by itself.
+    sim.send(&mallory, &bob, "ping 4").await;
+    held(&setup, &l, "loop_guard").await;
+    let runs = setup.rec.count();
+    assert!(
+        eventually(40.0, || setup.rec.done(runs + 1)).await,
+        "{}",
+        l.log()
+    );
+    assert!(
+        reasons(&setup, runs + 1).contains("hold_ended"),
+        "{}",
+        reasons(&setup, runs + 1)
+    );
+}
+
+/// `timezone` names a zone the system does not have: the listener refuses to start (exit 78,
+/// which the unit does not restart into), naming the key; a running listener's reload onto it
+/// keeps the settings in use.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unknown_timezone_is_a_config_error_naming_the_key_at_start_and_on_reload() {
+    let o = opts(r#"timezone = "Mars/Olympus_Mons""#, None);
+    let sim = Sim::start(1.0).await;
+    let bob = sim.agent("bob").await;
+    let setup = Setup::new(&o);
+    let mut l = Listener::start(&sim, &bob, &setup, &o);
+    assert_eq!(l.wait_exit(20.0), Some(78), "{}", l.log());
+    assert!(l.log().contains("listen.policy.timezone"), "{}", l.log());
+    assert!(!l.log().contains(&bob.key), "the key never reaches the log");
+    // Running with a good zone, a reload onto an unknown one keeps the settings in use.
+    let config = std::fs::read_to_string(&setup.config).unwrap();
+    std::fs::write(&setup.config, config.replace("Mars/Olympus_Mons", "UTC")).unwrap();
+    let mut l = Listener::spawn(listener_command(&sim, &bob, &setup, &o), &setup, "-2");
+    settled(&l).await;
+    std::fs::write(&setup.config, &config).unwrap();
+    l.signal(libc::SIGHUP);
+    assert!(
+        eventually(10.0, || l.count("reload_failed") == 1).await,
+        "{}",
+        l.log()
+    );
+    let failed = &l.events("reload_failed")[0];
+    assert!(
+        failed["error"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("listen.policy.timezone"),
+        "{failed}"
+    );
+    assert_eq!(l.wait_exit(1.0), None, "still running:\n{}", l.log());
+    assert_eq!(setup.status()["state"], "connected");
+}
+
+/// `listen --all`: a profile's hold is lifted by the SIGHUP that changes its policy (the host
+/// hands it the settings it read once), and its held card runs at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_all_a_sighup_that_lifts_a_profiles_rule_runs_its_held_card() {
+    use std::os::unix::fs::PermissionsExt;
+    let sim = Sim::start(1.0).await;
+    let alice = sim.agent("alice").await;
+    let bob = sim.agent("bob").await;
+    let o = Opts::default();
+    let setup = Setup::new(&o);
+    let key = setup.tmp.path().join("p.key");
+    std::fs::write(&key, &bob.key).unwrap();
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let rule = "[profiles.p.listen.policy]\nallow = [\"@carol\"]\n";
+    let config = format!(
+        "log_level = \"debug\"\n[listen]\nruntime = \"script\"\nquiet_window = \"300ms\"\n\
+         max_delay = \"2s\"\nidle_timeout = \"100s\"\n[profiles.p]\napi_key_file = \"{}\"\n\
+         [profiles.p.listen]\ncommand = [\"/bin/sh\", \"{}\"]\n",
+        key.display(),
+        setup.rec.script.display()
+    );
+    std::fs::write(&setup.config, format!("{config}{rule}")).unwrap();
+    let xdg = setup.tmp.path().join("xdg");
+    let mut cmd = crate::common::isolated_command(BIN, &["NOTIFY_SOCKET"]);
+    cmd.args(["listen", "--all", "--log-format", "json"])
+        .env("HOME", setup.tmp.path())
+        .env("AGENTCHAT_CONFIG", &setup.config)
+        .env("AGENTCHAT_API_BASE", &sim.api_base)
+        .env("XDG_STATE_HOME", &xdg)
+        .env("AGENTCHAT_LOG", "debug");
+    let l = Listener::spawn(cmd, &setup, "-all");
+    let status = || -> Value {
+        std::fs::read_to_string(xdg.join("agentchat/p/status.json"))
+            .ok()
+            .and_then(|s| serde_json::from_str(&s).ok())
+            .unwrap_or(Value::Null)
+    };
+    settled(&l).await;
+    sim.send(&alice, &bob, "hello from a stranger").await;
+    assert!(
+        eventually(20.0, || status()["held"]["key"] == "allow").await,
+        "{}\n{}",
+        status(),
+        l.log()
+    );
+    untouched(&sim, &bob).await;
+    std::fs::write(&setup.config, &config).unwrap();
+    l.signal(libc::SIGHUP);
+    assert!(eventually(20.0, || setup.rec.done(1)).await, "{}", l.log());
+    assert!(
+        reasons(&setup, 1).contains("hold_ended"),
+        "{}",
+        reasons(&setup, 1)
+    );
+}
+
+/// `listen --once` (a cron job's run) keeps the same ledger as the daemon: the first one runs
+/// the card and counts it, the next, over `max_runs_per_day`, is held (exit 0, `no run: held`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn once_counts_its_run_in_the_ledger_and_the_next_is_held_by_the_days_cap() {
+    let o = opts("max_runs_per_day = 1", None);
+    let sim = Sim::start(1.0).await;
+    let alice = sim.agent("alice").await;
+    let bob = sim.agent("bob").await;
+    let setup = Setup::new(&o);
+    sim.send(&alice, &bob, "for cron").await;
+    let once = |suffix: &str| {
+        let mut cmd = listener_command(&sim, &bob, &setup, &o);
+        cmd.arg("--once");
+        Listener::spawn(cmd, &setup, suffix)
+    };
+    let mut first = once("-1");
+    assert_eq!(first.wait_exit(20.0), Some(0), "{}", first.log());
+    assert_eq!(setup.rec.count(), 1);
+    let mut second = once("-2");
+    assert_eq!(second.wait_exit(20.0), Some(0), "{}", second.log());
+    assert_eq!(setup.rec.count(), 1, "the day's cap holds the second run");
+    assert_eq!(second.count("run_held"), 1, "{}", second.log());
+    let out = std::fs::read_to_string(setup.tmp.path().join("listener-2.stdout")).unwrap();
+    assert!(out.contains("no run: held"), "{out}");
+    untouched(&sim, &bob).await;
+}
