@@ -100,7 +100,7 @@ fn sample(page: &str, name: &str, labels: &[&str]) -> Option<f64> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_claude_code_runs_own_cost_and_tokens_reach_its_run_log_its_run_end_line_and_the_metrics()
+async fn a_claude_code_runs_own_cost_and_tokens_reach_its_run_log_run_end_metrics_and_todays_usage()
 {
     let (_sim, _model, listener) = one_run(Rt::Claude, [METRICS, ""], "completed").await;
     let log = run_log(&listener);
@@ -153,6 +153,13 @@ async fn a_claude_code_runs_own_cost_and_tokens_reach_its_run_log_its_run_end_li
     };
     assert_eq!(tokens("input"), Some(input as f64), "{page}");
     assert_eq!(tokens("output"), Some(output as f64), "{page}");
+
+    // The run policy's ledger counts the same report: status.json's spending today, which
+    // `max_cost_per_day_usd` is held against (issue 26).
+    let today = listener.status()["usage"]["today"].clone();
+    assert_eq!(today["runs"], 1, "{today}");
+    assert_eq!(today["cost_usd"].as_f64(), Some(cost), "{today}");
+    assert_eq!(today["tokens"].as_u64(), Some(input + output), "{today}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
