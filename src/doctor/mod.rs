@@ -333,8 +333,8 @@ fn presence_section(settings: &Settings, strict: bool, report: &mut Report) {
     let env = config::process_env();
     let this = crate::setup::stable_exe().unwrap_or_default();
     for (name, cli) in [
-        ("mcp_claude", crate::setup::wire::Cli::Claude),
-        ("mcp_codex", crate::setup::wire::Cli::Codex),
+        ("mcp_claude", crate::setup::user_cli::Cli::Claude),
+        ("mcp_codex", crate::setup::user_cli::Cli::Codex),
     ] {
         let facts = mcp_facts(cli, &env);
         report.checks.extend(presence::check_mcp(
@@ -348,18 +348,21 @@ fn presence_section(settings: &Settings, strict: bool, report: &mut Report) {
 }
 
 /// The CLI's `agentchat` entry, read from its own file (never by running it).
-fn mcp_facts(cli: crate::setup::wire::Cli, env: &HashMap<String, String>) -> presence::McpFacts {
-    use crate::setup::wire;
-    let Some(home) = wire::home(cli, env) else {
+fn mcp_facts(
+    cli: crate::setup::user_cli::Cli,
+    env: &HashMap<String, String>,
+) -> presence::McpFacts {
+    use crate::setup::user_cli;
+    let Some(home) = user_cli::home(cli, env) else {
         return presence::McpFacts::Absent;
     };
-    match wire::current_entry(&home) {
-        wire::Entry::Argv(a) => presence::McpFacts::Argv(a),
-        wire::Entry::Other(w) => presence::McpFacts::Other(w),
-        wire::Entry::None if wire::find(cli).is_some() || home.mcp_store.exists() => {
+    match user_cli::current_entry(&home) {
+        user_cli::Entry::Argv(a) => presence::McpFacts::Argv(a),
+        user_cli::Entry::Other(w) => presence::McpFacts::Other(w),
+        user_cli::Entry::None if user_cli::find(cli).is_some() || home.mcp_store.exists() => {
             presence::McpFacts::NoEntry
         }
-        wire::Entry::None => presence::McpFacts::Absent,
+        user_cli::Entry::None => presence::McpFacts::Absent,
     }
 }
 

@@ -5,7 +5,7 @@
 //!    `GET /v1/agents/me` before anything is written;
 //! 2. the runtime (`pick`): `claude`/`codex` on PATH and their login, or `script`;
 //! 3. the profile in `config.toml` (`config_edit`, format-preserving), its diff printed;
-//! 4. the user's own Claude Code and Codex (`wiring`, `wire`, `anchor`): the `agentchat mcp`
+//! 4. the user's own Claude Code and Codex (`wiring`, `user_cli`, `anchor`): the `agentchat mcp`
 //!    bridge registered through their own CLIs, the identity block in CLAUDE.md / AGENTS.md;
 //! 5. the service (`service_step`);
 //! 6. `doctor`, and one screen saying what was done and how to undo it.
@@ -25,8 +25,8 @@ mod service_step;
 mod signup;
 mod tty;
 mod undo;
+pub(crate) mod user_cli;
 mod verdict;
-pub(crate) mod wire;
 mod wiring;
 
 use crate::config::{self, ConfigArgs, RuntimeKind};
@@ -453,7 +453,7 @@ async fn run_setup(args: SetupArgs) -> anyhow::Result<i32> {
             argv.push(c.display().to_string());
         }
         let api = crate::client::Api::new(&base, key.key.clone())?;
-        let w = wiring::Wiring {
+        let w = wiring::WiringRequest {
             profile: &profile,
             argv,
             rewire: args.rewire,

@@ -112,9 +112,9 @@ impl Daemon {
     }
 
     /// Graceful stop: the run gets its grace, the socket closes with 1000, the status says
-    /// `stopped`. `Command::StopNow` (a second SIGTERM or SIGINT) cuts the wait short: the run's
+    /// `stopped`. `HostCommand::StopNow` (a second SIGTERM or SIGINT) cuts the wait short: the run's
     /// group is killed at once (however long `kill_grace` is) and the listener ends.
-    pub(super) async fn stop(&mut self, mut w: Wiring, commands: &mut mpsc::Receiver<Command>) {
+    pub(super) async fn stop(&mut self, mut w: Wiring, commands: &mut mpsc::Receiver<HostCommand>) {
         self.flags.stopping = true;
         self.write_status();
         let _ = w.shutdown.send(true);
@@ -148,7 +148,7 @@ impl Daemon {
     pub(super) async fn wait_for_cycle(
         &mut self,
         mut t: JoinHandle<CycleReport>,
-        commands: &mut mpsc::Receiver<Command>,
+        commands: &mut mpsc::Receiver<HostCommand>,
     ) -> bool {
         let grace = self.settings.listen.kill_grace;
         let wait = grace.saturating_add(STOP_SLACK);

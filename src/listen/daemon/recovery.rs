@@ -187,7 +187,7 @@ impl Daemon {
 }
 
 impl Daemon {
-    /// SIGHUP found this profile's settings unchanged (`Command::Recheck`): a runtime that cannot
+    /// SIGHUP found this profile's settings unchanged (`HostCommand::Recheck`): a runtime that cannot
     /// work is checked now, missing texts are fetched now, a refused key's file is read now. A
     /// profile that can run does nothing.
     pub(super) fn recheck_now(&mut self, params_tx: &watch::Sender<SocketParams>) {

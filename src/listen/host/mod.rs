@@ -1,7 +1,7 @@
 //! The process around the profiles' listeners: `agentchat listen` runs one profile through it,
 //! `agentchat listen --all` every profile of the config (docs/many-agents.md, "One process for
 //! many agents"). The boundary: a profile's listener (`listen::daemon`: its socket, coalescer,
-//! cycles, status, texts, state dir and locks) is a task that answers `daemon::Command`s; the
+//! cycles, status, texts, state dir and locks) is a task that answers `daemon::HostCommand`s; the
 //! process owns what there is one of per process: the signals (`signals`), systemd's
 //! notification and watchdog (`notify`), the metrics endpoint, and, with `--all`, the set of
 //! profiles that SIGHUP re-reads (`profiles`).
@@ -20,7 +20,7 @@ mod signals;
 pub(super) use profiles::Prepared;
 
 use super::admission::Admission;
-use super::daemon::{self, COMMANDS, Command, Ended, Link, Start};
+use super::daemon::{self, COMMANDS, HostCommand, Link, ListenerEnd, Start};
 use super::metrics::{self, Metrics, Registry};
 use super::pacer::Pacer;
 use crate::config::TestTimeScale;
@@ -35,13 +35,13 @@ use tokio::task::JoinHandle;
 use tracing::Instrument;
 
 /// How one profile's listener ended: `Ok` as `daemon::run` says, `Err` when it could not start.
-type Outcome = anyhow::Result<Ended>;
+type TaskEnd = anyhow::Result<ListenerEnd>;
 
 /// One profile's listener, as the process sees it.
 struct Running {
     /// Tells this start of the profile from a later one (a profile removed and added again).
     generation: u64,
-    commands: mpsc::Sender<Command>,
+    commands: mpsc::Sender<HostCommand>,
     task: JoinHandle<()>,
     /// The loop's turns (`daemon::Link::turns`), and their count at the watchdog's last tick.
     turns: Arc<AtomicU64>,
@@ -107,8 +107,8 @@ struct Host {
     /// Profiles named again while their old listener is still leaving: started once it has
     /// ended (and let go of the state dir's lock).
     returning: BTreeMap<String, Settings>,
-    ends_tx: mpsc::UnboundedSender<(String, u64, Outcome)>,
-    ends: mpsc::UnboundedReceiver<(String, u64, Outcome)>,
+    ends_tx: mpsc::UnboundedSender<(String, u64, TaskEnd)>,
+    ends: mpsc::UnboundedReceiver<(String, u64, TaskEnd)>,
     next_generation: u64,
     notify: Notify,
     watchdog: Option<Watchdog>,
@@ -391,7 +391,7 @@ impl Host {
         &mut self,
         name: &str,
         generation: u64,
-        outcome: Outcome,
+        outcome: TaskEnd,
     ) -> Option<anyhow::Result<i32>> {
         if let Some(i) = self
             .leaving
@@ -420,8 +420,8 @@ impl Host {
             return Some(exit_code(outcome));
         }
         match outcome {
-            Ok(Ended::Stopped) => {}
-            Ok(Ended::TakenByOther { holder }) => {
+            Ok(ListenerEnd::Stopped) => {}
+            Ok(ListenerEnd::TakenByOther { holder }) => {
                 tracing::warn!(
                     event = %"profile_ended",
                     profile = %name,
@@ -484,7 +484,7 @@ impl Host {
         for r in self.profiles.values_mut() {
             let now = r.turns.load(Ordering::Relaxed);
             r.seen = (now > 0).then_some(now);
-            let _ = r.commands.try_send(Command::Probe);
+            let _ = r.commands.try_send(HostCommand::Probe);
         }
     }
 
@@ -498,9 +498,9 @@ impl Host {
             std::mem::take(&mut self.profiles).into_iter().collect();
         all.append(&mut self.leaving);
         for (_, r) in &all {
-            deliver(&r.commands, Command::Stop(cause));
+            deliver(&r.commands, HostCommand::Stop(cause));
         }
-        let senders: Vec<mpsc::Sender<Command>> =
+        let senders: Vec<mpsc::Sender<HostCommand>> =
             all.iter().map(|(_, r)| r.commands.clone()).collect();
         let mut tasks = Box::pin(futures_util::future::join_all(
             all.into_iter().map(|(_, r)| r.task),
@@ -510,7 +510,7 @@ impl Host {
                 _ = &mut tasks => break,
                 second = signals.stop() => {
                     for tx in &senders {
-                        deliver(tx, Command::StopNow(second));
+                        deliver(tx, HostCommand::StopNow(second));
                     }
                 }
             }
@@ -524,10 +524,10 @@ impl Host {
 
 /// The exit code for the one profile's end: 0 when stopped, `already_running_exit_code` when
 /// another listener took its agent.
-fn exit_code(outcome: Outcome) -> anyhow::Result<i32> {
+fn exit_code(outcome: TaskEnd) -> anyhow::Result<i32> {
     match outcome? {
-        Ended::Stopped => Ok(0),
-        Ended::TakenByOther { .. } => Ok(super::already_running_exit_code(
+        ListenerEnd::Stopped => Ok(0),
+        ListenerEnd::TakenByOther { .. } => Ok(super::already_running_exit_code(
             &crate::config::process_env(),
         )),
     }
@@ -535,7 +535,7 @@ fn exit_code(outcome: Outcome) -> anyhow::Result<i32> {
 
 /// Hands a command to a profile: at once when its channel has room, else from a task of its own
 /// (a loop that is not draining its commands must not hold up the process).
-fn deliver(tx: &mpsc::Sender<Command>, cmd: Command) {
+fn deliver(tx: &mpsc::Sender<HostCommand>, cmd: HostCommand) {
     if let Err(mpsc::error::TrySendError::Full(cmd)) = tx.try_send(cmd) {
         let tx = tx.clone();
         tokio::spawn(async move {

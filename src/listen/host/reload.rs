@@ -8,13 +8,13 @@ impl Host {
     /// the config is read again; a profile it adds (or one not running) starts, one it no longer
     /// names stops (its run gets its grace), one whose settings changed reloads with the settings
     /// read here (the config is parsed once, not once per profile), and the rest look again at
-    /// whatever keeps their runs from starting (`Command::Recheck`: SIGHUP is how a fixed
+    /// whatever keeps their runs from starting (`HostCommand::Recheck`: SIGHUP is how a fixed
     /// runtime, key or texts is said). A file that cannot be read keeps every profile as it is.
     pub(super) fn reload(&mut self) {
         let args = match &self.mode {
             Mode::One(_) => {
                 for r in self.profiles.values() {
-                    deliver(&r.commands, Command::Reload(None));
+                    deliver(&r.commands, HostCommand::Reload(None));
                 }
                 return;
             }
@@ -44,7 +44,7 @@ impl Host {
         for name in gone {
             if let Some(r) = self.profiles.remove(&name) {
                 tracing::info!(event = %"profile_removed", profile = %name, "the config no longer names this profile; stopping it");
-                deliver(&r.commands, Command::Stop("removed from the config"));
+                deliver(&r.commands, HostCommand::Stop("removed from the config"));
                 self.leaving.push((name, r));
             }
         }
@@ -66,10 +66,10 @@ impl Host {
                         changed += 1;
                         // The settings read here, once for every profile (no profile reads the
                         // config again).
-                        deliver(&r.commands, Command::Reload(Some(Box::new(s))));
+                        deliver(&r.commands, HostCommand::Reload(Some(Box::new(s))));
                     } else {
                         // Unchanged, but SIGHUP is how a fixed runtime, key or texts is said.
-                        deliver(&r.commands, Command::Recheck);
+                        deliver(&r.commands, HostCommand::Recheck);
                     }
                 }
                 (Some(_), Err(e)) => {

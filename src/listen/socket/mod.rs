@@ -108,7 +108,7 @@ type Ws =
     tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
 
 /// How one connection ended.
-enum Ended {
+enum ConnectionEnd {
     Shutdown,
     Reconfigured,
     Closed(CloseKind, String),
@@ -188,23 +188,25 @@ impl Task {
             self.reach.attempt(&params.api_base);
             send_state(&self.events, SocketState::Connecting, None, None).await;
             let (kind, detail, not_reached) = match self.one_connection(&params).await {
-                Ended::Shutdown => return,
+                ConnectionEnd::Shutdown => return,
                 // A new key or API base: connect again now, no backoff.
-                Ended::Reconfigured => {
+                ConnectionEnd::Reconfigured => {
                     self.reach.reached();
                     continue;
                 }
-                Ended::Closed(kind, detail) => {
+                ConnectionEnd::Closed(kind, detail) => {
                     self.reach.reached();
                     (kind, detail, None)
                 }
                 // The server answered: it is there, and asked for a wait of its own.
-                Ended::Throttled(wait, detail) => {
+                ConnectionEnd::Throttled(wait, detail) => {
                     self.reach.reached();
                     self.server_wait = Some(wait);
                     (CloseKind::Ordinary, detail, None)
                 }
-                Ended::NotReached(n) => (CloseKind::Ordinary, n.detail().to_string(), Some(n)),
+                ConnectionEnd::NotReached(n) => {
+                    (CloseKind::Ordinary, n.detail().to_string(), Some(n))
+                }
             };
             self.metrics.socket_down(&kind);
             let misconfigured = matches!(not_reached, Some(NotReached::Misconfigured(_)));
@@ -229,7 +231,7 @@ impl Task {
     /// ends. Every socket attempt passes the pacer right before it dials (so nothing between the
     /// two bunches attempts), after the delay its last end called for (the ordinary backoff, a
     /// refused key's retry, a `1013`'s `retry_after`), never instead of it.
-    async fn one_connection(&mut self, params: &SocketParams) -> Ended {
+    async fn one_connection(&mut self, params: &SocketParams) -> ConnectionEnd {
         if let Err(ended) = self.learn_handle(params).await {
             return ended;
         }
@@ -237,11 +239,11 @@ impl Task {
             .await
             .is_none()
         {
-            return Ended::Shutdown;
+            return ConnectionEnd::Shutdown;
         }
         let Some(connected) = or_shutdown(Box::pin(connect(params)), &mut self.shutdown).await
         else {
-            return Ended::Shutdown;
+            return ConnectionEnd::Shutdown;
         };
         let ws = match connected {
             Ok(ws) => ws,
@@ -259,7 +261,7 @@ impl Task {
     }
 
     /// Who am I: asked before the first connect and after every key or base change.
-    async fn learn_handle(&mut self, params: &SocketParams) -> Result<(), Ended> {
+    async fn learn_handle(&mut self, params: &SocketParams) -> Result<(), ConnectionEnd> {
         let known = self
             .handle_known_for
             .as_ref()
@@ -268,7 +270,7 @@ impl Task {
             return Ok(());
         }
         let Some(answer) = or_shutdown(params.api.me(), &mut self.shutdown).await else {
-            return Err(Ended::Shutdown);
+            return Err(ConnectionEnd::Shutdown);
         };
         let handle = answer.map_err(|e| me_failed(&params.api_base, e))?;
         self.reach.reached();
@@ -443,14 +445,14 @@ impl Task {
 }
 
 /// `GET /v1/agents/me` failed: a refused key, a wrong `api_base`, or an outage.
-fn me_failed(api_base: &str, e: ApiError) -> Ended {
+fn me_failed(api_base: &str, e: ApiError) -> ConnectionEnd {
     match e {
-        ApiError::Refused(status) => Ended::Closed(
+        ApiError::Refused(status) => ConnectionEnd::Closed(
             CloseKind::KeyRefused,
             format!("GET /v1/agents/me answered HTTP {status}"),
         ),
         // The server answered: it is there, and asked for a wait (`Task::server_wait`).
-        ApiError::RateLimited(wait) => Ended::Throttled(
+        ApiError::RateLimited(wait) => ConnectionEnd::Throttled(
             wait,
             format!(
                 "GET /v1/agents/me answered HTTP 429; retry after {} s",
@@ -458,8 +460,10 @@ fn me_failed(api_base: &str, e: ApiError) -> Ended {
             ),
         ),
         // Contract 7: switched off for good; the same stopped state as a `4426`.
-        e @ ApiError::Removed { .. } => Ended::Closed(CloseKind::UpgradeRequired, e.to_string()),
-        e => Ended::NotReached(NotReached::from_api(api_base, &e)),
+        e @ ApiError::Removed { .. } => {
+            ConnectionEnd::Closed(CloseKind::UpgradeRequired, e.to_string())
+        }
+        e => ConnectionEnd::NotReached(NotReached::from_api(api_base, &e)),
     }
 }
 

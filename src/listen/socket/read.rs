@@ -3,7 +3,7 @@
 
 use super::summary::{SummaryLog, Tally};
 use super::{
-    Ended, SocketEvent, SocketParams, SocketState, Task, Ws, send_state, truncate, ws_url,
+    ConnectionEnd, SocketEvent, SocketParams, SocketState, Task, Ws, send_state, truncate, ws_url,
 };
 use crate::core::engine::WakeCause;
 use crate::core::reconnect::{self, CloseKind};
@@ -24,7 +24,7 @@ const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
 
 impl Task {
     /// Reads frames until the socket ends, the watchdog fires, or shutdown: one burst at a time.
-    pub(super) async fn read_loop(&mut self, mut ws: Ws, params: &SocketParams) -> Ended {
+    pub(super) async fn read_loop(&mut self, mut ws: Ws, params: &SocketParams) -> ConnectionEnd {
         let mut up = false;
         let mut summary = SummaryLog::default();
         let ended = loop {
@@ -51,7 +51,7 @@ impl Task {
         ws: &mut Ws,
         params: &SocketParams,
         summary: &mut SummaryLog,
-    ) -> Result<Message, Ended> {
+    ) -> Result<Message, ConnectionEnd> {
         let mut idle_deadline = tokio::time::Instant::now() + params.idle_timeout;
         let mut probing = false;
         let next = loop {
@@ -80,18 +80,18 @@ impl Task {
                 r = self.shutdown.changed() => {
                     if r.is_err() || *self.shutdown.borrow() {
                         close_normal(ws).await;
-                        return Err(Ended::Shutdown);
+                        return Err(ConnectionEnd::Shutdown);
                     }
                 }
                 r = self.params_rx.changed() => {
                     if r.is_err() {
                         close_normal(ws).await;
-                        return Err(Ended::Shutdown);
+                        return Err(ConnectionEnd::Shutdown);
                     }
                     if !self.params_rx.borrow_and_update().same_endpoint(params) {
                         tracing::info!(event = %"reconnect", "the API base or key changed; reconnecting");
                         close_normal(ws).await;
-                        return Err(Ended::Reconfigured);
+                        return Err(ConnectionEnd::Reconfigured);
                     }
                 }
                 n = tokio::time::timeout_at(idle_deadline, ws.next()) => break n,
@@ -104,7 +104,7 @@ impl Task {
                     probe_ms = PROBE_TIMEOUT.as_millis() as u64,
                     "no answer to the probe after a clock jump; dropping the socket"
                 );
-                Err(Ended::Closed(
+                Err(ConnectionEnd::Closed(
                     CloseKind::Ordinary,
                     "no answer to the probe after a clock jump".into(),
                 ))
@@ -115,7 +115,10 @@ impl Task {
                     idle_ms = params.idle_timeout.as_millis() as u64,
                     "no inbound traffic within the idle timeout; dropping the socket"
                 );
-                Err(Ended::Closed(CloseKind::Ordinary, "idle watchdog".into()))
+                Err(ConnectionEnd::Closed(
+                    CloseKind::Ordinary,
+                    "idle watchdog".into(),
+                ))
             }
             Ok(None) => Err(socket_ended()),
             Ok(Some(Err(e))) => Err(socket_error(e)),
@@ -204,7 +207,7 @@ impl Task {
         ws: &mut Ws,
         mut burst: Burst,
         params: &SocketParams,
-    ) -> (Tally, Option<Ended>) {
+    ) -> (Tally, Option<ConnectionEnd>) {
         if burst.came_up {
             tracing::info!(event = %"socket_connected", url = %ws_url(&params.api_base), "socket connected");
             self.metrics.connect_accepted();
@@ -215,7 +218,7 @@ impl Task {
             burst.tally.wake(&cause.label(), *frames);
             if !self.register_wake(cause.clone(), *frames).await {
                 close_normal(ws).await;
-                return (burst.tally, Some(Ended::Shutdown));
+                return (burst.tally, Some(ConnectionEnd::Shutdown));
             }
         }
         // After the server's close or a socket error, acks can no longer be sent: the server
@@ -237,7 +240,7 @@ impl Task {
             (Some(ended), _) => Some(ended),
             (None, Err(e)) => {
                 tracing::info!(event = %"socket_closed", error = %e, "acks could not be sent");
-                Some(Ended::Closed(
+                Some(ConnectionEnd::Closed(
                     CloseKind::Ordinary,
                     format!("send failed: {e}"),
                 ))
@@ -280,7 +283,7 @@ struct Burst {
     /// Distinct wake causes in first-seen order, each with how many frames asked for it.
     wakes: Vec<(WakeCause, u64)>,
     acks: Vec<String>,
-    end: Option<Ended>,
+    end: Option<ConnectionEnd>,
 }
 
 impl Burst {
@@ -330,28 +333,28 @@ async fn send_acks(ws: &mut Ws, ids: &[String]) -> Result<usize, tungstenite::Er
     Ok(ids.len())
 }
 
-fn socket_ended() -> Ended {
+fn socket_ended() -> ConnectionEnd {
     tracing::info!(
         event = %"socket_closed",
         code = 1006u16,
         "socket ended without a close frame"
     );
-    Ended::Closed(CloseKind::Ordinary, "socket ended".into())
+    ConnectionEnd::Closed(CloseKind::Ordinary, "socket ended".into())
 }
 
-fn socket_error(e: tungstenite::Error) -> Ended {
+fn socket_error(e: tungstenite::Error) -> ConnectionEnd {
     tracing::info!(event = %"socket_closed", error = %e, "socket error");
-    Ended::Closed(CloseKind::Ordinary, format!("socket error: {e}"))
+    ConnectionEnd::Closed(CloseKind::Ordinary, format!("socket error: {e}"))
 }
 
 /// The server's close frame (none: 1005), logged and classified (contract 3.4).
-fn closed_by_server(frame: Option<CloseFrame>) -> Ended {
+fn closed_by_server(frame: Option<CloseFrame>) -> ConnectionEnd {
     let (code, reason) = frame
         .map(|f| (u16::from(f.code), f.reason.to_string()))
         .unwrap_or((1005, String::new()));
     let kind = reconnect::classify_close(code, &reason);
     tracing::info!(event = %"socket_closed", code, reason = %truncate(&reason, 120), kind = kind.as_str(), "server closed the socket");
-    Ended::Closed(kind, format!("closed {code} {}", truncate(&reason, 120)))
+    ConnectionEnd::Closed(kind, format!("closed {code} {}", truncate(&reason, 120)))
 }
 
 /// The capabilities `hello.ok` listed (`None`: a pre-v1 server listed none).
