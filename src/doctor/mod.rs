@@ -20,9 +20,10 @@ use crate::client::Api;
 use crate::config::{self, ConfigArgs, KeySource, RuntimeKind, Settings};
 use crate::listen::state_dir::{LOCK_FILE, STATUS_FILE, StateDir};
 use crate::service::{self, ServiceKind};
+use crate::sys::flock::LockHolder;
 use crate::sys::process::pid_alive;
 use checks::*;
-use facts::{LockFacts, StateDirFacts};
+use facts::StateDirFacts;
 use probes::{PROBE_TIMEOUT, probe};
 use secrecy::{ExposeSecret, SecretString};
 use serde_json::{Map, Value, json};
@@ -301,15 +302,15 @@ fn state_section(settings: &Settings, report: &mut Report) {
     report.checks.push(check_state_dir(sd, &sd_facts));
     let lock_path = sd.join(LOCK_FILE);
     let lock = if matches!(sd_facts, StateDirFacts::Missing) {
-        LockFacts::NoFile
+        LockHolder::NoFile
     } else {
-        facts::lock_facts(&lock_path)
+        crate::sys::flock::holder(&lock_path)
     };
     report.checks.push(check_lock(&lock_path, &lock));
     let status_path = sd.join(STATUS_FILE);
     let status = facts::read_status(sd);
     // A free lock means no listener runs, whatever process now has the status file's pid.
-    let lock_says_gone = matches!(lock, LockFacts::Free | LockFacts::NoFile);
+    let lock_says_gone = matches!(lock, LockHolder::Free | LockHolder::NoFile);
     let alive = !lock_says_gone
         && status
             .as_ref()
@@ -326,7 +327,7 @@ fn state_section(settings: &Settings, report: &mut Report) {
 /// `listening`, `mcp_claude` and `mcp_codex` (`presence`): does anything answer for the profile,
 /// and can the user's own Claude Code and Codex reach AgentChat through this binary.
 fn presence_section(settings: &Settings, strict: bool, report: &mut Report) {
-    let lock = facts::lock_facts(&settings.state_dir.join(LOCK_FILE));
+    let lock = crate::sys::flock::holder(&settings.state_dir.join(LOCK_FILE));
     report
         .checks
         .push(presence::check_listening(&settings.profile, &lock, strict));

@@ -134,7 +134,7 @@ impl Drop for Lock {
 #[derive(Debug)]
 pub enum LockAttempt {
     Acquired(Lock),
-    /// Another listener holds it; its pid as written in the file, when readable.
+    /// Another listener holds it; its pid as `sys::flock::holder` tells it, when it can.
     Held {
         pid: Option<u32>,
     },
@@ -271,13 +271,13 @@ impl StateDir {
                 }
                 Ok(LockAttempt::Acquired(Lock { file }))
             }
-            Err(std::fs::TryLockError::WouldBlock) => {
-                let mut s = String::new();
-                let _ = file.read_to_string(&mut s);
-                Ok(LockAttempt::Held {
-                    pid: s.trim().parse().ok(),
-                })
-            }
+            Err(std::fs::TryLockError::WouldBlock) => Ok(LockAttempt::Held {
+                pid: match crate::sys::flock::holder(&path) {
+                    crate::sys::flock::LockHolder::Held { pid } => pid,
+                    // Let go since: the holder is gone, and the next start takes the lock.
+                    _ => None,
+                },
+            }),
             Err(std::fs::TryLockError::Error(e)) => Err(err(e)),
         }
     }

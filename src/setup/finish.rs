@@ -39,10 +39,9 @@ pub async fn first_run(
     handle: &str,
     ask: bool,
 ) -> anyhow::Result<i32> {
-    let lock = crate::doctor::facts::lock_facts(
-        &place.state_dir.join(crate::listen::state_dir::LOCK_FILE),
-    );
-    if matches!(lock, crate::doctor::facts::LockFacts::Held { .. }) {
+    let lock =
+        crate::sys::flock::holder(&place.state_dir.join(crate::listen::state_dir::LOCK_FILE));
+    if matches!(lock, crate::sys::flock::LockHolder::Held { .. }) {
         if args.run || ask {
             println!(
                 "doctor --run: skipped: the listener runs and starts runs itself; send @{handle} \
