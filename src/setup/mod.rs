@@ -100,7 +100,7 @@ pub struct SetupArgs {
     /// command after `--`.
     #[arg(long, value_name = "RUNTIME", value_enum, ignore_case = true)]
     pub runtime: Option<RuntimeKind>,
-    /// The AgentChat server (default: the profile's, else https://api.agentchat.me).
+    /// The AgentChat server (default: the profile's, else <https://api.agentchat.me>).
     #[arg(long, value_name = "URL")]
     pub api_base: Option<String>,
     /// Use the key in FILE (0600) instead of reading it from stdin or asking.
