@@ -92,6 +92,7 @@ pub mod core;
 pub mod demo;
 pub mod doctor;
 pub mod listen;
+pub mod log_events;
 pub mod mcp;
 pub mod runtime;
 pub mod service;

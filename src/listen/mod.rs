@@ -21,6 +21,7 @@ pub mod state_dir;
 pub mod texts;
 
 use crate::config::{ConfigArgs, IntegrationSwitch, LogFormat, TestTimeScale};
+use crate::log_events;
 use std::collections::HashMap;
 
 #[derive(Debug, Clone, clap::Args)]
@@ -110,7 +111,7 @@ pub async fn run_command(args: ListenArgs) -> anyhow::Result<i32> {
         state_dir::LockAttempt::Held { pid } => {
             // Said once, in the log's format (logging is up by now), at a level `-qq` still shows.
             tracing::error!(
-                event = %"already_running",
+                event = %log_events::ALREADY_RUNNING,
                 profile = %settings.profile,
                 pid,
                 lock = %state.path(state_dir::LOCK_FILE).display(),
@@ -123,10 +124,10 @@ pub async fn run_command(args: ListenArgs) -> anyhow::Result<i32> {
     // soft 1024 first (the metrics endpoint caps its own connections besides).
     match crate::sys::fs::raise_open_files_limit() {
         Ok((soft, hard)) => {
-            tracing::debug!(event = %"open_files_limit", soft, hard, "open files limit")
+            tracing::debug!(event = %log_events::OPEN_FILES_LIMIT, soft, hard, "open files limit")
         }
         Err(e) => {
-            tracing::debug!(event = %"open_files_limit", error = %e, "cannot raise the open files limit")
+            tracing::debug!(event = %log_events::OPEN_FILES_LIMIT, error = %e, "cannot raise the open files limit")
         }
     }
     // Holding the lock, no other listener can be running a run from this state dir: a group
@@ -185,19 +186,19 @@ async fn run_all(args: ListenArgs, env: &HashMap<String, String>) -> anyhow::Res
         return Ok(refuse_to_start(&e, env));
     }
     if shared("AGENTCHAT_PROFILE") {
-        tracing::warn!(event = %"config_advice", "AGENTCHAT_PROFILE is ignored with --all: every profile of the config runs");
+        tracing::warn!(event = %log_events::CONFIG_ADVICE, "AGENTCHAT_PROFILE is ignored with --all: every profile of the config runs");
     }
     let set = match crate::config::load_all(&args.config) {
         Ok(set) => set,
         Err(e) => return Ok(refuse_to_start(&e.into(), env)),
     };
     if set.default_skipped {
-        tracing::info!(event = %"default_profile_skipped", "the config's top level names no key of its own (api_key_file or api_key): `default` is not one of the profiles");
+        tracing::info!(event = %log_events::DEFAULT_PROFILE_SKIPPED, "the config's top level names no key of its own (api_key_file or api_key): `default` is not one of the profiles");
     }
     if !set.profiles.iter().any(|(_, s)| s.is_ok()) {
         for (name, s) in &set.profiles {
             if let Err(e) = s {
-                tracing::error!(event = %"profile_config_error", profile = %name, error = %e, "this profile's config is wrong");
+                tracing::error!(event = %log_events::PROFILE_CONFIG_ERROR, profile = %name, error = %e, "this profile's config is wrong");
             }
         }
         let e = match &set.config_path {
@@ -217,10 +218,10 @@ async fn run_all(args: ListenArgs, env: &HashMap<String, String>) -> anyhow::Res
     }
     match crate::sys::fs::raise_open_files_limit() {
         Ok((soft, hard)) => {
-            tracing::debug!(event = %"open_files_limit", soft, hard, "open files limit")
+            tracing::debug!(event = %log_events::OPEN_FILES_LIMIT, soft, hard, "open files limit")
         }
         Err(e) => {
-            tracing::debug!(event = %"open_files_limit", error = %e, "cannot raise the open files limit")
+            tracing::debug!(event = %log_events::OPEN_FILES_LIMIT, error = %e, "cannot raise the open files limit")
         }
     }
     let endpoint = host::Endpoint::new(metrics_addr);
@@ -269,11 +270,11 @@ fn prepare(
 pub(crate) fn announce_settings(settings: &crate::config::Settings) {
     if settings.api_key.is_some() {
         for line in crate::config::advice(settings) {
-            tracing::warn!(event = %"config_advice", "{line}");
+            tracing::warn!(event = %log_events::CONFIG_ADVICE, "{line}");
         }
     }
     if let Some(line) = settings.time_scale.notice() {
-        tracing::info!(event = %"test_time_scale", "{line}");
+        tracing::info!(event = %log_events::TEST_TIME_SCALE, "{line}");
     }
 }
 

@@ -4,6 +4,7 @@
 
 use crate::core::invite_rule::InviteMemory;
 use crate::core::status::Status;
+use crate::log_events;
 use crate::sys::fs::{create_private_dir, write_atomic, write_atomic_unsynced};
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
@@ -267,7 +268,7 @@ impl StateDir {
                     .and_then(|_| writeln!(file, "{}", std::process::id()))
                     .and_then(|()| file.flush());
                 if let Err(e) = pid {
-                    tracing::warn!(event = %"lock_pid_unwritten", lock = %path.display(), error = %e, "the lock is held, but its pid could not be written into it");
+                    tracing::warn!(event = %log_events::LOCK_PID_UNWRITTEN, lock = %path.display(), error = %e, "the lock is held, but its pid could not be written into it");
                 }
                 Ok(LockAttempt::Acquired(Lock { file }))
             }
@@ -302,11 +303,11 @@ impl StateDir {
         let was_failing = INVITES_WRITE_FAILING.swap(written.is_err(), Ordering::Relaxed);
         match written {
             Ok(()) if was_failing => {
-                tracing::info!(event = %"invite_memory_write_recovered", "invites.json is written again")
+                tracing::info!(event = %log_events::INVITE_MEMORY_WRITE_RECOVERED, "invites.json is written again")
             }
             Ok(()) => {}
             Err(e) if !was_failing => {
-                tracing::warn!(event = %"invite_memory_write_failed", error = %e, "could not persist the invite memory; the listener keeps working and logs this once until a write succeeds")
+                tracing::warn!(event = %log_events::INVITE_MEMORY_WRITE_FAILED, error = %e, "could not persist the invite memory; the listener keeps working and logs this once until a write succeeds")
             }
             Err(_) => {}
         }

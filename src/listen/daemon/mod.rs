@@ -18,6 +18,7 @@ mod status_file;
 mod texts_in_use;
 mod wiring;
 
+use crate::log_events;
 use recovery::Recheck;
 use wiring::{Timers, Wiring};
 
@@ -227,7 +228,7 @@ pub async fn run(start: Start, mut link: Link) -> anyhow::Result<ListenerEnd> {
     }
     let mut timers = Timers::new(d.scale());
     let cause = main_loop(&mut d, &mut wiring, &mut link, &mut timers).await;
-    tracing::info!(event = %"stopping", signal = cause, "stopping");
+    tracing::info!(event = %log_events::STOPPING, signal = cause, "stopping");
     d.stop(wiring, &mut link.commands).await;
     if d.agent.taken_by_other() {
         return Ok(ListenerEnd::TakenByOther {
@@ -300,7 +301,7 @@ async fn main_loop(
             r = &mut w.socket => {
                 // The socket task only ends on shutdown; anything else is a bug. Stay resident:
                 // log it and start a new one.
-                tracing::error!(event = %"socket_task_ended", error = r.err().map(|e| e.to_string()), "the socket task ended unexpectedly; restarting it");
+                tracing::error!(event = %log_events::SOCKET_TASK_ENDED, error = r.err().map(|e| e.to_string()), "the socket task ended unexpectedly; restarting it");
                 w.restart_socket();
             }
             _ = after_ms(due) => start_due_cycle(d, w),

@@ -9,6 +9,7 @@
 use super::*;
 use crate::core::engine::WakeCause;
 use crate::core::status::ListenerWake;
+use crate::log_events;
 use crate::runtime::check::NotUsable;
 
 /// When the next look at a stuck state is due, and how many looks came before it.
@@ -80,7 +81,7 @@ impl Daemon {
         {
             self.status.detail = None;
         }
-        tracing::info!(event = %"runtime_recovered", via, runtime = self.settings.listen.runtime.as_str(), was = %why, "the runtime may work again; reading the tray now");
+        tracing::info!(event = %log_events::RUNTIME_RECOVERED, via, runtime = self.settings.listen.runtime.as_str(), was = %why, "the runtime may work again; reading the tray now");
         if wake {
             self.own_wake(ListenerWake::Recovered);
         }
@@ -108,7 +109,7 @@ impl Daemon {
     pub(super) fn check_runtime_at_start(&mut self) {
         let workdir = self.state.workdir(self.settings.listen.workdir.as_deref());
         if let Err(e) = crate::runtime::check::presence(&self.settings, &workdir) {
-            tracing::error!(event = %"runtime_unusable", at = "start", runtime = self.settings.listen.runtime.as_str(), why = %e.why(), "the runtime cannot be used; no runs until it is fixed: the listener checks it again on a backoff (seconds growing to 10 minutes) and at once on reload (SIGHUP)");
+            tracing::error!(event = %log_events::RUNTIME_UNUSABLE, at = "start", runtime = self.settings.listen.runtime.as_str(), why = %e.why(), "the runtime cannot be used; no runs until it is fixed: the listener checks it again on a backoff (seconds growing to 10 minutes) and at once on reload (SIGHUP)");
             self.mark_unusable(e.why().to_string());
         }
     }
@@ -125,11 +126,11 @@ impl Daemon {
         let recovers = std::mem::take(&mut self.runtime_check_recovers);
         match r {
             Ok(ok) if recovers && self.flags.unusable.is_some() => {
-                tracing::debug!(event = %"runtime_check", runtime, ok = %ok, "the runtime check passed");
+                tracing::debug!(event = %log_events::RUNTIME_CHECK, runtime, ok = %ok, "the runtime check passed");
                 self.leave_unusable("recheck", true);
             }
             Err(e) if self.flags.unusable.is_some() => {
-                tracing::debug!(event = %"runtime_check", runtime, why = %e.why(), "the runtime is still unusable");
+                tracing::debug!(event = %log_events::RUNTIME_CHECK, runtime, why = %e.why(), "the runtime is still unusable");
                 self.runtime_recheck.schedule(self.scale());
             }
             _ => {}
@@ -147,7 +148,7 @@ impl Daemon {
     pub(super) fn texts_back(&mut self) {
         self.texts_recheck.reset();
         if std::mem::take(&mut self.texts_owed) {
-            tracing::info!(event = %"texts_recovered", runtime = self.texts_runtime(), "texts are back; reading the tray now");
+            tracing::info!(event = %log_events::TEXTS_RECOVERED, runtime = self.texts_runtime(), "texts are back; reading the tray now");
             self.own_wake(ListenerWake::Recovered);
         }
     }
@@ -193,11 +194,11 @@ impl Daemon {
     pub(super) fn recheck_now(&mut self, params_tx: &watch::Sender<SocketParams>) {
         let now = tokio::time::Instant::now();
         if self.flags.unusable.is_some() {
-            tracing::info!(event = %"recheck", what = "runtime", "SIGHUP: checking the runtime again now");
+            tracing::info!(event = %log_events::RECHECK, what = "runtime", "SIGHUP: checking the runtime again now");
             self.runtime_recheck.at = Some(now);
         }
         if self.current_texts().is_none() {
-            tracing::info!(event = %"recheck", what = "texts", "SIGHUP: fetching the texts again now");
+            tracing::info!(event = %log_events::RECHECK, what = "texts", "SIGHUP: fetching the texts again now");
             self.texts_recheck.at = Some(now);
         }
         self.check_key_file(params_tx);

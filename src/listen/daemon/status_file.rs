@@ -1,6 +1,7 @@
 //! `status.json`: what it shows, when it is written, and touching it while nothing changes.
 
 use super::*;
+use crate::log_events;
 
 /// The longest a cycle on its way to its run holds the status back: the step from wake to spawn
 /// takes milliseconds; a cycle still short of its run after this (a slow tray read, a `429`
@@ -89,9 +90,9 @@ impl Daemon {
                     | ListenerState::Stopping
                     | ListenerState::Stopped
             ) {
-                tracing::debug!(event = %"state", state = shown.as_str(), "now {}", shown.as_str());
+                tracing::debug!(event = %log_events::STATE, state = shown.as_str(), "now {}", shown.as_str());
             } else {
-                tracing::info!(event = %"state", state = shown.as_str(), "now {}", shown.as_str());
+                tracing::info!(event = %log_events::STATE, state = shown.as_str(), "now {}", shown.as_str());
             }
             if self.notify_status {
                 let line = format!("STATUS={}", shown.as_str());
@@ -109,7 +110,7 @@ impl Daemon {
                 self.status_retry.reset();
                 if self.status_write_failing {
                     self.status_write_failing = false;
-                    tracing::info!(event = %"status_write_recovered", "status.json is written again");
+                    tracing::info!(event = %log_events::STATUS_WRITE_RECOVERED, "status.json is written again");
                 }
             }
             Err(e) => {
@@ -124,7 +125,7 @@ impl Daemon {
                     .schedule_after(self.scale().apply(wait).max(TOUCH_EVERY_MIN));
                 if !self.status_write_failing {
                     self.status_write_failing = true;
-                    tracing::warn!(event = %"status_write_failed", error = %e, "could not write status.json; the listener keeps working and logs this once until a write succeeds");
+                    tracing::warn!(event = %log_events::STATUS_WRITE_FAILED, error = %e, "could not write status.json; the listener keeps working and logs this once until a write succeeds");
                 }
             }
         }

@@ -1,6 +1,7 @@
 //! The texts in use: refreshes, and which runtime's texts a cycle gets.
 
 use super::*;
+use crate::log_events;
 
 impl Daemon {
     /// Fetches the texts; on failure keeps what is loaded or falls back to the cache.
@@ -54,7 +55,7 @@ impl Daemon {
     pub(super) fn take_texts(&mut self, r: Result<Loaded, Missing>) {
         match r {
             Ok(loaded) if loaded.runtime != self.texts_runtime() => {
-                tracing::debug!(event = %"texts_dropped", runtime = loaded.runtime, "texts for a runtime no longer configured");
+                tracing::debug!(event = %log_events::TEXTS_DROPPED, runtime = loaded.runtime, "texts for a runtime no longer configured");
             }
             Ok(loaded) => {
                 self.texts_missing_logged = false;

@@ -25,6 +25,7 @@ use super::metrics::{self, Metrics, Registry};
 use super::pacer::Pacer;
 use crate::config::TestTimeScale;
 use crate::config::{self, ConfigArgs, Settings};
+use crate::log_events;
 use notify::{Notify, Watchdog};
 use signals::{Asked, Signals};
 use std::collections::BTreeMap;
@@ -172,7 +173,7 @@ pub(super) async fn run_all(
         }
     }
     tracing::info!(
-        event = %"host_start",
+        event = %log_events::HOST_START,
         pid = std::process::id(),
         profiles = host.profiles.len(),
         max_concurrent_runs = admission.max(),
@@ -231,7 +232,7 @@ impl Host {
     fn config_error(&mut self, name: &str, e: &config::ConfigError) {
         self.failed_other.insert(name.to_string());
         tracing::error!(
-            event = %"profile_config_error",
+            event = %log_events::PROFILE_CONFIG_ERROR,
             profile = %name,
             error = %e,
             "this profile's config is wrong; it does not run (the others do); fix it and send SIGHUP"
@@ -277,14 +278,14 @@ impl Host {
                     && settings.listen.metrics_addr != endpoint.addr
                 {
                     tracing::warn!(
-                        event = %"config_advice",
+                        event = %log_events::CONFIG_ADVICE,
                         profile = %name,
                         "this profile's listen.metrics_addr is ignored with --all: the process serves every profile on one endpoint (--metrics-addr, or the top level's [listen] metrics_addr)"
                     );
                 }
                 if RunSlots::of(&settings) != self.slots {
                     tracing::warn!(
-                        event = %"config_advice",
+                        event = %log_events::CONFIG_ADVICE,
                         profile = %name,
                         "this profile's listen.max_concurrent_runs or listen.min_available_memory is ignored with --all: the process's run slots are the top level's [listen]"
                     );
@@ -400,7 +401,7 @@ impl Host {
         {
             self.leaving.swap_remove(i);
             if let Some(settings) = self.returning.remove(name) {
-                tracing::info!(event = %"profile_added", profile = %name, "the old listener of this profile has stopped; starting it again");
+                tracing::info!(event = %log_events::PROFILE_ADDED, profile = %name, "the old listener of this profile has stopped; starting it again");
                 drop(self.start(name.to_string(), settings, None));
             } else if !self.profiles.contains_key(name)
                 && let Some(r) = self.registry()
@@ -423,7 +424,7 @@ impl Host {
             Ok(ListenerEnd::Stopped) => {}
             Ok(ListenerEnd::TakenByOther { holder }) => {
                 tracing::warn!(
-                    event = %"profile_ended",
+                    event = %log_events::PROFILE_ENDED,
                     profile = %name,
                     holder,
                     "another listener serves this profile's agent; this profile stopped until that one lets go (the others run on)"
@@ -435,7 +436,7 @@ impl Host {
                 let holder = e.downcast_ref::<profiles::LockHeld>().and_then(|h| h.pid);
                 let why = format!("{e:#}");
                 tracing::error!(
-                    event = %"profile_not_running",
+                    event = %log_events::PROFILE_NOT_RUNNING,
                     profile = %name,
                     error = %why,
                     "this profile cannot run until that listener lets go; the others run on"
@@ -447,7 +448,7 @@ impl Host {
                 self.failed_other.insert(name.to_string());
                 let why = format!("{e:#}");
                 tracing::error!(
-                    event = %"profile_not_running",
+                    event = %log_events::PROFILE_NOT_RUNNING,
                     profile = %name,
                     error = %why,
                     "this profile cannot run; the others run on (SIGHUP tries again)"
@@ -457,7 +458,7 @@ impl Host {
         }
         if self.all_served_elsewhere() {
             tracing::error!(
-                event = %"already_running",
+                event = %log_events::ALREADY_RUNNING,
                 "every profile of this config is served by another listener already; this process has nothing to do: exiting"
             );
             return Some(Ok(super::already_running_exit_code(
@@ -479,7 +480,7 @@ impl Host {
         if notify::all_turned(counts) {
             self.notify.watchdog();
         } else {
-            tracing::warn!(event = %"watchdog_withheld", "a profile's main loop has not turned since the last watchdog tick; not pinging");
+            tracing::warn!(event = %log_events::WATCHDOG_WITHHELD, "a profile's main loop has not turned since the last watchdog tick; not pinging");
         }
         for r in self.profiles.values_mut() {
             let now = r.turns.load(Ordering::Relaxed);

@@ -7,6 +7,7 @@ use crate::config::{
     TestTimeScale,
 };
 use crate::listen::state_dir::{self, LockAttempt, StateDir};
+use crate::log_events;
 use secrecy::{ExposeSecret, SecretString};
 use sha2::{Digest, Sha256};
 use std::path::Path;
@@ -41,7 +42,7 @@ pub(super) async fn prepare(settings: &Settings) -> anyhow::Result<Prepared> {
         LockAttempt::Acquired(l) => l,
         LockAttempt::Held { pid } => {
             tracing::error!(
-                event = %"already_running",
+                event = %log_events::ALREADY_RUNNING,
                 pid,
                 lock = %state.path(state_dir::LOCK_FILE).display(),
                 "a listener for this profile is already running; this one does not start until it lets go"

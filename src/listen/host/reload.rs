@@ -2,6 +2,7 @@
 //! once and each profile is handed its own settings (issue 27).
 
 use super::*;
+use crate::log_events;
 
 impl Host {
     /// SIGHUP. One profile: it reloads (its config and texts, as it always has). Every profile:
@@ -20,11 +21,11 @@ impl Host {
             }
             Mode::All(args, _) => args.clone(),
         };
-        tracing::info!(event = %"reload", "reloading the config: profiles added, removed or changed");
+        tracing::info!(event = %log_events::RELOAD, "reloading the config: profiles added, removed or changed");
         let set = match config::load_all(&args) {
             Ok(set) => set,
             Err(e) => {
-                tracing::error!(event = %"reload_failed", error = %e, "the config cannot be read; every profile keeps its settings");
+                tracing::error!(event = %log_events::RELOAD_FAILED, error = %e, "the config cannot be read; every profile keeps its settings");
                 return;
             }
         };
@@ -43,7 +44,7 @@ impl Host {
             .retain(|name| named.contains(name.as_str()));
         for name in gone {
             if let Some(r) = self.profiles.remove(&name) {
-                tracing::info!(event = %"profile_removed", profile = %name, "the config no longer names this profile; stopping it");
+                tracing::info!(event = %log_events::PROFILE_REMOVED, profile = %name, "the config no longer names this profile; stopping it");
                 deliver(&r.commands, HostCommand::Stop("removed from the config"));
                 self.leaving.push((name, r));
             }
@@ -74,7 +75,7 @@ impl Host {
                 }
                 (Some(_), Err(e)) => {
                     tracing::error!(
-                        event = %"reload_failed",
+                        event = %log_events::RELOAD_FAILED,
                         profile = %name,
                         error = %e,
                         "this profile's new config is wrong; it keeps its old settings"
@@ -82,19 +83,19 @@ impl Host {
                 }
                 (None, Ok(s)) if self.leaving.iter().any(|(n, _)| *n == name) => {
                     added += 1;
-                    tracing::info!(event = %"profile_added", profile = %name, "this profile's old listener is still stopping; it starts once that one has ended");
+                    tracing::info!(event = %log_events::PROFILE_ADDED, profile = %name, "this profile's old listener is still stopping; it starts once that one has ended");
                     self.returning.insert(name, s);
                 }
                 (None, Ok(s)) => {
                     added += 1;
-                    tracing::info!(event = %"profile_added", profile = %name, "starting this profile");
+                    tracing::info!(event = %log_events::PROFILE_ADDED, profile = %name, "starting this profile");
                     drop(self.start(name, s, None));
                 }
                 (None, Err(e)) => self.config_error(&name, &e),
             }
         }
         tracing::info!(
-            event = %"reloaded",
+            event = %log_events::RELOADED,
             profiles = self.profiles.len(),
             added,
             changed,

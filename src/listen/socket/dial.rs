@@ -9,6 +9,7 @@ use crate::client::{ApiError, CLIENT_NAME, CLIENT_VERSION};
 use crate::core::engine::Engine;
 use crate::core::reconnect::{self, CloseKind};
 use crate::listen::reach;
+use crate::log_events;
 use futures_util::{SinkExt, StreamExt};
 use reach::NotReached;
 use secrecy::ExposeSecret;
@@ -21,7 +22,7 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
 
 pub(super) async fn connect(params: &SocketParams) -> Result<Ws, ConnectionEnd> {
     let url = ws_url(&params.api_base);
-    tracing::debug!(event = %"socket_connecting", url = %url, "connecting");
+    tracing::debug!(event = %log_events::SOCKET_CONNECTING, url = %url, "connecting");
     let mut req = url
         .as_str()
         .into_client_request()
@@ -71,7 +72,7 @@ pub(super) async fn connect(params: &SocketParams) -> Result<Ws, ConnectionEnd> 
             .uri()
             .port_u16()
             .unwrap_or(if url.starts_with("wss://") { 443 } else { 80 });
-        tracing::debug!(event = %"socket_proxy", proxy = %proxy::shown(p), "tunnelling the socket through the proxy");
+        tracing::debug!(event = %log_events::SOCKET_PROXY, proxy = %proxy::shown(p), "tunnelling the socket through the proxy");
         let stream =
             proxy::tunnel(p, host.trim_start_matches('[').trim_end_matches(']'), port).await?;
         Ok(
@@ -194,7 +195,7 @@ pub async fn connect_once(params: &SocketParams, settle: Duration) -> Result<Str
         ConnectionEnd::NotReached(n) => n.detail().to_string(),
         ConnectionEnd::Shutdown | ConnectionEnd::Reconfigured => "stopped".to_string(),
     })?;
-    tracing::info!(event = %"socket_connected", url = %ws_url(&params.api_base), "socket connected");
+    tracing::info!(event = %log_events::SOCKET_CONNECTED, url = %ws_url(&params.api_base), "socket connected");
     let deadline = tokio::time::Instant::now() + settle;
     loop {
         let msg = match tokio::time::timeout_at(deadline, ws.next()).await {

@@ -9,6 +9,7 @@ mod proxy;
 mod read;
 mod summary;
 
+use crate::log_events;
 use dial::connect;
 pub use dial::connect_once;
 
@@ -249,7 +250,7 @@ impl Task {
             Ok(ws) => ws,
             Err(ended) => return ended,
         };
-        tracing::debug!(event = %"socket_upgraded", "upgrade accepted; waiting for the first frame");
+        tracing::debug!(event = %log_events::SOCKET_UPGRADED, "upgrade accepted; waiting for the first frame");
         self.record = reconnect::SocketRecord::default();
         self.up_since = None;
         let ended = self.read_loop(ws, params).await;
@@ -307,7 +308,7 @@ impl Task {
             .failed(n, Instant::now(), params.unreachable_warn_after)
         {
             Say::Misconfigured => tracing::error!(
-                event = %"api_base_not_agentchat",
+                event = %log_events::API_BASE_NOT_AGENTCHAT,
                 api_base = %params.api_base,
                 retry_in_ms,
                 "{}; retrying every {} s (at once on SIGHUP)",
@@ -315,7 +316,7 @@ impl Task {
                 delay.as_secs().max(1)
             ),
             Say::LongUnreachable { for_s } => tracing::warn!(
-                event = %"server_unreachable",
+                event = %log_events::SERVER_UNREACHABLE,
                 api_base = %params.api_base,
                 for_s,
                 retry_in_ms,
@@ -337,7 +338,7 @@ impl Task {
             // 10 min, `core::reconnect::Backoff::next_key_delay`) say it again at INFO.
             CloseKind::KeyRefused if self.backoff.key_attempt() <= 1 => {
                 tracing::error!(
-                    event = %"key_refused",
+                    event = %log_events::KEY_REFUSED,
                     retry_in_ms,
                     detail = %detail,
                     "the server refused the API key; check AGENTCHAT_API_KEY or api_key_file, then send SIGHUP (systemctl --user reload) to retry at once"
@@ -346,7 +347,7 @@ impl Task {
             }
             CloseKind::KeyRefused => {
                 tracing::info!(
-                    event = %"key_refused",
+                    event = %log_events::KEY_REFUSED,
                     retry_in_ms,
                     detail = %detail,
                     "the server still refuses the API key; retrying later"
@@ -355,7 +356,7 @@ impl Task {
             }
             CloseKind::Budget { retry_after_s } => {
                 tracing::warn!(
-                    event = %"connect_budget",
+                    event = %log_events::CONNECT_BUDGET,
                     retry_after_s = *retry_after_s,
                     retry_in_ms,
                     "connect budget exhausted; waiting as the server asked"
@@ -366,7 +367,7 @@ impl Task {
             // every 15-30 min (`core::reconnect::UPGRADE_RECHECK`), at once on reload.
             CloseKind::UpgradeRequired => {
                 tracing::error!(
-                    event = %"upgrade_required",
+                    event = %log_events::UPGRADE_REQUIRED,
                     retry_in_ms,
                     detail = %detail,
                     "the server requires a newer agentchat ({}): no wake arrives until agentchat is updated; checking again in {} min",
@@ -377,7 +378,7 @@ impl Task {
             }
             CloseKind::Ordinary => {
                 if !said {
-                    tracing::info!(event = %"backoff", retry_in_ms, detail = %detail, "socket down; reconnecting after a delay");
+                    tracing::info!(event = %log_events::BACKOFF, retry_in_ms, detail = %detail, "socket down; reconnecting after a delay");
                 }
                 SocketState::Backoff
             }
@@ -412,7 +413,7 @@ impl Task {
                         let now = tokio::time::Instant::now();
                         let left = reconnect::left_after_sleep(sleep.deadline().saturating_duration_since(now), unseen);
                         tracing::info!(
-                            event = %"clock_jump",
+                            event = %log_events::CLOCK_JUMP,
                             unseen_ms = unseen.as_millis() as u64,
                             retry_in_ms = left.as_millis() as u64,
                             "the wall clock moved {} s more than the monotonic clock (the machine slept?); that time counts as waited",
@@ -427,15 +428,15 @@ impl Task {
                 r = self.params_rx.changed() => {
                     if r.is_err() { return false; }
                     if *kind == CloseKind::UpgradeRequired {
-                        tracing::info!(event = %"reconnect", "configuration reloaded; checking the socket again now");
+                        tracing::info!(event = %log_events::RECONNECT, "configuration reloaded; checking the socket again now");
                         return true;
                     }
                     if *kind == CloseKind::KeyRefused {
-                        tracing::info!(event = %"key_retry", "configuration reloaded; retrying the key now");
+                        tracing::info!(event = %log_events::KEY_RETRY, "configuration reloaded; retrying the key now");
                         return true;
                     }
                     if misconfigured {
-                        tracing::info!(event = %"reconnect", "configuration reloaded; trying api_base again now");
+                        tracing::info!(event = %log_events::RECONNECT, "configuration reloaded; trying api_base again now");
                         return true;
                     }
                 }
