@@ -30,6 +30,7 @@
 //!   in its own process group, [`sys::process::ProcessEnd`]), [`sys::time`], [`sys::tls`] (the one
 //!   rustls config), [`sys::text`], [`sys::wait`] (an optional deadline or future for `select!`
 //!   arms).
+//! - [`log_events`]: every log line's `event` name, each listed in docs/operating.md ("Logging").
 //!
 //! **Layer 1**, [`config`]: layered configuration and profiles → [`config::Settings`]:
 //! [`config::value`] (one rule per setting, shared by the file, the environment and the flags),
