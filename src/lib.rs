@@ -1,7 +1,87 @@
-//! agentchat: the resident listener for AgentChat (`agentchat listen`), the pure rules of contract v1
-//! it follows (`core`), and a faithful local AgentChat server (`sim`).
+//! agentchat: the resident listener for AgentChat (`agentchat listen`), the pure rules of contract
+//! v1 it follows ([`core`]), and a faithful local AgentChat server ([`sim`]).
 //!
-//! Data path: frame -> wake -> coalescer -> cycle (tray, run, tray, invite rule) -> status.
+//! Data path: frame ([`listen::socket`], [`core::engine`]) → wake ([`core::coalescer`] in
+//! [`listen::daemon`]) → cycle ([`listen::cycle`]: the tray through [`client`], [`core::decision`],
+//! the run through [`runtime`] and [`runtime::supervisor`], the tray again, [`core::invite_rule`])
+//! → `status.json` ([`listen::state_dir`]).
+//!
+//! # Layout
+//!
+//! One crate: this library and a binary (`src/main.rs`, which only parses the command line,
+//! dispatches and exits). The modules form layers, lowest first; **a module imports only from its
+//! own layer or lower ones**. The links are checked by `cargo doc` (`scripts/test` denies broken
+//! intra-doc links); a private submodule is named in code, its page one click down from its
+//! parent's (`cargo doc --document-private-items --open`). CONTRIBUTING.md says how the code is
+//! tested.
+//!
+//! **Layer 0**, importing nothing else of the crate:
+//! - [`core`]: the rules of contract v1 that need no I/O, tested against `conformance/`. Every time
+//!   is an injected number of milliseconds and every random draw an injected number in [0, 1).
+//!   Frames ([`core::frames`], [`core::engine`]), wakes into cycles ([`core::coalescer`]),
+//!   reconnects and pacing ([`core::reconnect`], [`core::pacing`], [`core::recheck`]), the tray and
+//!   texts ([`core::tray`], [`core::texts`]), what a cycle does ([`core::decision`],
+//!   [`core::invite_rule`], [`core::identity`], [`core::handle`]), the run's environment and kind
+//!   ([`core::run_env`], [`core::runtime_kind`]), `listen --all`'s run slots ([`core::admission`]),
+//!   the run policy and what runs cost ([`core::policy`], [`core::run_report`]), and
+//!   `status.json`'s vocabulary ([`core::status`]).
+//! - [`sys`]: OS plumbing every layer shares: [`sys::fs`] (atomic and private writes, capped reads
+//!   of the files a user names), [`sys::flock`] (who holds a lock file), [`sys::process`] (a child
+//!   in its own process group, [`sys::process::ProcessEnd`]), [`sys::time`], [`sys::tls`] (the one
+//!   rustls config), [`sys::text`], [`sys::wait`] (an optional deadline or future for `select!`
+//!   arms).
+//! - [`log_events`]: every log line's `event` name, each listed in docs/operating.md ("Logging").
+//!
+//! **Layer 1**, [`config`]: layered configuration and profiles → [`config::Settings`]:
+//! [`config::value`] (one rule per setting, shared by the file, the environment and the flags),
+//! `file` (the file's shape, errors naming the key path), `env`, `layer`, a pure `resolve`, `load`
+//! (the reads), `hint` ("did you mean" in errors). The key is a `SecretString`;
+//! [`config::KeySource`] says where it came from.
+//!
+//! **Layer 2**, [`client`]: the REST calls the listener makes itself ([`client::Api`],
+//! [`client::ApiError`]); `answer` (judging an answer, each route's body cap [`client::Route`]),
+//! `deprecation` (contract 7's headers, `REMOVED`), `network` (one line for no answer). The
+//! socket's URL is [`listen::socket::ws_url`].
+//!
+//! **Layer 3**, [`runtime`]: the agent's run: [`runtime::supervisor`] (process group, time limit,
+//! run logs), `leftover` (a killed listener's run group), [`runtime::claude`], [`runtime::codex`],
+//! [`runtime::script`] and [`runtime::agent_cli`] (argv, environment, stdin, judging the outcome),
+//! [`runtime::confine`] (what a woken run is offered), [`runtime::probe`] (a CLI run briefly) and
+//! [`runtime::check`] (whether the runtime can work now).
+//!
+//! **Layer 4**, [`listen`]: the daemon; never imports the commands of layer 5.
+//! - [`listen::host`]: the process around the profiles' listeners (`agentchat listen` is a set of
+//!   one, `listen --all` every profile): `signals`, `notify` (sd_notify and the watchdog),
+//!   `profiles` (a profile's start; SIGHUP's fingerprint), `reload`, `blocked` (a profile whose
+//!   agent another listener holds).
+//! - [`listen::daemon`]: one profile's listener, a task driven by the host's
+//!   [`listen::daemon::HostCommand`]s and ending with a [`listen::daemon::ListenerEnd`]: main loop,
+//!   coalescer, status; `wiring`, `lifecycle`, `events`, `status_file`, `texts_in_use`, `settings`,
+//!   `queue`, `recovery` (the ways out of the states in which no run can start).
+//! - [`listen::socket`]: the socket task (`dial`, `proxy`, `read`, `summary`); [`listen::pacer`]
+//!   (the process's one connect pacer); [`listen::reach`] (a wrong `api_base` told from an outage).
+//! - [`listen::cycle`]: one cycle's steps (`tray`, `run`, `after`, [`listen::cycle::workdir`],
+//!   shared with `doctor --run`), ending with a [`listen::cycle::CycleEnd`]; [`listen::admission`]
+//!   (`listen --all`'s one run queue).
+//! - [`listen::state_dir`] (the lock, `status.json`, `invites.json`), [`listen::agent_lock`] (one
+//!   listener per agent per machine), [`listen::texts`] (the one texts loader and cache),
+//!   [`listen::logging`], [`listen::metrics`] (the page, the probes, the capped endpoint),
+//!   [`listen::once`] (`listen --once`).
+//!
+//! **Layer 5**, the commands, importing anything below: [`status`] (`all`: `status --all`),
+//! [`doctor`] (pure [`doctor::checks`], [`doctor::facts`], [`doctor::probes`],
+//! [`doctor::presence`], `reach`, [`doctor::service_checks`], [`doctor::run`](mod@doctor::run):
+//! `doctor --run`), [`service`] (`systemd`, `launchd`, `install`, `manager`, `host` and
+//! `host_refresh`: the one-process unit), [`demo`] (`child`: the listener child), [`setup`] (the
+//! steps in order: `key`, `signup`, `account`, `pick`, `config_edit`, `user_cli` (the user's CLIs:
+//! their homes, `mcp add`/`remove`), `wiring`, `anchor`, `files`, `service_step`, `manifest`,
+//! `undo`, `tty`, `verdict`, `finish`), [`mcp`] (the stdio relay to the hosted MCP endpoint,
+//! `message`), and [`cli`] (the one clap definition, shared by `main.rs`, `agentchat completions`,
+//! `agentchat man` and the tests).
+//!
+//! **Apart**, [`sim`]: the local AgentChat server (imports [`core`] and [`sys`] only): REST, the
+//! socket, MCP, the `/_sim/` control API, sign-up, restarts, budgets and its clock. It is a server,
+//! not a listener.
 
 pub mod cli;
 pub mod client;
@@ -13,6 +93,7 @@ pub mod core;
 pub mod demo;
 pub mod doctor;
 pub mod listen;
+pub mod log_events;
 pub mod mcp;
 pub mod runtime;
 pub mod service;

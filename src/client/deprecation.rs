@@ -3,6 +3,7 @@
 //! `REMOVED` refusal once a route is off (issue 29 item 12).
 
 use super::{ApiError, Route};
+use crate::log_events;
 use std::collections::BTreeSet;
 use std::sync::Mutex;
 
@@ -25,7 +26,7 @@ pub fn note_headers(route: Route, headers: &reqwest::header::HeaderMap) {
     }
     let sunset = header(headers, "sunset").unwrap_or_else(|| "not given".into());
     tracing::warn!(
-        event = %"route_deprecated",
+        event = %log_events::ROUTE_DEPRECATED,
         route = %route.label,
         deprecation = %deprecation,
         sunset = %sunset,

@@ -1,7 +1,7 @@
 //! The checks: each a pure function from facts to a [`Check`], so every verdict and its wording is
 //! tested without a server, a state dir or a CLI.
 
-use super::facts::{LockFacts, StateDirFacts, TextsFacts};
+use super::facts::{StateDirFacts, TextsFacts};
 use super::probes::{Probe, describe, judge_claude_login, judge_codex_login, sanitize};
 use super::{Check, Level};
 use crate::client::ApiError;
@@ -9,6 +9,7 @@ use crate::config::{self, ConfigError, IntegrationSwitch, KeySource, RuntimeKind
 use crate::core::status::{Outcome, Status};
 use crate::listen::reach::NotReached;
 use crate::listen::state_dir::STATUS_FILE;
+use crate::sys::flock::LockHolder;
 use crate::sys::process::ProcessEnd;
 use secrecy::SecretString;
 use serde_json::Value;
@@ -289,25 +290,25 @@ pub fn check_state_dir(path: &Path, facts: &StateDirFacts) -> Check {
 }
 
 /// `lock`: whether a listener is running for this profile, and its pid.
-pub fn check_lock(path: &Path, facts: &LockFacts) -> Check {
+pub fn check_lock(path: &Path, facts: &LockHolder) -> Check {
     let c = match facts {
-        LockFacts::NoFile => Check::pass(
+        LockHolder::NoFile => Check::pass(
             "lock",
             "no listener has run with this state dir (no lock file)",
         )
         .with("held", false),
-        LockFacts::Free => {
+        LockHolder::Free => {
             Check::pass("lock", "free: no listener is running for this profile").with("held", false)
         }
-        LockFacts::Held { pid: Some(pid) } => {
+        LockHolder::Held { pid: Some(pid) } => {
             Check::pass("lock", format!("held by a running listener, pid {pid}"))
                 .with("held", true)
                 .with("pid", *pid)
         }
-        LockFacts::Held { pid: None } => {
+        LockHolder::Held { pid: None } => {
             Check::pass("lock", "held by a running listener (pid unknown)").with("held", true)
         }
-        LockFacts::Unknown(e) => Check::warn(
+        LockHolder::Unknown(e) => Check::warn(
             "lock",
             format!("cannot tell who holds {}: {e}", path.display()),
         ),

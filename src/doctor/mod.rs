@@ -20,9 +20,10 @@ use crate::client::Api;
 use crate::config::{self, ConfigArgs, KeySource, RuntimeKind, Settings};
 use crate::listen::state_dir::{LOCK_FILE, STATUS_FILE, StateDir};
 use crate::service::{self, ServiceKind};
+use crate::sys::flock::LockHolder;
 use crate::sys::process::pid_alive;
 use checks::*;
-use facts::{LockFacts, StateDirFacts};
+use facts::StateDirFacts;
 use probes::{PROBE_TIMEOUT, probe};
 use secrecy::{ExposeSecret, SecretString};
 use serde_json::{Map, Value, json};
@@ -303,15 +304,15 @@ fn state_section(settings: &Settings, report: &mut Report) {
     report.checks.push(check_state_dir(sd, &sd_facts));
     let lock_path = sd.join(LOCK_FILE);
     let lock = if matches!(sd_facts, StateDirFacts::Missing) {
-        LockFacts::NoFile
+        LockHolder::NoFile
     } else {
-        facts::lock_facts(&lock_path)
+        crate::sys::flock::holder(&lock_path)
     };
     report.checks.push(check_lock(&lock_path, &lock));
     let status_path = sd.join(STATUS_FILE);
     let status = facts::read_status(sd);
     // A free lock means no listener runs, whatever process now has the status file's pid.
-    let lock_says_gone = matches!(lock, LockFacts::Free | LockFacts::NoFile);
+    let lock_says_gone = matches!(lock, LockHolder::Free | LockHolder::NoFile);
     let alive = !lock_says_gone
         && status
             .as_ref()
@@ -328,15 +329,15 @@ fn state_section(settings: &Settings, report: &mut Report) {
 /// `listening`, `mcp_claude` and `mcp_codex` (`presence`): does anything answer for the profile,
 /// and can the user's own Claude Code and Codex reach AgentChat through this binary.
 fn presence_section(settings: &Settings, strict: bool, report: &mut Report) {
-    let lock = facts::lock_facts(&settings.state_dir.join(LOCK_FILE));
+    let lock = crate::sys::flock::holder(&settings.state_dir.join(LOCK_FILE));
     report
         .checks
         .push(presence::check_listening(&settings.profile, &lock, strict));
     let env = config::process_env();
     let this = crate::setup::stable_exe().unwrap_or_default();
     for (name, cli) in [
-        ("mcp_claude", crate::setup::wire::Cli::Claude),
-        ("mcp_codex", crate::setup::wire::Cli::Codex),
+        ("mcp_claude", crate::setup::user_cli::Cli::Claude),
+        ("mcp_codex", crate::setup::user_cli::Cli::Codex),
     ] {
         let facts = mcp_facts(cli, &env);
         report.checks.extend(presence::check_mcp(
@@ -350,18 +351,21 @@ fn presence_section(settings: &Settings, strict: bool, report: &mut Report) {
 }
 
 /// The CLI's `agentchat` entry, read from its own file (never by running it).
-fn mcp_facts(cli: crate::setup::wire::Cli, env: &HashMap<String, String>) -> presence::McpFacts {
-    use crate::setup::wire;
-    let Some(home) = wire::home(cli, env) else {
+fn mcp_facts(
+    cli: crate::setup::user_cli::Cli,
+    env: &HashMap<String, String>,
+) -> presence::McpFacts {
+    use crate::setup::user_cli;
+    let Some(home) = user_cli::home(cli, env) else {
         return presence::McpFacts::Absent;
     };
-    match wire::current_entry(&home) {
-        wire::Entry::Argv(a) => presence::McpFacts::Argv(a),
-        wire::Entry::Other(w) => presence::McpFacts::Other(w),
-        wire::Entry::None if wire::find(cli).is_some() || home.mcp_store.exists() => {
+    match user_cli::current_entry(&home) {
+        user_cli::Entry::Argv(a) => presence::McpFacts::Argv(a),
+        user_cli::Entry::Other(w) => presence::McpFacts::Other(w),
+        user_cli::Entry::None if user_cli::find(cli).is_some() || home.mcp_store.exists() => {
             presence::McpFacts::NoEntry
         }
-        wire::Entry::None => presence::McpFacts::Absent,
+        user_cli::Entry::None => presence::McpFacts::Absent,
     }
 }
 

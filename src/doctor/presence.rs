@@ -3,8 +3,8 @@
 //! user's own Claude Code and Codex have an `agentchat` entry that runs this binary's bridge for
 //! this profile, as `agentchat setup` writes it). Pure verdicts from facts.
 
-use super::facts::LockFacts;
 use super::{Check, Level};
+use crate::sys::flock::LockHolder;
 use std::path::Path;
 
 fn profile_flag(profile: &str) -> String {
@@ -16,10 +16,10 @@ fn profile_flag(profile: &str) -> String {
 }
 
 /// `listening`: a listener runs for this profile, or nothing answers its messages.
-pub fn check_listening(profile: &str, lock: &LockFacts, strict: bool) -> Check {
+pub fn check_listening(profile: &str, lock: &LockHolder, strict: bool) -> Check {
     let p = profile_flag(profile);
     match lock {
-        LockFacts::Held { pid } => Check::pass(
+        LockHolder::Held { pid } => Check::pass(
             "listening",
             match pid {
                 Some(pid) => format!("a listener runs for this profile (pid {pid})"),
@@ -27,12 +27,12 @@ pub fn check_listening(profile: &str, lock: &LockFacts, strict: bool) -> Check {
             },
         )
         .with("listening", true),
-        LockFacts::Unknown(e) => Check::warn(
+        LockHolder::Unknown(e) => Check::warn(
             "listening",
             format!("cannot tell whether a listener runs: {e}"),
         )
         .with("listening", false),
-        LockFacts::Free | LockFacts::NoFile => Check::new(
+        LockHolder::Free | LockHolder::NoFile => Check::new(
             "listening",
             if strict { Level::Fail } else { Level::Warn },
             format!(
@@ -143,7 +143,7 @@ mod tests {
 
     #[test]
     fn nothing_listening_warns_and_fails_under_strict_naming_what_to_run() {
-        let c = check_listening("work", &LockFacts::Free, false);
+        let c = check_listening("work", &LockHolder::Free, false);
         assert_eq!(c.level, Level::Warn);
         assert!(
             c.detail
@@ -151,11 +151,11 @@ mod tests {
         );
         assert!(c.detail.contains("agentchat setup --profile work"));
         assert_eq!(
-            check_listening("work", &LockFacts::NoFile, true).level,
+            check_listening("work", &LockHolder::NoFile, true).level,
             Level::Fail
         );
         assert_eq!(
-            check_listening("w", &LockFacts::Held { pid: Some(7) }, true).level,
+            check_listening("w", &LockHolder::Held { pid: Some(7) }, true).level,
             Level::Pass
         );
     }

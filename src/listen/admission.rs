@@ -15,6 +15,7 @@
 
 use super::metrics::Registry;
 use crate::core::admission::{self, Asked, CgroupMemory, RunQueue};
+use crate::log_events;
 use std::collections::HashMap;
 use std::io::Read as _;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -211,7 +212,7 @@ impl Shared {
         let ok = admission::memory_ok(available, Some(min));
         if !ok && !std::mem::replace(&mut st.memory_short, true) {
             tracing::warn!(
-                event = %"run_queue_memory_wait",
+                event = %log_events::RUN_QUEUE_MEMORY_WAIT,
                 available_bytes = available,
                 min_available_memory = min,
                 "less memory is available than listen.min_available_memory: no run starts until there is more (read again every {} ms)",
@@ -326,7 +327,7 @@ pub async fn slot_for(
         } => (place, running, max, waiting),
     };
     tracing::info!(
-        event = %"run_queued",
+        event = %log_events::RUN_QUEUED,
         cycle_id,
         place,
         running,
@@ -350,7 +351,7 @@ pub async fn slot_for(
     tokio::select! {
         (permit, waited) = waiting.turn() => {
             tracing::info!(
-                event = %"run_dequeued",
+                event = %log_events::RUN_DEQUEUED,
                 cycle_id,
                 waited_ms = u64::try_from(waited.as_millis()).unwrap_or(u64::MAX),
                 "this run's turn came"

@@ -9,6 +9,7 @@
 //! state dir, handle); it is removed while still locked when the listener lets go, and a taker
 //! checks that the file it locked is still the one at the path, so a removal never lets two in.
 
+use crate::log_events;
 use sha2::{Digest, Sha256};
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Write};
@@ -217,7 +218,7 @@ impl AgentSlot {
                 self.holder = pid;
                 let theirs = theirs.unwrap_or_else(|| "an unknown state dir".into());
                 tracing::error!(
-                    event = %"already_running",
+                    event = %log_events::ALREADY_RUNNING,
                     handle = %crate::core::handle::shown(handle),
                     pid,
                     state_dir = %theirs,
@@ -248,7 +249,7 @@ impl AgentSlot {
     fn warn_once(&mut self, why: &str) {
         if !std::mem::replace(&mut self.warned, true) {
             tracing::warn!(
-                event = %"agent_lock_unavailable",
+                event = %log_events::AGENT_LOCK_UNAVAILABLE,
                 "cannot take this agent's machine-wide lock ({why}); a second listener for the same agent would not be stopped"
             );
         }

@@ -23,6 +23,7 @@ pub mod state_dir;
 pub mod texts;
 
 use crate::config::{ConfigArgs, IntegrationSwitch, LogFormat};
+use crate::log_events;
 use start::StartError;
 use std::collections::HashMap;
 
@@ -162,16 +163,16 @@ fn all_ready(args: &ListenArgs, env: &HashMap<String, String>) -> Result<Ready, 
         )));
     }
     if shared("AGENTCHAT_PROFILE") {
-        tracing::warn!(event = %"config_advice", "AGENTCHAT_PROFILE is ignored with --all: every profile of the config runs");
+        tracing::warn!(event = %log_events::CONFIG_ADVICE, "AGENTCHAT_PROFILE is ignored with --all: every profile of the config runs");
     }
     let set = file.and_then(|f| f.all())?;
     if set.default_skipped {
-        tracing::info!(event = %"default_profile_skipped", "the config's top level names no key of its own (api_key_file or api_key): `default` is not one of the profiles");
+        tracing::info!(event = %log_events::DEFAULT_PROFILE_SKIPPED, "the config's top level names no key of its own (api_key_file or api_key): `default` is not one of the profiles");
     }
     if !set.profiles.iter().any(|(_, s)| s.is_ok()) {
         for (name, s) in &set.profiles {
             if let Err(e) = s {
-                tracing::error!(event = %"profile_config_error", profile = %name, error = %e, "this profile's config is wrong");
+                tracing::error!(event = %log_events::PROFILE_CONFIG_ERROR, profile = %name, error = %e, "this profile's config is wrong");
             }
         }
         let e = match &set.config_path {

@@ -11,6 +11,7 @@
 //! profile. A waiter that is dropped (shutdown, a reload) leaves the queue and takes nothing.
 
 use crate::core::pacing::{Admit, Pacing, PacingPolicy};
+use crate::log_events;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 use tokio::time::Instant;
@@ -72,7 +73,7 @@ impl Pacer {
         drop(pacing);
         let waited = asked.elapsed();
         tracing::debug!(
-            event = %"connect_paced",
+            event = %log_events::CONNECT_PACED,
             waited_ms = waited.as_millis() as u64,
             "connect attempt admitted by the pacer"
         );

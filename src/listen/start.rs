@@ -6,6 +6,7 @@
 use super::state_dir::{self, LockAttempt, StateDir, StateError};
 use crate::config::{ConfigError, Settings};
 use crate::core::exit::{self, Exit};
+use crate::log_events;
 use secrecy::SecretString;
 use std::collections::HashMap;
 
@@ -130,7 +131,7 @@ pub async fn prepare(settings: &Settings, alone: bool) -> Result<Prepared, Start
             // Said once, in the log's format, at a level `-qq` still shows; with `--all` the
             // host says what the profile does next.
             tracing::error!(
-                event = %"already_running",
+                event = %log_events::ALREADY_RUNNING,
                 profile = %settings.profile,
                 pid,
                 lock = %state.path(state_dir::LOCK_FILE).display(),
@@ -153,11 +154,11 @@ pub async fn prepare(settings: &Settings, alone: bool) -> Result<Prepared, Start
 fn announce_settings(settings: &Settings) {
     if settings.api_key.is_some() {
         for line in crate::config::advice(settings) {
-            tracing::warn!(event = %"config_advice", "{line}");
+            tracing::warn!(event = %log_events::CONFIG_ADVICE, "{line}");
         }
     }
     if let Some(line) = settings.time_scale.notice() {
-        tracing::info!(event = %"test_time_scale", "{line}");
+        tracing::info!(event = %log_events::TEST_TIME_SCALE, "{line}");
     }
 }
 
@@ -168,10 +169,10 @@ fn raise_open_files_limit() {
     static RAISED: std::sync::Once = std::sync::Once::new();
     RAISED.call_once(|| match crate::sys::fs::raise_open_files_limit() {
         Ok((soft, hard)) => {
-            tracing::debug!(event = %"open_files_limit", soft, hard, "open files limit")
+            tracing::debug!(event = %log_events::OPEN_FILES_LIMIT, soft, hard, "open files limit")
         }
         Err(e) => {
-            tracing::debug!(event = %"open_files_limit", error = %e, "cannot raise the open files limit")
+            tracing::debug!(event = %log_events::OPEN_FILES_LIMIT, error = %e, "cannot raise the open files limit")
         }
     });
 }

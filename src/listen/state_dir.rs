@@ -4,6 +4,7 @@
 
 use crate::core::invite_rule::InviteMemory;
 use crate::core::status::Status;
+use crate::log_events;
 use crate::sys::fs::{create_private_dir, write_atomic, write_atomic_unsynced};
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
@@ -134,7 +135,7 @@ impl Drop for Lock {
 #[derive(Debug)]
 pub enum LockAttempt {
     Acquired(Lock),
-    /// Another listener holds it; its pid as written in the file, when readable.
+    /// Another listener holds it; its pid as `sys::flock::holder` tells it, when it can.
     Held {
         pid: Option<u32>,
     },
@@ -267,17 +268,17 @@ impl StateDir {
                     .and_then(|_| writeln!(file, "{}", std::process::id()))
                     .and_then(|()| file.flush());
                 if let Err(e) = pid {
-                    tracing::warn!(event = %"lock_pid_unwritten", lock = %path.display(), error = %e, "the lock is held, but its pid could not be written into it");
+                    tracing::warn!(event = %log_events::LOCK_PID_UNWRITTEN, lock = %path.display(), error = %e, "the lock is held, but its pid could not be written into it");
                 }
                 Ok(LockAttempt::Acquired(Lock { file }))
             }
-            Err(std::fs::TryLockError::WouldBlock) => {
-                let mut s = String::new();
-                let _ = file.read_to_string(&mut s);
-                Ok(LockAttempt::Held {
-                    pid: s.trim().parse().ok(),
-                })
-            }
+            Err(std::fs::TryLockError::WouldBlock) => Ok(LockAttempt::Held {
+                pid: match crate::sys::flock::holder(&path) {
+                    crate::sys::flock::LockHolder::Held { pid } => pid,
+                    // Let go since: the holder is gone, and the next start takes the lock.
+                    _ => None,
+                },
+            }),
             Err(std::fs::TryLockError::Error(e)) => Err(err(e)),
         }
     }
@@ -302,11 +303,11 @@ impl StateDir {
         let was_failing = INVITES_WRITE_FAILING.swap(written.is_err(), Ordering::Relaxed);
         match written {
             Ok(()) if was_failing => {
-                tracing::info!(event = %"invite_memory_write_recovered", "invites.json is written again")
+                tracing::info!(event = %log_events::INVITE_MEMORY_WRITE_RECOVERED, "invites.json is written again")
             }
             Ok(()) => {}
             Err(e) if !was_failing => {
-                tracing::warn!(event = %"invite_memory_write_failed", error = %e, "could not persist the invite memory; the listener keeps working and logs this once until a write succeeds")
+                tracing::warn!(event = %log_events::INVITE_MEMORY_WRITE_FAILED, error = %e, "could not persist the invite memory; the listener keeps working and logs this once until a write succeeds")
             }
             Err(_) => {}
         }

@@ -15,6 +15,7 @@ use super::state_dir::StateDir;
 use crate::client::{Api, ApiError};
 use crate::core::status::{TextsSource, TextsStatus};
 use crate::core::texts::Texts;
+use crate::log_events;
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, Weak};
@@ -111,7 +112,7 @@ pub async fn fetch(api: &Api, state: &StateDir, runtime: &'static str) -> Result
         )));
     }
     if let Err(e) = crate::sys::fs::write_atomic(&state.texts_cache(runtime), &bytes) {
-        tracing::warn!(event = %"texts_cache_write_failed", runtime, error = %e, "could not keep the texts");
+        tracing::warn!(event = %log_events::TEXTS_CACHE_WRITE_FAILED, runtime, error = %e, "could not keep the texts");
     }
     Ok(Loaded {
         texts,
@@ -159,13 +160,13 @@ pub async fn load(
 ) -> Result<Loaded, Missing> {
     let fetch_error = match fetch(api, state, runtime).await {
         Ok(loaded) => {
-            tracing::info!(event = %"texts_fetched", runtime, "texts fetched from the server");
+            tracing::info!(event = %log_events::TEXTS_FETCHED, runtime, "texts fetched from the server");
             return Ok(loaded);
         }
         Err(e) => e,
     };
     if !use_cache {
-        tracing::warn!(event = %"texts_fetch_failed", runtime, error = %fetch_error, "could not fetch the texts");
+        tracing::warn!(event = %log_events::TEXTS_FETCH_FAILED, runtime, error = %fetch_error, "could not fetch the texts");
         return Err(Missing {
             runtime,
             fetch: fetch_error,
@@ -175,7 +176,7 @@ pub async fn load(
     let r = cached(state, runtime);
     // One line either way: this one when the cache stands in, `Missing::log`'s when it cannot.
     if r.is_ok() {
-        tracing::warn!(event = %"texts_cached", runtime, error = %fetch_error, path = %state.texts_cache(runtime).display(), "could not fetch the texts; using the last good copy from the cache");
+        tracing::warn!(event = %log_events::TEXTS_CACHED, runtime, error = %fetch_error, path = %state.texts_cache(runtime).display(), "could not fetch the texts; using the last good copy from the cache");
     }
     r.map_err(|e| Missing {
         runtime,
@@ -210,7 +211,7 @@ impl Missing {
             .as_ref()
             .map_or("not tried".to_string(), ToString::to_string);
         tracing::error!(
-            event = %"texts_missing",
+            event = %log_events::TEXTS_MISSING,
             runtime = self.runtime,
             fetch_error = %self.fetch,
             cache = %cache,

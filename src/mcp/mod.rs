@@ -174,7 +174,7 @@ fn rpc_error(id: Value, code: i64, message: &str) -> Value {
 }
 
 /// How one POST ended. Whatever the server sent was handed to the client as it came.
-enum Outcome {
+enum PostEnd {
     /// The response to the request (or, for a message without an id, any answer) was relayed.
     Answered,
     /// The server answered, but not with the response to this request: what came instead.
@@ -231,7 +231,7 @@ impl Relay {
     /// the server's response, or a JSON-RPC error saying what came back instead.
     async fn forward(&self, msg: Outgoing) {
         let mut outcome = self.post(&msg).await;
-        if let Outcome::Refused(_) = outcome
+        if let PostEnd::Refused(_) = outcome
             && let Ok(fresh) = load_target(&self.args)
         {
             *self.target.lock().await = fresh;
@@ -242,15 +242,15 @@ impl Relay {
         };
         let profile = self.args.profile.as_deref().unwrap_or("default");
         let (code, what) = match outcome {
-            Outcome::Answered => return,
-            Outcome::Refused(status) => (
+            PostEnd::Answered => return,
+            PostEnd::Refused(status) => (
                 -32001,
                 format!(
                     "AgentChat refused the key of profile `{profile}` ({status}); run \
                      `agentchat setup --profile {profile}` with a valid key"
                 ),
             ),
-            Outcome::NoResponse(why) | Outcome::Failed(why) => {
+            PostEnd::NoResponse(why) | PostEnd::Failed(why) => {
                 (-32000, format!("AgentChat MCP relay: {why}"))
             }
         };
@@ -275,7 +275,7 @@ impl Relay {
         }
     }
 
-    async fn post(&self, msg: &Outgoing) -> Outcome {
+    async fn post(&self, msg: &Outgoing) -> PostEnd {
         let (url, key) = {
             let t = self.target.lock().await;
             (t.url.clone(), t.key.clone())
@@ -299,11 +299,11 @@ impl Relay {
         let started = Instant::now();
         let resp = match req.send().await {
             Ok(r) => r,
-            Err(e) => return Outcome::Failed(self.problem(&e, &url, started)),
+            Err(e) => return PostEnd::Failed(self.problem(&e, &url, started)),
         };
         let status = resp.status().as_u16();
         if status == 401 || status == 403 {
-            return Outcome::Refused(status);
+            return PostEnd::Refused(status);
         }
         if let Some(sid) = resp
             .headers()
@@ -323,36 +323,36 @@ impl Relay {
         let body = match read_capped(resp).await {
             Ok(b) => b,
             Err(ReadError::TooLarge) => {
-                return Outcome::Failed(format!("the answer is larger than {MAX_MESSAGE} bytes"));
+                return PostEnd::Failed(format!("the answer is larger than {MAX_MESSAGE} bytes"));
             }
-            Err(ReadError::Network(e)) => return Outcome::Failed(self.problem(&e, &url, started)),
+            Err(ReadError::Network(e)) => return PostEnd::Failed(self.problem(&e, &url, started)),
         };
         let empty = body.iter().all(u8::is_ascii_whitespace);
         if !(200..300).contains(&status) {
             // An error status may still carry the JSON-RPC response (a 400 for a bad request).
             if !empty && self.relay_answer(body, id, msg.initialize).await == Relayed::Response {
-                return Outcome::Answered;
+                return PostEnd::Answered;
             }
-            return Outcome::Failed(format!("{url} answered {status}"));
+            return PostEnd::Failed(format!("{url} answered {status}"));
         }
         let Some(id) = id else {
             if !empty {
                 self.relay_answer(body, None, false).await;
             }
-            return Outcome::Answered;
+            return PostEnd::Answered;
         };
         if empty {
-            return Outcome::NoResponse(format!(
+            return PostEnd::NoResponse(format!(
                 "{url} answered {status} with an empty body, no response to this request"
             ));
         }
         match self.relay_answer(body, Some(id), msg.initialize).await {
-            Relayed::Response => Outcome::Answered,
-            Relayed::NotJson => Outcome::NoResponse(format!(
+            Relayed::Response => PostEnd::Answered,
+            Relayed::NotJson => PostEnd::NoResponse(format!(
                 "{url} answered {status} with a body that is not JSON, no response to this \
                  request"
             )),
-            Relayed::Other => Outcome::NoResponse(format!(
+            Relayed::Other => PostEnd::NoResponse(format!(
                 "{url} answered {status} with JSON that is not the response to this request"
             )),
         }
@@ -367,7 +367,7 @@ impl Relay {
         id: Option<&Id>,
         initialize: bool,
         started: Instant,
-    ) -> Outcome {
+    ) -> PostEnd {
         let mut sse = message::Sse::default();
         let mut events = Vec::new();
         let mut relayed = 0usize;
@@ -376,21 +376,21 @@ impl Relay {
                 Ok(Some(chunk)) => chunk,
                 Ok(None) => break,
                 Err(e) => {
-                    return Outcome::Failed(format!(
+                    return PostEnd::Failed(format!(
                         "{} (after {relayed} messages of its event stream)",
                         self.problem(&e, url, started)
                     ));
                 }
             };
             if sse.feed(&chunk, &mut events).is_err() {
-                return Outcome::Failed(format!(
+                return PostEnd::Failed(format!(
                     "an event of {url}'s stream is larger than {MAX_MESSAGE} bytes"
                 ));
             }
             for event in events.drain(..) {
                 relayed += 1;
                 if self.relay_answer(event, id, initialize).await == Relayed::Response {
-                    return Outcome::Answered;
+                    return PostEnd::Answered;
                 }
             }
         }
@@ -398,12 +398,12 @@ impl Relay {
         for event in events.drain(..) {
             relayed += 1;
             if self.relay_answer(event, id, initialize).await == Relayed::Response {
-                return Outcome::Answered;
+                return PostEnd::Answered;
             }
         }
         match id {
-            None => Outcome::Answered,
-            Some(_) => Outcome::NoResponse(format!(
+            None => PostEnd::Answered,
+            Some(_) => PostEnd::NoResponse(format!(
                 "{url}'s event stream ended without a response to this request ({relayed} \
                  other messages)"
             )),

@@ -80,7 +80,7 @@ pub(crate) fn regular_file(p: &Path) -> Result<std::fs::Metadata, String> {
     }
 }
 
-/// Why `p` cannot be run as a program ([`regular_file`]'s reasons, or `is not executable`);
+/// Why `p` cannot be run as a program (`regular_file`'s reasons, or `is not executable`);
 /// `None` for an executable file.
 pub fn not_a_program(p: &Path) -> Option<String> {
     use std::os::unix::fs::PermissionsExt;

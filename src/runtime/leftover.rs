@@ -2,6 +2,7 @@
 //! does with one a killed listener left behind (`stop_leftover_run`): a new run never overlaps
 //! the old one's leftovers (`runtime::supervisor`).
 
+use crate::log_events;
 use crate::sys::process::{boot_id, group_alive, pid_alive, proc_stat, signal_group};
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -42,7 +43,7 @@ pub async fn stop_leftover_run(runs_dir: &Path, grace: Duration) {
         Ok(bytes) => match serde_json::from_slice(&bytes) {
             Ok(r) => r,
             Err(e) => {
-                tracing::warn!(event = %"leftover_run_unreadable", path = %path.display(), error = %e, "the record of the last run's process group is damaged; removing it");
+                tracing::warn!(event = %log_events::LEFTOVER_RUN_UNREADABLE, path = %path.display(), error = %e, "the record of the last run's process group is damaged; removing it");
                 let _ = std::fs::remove_file(&path);
                 return;
             }
@@ -51,7 +52,7 @@ pub async fn stop_leftover_run(runs_dir: &Path, grace: Duration) {
     };
     if leftover_is_the_runs(&record) {
         tracing::warn!(
-            event = %"leftover_run",
+            event = %log_events::LEFTOVER_RUN,
             pgid = record.pgid,
             grace_ms = grace.as_millis() as u64,
             "the last listener ended during a run and left its process group; stopping it before anything new runs"
@@ -63,7 +64,7 @@ pub async fn stop_leftover_run(runs_dir: &Path, grace: Duration) {
             group_gone_within(record.pgid, Duration::from_secs(5)).await;
         }
         tracing::info!(
-            event = %"leftover_run_stopped",
+            event = %log_events::LEFTOVER_RUN_STOPPED,
             pgid = record.pgid,
             killed = !ended,
             "the last run's leftovers are gone"

@@ -24,6 +24,7 @@
 //! never overlaps the old one's leftovers.
 
 use crate::core::run_report::{self, Lines};
+use crate::log_events;
 use crate::runtime::leftover::record_group;
 pub use crate::runtime::leftover::{RUN_GROUP_FILE, stop_leftover_run};
 use crate::runtime::{ALWAYS_REMOVED, RunSpec};
@@ -195,7 +196,7 @@ pub async fn run(
             &mut log,
             &format!("this log is cut: a write failed ({error}); output is missing from there on"),
         );
-        tracing::warn!(event = %"run_log_cut", log = %log_path.display(), error = %error, "the run's log could not be written to its end (a full or read-only disk?): output is missing from the first failed write on, its `run ended` line too when that did not fit; the run was judged from what the log holds");
+        tracing::warn!(event = %log_events::RUN_LOG_CUT, log = %log_path.display(), error = %error, "the run's log could not be written to its end (a full or read-only disk?): output is missing from the first failed write on, its `run ended` line too when that did not fit; the run was judged from what the log holds");
     }
     r
 }
@@ -207,7 +208,7 @@ fn open_run_log(spec: &RunSpec, log_path: &Path, max: u64) -> (RunLog, CappedLog
     let file = match open_append_private(log_path) {
         Ok(log) => Some(log),
         Err(e) => {
-            tracing::warn!(event = %"run_log_unavailable", log = %log_path.display(), error = %e, "the run's log cannot be opened: the run goes on without it");
+            tracing::warn!(event = %log_events::RUN_LOG_UNAVAILABLE, log = %log_path.display(), error = %e, "the run's log cannot be opened: the run goes on without it");
             None
         }
     };

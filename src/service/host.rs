@@ -111,7 +111,7 @@ impl HostSpec {
 /// pooled REST connection, and a run adds stdin, stdout, stderr and its log files; 16 per profile
 /// leaves room for both, 1024 is the process's own (the metrics endpoint's clients, the journal,
 /// the runtime). Rounded up to a multiple of 1024, at least 8192 so profiles added by a reload
-/// fit, at most [`NOFILE_CEILING`]. The listener raises its soft limit to the hard one.
+/// fit, at most `NOFILE_CEILING`. The listener raises its soft limit to the hard one.
 pub fn limit_nofile(profiles: usize) -> u64 {
     let wanted = u64::try_from(profiles)
         .unwrap_or(u64::MAX)

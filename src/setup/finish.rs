@@ -2,7 +2,7 @@
 //! without an entry, what the manager says of the service) and the first real run offered after
 //! it (`doctor --run`).
 
-use super::{Place, SetupArgs, pick, tty, verdict, wire};
+use super::{Place, SetupArgs, pick, tty, user_cli, verdict};
 use crate::config::ConfigArgs;
 use std::collections::HashMap;
 use std::path::Path;
@@ -13,8 +13,8 @@ pub fn unwired(found: &[pick::Found], env: &HashMap<String, String>) -> Vec<&'st
     found
         .iter()
         .filter(|f| {
-            let entry = wire::home(f.cli, env).map(|h| wire::current_entry(&h));
-            matches!(entry, None | Some(wire::Entry::None))
+            let entry = user_cli::home(f.cli, env).map(|h| user_cli::current_entry(&h));
+            matches!(entry, None | Some(user_cli::Entry::None))
         })
         .map(|f| f.cli.name())
         .collect()
@@ -39,10 +39,9 @@ pub async fn first_run(
     handle: &str,
     ask: bool,
 ) -> anyhow::Result<i32> {
-    let lock = crate::doctor::facts::lock_facts(
-        &place.state_dir.join(crate::listen::state_dir::LOCK_FILE),
-    );
-    if matches!(lock, crate::doctor::facts::LockFacts::Held { .. }) {
+    let lock =
+        crate::sys::flock::holder(&place.state_dir.join(crate::listen::state_dir::LOCK_FILE));
+    if matches!(lock, crate::sys::flock::LockHolder::Held { .. }) {
         if args.run || ask {
             println!(
                 "doctor --run: skipped: the listener runs and starts runs itself; send @{handle} \

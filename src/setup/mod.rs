@@ -5,7 +5,7 @@
 //!    `GET /v1/agents/me` before anything is written;
 //! 2. the runtime (`pick`): `claude`/`codex` on PATH and their login, or `script`;
 //! 3. the profile in `config.toml` (`config_edit`, format-preserving), its diff printed;
-//! 4. the user's own Claude Code and Codex (`wiring`, `wire`, `anchor`): the `agentchat mcp`
+//! 4. the user's own Claude Code and Codex (`wiring`, `user_cli`, `anchor`): the `agentchat mcp`
 //!    bridge registered through their own CLIs, the identity block in CLAUDE.md / AGENTS.md;
 //! 5. the service (`service_step`);
 //! 6. `doctor`, and one screen saying what was done and how to undo it.
@@ -25,8 +25,8 @@ mod service_step;
 mod signup;
 mod tty;
 mod undo;
+pub(crate) mod user_cli;
 mod verdict;
-pub(crate) mod wire;
 mod wiring;
 
 use crate::config::{self, ConfigArgs, RuntimeKind};
@@ -100,7 +100,7 @@ pub struct SetupArgs {
     /// command after `--`.
     #[arg(long, value_name = "RUNTIME", value_enum, ignore_case = true)]
     pub runtime: Option<RuntimeKind>,
-    /// The AgentChat server (default: the profile's, else https://api.agentchat.me).
+    /// The AgentChat server (default: the profile's, else <https://api.agentchat.me>).
     #[arg(long, value_name = "URL")]
     pub api_base: Option<String>,
     /// Use the key in FILE (0600) instead of reading it from stdin or asking.
@@ -451,7 +451,7 @@ async fn run_setup(args: SetupArgs) -> anyhow::Result<i32> {
             argv.push(c.display().to_string());
         }
         let api = crate::client::Api::new(&base, key.key.clone())?;
-        let w = wiring::Wiring {
+        let w = wiring::WiringRequest {
             profile: &profile,
             argv,
             rewire: args.rewire,

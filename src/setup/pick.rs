@@ -2,7 +2,7 @@
 //! logged in (doctor's own probes), one proposed, or `script` with a command.
 
 use super::tty;
-use super::wire::{self, Cli};
+use super::user_cli::{self, Cli};
 use crate::config::RuntimeKind;
 use std::path::PathBuf;
 
@@ -28,8 +28,8 @@ pub fn needed(runtime: Option<RuntimeKind>, no_wire: bool) -> Vec<Cli> {
 pub async fn detect(which: Vec<Cli>) -> Vec<Found> {
     let mut out = Vec::new();
     for cli in which {
-        if let Some(binary) = wire::find(cli) {
-            let (logged_in, login) = wire::login(cli, &binary).await;
+        if let Some(binary) = user_cli::find(cli) {
+            let (logged_in, login) = user_cli::login(cli, &binary).await;
             out.push(Found {
                 cli,
                 binary,
@@ -46,11 +46,11 @@ pub async fn detect(which: Vec<Cli>) -> Vec<Found> {
 /// do not exist before the probes run, so that "Go ahead? n" can leave the home as it found it.
 pub fn absent_before_probes(env: &std::collections::HashMap<String, String>) -> Vec<PathBuf> {
     let mut paths = Vec::new();
-    if let Some(h) = wire::home(Cli::Claude, env) {
+    if let Some(h) = user_cli::home(Cli::Claude, env) {
         paths.push(h.mcp_store.clone());
         paths.extend(h.identity_file.parent().map(std::path::Path::to_path_buf));
     }
-    if let Some(h) = wire::home(Cli::Codex, env) {
+    if let Some(h) = user_cli::home(Cli::Codex, env) {
         paths.extend(h.mcp_store.parent().map(std::path::Path::to_path_buf));
     }
     paths.retain(|p| std::fs::symlink_metadata(p).is_err());

@@ -5,7 +5,7 @@
 //! goes only if setup wrote it. A file still exactly as setup left it gets its earlier bytes back.
 
 use super::manifest::{CliRecord, IdentityRecord, Manifest, StoreRecord};
-use super::wire::{self, Cli, Entry};
+use super::user_cli::{self, Cli, Entry};
 use super::{Place, anchor, config_edit, files, service_step};
 use std::path::Path;
 
@@ -106,7 +106,7 @@ pub async fn run(config: Option<&Path>, profile: Option<&str>) -> anyhow::Result
 /// Returns whether something failed.
 async fn undo_cli(cli: Cli, rec: &CliRecord, place: &Place, lines: &mut Vec<String>) -> bool {
     let mut failed = false;
-    let Some(home) = wire::home(cli, &place.env) else {
+    let Some(home) = user_cli::home(cli, &place.env) else {
         lines.push(format!("{}: HOME is not set; nothing undone", cli.name()));
         return true;
     };
@@ -125,7 +125,7 @@ async fn undo_entry(
     cli: Cli,
     rec: &CliRecord,
     place: &Place,
-    home: &wire::Home,
+    home: &user_cli::Home,
     lines: &mut Vec<String>,
 ) -> bool {
     if let Some(store) = &rec.store {
@@ -147,11 +147,11 @@ async fn undo_entry(
         }
     }
     let mut failed = false;
-    let entry = wire::current_entry(home);
-    let binary = wire::find(cli);
+    let entry = user_cli::current_entry(home);
+    let binary = user_cli::find(cli);
     if entry == Entry::Argv(rec.mcp_command.clone()) {
         match &binary {
-            Some(binary) => match wire::remove(cli, binary).await {
+            Some(binary) => match user_cli::remove(cli, binary).await {
                 Ok(()) => lines.push(format!(
                     "{}: MCP server `agentchat` removed (`{} mcp remove`)",
                     cli.name(),
@@ -182,7 +182,7 @@ async fn undo_entry(
         lines.push(format!(
             "{}: MCP server left alone: it is now {}, not this profile's",
             cli.name(),
-            wire::describe(&entry)
+            user_cli::describe(&entry)
         ));
     }
     if let Some(store) = &rec.store {
@@ -190,17 +190,17 @@ async fn undo_entry(
     }
     if let Some(user) = &rec.replaced_entry
         && !failed
-        && wire::current_entry(home) == Entry::None
+        && user_cli::current_entry(home) == Entry::None
     {
         let put_back = match &binary {
-            Some(binary) => wire::restore(cli, binary, user).await,
+            Some(binary) => user_cli::restore(cli, binary, user).await,
             None => Err(format!("`{}` is not on PATH", cli.program())),
         };
         match put_back {
             Ok(()) => lines.push(format!(
                 "{}: your own MCP server `agentchat` ({}) put back",
                 cli.name(),
-                wire::describe(&wire::entry_of(Some(user)))
+                user_cli::describe(&user_cli::entry_of(Some(user)))
             )),
             Err(e) => {
                 failed = true;

@@ -4,13 +4,15 @@
 //! unless `--rewire` asks for it.
 
 use super::manifest::{CliRecord, IdentityRecord, Manifest, StoreRecord};
-use super::wire::{self, Cli, Entry, Home};
+use super::user_cli::{self, Cli, Entry, Home};
 use super::{anchor, files};
 use crate::client::Api;
 use std::collections::HashMap;
 use std::path::Path;
 
-pub struct Wiring<'a> {
+/// What wiring a CLI for one profile needs: the entry to register, the agent's handle for the
+/// identity block, and where setup records what it did.
+pub struct WiringRequest<'a> {
     pub profile: &'a str,
     /// The entry's argv: `agentchat mcp --profile P [--config F]`.
     pub argv: Vec<String>,
@@ -43,7 +45,7 @@ fn record_mut(manifest: &mut Manifest, cli: Cli) -> &mut Option<CliRecord> {
 
 /// The identity block's text for this CLI: the served `identity_line_template` with the handle
 /// (contract 3.6; never a copy of our own).
-async fn rendered_block(w: &Wiring<'_>, cli: Cli) -> Result<String, String> {
+async fn rendered_block(w: &WiringRequest<'_>, cli: Cli) -> Result<String, String> {
     let (texts, _) = w
         .api
         .texts(cli.texts_runtime())
@@ -67,19 +69,19 @@ fn not_wired(cli: Cli, mut lines: Vec<String>, why: impl std::fmt::Display) -> D
     }
 }
 
-pub async fn wire(w: &Wiring<'_>, cli: Cli, binary: &Path, manifest: &mut Manifest) -> Done {
+pub async fn wire(w: &WiringRequest<'_>, cli: Cli, binary: &Path, manifest: &mut Manifest) -> Done {
     let mut lines = Vec::new();
-    let Some(home) = wire::home(cli, w.env) else {
+    let Some(home) = user_cli::home(cli, w.env) else {
         return not_wired(cli, lines, "HOME is not set");
     };
     let ours = record_mut(manifest, cli).clone().unwrap_or_default();
     // Every file is read before anything changes; one that cannot be read whole as UTF-8 is
     // never taken for "no file".
-    let entry_value = match wire::read_entry(&home) {
+    let entry_value = match user_cli::read_entry(&home) {
         Ok(v) => v,
         Err(e) => return not_wired(cli, lines, e),
     };
-    let entry = wire::entry_of(entry_value.as_ref());
+    let entry = user_cli::entry_of(entry_value.as_ref());
     let store_before = match cli {
         Cli::Codex => match files::read_text(&home.mcp_store, files::TEXT_CAP) {
             Ok(t) => t,
@@ -101,7 +103,7 @@ pub async fn wire(w: &Wiring<'_>, cli: Cli, binary: &Path, manifest: &mut Manife
     let current_block = current_text.as_deref().and_then(anchor::block_in);
     let block_is_ours = |b: &String| ours.identity.as_ref().is_some_and(|r| &r.block == b);
     let entry_is_ours = match &entry {
-        Entry::Argv(a) => wire::profile_of(a).as_deref() == Some(w.profile),
+        Entry::Argv(a) => user_cli::profile_of(a).as_deref() == Some(w.profile),
         _ => false,
     };
     let foreign = match &entry {
@@ -115,7 +117,7 @@ pub async fn wire(w: &Wiring<'_>, cli: Cli, binary: &Path, manifest: &mut Manife
                 )
             }),
         _ if entry_is_ours => None,
-        e => Some(wire::describe(e)),
+        e => Some(user_cli::describe(e)),
     };
     let mut block_unwritten = None;
     let rendered = match &identity_problem {
@@ -181,7 +183,7 @@ pub async fn wire(w: &Wiring<'_>, cli: Cli, binary: &Path, manifest: &mut Manife
             record.replaced_profile = None;
             record.replaced_entry = None;
             match &entry {
-                Entry::Argv(a) => match wire::profile_of(a) {
+                Entry::Argv(a) => match user_cli::profile_of(a) {
                     // Taking over another profile's home: its setup's record of what was there
                     // before it is this one's too, so undo can give the user's own bytes back.
                     Some(other) => {
@@ -232,11 +234,11 @@ pub async fn wire(w: &Wiring<'_>, cli: Cli, binary: &Path, manifest: &mut Manife
             return not_wired(cli, lines, format!("{e:#}"));
         }
         if entry != Entry::None
-            && let Err(e) = wire::remove(cli, binary).await
+            && let Err(e) = user_cli::remove(cli, binary).await
         {
             return not_wired(cli, lines, e);
         }
-        match wire::add(cli, binary, &w.argv).await {
+        match user_cli::add(cli, binary, &w.argv).await {
             Ok(()) => {
                 changed = true;
                 // The CLI's own file as setup leaves it, so undo can tell it untouched since
@@ -318,7 +320,7 @@ pub(super) fn progress(line: &str) {
 /// separator before it, whether setup created the file (`inherited`: another profile's record
 /// of the same block, taken over by `--rewire`). The record is saved before the file is written.
 fn write_block(
-    w: &Wiring<'_>,
+    w: &WiringRequest<'_>,
     home: &Home,
     current: Option<&str>,
     rendered: &str,
@@ -365,7 +367,7 @@ fn write_block(
 }
 
 /// `other`'s setup record for this CLI, when that profile's manifest can be read.
-fn other_record(w: &Wiring<'_>, cli: Cli, other: &str) -> Option<CliRecord> {
+fn other_record(w: &WiringRequest<'_>, cli: Cli, other: &str) -> Option<CliRecord> {
     let place = super::Place::find(w.config, Some(other)).ok()?;
     let m = Manifest::load(&place.state_dir).ok()??;
     match cli {

@@ -11,9 +11,10 @@ use crate::sys::process::pid_alive;
 use serde_json::json;
 use std::time::SystemTime;
 
-/// State dirs under the default state base whose lock a live process holds, with that pid: the
-/// listeners running for profiles the config does not (or no longer) name.
-fn locked_state_dirs() -> Vec<(String, std::path::PathBuf, u32)> {
+/// State dirs under the default state base whose lock a live process holds
+/// (`sys::flock::holder`): the listeners running for profiles the config does not (or no
+/// longer) name.
+fn locked_state_dirs() -> Vec<(String, std::path::PathBuf)> {
     let env = crate::config::process_env();
     let Some(base) = crate::config::default_state_base(&env) else {
         return Vec::new();
@@ -25,13 +26,10 @@ fn locked_state_dirs() -> Vec<(String, std::path::PathBuf, u32)> {
     for e in entries.flatten() {
         let dir = e.path();
         let lock = dir.join(crate::listen::state_dir::LOCK_FILE);
-        let pid = std::fs::read_to_string(&lock)
-            .ok()
-            .and_then(|s| s.trim().parse::<u32>().ok());
-        if let Some(pid) = pid.filter(|p| pid_alive(u64::from(*p)))
+        if let crate::sys::flock::LockHolder::Held { .. } = crate::sys::flock::holder(&lock)
             && let Some(name) = dir.file_name().and_then(|n| n.to_str())
         {
-            out.push((name.to_string(), dir.clone(), pid));
+            out.push((name.to_string(), dir.clone()));
         }
     }
     out.sort();
@@ -312,7 +310,7 @@ pub(super) fn run_all(args: &StatusArgs) -> anyhow::Result<i32> {
             }
         }
     }
-    for (name, dir, _pid) in locked_state_dirs() {
+    for (name, dir) in locked_state_dirs() {
         if !rows.iter().any(|(r, _)| r.state_dir == dir) {
             rows.push(row_for(&name, false, dir, None, false));
         }

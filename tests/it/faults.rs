@@ -8,15 +8,6 @@ use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-/// Waits until the listener has finished its first cycle (the connect wake).
-async fn settled(l: &Listener) {
-    assert!(
-        eventually(15.0, || l.count("cycle_end") >= 1).await,
-        "the connect cycle never ended:\n{}",
-        l.log()
-    );
-}
-
 /// The usual scene: the sim, `alice` who writes, `bob` whose listener's files are in `setup`.
 async fn alice_and_bob(time_scale: f64) -> (Sim, Agent, Agent) {
     let sim = Sim::start(time_scale).await;
@@ -135,7 +126,7 @@ done
     std::fs::write(&setup.rec.script, format!("{shebang_and_dir}{probe}{rest}")).unwrap();
 
     let mut first = Listener::start(&sim, &bob, &setup, &opts);
-    settled(&first).await;
+    connect_cycle_ended(&first).await;
     sim.send(&alice, &bob, "are you there?").await;
     assert!(
         eventually(15.0, || !setup.rec.file("grandchild", 1).is_empty()).await,
@@ -292,7 +283,7 @@ echo "end $$ $(date +%s%N)" >> "$d/runs.log""#,
     cmd.env("AGENTCHAT_METRICS_ADDR", "127.0.0.1:0");
     let l = Listener::spawn(cmd, &setup, "");
     let metrics_base = metrics_base(&l).await;
-    settled(&l).await;
+    connect_cycle_ended(&l).await;
     let storm_started = Instant::now();
 
     let storm_deadline = storm_started + Duration::from_secs(240);
@@ -395,7 +386,7 @@ echo "end $$ $(date +%s%N)" >> "$d/runs.log""#,
     // once the last one is, every earlier one is too; the listener is idle again at the end. Seen
     // in the log (the socket task logs a wake before handing it over, the cycle task its start)
     // and in status.json (the main loop's own times of the last wake and the last cycle start).
-    let settled_at = Instant::now() + Duration::from_secs(30);
+    let idle_deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let status = setup.status();
         let (wake_at, start_at) = (
@@ -415,7 +406,7 @@ echo "end $$ $(date +%s%N)" >> "$d/runs.log""#,
             break;
         }
         assert!(
-            Instant::now() < settled_at,
+            Instant::now() < idle_deadline,
             "a wake with no cycle after it (last wake at event {last_wake:?}, last cycle start \
              at {last_start:?}; status: last wake {wake_at:?}, last cycle start {start_at:?}):\n{}",
             l.log()
@@ -576,7 +567,7 @@ echo >&2; echo last-line >&2
 : > \"$d/flooded\"",
     );
     let l = Listener::start(&sim, &bob, &setup, &opts);
-    settled(&l).await;
+    connect_cycle_ended(&l).await;
     let mut ids = send_some(&sim, &alice, &bob, 1, "flood").await;
     assert!(
         eventually(15.0, || recorded(&setup, "start.1")).await,
@@ -643,7 +634,7 @@ async fn a_run_that_closes_stdout_and_stderr_early_is_not_ended_by_it_and_the_li
     let setup = Setup::new(&opts);
     held_first_run(&setup, "echo before-closing\nexec >&- 2>&-");
     let l = Listener::start(&sim, &bob, &setup, &opts);
-    settled(&l).await;
+    connect_cycle_ended(&l).await;
     let mut ids = send_some(&sim, &alice, &bob, 1, "close early").await;
     assert!(
         eventually(15.0, || recorded(&setup, "start.1")).await,
@@ -828,7 +819,7 @@ async fn a_full_then_read_only_state_dir_keeps_the_listener_acking_says_so_once_
     sim.invite(&alice, &bob, "the fault group").await;
     let watch = HalfWrittenWatch::start(&setup.state_dir);
     let mut l = Listener::start(&sim, &bob, &setup, &opts);
-    settled(&l).await;
+    connect_cycle_ended(&l).await;
     assert!(
         eventually(10.0, || setup.state_dir.join("invites.json").exists()).await,
         "the invite memory was written once:\n{}",
@@ -917,7 +908,7 @@ async fn a_run_log_cut_by_a_full_disk_is_said_once_and_the_status_catches_up_onc
     // fills during the run.
     script_run(&setup, "head -c 4000000 /dev/zero | tr '\\0' x");
     let l = Listener::start(&sim, &bob, &setup, &opts);
-    settled(&l).await;
+    connect_cycle_ended(&l).await;
     let cycles = l.count("cycle_end");
     send_some(&sim, &alice, &bob, 1, "fill").await;
     assert!(

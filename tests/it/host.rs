@@ -162,7 +162,7 @@ fn events_of(l: &Listener, event: &str, profile: &str) -> Vec<Value> {
 }
 
 /// Waits until each of `names` has ended its connect cycle.
-async fn settled(l: &Listener, names: &[&str]) {
+async fn each_connect_cycle_ended(l: &Listener, names: &[&str]) {
     for name in names {
         assert!(
             eventually(20.0, || !events_of(l, "cycle_end", name).is_empty()).await,
@@ -179,7 +179,7 @@ async fn three_profiles_in_one_process_each_run_their_own_card_with_their_own_st
     let names = ["a", "b", "c"];
     let setup = HostSetup::new(&sim, &names).await;
     let l = setup.start(&sim);
-    settled(&l, &names).await;
+    each_connect_cycle_ended(&l, &names).await;
     for name in names {
         let p = setup.profile(name);
         sim.send(&alice, &p.agent, &format!("hello {name}")).await;
@@ -226,7 +226,7 @@ async fn every_log_line_of_a_profile_names_it() {
     let names = ["x", "y"];
     let setup = HostSetup::new(&sim, &names).await;
     let l = setup.start(&sim);
-    settled(&l, &names).await;
+    each_connect_cycle_ended(&l, &names).await;
     sim.send(&alice, &setup.profile("x").agent, "hi").await;
     assert!(eventually(20.0, || setup.profile("x").rec.done(1)).await);
     assert!(eventually(10.0, || !events_of(&l, "run_end", "x").is_empty()).await);
@@ -278,7 +278,7 @@ async fn a_bad_key_in_one_profile_leaves_the_others_running_and_says_so_in_its_s
     let setup = HostSetup::new(&sim, &["good", "bad"]).await;
     setup.write_key("bad", "ac_not_a_key_the_server_knows");
     let l = setup.start(&sim);
-    settled(&l, &["good"]).await;
+    each_connect_cycle_ended(&l, &["good"]).await;
     assert!(
         eventually(20.0, || setup.status("bad")["state"] == "key_refused").await,
         "{}\n{}",
@@ -313,7 +313,7 @@ async fn a_config_error_in_one_profiles_table_is_reported_for_it_and_the_others_
          \n[profiles.keyless]\napi_key_file = \"/nonexistent/keyless.key\"\n",
     );
     let mut l = setup.start(&sim);
-    settled(&l, &["ok"]).await;
+    each_connect_cycle_ended(&l, &["ok"]).await;
     let errors = l.events("profile_config_error");
     let broken = errors.iter().find(|v| v["profile"] == "broken");
     let keyless = errors.iter().find(|v| v["profile"] == "keyless");
@@ -346,7 +346,7 @@ async fn sighup_starts_an_added_profile_stops_a_removed_one_and_reloads_a_change
     let setup = HostSetup::new(&sim, &["keep", "change", "drop", "add"]).await;
     setup.write_config(&["keep", "change", "drop"], "");
     let l = setup.start(&sim);
-    settled(&l, &["keep", "change", "drop"]).await;
+    each_connect_cycle_ended(&l, &["keep", "change", "drop"]).await;
     let keep_connects = sim.connects(&setup.profile("keep").agent).await.len();
     // `change` gets another quiet window, `drop` leaves, `add` comes.
     setup.write_config(&["keep", "change", "add"], "");
@@ -356,7 +356,7 @@ async fn sighup_starts_an_added_profile_stops_a_removed_one_and_reloads_a_change
     );
     std::fs::write(&setup.config, text).unwrap();
     l.signal(libc::SIGHUP);
-    settled(&l, &["add"]).await;
+    each_connect_cycle_ended(&l, &["add"]).await;
     assert!(
         eventually(15.0, || setup.status("drop")["state"] == "stopped").await,
         "{}\n{}",
@@ -394,7 +394,7 @@ async fn sigterm_stops_every_profile_and_each_run_gets_its_grace() {
     let names = ["p", "q"];
     let setup = HostSetup::new(&sim, &names).await;
     let mut l = setup.start(&sim);
-    settled(&l, &names).await;
+    each_connect_cycle_ended(&l, &names).await;
     // Each run sleeps and ignores nothing: SIGTERM ends it within its grace.
     for name in names {
         setup.profile(name).rec.set("sleep", "30");
@@ -426,7 +426,7 @@ async fn a_second_sigterm_kills_every_profiles_run_now() {
         .replace("kill_grace = \"2s\"", "kill_grace = \"60s\"");
     std::fs::write(&setup.config, text).unwrap();
     let mut l = setup.start(&sim);
-    settled(&l, &names).await;
+    each_connect_cycle_ended(&l, &names).await;
     for name in names {
         setup.profile(name).rec.set("trap", "");
         setup.profile(name).rec.set("sleep", "120");
@@ -464,7 +464,7 @@ async fn sd_notify_ready_comes_once_for_the_process() {
     let mut cmd = setup.command(&sim);
     cmd.env("NOTIFY_SOCKET", &socket_path);
     let mut l = setup.spawn(cmd);
-    settled(&l, &names).await;
+    each_connect_cycle_ended(&l, &names).await;
     l.signal(libc::SIGTERM);
     assert_eq!(l.wait_exit(20.0), Some(0), "{}", l.log());
     let mut said = Vec::new();
@@ -489,7 +489,7 @@ async fn status_all_reads_every_profile_of_a_host() {
     let names = ["r1", "r2"];
     let setup = HostSetup::new(&sim, &names).await;
     let l = setup.start(&sim);
-    settled(&l, &names).await;
+    each_connect_cycle_ended(&l, &names).await;
     for name in names {
         assert!(eventually(10.0, || setup.status(name)["state"] == "connected").await);
     }
@@ -541,7 +541,7 @@ async fn one_metrics_endpoint_serves_every_profile_and_readyz_names_the_one_that
     let mut cmd = setup.command(&sim);
     cmd.args(["--metrics-addr", "127.0.0.1:0"]);
     let l = setup.spawn(cmd);
-    settled(&l, &["m1", "m2"]).await;
+    each_connect_cycle_ended(&l, &["m1", "m2"]).await;
     let base = metrics_base(&l).await;
     assert_eq!(l.count("metrics_serving"), 1, "one endpoint: {}", l.log());
     let http = reqwest::Client::new();
@@ -612,7 +612,7 @@ async fn a_profile_whose_lock_another_process_holds_is_said_and_taken_over_once_
         single.log()
     );
     let mut l = setup.start(&sim);
-    settled(&l, &["free"]).await;
+    each_connect_cycle_ended(&l, &["free"]).await;
     assert!(
         eventually(10.0, || !events_of(&l, "already_running", "held")
             .is_empty())
@@ -699,7 +699,7 @@ async fn the_watchdog_is_pinged_while_every_idle_profile_turns() {
     cmd.env("NOTIFY_SOCKET", &socket_path)
         .env("WATCHDOG_USEC", "400000");
     let mut l = setup.spawn(cmd);
-    settled(&l, &names).await;
+    each_connect_cycle_ended(&l, &names).await;
     let mut said = Vec::new();
     let mut buf = [0u8; 4096];
     let until = std::time::Instant::now() + std::time::Duration::from_secs(3);
@@ -751,7 +751,7 @@ async fn a_profile_named_again_while_its_old_listener_stops_starts_once_that_one
     let names = ["back", "other"];
     let setup = HostSetup::new(&sim, &names).await;
     let l = setup.start(&sim);
-    settled(&l, &names).await;
+    each_connect_cycle_ended(&l, &names).await;
     // A run that ignores SIGTERM holds the old listener in its stop for its grace (2 s).
     let rec = &setup.profile("back").rec;
     rec.set("trap", "");
@@ -802,7 +802,7 @@ async fn a_run_that_exits_0_in_a_removed_profiles_grace_is_completed_not_failed(
     };
     long_grace(&["keep", "drop"]);
     let l = setup.start(&sim);
-    settled(&l, &["keep", "drop"]).await;
+    each_connect_cycle_ended(&l, &["keep", "drop"]).await;
     // The run ignores SIGTERM and finishes its turn (3 s) well within the grace, exiting 0.
     let drop = setup.profile("drop");
     drop.rec.set("trap", "");
@@ -871,7 +871,7 @@ async fn runs_beyond_max_concurrent_runs_wait_their_turn_in_order_and_say_so() {
     let mut cmd = setup.command(&sim);
     cmd.args(["--metrics-addr", "127.0.0.1:0"]);
     let l = setup.spawn(cmd);
-    settled(&l, &names).await;
+    each_connect_cycle_ended(&l, &names).await;
     let base = metrics_base(&l).await;
     for name in names {
         sim.send(&alice, &setup.profile(name).agent, "all at once")
@@ -973,7 +973,7 @@ async fn a_profile_renamed_during_its_run_serves_its_agent_once_the_old_name_let
     setup.write_key("alpha2", &agent.key);
     setup.write_config(&["alpha", "other"], "");
     let l = setup.start(&sim);
-    settled(&l, &["alpha", "other"]).await;
+    each_connect_cycle_ended(&l, &["alpha", "other"]).await;
     // A run that ignores SIGTERM keeps alpha (and its agent's lock) for its grace (2 s).
     let rec = &setup.profile("alpha").rec;
     rec.set("trap", "");
@@ -1006,7 +1006,7 @@ async fn two_profiles_whose_key_files_are_swapped_both_serve_after_sighup() {
     let names = ["left", "right"];
     let setup = HostSetup::new(&sim, &names).await;
     let l = setup.start(&sim);
-    settled(&l, &names).await;
+    each_connect_cycle_ended(&l, &names).await;
     let (left, right) = (&setup.profile("left").agent, &setup.profile("right").agent);
     setup.write_key("left", &right.key);
     setup.write_key("right", &left.key);
@@ -1097,7 +1097,7 @@ async fn a_second_host_whose_profiles_all_run_already_exits_75() {
     let names = ["d1", "d2"];
     let setup = HostSetup::new(&sim, &names).await;
     let mut first = setup.start(&sim);
-    settled(&first, &names).await;
+    each_connect_cycle_ended(&first, &names).await;
     let stderr_path = setup.tmp.path().join("second.stderr");
     let mut cmd = setup.command(&sim);
     cmd.stdin(std::process::Stdio::null())
@@ -1120,7 +1120,7 @@ async fn no_run_starts_while_memory_is_short_and_a_stop_takes_the_waiting_one_ou
     // More than any machine here has: the run waits for memory that never comes.
     with_top_listen(&setup, &names, "min_available_memory = \"1024TiB\"\n");
     let mut l = setup.start(&sim);
-    settled(&l, &names).await;
+    each_connect_cycle_ended(&l, &names).await;
     sim.send(&alice, &setup.profile("mem").agent, "hello").await;
     assert!(
         eventually(20.0, || setup.status("mem")["state"] == "queued").await,
@@ -1174,7 +1174,7 @@ async fn a_profile_removed_while_its_run_waits_for_a_slot_ends_with_no_run_not_a
     let memory = "min_available_memory = \"1024TiB\"\n";
     with_top_listen(&setup, &names, memory);
     let l = setup.start(&sim);
-    settled(&l, &names).await;
+    each_connect_cycle_ended(&l, &names).await;
     sim.send(&alice, &setup.profile("gone").agent, "hello")
         .await;
     assert!(
@@ -1208,7 +1208,7 @@ async fn a_sighup_after_a_top_level_edit_reads_the_config_once_for_every_profile
     let names = ["r1", "r2", "r3"];
     let setup = HostSetup::new(&sim, &names).await;
     let l = setup.start(&sim);
-    settled(&l, &names).await;
+    each_connect_cycle_ended(&l, &names).await;
     // A top-level edit: every profile's settings change.
     with_top_listen(&setup, &names, "run_timeout = \"5m\"\n");
     l.signal(libc::SIGHUP);
@@ -1246,7 +1246,7 @@ async fn a_card_answered_elsewhere_while_its_run_waited_long_for_a_slot_starts_n
     // The 30 s after which a waited-for run's tray is read again, divided by 30: 1 s.
     cmd.env("AGENTCHAT_TEST_TIME_SCALE", "30");
     let l = setup.spawn(cmd);
-    settled(&l, &names).await;
+    each_connect_cycle_ended(&l, &names).await;
     sim.send(&alice, &setup.profile("first").agent, "take the slot")
         .await;
     setup.runs_started(&["first"], &l).await;

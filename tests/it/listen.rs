@@ -6,40 +6,7 @@
 use crate::listen_support::{self, *};
 use serde_json::Value;
 
-/// Waits until the listener has finished its first cycle (the connect wake), so a test's own
-/// wakes start from a quiet listener.
-async fn settled(l: &Listener) {
-    assert!(
-        eventually(15.0, || l.count("cycle_end") >= 1).await,
-        "the connect cycle never ended:\n{}",
-        l.log()
-    );
-}
-
-/// The usual scene: the sim, `alice` who writes, and `bob` whose listener runs with `opts`, past
-/// its connect cycle.
-async fn bob_listening(opts: &Opts) -> (Sim, Agent, Agent, Setup, Listener) {
-    bob_listening_with(opts, &[]).await
-}
-
-/// `bob_listening` with the recorder's switch files (`sleep`, `exit`, ...) set before the start.
-async fn bob_listening_with(
-    opts: &Opts,
-    rec: &[(&str, &str)],
-) -> (Sim, Agent, Agent, Setup, Listener) {
-    let sim = Sim::start(1.0).await;
-    let alice = sim.agent("alice").await;
-    let bob = sim.agent("bob").await;
-    let setup = Setup::new(opts);
-    for (name, value) in rec {
-        setup.rec.set(name, value);
-    }
-    let l = Listener::start(&sim, &bob, &setup, opts);
-    settled(&l).await;
-    (sim, alice, bob, setup, l)
-}
-
-/// A listener (not yet settled) against the scripted server.
+/// A listener against the scripted server, before its connect cycle ends.
 fn fake_listener(fake: &listen_support::fake::Fake, opts: &Opts) -> (Setup, Listener) {
     let setup = Setup::new(opts);
     let l = Listener::spawn(
@@ -104,7 +71,7 @@ async fn accepted_at_least(sim: &Sim, agent: &Agent, l: &Listener, n: usize) {
     );
 }
 
-/// Wakes a settled listener twice through the scripted server, waiting for each cycle's end.
+/// Wakes a listener past its connect cycle twice through the scripted server, waiting for each cycle's end.
 async fn two_more_cycles(fake: &listen_support::fake::Fake, l: &Listener) {
     for n in 2..=3 {
         fake.wake("reminder");
@@ -141,7 +108,13 @@ async fn invites_pending(sim: &Sim, a: &Agent) -> usize {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_message_gives_one_run_with_the_wake_instruction_on_stdin_and_the_run_env() {
     let opts = Opts::default();
-    let (sim, alice, bob, setup, l) = bob_listening(&opts).await;
+    let Scene {
+        sim,
+        alice,
+        bob,
+        setup,
+        l,
+    } = bob_listening(&opts).await;
     assert_eq!(setup.rec.count(), 0, "nothing waited at connect: no run");
 
     sim.send(&alice, &bob, "hello bob").await;
@@ -200,7 +173,13 @@ async fn a_burst_of_20_messages_gives_one_cycle_and_at_most_one_follow_up() {
         max_delay: "3s",
         ..Opts::default()
     };
-    let (sim, alice, bob, setup, l) = bob_listening(&opts).await;
+    let Scene {
+        sim,
+        alice,
+        bob,
+        setup,
+        l,
+    } = bob_listening(&opts).await;
     let cycles_before = l.count("cycle_start");
     for i in 0..20 {
         sim.send(&alice, &bob, &format!("burst {i}")).await;
@@ -216,7 +195,13 @@ async fn a_burst_of_20_messages_gives_one_cycle_and_at_most_one_follow_up() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn messages_during_a_run_give_exactly_one_more_cycle() {
     let opts = Opts::default();
-    let (sim, alice, bob, setup, l) = bob_listening_with(&opts, &[("sleep", "2")]).await;
+    let Scene {
+        sim,
+        alice,
+        bob,
+        setup,
+        l,
+    } = bob_listening_with(&opts, &[("sleep", "2")]).await;
 
     sim.send(&alice, &bob, "first").await;
     assert!(
@@ -243,7 +228,13 @@ async fn messages_during_a_run_give_exactly_one_more_cycle() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reminder_and_unanswered_wakes_each_give_a_cycle_that_runs_while_a_card_waits() {
     let opts = Opts::default();
-    let (sim, alice, bob, setup, l) = bob_listening(&opts).await;
+    let Scene {
+        sim,
+        alice,
+        bob,
+        setup,
+        l,
+    } = bob_listening(&opts).await;
     sim.send(&alice, &bob, "needs an answer").await;
     run_done(&setup, &l, 1, 15.0).await;
     logged_at_least(&l, "cycle_end", 2, 10.0).await;
@@ -264,7 +255,13 @@ async fn reminder_and_unanswered_wakes_each_give_a_cycle_that_runs_while_a_card_
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nothing_waiting_gives_no_run_on_connect_or_on_a_wake() {
     let opts = Opts::default();
-    let (sim, _alice, bob, setup, l) = bob_listening(&opts).await;
+    let Scene {
+        sim,
+        alice: _alice,
+        bob,
+        setup,
+        l,
+    } = bob_listening(&opts).await;
     sim.wake(&bob, "reminder").await;
     logged_at_least(&l, "cycle_end", 2, 10.0).await;
     assert_eq!(setup.rec.count(), 0);
@@ -284,7 +281,13 @@ async fn nothing_waiting_gives_no_run_on_connect_or_on_a_wake() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_card_of_system_notices_only_is_nothing_waiting_and_wakes_no_run() {
     let opts = Opts::default();
-    let (sim, _alice, bob, setup, l) = bob_listening(&opts).await;
+    let Scene {
+        sim,
+        alice: _alice,
+        bob,
+        setup,
+        l,
+    } = bob_listening(&opts).await;
     let g = sim
         .post(
             "/_sim/groups",
@@ -334,7 +337,13 @@ async fn a_card_of_system_notices_only_is_nothing_waiting_and_wakes_no_run() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_invite_alone_runs_with_the_invite_prompt() {
     let opts = Opts::default();
-    let (sim, alice, bob, setup, l) = bob_listening(&opts).await;
+    let Scene {
+        sim,
+        alice,
+        bob,
+        setup,
+        l,
+    } = bob_listening(&opts).await;
     sim.invite(&alice, &bob, "launch-crew").await;
     run_done(&setup, &l, 1, 15.0).await;
     let texts = sim.texts("generic", &bob.key).await;
@@ -357,7 +366,13 @@ async fn an_invite_left_pending_by_two_completed_runs_a_pace_apart_is_dismissed(
         time_scale: INVITE_SCALE,
         ..Opts::default()
     };
-    let (sim, alice, bob, setup, l) = bob_listening(&opts).await;
+    let Scene {
+        sim,
+        alice,
+        bob,
+        setup,
+        l,
+    } = bob_listening(&opts).await;
     sim.invite(&alice, &bob, "crew").await;
     run_done(&setup, &l, 1, 15.0).await;
     logged_exactly(&l, "invite_counted", 1, 10.0).await;
@@ -387,7 +402,13 @@ async fn an_invite_left_by_one_run_or_by_runs_less_than_a_pace_apart_is_not_dism
         time_scale: 2.0,
         ..Opts::default()
     };
-    let (sim, alice, bob, setup, l) = bob_listening(&opts).await;
+    let Scene {
+        sim,
+        alice,
+        bob,
+        setup,
+        l,
+    } = bob_listening(&opts).await;
     sim.invite(&alice, &bob, "crew").await;
     run_done(&setup, &l, 1, 15.0).await;
     logged_exactly(&l, "invite_counted", 1, 10.0).await;
@@ -406,7 +427,13 @@ async fn an_invite_left_pending_by_failed_runs_is_not_dismissed() {
         time_scale: INVITE_SCALE,
         ..Opts::default()
     };
-    let (sim, alice, bob, setup, l) = bob_listening_with(&opts, &[("exit", "3")]).await;
+    let Scene {
+        sim,
+        alice,
+        bob,
+        setup,
+        l,
+    } = bob_listening_with(&opts, &[("exit", "3")]).await;
     sim.invite(&alice, &bob, "crew").await;
     run_done(&setup, &l, 1, 15.0).await;
     logged_at_least(&l, "cycle_end", 2, 10.0).await;
@@ -425,7 +452,13 @@ async fn an_invite_left_pending_by_failed_runs_is_not_dismissed() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cut_socket_reconnects_and_the_reconnect_is_a_wake() {
     let opts = Opts::default();
-    let (sim, _alice, bob, setup, l) = bob_listening(&opts).await;
+    let Scene {
+        sim,
+        alice: _alice,
+        bob,
+        setup,
+        l,
+    } = bob_listening(&opts).await;
     sim.close_sockets(&bob, 1001, "Server shutting down").await;
     accepted_at_least(&sim, &bob, &l, 2).await;
     logged_at_least(&l, "cycle_start", 2, 10.0).await;
@@ -448,7 +481,7 @@ async fn a_silent_socket_is_dropped_by_the_idle_watchdog_and_reconnected() {
     };
     let setup = Setup::new(&opts);
     let l = Listener::start(&sim, &bob, &setup, &opts);
-    settled(&l).await;
+    connect_cycle_ended(&l).await;
     sim.silence(&bob).await;
     logged_at_least(&l, "watchdog_drop", 1, 10.0).await;
     accepted_at_least(&sim, &bob, &l, 2).await;
@@ -457,7 +490,13 @@ async fn a_silent_socket_is_dropped_by_the_idle_watchdog_and_reconnected() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn after_a_1013_with_retry_after_no_connect_is_attempted_before_the_delay() {
     let opts = Opts::default();
-    let (sim, _alice, bob, _setup, l) = bob_listening(&opts).await;
+    let Scene {
+        sim,
+        alice: _alice,
+        bob,
+        setup: _setup,
+        l,
+    } = bob_listening(&opts).await;
     let before = sim.connects(&bob).await.len();
     let t0 = now_ms();
     sim.close_sockets(&bob, 1013, "rate_limited; retry_after=3")
@@ -485,7 +524,13 @@ async fn a_refused_key_shows_key_refused_and_retries_on_a_growing_backoff() {
         time_scale: 100.0,
         ..Opts::default()
     };
-    let (sim, _alice, bob, setup, mut l) = bob_listening(&opts).await;
+    let Scene {
+        sim,
+        alice: _alice,
+        bob,
+        setup,
+        mut l,
+    } = bob_listening(&opts).await;
     sim.refuse_key(&bob).await;
     sim.close_sockets(&bob, 1008, "Invalid token").await;
     state_becomes(&setup, &l, "key_refused", 10.0).await;
@@ -517,8 +562,13 @@ async fn a_run_past_its_time_limit_is_killed_with_its_grandchildren() {
         kill_grace: "500ms",
         ..Opts::default()
     };
-    let (sim, alice, bob, setup, l) =
-        bob_listening_with(&opts, &[("sleep", "30"), ("grandchild", "")]).await;
+    let Scene {
+        sim,
+        alice,
+        bob,
+        setup,
+        l,
+    } = bob_listening_with(&opts, &[("sleep", "30"), ("grandchild", "")]).await;
     sim.send(&alice, &bob, "slow").await;
     let (run_pid, grandchild) = first_run_pids(&setup, &l).await;
     logged_at_least(&l, "run_end", 1, 10.0).await;
@@ -533,8 +583,13 @@ async fn sigterm_during_a_run_ends_it_within_the_grace_and_exits_0_leaving_no_pr
         kill_grace: "1s",
         ..Opts::default()
     };
-    let (sim, alice, bob, setup, mut l) =
-        bob_listening_with(&opts, &[("sleep", "30"), ("grandchild", "")]).await;
+    let Scene {
+        sim,
+        alice,
+        bob,
+        setup,
+        mut l,
+    } = bob_listening_with(&opts, &[("sleep", "30"), ("grandchild", "")]).await;
     sim.send(&alice, &bob, "long one").await;
     let (run_pid, grandchild) = first_run_pids(&setup, &l).await;
     l.signal(libc::SIGTERM);
@@ -569,8 +624,13 @@ async fn a_stop_during_a_run_says_what_it_waits_for_and_a_second_signal_kills_th
         kill_grace: "5m",
         ..Opts::default()
     };
-    let (sim, alice, bob, setup, mut l) =
-        bob_listening_with(&opts, &[("trap", ""), ("sleep", "300"), ("grandchild", "")]).await;
+    let Scene {
+        sim,
+        alice,
+        bob,
+        setup,
+        mut l,
+    } = bob_listening_with(&opts, &[("trap", ""), ("sleep", "300"), ("grandchild", "")]).await;
     sim.send(&alice, &bob, "long one").await;
     let (run_pid, grandchild) = first_run_pids(&setup, &l).await;
     l.signal(libc::SIGTERM);
@@ -618,7 +678,13 @@ async fn a_stop_during_a_run_says_what_it_waits_for_and_a_second_signal_kills_th
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_second_listener_for_the_same_profile_exits_75_saying_so_once() {
     let opts = Opts::default();
-    let (sim, _alice, bob, setup, l) = bob_listening(&opts).await;
+    let Scene {
+        sim,
+        alice: _alice,
+        bob,
+        setup,
+        l,
+    } = bob_listening(&opts).await;
     // As a person starts it: the default text log.
     let mut second = Listener::spawn(
         listener_command_bare(&sim.api_base, &bob.key, &setup, &opts),
@@ -669,7 +735,7 @@ async fn with_the_texts_unreachable_the_cached_copy_still_runs() {
     {
         // A first listener fetches the texts and keeps them.
         let mut l = Listener::start(&sim, &bob, &setup, &opts);
-        settled(&l).await;
+        connect_cycle_ended(&l).await;
         assert_eq!(setup.status()["texts"]["source"], "server");
         l.signal(libc::SIGTERM);
         assert_eq!(l.wait_exit(10.0), Some(0));
@@ -680,7 +746,7 @@ async fn with_the_texts_unreachable_the_cached_copy_still_runs() {
     sim.replace_texts("generic", broken).await;
 
     let l = Listener::spawn(listener_command(&sim, &bob, &setup, &opts), &setup, "-2");
-    settled(&l).await;
+    connect_cycle_ended(&l).await;
     assert_eq!(setup.status()["texts"]["source"], "cache", "{}", l.log());
     sim.send(&alice, &bob, "still there?").await;
     run_done(&setup, &l, 1, 15.0).await;
@@ -693,7 +759,13 @@ async fn with_the_texts_unreachable_the_cached_copy_still_runs() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_api_key_appears_in_no_log_line_no_argv_and_not_in_status_json() {
     let opts = Opts::default();
-    let (sim, alice, bob, setup, mut l) = bob_listening(&opts).await;
+    let Scene {
+        sim,
+        alice,
+        bob,
+        setup,
+        mut l,
+    } = bob_listening(&opts).await;
     sim.send(&alice, &bob, "secret-free text").await;
     run_done(&setup, &l, 1, 15.0).await;
     logged_at_least(&l, "cycle_end", 2, 10.0).await;
@@ -887,7 +959,7 @@ async fn own_and_system_messages_give_no_run_and_are_acked() {
     let fake = Fake::start("bob", fake::tray("@bob", 1)).await;
     let opts = Opts::default();
     let (setup, l) = fake_listener(&fake, &opts);
-    settled(&l).await;
+    connect_cycle_ended(&l).await;
     assert_eq!(
         setup.rec.count(),
         1,
@@ -923,7 +995,7 @@ async fn malformed_and_oversized_frames_are_skipped_unlogged_and_the_socket_stay
     let fake = Fake::start("bob", fake::tray("@bob", 1)).await;
     let opts = Opts::default();
     let (setup, l) = fake_listener(&fake, &opts);
-    settled(&l).await;
+    connect_cycle_ended(&l).await;
     let big = format!(
         r#"{{"type":"message.new","payload":{{"id":"msg_big","sender":"alice","pad":"{}"}}}}"#,
         "Q".repeat(1_500_000)
@@ -952,7 +1024,7 @@ async fn a_tray_whose_you_is_another_handle_gives_no_run_and_handle_mismatch() {
     let fake = Fake::start("bob", fake::tray("@mallory", 2)).await;
     let opts = Opts::default();
     let (setup, l) = fake_listener(&fake, &opts);
-    settled(&l).await;
+    connect_cycle_ended(&l).await;
     assert!(
         eventually(5.0, || setup.status()["state"] == "handle_mismatch").await,
         "{}",
@@ -982,7 +1054,13 @@ async fn a_tray_whose_you_is_another_handle_gives_no_run_and_handle_mismatch() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sighup_retries_a_refused_key_at_once_instead_of_after_ten_minutes() {
     let opts = Opts::default();
-    let (sim, _alice, bob, setup, l) = bob_listening(&opts).await;
+    let Scene {
+        sim,
+        alice: _alice,
+        bob,
+        setup,
+        l,
+    } = bob_listening(&opts).await;
     sim.refuse_key(&bob).await;
     sim.close_sockets(&bob, 1008, "Invalid token").await;
     assert!(eventually(10.0, || setup.status()["state"] == "key_refused").await);
@@ -1013,7 +1091,7 @@ async fn under_systemd_it_notifies_ready_watchdog_and_stopping() {
     cmd.env("NOTIFY_SOCKET", &sock_path)
         .env("WATCHDOG_USEC", "400000");
     let mut l = Listener::spawn(cmd, &setup, "");
-    settled(&l).await;
+    connect_cycle_ended(&l).await;
     let mut seen = String::new();
     let mut buf = [0u8; 512];
     let mut read_some = |seen: &mut String| {
@@ -1059,7 +1137,13 @@ async fn an_unusable_runtime_shows_runtime_unusable_and_runs_nothing_until_sighu
         extra_toml: format!("[listen.claude]\nbinary = \"{}\"\n", claude.display()),
         ..Opts::default()
     };
-    let (sim, alice, bob, setup, l) = bob_listening(&opts).await;
+    let Scene {
+        sim,
+        alice,
+        bob,
+        setup,
+        l,
+    } = bob_listening(&opts).await;
     sim.send(&alice, &bob, "hi").await;
     state_becomes(&setup, &l, "runtime_unusable", 60.0).await;
     assert_eq!(l.count("runtime_unusable"), 1);
@@ -1199,7 +1283,7 @@ async fn sigterm_or_sigint_closes_the_socket_with_1000_and_exits_0() {
         let fake = Fake::start("bob", fake::tray("@bob", 0)).await;
         let opts = Opts::default();
         let (_setup, mut l) = fake_listener(&fake, &opts);
-        settled(&l).await;
+        connect_cycle_ended(&l).await;
         l.signal(sig);
         assert_eq!(l.wait_exit(10.0), Some(0), "{name}: {}", l.log());
         assert_eq!(fake.shared.lock().unwrap().client_closes, [1000], "{name}");
@@ -1398,7 +1482,7 @@ async fn a_listener_that_cannot_start_tells_systemd_neither_ready_nor_stopping()
     let bob = sim.agent("bob").await;
     let setup = Setup::new(&opts);
     let first = Listener::start(&sim, &bob, &setup, &opts);
-    settled(&first).await;
+    connect_cycle_ended(&first).await;
     let sock_path = setup.tmp.path().join("notify.sock");
     let sock = UnixDatagram::bind(&sock_path).unwrap();
     sock.set_read_timeout(Some(std::time::Duration::from_millis(100)))
@@ -1448,7 +1532,7 @@ async fn a_new_key_in_the_key_file_is_tried_at_once_without_a_reload() {
     let mut cmd = listener_command(&sim, &bob, &setup, &opts);
     cmd.env_remove("AGENTCHAT_API_KEY");
     let l = Listener::spawn(cmd, &setup, "");
-    settled(&l).await;
+    connect_cycle_ended(&l).await;
     assert!(
         setup.status()["key_source"]
             .as_str()
@@ -1490,7 +1574,7 @@ async fn with_the_texts_route_failing_the_cached_copy_still_runs_and_without_one
             &setup,
             "-1",
         );
-        settled(&l).await;
+        connect_cycle_ended(&l).await;
         two_more_cycles(&fake, &l).await;
         assert_eq!(setup.rec.count(), 0);
         assert_eq!(l.count("texts_missing"), 1, "one line, not one per cycle");
@@ -1506,7 +1590,7 @@ async fn with_the_texts_route_failing_the_cached_copy_still_runs_and_without_one
             &setup,
             "-2",
         );
-        settled(&l).await;
+        connect_cycle_ended(&l).await;
         run_done(&setup, &l, 1, 10.0).await;
         l.signal(libc::SIGTERM);
         assert_eq!(l.wait_exit(10.0), Some(0));
@@ -1598,7 +1682,7 @@ async fn sighup_with_a_new_api_base_moves_a_connected_listener_at_once() {
     let mut cmd = listener_command(&sim, &bob, &setup, &opts);
     cmd.env_remove("AGENTCHAT_API_BASE");
     let l = Listener::spawn(cmd, &setup, "");
-    settled(&l).await;
+    connect_cycle_ended(&l).await;
     assert_eq!(fake.connects(), 0);
     let text = std::fs::read_to_string(&setup.config).unwrap();
     std::fs::write(&setup.config, text.replace(&sim.api_base, &fake.api_base)).unwrap();
@@ -1628,7 +1712,7 @@ async fn the_invite_memory_survives_a_restart() {
     let setup = Setup::new(&opts);
     {
         let mut l = Listener::start(&sim, &bob, &setup, &opts);
-        settled(&l).await;
+        connect_cycle_ended(&l).await;
         sim.invite(&alice, &bob, "crew").await;
         logged_exactly(&l, "invite_counted", 1, 10.0).await;
         l.signal(libc::SIGTERM);
@@ -1653,7 +1737,7 @@ async fn a_repeated_message_is_acked_again_and_wakes_nothing_new() {
     let fake = Fake::start("bob", fake::tray("@bob", 1)).await;
     let opts = Opts::default();
     let (setup, l) = fake_listener(&fake, &opts);
-    settled(&l).await;
+    connect_cycle_ended(&l).await;
     fake.push_text(&message_new("msg_once", "alice", "text"));
     run_done(&setup, &l, 2, 10.0).await;
     logged_at_least(&l, "cycle_end", 2, 5.0).await;
@@ -1698,7 +1782,13 @@ fn block_status_file(setup: &Setup) -> std::path::PathBuf {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_status_file_that_cannot_be_written_is_logged_once_and_loses_no_run() {
     let opts = Opts::default();
-    let (sim, alice, bob, setup, l) = bob_listening(&opts).await;
+    let Scene {
+        sim,
+        alice,
+        bob,
+        setup,
+        l,
+    } = bob_listening(&opts).await;
     let status = block_status_file(&setup);
     sim.send(&alice, &bob, "one").await;
     run_done(&setup, &l, 1, 15.0).await;
@@ -1727,7 +1817,13 @@ async fn a_status_file_that_cannot_be_written_is_logged_once_and_loses_no_run() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_quiet_window_changed_by_sighup_applies_without_a_restart() {
     let opts = Opts::default();
-    let (sim, alice, bob, setup, l) = bob_listening(&opts).await;
+    let Scene {
+        sim,
+        alice,
+        bob,
+        setup,
+        l,
+    } = bob_listening(&opts).await;
     let toml = std::fs::read_to_string(&setup.config)
         .unwrap()
         .replace(
@@ -1761,8 +1857,13 @@ async fn a_run_that_ignores_sigterm_is_killed_when_the_listener_stops_and_a_wake
         kill_grace: "2s",
         ..Opts::default()
     };
-    let (sim, alice, bob, setup, mut l) =
-        bob_listening_with(&opts, &[("trap", ""), ("sleep", "60"), ("grandchild", "")]).await;
+    let Scene {
+        sim,
+        alice,
+        bob,
+        setup,
+        mut l,
+    } = bob_listening_with(&opts, &[("trap", ""), ("sleep", "60"), ("grandchild", "")]).await;
     sim.send(&alice, &bob, "long one").await;
     let (run_pid, grandchild) = first_run_pids(&setup, &l).await;
     let acked = sim.acks(&bob).await.len();
@@ -1791,7 +1892,13 @@ async fn serve_new_wake_instruction(sim: &Sim, key: &str, marker: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sighup_reloads_the_texts_and_the_next_run_gets_the_new_ones() {
     let opts = Opts::default();
-    let (sim, alice, bob, setup, l) = bob_listening(&opts).await;
+    let Scene {
+        sim,
+        alice,
+        bob,
+        setup,
+        l,
+    } = bob_listening(&opts).await;
     serve_new_wake_instruction(&sim, &bob.key, "NEW-TEXTS-AFTER-SIGHUP").await;
     l.signal(libc::SIGHUP);
     logged_exactly(&l, "texts_fetched", 2, 10.0).await;
@@ -1807,7 +1914,13 @@ async fn the_texts_are_fetched_again_on_the_daily_timer() {
         time_scale: 21_600.0,
         ..Opts::default()
     };
-    let (sim, alice, bob, setup, l) = bob_listening(&opts).await;
+    let Scene {
+        sim,
+        alice,
+        bob,
+        setup,
+        l,
+    } = bob_listening(&opts).await;
     serve_new_wake_instruction(&sim, &bob.key, "NEW-TEXTS-AFTER-A-DAY").await;
     let fetches = l.count("texts_fetched");
     assert!(
@@ -1983,7 +2096,13 @@ fn an_unknown_log_format_exits_78_naming_the_flag() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_socket_opens_with_the_bearer_header_and_asks_for_ack_heartbeat_rewake() {
     let opts = Opts::default();
-    let (sim, _alice, bob, _setup, l) = bob_listening(&opts).await;
+    let Scene {
+        sim,
+        alice: _alice,
+        bob,
+        setup: _setup,
+        l,
+    } = bob_listening(&opts).await;
     let connects = sim.connects(&bob).await;
     assert_eq!(accepted(&connects), 1, "{connects:?}\n{}", l.log());
     assert_eq!(
@@ -2003,7 +2122,7 @@ async fn a_tray_that_cannot_be_read_ends_the_cycle_without_a_run_after_three_tri
     fake.shared.lock().unwrap().inbox_down = true;
     let opts = Opts::default();
     let (setup, l) = fake_listener(&fake, &opts);
-    settled(&l).await;
+    connect_cycle_ended(&l).await;
     assert!(
         status_holds(&setup, |s| s["last_cycle"]["no_run_reason"]
             == "tray_unreadable")
@@ -2087,7 +2206,7 @@ fn dismiss_calls(fake: &listen_support::fake::Fake) -> Vec<String> {
 }
 
 /// Against the scripted server serving `tray`, two completed runs a pace apart: the second one
-/// asks for the dismiss. Returns the settled listener after that second run's cycle.
+/// asks for the dismiss. Returns the listener after that second run's cycle.
 async fn invite_dismissed_once(fake: &listen_support::fake::Fake) -> (Setup, Listener) {
     let opts = Opts {
         time_scale: INVITE_SCALE,
@@ -2204,7 +2323,13 @@ async fn cut_and_next_attempt(sim: &Sim, bob: &Agent, l: &Listener) -> Value {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_connect_refused_by_the_budget_after_the_upgrade_starts_no_cycle_and_counts_no_connect() {
     let opts = Opts::default();
-    let (sim, alice, bob, setup, l) = bob_listening(&opts).await;
+    let Scene {
+        sim,
+        alice,
+        bob,
+        setup,
+        l,
+    } = bob_listening(&opts).await;
     // A card waits (the runs answer nothing), so every connect wake costs a run.
     sim.send(&alice, &bob, "waits").await;
     run_done(&setup, &l, 1, 10.0).await;
@@ -2305,7 +2430,7 @@ async fn an_ack_never_waits_for_a_frame_that_is_not_there() {
     let fake = Fake::start("bob", fake::tray("@bob", 1)).await;
     let opts = Opts::default();
     let (_setup, l) = fake_listener(&fake, &opts);
-    settled(&l).await;
+    connect_cycle_ended(&l).await;
     // Lockstep: the server sends the next message only once the last is acked, so a listener
     // that held an ack until more frames came would stall here.
     for i in 0..20 {
@@ -2465,7 +2590,7 @@ async fn a_sim_killed_and_started_again_on_the_same_port_gives_one_reconnect_one
     let opts = Opts::default();
     let setup = Setup::new(&opts);
     let l = Listener::start(&sim, &bob, &setup, &opts);
-    settled(&l).await;
+    connect_cycle_ended(&l).await;
     assert_eq!(setup.rec.count(), 0, "nothing waited at the first connect");
     let cycles = l.count("cycle_start");
 
@@ -2926,7 +3051,7 @@ async fn sighup_after_the_runtime_is_fixed_runs_the_waiting_card_at_once_with_a_
     let setup = Setup::new(&opts);
     let link = command_through_a_link(&setup);
     let l = Listener::start(&sim, &bob, &setup, &opts);
-    settled(&l).await;
+    connect_cycle_ended(&l).await;
     let cycles = l.count("cycle_end");
     sim.send(&alice, &bob, "hi").await;
     logged_at_least(&l, "cycle_end", cycles + 1, 10.0).await;
@@ -2983,7 +3108,7 @@ async fn a_program_gone_for_a_moment_is_found_again_by_the_recheck_and_the_card_
     let link = command_through_a_link(&setup);
     put_back(&setup, &link);
     let l = Listener::start(&sim, &bob, &setup, &opts);
-    settled(&l).await;
+    connect_cycle_ended(&l).await;
     std::fs::remove_file(&link).unwrap();
     sim.send(&alice, &bob, "hi").await;
     logged_at_least(&l, "runtime_unusable", 1, 10.0).await;
@@ -3015,7 +3140,7 @@ async fn texts_back_after_no_texts_run_the_waiting_card_at_once_with_a_recovered
     sim.replace_texts("generic", bad).await;
     let setup = Setup::new(&opts);
     let l = Listener::start(&sim, &bob, &setup, &opts);
-    settled(&l).await;
+    connect_cycle_ended(&l).await;
     let cycles = l.count("cycle_end");
     sim.send(&alice, &bob, "hi").await;
     logged_at_least(&l, "cycle_end", cycles + 1, 10.0).await;
@@ -3055,7 +3180,7 @@ async fn missing_texts_are_fetched_again_on_a_backoff_and_the_waiting_card_runs_
     sim.replace_texts("generic", bad).await;
     let setup = Setup::new(&opts);
     let l = Listener::start(&sim, &bob, &setup, &opts);
-    settled(&l).await;
+    connect_cycle_ended(&l).await;
     sim.send(&alice, &bob, "hi").await;
     assert!(
         eventually(10.0, || l

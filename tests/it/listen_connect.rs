@@ -7,26 +7,6 @@ use crate::listen_support::*;
 use serde_json::json;
 use std::time::{Duration, SystemTime};
 
-/// Waits until the listener has finished its first cycle (the connect wake).
-async fn settled(l: &Listener) {
-    assert!(
-        eventually(15.0, || l.count("cycle_end") >= 1).await,
-        "the connect cycle never ended:\n{}",
-        l.log()
-    );
-}
-
-/// The sim, `alice` who writes, and `bob` whose listener runs with `opts`, past its connect cycle.
-async fn bob_listening(opts: &Opts) -> (Sim, Agent, Agent, Setup, Listener) {
-    let sim = Sim::start(1.0).await;
-    let alice = sim.agent("alice").await;
-    let bob = sim.agent("bob").await;
-    let setup = Setup::new(opts);
-    let l = Listener::start(&sim, &bob, &setup, opts);
-    settled(&l).await;
-    (sim, alice, bob, setup, l)
-}
-
 async fn state_becomes(setup: &Setup, l: &Listener, state: &str, secs: f64) {
     assert!(
         eventually(secs, || setup.status()["state"] == state).await,
@@ -62,7 +42,13 @@ async fn accept_key(sim: &Sim, a: &Agent) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_key_refused_for_two_seconds_is_retried_within_seconds_and_the_message_sent_meanwhile_runs()
  {
-    let (sim, alice, bob, setup, l) = bob_listening(&Opts::default()).await;
+    let Scene {
+        sim,
+        alice,
+        bob,
+        setup,
+        l,
+    } = bob_listening(&Opts::default()).await;
     sim.refuse_key(&bob).await;
     sim.close_sockets(&bob, 1008, "Invalid token").await;
     state_becomes(&setup, &l, "key_refused", 10.0).await;
@@ -338,7 +324,7 @@ async fn a_wall_clock_jump_beyond_the_monotonic_clock_probes_the_socket_at_once(
         .env("FAKETIME_NO_CACHE", "1")
         .env("DONT_FAKE_MONOTONIC", "1");
     let l = Listener::spawn(cmd, &setup, "");
-    settled(&l).await;
+    connect_cycle_ended(&l).await;
     state_becomes(&setup, &l, "connected", 10.0).await;
 
     // Healthy: the jump is seen within the 10 s look, the ping answered, the socket kept.
@@ -382,7 +368,13 @@ async fn a_wall_clock_jump_beyond_the_monotonic_clock_probes_the_socket_at_once(
 /// the one that runs; it never runs for a message. Once the first stops, the agent is free.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_second_listener_for_the_same_agent_exits_75_naming_the_state_dir_of_the_one_that_runs() {
-    let (sim, alice, bob, setup, l) = bob_listening(&Opts::default()).await;
+    let Scene {
+        sim,
+        alice,
+        bob,
+        setup,
+        l,
+    } = bob_listening(&Opts::default()).await;
     let opts = Opts::default();
     let other = Setup::new(&opts);
     let mut second = Listener::start(&sim, &bob, &other, &opts);
@@ -414,10 +406,10 @@ async fn a_second_listener_for_the_same_agent_exits_75_naming_the_state_dir_of_t
     let carol = sim.agent("carol").await;
     let third_setup = Setup::new(&opts);
     let third = Listener::start(&sim, &carol, &third_setup, &opts);
-    settled(&third).await;
+    connect_cycle_ended(&third).await;
     // The first stops: the agent is free for the next.
     drop(l);
     let again = Listener::start(&sim, &bob, &other, &opts);
-    settled(&again).await;
+    connect_cycle_ended(&again).await;
     assert_eq!(again.count("already_running"), 0, "{}", again.log());
 }

@@ -25,15 +25,6 @@ fn opts(policy: &str, clock: Option<&str>) -> Opts {
     }
 }
 
-/// Waits until the listener's first cycle (the connect wake) ended.
-async fn settled(l: &Listener) {
-    assert!(
-        eventually(20.0, || l.count("cycle_end") >= 1).await,
-        "the connect cycle never ended:\n{}",
-        l.log()
-    );
-}
-
 /// Waits until status.json says runs are held for `reason`; the `held` object.
 async fn held(setup: &Setup, l: &Listener, reason: &str) -> Value {
     assert!(
@@ -92,7 +83,7 @@ async fn quiet_hours_hold_a_card_until_they_end_and_then_it_runs_without_a_new_m
     let bob = sim.agent("bob").await;
     let setup = Setup::new(&o);
     let l = Listener::start(&sim, &bob, &setup, &o);
-    settled(&l).await;
+    connect_cycle_ended(&l).await;
     assert_eq!(l.count("test_clock"), 1, "{}", l.log());
     sim.send(&alice, &bob, "are you up?").await;
     let h = held(&setup, &l, "quiet_hours").await;
@@ -152,7 +143,7 @@ async fn max_runs_per_hour_holds_the_next_run_until_the_hour_rolls_over() {
     let bob = sim.agent("bob").await;
     let setup = Setup::new(&o);
     let l = Listener::start(&sim, &bob, &setup, &o);
-    settled(&l).await;
+    connect_cycle_ended(&l).await;
     sim.send(&alice, &bob, "one").await;
     assert!(eventually(20.0, || setup.rec.done(1)).await, "{}", l.log());
     sim.send(&carol, &bob, "two").await;
@@ -183,7 +174,7 @@ async fn max_runs_per_day_holds_the_next_run_until_midnight() {
     let bob = sim.agent("bob").await;
     let setup = Setup::new(&o);
     let l = Listener::start(&sim, &bob, &setup, &o);
-    settled(&l).await;
+    connect_cycle_ended(&l).await;
     sim.send(&alice, &bob, "one").await;
     assert!(eventually(20.0, || setup.rec.done(1)).await, "{}", l.log());
     sim.send(&carol, &bob, "two").await;
@@ -223,7 +214,7 @@ async fn max_cost_per_day_holds_runs_once_the_ledger_reaches_it_until_midnight()
     )
     .unwrap();
     let l = Listener::start(&sim, &bob, &setup, &o);
-    settled(&l).await;
+    connect_cycle_ended(&l).await;
     sim.send(&alice, &bob, "expensive?").await;
     let h = held(&setup, &l, "cost_per_day").await;
     assert_eq!(h["key"], "max_cost_per_day_usd");
@@ -251,7 +242,7 @@ async fn held_until_a_reload_lifts(policy: &str, key: &str, group: bool) {
     let bob = sim.agent("bob").await;
     let setup = Setup::new(&o);
     let l = Listener::start(&sim, &bob, &setup, &o);
-    settled(&l).await;
+    connect_cycle_ended(&l).await;
     if group {
         let g = sim
             .post(
@@ -320,7 +311,7 @@ async fn the_loop_guard_stops_a_sender_that_keeps_replying_while_others_still_wa
     let bob = sim.agent("bob").await;
     let setup = Setup::new(&o);
     let l = Listener::start(&sim, &bob, &setup, &o);
-    settled(&l).await;
+    connect_cycle_ended(&l).await;
     sim.send(&mallory, &bob, "ping 1").await;
     assert!(eventually(20.0, || setup.rec.done(1)).await, "{}", l.log());
     sim.send(&mallory, &bob, "ping 2").await;
@@ -389,7 +380,7 @@ async fn an_unknown_timezone_is_a_config_error_naming_the_key_at_start_and_on_re
     let config = std::fs::read_to_string(&setup.config).unwrap();
     std::fs::write(&setup.config, config.replace("Mars/Olympus_Mons", "UTC")).unwrap();
     let mut l = Listener::spawn(listener_command(&sim, &bob, &setup, &o), &setup, "-2");
-    settled(&l).await;
+    connect_cycle_ended(&l).await;
     std::fs::write(&setup.config, &config).unwrap();
     l.signal(libc::SIGHUP);
     assert!(
@@ -446,7 +437,7 @@ async fn with_all_a_sighup_that_lifts_a_profiles_rule_runs_its_held_card() {
             .and_then(|s| serde_json::from_str(&s).ok())
             .unwrap_or(Value::Null)
     };
-    settled(&l).await;
+    connect_cycle_ended(&l).await;
     sim.send(&alice, &bob, "hello from a stranger").await;
     assert!(
         eventually(20.0, || status()["held"]["key"] == "allow").await,

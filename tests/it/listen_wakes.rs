@@ -7,15 +7,6 @@ use serde_json::{Value, json};
 
 const FAKE_KEY: &str = "ac_live_fake_key_for_the_scripted_server";
 
-/// Waits until the listener has finished its first cycle (the connect wake).
-async fn settled(l: &Listener) {
-    assert!(
-        eventually(15.0, || l.count("cycle_end") >= 1).await,
-        "the connect cycle never ended:\n{}",
-        l.log()
-    );
-}
-
 /// True when `cond` stays false for `secs` (the absence of something, bounded).
 async fn never(secs: f64, cond: impl FnMut() -> bool) -> bool {
     !eventually(secs, cond).await
@@ -54,7 +45,7 @@ async fn texts_without_a_wake_instruction_are_refused_and_the_last_good_copy_kep
     let cache = setup.state_dir.join("texts-generic.json");
     {
         let mut l = Listener::start(&sim, &bob, &setup, &opts);
-        settled(&l).await;
+        connect_cycle_ended(&l).await;
         sim.replace_texts("generic", unusable.clone()).await;
         l.signal(libc::SIGHUP);
         assert!(
@@ -79,7 +70,7 @@ async fn texts_without_a_wake_instruction_are_refused_and_the_last_good_copy_kep
     // No good copy anywhere: nothing to run with, and the profile says so.
     std::fs::remove_file(&cache).unwrap();
     let l = Listener::spawn(listener_command(&sim, &bob, &setup, &opts), &setup, "-2");
-    settled(&l).await;
+    connect_cycle_ended(&l).await;
     let cycles = l.count("cycle_end");
     sim.send(&alice, &bob, "and now?").await;
     assert!(
@@ -138,7 +129,7 @@ async fn texts_without_an_invite_prompt_are_refused_and_the_last_good_copy_kept(
     let cache = setup.state_dir.join("texts-generic.json");
     {
         let mut l = Listener::start(&sim, &bob, &setup, &opts);
-        settled(&l).await;
+        connect_cycle_ended(&l).await;
         sim.replace_texts("generic", unusable.clone()).await;
         l.signal(libc::SIGHUP);
         assert!(
@@ -215,7 +206,7 @@ async fn a_program_that_loses_its_exec_bit_is_an_unusable_runtime_until_chmod_x_
     };
     mode(0o755);
     let l = Listener::start(&sim, &bob, &setup, &opts);
-    settled(&l).await;
+    connect_cycle_ended(&l).await;
     mode(0o644);
     sim.send(&alice, &bob, "are you there?").await;
     assert!(
@@ -369,7 +360,7 @@ async fn messages_in_muted_conversations_start_no_run_beside_an_old_unanswered_c
     let bob = sim.agent("bob").await;
     let setup = Setup::new(&opts);
     let l = Listener::start(&sim, &bob, &setup, &opts);
-    settled(&l).await;
+    connect_cycle_ended(&l).await;
     // Alice's card stays: the recorder records no verdict.
     sim.send(&alice, &bob, "an old question").await;
     assert!(eventually(15.0, || setup.rec.done(1)).await, "{}", l.log());
@@ -477,7 +468,7 @@ async fn a_tray_cut_short_whose_cards_are_all_muted_starts_no_run() {
     assert_eq!(tray["truncated"], json!(true), "{tray}");
     let setup = Setup::new(&opts);
     let l = Listener::start(&sim, &bob, &setup, &opts);
-    settled(&l).await;
+    connect_cycle_ended(&l).await;
     assert!(
         l.events("tray_read")
             .iter()

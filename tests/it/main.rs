@@ -35,6 +35,7 @@ mod listen_proxy;
 mod listen_wakes;
 mod listen_wire;
 mod live_systemd;
+mod log_events;
 mod mcp_bridge;
 mod metrics;
 mod pacing;

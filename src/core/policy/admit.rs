@@ -1,5 +1,5 @@
 //! The cycle's one question to the policy, once `core::decision` chose a run: may it start, and
-//! with which prompt, or what holds it. [`gate`](super::gate) judges the cards; this adds what the
+//! with which prompt, or what holds it. [`gate`] judges the cards; this adds what the
 //! cycle needs around it (docs/decisions.md, "Run policy").
 
 use super::{Gate, Hold, Ledger, Offsets, Policy, gate};

@@ -8,6 +8,7 @@ use crate::core::decision;
 use crate::core::invite_rule::{InviteVerdict, RunObservation};
 use crate::core::tray::Tray;
 use crate::listen::state_dir::StateDir;
+use crate::log_events;
 use crate::sys::time;
 use std::time::SystemTime;
 
@@ -36,14 +37,14 @@ pub(super) async fn apply_invite_rule_after_run(
     let after = match read_tray(input, input.shutdown.clone()).await {
         Ok(t) => t,
         Err(e) => {
-            tracing::warn!(event = %"tray_unreadable", cycle_id = %input.id, error = %e, "the tray after the run could not be read; the invite rule counts nothing this time");
+            tracing::warn!(event = %log_events::TRAY_UNREADABLE, cycle_id = %input.id, error = %e, "the tray after the run could not be read; the invite rule counts nothing this time");
             return;
         }
     };
     log_tray(&input.id, "after", &after);
     report.follow_up = decision::follow_up(before, &after, input.follow_ups, completed);
     if report.follow_up {
-        tracing::info!(event = %"backlog", cycle_id = %input.id, cards = after.conversations.len(), truncated = after.is_truncated(), "more cards wait than the run could see, and the completed run took cards off the tray; the next cycle starts now");
+        tracing::info!(event = %log_events::BACKLOG, cycle_id = %input.id, cards = after.conversations.len(), truncated = after.is_truncated(), "more cards wait than the run could see, and the completed run took cards off the tray; the next cycle starts now");
     }
     if !before_ids.is_empty() {
         apply_invite_rule(input, report, before, &after, completed, run_ended_at).await;
@@ -62,7 +63,7 @@ async fn apply_invite_rule(
     let mut memory = match input.state.load_invites() {
         Ok(m) => m,
         Err(e) => {
-            tracing::warn!(event = %"invite_memory_damaged", error = %e, "the invite memory could not be read; starting it afresh");
+            tracing::warn!(event = %log_events::INVITE_MEMORY_DAMAGED, error = %e, "the invite memory could not be read; starting it afresh");
             Default::default()
         }
     };
@@ -83,29 +84,29 @@ async fn apply_invite_rule(
             InviteVerdict::Dismiss => match input.api.dismiss_invite(&invite_id).await {
                 Ok(Dismissal::Dismissed) => {
                     memory.confirm_dismissed(&invite_id);
-                    tracing::info!(event = %"invite_dismissed", cycle_id = %id, invite_id = %invite_id, "invite left pending by two runs: dismissed");
+                    tracing::info!(event = %log_events::INVITE_DISMISSED, cycle_id = %id, invite_id = %invite_id, "invite left pending by two runs: dismissed");
                     report.last.invites_dismissed += 1;
                 }
                 Ok(Dismissal::NotPending) => {
                     memory.confirm_dismissed(&invite_id);
-                    tracing::info!(event = %"invite_not_pending", cycle_id = %id, invite_id = %invite_id, "invite no longer pending (404 INVITE_NOT_FOUND): nothing to dismiss, forgotten");
+                    tracing::info!(event = %log_events::INVITE_NOT_PENDING, cycle_id = %id, invite_id = %invite_id, "invite no longer pending (404 INVITE_NOT_FOUND): nothing to dismiss, forgotten");
                 }
                 Err(e) => {
-                    tracing::warn!(event = %"invite_dismiss_failed", cycle_id = %id, invite_id = %invite_id, error = %e, "could not dismiss the invite; it stays on the tray, and the next completed run that leaves it pending dismisses it again");
+                    tracing::warn!(event = %log_events::INVITE_DISMISS_FAILED, cycle_id = %id, invite_id = %invite_id, error = %e, "could not dismiss the invite; it stays on the tray, and the next completed run that leaves it pending dismisses it again");
                 }
             },
             InviteVerdict::Counted => {
                 input.metrics.invite_counted();
-                tracing::info!(event = %"invite_counted", cycle_id = %id, invite_id = %invite_id, "invite left pending by a run: counted")
+                tracing::info!(event = %log_events::INVITE_COUNTED, cycle_id = %id, invite_id = %invite_id, "invite left pending by a run: counted")
             }
             InviteVerdict::SilentPaced => {
-                tracing::info!(event = %"invite_silent_paced", cycle_id = %id, invite_id = %invite_id, "invite left pending again too soon after the counted run")
+                tracing::info!(event = %log_events::INVITE_SILENT_PACED, cycle_id = %id, invite_id = %invite_id, "invite left pending again too soon after the counted run")
             }
             InviteVerdict::Forgotten => {
-                tracing::debug!(event = %"invite_forgotten", cycle_id = %id, invite_id = %invite_id, "invite answered")
+                tracing::debug!(event = %log_events::INVITE_FORGOTTEN, cycle_id = %id, invite_id = %invite_id, "invite answered")
             }
             InviteVerdict::NotCounted => {
-                tracing::debug!(event = %"invite_not_counted", cycle_id = %id, invite_id = %invite_id, "invite not counted")
+                tracing::debug!(event = %log_events::INVITE_NOT_COUNTED, cycle_id = %id, invite_id = %invite_id, "invite not counted")
             }
         }
     }
@@ -122,6 +123,6 @@ fn forget_answered(state: &StateDir, listed: &[String]) {
     if gone.is_empty() {
         return;
     }
-    tracing::debug!(event = %"invite_forgotten", count = gone.len(), "invites answered");
+    tracing::debug!(event = %log_events::INVITE_FORGOTTEN, count = gone.len(), "invites answered");
     state.save_invites(&memory);
 }

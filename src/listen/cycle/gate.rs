@@ -8,6 +8,7 @@ use super::{CycleEnd, CycleInput, CycleReport};
 use crate::core::policy::{self, Hold, Ledger, OffsetTable, Policy};
 use crate::core::status::{NoRunReason, RunKind};
 use crate::core::tray::Tray;
+use crate::log_events;
 use std::sync::Arc;
 
 /// What a cycle needs of the run policy: the rules, the runs so far, the zone's offsets and the
@@ -76,7 +77,7 @@ pub(super) fn judge(
             Ok(kind)
         }
         Err(hold) => {
-            tracing::debug!(event = %"policy_held", cycle_id = %input.id, reason = hold.reason.as_str(), key = hold.key, cards = hold.cards.len(), invites = hold.invites.len(), "the run policy holds this run");
+            tracing::debug!(event = %log_events::POLICY_HELD, cycle_id = %input.id, reason = hold.reason.as_str(), key = hold.key, cards = hold.cards.len(), invites = hold.invites.len(), "the run policy holds this run");
             report.policy = PolicySeen::Held(hold);
             Err(CycleEnd::NoRun(NoRunReason::Held))
         }

@@ -17,6 +17,7 @@ use crate::core::decision::{self, CycleDecision};
 use crate::core::status::{LastCycle, NoRunReason, Outcome, RunKind};
 use crate::core::texts::Texts;
 use crate::core::tray::Tray;
+use crate::log_events;
 use crate::runtime::RunOutcome;
 use crate::sys::time;
 use after::apply_invite_rule_after_run;
@@ -152,12 +153,12 @@ pub async fn run(mut input: CycleInput) -> CycleReport {
         ),
         ..Default::default()
     };
-    tracing::info!(event = %"cycle_start", cycle_id = %input.id, reasons = %input.reasons.join(","), "cycle started");
+    tracing::info!(event = %log_events::CYCLE_START, cycle_id = %input.id, reasons = %input.reasons.join(","), "cycle started");
     let end = match steps(&mut input, &mut report).await {
         Ok(end) | Err(end) => end,
     };
     if let CycleEnd::NoRun(why) = end {
-        tracing::info!(event = %"no_run", cycle_id = %input.id, reason = why.as_str(), "no run this cycle");
+        tracing::info!(event = %log_events::NO_RUN, cycle_id = %input.id, reason = why.as_str(), "no run this cycle");
     }
     if let CycleEnd::Run(RunOutcome::Unusable(why)) = &end {
         report.unusable = Some(why.clone());
@@ -165,7 +166,7 @@ pub async fn run(mut input: CycleInput) -> CycleReport {
     end.record(&mut report.last);
     report.last.ended_at = Some(time::rfc3339(SystemTime::now()));
     tracing::info!(
-        event = %"cycle_end",
+        event = %log_events::CYCLE_END,
         cycle_id = %input.id,
         run_started = report.last.run_started,
         outcome = report.last.outcome.map(Outcome::as_str),
@@ -198,7 +199,7 @@ async fn steps(input: &mut CycleInput, report: &mut CycleReport) -> Result<Cycle
     let (before, kind, spec) = if waited > stale {
         // The tray that decided this run is that old: the card may be answered elsewhere, an
         // invite declined. Decide again on the tray as it is now (the slot is kept meanwhile).
-        tracing::info!(event = %"tray_reread", cycle_id = %input.id, waited_ms = u64::try_from(waited.as_millis()).unwrap_or(u64::MAX), "this run waited long for its slot: reading the tray again before it starts");
+        tracing::info!(event = %log_events::TRAY_REREAD, cycle_id = %input.id, waited_ms = u64::try_from(waited.as_millis()).unwrap_or(u64::MAX), "this run waited long for its slot: reading the tray again before it starts");
         let before = read_tray_before(input, report).await?;
         let kind = decide_run(input, report, &before)?;
         let kind = gate::judge(input, report, &before, kind)?;
@@ -227,7 +228,7 @@ fn decide_run(
         CycleDecision::NoRun(NoRunReason::HandleMismatch) => {
             let you = before.you.clone().unwrap_or_default();
             // The main loop logs the error once per mismatch episode, not once per cycle.
-            tracing::debug!(event = %"tray_you_mismatch", cycle_id = %input.id, you = %crate::core::handle::shown(&you), handle = %crate::core::handle::shown(&input.handle), "the tray belongs to another agent than this key's");
+            tracing::debug!(event = %log_events::TRAY_YOU_MISMATCH, cycle_id = %input.id, you = %crate::core::handle::shown(&you), handle = %crate::core::handle::shown(&input.handle), "the tray belongs to another agent than this key's");
             report.handle_mismatch = Some(you);
             Err(CycleEnd::NoRun(NoRunReason::HandleMismatch))
         }
@@ -258,20 +259,20 @@ async fn prompt_for_run(
                 report.loaded_texts = Some(loaded);
             }
             Err(missing) => {
-                tracing::debug!(event = %"texts_fetch_failed", runtime, error = %missing.fetch, "texts still unavailable");
+                tracing::debug!(event = %log_events::TEXTS_FETCH_FAILED, runtime, error = %missing.fetch, "texts still unavailable");
                 report.texts_missing = Some(missing);
             }
         }
     }
     let Some(texts) = input.texts.as_ref() else {
         // The main loop says this once per episode (the start already said it when it began).
-        tracing::debug!(event = %"no_texts", cycle_id = %input.id, "no texts loaded");
+        tracing::debug!(event = %log_events::NO_TEXTS, cycle_id = %input.id, "no texts loaded");
         return Err(CycleEnd::NoRun(NoRunReason::NoTexts));
     };
     match decision::prompt_for(kind, texts) {
         Some(prompt) => Ok(prompt.to_string()),
         None => {
-            tracing::error!(event = %"texts_missing", cycle_id = %input.id, field = if kind == RunKind::Wake { "wake_instruction" } else { "invite_prompt" }, "the served texts lack the prompt for this run; no run");
+            tracing::error!(event = %log_events::TEXTS_MISSING, cycle_id = %input.id, field = if kind == RunKind::Wake { "wake_instruction" } else { "invite_prompt" }, "the served texts lack the prompt for this run; no run");
             Err(CycleEnd::NoRun(NoRunReason::NoPrompt))
         }
     }

@@ -3,6 +3,7 @@
 
 use super::{CycleEnd, CycleInput, CycleReport, RunStarting};
 use crate::core::status::{Outcome, RunKind};
+use crate::log_events;
 use crate::runtime::supervisor::{self, RunLimits};
 use crate::runtime::{self, RunContext, RunOutcome, RunSpec};
 use std::time::SystemTime;
@@ -27,7 +28,7 @@ pub(super) fn prepare_run(
     ) {
         Ok(w) => w,
         Err((workdir, e)) => {
-            tracing::error!(event = %"run_failed", cycle_id = %id, error = %e, workdir = %workdir.display(), "cannot create the run's working directory");
+            tracing::error!(event = %log_events::RUN_FAILED, cycle_id = %id, error = %e, workdir = %workdir.display(), "cannot create the run's working directory");
             return Err(CycleEnd::Run(RunOutcome::Failed(format!("workdir: {e}"))));
         }
     };
@@ -49,7 +50,7 @@ pub(super) fn prepare_run(
             CycleEnd::Run(RunOutcome::Unusable(why))
         }
         e => {
-            tracing::error!(event = %"run_failed", cycle_id = %id, error = %e, "could not prepare the run");
+            tracing::error!(event = %log_events::RUN_FAILED, cycle_id = %id, error = %e, "could not prepare the run");
             CycleEnd::Run(RunOutcome::Failed(e.to_string()))
         }
     })
@@ -79,7 +80,7 @@ pub(super) async fn start_run(
     let runtime = input.settings.listen.runtime.as_str();
     let metrics = &input.metrics;
     let on_start = || {
-        tracing::info!(event = %"run_start", cycle_id = %id, run_kind = kind.as_str(), runtime, log = %log_path.display(), "run started");
+        tracing::info!(event = %log_events::RUN_START, cycle_id = %id, run_kind = kind.as_str(), runtime, log = %log_path.display(), "run started");
         metrics.run_started();
         if let Some(tx) = run_starting {
             let _ = tx.send(RunStarting {
@@ -107,17 +108,17 @@ pub(super) async fn start_run(
     if let Err(e) =
         supervisor::prune_logs(&input.state.runs_dir(), input.settings.listen.run_logs_keep)
     {
-        tracing::warn!(event = %"run_logs_prune_failed", error = %e, "could not prune old run logs");
+        tracing::warn!(event = %log_events::RUN_LOGS_PRUNE_FAILED, error = %e, "could not prune old run logs");
     }
     let duration_ms = supervised.duration.as_millis() as u64;
     match &outcome {
         RunOutcome::Completed => {
             let end = &supervised.end;
-            tracing::info!(event = %"run_end", cycle_id = %id, outcome = Outcome::Completed.as_str(), end = end.word(), exit_code = end.exit_code(), signal = end.signal(), duration_ms, cost_usd = reported.cost_usd, tokens = reported.usage.map(|u| u.total()), "run completed");
+            tracing::info!(event = %log_events::RUN_END, cycle_id = %id, outcome = Outcome::Completed.as_str(), end = end.word(), exit_code = end.exit_code(), signal = end.signal(), duration_ms, cost_usd = reported.cost_usd, tokens = reported.usage.map(|u| u.total()), "run completed");
         }
         RunOutcome::Failed(why) => {
             let end = &supervised.end;
-            tracing::warn!(event = %"run_end", cycle_id = %id, outcome = Outcome::Failed.as_str(), end = end.word(), exit_code = end.exit_code(), signal = end.signal(), why = %why, duration_ms, cost_usd = reported.cost_usd, tokens = reported.usage.map(|u| u.total()), "run failed");
+            tracing::warn!(event = %log_events::RUN_END, cycle_id = %id, outcome = Outcome::Failed.as_str(), end = end.word(), exit_code = end.exit_code(), signal = end.signal(), why = %why, duration_ms, cost_usd = reported.cost_usd, tokens = reported.usage.map(|u| u.total()), "run failed");
         }
         RunOutcome::Unusable(why) => log_unusable(input, why),
     }
@@ -133,7 +134,7 @@ pub(super) async fn start_run(
 }
 
 fn log_unusable(input: &CycleInput, why: &str) {
-    tracing::error!(event = %"runtime_unusable", cycle_id = %input.id, runtime = input.settings.listen.runtime.as_str(), why = %why, "the runtime cannot be used; no runs until it is fixed: the listener checks it again on a backoff (seconds growing to 10 minutes) and at once on reload (SIGHUP)");
+    tracing::error!(event = %log_events::RUNTIME_UNUSABLE, cycle_id = %input.id, runtime = input.settings.listen.runtime.as_str(), why = %why, "the runtime cannot be used; no runs until it is fixed: the listener checks it again on a backoff (seconds growing to 10 minutes) and at once on reload (SIGHUP)");
 }
 
 fn read_log(path: &std::path::Path) -> Vec<u8> {

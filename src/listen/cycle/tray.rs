@@ -5,6 +5,7 @@ use super::{CycleEnd, CycleInput, CycleReport, CycleWait};
 use crate::client::ApiError;
 use crate::core::status::NoRunReason;
 use crate::core::tray::Tray;
+use crate::log_events;
 use std::time::{Duration, SystemTime};
 use tokio::sync::watch;
 
@@ -33,10 +34,10 @@ pub(super) async fn read_tray_before(
             if let ApiError::Removed { .. } = e {
                 // Contract 7: retrying will not succeed; the profile is not ready until a tray
                 // is read again (issue 29 item 12).
-                tracing::error!(event = %"route_removed", cycle_id = %input.id, error = %e, "the tray could not be read: the server switched its route off; no run until agentchat is updated");
+                tracing::error!(event = %log_events::ROUTE_REMOVED, cycle_id = %input.id, error = %e, "the tray could not be read: the server switched its route off; no run until agentchat is updated");
                 report.removed = Some(e.to_string());
             } else {
-                tracing::warn!(event = %"tray_unreadable", cycle_id = %input.id, error = %e, "the tray could not be read; no run (the server re-wakes)");
+                tracing::warn!(event = %log_events::TRAY_UNREADABLE, cycle_id = %input.id, error = %e, "the tray could not be read; no run (the server re-wakes)");
             }
             Err(CycleEnd::NoRun(NoRunReason::TrayUnreadable))
         }
@@ -66,7 +67,7 @@ pub(super) async fn read_tray(
                     }
                     _ => Duration::from_millis(500 * (1 << attempt)),
                 };
-                tracing::info!(event = %"tray_retry", cycle_id = %cycle_id, error = %e, wait_ms = wait.as_millis() as u64, "tray read failed; retrying");
+                tracing::info!(event = %log_events::TRAY_RETRY, cycle_id = %cycle_id, error = %e, wait_ms = wait.as_millis() as u64, "tray read failed; retrying");
                 if matches!(e, ApiError::RateLimited(_))
                     && let Some(waits) = &input.waits
                 {
@@ -92,10 +93,10 @@ pub(super) fn log_tray(cycle_id: &str, when: &str, tray: &Tray) {
     if let Some(v) = tray.unknown_version()
         && !UNKNOWN_VERSION_SAID.swap(true, std::sync::atomic::Ordering::Relaxed)
     {
-        tracing::warn!(event = %"tray_version_unknown", cycle_id = %cycle_id, version = v, known = crate::core::tray::KNOWN_VERSION, "the tray says version {v}; this agentchat knows version 1 and reads the fields it knows (contract 3.1); update agentchat");
+        tracing::warn!(event = %log_events::TRAY_VERSION_UNKNOWN, cycle_id = %cycle_id, version = v, known = crate::core::tray::KNOWN_VERSION, "the tray says version {v}; this agentchat knows version 1 and reads the fields it knows (contract 3.1); update agentchat");
     }
     tracing::info!(
-        event = %"tray_read",
+        event = %log_events::TRAY_READ,
         cycle_id = %cycle_id,
         when = when,
         cards = tray.conversations.len(),
@@ -110,7 +111,7 @@ pub(super) fn log_tray(cycle_id: &str, when: &str, tray: &Tray) {
         ("invites", &tray.skipped_invites),
     ] {
         for s in skipped {
-            tracing::warn!(event = %"tray_entry_skipped", cycle_id = %cycle_id, when = when, list = list, index = s.index, reason = %s.reason, "a malformed tray entry was skipped; the rest of the tray is used");
+            tracing::warn!(event = %log_events::TRAY_ENTRY_SKIPPED, cycle_id = %cycle_id, when = when, list = list, index = s.index, reason = %s.reason, "a malformed tray entry was skipped; the rest of the tray is used");
         }
     }
 }

@@ -4,6 +4,7 @@
 use super::StateDir;
 use crate::config::Settings;
 use crate::core::texts::Texts;
+use crate::log_events;
 use crate::sys::fs;
 use std::path::PathBuf;
 
@@ -44,7 +45,7 @@ fn keep_identity_block(
         return;
     };
     let Some(template) = texts.identity_line_template.as_deref() else {
-        tracing::debug!(event = %"identity_skipped", cycle_id = %cycle_id, "the texts have no identity_line_template");
+        tracing::debug!(event = %log_events::IDENTITY_SKIPPED, cycle_id = %cycle_id, "the texts have no identity_line_template");
         return;
     };
     let path = workdir.join(file);
@@ -52,7 +53,7 @@ fn keep_identity_block(
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
         Err(e) => {
-            tracing::warn!(event = %"identity_failed", cycle_id = %cycle_id, path = %path.display(), error = %e, "cannot read the file for the identity block");
+            tracing::warn!(event = %log_events::IDENTITY_FAILED, cycle_id = %cycle_id, path = %path.display(), error = %e, "cannot read the file for the identity block");
             return;
         }
     };
@@ -61,13 +62,13 @@ fn keep_identity_block(
         Ok(next) if next == current => {}
         Ok(next) => {
             if let Err(e) = fs::write_keeping_mode(&path, next.as_bytes()) {
-                tracing::warn!(event = %"identity_failed", cycle_id = %cycle_id, path = %path.display(), error = %e, "cannot write the identity block");
+                tracing::warn!(event = %log_events::IDENTITY_FAILED, cycle_id = %cycle_id, path = %path.display(), error = %e, "cannot write the identity block");
             } else {
-                tracing::info!(event = %"identity_updated", cycle_id = %cycle_id, path = %path.display(), "identity block updated");
+                tracing::info!(event = %log_events::IDENTITY_UPDATED, cycle_id = %cycle_id, path = %path.display(), "identity block updated");
             }
         }
         Err(e) => {
-            tracing::warn!(event = %"identity_failed", cycle_id = %cycle_id, path = %path.display(), error = %e, "identity block left as it is")
+            tracing::warn!(event = %log_events::IDENTITY_FAILED, cycle_id = %cycle_id, path = %path.display(), error = %e, "identity block left as it is")
         }
     }
 }

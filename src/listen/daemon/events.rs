@@ -2,6 +2,7 @@
 //! its end.
 
 use super::*;
+use crate::log_events;
 
 impl Daemon {
     /// The cycle's task ended: the coalescer hears it, and its report goes into the status.
@@ -14,7 +15,7 @@ impl Daemon {
         match r {
             Ok(report) => self.on_cycle_end(report),
             Err(e) => {
-                tracing::error!(event = %"cycle_crashed", error = %e, "the cycle task ended abnormally")
+                tracing::error!(event = %log_events::CYCLE_CRASHED, error = %e, "the cycle task ended abnormally")
             }
         }
     }
@@ -30,7 +31,7 @@ impl Daemon {
                 {
                     return;
                 }
-                tracing::info!(event = %"handle", handle = %crate::core::handle::shown(&h), "this key's agent");
+                tracing::info!(event = %log_events::HANDLE, handle = %crate::core::handle::shown(&h), "this key's agent");
                 self.handle = Some(h);
                 self.status_changed();
             }
@@ -165,7 +166,7 @@ impl Daemon {
         if let Some(you) = report.handle_mismatch {
             if self.flags.mismatch.as_deref() != Some(you.as_str()) {
                 tracing::error!(
-                    event = %"handle_mismatch",
+                    event = %log_events::HANDLE_MISMATCH,
                     you = %crate::core::handle::shown(&you),
                     handle = self.handle.as_deref().map(crate::core::handle::shown),
                     "the tray belongs to another agent than this key's; no runs until it matches"
@@ -173,11 +174,11 @@ impl Daemon {
             }
             self.flags.mismatch = Some(you);
         } else if report.handle_ok && self.flags.mismatch.take().is_some() {
-            tracing::info!(event = %"handle_mismatch_cleared", "the tray is this key's agent's again");
+            tracing::info!(event = %log_events::HANDLE_MISMATCH_CLEARED, "the tray is this key's agent's again");
         }
         if let Some(wait) = report.not_before {
             tracing::info!(
-                event = %"tray_not_before",
+                event = %log_events::TRAY_NOT_BEFORE,
                 wait_ms = wait.as_millis() as u64,
                 "the server asked for {} s before the next tray read (429 Retry-After); wakes wait until then, and a cycle reads the tray then by itself",
                 wait.as_secs_f64().ceil() as u64

@@ -1,6 +1,7 @@
 //! The listener's start and its graceful stop.
 
 use super::*;
+use crate::log_events;
 
 impl Daemon {
     pub(super) fn new(start: Start) -> Result<Daemon, ApiError> {
@@ -51,7 +52,7 @@ impl Daemon {
 
     pub(super) fn announce_start(&mut self) {
         tracing::info!(
-            event = %"listener_start",
+            event = %log_events::LISTENER_START,
             pid = std::process::id(),
             profile = %self.settings.profile,
             api_base = %self.settings.api_base,
@@ -68,9 +69,9 @@ impl Daemon {
     }
 
     /// Graceful stop: the run gets its grace, the socket closes with 1000, the status says
-    /// `stopped`. `Command::StopNow` (a second SIGTERM or SIGINT) cuts the wait short: the run's
+    /// `stopped`. `HostCommand::StopNow` (a second SIGTERM or SIGINT) cuts the wait short: the run's
     /// group is killed at once (however long `kill_grace` is) and the listener ends.
-    pub(super) async fn stop(&mut self, mut w: Wiring, commands: &mut mpsc::Receiver<Command>) {
+    pub(super) async fn stop(&mut self, mut w: Wiring, commands: &mut mpsc::Receiver<HostCommand>) {
         self.flags.phase = Phase::Stopping;
         self.write_status();
         let _ = w.shutdown.send(true);
@@ -88,13 +89,13 @@ impl Daemon {
             tokio::select! {
                 _ = w.close_socket() => {}
                 signal = stop_now(commands) => {
-                    tracing::warn!(event = %"stop_forced", signal, "second stop signal: not waiting for the socket's close");
+                    tracing::warn!(event = %log_events::STOP_FORCED, signal, "second stop signal: not waiting for the socket's close");
                 }
             }
         }
         self.flags.phase = Phase::Stopped;
         self.write_status();
-        tracing::info!(event = %"stopped", "listener stopped");
+        tracing::info!(event = %log_events::STOPPED, "listener stopped");
     }
 
     /// While stopping: says once what it waits for and how long, then waits for the cycle to wind
@@ -104,7 +105,7 @@ impl Daemon {
     pub(super) async fn wait_for_cycle(
         &mut self,
         mut t: JoinHandle<CycleReport>,
-        commands: &mut mpsc::Receiver<Command>,
+        commands: &mut mpsc::Receiver<HostCommand>,
     ) -> bool {
         let grace = self.settings.listen.kill_grace;
         let wait = grace.saturating_add(STOP_SLACK);
@@ -121,7 +122,7 @@ impl Daemon {
             "the cycle to wind down (no run started)".to_string()
         };
         tracing::info!(
-            event = %"stop_waiting",
+            event = %log_events::STOP_WAITING,
             cycle_id,
             run_log,
             grace_ms = u64::try_from(grace.as_millis()).unwrap_or(u64::MAX),
@@ -138,14 +139,14 @@ impl Daemon {
                 Ok(Err(_)) => return false,
                 Err(_) => {
                     tracing::warn!(
-                        event = %"cycle_abandoned",
+                        event = %log_events::CYCLE_ABANDONED,
                         "the cycle did not end within the grace; abandoning it"
                     );
                     CutShort::Abandoned
                 }
             },
             signal = stop_now(commands) => {
-                tracing::warn!(event = %"stop_forced", signal, "second stop signal: killing the run's process group now");
+                tracing::warn!(event = %log_events::STOP_FORCED, signal, "second stop signal: killing the run's process group now");
                 CutShort::Killed
             }
         };

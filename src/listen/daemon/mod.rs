@@ -1,6 +1,6 @@
 //! One profile's listener, the main loop (contract 3.4 and 4): starts one cycle at a time as a
 //! task, refreshes texts on a timer, and answers the process
-//! layer's commands (`Command`: stop, stop now, reload, probe). Signals, systemd notification,
+//! layer's commands (`HostCommand`: stop, stop now, reload, probe). Signals, systemd notification,
 //! the watchdog and the metrics endpoint are the process's (`listen::host`), which runs one of
 //! these per profile. The socket runs as its own task and sends wakes here.
 //!
@@ -27,6 +27,7 @@ mod texts_in_use;
 mod wakes;
 mod wiring;
 
+use crate::log_events;
 use status_file::StatusFile;
 use texts_in_use::TextsInUse;
 use wiring::{Timers, Wiring};
@@ -166,7 +167,7 @@ struct Daemon {
 /// signal and says nothing to systemd: the host turns signals into these, and pings the watchdog
 /// only while every profile's loop turns (`host::watchdog`).
 #[derive(Debug, Clone)]
-pub enum Command {
+pub enum HostCommand {
     /// Stop gracefully (the first SIGTERM/SIGINT, or the profile left the config): the run gets
     /// its grace. The name is the cause, for the log.
     Stop(&'static str),
@@ -189,7 +190,7 @@ pub const COMMANDS: usize = 4;
 
 /// How a profile's listener ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Ended {
+pub enum ListenerEnd {
     /// Told to stop.
     Stopped,
     /// Another listener serves this agent (`agent_lock`): this one stopped. `holder`: that
@@ -216,7 +217,7 @@ pub struct Start {
 
 /// The listener's link to the host.
 pub struct Link {
-    pub commands: mpsc::Receiver<Command>,
+    pub commands: mpsc::Receiver<HostCommand>,
     /// Said once the listener is started (socket task running, texts looked at): the host's
     /// READY waits for every profile's.
     pub started: Option<oneshot::Sender<()>>,
@@ -225,7 +226,7 @@ pub struct Link {
 }
 
 /// Runs one profile's listener until the host says stop (or another listener takes its agent).
-pub async fn run(start: Start, mut link: Link) -> anyhow::Result<Ended> {
+pub async fn run(start: Start, mut link: Link) -> anyhow::Result<ListenerEnd> {
     let mut d = Daemon::new(start)?;
     d.announce_start();
     d.check_runtime_at_start();
@@ -237,22 +238,22 @@ pub async fn run(start: Start, mut link: Link) -> anyhow::Result<Ended> {
     }
     let mut timers = Timers::new(d.scale());
     let cause = main_loop(&mut d, &mut wiring, &mut link, &mut timers).await;
-    tracing::info!(event = %"stopping", signal = cause, "stopping");
+    tracing::info!(event = %log_events::STOPPING, signal = cause, "stopping");
     d.stop(wiring, &mut link.commands).await;
     if d.agent.taken_by_other() {
-        return Ok(Ended::TakenByOther {
+        return Ok(ListenerEnd::TakenByOther {
             holder: d.agent.holder(),
         });
     }
-    Ok(Ended::Stopped)
+    Ok(ListenerEnd::Stopped)
 }
 
 /// The next `StopNow` while stopping; its cause. Other commands are dropped meanwhile, and a
 /// host that is gone never cuts the stop short.
-async fn stop_now(commands: &mut mpsc::Receiver<Command>) -> &'static str {
+async fn stop_now(commands: &mut mpsc::Receiver<HostCommand>) -> &'static str {
     loop {
         match commands.recv().await {
-            Some(Command::StopNow(cause)) => return cause,
+            Some(HostCommand::StopNow(cause)) => return cause,
             Some(_) => {}
             None => std::future::pending::<()>().await,
         }
@@ -279,12 +280,12 @@ async fn main_loop(
         };
         tokio::select! {
             cmd = link.commands.recv() => match cmd {
-                Some(Command::Stop(cause) | Command::StopNow(cause)) => return cause,
+                Some(HostCommand::Stop(cause) | HostCommand::StopNow(cause)) => return cause,
                 // The host is gone: nothing will say stop any more.
                 None => return "the process is ending",
-                Some(Command::Probe) => {}
-                Some(Command::Recheck) => d.recheck_now(&w.params),
-                Some(Command::Reload(new)) => {
+                Some(HostCommand::Probe) => {}
+                Some(HostCommand::Recheck) => d.recheck_now(&w.params),
+                Some(HostCommand::Reload(new)) => {
                     let scale = d.scale();
                     d.reload(&w.params, new);
                     if d.scale() != scale {
@@ -310,7 +311,7 @@ async fn main_loop(
             r = &mut w.socket => {
                 // The socket task only ends on shutdown; anything else is a bug. Stay resident:
                 // log it and start a new one.
-                tracing::error!(event = %"socket_task_ended", error = r.err().map(|e| e.to_string()), "the socket task ended unexpectedly; restarting it");
+                tracing::error!(event = %log_events::SOCKET_TASK_ENDED, error = r.err().map(|e| e.to_string()), "the socket task ended unexpectedly; restarting it");
                 w.restart_socket();
             }
             _ = after_ms(due) => start_due_cycle(d, w),

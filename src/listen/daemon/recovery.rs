@@ -6,6 +6,7 @@
 //! again on the slow re-check of the `4426` state.
 
 use super::*;
+use crate::log_events;
 
 impl Daemon {
     /// The tray's route answered `REMOVED` (contract 7): retrying soon will not succeed, but
@@ -39,16 +40,16 @@ impl Daemon {
         }
     }
 
-    /// SIGHUP found this profile's settings unchanged (`Command::Recheck`): a runtime that cannot
+    /// SIGHUP found this profile's settings unchanged (`HostCommand::Recheck`): a runtime that cannot
     /// work is checked now, missing texts are fetched now, a refused key's file is read now. A
     /// profile that can run does nothing.
     pub(super) fn recheck_now(&mut self, params_tx: &watch::Sender<SocketParams>) {
         let now = self.now_ms();
         if self.runtime.recheck_now(now) {
-            tracing::info!(event = %"recheck", what = "runtime", "SIGHUP: checking the runtime again now");
+            tracing::info!(event = %log_events::RECHECK, what = "runtime", "SIGHUP: checking the runtime again now");
         }
         if self.current_texts().is_none() {
-            tracing::info!(event = %"recheck", what = "texts", "SIGHUP: fetching the texts again now");
+            tracing::info!(event = %log_events::RECHECK, what = "texts", "SIGHUP: fetching the texts again now");
             self.texts.recheck_now(now);
         }
         self.check_key_file(params_tx);

@@ -12,6 +12,7 @@ use crate::core::status::{Held, Status, Usage, UsageTotals};
 use crate::listen::cycle::CycleReport;
 use crate::listen::cycle::gate::{PolicyGate, PolicySeen, now_ms};
 use crate::listen::state_dir::StateDir;
+use crate::log_events;
 use crate::sys::{fs, time, tz};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -66,12 +67,12 @@ impl RunPolicy {
         let path = state.path(LEDGER_FILE);
         let ledger: Ledger = match fs::read_regular_capped(&path, MAX_LEDGER_BYTES) {
             Ok(bytes) => serde_json::from_slice(&bytes).unwrap_or_else(|e| {
-                tracing::warn!(event = %"ledger_unreadable", path = %path.display(), error = %e, "the run ledger is damaged; starting a new one (today's caps count from now)");
+                tracing::warn!(event = %log_events::LEDGER_UNREADABLE, path = %path.display(), error = %e, "the run ledger is damaged; starting a new one (today's caps count from now)");
                 Ledger::new()
             }),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ledger::new(),
             Err(e) => {
-                tracing::warn!(event = %"ledger_unreadable", path = %path.display(), error = %e, "the run ledger cannot be read; starting a new one (today's caps count from now)");
+                tracing::warn!(event = %log_events::LEDGER_UNREADABLE, path = %path.display(), error = %e, "the run ledger cannot be read; starting a new one (today's caps count from now)");
                 Ledger::new()
             }
         };
@@ -144,7 +145,7 @@ impl RunPolicy {
             PolicySeen::Unjudged => {}
             PolicySeen::Clear => {
                 if self.hold.take().is_some() {
-                    tracing::debug!(event = %"hold_cleared", "the run policy holds nothing now");
+                    tracing::debug!(event = %log_events::HOLD_CLEARED, "the run policy holds nothing now");
                 }
                 self.wake = None;
             }
@@ -164,7 +165,7 @@ impl RunPolicy {
             let cards: Vec<&str> = hold.cards.iter().take(10).map(String::as_str).collect();
             let invites: Vec<&str> = hold.invites.iter().take(10).map(String::as_str).collect();
             tracing::info!(
-                event = %"run_held",
+                event = %log_events::RUN_HELD,
                 reason = hold.reason.as_str(),
                 key = hold.key,
                 until = until.as_deref(),
@@ -255,12 +256,12 @@ impl RunPolicy {
         match written {
             Ok(()) if self.write_failing => {
                 self.write_failing = false;
-                tracing::info!(event = %"ledger_write_recovered", "ledger.json is written again");
+                tracing::info!(event = %log_events::LEDGER_WRITE_RECOVERED, "ledger.json is written again");
             }
             Ok(()) => {}
             Err(e) if !self.write_failing => {
                 self.write_failing = true;
-                tracing::warn!(event = %"ledger_write_failed", error = %e, "could not write ledger.json; the caps count from memory and this is said once until a write succeeds");
+                tracing::warn!(event = %log_events::LEDGER_WRITE_FAILED, error = %e, "could not write ledger.json; the caps count from memory and this is said once until a write succeeds");
             }
             Err(_) => {}
         }
@@ -282,7 +283,7 @@ fn zone(settings: &Settings, now_ms: i64) -> OffsetTable {
         None => tz::local(std::env::var("TZ").ok().as_deref()),
     };
     let zone = read.unwrap_or_else(|e| {
-        tracing::warn!(event = %"timezone_unreadable", error = %e, "the run policy's local time is UTC instead");
+        tracing::warn!(event = %log_events::TIMEZONE_UNREADABLE, error = %e, "the run policy's local time is UTC instead");
         tz::Zone::utc()
     });
     let t = zone.table(now_ms);
@@ -296,16 +297,16 @@ fn test_clock_offset(scale: TestTimeScale) -> i64 {
         return 0;
     };
     let Ok(at) = humantime::parse_rfc3339_weak(&text) else {
-        tracing::warn!(event = %"test_clock", "{TEST_CLOCK} is not an RFC 3339 time; ignored");
+        tracing::warn!(event = %log_events::TEST_CLOCK, "{TEST_CLOCK} is not an RFC 3339 time; ignored");
         return 0;
     };
     if !matches!(scale, TestTimeScale::On(_)) {
-        tracing::warn!(event = %"test_clock", "{TEST_CLOCK} is ignored: it is honoured only while AGENTCHAT_TEST_TIME_SCALE is in effect (a loopback api_base)");
+        tracing::warn!(event = %log_events::TEST_CLOCK, "{TEST_CLOCK} is ignored: it is honoured only while AGENTCHAT_TEST_TIME_SCALE is in effect (a loopback api_base)");
         return 0;
     }
     let at = i64::try_from(time::unix_ms(at)).unwrap_or(0);
     let offset = at.saturating_sub(now_ms(0));
-    tracing::info!(event = %"test_clock", offset_ms = offset, "{TEST_CLOCK} is in effect: the run policy's clock reads {text} now");
+    tracing::info!(event = %log_events::TEST_CLOCK, offset_ms = offset, "{TEST_CLOCK} is in effect: the run policy's clock reads {text} now");
     offset
 }
 

@@ -5,6 +5,7 @@
 
 use super::*;
 use crate::core::runtime_health::CheckEnd;
+use crate::log_events;
 use crate::runtime::check::NotUsable;
 
 impl Daemon {
@@ -25,7 +26,7 @@ impl Daemon {
     }
 
     fn said_recovered(&mut self, via: &'static str, was: &str, wake: bool) {
-        tracing::info!(event = %"runtime_recovered", via, runtime = self.settings.listen.runtime.as_str(), was = %was, "the runtime may work again; reading the tray now");
+        tracing::info!(event = %log_events::RUNTIME_RECOVERED, via, runtime = self.settings.listen.runtime.as_str(), was = %was, "the runtime may work again; reading the tray now");
         if wake {
             self.own_wake(ListenerWake::Recovered);
         }
@@ -50,7 +51,7 @@ impl Daemon {
     pub(super) fn check_runtime_at_start(&mut self) {
         let workdir = self.state.workdir(self.settings.listen.workdir.as_deref());
         if let Err(e) = crate::runtime::check::presence(&self.settings, &workdir) {
-            tracing::error!(event = %"runtime_unusable", at = "start", runtime = self.settings.listen.runtime.as_str(), why = %e.why(), "the runtime cannot be used; no runs until it is fixed: the listener checks it again on a backoff (seconds growing to 10 minutes) and at once on reload (SIGHUP)");
+            tracing::error!(event = %log_events::RUNTIME_UNUSABLE, at = "start", runtime = self.settings.listen.runtime.as_str(), why = %e.why(), "the runtime cannot be used; no runs until it is fixed: the listener checks it again on a backoff (seconds growing to 10 minutes) and at once on reload (SIGHUP)");
             self.mark_unusable(e.why().to_string());
         }
     }
@@ -67,11 +68,11 @@ impl Daemon {
         let end = self.runtime.check_ended(r.is_ok(), now, factor);
         match (end, r) {
             (CheckEnd::Recovered { was }, Ok(ok)) => {
-                tracing::debug!(event = %"runtime_check", runtime, ok = %ok, "the runtime check passed");
+                tracing::debug!(event = %log_events::RUNTIME_CHECK, runtime, ok = %ok, "the runtime check passed");
                 self.said_recovered("recheck", &was, true);
             }
             (CheckEnd::StillUnusable, Err(e)) => {
-                tracing::debug!(event = %"runtime_check", runtime, why = %e.why(), "the runtime is still unusable");
+                tracing::debug!(event = %log_events::RUNTIME_CHECK, runtime, why = %e.why(), "the runtime is still unusable");
             }
             _ => {}
         }
@@ -84,7 +85,7 @@ impl Daemon {
         if !self.runtime.binary_changed(stamp.as_ref()) {
             return false;
         }
-        tracing::info!(event = %"runtime_binary_changed", runtime = self.settings.listen.runtime.as_str(), "the runtime's binary changed; trying it again");
+        tracing::info!(event = %log_events::RUNTIME_BINARY_CHANGED, runtime = self.settings.listen.runtime.as_str(), "the runtime's binary changed; trying it again");
         self.leave_unusable("binary_changed", false);
         true
     }

@@ -2,6 +2,7 @@
 //! SIGHUP's reload, and the key check while the key is refused.
 
 use super::*;
+use crate::log_events;
 
 impl Daemon {
     /// The test time scale of the settings in use, decided against their own `api_base`
@@ -44,7 +45,7 @@ impl Daemon {
                 true
             }
             Err(e) => {
-                tracing::error!(event = %"http_client_failed", error = %e, "cannot build the HTTP client");
+                tracing::error!(event = %log_events::HTTP_CLIENT_FAILED, error = %e, "cannot build the HTTP client");
                 false
             }
         }
@@ -61,7 +62,7 @@ impl Daemon {
         let handed = new.is_some();
         let loaded = new.map_or_else(|| self.source.load(), |s| Ok(*s));
         tracing::info!(
-            event = %"reload",
+            event = %log_events::RELOAD,
             settings = if handed { "handed" } else { "read" },
             config_reads = crate::config::file_reads(),
             "reloading configuration and texts"
@@ -71,7 +72,7 @@ impl Daemon {
                 Some(k) => {
                     if s.state_dir != self.settings.state_dir {
                         tracing::warn!(
-                            event = %"reload_partial",
+                            event = %log_events::RELOAD_PARTIAL,
                             "the state dir cannot change while running; keeping the old one"
                         );
                     }
@@ -83,13 +84,13 @@ impl Daemon {
                 }
                 None => {
                     tracing::error!(
-                        event = %"reload_failed",
+                        event = %log_events::RELOAD_FAILED,
                         "the new configuration has no API key; keeping the old one"
                     )
                 }
             },
             Err(e) => {
-                tracing::error!(event = %"reload_failed", error = %e, "the new configuration is invalid; keeping the old one")
+                tracing::error!(event = %log_events::RELOAD_FAILED, error = %e, "the new configuration is invalid; keeping the old one")
             }
         }
         // A person acted: the runtime gets a new chance at once, and its looks start over.
@@ -103,9 +104,9 @@ impl Daemon {
     pub(super) fn take_settings(&mut self, s: Settings) {
         if s.time_scale != self.settings.time_scale {
             match s.time_scale.notice() {
-                Some(line) => tracing::info!(event = %"test_time_scale", "{line}"),
+                Some(line) => tracing::info!(event = %log_events::TEST_TIME_SCALE, "{line}"),
                 None => tracing::info!(
-                    event = %"test_time_scale",
+                    event = %log_events::TEST_TIME_SCALE,
                     api_base = %s.api_base,
                     "the test time scale is not in effect (any more): every timer runs at contract speed"
                 ),
@@ -115,7 +116,7 @@ impl Daemon {
         if old != new {
             // Texts are keyed by runtime: the old runtime's are not this one's. Until its own come
             // (the server's, else its cached copy) nothing runs.
-            tracing::info!(event = %"texts_runtime_changed", from = old, to = new, "the runtime reads other texts now; loading them");
+            tracing::info!(event = %log_events::TEXTS_RUNTIME_CHANGED, from = old, to = new, "the runtime reads other texts now; loading them");
             self.texts_runtime_changed();
         }
         self.set_windows(windows(&s));
@@ -144,7 +145,7 @@ impl Daemon {
         if let Some(k) = key
             && k.expose_secret() != self.key.expose_secret()
         {
-            tracing::info!(event = %"key_changed", "the API key changed; retrying now");
+            tracing::info!(event = %log_events::KEY_CHANGED, "the API key changed; retrying now");
             let base = self.settings.api_base.clone();
             if self.use_endpoint(&base, &k) {
                 let _ = params_tx.send(self.socket_params());

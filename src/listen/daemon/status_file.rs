@@ -2,6 +2,7 @@
 //! `render`'s.
 
 use super::*;
+use crate::log_events;
 
 /// The longest a cycle on its way to its run holds the status back: the step from wake to spawn
 /// takes milliseconds; a cycle still short of its run after this (a slow tray read, a `429`
@@ -137,9 +138,9 @@ impl StatusFile {
                 | ListenerState::Stopping
                 | ListenerState::Stopped
         ) {
-            tracing::debug!(event = %"state", state = state.as_str(), "now {}", state.as_str());
+            tracing::debug!(event = %log_events::STATE, state = state.as_str(), "now {}", state.as_str());
         } else {
-            tracing::info!(event = %"state", state = state.as_str(), "now {}", state.as_str());
+            tracing::info!(event = %log_events::STATE, state = state.as_str(), "now {}", state.as_str());
         }
         if self.notify {
             let line = format!("STATUS={}", state.as_str());
@@ -170,7 +171,7 @@ impl StatusFile {
                 self.file = Some(file);
                 self.retry.reset();
                 if std::mem::take(&mut self.failing) {
-                    tracing::info!(event = %"status_write_recovered", "status.json is written again");
+                    tracing::info!(event = %log_events::STATUS_WRITE_RECOVERED, "status.json is written again");
                 }
             }
             Err(e) => {
@@ -181,7 +182,7 @@ impl StatusFile {
                 self.retry
                     .schedule_after(now, scale.apply(wait).max(TOUCH_EVERY_MIN));
                 if !std::mem::replace(&mut self.failing, true) {
-                    tracing::warn!(event = %"status_write_failed", error = %e, "could not write status.json; the listener keeps working and logs this once until a write succeeds");
+                    tracing::warn!(event = %log_events::STATUS_WRITE_FAILED, error = %e, "could not write status.json; the listener keeps working and logs this once until a write succeeds");
                 }
             }
         }

@@ -5,6 +5,7 @@
 use super::*;
 use crate::core::status::TextsStatus;
 use crate::core::texts_recovery::TextsRecovery;
+use crate::log_events;
 
 /// The texts loaded, and their recovery.
 #[derive(Default)]
@@ -32,7 +33,7 @@ impl TextsInUse {
     fn take(&mut self, r: Result<Loaded, Missing>, runtime: &str, now: u64, factor: f64) -> bool {
         match r {
             Ok(loaded) if loaded.runtime != runtime => {
-                tracing::debug!(event = %"texts_dropped", runtime = loaded.runtime, "texts for a runtime no longer configured");
+                tracing::debug!(event = %log_events::TEXTS_DROPPED, runtime = loaded.runtime, "texts for a runtime no longer configured");
                 false
             }
             Ok(loaded) => {
@@ -122,7 +123,7 @@ impl Daemon {
     pub(super) fn take_texts(&mut self, r: Result<Loaded, Missing>) {
         let (runtime, now, factor) = (self.texts_runtime(), self.now_ms(), self.scale().factor());
         if self.texts.take(r, runtime, now, factor) {
-            tracing::info!(event = %"texts_recovered", runtime, "texts are back; reading the tray now");
+            tracing::info!(event = %log_events::TEXTS_RECOVERED, runtime, "texts are back; reading the tray now");
             self.own_wake(ListenerWake::Recovered);
         }
     }

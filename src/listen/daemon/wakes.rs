@@ -3,6 +3,7 @@
 
 use super::*;
 use crate::core::wakes::Windows;
+use crate::log_events;
 
 impl Daemon {
     /// `frames` wakes of one cause: counted in the metrics, owed a cycle, shown.
@@ -30,7 +31,7 @@ impl Daemon {
     pub(super) fn windows_in_effect(&self, windows: Option<Windows>) {
         if let Some(w) = windows {
             tracing::info!(
-                event = %"coalescer_windows",
+                event = %log_events::COALESCER_WINDOWS,
                 quiet_window_ms = w.quiet_ms,
                 max_delay_ms = w.max_delay_ms,
                 "new quiet_window and max_delay in effect"

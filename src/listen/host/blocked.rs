@@ -9,6 +9,7 @@
 //! the process exits 75, as a single `listen` does.
 
 use super::*;
+use crate::log_events;
 use tokio::time::Instant;
 
 /// A profile waiting for its lock.
@@ -53,7 +54,7 @@ impl Host {
             u64::try_from(at.saturating_duration_since(now).as_millis()).unwrap_or(u64::MAX)
         });
         tracing::info!(
-            event = %"profile_retry_scheduled",
+            event = %log_events::PROFILE_RETRY_SCHEDULED,
             profile = %name,
             holder,
             in_ms,
@@ -92,7 +93,7 @@ impl Host {
             }
             match self.policy.source(&name).load() {
                 Ok(s) => {
-                    tracing::info!(event = %"profile_retry", profile = %name, "trying this profile again: its agent's lock may be free");
+                    tracing::info!(event = %log_events::PROFILE_RETRY, profile = %name, "trying this profile again: its agent's lock may be free");
                     drop(self.start(name, s));
                 }
                 Err(e) => {

@@ -1,7 +1,7 @@
 //! The process around the profiles' listeners: `agentchat listen` runs one profile through it (a
 //! set of one), `agentchat listen --all` every profile of the config (docs/many-agents.md, "One
 //! process for many agents"); what the two do differently is one `Policy`, decided at start. The boundary: a profile's listener (`listen::daemon`: its socket, coalescer,
-//! cycles, status, texts, state dir and locks) is a task that answers `daemon::Command`s; the
+//! cycles, status, texts, state dir and locks) is a task that answers `daemon::HostCommand`s; the
 //! process owns what there is one of per process: the signals (`signals`), systemd's
 //! notification and watchdog (`notify`), the metrics endpoint, and, with `--all`, the set of
 //! profiles that SIGHUP re-reads (`profiles`).
@@ -19,13 +19,14 @@ mod reload;
 mod signals;
 
 use super::admission::Admission;
-use super::daemon::{self, COMMANDS, Command, Ended, Link, Start};
+use super::daemon::{self, COMMANDS, HostCommand, Link, ListenerEnd, Start};
 use super::metrics::{self, Metrics, Registry};
 use super::pacer::Pacer;
 use super::start::{Prepared, StartError};
 use crate::config::TestTimeScale;
 use crate::config::{self, ConfigArgs, Settings};
 use crate::core::exit::Exit;
+use crate::log_events;
 use notify::{Notify, Watchdog};
 pub(super) use policy::Top;
 use policy::{Endpoint, Policy, RunSlots};
@@ -38,13 +39,13 @@ use tokio::task::JoinHandle;
 use tracing::Instrument;
 
 /// How one profile's listener ended: `Ok` as `daemon::run` says, `Err` when it could not start.
-type Outcome = Result<Ended, StartError>;
+type TaskEnd = Result<ListenerEnd, StartError>;
 
 /// One profile's listener, as the process sees it.
 struct Running {
     /// Tells this start of the profile from a later one (a profile removed and added again).
     generation: u64,
-    commands: mpsc::Sender<Command>,
+    commands: mpsc::Sender<HostCommand>,
     task: JoinHandle<()>,
     /// The loop's turns (`daemon::Link::turns`), and their count at the watchdog's last tick.
     turns: Arc<AtomicU64>,
@@ -63,8 +64,8 @@ struct Host {
     /// Profiles named again while their old listener is still leaving: started once it has
     /// ended (and let go of the state dir's lock).
     returning: BTreeMap<String, Settings>,
-    ends_tx: mpsc::UnboundedSender<(String, u64, Outcome)>,
-    ends: mpsc::UnboundedReceiver<(String, u64, Outcome)>,
+    ends_tx: mpsc::UnboundedSender<(String, u64, TaskEnd)>,
+    ends: mpsc::UnboundedReceiver<(String, u64, TaskEnd)>,
     next_generation: u64,
     notify: Notify,
     watchdog: Option<Watchdog>,
@@ -129,7 +130,7 @@ pub(super) async fn run_all(
         }
     }
     tracing::info!(
-        event = %"host_start",
+        event = %log_events::HOST_START,
         pid = std::process::id(),
         profiles = host.profiles.len(),
         max_concurrent_runs = admission.max(),
@@ -181,7 +182,7 @@ impl Host {
     fn config_error(&mut self, name: &str, e: &config::ConfigError) {
         self.failed_other.insert(name.to_string());
         tracing::error!(
-            event = %"profile_config_error",
+            event = %log_events::PROFILE_CONFIG_ERROR,
             profile = %name,
             error = %e,
             "this profile's config is wrong; it does not run (the others do); fix it and send SIGHUP"
@@ -284,14 +285,14 @@ impl Host {
     fn ignored_with_all(&self, name: &str, settings: &Settings, endpoint: &Endpoint) {
         if settings.listen.metrics_addr.is_some() && settings.listen.metrics_addr != endpoint.addr {
             tracing::warn!(
-                event = %"config_advice",
+                event = %log_events::CONFIG_ADVICE,
                 profile = %name,
                 "this profile's listen.metrics_addr is ignored with --all: the process serves every profile on one endpoint (--metrics-addr, or the top level's [listen] metrics_addr)"
             );
         }
         if RunSlots::of(settings) != self.slots {
             tracing::warn!(
-                event = %"config_advice",
+                event = %log_events::CONFIG_ADVICE,
                 profile = %name,
                 "this profile's listen.max_concurrent_runs or listen.min_available_memory is ignored with --all: the process's run slots are the top level's [listen]"
             );
@@ -342,7 +343,7 @@ impl Host {
     }
 
     /// A profile's task ended by itself. `Some`: the process ends too, with this exit code.
-    fn on_end(&mut self, name: &str, generation: u64, outcome: Outcome) -> Option<i32> {
+    fn on_end(&mut self, name: &str, generation: u64, outcome: TaskEnd) -> Option<i32> {
         if let Some(i) = self
             .leaving
             .iter()
@@ -350,7 +351,7 @@ impl Host {
         {
             self.leaving.swap_remove(i);
             if let Some(settings) = self.returning.remove(name) {
-                tracing::info!(event = %"profile_added", profile = %name, "the old listener of this profile has stopped; starting it again");
+                tracing::info!(event = %log_events::PROFILE_ADDED, profile = %name, "the old listener of this profile has stopped; starting it again");
                 drop(self.start(name.to_string(), settings));
             } else if !self.profiles.contains_key(name)
                 && let Some(r) = self.registry()
@@ -370,10 +371,10 @@ impl Host {
             return Some(alone_exit(outcome));
         }
         match outcome {
-            Ok(Ended::Stopped) => {}
-            Ok(Ended::TakenByOther { holder }) => {
+            Ok(ListenerEnd::Stopped) => {}
+            Ok(ListenerEnd::TakenByOther { holder }) => {
                 tracing::warn!(
-                    event = %"profile_ended",
+                    event = %log_events::PROFILE_ENDED,
                     profile = %name,
                     holder,
                     "another listener serves this profile's agent; this profile stopped until that one lets go (the others run on)"
@@ -384,7 +385,7 @@ impl Host {
             Err(e @ StartError::LockHeld { pid: holder }) => {
                 let why = e.said();
                 tracing::error!(
-                    event = %"profile_not_running",
+                    event = %log_events::PROFILE_NOT_RUNNING,
                     profile = %name,
                     error = %why,
                     "this profile cannot run until that listener lets go; the others run on"
@@ -396,7 +397,7 @@ impl Host {
                 self.failed_other.insert(name.to_string());
                 let why = e.said();
                 tracing::error!(
-                    event = %"profile_not_running",
+                    event = %log_events::PROFILE_NOT_RUNNING,
                     profile = %name,
                     error = %why,
                     "this profile cannot run; the others run on (SIGHUP tries again)"
@@ -406,7 +407,7 @@ impl Host {
         }
         if self.all_served_elsewhere() {
             tracing::error!(
-                event = %"already_running",
+                event = %log_events::ALREADY_RUNNING,
                 "every profile of this config is served by another listener already; this process has nothing to do: exiting"
             );
             return Some(super::start::exit_code(
@@ -429,12 +430,12 @@ impl Host {
         if notify::all_turned(counts) {
             self.notify.watchdog();
         } else {
-            tracing::warn!(event = %"watchdog_withheld", "a profile's main loop has not turned since the last watchdog tick; not pinging");
+            tracing::warn!(event = %log_events::WATCHDOG_WITHHELD, "a profile's main loop has not turned since the last watchdog tick; not pinging");
         }
         for r in self.profiles.values_mut() {
             let now = r.turns.load(Ordering::Relaxed);
             r.seen = (now > 0).then_some(now);
-            let _ = r.commands.try_send(Command::Probe);
+            let _ = r.commands.try_send(HostCommand::Probe);
         }
     }
 
@@ -448,9 +449,9 @@ impl Host {
             std::mem::take(&mut self.profiles).into_iter().collect();
         all.append(&mut self.leaving);
         for (_, r) in &all {
-            deliver(&r.commands, Command::Stop(cause));
+            deliver(&r.commands, HostCommand::Stop(cause));
         }
-        let senders: Vec<mpsc::Sender<Command>> =
+        let senders: Vec<mpsc::Sender<HostCommand>> =
             all.iter().map(|(_, r)| r.commands.clone()).collect();
         let mut tasks = Box::pin(futures_util::future::join_all(
             all.into_iter().map(|(_, r)| r.task),
@@ -460,7 +461,7 @@ impl Host {
                 _ = &mut tasks => break,
                 second = signals.stop() => {
                     for tx in &senders {
-                        deliver(tx, Command::StopNow(second));
+                        deliver(tx, HostCommand::StopNow(second));
                     }
                 }
             }
@@ -475,18 +476,18 @@ impl Host {
 /// The process's exit code for its one profile's end (`listen`): 0 when stopped; a start
 /// error's own, said on stderr (`StartError::refuse`); `Exit::AlreadyRunning`'s when another
 /// listener took its agent.
-fn alone_exit(outcome: Outcome) -> i32 {
+fn alone_exit(outcome: TaskEnd) -> i32 {
     let env = crate::config::process_env();
     match outcome {
-        Ok(Ended::Stopped) => super::start::exit_code(Exit::Done, &env),
-        Ok(Ended::TakenByOther { .. }) => super::start::exit_code(Exit::AlreadyRunning, &env),
+        Ok(ListenerEnd::Stopped) => super::start::exit_code(Exit::Done, &env),
+        Ok(ListenerEnd::TakenByOther { .. }) => super::start::exit_code(Exit::AlreadyRunning, &env),
         Err(e) => e.refuse(&env),
     }
 }
 
 /// Hands a command to a profile: at once when its channel has room, else from a task of its own
 /// (a loop that is not draining its commands must not hold up the process).
-fn deliver(tx: &mpsc::Sender<Command>, cmd: Command) {
+fn deliver(tx: &mpsc::Sender<HostCommand>, cmd: HostCommand) {
     if let Err(mpsc::error::TrySendError::Full(cmd)) = tx.try_send(cmd) {
         let tx = tx.clone();
         tokio::spawn(async move {

@@ -8,7 +8,7 @@
 //! (the other profiles, the timers), so a ping from a timer alone would prove nothing about it.
 //! So the process pings only while *every* started profile's loop turns: each loop counts its
 //! turns (`daemon::Link::turns`); at every tick (half the watchdog interval) the process pings
-//! when each count moved since the last tick, then sends each profile a `Command::Probe`, which
+//! when each count moved since the last tick, then sends each profile a `HostCommand::Probe`, which
 //! turns a healthy loop at once, so an idle loop (no heartbeat within the tick) still moves its
 //! count before the next tick. A loop that does not turn misses the next tick and every later
 //! one: systemd sees no ping for the whole interval and restarts the unit. A loop blocked

@@ -1,6 +1,6 @@
 //! The signals the process answers: SIGTERM and SIGINT stop every profile (a second one stops
 //! them now), SIGHUP reloads. Installed once for the process; the profiles' listeners own none
-//! (`daemon::Command`).
+//! (`daemon::HostCommand`).
 
 use tokio::signal::unix::{Signal, SignalKind, signal};
 

@@ -8,6 +8,7 @@
 //! its answer included). Half-sent requests can then never eat the listener's descriptors.
 
 use super::{Metrics, Registry, Verdict};
+use crate::log_events;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -46,7 +47,7 @@ pub async fn serve(
             Ok(l) => break l,
             Err(e) => {
                 if !logged {
-                    tracing::error!(event = %"metrics_bind_failed", addr = %addr, error = %e, "cannot serve metrics on this address; trying again every 10 s");
+                    tracing::error!(event = %log_events::METRICS_BIND_FAILED, addr = %addr, error = %e, "cannot serve metrics on this address; trying again every 10 s");
                     logged = true;
                 }
                 tokio::select! {
@@ -66,7 +67,7 @@ pub async fn serve_listener(
     mut shutdown: tokio::sync::watch::Receiver<bool>,
 ) {
     if let Ok(local) = listener.local_addr() {
-        tracing::info!(event = %"metrics_serving", addr = %local, "serving /metrics, /healthz and /readyz");
+        tracing::info!(event = %log_events::METRICS_SERVING, addr = %local, "serving /metrics, /healthz and /readyz");
     }
     let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
     let mut refused_said = false;
@@ -78,14 +79,14 @@ pub async fn serve_listener(
         let stream = match accepted {
             Ok((stream, _)) => stream,
             Err(e) => {
-                tracing::debug!(event = %"metrics_accept_failed", error = %e, "accept failed; pausing");
+                tracing::debug!(event = %log_events::METRICS_ACCEPT_FAILED, error = %e, "accept failed; pausing");
                 tokio::time::sleep(ACCEPT_ERROR_PAUSE).await;
                 continue;
             }
         };
         let Ok(slot) = slots.clone().try_acquire_owned() else {
             if !std::mem::replace(&mut refused_said, true) {
-                tracing::warn!(event = %"metrics_connections_full", max = MAX_CONNECTIONS, "metrics endpoint: too many connections at once; closing the extra ones unread (said once)");
+                tracing::warn!(event = %log_events::METRICS_CONNECTIONS_FULL, max = MAX_CONNECTIONS, "metrics endpoint: too many connections at once; closing the extra ones unread (said once)");
             }
             drop(stream);
             continue;

@@ -2,11 +2,14 @@
 
 use super::proxy;
 use super::read::{MAX_FRAME_BYTES, close_normal};
-use super::{DEDUPE_CAPACITY, Ended, READ_BUFFER_BYTES, SocketParams, Ws, truncate, ws_url};
+use super::{
+    ConnectionEnd, DEDUPE_CAPACITY, READ_BUFFER_BYTES, SocketParams, Ws, truncate, ws_url,
+};
 use crate::client::{ApiError, CLIENT_NAME, CLIENT_VERSION};
 use crate::core::engine::Engine;
 use crate::core::reconnect::{self, CloseKind};
 use crate::listen::reach;
+use crate::log_events;
 use futures_util::{SinkExt, StreamExt};
 use reach::NotReached;
 use secrecy::ExposeSecret;
@@ -17,17 +20,17 @@ use tokio_tungstenite::tungstenite::{
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
 
-pub(super) async fn connect(params: &SocketParams) -> Result<Ws, Ended> {
+pub(super) async fn connect(params: &SocketParams) -> Result<Ws, ConnectionEnd> {
     let url = ws_url(&params.api_base);
-    tracing::debug!(event = %"socket_connecting", url = %url, "connecting");
+    tracing::debug!(event = %log_events::SOCKET_CONNECTING, url = %url, "connecting");
     let mut req = url
         .as_str()
         .into_client_request()
-        .map_err(|e| Ended::Closed(CloseKind::Ordinary, format!("bad socket URL: {e}")))?;
+        .map_err(|e| ConnectionEnd::Closed(CloseKind::Ordinary, format!("bad socket URL: {e}")))?;
     let h = req.headers_mut();
     let bearer = format!("Bearer {}", params.key.expose_secret());
     let Ok(auth) = tungstenite::http::HeaderValue::from_str(&bearer) else {
-        return Err(Ended::Closed(
+        return Err(ConnectionEnd::Closed(
             CloseKind::KeyRefused,
             "the API key has characters a header cannot carry".into(),
         ));
@@ -69,7 +72,7 @@ pub(super) async fn connect(params: &SocketParams) -> Result<Ws, Ended> {
             .uri()
             .port_u16()
             .unwrap_or(if url.starts_with("wss://") { 443 } else { 80 });
-        tracing::debug!(event = %"socket_proxy", proxy = %proxy::shown(p), "tunnelling the socket through the proxy");
+        tracing::debug!(event = %log_events::SOCKET_PROXY, proxy = %proxy::shown(p), "tunnelling the socket through the proxy");
         let stream =
             proxy::tunnel(p, host.trim_start_matches('[').trim_end_matches(']'), port).await?;
         Ok(
@@ -80,14 +83,14 @@ pub(super) async fn connect(params: &SocketParams) -> Result<Ws, Ended> {
     let answer = match tokio::time::timeout(CONNECT_TIMEOUT, fut).await {
         Err(elapsed) => Err(elapsed),
         Ok(Err::<_, proxy::TunnelError>(tunnel)) => {
-            return Err(Ended::NotReached(NotReached::Unreachable(
+            return Err(ConnectionEnd::NotReached(NotReached::Unreachable(
                 reach::unreachable_line(&params.api_base, &tunnel.to_string()),
             )));
         }
         Ok(Ok(answer)) => Ok(answer),
     };
     match answer {
-        Err(_) => Err(Ended::NotReached(NotReached::Unreachable(
+        Err(_) => Err(ConnectionEnd::NotReached(NotReached::Unreachable(
             reach::unreachable_line(
                 &params.api_base,
                 &format!(
@@ -105,10 +108,13 @@ pub(super) async fn connect(params: &SocketParams) -> Result<Ws, Ended> {
 /// An HTTP answer instead of the upgrade: a refused key (401, 403), the ordinary backoff (429,
 /// 408; a 429's `Retry-After` waited, never less: issue 29 item 15), an outage (5xx), else a
 /// wrong `api_base` (a 404 page, say): `/v1/ws` always exists.
-fn upgrade_answered(api_base: &str, resp: &tungstenite::http::Response<Option<Vec<u8>>>) -> Ended {
+fn upgrade_answered(
+    api_base: &str,
+    resp: &tungstenite::http::Response<Option<Vec<u8>>>,
+) -> ConnectionEnd {
     let status = resp.status().as_u16();
     match reconnect::classify_upgrade_status(status) {
-        CloseKind::KeyRefused => Ended::Closed(
+        CloseKind::KeyRefused => ConnectionEnd::Closed(
             CloseKind::KeyRefused,
             format!("the upgrade was refused with HTTP {status}"),
         ),
@@ -120,21 +126,21 @@ fn upgrade_answered(api_base: &str, resp: &tungstenite::http::Response<Option<Ve
                 .and_then(crate::client::parse_retry_after_header);
             let detail = format!("the upgrade was answered HTTP {status}");
             match wait {
-                Some(wait) => Ended::Throttled(
+                Some(wait) => ConnectionEnd::Throttled(
                     wait,
                     format!(
                         "{detail}; retry after {} s",
                         wait.as_secs_f64().ceil() as u64
                     ),
                 ),
-                None => Ended::Closed(CloseKind::Ordinary, detail),
+                None => ConnectionEnd::Closed(CloseKind::Ordinary, detail),
             }
         }
-        _ if status >= 500 => Ended::NotReached(NotReached::Unreachable(format!(
+        _ if status >= 500 => ConnectionEnd::NotReached(NotReached::Unreachable(format!(
             "{api_base} answered the socket upgrade with HTTP {status}"
         ))),
         kind if status == 408 || status == 429 || !(400..500).contains(&status) => {
-            Ended::Closed(kind, format!("the upgrade was answered HTTP {status}"))
+            ConnectionEnd::Closed(kind, format!("the upgrade was answered HTTP {status}"))
         }
         _ => {
             let content_type = crate::client::content_type(resp.headers());
@@ -146,7 +152,7 @@ fn upgrade_answered(api_base: &str, resp: &tungstenite::http::Response<Option<Ve
                 Err(e) => e.to_string(),
                 Ok(()) => format!("answered HTTP {status} to GET /v1/ws"),
             };
-            Ended::NotReached(NotReached::Misconfigured(reach::misconfigured_line(
+            ConnectionEnd::NotReached(NotReached::Misconfigured(reach::misconfigured_line(
                 api_base, &what,
             )))
         }
@@ -154,9 +160,9 @@ fn upgrade_answered(api_base: &str, resp: &tungstenite::http::Response<Option<Ve
 }
 
 /// A connect that got no HTTP answer: nothing answered (an outage), or something else failed.
-fn connect_failed(api_base: &str, e: tungstenite::Error) -> Ended {
+fn connect_failed(api_base: &str, e: tungstenite::Error) -> ConnectionEnd {
     let unreachable = |what: String| {
-        Ended::NotReached(NotReached::Unreachable(reach::unreachable_line(
+        ConnectionEnd::NotReached(NotReached::Unreachable(reach::unreachable_line(
             api_base, &what,
         )))
     };
@@ -166,7 +172,7 @@ fn connect_failed(api_base: &str, e: tungstenite::Error) -> Ended {
             None => unreachable(io.to_string()),
         },
         tungstenite::Error::Tls(t) => unreachable(format!("the TLS handshake failed: {t}")),
-        e => Ended::Closed(CloseKind::Ordinary, format!("connect failed: {e}")),
+        e => ConnectionEnd::Closed(CloseKind::Ordinary, format!("connect failed: {e}")),
     }
 }
 
@@ -182,12 +188,14 @@ pub async fn connect_once(params: &SocketParams, settle: Duration) -> Result<Str
     let mut engine = Engine::new(&handle, DEDUPE_CAPACITY);
     params.pacer.admit().await;
     let mut ws = connect(params).await.map_err(|ended| match ended {
-        Ended::Closed(CloseKind::KeyRefused, d) => format!("the server refused the API key: {d}"),
-        Ended::Closed(_, d) | Ended::Throttled(_, d) => d,
-        Ended::NotReached(n) => n.detail().to_string(),
-        Ended::Shutdown | Ended::Reconfigured => "stopped".to_string(),
+        ConnectionEnd::Closed(CloseKind::KeyRefused, d) => {
+            format!("the server refused the API key: {d}")
+        }
+        ConnectionEnd::Closed(_, d) | ConnectionEnd::Throttled(_, d) => d,
+        ConnectionEnd::NotReached(n) => n.detail().to_string(),
+        ConnectionEnd::Shutdown | ConnectionEnd::Reconfigured => "stopped".to_string(),
     })?;
-    tracing::info!(event = %"socket_connected", url = %ws_url(&params.api_base), "socket connected");
+    tracing::info!(event = %log_events::SOCKET_CONNECTED, url = %ws_url(&params.api_base), "socket connected");
     let deadline = tokio::time::Instant::now() + settle;
     loop {
         let msg = match tokio::time::timeout_at(deadline, ws.next()).await {

@@ -9,6 +9,7 @@ mod proxy;
 mod read;
 mod summary;
 
+use crate::log_events;
 use dial::connect;
 pub use dial::connect_once;
 
@@ -132,7 +133,7 @@ type Ws =
     tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
 
 /// How one connection ended.
-enum Ended {
+enum ConnectionEnd {
     Shutdown,
     Reconfigured,
     Closed(CloseKind, String),
@@ -212,23 +213,25 @@ impl Task {
             self.reach.attempt(&params.api_base);
             send_state(&self.events, SocketState::Connecting, None, None).await;
             let (kind, detail, not_reached) = match self.one_connection(&params).await {
-                Ended::Shutdown => return,
+                ConnectionEnd::Shutdown => return,
                 // A new key or API base: connect again now, no backoff.
-                Ended::Reconfigured => {
+                ConnectionEnd::Reconfigured => {
                     self.reach.reached();
                     continue;
                 }
-                Ended::Closed(kind, detail) => {
+                ConnectionEnd::Closed(kind, detail) => {
                     self.reach.reached();
                     (kind, detail, None)
                 }
                 // The server answered: it is there, and asked for a wait of its own.
-                Ended::Throttled(wait, detail) => {
+                ConnectionEnd::Throttled(wait, detail) => {
                     self.reach.reached();
                     self.server_wait = Some(wait);
                     (CloseKind::Ordinary, detail, None)
                 }
-                Ended::NotReached(n) => (CloseKind::Ordinary, n.detail().to_string(), Some(n)),
+                ConnectionEnd::NotReached(n) => {
+                    (CloseKind::Ordinary, n.detail().to_string(), Some(n))
+                }
             };
             self.metrics.socket_down(&kind);
             let misconfigured = matches!(not_reached, Some(NotReached::Misconfigured(_)));
@@ -253,7 +256,7 @@ impl Task {
     /// ends. Every socket attempt passes the pacer right before it dials (so nothing between the
     /// two bunches attempts), after the delay its last end called for (the ordinary backoff, a
     /// refused key's retry, a `1013`'s `retry_after`), never instead of it.
-    async fn one_connection(&mut self, params: &SocketParams) -> Ended {
+    async fn one_connection(&mut self, params: &SocketParams) -> ConnectionEnd {
         if let Err(ended) = self.learn_handle(params).await {
             return ended;
         }
@@ -261,17 +264,17 @@ impl Task {
             .await
             .is_none()
         {
-            return Ended::Shutdown;
+            return ConnectionEnd::Shutdown;
         }
         let Some(connected) = or_shutdown(Box::pin(connect(params)), &mut self.shutdown).await
         else {
-            return Ended::Shutdown;
+            return ConnectionEnd::Shutdown;
         };
         let ws = match connected {
             Ok(ws) => ws,
             Err(ended) => return ended,
         };
-        tracing::debug!(event = %"socket_upgraded", "upgrade accepted; waiting for the first frame");
+        tracing::debug!(event = %log_events::SOCKET_UPGRADED, "upgrade accepted; waiting for the first frame");
         self.record = reconnect::SocketRecord::default();
         self.up_since = None;
         let ended = self.read_loop(ws, params).await;
@@ -283,7 +286,7 @@ impl Task {
     }
 
     /// Who am I: asked before the first connect and after every key or base change.
-    async fn learn_handle(&mut self, params: &SocketParams) -> Result<(), Ended> {
+    async fn learn_handle(&mut self, params: &SocketParams) -> Result<(), ConnectionEnd> {
         let known = self
             .handle_known_for
             .as_ref()
@@ -292,7 +295,7 @@ impl Task {
             return Ok(());
         }
         let Some(answer) = or_shutdown(params.api.me(), &mut self.shutdown).await else {
-            return Err(Ended::Shutdown);
+            return Err(ConnectionEnd::Shutdown);
         };
         let handle = answer.map_err(|e| me_failed(&params.api_base, e))?;
         self.reach.reached();
@@ -329,7 +332,7 @@ impl Task {
             .failed(n, Instant::now(), params.unreachable_warn_after)
         {
             Say::Misconfigured => tracing::error!(
-                event = %"api_base_not_agentchat",
+                event = %log_events::API_BASE_NOT_AGENTCHAT,
                 api_base = %params.api_base,
                 retry_in_ms,
                 "{}; retrying every {} s (at once on SIGHUP)",
@@ -337,7 +340,7 @@ impl Task {
                 delay.as_secs().max(1)
             ),
             Say::LongUnreachable { for_s } => tracing::warn!(
-                event = %"server_unreachable",
+                event = %log_events::SERVER_UNREACHABLE,
                 api_base = %params.api_base,
                 for_s,
                 retry_in_ms,
@@ -359,7 +362,7 @@ impl Task {
             // 10 min, `core::reconnect::Backoff::next_key_delay`) say it again at INFO.
             CloseKind::KeyRefused if self.backoff.key_attempt() <= 1 => {
                 tracing::error!(
-                    event = %"key_refused",
+                    event = %log_events::KEY_REFUSED,
                     retry_in_ms,
                     detail = %detail,
                     "the server refused the API key; check AGENTCHAT_API_KEY or api_key_file, then send SIGHUP (systemctl --user reload) to retry at once"
@@ -368,7 +371,7 @@ impl Task {
             }
             CloseKind::KeyRefused => {
                 tracing::info!(
-                    event = %"key_refused",
+                    event = %log_events::KEY_REFUSED,
                     retry_in_ms,
                     detail = %detail,
                     "the server still refuses the API key; retrying later"
@@ -377,7 +380,7 @@ impl Task {
             }
             CloseKind::Budget { retry_after_s } => {
                 tracing::warn!(
-                    event = %"connect_budget",
+                    event = %log_events::CONNECT_BUDGET,
                     retry_after_s = *retry_after_s,
                     retry_in_ms,
                     "connect budget exhausted; waiting as the server asked"
@@ -388,7 +391,7 @@ impl Task {
             // every 15-30 min (`core::reconnect::UPGRADE_RECHECK`), at once on reload.
             CloseKind::UpgradeRequired => {
                 tracing::error!(
-                    event = %"upgrade_required",
+                    event = %log_events::UPGRADE_REQUIRED,
                     retry_in_ms,
                     detail = %detail,
                     "the server requires a newer agentchat ({}): no wake arrives until agentchat is updated; checking again in {} min",
@@ -399,7 +402,7 @@ impl Task {
             }
             CloseKind::Ordinary => {
                 if !said {
-                    tracing::info!(event = %"backoff", retry_in_ms, detail = %detail, "socket down; reconnecting after a delay");
+                    tracing::info!(event = %log_events::BACKOFF, retry_in_ms, detail = %detail, "socket down; reconnecting after a delay");
                 }
                 SocketState::Backoff
             }
@@ -434,7 +437,7 @@ impl Task {
                         let now = tokio::time::Instant::now();
                         let left = reconnect::left_after_sleep(sleep.deadline().saturating_duration_since(now), unseen);
                         tracing::info!(
-                            event = %"clock_jump",
+                            event = %log_events::CLOCK_JUMP,
                             unseen_ms = unseen.as_millis() as u64,
                             retry_in_ms = left.as_millis() as u64,
                             "the wall clock moved {} s more than the monotonic clock (the machine slept?); that time counts as waited",
@@ -449,15 +452,15 @@ impl Task {
                 r = self.params_rx.changed() => {
                     if r.is_err() { return false; }
                     if *kind == CloseKind::UpgradeRequired {
-                        tracing::info!(event = %"reconnect", "configuration reloaded; checking the socket again now");
+                        tracing::info!(event = %log_events::RECONNECT, "configuration reloaded; checking the socket again now");
                         return true;
                     }
                     if *kind == CloseKind::KeyRefused {
-                        tracing::info!(event = %"key_retry", "configuration reloaded; retrying the key now");
+                        tracing::info!(event = %log_events::KEY_RETRY, "configuration reloaded; retrying the key now");
                         return true;
                     }
                     if misconfigured {
-                        tracing::info!(event = %"reconnect", "configuration reloaded; trying api_base again now");
+                        tracing::info!(event = %log_events::RECONNECT, "configuration reloaded; trying api_base again now");
                         return true;
                     }
                 }
@@ -467,14 +470,14 @@ impl Task {
 }
 
 /// `GET /v1/agents/me` failed: a refused key, a wrong `api_base`, or an outage.
-fn me_failed(api_base: &str, e: ApiError) -> Ended {
+fn me_failed(api_base: &str, e: ApiError) -> ConnectionEnd {
     match e {
-        ApiError::Refused(status) => Ended::Closed(
+        ApiError::Refused(status) => ConnectionEnd::Closed(
             CloseKind::KeyRefused,
             format!("GET /v1/agents/me answered HTTP {status}"),
         ),
         // The server answered: it is there, and asked for a wait (`Task::server_wait`).
-        ApiError::RateLimited(wait) => Ended::Throttled(
+        ApiError::RateLimited(wait) => ConnectionEnd::Throttled(
             wait,
             format!(
                 "GET /v1/agents/me answered HTTP 429; retry after {} s",
@@ -482,8 +485,10 @@ fn me_failed(api_base: &str, e: ApiError) -> Ended {
             ),
         ),
         // Contract 7: switched off for good; the same stopped state as a `4426`.
-        e @ ApiError::Removed { .. } => Ended::Closed(CloseKind::UpgradeRequired, e.to_string()),
-        e => Ended::NotReached(NotReached::from_api(api_base, &e)),
+        e @ ApiError::Removed { .. } => {
+            ConnectionEnd::Closed(CloseKind::UpgradeRequired, e.to_string())
+        }
+        e => ConnectionEnd::NotReached(NotReached::from_api(api_base, &e)),
     }
 }
 

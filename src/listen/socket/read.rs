@@ -3,10 +3,11 @@
 
 use super::summary::{SummaryLog, Tally};
 use super::{
-    Ended, SocketEvent, SocketParams, SocketState, Task, Ws, send_state, truncate, ws_url,
+    ConnectionEnd, SocketEvent, SocketParams, SocketState, Task, Ws, send_state, truncate, ws_url,
 };
 use crate::core::engine::WakeCause;
 use crate::core::reconnect::{self, CloseKind};
+use crate::log_events;
 use futures_util::{SinkExt, StreamExt};
 use std::task::Poll;
 use std::time::Duration;
@@ -24,7 +25,7 @@ const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
 
 impl Task {
     /// Reads frames until the socket ends, the watchdog fires, or shutdown: one burst at a time.
-    pub(super) async fn read_loop(&mut self, mut ws: Ws, params: &SocketParams) -> Ended {
+    pub(super) async fn read_loop(&mut self, mut ws: Ws, params: &SocketParams) -> ConnectionEnd {
         let mut up = false;
         let mut summary = SummaryLog::default();
         let ended = loop {
@@ -51,7 +52,7 @@ impl Task {
         ws: &mut Ws,
         params: &SocketParams,
         summary: &mut SummaryLog,
-    ) -> Result<Message, Ended> {
+    ) -> Result<Message, ConnectionEnd> {
         let mut idle_deadline = tokio::time::Instant::now() + params.idle_timeout;
         let mut probing = false;
         let next = loop {
@@ -64,7 +65,7 @@ impl Task {
                 _ = tokio::time::sleep_until(look_at), if !probing => {
                     if let Some(unseen) = self.look_at_clocks() {
                         tracing::info!(
-                            event = %"clock_jump",
+                            event = %log_events::CLOCK_JUMP,
                             unseen_ms = unseen.as_millis() as u64,
                             probe_ms = PROBE_TIMEOUT.as_millis() as u64,
                             "the wall clock moved {} s more than the monotonic clock (the machine slept?); probing the socket",
@@ -80,18 +81,18 @@ impl Task {
                 r = self.shutdown.changed() => {
                     if r.is_err() || *self.shutdown.borrow() {
                         close_normal(ws).await;
-                        return Err(Ended::Shutdown);
+                        return Err(ConnectionEnd::Shutdown);
                     }
                 }
                 r = self.params_rx.changed() => {
                     if r.is_err() {
                         close_normal(ws).await;
-                        return Err(Ended::Shutdown);
+                        return Err(ConnectionEnd::Shutdown);
                     }
                     if !self.params_rx.borrow_and_update().same_endpoint(params) {
-                        tracing::info!(event = %"reconnect", "the API base or key changed; reconnecting");
+                        tracing::info!(event = %log_events::RECONNECT, "the API base or key changed; reconnecting");
                         close_normal(ws).await;
-                        return Err(Ended::Reconfigured);
+                        return Err(ConnectionEnd::Reconfigured);
                     }
                 }
                 n = tokio::time::timeout_at(idle_deadline, ws.next()) => break n,
@@ -100,22 +101,25 @@ impl Task {
         match next {
             Err(_) if probing => {
                 tracing::warn!(
-                    event = %"watchdog_drop",
+                    event = %log_events::WATCHDOG_DROP,
                     probe_ms = PROBE_TIMEOUT.as_millis() as u64,
                     "no answer to the probe after a clock jump; dropping the socket"
                 );
-                Err(Ended::Closed(
+                Err(ConnectionEnd::Closed(
                     CloseKind::Ordinary,
                     "no answer to the probe after a clock jump".into(),
                 ))
             }
             Err(_) => {
                 tracing::warn!(
-                    event = %"watchdog_drop",
+                    event = %log_events::WATCHDOG_DROP,
                     idle_ms = params.idle_timeout.as_millis() as u64,
                     "no inbound traffic within the idle timeout; dropping the socket"
                 );
-                Err(Ended::Closed(CloseKind::Ordinary, "idle watchdog".into()))
+                Err(ConnectionEnd::Closed(
+                    CloseKind::Ordinary,
+                    "idle watchdog".into(),
+                ))
             }
             Ok(None) => Err(socket_ended()),
             Ok(Some(Err(e))) => Err(socket_error(e)),
@@ -187,7 +191,7 @@ impl Task {
             log_hello(caps.as_deref());
         }
         if let Some(cause) = action.wake {
-            tracing::debug!(event = %"wake", reason = %cause.label(), message_id = action.ack.as_deref(), "wake");
+            tracing::debug!(event = %log_events::WAKE, reason = %cause.label(), message_id = action.ack.as_deref(), "wake");
             burst.wake(cause);
         }
         if let Some(id) = action.ack {
@@ -204,9 +208,9 @@ impl Task {
         ws: &mut Ws,
         mut burst: Burst,
         params: &SocketParams,
-    ) -> (Tally, Option<Ended>) {
+    ) -> (Tally, Option<ConnectionEnd>) {
         if burst.came_up {
-            tracing::info!(event = %"socket_connected", url = %ws_url(&params.api_base), "socket connected");
+            tracing::info!(event = %log_events::SOCKET_CONNECTED, url = %ws_url(&params.api_base), "socket connected");
             self.metrics.connect_accepted();
             let _ = self.events.send(SocketEvent::Connected).await;
             send_state(&self.events, SocketState::Connected, None, None).await;
@@ -215,7 +219,7 @@ impl Task {
             burst.tally.wake(&cause.label(), *frames);
             if !self.register_wake(cause.clone(), *frames).await {
                 close_normal(ws).await;
-                return (burst.tally, Some(Ended::Shutdown));
+                return (burst.tally, Some(ConnectionEnd::Shutdown));
             }
         }
         // After the server's close or a socket error, acks can no longer be sent: the server
@@ -236,8 +240,8 @@ impl Task {
         let ended = match (burst.end, sent) {
             (Some(ended), _) => Some(ended),
             (None, Err(e)) => {
-                tracing::info!(event = %"socket_closed", error = %e, "acks could not be sent");
-                Some(Ended::Closed(
+                tracing::info!(event = %log_events::SOCKET_CLOSED, error = %e, "acks could not be sent");
+                Some(ConnectionEnd::Closed(
                     CloseKind::Ordinary,
                     format!("send failed: {e}"),
                 ))
@@ -280,7 +284,7 @@ struct Burst {
     /// Distinct wake causes in first-seen order, each with how many frames asked for it.
     wakes: Vec<(WakeCause, u64)>,
     acks: Vec<String>,
-    end: Option<Ended>,
+    end: Option<ConnectionEnd>,
 }
 
 impl Burst {
@@ -294,9 +298,9 @@ impl Burst {
     /// A frame skipped unread: the burst's first says why at warn, the rest only at debug.
     fn skip(&mut self, bytes: usize, why: &str) {
         if self.tally.skipped == 0 {
-            tracing::warn!(event = %"frame_skipped", bytes, why = %why, "frame skipped");
+            tracing::warn!(event = %log_events::FRAME_SKIPPED, bytes, why = %why, "frame skipped");
         } else {
-            tracing::debug!(event = %"frame_skipped", bytes, why = %why, "frame skipped");
+            tracing::debug!(event = %log_events::FRAME_SKIPPED, bytes, why = %why, "frame skipped");
         }
         self.tally.skipped += 1;
     }
@@ -324,44 +328,44 @@ async fn send_acks(ws: &mut Ws, ids: &[String]) -> Result<usize, tungstenite::Er
     ws.flush().await?;
     if tracing::enabled!(tracing::Level::DEBUG) {
         for id in ids {
-            tracing::debug!(event = %"ack", message_id = %id, "acked");
+            tracing::debug!(event = %log_events::ACK, message_id = %id, "acked");
         }
     }
     Ok(ids.len())
 }
 
-fn socket_ended() -> Ended {
+fn socket_ended() -> ConnectionEnd {
     tracing::info!(
-        event = %"socket_closed",
+        event = %log_events::SOCKET_CLOSED,
         code = 1006u16,
         "socket ended without a close frame"
     );
-    Ended::Closed(CloseKind::Ordinary, "socket ended".into())
+    ConnectionEnd::Closed(CloseKind::Ordinary, "socket ended".into())
 }
 
-fn socket_error(e: tungstenite::Error) -> Ended {
-    tracing::info!(event = %"socket_closed", error = %e, "socket error");
-    Ended::Closed(CloseKind::Ordinary, format!("socket error: {e}"))
+fn socket_error(e: tungstenite::Error) -> ConnectionEnd {
+    tracing::info!(event = %log_events::SOCKET_CLOSED, error = %e, "socket error");
+    ConnectionEnd::Closed(CloseKind::Ordinary, format!("socket error: {e}"))
 }
 
 /// The server's close frame (none: 1005), logged and classified (contract 3.4).
-fn closed_by_server(frame: Option<CloseFrame>) -> Ended {
+fn closed_by_server(frame: Option<CloseFrame>) -> ConnectionEnd {
     let (code, reason) = frame
         .map(|f| (u16::from(f.code), f.reason.to_string()))
         .unwrap_or((1005, String::new()));
     let kind = reconnect::classify_close(code, &reason);
-    tracing::info!(event = %"socket_closed", code, reason = %truncate(&reason, 120), kind = kind.as_str(), "server closed the socket");
-    Ended::Closed(kind, format!("closed {code} {}", truncate(&reason, 120)))
+    tracing::info!(event = %log_events::SOCKET_CLOSED, code, reason = %truncate(&reason, 120), kind = kind.as_str(), "server closed the socket");
+    ConnectionEnd::Closed(kind, format!("closed {code} {}", truncate(&reason, 120)))
 }
 
 /// The capabilities `hello.ok` listed (`None`: a pre-v1 server listed none).
 fn log_hello(caps: Option<&[String]>) {
     match caps {
         Some(c) => {
-            tracing::info!(event = %"hello", capabilities = %c.join(","), "server accepted capabilities")
+            tracing::info!(event = %log_events::HELLO, capabilities = %c.join(","), "server accepted capabilities")
         }
         None => {
-            tracing::info!(event = %"hello", "pre-v1 server: no capabilities listed")
+            tracing::info!(event = %log_events::HELLO, "pre-v1 server: no capabilities listed")
         }
     }
 }
@@ -371,25 +375,25 @@ fn log_frame(text: &str) {
     use crate::core::frames::ServerFrame;
     match ServerFrame::parse(text) {
         Ok(ServerFrame::MessageNew(m)) => {
-            tracing::debug!(event = %"frame", frame_type = "message.new", message_id = %m.id, conversation_id = m.conversation_id.as_deref(), sender = m.sender.as_deref(), kind = m.kind.as_deref(), "frame")
+            tracing::debug!(event = %log_events::FRAME, frame_type = "message.new", message_id = %m.id, conversation_id = m.conversation_id.as_deref(), sender = m.sender.as_deref(), kind = m.kind.as_deref(), "frame")
         }
         Ok(ServerFrame::Wake { reason, step }) => {
-            tracing::debug!(event = %"frame", frame_type = "wake", reason = %reason, step, "frame")
+            tracing::debug!(event = %log_events::FRAME, frame_type = "wake", reason = %reason, step, "frame")
         }
         Ok(ServerFrame::GroupInviteReceived { invite_id }) => {
-            tracing::debug!(event = %"frame", frame_type = "group.invite.received", invite_id = invite_id.as_deref(), "frame")
+            tracing::debug!(event = %log_events::FRAME, frame_type = "group.invite.received", invite_id = invite_id.as_deref(), "frame")
         }
         Ok(ServerFrame::HelloOk { .. }) => {
-            tracing::debug!(event = %"frame", frame_type = "hello.ok", "frame")
+            tracing::debug!(event = %log_events::FRAME, frame_type = "hello.ok", "frame")
         }
         Ok(ServerFrame::GroupDeleted) => {
-            tracing::debug!(event = %"frame", frame_type = "group.deleted", "frame")
+            tracing::debug!(event = %log_events::FRAME, frame_type = "group.deleted", "frame")
         }
         Ok(ServerFrame::Heartbeat) => {
-            tracing::debug!(event = %"frame", frame_type = "heartbeat", "frame")
+            tracing::debug!(event = %log_events::FRAME, frame_type = "heartbeat", "frame")
         }
         Ok(ServerFrame::Other { kind }) => {
-            tracing::debug!(event = %"frame", frame_type = %truncate(&kind, 64), "frame")
+            tracing::debug!(event = %log_events::FRAME, frame_type = %truncate(&kind, 64), "frame")
         }
         Err(_) => {}
     }

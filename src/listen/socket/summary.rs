@@ -1,6 +1,7 @@
 //! The frames' log: what bursts of frames came to, summed up at most every `SUMMARY_EVERY`.
 
 use crate::core::frames::FrameType;
+use crate::log_events;
 use std::time::Duration;
 
 /// What some frames came to: counted by type, skipped, acked, and the wakes they asked for.
@@ -47,7 +48,7 @@ impl Tally {
             ($level:expr) => {
                 tracing::event!(
                     $level,
-                    event = %"frames",
+                    event = %log_events::FRAMES,
                     frames = self.frames,
                     message_new = t.message_new,
                     wake = t.wake,

@@ -525,3 +525,48 @@ pub fn grep(haystack: &str, needle: &str) -> Vec<String> {
         .map(str::to_string)
         .collect()
 }
+
+/// Waits until the listener has ended its first cycle (the connect wake), so a test's own wakes
+/// start from a quiet listener.
+pub async fn connect_cycle_ended(l: &Listener) {
+    assert!(
+        eventually(15.0, || l.count("cycle_end") >= 1).await,
+        "the connect cycle never ended:\n{}",
+        l.log()
+    );
+}
+
+/// The usual scene: the sim, `alice` who writes, and `bob` whose listener `l` runs with the files
+/// of `setup`, past its connect cycle.
+pub struct Scene {
+    pub sim: Sim,
+    pub alice: Agent,
+    pub bob: Agent,
+    pub setup: Setup,
+    pub l: Listener,
+}
+
+/// [`Scene`] with `bob`'s listener started with `opts`.
+pub async fn bob_listening(opts: &Opts) -> Scene {
+    bob_listening_with(opts, &[]).await
+}
+
+/// `bob_listening` with the recorder's switch files (`sleep`, `exit`, ...) set before the start.
+pub async fn bob_listening_with(opts: &Opts, rec: &[(&str, &str)]) -> Scene {
+    let sim = Sim::start(1.0).await;
+    let alice = sim.agent("alice").await;
+    let bob = sim.agent("bob").await;
+    let setup = Setup::new(opts);
+    for (name, value) in rec {
+        setup.rec.set(name, value);
+    }
+    let l = Listener::start(&sim, &bob, &setup, opts);
+    connect_cycle_ended(&l).await;
+    Scene {
+        sim,
+        alice,
+        bob,
+        setup,
+        l,
+    }
+}
