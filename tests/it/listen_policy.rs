@@ -151,6 +151,21 @@ async fn max_runs_per_hour_holds_the_next_run_until_the_hour_rolls_over() {
     assert_eq!(h["key"], "max_runs_per_hour");
     assert_eq!(h["until"], "2026-12-02T11:00:00.000Z");
     assert_eq!(setup.status()["usage"]["this_hour"]["runs"], 1);
+    // `agentchat status` says why runs wait and until when (the local time, TZ=UTC0; with the
+    // date when the test runs on another day than the policy's clock), and today's runs.
+    let out = crate::common::isolated_command(BIN, &[])
+        .arg("status")
+        .env("TZ", "UTC0")
+        .env("AGENTCHAT_CONFIG", &setup.config)
+        .env("AGENTCHAT_STATE_DIR", &setup.state_dir)
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        said.contains("runs wait: max_runs_per_hour reached, until ") && said.contains("11:00"),
+        "{said}"
+    );
+    assert!(said.contains("today: 1 run"), "{said}");
     assert_eq!(setup.rec.count(), 1);
     let ledger: Value =
         serde_json::from_slice(&std::fs::read(setup.state_dir.join("ledger.json")).unwrap())
