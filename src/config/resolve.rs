@@ -3,7 +3,7 @@
 //! bounds depend on `api_base`, through the test time scale). Pure: the environment is a map
 //! and the file's text is given.
 
-use super::keys::ListenLayer;
+use super::keys::{ClaudeLayer, CodexLayer, ListenLayer};
 use super::layer::Layer;
 use super::value;
 use super::{
@@ -168,8 +168,9 @@ pub fn absolute_paths(settings: &mut Settings, cwd: &Path) {
     }
 }
 
-/// The flags' layer. clap has parsed `--runtime` by the same names; `--api-base` gets the URL
-/// rule here, named by its flag.
+/// The flags' layer. `--api-base` gets the URL rule here, named by its flag; the `[listen]`
+/// keys' flags are on their lines in `config::keys` (clap has parsed `--runtime` by the
+/// same names).
 fn flag_layer(args: &ConfigArgs) -> Result<Layer, ConfigError> {
     let api_base = args
         .api_base
@@ -181,23 +182,11 @@ fn flag_layer(args: &ConfigArgs) -> Result<Layer, ConfigError> {
             })
         })
         .transpose()?;
-    let metrics_addr = args
-        .metrics_addr
-        .as_deref()
-        .map(|v| {
-            value::socket_addr(v).map_err(|problem| ConfigError::BadValue {
-                key: "--metrics-addr".into(),
-                problem,
-            })
-        })
-        .transpose()?;
     Ok(Layer {
         api_base,
-        listen: Some(ListenLayer {
-            runtime: args.runtime,
-            metrics_addr,
-            ..ListenLayer::default()
-        }),
+        listen: Some(ListenLayer::from_flags(args)?),
+        claude: Some(ClaudeLayer::from_flags(args)?),
+        codex: Some(CodexLayer::from_flags(args)?),
         ..Layer::default()
     })
 }
