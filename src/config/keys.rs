@@ -375,6 +375,19 @@ mod tests {
     }
 
     #[test]
+    fn the_values_the_example_config_writes_at_the_top_level_are_the_lines_defaults() {
+        let env = HashMap::from([("HOME".to_string(), "/home/u".to_string())]);
+        let example = include_str!("../../config/agentchat.example.toml");
+        let path = std::path::Path::new("/etc/agentchat/config.toml");
+        let written =
+            crate::config::resolve(&ConfigArgs::default(), &env, Some((path, example))).unwrap();
+        assert_eq!(
+            format!("{:?}", written.listen),
+            format!("{:?}", defaults().listen)
+        );
+    }
+
+    #[test]
     fn each_bounded_key_follows_its_own_duration_rule_and_every_rule_has_its_key() {
         let bounded: Vec<(&str, &str)> = ListenLayer::DURATIONS
             .iter()
