@@ -3,7 +3,7 @@
 //! UTF-8, even one that has nothing to do with us (`FOO=$'a\xffb'`), so every command reads the
 //! environment here instead.
 
-use super::keys::ListenLayer;
+use super::keys::{ClaudeLayer, CodexLayer, ListenLayer};
 use super::layer::Layer;
 use super::{ConfigError, DOORBELL_REMOVAL_DATE, IntegrationSwitch, value};
 use std::collections::HashMap;
@@ -74,34 +74,35 @@ pub(super) fn get<'a>(env: &'a HashMap<String, String>, name: &str) -> Option<&'
     env.get(name).map(|s| s.trim()).filter(|s| !s.is_empty())
 }
 
-/// The environment's layer (`AGENTCHAT_API_BASE`, `AGENTCHAT_RUNTIME`, `AGENTCHAT_LOG`,
-/// `AGENTCHAT_LOG_FORMAT`), each through the same rule as the file's key. The key, the profile,
-/// the config file and the state dir are handled apart (`resolve`).
-pub(super) fn layer(env: &HashMap<String, String>) -> Result<Layer, ConfigError> {
-    fn parse<T>(
-        env: &HashMap<String, String>,
-        name: &str,
-        rule: impl Fn(&str) -> Result<T, String>,
-    ) -> Result<Option<T>, ConfigError> {
-        get(env, name)
-            .map(|v| {
-                rule(v).map_err(|problem| ConfigError::BadValue {
-                    key: name.to_string(),
-                    problem,
-                })
+/// A variable's value by a setting's rule, when set; an error names the variable.
+pub(super) fn parse<T>(
+    env: &HashMap<String, String>,
+    name: &str,
+    rule: impl Fn(&str) -> Result<T, String>,
+) -> Result<Option<T>, ConfigError> {
+    get(env, name)
+        .map(|v| {
+            rule(v).map_err(|problem| ConfigError::BadValue {
+                key: name.to_string(),
+                problem,
             })
-            .transpose()
-    }
+        })
+        .transpose()
+}
+
+/// The environment's layer (`AGENTCHAT_API_BASE`, `AGENTCHAT_LOG`, `AGENTCHAT_LOG_FORMAT`,
+/// `AGENTCHAT_ALLOW_CLEARTEXT`, and the `[listen]` keys' variables their lines in `config::keys`
+/// name), each through the same rule as the file's key. The key, the profile, the config file
+/// and the state dir are handled apart (`resolve`).
+pub(super) fn layer(env: &HashMap<String, String>) -> Result<Layer, ConfigError> {
     Ok(Layer {
         api_base: parse(env, "AGENTCHAT_API_BASE", value::api_base)?,
         log_level: parse(env, "AGENTCHAT_LOG", value::log_filter)?,
         log_format: parse(env, "AGENTCHAT_LOG_FORMAT", value::choice)?,
         allow_cleartext: parse(env, ALLOW_CLEARTEXT, value::switch)?,
-        listen: Some(ListenLayer {
-            runtime: parse(env, "AGENTCHAT_RUNTIME", value::choice)?,
-            metrics_addr: parse(env, "AGENTCHAT_METRICS_ADDR", value::socket_addr)?,
-            ..ListenLayer::default()
-        }),
+        listen: Some(ListenLayer::from_env(env)?),
+        claude: Some(ClaudeLayer::from_env(env)?),
+        codex: Some(CodexLayer::from_env(env)?),
         ..Layer::default()
     })
 }

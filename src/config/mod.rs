@@ -7,7 +7,7 @@
 //! - `file`: the config file's shape as serde types, with errors that name the key path.
 //! - `env`: the process environment without panics, and the environment's layer.
 //! - `keys`: each `[listen]`, `[listen.claude]` and `[listen.codex]` key defined once (its
-//!   shape, its "did you mean" name, its layer field and rule).
+//!   shape, its "did you mean" name, its layer field and rule, its setting and default).
 //! - `hint`: "did you mean" for an unknown key, and the name of a key set twice.
 //! - `layer`: what one source sets, and how sources stack.
 //! - `resolve`: the profile, the merge, defaults and bounds, `advice`.
@@ -29,6 +29,7 @@ pub use config_file::{ConfigFile, KeyFile, ProfileSet, Source};
 pub use env::{
     ALLOW_CLEARTEXT, TEST_TIME_SCALE, VARIABLES, integration_switch, process_env, read_process_env,
 };
+pub use keys::{ClaudeSettings, CodexSettings, ListenSettings};
 pub use load::{config_file_path, file_reads, read_key_file};
 pub use resolve::{
     absolute_paths, advice, check_profile_name, default_state_base, profile_name, resolve,
@@ -65,70 +66,6 @@ pub enum KeySource {
 pub enum McpMode {
     Listener,
     User,
-}
-
-#[derive(Debug, Clone)]
-pub struct ClaudeSettings {
-    /// `claude` on PATH unless set.
-    pub binary: Option<PathBuf>,
-    pub extra_args: Vec<String>,
-    pub mcp: McpMode,
-    /// `<api_base>/mcp` unless set.
-    pub mcp_url: Option<String>,
-}
-
-#[derive(Debug, Clone)]
-pub struct CodexSettings {
-    pub binary: Option<PathBuf>,
-    pub extra_args: Vec<String>,
-    pub mcp_url: Option<String>,
-}
-
-#[derive(Debug, Clone)]
-pub struct ListenSettings {
-    pub runtime: RuntimeKind,
-    /// argv for the `script` runtime.
-    pub command: Vec<String>,
-    /// The runs' working directory; a folder in the state dir when unset.
-    pub workdir: Option<PathBuf>,
-    pub run_timeout: Duration,
-    pub kill_grace: Duration,
-    pub quiet_window: Duration,
-    pub max_delay: Duration,
-    /// Give the script runtime the key in `AGENTCHAT_API_KEY`.
-    pub script_gets_key: bool,
-    /// Keep the identity block current in CLAUDE.md / AGENTS.md inside `workdir`.
-    pub identity_block: bool,
-    /// `listen.env_pass`: variables (`NAME`, `PREFIX_*`) a run inherits beyond the allowlist
-    /// of `core::run_env`.
-    pub env_pass: Vec<String>,
-    /// `listen.tools`: what a run may use beyond the AgentChat tools (Claude Code file tools, or
-    /// `shell` for Codex), inside the workdir only; empty by default.
-    pub tools: Vec<String>,
-    /// `[listen.policy]` (issue 26): who may wake a run, when, and how much the runs may spend;
-    /// the default has no rule.
-    pub policy: crate::core::policy::Policy,
-    /// Newest run logs kept.
-    pub run_logs_keep: usize,
-    /// Most bytes of a run's output kept in its log: the first half, then the last half
-    /// (`runtime::supervisor`).
-    pub run_log_max_bytes: u64,
-    /// No inbound traffic for this long drops the socket.
-    pub idle_timeout: Duration,
-    /// Where `/metrics`, `/healthz` and `/readyz` are served (`listen.metrics_addr`,
-    /// `AGENTCHAT_METRICS_ADDR`, `--metrics-addr`); off when unset.
-    pub metrics_addr: Option<std::net::SocketAddr>,
-    /// `listen.metrics_public`: allows a `metrics_addr` that is not loopback.
-    pub metrics_public: bool,
-    /// `listen.max_concurrent_runs`: the most runs `listen --all` starts at once, across its
-    /// profiles (`core::admission`); `None` is one per CPU core, at least two. The top level's
-    /// alone counts (a profile's own is ignored with a warning); a single `listen` has one run.
-    pub max_concurrent_runs: Option<usize>,
-    /// `listen.min_available_memory`, in bytes: `listen --all` starts no run while less is
-    /// available (`core::admission::available`). Top level only, like `max_concurrent_runs`.
-    pub min_available_memory: Option<u64>,
-    pub claude: ClaudeSettings,
-    pub codex: CodexSettings,
 }
 
 impl ListenSettings {

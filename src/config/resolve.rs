@@ -3,12 +3,12 @@
 //! bounds depend on `api_base`, through the test time scale). Pure: the environment is a map
 //! and the file's text is given.
 
-use super::keys::ListenLayer;
-use super::layer::{Layer, Sourced};
-use super::value::{self, DurationRule};
+use super::keys::{ClaudeLayer, CodexLayer, ListenLayer};
+use super::layer::Layer;
+use super::value;
 use super::{
-    ClaudeSettings, CodexSettings, ConfigArgs, ConfigError, DEFAULT_API_BASE, DEFAULT_PROFILE,
-    KeySource, ListenSettings, LogFormat, McpMode, RuntimeKind, Settings, TestTimeScale, env, file,
+    ConfigArgs, ConfigError, DEFAULT_API_BASE, DEFAULT_PROFILE, KeySource, ListenSettings,
+    LogFormat, RuntimeKind, Settings, TestTimeScale, env, file,
 };
 use secrecy::SecretString;
 use std::collections::HashMap;
@@ -168,8 +168,9 @@ pub fn absolute_paths(settings: &mut Settings, cwd: &Path) {
     }
 }
 
-/// The flags' layer. clap has parsed `--runtime` by the same names; `--api-base` gets the URL
-/// rule here, named by its flag.
+/// The flags' layer. `--api-base` gets the URL rule here, named by its flag; the `[listen]`
+/// keys' flags are on their lines in `config::keys` (clap has parsed `--runtime` by the
+/// same names).
 fn flag_layer(args: &ConfigArgs) -> Result<Layer, ConfigError> {
     let api_base = args
         .api_base
@@ -181,23 +182,11 @@ fn flag_layer(args: &ConfigArgs) -> Result<Layer, ConfigError> {
             })
         })
         .transpose()?;
-    let metrics_addr = args
-        .metrics_addr
-        .as_deref()
-        .map(|v| {
-            value::socket_addr(v).map_err(|problem| ConfigError::BadValue {
-                key: "--metrics-addr".into(),
-                problem,
-            })
-        })
-        .transpose()?;
     Ok(Layer {
         api_base,
-        listen: Some(ListenLayer {
-            runtime: args.runtime,
-            metrics_addr,
-            ..ListenLayer::default()
-        }),
+        listen: Some(ListenLayer::from_flags(args)?),
+        claude: Some(ClaudeLayer::from_flags(args)?),
+        codex: Some(CodexLayer::from_flags(args)?),
         ..Layer::default()
     })
 }
@@ -256,18 +245,11 @@ pub fn state_dir(
         })
 }
 
-/// `[listen]` with its defaults, every duration inside its bounds.
+/// `[listen]` with its defaults (`config::keys`), every duration inside its bounds, and the
+/// check only two keys together can make.
 fn listen_settings(mut m: Layer, scale: TestTimeScale) -> Result<ListenSettings, ConfigError> {
     let l = m.listen.take().unwrap_or_default();
-    let claude = m.claude.take().unwrap_or_default();
-    let codex = m.codex.take().unwrap_or_default();
     let factor = scale.factor();
-    let bounded = |v: Option<Sourced<std::time::Duration>>, rule: &DurationRule| match v {
-        None => Ok(rule.default),
-        Some(Sourced { value, key }) => rule
-            .check(value, factor)
-            .map_err(|problem| ConfigError::BadValue { key, problem }),
-    };
     if let Some(addr) = l.metrics_addr
         && !addr.ip().is_loopback()
         && !l.metrics_public.unwrap_or(false)
@@ -280,40 +262,10 @@ fn listen_settings(mut m: Layer, scale: TestTimeScale) -> Result<ListenSettings,
             ),
         });
     }
-    Ok(ListenSettings {
-        runtime: l.runtime.unwrap_or(RuntimeKind::ClaudeCode),
-        command: l.command.unwrap_or_default(),
-        workdir: l.workdir,
-        run_timeout: bounded(l.run_timeout, &value::RUN_TIMEOUT)?,
-        kill_grace: bounded(l.kill_grace, &value::KILL_GRACE)?,
-        quiet_window: bounded(l.quiet_window, &value::QUIET_WINDOW)?,
-        max_delay: bounded(l.max_delay, &value::MAX_DELAY)?,
-        idle_timeout: bounded(l.idle_timeout, &value::IDLE_TIMEOUT)?,
-        script_gets_key: l.script_gets_key.unwrap_or(true),
-        identity_block: l.identity_block.unwrap_or(true),
-        env_pass: l.env_pass.unwrap_or_default(),
-        tools: l.tools.unwrap_or_default(),
-        policy: m.policy.unwrap_or_default().resolve(),
-        run_logs_keep: l.run_logs_keep.unwrap_or(50),
-        run_log_max_bytes: l
-            .run_log_max_bytes
-            .unwrap_or(super::value::DEFAULT_RUN_LOG_MAX_BYTES),
-        metrics_addr: l.metrics_addr,
-        metrics_public: l.metrics_public.unwrap_or(false),
-        max_concurrent_runs: l.max_concurrent_runs,
-        min_available_memory: l.min_available_memory,
-        claude: ClaudeSettings {
-            binary: claude.binary,
-            extra_args: claude.extra_args.unwrap_or_default(),
-            mcp: claude.mcp.unwrap_or(McpMode::Listener),
-            mcp_url: claude.mcp_url,
-        },
-        codex: CodexSettings {
-            binary: codex.binary,
-            extra_args: codex.extra_args.unwrap_or_default(),
-            mcp_url: codex.mcp_url,
-        },
-    })
+    let claude = m.claude.take().unwrap_or_default().settings(factor)?;
+    let codex = m.codex.take().unwrap_or_default().settings(factor)?;
+    let policy = m.policy.unwrap_or_default().resolve();
+    l.settings(factor, claude, codex, policy)
 }
 
 /// The chosen profile: `--profile`, else `AGENTCHAT_PROFILE`, else `default`.

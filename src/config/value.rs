@@ -61,6 +61,12 @@ pub fn choice<T: Choice>(raw: &str) -> Result<T, String> {
         .map_err(|_| format!("`{name}` is not {}; use {}", T::WHAT, names::<T>()))
 }
 
+/// A flag's value as clap parsed it (`--runtime`: its choices are `choice`'s, through
+/// `ValueEnum`).
+pub fn given<T: Clone>(v: &T) -> Result<T, String> {
+    Ok(v.clone())
+}
+
 /// The levels a log filter may name.
 const LEVELS: [&str; 6] = ["off", "error", "warn", "info", "debug", "trace"];
 
