@@ -91,7 +91,7 @@ impl Host {
             if self.profiles.contains_key(&name) {
                 continue;
             }
-            match self.policy.source(&name).load() {
+            match self.scope.source(&name).load() {
                 Ok(s) => {
                     tracing::info!(event = %log_events::PROFILE_RETRY, profile = %name, "trying this profile again: its agent's lock may be free");
                     drop(self.start(name, s));

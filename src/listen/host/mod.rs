@@ -1,6 +1,6 @@
 //! The process around the profiles' listeners: `agentchat listen` runs one profile through it (a
 //! set of one), `agentchat listen --all` every profile of the config (docs/many-agents.md, "One
-//! process for many agents"); what the two do differently is one `Policy`, decided at start. The boundary: a profile's listener (`listen::daemon`: its socket, coalescer,
+//! process for many agents"); what the two do differently is one `Scope`, decided at start. The boundary: a profile's listener (`listen::daemon`: its socket, coalescer,
 //! cycles, status, texts, state dir and locks) is a task that answers `daemon::HostCommand`s; the
 //! process owns what there is one of per process: the signals (`signals`), systemd's
 //! notification and watchdog (`notify`), the metrics endpoint, and, with `--all`, the set of
@@ -13,9 +13,9 @@
 
 mod blocked;
 mod notify;
-mod policy;
 mod profiles;
 mod reload;
+mod scope;
 mod signals;
 
 use super::admission::Admission;
@@ -28,8 +28,8 @@ use crate::config::{self, ConfigArgs, Settings};
 use crate::core::exit::Exit;
 use crate::log_events;
 use notify::{Notify, Watchdog};
-pub(super) use policy::Top;
-use policy::{Endpoint, Policy, RunSlots};
+pub(super) use scope::Top;
+use scope::{Endpoint, RunSlots, Scope};
 use signals::{Asked, Signals};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -57,7 +57,7 @@ struct Running {
 }
 
 struct Host {
-    policy: Policy,
+    scope: Scope,
     profiles: BTreeMap<String, Running>,
     /// Profiles told to stop because the config no longer names them, until their task ends.
     leaving: Vec<(String, Running)>,
@@ -88,8 +88,8 @@ struct Host {
 /// another listener took its agent (`agent_lock`).
 pub(super) async fn run_one(args: ConfigArgs, settings: Settings) -> anyhow::Result<i32> {
     let mut signals = Signals::install()?;
-    let policy = Policy { args, shared: None };
-    let mut host = Host::new(policy, settings.time_scale);
+    let scope = Scope { args, shared: None };
+    let mut host = Host::new(scope, settings.time_scale);
     let name = settings.profile.clone();
     let started = host.start(name, settings);
     host.serve(&mut signals, vec![started]).await
@@ -110,11 +110,11 @@ pub(super) async fn run_all(
     let mut signals = Signals::install()?;
     let endpoint = Endpoint::new(top.metrics_addr);
     let (addr, registry) = (endpoint.addr, endpoint.registry.clone());
-    let policy = Policy {
+    let scope = Scope {
         args,
         shared: Some(endpoint),
     };
-    let mut host = Host::new(policy, top.scale);
+    let mut host = Host::new(scope, top.scale);
     let slots = top.slots;
     let admission = Admission::new(slots.max(), slots.min_memory, Some(registry.clone()));
     host.slots = slots;
@@ -142,11 +142,11 @@ pub(super) async fn run_all(
 }
 
 impl Host {
-    fn new(policy: Policy, scale: TestTimeScale) -> Host {
+    fn new(scope: Scope, scale: TestTimeScale) -> Host {
         let (ends_tx, ends) = mpsc::unbounded_channel();
         let (endpoint, _) = watch::channel(false);
         Host {
-            policy,
+            scope,
             profiles: BTreeMap::new(),
             leaving: Vec::new(),
             returning: BTreeMap::new(),
@@ -167,7 +167,7 @@ impl Host {
 
     /// The endpoint's registry (`--all` only).
     fn registry(&self) -> Option<&Arc<Registry>> {
-        self.policy.shared.as_ref().map(|e| &e.registry)
+        self.scope.shared.as_ref().map(|e| &e.registry)
     }
 
     /// A profile that does not run: `/readyz` says why (`--all`).
@@ -209,11 +209,11 @@ impl Host {
             started: Some(started_tx),
             turns: turns.clone(),
         };
-        let alone = self.policy.alone();
-        let source = self.policy.source(&name);
+        let alone = self.scope.alone();
+        let source = self.scope.source(&name);
         // `listen`'s one profile serves its own endpoint once it holds its lock; with `--all` the
         // process serves every profile's.
-        let (metrics, own_endpoint) = match &self.policy.shared {
+        let (metrics, own_endpoint) = match &self.scope.shared {
             None => (
                 Metrics::for_settings(&settings),
                 Some(self.endpoint.subscribe()),
@@ -367,7 +367,7 @@ impl Host {
             Some(_) => return None,
             None => {}
         }
-        if self.policy.alone() {
+        if self.scope.alone() {
             return Some(alone_exit(outcome));
         }
         match outcome {
@@ -444,7 +444,7 @@ impl Host {
     async fn stop(mut self, signals: &mut Signals, cause: &'static str) -> anyhow::Result<i32> {
         self.notify.stopping();
         let _ = self.endpoint.send(true);
-        let alone = self.policy.alone();
+        let alone = self.scope.alone();
         let mut all: Vec<(String, Running)> =
             std::mem::take(&mut self.profiles).into_iter().collect();
         all.append(&mut self.leaving);

@@ -12,14 +12,14 @@ impl Host {
     /// whatever keeps their runs from starting (`HostCommand::Recheck`: SIGHUP is how a fixed
     /// runtime, key or texts is said). A file that cannot be read keeps every profile as it is.
     pub(super) fn reload(&mut self) {
-        if self.policy.alone() {
+        if self.scope.alone() {
             for r in self.profiles.values() {
                 deliver(&r.commands, HostCommand::Reload(None));
             }
             return;
         }
         tracing::info!(event = %log_events::RELOAD, "reloading the config: profiles added, removed or changed");
-        let set = match config::ConfigFile::read(&self.policy.args).and_then(|file| file.all()) {
+        let set = match config::ConfigFile::read(&self.scope.args).and_then(|file| file.all()) {
             Ok(set) => set,
             Err(e) => {
                 tracing::error!(event = %log_events::RELOAD_FAILED, error = %e, "the config cannot be read; every profile keeps its settings");

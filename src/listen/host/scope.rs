@@ -1,19 +1,19 @@
-//! What the process is given at start: the `Policy` that tells `listen` (a set of one) from
+//! What the process is given at start: the `Scope` that tells `listen` (a set of one) from
 //! `listen --all`, and `--all`'s top level (`Top`: its metrics endpoint, time scale, run slots).
 
 use super::*;
 
 /// What `agentchat listen` (a set of one profile) and `listen --all` do differently, decided once
 /// at start.
-pub(super) struct Policy {
+pub(super) struct Scope {
     /// The command line's config arguments: where a profile's settings are read again.
     pub(super) args: ConfigArgs,
     /// `listen --all`'s one metrics endpoint, every profile's metrics in its registry. `None`:
-    /// `listen`, whose one profile is the process ([`Policy::alone`]).
+    /// `listen`, whose one profile is the process ([`Scope::alone`]).
     pub(super) shared: Option<Endpoint>,
 }
 
-impl Policy {
+impl Scope {
     /// The process is its one profile: the profile serves its own metrics, tells systemd its
     /// state, logs without a profile span and reads its own config on SIGHUP, and its end is the
     /// process's, with its exit code.
@@ -114,13 +114,13 @@ mod tests {
     #[test]
     fn listen_is_alone_and_reads_its_own_profile_while_all_reads_each_profile_of_the_config() {
         let args = ConfigArgs::default();
-        let one = Policy {
+        let one = Scope {
             args: args.clone(),
             shared: None,
         };
         assert!(one.alone());
         assert!(matches!(one.source("work"), config::Source::One(_)));
-        let all = Policy {
+        let all = Scope {
             args,
             shared: Some(Endpoint::new(None)),
         };
