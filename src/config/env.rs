@@ -3,8 +3,7 @@
 //! UTF-8, even one that has nothing to do with us (`FOO=$'a\xffb'`), so every command reads the
 //! environment here instead.
 
-use super::keys::{ClaudeLayer, CodexLayer, ListenLayer};
-use super::layer::Layer;
+use super::keys::{ClaudeLayer, CodexLayer, Layer, ListenLayer};
 use super::{ConfigError, DOORBELL_REMOVAL_DATE, IntegrationSwitch, value};
 use std::collections::HashMap;
 
@@ -90,20 +89,15 @@ pub(super) fn parse<T>(
         .transpose()
 }
 
-/// The environment's layer (`AGENTCHAT_API_BASE`, `AGENTCHAT_LOG`, `AGENTCHAT_LOG_FORMAT`,
-/// `AGENTCHAT_ALLOW_CLEARTEXT`, and the `[listen]` keys' variables their lines in `config::keys`
-/// name), each through the same rule as the file's key. The key, the profile, the config file
-/// and the state dir are handled apart (`resolve`).
+/// The environment's layer: the variables the keys' lines in `config::keys` name, each through
+/// the same rule as the file's key. The key, the profile, the config file and the state dir are
+/// handled apart (`resolve`).
 pub(super) fn layer(env: &HashMap<String, String>) -> Result<Layer, ConfigError> {
     Ok(Layer {
-        api_base: parse(env, "AGENTCHAT_API_BASE", value::api_base)?,
-        log_level: parse(env, "AGENTCHAT_LOG", value::log_filter)?,
-        log_format: parse(env, "AGENTCHAT_LOG_FORMAT", value::choice)?,
-        allow_cleartext: parse(env, ALLOW_CLEARTEXT, value::switch)?,
         listen: Some(ListenLayer::from_env(env)?),
         claude: Some(ClaudeLayer::from_env(env)?),
         codex: Some(CodexLayer::from_env(env)?),
-        ..Layer::default()
+        ..Layer::from_env(env)?
     })
 }
 

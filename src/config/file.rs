@@ -5,8 +5,8 @@
 //! a key pasted into the wrong field must not reach a log) and a bad value says what would do.
 //! Paths are made absolute against the file's folder last.
 
-use super::keys::{ClaudeLayer, CodexLayer, ListenLayer, ListenTable};
-use super::layer::{Layer, Sourced};
+use super::keys::{ClaudeLayer, CodexLayer, Layer, ListenLayer, ListenTable, SettingsTable};
+use super::layer::Sourced;
 use super::{ConfigError, DEFAULT_PROFILE, LogFormat, McpMode, RuntimeKind, value};
 use secrecy::SecretString;
 use serde::de::{self, Deserialize, Deserializer, MapAccess, Visitor};
@@ -167,21 +167,6 @@ type FileTable = SettingsTable<Table<BTreeMap<String, Table<ProfileTable>>>>;
 /// A `[profiles.<name>]` table: the top level's keys, profiles excepted.
 type ProfileTable = SettingsTable<NoProfiles>;
 
-/// The keys a profile can set, at the top level or in its own table; `P` is what `profiles`
-/// may hold there.
-#[derive(serde::Deserialize)]
-#[serde(deny_unknown_fields, bound(deserialize = "P: Deserialize<'de>"))]
-struct SettingsTable<P> {
-    api_base: Option<Value<ApiBase>>,
-    api_key_file: Option<Value<String>>,
-    api_key: Option<Value<Secret>>,
-    allow_cleartext: Option<Value<bool>>,
-    log_level: Option<Value<LogFilter>>,
-    log_format: Option<Value<LogFormat>>,
-    listen: Option<Table<ListenTable>>,
-    profiles: Option<P>,
-}
-
 /// `profiles` inside a profile's table: an unknown key there, like any other.
 struct NoProfiles;
 
@@ -204,22 +189,10 @@ pub(super) struct Paths<'a> {
 
 impl Paths<'_> {
     /// One settings table as a layer; `prefix` is `""` or `profiles.<name>.`.
-    fn layer<P>(self, t: SettingsTable<P>, prefix: &str) -> Result<Layer, ConfigError> {
-        let key = |name: &str| format!("{prefix}{name}");
-        let mut layer = Layer {
-            api_base: t.api_base.map(|v| v.0.0),
-            api_key_file: t
-                .api_key_file
-                .map(|v| self.path(v.0, &key("api_key_file")))
-                .transpose()?,
-            api_key: t.api_key.map(|v| v.0.0),
-            allow_cleartext: t.allow_cleartext.map(|v| v.0),
-            log_level: t.log_level.map(|v| v.0.0),
-            log_format: t.log_format.map(|v| v.0),
-            ..Layer::default()
-        };
+    fn layer<P>(self, mut t: SettingsTable<P>, prefix: &str) -> Result<Layer, ConfigError> {
+        let mut layer = Layer::take(&mut t, self, prefix)?;
         if let Some(listen) = t.listen {
-            self.listen(listen.0, &key("listen."), &mut layer)?;
+            self.listen(listen.0, &format!("{prefix}listen."), &mut layer)?;
         }
         Ok(layer)
     }
@@ -427,7 +400,13 @@ impl FromToml for ApiBase {
 }
 
 /// `log_level`: a level or a filter.
-struct LogFilter(String);
+pub(super) struct LogFilter(String);
+
+impl From<LogFilter> for String {
+    fn from(v: LogFilter) -> String {
+        v.0
+    }
+}
 
 impl FromToml for LogFilter {
     fn from_toml(v: &toml::Value) -> Result<Self, String> {
@@ -436,7 +415,13 @@ impl FromToml for LogFilter {
 }
 
 /// `api_key`: a non-empty string, kept secret from here on.
-struct Secret(SecretString);
+pub(super) struct Secret(SecretString);
+
+impl From<Secret> for SecretString {
+    fn from(v: Secret) -> SecretString {
+        v.0
+    }
+}
 
 impl FromToml for Secret {
     fn from_toml(v: &toml::Value) -> Result<Self, String> {
@@ -554,7 +539,6 @@ impl<'de, T: Deserialize<'de>> Visitor<'de> for TableVisitor<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::hint;
 
     /// The "expected one of" list serde gives for an unknown key in `toml`'s table.
     fn serde_keys(toml: &str) -> Vec<String> {
@@ -573,7 +557,7 @@ mod tests {
     #[test]
     fn the_key_lists_for_did_you_mean_are_the_shapes_own() {
         for (toml, keys) in [
-            ("bogus = 1", hint::TOP_KEYS),
+            ("bogus = 1", crate::config::keys::TOP_KEYS),
             ("[listen]\nbogus = 1", crate::config::keys::LISTEN_KEYS),
             (
                 "[listen.claude]\nbogus = 1",

@@ -1,20 +1,6 @@
 //! Hints in config errors: "did you mean" for an unknown key, and the name of a key or table
 //! set twice. Wording only; the file's shape is in `file`.
 
-/// The keys of each table, as the file's shape defines them (a unit test checks these lists
-/// against serde's own), for "did you mean" on an unknown key; `[listen]`'s and its CLIs' come
-/// from their one list of keys (`config::keys`).
-pub(super) const TOP_KEYS: &[&str] = &[
-    "api_base",
-    "api_key_file",
-    "api_key",
-    "allow_cleartext",
-    "log_level",
-    "log_format",
-    "listen",
-    "profiles",
-];
-
 /// `; did you mean `x`?` for an unknown key's path (`profiles.work.listen.qiet_window`), or
 /// nothing: the closest key of the same table within a few edits, else the same name in another
 /// table (`runtime` at the top level: `listen.runtime`). The `profiles.<name>.` prefix is kept.
@@ -28,7 +14,7 @@ pub(super) fn did_you_mean(path: &str) -> String {
     };
     let (table, name) = rest.rsplit_once('.').unwrap_or(("", rest));
     let tables: [(&str, &[&str]); 4] = [
-        ("", TOP_KEYS),
+        ("", super::keys::TOP_KEYS),
         ("listen", super::keys::LISTEN_KEYS),
         ("listen.claude", super::keys::CLAUDE_KEYS),
         ("listen.codex", super::keys::CODEX_KEYS),

@@ -1,15 +1,22 @@
-//! The `[listen]`, `[listen.claude]` and `[listen.codex]` keys, each defined once: its name, the
+//! Every key, each defined once: the top level's (`top_table!`: `api_base`, the key, the log) and
+//! the `[listen]`, `[listen.claude]` and `[listen.codex]` keys (`keyed_table!`): its name, the
 //! type the file holds, the type a layer holds, the rule from one to the other, and its default.
-//! From each table's one list come the file's shape (`ListenTable`, ...), the "did you mean" list
-//! (`LISTEN_KEYS`, ...), the layer's fields (`ListenLayer`, ...) with how one layer stacks on
-//! another, the resolved settings (`ListenSettings`, ...) with each key's default, and the
-//! environment's and the flags' layers from the variable and flag a key may have. A new key is
-//! one line here (and its entry in config/agentchat.example.toml, which a test checks).
+//! From each table's one list come the file's shape (`SettingsTable`, `ListenTable`, ...), the
+//! "did you mean" list (`TOP_KEYS`, `LISTEN_KEYS`, ...), the layer's fields (`Layer`,
+//! `ListenLayer`, ...) with how one layer stacks on another, the resolved settings
+//! (`TopSettings`, `ListenSettings`, ...) with each key's default, and the environment's and the
+//! flags' layers from the variable and flag a key may have. A new key is one line here (and its
+//! entry in config/agentchat.example.toml, which a test checks). What a line cannot say stays
+//! code its doc names: `api_base`'s `/v1` and clear-text checks and the choice of the key
+//! (`resolve`), the `profiles` subtable (`file`), and the `ConfigArgs` flags (`config`).
 
-use super::file::{ApiBase, MaxConcurrentRuns, Paths, RunLogMaxBytes, RunLogsKeep, Table, Value};
+use super::file::{
+    ApiBase, LogFilter, MaxConcurrentRuns, Paths, RunLogMaxBytes, RunLogsKeep, Secret, Table, Value,
+};
 use super::layer::{Sourced, layer};
 use super::value::{self, DurationRule};
-use super::{ConfigArgs, ConfigError, McpMode, RuntimeKind};
+use super::{ConfigArgs, ConfigError, LogFormat, McpMode, RuntimeKind};
+use secrecy::SecretString;
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -305,6 +312,154 @@ keyed_table! {
     tables {}
 }
 
+/// The top level's table (a profile's own too): `table SHAPE<P>` (`P`: what `profiles` may
+/// hold there), then `keys { .. }` written as `keyed_table!`'s, where a key's default is
+/// `default(value)` or `optional` (no default: the key file and the key, which
+/// `resolve::key` chooses between, with `AGENTCHAT_API_KEY` over both); then `tables { .. }`, the
+/// subtables the shape reads (each by its own code in `file`), and `merged { .. }`, the layer's
+/// subtables' layers, stacked key by key (`layer!`). From it come the shape, the names, the
+/// `Layer` (deliberately not `Debug`: it may hold the key), and `TopSettings`, the keys with
+/// their defaults (not `Debug` either), which `resolve` puts into `Settings` through the rules
+/// their lines name.
+macro_rules! top_table {
+    (
+        $(#[$meta:meta])*
+        table $shape:ident<P>, names $names:ident, layer $layer_name:ident;
+        $(#[$smeta:meta])*
+        settings $settings:ident;
+        keys { $(
+            $(#[$doc:meta])*
+            $key:ident: $file:ty => $layer:ty = $rule:ident, $how:ident $(($default:expr))?
+                $(env($var:literal, $env_rule:path))? $(flag($flag:literal, $flag_rule:path))?,
+        )* }
+        tables { $( $(#[$tdoc:meta])* $table:ident: $tshape:ty, )* }
+        merged { $( $(#[$mdoc:meta])* $merged:ident: $mty:ty, )* }
+    ) => {
+        $(#[$meta])*
+        #[derive(serde::Deserialize)]
+        #[serde(deny_unknown_fields, bound(deserialize = "P: serde::Deserialize<'de>"))]
+        pub(super) struct $shape<P> {
+            $( $key: Option<Value<$file>>, )*
+            $( $(#[$tdoc])* pub(super) $table: Option<$tshape>, )*
+        }
+
+        /// The table's keys, in the shape's order (a unit test in `file` checks them against
+        /// serde's own list), for "did you mean".
+        pub(super) const $names: &[&str] = &[$(stringify!($key),)* $(stringify!($table),)*];
+
+        layer! {
+            /// What one source (the file's top level, a profile table, the environment, the
+            /// flags) sets, every field optional. Deliberately not `Debug`: it may hold the key.
+            pub struct $layer_name {
+                $( $(#[$doc])* $key: $layer, )*
+            }
+            merged {
+                $( $(#[$mdoc])* $merged: $mty, )*
+            }
+        }
+
+        $(#[$smeta])*
+        pub(super) struct $settings {
+            $( $(#[$doc])* pub(super) $key: setting_type!($how, $layer), )*
+        }
+
+        impl $layer_name {
+            /// The table's plain keys as a layer, each by its rule and named by its full path
+            /// (`prefix`: `""` or `profiles.<name>.`); the subtables stay in `t`.
+            pub(super) fn take<P>(
+                t: &mut $shape<P>,
+                paths: Paths,
+                prefix: &str,
+            ) -> Result<$layer_name, ConfigError> {
+                Ok($layer_name {
+                    $( $key: t
+                        .$key
+                        .take()
+                        .map(|v| paths.$rule(v.0, &format!("{prefix}{}", stringify!($key))))
+                        .transpose()?, )*
+                    ..$layer_name::default()
+                })
+            }
+
+            /// The variables that set the table's keys (`env::VARIABLES` lists them all).
+            #[cfg(test)]
+            pub(super) const VARIABLES: &'static [&'static str] = &[$($($var,)?)*];
+
+            /// The flags that set the table's keys, as `--help` spells them.
+            #[cfg(test)]
+            pub(super) const FLAGS: &'static [&'static str] = &[$($($flag,)?)*];
+
+            /// The environment's layer of the table's keys: each key its variable sets (the
+            /// subtables' are their own tables', set by `env::layer`).
+            pub(super) fn from_env(
+                env: &HashMap<String, String>,
+            ) -> Result<$layer_name, ConfigError> {
+                Ok($layer_name {
+                    $( $key: setting_env!(env $(, $var, $env_rule)?), )*
+                    ..$layer_name::default()
+                })
+            }
+
+            /// The flags' layer of the table's keys: each key its flag sets.
+            pub(super) fn from_flags(args: &ConfigArgs) -> Result<$layer_name, ConfigError> {
+                Ok($layer_name {
+                    $( $key: setting_flag!(args $(, $key, $flag, $flag_rule)?), )*
+                    ..$layer_name::default()
+                })
+            }
+
+            /// The merged layer's keys, each its value or its line's default; the subtables'
+            /// layers stay in `self`.
+            pub(super) fn top(&mut self) -> $settings {
+                $settings {
+                    $( $key: setting_value!($how, self.$key.take(), 1.0 $(, $default)?), )*
+                }
+            }
+        }
+    };
+}
+
+top_table! {
+    /// The top level as the file writes it, or a `[profiles.<name>]` table; an unknown key is
+    /// an error naming its path.
+    table SettingsTable<P>, names TOP_KEYS, layer Layer;
+    /// The top level's keys resolved, before `resolve` puts them into `Settings`. Not `Debug`:
+    /// it holds the key.
+    settings TopSettings;
+    keys {
+        /// Written as it is; `resolve::api_base` drops a trailing `/v1` (keeping the URL as
+        /// written in `Settings::api_base_written`) and refuses clear text beyond loopback
+        /// unless `allow_cleartext`.
+        api_base: ApiBase => String = plain, default(super::DEFAULT_API_BASE.to_string())
+            env("AGENTCHAT_API_BASE", value::api_base) flag("--api-base", value::api_base),
+        /// Named here, read by `load` (`read_key_file`); `resolve::key` chooses the key.
+        api_key_file: String => PathBuf = path, optional,
+        /// `resolve::key`: below `AGENTCHAT_API_KEY` and `api_key_file`.
+        api_key: Secret => SecretString = plain, optional,
+        /// An `http://` `api_base` beyond loopback is allowed (`resolve::no_cleartext`).
+        allow_cleartext: bool => bool = plain, default(false)
+            env("AGENTCHAT_ALLOW_CLEARTEXT", value::switch),
+        log_level: LogFilter => String = plain, default("info".to_string())
+            env("AGENTCHAT_LOG", value::log_filter),
+        log_format: LogFormat => LogFormat = plain, default(LogFormat::Text)
+            env("AGENTCHAT_LOG_FORMAT", value::choice),
+    }
+    tables {
+        listen: Table<ListenTable>,
+        /// The profiles' tables at the top level; in a profile's own table, an unknown key.
+        profiles: P,
+    }
+    merged {
+        /// `[listen]`'s plain keys.
+        listen: ListenLayer,
+        /// `[listen.claude]` and `[listen.codex]`.
+        claude: ClaudeLayer,
+        codex: CodexLayer,
+        /// `[listen.policy]`, key by key: a profile's table over the top level's.
+        policy: crate::core::policy::PolicyLayer,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -349,6 +504,106 @@ mod tests {
         ] {
             assert_eq!(field_names(&settings), keys, "{settings}");
         }
+    }
+
+    #[test]
+    fn each_top_level_line_but_the_key_file_is_a_settings_field() {
+        let s = defaults();
+        // Debug-printed only without a key (`api_key` is `None`: no variable, no file).
+        assert!(s.api_key.is_none());
+        let settings = format!("{s:#?}");
+        let fields = field_names(&settings);
+        // The key file is not a setting of its own: `resolve::key` makes it `key_source`.
+        let lines: Vec<&str> = TOP_KEYS
+            .iter()
+            .copied()
+            .filter(|k| !["api_key_file", "listen", "profiles"].contains(k))
+            .collect();
+        let mut in_settings: Vec<&str> = fields
+            .iter()
+            .copied()
+            .filter(|f| lines.contains(f))
+            .collect();
+        // `Settings` keeps its own order (`allow_cleartext` before `api_key`).
+        in_settings.sort_unstable();
+        let mut lines = lines;
+        lines.sort_unstable();
+        assert_eq!(in_settings, lines, "{settings}");
+        assert!(fields.contains(&"listen") && fields.contains(&"key_source"));
+        assert_eq!(
+            TOP_KEYS,
+            [
+                "api_base",
+                "api_key_file",
+                "api_key",
+                "allow_cleartext",
+                "log_level",
+                "log_format",
+                "listen",
+                "profiles"
+            ]
+        );
+    }
+
+    #[test]
+    fn a_top_level_key_without_a_value_takes_its_lines_default() {
+        let s = defaults();
+        assert_eq!(s.api_base, crate::config::DEFAULT_API_BASE);
+        assert_eq!(s.api_base_written, None);
+        assert!(!s.allow_cleartext);
+        assert_eq!(s.log_level, "info");
+        assert_eq!(s.log_format, LogFormat::Text);
+        assert!(s.api_key.is_none());
+        assert_eq!(s.key_source, crate::config::KeySource::Missing);
+        // The lines' own defaults, from a layer that sets nothing.
+        let top = Layer::default().top();
+        assert_eq!(top.api_base, crate::config::DEFAULT_API_BASE);
+        assert!(top.api_key_file.is_none() && top.api_key.is_none());
+        assert!(!top.allow_cleartext);
+        assert_eq!(
+            (top.log_level.as_str(), top.log_format),
+            ("info", LogFormat::Text)
+        );
+    }
+
+    #[test]
+    fn a_top_level_keys_variable_and_flag_set_it_by_its_lines_rule() {
+        let env = HashMap::from([
+            ("HOME".to_string(), "/home/u".to_string()),
+            (
+                "AGENTCHAT_API_BASE".to_string(),
+                "http://127.0.0.1:9/v1".to_string(),
+            ),
+            ("AGENTCHAT_LOG".to_string(), "debug".to_string()),
+            ("AGENTCHAT_LOG_FORMAT".to_string(), "json".to_string()),
+            ("AGENTCHAT_ALLOW_CLEARTEXT".to_string(), "1".to_string()),
+        ]);
+        let s = crate::config::resolve(&ConfigArgs::default(), &env, None).unwrap();
+        assert_eq!(s.api_base, "http://127.0.0.1:9");
+        assert_eq!(s.api_base_written.as_deref(), Some("http://127.0.0.1:9/v1"));
+        assert_eq!(s.log_level, "debug");
+        assert_eq!(s.log_format, LogFormat::Json);
+        assert!(s.allow_cleartext);
+        let args = ConfigArgs {
+            api_base: Some("http://127.0.0.1:8".into()),
+            ..ConfigArgs::default()
+        };
+        let s = crate::config::resolve(&args, &env, None).unwrap();
+        assert_eq!(s.api_base, "http://127.0.0.1:8", "the flag wins");
+        let bad = |env: &HashMap<String, String>, args: &ConfigArgs| {
+            crate::config::resolve(args, env, None)
+                .err()
+                .unwrap()
+                .to_string()
+        };
+        let mut wrong = env.clone();
+        wrong.insert("AGENTCHAT_LOG_FORMAT".into(), "xml".into());
+        assert!(bad(&wrong, &ConfigArgs::default()).contains("`AGENTCHAT_LOG_FORMAT`"));
+        let args = ConfigArgs {
+            api_base: Some("ftp://x".into()),
+            ..ConfigArgs::default()
+        };
+        assert!(bad(&env, &args).contains("`--api-base`"));
     }
 
     #[test]
@@ -418,6 +673,7 @@ mod tests {
             .map(|l| format!("--{l}"))
             .collect();
         for (variables, table_flags) in [
+            (Layer::VARIABLES, Layer::FLAGS),
             (ListenLayer::VARIABLES, ListenLayer::FLAGS),
             (ClaudeLayer::VARIABLES, ClaudeLayer::FLAGS),
             (CodexLayer::VARIABLES, CodexLayer::FLAGS),
@@ -434,6 +690,16 @@ mod tests {
             ["AGENTCHAT_RUNTIME", "AGENTCHAT_METRICS_ADDR"]
         );
         assert_eq!(ListenLayer::FLAGS, ["--runtime", "--metrics-addr"]);
+        assert_eq!(
+            Layer::VARIABLES,
+            [
+                "AGENTCHAT_API_BASE",
+                super::super::ALLOW_CLEARTEXT,
+                "AGENTCHAT_LOG",
+                "AGENTCHAT_LOG_FORMAT"
+            ]
+        );
+        assert_eq!(Layer::FLAGS, ["--api-base"]);
     }
 
     #[test]
@@ -441,7 +707,7 @@ mod tests {
         let example = include_str!("../../config/agentchat.example.toml");
         let subtables = ["listen", "profiles", "claude", "codex", "policy"];
         for (table, keys) in [
-            ("", super::super::hint::TOP_KEYS),
+            ("", TOP_KEYS),
             ("listen", LISTEN_KEYS),
             ("listen.claude", CLAUDE_KEYS),
             ("listen.codex", CODEX_KEYS),

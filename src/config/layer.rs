@@ -1,9 +1,6 @@
-//! What one source (the file's top level, a profile table, the environment, the flags) sets, and
-//! how sources stack: a higher layer wins wherever it sets a value.
-
-use super::LogFormat;
-use secrecy::SecretString;
-use std::path::PathBuf;
+//! How sources (the file's top level, a profile table, the environment, the flags) stack: a
+//! higher layer wins wherever it sets a value. Each table's layer is declared with its keys in
+//! `config::keys`.
 
 /// A value and the key, variable or flag that set it, for checks that run after the layers are
 /// merged (a duration's bounds depend on the merged `api_base`).
@@ -46,25 +43,3 @@ macro_rules! layer {
     };
 }
 pub(super) use layer;
-
-layer! {
-    /// What one source sets, every field optional. Deliberately not `Debug`: it may hold the key.
-    pub struct Layer {
-        api_base: String,
-        api_key_file: PathBuf,
-        api_key: SecretString,
-        /// `allow_cleartext`: an `http://` `api_base` beyond loopback is allowed.
-        allow_cleartext: bool,
-        log_level: String,
-        log_format: LogFormat,
-    }
-    merged {
-        /// `[listen]`'s plain keys (`config::keys`).
-        listen: super::keys::ListenLayer,
-        /// `[listen.claude]` and `[listen.codex]`.
-        claude: super::keys::ClaudeLayer,
-        codex: super::keys::CodexLayer,
-        /// `[listen.policy]`, key by key: a profile's table over the top level's.
-        policy: crate::core::policy::PolicyLayer,
-    }
-}

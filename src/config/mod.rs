@@ -6,10 +6,12 @@
 //!   shared by the file, the environment and the flags.
 //! - `file`: the config file's shape as serde types, with errors that name the key path.
 //! - `env`: the process environment without panics, and the environment's layer.
-//! - `keys`: each `[listen]`, `[listen.claude]` and `[listen.codex]` key defined once (its
-//!   shape, its "did you mean" name, its layer field and rule, its setting and default).
+//! - `keys`: each key defined once, the top level's and `[listen]`'s, `[listen.claude]`'s and
+//!   `[listen.codex]`'s (its shape, its "did you mean" name, its layer field and rule, its
+//!   setting and default, its variable and flag).
 //! - `hint`: "did you mean" for an unknown key, and the name of a key set twice.
-//! - `layer`: what one source sets, and how sources stack.
+//! - `layer`: how sources stack (`layer!`; each table's layer is declared in `keys`), and a
+//!   value with the key that set it (`Sourced`).
 //! - `resolve`: the profile, the merge, defaults and bounds, `advice`.
 //! - `load`: the reads: the config file (capped, counted) and the key file.
 //! - `config_file`: [`ConfigFile`], the config file read once, answering every command: the

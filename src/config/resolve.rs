@@ -3,12 +3,11 @@
 //! bounds depend on `api_base`, through the test time scale). Pure: the environment is a map
 //! and the file's text is given.
 
-use super::keys::{ClaudeLayer, CodexLayer, ListenLayer};
-use super::layer::Layer;
+use super::keys::{ClaudeLayer, CodexLayer, Layer, ListenLayer, TopSettings};
 use super::value;
 use super::{
-    ConfigArgs, ConfigError, DEFAULT_API_BASE, DEFAULT_PROFILE, KeySource, ListenSettings,
-    LogFormat, RuntimeKind, Settings, TestTimeScale, env, file,
+    ConfigArgs, ConfigError, DEFAULT_PROFILE, KeySource, ListenSettings, RuntimeKind, Settings,
+    TestTimeScale, env, file,
 };
 use secrecy::SecretString;
 use std::collections::HashMap;
@@ -85,15 +84,36 @@ fn resolve_layers(
     file_layer: Layer,
 ) -> Result<Settings, ConfigError> {
     let mut merged = flag_layer(args)?.over(env::layer(env)?.over(file_layer));
-    let written = merged
-        .api_base
-        .take()
-        .unwrap_or_else(|| DEFAULT_API_BASE.to_string());
-    let (api_base, api_base_written) = match value::api_base_without_v1(&written) {
-        Some(stripped) => (stripped, Some(written)),
-        None => (written, None),
+    let mut top = merged.top();
+    let (api_base, api_base_written) = api_base(&top, &merged)?;
+    let time_scale = TestTimeScale::decide(env::test_time_scale(env)?, &api_base);
+    let (api_key, key_source) = key(env, &mut top);
+    Ok(Settings {
+        state_dir: state_dir(args, env, &profile)?,
+        profile,
+        config_path: config_path.map(Path::to_path_buf),
+        api_base,
+        api_base_written,
+        allow_cleartext: top.allow_cleartext,
+        api_key,
+        key_source,
+        log_level: top.log_level,
+        log_format: top.log_format,
+        listen: listen_settings(merged, time_scale)?,
+        time_scale,
+    })
+}
+
+/// `api_base`'s rule after the merge: a trailing `/v1` dropped (the URL as written kept for
+/// `advice`), and no URL the key would travel to in clear text beyond loopback, the MCP URLs
+/// included, unless `allow_cleartext`.
+fn api_base(top: &TopSettings, merged: &Layer) -> Result<(String, Option<String>), ConfigError> {
+    let written = &top.api_base;
+    let (api_base, api_base_written) = match value::api_base_without_v1(written) {
+        Some(stripped) => (stripped, Some(written.clone())),
+        None => (written.clone(), None),
     };
-    let allow_cleartext = merged.allow_cleartext.unwrap_or(false);
+    let allow_cleartext = top.allow_cleartext;
     no_cleartext(&api_base, "api_base", allow_cleartext)?;
     for (url, key) in [
         (
@@ -109,22 +129,7 @@ fn resolve_layers(
             no_cleartext(url, key, allow_cleartext)?;
         }
     }
-    let time_scale = TestTimeScale::decide(env::test_time_scale(env)?, &api_base);
-    let (api_key, key_source) = key(env, &mut merged);
-    Ok(Settings {
-        state_dir: state_dir(args, env, &profile)?,
-        profile,
-        config_path: config_path.map(Path::to_path_buf),
-        api_base,
-        api_base_written,
-        allow_cleartext,
-        api_key,
-        key_source,
-        log_level: merged.log_level.take().unwrap_or_else(|| "info".into()),
-        log_format: merged.log_format.unwrap_or(LogFormat::Text),
-        listen: listen_settings(merged, time_scale)?,
-        time_scale,
-    })
+    Ok((api_base, api_base_written))
 }
 
 /// Makes every relative path of `settings` absolute against `cwd`: the state dir, the config
@@ -168,26 +173,14 @@ pub fn absolute_paths(settings: &mut Settings, cwd: &Path) {
     }
 }
 
-/// The flags' layer. `--api-base` gets the URL rule here, named by its flag; the `[listen]`
-/// keys' flags are on their lines in `config::keys` (clap has parsed `--runtime` by the
-/// same names).
+/// The flags' layer: the flags the keys' lines in `config::keys` name (clap has parsed
+/// `--runtime` by the same names).
 fn flag_layer(args: &ConfigArgs) -> Result<Layer, ConfigError> {
-    let api_base = args
-        .api_base
-        .as_deref()
-        .map(|v| {
-            value::api_base(v).map_err(|problem| ConfigError::BadValue {
-                key: "--api-base".into(),
-                problem,
-            })
-        })
-        .transpose()?;
     Ok(Layer {
-        api_base,
         listen: Some(ListenLayer::from_flags(args)?),
         claude: Some(ClaudeLayer::from_flags(args)?),
         codex: Some(CodexLayer::from_flags(args)?),
-        ..Layer::default()
+        ..Layer::from_flags(args)?
     })
 }
 
@@ -209,12 +202,12 @@ fn no_cleartext(url: &str, key: &str, allow_cleartext: bool) -> Result<(), Confi
 }
 
 /// The key and where it came from: `AGENTCHAT_API_KEY` outranks every key the layers name.
-fn key(env: &HashMap<String, String>, merged: &mut Layer) -> (Option<SecretString>, KeySource) {
+fn key(env: &HashMap<String, String>, top: &mut TopSettings) -> (Option<SecretString>, KeySource) {
     if let Some(k) = env::get(env, "AGENTCHAT_API_KEY") {
         (Some(SecretString::from(k.to_string())), KeySource::Env)
-    } else if let Some(path) = merged.api_key_file.take() {
+    } else if let Some(path) = top.api_key_file.take() {
         (None, KeySource::File(path))
-    } else if let Some(k) = merged.api_key.take() {
+    } else if let Some(k) = top.api_key.take() {
         (Some(k), KeySource::Config)
     } else {
         (None, KeySource::Missing)
