@@ -34,8 +34,8 @@
 //!
 //! **Layer 1**, [`config`]: layered configuration and profiles → [`config::Settings`]:
 //! [`config::value`] (one rule per setting, shared by the file, the environment and the flags),
-//! `file` (the file's shape, errors naming the key path), `keys` (each `[listen]` key on one
-//! line: shape, rule, default, variable and flag), `env`, `layer`, a pure `resolve`, `load`
+//! `file` (the file's shape, errors naming the key path), `keys` (each key on one line: shape,
+//! rule, default, variable and flag), `env`, `layer`, a pure `resolve`, `load`
 //! (the reads), `hint` ("did you mean" in errors). The key is a `SecretString`;
 //! [`config::KeySource`] says where it came from.
 //!
