@@ -640,6 +640,16 @@ mod tests {
             format!("{:?}", written.listen),
             format!("{:?}", defaults().listen)
         );
+        let d = defaults();
+        assert_eq!(
+            (&written.api_base, written.allow_cleartext),
+            (&d.api_base, d.allow_cleartext)
+        );
+        assert_eq!(
+            (&written.log_level, written.log_format),
+            (&d.log_level, d.log_format)
+        );
+        assert_eq!(written.key_source, crate::config::KeySource::Missing);
     }
 
     #[test]
