@@ -1,5 +1,5 @@
 //! Hints in config errors: "did you mean" for an unknown key, and the name of a key or table
-//! set twice. Wording only; the file's shape is in `file`.
+//! set twice. Wording only; the key lists are `config::keys`'s.
 
 /// `; did you mean `x`?` for an unknown key's path (`profiles.work.listen.qiet_window`), or
 /// nothing: the closest key of the same table within a few edits, else the same name in another
