@@ -69,7 +69,8 @@
 //!   [`listen::logging`], [`listen::metrics`] (the page, the probes, the capped endpoint),
 //!   [`listen::once`] (`listen --once`).
 //!
-//! **Layer 5**, the commands, importing anything below: [`status`] (`all`: `status --all`),
+//! **Layer 5**, the commands, importing anything below: [`status`] (`all`: `status --all`;
+//! `zone`: the zone a hold's end is told in),
 //! [`doctor`] (pure [`doctor::checks`], [`doctor::facts`], [`doctor::probes`],
 //! [`doctor::presence`], `reach`, [`doctor::service_checks`], [`doctor::run`](mod@doctor::run):
 //! `doctor --run`), [`service`] (`systemd`, `launchd`, `install`, `manager`, `host` and

@@ -2,7 +2,8 @@
 //! listener holds), with its service unit: the profile's own, or the one-process unit that runs
 //! it (`service install --all --one-process`, src/service/host.rs).
 
-use super::{JSON_VERSION, Liveness, MachineZone, StatusArgs, assess, parse_time, relative};
+use super::zone::{self, MachineZone, PolicyZone};
+use super::{JSON_VERSION, Liveness, StatusArgs, assess, parse_time, relative};
 use crate::config::{ConfigFile, KeyFile};
 use crate::core::policy::{Offsets, Totals, held_line, today_line};
 use crate::core::status::{Held, UsageTotals};
@@ -64,6 +65,9 @@ pub struct Row {
     pub held: Option<Held>,
     /// `status.usage.today`: today's runs and what they cost; `None` when it never ran.
     pub today: Option<UsageTotals>,
+    /// The profile's `listen.policy.timezone`, its hold's end told in it; not in the JSON.
+    #[serde(skip)]
+    pub zone: Option<PolicyZone>,
 }
 
 /// The unit that runs `profile`: its own when `service install` wrote one, else the one-process
@@ -111,6 +115,7 @@ fn row_for(
     state_dir: std::path::PathBuf,
     error: Option<String>,
     hosted: bool,
+    zone: Option<PolicyZone>,
 ) -> (Row, Option<String>) {
     let (status, error) = match StateDir::at(&state_dir).read_status() {
         Ok(s) => (s, error),
@@ -161,6 +166,7 @@ fn row_for(
         error,
         held: status.as_ref().and_then(|s| s.held.clone()),
         today: status.as_ref().map(|s| s.usage.today.clone()),
+        zone,
     };
     (row, manager_error)
 }
@@ -204,14 +210,15 @@ fn today_cell(today: Option<&UsageTotals>) -> String {
 }
 
 /// Pure: the table `status --all` prints: columns as wide as their widest cell, two spaces
-/// apart, every header in capitals; under a row, its error and its hold (the end in `zone`'s
-/// local time); `manager_error` (the service manager's reason for not answering, asked only
-/// about installed units) once under the table.
+/// apart, every header in capitals; under a row, its error and its hold (the end in the row's
+/// policy zone, named when it is not the machine's, else in `machine`'s local time);
+/// `manager_error` (the service manager's reason for not answering, asked only about installed
+/// units) once under the table.
 pub fn render_rows(
     rows: &[Row],
     manager_error: Option<&str>,
     now: SystemTime,
-    zone: &dyn Offsets,
+    machine: &dyn Offsets,
 ) -> String {
     let header = [
         "PROFILE", "HANDLE", "LISTENER", "STATE", "SINCE", "LAST RUN", "TODAY", "SERVICE",
@@ -261,7 +268,10 @@ pub fn render_rows(
         if let Some(e) = row.and_then(|r| r.error.as_ref()) {
             out.push(format!("  {name}: {e}"));
         }
-        if let Some(h) = row.and_then(|r| r.held.as_ref()) {
+        if let Some(r) = row
+            && let Some(h) = &r.held
+        {
+            let zone = zone::shown(r.zone.as_ref(), machine);
             out.push(format!("  {name}: {}", held_line(h, now_ms, zone)));
         }
     }
@@ -295,24 +305,36 @@ pub(super) fn run_all(args: &StatusArgs) -> anyhow::Result<i32> {
     // its lock), and, without a config file, as the one profile there is (no one-process unit
     // runs it).
     let default_of_all = file.runs_default();
+    let now_ms = i64::try_from(crate::sys::time::unix_ms(SystemTime::now())).unwrap_or(i64::MAX);
     for profile in file.profile_names() {
         let hosted = profile != crate::config::DEFAULT_PROFILE || default_of_all == Some(true);
         if default_of_all == Some(false) && profile == crate::config::DEFAULT_PROFILE {
             continue;
         }
         match file.settings(Some(&profile), KeyFile::Named) {
-            Ok(settings) => rows.push(row_for(&profile, true, settings.state_dir, None, hosted)),
+            Ok(settings) => {
+                let zone = PolicyZone::of(&settings, now_ms);
+                rows.push(row_for(
+                    &profile,
+                    true,
+                    settings.state_dir,
+                    None,
+                    hosted,
+                    zone,
+                ));
+            }
             Err(e) => {
                 let dir = crate::config::default_state_base(file.env())
                     .unwrap_or_default()
                     .join(&profile);
-                rows.push(row_for(&profile, true, dir, Some(e.to_string()), hosted));
+                let error = Some(e.to_string());
+                rows.push(row_for(&profile, true, dir, error, hosted, None));
             }
         }
     }
     for (name, dir) in locked_state_dirs() {
         if !rows.iter().any(|(r, _)| r.state_dir == dir) {
-            rows.push(row_for(&name, false, dir, None, false));
+            rows.push(row_for(&name, false, dir, None, false, None));
         }
     }
     let manager_error = rows.iter().find_map(|(_, e)| e.clone());
@@ -369,6 +391,7 @@ mod tests {
                 cost_usd: 0.25,
                 tokens: 0,
             }),
+            zone: None,
         }
     }
 
@@ -479,5 +502,38 @@ mod tests {
             5,
             "one hold line, for the held row only:\n{text}"
         );
+    }
+
+    #[test]
+    fn each_held_row_tells_its_end_in_its_own_policy_zone() {
+        let now = humantime::parse_rfc3339("2026-11-30T11:30:00Z").unwrap();
+        let held = Held {
+            reason: "quiet_hours".into(),
+            key: "quiet_hours".into(),
+            until: Some("2026-11-30T12:00:00Z".into()),
+            ..Held::default()
+        };
+        let zoned = |profile: &str, zone: Option<(&str, i32)>| Row {
+            held: Some(held.clone()),
+            zone: zone.map(|(name, offset)| PolicyZone {
+                name: name.into(),
+                offsets: crate::core::policy::OffsetTable::new(offset, vec![]),
+            }),
+            ..row(profile, "@x", "not installed", None)
+        };
+        let rows = [
+            zoned("berlin", Some(("Europe/Berlin", 3600))),
+            zoned("same", Some(("Africa/Cairo", 2 * 3600))),
+            zoned("mine", None),
+        ];
+        let east = crate::core::policy::FixedOffset(2 * 3600);
+        let text = render_rows(&rows, None, now, &east);
+        for needle in [
+            "  berlin: runs wait: quiet hours, until 13:00 Europe/Berlin",
+            "  same: runs wait: quiet hours, until 14:00\n",
+            "  mine: runs wait: quiet hours, until 14:00",
+        ] {
+            assert!(text.contains(needle), "missing {needle:?} in\n{text}");
+        }
     }
 }

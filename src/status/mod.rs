@@ -13,7 +13,7 @@
 //! (`core::status::quiet_allowance`).
 
 use crate::config::ConfigArgs;
-use crate::core::policy::{Offsets, held_line, usage_line};
+use crate::core::policy::{ShownZone, held_line, usage_line};
 use crate::core::status::{Held, ListenerState, Outcome, Status, quiet_allowance};
 use crate::listen::state_dir::{STATUS_FILE, StateDir};
 use crate::sys::process::pid_alive;
@@ -21,7 +21,9 @@ use serde_json::json;
 use std::time::SystemTime;
 
 mod all;
+mod zone;
 pub use all::{Row, render_rows};
+pub use zone::{MachineZone, PolicyZone};
 
 /// `status` reads the config only to find the profile's state dir, so it takes only the flags
 /// that choose it (not `--runtime`, `--api-base` or `--metrics-addr`, which it would ignore).
@@ -134,20 +136,6 @@ fn when(at: &str, now: SystemTime) -> String {
     }
 }
 
-/// The machine's own time zone, asked of the C library at each instant: a hold's end is shown
-/// to the person at this machine in its local time. Only [`Offsets::offset_at`] is needed to
-/// say a time; no change is looked for.
-pub struct MachineZone;
-
-impl Offsets for MachineZone {
-    fn offset_at(&self, utc_ms: i64) -> i32 {
-        crate::sys::time::local_offset_secs(utc_ms).unwrap_or(0)
-    }
-    fn next_change(&self, _: i64) -> Option<i64> {
-        None
-    }
-}
-
 /// How many ids of each kind a line lists before `and N more`.
 const IDS_SHOWN: usize = 5;
 
@@ -180,13 +168,13 @@ pub fn waiting_line(held: &Held) -> Option<String> {
 }
 
 /// Pure: the human view of a status, its times also shown relative to `now`, a hold's end in the
-/// local time `zone` gives.
+/// local time `zone` gives (the policy's zone, named when it is not the machine's).
 pub fn render(
     profile: &str,
     status: &Status,
     liveness: Liveness,
     now: SystemTime,
-    zone: &dyn Offsets,
+    zone: ShownZone<'_>,
 ) -> String {
     let mut out = Vec::new();
     let pid = status.pid;
@@ -395,6 +383,10 @@ pub async fn run_command(args: StatusArgs) -> anyhow::Result<i32> {
     let file = state.path(STATUS_FILE);
     let status = state.read_status()?;
     let now = SystemTime::now();
+    let policy_zone = PolicyZone::of(
+        &settings,
+        i64::try_from(crate::sys::time::unix_ms(now)).unwrap_or(i64::MAX),
+    );
     let liveness = status
         .as_ref()
         .map(|s| assess(s, pid_alive(u64::from(s.pid)), now));
@@ -424,7 +416,7 @@ pub async fn run_command(args: StatusArgs) -> anyhow::Result<i32> {
                     s,
                     liveness.unwrap_or(Liveness::NotRunning),
                     now,
-                    &MachineZone
+                    zone::shown(policy_zone.as_ref(), &MachineZone)
                 )
             ),
             None => println!(
@@ -514,7 +506,13 @@ mod tests {
     fn render_shows_state_handle_wake_cycle_and_counters() {
         let now = humantime::parse_rfc3339("2026-11-30T01:03:02Z").unwrap();
         let z = crate::core::policy::FixedOffset(0);
-        let text = render("work", &doc("connected", now), Liveness::Running, now, &z);
+        let text = render(
+            "work",
+            &doc("connected", now),
+            Liveness::Running,
+            now,
+            ShownZone::machine(&z),
+        );
         for needle in [
             "profile     work",
             "running (pid 42)",
@@ -550,7 +548,13 @@ mod tests {
         };
         s.usage.this_hour.runs = 12;
         let east = crate::core::policy::FixedOffset(2 * 3600);
-        let text = render("work", &s, Liveness::Running, now, &east);
+        let text = render(
+            "work",
+            &s,
+            Liveness::Running,
+            now,
+            ShownZone::machine(&east),
+        );
         for needle in [
             "held        runs wait: max_runs_per_hour reached, until 14:00 (held since 10 min ago)",
             "waiting     7 cards: conv_1, conv_2, conv_3, conv_4, conv_5 and 2 more; 1 invite: inv_1",

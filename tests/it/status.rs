@@ -682,3 +682,101 @@ async fn status_says_a_hold_with_its_local_end_the_cards_waiting_and_todays_runs
     assert_eq!(row(&doc, "p1")["held"], serde_json::Value::Null);
     assert_eq!(row(&doc, "p1")["today"]["tokens"], 1200);
 }
+
+/// A zone file of one fixed offset (TZif version 1, no transitions): a `timezone` the test's own
+/// `TZDIR` holds, so the test needs no system tzdata and no DST.
+fn fixed_zone_file(dir: &Path, name: &str, offset_secs: i32) {
+    let mut f = b"TZif\0".to_vec();
+    f.extend([0u8; 15]);
+    for n in [0u32, 0, 0, 0, 1, 4] {
+        f.extend(n.to_be_bytes());
+    }
+    f.extend(offset_secs.to_be_bytes());
+    f.extend([0, 0]);
+    f.extend(b"TST\0");
+    let path = dir.join(name);
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(path, f).unwrap();
+}
+
+/// Issue 26: a profile whose `listen.policy.timezone` is not the machine's zone has its hold's end
+/// told in the policy's zone and named (`status` and `status --all`); one whose zone tells the
+/// same time as the machine's is not named.
+#[tokio::test]
+async fn status_tells_a_holds_end_in_the_policys_own_zone_and_names_it_when_not_the_machines() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path();
+    let zones = home.join("zoneinfo");
+    fixed_zone_file(&zones, "Test/Nine", 9 * 3600);
+    fixed_zone_file(&zones, "Test/Two", 2 * 3600);
+    let mut config_text = "[listen]\nruntime = \"script\"\ncommand = [\"/bin/true\"]\n".to_string();
+    for (p, zone) in [("p0", "Test/Nine"), ("p1", "Test/Two")] {
+        let key = home.join(format!("{p}.key"));
+        std::fs::write(&key, format!("ac_live_{p}_0123456789\n")).unwrap();
+        std::fs::set_permissions(&key, std::os::unix::fs::PermissionsExt::from_mode(0o600))
+            .unwrap();
+        config_text.push_str(&format!(
+            "[profiles.{p}]\napi_key_file = \"{p}.key\"\n\
+             [profiles.{p}.listen.policy]\ntimezone = \"{zone}\"\n"
+        ));
+    }
+    let config = home.join("config.toml");
+    std::fs::write(&config, config_text).unwrap();
+    let now = std::time::SystemTime::now();
+    let rfc = |t: std::time::SystemTime| humantime::format_rfc3339_seconds(t).to_string();
+    let secs = now.duration_since(std::time::UNIX_EPOCH).unwrap().as_secs();
+    let until = std::time::UNIX_EPOCH + Duration::from_secs((secs + 2400) / 60 * 60);
+    // `until` as a zone `hours` east of UTC tells it: the time, with the date when not today.
+    let told = |hours: u64| {
+        let shift = |t: std::time::SystemTime| rfc(t + Duration::from_secs(hours * 3600));
+        let (u, n) = (shift(until), shift(now));
+        if u[..10] == n[..10] {
+            u[11..16].to_string()
+        } else {
+            format!("{} {}", &u[..10], &u[11..16])
+        }
+    };
+    for profile in ["p0", "p1"] {
+        let state_dir = home.join("state").join("agentchat").join(profile);
+        std::fs::create_dir_all(&state_dir).unwrap();
+        let doc = serde_json::json!({"state": "connected", "since": rfc(now),
+            "pid": std::process::id(), "profile": profile, "updated_at": rfc(now),
+            "held": {"reason": "quiet_hours", "key": "quiet_hours", "until": rfc(until),
+                     "since": rfc(now), "cards": ["conv_1"], "invites": []}});
+        std::fs::write(state_dir.join("status.json"), doc.to_string()).unwrap();
+    }
+    // The machine is two hours east of UTC.
+    let run = |args: &[&str]| {
+        let mut cmd = isolated(home, args);
+        cmd.arg("--config")
+            .arg(&config)
+            .env("TZ", "XST-2")
+            .env("TZDIR", &zones);
+        async move {
+            let out = cmd.output().await.unwrap();
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            String::from_utf8_lossy(&out.stdout).into_owned()
+        }
+    };
+    let nine = format!("runs wait: quiet hours, until {} Test/Nine", told(9));
+    let two = format!("runs wait: quiet hours, until {}", told(2));
+    assert_ne!(told(9), told(2));
+
+    let p0 = run(&["status", "--profile", "p0"]).await;
+    assert!(p0.contains(&format!("held        {nine} (")), "{p0}");
+    let p1 = run(&["status", "--profile", "p1"]).await;
+    assert!(p1.contains(&format!("held        {two} (")), "{p1}");
+    assert!(
+        !p1.contains("Test/Two"),
+        "the machine's time needs no name:\n{p1}"
+    );
+
+    let all = run(&["status", "--all"]).await;
+    let lines: Vec<&str> = all.lines().collect();
+    assert!(lines.contains(&format!("  p0: {nine}").as_str()), "{all}");
+    assert!(lines.contains(&format!("  p1: {two}").as_str()), "{all}");
+}

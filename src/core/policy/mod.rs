@@ -19,7 +19,7 @@ pub use admit::admit;
 pub use clock::{FixedOffset, OffsetTable, Offsets, local_day, local_hour};
 pub use ledger::{DayTotal, Ledger, MAX_CONVERSATIONS_PER_RUN, MAX_RUNS, RunEntry, Totals};
 pub use parse::{MAX_LOOP_WINDOW_MS, PolicyError, PolicyLayer};
-pub use say::{held_line, hold_line, summary, today_line, usage_line};
+pub use say::{ShownZone, held_line, hold_line, summary, today_line, usage_line};
 
 use super::handle;
 use super::tray::{Card, Invite, Tray};

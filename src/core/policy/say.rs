@@ -88,10 +88,43 @@ pub fn hold_line(hold: &Hold, now_ms: i64, offsets: &dyn Offsets) -> String {
     line
 }
 
+/// The zone `status` tells a hold's end in: the policy's own `timezone` when it could read it,
+/// else the machine's. The name is said only where the two zones would tell the time apart.
+#[derive(Clone, Copy)]
+pub struct ShownZone<'a> {
+    /// The offsets `until` and today are told in.
+    pub offsets: &'a dyn Offsets,
+    /// The policy's `timezone`; `None` for the machine's own zone.
+    pub name: Option<&'a str>,
+    /// The machine's zone, the reader's local time.
+    pub machine: &'a dyn Offsets,
+}
+
+impl<'a> ShownZone<'a> {
+    /// The machine's own zone: never named.
+    pub fn machine(offsets: &'a dyn Offsets) -> ShownZone<'a> {
+        ShownZone {
+            offsets,
+            name: None,
+            machine: offsets,
+        }
+    }
+
+    /// The name to say after a time at `at_ms` written at `now_ms`: when the zone's offset differs
+    /// from the machine's at either (the time, or whether it is today, would read otherwise).
+    fn name_for(&self, at_ms: i64, now_ms: i64) -> Option<&'a str> {
+        let differs = [at_ms, now_ms]
+            .into_iter()
+            .any(|t| self.offsets.offset_at(t) != self.machine.offset_at(t));
+        self.name.filter(|_| differs)
+    }
+}
+
 /// [`hold_line`]'s words for `status.json`'s `held`, as `agentchat status` reads it back: the
 /// same line for every reason this version knows, `runs wait: <reason> (<key>)` for one a newer
-/// listener wrote, and an `until` that is not RFC 3339 shown as written.
-pub fn held_line(held: &Held, now_ms: i64, offsets: &dyn Offsets) -> String {
+/// listener wrote, and an `until` that is not RFC 3339 shown as written. `until` is told in
+/// `zone`, with its name when it is not the machine's (`until 14:00 Europe/Berlin`).
+pub fn held_line(held: &Held, now_ms: i64, zone: ShownZone<'_>) -> String {
     let reason = ALL_REASONS.into_iter().find(|r| r.as_str() == held.reason);
     let mut line = reason_words(
         reason,
@@ -105,7 +138,16 @@ pub fn held_line(held: &Held, now_ms: i64, offsets: &dyn Offsets) -> String {
             .ok()
             .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
             .and_then(|d| i64::try_from(d.as_millis()).ok())
-            .map_or_else(|| until.to_string(), |ms| local_time(ms, now_ms, offsets));
+            .map_or_else(
+                || until.to_string(),
+                |ms| {
+                    let time = local_time(ms, now_ms, zone.offsets);
+                    match zone.name_for(ms, now_ms) {
+                        Some(name) => format!("{time} {name}"),
+                        None => time,
+                    }
+                },
+            );
         let _ = write!(line, ", until {shown}");
     }
     line
@@ -318,35 +360,36 @@ mod tests {
             Some("2026-11-30T12:00:00Z"),
         );
         assert_eq!(
-            held_line(&h, now, &east),
+            held_line(&h, now, ShownZone::machine(&east)),
             "runs wait: max_runs_per_hour reached, until 14:00"
         );
         // The same instant in UTC, and on another local day with its date.
-        assert!(held_line(&h, now, &FixedOffset(0)).ends_with("until 12:00"));
+        assert!(held_line(&h, now, ShownZone::machine(&FixedOffset(0))).ends_with("until 12:00"));
         assert!(
-            held_line(&h, now, &FixedOffset(12 * 3600)).ends_with("until 2026-12-01 00:00"),
+            held_line(&h, now, ShownZone::machine(&FixedOffset(12 * 3600)))
+                .ends_with("until 2026-12-01 00:00"),
             "{}",
-            held_line(&h, now, &FixedOffset(12 * 3600))
+            held_line(&h, now, ShownZone::machine(&FixedOffset(12 * 3600)))
         );
         // Every reason this version writes reads as `hold_line` says it.
         let quiet = held("quiet_hours", "quiet_hours", Some("2026-11-30T12:00:00Z"));
         assert_eq!(
-            held_line(&quiet, now, &east),
+            held_line(&quiet, now, ShownZone::machine(&east)),
             "runs wait: quiet hours, until 14:00"
         );
         let cost = held("cost_per_day", "max_tokens_per_day", None);
         assert_eq!(
-            held_line(&cost, now, &east),
+            held_line(&cost, now, ShownZone::machine(&east)),
             "runs wait: max_tokens_per_day reached"
         );
         let guard = held("loop_guard", "loop_guard", None);
         assert_eq!(
-            held_line(&guard, now, &east),
+            held_line(&guard, now, ShownZone::machine(&east)),
             "runs wait: loop_guard holds 2 conversations"
         );
         let refused = held("not_allowed", "first_contact", None);
         assert_eq!(
-            held_line(&refused, now, &east),
+            held_line(&refused, now, ShownZone::machine(&east)),
             "2 cards may not wake a run (first_contact)"
         );
         let none = Held {
@@ -354,15 +397,69 @@ mod tests {
             ..refused
         };
         assert_eq!(
-            held_line(&none, now, &east),
+            held_line(&none, now, ShownZone::machine(&east)),
             "runs wait: no card from a sender allowed to wake a run (first_contact)"
         );
         // A reason from a newer listener, and an `until` that is not a time, as written.
         let newer = held("moon_phase", "max_moons", Some("soon"));
         assert_eq!(
-            held_line(&newer, now, &east),
+            held_line(&newer, now, ShownZone::machine(&east)),
             "runs wait: moon_phase (max_moons), until soon"
         );
+    }
+
+    #[test]
+    fn a_held_status_tells_its_end_in_the_policys_zone_and_names_it_when_not_the_machines() {
+        // 2026-11-30T12:00:00Z: 13:00 in Berlin (winter), 14:00 two hours east; now 11:30Z.
+        let now = 1_796_038_200_000;
+        let (berlin, east) = (FixedOffset(3600), FixedOffset(2 * 3600));
+        let h = held("quiet_hours", "quiet_hours", Some("2026-11-30T12:00:00Z"));
+        let zone = |machine| ShownZone {
+            offsets: &berlin,
+            name: Some("Europe/Berlin"),
+            machine,
+        };
+        assert_eq!(
+            held_line(&h, now, zone(&east)),
+            "runs wait: quiet hours, until 13:00 Europe/Berlin"
+        );
+        // A machine whose clock reads the same as the policy's needs no name.
+        assert_eq!(
+            held_line(&h, now, zone(&FixedOffset(3600))),
+            "runs wait: quiet hours, until 13:00"
+        );
+        // The day boundary is the policy zone's: 12:00Z is tomorrow's 00:00 twelve hours east.
+        let far = FixedOffset(12 * 3600);
+        let pacific = ShownZone {
+            offsets: &far,
+            name: Some("Pacific/Auckland"),
+            machine: &FixedOffset(0),
+        };
+        assert_eq!(
+            held_line(&h, now, pacific),
+            "runs wait: quiet hours, until 2026-12-01 00:00 Pacific/Auckland"
+        );
+        // The same offset at the end but not now (a DST change between): named, since whether
+        // it is today could read otherwise.
+        struct Changes(i64);
+        impl Offsets for Changes {
+            fn offset_at(&self, utc_ms: i64) -> i32 {
+                if utc_ms < self.0 { 0 } else { 3600 }
+            }
+            fn next_change(&self, _: i64) -> Option<i64> {
+                None
+            }
+        }
+        let changing = Changes(now + 1);
+        let z = ShownZone {
+            offsets: &berlin,
+            name: Some("Europe/Berlin"),
+            machine: &changing,
+        };
+        assert!(held_line(&h, now, z).ends_with("until 13:00 Europe/Berlin"));
+        // An `until` that is not a time is shown as written, with no zone.
+        let soon = held("quiet_hours", "quiet_hours", Some("soon"));
+        assert!(held_line(&soon, now, zone(&east)).ends_with("until soon"));
     }
 
     #[test]
