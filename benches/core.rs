@@ -1,14 +1,17 @@
 //! Throughput of the pure core on the listener's hot paths: frames through the engine, tray and
-//! texts parsing, the coalescer, and a run's output read for its report. Prints numbers; asserts nothing about speed.
+//! texts parsing, the coalescer, a run's output read for its report, and the run policy's gate.
+//! Prints numbers; asserts nothing about speed.
 //!
-//! `cargo bench --bench core` measures; under `cargo test` (no `--bench` flag) it runs each
-//! workload once as a smoke check so the harness cannot rot.
+//! `cargo bench --bench core` measures (`-- WORDS`: only the workloads whose name holds one);
+//! under `cargo test` (no `--bench` flag) it runs each workload once as a smoke check so the
+//! harness cannot rot.
 
 // A benchmark may unwrap, panic and index: Cargo.toml denies those (restriction lints) in the program only.
 #![allow(clippy::restriction)]
 
 use agentchat::core::coalescer::Coalescer;
 use agentchat::core::engine::Engine;
+use agentchat::core::policy::{self, FixedOffset, Ledger, MAX_RUNS, Policy};
 use agentchat::core::tray::Tray;
 use std::hint::black_box;
 use std::time::Instant;
@@ -33,6 +36,14 @@ fn tray_json(cards: usize) -> String {
 }
 
 fn measure(name: &str, iterations: usize, unit: &str, mut f: impl FnMut(usize)) {
+    // `cargo bench --bench core -- WORDS`: only the workloads whose name holds one of the words.
+    let words: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with("--"))
+        .collect();
+    if !words.is_empty() && !words.iter().any(|w| name.contains(w.as_str())) {
+        return;
+    }
     let start = Instant::now();
     for i in 0..iterations {
         f(i);
@@ -125,6 +136,38 @@ fn main() {
             }
             lines.finish();
             black_box(lines.report());
+        },
+    );
+
+    // The run policy's `gate` over a full tray with the loop guard's worst-case ledger (issue 26):
+    // MAX_RUNS runs within a 24 h guard, each remembering 50 conversations, run `i` those from
+    // `i` to `i + 49` of 200, so each card was on about a quarter of the runs' trays.
+    let utc = FixedOffset(0);
+    let guard: toml::Table =
+        toml::from_str(r#"loop_guard = { runs = 6, within = "24h" }"#).unwrap();
+    let guarded = Policy::from_toml(guard, "listen.policy").unwrap();
+    let mut ledger = Ledger::new();
+    let first_ms = 1_795_000_000_000i64;
+    for i in 0..MAX_RUNS {
+        let seen = (0..50)
+            .map(|j| format!("conv_{:016}", (i + j) % 200))
+            .collect();
+        ledger.started(first_ms + i as i64 * 20_000, seen, &utc);
+    }
+    let now_ms = first_ms + MAX_RUNS as i64 * 20_000;
+    let full = Tray::parse(tray_json(50).as_bytes()).unwrap();
+    measure(
+        "policy: gate, 50 cards, full loop ledger",
+        n(20),
+        "gate",
+        |_| {
+            black_box(policy::gate(
+                &guarded,
+                &full,
+                &ledger,
+                black_box(now_ms),
+                &utc,
+            ));
         },
     );
 }

@@ -6,6 +6,7 @@
 
 use super::clock::{self, Offsets};
 use serde::{Deserialize, Serialize};
+use std::collections::{HashMap, VecDeque};
 
 /// The most runs kept in detail. A run takes seconds at least, so this is more than an hour of
 /// back-to-back runs; older ones only count towards their day's totals.
@@ -41,13 +42,86 @@ pub struct DayTotal {
 }
 
 /// What the policy remembers of past runs. Serialisable, so the daemon can keep it in the state
-/// dir across restarts (a restart must not reset a cap).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+/// dir across restarts (a restart must not reset a cap). Its JSON is `runs` and `folded` only:
+/// the loop guard's index is rebuilt when it is read back.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(from = "Stored")]
 pub struct Ledger {
+    runs: Vec<RunEntry>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    folded: Option<DayTotal>,
+    /// An id for each run, in step with `runs` and rising: what the index names a run by (two
+    /// runs may share a start time).
+    #[serde(skip)]
+    ids: Vec<u64>,
+    #[serde(skip)]
+    next_id: u64,
+    /// For each conversation a run's list names, those runs (id, start) in `runs`' order, so the
+    /// loop guard reads one card's runs without a scan of every run (`saw`). Bounded by the
+    /// lists: at most [`MAX_RUNS`] x [`MAX_CONVERSATIONS_PER_RUN`] entries.
+    #[serde(skip)]
+    seen: Seen,
+}
+
+type Seen = HashMap<String, VecDeque<(u64, i64)>>;
+
+/// A ledger as it is stored: what `Ledger` reads back before it indexes the lists.
+#[derive(Deserialize)]
+struct Stored {
     #[serde(default)]
     runs: Vec<RunEntry>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     folded: Option<DayTotal>,
+}
+
+impl From<Stored> for Ledger {
+    fn from(stored: Stored) -> Ledger {
+        let mut ledger = Ledger {
+            runs: stored.runs,
+            folded: stored.folded,
+            ..Ledger::default()
+        };
+        ledger.reindex();
+        ledger
+    }
+}
+
+/// Two ledgers are equal when they remember the same runs (the index follows from them).
+impl PartialEq for Ledger {
+    fn eq(&self, other: &Ledger) -> bool {
+        self.runs == other.runs && self.folded == other.folded
+    }
+}
+
+/// Each conversation a run's list names, once (a list may repeat a name; the run counts once).
+fn distinct(conversations: &[String]) -> Vec<&String> {
+    let mut names: Vec<&String> = conversations.iter().collect();
+    names.sort_unstable();
+    names.dedup();
+    names
+}
+
+/// Adds run `id` (newer than every run already in) to its conversations' entries.
+fn index(seen: &mut Seen, id: u64, run: &RunEntry) {
+    for c in distinct(&run.conversations) {
+        seen.entry(c.clone())
+            .or_default()
+            .push_back((id, run.started_ms));
+    }
+}
+
+/// Takes run `id` out of its conversations' entries (each sorted by id).
+fn unindex(seen: &mut Seen, id: u64, run: &RunEntry) {
+    for c in distinct(&run.conversations) {
+        if let Some(entries) = seen.get_mut(c) {
+            if let Ok(at) = entries.binary_search_by_key(&id, |e| e.0) {
+                entries.remove(at);
+            }
+            if entries.is_empty() {
+                seen.remove(c);
+            }
+        }
+    }
 }
 
 /// Runs, cost and tokens in one window (an hour or a day).
@@ -71,12 +145,13 @@ impl Ledger {
         offsets: &dyn Offsets,
     ) {
         conversations.truncate(MAX_CONVERSATIONS_PER_RUN);
-        self.runs.push(RunEntry {
+        let run = RunEntry {
             started_ms,
             cost_usd: None,
             tokens: None,
             conversations,
-        });
+        };
+        self.push(run);
         while self.runs.len() > MAX_RUNS {
             self.fold_oldest(offsets);
         }
@@ -105,12 +180,21 @@ impl Ledger {
     /// (the loop guard's window), runs before yesterday (local), and a folded total of another day.
     pub fn prune(&mut self, now_ms: i64, keep_lists_ms: i64, offsets: &dyn Offsets) {
         let today = clock::local_day(offsets, now_ms);
-        self.runs
-            .retain(|r| clock::local_day(offsets, r.started_ms) >= today.saturating_sub(1));
-        for run in &mut self.runs {
+        let runs = std::mem::take(&mut self.runs);
+        let ids = std::mem::take(&mut self.ids);
+        self.runs.reserve(runs.len());
+        self.ids.reserve(ids.len());
+        for (mut run, id) in runs.into_iter().zip(ids) {
+            if clock::local_day(offsets, run.started_ms) < today.saturating_sub(1) {
+                unindex(&mut self.seen, id, &run);
+                continue;
+            }
             if now_ms.saturating_sub(run.started_ms) >= keep_lists_ms {
+                unindex(&mut self.seen, id, &run);
                 run.conversations = Vec::new();
             }
+            self.runs.push(run);
+            self.ids.push(id);
         }
         if self.folded.as_ref().is_some_and(|f| f.day != today) {
             self.folded = None;
@@ -137,13 +221,47 @@ impl Ledger {
 
     /// The start times, oldest first, of the runs within `within_ms` before `now_ms` whose list
     /// names `conversation`.
+    ///
+    /// Reads the index: as long as what it returns plus the conversation's runs outside the
+    /// window, which `prune` keeps short.
     pub(super) fn saw(&self, conversation: &str, now_ms: i64, within_ms: i64) -> Vec<i64> {
+        self.seen
+            .get(conversation)
+            .into_iter()
+            .flatten()
+            .map(|&(_, t)| t)
+            .filter(|&t| t <= now_ms && now_ms - t < within_ms)
+            .collect()
+    }
+
+    /// [`saw`](Self::saw) by a scan of every run: what the index must agree with.
+    #[cfg(test)]
+    pub(super) fn saw_by_scan(&self, conversation: &str, now_ms: i64, within_ms: i64) -> Vec<i64> {
         self.runs
             .iter()
             .filter(|r| r.started_ms <= now_ms && now_ms - r.started_ms < within_ms)
             .filter(|r| r.conversations.iter().any(|c| c == conversation))
             .map(|r| r.started_ms)
             .collect()
+    }
+
+    /// Appends a run, newest, to the runs and the index.
+    fn push(&mut self, run: RunEntry) {
+        let id = self.next_id;
+        self.next_id = id.saturating_add(1);
+        index(&mut self.seen, id, &run);
+        self.runs.push(run);
+        self.ids.push(id);
+    }
+
+    /// Builds the index from the runs' lists (a ledger read back from its JSON).
+    fn reindex(&mut self) {
+        let runs = std::mem::take(&mut self.runs);
+        self.ids.clear();
+        self.seen.clear();
+        for run in runs {
+            self.push(run);
+        }
     }
 
     fn sum(&self, at_ms: i64, in_window: impl Fn(i64) -> bool) -> Totals {
@@ -163,6 +281,10 @@ impl Ledger {
             return;
         }
         let run = self.runs.remove(0);
+        if !self.ids.is_empty() {
+            let id = self.ids.remove(0);
+            unindex(&mut self.seen, id, &run);
+        }
         let day = clock::local_day(offsets, run.started_ms);
         let total = match self.folded.take() {
             Some(f) if f.day == day => f,
@@ -228,5 +350,96 @@ mod tests {
         assert!(l.runs().iter().all(|r| r.conversations.is_empty()));
         let back: Ledger = serde_json::from_str(&serde_json::to_string(&l).unwrap()).unwrap();
         assert_eq!(back, l);
+    }
+
+    #[test]
+    fn the_json_holds_the_runs_only_and_the_index_is_rebuilt_when_read() {
+        let z = FixedOffset(0);
+        let mut l = Ledger::new();
+        l.started(1_000, vec!["a".into(), "b".into()], &z);
+        l.started(2_000, vec!["a".into()], &z);
+        let json = serde_json::to_value(&l).unwrap();
+        assert_eq!(
+            json,
+            serde_json::json!({"runs": [
+                {"started_ms": 1_000, "conversations": ["a", "b"]},
+                {"started_ms": 2_000, "conversations": ["a"]},
+            ]})
+        );
+        let back: Ledger = serde_json::from_value(json).unwrap();
+        assert_eq!(back.saw("a", 2_000, 10_000), vec![1_000, 2_000]);
+        assert_eq!(back.saw("b", 2_000, 10_000), vec![1_000]);
+        let empty: Ledger = serde_json::from_str("{}").unwrap();
+        assert!(empty.saw("a", 2_000, 10_000).is_empty());
+    }
+
+    /// What a random ledger goes through: runs starting (at any time, lists with repeats),
+    /// runs ending, prunes, a JSON round trip, and a burst of runs past [`MAX_RUNS`].
+    #[derive(Debug, Clone)]
+    enum Op {
+        Start(i64, Vec<u8>),
+        End(usize),
+        Prune(i64, i64),
+        RoundTrip,
+        Burst(i64, u8),
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            6 => (0i64..200, proptest::collection::vec(0u8..6, 0..8))
+                .prop_map(|(t, cs)| Op::Start(t, cs)),
+            1 => (0usize..50).prop_map(Op::End),
+            2 => (0i64..200, 1i64..100).prop_map(|(t, keep)| Op::Prune(t, keep)),
+            1 => Just(Op::RoundTrip),
+            1 => (0i64..200, 0u8..6).prop_map(|(t, c)| Op::Burst(t, c)),
+        ]
+    }
+
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+
+        #[test]
+        fn the_loop_guard_index_agrees_with_a_scan_of_every_run(
+            ops in proptest::collection::vec(op(), 1..40),
+            now in 0i64..260,
+            within in 1i64..120,
+        ) {
+            // Times in hours, so prunes also drop whole days.
+            const H: i64 = 3_600_000;
+            let z = FixedOffset(0);
+            let name = |c: &u8| format!("conv_{c}");
+            let mut l = Ledger::new();
+            for op in ops {
+                match op {
+                    Op::Start(t, cs) => l.started(t * H, cs.iter().map(name).collect(), &z),
+                    Op::End(i) => {
+                        if let Some(t) = l.runs().get(i).map(|r| r.started_ms) {
+                            l.ended(t, Some(0.1), Some(5));
+                        }
+                    }
+                    Op::Prune(t, keep) => l.prune(t * H, keep * H, &z),
+                    Op::RoundTrip => {
+                        let back: Ledger =
+                            serde_json::from_str(&serde_json::to_string(&l).unwrap()).unwrap();
+                        prop_assert_eq!(&back, &l);
+                        l = back;
+                    }
+                    Op::Burst(t, c) => {
+                        for i in 0..(MAX_RUNS as i64 + 3) {
+                            l.started(t * H + i, vec![name(&c), name(&c)], &z);
+                        }
+                    }
+                }
+                prop_assert_eq!(l.ids.len(), l.runs.len());
+            }
+            for c in 0u8..7 {
+                let c = name(&c);
+                for (at, window) in [(now * H, within * H), (i64::MAX, i64::MAX), (0, 1)] {
+                    prop_assert_eq!(l.saw(&c, at, window), l.saw_by_scan(&c, at, window));
+                }
+            }
+        }
     }
 }
