@@ -184,12 +184,9 @@ pub fn render(kind: ServiceKind, spec: &HostSpec) -> String {
 /// `[profiles.<name>]`, and `default` when the top level names a key of its own), and their
 /// largest run grace. Beside it, what would keep a profile from starting, one line each.
 pub(super) fn host_spec(config: Option<&Path>) -> anyhow::Result<(HostSpec, Vec<String>)> {
-    let base = super::spec_for(crate::config::DEFAULT_PROFILE, config)?;
-    let args = crate::config::ConfigArgs {
-        config: base.config.clone(),
-        ..Default::default()
-    };
-    let set = crate::config::ConfigFile::read(&args)?.all()?;
+    let unit = super::UnitConfig::read(config)?;
+    let base = super::spec_for(crate::config::DEFAULT_PROFILE, &unit)?;
+    let set = unit.file()?.all()?;
     let mut problems = Vec::new();
     let mut grace = None;
     for (name, settings) in &set.profiles {

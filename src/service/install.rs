@@ -3,8 +3,8 @@
 
 use super::systemd::{booted_with_systemd, systemd_user_manager};
 use super::{
-    ServiceKind, file_name, launchd_label, no_user_manager_advice, spec_for, systemd_unit_name,
-    target, unit_files,
+    ServiceKind, UnitConfig, file_name, launchd_label, no_user_manager_advice, spec_for,
+    systemd_unit_name, target, unit_files,
 };
 use anyhow::{Context, bail};
 use std::path::Path;
@@ -39,9 +39,9 @@ pub(super) fn write_unit(path: &Path, text: impl AsRef<[u8]>) -> anyhow::Result<
 /// manager passes none on). Returns a warning to print when the service would have no key.
 pub(super) fn check_unit_config(
     profile: &str,
-    config: Option<&Path>,
+    unit: &UnitConfig,
 ) -> anyhow::Result<Option<String>> {
-    if let Some(c) = config
+    if let Some(c) = &unit.path
         && !c.is_file()
     {
         bail!(
@@ -50,18 +50,8 @@ pub(super) fn check_unit_config(
             c.display()
         );
     }
-    let env: std::collections::HashMap<String, String> =
-        ["HOME", "XDG_CONFIG_HOME", "XDG_STATE_HOME"]
-            .into_iter()
-            .filter_map(|k| std::env::var(k).ok().map(|v| (k.to_string(), v)))
-            .collect();
-    let args = crate::config::ConfigArgs {
-        config: config.map(Path::to_path_buf),
-        profile: Some(profile.to_string()),
-        ..Default::default()
-    };
-    let settings = crate::config::ConfigFile::read_with_env(&args, env)
-        .and_then(|file| file.settings(None, crate::config::KeyFile::Read))
+    let settings = unit
+        .settings(profile, crate::config::KeyFile::Read)
         .with_context(|| {
             "the listener could not start with the config the service would use; fix it \
          (`agentchat doctor` shows the same), then install again"
@@ -83,8 +73,13 @@ pub(super) fn install(
     profile: &str,
     config: Option<&Path>,
 ) -> anyhow::Result<i32> {
-    let spec = spec_for(profile, config)?;
-    let warning = check_unit_config(profile, spec.config.as_deref())?;
+    install_with(kind, profile, &UnitConfig::read(config)?)
+}
+
+/// [`install`] with the config read: `install --all` reads it once for every profile.
+fn install_with(kind: ServiceKind, profile: &str, unit: &UnitConfig) -> anyhow::Result<i32> {
+    let spec = spec_for(profile, unit)?;
+    let warning = check_unit_config(profile, unit)?;
     let target = target(kind)?;
     require_user_manager(kind, &target)?;
     if let Some(what) = super::host::host_in_the_way(kind, &target) {
@@ -276,11 +271,8 @@ fn replace_legacy_unit(dir: &Path, profile: &str, dry_run: bool) {
 /// `service install --all`: a unit per profile the config names, each through [`install`] (its
 /// checks and its undo). One that fails does not stop the others; the exit code is 1 if any did.
 pub(super) fn install_all(kind: ServiceKind, config: Option<&Path>) -> anyhow::Result<i32> {
-    let args = crate::config::ConfigArgs {
-        config: config.map(Path::to_path_buf),
-        ..Default::default()
-    };
-    let profiles = crate::config::ConfigFile::read(&args)?.profile_names();
+    let unit = UnitConfig::read(config)?;
+    let profiles = unit.file()?.profile_names();
     let target = target(kind)?;
     if let Some(what) = super::host::host_in_the_way(kind, &target) {
         // Said once, not once per profile.
@@ -293,7 +285,7 @@ pub(super) fn install_all(kind: ServiceKind, config: Option<&Path>) -> anyhow::R
     let mut failed = Vec::new();
     for profile in profiles {
         println!("== profile {profile}");
-        match install(kind, &profile, config) {
+        match install_with(kind, &profile, &unit) {
             Ok(0) => {}
             Ok(_) => failed.push(profile),
             Err(e) => {

@@ -14,7 +14,8 @@
 //! `systemctl`/`launchctl`, so tests never touch the machine's services.
 //!
 //! Modules: `systemd` (the template, the drop-in's text, the user manager, linger), `launchd` (the agent's plist),
-//! `install` (install, uninstall, the config check and the undo), `manager` (what the service
+//! `install` (install, uninstall, the config check and the undo), `unit_config` (the config as
+//! the unit's listener will read it, read once per command), `manager` (what the service
 //! manager says: `status` and doctor's view), `host` (the one-process unit) and `host_refresh`
 //! (keeping it current as profiles are added).
 
@@ -24,6 +25,7 @@ mod install;
 mod launchd;
 mod manager;
 mod systemd;
+mod unit_config;
 
 pub use host::{HOST_UNIT, HostSpec, host_label, host_unit, limit_nofile};
 pub use host_refresh::host_runs_config;
@@ -33,6 +35,7 @@ pub use systemd::{linger, linger_advice, no_user_manager_advice, systemd_unit_na
 
 use anyhow::Context;
 use std::path::{Path, PathBuf};
+pub(crate) use unit_config::UnitConfig;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum ServiceKind {
@@ -288,34 +291,6 @@ pub fn check_profile_name(profile: &str) -> anyhow::Result<()> {
     Ok(crate::config::check_profile_name(profile)?)
 }
 
-/// The config file the unit passes to `listen --config`: `--config`, else the installing shell's
-/// `AGENTCHAT_CONFIG` (the manager would not pass that variable on), made absolute.
-fn unit_config(flag: Option<&Path>) -> anyhow::Result<Option<PathBuf>> {
-    let env = std::env::var_os("AGENTCHAT_CONFIG").filter(|v| !v.is_empty());
-    match flag.map(Path::to_path_buf).or(env.map(PathBuf::from)) {
-        Some(c) => Ok(Some(
-            std::path::absolute(&c).context("cannot make the config path absolute")?,
-        )),
-        None => Ok(None),
-    }
-}
-
-/// The run grace the profile's listener will use, in whole seconds rounded up: its config's
-/// `listen.kill_grace`, or the default when the config cannot be loaded (the listener itself
-/// reports why when it starts).
-fn kill_grace_secs(profile: &str, config: Option<&Path>) -> u64 {
-    let args = crate::config::ConfigArgs {
-        config: config.map(Path::to_path_buf),
-        profile: Some(profile.to_string()),
-        ..Default::default()
-    };
-    let grace = crate::config::ConfigFile::read(&args)
-        .and_then(|file| file.settings(None, crate::config::KeyFile::Named))
-        .map(|s| s.listen.kill_grace)
-        .unwrap_or(crate::config::DEFAULT_KILL_GRACE);
-    whole_secs(grace)
-}
-
 /// A duration in whole seconds, rounded up (a stop timeout must not fall short of it).
 fn whole_secs(d: std::time::Duration) -> u64 {
     d.as_secs().saturating_add(u64::from(d.subsec_nanos() > 0))
@@ -353,8 +328,8 @@ pub fn stable_program(
         .unwrap_or_else(|| exe.to_path_buf())
 }
 
-/// The unit for `profile` (already chosen by [`chosen_profile`]) with the `--config` flag `config`.
-pub(super) fn spec_for(profile: &str, config: Option<&Path>) -> anyhow::Result<UnitSpec> {
+/// The unit for `profile` (already chosen by [`chosen_profile`]) with the config `unit` names.
+pub(super) fn spec_for(profile: &str, unit: &UnitConfig) -> anyhow::Result<UnitSpec> {
     check_profile_name(profile)?;
     let exe = std::env::current_exe().context("cannot find the agentchat binary's path")?;
     let program = stable_program(
@@ -362,8 +337,8 @@ pub(super) fn spec_for(profile: &str, config: Option<&Path>) -> anyhow::Result<U
         std::env::args_os().next().as_deref(),
         std::env::var_os("PATH").as_deref(),
     );
-    let config = unit_config(config)?;
-    let kill_grace_secs = kill_grace_secs(profile, config.as_deref());
+    let config = unit.path.clone();
+    let kill_grace_secs = unit.kill_grace_secs(profile);
     let log_dir = directories::BaseDirs::new()
         .map(|b| b.home_dir().join("Library/Logs"))
         .unwrap_or_else(std::env::temp_dir);
@@ -420,7 +395,7 @@ pub async fn run_command(args: ServiceArgs) -> anyhow::Result<i32> {
             Ok(0)
         }
         ServiceAction::Print { .. } => {
-            let spec = spec_for(&profile, args.config.as_deref())?;
+            let spec = spec_for(&profile, &UnitConfig::read(args.config.as_deref())?)?;
             match kind {
                 ServiceKind::Systemd => print!("{}", print_files(&unit_files(kind, &spec))),
                 ServiceKind::Launchd => print!("{}", render(kind, &spec)),
@@ -475,7 +450,10 @@ pub fn render_current(
     profile: &str,
     config: Option<PathBuf>,
 ) -> anyhow::Result<String> {
-    Ok(render(kind, &spec_for(profile, config.as_deref())?))
+    Ok(render(
+        kind,
+        &spec_for(profile, &UnitConfig::read(config.as_deref())?)?,
+    ))
 }
 
 #[cfg(test)]
