@@ -29,6 +29,15 @@ impl Usage {
     pub fn total(&self) -> u64 {
         self.input.saturating_add(self.output)
     }
+
+    /// Both counts together (saturating): a run's models, or its turns.
+    fn plus(self, other: Usage) -> Usage {
+        Usage {
+            input: self.input.saturating_add(other.input),
+            cached_input: self.cached_input.saturating_add(other.cached_input),
+            output: self.output.saturating_add(other.output),
+        }
+    }
 }
 
 /// A run's own report: `None` where the runtime said nothing (no final event, or Codex's cost).
@@ -43,37 +52,39 @@ struct ClaudeResult {
     #[serde(rename = "type")]
     kind: String,
     total_cost_usd: Option<f64>,
-    usage: Option<ClaudeUsage>,
+    usage: Option<ClaudeTokens>,
     /// Per model, what `total_cost_usd` was computed from. A run Claude Code ends at its
     /// `--max-budget-usd` reports zeros in `usage` and the real counts here only (recorded from
     /// claude 2.1.197), so this is read first.
     #[serde(rename = "modelUsage")]
-    model_usage: Option<std::collections::BTreeMap<String, ClaudeModelUsage>>,
+    model_usage: Option<std::collections::BTreeMap<String, ClaudeTokens>>,
 }
 
+/// Claude Code's token counts: `usage` spells them in snake_case, `modelUsage` in camelCase.
 #[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct ClaudeModelUsage {
-    #[serde(default)]
+struct ClaudeTokens {
+    #[serde(default, alias = "inputTokens")]
     input_tokens: u64,
-    #[serde(default)]
+    #[serde(default, alias = "cacheCreationInputTokens")]
     cache_creation_input_tokens: u64,
-    #[serde(default)]
+    #[serde(default, alias = "cacheReadInputTokens")]
     cache_read_input_tokens: u64,
-    #[serde(default)]
+    #[serde(default, alias = "outputTokens")]
     output_tokens: u64,
 }
 
-#[derive(Deserialize)]
-struct ClaudeUsage {
-    #[serde(default)]
-    input_tokens: u64,
-    #[serde(default)]
-    cache_creation_input_tokens: u64,
-    #[serde(default)]
-    cache_read_input_tokens: u64,
-    #[serde(default)]
-    output_tokens: u64,
+impl ClaudeTokens {
+    /// As [`Usage`]: cache reads and writes are input too.
+    fn usage(&self) -> Usage {
+        Usage {
+            input: self
+                .input_tokens
+                .saturating_add(self.cache_creation_input_tokens)
+                .saturating_add(self.cache_read_input_tokens),
+            cached_input: self.cache_read_input_tokens,
+            output: self.output_tokens,
+        }
+    }
 }
 
 #[derive(Deserialize)]
@@ -121,27 +132,12 @@ impl Reader {
                     // The last result event is the run's (there is one).
                     self.report.cost_usd = r.total_cost_usd.filter(|c| c.is_finite() && *c >= 0.0);
                     self.report.usage = match r.model_usage.filter(|m| !m.is_empty()) {
-                        Some(models) => Some(models.values().fold(Usage::default(), |sum, u| {
-                            Usage {
-                                input: sum
-                                    .input
-                                    .saturating_add(u.input_tokens)
-                                    .saturating_add(u.cache_creation_input_tokens)
-                                    .saturating_add(u.cache_read_input_tokens),
-                                cached_input: sum
-                                    .cached_input
-                                    .saturating_add(u.cache_read_input_tokens),
-                                output: sum.output.saturating_add(u.output_tokens),
-                            }
-                        })),
-                        None => r.usage.map(|u| Usage {
-                            input: u
-                                .input_tokens
-                                .saturating_add(u.cache_creation_input_tokens)
-                                .saturating_add(u.cache_read_input_tokens),
-                            cached_input: u.cache_read_input_tokens,
-                            output: u.output_tokens,
-                        }),
+                        Some(models) => Some(
+                            models
+                                .values()
+                                .fold(Usage::default(), |sum, u| sum.plus(u.usage())),
+                        ),
+                        None => r.usage.map(|u| u.usage()),
                     };
                 }
             }
@@ -151,12 +147,12 @@ impl Reader {
                     && let Some(u) = t.usage
                 {
                     // One turn per `exec`; were there more, each adds its own.
-                    let before = self.report.usage.unwrap_or_default();
-                    self.report.usage = Some(Usage {
-                        input: before.input.saturating_add(u.input_tokens),
-                        cached_input: before.cached_input.saturating_add(u.cached_input_tokens),
-                        output: before.output.saturating_add(u.output_tokens),
-                    });
+                    let turn = Usage {
+                        input: u.input_tokens,
+                        cached_input: u.cached_input_tokens,
+                        output: u.output_tokens,
+                    };
+                    self.report.usage = Some(self.report.usage.unwrap_or_default().plus(turn));
                 }
             }
             _ => {}
