@@ -248,11 +248,14 @@ impl RunPolicy {
     }
 
     /// Writes `ledger.json` atomically; a failure is said once per episode, and the listener
-    /// keeps the ledger in memory.
+    /// keeps the ledger in memory. Without an `fsync`, as `status.json`: it is written on the
+    /// listener's one thread right after a run's spawn, where a slow disk's flush would hold up
+    /// the socket's acks and heartbeats; a machine crash may leave the file one run behind, which
+    /// a cap then counts short by that run.
     fn save(&mut self) {
         let written = serde_json::to_vec(self.ledger.as_ref())
             .map_err(std::io::Error::other)
-            .and_then(|bytes| fs::write_atomic(&self.path, &bytes));
+            .and_then(|bytes| fs::write_atomic_unsynced(&self.path, &bytes).map(drop));
         match written {
             Ok(()) if self.write_failing => {
                 self.write_failing = false;
