@@ -88,7 +88,7 @@
 pub mod cli;
 pub mod client;
 pub mod config;
-pub mod core;
+pub use agentchat_core as core;
 // The demo and the sim build JSON objects and set their fields by index (serde_json's `IndexMut`
 // panics only on a value that is not an object); neither is the daemon.
 #[allow(clippy::indexing_slicing)]

@@ -368,7 +368,7 @@ impl FromToml for Duration {
 
 impl FromToml for RuntimeKind {
     fn from_toml(v: &toml::Value) -> Result<Self, String> {
-        value::choice(want_str(v)?)
+        value::runtime(want_str(v)?)
     }
 }
 

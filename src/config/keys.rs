@@ -225,7 +225,7 @@ keyed_table! {
     settings ListenSettings;
     keys {
         runtime: RuntimeKind => RuntimeKind = plain, default(RuntimeKind::ClaudeCode)
-            env("AGENTCHAT_RUNTIME", value::choice) flag("--runtime", value::given),
+            env("AGENTCHAT_RUNTIME", value::runtime) flag("--runtime", value::given),
         /// argv for the `script` runtime; its program found like a CLI's `binary`.
         command: Vec<String> => Vec<String> = command, default,
         /// The runs' working directory; a folder in the state dir when unset.

@@ -176,7 +176,7 @@ pub struct ConfigArgs {
     #[arg(long, value_name = "DIR")]
     pub state_dir: Option<PathBuf>,
     /// The agent's runtime [env: AGENTCHAT_RUNTIME].
-    #[arg(long, value_name = "RUNTIME", value_enum, ignore_case = true)]
+    #[arg(long, value_name = "RUNTIME", value_parser = value::runtime_parser(), ignore_case = true)]
     pub runtime: Option<RuntimeKind>,
     /// API base URL [env: AGENTCHAT_API_BASE].
     #[arg(long, value_name = "URL")]

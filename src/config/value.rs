@@ -10,16 +10,36 @@ use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::time::Duration;
 
-/// `claude-code`, `codex`, `script`, from `core::runtime_kind`'s table, so `--help`, the file
-/// and the environment list and accept the same names.
-impl ValueEnum for RuntimeKind {
+/// A runtime's name as clap lists and parses it: `claude-code`, `codex`, `script`, from
+/// `core::runtime_kind`'s table, so `--help`, the file and the environment list and accept the
+/// same names. A wrapper, because `RuntimeKind` lives in the pure crate, which knows no clap.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RuntimeName(pub RuntimeKind);
+
+const RUNTIME_NAMES: [RuntimeName; 3] = {
+    let [a, b, c] = RuntimeKind::ALL;
+    [RuntimeName(a), RuntimeName(b), RuntimeName(c)]
+};
+
+impl ValueEnum for RuntimeName {
     fn value_variants<'a>() -> &'a [Self] {
-        &RuntimeKind::ALL
+        &RUNTIME_NAMES
     }
 
     fn to_possible_value(&self) -> Option<clap::builder::PossibleValue> {
-        Some(clap::builder::PossibleValue::new(self.as_str()))
+        Some(clap::builder::PossibleValue::new(self.0.as_str()))
     }
+}
+
+/// A runtime's name from the file or the environment: [`choice`] of [`RuntimeName`].
+pub fn runtime(raw: &str) -> Result<RuntimeKind, String> {
+    choice::<RuntimeName>(raw).map(|r| r.0)
+}
+
+/// The `--runtime` flag's parser: the names of [`RuntimeName`], in any case.
+pub fn runtime_parser() -> impl clap::builder::TypedValueParser<Value = RuntimeKind> {
+    use clap::builder::TypedValueParser;
+    clap::builder::EnumValueParser::<RuntimeName>::new().map(|r| r.0)
 }
 
 /// What a choice is called in a message (`` `gpt` is not a runtime ``).
@@ -27,7 +47,7 @@ pub trait Choice: ValueEnum {
     const WHAT: &'static str;
 }
 
-impl Choice for RuntimeKind {
+impl Choice for RuntimeName {
     const WHAT: &'static str = "a runtime";
 }
 

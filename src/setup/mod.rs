@@ -98,7 +98,7 @@ pub struct SetupArgs {
     pub profile: Option<String>,
     /// The agent's runtime (default: the logged-in CLI found on PATH). `script` takes its
     /// command after `--`.
-    #[arg(long, value_name = "RUNTIME", value_enum, ignore_case = true)]
+    #[arg(long, value_name = "RUNTIME", value_parser = crate::config::value::runtime_parser(), ignore_case = true)]
     pub runtime: Option<RuntimeKind>,
     /// The AgentChat server (default: the profile's, else <https://api.agentchat.me>).
     #[arg(long, value_name = "URL")]

@@ -518,7 +518,7 @@ mod tests {
         ] {
             assert_eq!(w.as_str(), word);
             assert_eq!(serde_json::to_value(w).unwrap(), json!(word));
-            assert_eq!(crate::core::engine::WakeCause::Listener(w).label(), word);
+            assert_eq!(crate::engine::WakeCause::Listener(w).label(), word);
         }
     }
 

@@ -3,8 +3,8 @@
 //! cycle needs around it (docs/decisions.md, "Run policy").
 
 use super::{Gate, Hold, Ledger, Offsets, Policy, gate};
-use crate::core::status::RunKind;
-use crate::core::tray::Tray;
+use crate::status::RunKind;
+use crate::tray::Tray;
 
 /// `Ok(kind)`: the run starts with that prompt; `Err(hold)`: no run, and why.
 ///

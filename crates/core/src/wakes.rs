@@ -150,7 +150,7 @@ impl Wakes {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::status::ListenerWake;
+    use crate::status::ListenerWake;
 
     const W: Windows = Windows {
         quiet_ms: 3_000,

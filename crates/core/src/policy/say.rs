@@ -6,7 +6,7 @@
 
 use super::clock::{self, Offsets};
 use super::{FirstContact, Groups, Hold, HoldReason, Policy, Totals};
-use crate::core::status::{Held, Usage};
+use crate::status::{Held, Usage};
 use std::fmt::Write as _;
 
 /// `[listen.policy]` in one line: `no rules`, or each rule set, in the keys' order.
@@ -464,7 +464,7 @@ mod tests {
 
     #[test]
     fn usage_says_today_with_cost_or_tokens_and_this_hours_runs() {
-        use crate::core::status::UsageTotals;
+        use crate::status::UsageTotals;
         let usage = |today: UsageTotals, hour: u64| Usage {
             this_hour: UsageTotals {
                 runs: hour,
