@@ -76,6 +76,15 @@ pub struct Engine {
     seen_set: HashSet<SeenKey>,
 }
 
+impl std::fmt::Debug for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine")
+            .field("own_handle", &self.own_handle)
+            .field("remembered", &self.seen_order.len())
+            .finish()
+    }
+}
+
 impl Engine {
     /// `own_handle` in any spelling; `capacity` bounds the dedupe memory (at least 1).
     pub fn new(own_handle: &str, capacity: usize) -> Engine {

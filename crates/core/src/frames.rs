@@ -452,6 +452,39 @@ pub fn ack_frame(message_id: &str) -> String {
     serde_json::to_string(&ack).unwrap_or_default()
 }
 
+/// Frame types of contract 3.4 as the metrics label them; any other is `other`.
+pub const KNOWN_TYPES: &[&str] = &[
+    "hello.ok",
+    "message.new",
+    "message.read",
+    "presence.update",
+    "typing.start",
+    "typing.stop",
+    "rate_limit.warning",
+    "group.invite.received",
+    "group.deleted",
+    "wake",
+    "heartbeat",
+];
+
+/// A text frame's type as a label of [`KNOWN_TYPES`], `other` for another type, `malformed` when
+/// it names none. Reads only the `type` field.
+pub fn type_label(text: &str) -> &'static str {
+    #[derive(serde::Deserialize)]
+    struct Typed<'a> {
+        #[serde(borrow, rename = "type")]
+        kind: Option<std::borrow::Cow<'a, str>>,
+    }
+    match serde_json::from_str::<Typed>(text) {
+        Ok(Typed { kind: Some(k) }) => KNOWN_TYPES
+            .iter()
+            .find(|t| **t == k)
+            .copied()
+            .unwrap_or("other"),
+        _ => "malformed",
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -804,3 +837,4 @@ mod tests {
         assert_eq!(v["message_id"], odd, "the id is escaped, never spliced");
     }
 }
+

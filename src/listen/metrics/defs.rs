@@ -35,19 +35,7 @@ pub(super) const WAKE_REASONS: &[&str] = &[
 ];
 
 /// Frame types of contract 3.4 kept as labels; an unknown one is `other`.
-pub(super) const FRAME_TYPES: &[&str] = &[
-    "hello.ok",
-    "message.new",
-    "message.read",
-    "presence.update",
-    "typing.start",
-    "typing.stop",
-    "rate_limit.warning",
-    "group.invite.received",
-    "group.deleted",
-    "wake",
-    "heartbeat",
-];
+pub(super) const FRAME_TYPES: &[&str] = crate::core::frames::KNOWN_TYPES;
 
 pub(super) const RUN_OUTCOMES: &[&str] = &["completed", "failed", "unusable"];
 pub(super) const CYCLE_OUTCOMES: &[&str] = &["completed", "failed", "unusable", "no_run"];

@@ -413,19 +413,7 @@ impl Metrics {
 
 /// A frame's `type`, as a label from the fixed list: only the type is read, never the payload.
 fn frame_type(text: &str) -> &'static str {
-    #[derive(serde::Deserialize)]
-    struct Typed<'a> {
-        #[serde(borrow, rename = "type")]
-        kind: Option<std::borrow::Cow<'a, str>>,
-    }
-    match serde_json::from_str::<Typed>(text) {
-        Ok(Typed { kind: Some(k) }) => FRAME_TYPES
-            .iter()
-            .find(|t| **t == k)
-            .copied()
-            .unwrap_or("other"),
-        _ => "malformed",
-    }
+    crate::core::frames::type_label(text)
 }
 
 fn close_kind(kind: &CloseKind) -> &'static str {

@@ -1,23 +1,22 @@
 //! The frames' log: what bursts of frames came to, summed up at most every `SUMMARY_EVERY`.
 
-use crate::core::frames::FrameType;
+use crate::frames::FrameType;
 use crate::log_events;
-use std::time::Duration;
 
 /// What some frames came to: counted by type, skipped, acked, and the wakes they asked for.
-#[derive(Default)]
-pub(super) struct Tally {
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct Tally {
     /// Every inbound message, control frames included.
-    pub(super) frames: u64,
-    pub(super) types: TypeCounts,
-    pub(super) skipped: u64,
-    pub(super) acked: u64,
+    pub(crate) frames: u64,
+    pub(crate) types: TypeCounts,
+    pub(crate) skipped: u64,
+    pub(crate) acked: u64,
     /// Wake labels in first-seen order, each with how many frames asked for it.
-    pub(super) wakes: Vec<(String, u64)>,
+    pub(crate) wakes: Vec<(String, u64)>,
 }
 
 impl Tally {
-    pub(super) fn wake(&mut self, label: &str, n: u64) {
+    pub(crate) fn wake(&mut self, label: &str, n: u64) {
         match self.wakes.iter_mut().find(|(l, _)| l == label) {
             Some((_, m)) => *m += n,
             None => self.wakes.push((label.to_string(), n)),
@@ -74,22 +73,21 @@ impl Tally {
 /// How often, at most, a summary line is written while frames keep coming. Short enough that
 /// separate events (a message, then an invite a moment later) keep lines of their own, written as
 /// they happen; long enough that a flood writes ten lines a second, not one per frame.
-const SUMMARY_EVERY: Duration = Duration::from_millis(100);
+const SUMMARY_EVERY_MS: u64 = 100;
 
 /// The frames' log: a burst after a quiet `SUMMARY_EVERY` gets its line at once; the bursts that
 /// follow within that time are added up and get one line when it ends. A timer runs only while
 /// bursts wait to be summed up: a lone burst (a heartbeat) leaves none behind.
-#[derive(Default)]
-pub(super) struct SummaryLog {
+#[derive(Debug, Default)]
+pub(crate) struct SummaryLog {
     pending: Tally,
-    /// Until when a new burst is added up instead of logged at once: `SUMMARY_EVERY` after the
-    /// last line.
-    until: Option<tokio::time::Instant>,
+    /// Until when (monotonic ms) a new burst is added up instead of logged at once:
+    /// `SUMMARY_EVERY_MS` after the last line.
+    until: Option<u64>,
 }
 
 impl SummaryLog {
-    pub(super) fn record(&mut self, burst: Tally) {
-        let now = tokio::time::Instant::now();
+    pub(crate) fn record(&mut self, burst: Tally, now: u64) {
         self.pending.add(burst);
         match self.until {
             Some(until) if now < until => {}
@@ -97,24 +95,24 @@ impl SummaryLog {
             // and whatever waits get their line now.
             _ => {
                 self.flush();
-                self.until = Some(now + SUMMARY_EVERY);
+                self.until = Some(now + SUMMARY_EVERY_MS);
             }
         }
     }
 
     /// When the bursts added up so far are logged; `None` when there are none.
-    pub(super) fn due(&self) -> Option<tokio::time::Instant> {
+    pub(crate) fn due(&self) -> Option<u64> {
         self.until.filter(|_| self.pending.frames > 0)
     }
 
     /// The time is over: log what it added up.
-    pub(super) fn on_due(&mut self) {
+    pub(crate) fn on_due(&mut self, now: u64) {
         self.flush();
-        self.until = Some(tokio::time::Instant::now() + SUMMARY_EVERY);
+        self.until = Some(now + SUMMARY_EVERY_MS);
     }
 
     /// Logs what is pending now (the time is over, or the connection ended).
-    pub(super) fn flush(&mut self) {
+    pub(crate) fn flush(&mut self) {
         if self.pending.frames > 0 {
             std::mem::take(&mut self.pending).log();
         }
@@ -122,8 +120,8 @@ impl SummaryLog {
 }
 
 /// Text frames of a burst by type.
-#[derive(Default)]
-pub(super) struct TypeCounts {
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct TypeCounts {
     message_new: u64,
     wake: u64,
     invite: u64,
@@ -143,7 +141,7 @@ impl TypeCounts {
         self.other += o.other;
     }
 
-    pub(super) fn count(&mut self, t: FrameType) {
+    pub(crate) fn count(&mut self, t: FrameType) {
         let n = match t {
             FrameType::MessageNew => &mut self.message_new,
             FrameType::Wake => &mut self.wake,
@@ -167,26 +165,24 @@ mod tests {
         }
     }
 
-    /// A lone burst is logged at once and arms no timer; bursts within `SUMMARY_EVERY` wait for
-    /// one line, which the timer writes, or the first burst after the time is up if that comes
-    /// first: nothing pending is ever left behind a later line.
-    #[tokio::test(start_paused = true)]
-    async fn the_summary_log_sums_bursts_up_and_times_only_what_waits() {
+    /// A lone burst is logged at once and arms no timer; bursts within `SUMMARY_EVERY_MS` wait
+    /// for one line, which the timer writes, or the first burst after the time is up if that
+    /// comes first: nothing pending is ever left behind a later line.
+    #[test]
+    fn the_summary_log_sums_bursts_up_and_times_only_what_waits() {
         let mut log = SummaryLog::default();
-        log.record(frames(1));
+        log.record(frames(1), 0);
         assert_eq!((log.pending.frames, log.due()), (0, None), "a lone burst");
-        log.record(frames(2));
-        log.record(frames(3));
+        log.record(frames(2), 0);
+        log.record(frames(3), 0);
         assert_eq!(log.pending.frames, 5);
         let due = log.due().expect("a timer while bursts wait");
-        tokio::time::advance(SUMMARY_EVERY).await;
-        assert!(tokio::time::Instant::now() >= due);
+        assert_eq!(due, SUMMARY_EVERY_MS);
         // The timer has not fired yet: the next burst takes what waits with it.
-        log.record(frames(4));
+        log.record(frames(4), SUMMARY_EVERY_MS);
         assert_eq!((log.pending.frames, log.due()), (0, None));
-        log.record(frames(5));
-        tokio::time::advance(SUMMARY_EVERY).await;
-        log.on_due();
+        log.record(frames(5), SUMMARY_EVERY_MS);
+        log.on_due(2 * SUMMARY_EVERY_MS);
         assert_eq!((log.pending.frames, log.due()), (0, None));
     }
 }

@@ -1,0 +1,301 @@
+//! The run policy of one profile (`[listen.policy]`, issue 26), owned by its listener: the rules,
+//! the zone's offsets, the ledger of past runs (kept in the state dir as `ledger.json` by the
+//! driver, so a restart does not reset a cap) and the current hold. A cycle asks it after
+//! `crate::decision` chose a run ([`RunPolicy::judge`]); it hears what the cycle did, and says
+//! when the hold ends, so every hold ends in a read of the tray (a wake of its own,
+//! `hold_ended`). The rules themselves are `crate::policy`; the choices are in docs/decisions.md,
+//! "Run policy". Its clock is the wall clock the machine is handed.
+
+use crate::log_events;
+use crate::policy::{self, Hold, Ledger, OffsetTable, Policy};
+use crate::status::{Held, RunKind, Status, Usage, UsageTotals};
+use crate::time::rfc3339_ms;
+use crate::tray::Tray;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// A hold's end is looked at at least this often, so a machine that slept through it (the
+/// monotonic timer does not count a suspend) reads the tray soon after it wakes.
+const LOOK_EVERY: Duration = Duration::from_secs(60);
+/// However close a hold's end, its timer waits this long at least (no busy loop on a clock
+/// that disagrees with itself).
+const LOOK_MIN: Duration = Duration::from_millis(100);
+
+/// What the policy said of a cycle's tray.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub enum Seen {
+    /// The cycle ended before the tray was judged (unreadable, no runtime, ...): the hold, if
+    /// any, stands.
+    #[default]
+    Unjudged,
+    /// Nothing is held: a run started, or nothing waited.
+    Clear,
+    Held(Hold),
+}
+
+/// A hold in force and since when (wall ms).
+#[derive(Debug, Clone)]
+struct CurrentHold {
+    hold: Hold,
+    since: i64,
+}
+
+/// One profile's policy, ledger and hold.
+#[derive(Debug)]
+pub struct RunPolicy {
+    policy: Policy,
+    offsets: Arc<OffsetTable>,
+    ledger: Arc<Ledger>,
+    hold: Option<CurrentHold>,
+    /// The run in progress: when it started on the wall clock.
+    running: Option<i64>,
+    /// When (monotonic ms) the hold's end is next looked at.
+    wake: Option<u64>,
+}
+
+impl RunPolicy {
+    /// The settings' policy and zone, and the ledger the state dir kept.
+    pub fn new(policy: Policy, zone: OffsetTable, ledger: Ledger, now_wall: i64) -> RunPolicy {
+        let mut p = RunPolicy {
+            policy,
+            offsets: Arc::new(zone),
+            ledger: Arc::new(ledger),
+            hold: None,
+            running: None,
+            wake: None,
+        };
+        p.prune(now_wall);
+        p
+    }
+
+    fn prune(&mut self, now_wall: i64) {
+        let keep = self.policy.loop_guard.map_or(0, |g| g.within_ms);
+        let offsets = self.offsets.clone();
+        Arc::make_mut(&mut self.ledger).prune(now_wall, keep, offsets.as_ref());
+    }
+
+    pub fn ledger(&self) -> Arc<Ledger> {
+        self.ledger.clone()
+    }
+
+    /// `Ok(kind)` when the run may start; else the hold. The conversations the loop guard counts
+    /// are the tray's (`policy::loop_conversations`).
+    pub fn judge(&mut self, tray: &Tray, kind: RunKind, now_wall: i64) -> Result<RunKind, Hold> {
+        self.prune(now_wall);
+        policy::admit(
+            &self.policy,
+            tray,
+            &self.ledger,
+            now_wall,
+            self.offsets.as_ref(),
+            kind,
+        )
+    }
+
+    /// A run was handed to the supervisor: it counts from now. The ledger to save.
+    pub fn run_started(&mut self, conversations: &[String], now_wall: i64) -> Arc<Ledger> {
+        Arc::make_mut(&mut self.ledger).started(
+            now_wall,
+            conversations.to_vec(),
+            self.offsets.as_ref(),
+        );
+        self.running = Some(now_wall);
+        self.ledger.clone()
+    }
+
+    /// A cycle's run ended: its report goes into the ledger (a run whose start was not heard
+    /// counts from now). The ledger to save.
+    pub fn run_ended(
+        &mut self,
+        conversations: &[String],
+        cost: Option<f64>,
+        tokens: Option<u64>,
+        now_wall: i64,
+    ) -> Arc<Ledger> {
+        let started = match self.running.take() {
+            Some(t) => t,
+            None => {
+                Arc::make_mut(&mut self.ledger).started(
+                    now_wall,
+                    conversations.to_vec(),
+                    self.offsets.as_ref(),
+                );
+                now_wall
+            }
+        };
+        Arc::make_mut(&mut self.ledger).ended(started, cost, tokens);
+        self.ledger.clone()
+    }
+
+    /// What the policy said of a cycle's tray sets or ends the hold.
+    pub fn seen(&mut self, seen: &Seen, now_mono: u64, now_wall: i64) {
+        match seen {
+            Seen::Unjudged => {}
+            Seen::Clear => {
+                if self.hold.take().is_some() {
+                    tracing::debug!(event = %log_events::HOLD_CLEARED, "the run policy holds nothing now");
+                }
+                self.wake = None;
+            }
+            Seen::Held(hold) => self.held(hold.clone(), now_mono, now_wall),
+        }
+    }
+
+    /// A cycle's run is held: said once per hold (and when its reason or key changes), and its
+    /// end looked at.
+    fn held(&mut self, hold: Hold, now_mono: u64, now_wall: i64) {
+        let same = self
+            .hold
+            .as_ref()
+            .is_some_and(|h| h.hold.reason == hold.reason && h.hold.key == hold.key);
+        if !same {
+            let until = hold.until.map(rfc3339_ms);
+            let cards: Vec<&str> = hold.cards.iter().take(10).map(String::as_str).collect();
+            let invites: Vec<&str> = hold.invites.iter().take(10).map(String::as_str).collect();
+            tracing::info!(
+                event = %log_events::RUN_HELD,
+                reason = hold.reason.as_str(),
+                key = hold.key,
+                until = until.as_deref(),
+                cards = %cards.join(","),
+                invites = %invites.join(","),
+                "runs wait: [listen.policy] {} holds them{}",
+                hold.key,
+                until.as_deref().map(|u| format!(" until {u}; the tray is read again then")).unwrap_or_else(|| "; a new message, a reload or the rule lifted ends it".into())
+            );
+        }
+        let since = self.hold.as_ref().map_or(now_wall, |h| h.since);
+        self.wake = hold.until.map(|u| timer_for(u, now_mono, now_wall));
+        self.hold = Some(CurrentHold { hold, since });
+    }
+
+    /// When the hold's end is next looked at (`None`: no hold ends by time).
+    pub fn wake_at(&self) -> Option<u64> {
+        self.wake
+    }
+
+    /// The look is due: true when the hold's end has come (the caller wakes with `hold_ended`);
+    /// else the next look is set. After an end, a look a minute later stays set until a cycle
+    /// judges the tray, so a cycle that could not read it does not leave the hold for ever.
+    pub fn wake_due(&mut self, now_mono: u64, now_wall: i64) -> bool {
+        let until = self.hold.as_ref().and_then(|h| h.hold.until);
+        match until {
+            Some(u) if u <= now_wall => {
+                self.wake = Some(now_mono.saturating_add(crate::time::ms(LOOK_EVERY)));
+                true
+            }
+            Some(u) => {
+                self.wake = Some(timer_for(u, now_mono, now_wall));
+                false
+            }
+            None => {
+                self.wake = None;
+                false
+            }
+        }
+    }
+
+    /// SIGHUP's settings: the rules and the zone again. True when the rules changed while runs
+    /// were held: the tray is read at once (the caller wakes with `hold_ended`).
+    pub fn reload(&mut self, policy: &Policy, zone: OffsetTable) -> bool {
+        let changed = *policy != self.policy;
+        self.policy = policy.clone();
+        self.offsets = Arc::new(zone);
+        changed && self.hold.is_some()
+    }
+
+    /// `held` and `usage` of the status document.
+    pub fn show(&self, status: &mut Status, now_wall: i64) {
+        status.held = self.hold.as_ref().map(|h| Held {
+            reason: h.hold.reason.as_str().to_string(),
+            key: h.hold.key.to_string(),
+            until: h.hold.until.map(rfc3339_ms),
+            since: rfc3339_ms(h.since),
+            cards: h.hold.cards.clone(),
+            invites: h.hold.invites.clone(),
+        });
+        let totals = |t: policy::Totals| UsageTotals {
+            runs: t.runs,
+            cost_usd: t.cost_usd,
+            tokens: t.tokens,
+        };
+        status.usage = Usage {
+            this_hour: totals(self.ledger.hour(now_wall, self.offsets.as_ref())),
+            today: totals(self.ledger.day(now_wall, self.offsets.as_ref())),
+        };
+    }
+
+    /// Whether a hold is in force.
+    pub fn holding(&self) -> bool {
+        self.hold.is_some()
+    }
+}
+
+/// The monotonic time to look at a hold ending at wall `until_ms`: at the end, but at most a
+/// minute from now and at least [`LOOK_MIN`].
+fn timer_for(until_ms: i64, now_mono: u64, now_wall: i64) -> u64 {
+    let left = u64::try_from(until_ms.saturating_sub(now_wall)).unwrap_or(0);
+    let wait = Duration::from_millis(left).clamp(LOOK_MIN, LOOK_EVERY);
+    now_mono.saturating_add(crate::time::ms(wait))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::HoldReason;
+
+    fn policy(text: &str) -> Policy {
+        Policy::from_toml(toml::from_str(text).unwrap(), "listen.policy").unwrap()
+    }
+
+    #[test]
+    fn a_hold_is_shown_with_its_end_and_a_reload_that_changes_the_rules_lifts_it() {
+        let utc = OffsetTable::new(0, vec![]);
+        let mut p = RunPolicy::new(
+            policy("allow = [\"@a\"]\n"),
+            utc.clone(),
+            Ledger::new(),
+            1_000_000,
+        );
+        let soon = 1_000_050;
+        let hold = Hold {
+            reason: HoldReason::RunsPerHour,
+            key: "max_runs_per_hour",
+            until: Some(soon),
+            cards: vec!["c1".into()],
+            invites: vec![],
+        };
+        p.seen(&Seen::Held(hold), 0, 1_000_000);
+        let mut status = Status::default();
+        p.show(&mut status, 1_000_000);
+        let held = status.held.clone().unwrap();
+        assert_eq!(
+            (held.reason.as_str(), held.cards.len()),
+            ("runs_per_hour", 1)
+        );
+        assert_eq!(held.until, Some(rfc3339_ms(soon)));
+        assert_eq!(p.wake_at(), Some(100), "never sooner than LOOK_MIN");
+        assert!(p.wake_due(120, 1_000_120), "the hold's end has come");
+        assert_eq!(p.wake_at(), Some(60_120), "a later look until a cycle judges");
+        assert!(!p.reload(&policy("allow = [\"@a\"]\n"), utc.clone()));
+        assert!(p.reload(&Policy::default(), utc), "rules changed while held");
+        p.seen(&Seen::Clear, 200, 1_000_200);
+        assert_eq!(p.wake_at(), None);
+        p.show(&mut status, 1_000_200);
+        assert_eq!(status.held, None);
+    }
+
+    #[test]
+    fn every_run_is_counted_even_one_whose_start_was_not_heard() {
+        let utc = OffsetTable::new(0, vec![]);
+        let mut p = RunPolicy::new(policy("max_runs_per_day = 5\n"), utc, Ledger::new(), 0);
+        p.run_started(&["c1".to_string()], 1_000);
+        p.run_ended(&["c1".to_string()], Some(0.5), Some(10), 2_000);
+        let saved = p.run_ended(&[], None, None, 3_000);
+        assert_eq!(saved.runs().len(), 2);
+        let mut status = Status::default();
+        p.show(&mut status, 4_000);
+        assert_eq!(status.usage.today.runs, 2);
+        assert_eq!(status.usage.today.cost_usd, 0.5);
+    }
+}

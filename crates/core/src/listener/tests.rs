@@ -1,0 +1,1 @@
+//! The listener machine driven step by step on a hand-held clock.
