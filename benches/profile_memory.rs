@@ -1,8 +1,8 @@
 //! What one idle, connected profile holds on the heap, measured with a counting allocator: N
-//! profiles' shared and per-profile parts (each its own `Metrics` in one `Registry`, an `Api` on
-//! the process's one HTTP client, its texts through `listen::texts`, the socket task with its
-//! event channel) connected to one `agentchat sim` (a child process, so the server's memory is
-//! not counted), then the live heap and the RSS divided by N. Prints numbers; asserts nothing.
+//! profiles (each its own `Metrics` in one `Registry`, its listener machine in the driver's
+//! `core::host::Host`, its `Api`, texts, connection task and state dir lock) connected to one
+//! `agentchat sim` (a child process, so the server's memory is not counted), then the live heap
+//! and the RSS divided by N. Prints numbers; asserts nothing.
 //!
 //! `cargo bench --bench profile_memory -- --bench [N]` (default 200). Under `cargo test` it runs
 //! with N = 3 as a smoke check so the harness cannot rot. The daemon's own state (status,
@@ -12,9 +12,9 @@
 #![allow(clippy::restriction)]
 
 use agentchat::client::Api;
+use agentchat::listen::driver::{Driver, DriverCommand, Start};
 use agentchat::listen::metrics::Registry;
-use agentchat::listen::socket::{self, SocketEvent, SocketParams};
-use agentchat::listen::state_dir::StateDir;
+use agentchat::listen::state_dir::{LockAttempt, StateDir};
 use secrecy::SecretString;
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::io::BufRead;
@@ -99,14 +99,6 @@ fn start_sim() -> Sim {
     }
 }
 
-/// One profile's parts, kept alive for the measurement.
-struct Profile {
-    _params: tokio::sync::watch::Sender<SocketParams>,
-    _shutdown: tokio::sync::watch::Sender<bool>,
-    _texts: agentchat::listen::texts::Loaded,
-    _state: tempfile::TempDir,
-}
-
 fn main() {
     let measuring = std::env::args().any(|a| a == "--bench");
     let n: usize = std::env::args()
@@ -142,7 +134,6 @@ async fn run(base: &str, n: usize, measuring: bool) {
     // The process's one client and TLS set-up, built before the count starts: shared, not per
     // profile.
     let _ = Api::new(base, SecretString::from(String::new())).unwrap();
-    let (connected_tx, mut connected) = tokio::sync::mpsc::unbounded_channel::<()>();
     // What one more copy of the texts would cost, were they not shared (`listen::texts::intern`).
     let bytes = Api::new(base, SecretString::from(keys[0].clone()))
         .unwrap()
@@ -169,57 +160,82 @@ async fn run(base: &str, n: usize, measuring: bool) {
         ready.push((key, api, metrics, texts, dir));
     }
     let heap_parts = live() - heap0;
-    // Phase 2: each profile's socket task and event channel, connected.
-    let mut profiles = Vec::new();
-    let mut future_bytes = 0;
-    for (key, api, metrics, texts, dir) in ready {
-        let params = SocketParams {
-            api_base: base.to_string(),
-            key,
-            api,
-            idle_timeout: Duration::from_secs(100),
-            key_refused_retry: Duration::from_secs(2),
-            scale: agentchat::config::TestTimeScale::Off,
-            unreachable_warn_after: Duration::from_secs(60),
-            misconfigured_retry: Duration::from_secs(60),
-            metrics,
-            pacer: agentchat::listen::pacer::Pacer::shared(1.0),
+    // Phase 2: each profile's listener in the driver, connected.
+    let (driver, commands) = tokio::sync::mpsc::unbounded_channel();
+    let pacing = agentchat::core::pacing::PacingPolicy::default();
+    let obs = std::sync::Arc::new(agentchat::core::host::NoHostObserver);
+    tokio::spawn(Driver::new(pacing, None, 1, obs).run(commands));
+    let mut dirs = Vec::new();
+    let mut started = Vec::new();
+    let mut ended = Vec::new();
+    for (i, (key, _api, metrics, _texts, dir)) in ready.into_iter().enumerate() {
+        let toml = format!(
+            "api_base = \"{base}\"\n[listen]\nruntime = \"script\"\ncommand = [\"/bin/true\"]\nidle_timeout = \"100s\"\n"
+        );
+        let env = std::collections::HashMap::from([
+            ("HOME".to_string(), dir.path().display().to_string()),
+            (
+                "AGENTCHAT_STATE_DIR".to_string(),
+                dir.path().display().to_string(),
+            ),
+        ]);
+        let settings = agentchat::config::resolve(
+            &agentchat::config::ConfigArgs::default(),
+            &env,
+            Some((std::path::Path::new("/etc/agentchat/config.toml"), &toml)),
+        )
+        .unwrap();
+        let state = StateDir::open(dir.path()).unwrap();
+        let LockAttempt::Acquired(lock) = state.lock().unwrap() else {
+            panic!("a fresh state dir's lock");
         };
-        let (params_tx, params_rx) = tokio::sync::watch::channel(params);
-        let (shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);
-        let (events_tx, mut events) = tokio::sync::mpsc::channel::<SocketEvent>(256);
-        let task = socket::run(params_rx, events_tx, shutdown_rx);
-        future_bytes = std::mem::size_of_val(&task);
-        tokio::spawn(task);
-        // The main loop's part: take the events, register each wake.
-        let connected_tx = connected_tx.clone();
-        tokio::spawn(async move {
-            while let Some(ev) = events.recv().await {
-                match ev {
-                    SocketEvent::Connected => {
-                        let _ = connected_tx.send(());
-                    }
-                    SocketEvent::Wake { registered, .. } => {
-                        let _ = registered.send(());
-                    }
-                    _ => {}
-                }
-            }
-        });
-        profiles.push(Profile {
-            _params: params_tx,
-            _shutdown: shutdown_tx,
-            _texts: texts,
-            _state: dir,
-        });
+        let (started_tx, started_rx) = tokio::sync::oneshot::channel();
+        let (ended_tx, ended_rx) = tokio::sync::oneshot::channel();
+        let start = Start {
+            generation: i as u64,
+            source: agentchat::config::Source::One(agentchat::config::ConfigArgs::default()),
+            settings,
+            key,
+            state,
+            lock,
+            metrics,
+            notify_status: false,
+            span: tracing::Span::none(),
+            started: started_tx,
+            ended: ended_tx,
+            turns: Default::default(),
+        };
+        driver.send(DriverCommand::Add(Box::new(start))).unwrap();
+        started.push(started_rx);
+        ended.push(ended_rx);
+        dirs.push(dir);
     }
-    for _ in 0..n {
-        tokio::time::timeout(Duration::from_secs(120), connected.recv())
+    for s in started {
+        tokio::time::timeout(Duration::from_secs(120), s)
             .await
-            .expect("every profile connects")
+            .expect("every profile starts")
             .unwrap();
     }
-    // Let the connect wakes' bursts and acks settle.
+    // Connected: each status says so (a benchmark may poll).
+    for dir in &dirs {
+        let state = StateDir::at(dir.path());
+        let deadline = std::time::Instant::now() + Duration::from_secs(120);
+        loop {
+            let connected =
+                state.read_status().ok().flatten().is_some_and(|s| {
+                    s.socket == Some(agentchat::core::status::SocketState::Connected)
+                });
+            if connected {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "every profile connects"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    // Let the connect wakes' cycles, bursts and acks settle.
     tokio::time::sleep(Duration::from_millis(500)).await;
     let (heap, rss_now) = (live() - heap0, rss() - rss0);
     let per = |b: isize| kib(b / n as isize);
@@ -229,12 +245,12 @@ async fn run(base: &str, n: usize, measuring: bool) {
         println!("heap live per profile:             {}", per(heap));
         println!("  registry, Api and texts:         {}", per(heap_parts));
         println!(
-            "  socket task, channel, connected: {}",
+            "  listener, connection, connected: {}",
             per(heap - heap_parts)
         );
         println!(
-            "    the socket task's future:      {}",
-            kib(future_bytes as isize)
+            "    the listener machine:          {}",
+            kib(std::mem::size_of::<agentchat::core::listener::Listener>() as isize)
         );
         println!(
             "one more copy of the texts:        {} (shared: each profile holds an Arc)",
@@ -255,5 +271,14 @@ async fn run(base: &str, n: usize, measuring: bool) {
             per(heap)
         );
     }
-    drop(profiles);
+    for g in 0..n {
+        let _ = driver.send(DriverCommand::To(
+            g as u64,
+            agentchat::listen::driver::HostCommand::Stop("bench over"),
+        ));
+    }
+    for e in ended {
+        let _ = tokio::time::timeout(Duration::from_secs(30), e).await;
+    }
+    drop(dirs);
 }

@@ -153,7 +153,10 @@ async fn with_server(
         .env("AGENTCHAT_TEST_TIME_SCALE", LISTENER_TIME_SCALE.to_string())
         // Each wake is a debug line of the socket's (at info a burst is one summary line); the
         // timeline shows every wake, so the demo asks for the socket's debug lines too.
-        .env("AGENTCHAT_LOG", "info,agentchat::listen::socket=debug")
+        .env(
+            "AGENTCHAT_LOG",
+            "info,agentchat_core::listener::socket=debug",
+        )
         .env_remove("AGENTCHAT_INTEGRATION")
         .env_remove("AGENTCHAT_DOORBELL")
         .env_remove("AGENTCHAT_PROFILE")

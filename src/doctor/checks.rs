@@ -6,8 +6,8 @@ use super::probes::{Probe, describe, judge_claude_login, judge_codex_login, sani
 use super::{Check, Level};
 use crate::client::ApiError;
 use crate::config::{self, ConfigError, IntegrationSwitch, KeySource, RuntimeKind};
+use crate::core::listener::NotReached;
 use crate::core::status::{Outcome, Status};
-use crate::listen::reach::NotReached;
 use crate::listen::state_dir::STATUS_FILE;
 use crate::sys::flock::LockHolder;
 use crate::sys::process::ProcessEnd;
@@ -164,7 +164,7 @@ pub fn check_me(api_base: &str, result: &Result<String, ApiError>) -> Check {
         .with("http_status", *code),
         // The same lines the listener logs (docs/operating.md, "When something is wrong").
         Err(e) => {
-            let (detail, verdict) = match NotReached::from_api(api_base, e) {
+            let (detail, verdict) = match crate::listen::driver::convert::not_reached(api_base, e) {
                 NotReached::Misconfigured(line) => (line, "not_agentchat"),
                 NotReached::Unreachable(line) => (line, "unreachable"),
             };

@@ -92,10 +92,14 @@ pub async fn run_command(config: &config::ConfigArgs, yes: bool) -> anyhow::Resu
             pid.map(|p| format!(" (pid {p})")).unwrap_or_default()
         ),
     };
-    let cycle_id = format!("doctor-{}", crate::listen::cycle::new_cycle_id());
+    let cycle_id = format!(
+        "doctor-c{:x}-{:04x}",
+        crate::sys::time::unix_ms(std::time::SystemTime::now()),
+        fastrand::u16(..)
+    );
     // The cycle's own start of a run: the workdir and the identity block in it.
     let workdir =
-        crate::listen::cycle::workdir::prepare(&settings, &state, Some(&texts), &handle, &cycle_id)
+        crate::listen::workdir::prepare(&settings, &state, Some(&texts), &handle, &cycle_id)
             .map_err(|(dir, e)| anyhow::anyhow!("cannot create {}: {e}", dir.display()))?;
     std::fs::create_dir_all(state.runs_dir())?;
     let handle_at = format!("@{}", crate::core::handle::normalize(&handle));

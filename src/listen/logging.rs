@@ -31,8 +31,17 @@ use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::registry::LookupSpan;
 use tracing_subscriber::util::SubscriberInitExt;
 
-/// The target of every line the listener writes (the crate's name).
+/// The target of every line the listener writes: this crate's name, or its pure crate's
+/// (`agentchat_core`, where the state machines log), which the same prefix covers.
 const OWN_TARGET: &str = "agentchat";
+
+/// Whether `target` is one of the listener's own crates' (`agentchat`, `agentchat_core`).
+fn is_own_target(target: &str) -> bool {
+    target == OWN_TARGET
+        || target.starts_with("agentchat::")
+        || target == "agentchat_core"
+        || target.starts_with("agentchat_core::")
+}
 
 /// Fields the text format leaves out of one event's line because its message already says them,
 /// or because they say nothing there. `"*0"` hides the event's numeric fields that are zero.
@@ -142,8 +151,7 @@ fn is_own_line(m: &Metadata<'_>) -> bool {
     if m.is_span() {
         return true;
     }
-    let own = m.target() == OWN_TARGET || m.target().starts_with("agentchat::");
-    own && m.fields().field("event").is_some()
+    is_own_target(m.target()) && m.fields().field("event").is_some()
 }
 
 /// What goes before a line written to stderr without `tracing` (a start that fails before
@@ -359,7 +367,7 @@ fn people_line(prefix: &str, metadata: &Metadata<'_>, record: impl FnOnce(&mut F
     let mut out = String::with_capacity(120);
     out.push_str(prefix);
     let _ = write!(out, "{:<5} ", level_word(*metadata.level()));
-    if f.event.is_none() && !metadata.target().starts_with(OWN_TARGET) {
+    if f.event.is_none() && !is_own_target(metadata.target()) {
         out.push_str(metadata.target());
         out.push_str(": ");
     }

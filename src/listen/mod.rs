@@ -1,26 +1,25 @@
 //! `agentchat listen`: the resident listener (contract 1 and 4, "single-run mode").
 //!
-//! Data path: `socket` (frames -> `core::engine` -> wakes, acks) -> `daemon` (coalescer, one cycle
-//! at a time, status, signals) -> `cycle` (tray, decide, run via `runtime::supervisor`, tray,
-//! invite rule). `once` is the single-shot form for scripts and cron. `start` gets a profile ready
+//! Every decision is the pure state machine's (`core::listener`, `core::host`); this module is the
+//! I/O around it: `driver` (the one loop that feeds the machine and performs its effects),
+//! `socket` (the dial and one connection's reader), `host` (signals, systemd, which profiles
+//! run), `metrics`. `once` is the single-shot form for scripts and cron. `start` gets a profile ready
 //! (one way for `listen`, `--once` and `--all`) and says how the process exits when it cannot be
 //! (`core::exit`). `state_dir` owns the files, `texts` the served texts (the one loader and
 //! cache); `core::status` is the vocabulary of the status they write.
 
 pub mod admission;
 pub mod agent_lock;
-pub mod cycle;
-pub mod daemon;
+pub mod driver;
 pub mod host;
 pub mod logging;
 pub mod metrics;
 pub mod once;
-pub mod pacer;
-pub mod reach;
 pub mod socket;
 pub mod start;
 pub mod state_dir;
 pub mod texts;
+pub mod workdir;
 
 use crate::config::{ConfigArgs, IntegrationSwitch, LogFormat};
 use crate::log_events;

@@ -1,14 +1,22 @@
 //! `agentchat listen --once`, for scripts and cron: connect (which proves the key and acks what the
 //! server pushes), run at most one cycle if something waits, exit. Exit 0 when nothing waited or
-//! the run completed; an error (exit 1) when it could not connect or the run failed.
+//! the run completed; an error (exit 1) when it could not connect or the run failed. The cycle is
+//! the daemon's own state machine (`core::listener::cycle`), its effects performed one at a time.
 
-use super::cycle::{self, CycleInput};
-use super::socket::{self, SocketParams};
+use super::driver::{LEDGER_FILE, convert, run};
+use super::socket::{self, DialParams};
 use super::start::Prepared;
-use crate::client::Api;
+use crate::client::{Api, Dismissal as ClientDismissal};
 use crate::config::Settings;
+use crate::core::decision::WakeCauses;
 use crate::core::exit::Exit;
+use crate::core::invite_rule::InviteMemory;
+use crate::core::listener::cycle::{Ctx, Cycle, Note};
+use crate::core::listener::policy::RunPolicy;
+use crate::core::listener::{Dismissal, Effect, Input, Out, Slot, Timing, Unobserved};
+use crate::core::rng::Rng;
 use crate::core::status::{NoRunReason, Outcome};
+use std::collections::VecDeque;
 use std::time::Duration;
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::watch;
@@ -23,24 +31,22 @@ pub async fn run(settings: Settings, prepared: Prepared) -> anyhow::Result<i32> 
         state,
         lock: _lock,
     } = prepared;
-    let scale = settings.time_scale;
     // One REST client for the whole run: who am I, the texts, the tray.
     let api = Api::new(&settings.api_base, key.clone())?;
-    let params = SocketParams::new(
-        &settings,
-        key.clone(),
-        api.clone(),
-        super::metrics::Metrics::off(),
-        super::pacer::Pacer::new(scale.factor()),
-    );
-    let handle = socket::connect_once(&params, SETTLE).await.map_err(|e| {
-        // Said once: the lines about a wrong or unreachable api_base name it already.
-        if e.contains(settings.api_base.as_str()) {
-            anyhow::anyhow!("could not connect: {e}")
-        } else {
-            anyhow::anyhow!("could not connect to {}: {e}", settings.api_base)
-        }
-    })?;
+    let params = DialParams {
+        api_base: settings.api_base.clone(),
+        key: key.clone(),
+    };
+    let handle = socket::connect_once(&params, &api, SETTLE)
+        .await
+        .map_err(|e| {
+            // Said once: the lines about a wrong or unreachable api_base name it already.
+            if e.contains(settings.api_base.as_str()) {
+                anyhow::anyhow!("could not connect: {e}")
+            } else {
+                anyhow::anyhow!("could not connect to {}: {e}", settings.api_base)
+            }
+        })?;
     // One agent, one listener (`agent_lock`): a resident listener or another `--once` for the
     // same agent under another state dir runs already.
     let mut agent = super::agent_lock::AgentSlot::default();
@@ -52,47 +58,213 @@ pub async fn run(settings: Settings, prepared: Prepared) -> anyhow::Result<i32> 
     }
     let runtime = settings.listen.runtime.texts_runtime();
     let texts = match super::texts::load(&api, &state, runtime, true).await {
-        Ok(loaded) => Some(loaded.texts),
+        Ok(loaded) => Some(convert::loaded(loaded)),
         Err(missing) => {
-            missing.log();
+            let m = convert::missing(missing);
+            tracing::error!(event = %crate::log_events::TEXTS_MISSING, runtime = m.runtime, fetch_error = %m.fetch, cache = %m.cache.as_deref().unwrap_or("not tried"), "no texts for this runtime, neither from the server nor cached; no runs until the server's texts can be read");
             None
         }
     };
 
-    let (shutdown_tx, shutdown_rx) = watch::channel(false);
+    let clock = super::driver::Clock::new();
+    let now = clock.now();
+    // `[listen.policy]` holds a one-off run as it holds the daemon's, and counts it.
+    let cfg = convert::listener_config(&settings, false, now.wall_ms);
+    let ledger = super::driver::load_ledger(&state);
+    let mut policy = RunPolicy::new(cfg.policy.clone(), cfg.zone.clone(), ledger, now.wall_ms);
+    let mut invites: InviteMemory = state.load_invites().unwrap_or_default();
+    let mut rng = Rng::new(fastrand::u64(..));
+    let mut effects = VecDeque::new();
+    let timing = Timing::new(cfg.scale);
+    let mut unknown_version_said = false;
+    let mut next_req = 0;
+
+    let mut out = Out::new(&mut effects, &mut rng);
+    let mut cycle = Cycle::start(
+        1,
+        vec!["connect".into()],
+        WakeCauses::unknown(),
+        0,
+        false,
+        now,
+        &mut out,
+    );
+    let (cancel_tx, cancel) = watch::channel(false);
     let mut sigterm = signal(SignalKind::terminate())?;
     let mut sigint = signal(SignalKind::interrupt())?;
-    // `[listen.policy]` holds a one-off run as it holds the daemon's, and counts it.
-    let mut run_policy = super::daemon::run_policy::RunPolicy::load(&settings, &state);
-    let input = CycleInput {
-        admission: None,
-        id: cycle::new_cycle_id(),
-        settings,
-        api,
-        key,
-        state,
-        handle,
-        texts,
-        reasons: vec!["connect".into()],
-        causes: crate::core::decision::WakeCauses::unknown(),
-        runtime_unusable: false,
-        invite_pace_ms: scale.invite_pace_ms(),
-        follow_ups: 0,
-        shutdown: shutdown_rx,
+    let mut stopping = false;
+    let r = || run::RunIo {
+        settings: settings.clone(),
+        key: key.clone(),
+        state: state.clone(),
         metrics: super::metrics::Metrics::off(),
-        run_starting: None,
-        waits: None,
-        policy: Some(run_policy.for_cycle()),
     };
-    let mut task = tokio::spawn(cycle::run(input));
-    let report = tokio::select! {
-        r = &mut task => r,
-        _ = sigterm.recv() => { let _ = shutdown_tx.send(true); task.await }
-        _ = sigint.recv() => { let _ = shutdown_tx.send(true); task.await }
+    while !cycle.is_done() {
+        let Some(effect) = effects.pop_front() else {
+            // A retry's wait (a `429 Retry-After`, a transient error), or nothing left to do.
+            let Some(t) = cycle.deadline() else {
+                break;
+            };
+            tokio::time::sleep_until(clock.instant(t)).await;
+            cycle.on_time(clock.now(), &mut Out::new(&mut effects, &mut rng));
+            continue;
+        };
+        let input = match effect {
+            Effect::ReadTray { cycle: c } => Input::Tray {
+                cycle: c,
+                result: api.inbox().await.map_err(convert::tray_error),
+            },
+            Effect::FetchTexts { req, .. } => Input::Texts {
+                req,
+                result: super::texts::load_quietly(&api, &state, runtime)
+                    .await
+                    .map(convert::loaded)
+                    .map_err(convert::missing),
+            },
+            Effect::AskSlot { cycle: c } => Input::Slot {
+                cycle: c,
+                slot: Slot::Granted { waited_ms: 0 },
+            },
+            Effect::StartRun(order) => {
+                let c = order.cycle;
+                let mut started = None;
+                // A signal gives the run SIGTERM and its grace; the cycle then ends without the
+                // invite rule.
+                let end = {
+                    let fut =
+                        run::supervise(*order, r(), cancel.clone(), |log| started = Some(log));
+                    tokio::pin!(fut);
+                    loop {
+                        tokio::select! {
+                            end = &mut fut => break end,
+                            _ = sigterm.recv() => { stopping = true; let _ = cancel_tx.send(true); }
+                            _ = sigint.recv() => { stopping = true; let _ = cancel_tx.send(true); }
+                        }
+                    }
+                };
+                if let Some(log) = started {
+                    feed(
+                        &mut cycle,
+                        Input::RunStarted { cycle: c, log },
+                        &mut Env {
+                            policy: &mut policy,
+                            invites: &mut invites,
+                            rng: &mut rng,
+                            effects: &mut effects,
+                            texts: texts.as_ref(),
+                            handle: &handle,
+                            timing,
+                            unknown_version_said: &mut unknown_version_said,
+                            next_req: &mut next_req,
+                            clock,
+                            stopping,
+                        },
+                    );
+                }
+                Input::RunEnded { cycle: c, end }
+            }
+            Effect::DismissInvite {
+                cycle: c,
+                invite_id,
+            } => {
+                let result = match api.dismiss_invite(&invite_id).await {
+                    Ok(ClientDismissal::Dismissed) => Dismissal::Dismissed,
+                    Ok(ClientDismissal::NotPending) => Dismissal::NotPending,
+                    Err(e) => Dismissal::Failed(e.to_string()),
+                };
+                Input::Dismissed {
+                    cycle: c,
+                    invite_id,
+                    result,
+                }
+            }
+            Effect::SaveInvites(memory) => {
+                let _ = state.save_invites(&memory);
+                continue;
+            }
+            _ => continue,
+        };
+        feed(
+            &mut cycle,
+            input,
+            &mut Env {
+                policy: &mut policy,
+                invites: &mut invites,
+                rng: &mut rng,
+                effects: &mut effects,
+                texts: texts.as_ref(),
+                handle: &handle,
+                timing,
+                unknown_version_said: &mut unknown_version_said,
+                next_req: &mut next_req,
+                clock,
+                stopping,
+            },
+        );
     }
-    .map_err(|e| anyhow::anyhow!("the cycle ended abnormally: {e}"))?;
-    run_policy.cycle_ended(&report);
+    let now = clock.now();
+    cycle.close(now);
+    let report = cycle.report;
+    if report.last.run_started {
+        let (cost, tokens) = report.run_report.as_ref().map_or((None, None), |r| {
+            (r.cost_usd, r.usage.as_ref().map(|u| u.total()))
+        });
+        policy.run_started(&report.conversations, now.wall_ms);
+        let ledger = policy.run_ended(&report.conversations, cost, tokens, now.wall_ms);
+        if let Ok(bytes) = serde_json::to_vec(ledger.as_ref()) {
+            let _ = crate::sys::fs::write_atomic_unsynced(&state.path(LEDGER_FILE), &bytes);
+        }
+    }
+    exit(&report)
+}
 
+/// What feeding the cycle needs.
+struct Env<'a> {
+    policy: &'a mut RunPolicy,
+    invites: &'a mut InviteMemory,
+    rng: &'a mut Rng,
+    effects: &'a mut VecDeque<Effect>,
+    texts: Option<&'a crate::core::listener::LoadedTexts>,
+    handle: &'a str,
+    timing: Timing,
+    unknown_version_said: &'a mut bool,
+    next_req: &'a mut u64,
+    clock: super::driver::Clock,
+    stopping: bool,
+}
+
+fn feed(cycle: &mut Cycle, input: Input, env: &mut Env) {
+    let now = env.clock.now();
+    let obs = Unobserved;
+    let mut ctx = Ctx {
+        now,
+        handle: env.handle,
+        texts: env.texts,
+        policy: env.policy,
+        invites: env.invites,
+        timing: env.timing,
+        obs: &obs,
+        unknown_version_said: env.unknown_version_said,
+        next_req: env.next_req,
+    };
+    let mut out: Out<Note> = Out::new(env.effects, env.rng);
+    match input {
+        Input::Tray { result, .. } => cycle.on_tray(&mut ctx, result, &mut out),
+        Input::Texts { req, result } => {
+            cycle.on_texts(&mut ctx, req, result, &mut out);
+        }
+        Input::Slot { slot, .. } => cycle.on_slot(&mut ctx, slot, &mut out),
+        Input::RunStarted { log, .. } => cycle.on_run_started(log, &mut out),
+        Input::RunEnded { end, .. } => cycle.on_run_ended(&mut ctx, end, env.stopping, &mut out),
+        Input::Dismissed {
+            invite_id, result, ..
+        } => cycle.on_dismissed(&mut ctx, &invite_id, result, &mut out),
+        _ => {}
+    }
+}
+
+/// The exit for how the one cycle ended.
+fn exit(report: &crate::core::listener::cycle::Report) -> anyhow::Result<i32> {
     let last = &report.last;
     match last.outcome {
         Some(Outcome::Completed) => {

@@ -10,16 +10,11 @@ use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
 
 pub const LOCK_FILE: &str = "listen.lock";
 pub const STATUS_FILE: &str = "status.json";
 pub const INVITES_FILE: &str = "invites.json";
 pub const RUNS_DIR: &str = "runs";
-
-/// The last `invites.json` write failed. Process-wide: one listener per process writes it, from
-/// whichever cycle runs, and an episode spans cycles.
-static INVITES_WRITE_FAILING: AtomicBool = AtomicBool::new(false);
 
 /// The cause is part of the message and not a `source`, so a chain printed with `{:#}` says it
 /// once (as `config::ConfigError` does).
@@ -294,23 +289,11 @@ impl StateDir {
     }
 
     /// Writes the invite-rule memory (atomically: a reader sees the old file or the new one).
-    /// A failure (full disk, read-only dir) is logged once per episode, and its end once: the
-    /// cycle goes on either way, with the memory it has.
-    pub fn save_invites(&self, memory: &InviteMemory) {
-        let written = serde_json::to_vec_pretty(memory)
-            .map_err(std::io::Error::other)
-            .and_then(|bytes| write_atomic(&self.path(INVITES_FILE), &bytes));
-        let was_failing = INVITES_WRITE_FAILING.swap(written.is_err(), Ordering::Relaxed);
-        match written {
-            Ok(()) if was_failing => {
-                tracing::info!(event = %log_events::INVITE_MEMORY_WRITE_RECOVERED, "invites.json is written again")
-            }
-            Ok(()) => {}
-            Err(e) if !was_failing => {
-                tracing::warn!(event = %log_events::INVITE_MEMORY_WRITE_FAILED, error = %e, "could not persist the invite memory; the listener keeps working and logs this once until a write succeeds")
-            }
-            Err(_) => {}
-        }
+    /// The caller says a failure once per episode (`listen::driver`): the cycle goes on either
+    /// way, with the memory it has.
+    pub fn save_invites(&self, memory: &InviteMemory) -> std::io::Result<()> {
+        let bytes = serde_json::to_vec_pretty(memory).map_err(std::io::Error::other)?;
+        write_atomic(&self.path(INVITES_FILE), &bytes)
     }
 
     /// Reads `status.json` into the typed status, with the file's modification time (when the

@@ -104,7 +104,7 @@ pub fn is_executable(p: &Path) -> bool {
 /// What the runtime's binary is on disk (the resolved file, symlinks followed): installing,
 /// updating or replacing the CLI changes it, which gives an unusable runtime a new chance
 /// (`docs/runtimes.md`, "Unusable until fixed").
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct BinaryStamp {
     pub path: PathBuf,
     dev: u64,

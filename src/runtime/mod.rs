@@ -72,14 +72,8 @@ pub struct RunSpec {
     pub runtime: RuntimeKind,
 }
 
-/// The run's outcome for the invite rule and the status file.
-#[derive(Debug, Clone, PartialEq)]
-pub enum RunOutcome {
-    Completed,
-    Failed(String),
-    /// The runtime cannot work until the user fixes it (not logged in, bad key): stop starting it.
-    Unusable(String),
-}
+/// How a run ended, as its runtime judges it (the machine's own type: `core::listener`).
+pub use crate::core::listener::RunOutcome;
 
 /// How one runtime is started and judged: the runtime's module behind a [`RuntimeKind`]. What a
 /// runtime is called, which binary and config key it uses, is `core::runtime_kind`'s table.

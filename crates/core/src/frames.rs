@@ -837,4 +837,3 @@ mod tests {
         assert_eq!(v["message_id"], odd, "the id is escaped, never spliced");
     }
 }
-

@@ -64,6 +64,8 @@ struct Slots {
 #[derive(Debug)]
 pub struct Host {
     profiles: BTreeMap<ProfileId, Listener>,
+    /// Each profile's span: its lines carry its name (`listen --all`).
+    spans: BTreeMap<ProfileId, tracing::Span>,
     next_id: ProfileId,
     pacing: Pacing,
     /// Profiles waiting for the pacer, first come first served.
@@ -90,6 +92,7 @@ impl Host {
     ) -> Host {
         Host {
             profiles: BTreeMap::new(),
+            spans: BTreeMap::new(),
             next_id: 0,
             pacing: Pacing::new(pacing),
             pacer_queue: VecDeque::new(),
@@ -117,11 +120,13 @@ impl Host {
         self.rng.u64()
     }
 
-    /// Adds a profile's listener; its first effects are taken at once.
-    pub fn add(&mut self, now: Now, listener: Listener) -> ProfileId {
+    /// Adds a profile's listener (made inside `span`, which its later steps enter too); its
+    /// first effects are taken at once.
+    pub fn add(&mut self, now: Now, listener: Listener, span: tracing::Span) -> ProfileId {
         self.next_id += 1;
         let id = self.next_id;
         self.profiles.insert(id, listener);
+        self.spans.insert(id, span);
         self.drain(now, id);
         id
     }
@@ -129,7 +134,16 @@ impl Host {
     /// Removes an ended profile (its effects were taken).
     pub fn remove(&mut self, id: ProfileId) -> Option<Listener> {
         self.leave(id);
+        self.spans.remove(&id);
         self.profiles.remove(&id)
+    }
+
+    /// Steps profile `id` inside its span.
+    fn step(&mut self, id: ProfileId, f: impl FnOnce(&mut Listener)) {
+        let _g = self.spans.get(&id).map(|s| s.clone().entered());
+        if let Some(l) = self.profiles.get_mut(&id) {
+            f(l);
+        }
     }
 
     pub fn profile(&self, id: ProfileId) -> Option<&Listener> {
@@ -161,10 +175,8 @@ impl Host {
 
     /// One input for one profile.
     pub fn handle(&mut self, now: Now, id: ProfileId, input: Input) {
-        if let Some(l) = self.profiles.get_mut(&id) {
-            l.handle(now, input);
-            self.drain(now, id);
-        }
+        self.step(id, |l| l.handle(now, input));
+        self.drain(now, id);
     }
 
     /// Time passed: every profile whose deadline came, the pacer and the slots.
@@ -176,9 +188,7 @@ impl Host {
             .map(|(id, _)| *id)
             .collect();
         for id in due {
-            if let Some(l) = self.profiles.get_mut(&id) {
-                l.tick(now);
-            }
+            self.step(id, |l| l.tick(now));
             self.drain(now, id);
         }
         if self.pacer_at.is_some_and(|t| t <= now.mono_ms) {
@@ -202,9 +212,7 @@ impl Host {
     pub fn probe(&mut self, now: Now) {
         let ids: Vec<ProfileId> = self.profiles.keys().copied().collect();
         for id in ids {
-            if let Some(l) = self.profiles.get_mut(&id) {
-                l.tick(now);
-            }
+            self.step(id, |l| l.tick(now));
             self.drain(now, id);
         }
     }
@@ -256,7 +264,10 @@ impl Host {
                 }
                 Effect::AskSlot { cycle } => self.ask_slot(now, id, cycle),
                 Effect::ReleaseSlot => self.release(now, id),
-                Effect::CancelRun { cycle, now: at_once } => {
+                Effect::CancelRun {
+                    cycle,
+                    now: at_once,
+                } => {
                     // A cycle that gives up while it waits for a slot leaves the queue.
                     if self
                         .slots
@@ -307,9 +318,7 @@ impl Host {
                         "connect attempt admitted by the pacer"
                     );
                     self.pacer_since = Some(now.mono_ms);
-                    if let Some(l) = self.profiles.get_mut(&head) {
-                        l.handle(now, Input::Paced);
-                    }
+                    self.step(head, |l| l.handle(now, Input::Paced));
                     self.drain(now, head);
                 }
                 Admit::Wait(ms) => {
@@ -379,9 +388,7 @@ impl Host {
     }
 
     fn answer_slot(&mut self, now: Now, id: ProfileId, cycle: u64, slot: Slot) {
-        if let Some(l) = self.profiles.get_mut(&id) {
-            l.handle(now, Input::Slot { cycle, slot });
-        }
+        self.step(id, |l| l.handle(now, Input::Slot { cycle, slot }));
         self.drain(now, id);
     }
 
@@ -438,11 +445,7 @@ impl Host {
     /// Starts whoever's turn it is, while slots are free and memory allows.
     fn pump(&mut self, now: Now) {
         loop {
-            if !self
-                .slots
-                .as_ref()
-                .is_some_and(|s| s.queue.could_admit())
-            {
+            if !self.slots.as_ref().is_some_and(|s| s.queue.could_admit()) {
                 return;
             }
             let Some(ok) = self.memory_ok(now) else {
@@ -459,12 +462,9 @@ impl Host {
             self.started(now, Duration::from_millis(waited));
             self.publish();
             match cycle {
-                Some(cycle) if self.profiles.contains_key(&next.who) => self.answer_slot(
-                    now,
-                    next.who,
-                    cycle,
-                    Slot::Granted { waited_ms: waited },
-                ),
+                Some(cycle) if self.profiles.contains_key(&next.who) => {
+                    self.answer_slot(now, next.who, cycle, Slot::Granted { waited_ms: waited })
+                }
                 // Gone before its turn: its slot is free again.
                 _ => {
                     if let Some(s) = self.slots.as_mut() {

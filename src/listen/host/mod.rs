@@ -18,14 +18,13 @@ mod reload;
 mod scope;
 mod signals;
 
-use super::admission::Admission;
-use super::daemon::{self, COMMANDS, HostCommand, Link, ListenerEnd, Start};
+use super::driver::{Driver, DriverCommand, HostCommand, Start};
 use super::metrics::{self, Metrics, Registry};
-use super::pacer::Pacer;
 use super::start::{Prepared, StartError};
 use crate::config::TestTimeScale;
 use crate::config::{self, ConfigArgs, Settings};
 use crate::core::exit::Exit;
+use crate::core::listener::ListenerEnd;
 use crate::log_events;
 use notify::{Notify, Watchdog};
 pub(super) use scope::Top;
@@ -45,7 +44,7 @@ type TaskEnd = Result<ListenerEnd, StartError>;
 struct Running {
     /// Tells this start of the profile from a later one (a profile removed and added again).
     generation: u64,
-    commands: mpsc::Sender<HostCommand>,
+    commands: Commands,
     task: JoinHandle<()>,
     /// The loop's turns (`daemon::Link::turns`), and their count at the watchdog's last tick.
     turns: Arc<AtomicU64>,
@@ -71,11 +70,12 @@ struct Host {
     watchdog: Option<Watchdog>,
     /// Turns true when the process stops: the metrics endpoint ends.
     endpoint: watch::Sender<bool>,
-    /// The one connect pacer every profile's socket passes (contract 3.4's per-IP budget).
-    pacer: Pacer,
-    /// `listen --all`'s run slots, as the top level sets them, and the queue for them.
+    /// The driver of the process's state machine (`listen::driver`): every profile's listener,
+    /// the one connect pacer (contract 3.4's per-IP budget) and the run slots.
+    driver: mpsc::UnboundedSender<DriverCommand>,
+    driver_task: JoinHandle<()>,
+    /// `listen --all`'s run slots, as the top level sets them.
     slots: RunSlots,
-    admission: Option<Admission>,
     /// Profiles whose agent another listener serves, tried again (`blocked`).
     blocked: BTreeMap<String, blocked::Blocked>,
     /// Profiles that cannot run for another reason (their config, their key, their state dir).
@@ -89,7 +89,7 @@ struct Host {
 pub(super) async fn run_one(args: ConfigArgs, settings: Settings) -> anyhow::Result<i32> {
     let mut signals = Signals::install()?;
     let scope = Scope { args, shared: None };
-    let mut host = Host::new(scope, settings.time_scale);
+    let mut host = Host::new(scope, settings.time_scale, None, None);
     let name = settings.profile.clone();
     let started = host.start(name, settings);
     host.serve(&mut signals, vec![started]).await
@@ -114,11 +114,14 @@ pub(super) async fn run_all(
         args,
         shared: Some(endpoint),
     };
-    let mut host = Host::new(scope, top.scale);
     let slots = top.slots;
-    let admission = Admission::new(slots.max(), slots.min_memory, Some(registry.clone()));
+    let mut host = Host::new(
+        scope,
+        top.scale,
+        Some((slots.max(), slots.min_memory)),
+        Some(registry.clone()),
+    );
     host.slots = slots;
-    host.admission = Some(admission.clone());
     if let Some(addr) = addr {
         tokio::spawn(metrics::serve(registry, addr, host.endpoint.subscribe()));
     }
@@ -133,7 +136,7 @@ pub(super) async fn run_all(
         event = %log_events::HOST_START,
         pid = std::process::id(),
         profiles = host.profiles.len(),
-        max_concurrent_runs = admission.max(),
+        max_concurrent_runs = slots.max(),
         min_available_memory = slots.min_memory,
         "listening for {} profiles in one process",
         host.profiles.len()
@@ -142,9 +145,24 @@ pub(super) async fn run_all(
 }
 
 impl Host {
-    fn new(scope: Scope, scale: TestTimeScale) -> Host {
+    /// `slots`: `listen --all`'s run slots (the most at once, the memory a run needs), whose
+    /// queue `registry` shows.
+    fn new(
+        scope: Scope,
+        scale: TestTimeScale,
+        slots: Option<(usize, Option<u64>)>,
+        registry: Option<Arc<Registry>>,
+    ) -> Host {
         let (ends_tx, ends) = mpsc::unbounded_channel();
         let (endpoint, _) = watch::channel(false);
+        let pacing = crate::core::pacing::PacingPolicy::default().scaled(scale.factor());
+        let seed = fastrand::u64(..);
+        let obs: Arc<dyn crate::core::host::HostObserver> = match registry {
+            Some(r) => Arc::new(metrics::QueueObserver(r)),
+            None => Arc::new(crate::core::host::NoHostObserver),
+        };
+        let (driver, commands) = mpsc::unbounded_channel();
+        let driver_task = tokio::spawn(Driver::new(pacing, slots, seed, obs).run(commands));
         Host {
             scope,
             profiles: BTreeMap::new(),
@@ -156,9 +174,9 @@ impl Host {
             notify: Notify::from_env(),
             watchdog: None,
             endpoint,
-            pacer: Pacer::new(scale.factor()),
+            driver,
+            driver_task,
             slots: RunSlots::default(),
-            admission: None,
             blocked: BTreeMap::new(),
             failed_other: Default::default(),
             scale,
@@ -190,9 +208,10 @@ impl Host {
         self.failed(name, &format!("config: {e}"));
     }
 
-    /// Starts a profile's listener as a task (with `--all`, in a span naming the profile, so
-    /// every line it logs says `profile=<name>`): `start::prepare`, then `daemon::run`. Returns
-    /// what says it has started; a start that fails sends its end before that is dropped.
+    /// Starts a profile (with `--all`, in a span naming the profile, so every line it logs says
+    /// `profile=<name>`): `start::prepare` as a task, then the listener joins the driver's
+    /// machine, and the task waits for its end. Returns what says it has started; a start that
+    /// fails sends its end before that is dropped.
     fn start(&mut self, name: String, settings: Settings) -> oneshot::Receiver<()> {
         let generation = self.next_generation;
         self.next_generation += 1;
@@ -201,14 +220,8 @@ impl Host {
             // A try under way: its backoff goes on should it be refused again.
             b.at_none();
         }
-        let (commands, commands_rx) = mpsc::channel(COMMANDS);
         let (started_tx, started) = oneshot::channel();
         let turns = Arc::new(AtomicU64::new(0));
-        let link = Link {
-            commands: commands_rx,
-            started: Some(started_tx),
-            turns: turns.clone(),
-        };
         let alone = self.scope.alone();
         let source = self.scope.source(&name);
         // `listen`'s one profile serves its own endpoint once it holds its lock; with `--all` the
@@ -230,46 +243,59 @@ impl Host {
         let fingerprint = profiles::fingerprint(&settings);
         let ends = self.ends_tx.clone();
         let end_name = name.clone();
-        let pacer = self.pacer.clone();
-        let admission = self.admission.clone();
+        let driver = self.driver.clone();
+        let span = if alone {
+            tracing::Span::none()
+        } else {
+            tracing::error_span!("profile", profile = %name)
+        };
+        let task_span = span.clone();
+        let task_turns = turns.clone();
         let task = async move {
             let outcome = match super::start::prepare(&settings, alone).await {
                 Ok(Prepared { key, state, lock }) => {
                     if let Some(stop) = own_endpoint {
                         metrics::spawn_server(&metrics, settings.listen.metrics_addr, stop);
                     }
+                    let (ended_tx, ended) = oneshot::channel();
                     let start = Start {
+                        generation,
                         source,
                         settings,
                         key,
                         state,
+                        lock,
                         metrics,
                         notify_status: alone,
-                        pacer,
-                        admission,
+                        span,
+                        started: started_tx,
+                        ended: ended_tx,
+                        turns: task_turns,
                     };
-                    let r = daemon::run(start, link).await;
-                    // The lock outlives the listener: no other can start on this state dir
-                    // meanwhile.
-                    drop(lock);
-                    r.map_err(StartError::Listener)
+                    let _ = driver.send(DriverCommand::Add(Box::new(start)));
+                    // The driver drops the lock only once the listener ended: no other can start
+                    // on this state dir meanwhile.
+                    Ok(ended.await.unwrap_or(ListenerEnd::Stopped))
                 }
-                // `link` lives on until the end is sent: the host hears the end before it hears
-                // "started" (READY is never sent for a process that ends at its start).
-                Err(e) => Err(e),
+                // `started_tx` lives on until the end is sent: the host hears the end before it
+                // hears "started" (READY is never sent for a process that ends at its start).
+                Err(e) => {
+                    let _ = ends.send((end_name, generation, Err(e)));
+                    drop(started_tx);
+                    return;
+                }
             };
             let _ = ends.send((end_name, generation, outcome));
         };
-        let task = if alone {
-            tokio::spawn(task)
-        } else {
-            tokio::spawn(task.instrument(tracing::error_span!("profile", profile = %name)))
-        };
+        let task = tokio::spawn(task.instrument(task_span));
         self.profiles.insert(
             name,
             Running {
                 generation,
-                commands,
+                commands: Commands {
+                    generation,
+                    driver: self.driver.clone(),
+                },
                 task,
                 turns,
                 seen: None,
@@ -435,7 +461,7 @@ impl Host {
         for r in self.profiles.values_mut() {
             let now = r.turns.load(Ordering::Relaxed);
             r.seen = (now > 0).then_some(now);
-            let _ = r.commands.try_send(HostCommand::Probe);
+            deliver(&r.commands, HostCommand::Probe);
         }
     }
 
@@ -451,8 +477,7 @@ impl Host {
         for (_, r) in &all {
             deliver(&r.commands, HostCommand::Stop(cause));
         }
-        let senders: Vec<mpsc::Sender<HostCommand>> =
-            all.iter().map(|(_, r)| r.commands.clone()).collect();
+        let senders: Vec<Commands> = all.iter().map(|(_, r)| r.commands.clone()).collect();
         let mut tasks = Box::pin(futures_util::future::join_all(
             all.into_iter().map(|(_, r)| r.task),
         ));
@@ -466,6 +491,8 @@ impl Host {
                 }
             }
         }
+        // Every profile ended (their runs' groups with them): the driver has nothing left.
+        self.driver_task.abort();
         if alone && let Ok((_, _, outcome)) = self.ends.try_recv() {
             return Ok(alone_exit(outcome));
         }
@@ -485,13 +512,14 @@ fn alone_exit(outcome: TaskEnd) -> i32 {
     }
 }
 
-/// Hands a command to a profile: at once when its channel has room, else from a task of its own
-/// (a loop that is not draining its commands must not hold up the process).
-fn deliver(tx: &mpsc::Sender<HostCommand>, cmd: HostCommand) {
-    if let Err(mpsc::error::TrySendError::Full(cmd)) = tx.try_send(cmd) {
-        let tx = tx.clone();
-        tokio::spawn(async move {
-            let _ = tx.send(cmd).await;
-        });
-    }
+/// The way to one start of a profile's listener in the driver.
+#[derive(Clone)]
+struct Commands {
+    generation: u64,
+    driver: mpsc::UnboundedSender<DriverCommand>,
+}
+
+/// Hands a command to a profile's listener.
+fn deliver(c: &Commands, cmd: HostCommand) {
+    let _ = c.driver.send(DriverCommand::To(c.generation, cmd));
 }

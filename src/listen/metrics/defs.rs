@@ -34,9 +34,6 @@ pub(super) const WAKE_REASONS: &[&str] = &[
     "hold_ended",
 ];
 
-/// Frame types of contract 3.4 kept as labels; an unknown one is `other`.
-pub(super) const FRAME_TYPES: &[&str] = crate::core::frames::KNOWN_TYPES;
-
 pub(super) const RUN_OUTCOMES: &[&str] = &["completed", "failed", "unusable"];
 pub(super) const CYCLE_OUTCOMES: &[&str] = &["completed", "failed", "unusable", "no_run"];
 pub(super) const NO_RUN_REASONS: &[&str] = &[

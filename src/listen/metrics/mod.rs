@@ -282,18 +282,10 @@ impl Metrics {
 
     // ---- hooks: the socket task ----
 
-    pub fn frame(&self, msg: &tokio_tungstenite::tungstenite::Message) {
-        use tokio_tungstenite::tungstenite::Message;
+    /// One inbound frame of this kind (`core::listener::socket`: a text frame's type, or
+    /// `binary`, `close`, `oversized`, `other`).
+    pub fn frame(&self, kind: &str) {
         let Some(mut i) = self.lock() else { return };
-        let kind = match msg {
-            Message::Text(t) if t.len() > crate::core::frames::MAX_FRAME_BYTES => "oversized",
-            Message::Text(t) => frame_type(t.as_str()),
-            Message::Binary(_) => "binary",
-            Message::Close(_) => "close",
-            Message::Ping(_) => "ping",
-            Message::Pong(_) => "pong",
-            Message::Frame(_) => "other",
-        };
         i.add(&FRAMES, vec![("type", kind.to_string())], 1);
         i.last_frame = Some(Instant::now());
     }
@@ -412,10 +404,6 @@ impl Metrics {
 }
 
 /// A frame's `type`, as a label from the fixed list: only the type is read, never the payload.
-fn frame_type(text: &str) -> &'static str {
-    crate::core::frames::type_label(text)
-}
-
 fn close_kind(kind: &CloseKind) -> &'static str {
     match kind {
         CloseKind::Ordinary => "ordinary",
@@ -455,5 +443,55 @@ mod tests {
                 }
             }
         }
+    }
+}
+
+/// The listener machine's metrics hooks (`core::listener::Observer`) are this registry's.
+impl crate::core::listener::Observer for Metrics {
+    fn turned(&self) {
+        Metrics::turned(self)
+    }
+    fn observe_status(&self, status: &Status) {
+        Metrics::observe_status(self, status)
+    }
+    fn wake(&self, cause: &WakeCause, frames: u64) {
+        Metrics::wake(self, cause, frames)
+    }
+    fn burst(&self, skipped: u64, acked: u64) {
+        Metrics::burst(self, skipped, acked)
+    }
+    fn frame(&self, kind: &str) {
+        Metrics::frame(self, kind)
+    }
+    fn connect_accepted(&self) {
+        Metrics::connect_accepted(self)
+    }
+    fn socket_down(&self, kind: &CloseKind) {
+        Metrics::socket_down(self, kind)
+    }
+    fn cycle_started(&self) {
+        Metrics::cycle_started(self)
+    }
+    fn cycle_ended(&self, last: &LastCycle, key_refused: bool) {
+        Metrics::cycle_ended(self, last, key_refused)
+    }
+    fn invite_counted(&self) {
+        Metrics::invite_counted(self)
+    }
+    fn run_reported(&self, runtime: &str, report: &crate::core::run_report::RunReport) {
+        Metrics::run_reported(self, runtime, report)
+    }
+}
+
+/// The run queue of `listen --all` as the host machine reports it (`core::host::HostObserver`).
+#[derive(Debug)]
+pub struct QueueObserver(pub Arc<Registry>);
+
+impl crate::core::host::HostObserver for QueueObserver {
+    fn queue(&self, running: usize, queued: usize) {
+        self.0.queue.set(running, queued);
+    }
+    fn waited(&self, waited: Duration) {
+        self.0.queue.waited(waited);
     }
 }

@@ -239,15 +239,13 @@ mod tests {
         m.wake(&WakeCause::Message(None), 1);
         m.wake(&WakeCause::Wake("reminder".into()), 1);
         m.wake(&WakeCause::Wake("something_new".into()), 1);
-        m.frame(&tokio_tungstenite::tungstenite::Message::Text(
-            r#"{"type":"message.new","payload":{"id":"msg_secret","content":"hello"}}"#.into(),
-        ));
-        m.frame(&tokio_tungstenite::tungstenite::Message::Text(
-            r#"{"type":"made.up","payload":{}}"#.into(),
-        ));
-        m.frame(&tokio_tungstenite::tungstenite::Message::Text(
-            "not json".into(),
-        ));
+        for text in [
+            r#"{"type":"message.new","payload":{"id":"msg_secret","content":"hello"}}"#,
+            r#"{"type":"made.up","payload":{}}"#,
+            "not json",
+        ] {
+            m.frame(crate::core::frames::type_label(text));
+        }
         m.burst(0, 1);
         m.connect_accepted();
         m.socket_down(&CloseKind::KeyRefused);

@@ -1,17 +1,16 @@
 //! Dialling the socket: the upgrade request, its answers, and `--once`'s single connection.
 
 use super::proxy;
-use super::read::{MAX_FRAME_BYTES, close_normal};
-use super::{
-    ConnectionEnd, DEDUPE_CAPACITY, READ_BUFFER_BYTES, SocketParams, Ws, truncate, ws_url,
-};
+use super::{DialParams, READ_BUFFER_BYTES, Ws, close_normal};
 use crate::client::{ApiError, CLIENT_NAME, CLIENT_VERSION};
-use crate::core::engine::Engine;
+use crate::core::engine::{DEFAULT_DEDUPE_CAPACITY, Engine};
+use crate::core::frames::MAX_FRAME_BYTES;
+use crate::core::listener::socket::truncate;
+use crate::core::listener::{DialError, NotReached, ws_url};
 use crate::core::reconnect::{self, CloseKind};
-use crate::listen::reach;
+use crate::listen::driver::convert::{misconfigured_line, unreachable_line};
 use crate::log_events;
 use futures_util::{SinkExt, StreamExt};
-use reach::NotReached;
 use secrecy::ExposeSecret;
 use std::time::Duration;
 use tokio_tungstenite::tungstenite::{
@@ -20,17 +19,17 @@ use tokio_tungstenite::tungstenite::{
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
 
-pub(super) async fn connect(params: &SocketParams) -> Result<Ws, ConnectionEnd> {
+pub async fn connect(params: &DialParams) -> Result<Ws, DialError> {
     let url = ws_url(&params.api_base);
     tracing::debug!(event = %log_events::SOCKET_CONNECTING, url = %url, "connecting");
     let mut req = url
         .as_str()
         .into_client_request()
-        .map_err(|e| ConnectionEnd::Closed(CloseKind::Ordinary, format!("bad socket URL: {e}")))?;
+        .map_err(|e| DialError::Closed(CloseKind::Ordinary, format!("bad socket URL: {e}")))?;
     let h = req.headers_mut();
     let bearer = format!("Bearer {}", params.key.expose_secret());
     let Ok(auth) = tungstenite::http::HeaderValue::from_str(&bearer) else {
-        return Err(ConnectionEnd::Closed(
+        return Err(DialError::Closed(
             CloseKind::KeyRefused,
             "the API key has characters a header cannot carry".into(),
         ));
@@ -83,15 +82,15 @@ pub(super) async fn connect(params: &SocketParams) -> Result<Ws, ConnectionEnd> 
     let answer = match tokio::time::timeout(CONNECT_TIMEOUT, fut).await {
         Err(elapsed) => Err(elapsed),
         Ok(Err::<_, proxy::TunnelError>(tunnel)) => {
-            return Err(ConnectionEnd::NotReached(NotReached::Unreachable(
-                reach::unreachable_line(&params.api_base, &tunnel.to_string()),
+            return Err(DialError::NotReached(NotReached::Unreachable(
+                unreachable_line(&params.api_base, &tunnel.to_string()),
             )));
         }
         Ok(Ok(answer)) => Ok(answer),
     };
     match answer {
-        Err(_) => Err(ConnectionEnd::NotReached(NotReached::Unreachable(
-            reach::unreachable_line(
+        Err(_) => Err(DialError::NotReached(NotReached::Unreachable(
+            unreachable_line(
                 &params.api_base,
                 &format!(
                     "the socket upgrade got no answer within {} s",
@@ -111,10 +110,10 @@ pub(super) async fn connect(params: &SocketParams) -> Result<Ws, ConnectionEnd> 
 fn upgrade_answered(
     api_base: &str,
     resp: &tungstenite::http::Response<Option<Vec<u8>>>,
-) -> ConnectionEnd {
+) -> DialError {
     let status = resp.status().as_u16();
     match reconnect::classify_upgrade_status(status) {
-        CloseKind::KeyRefused => ConnectionEnd::Closed(
+        CloseKind::KeyRefused => DialError::Closed(
             CloseKind::KeyRefused,
             format!("the upgrade was refused with HTTP {status}"),
         ),
@@ -126,21 +125,21 @@ fn upgrade_answered(
                 .and_then(crate::client::parse_retry_after_header);
             let detail = format!("the upgrade was answered HTTP {status}");
             match wait {
-                Some(wait) => ConnectionEnd::Throttled(
+                Some(wait) => DialError::Throttled(
                     wait,
                     format!(
                         "{detail}; retry after {} s",
                         wait.as_secs_f64().ceil() as u64
                     ),
                 ),
-                None => ConnectionEnd::Closed(CloseKind::Ordinary, detail),
+                None => DialError::Closed(CloseKind::Ordinary, detail),
             }
         }
-        _ if status >= 500 => ConnectionEnd::NotReached(NotReached::Unreachable(format!(
+        _ if status >= 500 => DialError::NotReached(NotReached::Unreachable(format!(
             "{api_base} answered the socket upgrade with HTTP {status}"
         ))),
         kind if status == 408 || status == 429 || !(400..500).contains(&status) => {
-            ConnectionEnd::Closed(kind, format!("the upgrade was answered HTTP {status}"))
+            DialError::Closed(kind, format!("the upgrade was answered HTTP {status}"))
         }
         _ => {
             let content_type = crate::client::content_type(resp.headers());
@@ -152,7 +151,7 @@ fn upgrade_answered(
                 Err(e) => e.to_string(),
                 Ok(()) => format!("answered HTTP {status} to GET /v1/ws"),
             };
-            ConnectionEnd::NotReached(NotReached::Misconfigured(reach::misconfigured_line(
+            DialError::NotReached(NotReached::Misconfigured(misconfigured_line(
                 api_base, &what,
             )))
         }
@@ -160,11 +159,9 @@ fn upgrade_answered(
 }
 
 /// A connect that got no HTTP answer: nothing answered (an outage), or something else failed.
-fn connect_failed(api_base: &str, e: tungstenite::Error) -> ConnectionEnd {
+fn connect_failed(api_base: &str, e: tungstenite::Error) -> DialError {
     let unreachable = |what: String| {
-        ConnectionEnd::NotReached(NotReached::Unreachable(reach::unreachable_line(
-            api_base, &what,
-        )))
+        DialError::NotReached(NotReached::Unreachable(unreachable_line(api_base, &what)))
     };
     match e {
         tungstenite::Error::Io(io) => match crate::client::io_problem(io.kind()) {
@@ -172,28 +169,30 @@ fn connect_failed(api_base: &str, e: tungstenite::Error) -> ConnectionEnd {
             None => unreachable(io.to_string()),
         },
         tungstenite::Error::Tls(t) => unreachable(format!("the TLS handshake failed: {t}")),
-        e => ConnectionEnd::Closed(CloseKind::Ordinary, format!("connect failed: {e}")),
+        e => DialError::Closed(CloseKind::Ordinary, format!("connect failed: {e}")),
     }
 }
 
 /// `--once`: connects, handles the frames that arrive within `settle` (acking pushed messages:
 /// the cycle that follows reads the same tray), then closes with 1000. Returns the handle.
-pub async fn connect_once(params: &SocketParams, settle: Duration) -> Result<String, String> {
-    let handle = params.api.me().await.map_err(|e| match e {
+pub async fn connect_once(
+    params: &DialParams,
+    api: &crate::client::Api,
+    settle: Duration,
+) -> Result<String, String> {
+    let handle = api.me().await.map_err(|e| match e {
         ApiError::Refused(s) => format!("the server refused the API key (HTTP {s})"),
-        other => NotReached::from_api(&params.api_base, &other)
+        other => crate::listen::driver::convert::not_reached(&params.api_base, &other)
             .detail()
             .to_string(),
     })?;
-    let mut engine = Engine::new(&handle, DEDUPE_CAPACITY);
-    params.pacer.admit().await;
+    let mut engine = Engine::new(&handle, DEFAULT_DEDUPE_CAPACITY);
     let mut ws = connect(params).await.map_err(|ended| match ended {
-        ConnectionEnd::Closed(CloseKind::KeyRefused, d) => {
+        DialError::Closed(CloseKind::KeyRefused, d) => {
             format!("the server refused the API key: {d}")
         }
-        ConnectionEnd::Closed(_, d) | ConnectionEnd::Throttled(_, d) => d,
-        ConnectionEnd::NotReached(n) => n.detail().to_string(),
-        ConnectionEnd::Shutdown | ConnectionEnd::Reconfigured => "stopped".to_string(),
+        DialError::Closed(_, d) | DialError::Throttled(_, d) => d,
+        DialError::NotReached(n) => n.detail().to_string(),
     })?;
     tracing::info!(event = %log_events::SOCKET_CONNECTED, url = %ws_url(&params.api_base), "socket connected");
     let deadline = tokio::time::Instant::now() + settle;

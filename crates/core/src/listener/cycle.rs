@@ -65,7 +65,10 @@ pub struct Report {
 #[derive(Debug, Clone, PartialEq)]
 enum Step {
     /// A tray read is in flight (`after`: the read after the run).
-    Read { after: bool, attempt: u32 },
+    Read {
+        after: bool,
+        attempt: u32,
+    },
     /// Waiting before the next read.
     Retry {
         after: bool,
@@ -73,9 +76,13 @@ enum Step {
         until: u64,
     },
     /// The texts for the prompt are being fetched.
-    Texts { req: u64 },
+    Texts {
+        req: u64,
+    },
     /// A slot of the process was asked for (monotonic ms).
-    Slot { asked_at: u64 },
+    Slot {
+        asked_at: u64,
+    },
     /// The run was asked for and has not ended.
     Running,
     /// Dismissals under way; the verdicts left.
@@ -250,7 +257,8 @@ impl Cycle {
                     e.kind,
                     TrayErrorKind::Transient | TrayErrorKind::RateLimited(_)
                 );
-                let too_long = matches!(e.kind, TrayErrorKind::RateLimited(d) if d > MAX_RETRY_AFTER);
+                let too_long =
+                    matches!(e.kind, TrayErrorKind::RateLimited(d) if d > MAX_RETRY_AFTER);
                 if transient && !too_long && attempt < TRAY_ATTEMPTS {
                     let wait = match e.kind {
                         TrayErrorKind::RateLimited(d) => d,
@@ -584,9 +592,9 @@ impl Cycle {
             run_completed: completed,
             run_ended_at_ms: u64::try_from(self.run_ended_wall).unwrap_or(0),
         };
-        let pace = ms(ctx
-            .timing
-            .of(Duration::from_millis(crate::invite_rule::SINGLE_RUN_PACE_MS)));
+        let pace = ms(ctx.timing.of(Duration::from_millis(
+            crate::invite_rule::SINGLE_RUN_PACE_MS,
+        )));
         self.pending = ctx.invites.apply_run(&obs, pace).into();
         self.invites_changed = true;
         self.step = Step::Dismissing;

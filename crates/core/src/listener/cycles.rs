@@ -174,9 +174,9 @@ impl Listener {
             let (cost, tokens) = report.run_report.as_ref().map_or((None, None), |r| {
                 (r.cost_usd, r.usage.as_ref().map(|u| u.total()))
             });
-            let ledger =
-                self.policy
-                    .run_ended(&report.conversations, cost, tokens, now.wall_ms);
+            let ledger = self
+                .policy
+                .run_ended(&report.conversations, cost, tokens, now.wall_ms);
             self.effects.push_back(Effect::SaveLedger(ledger));
             if let Some(r) = &report.run_report {
                 self.obs.run_reported(self.cfg.runtime.as_str(), r);
@@ -228,8 +228,7 @@ impl Listener {
             self.flags.removed = Some(removed);
             // Retrying soon will not succeed, but nothing may come from the server to read it
             // again: the tray is read again on the slow re-check of the `4426` state (15-30 min).
-            let wait =
-                crate::reconnect::upgrade_recheck_delay(self.rng.f64(), self.timing.scale);
+            let wait = crate::reconnect::upgrade_recheck_delay(self.rng.f64(), self.timing.scale);
             self.removed_recheck.schedule_after(now.mono_ms, wait);
         } else if report.handle_ok {
             self.flags.removed = None;

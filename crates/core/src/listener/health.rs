@@ -135,10 +135,7 @@ impl Listener {
     /// Texts came from a refresh or a cycle: texts back after a spent wake read the tray now.
     pub(super) fn take_texts(&mut self, r: Result<LoadedTexts, MissingTexts>, now: Now) {
         let runtime = self.cfg.runtime.texts_runtime();
-        if self
-            .texts
-            .take(r, runtime, now.mono_ms, self.timing.scale)
-        {
+        if self.texts.take(r, runtime, now.mono_ms, self.timing.scale) {
             tracing::info!(event = %log_events::TEXTS_RECOVERED, runtime, "texts are back; reading the tray now");
             self.own_wake(ListenerWake::Recovered, now);
         }

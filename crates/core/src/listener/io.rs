@@ -158,7 +158,10 @@ pub enum Dismissal {
 #[derive(Debug, Clone)]
 pub enum Input {
     /// Stop: gracefully (the run gets its grace), or now (its group is killed).
-    Stop { now: bool, cause: &'static str },
+    Stop {
+        now: bool,
+        cause: &'static str,
+    },
     /// SIGHUP's reading of the config: the new settings, or why they could not be read (the old
     /// ones stay). `endpoint_changed`: the API base or the key differ (the driver made a new
     /// client for them).
@@ -171,10 +174,16 @@ pub enum Input {
     /// The key file was read while the key is refused: a new key is in use.
     KeyChanged,
 
-    Me { req: u64, result: Result<String, MeError> },
+    Me {
+        req: u64,
+        result: Result<String, MeError>,
+    },
     /// The host's pacer let this attempt go.
     Paced,
-    Dialed { conn: u64, result: Result<(), DialError> },
+    Dialed {
+        conn: u64,
+        result: Result<(), DialError>,
+    },
     /// Messages that were there back to back; the reader waits for the acks
     /// ([`Effect::SendAcks`]) before it reads on.
     Burst {
@@ -182,36 +191,70 @@ pub enum Input {
         frames: Vec<InFrame>,
         lost: Option<Lost>,
     },
-    AcksSent { conn: u64, result: Result<usize, String> },
+    AcksSent {
+        conn: u64,
+        result: Result<usize, String>,
+    },
     /// The reader lost the connection while no burst was under way.
-    ConnLost { conn: u64, lost: Lost },
+    ConnLost {
+        conn: u64,
+        lost: Lost,
+    },
     /// A close the machine asked for is done.
-    Closed { conn: u64 },
+    Closed {
+        conn: u64,
+    },
     /// This agent's machine-wide lock: taken, or held by another listener (its pid).
-    AgentLock { taken: bool, holder: Option<u32> },
+    AgentLock {
+        taken: bool,
+        holder: Option<u32>,
+    },
 
-    Tray { cycle: u64, result: Result<Tray, TrayError> },
+    Tray {
+        cycle: u64,
+        result: Result<Tray, TrayError>,
+    },
     /// The answer to [`Effect::FetchTexts`] with the same `req`.
     Texts {
         req: u64,
         result: Result<LoadedTexts, MissingTexts>,
     },
     /// The host's answer to [`Effect::AskSlot`].
-    Slot { cycle: u64, slot: Slot },
+    Slot {
+        cycle: u64,
+        slot: Slot,
+    },
     /// The run's process started; its log file.
-    RunStarted { cycle: u64, log: String },
-    RunEnded { cycle: u64, end: RunEnd },
-    Dismissed { cycle: u64, invite_id: String, result: Dismissal },
+    RunStarted {
+        cycle: u64,
+        log: String,
+    },
+    RunEnded {
+        cycle: u64,
+        end: RunEnd,
+    },
+    Dismissed {
+        cycle: u64,
+        invite_id: String,
+        result: Dismissal,
+    },
     /// The runtime binary's stamp now (`None`: it cannot be read).
-    RuntimeBinary { cycle: u64, stamp: Option<u64> },
+    RuntimeBinary {
+        cycle: u64,
+        stamp: Option<u64>,
+    },
     /// A check of the runtime (`doctor`'s): usable (its word), or why not.
     RuntimeChecked {
         result: Result<String, String>,
         binary: Option<u64>,
     },
-    StatusWritten { result: Result<(), String> },
+    StatusWritten {
+        result: Result<(), String>,
+    },
     /// `false`: the file could not be touched (it is written instead).
-    StatusTouched { ok: bool },
+    StatusTouched {
+        ok: bool,
+    },
 }
 
 /// A run the machine wants started.
@@ -245,24 +288,41 @@ pub enum Slot {
 #[derive(Debug, Clone)]
 pub enum Effect {
     /// `GET /v1/agents/me`.
-    FetchMe { req: u64 },
+    FetchMe {
+        req: u64,
+    },
     /// Ask the host's connect pacer (answered with [`Input::Paced`]).
     AskPacer,
     /// Open the socket (the upgrade with the key and the capabilities).
-    Dial { conn: u64 },
+    Dial {
+        conn: u64,
+    },
     /// Write these acks and flush, then read on (also the answer a burst waits for when empty).
-    SendAcks { conn: u64, ids: Vec<String> },
+    SendAcks {
+        conn: u64,
+        ids: Vec<String>,
+    },
     /// A ping after a clock jump.
-    Probe { conn: u64 },
+    Probe {
+        conn: u64,
+    },
     /// Close with 1000 and drain the server's answer (at most a few seconds).
-    CloseSocket { conn: u64 },
+    CloseSocket {
+        conn: u64,
+    },
     /// Drop the connection without a close (the watchdog).
-    DropSocket { conn: u64 },
-    TakeAgentLock { handle: String },
+    DropSocket {
+        conn: u64,
+    },
+    TakeAgentLock {
+        handle: String,
+    },
     /// Read the key again (answered with [`Input::KeyChanged`] when it changed).
     ReadKey,
     /// `GET /v1/inbox`.
-    ReadTray { cycle: u64 },
+    ReadTray {
+        cycle: u64,
+    },
     /// The texts; `use_cache`: fall back to the state dir's copy when the server's cannot be
     /// had; `quiet`: without the fetch's own log lines (a cycle that found none loaded).
     FetchTexts {
@@ -271,17 +331,29 @@ pub enum Effect {
         quiet: bool,
     },
     /// `doctor`'s check of the runtime (`presence_only`: only that the program is there).
-    CheckRuntime { presence_only: bool },
-    StatRuntimeBinary { cycle: u64 },
+    CheckRuntime {
+        presence_only: bool,
+    },
+    StatRuntimeBinary {
+        cycle: u64,
+    },
     /// A slot of the process for this cycle's run (the host answers).
-    AskSlot { cycle: u64 },
+    AskSlot {
+        cycle: u64,
+    },
     /// The run ended or will not start: its slot goes to the next.
     ReleaseSlot,
     StartRun(Box<RunOrder>),
     /// Stop the run: SIGTERM and the grace, or (`now`) SIGKILL to its group at once; also the way
     /// to give up a cycle's request in flight.
-    CancelRun { cycle: u64, now: bool },
-    DismissInvite { cycle: u64, invite_id: String },
+    CancelRun {
+        cycle: u64,
+        now: bool,
+    },
+    DismissInvite {
+        cycle: u64,
+        invite_id: String,
+    },
     SaveInvites(InviteMemory),
     SaveLedger(Arc<Ledger>),
     WriteStatus(Box<Status>),
@@ -300,5 +372,7 @@ pub enum Effect {
 pub enum ListenerEnd {
     Stopped,
     /// Another listener serves this agent; its pid, as its lock says.
-    TakenByOther { holder: Option<u32> },
+    TakenByOther {
+        holder: Option<u32>,
+    },
 }

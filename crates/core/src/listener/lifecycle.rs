@@ -20,6 +20,7 @@ impl Listener {
             api_base = %self.cfg.api_base,
             runtime = self.cfg.runtime.as_str(),
             state_dir = %self.cfg.state_dir,
+            seed = self.seed,
             "listener starting"
         );
         self.write_status(now);
@@ -55,8 +56,7 @@ impl Listener {
             match n {
                 Note::Handle(h) => {
                     self.pending_handle = Some(h.clone());
-                    self.effects
-                        .push_back(Effect::TakeAgentLock { handle: h });
+                    self.effects.push_back(Effect::TakeAgentLock { handle: h });
                 }
                 Note::State {
                     state,
@@ -179,6 +179,9 @@ impl Listener {
         self.stopping = Some(Stopping {
             deadline: now.after(wait),
         });
+        // The socket closes with 1000 now: a message that arrives while the run winds down is
+        // the server's to deliver again, never acked by a listener that will not run it.
+        self.stop_socket(now);
         if let Some(seq) = self.cycle.as_ref().map(|c| c.seq) {
             self.with_cycle(now, seq, |c, ctx: &mut Ctx, out| c.stop(ctx, out));
         }
@@ -263,18 +266,22 @@ impl Listener {
         self.stop_progress(now);
     }
 
-    /// While stopping: once no cycle is left the socket closes; once it has, the listener ends.
+    fn stop_socket(&mut self, now: Now) {
+        if !self.socket_stopping {
+            self.socket_stopping = true;
+            let mut out = Out::new(&mut self.effects, &mut self.rng);
+            let p = super::socket_params(&self.cfg, self.timing, self.obs.as_ref());
+            self.socket.stop(now, &p, &mut out);
+        }
+    }
+
+    /// While stopping: once no cycle is left and the socket has closed, the listener ends.
     pub(super) fn stop_progress(&mut self, now: Now) {
         if self.stopping.is_none() || self.ended || self.cycle.is_some() {
             return;
         }
         if !self.socket.is_stopped() && !self.socket_dropped {
-            if !self.socket_stopping {
-                self.socket_stopping = true;
-                let mut out = Out::new(&mut self.effects, &mut self.rng);
-                let p = super::socket_params(&self.cfg, self.timing, self.obs.as_ref());
-                self.socket.stop(now, &p, &mut out);
-            }
+            self.stop_socket(now);
             if !self.socket.is_stopped() {
                 return;
             }

@@ -19,8 +19,8 @@ pub mod cycle;
 mod cycles;
 mod frames_log;
 mod health;
-mod lifecycle;
 pub mod io;
+mod lifecycle;
 pub mod policy;
 pub mod reach;
 pub mod socket;
@@ -87,7 +87,7 @@ pub struct Out<'a, N> {
 }
 
 impl<'a, N> Out<'a, N> {
-    fn new(effects: &'a mut VecDeque<Effect>, rng: &'a mut Rng) -> Out<'a, N> {
+    pub fn new(effects: &'a mut VecDeque<Effect>, rng: &'a mut Rng) -> Out<'a, N> {
         Out {
             effects,
             notes: Vec::new(),
@@ -151,6 +151,8 @@ pub struct Listener {
     cfg: ListenerConfig,
     timing: Timing,
     rng: Rng,
+    /// The seed `rng` started from: logged, so a run can be replayed.
+    seed: u64,
     obs: Arc<dyn Observer>,
     effects: VecDeque<Effect>,
     started_wall: i64,
@@ -218,6 +220,7 @@ impl Listener {
         let mut l = Listener {
             timing,
             rng: Rng::new(seed),
+            seed,
             obs,
             effects: VecDeque::new(),
             started_wall: now.wall_ms,
@@ -304,10 +307,7 @@ impl Listener {
         let key = self
             .key_check_at
             .filter(|_| self.view.state == SocketState::KeyRefused);
-        let runtime = self
-            .runtime
-            .recheck_at()
-            .filter(|_| !self.runtime_checking);
+        let runtime = self.runtime.recheck_at().filter(|_| !self.runtime_checking);
         [
             due,
             self.socket.deadline(),
@@ -342,7 +342,10 @@ impl Listener {
             return;
         }
         match input {
-            Input::Stop { now: at_once, cause } => self.stop(now, at_once, cause),
+            Input::Stop {
+                now: at_once,
+                cause,
+            } => self.stop(now, at_once, cause),
             Input::Reload {
                 config,
                 endpoint_changed,

@@ -276,9 +276,16 @@ mod tests {
         assert_eq!(held.until, Some(rfc3339_ms(soon)));
         assert_eq!(p.wake_at(), Some(100), "never sooner than LOOK_MIN");
         assert!(p.wake_due(120, 1_000_120), "the hold's end has come");
-        assert_eq!(p.wake_at(), Some(60_120), "a later look until a cycle judges");
+        assert_eq!(
+            p.wake_at(),
+            Some(60_120),
+            "a later look until a cycle judges"
+        );
         assert!(!p.reload(&policy("allow = [\"@a\"]\n"), utc.clone()));
-        assert!(p.reload(&Policy::default(), utc), "rules changed while held");
+        assert!(
+            p.reload(&Policy::default(), utc),
+            "rules changed while held"
+        );
         p.seen(&Seen::Clear, 200, 1_000_200);
         assert_eq!(p.wake_at(), None);
         p.show(&mut status, 1_000_200);

@@ -37,7 +37,11 @@ pub enum Note {
     /// The socket is really up (its first frame that is not a close came).
     Connected,
     /// A burst was handled: its frames, how many were skipped unread, how many acks went out.
-    Burst { frames: u64, skipped: u64, acked: u64 },
+    Burst {
+        frames: u64,
+        skipped: u64,
+        acked: u64,
+    },
     /// A wake asked for by `frames` frames of one burst (registered before their acks go).
     Wake { cause: WakeCause, frames: u64 },
 }
@@ -62,12 +66,19 @@ enum Phase {
         cut: Option<Cut>,
         look_at: u64,
     },
-    Me { req: u64 },
+    Me {
+        req: u64,
+    },
     Pacing,
-    Dialing { conn: u64 },
+    Dialing {
+        conn: u64,
+    },
     Open(Open),
     /// A close the machine asked for; then a new attempt, or the stop.
-    Closing { conn: u64, then_stop: bool },
+    Closing {
+        conn: u64,
+        then_stop: bool,
+    },
     Stopped,
 }
 

@@ -84,7 +84,10 @@ impl StatusFile {
 
     /// The next time the file needs the listener: the hold's end, a failed write's retry.
     pub(super) fn deadline(&self) -> Option<u64> {
-        [self.hold_until, self.retry.at()].into_iter().flatten().min()
+        [self.hold_until, self.retry.at()]
+            .into_iter()
+            .flatten()
+            .min()
     }
 
     /// A failed write's retry is due: true when it may write now.
@@ -186,7 +189,8 @@ impl Listener {
         let status = self.render(now);
         self.obs.observe_status(&status);
         self.status.writing(now);
-        self.effects.push_back(Effect::WriteStatus(Box::new(status)));
+        self.effects
+            .push_back(Effect::WriteStatus(Box::new(status)));
     }
 
     /// The status document as of `now`.

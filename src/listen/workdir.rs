@@ -1,7 +1,7 @@
 //! The start of a run's step 5, shared by a cycle and `doctor --run` so both start a run the same
 //! way: the working directory, and the identity block in the file the runtime loads there.
 
-use super::StateDir;
+use super::state_dir::StateDir;
 use crate::config::Settings;
 use crate::core::texts::Texts;
 use crate::log_events;
