@@ -102,5 +102,6 @@ pub mod service;
 pub mod setup;
 #[allow(clippy::indexing_slicing)]
 pub mod sim;
+pub mod simulate;
 pub mod status;
 pub mod sys;
