@@ -205,6 +205,8 @@ pub async fn run(settings: Settings, prepared: Prepared) -> anyhow::Result<i32> 
     let now = clock.now();
     cycle.close(now);
     let report = cycle.report;
+    // A held run is said as the daemon says it.
+    policy.seen(&report.policy, now.mono_ms, now.wall_ms);
     if report.last.run_started {
         let (cost, tokens) = report.run_report.as_ref().map_or((None, None), |r| {
             (r.cost_usd, r.usage.as_ref().map(|u| u.total()))
