@@ -248,6 +248,7 @@ fn feed(cycle: &mut Cycle, input: Input, env: &mut Env) {
         obs: &obs,
         unknown_version_said: env.unknown_version_said,
         next_req: env.next_req,
+        removed_known: false,
     };
     let mut out: Out<Note> = Out::new(env.effects, env.rng);
     match input {

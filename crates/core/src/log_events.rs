@@ -10,6 +10,7 @@ pub const ALREADY_RUNNING: &str = "already_running";
 pub const API_BASE_NOT_AGENTCHAT: &str = "api_base_not_agentchat";
 pub const BACKLOG: &str = "backlog";
 pub const BACKOFF: &str = "backoff";
+pub const CAPABILITIES_REFUSED: &str = "capabilities_refused";
 pub const CLOCK_JUMP: &str = "clock_jump";
 pub const COALESCER_WINDOWS: &str = "coalescer_windows";
 pub const CONFIG_ADVICE: &str = "config_advice";
@@ -134,6 +135,7 @@ pub const ALL: &[&str] = &[
     API_BASE_NOT_AGENTCHAT,
     BACKLOG,
     BACKOFF,
+    CAPABILITIES_REFUSED,
     CLOCK_JUMP,
     COALESCER_WINDOWS,
     CONFIG_ADVICE,

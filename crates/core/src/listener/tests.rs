@@ -6,6 +6,7 @@
 mod world;
 
 use super::*;
+use crate::policy::Ledger;
 use crate::status::{ListenerState, NoRunReason};
 use world::World;
 
@@ -139,4 +140,113 @@ fn a_stop_closes_the_socket_and_ends_the_listener() {
     w.run_for(1_000);
     assert!(w.ended, "{:?}", w.trace.last());
     assert_eq!(w.status().state, ListenerState::Stopped);
+}
+
+/// Issue 37 item 4: a `Retry-After` longer than a cycle waits sets a not-before time, and the
+/// status shows the wait (its end in `detail` and `next_retry_at`) instead of a plain
+/// `connected`; at its end the tray is read by itself.
+#[test]
+fn a_long_429_on_the_tray_is_shown_in_the_status_until_its_end() {
+    let mut w = World::new("2026-12-02T12:00:00Z", "");
+    w.tray_errors.push_back(TrayError {
+        kind: TrayErrorKind::RateLimited(Duration::from_secs(600)),
+        detail: "rate limited; retry after 600s".into(),
+    });
+    w.message("conv_a", "@alice");
+    w.run_for(2_000);
+    let s = w.status();
+    assert_eq!(s.state, ListenerState::Connected);
+    // The message at 12:00:01, the cycle after the quiet window, ten minutes on.
+    let end = "2026-12-02T12:10:01";
+    assert!(
+        s.detail
+            .as_deref()
+            .is_some_and(|d| d.contains("429") && d.contains(end)),
+        "{:?}",
+        s.detail
+    );
+    assert!(
+        s.next_retry_at
+            .as_deref()
+            .is_some_and(|t| t.starts_with(end)),
+        "{:?}",
+        s.next_retry_at
+    );
+    assert!(w.runs.is_empty());
+    w.run_for(10 * MIN);
+    assert_eq!(w.runs.len(), 1, "read again at the wait's end");
+    assert!(w.runs[0].reasons.contains(&"recovered".to_string()));
+    assert_eq!(w.status().next_retry_at, None);
+}
+
+/// Issue 37 item 4: a `Retry-After` is honoured up to the contract's own longest read wait
+/// (171 x 30 s: the no-progress budget back from -170, contract 3.1), not cut to an hour.
+#[test]
+fn a_retry_after_is_honoured_up_to_the_poll_budgets_longest_wait() {
+    let two_hours = crate::reconnect::retry_after_header("7200", 0);
+    assert_eq!(two_hours, Some(Duration::from_secs(5130)));
+    assert_eq!(
+        crate::reconnect::retry_after_header("4000", 0),
+        Some(Duration::from_secs(4000)),
+        "over an hour, under the bound: as asked"
+    );
+}
+
+/// Issue 37 item 5: a server that does not accept `rewake` (or `heartbeat`) is said in the
+/// status, which lists what it refused.
+#[test]
+fn capabilities_the_server_refuses_are_in_the_status() {
+    let w = World::build("2026-12-02T12:00:00Z", "", Ledger::new(), |w| {
+        w.capabilities = vec!["ack"];
+    });
+    assert_eq!(w.status().capabilities_refused, ["heartbeat", "rewake"]);
+    let all = World::new("2026-12-02T12:00:00Z", "");
+    assert!(all.status().capabilities_refused.is_empty());
+}
+
+/// Issue 37 item 6: an invite the run policy holds (its inviter denied) is not counted by the
+/// invite rule when runs start for an allowed card beside it: two runs a minute apart leave it
+/// pending, where an allowed invite is dismissed.
+#[test]
+fn a_held_invite_is_not_counted_by_runs_the_policy_let_start_for_other_cards() {
+    let mut w = World::build(
+        "2026-12-02T12:00:00Z",
+        r#"deny = ["@mallory"]"#,
+        Ledger::new(),
+        |w| {
+            w.invites.push(("inv_m".into(), "@mallory".into()));
+            w.invites.push(("inv_c".into(), "@carol".into()));
+        },
+    );
+    for i in 0..3 {
+        w.message(&format!("conv_{i}"), "@alice");
+        w.run_for(2 * MIN);
+    }
+    assert!(w.runs.len() >= 3, "{:?}", w.runs);
+    assert_eq!(
+        w.dismissed,
+        ["inv_c"],
+        "only the allowed invite is dismissed"
+    );
+}
+
+/// Issue 37 item 7: an invite from an inviter the tray shows muted starts no run on a
+/// reconnect, and is never dismissed by paid runs.
+#[test]
+fn an_invite_from_a_muted_inviter_starts_no_run_on_reconnect() {
+    let mut w = World::build("2026-12-02T12:00:00Z", "", Ledger::new(), |w| {
+        w.invites.push(("inv_m".into(), "@mallory".into()));
+        w.runs_answer = false;
+        w.cards.push((
+            "conv_mallory".into(),
+            serde_json::json!({"conversation_id": "conv_mallory", "type": "direct",
+                "counterparty": {"handle": "@mallory"}, "muted": true}),
+        ));
+    });
+    for _ in 0..3 {
+        w.drop_socket();
+        w.run_for(MIN);
+    }
+    assert!(w.runs.is_empty(), "{:?}", w.runs);
+    assert!(w.dismissed.is_empty());
 }

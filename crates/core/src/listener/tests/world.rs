@@ -35,6 +35,16 @@ pub struct World {
     statuses: Vec<Status>,
     ledger: Option<Arc<Ledger>>,
     run_ms: u64,
+    /// Answers for the next tray reads, before the tray itself.
+    pub tray_errors: VecDeque<TrayError>,
+    /// The server's pending invites: (id, inviter).
+    pub invites: Vec<(String, String)>,
+    /// What `hello.ok` accepts.
+    pub capabilities: Vec<&'static str>,
+    /// The invites dismissed.
+    pub dismissed: Vec<String>,
+    /// Whether a run answers the cards it saw.
+    pub runs_answer: bool,
 }
 
 impl World {
@@ -53,6 +63,16 @@ impl World {
     }
 
     pub fn with_ledger(start: &str, policy: &str, ledger: Ledger) -> World {
+        World::build(start, policy, ledger, |_| {})
+    }
+
+    /// A world changed by `prepare` before the listener starts.
+    pub fn build(
+        start: &str,
+        policy: &str,
+        ledger: Ledger,
+        prepare: impl FnOnce(&mut World),
+    ) -> World {
         let now = Now::at(0, World::wall(start));
         let policy = Policy::from_toml(toml::from_str(policy).expect("toml"), "listen.policy")
             .expect("a policy");
@@ -91,7 +111,13 @@ impl World {
             statuses: Vec::new(),
             ledger: None,
             run_ms: 500,
+            tray_errors: VecDeque::new(),
+            invites: Vec::new(),
+            capabilities: vec!["ack", "heartbeat", "rewake"],
+            dismissed: Vec::new(),
+            runs_answer: true,
         };
+        prepare(&mut w);
         w.pump();
         // Connected, and the connect's cycle is over.
         w.run_for(1_000);
@@ -157,10 +183,15 @@ impl World {
     fn tray(&self) -> Tray {
         let mut cards: Vec<Value> = self.cards.iter().map(|(_, c)| c.clone()).collect();
         cards.reverse();
+        let invites: Vec<Value> = self
+            .invites
+            .iter()
+            .map(|(id, by)| json!({"invite_id": id, "invited_by": by, "group": {"id": format!("grp_{id}")}}))
+            .collect();
         let v = json!({
             "version": 1, "you": "@bob", "question": "q", "categories": [],
             "conversations": cards, "deferred": 0, "truncated": false,
-            "invites": [], "invites_truncated": false, "waited_ms": null
+            "invites": invites, "invites_truncated": false, "waited_ms": null
         });
         Tray::parse(v.to_string().as_bytes()).expect("a tray")
     }
@@ -226,8 +257,8 @@ impl World {
                     Some(Input::Burst {
                         conn,
                         frames: vec![InFrame::Text(
-                            r#"{"type":"hello.ok","capabilities":["ack","heartbeat","rewake"]}"#
-                                .into(),
+                            json!({"type": "hello.ok", "capabilities": self.capabilities})
+                                .to_string(),
                         )],
                         lost: None,
                     })
@@ -253,7 +284,10 @@ impl World {
                 }),
                 Effect::ReadTray { cycle } => Some(Input::Tray {
                     cycle,
-                    result: Ok(self.tray()),
+                    result: match self.tray_errors.pop_front() {
+                        Some(e) => Err(e),
+                        None => Ok(self.tray()),
+                    },
                 }),
                 Effect::FetchTexts { req, .. } => Some(Input::Texts {
                     req,
@@ -294,8 +328,10 @@ impl World {
                             log: "run.log".into(),
                         },
                     );
-                    // The run answers every card it saw.
-                    self.cards.clear();
+                    // The run answers every card it saw (invites it leaves alone).
+                    if self.runs_answer {
+                        self.cards.clear();
+                    }
                     self.later.push_back((
                         self.now.mono_ms + self.run_ms,
                         Input::RunEnded {
@@ -311,11 +347,15 @@ impl World {
                     ));
                     None
                 }
-                Effect::DismissInvite { cycle, invite_id } => Some(Input::Dismissed {
-                    cycle,
-                    invite_id,
-                    result: Dismissal::Dismissed,
-                }),
+                Effect::DismissInvite { cycle, invite_id } => {
+                    self.invites.retain(|(id, _)| *id != invite_id);
+                    self.dismissed.push(invite_id.clone());
+                    Some(Input::Dismissed {
+                        cycle,
+                        invite_id,
+                        result: Dismissal::Dismissed,
+                    })
+                }
                 Effect::SaveLedger(l) => {
                     self.ledger = Some(l);
                     None
