@@ -1,15 +1,19 @@
 //! agentchat: the resident listener for AgentChat (`agentchat listen`), the pure rules of contract
 //! v1 it follows ([`core`]), and a faithful local AgentChat server ([`sim`]).
 //!
-//! Data path: frame ([`listen::socket`], [`core::engine`]) → wake ([`core::coalescer`] in
-//! [`listen::daemon`]) → cycle ([`listen::cycle`]: the tray through [`client`], [`core::decision`],
-//! the run through [`runtime`] and [`runtime::supervisor`], the tray again, [`core::invite_rule`])
-//! → `status.json` ([`listen::state_dir`]).
+//! Data path: every decision is the listener's state machine ([`core::listener`], one per
+//! profile, inside [`core::host`]); [`listen::driver`] feeds it and performs what it asks. Frame
+//! (read by [`listen::socket`], judged by [`core::listener::socket`] and [`core::engine`]) → wake
+//! ([`core::wakes`], [`core::coalescer`]) → cycle ([`core::listener::cycle`]: the tray through
+//! [`client`], [`core::decision`], [`core::policy`], the run through [`runtime`] and
+//! [`runtime::supervisor`], the tray again, [`core::invite_rule`]) → `status.json`
+//! ([`listen::state_dir`]).
 //!
 //! # Layout
 //!
-//! One crate: this library and a binary (`src/main.rs`, which only parses the command line,
-//! dispatches and exits). The modules form layers, lowest first; **a module imports only from its
+//! A workspace of two crates: the pure one (`crates/core`, re-exported here as [`core`]: no tokio,
+//! no I/O, no clock in its dependencies), and this library with a binary (`src/main.rs`, which
+//! only parses the command line, dispatches and exits). The modules form layers, lowest first; **a module imports only from its
 //! own layer or lower ones**. The links are checked by `cargo doc` (`scripts/test` denies broken
 //! intra-doc links); a private submodule is named in code, its page one click down from its
 //! parent's (`cargo doc --document-private-items --open`). CONTRIBUTING.md says how the code is
@@ -23,8 +27,11 @@
 //!   texts ([`core::tray`], [`core::texts`]), what a cycle does ([`core::decision`],
 //!   [`core::invite_rule`], [`core::identity`], [`core::handle`]), the run's environment and kind
 //!   ([`core::run_env`], [`core::runtime_kind`]), `listen --all`'s run slots ([`core::admission`]),
-//!   the run policy and what runs cost ([`core::policy`], [`core::run_report`]), and
-//!   `status.json`'s vocabulary ([`core::status`]).
+//!   the run policy and what runs cost ([`core::policy`], [`core::run_report`]),
+//!   `status.json`'s vocabulary ([`core::status`]), and the state machines: one profile's
+//!   listener ([`core::listener`]: `socket`, `cycle`, `policy`, `health`, `status_file`, `mutes`,
+//!   its [`core::listener::io`] vocabulary) and the process's profiles, pacer and run slots
+//!   ([`core::host`]), on an injected clock ([`core::time`]) and seed ([`core::rng`]).
 //! - [`sys`]: OS plumbing every layer shares: [`sys::fs`] (atomic and private writes, capped reads
 //!   of the files a user names), [`sys::flock`] (who holds a lock file), [`sys::process`] (a child
 //!   in its own process group, [`sys::process::ProcessEnd`]), [`sys::time`], [`sys::tls`] (the one
@@ -42,7 +49,7 @@
 //! **Layer 2**, [`client`]: the REST calls the listener makes itself ([`client::Api`],
 //! [`client::ApiError`]); `answer` (judging an answer, each route's body cap [`client::Route`]),
 //! `deprecation` (contract 7's headers, `REMOVED`), `network` (one line for no answer). The
-//! socket's URL is [`listen::socket::ws_url`].
+//! socket's URL is [`core::listener::ws_url`].
 //!
 //! **Layer 3**, [`runtime`]: the agent's run: [`runtime::supervisor`] (process group, time limit,
 //! run logs), `leftover` (a killed listener's run group), [`runtime::claude`], [`runtime::codex`],
@@ -55,15 +62,13 @@
 //!   one, `listen --all` every profile): `signals`, `notify` (sd_notify and the watchdog),
 //!   `profiles` (a profile's start; SIGHUP's fingerprint), `reload`, `blocked` (a profile whose
 //!   agent another listener holds).
-//! - [`listen::daemon`]: one profile's listener, a task driven by the host's
-//!   [`listen::daemon::HostCommand`]s and ending with a [`listen::daemon::ListenerEnd`]: main loop,
-//!   coalescer, status; `wiring`, `lifecycle`, `events`, `status_file`, `texts_in_use`, `settings`,
-//!   `queue`, `recovery` (the ways out of the states in which no run can start).
-//! - [`listen::socket`]: the socket task (`dial`, `proxy`, `read`, `summary`); [`listen::pacer`]
-//!   (the process's one connect pacer); [`listen::reach`] (a wrong `api_base` told from an outage).
-//! - [`listen::cycle`]: one cycle's steps (`tray`, `run`, `after`, [`listen::cycle::workdir`],
-//!   shared with `doctor --run`), ending with a [`listen::cycle::CycleEnd`]; [`listen::admission`]
-//!   (`listen --all`'s one run queue).
+//! - [`listen::driver`]: the one loop around the process's state machine ([`core::host`]): it
+//!   reads the clock once per step, feeds the machine and performs its effects (`effects`; a
+//!   run: `run`; errors as the machine's answers: [`listen::driver::convert`]).
+//! - [`listen::socket`]: the dial (`dial`, `proxy`) and one connection's reader, which hands
+//!   bursts to the machine and writes the acks it answers with; [`listen::admission`] (the memory
+//!   a run can have, for `listen --all`'s slots); [`listen::workdir`] (a run's working directory
+//!   and identity block, shared with `doctor --run`).
 //! - [`listen::state_dir`] (the lock, `status.json`, `invites.json`), [`listen::agent_lock`] (one
 //!   listener per agent per machine), [`listen::texts`] (the one texts loader and cache),
 //!   [`listen::logging`], [`listen::metrics`] (the page, the probes, the capped endpoint),

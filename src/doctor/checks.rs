@@ -380,6 +380,15 @@ pub fn check_status(
     if let Some(d) = status.detail.as_deref().filter(|_| running) {
         detail.push_str(&format!("; {}", crate::runtime::agent_cli::clip(d)));
     }
+    if running && !status.capabilities_refused.is_empty() {
+        // Contract 3.4: without `rewake` held and failed cards are never re-woken.
+        level = level.max(Level::Warn);
+        detail.push_str(&format!(
+            "; the server did not accept the capabilities {} (an old or limited server: cards \
+             left unanswered are not re-woken)",
+            status.capabilities_refused.join(", ")
+        ));
+    }
     let mut outcome_fact = Value::Null;
     match &status.last_cycle {
         Some(c) => {

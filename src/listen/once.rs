@@ -205,6 +205,8 @@ pub async fn run(settings: Settings, prepared: Prepared) -> anyhow::Result<i32> 
     let now = clock.now();
     cycle.close(now);
     let report = cycle.report;
+    // A held run is said as the daemon says it.
+    policy.seen(&report.policy, now.mono_ms, now.wall_ms);
     if report.last.run_started {
         let (cost, tokens) = report.run_report.as_ref().map_or((None, None), |r| {
             (r.cost_usd, r.usage.as_ref().map(|u| u.total()))
@@ -246,6 +248,7 @@ fn feed(cycle: &mut Cycle, input: Input, env: &mut Env) {
         obs: &obs,
         unknown_version_said: env.unknown_version_said,
         next_req: env.next_req,
+        removed_known: false,
     };
     let mut out: Out<Note> = Out::new(env.effects, env.rng);
     match input {

@@ -2,7 +2,7 @@
 //! listener can log is listed in docs/operating.md ("Logging": the list after "Every line the
 //! listener writes has an `event`"), every name listed there or written `event=NAME` anywhere in
 //! `README.md` and `docs/*.md` is one the listener logs, and every constant is logged somewhere in
-//! `src/`.
+//! `src/` or `crates/core/src/`.
 
 use agentchat::log_events::ALL;
 use std::collections::BTreeSet;
@@ -129,7 +129,9 @@ fn every_event_the_listener_logs_is_documented_and_every_documented_event_is_log
 fn every_event_constant_is_logged_somewhere() {
     let root = root();
     let mut files = Vec::new();
+    // The binary's lines and the pure crate's (where the state machines log).
     sources(&root.join("src"), &mut files);
+    sources(&root.join("crates/core/src"), &mut files);
     let unused: Vec<&str> = ALL
         .iter()
         .copied()

@@ -83,7 +83,8 @@ pub fn decide(tray: &Tray, own_handle: &str) -> CycleDecision {
 /// and not notices only runs with `wake_instruction`; so does `truncated` (cards wait beyond the
 /// limit), unless every card shown is muted: then only a server re-wake (`unanswered`,
 /// `reminder`), which never names a muted conversation, says an unmuted card waits beyond the
-/// cut. Otherwise listed invites run with `invite_prompt`; muted cards alone run nothing, and an
+/// cut. Otherwise listed invites run with `invite_prompt` (not one from a muted inviter or into a
+/// muted group: [`invite_muted`]); muted cards alone run nothing, and an
 /// empty tray or one whose other cards hold only system notices is `nothing_waiting`: notices
 /// "are never what the gate judges" and "never wake the agent by itself" (contract 3.1, 4;
 /// `Card::is_notices_only`).
@@ -113,13 +114,39 @@ pub fn decide_woken(tray: &Tray, own_handle: &str, causes: &WakeCauses) -> Cycle
     {
         return CycleDecision::Run(RunKind::Wake);
     }
-    if tray.invites.as_ref().is_some_and(|i| !i.is_empty()) {
+    if tray
+        .invites
+        .iter()
+        .flatten()
+        .any(|i| !invite_muted(tray, i))
+    {
         return CycleDecision::Run(RunKind::Invite);
     }
-    if tray.conversations.iter().any(|c| c.is_muted()) {
+    let muted_invites = tray.invites.as_ref().is_some_and(|i| !i.is_empty());
+    if muted_invites || tray.conversations.iter().any(|c| c.is_muted()) {
         return CycleDecision::NoRun(NoRunReason::OnlyMuted);
     }
     CycleDecision::NoRun(NoRunReason::NothingWaiting)
+}
+
+/// An invite the tray shows muted, though invites carry no mute flag (contract 3.1): the inviter
+/// is the counterparty of a direct card the tray shows muted, or the group is a group card the
+/// tray shows muted. Contract 3.3: "an invite from an agent the invitee muted, or into a group it
+/// muted, never wakes"; the listener does not let one start a paid run either (docs/decisions.md,
+/// "The decision"). An invite whose inviter or group the tray does not show is not muted.
+pub fn invite_muted(tray: &Tray, invite: &super::tray::Invite) -> bool {
+    fn text(v: Option<&serde_json::Value>) -> Option<&str> {
+        v.and_then(serde_json::Value::as_str)
+    }
+    let inviter = text(invite.extra.get("invited_by"))
+        .or_else(|| text(invite.extra.get("invited_by").and_then(|v| v.get("handle"))));
+    let group = text(invite.extra.get("group").and_then(|g| g.get("id")));
+    tray.conversations.iter().filter(|c| c.is_muted()).any(|c| {
+        let peer = text(c.extra.get("counterparty").and_then(|p| p.get("handle")));
+        let direct = text(c.extra.get("type")) == Some("direct");
+        (direct && inviter.is_some_and(|h| peer.is_some_and(|p| super::handle::same(p, h))))
+            || group.is_some_and(|g| c.conversation_id == g)
+    })
 }
 
 /// How many cycles in a row [`follow_up`] may start for a tray cut short (`truncated`): 50 runs
@@ -249,6 +276,45 @@ mod tests {
             decide(&tray(serde_json::json!({"conversations": []})), me),
             CycleDecision::NoRun(NoRunReason::NothingWaiting)
         );
+    }
+
+    /// Issue 37 item 7: an invite from an agent the tray shows muted (its direct card), or into
+    /// a group the tray shows muted, starts no run; another invite beside it still does.
+    #[test]
+    fn an_invite_from_a_muted_inviter_or_into_a_muted_group_starts_no_run() {
+        let me = "bob";
+        let dm = |who: &str, muted: bool| {
+            serde_json::json!({"conversation_id": format!("conv_{who}"), "type": "direct",
+                "counterparty": {"handle": who}, "muted": muted})
+        };
+        let group = serde_json::json!({"conversation_id": "grp_1", "type": "group", "muted": true});
+        let invite = |id: &str, by: &str, grp: &str| serde_json::json!({"invite_id": id, "invited_by": by, "group": {"id": grp}});
+        let from_muted = tray(serde_json::json!({
+            "conversations": [dm("@mallory", true)],
+            "invites": [invite("i1", "@Mallory", "grp_9")]
+        }));
+        assert_eq!(
+            decide(&from_muted, me),
+            CycleDecision::NoRun(NoRunReason::OnlyMuted)
+        );
+        let into_muted = tray(serde_json::json!({
+            "conversations": [group.clone()],
+            "invites": [invite("i2", "@carol", "grp_1")]
+        }));
+        assert_eq!(
+            decide(&into_muted, me),
+            CycleDecision::NoRun(NoRunReason::OnlyMuted)
+        );
+        let one_not = tray(serde_json::json!({
+            "conversations": [dm("@mallory", true), group],
+            "invites": [invite("i1", "@mallory", "grp_9"), invite("i3", "@dave", "grp_3")]
+        }));
+        assert_eq!(decide(&one_not, me), CycleDecision::Run(RunKind::Invite));
+        let unmuted_dm = tray(serde_json::json!({
+            "conversations": [dm("@erin", false)],
+            "invites": [invite("i4", "@erin", "grp_4")]
+        }));
+        assert_eq!(decide(&unmuted_dm, me), CycleDecision::Run(RunKind::Wake));
     }
 
     fn notices(id: &str) -> serde_json::Value {

@@ -10,13 +10,13 @@ pub const ALREADY_RUNNING: &str = "already_running";
 pub const API_BASE_NOT_AGENTCHAT: &str = "api_base_not_agentchat";
 pub const BACKLOG: &str = "backlog";
 pub const BACKOFF: &str = "backoff";
+pub const CAPABILITIES_REFUSED: &str = "capabilities_refused";
 pub const CLOCK_JUMP: &str = "clock_jump";
 pub const COALESCER_WINDOWS: &str = "coalescer_windows";
 pub const CONFIG_ADVICE: &str = "config_advice";
 pub const CONNECT_BUDGET: &str = "connect_budget";
 pub const CONNECT_PACED: &str = "connect_paced";
 pub const CYCLE_ABANDONED: &str = "cycle_abandoned";
-pub const CYCLE_CRASHED: &str = "cycle_crashed";
 pub const CYCLE_END: &str = "cycle_end";
 pub const CYCLE_START: &str = "cycle_start";
 pub const DEFAULT_PROFILE_SKIPPED: &str = "default_profile_skipped";
@@ -96,7 +96,6 @@ pub const SOCKET_CLOSED: &str = "socket_closed";
 pub const SOCKET_CONNECTED: &str = "socket_connected";
 pub const SOCKET_CONNECTING: &str = "socket_connecting";
 pub const SOCKET_PROXY: &str = "socket_proxy";
-pub const SOCKET_TASK_ENDED: &str = "socket_task_ended";
 pub const SOCKET_UPGRADED: &str = "socket_upgraded";
 pub const STATE: &str = "state";
 pub const STATUS_WRITE_FAILED: &str = "status_write_failed";
@@ -105,7 +104,6 @@ pub const STOP_FORCED: &str = "stop_forced";
 pub const STOP_WAITING: &str = "stop_waiting";
 pub const STOPPED: &str = "stopped";
 pub const STOPPING: &str = "stopping";
-pub const TEST_CLOCK: &str = "test_clock";
 pub const TEST_TIME_SCALE: &str = "test_time_scale";
 pub const TEXTS_CACHE_WRITE_FAILED: &str = "texts_cache_write_failed";
 pub const TEXTS_CACHED: &str = "texts_cached";
@@ -137,13 +135,13 @@ pub const ALL: &[&str] = &[
     API_BASE_NOT_AGENTCHAT,
     BACKLOG,
     BACKOFF,
+    CAPABILITIES_REFUSED,
     CLOCK_JUMP,
     COALESCER_WINDOWS,
     CONFIG_ADVICE,
     CONNECT_BUDGET,
     CONNECT_PACED,
     CYCLE_ABANDONED,
-    CYCLE_CRASHED,
     CYCLE_END,
     CYCLE_START,
     DEFAULT_PROFILE_SKIPPED,
@@ -223,7 +221,6 @@ pub const ALL: &[&str] = &[
     SOCKET_CONNECTED,
     SOCKET_CONNECTING,
     SOCKET_PROXY,
-    SOCKET_TASK_ENDED,
     SOCKET_UPGRADED,
     STATE,
     STATUS_WRITE_FAILED,
@@ -232,7 +229,6 @@ pub const ALL: &[&str] = &[
     STOP_WAITING,
     STOPPED,
     STOPPING,
-    TEST_CLOCK,
     TEST_TIME_SCALE,
     TEXTS_CACHE_WRITE_FAILED,
     TEXTS_CACHED,

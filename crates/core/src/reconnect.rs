@@ -110,9 +110,13 @@ pub fn parse_retry_after(reason: &str) -> Option<u64> {
     None
 }
 
-/// The longest `Retry-After` honoured: the connect budget's cap (contract 3.4), so a server's
-/// answer can hold a retry back an hour at most.
-pub const RETRY_AFTER_HEADER_CAP: Duration = Duration::from_secs(BUDGET_CAP_S);
+/// The longest `Retry-After` honoured, from the contract's poll limit (3.1): the no-progress
+/// budget can go down to -170 and lets a read in again only once it is back to one, refilled at
+/// one per 30 s, so a server that refuses a read can rightly ask for 171 x 30 s = 5130 s (85.5
+/// min). Anything longer is cut to that: no rule of the contract asks for more, and a wait
+/// without end would be a listener stuck (docs/decisions.md, "Socket and reconnect"). The
+/// socket's own `1013 retry_after` keeps its one-hour cap (`BUDGET_CAP_S`, contract 3.4).
+pub const RETRY_AFTER_HEADER_CAP: Duration = Duration::from_secs(171 * 30);
 
 /// An HTTP `Retry-After` value (RFC 9110 10.2.3): delta-seconds (`120`) or an HTTP-date
 /// (`Fri, 31 Dec 1999 23:59:59 GMT`, and the two obsolete forms recipients must read), the

@@ -344,6 +344,11 @@ pub struct Status {
     /// The runs and what they cost, this local hour and today (the local calendar day), from the
     /// runs' own reports: the totals `[listen.policy]`'s caps are held against.
     pub usage: Usage,
+    /// The capabilities this listener asks for (`ack`, `heartbeat`, `rewake`, contract 3.4) that
+    /// the server's `hello.ok` did not accept: without `rewake` held and failed cards are never
+    /// re-woken, without `heartbeat` a quiet socket is only proven by the idle watchdog.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub capabilities_refused: Vec<String>,
     /// Not part of the document: the file's modification time, which
     /// `listen::state_dir::StateDir::read_status` fills in. The listener touches the file without
     /// rewriting it on a turn of its main loop when it was last written or touched 30 s ago or
@@ -647,6 +652,7 @@ mod tests {
             },
             held: None,
             usage: Usage::default(),
+            capabilities_refused: vec![],
             file_modified: None,
         }
     }

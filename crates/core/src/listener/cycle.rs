@@ -106,6 +106,8 @@ pub struct Cycle {
     prompt: Option<String>,
     /// Re-read the tray before the run (the slot took long).
     rereading: bool,
+    /// The invites the run policy let wake this run: the invite rule counts only these.
+    allowed_invites: Vec<String>,
     slot_held: bool,
     /// The run waits in the slots' queue.
     queued: bool,
@@ -147,6 +149,8 @@ pub struct Ctx<'a> {
     pub unknown_version_said: &'a mut bool,
     /// The next texts request tag.
     pub next_req: &'a mut u64,
+    /// The listener knows the tray's route is switched off (`REMOVED`): said at ERROR once.
+    pub removed_known: bool,
 }
 
 impl Cycle {
@@ -186,6 +190,7 @@ impl Cycle {
             kind: None,
             prompt: None,
             rereading: false,
+            allowed_invites: Vec::new(),
             slot_held: false,
             queued: false,
             run_ended_wall: 0,
@@ -279,22 +284,26 @@ impl Cycle {
                     tracing::warn!(event = %log_events::TRAY_UNREADABLE, cycle_id = %self.id, error = %e.detail, "the tray after the run could not be read; the invite rule counts nothing this time");
                     self.finish(ctx, out);
                 } else {
-                    self.before_unreadable(e, out);
+                    self.before_unreadable(e, ctx.removed_known, out);
                 }
             }
         }
     }
 
     /// Step 1 failed: no run (the server re-wakes).
-    fn before_unreadable(&mut self, e: TrayError, out: &mut Out<Note>) {
+    fn before_unreadable(&mut self, e: TrayError, removed_known: bool, out: &mut Out<Note>) {
         self.report.key_refused = e.kind == TrayErrorKind::Refused;
         if let TrayErrorKind::RateLimited(wait) = e.kind {
             self.report.not_before = Some(wait);
         }
         if e.kind == TrayErrorKind::Removed {
             // Contract 7: retrying will not succeed; the profile is not ready until a tray is
-            // read again (issue 29 item 12).
-            tracing::error!(event = %log_events::ROUTE_REMOVED, cycle_id = %self.id, error = %e.detail, "the tray could not be read: the server switched its route off; no run until agentchat is updated");
+            // read again (issue 29 item 12). Said at ERROR once per episode, at debug after.
+            if removed_known {
+                tracing::debug!(event = %log_events::ROUTE_REMOVED, cycle_id = %self.id, error = %e.detail, "the tray's route is still switched off");
+            } else {
+                tracing::error!(event = %log_events::ROUTE_REMOVED, cycle_id = %self.id, error = %e.detail, "the tray could not be read: the server switched its route off; no run until agentchat is updated");
+            }
             self.report.removed = Some(e.detail);
         } else {
             tracing::warn!(event = %log_events::TRAY_UNREADABLE, cycle_id = %self.id, error = %e.detail, "the tray could not be read; no run (the server re-wakes)");
@@ -348,6 +357,7 @@ impl Cycle {
                 match ctx.policy.judge(tray, kind, ctx.now.wall_ms) {
                     Ok(kind) => {
                         self.report.policy = Seen::Clear;
+                        self.allowed_invites = ctx.policy.allowed_invites(tray);
                         Ok(kind)
                     }
                     Err(hold) => {
@@ -390,6 +400,7 @@ impl Cycle {
             obs: ctx.obs,
             unknown_version_said: ctx.unknown_version_said,
             next_req: ctx.next_req,
+            removed_known: ctx.removed_known,
         };
         self.with_texts(&mut inner, out);
         true
@@ -548,11 +559,11 @@ impl Cycle {
         let Some(before) = &self.before else {
             return self.finish(ctx, out);
         };
-        if before.invite_ids().is_empty() {
-            // No invite waited, so none can be counted. Invites the memory still holds are gone
-            // from a complete list, so they were answered: forget them.
+        if self.counted_invites(before).is_empty() {
+            // No invite the run may count waited. Invites the memory still holds that a complete
+            // list no longer shows were answered: forget them.
             if before.invites_complete() {
-                let gone = ctx.invites.forget_unlisted(&[], true);
+                let gone = ctx.invites.forget_unlisted(&before.invite_ids(), true);
                 if !gone.is_empty() {
                     tracing::debug!(event = %log_events::INVITE_FORGOTTEN, count = gone.len(), "invites answered");
                     self.invites_changed = true;
@@ -580,7 +591,7 @@ impl Cycle {
         if self.report.follow_up {
             tracing::info!(event = %log_events::BACKLOG, cycle_id = %self.id, cards = after.conversations.len(), truncated = after.is_truncated(), "more cards wait than the run could see, and the completed run took cards off the tray; the next cycle starts now");
         }
-        let before_ids = before.invite_ids();
+        let before_ids = self.counted_invites(&before);
         if before_ids.is_empty() {
             return self.finish(ctx, out);
         }
@@ -599,6 +610,16 @@ impl Cycle {
         self.invites_changed = true;
         self.step = Step::Dismissing;
         self.next_verdict(ctx, out);
+    }
+
+    /// The invites on the tray before the run that the invite rule may count: the ones the run
+    /// policy let wake it (a held invite is left as the run found it).
+    fn counted_invites(&self, before: &Tray) -> Vec<String> {
+        before
+            .invite_ids()
+            .into_iter()
+            .filter(|id| self.allowed_invites.contains(id))
+            .collect()
     }
 
     /// Acts on the verdicts in order; a dismissal waits for its answer.

@@ -100,6 +100,7 @@ impl Listener {
             obs: self.obs.as_ref(),
             unknown_version_said: &mut self.unknown_version_said,
             next_req: &mut self.next_req,
+            removed_known: self.flags.removed.is_some(),
         };
         let mut out = Out::new(&mut self.effects, &mut self.rng);
         f(c, &mut ctx, &mut out);
@@ -223,6 +224,7 @@ impl Listener {
                 wait.as_secs_f64().ceil() as u64
             );
             self.tray_not_before.schedule_after(now.mono_ms, wait);
+            self.not_before_wall = Some(now.wall_ms.saturating_add(crate::time::ms(wait) as i64));
         }
         if let Some(removed) = report.removed {
             self.flags.removed = Some(removed);

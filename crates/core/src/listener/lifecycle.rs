@@ -86,8 +86,38 @@ impl Listener {
                     self.view.last_frame = Some(now.wall_ms);
                 }
                 Note::Wake { cause, frames } => self.record(&cause, frames, now),
+                Note::Refused { capabilities } => self.on_refused_capabilities(capabilities),
             }
         }
+    }
+
+    /// The server did not accept every capability asked for: said at WARN naming them (once
+    /// per change), and shown in the status until a server accepts them.
+    fn on_refused_capabilities(&mut self, refused: Vec<String>) {
+        if refused == self.capabilities_refused {
+            return;
+        }
+        if !refused.is_empty() {
+            let without: Vec<&str> = refused
+                .iter()
+                .map(|c| match c.as_str() {
+                    "rewake" => "without rewake, held and failed cards are never re-woken (contract 5)",
+                    "heartbeat" => "without heartbeat, a quiet socket is proven only by the idle watchdog",
+                    "ack" => "without ack, the server marks a message delivered when it hands it over (deprecated, contract 7)",
+                    _ => "",
+                })
+                .filter(|w| !w.is_empty())
+                .collect();
+            tracing::warn!(
+                event = %log_events::CAPABILITIES_REFUSED,
+                refused = %refused.join(","),
+                "the server did not accept the capabilities {}: {}",
+                refused.join(", "),
+                without.join("; ")
+            );
+        }
+        self.capabilities_refused = refused;
+        self.status.changed();
     }
 
     /// This agent's machine-wide lock (one listener per agent): taken, and the handle is this

@@ -176,8 +176,10 @@ pub struct Listener {
     status: status_file::StatusFile,
     policy: policy::RunPolicy,
     invites: InviteMemory,
-    /// No tray read before this: a `429`'s `Retry-After` outlasted a cycle's retries.
+    /// No tray read before this: a `429`'s `Retry-After` outlasted a cycle's retries; and its
+    /// end on the wall clock, which the status shows.
     tray_not_before: Recheck,
+    not_before_wall: Option<i64>,
     /// The next tray read while its route answers `REMOVED`.
     removed_recheck: Recheck,
     cycle: Option<cycle::Cycle>,
@@ -193,6 +195,8 @@ pub struct Listener {
     /// The socket was asked to stop, or its connection dropped by a second signal.
     socket_stopping: bool,
     socket_dropped: bool,
+    /// What the server's `hello.ok` did not accept of what was asked.
+    capabilities_refused: Vec<String>,
     /// How the listener ends when it does.
     end: ListenerEnd,
     ended: bool,
@@ -247,6 +251,7 @@ impl Listener {
             policy,
             invites: restored.invites,
             tray_not_before: Recheck::default(),
+            not_before_wall: None,
             removed_recheck: Recheck::default(),
             cycle: None,
             stamping: None,
@@ -258,6 +263,7 @@ impl Listener {
             stopping: None,
             socket_stopping: false,
             socket_dropped: false,
+            capabilities_refused: Vec::new(),
             end: ListenerEnd::Stopped,
             ended: false,
             unknown_version_said: false,
@@ -509,6 +515,8 @@ impl Listener {
         self.status.hold_over(now);
         if self.tray_not_before.at().is_some_and(|t| t <= now.mono_ms) {
             self.tray_not_before.reset();
+            self.not_before_wall = None;
+            self.status.changed();
             self.own_wake(ListenerWake::Recovered, now);
         }
         if self.removed_recheck.at().is_some_and(|t| t <= now.mono_ms) {

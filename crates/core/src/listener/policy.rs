@@ -92,6 +92,11 @@ impl RunPolicy {
         )
     }
 
+    /// The invites on `tray` the rules let wake a run (`Policy::allowed_invites`).
+    pub fn allowed_invites(&self, tray: &Tray) -> Vec<String> {
+        self.policy.allowed_invites(tray)
+    }
+
     /// A run was handed to the supervisor: it counts from now. The ledger to save.
     pub fn run_started(&mut self, conversations: &[String], now_wall: i64) -> Arc<Ledger> {
         Arc::make_mut(&mut self.ledger).started(

@@ -44,7 +44,12 @@ pub enum Note {
     },
     /// A wake asked for by `frames` frames of one burst (registered before their acks go).
     Wake { cause: WakeCause, frames: u64 },
+    /// `hello.ok` came: the capabilities asked for that the server did not accept.
+    Refused { capabilities: Vec<String> },
 }
+
+/// The capabilities every connection asks for (contract 3.4).
+pub const CAPABILITIES: [&str; 3] = ["ack", "heartbeat", "rewake"];
 
 /// How one attempt or connection ended.
 #[derive(Debug, Clone, PartialEq)]
@@ -432,6 +437,9 @@ impl Socket {
                 detail: None,
             });
         }
+        if let Some(capabilities) = burst.refused.take() {
+            out.note(Note::Refused { capabilities });
+        }
         for (cause, n) in &burst.wakes {
             burst.tally.wake(&cause.label(), *n);
             out.note(Note::Wake {
@@ -592,6 +600,12 @@ impl Socket {
         }
         if let Some(caps) = &action.hello {
             log_hello(caps.as_deref());
+            let refused: Vec<String> = CAPABILITIES
+                .iter()
+                .filter(|c| !caps.iter().flatten().any(|a| a == *c))
+                .map(|c| c.to_string())
+                .collect();
+            burst.refused = Some(refused);
         }
         if let Some(cause) = action.wake {
             tracing::debug!(event = %log_events::WAKE, reason = %cause.label(), message_id = action.ack.as_deref(), "wake");
@@ -848,6 +862,8 @@ struct Burst {
     wakes: Vec<(WakeCause, u64)>,
     acks: Vec<String>,
     end: Option<End>,
+    /// What `hello.ok` did not accept, when it came in this burst.
+    refused: Option<Vec<String>>,
 }
 
 impl Burst {

@@ -196,7 +196,12 @@ impl Listener {
     /// The status document as of `now`.
     pub(super) fn render(&self, now: Now) -> Status {
         let (state, since) = self.status.shown;
-        let cycle_wait = self.flags.cycle_wait.map(rfc3339_ms);
+        // A cycle's `429` wait, or the not-before time a long one left (no cycle runs then).
+        let cycle_wait = self
+            .flags
+            .cycle_wait
+            .or(self.not_before_wall)
+            .map(rfc3339_ms);
         let sources = Sources {
             cycle_wait_until: cycle_wait.as_deref(),
             ..self.sources()
@@ -221,7 +226,11 @@ impl Listener {
                 reasons: w.reasons.clone(),
             }),
             last_cycle: self.last_cycle.clone(),
-            next_retry_at: self.view.next_retry_at.map(rfc3339_ms),
+            next_retry_at: self
+                .view
+                .next_retry_at
+                .or(self.not_before_wall)
+                .map(rfc3339_ms),
             detail: sources.detail(),
             texts: self.texts.status(),
             counters: Counters {
@@ -230,6 +239,7 @@ impl Listener {
             },
             held: None,
             usage: Usage::default(),
+            capabilities_refused: self.capabilities_refused.clone(),
             file_modified: None,
         };
         self.policy.show(&mut status, now.wall_ms);

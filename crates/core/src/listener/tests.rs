@@ -1,1 +1,252 @@
-//! The listener machine driven step by step on a hand-held clock.
+//! The listener machine driven step by step on a hand-held clock, against a small scripted
+//! world: a tray the test writes, runs that end when the test says, every other effect answered
+//! at once. What these tests pin needs the clock itself (quiet hours, the caps' hour and day,
+//! backoffs): the real-binary suite cannot move it without a hook in the product.
+
+mod world;
+
+use super::*;
+use crate::policy::Ledger;
+use crate::status::{ListenerState, NoRunReason};
+use world::World;
+
+const MIN: u64 = 60_000;
+
+/// Quiet hours hold a message that comes at 06:59 until 07:00, when the card runs by itself
+/// with the wake reason `hold_ended`; the hold is said in the status with its end, and a wake
+/// during it costs no run.
+#[test]
+fn quiet_hours_hold_a_card_until_they_end_and_then_it_runs_without_a_new_message() {
+    let mut w = World::new("2026-12-02T06:59:40Z", r#"quiet_hours = ["22:00-07:00"]"#);
+    w.message("conv_a", "@alice");
+    w.run_for(2_000);
+    let held = w.status().held.expect("held");
+    assert_eq!(
+        (held.reason.as_str(), held.key.as_str()),
+        ("quiet_hours", "quiet_hours")
+    );
+    assert_eq!(held.until.as_deref(), Some("2026-12-02T07:00:00.000Z"));
+    assert_eq!(held.cards, ["conv_a"]);
+    assert_eq!(
+        w.status().last_cycle.and_then(|c| c.no_run_reason),
+        Some(NoRunReason::Held)
+    );
+    w.message("conv_a", "@alice");
+    w.run_for(2_000);
+    assert!(w.runs.is_empty(), "no run during quiet hours");
+    assert_eq!(w.acked, 2, "both messages are acked during the hold");
+    // 07:00: the listener reads the tray by itself.
+    w.run_for(20_000);
+    assert_eq!(w.runs.len(), 1);
+    assert!(
+        w.runs[0].reasons.contains(&"hold_ended".to_string()),
+        "{:?}",
+        w.runs[0]
+    );
+    assert_eq!(w.status().held, None);
+    assert_eq!(w.status().usage.today.runs, 1);
+}
+
+/// `max_runs_per_hour = 1`: the second card waits for the next clock hour, then runs.
+#[test]
+fn max_runs_per_hour_holds_the_next_run_until_the_hour_rolls_over() {
+    let mut w = World::new("2026-12-02T10:59:35Z", "max_runs_per_hour = 1");
+    w.message("conv_a", "@alice");
+    w.run_for(3_000);
+    assert_eq!(w.runs.len(), 1);
+    w.message("conv_c", "@carol");
+    w.run_for(3_000);
+    let held = w.status().held.expect("held");
+    assert_eq!(held.reason, "runs_per_hour");
+    assert_eq!(held.until.as_deref(), Some("2026-12-02T11:00:00.000Z"));
+    assert_eq!(w.status().usage.this_hour.runs, 1);
+    assert_eq!(w.ledger().runs().len(), 1, "the ledger is saved");
+    w.run_for(MIN);
+    assert_eq!(w.runs.len(), 2);
+    assert!(w.runs[1].reasons.contains(&"hold_ended".to_string()));
+}
+
+/// `max_runs_per_day = 1`: the next run waits for local midnight.
+#[test]
+fn max_runs_per_day_holds_the_next_run_until_midnight() {
+    let mut w = World::new("2026-12-02T23:59:35Z", "max_runs_per_day = 1");
+    w.message("conv_a", "@alice");
+    w.run_for(3_000);
+    w.message("conv_c", "@carol");
+    w.run_for(3_000);
+    let held = w.status().held.expect("held");
+    assert_eq!(
+        (held.reason.as_str(), held.until.as_deref()),
+        ("runs_per_day", Some("2026-12-03T00:00:00.000Z"))
+    );
+    w.run_for(MIN);
+    assert_eq!(w.runs.len(), 2);
+    assert!(w.runs[1].reasons.contains(&"hold_ended".to_string()));
+}
+
+/// `max_cost_per_day_usd`: the day's spending as the ledger kept it across a restart holds the
+/// card until midnight; the status shows the run it counted.
+#[test]
+fn max_cost_per_day_holds_runs_once_the_ledger_reaches_it_until_midnight() {
+    let start = "2026-12-02T23:59:35Z";
+    let mut ledger = Ledger::new();
+    let earlier = World::wall(start) - 3_600_000;
+    let utc = crate::policy::OffsetTable::new(0, vec![]);
+    ledger.started(earlier, vec![], &utc);
+    ledger.ended(earlier, Some(1.25), Some(1000));
+    let mut w = World::with_ledger(start, "max_cost_per_day_usd = 1.0", ledger);
+    w.message("conv_a", "@alice");
+    w.run_for(3_000);
+    let held = w.status().held.expect("held");
+    assert_eq!(
+        (held.reason.as_str(), held.until.as_deref()),
+        ("cost_per_day", Some("2026-12-03T00:00:00.000Z"))
+    );
+    let today = w.status().usage.today;
+    assert_eq!((today.runs, today.cost_usd), (1, 1.25));
+    assert!(w.runs.is_empty());
+    w.run_for(MIN);
+    assert_eq!(w.runs.len(), 1);
+    assert!(w.runs[0].reasons.contains(&"hold_ended".to_string()));
+}
+
+/// The same seed and the same world give the same effects, step for step.
+#[test]
+fn a_seed_replays_the_listener_exactly() {
+    let run = || {
+        let mut w = World::new("2026-12-02T12:00:00Z", "");
+        for i in 0..5 {
+            w.message(&format!("conv_{i}"), "@alice");
+            w.run_for(1_500);
+            w.drop_socket();
+            w.run_for(10_000);
+        }
+        (w.trace.clone(), w.runs.len())
+    };
+    let (a, b) = (run(), run());
+    assert_eq!(a, b);
+    assert!(a.1 >= 5, "{}", a.1);
+}
+
+/// A stop while connected: the socket closes with 1000, the status says `stopped`, the listener
+/// ends.
+#[test]
+fn a_stop_closes_the_socket_and_ends_the_listener() {
+    let mut w = World::new("2026-12-02T12:00:00Z", "");
+    w.input(Input::Stop {
+        now: false,
+        cause: "test",
+    });
+    w.run_for(1_000);
+    assert!(w.ended, "{:?}", w.trace.last());
+    assert_eq!(w.status().state, ListenerState::Stopped);
+}
+
+/// Issue 37 item 4: a `Retry-After` longer than a cycle waits sets a not-before time, and the
+/// status shows the wait (its end in `detail` and `next_retry_at`) instead of a plain
+/// `connected`; at its end the tray is read by itself.
+#[test]
+fn a_long_429_on_the_tray_is_shown_in_the_status_until_its_end() {
+    let mut w = World::new("2026-12-02T12:00:00Z", "");
+    w.tray_errors.push_back(TrayError {
+        kind: TrayErrorKind::RateLimited(Duration::from_secs(600)),
+        detail: "rate limited; retry after 600s".into(),
+    });
+    w.message("conv_a", "@alice");
+    w.run_for(2_000);
+    let s = w.status();
+    assert_eq!(s.state, ListenerState::Connected);
+    // The message at 12:00:01, the cycle after the quiet window, ten minutes on.
+    let end = "2026-12-02T12:10:01";
+    assert!(
+        s.detail
+            .as_deref()
+            .is_some_and(|d| d.contains("429") && d.contains(end)),
+        "{:?}",
+        s.detail
+    );
+    assert!(
+        s.next_retry_at
+            .as_deref()
+            .is_some_and(|t| t.starts_with(end)),
+        "{:?}",
+        s.next_retry_at
+    );
+    assert!(w.runs.is_empty());
+    w.run_for(10 * MIN);
+    assert_eq!(w.runs.len(), 1, "read again at the wait's end");
+    assert!(w.runs[0].reasons.contains(&"recovered".to_string()));
+    assert_eq!(w.status().next_retry_at, None);
+}
+
+/// Issue 37 item 4: a `Retry-After` is honoured up to the contract's own longest read wait
+/// (171 x 30 s: the no-progress budget back from -170, contract 3.1), not cut to an hour.
+#[test]
+fn a_retry_after_is_honoured_up_to_the_poll_budgets_longest_wait() {
+    let two_hours = crate::reconnect::retry_after_header("7200", 0);
+    assert_eq!(two_hours, Some(Duration::from_secs(5130)));
+    assert_eq!(
+        crate::reconnect::retry_after_header("4000", 0),
+        Some(Duration::from_secs(4000)),
+        "over an hour, under the bound: as asked"
+    );
+}
+
+/// Issue 37 item 5: a server that does not accept `rewake` (or `heartbeat`) is said in the
+/// status, which lists what it refused.
+#[test]
+fn capabilities_the_server_refuses_are_in_the_status() {
+    let w = World::build("2026-12-02T12:00:00Z", "", Ledger::new(), |w| {
+        w.capabilities = vec!["ack"];
+    });
+    assert_eq!(w.status().capabilities_refused, ["heartbeat", "rewake"]);
+    let all = World::new("2026-12-02T12:00:00Z", "");
+    assert!(all.status().capabilities_refused.is_empty());
+}
+
+/// Issue 37 item 6: an invite the run policy holds (its inviter denied) is not counted by the
+/// invite rule when runs start for an allowed card beside it: two runs a minute apart leave it
+/// pending, where an allowed invite is dismissed.
+#[test]
+fn a_held_invite_is_not_counted_by_runs_the_policy_let_start_for_other_cards() {
+    let mut w = World::build(
+        "2026-12-02T12:00:00Z",
+        r#"deny = ["@mallory"]"#,
+        Ledger::new(),
+        |w| {
+            w.invites.push(("inv_m".into(), "@mallory".into()));
+            w.invites.push(("inv_c".into(), "@carol".into()));
+        },
+    );
+    for i in 0..3 {
+        w.message(&format!("conv_{i}"), "@alice");
+        w.run_for(2 * MIN);
+    }
+    assert!(w.runs.len() >= 3, "{:?}", w.runs);
+    assert_eq!(
+        w.dismissed,
+        ["inv_c"],
+        "only the allowed invite is dismissed"
+    );
+}
+
+/// Issue 37 item 7: an invite from an inviter the tray shows muted starts no run on a
+/// reconnect, and is never dismissed by paid runs.
+#[test]
+fn an_invite_from_a_muted_inviter_starts_no_run_on_reconnect() {
+    let mut w = World::build("2026-12-02T12:00:00Z", "", Ledger::new(), |w| {
+        w.invites.push(("inv_m".into(), "@mallory".into()));
+        w.runs_answer = false;
+        w.cards.push((
+            "conv_mallory".into(),
+            serde_json::json!({"conversation_id": "conv_mallory", "type": "direct",
+                "counterparty": {"handle": "@mallory"}, "muted": true}),
+        ));
+    });
+    for _ in 0..3 {
+        w.drop_socket();
+        w.run_for(MIN);
+    }
+    assert!(w.runs.is_empty(), "{:?}", w.runs);
+    assert!(w.dismissed.is_empty());
+}

@@ -357,6 +357,17 @@ impl Policy {
         self.sender_verdict(who).unwrap_or(Verdict::Wakes)
     }
 
+    /// The invites on `tray` these rules let wake a run: the only ones the invite rule may count
+    /// after it (a held invite is left as the run found it, docs/operating.md).
+    pub fn allowed_invites(&self, tray: &Tray) -> Vec<String> {
+        tray.invites
+            .iter()
+            .flatten()
+            .filter(|i| matches!(self.invite(i), Verdict::Wakes))
+            .map(|i| i.invite_id.clone())
+            .collect()
+    }
+
     /// The first time rule that holds a run starting at `at_ms`, with the instant it ends.
     fn time_hold(
         &self,
