@@ -6,6 +6,7 @@
 use super::conn::Conn;
 use super::server::Rest;
 use super::world::{Ev, World};
+use crate::core::frames::ServerFrame;
 use crate::core::listener::{Effect, InFrame, Input};
 
 pub fn perform(w: &mut World, pid: usize, effect: Effect) {
@@ -18,6 +19,16 @@ pub fn perform(w: &mut World, pid: usize, effect: Effect) {
         .unwrap_or_default();
     w.note(format_args!("{name} -> {line}"));
     let t = w.t;
+    if matches!(
+        effect,
+        Effect::Dial { .. }
+            | Effect::SendAcks { .. }
+            | Effect::Probe { .. }
+            | Effect::CloseSocket { .. }
+            | Effect::DropSocket { .. }
+    ) {
+        w.pump = true;
+    }
     match effect {
         Effect::FetchMe { req } => {
             let up = w.server.latency(t, pid, false, &mut w.rng);
@@ -139,6 +150,7 @@ pub fn perform(w: &mut World, pid: usize, effect: Effect) {
             }
             if let Some(id) = id {
                 w.host.remove(id);
+                w.host_deadline = None;
             }
         }
         // The host answers these itself; none reach a driver.
@@ -164,11 +176,16 @@ pub fn admit(w: &mut World, pid: usize, input: &Input) -> bool {
     true
 }
 
-/// An input as one short line: kinds, counts and ids, never a body.
-pub fn input_line(input: &Input) -> String {
+/// An input as one short line: kinds, counts and ids, never a body (a burst's text frames as
+/// parsed).
+pub fn input_line(input: &Input, parsed: &[Option<ServerFrame>]) -> String {
     match input {
         Input::Burst { conn, frames, lost } => {
-            let kinds: Vec<String> = frames.iter().map(frame_word).collect();
+            let kinds: Vec<String> = frames
+                .iter()
+                .zip(parsed)
+                .map(|(f, p)| frame_word(f, p.as_ref()))
+                .collect();
             format!(
                 "burst c{conn} [{}]{}",
                 kinds.join(" "),
@@ -239,26 +256,25 @@ pub fn input_line(input: &Input) -> String {
     }
 }
 
-fn frame_word(f: &InFrame) -> String {
-    use crate::core::frames::ServerFrame;
-    match f {
-        InFrame::Text(t) => match ServerFrame::parse(t) {
-            Ok(ServerFrame::MessageNew(m)) => format!(
-                "msg({} {})",
-                m.conversation_id.as_deref().unwrap_or("?"),
-                m.sender.as_deref().unwrap_or("?")
-            ),
-            Ok(ServerFrame::Wake { reason, .. }) => format!("wake({reason})"),
-            Ok(ServerFrame::HelloOk { .. }) => "hello.ok".into(),
-            Ok(ServerFrame::Heartbeat) => "heartbeat".into(),
-            Ok(ServerFrame::GroupInviteReceived { .. }) => "group.invite.received".into(),
-            Ok(ServerFrame::GroupDeleted) => "group.deleted".into(),
-            Ok(ServerFrame::Other { kind }) => kind,
-            Err(_) => "malformed".into(),
-        },
-        InFrame::Close(c) => format!("close({c:?})"),
-        InFrame::Control => "pong".into(),
-        InFrame::Binary(n) => format!("binary({n})"),
+fn frame_word(f: &InFrame, parsed: Option<&ServerFrame>) -> String {
+    match (f, parsed) {
+        (InFrame::Text(_), Some(ServerFrame::MessageNew(m))) => format!(
+            "msg({} {})",
+            m.conversation_id.as_deref().unwrap_or("?"),
+            m.sender.as_deref().unwrap_or("?")
+        ),
+        (InFrame::Text(_), Some(ServerFrame::Wake { reason, .. })) => format!("wake({reason})"),
+        (InFrame::Text(_), Some(ServerFrame::HelloOk { .. })) => "hello.ok".into(),
+        (InFrame::Text(_), Some(ServerFrame::Heartbeat)) => "heartbeat".into(),
+        (InFrame::Text(_), Some(ServerFrame::GroupInviteReceived { .. })) => {
+            "group.invite.received".into()
+        }
+        (InFrame::Text(_), Some(ServerFrame::GroupDeleted)) => "group.deleted".into(),
+        (InFrame::Text(_), Some(ServerFrame::Other { kind })) => kind.clone(),
+        (InFrame::Text(_), None) => "malformed".into(),
+        (InFrame::Close(c), _) => format!("close({c:?})"),
+        (InFrame::Control, _) => "pong".into(),
+        (InFrame::Binary(n), _) => format!("binary({n})"),
     }
 }
 

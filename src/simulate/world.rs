@@ -11,8 +11,9 @@ use super::server::{Rest, Server};
 use super::trace::Trace;
 use super::{Report, Violation};
 use crate::core::engine::WakeCause;
+use crate::core::frames::ServerFrame;
 use crate::core::host::{Host, NoHostObserver, ProfileId};
-use crate::core::listener::{Input, Listener, Observer, Restored};
+use crate::core::listener::{InFrame, Input, Listener, Observer, Restored};
 use crate::core::pacing::PacingPolicy;
 use crate::core::rng::Rng;
 use crate::core::time::Now;
@@ -119,6 +120,11 @@ pub struct World {
     pub local: VecDeque<(usize, Input)>,
     /// Ticks in a row at one instant (a deadline that never moves is a busy loop).
     same_instant_ticks: (u64, u32),
+    /// The host's next deadline, as last asked (`None`: the host was stepped since).
+    pub host_deadline: Option<Option<u64>>,
+    /// Something may have moved a connection's frames (an event, an effect on a socket): the
+    /// connections are looked at before the next step.
+    pub pump: bool,
     /// The direct conversation of each profile with each peer, once one was written.
     pub dm_convs: BTreeMap<(usize, usize), String>,
 }
@@ -153,6 +159,8 @@ impl World {
             phase: Phase::Chaos,
             local: VecDeque::new(),
             same_instant_ticks: (u64::MAX, 0),
+            host_deadline: None,
+            pump: true,
             dm_convs: BTreeMap::new(),
             plan,
         }
@@ -234,6 +242,7 @@ impl World {
                 ended: false,
             });
             let id = self.host.add(now, listener, tracing::Span::none());
+            self.host_deadline = None;
             if let Some(pr) = self.profiles.get_mut(i) {
                 pr.id = id;
             }
@@ -272,9 +281,12 @@ impl World {
             let deadline = if self.machine.asleep_until.is_some() {
                 None
             } else {
-                self.host
-                    .next_deadline()
-                    .map(|m| m.saturating_add(self.machine.slept).max(self.t))
+                // Only a step of the host moves its deadline.
+                let d = match self.host_deadline {
+                    Some(d) => d,
+                    None => *self.host_deadline.insert(self.host.next_deadline()),
+                };
+                d.map(|m| m.saturating_add(self.machine.slept).max(self.t))
             };
             match (event_t, deadline) {
                 (None, None) => break,
@@ -328,11 +340,13 @@ impl World {
         }
         let now = self.now();
         self.host.tick(now);
+        self.host_deadline = None;
         self.steps += 1;
         self.hear_all();
     }
 
     fn event(&mut self, ev: Ev) {
+        self.pump = true;
         match ev {
             Ev::Deliver(pid, input) => self.deliver(pid, input),
             Ev::Rest(pid, r) => super::server::rest(self, pid, r),
@@ -363,16 +377,28 @@ impl World {
         if !super::perform::admit(self, pid, &input) {
             return;
         }
-        super::checks::before_input(self, pid, &input);
+        // A burst's frames, parsed once for the checks and the trace.
+        let parsed: Vec<Option<ServerFrame>> = match &input {
+            Input::Burst { frames, .. } => frames
+                .iter()
+                .map(|f| match f {
+                    InFrame::Text(t) => ServerFrame::parse(t).ok(),
+                    _ => None,
+                })
+                .collect(),
+            _ => Vec::new(),
+        };
+        super::checks::before_input(self, pid, &input, &parsed);
         let Some(p) = self.profiles.get(pid) else {
             return;
         };
         let id = p.id;
-        let line = super::perform::input_line(&input);
+        let line = super::perform::input_line(&input, &parsed);
         let name = p.name.clone();
         self.note(format_args!("{name} <- {line}"));
         let now = self.now();
         self.host.handle(now, id, input);
+        self.host_deadline = None;
         self.steps += 1;
         self.hear_all();
     }
@@ -419,6 +445,7 @@ impl World {
             while self.host.poll_host_effect().is_some() {
                 let now = self.now();
                 self.host.memory(now, Some(u64::MAX / 2));
+                self.host_deadline = None;
             }
             if let Some((id, effect)) = self.host.poll_effect() {
                 if let Some(&pid) = self.by_id.get(&id) {
@@ -430,7 +457,8 @@ impl World {
                 self.deliver(pid, input);
                 continue;
             }
-            if super::conn::pump_all(self) {
+            if std::mem::take(&mut self.pump) && super::conn::pump_all(self) {
+                self.pump = true;
                 continue;
             }
             break;

@@ -8,7 +8,7 @@
 use super::{CardSeen, Served, ServedTray};
 use crate::core::engine::WakeCause;
 use crate::core::frames::ServerFrame;
-use crate::core::listener::{InFrame, RunEnd, RunOrder, RunOutcome, TrayError, TrayErrorKind};
+use crate::core::listener::{RunEnd, RunOrder, RunOutcome, TrayError, TrayErrorKind};
 use crate::core::status::{ListenerWake, NoRunReason, Outcome};
 use crate::core::tray::Tray;
 use crate::simulate::world::{Heard, World};
@@ -99,7 +99,13 @@ fn per(w: &mut World, pid: usize) -> Option<&mut Per> {
 }
 
 /// A burst's frames as causes (those the engine wakes for).
-pub fn burst(w: &mut World, pid: usize, frames: &[InFrame], came_up: bool, closing: bool) {
+pub fn burst(
+    w: &mut World,
+    pid: usize,
+    parsed: &[Option<ServerFrame>],
+    came_up: bool,
+    closing: bool,
+) {
     if closing {
         return;
     }
@@ -108,18 +114,10 @@ pub fn burst(w: &mut World, pid: usize, frames: &[InFrame], came_up: bool, closi
         .get(pid)
         .map(|p| p.handle.clone())
         .unwrap_or_default();
-    let mut parsed = Vec::new();
-    for f in frames {
-        if let InFrame::Text(text) = f
-            && let Ok(frame) = ServerFrame::parse(text)
-        {
-            parsed.push(frame);
-        }
-    }
     let muted: Vec<bool> = parsed
         .iter()
         .map(|f| match f {
-            ServerFrame::MessageNew(m) => w.checks.is_muted(
+            Some(ServerFrame::MessageNew(m)) => w.checks.is_muted(
                 pid,
                 m.conversation_id.as_deref().unwrap_or_default(),
                 m.sender.as_deref().unwrap_or_default(),
@@ -134,13 +132,12 @@ pub fn burst(w: &mut World, pid: usize, frames: &[InFrame], came_up: bool, closi
         p.pending.connects += 1;
         p.external_since_run = true;
     }
-    for (frame, muted) in parsed.into_iter().zip(muted) {
+    for (frame, muted) in parsed.iter().zip(muted) {
         match frame {
-            ServerFrame::MessageNew(m) => {
-                if p.seen.contains(&m.id) {
+            Some(ServerFrame::MessageNew(m)) => {
+                if !p.seen.insert(m.id.clone()) {
                     continue;
                 }
-                p.seen.insert(m.id.clone());
                 p.seen_order.push_back(m.id.clone());
                 if p.seen_order.len() > DEDUPE
                     && let Some(old) = p.seen_order.pop_front()
@@ -155,11 +152,11 @@ pub fn burst(w: &mut World, pid: usize, frames: &[InFrame], came_up: bool, closi
                 p.pending.muted += u32::from(muted);
                 p.external_since_run = true;
             }
-            ServerFrame::Wake { reason, .. } => {
-                p.pending.wakes.insert(reason);
+            Some(ServerFrame::Wake { reason, .. }) => {
+                p.pending.wakes.insert(reason.clone());
                 p.external_since_run = true;
             }
-            ServerFrame::GroupInviteReceived { .. } => {
+            Some(ServerFrame::GroupInviteReceived { .. }) => {
                 p.pending.invites += 1;
                 p.external_since_run = true;
             }

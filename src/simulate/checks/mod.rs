@@ -20,6 +20,7 @@ pub use liveness::liveness;
 use super::Violation;
 use super::scenario::Scenario;
 use super::world::{Heard, World};
+use crate::core::frames::ServerFrame;
 use crate::core::listener::{Effect, Input};
 use crate::core::tray::Tray;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -245,12 +246,12 @@ impl Checks {
     }
 }
 
-/// An input is about to be handed to profile `pid`'s listener.
-pub fn before_input(w: &mut World, pid: usize, input: &Input) {
+/// An input is about to be handed to profile `pid`'s listener (a burst's text frames parsed).
+pub fn before_input(w: &mut World, pid: usize, input: &Input, parsed: &[Option<ServerFrame>]) {
     match input {
         Input::Burst { conn, frames, lost } => {
-            let (came_up, closing) = socket::burst(w, pid, *conn, frames, lost.is_some());
-            cycles::burst(w, pid, frames, came_up, closing);
+            let (came_up, closing) = socket::burst(w, pid, *conn, frames, parsed, lost.is_some());
+            cycles::burst(w, pid, parsed, came_up, closing);
         }
         Input::ConnLost { conn, .. } | Input::Closed { conn } => socket::conn_over(w, pid, *conn),
         Input::Dialed {

@@ -30,7 +30,14 @@ pub struct Per {
 /// A burst handed over on `conn`: its acks expected, the socket's coming up, a budget's close.
 /// Whether it is the connection's first frame (a connect), and whether the listener is closing
 /// the connection (then it reads nothing of it).
-pub fn burst(w: &mut World, pid: usize, conn: u64, frames: &[InFrame], lost: bool) -> (bool, bool) {
+pub fn burst(
+    w: &mut World,
+    pid: usize,
+    conn: u64,
+    frames: &[InFrame],
+    parsed: &[Option<ServerFrame>],
+    lost: bool,
+) -> (bool, bool) {
     let t = w.t;
     let Some(p) = w.checks.sockets.get_mut(pid) else {
         return (false, false);
@@ -44,13 +51,10 @@ pub fn burst(w: &mut World, pid: usize, conn: u64, frames: &[InFrame], lost: boo
         p.up_since.get_or_insert(t);
     }
     if !closing && !ends {
-        let ids: Vec<String> = frames
+        let ids: Vec<String> = parsed
             .iter()
             .filter_map(|f| match f {
-                InFrame::Text(text) => match ServerFrame::parse(text) {
-                    Ok(ServerFrame::MessageNew(m)) => Some(m.id),
-                    _ => None,
-                },
+                Some(ServerFrame::MessageNew(m)) => Some(m.id.clone()),
                 _ => None,
             })
             .collect();
