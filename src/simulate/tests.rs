@@ -56,3 +56,14 @@ fn finding_3_a_muted_message_whose_card_is_past_the_cut_starts_no_run() {
     );
     assert_eq!(r.violation, None, "{}", explain(&r));
 }
+
+#[test]
+fn every_invariant_is_described_in_the_decisions_page() {
+    let page = include_str!("../../docs/decisions.md");
+    for (name, _) in INVARIANTS {
+        assert!(
+            page.contains(&format!("`{name}`")),
+            "docs/decisions.md does not name `{name}`"
+        );
+    }
+}
