@@ -78,6 +78,7 @@ pub async fn run(settings: Settings, prepared: Prepared) -> anyhow::Result<i32> 
     let timing = Timing::new(cfg.scale);
     let mut unknown_version_said = false;
     let mut next_req = 0;
+    let mut mutes = crate::core::listener::mutes::Mutes::default();
 
     let mut out = Out::new(&mut effects, &mut rng);
     let mut cycle = Cycle::start(
@@ -158,6 +159,7 @@ pub async fn run(settings: Settings, prepared: Prepared) -> anyhow::Result<i32> 
                             next_req: &mut next_req,
                             clock,
                             stopping,
+                            mutes: &mut mutes,
                         },
                     );
                 }
@@ -199,6 +201,7 @@ pub async fn run(settings: Settings, prepared: Prepared) -> anyhow::Result<i32> 
                 next_req: &mut next_req,
                 clock,
                 stopping,
+                mutes: &mut mutes,
             },
         );
     }
@@ -233,6 +236,7 @@ struct Env<'a> {
     next_req: &'a mut u64,
     clock: super::driver::Clock,
     stopping: bool,
+    mutes: &'a mut crate::core::listener::mutes::Mutes,
 }
 
 fn feed(cycle: &mut Cycle, input: Input, env: &mut Env) {
@@ -249,6 +253,7 @@ fn feed(cycle: &mut Cycle, input: Input, env: &mut Env) {
         unknown_version_said: env.unknown_version_said,
         next_req: env.next_req,
         removed_known: false,
+        mutes: env.mutes,
     };
     let mut out: Out<Note> = Out::new(env.effects, env.rng);
     match input {

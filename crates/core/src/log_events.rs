@@ -89,6 +89,7 @@ pub const RUN_QUEUED: &str = "run_queued";
 pub const RUN_START: &str = "run_start";
 pub const RUNTIME_BINARY_CHANGED: &str = "runtime_binary_changed";
 pub const RUNTIME_CHECK: &str = "runtime_check";
+pub const RUNTIME_PARKED: &str = "runtime_parked";
 pub const RUNTIME_RECOVERED: &str = "runtime_recovered";
 pub const RUNTIME_UNUSABLE: &str = "runtime_unusable";
 pub const SERVER_UNREACHABLE: &str = "server_unreachable";
@@ -214,6 +215,7 @@ pub const ALL: &[&str] = &[
     RUN_START,
     RUNTIME_BINARY_CHANGED,
     RUNTIME_CHECK,
+    RUNTIME_PARKED,
     RUNTIME_RECOVERED,
     RUNTIME_UNUSABLE,
     SERVER_UNREACHABLE,

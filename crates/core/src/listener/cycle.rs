@@ -151,6 +151,8 @@ pub struct Ctx<'a> {
     pub next_req: &'a mut u64,
     /// The listener knows the tray's route is switched off (`REMOVED`): said at ERROR once.
     pub removed_known: bool,
+    /// What earlier trays said of mutes.
+    pub mutes: &'a mut super::mutes::Mutes,
 }
 
 impl Cycle {
@@ -338,7 +340,10 @@ impl Cycle {
 
     /// Steps 2 and 3 and the policy: `Ok(kind)` when a run is due and may start.
     fn decide(&mut self, ctx: &mut Ctx, tray: &Tray) -> Result<RunKind, NoRunReason> {
-        match decision::decide_woken(tray, ctx.handle, &self.causes) {
+        let mutes = &*ctx.mutes;
+        let decided = decision::decide_knowing(tray, ctx.handle, &self.causes, &|c| mutes.get(c));
+        ctx.mutes.see(tray);
+        match decided {
             CycleDecision::NoRun(NoRunReason::HandleMismatch) => {
                 let you = tray.you.clone().unwrap_or_default();
                 // The listener logs the error once per mismatch episode, not once per cycle.
@@ -401,6 +406,7 @@ impl Cycle {
             unknown_version_said: ctx.unknown_version_said,
             next_req: ctx.next_req,
             removed_known: ctx.removed_known,
+            mutes: ctx.mutes,
         };
         self.with_texts(&mut inner, out);
         true
@@ -583,6 +589,7 @@ impl Cycle {
 
     /// The tray after the run: the follow-up, then the invite rule.
     fn after_tray(&mut self, ctx: &mut Ctx, after: Tray, out: &mut Out<Note>) {
+        ctx.mutes.see(&after);
         let Some(before) = self.before.take() else {
             return self.finish(ctx, out);
         };

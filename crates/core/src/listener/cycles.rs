@@ -101,6 +101,7 @@ impl Listener {
             unknown_version_said: &mut self.unknown_version_said,
             next_req: &mut self.next_req,
             removed_known: self.flags.removed.is_some(),
+            mutes: &mut self.mutes,
         };
         let mut out = Out::new(&mut self.effects, &mut self.rng);
         f(c, &mut ctx, &mut out);

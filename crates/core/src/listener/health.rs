@@ -143,12 +143,37 @@ impl Listener {
 
     /// The runtime cannot work: no run until it is fixed, and a look again on the backoff.
     pub(super) fn mark_unusable(&mut self, why: String, now: Now) {
-        // The stamp of the binary that failed comes with the next cycle's look
-        // (`on_runtime_binary`); until then none is known.
         let binary = self.runtime_stamp;
-        self.runtime
+        let why = if self.runtime.is_trial() {
+            format!(
+                "{why} (refused again right after its check passed: the next message, a reload \
+                 or a new binary tries it again)"
+            )
+        } else {
+            why
+        };
+        let parked = self
+            .runtime
             .mark_unusable(why, binary, now.mono_ms, self.timing.scale);
+        if parked {
+            // The check passed and the run was refused all the same (a model refusing the key
+            // while the CLI says it is logged in): looking again would start paid runs on the
+            // listener's own backoff for ever (contract 4: no retry ladder of its own).
+            tracing::warn!(
+                event = %log_events::RUNTIME_PARKED,
+                runtime = self.cfg.runtime.as_str(),
+                "the runtime refused the run right after its check passed: no more checks of the listener's own; the next message, a reload (SIGHUP) or a new binary tries it again"
+            );
+        }
         self.status.changed();
+    }
+
+    /// A wake of the server's while the runtime is parked: it gets one more trial, this wake's
+    /// cycle.
+    pub(super) fn wake_parked_runtime(&mut self, now: Now) {
+        if let Some(was) = self.runtime.server_wake() {
+            self.said_recovered("wake", &was, false, now);
+        }
     }
 
     /// The runtime is usable again (`via`: `reload`, `recheck`, `binary_changed`): said once, and

@@ -21,6 +21,7 @@ mod frames_log;
 mod health;
 pub mod io;
 mod lifecycle;
+pub mod mutes;
 pub mod policy;
 pub mod reach;
 pub mod socket;
@@ -176,6 +177,8 @@ pub struct Listener {
     status: status_file::StatusFile,
     policy: policy::RunPolicy,
     invites: InviteMemory,
+    /// What earlier trays said of mutes (`mutes`).
+    mutes: mutes::Mutes,
     /// No tray read before this: a `429`'s `Retry-After` outlasted a cycle's retries; and its
     /// end on the wall clock, which the status shows.
     tray_not_before: Recheck,
@@ -250,6 +253,7 @@ impl Listener {
             status: status_file::StatusFile::new(cfg.notify_status, now),
             policy,
             invites: restored.invites,
+            mutes: mutes::Mutes::default(),
             tray_not_before: Recheck::default(),
             not_before_wall: None,
             removed_recheck: Recheck::default(),
@@ -538,6 +542,9 @@ impl Listener {
 
     /// `frames` wakes of one cause: counted in the metrics, owed a cycle, shown.
     fn record(&mut self, cause: &WakeCause, frames: u64, now: Now) {
+        if !matches!(cause, WakeCause::Listener(_)) {
+            self.wake_parked_runtime(now);
+        }
         self.obs.wake(cause, frames);
         self.wakes
             .record(cause, frames, now.mono_ms, now.wall_u64());

@@ -179,14 +179,18 @@ impl RunPolicy {
         self.wake
     }
 
-    /// The look is due: true when the hold's end has come (the caller wakes with `hold_ended`);
-    /// else the next look is set. After an end, a look a minute later stays set until a cycle
-    /// judges the tray, so a cycle that could not read it does not leave the hold for ever.
+    /// The look is due: true when the hold's end has come (the caller wakes with `hold_ended`,
+    /// once: the hold is over); else the next look is set. A cycle that cannot read the tray
+    /// then retries as every read does, and the server's re-wakes do the rest (contract 4: no
+    /// retry ladder of the listener's own; until issue 37 a look every minute re-read the tray
+    /// for as long as it could not be read).
     pub fn wake_due(&mut self, now_mono: u64, now_wall: i64) -> bool {
         let until = self.hold.as_ref().and_then(|h| h.hold.until);
         match until {
             Some(u) if u <= now_wall => {
-                self.wake = Some(now_mono.saturating_add(crate::time::ms(LOOK_EVERY)));
+                self.wake = None;
+                self.hold = None;
+                tracing::debug!(event = %log_events::HOLD_CLEARED, "the hold's end came");
                 true
             }
             Some(u) => {
@@ -283,9 +287,12 @@ mod tests {
         assert!(p.wake_due(120, 1_000_120), "the hold's end has come");
         assert_eq!(
             p.wake_at(),
-            Some(60_120),
-            "a later look until a cycle judges"
+            None,
+            "once: no look of its own after the end (issue 37 item 2)"
         );
+        p.show(&mut status, 1_000_120);
+        assert_eq!(status.held, None, "the hold is over");
+        p.seen(&Seen::Held(hold_again()), 130, 1_000_130);
         assert!(!p.reload(&policy("allow = [\"@a\"]\n"), utc.clone()));
         assert!(
             p.reload(&Policy::default(), utc),
@@ -295,6 +302,16 @@ mod tests {
         assert_eq!(p.wake_at(), None);
         p.show(&mut status, 1_000_200);
         assert_eq!(status.held, None);
+    }
+
+    fn hold_again() -> Hold {
+        Hold {
+            reason: HoldReason::NotAllowed,
+            key: "allow",
+            until: None,
+            cards: vec!["c1".into()],
+            invites: vec![],
+        }
     }
 
     #[test]

@@ -45,6 +45,15 @@ pub struct World {
     pub dismissed: Vec<String>,
     /// Whether a run answers the cards it saw.
     pub runs_answer: bool,
+    /// How a run ends, and what a check of the runtime says.
+    pub run_outcome: RunOutcome,
+    pub check: Result<String, String>,
+    /// The tray shows at most this many cards (newest first), `truncated` past it.
+    pub limit: usize,
+    /// Tray reads asked for.
+    pub tray_reads: usize,
+    /// The tray answers 503 until then (monotonic ms).
+    pub tray_down_until: u64,
 }
 
 impl World {
@@ -83,7 +92,8 @@ impl World {
             key_source: "env".into(),
             quiet_window: Duration::from_millis(300),
             max_delay: Duration::from_secs(2),
-            idle_timeout: Duration::from_secs(100),
+            // No heartbeats in this world: the watchdog never drops the socket unasked.
+            idle_timeout: Duration::from_secs(7 * 24 * 3600),
             kill_grace: Duration::from_secs(2),
             scale: 1.0,
             policy,
@@ -116,6 +126,11 @@ impl World {
             capabilities: vec!["ack", "heartbeat", "rewake"],
             dismissed: Vec::new(),
             runs_answer: true,
+            run_outcome: RunOutcome::Completed,
+            check: Ok("logged in".into()),
+            limit: 50,
+            tray_reads: 0,
+            tray_down_until: 0,
         };
         prepare(&mut w);
         w.pump();
@@ -141,6 +156,11 @@ impl World {
 
     /// A message from `sender` in `conv`: its card on the tray, and its `message.new` pushed.
     pub fn message(&mut self, conv: &str, sender: &str) {
+        self.message_muted(conv, sender, false);
+    }
+
+    /// The same in a conversation that is `muted` or not.
+    pub fn message_muted(&mut self, conv: &str, sender: &str, muted: bool) {
         self.next_msg += 1;
         let id = format!("msg_{}", self.next_msg);
         let at = crate::time::rfc3339_ms(self.now.wall_ms);
@@ -152,7 +172,7 @@ impl World {
             "last_sender": sender, "last_message_id": id, "last_message_at": at,
             "your_last_message_at": null, "pace": {"last_60s": 1, "last_10m": 1},
             "preview": {"message_id": id, "sender": sender, "text": "hi", "at": at},
-            "your_last_decision": null, "muted": false, "reminder": null
+            "your_last_decision": null, "muted": muted, "reminder": null
         });
         self.cards.retain(|(c, _)| c != conv);
         self.cards.push((conv.to_string(), card));
@@ -170,6 +190,11 @@ impl World {
         }
     }
 
+    /// The connection open now.
+    pub fn connection(&self) -> Option<u64> {
+        self.conn
+    }
+
     /// The connection drops under the listener.
     pub fn drop_socket(&mut self) {
         if let Some(conn) = self.conn.take() {
@@ -183,6 +208,8 @@ impl World {
     fn tray(&self) -> Tray {
         let mut cards: Vec<Value> = self.cards.iter().map(|(_, c)| c.clone()).collect();
         cards.reverse();
+        let truncated = cards.len() > self.limit;
+        cards.truncate(self.limit);
         let invites: Vec<Value> = self
             .invites
             .iter()
@@ -190,7 +217,7 @@ impl World {
             .collect();
         let v = json!({
             "version": 1, "you": "@bob", "question": "q", "categories": [],
-            "conversations": cards, "deferred": 0, "truncated": false,
+            "conversations": cards, "deferred": 0, "truncated": truncated,
             "invites": invites, "invites_truncated": false, "waited_ms": null
         });
         Tray::parse(v.to_string().as_bytes()).expect("a tray")
@@ -282,13 +309,18 @@ impl World {
                     taken: true,
                     holder: None,
                 }),
-                Effect::ReadTray { cycle } => Some(Input::Tray {
-                    cycle,
-                    result: match self.tray_errors.pop_front() {
+                Effect::ReadTray { cycle } => {
+                    self.tray_reads += 1;
+                    let result = match self.tray_errors.pop_front() {
                         Some(e) => Err(e),
+                        None if self.now.mono_ms < self.tray_down_until => Err(TrayError {
+                            kind: TrayErrorKind::Transient,
+                            detail: "HTTP 503".into(),
+                        }),
                         None => Ok(self.tray()),
-                    },
-                }),
+                    };
+                    Some(Input::Tray { cycle, result })
+                }
                 Effect::FetchTexts { req, .. } => Some(Input::Texts {
                     req,
                     result: Ok(LoadedTexts {
@@ -304,7 +336,7 @@ impl World {
                     }),
                 }),
                 Effect::CheckRuntime { .. } => Some(Input::RuntimeChecked {
-                    result: Ok("there".into()),
+                    result: self.check.clone(),
                     binary: Some(1),
                 }),
                 Effect::StatRuntimeBinary { cycle } => Some(Input::RuntimeBinary {
@@ -328,8 +360,10 @@ impl World {
                             log: "run.log".into(),
                         },
                     );
-                    // The run answers every card it saw (invites it leaves alone).
-                    if self.runs_answer {
+                    // The run answers every card it saw (invites it leaves alone); a refused one
+                    // answers nothing.
+                    let refused = matches!(self.run_outcome, RunOutcome::Unusable(_));
+                    if self.runs_answer && !refused {
                         self.cards.clear();
                     }
                     self.later.push_back((
@@ -338,7 +372,7 @@ impl World {
                             cycle: order.cycle,
                             end: RunEnd {
                                 started: true,
-                                outcome: RunOutcome::Completed,
+                                outcome: self.run_outcome.clone(),
                                 report: Default::default(),
                                 duration_ms: self.run_ms,
                                 binary: None,
