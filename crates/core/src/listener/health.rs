@@ -95,17 +95,17 @@ impl TextsInUse {
 impl Listener {
     /// The texts refresh (the day's, a reload's, the recovery's), unless one is under way.
     pub(super) fn refresh_texts(&mut self) {
-        if self.texts_req.is_some() {
+        if self.cycles.texts_req.is_some() {
             return;
         }
-        self.next_req += 1;
-        self.texts_req = Some(self.next_req);
+        self.cycles.next_req += 1;
+        self.cycles.texts_req = Some(self.cycles.next_req);
         let use_cache = self
             .texts
             .current(self.cfg.runtime.texts_runtime())
             .is_none();
-        self.effects.push_back(Effect::FetchTexts {
-            req: self.next_req,
+        self.out.effects.push_back(Effect::FetchTexts {
+            req: self.cycles.next_req,
             use_cache,
             quiet: false,
         });
@@ -118,14 +118,14 @@ impl Listener {
         req: u64,
         result: Result<LoadedTexts, MissingTexts>,
     ) {
-        if self.texts_req == Some(req) {
-            self.texts_req = None;
+        if self.cycles.texts_req == Some(req) {
+            self.cycles.texts_req = None;
             self.take_texts(result, now);
             self.status.changed();
             self.started_part(now);
             return;
         }
-        if let Some(seq) = self.cycle.as_ref().map(|c| c.seq) {
+        if let Some(seq) = self.cycles.cycle.as_ref().map(|c| c.seq) {
             self.with_cycle(now, seq, |c, ctx, out| {
                 c.on_texts(ctx, req, result, out);
             });
@@ -143,8 +143,8 @@ impl Listener {
 
     /// The runtime cannot work: no run until it is fixed, and a look again on the backoff.
     pub(super) fn mark_unusable(&mut self, why: String, now: Now) {
-        let binary = self.runtime_stamp;
-        let why = if self.runtime.is_trial() {
+        let binary = self.rt.stamp;
+        let why = if self.rt.health.is_trial() {
             format!(
                 "{why} (refused again right after its check passed: the next message, a reload \
                  or a new binary tries it again)"
@@ -153,7 +153,8 @@ impl Listener {
             why
         };
         let parked = self
-            .runtime
+            .rt
+            .health
             .mark_unusable(why, binary, now.mono_ms, self.timing.scale);
         if parked {
             // The check passed and the run was refused all the same (a model refusing the key
@@ -171,7 +172,7 @@ impl Listener {
     /// A wake of the server's while the runtime is parked: it gets one more trial, this wake's
     /// cycle.
     pub(super) fn wake_parked_runtime(&mut self, now: Now) {
-        if let Some(was) = self.runtime.server_wake() {
+        if let Some(was) = self.rt.health.server_wake() {
             self.said_recovered("wake", &was, false, now);
         }
     }
@@ -179,7 +180,7 @@ impl Listener {
     /// The runtime is usable again (`via`: `reload`, `recheck`, `binary_changed`): said once, and
     /// unless a cycle starts now anyway (`wake`), the tray is read at once.
     pub(super) fn leave_unusable(&mut self, via: &'static str, wake: bool, now: Now) {
-        if let Some(was) = self.runtime.leave() {
+        if let Some(was) = self.rt.health.leave() {
             self.said_recovered(via, &was, wake, now);
         }
     }
@@ -198,7 +199,7 @@ impl Listener {
     /// changes nothing.
     pub(super) fn on_runtime_checked(&mut self, now: Now, result: Result<String, String>) {
         let runtime = self.cfg.runtime.as_str();
-        if !self.runtime_checking {
+        if !self.rt.checking {
             // The presence check at start.
             if let Err(why) = result {
                 tracing::error!(event = %log_events::RUNTIME_UNUSABLE, at = "start", runtime, why = %why, "the runtime cannot be used; no runs until it is fixed: the listener checks it again on a backoff (seconds growing to 10 minutes) and at once on reload (SIGHUP)");
@@ -207,9 +208,10 @@ impl Listener {
             self.started_part(now);
             return;
         }
-        self.runtime_checking = false;
+        self.rt.checking = false;
         let end = self
-            .runtime
+            .rt
+            .health
             .check_ended(result.is_ok(), now.mono_ms, self.timing.scale);
         match (end, result) {
             (CheckEnd::Recovered { was }, Ok(ok)) => {
@@ -227,7 +229,7 @@ impl Listener {
     /// now, missing texts are fetched now, a refused key's file is read now. A profile that can
     /// run does nothing.
     pub(super) fn recheck_now(&mut self, now: Now) {
-        if self.runtime.recheck_now(now.mono_ms) {
+        if self.rt.health.recheck_now(now.mono_ms) {
             tracing::info!(event = %log_events::RECHECK, what = "runtime", "SIGHUP: checking the runtime again now");
         }
         if self
@@ -238,8 +240,8 @@ impl Listener {
             tracing::info!(event = %log_events::RECHECK, what = "texts", "SIGHUP: fetching the texts again now");
             self.texts.recheck_now(now.mono_ms);
         }
-        if self.view.state == crate::status::SocketState::KeyRefused {
-            self.effects.push_back(Effect::ReadKey);
+        if self.shown.view.state == crate::status::SocketState::KeyRefused {
+            self.out.effects.push_back(Effect::ReadKey);
         }
     }
 
