@@ -22,6 +22,7 @@ mod health;
 pub mod io;
 mod lifecycle;
 pub mod mutes;
+mod parts;
 pub mod policy;
 pub mod reach;
 pub mod socket;
@@ -29,6 +30,7 @@ mod status_file;
 
 pub use config::{ListenerConfig, Timing};
 pub use io::*;
+use parts::{Cycles, Flags, Kept, Life, Outbox, Runtime, Shown, SocketView, Stopping, Waits};
 
 use crate::engine::WakeCause;
 use crate::invite_rule::InviteMemory;
@@ -37,7 +39,6 @@ use crate::recheck::Recheck;
 use crate::rng::Rng;
 use crate::run_report::RunReport;
 use crate::runtime_health::RuntimeHealth;
-use crate::shown::{Phase, Waiting};
 use crate::status::{Counters, LastCycle, ListenerWake, SocketState, Status};
 use crate::time::Now;
 use crate::wakes::{Wakes, Windows};
@@ -112,40 +113,6 @@ pub struct Restored {
     pub invites: InviteMemory,
 }
 
-/// What the socket last said, kept as it came: formatted into the status only when it is
-/// written.
-#[derive(Debug)]
-struct SocketView {
-    state: SocketState,
-    /// Its words on its state; a tray read whose key was refused says so in their place until
-    /// the socket says its next state.
-    detail: Option<String>,
-    next_retry_at: Option<i64>,
-    last_connected: Option<i64>,
-    last_frame: Option<i64>,
-}
-
-/// What the listener itself stands in, shown on top of the socket's state (`crate::shown`).
-#[derive(Debug, Default)]
-struct Flags {
-    phase: Phase,
-    /// The tray belongs to this agent, not to this key's handle: no runs until it matches.
-    mismatch: Option<String>,
-    /// The tray's route answered `REMOVED` (contract 7): `upgrade_required` until a tray is read.
-    removed: Option<String>,
-    /// The cycle's run waits for a slot of the process.
-    queued: Option<Waiting>,
-    /// The running cycle waits out the server's `429 Retry-After` until then (wall ms).
-    cycle_wait: Option<i64>,
-}
-
-/// How a stop goes.
-#[derive(Debug, Clone, Copy, PartialEq)]
-struct Stopping {
-    /// When the run's grace and the slack are over (monotonic ms).
-    deadline: u64,
-}
-
 /// One profile's listener: each part owns its state (the listener routes inputs to them and acts
 /// on what they say).
 #[derive(Debug)]
@@ -170,95 +137,6 @@ pub struct Listener {
     /// The waits of its own: a `429`'s, a removed route's, a refused key's, the texts' day.
     waits: Waits,
     cycles: Cycles,
-}
-
-/// The effects asked for, in order, and the seeded source of every draw.
-#[derive(Debug)]
-struct Outbox {
-    effects: VecDeque<Effect>,
-    rng: Rng,
-    /// The seed `rng` started from: logged, so a run can be replayed.
-    seed: u64,
-}
-
-impl Outbox {
-    /// A part's way to ask for effects and draw.
-    fn out<N>(&mut self) -> Out<'_, N> {
-        Out::new(&mut self.effects, &mut self.rng)
-    }
-}
-
-/// The listener's start and stop.
-#[derive(Debug)]
-struct Life {
-    started_wall: i64,
-    /// Waiting for the first texts and the runtime's presence before the socket starts.
-    starting: u8,
-    stopping: Option<Stopping>,
-    /// The socket was asked to stop, or its connection dropped by a second signal.
-    socket_stopping: bool,
-    socket_dropped: bool,
-    /// How the listener ends when it does.
-    end: ListenerEnd,
-    ended: bool,
-}
-
-/// What the status shows that no part owns.
-#[derive(Debug)]
-struct Shown {
-    flags: Flags,
-    view: SocketView,
-    /// The bare handle of this key's agent, and one whose agent lock is being taken.
-    handle: Option<String>,
-    pending_handle: Option<String>,
-    counters: Counters,
-    last_cycle: Option<LastCycle>,
-    /// What the server's `hello.ok` did not accept of what was asked.
-    capabilities_refused: Vec<String>,
-    /// Whether a tray said a version this listener does not know yet.
-    unknown_version_said: bool,
-}
-
-/// The runtime's health, a check under way, and the binary's stamp as last seen.
-#[derive(Debug)]
-struct Runtime {
-    health: RuntimeHealth<u64>,
-    checking: bool,
-    stamp: Option<u64>,
-}
-
-/// What earlier cycles taught the listener.
-#[derive(Debug)]
-struct Kept {
-    invites: InviteMemory,
-    mutes: mutes::Mutes,
-}
-
-/// The listener's own waits.
-#[derive(Debug)]
-struct Waits {
-    /// No tray read before this: a `429`'s `Retry-After` outlasted a cycle's retries; and its end
-    /// on the wall clock, which the status shows.
-    tray_not_before: Recheck,
-    not_before_wall: Option<i64>,
-    /// The next tray read while its route answers `REMOVED`.
-    removed_recheck: Recheck,
-    /// While the key is refused, the next read of it.
-    key_check_at: Option<u64>,
-    /// The day's texts refresh.
-    texts_refresh_at: u64,
-}
-
-/// The cycle under way (one at a time, ever), and the tags of requests.
-#[derive(Debug, Default)]
-struct Cycles {
-    cycle: Option<cycle::Cycle>,
-    /// A cycle is due and waits for the runtime binary's stamp (an unusable runtime).
-    stamping: Option<u64>,
-    next_seq: u64,
-    next_req: u64,
-    /// The texts refresh in flight.
-    texts_req: Option<u64>,
 }
 
 impl Listener {
