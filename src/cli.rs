@@ -101,6 +101,12 @@ Exit codes (each command's --help lists its own):
 const SIM_HELP: &str = "\
 Prints one JSON line on stdout when ready: {\"api_base\":\"http://127.0.0.1:PORT\"}.
 
+It sends no mail: the 6-digit codes of a sign-up or a key recovery (`agentchat setup --new`,
+`--recover`) are kept in its outbox, newest last:
+  curl -s http://127.0.0.1:PORT/_sim/outbox      [{\"to\": ..., \"code\": \"123456\", \"purpose\": ...}]
+The control API (agents, sockets, wakes; no auth, loopback only) is under /_sim/; see
+docs/local-server.md.
+
 Exit codes:
   0  stopped by SIGINT/SIGTERM
   1  it could not start (for example the address is taken or not loopback)";

@@ -37,6 +37,7 @@ pub async fn first_run(
     args: &SetupArgs,
     place: &Place,
     handle: &str,
+    runtime: crate::config::RuntimeKind,
     ask: bool,
 ) -> anyhow::Result<i32> {
     let lock =
@@ -50,10 +51,15 @@ pub async fn first_run(
         }
         return Ok(verdict::EXIT_OK);
     }
+    let cost = if runtime == crate::config::RuntimeKind::Script {
+        ""
+    } else {
+        "; it costs one model call"
+    };
     let wanted = args.run
         || ask
             && tty::confirm(
-                "Try one real run now (`agentchat doctor --run`; it costs one model call)?",
+                &format!("Try one real run now (`agentchat doctor --run`{cost})?"),
                 false,
             )?;
     if !wanted {

@@ -201,6 +201,9 @@ pub async fn wire(w: &WiringRequest<'_>, cli: Cli, binary: &Path, manifest: &mut
                 _ => record.replaced_entry = entry_value.clone(),
             }
         }
+        // Another profile's record of the file stands for it only once this setup has made
+        // its own change: a rewire stopped before that leaves the file that profile's.
+        let took_over = cli == Cli::Codex && record.store.is_none() && other_store.is_some();
         if cli == Cli::Codex && record.store.is_none() {
             record.store = Some(other_store.unwrap_or_else(|| StoreRecord {
                 path: home.mcp_store.clone(),
@@ -217,6 +220,9 @@ pub async fn wire(w: &WiringRequest<'_>, cli: Cli, binary: &Path, manifest: &mut
             st.after_sha256.is_none()
                 || st.after_sha256 == store_before.as_deref().map(|t| files::sha256(t.as_bytes()))
         });
+        if took_over && let Some(st) = &mut record.store {
+            st.after_sha256 = None;
+        }
         // Intent first: the manifest says setup adds this entry before the CLI is asked to, so a
         // setup stopped in between (Ctrl-C, `kill -9`) leaves one that undo still removes.
         record.mcp_added = true;

@@ -377,33 +377,56 @@ pub async fn run_command(args: StatusArgs) -> anyhow::Result<i32> {
     if args.all {
         return all::run_all(&args);
     }
-    let settings = crate::config::ConfigFile::read(&args.config_args())?
-        .settings(None, crate::config::KeyFile::Named)?;
-    let state = StateDir::at(&settings.state_dir);
+    let config_args = args.config_args();
+    // A config the listener could not start with does not hide a listener that runs: it keeps
+    // the config it read before (a reload keeps it too), and its state dir is found without it.
+    let loaded = crate::config::ConfigFile::read(&config_args)
+        .and_then(|f| f.settings(None, crate::config::KeyFile::Named));
+    let (settings, config_error) = match loaded {
+        Ok(s) => (Some(s), None),
+        Err(e) => (None, Some(e)),
+    };
+    let (profile, state_dir) = match &settings {
+        Some(s) => (s.profile.clone(), s.state_dir.clone()),
+        None => {
+            let env = crate::config::process_env();
+            let profile = crate::config::profile_name(&config_args, &env)?;
+            let dir = crate::config::state_dir(&config_args, &env, &profile)?;
+            (profile, dir)
+        }
+    };
+    let state = StateDir::at(&state_dir);
     let file = state.path(STATUS_FILE);
     let status = state.read_status()?;
+    let config_error = match (config_error, &status) {
+        (Some(e), None) => return Err(e.into()),
+        (e, _) => e.map(|e| e.to_string()),
+    };
     let now = SystemTime::now();
-    let policy_zone = PolicyZone::of(
-        &settings,
-        i64::try_from(crate::sys::time::unix_ms(now)).unwrap_or(i64::MAX),
-    );
+    let policy_zone = settings.as_ref().and_then(|s| {
+        PolicyZone::of(
+            s,
+            i64::try_from(crate::sys::time::unix_ms(now)).unwrap_or(i64::MAX),
+        )
+    });
     let liveness = status
         .as_ref()
         .map(|s| assess(s, pid_alive(u64::from(s.pid)), now));
-    let restart = restart_advice(&settings.profile, status.as_ref().map_or(0, |s| s.pid));
-    let problem = problem(&settings.profile, status.as_ref(), liveness, now, &restart);
+    let restart = restart_advice(&profile, status.as_ref().map_or(0, |s| s.pid));
+    let problem = problem(&profile, status.as_ref(), liveness, now, &restart);
     let usable = problem.is_none();
     if args.json {
         let out = json!({
             "version": JSON_VERSION,
-            "profile": settings.profile,
-            "state_dir": settings.state_dir,
+            "profile": profile,
+            "state_dir": state_dir,
             "status_file": file,
             "running": liveness == Some(Liveness::Running),
             "stale": liveness == Some(Liveness::Stale),
             "stopping": liveness == Some(Liveness::Stopping),
             "usable": usable,
             "problem": problem,
+            "config_error": config_error,
             "status": status,
         });
         println!("{}", serde_json::to_string_pretty(&out)?);
@@ -412,7 +435,7 @@ pub async fn run_command(args: StatusArgs) -> anyhow::Result<i32> {
             Some(s) => println!(
                 "{}",
                 render(
-                    &settings.profile,
+                    &profile,
                     s,
                     liveness.unwrap_or(Liveness::NotRunning),
                     now,
@@ -423,12 +446,20 @@ pub async fn run_command(args: StatusArgs) -> anyhow::Result<i32> {
                 "profile     {0}\nlistener    never ran here (no {1})\nnext        `agentchat \
                  setup --profile {0}` sets the agent up (key, runtime, service); if it is set \
                  up, `agentchat service install --profile {0}` keeps a listener running",
-                settings.profile,
+                profile,
                 file.display()
             ),
         }
     }
-    Ok(if liveness == Some(Liveness::Running) {
+    if let Some(e) = &config_error {
+        eprintln!(
+            "agentchat status: {e}: the listener shown keeps the config it read before (a reload \
+             keeps it too); a restart fails until the file is fixed (`agentchat doctor` checks it)"
+        );
+    }
+    Ok(if config_error.is_some() {
+        1
+    } else if liveness == Some(Liveness::Running) {
         0
     } else {
         3
@@ -522,7 +553,7 @@ mod tests {
             "c1 at 2026-11-30T01:00:02Z (3 min ago): completed (wake run)",
             "fetched 2026-11-30T01:00:00Z (3 min ago)",
             "runs 1 (0 failed)",
-            "usage       today: 0 runs, $0.00; this hour: 0 runs",
+            "usage       today: 0 runs; this hour: 0 runs",
         ] {
             assert!(text.contains(needle), "missing {needle:?} in\n{text}");
         }

@@ -207,10 +207,13 @@ fn count(n: usize, what: &str) -> String {
 /// `today: 14 runs, $0.83` (and the tokens when a run reported tokens but no cost).
 pub fn today_line(day: &Totals) -> String {
     let runs = count(usize::try_from(day.runs).unwrap_or(usize::MAX), "run");
-    if day.cost_usd > 0.0 || day.tokens == 0 {
+    // Nothing reported (no run yet, or a script's runs, which report no cost): no "$0.00".
+    if day.cost_usd > 0.0 {
         format!("today: {runs}, ${:.2}", day.cost_usd)
-    } else {
+    } else if day.tokens > 0 {
         format!("today: {runs}, {} tokens", day.tokens)
+    } else {
+        format!("today: {runs}")
     }
 }
 
@@ -334,7 +337,11 @@ mod tests {
             tokens,
         };
         assert_eq!(today_line(&t(14, 0.834, 0)), "today: 14 runs, $0.83");
-        assert_eq!(today_line(&t(1, 0.0, 0)), "today: 1 run, $0.00");
+        assert_eq!(
+            today_line(&t(1, 0.0, 0)),
+            "today: 1 run",
+            "a script reports no cost"
+        );
         assert_eq!(today_line(&t(3, 0.0, 1200)), "today: 3 runs, 1200 tokens");
     }
 
@@ -487,7 +494,7 @@ mod tests {
         );
         assert_eq!(
             usage_line(&Usage::default()),
-            "today: 0 runs, $0.00; this hour: 0 runs"
+            "today: 0 runs; this hour: 0 runs"
         );
     }
 }
