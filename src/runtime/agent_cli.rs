@@ -409,6 +409,7 @@ pub(crate) mod test_support {
                 api_key: &self.key,
                 state_dir: leak_path(self.dir.path(), "state"),
                 workdir: leak_path(self.dir.path(), "work"),
+                identity_template: None,
             }
         }
     }

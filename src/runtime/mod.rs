@@ -7,9 +7,13 @@ pub mod agent_cli;
 pub mod check;
 pub mod claude;
 pub mod codex;
+pub mod codex_home;
 pub mod confine;
+pub mod instructions;
+pub mod landlock;
 mod leftover;
 pub mod probe;
+pub mod sandbox;
 pub mod script;
 pub mod supervisor;
 
@@ -50,6 +54,10 @@ pub struct RunContext<'a> {
     pub state_dir: &'a Path,
     /// The resolved working directory (exists).
     pub workdir: &'a Path,
+    /// The served `identity_line_template`, when texts are loaded: the run is told who it is
+    /// from the listener's own rendering of it (`instructions`), never from a file in the
+    /// workdir.
+    pub identity_template: Option<&'a str>,
 }
 
 /// A process to start. The key may appear in `env` (never in `args`).
@@ -70,6 +78,14 @@ pub struct RunSpec {
     /// Whose output events the supervisor reads for the run's own report of cost and tokens
     /// (`core::run_report`; the script runtime's output is not read).
     pub runtime: RuntimeKind,
+    /// The kernel's line around the run (`core::sandbox`), entered between fork and exec;
+    /// `None` only for a script the profile runs unconfined (`listen.sandbox_script = false`).
+    pub sandbox: Option<crate::core::sandbox::Plan>,
+    /// The run's scratch folder (`runtime::sandbox`), removed when the run ends.
+    pub scratch: Option<PathBuf>,
+    /// What the run is offered beyond AgentChat, for `doctor` (the same values the command
+    /// line was built from).
+    pub reach: confine::Reach,
 }
 
 /// The run's outcome for the invite rule and the status file.
@@ -109,6 +125,36 @@ fn implementation(runtime: RuntimeKind) -> Implementation {
 /// Builds the spec for the configured runtime.
 pub fn prepare(ctx: &RunContext<'_>) -> Result<RunSpec, RuntimeError> {
     (implementation(ctx.settings.listen.runtime).prepare)(ctx)
+}
+
+/// A run of this profile as it would be started, built by the same code as a real one in a
+/// throwaway state dir (the key a placeholder, nothing started), for `doctor`'s `reach`: its
+/// command line, environment and kernel line. The dir's paths in the plan stand for the
+/// profile's state dir.
+pub fn dry_run(
+    settings: &Settings,
+    workdir: &Path,
+    identity_template: Option<&str>,
+) -> Result<(RunSpec, PathBuf), RuntimeError> {
+    let dir = std::env::temp_dir().join(format!("agentchat-doctor-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    crate::sys::fs::create_private_dir(&dir)?;
+    let key = SecretString::from("doctor-placeholder-key".to_string());
+    let ctx = RunContext {
+        settings,
+        kind: RunKind::Wake,
+        prompt: "",
+        handle: "@doctor",
+        cycle_id: "doctor",
+        wake_reasons: &[],
+        api_key: &key,
+        state_dir: &dir,
+        workdir,
+        identity_template,
+    };
+    let spec = prepare(&ctx);
+    let _ = std::fs::remove_dir_all(&dir);
+    spec.map(|s| (s, dir))
 }
 
 /// The binary a CLI runtime runs: the configured one (`listen.claude.binary`, ...), else the

@@ -2,6 +2,7 @@
 //! unless switched off (it is the user's own program).
 
 use super::{RunContext, RunOutcome, RunSpec, RuntimeError, common_env};
+use crate::core::sandbox::Access;
 use crate::sys::process::ProcessEnd;
 use secrecy::ExposeSecret;
 use std::path::{Path, PathBuf};
@@ -32,15 +33,34 @@ pub fn prepare(ctx: &RunContext<'_>) -> Result<RunSpec, RuntimeError> {
         env_remove.push("AGENTCHAT_API_KEY".into());
     }
 
+    let scratch = super::sandbox::fresh_scratch(ctx.state_dir)?;
+    env.extend(super::sandbox::tmp_env(&scratch));
+    let args = command.get(1..).unwrap_or_default().to_vec();
+    let sandbox = ctx.settings.listen.sandbox_script.then(|| {
+        let mut plan = super::sandbox::base_plan(ctx, &scratch);
+        super::sandbox::add_program(&mut plan, &program);
+        // The files `command` names (`sh /path/agent.sh`), each alone.
+        for arg in &args {
+            let p = Path::new(arg);
+            if p.is_absolute() && p.is_file() {
+                plan.add(p, Access::Read, "a file `command` names");
+            }
+        }
+        plan
+    });
+
     Ok(RunSpec {
         program,
-        args: command.get(1..).unwrap_or_default().to_vec(),
+        args,
         env,
         env_remove,
         env_pass: ctx.settings.listen.env_pass.clone(),
         stdin: Some(ctx.prompt.as_bytes().to_vec()),
         cwd: ctx.workdir.to_path_buf(),
         runtime: crate::config::RuntimeKind::Script,
+        sandbox,
+        scratch: Some(scratch),
+        reach: super::confine::reach(ctx.settings),
     })
 }
 
@@ -103,6 +123,7 @@ mod tests {
     fn with_ctx<T>(s: &Settings, f: impl FnOnce(&RunContext<'_>) -> T) -> T {
         let key = SecretString::from("ac_script_key".to_string());
         let reasons = vec!["message".to_string(), "invite".to_string()];
+        let state = tempfile::tempdir().unwrap();
         let ctx = RunContext {
             settings: s,
             kind: RunKind::Invite,
@@ -111,8 +132,9 @@ mod tests {
             cycle_id: "c-42",
             wake_reasons: &reasons,
             api_key: &key,
-            state_dir: Path::new("/state"),
+            state_dir: state.path(),
             workdir: Path::new("/work/dir"),
+            identity_template: None,
         };
         f(&ctx)
     }
@@ -163,6 +185,17 @@ mod tests {
             Some("ac_script_key")
         );
         assert!(spec.env_remove.is_empty());
+        // Confined by default: the program, the workdir, its scratch folder (TMPDIR).
+        let plan = spec.sandbox.as_ref().unwrap();
+        assert!(
+            plan.with_access(Access::ReadWrite)
+                .any(|p| p == Path::new("/work/dir"))
+        );
+        let tmp = env_of(&spec, "TMPDIR").unwrap();
+        assert!(
+            tmp.starts_with(spec.scratch.as_ref().unwrap().to_str().unwrap()),
+            "{tmp}"
+        );
         assert!(
             !spec.args.iter().any(|a| a.contains("ac_script_key")),
             "key never in argv"
@@ -177,6 +210,10 @@ mod tests {
         let spec = with_ctx(&s, prepare).unwrap();
         assert_eq!(env_of(&spec, "AGENTCHAT_API_KEY"), None);
         assert_eq!(spec.env_remove, vec!["AGENTCHAT_API_KEY".to_string()]);
+        let s = settings(
+            "[listen]\nruntime = \"script\"\ncommand = [\"/bin/sh\"]\nsandbox_script = false\n",
+        );
+        assert!(with_ctx(&s, prepare).unwrap().sandbox.is_none());
     }
 
     #[test]

@@ -75,6 +75,7 @@ impl Setup {
             api_key: &key,
             state_dir: &state,
             workdir: &work,
+            identity_template: None,
         };
         runtime::prepare(&ctx).unwrap()
     }

@@ -43,6 +43,10 @@ pub(super) fn prepare_run(
         api_key: &input.key,
         state_dir: &input.state.root,
         workdir: &workdir,
+        identity_template: input
+            .texts
+            .as_deref()
+            .and_then(|t| t.identity_line_template.as_deref()),
     };
     runtime::prepare(&ctx).map_err(|e| match e {
         runtime::RuntimeError::Unusable(why) => {

@@ -1,0 +1,124 @@
+//! The facts a run's kernel line is drawn from (`core::sandbox`): the run's scratch folder, its
+//! program's install, the environment's endpoints and proxies, the profile's own additions.
+//! Each runtime adds its login files (`claude`, `codex`); `doctor` prints the plan a run of the
+//! profile would get, from this same code.
+
+use super::{RunContext, RuntimeError};
+use crate::core::sandbox::{self, Access, Plan};
+use std::path::{Path, PathBuf};
+
+/// The run's scratch folder in the state dir: its `TMPDIR` (`tmp/`) and, for Codex, the CLI's
+/// home for the run. One run of a profile at a time, so each run starts with it new and the
+/// supervisor removes it when the run ends.
+pub const SCRATCH_DIR: &str = "scratch";
+
+/// Makes the run's scratch folder anew (0700), with `tmp/` in it; returns the folder.
+pub fn fresh_scratch(state_dir: &Path) -> Result<PathBuf, RuntimeError> {
+    let dir = state_dir.join(SCRATCH_DIR);
+    remove_scratch(&dir);
+    crate::sys::fs::create_private_dir(&dir)?;
+    std::fs::create_dir(dir.join("tmp"))?;
+    Ok(dir)
+}
+
+/// Removes a run's scratch folder and all in it (a missing one is fine).
+pub fn remove_scratch(dir: &Path) {
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// The variables that point a run's temporary files into its scratch folder.
+pub fn tmp_env(scratch: &Path) -> Vec<(String, String)> {
+    let tmp = scratch.join("tmp").display().to_string();
+    ["TMPDIR", "TMP", "TEMP"]
+        .iter()
+        .map(|v| (v.to_string(), tmp.clone()))
+        .collect()
+}
+
+/// A variable of the listener's environment, as the run would inherit it.
+pub fn env_var(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.is_empty())
+}
+
+/// What every run gets: the system, its workdir and scratch folder (read and write), the
+/// profile's `sandbox_read` and `sandbox_write`; TCP to the AgentChat API, the proxies the run
+/// inherits and the profile's `sandbox_ports`.
+pub fn base_plan(ctx: &RunContext<'_>, scratch: &Path) -> Plan {
+    let listen = &ctx.settings.listen;
+    let mut plan = Plan::default();
+    sandbox::system(&mut plan);
+    plan.add(ctx.workdir, Access::ReadWrite, "the workdir");
+    plan.add(
+        scratch,
+        Access::ReadWrite,
+        "the run's scratch folder (TMPDIR)",
+    );
+    for p in &listen.sandbox_read {
+        plan.add(p, Access::Read, "listen.sandbox_read");
+    }
+    for p in &listen.sandbox_write {
+        plan.add(p, Access::ReadWrite, "listen.sandbox_write");
+    }
+    add_url_port(&mut plan, &ctx.settings.api_base);
+    for var in sandbox::PROXY_VARS {
+        if let Some(url) = env_var(var) {
+            add_url_port(&mut plan, &url);
+        }
+    }
+    for port in &listen.sandbox_ports {
+        plan.add_port(*port);
+    }
+    plan
+}
+
+pub fn add_url_port(plan: &mut Plan, url: &str) {
+    if let Some(port) = sandbox::url_port(url) {
+        plan.add_port(port);
+    }
+}
+
+/// The user's home, as the run inherits it.
+pub fn home() -> Option<PathBuf> {
+    env_var("HOME").map(PathBuf::from)
+}
+
+/// A program and what it needs of its install to start: the install root of the path as named
+/// and as resolved (`core::sandbox::install_root`), and the same for the program its `#!` line
+/// names (`node` for an npm-installed CLI), looked up on `PATH`.
+pub fn add_program(plan: &mut Plan, program: &Path) {
+    let home = home();
+    let mut paths = vec![program.to_path_buf()];
+    if let Ok(real) = std::fs::canonicalize(program) {
+        if let Some(interpreter) = interpreter(&real) {
+            paths.push(interpreter.clone());
+            if let Ok(real) = std::fs::canonicalize(&interpreter) {
+                paths.push(real);
+            }
+        }
+        paths.push(real);
+    }
+    for p in &paths {
+        plan.add(p, Access::Read, "the program");
+        if let Some(root) = sandbox::install_root(p, home.as_deref()) {
+            plan.add(root, Access::Read, "the program's install");
+        }
+    }
+}
+
+/// The program a script's `#!` line runs, found on `PATH` when it is a bare name.
+fn interpreter(script: &Path) -> Option<PathBuf> {
+    use std::io::Read;
+    let mut head = [0u8; 256];
+    let n = std::fs::File::open(script).ok()?.read(&mut head).ok()?;
+    let name = sandbox::shebang_program(head.get(..n)?)?;
+    if name.contains('/') {
+        return Some(PathBuf::from(name));
+    }
+    let path_var = std::env::var_os("PATH");
+    super::agent_cli::search_path(Path::new(&name), path_var.as_deref())
+}
+
+/// The file `path` if it exists, for a plan's login entries.
+pub fn existing(path: PathBuf) -> Option<PathBuf> {
+    path.exists().then_some(path)
+}
