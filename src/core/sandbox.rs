@@ -40,6 +40,8 @@ pub struct PathRule {
 /// A run's confinement: nothing beyond these paths and ports.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Plan {
+    /// Why the kernel leaves the run's files to another sandbox (`None`: it holds them).
+    pub files_left_to: Option<&'static str>,
     pub paths: Vec<PathRule>,
     /// TCP ports the run may connect to (any address), sorted, each once.
     pub ports: Vec<u16>,

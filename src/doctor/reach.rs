@@ -94,6 +94,12 @@ fn describe_plan(plan: &Plan, dry_state: &Path, support: Support) -> String {
             .collect::<Vec<_>>()
             .join(", ")
     };
+    if let Some(other) = plan.files_left_to {
+        return format!(
+            "the kernel's line ({}): files are left to {other}; connects to TCP ports {ports}",
+            support.describe()
+        );
+    }
     format!(
         "the kernel's line ({}): beyond the system it reads {}, writes {}, rewrites in place {}, \
          connects to TCP ports {ports}",

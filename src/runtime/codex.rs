@@ -69,6 +69,13 @@ fn prepare_with(
     if let Some(login) = &home.login {
         plan.add(login, Access::ReadWriteFile, "Codex's login");
     }
+    let reach = super::confine::reach(ctx.settings);
+    if reach.commands {
+        // Codex's shell sandbox (bubblewrap) mounts, which no process may do inside a line
+        // that holds files: with the shell the kernel holds the run's TCP ports, signals and
+        // sockets, and Codex's sandbox its files (writes in the workdir only).
+        plan.files_left_to = Some("Codex's own shell sandbox (bubblewrap)");
+    }
     // HTTPS (the OpenAI API, a login's refresh), the provider's endpoint, the MCP server.
     plan.add_port(443);
     let env_url = super::sandbox::env_var("OPENAI_BASE_URL");
@@ -93,7 +100,7 @@ fn prepare_with(
         runtime: RuntimeKind::Codex,
         sandbox: Some(plan),
         scratch: Some(scratch),
-        reach: super::confine::reach(ctx.settings),
+        reach,
     })
 }
 

@@ -99,9 +99,15 @@ mod linux {
             return Ok(None);
         }
         let fail = |e: landlock::RulesetError| format!("cannot build the Landlock ruleset: {e}");
-        let mut ruleset = Ruleset::default()
-            .handle_access(AccessFs::from_all(ABI_ASKED))
-            .map_err(fail)?;
+        let mut ruleset = Ruleset::default();
+        // A line that holds files forbids mounting inside it; a plan whose files another sandbox
+        // holds (Codex's shell, in bubblewrap) leaves them alone.
+        let files = plan.files_left_to.is_none();
+        if files {
+            ruleset = ruleset
+                .handle_access(AccessFs::from_all(ABI_ASKED))
+                .map_err(fail)?;
+        }
         if support.ports() {
             ruleset = ruleset
                 .handle_access(AccessNet::from_all(ABI_ASKED))
@@ -111,7 +117,7 @@ mod linux {
             ruleset = ruleset.scope(Scope::from_all(ABI_ASKED)).map_err(fail)?;
         }
         let mut created = ruleset.create().map_err(fail)?;
-        for rule in &plan.paths {
+        for rule in plan.paths.iter().filter(|_| files) {
             // A path that is not there (a system folder this distribution lacks, a login file
             // of a login not used) gives nothing.
             let Ok(meta) = std::fs::metadata(&rule.path) else {
