@@ -22,7 +22,8 @@
 //!   reconnects and pacing ([`core::reconnect`], [`core::pacing`], [`core::recheck`]), the tray and
 //!   texts ([`core::tray`], [`core::texts`]), what a cycle does ([`core::decision`],
 //!   [`core::invite_rule`], [`core::identity`], [`core::handle`]), the run's environment and kind
-//!   ([`core::run_env`], [`core::runtime_kind`]), `listen --all`'s run slots ([`core::admission`]),
+//!   ([`core::run_env`], [`core::runtime_kind`]), the kernel's line around a run and what
+//!   `extra_args` may hold ([`core::sandbox`], [`core::cli_args`]), `listen --all`'s run slots ([`core::admission`]),
 //!   the run policy and what runs cost ([`core::policy`], [`core::run_report`]), and
 //!   `status.json`'s vocabulary ([`core::status`]).
 //! - [`sys`]: OS plumbing every layer shares: [`sys::fs`] (atomic and private writes, capped reads

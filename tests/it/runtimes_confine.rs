@@ -130,8 +130,7 @@ fn start(
     start_with(rt, dir, sim, model, listen_extra, "", |_| {})
 }
 
-/// [`start`] with lines for `[listen.claude]` and `[listen.codex]` (`cli_extra`, the same for
-/// both) and a last change to the user's set-up (`tweak`, given the scene's dir) before the
+/// [`start`] with lines for the runtime's `[listen.claude]` or `[listen.codex]` (`cli_extra`) and a last change to the user's set-up (`tweak`, given the scene's dir) before the
 /// listener starts.
 pub(crate) fn start_with(
     rt: Rt,
@@ -197,9 +196,9 @@ pub(crate) fn start_with(
     )
     .unwrap();
 
-    let (name, bin) = match rt {
-        Rt::Claude => ("claude-code", claude_bin()),
-        Rt::Codex => ("codex", codex_bin()),
+    let (name, table, bin) = match rt {
+        Rt::Claude => ("claude-code", "claude", claude_bin()),
+        Rt::Codex => ("codex", "codex", codex_bin()),
     };
     let config = d.join("config.toml");
     std::fs::write(
@@ -207,8 +206,7 @@ pub(crate) fn start_with(
         format!(
             "log_level = \"debug\"\n\n[listen]\nruntime = \"{name}\"\nworkdir = \"{work}\"\n\
              quiet_window = \"200ms\"\nmax_delay = \"1s\"\nrun_timeout = \"60s\"\n\
-             kill_grace = \"2s\"\n{listen_extra}\n\n[listen.claude]\nbinary = \"{bin}\"\n{cli_extra}\n\n\
-             [listen.codex]\nbinary = \"{bin}\"\n{cli_extra}\n",
+             kill_grace = \"2s\"\n{listen_extra}\n\n[listen.{table}]\nbinary = \"{bin}\"\n{cli_extra}\n",
             work = work.display(),
             bin = bin.display(),
         ),

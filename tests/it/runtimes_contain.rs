@@ -310,7 +310,14 @@ async fn a_run_with_the_shell_cannot_change_what_the_next_run_is_told() {
         "the first run did not write the workdir's AGENTS.md"
     );
     let first_run = model.journal().bodies.len();
-    completed(&scene, &sim, &model, "Hello again.").await;
+    let first_end = scene.status()["last_cycle"]["ended_at"].clone();
+    sim.peer_sends("Hello again.").await;
+    let again = eventually_async(180, || async {
+        let c = &scene.status()["last_cycle"];
+        c["run_started"] == true && c["ended_at"].is_string() && c["ended_at"] != first_end
+    })
+    .await;
+    assert!(again, "no second run ended\n{}", scene.explain());
     let j = model.journal();
     // The next run's first agent turn, before any tool call of its own.
     let told = j.bodies[first_run..]
