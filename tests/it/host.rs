@@ -71,9 +71,10 @@ impl HostSetup {
             let p = self.profile(name);
             toml.push_str(&format!(
                 "\n[profiles.{name}]\napi_key_file = \"{key}\"\n[profiles.{name}.listen]\n\
-                 command = [\"/bin/sh\", \"{script}\"]\n",
+                 command = [\"/bin/sh\", \"{script}\"]\nsandbox_write = [\"{rec}\"]\n",
                 key = self.key_path(name).display(),
                 script = p.rec.script.display(),
+                rec = p.rec.dir.display(),
             ));
         }
         toml.push_str(extra);

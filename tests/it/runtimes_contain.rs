@@ -38,18 +38,24 @@ async fn completed(scene: &Scene, sim: &Sim, model: &ModelServer, text: &str) {
 }
 
 /// A peer's message wakes a listener whose runtime is refused: waits until the status file says
-/// so and returns its `detail`.
-async fn refused(scene: &Scene, sim: &Sim) -> String {
+/// so, naming each of `named`, and no request reached the user's other server.
+async fn refused(scene: &Scene, sim: &Sim, model: &ModelServer, named: [&str; 2]) {
     sim.peer_sends("Hello there.").await;
     let ok = eventually_async(60, || async {
         scene.status()["state"] == "runtime_unusable"
     })
     .await;
     assert!(ok, "the runtime was not refused\n{}", scene.explain());
-    scene.status()["detail"]
+    let detail = scene.status()["detail"]
         .as_str()
         .unwrap_or_default()
-        .to_string()
+        .to_string();
+    assert!(named.iter().all(|n| detail.contains(n)), "{detail}");
+    let requests = model.journal().requests;
+    assert!(
+        !requests.iter().any(|r| r.contains("/user-mcp")),
+        "{requests:?}"
+    );
 }
 
 /// Finding 1: with Claude Code's file tools opted in, neither an earlier run's transcript in
@@ -128,20 +134,13 @@ async fn codex_attached_short_options_in_extra_args_are_refused_naming_them() {
             .unwrap();
         },
     );
-    let detail = refused(&scene, &sim).await;
-    assert!(
-        detail.contains("listen.codex.extra_args") && detail.contains("`-pwork`"),
-        "{detail}"
-    );
-    assert!(
-        !model
-            .journal()
-            .requests
-            .iter()
-            .any(|r| r.contains("/user-mcp")),
-        "{:?}",
-        model.journal().requests
-    );
+    refused(
+        &scene,
+        &sim,
+        &model,
+        ["listen.codex.extra_args", "`-pwork`"],
+    )
+    .await;
 }
 
 /// Finding 3: a first extra argument that is not a flag would be read as one more
@@ -164,20 +163,13 @@ async fn claude_extra_args_that_are_not_tuning_are_refused_before_a_run_starts()
         &format!("extra_args = [\"{}\"]", extra.display()),
         |_| {},
     );
-    let detail = refused(&scene, &sim).await;
-    assert!(
-        detail.contains("listen.claude.extra_args") && detail.contains("extra-mcp.json"),
-        "{detail}"
-    );
-    assert!(
-        !model
-            .journal()
-            .requests
-            .iter()
-            .any(|r| r.contains("/user-mcp")),
-        "{:?}",
-        model.journal().requests
-    );
+    refused(
+        &scene,
+        &sim,
+        &model,
+        ["listen.claude.extra_args", "extra-mcp.json"],
+    )
+    .await;
 }
 
 /// Finding 4: a trusted workdir's `.codex/config.toml` adds no MCP server to a run.
