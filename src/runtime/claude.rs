@@ -7,7 +7,7 @@
 //! not an error; an authentication failure (which Claude prints as assistant text) is `Unusable`.
 
 use super::agent_cli;
-use super::{RunContext, RunOutcome, RunSpec, RuntimeError};
+use super::{ListenerEnv, RunContext, RunOutcome, RunSpec, RuntimeError};
 use crate::config::McpMode;
 use crate::config::RuntimeKind;
 use crate::core::sandbox::Access;
@@ -35,9 +35,13 @@ pub const NESTED_SESSION_VARS: &[&str] = &[
     "AI_AGENT",
 ];
 
-pub fn prepare(ctx: &RunContext<'_>) -> Result<RunSpec, RuntimeError> {
+pub fn prepare(ctx: &RunContext<'_>, listener: &ListenerEnv) -> Result<RunSpec, RuntimeError> {
     let claude = &ctx.settings.listen.claude;
-    let program = super::cli_binary(ctx.settings, RuntimeKind::ClaudeCode)?;
+    let program = super::cli_binary_in(
+        ctx.settings,
+        RuntimeKind::ClaudeCode,
+        listener.var_os("PATH"),
+    )?;
 
     let mut args: Vec<String> = ["-p", "--output-format", "stream-json", "--verbose"]
         .map(String::from)
@@ -46,8 +50,8 @@ pub fn prepare(ctx: &RunContext<'_>) -> Result<RunSpec, RuntimeError> {
     // theirs can be read as a value of one of ours.
     args.extend(super::confine::extra_args(ctx.settings)?);
     let scratch = super::sandbox::fresh_scratch(ctx.state_dir)?;
-    let mut plan = super::sandbox::base_plan(ctx, &scratch);
-    super::sandbox::add_program(&mut plan, &program);
+    let mut plan = super::sandbox::base_plan(ctx, listener, &scratch);
+    super::sandbox::add_program(&mut plan, &program, listener);
     let url = agent_cli::mcp_url(&ctx.settings.api_base, claude.mcp_url.as_deref());
     if claude.mcp == McpMode::Listener {
         let file = write_mcp_config(ctx.state_dir, &url, ctx.api_key.expose_secret())?;
@@ -72,7 +76,7 @@ pub fn prepare(ctx: &RunContext<'_>) -> Result<RunSpec, RuntimeError> {
     args.push("--allowedTools".into());
     args.push("mcp__agentchat__*".into());
 
-    login_plan(&mut plan, claude.mcp);
+    login_plan(&mut plan, claude.mcp, listener);
     super::sandbox::add_url_port(&mut plan, &url);
 
     let mut env = super::common_env(ctx);
@@ -123,12 +127,12 @@ const MODEL_URL_VARS: &[&str] = &[
 /// name. With `mcp = "user"` also the user settings and global config it then reads (which
 /// hold the user's MCP servers), read only. Nothing else of its home: no transcript, memory,
 /// todo or project store.
-fn login_plan(plan: &mut crate::core::sandbox::Plan, mcp: McpMode) {
-    let home = super::sandbox::home();
-    let (config_dir, global) = match super::sandbox::env_var("CLAUDE_CONFIG_DIR") {
+fn login_plan(plan: &mut crate::core::sandbox::Plan, mcp: McpMode, env: &ListenerEnv) {
+    let home = env.home();
+    let (config_dir, global) = match env.var("CLAUDE_CONFIG_DIR") {
         Some(dir) => (
-            Some(PathBuf::from(&dir)),
-            Some(Path::new(&dir).join(".claude.json")),
+            Some(PathBuf::from(dir)),
+            Some(Path::new(dir).join(".claude.json")),
         ),
         None => (
             home.as_ref().map(|h| h.join(".claude")),
@@ -162,8 +166,8 @@ fn login_plan(plan: &mut crate::core::sandbox::Plan, mcp: McpMode) {
     }
     plan.add_port(443);
     for var in MODEL_URL_VARS {
-        if let Some(url) = super::sandbox::env_var(var) {
-            super::sandbox::add_url_port(plan, &url);
+        if let Some(url) = env.var(var) {
+            super::sandbox::add_url_port(plan, url);
         }
     }
 }
@@ -423,7 +427,7 @@ mod tests {
     #[test]
     fn argv_has_the_documented_shape_and_no_key() {
         let fx = Fixture::new(crate::config::RuntimeKind::ClaudeCode);
-        let spec = prepare(&fx.ctx()).unwrap();
+        let spec = fx.prepare().unwrap();
         let cfg = fx.state_dir().join(MCP_CONFIG_FILE);
         assert_eq!(spec.program, fx.binary.clone());
         assert_eq!(
@@ -480,11 +484,11 @@ mod tests {
                 .map(|(i, _)| (i, args.get(i + 1).cloned().unwrap_or_default()))
                 .collect()
         };
-        assert_eq!(budget(&prepare(&fx.ctx()).unwrap().args), []);
+        assert_eq!(budget(&fx.prepare().unwrap().args), []);
 
         fx.settings.listen.policy.max_cost_per_run_usd = Some(0.5);
         fx.settings.listen.claude.extra_args = vec!["--max-budget-usd".into(), "9".into()];
-        let args = prepare(&fx.ctx()).unwrap().args;
+        let args = fx.prepare().unwrap().args;
         let found = budget(&args);
         let [(users, nine), (ours, half)] = found.as_slice() else {
             panic!("{args:?}");
@@ -497,7 +501,7 @@ mod tests {
     #[test]
     fn prompt_goes_on_stdin() {
         let fx = Fixture::new(crate::config::RuntimeKind::ClaudeCode);
-        let spec = prepare(&fx.ctx()).unwrap();
+        let spec = fx.prepare().unwrap();
         assert_eq!(spec.stdin.as_deref(), Some(Fixture::PROMPT.as_bytes()));
         assert!(spec.args.iter().all(|a| a != Fixture::PROMPT));
     }
@@ -506,7 +510,7 @@ mod tests {
     fn mcp_config_file_is_0600_and_names_the_agentchat_http_server() {
         use std::os::unix::fs::PermissionsExt;
         let fx = Fixture::new(crate::config::RuntimeKind::ClaudeCode);
-        prepare(&fx.ctx()).unwrap();
+        fx.prepare().unwrap();
         let path = fx.state_dir().join(MCP_CONFIG_FILE);
         let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode, 0o600);
@@ -541,7 +545,7 @@ mod tests {
         let path = fx.state_dir().join(MCP_CONFIG_FILE);
         std::fs::write(&path, "stale").unwrap();
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
-        prepare(&fx.ctx()).unwrap();
+        fx.prepare().unwrap();
         let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode, 0o600);
         assert!(
@@ -556,17 +560,17 @@ mod tests {
         use std::os::unix::fs::MetadataExt;
         let mut fx = Fixture::new(crate::config::RuntimeKind::ClaudeCode);
         let path = fx.state_dir().join(MCP_CONFIG_FILE);
-        prepare(&fx.ctx()).unwrap();
+        fx.prepare().unwrap();
         let first = std::fs::metadata(&path).unwrap().ino();
         // The atomic write renames a new file into place, so a rewrite is a new inode.
-        prepare(&fx.ctx()).unwrap();
+        fx.prepare().unwrap();
         assert_eq!(
             std::fs::metadata(&path).unwrap().ino(),
             first,
             "unchanged: left as it is"
         );
         fx.settings.listen.claude.mcp_url = Some("http://example.test/other".into());
-        prepare(&fx.ctx()).unwrap();
+        fx.prepare().unwrap();
         assert_ne!(
             std::fs::metadata(&path).unwrap().ino(),
             first,
@@ -580,7 +584,7 @@ mod tests {
     fn configured_mcp_url_wins() {
         let mut fx = Fixture::new(crate::config::RuntimeKind::ClaudeCode);
         fx.settings.listen.claude.mcp_url = Some("http://example.test/custom".into());
-        prepare(&fx.ctx()).unwrap();
+        fx.prepare().unwrap();
         let text = std::fs::read_to_string(fx.state_dir().join(MCP_CONFIG_FILE)).unwrap();
         assert!(text.contains("http://example.test/custom"), "{text}");
     }
@@ -589,7 +593,7 @@ mod tests {
     fn mcp_user_mode_passes_no_mcp_config_and_writes_no_key() {
         let mut fx = Fixture::new(crate::config::RuntimeKind::ClaudeCode);
         fx.settings.listen.claude.mcp = McpMode::User;
-        let spec = prepare(&fx.ctx()).unwrap();
+        let spec = fx.prepare().unwrap();
         assert!(!spec.args.iter().any(|a| a == "--mcp-config"));
         assert!(
             spec.args
@@ -604,7 +608,7 @@ mod tests {
     #[test]
     fn nested_session_vars_are_removed_and_config_dir_is_left_alone() {
         let fx = Fixture::new(crate::config::RuntimeKind::ClaudeCode);
-        let spec = prepare(&fx.ctx()).unwrap();
+        let spec = fx.prepare().unwrap();
         for v in [
             "CLAUDECODE",
             "CLAUDE_CODE_ENTRYPOINT",
@@ -633,7 +637,7 @@ mod tests {
     fn missing_binary_is_unusable() {
         let mut fx = Fixture::new(crate::config::RuntimeKind::ClaudeCode);
         fx.settings.listen.claude.binary = Some(fx.dir.path().join("nope/claude"));
-        assert!(matches!(prepare(&fx.ctx()), Err(RuntimeError::Unusable(_))));
+        assert!(matches!(fx.prepare(), Err(RuntimeError::Unusable(_))));
     }
 
     #[test]

@@ -9,7 +9,7 @@
 //! login is `Unusable`.
 
 use super::agent_cli;
-use super::{RunContext, RunOutcome, RunSpec, RuntimeError};
+use super::{ListenerEnv, RunContext, RunOutcome, RunSpec, RuntimeError};
 use crate::config::RuntimeKind;
 use crate::core::sandbox::Access;
 use crate::sys::process::ProcessEnd;
@@ -22,23 +22,11 @@ pub const KEY_ENV: &str = "AGENTCHAT_API_KEY";
 /// a command must not make its runs think they are sandboxed.
 pub const NESTED_SESSION_VARS: &[&str] = &["CODEX_SANDBOX", "CODEX_SANDBOX_NETWORK_DISABLED"];
 
-pub fn prepare(ctx: &RunContext<'_>) -> Result<RunSpec, RuntimeError> {
-    let user_home = super::codex_home::user_home(
-        std::env::var_os("CODEX_HOME").as_deref(),
-        std::env::var_os("HOME").as_deref(),
-    );
-    prepare_with(ctx, user_home.as_deref())
-}
-
-/// [`prepare`] with the user's Codex home named (`None`: there is none), from which the run's
-/// own home takes the model settings and the login (`codex_home`); the unit tests name a
-/// scratch folder.
-fn prepare_with(
-    ctx: &RunContext<'_>,
-    user_home: Option<&std::path::Path>,
-) -> Result<RunSpec, RuntimeError> {
+/// The run's own Codex home takes the model settings and the login from the user's
+/// (`codex_home`): `CODEX_HOME`, else `~/.codex`, of the listener's environment.
+pub fn prepare(ctx: &RunContext<'_>, listener: &ListenerEnv) -> Result<RunSpec, RuntimeError> {
     let codex = &ctx.settings.listen.codex;
-    let program = super::cli_binary(ctx.settings, RuntimeKind::Codex)?;
+    let program = super::cli_binary_in(ctx.settings, RuntimeKind::Codex, listener.var_os("PATH"))?;
     let url = agent_cli::mcp_url(&ctx.settings.api_base, codex.mcp_url.as_deref());
     let workdir = ctx.workdir.to_str().ok_or_else(|| {
         RuntimeError::Unusable(format!(
@@ -59,13 +47,15 @@ fn prepare_with(
     args.push(ctx.prompt.to_string());
 
     let scratch = super::sandbox::fresh_scratch(ctx.state_dir)?;
+    let user_home =
+        super::codex_home::user_home(listener.var_os("CODEX_HOME"), listener.var_os("HOME"));
     let home = super::codex_home::make(
         &scratch,
-        user_home,
+        user_home.as_deref(),
         super::instructions::for_run(ctx).as_deref(),
     )?;
-    let mut plan = super::sandbox::base_plan(ctx, &scratch);
-    super::sandbox::add_program(&mut plan, &program);
+    let mut plan = super::sandbox::base_plan(ctx, listener, &scratch);
+    super::sandbox::add_program(&mut plan, &program, listener);
     if let Some(login) = &home.login {
         plan.add(login, Access::ReadWriteFile, "Codex's login");
     }
@@ -78,8 +68,8 @@ fn prepare_with(
     }
     // HTTPS (the OpenAI API, a login's refresh), the provider's endpoint, the MCP server.
     plan.add_port(443);
-    let env_url = super::sandbox::env_var("OPENAI_BASE_URL");
-    for model_url in home.model_urls.iter().chain(&env_url) {
+    let env_url = listener.var("OPENAI_BASE_URL");
+    for model_url in home.model_urls.iter().map(String::as_str).chain(env_url) {
         super::sandbox::add_url_port(&mut plan, model_url);
     }
     super::sandbox::add_url_port(&mut plan, &url);
@@ -249,14 +239,10 @@ mod tests {
 {"type":"turn.failed","error":{"message":"unexpected status 401 Unauthorized: invalid x-api-key, url: http://127.0.0.1:18401/v1/responses"}}
 "#;
 
-    /// The user's Codex home a test's run reads: a scratch path in the fixture's dir (absent
-    /// unless the test writes it), never the `CODEX_HOME` or `~/.codex` of whoever runs the tests.
+    /// The user's Codex home a test's run reads: `~/.codex` of the fixture's listener
+    /// (`Fixture::listener`: absent unless the test writes it).
     fn scratch_home(fx: &Fixture) -> std::path::PathBuf {
-        fx.dir.path().join("user-codex-home")
-    }
-
-    fn prepare_scratch(fx: &Fixture) -> Result<RunSpec, RuntimeError> {
-        prepare_with(&fx.ctx(), Some(&scratch_home(fx)))
+        fx.dir.path().join("home/.codex")
     }
 
     #[test]
@@ -270,7 +256,7 @@ mod tests {
         )
         .unwrap();
         std::fs::write(user.join("auth.json"), "{}").unwrap();
-        let spec = prepare_scratch(&fx).unwrap();
+        let spec = fx.prepare().unwrap();
         let home = spec
             .env
             .iter()
@@ -297,7 +283,7 @@ mod tests {
         let config = scratch_home(&fx).join("config.toml");
         std::fs::create_dir_all(config.parent().unwrap()).unwrap();
         std::fs::write(&config, "[tui\n").unwrap();
-        match prepare_scratch(&fx) {
+        match fx.prepare() {
             Err(RuntimeError::Unusable(why)) => {
                 assert!(why.contains(&config.display().to_string()), "{why}")
             }
@@ -308,7 +294,7 @@ mod tests {
     #[test]
     fn argv_has_the_documented_shape_with_the_prompt_last() {
         let fx = Fixture::new(RuntimeKind::Codex);
-        let spec = prepare_scratch(&fx).unwrap();
+        let spec = fx.prepare().unwrap();
         let work = fx.workdir();
         assert_eq!(spec.program, fx.binary.clone());
         assert_eq!(
@@ -345,7 +331,7 @@ mod tests {
     #[test]
     fn key_is_only_in_the_named_env_var() {
         let fx = Fixture::new(RuntimeKind::Codex);
-        let spec = prepare_scratch(&fx).unwrap();
+        let spec = fx.prepare().unwrap();
         assert!(spec.args.iter().all(|a| !a.contains(Fixture::KEY)));
         let carriers: Vec<_> = spec
             .env
@@ -360,7 +346,7 @@ mod tests {
     #[test]
     fn both_clis_nested_session_vars_are_removed_and_codex_home_is_left_alone() {
         let fx = Fixture::new(RuntimeKind::Codex);
-        let spec = prepare_scratch(&fx).unwrap();
+        let spec = fx.prepare().unwrap();
         for v in [
             "CODEX_SANDBOX",
             "CODEX_SANDBOX_NETWORK_DISABLED",
@@ -377,7 +363,7 @@ mod tests {
     fn mcp_url_is_toml_quoted() {
         let mut fx = Fixture::new(RuntimeKind::Codex);
         fx.settings.listen.codex.mcp_url = Some(r#"http://h/"q"\x"#.into());
-        let spec = prepare_scratch(&fx).unwrap();
+        let spec = fx.prepare().unwrap();
         let arg = spec
             .args
             .iter()
@@ -394,10 +380,7 @@ mod tests {
     fn missing_binary_is_unusable() {
         let mut fx = Fixture::new(RuntimeKind::Codex);
         fx.settings.listen.codex.binary = Some(fx.dir.path().join("none/codex"));
-        assert!(matches!(
-            prepare_scratch(&fx),
-            Err(RuntimeError::Unusable(_))
-        ));
+        assert!(matches!(fx.prepare(), Err(RuntimeError::Unusable(_))));
     }
 
     #[test]

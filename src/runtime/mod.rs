@@ -12,6 +12,7 @@ pub mod confine;
 pub mod instructions;
 pub mod landlock;
 mod leftover;
+pub mod listener_env;
 pub mod probe;
 pub mod sandbox;
 pub mod script;
@@ -20,6 +21,7 @@ pub mod supervisor;
 use crate::config::{RuntimeKind, Settings};
 use crate::core::decision::RunKind;
 use crate::sys::process::ProcessEnd;
+pub use listener_env::ListenerEnv;
 use secrecy::SecretString;
 use std::path::{Path, PathBuf};
 
@@ -100,7 +102,7 @@ pub enum RunOutcome {
 /// How one runtime is started and judged: the runtime's module behind a [`RuntimeKind`]. What a
 /// runtime is called, which binary and config key it uses, is `core::runtime_kind`'s table.
 struct Implementation {
-    prepare: fn(&RunContext<'_>) -> Result<RunSpec, RuntimeError>,
+    prepare: fn(&RunContext<'_>, &ListenerEnv) -> Result<RunSpec, RuntimeError>,
     judge: fn(&ProcessEnd, &[u8]) -> RunOutcome,
 }
 
@@ -122,9 +124,16 @@ fn implementation(runtime: RuntimeKind) -> Implementation {
     }
 }
 
-/// Builds the spec for the configured runtime.
+/// Builds the spec for the configured runtime from this process's environment: the listener's
+/// own, which the run inherits.
 pub fn prepare(ctx: &RunContext<'_>) -> Result<RunSpec, RuntimeError> {
-    (implementation(ctx.settings.listen.runtime).prepare)(ctx)
+    prepare_in(ctx, &ListenerEnv::of_process())
+}
+
+/// [`prepare`] from the environment `env` the run's listener has (a test's listener, whose
+/// environment is not the test process's own).
+pub fn prepare_in(ctx: &RunContext<'_>, env: &ListenerEnv) -> Result<RunSpec, RuntimeError> {
+    (implementation(ctx.settings.listen.runtime).prepare)(ctx, env)
 }
 
 /// A run of this profile as it would be started, built by the same code as a real one in a
@@ -161,15 +170,26 @@ pub fn dry_run(
 /// descriptor's default on `PATH`. A runtime without a CLI (the script runtime, whose program is
 /// the user's own and only found relative to the run's workdir) has none to resolve.
 pub fn cli_binary(settings: &Settings, runtime: RuntimeKind) -> Result<PathBuf, RuntimeError> {
+    let path_var = std::env::var_os("PATH");
+    cli_binary_in(settings, runtime, path_var.as_deref())
+}
+
+/// [`cli_binary`] searching `path_var` (the listener's `PATH`).
+pub fn cli_binary_in(
+    settings: &Settings,
+    runtime: RuntimeKind,
+    path_var: Option<&std::ffi::OsStr>,
+) -> Result<PathBuf, RuntimeError> {
     let d = runtime.descriptor();
     let default = d.binary.ok_or_else(|| {
         RuntimeError::Unusable(format!("the {} runtime runs no CLI of its own", d.name))
     })?;
-    agent_cli::resolve_binary(
+    agent_cli::resolve_binary_in(
         settings.listen.cli_binary(runtime),
         default,
         d.name,
         d.config_key,
+        path_var,
     )
 }
 

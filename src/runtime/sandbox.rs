@@ -3,7 +3,7 @@
 //! Each runtime adds its login files (`claude`, `codex`); `doctor` prints the plan a run of the
 //! profile would get, from this same code.
 
-use super::{RunContext, RuntimeError};
+use super::{ListenerEnv, RunContext, RuntimeError};
 use crate::core::sandbox::{self, Access, Plan};
 use std::path::{Path, PathBuf};
 
@@ -35,15 +35,10 @@ pub fn tmp_env(scratch: &Path) -> Vec<(String, String)> {
         .collect()
 }
 
-/// A variable of the listener's environment, as the run would inherit it.
-pub fn env_var(name: &str) -> Option<String> {
-    std::env::var(name).ok().filter(|v| !v.is_empty())
-}
-
 /// What every run gets: the system, its workdir and scratch folder (read and write), the
 /// profile's `sandbox_read` and `sandbox_write`; TCP to the AgentChat API, the proxies the run
 /// inherits and the profile's `sandbox_ports`.
-pub fn base_plan(ctx: &RunContext<'_>, scratch: &Path) -> Plan {
+pub fn base_plan(ctx: &RunContext<'_>, env: &ListenerEnv, scratch: &Path) -> Plan {
     let listen = &ctx.settings.listen;
     let mut plan = Plan::default();
     sandbox::system(&mut plan);
@@ -61,8 +56,8 @@ pub fn base_plan(ctx: &RunContext<'_>, scratch: &Path) -> Plan {
     }
     add_url_port(&mut plan, &ctx.settings.api_base);
     for var in sandbox::PROXY_VARS {
-        if let Some(url) = env_var(var) {
-            add_url_port(&mut plan, &url);
+        if let Some(url) = env.var(var) {
+            add_url_port(&mut plan, url);
         }
     }
     for port in &listen.sandbox_ports {
@@ -77,19 +72,14 @@ pub fn add_url_port(plan: &mut Plan, url: &str) {
     }
 }
 
-/// The user's home, as the run inherits it.
-pub fn home() -> Option<PathBuf> {
-    env_var("HOME").map(PathBuf::from)
-}
-
 /// A program and what it needs of its install to start: the install root of the path as named
 /// and as resolved (`core::sandbox::install_root`), and the same for the program its `#!` line
-/// names (`node` for an npm-installed CLI), looked up on `PATH`.
-pub fn add_program(plan: &mut Plan, program: &Path) {
-    let home = home();
+/// names (`node` for an npm-installed CLI), looked up on the listener's `PATH`.
+pub fn add_program(plan: &mut Plan, program: &Path, env: &ListenerEnv) {
+    let home = env.home();
     let mut paths = vec![program.to_path_buf()];
     if let Ok(real) = std::fs::canonicalize(program) {
-        if let Some(interpreter) = interpreter(&real) {
+        if let Some(interpreter) = interpreter(&real, env) {
             paths.push(interpreter.clone());
             if let Ok(real) = std::fs::canonicalize(&interpreter) {
                 paths.push(real);
@@ -106,7 +96,7 @@ pub fn add_program(plan: &mut Plan, program: &Path) {
 }
 
 /// The program a script's `#!` line runs, found on `PATH` when it is a bare name.
-fn interpreter(script: &Path) -> Option<PathBuf> {
+fn interpreter(script: &Path, env: &ListenerEnv) -> Option<PathBuf> {
     use std::io::Read;
     let mut head = [0u8; 256];
     let n = std::fs::File::open(script).ok()?.read(&mut head).ok()?;
@@ -114,8 +104,7 @@ fn interpreter(script: &Path) -> Option<PathBuf> {
     if name.contains('/') {
         return Some(PathBuf::from(name));
     }
-    let path_var = std::env::var_os("PATH");
-    super::agent_cli::search_path(Path::new(&name), path_var.as_deref())
+    super::agent_cli::search_path(Path::new(&name), env.var_os("PATH"))
 }
 
 /// The file `path` if it exists, for a plan's login entries.

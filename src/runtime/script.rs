@@ -1,7 +1,7 @@
 //! The script runtime: the configured argv, the prompt on stdin, the key in `AGENTCHAT_API_KEY`
 //! unless switched off (it is the user's own program).
 
-use super::{RunContext, RunOutcome, RunSpec, RuntimeError, common_env};
+use super::{ListenerEnv, RunContext, RunOutcome, RunSpec, RuntimeError, common_env};
 use crate::core::sandbox::Access;
 use crate::sys::process::ProcessEnd;
 use secrecy::ExposeSecret;
@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 /// Builds the run: `command[0]` (a bare name is looked up on PATH now, so a missing program is a
 /// clear configuration error rather than a failed run), the rest as arguments, the prompt on stdin,
 /// the run's context in the environment, `ctx.workdir` as the working directory.
-pub fn prepare(ctx: &RunContext<'_>) -> Result<RunSpec, RuntimeError> {
+pub fn prepare(ctx: &RunContext<'_>, listener: &ListenerEnv) -> Result<RunSpec, RuntimeError> {
     let command = &ctx.settings.listen.command;
     let Some(first) = command.first() else {
         return Err(RuntimeError::Unusable(
@@ -19,7 +19,7 @@ pub fn prepare(ctx: &RunContext<'_>) -> Result<RunSpec, RuntimeError> {
                 .into(),
         ));
     };
-    let program = locate(first, ctx.workdir, std::env::var_os("PATH").as_deref())?;
+    let program = locate(first, ctx.workdir, listener.var_os("PATH"))?;
 
     let mut env = common_env(ctx);
     let mut env_remove = Vec::new();
@@ -37,8 +37,8 @@ pub fn prepare(ctx: &RunContext<'_>) -> Result<RunSpec, RuntimeError> {
     env.extend(super::sandbox::tmp_env(&scratch));
     let args = command.get(1..).unwrap_or_default().to_vec();
     let sandbox = ctx.settings.listen.sandbox_script.then(|| {
-        let mut plan = super::sandbox::base_plan(ctx, &scratch);
-        super::sandbox::add_program(&mut plan, &program);
+        let mut plan = super::sandbox::base_plan(ctx, listener, &scratch);
+        super::sandbox::add_program(&mut plan, &program, listener);
         // The files `command` names (`sh /path/agent.sh`), each alone.
         for arg in &args {
             let p = Path::new(arg);
@@ -120,7 +120,8 @@ mod tests {
         .unwrap()
     }
 
-    fn with_ctx<T>(s: &Settings, f: impl FnOnce(&RunContext<'_>) -> T) -> T {
+    /// `f` of a context and an empty listener environment (the programs named by their paths).
+    fn with_ctx<T>(s: &Settings, f: impl FnOnce(&RunContext<'_>, &ListenerEnv) -> T) -> T {
         let key = SecretString::from("ac_script_key".to_string());
         let reasons = vec!["message".to_string(), "invite".to_string()];
         let state = tempfile::tempdir().unwrap();
@@ -136,7 +137,7 @@ mod tests {
             workdir: Path::new("/work/dir"),
             identity_template: None,
         };
-        f(&ctx)
+        f(&ctx, &ListenerEnv::default())
     }
 
     fn env_of(spec: &RunSpec, name: &str) -> Option<String> {
