@@ -49,7 +49,7 @@ pub fn prepare(ctx: &RunContext<'_>, listener: &ListenerEnv) -> Result<RunSpec, 
     // The user's tuning first, each flag with its one value (`core::cli_args`), so nothing of
     // theirs can be read as a value of one of ours.
     args.extend(super::confine::extra_args(ctx.settings)?);
-    let scratch = super::sandbox::fresh_scratch(ctx.state_dir)?;
+    let scratch = super::sandbox::fresh_scratch(ctx.state_dir, listener)?;
     let mut plan = super::sandbox::base_plan(ctx, listener, &scratch);
     super::sandbox::add_program(&mut plan, &program, listener);
     let url = agent_cli::mcp_url(&ctx.settings.api_base, claude.mcp_url.as_deref());

@@ -46,7 +46,7 @@ pub fn prepare(ctx: &RunContext<'_>, listener: &ListenerEnv) -> Result<RunSpec, 
     args.push("--".into());
     args.push(ctx.prompt.to_string());
 
-    let scratch = super::sandbox::fresh_scratch(ctx.state_dir)?;
+    let scratch = super::sandbox::fresh_scratch(ctx.state_dir, listener)?;
     let user_home =
         super::codex_home::user_home(listener.var_os("CODEX_HOME"), listener.var_os("HOME"));
     let home = super::codex_home::make(

@@ -12,11 +12,31 @@ use std::path::{Path, PathBuf};
 /// supervisor removes it when the run ends.
 pub const SCRATCH_DIR: &str = "scratch";
 
-/// Makes the run's scratch folder anew (0700), with `tmp/` in it; returns the folder.
-pub fn fresh_scratch(state_dir: &Path) -> Result<PathBuf, RuntimeError> {
+/// Makes the run's scratch folder anew (0700), with `tmp/` in it; returns the folder:
+/// `<state dir>/scratch`, or, when that cannot be made (a state dir turned full or read-only
+/// costs logs, not runs: docs/decisions.md), a new folder of a random name in the listener's
+/// `TMPDIR` (`/tmp`), made only if it was not there.
+pub fn fresh_scratch(state_dir: &Path, listener: &ListenerEnv) -> Result<PathBuf, RuntimeError> {
     let dir = state_dir.join(SCRATCH_DIR);
     remove_scratch(&dir);
-    crate::sys::fs::create_private_dir(&dir)?;
+    let made = crate::sys::fs::create_private_dir(&dir).map(|()| dir.clone());
+    let dir = made
+        .or_else(|e| {
+            use std::os::unix::fs::DirBuilderExt;
+            let tmp = Path::new(listener.var("TMPDIR").unwrap_or("/tmp"));
+            let other = tmp.join(format!("agentchat-scratch-{:016x}", fastrand::u64(..)));
+            let made = std::fs::DirBuilder::new().mode(0o700).create(&other);
+            made.map(|()| other).map_err(|_| e)
+        })
+        .map_err(|e| {
+            std::io::Error::new(
+                e.kind(),
+                format!(
+                    "cannot make the run's scratch folder {}: {e}",
+                    dir.display()
+                ),
+            )
+        })?;
     std::fs::create_dir(dir.join("tmp"))?;
     Ok(dir)
 }
@@ -110,4 +130,35 @@ fn interpreter(script: &Path, env: &ListenerEnv) -> Option<PathBuf> {
 /// The file `path` if it exists, for a plan's login entries.
 pub fn existing(path: PathBuf) -> Option<PathBuf> {
     path.exists().then_some(path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_state_dir_that_cannot_be_written_gets_the_scratch_folder_made_in_tmpdir_instead() {
+        use std::os::unix::fs::PermissionsExt;
+        let d = tempfile::tempdir().unwrap();
+        let state = d.path().join("state");
+        std::fs::create_dir(&state).unwrap();
+        let listener = ListenerEnv::from_vars([("TMPDIR", d.path().join("tmp"))]);
+        std::fs::create_dir(d.path().join("tmp")).unwrap();
+        let dir = fresh_scratch(&state, &listener).unwrap();
+        assert_eq!(dir, state.join(SCRATCH_DIR));
+        // A file where the folder would go stands for a state dir that cannot be written (the
+        // tests run as root, whom a read-only mode does not stop).
+        remove_scratch(&dir);
+        let blocked = d.path().join("blocked");
+        std::fs::write(&blocked, "").unwrap();
+        let dir = fresh_scratch(&blocked, &listener).unwrap();
+        assert!(dir.starts_with(d.path().join("tmp")), "{}", dir.display());
+        assert!(dir.join("tmp").is_dir());
+        let mode = std::fs::metadata(&dir).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o700);
+        // Neither: the error names the state dir's folder.
+        let nowhere = ListenerEnv::from_vars([("TMPDIR", blocked.clone())]);
+        let err = fresh_scratch(&blocked, &nowhere).unwrap_err().to_string();
+        assert!(err.contains("blocked/scratch"), "{err}");
+    }
 }

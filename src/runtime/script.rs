@@ -33,7 +33,7 @@ pub fn prepare(ctx: &RunContext<'_>, listener: &ListenerEnv) -> Result<RunSpec, 
         env_remove.push("AGENTCHAT_API_KEY".into());
     }
 
-    let scratch = super::sandbox::fresh_scratch(ctx.state_dir)?;
+    let scratch = super::sandbox::fresh_scratch(ctx.state_dir, listener)?;
     env.extend(super::sandbox::tmp_env(&scratch));
     let args = command.get(1..).unwrap_or_default().to_vec();
     let sandbox = ctx.settings.listen.sandbox_script.then(|| {
