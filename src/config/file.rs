@@ -362,7 +362,7 @@ impl FromToml for Vec<String> {
     }
 }
 
-/// The humantime adapter: a duration is a string such as `"3s"`, checked by `value::duration`.
+/// A list of TCP ports, each 1 to 65535.
 impl FromToml for Vec<u16> {
     fn from_toml(v: &toml::Value) -> Result<Self, String> {
         let items = v
@@ -380,6 +380,7 @@ impl FromToml for Vec<u16> {
     }
 }
 
+/// The humantime adapter: a duration is a string such as `"3s"`, checked by `value::duration`.
 impl FromToml for Duration {
     fn from_toml(v: &toml::Value) -> Result<Self, String> {
         let s = v.as_str().ok_or_else(|| {

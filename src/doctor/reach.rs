@@ -19,13 +19,13 @@ pub fn check_run_reach(
     workdir: &Path,
     support: Support,
 ) -> Check {
-    let settings_reach = crate::runtime::confine::reach(settings);
-    if settings_reach.problem.is_some() {
-        return check_reach(&settings_reach, workdir);
+    let reach = crate::runtime::confine::reach(settings);
+    let mut c = check_reach(&reach, workdir);
+    if reach.problem.is_some() {
+        return c;
     }
     match crate::runtime::dry_run(settings, workdir, None) {
         Ok((spec, scratch_state)) => {
-            let mut c = check_reach(&spec.reach, workdir);
             let line = match &spec.sandbox {
                 Some(plan) => describe_plan(plan, &scratch_state, support),
                 None => "the kernel's line: none (listen.sandbox_script = false)".into(),
@@ -48,7 +48,6 @@ pub fn check_run_reach(
             c.with("env_set", env)
         }
         Err(e) => {
-            let mut c = check_reach(&settings_reach, workdir);
             c.detail = format!(
                 "{}; the kernel's line: not drawn, as no run can start: {e}",
                 c.detail

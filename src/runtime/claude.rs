@@ -111,7 +111,6 @@ pub fn prepare(ctx: &RunContext<'_>, listener: &ListenerEnv) -> Result<RunSpec, 
         runtime: RuntimeKind::ClaudeCode,
         sandbox: Some(plan),
         scratch: Some(scratch),
-        reach: super::confine::reach(ctx.settings),
     })
 }
 

@@ -59,8 +59,7 @@ pub fn prepare(ctx: &RunContext<'_>, listener: &ListenerEnv) -> Result<RunSpec, 
     if let Some(login) = &home.login {
         plan.add(login, Access::ReadWriteFile, "Codex's login");
     }
-    let reach = super::confine::reach(ctx.settings);
-    if reach.commands {
+    if super::confine::reach(ctx.settings).commands {
         // Codex's shell sandbox (bubblewrap) mounts, which no process may do inside a line
         // that holds files: with the shell the kernel holds the run's TCP ports, signals and
         // sockets, and Codex's sandbox its files (writes in the workdir only).
@@ -90,7 +89,6 @@ pub fn prepare(ctx: &RunContext<'_>, listener: &ListenerEnv) -> Result<RunSpec, 
         runtime: RuntimeKind::Codex,
         sandbox: Some(plan),
         scratch: Some(scratch),
-        reach,
     })
 }
 

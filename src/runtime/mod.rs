@@ -85,9 +85,6 @@ pub struct RunSpec {
     pub sandbox: Option<crate::core::sandbox::Plan>,
     /// The run's scratch folder (`runtime::sandbox`), removed when the run ends.
     pub scratch: Option<PathBuf>,
-    /// What the run is offered beyond AgentChat, for `doctor` (the same values the command
-    /// line was built from).
-    pub reach: confine::Reach,
 }
 
 /// The run's outcome for the invite rule and the status file.

@@ -127,11 +127,6 @@ fn interpreter(script: &Path, env: &ListenerEnv) -> Option<PathBuf> {
     super::agent_cli::search_path(Path::new(&name), env.var_os("PATH"))
 }
 
-/// The file `path` if it exists, for a plan's login entries.
-pub fn existing(path: PathBuf) -> Option<PathBuf> {
-    path.exists().then_some(path)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

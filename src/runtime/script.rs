@@ -60,7 +60,6 @@ pub fn prepare(ctx: &RunContext<'_>, listener: &ListenerEnv) -> Result<RunSpec, 
         runtime: crate::config::RuntimeKind::Script,
         sandbox,
         scratch: Some(scratch),
-        reach: super::confine::reach(ctx.settings),
     })
 }
 

@@ -688,7 +688,6 @@ mod tests {
             runtime: crate::config::RuntimeKind::ClaudeCode,
             sandbox: None,
             scratch: None,
-            reach: Default::default(),
         }
     }
 

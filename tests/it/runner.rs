@@ -20,7 +20,6 @@ fn sh(script: &str, cwd: &Path) -> RunSpec {
         runtime: agentchat::config::RuntimeKind::Script,
         sandbox: None,
         scratch: None,
-        reach: Default::default(),
     }
 }
 
