@@ -26,12 +26,14 @@
 //!   reconnects and pacing ([`core::reconnect`], [`core::pacing`], [`core::recheck`]), the tray and
 //!   texts ([`core::tray`], [`core::texts`]), what a cycle does ([`core::decision`],
 //!   [`core::invite_rule`], [`core::identity`], [`core::handle`]), the run's environment and kind
-//!   ([`core::run_env`], [`core::runtime_kind`]), `listen --all`'s run slots ([`core::admission`]),
-//!   the run policy and what runs cost ([`core::policy`], [`core::run_report`]),
-//!   `status.json`'s vocabulary ([`core::status`]), and the state machines: one profile's
-//!   listener ([`core::listener`]: `socket`, `cycle`, `policy`, `health`, `status_file`, `mutes`,
-//!   its [`core::listener::io`] vocabulary) and the process's profiles, pacer and run slots
-//!   ([`core::host`]), on an injected clock ([`core::time`]) and seed ([`core::rng`]).
+//!   ([`core::run_env`], [`core::runtime_kind`]), the kernel's line around a run and what
+//!   `extra_args` may hold ([`core::sandbox`], [`core::cli_args`]), `listen --all`'s run slots
+//!   ([`core::admission`]), the run policy and what runs cost ([`core::policy`],
+//!   [`core::run_report`]), `status.json`'s vocabulary ([`core::status`]), and the state
+//!   machines: one profile's listener ([`core::listener`]: `socket`, `cycle`, `policy`, `health`,
+//!   `status_file`, `mutes`, its [`core::listener::io`] vocabulary) and the process's profiles,
+//!   pacer and run slots ([`core::host`]), on an injected clock ([`core::time`]) and seed
+//!   ([`core::rng`]).
 //! - [`sys`]: OS plumbing every layer shares: [`sys::fs`] (atomic and private writes, capped reads
 //!   of the files a user names), [`sys::flock`] (who holds a lock file), [`sys::process`] (a child
 //!   in its own process group, [`sys::process::ProcessEnd`]), [`sys::time`], [`sys::tls`] (the one

@@ -242,6 +242,15 @@ impl Paths<'_> {
         value::path(&raw, self.base, self.env).map_err(|p| bad(key, p))
     }
 
+    /// A list of paths, each resolved as `path` resolves one.
+    pub(super) fn paths(
+        self,
+        raw: Vec<String>,
+        key: &str,
+    ) -> Result<Vec<std::path::PathBuf>, ConfigError> {
+        raw.iter().map(|r| self.path(r.clone(), key)).collect()
+    }
+
     /// `env_pass`: each item a `NAME` or `PREFIX_*` pattern (`core::run_env`).
     pub(super) fn env_pass(self, v: Vec<String>, key: &str) -> Result<Vec<String>, ConfigError> {
         match v
@@ -348,6 +357,24 @@ impl FromToml for Vec<String> {
                 item.as_str()
                     .map(str::to_string)
                     .ok_or_else(|| format!("item {i} is {}, expected a string", item.type_str()))
+            })
+            .collect()
+    }
+}
+
+/// A list of TCP ports, each 1 to 65535.
+impl FromToml for Vec<u16> {
+    fn from_toml(v: &toml::Value) -> Result<Self, String> {
+        let items = v
+            .as_array()
+            .ok_or_else(|| format!("expected an array of port numbers, found {}", v.type_str()))?;
+        items
+            .iter()
+            .map(|i| {
+                i.as_integer()
+                    .and_then(|n| u16::try_from(n).ok())
+                    .filter(|n| *n > 0)
+                    .ok_or_else(|| format!("expected a port number (1 to 65535), found {i}"))
             })
             .collect()
     }

@@ -246,6 +246,19 @@ keyed_table! {
         /// `listen.tools`: what a run may use beyond the AgentChat tools (Claude Code file
         /// tools, or `shell` for Codex), inside the workdir only; empty by default.
         tools: Vec<String> => Vec<String> = plain, default,
+        /// `listen.sandbox_read`: more paths a run may read beyond the kernel's line
+        /// (`core::sandbox`).
+        sandbox_read: Vec<String> => Vec<PathBuf> = paths, default,
+        /// `listen.sandbox_write`: more paths a run may read and write.
+        sandbox_write: Vec<String> => Vec<PathBuf> = paths, default,
+        /// `listen.sandbox_ports`: more TCP ports a run may connect to.
+        sandbox_ports: Vec<u16> => Vec<u16> = plain, default,
+        /// `listen.sandbox_script`: confine the script runtime's runs too (Claude Code's and
+        /// Codex's always are).
+        sandbox_script: bool => bool = plain, default(true),
+        /// `listen.instructions`: a file whose text every run is told after the identity block,
+        /// read by the listener (`runtime::instructions`).
+        instructions: String => PathBuf = path, optional,
         /// Newest run logs kept.
         run_logs_keep: RunLogsKeep => usize = plain, default(50),
         /// Most bytes of a run's output kept in its log: the first half, then the last half

@@ -393,8 +393,11 @@ async fn runtime_section(settings: &Settings, report: &mut Report) {
             report.checks.extend(cli_runtime(settings, kind).await);
         }
     }
-    let touch = crate::runtime::confine::reach(settings);
-    report.checks.push(reach::check_reach(&touch, &workdir));
+    let support = crate::runtime::landlock::support();
+    report.checks.push(reach::check_confine(settings, support));
+    report
+        .checks
+        .push(reach::check_run_reach(settings, &workdir, support));
 }
 
 /// `runtime` for `script`: the command's program, found from the workdir and `PATH`.

@@ -144,6 +144,7 @@ pub async fn run_command(config: &config::ConfigArgs, yes: bool) -> anyhow::Resu
         api_key: &key,
         state_dir: &state.root,
         workdir: &workdir,
+        identity_template: texts.identity_line_template.as_deref(),
     };
     let spec = match runtime::prepare(&ctx) {
         Ok(s) => s,

@@ -731,8 +731,9 @@ async fn reach_passes_by_default_and_warns_for_a_profile_whose_runs_can_touch_fi
     sim.shutdown().await;
 }
 
-/// Issue 24: `extra_args` that would widen a run make every run `runtime_unusable` naming the
-/// key; doctor says the same, as a FAIL on its `reach` line, before a listener ever starts.
+/// Issues 24 and 33: `extra_args` off the CLI's allowlist make every run `runtime_unusable`
+/// naming the argument; doctor says the same, as a FAIL on its `reach` line, before a listener
+/// ever starts.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn widening_extra_args_fail_reach_naming_the_key() {
     let (sim, _, key) = seeded_sim().await;
@@ -749,17 +750,13 @@ async fn widening_extra_args_fail_reach_naming_the_key() {
     out.assert_line(
         "reach",
         "FAIL reach:",
-        "`listen.claude.extra_args` holds `--allowedTools`",
+        "`--allowedTools` is not one of them",
     );
     let out = s
         .doctor(&sim.api_base, Some(&key), &["--profile", "cx"])
         .await;
     assert_eq!(out.code, 1, "{}", out.all());
-    out.assert_line(
-        "reach",
-        "FAIL reach:",
-        "`listen.codex.extra_args` holds `--sandbox`",
-    );
+    out.assert_line("reach", "FAIL reach:", "`--sandbox` is not one of them");
     // An argument that widens nothing passes.
     let out = s
         .doctor(&sim.api_base, Some(&key), &["--profile", "narrow"])

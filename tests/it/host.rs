@@ -71,9 +71,10 @@ impl HostSetup {
             let p = self.profile(name);
             toml.push_str(&format!(
                 "\n[profiles.{name}]\napi_key_file = \"{key}\"\n[profiles.{name}.listen]\n\
-                 command = [\"/bin/sh\", \"{script}\"]\n",
+                 command = [\"/bin/sh\", \"{script}\"]\nsandbox_write = [\"{rec}\"]\n",
                 key = self.key_path(name).display(),
                 script = p.rec.script.display(),
+                rec = p.rec.dir.display(),
             ));
         }
         toml.push_str(extra);
@@ -1063,12 +1064,10 @@ async fn sighup_looks_again_at_once_at_an_unchanged_profile_whose_runtime_could_
         l.log()
     );
     {
+        // The recorder itself arrives there: the program `command` names is all of the run's
+        // own that the kernel's line lets it read (the recorder's folder aside).
         use std::os::unix::fs::PermissionsExt;
-        std::fs::write(
-            &program,
-            format!("#!/bin/sh\nexec /bin/sh '{}'\n", script.display()),
-        )
-        .unwrap();
+        std::fs::copy(&script, &program).unwrap();
         std::fs::set_permissions(&program, std::fs::Permissions::from_mode(0o755)).unwrap();
     }
     let asked = std::time::Instant::now();

@@ -333,9 +333,10 @@ async fn with_all_a_sighup_that_lifts_a_profiles_rule_runs_its_held_card() {
     let config = format!(
         "log_level = \"debug\"\n[listen]\nruntime = \"script\"\nquiet_window = \"300ms\"\n\
          max_delay = \"2s\"\nidle_timeout = \"100s\"\n[profiles.p]\napi_key_file = \"{}\"\n\
-         [profiles.p.listen]\ncommand = [\"/bin/sh\", \"{}\"]\n",
+         [profiles.p.listen]\ncommand = [\"/bin/sh\", \"{}\"]\nsandbox_write = [\"{}\"]\n",
         key.display(),
-        setup.rec.script.display()
+        setup.rec.script.display(),
+        setup.rec.dir.display()
     );
     std::fs::write(&setup.config, format!("{config}{rule}")).unwrap();
     let xdg = setup.tmp.path().join("xdg");

@@ -43,6 +43,7 @@ mod packaging;
 mod runner;
 mod runtimes_cli;
 mod runtimes_confine;
+mod runtimes_contain;
 mod runtimes_cost;
 mod runtimes_listen;
 mod service;

@@ -137,6 +137,10 @@ fn prepare(order: &RunOrder, r: &RunIo) -> Result<RunSpec, RunOutcome> {
         api_key: &r.key,
         state_dir: &r.state.root,
         workdir: &workdir,
+        identity_template: order
+            .texts
+            .as_deref()
+            .and_then(|t| t.identity_line_template.as_deref()),
     };
     runtime::prepare(&ctx).map_err(|e| match e {
         runtime::RuntimeError::Unusable(why) => {
