@@ -145,13 +145,36 @@ impl Driver {
                 let settings = io.settings.clone();
                 let workdir = io.state.workdir(settings.listen.workdir.as_deref());
                 if presence_only {
-                    // Only the program's presence, which starts no process: the login check
-                    // (`claude auth status` is a Node process of about 290 MB for 2 s) would cost
-                    // every listener's start that; it runs only while the runtime is unusable.
-                    let result = crate::runtime::check::presence(&settings, &workdir)
-                        .map(|p| p.display().to_string())
-                        .map_err(|e| e.why().to_string());
+                    // At start and on reload: the program's presence, and for Claude Code a look
+                    // for a login that starts no process (`check::at_start`). Only when no file
+                    // or variable shows one does `claude auth status` run (a Node process of
+                    // about 290 MB for 2 s), off the loop: its failure marks the runtime unusable
+                    // before a message starts a run that fails (issue 34 item 12).
+                    let look = crate::runtime::check::at_start(&settings, &workdir);
                     let binary = super::binary_stamp(&settings);
+                    let result = match look {
+                        Err(e) => Err(e.why().to_string()),
+                        Ok(crate::runtime::check::StartLook::Ready(p)) => {
+                            Ok(p.display().to_string())
+                        }
+                        Ok(crate::runtime::check::StartLook::CheckLogin(p)) => {
+                            let login = chan.clone();
+                            tokio::spawn(
+                                async move {
+                                    if let Err(e) =
+                                        crate::runtime::check::usable(&settings, &workdir).await
+                                    {
+                                        login.send(Input::RuntimeChecked {
+                                            result: Err(e.why().to_string()),
+                                            binary,
+                                        });
+                                    }
+                                }
+                                .instrument(span),
+                            );
+                            Ok(p.display().to_string())
+                        }
+                    };
                     return Some(Input::RuntimeChecked { result, binary });
                 }
                 tokio::spawn(

@@ -569,7 +569,6 @@ async fn status_shows_the_running_listener_beside_a_config_error() {
 /// `runtime_unusable`), before any message could start a run that fails. The look that finds it
 /// without a process is `runtime::check::at_start`; the listener's daemon must call it at start
 /// and on reload, which is the daemon's owners' change (issue 34's resolution names it).
-#[ignore = "needs src/listen/daemon to call runtime::check::at_start (issue 34, item 12)"]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_claude_not_logged_in_is_found_at_start() {
     let w = World::new().await;

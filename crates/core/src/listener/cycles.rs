@@ -172,7 +172,11 @@ impl Listener {
     pub(super) fn on_cycle_end(&mut self, now: Now, report: cycle::Report) {
         self.shown.flags.cycle_wait = None;
         self.obs.cycle_ended(&report.last, report.key_refused);
-        if report.last.run_started {
+        if report.last.run_started && report.unusable.is_some() {
+            // Refused by its runtime before a model was asked: no cap counts it (issue 34 item 12).
+            let ledger = self.policy.run_refused();
+            self.out.effects.push_back(Effect::SaveLedger(ledger));
+        } else if report.last.run_started {
             let (cost, tokens) = report.run_report.as_ref().map_or((None, None), |r| {
                 (r.cost_usd, r.usage.as_ref().map(|u| u.total()))
             });

@@ -149,9 +149,14 @@ impl Listener {
         if let Ok(cfg) = config {
             self.take_settings(*cfg, now);
         }
-        // A person acted: the runtime gets a new chance at once, and its looks start over.
+        // A person acted: the runtime gets a new chance at once, and its looks start over; it
+        // is looked at as at the start (for Claude Code a login no file shows is checked), so a
+        // runtime that still cannot work is found now, not by the next run.
         self.rt.health.start_over();
         self.leave_unusable("reload", true, now);
+        self.out.effects.push_back(Effect::CheckRuntime {
+            presence_only: true,
+        });
         self.socket_params_changed(now, endpoint_changed);
         self.status.changed();
         self.refresh_texts();

@@ -132,6 +132,15 @@ impl RunPolicy {
         self.ledger.clone()
     }
 
+    /// A run its runtime refused (unusable: not logged in, a refused key) cost nothing and did
+    /// not run: it leaves the ledger, and no cap counts it. The ledger to save.
+    pub fn run_refused(&mut self) -> Arc<Ledger> {
+        if let Some(started) = self.running.take() {
+            Arc::make_mut(&mut self.ledger).forget_last(started);
+        }
+        self.ledger.clone()
+    }
+
     /// What the policy said of a cycle's tray sets or ends the hold.
     pub fn seen(&mut self, seen: &Seen, now_mono: u64, now_wall: i64) {
         match seen {

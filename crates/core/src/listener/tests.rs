@@ -288,6 +288,8 @@ fn a_run_refused_after_its_check_passed_waits_for_a_server_wake_not_a_retry_ladd
     w.run_for(60 * MIN);
     assert_eq!(w.runs.len(), 3, "{:?}", w.runs);
     assert!(w.runs[2].reasons.contains(&"message".to_string()));
+    // Refused before a model was asked: none counts toward a cap (issue 34 item 12).
+    assert!(w.ledger().runs().is_empty(), "{:?}", w.ledger().runs());
 }
 
 /// Issue 37 item 2 (issue 36's second finding): a hold that ends while the tray cannot be read

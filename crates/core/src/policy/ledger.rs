@@ -171,6 +171,19 @@ impl Ledger {
         }
     }
 
+    /// The run that started at `started_ms` did not run after all (its runtime refused it
+    /// before a model was asked: not logged in, a refused key): forgotten when it is the last
+    /// one, so it counts toward no cap. True when it was.
+    pub fn forget_last(&mut self, started_ms: i64) -> bool {
+        if self.runs.last().is_none_or(|r| r.started_ms != started_ms) {
+            return false;
+        }
+        if let (Some(run), Some(id)) = (self.runs.pop(), self.ids.pop()) {
+            unindex(&mut self.seen, id, &run);
+        }
+        true
+    }
+
     /// The runs kept in detail, oldest first.
     pub fn runs(&self) -> &[RunEntry] {
         &self.runs
