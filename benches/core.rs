@@ -156,18 +156,53 @@ fn main() {
     }
     let now_ms = first_ms + MAX_RUNS as i64 * 20_000;
     let full = Tray::parse(tray_json(50).as_bytes()).unwrap();
+    let heard = policy::Heard::default();
     measure(
-        "policy: gate, 50 cards, full loop ledger",
+        "policy: observe and gate, 50 cards, full loop ledger",
         n(20),
         "gate",
         |_| {
+            policy::observe(&guarded, &full, &mut ledger, black_box(now_ms));
             black_box(policy::gate(
                 &guarded,
                 &full,
                 &ledger,
+                &heard,
                 black_box(now_ms),
                 &utc,
             ));
+        },
+    );
+
+    // Issue 38 item 7: a ledger file far past MAX_RUNS (560,000 runs, about 16 MB, under the
+    // 16 MiB read cap) read back and cut to MAX_RUNS at the first prune, as the listener starts;
+    // before, the cut took one run from the front of a vector at a time (11 minutes here).
+    let runs: Vec<String> = (0..560_000i64)
+        .map(|i| format!(r#"{{"started_ms":{}}}"#, first_ms + i))
+        .collect();
+    let file = format!(r#"{{"runs":[{}]}}"#, runs.join(","));
+    println!("ledger file: {} bytes", file.len());
+    measure(
+        "ledger: read back and cut, 560,000 runs",
+        n(3),
+        "ledger",
+        |_| {
+            let mut l: Ledger = serde_json::from_str(&file).unwrap();
+            l.prune(first_ms + 600_000, 0, &utc);
+            assert_eq!(l.runs().len(), MAX_RUNS);
+            black_box(l);
+        },
+    );
+    let mut full_ledger = Ledger::new();
+    for i in 0..MAX_RUNS as i64 {
+        full_ledger.started(first_ms + i, vec!["conv_a".into()], &utc);
+    }
+    measure(
+        "ledger: a run starts on a full ledger",
+        n(2000),
+        "run",
+        |i| {
+            full_ledger.started(now_ms + i as i64, vec!["conv_a".into()], &utc);
         },
     );
 }

@@ -79,6 +79,7 @@ pub async fn run(settings: Settings, prepared: Prepared) -> anyhow::Result<i32> 
     let mut unknown_version_said = false;
     let mut next_req = 0;
     let mut mutes = crate::core::listener::mutes::Mutes::default();
+    let mut heard = crate::core::policy::Heard::default();
 
     let mut out = Out::new(&mut effects, &mut rng);
     let mut cycle = Cycle::start(
@@ -160,6 +161,7 @@ pub async fn run(settings: Settings, prepared: Prepared) -> anyhow::Result<i32> 
                             clock,
                             stopping,
                             mutes: &mut mutes,
+                            heard: &mut heard,
                         },
                     );
                 }
@@ -202,6 +204,7 @@ pub async fn run(settings: Settings, prepared: Prepared) -> anyhow::Result<i32> 
                 clock,
                 stopping,
                 mutes: &mut mutes,
+                heard: &mut heard,
             },
         );
     }
@@ -211,14 +214,18 @@ pub async fn run(settings: Settings, prepared: Prepared) -> anyhow::Result<i32> 
     // A held run is said as the daemon says it.
     policy.seen(&report.policy, now.mono_ms, now.wall_ms);
     if report.last.run_started {
-        let (cost, tokens) = report.run_report.as_ref().map_or((None, None), |r| {
-            (r.cost_usd, r.usage.as_ref().map(|u| u.total()))
-        });
+        let budgeted = settings.listen.runtime == crate::config::RuntimeKind::ClaudeCode;
+        let spent = report
+            .run_report
+            .as_ref()
+            .map(|r| policy.spent(r, budgeted))
+            .unwrap_or_default();
         policy.run_started(&report.conversations, now.wall_ms);
-        let ledger = policy.run_ended(&report.conversations, cost, tokens, now.wall_ms);
-        if let Ok(bytes) = serde_json::to_vec(ledger.as_ref()) {
-            let _ = crate::sys::fs::write_atomic_unsynced(&state.path(LEDGER_FILE), &bytes);
-        }
+        policy.run_ended(&report.conversations, spent, now.wall_ms);
+    }
+    let ledger = policy.ledger();
+    if let Ok(bytes) = serde_json::to_vec(ledger.as_ref()) {
+        let _ = crate::sys::fs::write_atomic_unsynced(&state.path(LEDGER_FILE), &bytes);
     }
     exit(&report)
 }
@@ -237,6 +244,7 @@ struct Env<'a> {
     clock: super::driver::Clock,
     stopping: bool,
     mutes: &'a mut crate::core::listener::mutes::Mutes,
+    heard: &'a mut crate::core::policy::Heard,
 }
 
 fn feed(cycle: &mut Cycle, input: Input, env: &mut Env) {
@@ -254,6 +262,7 @@ fn feed(cycle: &mut Cycle, input: Input, env: &mut Env) {
         next_req: env.next_req,
         removed_known: false,
         mutes: env.mutes,
+        heard: env.heard,
     };
     let mut out: Out<Note> = Out::new(env.effects, env.rng);
     match input {

@@ -205,6 +205,7 @@ fn today_cell(today: Option<&UsageTotals>) -> String {
         runs: t.runs,
         cost_usd: t.cost_usd,
         tokens: t.tokens,
+        estimated: t.estimated,
     });
     line.strip_prefix("today: ").unwrap_or(&line).to_string()
 }
@@ -390,6 +391,7 @@ mod tests {
                 runs: 3,
                 cost_usd: 0.25,
                 tokens: 0,
+                ..UsageTotals::default()
             }),
             zone: None,
         }
@@ -480,6 +482,7 @@ mod tests {
             runs: 2,
             cost_usd: 0.0,
             tokens: 1_500,
+            ..UsageTotals::default()
         });
         let mut never = row("new", "@n", "not installed", None);
         never.today = None;

@@ -571,11 +571,13 @@ mod tests {
             since: "2026-11-30T11:20:00Z".into(),
             cards: (1..=7).map(|i| format!("conv_{i}")).collect(),
             invites: vec!["inv_1".into()],
+            ..Held::default()
         });
         s.usage.today = crate::core::status::UsageTotals {
             runs: 14,
             cost_usd: 0.834,
             tokens: 90_000,
+            ..Default::default()
         };
         s.usage.this_hour.runs = 12;
         let east = crate::core::policy::FixedOffset(2 * 3600);

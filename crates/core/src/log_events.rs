@@ -54,6 +54,7 @@ pub const LEFTOVER_RUN_STOPPED: &str = "leftover_run_stopped";
 pub const LEFTOVER_RUN_UNREADABLE: &str = "leftover_run_unreadable";
 pub const LISTENER_START: &str = "listener_start";
 pub const LOCK_PID_UNWRITTEN: &str = "lock_pid_unwritten";
+pub const LOOP_RELEASED: &str = "loop_released";
 pub const METRICS_ACCEPT_FAILED: &str = "metrics_accept_failed";
 pub const METRICS_BIND_FAILED: &str = "metrics_bind_failed";
 pub const METRICS_CONNECTIONS_FULL: &str = "metrics_connections_full";
@@ -180,6 +181,7 @@ pub const ALL: &[&str] = &[
     LEFTOVER_RUN_UNREADABLE,
     LISTENER_START,
     LOCK_PID_UNWRITTEN,
+    LOOP_RELEASED,
     METRICS_ACCEPT_FAILED,
     METRICS_BIND_FAILED,
     METRICS_CONNECTIONS_FULL,

@@ -102,10 +102,12 @@ impl Listener {
             next_req: &mut self.cycles.next_req,
             removed_known: self.shown.flags.removed.is_some(),
             mutes: &mut self.kept.mutes,
+            heard: &mut self.kept.heard,
         };
         let mut out = self.out.out();
         f(c, &mut ctx, &mut out);
         let notes = out.notes;
+        self.save_policy_memory();
         self.cycle_notes(now, notes);
         self.take_done_cycle(now);
     }
@@ -118,8 +120,10 @@ impl Listener {
                     kind,
                     log,
                     conversations,
+                    cards,
                 } => {
                     self.status.release();
+                    self.kept.heard.spend(&cards);
                     let ledger = self.policy.run_started(&conversations, now.wall_ms);
                     self.out.effects.push_back(Effect::SaveLedger(ledger));
                     if let Some(c) = self.shown.last_cycle.as_mut() {
@@ -177,18 +181,22 @@ impl Listener {
             let ledger = self.policy.run_refused();
             self.out.effects.push_back(Effect::SaveLedger(ledger));
         } else if report.last.run_started {
-            let (cost, tokens) = report.run_report.as_ref().map_or((None, None), |r| {
-                (r.cost_usd, r.usage.as_ref().map(|u| u.total()))
-            });
+            let budgeted = self.cfg.runtime == crate::runtime_kind::RuntimeKind::ClaudeCode;
+            let spent = report
+                .run_report
+                .as_ref()
+                .map(|r| self.policy.spent(r, budgeted))
+                .unwrap_or_default();
             let ledger = self
                 .policy
-                .run_ended(&report.conversations, cost, tokens, now.wall_ms);
+                .run_ended(&report.conversations, spent, now.wall_ms);
             self.out.effects.push_back(Effect::SaveLedger(ledger));
             if let Some(r) = &report.run_report {
                 self.obs.run_reported(self.cfg.runtime.as_str(), r);
             }
         }
         self.policy.seen(&report.policy, now.mono_ms, now.wall_ms);
+        self.save_policy_memory();
         if report.last.run_started {
             self.shown.counters.runs += 1;
         }

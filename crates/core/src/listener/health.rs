@@ -226,9 +226,10 @@ impl Listener {
     }
 
     /// SIGHUP found this profile's settings unchanged: a runtime that cannot work is checked
-    /// now, missing texts are fetched now, a refused key's file is read now. A profile that can
-    /// run does nothing.
+    /// now, missing texts are fetched now, a refused key's file is read now, the loops the guard
+    /// holds are let go. A profile that can run does nothing else.
     pub(super) fn recheck_now(&mut self, now: Now) {
+        self.release_loops(now);
         if self.rt.health.recheck_now(now.mono_ms) {
             tracing::info!(event = %log_events::RECHECK, what = "runtime", "SIGHUP: checking the runtime again now");
         }

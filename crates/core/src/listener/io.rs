@@ -282,6 +282,12 @@ pub enum Slot {
         running: usize,
         max: usize,
     },
+    /// No run: the host's daily budget is spent (`listen --all`), until its day ends.
+    OverBudget {
+        reason: crate::policy::HoldReason,
+        key: &'static str,
+        until: i64,
+    },
 }
 
 /// What the machine asks the driver (or the host) to do.

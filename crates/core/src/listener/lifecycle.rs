@@ -89,6 +89,12 @@ impl Listener {
                 }
                 Note::Wake { cause, frames } => self.record(&cause, frames, now),
                 Note::Refused { capabilities } => self.on_refused_capabilities(capabilities),
+                Note::Heard(messages) => {
+                    for m in messages {
+                        let muted = self.kept.mutes.get(&m.conversation);
+                        self.kept.heard.hear(m, muted);
+                    }
+                }
             }
         }
     }
@@ -149,6 +155,7 @@ impl Listener {
         if let Ok(cfg) = config {
             self.take_settings(*cfg, now);
         }
+        self.release_loops(now);
         // A person acted: the runtime gets a new chance at once, and its looks start over; it
         // is looked at as at the start (for Claude Code a login no file shows is checked), so a
         // runtime that still cannot work is found now, not by the next run.
@@ -186,6 +193,21 @@ impl Listener {
             // Runs were held and the rules changed: the tray is read now, not at the next
             // message.
             self.own_wake(ListenerWake::HoldEnded, now);
+        }
+    }
+
+    /// A SIGHUP lets the conversations the loop guard holds go: the tray is read at once.
+    pub(super) fn release_loops(&mut self, now: Now) {
+        if self.policy.release_loops(now.wall_ms) {
+            self.save_policy_memory();
+            self.own_wake(ListenerWake::HoldEnded, now);
+        }
+    }
+
+    /// The policy's ledger when it changed without a run (`RunPolicy::unsaved`).
+    pub(super) fn save_policy_memory(&mut self) {
+        if let Some(ledger) = self.policy.unsaved() {
+            self.out.effects.push_back(Effect::SaveLedger(ledger));
         }
     }
 

@@ -203,6 +203,7 @@ impl Listener {
             kept: Kept {
                 invites: restored.invites,
                 mutes: mutes::Mutes::default(),
+                heard: Default::default(),
             },
             waits: Waits {
                 tray_not_before: Recheck::default(),
@@ -231,6 +232,16 @@ impl Listener {
     /// The settings in use.
     pub fn config(&self) -> &ListenerConfig {
         &self.cfg
+    }
+
+    /// Today's runs and spending by its policy's ledger (the host's budget sums them).
+    pub fn spent_today(&self, now_wall: i64) -> crate::policy::Totals {
+        self.policy.today(now_wall)
+    }
+
+    /// The next midnight of its policy's zone.
+    pub fn tomorrow(&self, now_wall: i64) -> i64 {
+        self.policy.tomorrow(now_wall)
     }
 
     /// The bare handle of this key's agent, once known.

@@ -105,6 +105,8 @@ pub(super) struct Runtime {
 pub(super) struct Kept {
     pub(super) invites: InviteMemory,
     pub(super) mutes: mutes::Mutes,
+    /// What the socket heard of unread messages, for the run policy.
+    pub(super) heard: crate::policy::Heard,
 }
 
 /// The listener's own waits.

@@ -45,6 +45,7 @@ impl Cycle {
     /// The tray after the run: the follow-up, then the invite rule.
     pub(super) fn after_tray(&mut self, ctx: &mut Ctx, after: Tray, out: &mut Out<Note>) {
         ctx.mutes.see(&after);
+        ctx.heard.see(&after);
         let Some(before) = self.before.take() else {
             return self.finish(ctx, out);
         };

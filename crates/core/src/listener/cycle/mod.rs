@@ -59,6 +59,8 @@ pub struct Report {
     pub policy: Seen,
     /// The conversations the tray before the run showed moving (`policy::loop_conversations`).
     pub conversations: Vec<String>,
+    /// The cards the policy let wake the run (past the tray's cut too).
+    pub cards: Vec<String>,
 }
 
 /// Where a cycle stands.
@@ -126,6 +128,8 @@ pub enum Note {
         kind: RunKind,
         log: String,
         conversations: Vec<String>,
+        /// The cards that woke it.
+        cards: Vec<String>,
     },
     /// The cycle waits out the server's `429 Retry-After` until then (wall ms).
     Wait { until_wall: i64 },
@@ -153,6 +157,8 @@ pub struct Ctx<'a> {
     pub removed_known: bool,
     /// What earlier trays said of mutes.
     pub mutes: &'a mut super::mutes::Mutes,
+    /// What the socket heard of unread messages.
+    pub heard: &'a mut crate::policy::Heard,
 }
 
 impl Cycle {
@@ -343,6 +349,7 @@ impl Cycle {
         let mutes = &*ctx.mutes;
         let decided = decision::decide_knowing(tray, ctx.handle, &self.causes, &|c| mutes.get(c));
         ctx.mutes.see(tray);
+        ctx.heard.see(tray);
         match decided {
             CycleDecision::NoRun(NoRunReason::HandleMismatch) => {
                 let you = tray.you.clone().unwrap_or_default();
@@ -359,8 +366,9 @@ impl Cycle {
             CycleDecision::Run(kind) => {
                 self.report.handle_ok = true;
                 self.report.conversations = crate::policy::loop_conversations(tray);
-                match ctx.policy.judge(tray, kind, ctx.now.wall_ms) {
-                    Ok(kind) => {
+                match ctx.policy.judge(tray, kind, ctx.heard, ctx.now.wall_ms) {
+                    Ok((kind, cards)) => {
+                        self.report.cards = cards;
                         self.report.policy = Seen::Clear;
                         self.allowed_invites = ctx.policy.allowed_invites(tray);
                         Ok(kind)
@@ -407,6 +415,7 @@ impl Cycle {
             next_req: ctx.next_req,
             removed_known: ctx.removed_known,
             mutes: ctx.mutes,
+            heard: ctx.heard,
         };
         self.with_texts(&mut inner, out);
         true

@@ -19,6 +19,16 @@ impl Cycle {
             return;
         };
         match slot {
+            Slot::OverBudget { reason, key, until } => {
+                // The host's budget is a hold like the profile's own caps: it ends at midnight.
+                let hold = crate::policy::Hold {
+                    cards: self.report.cards.clone(),
+                    ..crate::policy::Hold::by_time(reason, key, Some(until))
+                };
+                tracing::debug!(event = %log_events::POLICY_HELD, cycle_id = %self.id, reason = reason.as_str(), key, "the host's daily budget holds this run");
+                self.report.policy = super::Seen::Held(hold);
+                self.end_no_run(crate::status::NoRunReason::Held, out);
+            }
             Slot::Queued {
                 place,
                 running,
@@ -98,6 +108,7 @@ impl Cycle {
             kind: self.report.last.run_kind.unwrap_or(RunKind::Wake),
             log,
             conversations: self.report.conversations.clone(),
+            cards: self.report.cards.clone(),
         });
     }
 

@@ -51,6 +51,9 @@ impl Socket {
         if let Some(capabilities) = burst.refused.take() {
             out.note(Note::Refused { capabilities });
         }
+        if !burst.heard.is_empty() {
+            out.note(Note::Heard(std::mem::take(&mut burst.heard)));
+        }
         for (cause, n) in &burst.wakes {
             burst.tally.wake(&cause.label(), *n);
             out.note(Note::Wake {
@@ -187,6 +190,9 @@ impl Socket {
                 .collect();
             burst.refused = Some(refused);
         }
+        if let Some(h) = action.heard {
+            burst.heard.push(h);
+        }
         if let Some(cause) = action.wake {
             tracing::debug!(event = %log_events::WAKE, reason = %cause.label(), message_id = action.ack.as_deref(), "wake");
             burst.wake(cause);
@@ -208,6 +214,8 @@ struct Burst {
     end: Option<End>,
     /// What `hello.ok` did not accept, when it came in this burst.
     refused: Option<Vec<String>>,
+    /// Its new messages as the run policy keeps them.
+    heard: Vec<crate::policy::HeardMessage>,
 }
 
 impl Burst {

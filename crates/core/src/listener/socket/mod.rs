@@ -49,6 +49,8 @@ pub enum Note {
     Wake { cause: WakeCause, frames: u64 },
     /// `hello.ok` came: the capabilities asked for that the server did not accept.
     Refused { capabilities: Vec<String> },
+    /// New messages as the run policy keeps them (`crate::policy::Heard`), before their wake.
+    Heard(Vec<crate::policy::HeardMessage>),
 }
 
 /// The capabilities every connection asks for (contract 3.4).
