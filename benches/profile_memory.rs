@@ -204,6 +204,7 @@ async fn run(base: &str, n: usize, measuring: bool) {
             started: started_tx,
             ended: ended_tx,
             turns: Default::default(),
+            ledger: Default::default(),
         };
         driver.send(DriverCommand::Add(Box::new(start))).unwrap();
         started.push(started_rx);

@@ -97,6 +97,7 @@ in_pty("agentchat setup", [
     ("? [Y/n]: ", ""),
     ("Runtime (claude-code, codex or script) [script]: ", ""),
     ("The script's command (program and arguments): ", agent),
+    ("Keep these bounds on runs? [Y/n]: ", ""),
     ("write the identity block? [Y/n]: ", ""),
     ("Install the always-on service for this profile? [Y/n]: ", "y"),
     ("Go ahead? [Y/n]: ", "y"),

@@ -533,6 +533,57 @@ impl FromToml for MaxConcurrentRuns {
     }
 }
 
+/// `host_max_runs_per_day`: a whole number from 0 (no cap) up.
+pub(super) struct HostRuns(u32);
+
+impl From<HostRuns> for u32 {
+    fn from(v: HostRuns) -> u32 {
+        v.0
+    }
+}
+
+impl FromToml for HostRuns {
+    fn from_toml(v: &toml::Value) -> Result<Self, String> {
+        let n = v
+            .as_integer()
+            .ok_or_else(|| format!("expected a whole number, found {}", v.type_str()))?;
+        if n < 0 {
+            return Err("expected a whole number from 0 (no cap) up".into());
+        }
+        u32::try_from(n)
+            .map(HostRuns)
+            .map_err(|_| format!("expected at most {} (0 is no cap)", u32::MAX))
+    }
+}
+
+/// `host_max_cost_per_day_usd`: a sum in US dollars from 0 (no cap) up.
+pub(super) struct Dollars(f64);
+
+impl From<Dollars> for f64 {
+    fn from(v: Dollars) -> f64 {
+        v.0
+    }
+}
+
+impl FromToml for Dollars {
+    fn from_toml(v: &toml::Value) -> Result<Self, String> {
+        let n = match v {
+            toml::Value::Integer(i) => *i as f64,
+            toml::Value::Float(f) => *f,
+            other => {
+                return Err(format!(
+                    "expected a number of dollars, found {}",
+                    other.type_str()
+                ));
+            }
+        };
+        if !n.is_finite() || n < 0.0 {
+            return Err("expected a number of dollars from 0 (no cap) up".into());
+        }
+        Ok(Dollars(n))
+    }
+}
+
 impl FromToml for RunLogMaxBytes {
     fn from_toml(v: &toml::Value) -> Result<Self, String> {
         let n = v

@@ -11,7 +11,8 @@
 //! (`resolve`), the `profiles` subtable (`file`), and the `ConfigArgs` flags (`config`).
 
 use super::file::{
-    ApiBase, LogFilter, MaxConcurrentRuns, Paths, RunLogMaxBytes, RunLogsKeep, Secret, Table, Value,
+    ApiBase, Dollars, HostRuns, LogFilter, MaxConcurrentRuns, Paths, RunLogMaxBytes, RunLogsKeep,
+    Secret, Table, Value,
 };
 use super::layer::{Sourced, layer};
 use super::value::{self, DurationRule};
@@ -282,6 +283,13 @@ keyed_table! {
         /// available (`core::admission::available`). Top level only, like
         /// `max_concurrent_runs`.
         min_available_memory: String => u64 = byte_size, optional,
+        /// `listen.host_max_runs_per_day`: with `--all`, the most runs its profiles start in a
+        /// day together, each profile's own local day (`core::host::HostBudget`); `0` or unset
+        /// is no cap. Top level only, like `max_concurrent_runs`.
+        host_max_runs_per_day: HostRuns => u32 = plain, optional,
+        /// `listen.host_max_cost_per_day_usd`: the same for what their runs cost (reported, or
+        /// estimated at the per-run budget).
+        host_max_cost_per_day_usd: Dollars => f64 = plain, optional,
     }
     tables {
         claude: ClaudeTable => ClaudeSettings,

@@ -230,7 +230,10 @@ fn config_section(
     report
         .checks
         .extend(check_advice(&config::advice(&settings)));
-    report.checks.push(check_policy(&settings.listen.policy));
+    report.checks.extend(check_policy(
+        &settings.listen.policy,
+        settings.listen.runtime,
+    ));
     Some(settings)
 }
 

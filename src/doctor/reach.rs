@@ -20,7 +20,7 @@ pub fn check_run_reach(
     support: Support,
 ) -> Check {
     let reach = crate::runtime::confine::reach(settings);
-    let mut c = check_reach(&reach, workdir);
+    let mut c = check_reach(&reach, workdir, who_wakes(&settings.listen.policy));
     if reach.problem.is_some() {
         return c;
     }
@@ -135,7 +135,21 @@ pub fn check_confine(settings: &crate::config::Settings, support: Support) -> Ch
     }
 }
 
-pub fn check_reach(reach: &Reach, workdir: &Path) -> Check {
+/// Whose message can start a run, as the profile's `[listen.policy]` says (issue 38 item 8):
+/// `allow`'s handles, else a contact's under `first_contact = "wait"`, else anyone's.
+pub fn who_wakes(policy: &crate::core::policy::Policy) -> String {
+    use crate::core::policy::FirstContact;
+    match (&policy.allow, policy.first_contact) {
+        (Some(_), _) => "a message from a handle `listen.policy.allow` lists".into(),
+        (None, FirstContact::Wait) => {
+            "a contact's message (a stranger's waits: `listen.policy.first_contact`)".into()
+        }
+        (None, FirstContact::Wake) => "a stranger's message".into(),
+    }
+}
+
+/// `reach` from what a run is offered; `who` is whose message can start one ([`who_wakes`]).
+pub fn check_reach(reach: &Reach, workdir: &Path, who: String) -> Check {
     let env = if reach.env_pass.is_empty() {
         "the allowlist only (docs/runtimes.md)".to_string()
     } else {
@@ -191,7 +205,7 @@ pub fn check_reach(reach: &Reach, workdir: &Path) -> Check {
     facts(Check::warn(
         "reach",
         format!(
-            "a stranger's message starts runs that can {}; environment: {env}",
+            "{who} starts runs that can {}; environment: {env}",
             can.join("; ")
         ),
     ))
@@ -202,9 +216,40 @@ mod tests {
     use super::*;
     use crate::doctor::Level;
 
+    fn stranger() -> String {
+        who_wakes(&crate::core::policy::Policy::default())
+    }
+
+    /// Issue 38 item 8: the WARN says whose message starts those runs as the policy has it.
+    #[test]
+    fn the_warn_names_whose_message_starts_a_run_by_the_policys_first_contact_and_allow() {
+        use crate::core::policy::{FirstContact, HandlePattern, Policy};
+        let r = Reach {
+            tools: vec!["Read".into()],
+            reads: true,
+            ..Reach::default()
+        };
+        let said = |p: &Policy| check_reach(&r, Path::new("/w"), who_wakes(p)).detail;
+        assert!(said(&Policy::default()).starts_with("a stranger's message starts runs"));
+        let waits = Policy {
+            first_contact: FirstContact::Wait,
+            ..Policy::default()
+        };
+        assert!(
+            said(&waits).starts_with("a contact's message (a stranger's waits"),
+            "{}",
+            said(&waits)
+        );
+        let allow = Policy {
+            allow: Some(vec![HandlePattern::parse("@alice").unwrap()]),
+            ..waits
+        };
+        assert!(said(&allow).starts_with("a message from a handle `listen.policy.allow` lists"));
+    }
+
     #[test]
     fn the_default_passes_and_says_agentchat_only() {
-        let c = check_reach(&Reach::default(), Path::new("/w"));
+        let c = check_reach(&Reach::default(), Path::new("/w"), stranger());
         assert_eq!(c.level, Level::Pass);
         assert!(c.detail.contains("AgentChat tools only"), "{}", c.detail);
     }
@@ -218,7 +263,7 @@ mod tests {
             env_pass: vec!["GITHUB_TOKEN".into()],
             ..Reach::default()
         };
-        let c = check_reach(&r, Path::new("/repo"));
+        let c = check_reach(&r, Path::new("/repo"), stranger());
         assert_eq!(c.level, Level::Warn);
         for word in [
             "read files in /repo (Read, Edit)",
@@ -231,7 +276,7 @@ mod tests {
             other_mcp: Some("every MCP server of yours".into()),
             ..Reach::default()
         };
-        let c = check_reach(&r, Path::new("/w"));
+        let c = check_reach(&r, Path::new("/w"), stranger());
         assert_eq!(c.level, Level::Warn);
         assert!(
             c.detail.contains("every MCP server of yours"),
@@ -246,7 +291,7 @@ mod tests {
             ..Reach::default()
         };
         assert!(
-            check_reach(&r, Path::new("/w"))
+            check_reach(&r, Path::new("/w"), stranger())
                 .detail
                 .contains("run commands (shell)")
         );
@@ -258,6 +303,9 @@ mod tests {
             problem: Some("`listen.tools` names `Bash`".into()),
             ..Reach::default()
         };
-        assert_eq!(check_reach(&r, Path::new("/w")).level, Level::Fail);
+        assert_eq!(
+            check_reach(&r, Path::new("/w"), stranger()).level,
+            Level::Fail
+        );
     }
 }

@@ -15,7 +15,8 @@ use crate::core::listener::cycle::{Ctx, Cycle, Note};
 use crate::core::listener::policy::RunPolicy;
 use crate::core::listener::{Dismissal, Effect, Input, Out, Slot, Timing, Unobserved};
 use crate::core::rng::Rng;
-use crate::core::status::{NoRunReason, Outcome};
+use crate::core::status::{ListenerState, NoRunReason, Outcome, Status};
+use crate::core::time::rfc3339_ms;
 use std::collections::VecDeque;
 use std::time::Duration;
 use tokio::signal::unix::{SignalKind, signal};
@@ -68,9 +69,10 @@ pub async fn run(settings: Settings, prepared: Prepared) -> anyhow::Result<i32> 
 
     let clock = super::driver::Clock::new();
     let now = clock.now();
+    let started_wall = now.wall_ms;
     // `[listen.policy]` holds a one-off run as it holds the daemon's, and counts it.
     let cfg = convert::listener_config(&settings, false, now.wall_ms);
-    let ledger = super::driver::load_ledger(&state);
+    let ledger = super::driver::load_ledger_off_loop(&state).await;
     let mut policy = RunPolicy::new(cfg.policy.clone(), cfg.zone.clone(), ledger, now.wall_ms);
     let mut invites: InviteMemory = state.load_invites().unwrap_or_default();
     let mut rng = Rng::new(fastrand::u64(..));
@@ -223,11 +225,27 @@ pub async fn run(settings: Settings, prepared: Prepared) -> anyhow::Result<i32> 
         policy.run_started(&report.conversations, now.wall_ms);
         policy.run_ended(&report.conversations, spent, now.wall_ms);
     }
-    let ledger = policy.ledger();
-    if let Ok(bytes) = serde_json::to_vec(ledger.as_ref()) {
-        let _ = crate::sys::fs::write_atomic_unsynced(&state.path(LEDGER_FILE), &bytes);
+    let _ = super::driver::write_ledger(&state.path(LEDGER_FILE), &policy.ledger());
+    // `agentchat status` shows what this run did and what holds the next (issue 38 item 8).
+    let mut status = Status {
+        state: ListenerState::Stopped,
+        since: rfc3339_ms(now.wall_ms),
+        pid: std::process::id(),
+        profile: settings.profile.clone(),
+        handle: Some(crate::core::handle::shown(&handle)),
+        api_base: settings.api_base.clone(),
+        runtime: settings.listen.runtime.as_str().to_string(),
+        key_source: cfg.key_source.clone(),
+        updated_at: rfc3339_ms(now.wall_ms),
+        started_at: rfc3339_ms(started_wall),
+        last_cycle: Some(report.last.clone()),
+        ..Status::default()
+    };
+    policy.show(&mut status, now.wall_ms);
+    if let Err(e) = state.write_status(&status) {
+        tracing::warn!(event = %crate::log_events::STATUS_WRITE_FAILED, error = %e, "could not write status.json");
     }
-    exit(&report)
+    exit(&report, policy.hold_said(now.wall_ms))
 }
 
 /// What feeding the cycle needs.
@@ -280,8 +298,11 @@ fn feed(cycle: &mut Cycle, input: Input, env: &mut Env) {
     }
 }
 
-/// The exit for how the one cycle ended.
-fn exit(report: &crate::core::listener::cycle::Report) -> anyhow::Result<i32> {
+/// The exit for how the one cycle ended; `held`: the hold in words when the policy held it.
+fn exit(
+    report: &crate::core::listener::cycle::Report,
+    held: Option<String>,
+) -> anyhow::Result<i32> {
     let last = &report.last;
     match last.outcome {
         Some(Outcome::Completed) => {
@@ -302,7 +323,10 @@ fn exit(report: &crate::core::listener::cycle::Report) -> anyhow::Result<i32> {
                     | NoRunReason::Held,
                 )
                 | None => {
-                    println!("no run: {why_word}");
+                    match held.filter(|_| why == Some(NoRunReason::Held)) {
+                        Some(line) => println!("no run: held: {line}"),
+                        None => println!("no run: {why_word}"),
+                    }
                     Ok(0)
                 }
                 // Something waited, or may have, and could not get a run.

@@ -17,6 +17,8 @@ pub struct Wanted {
     pub runtime: Option<String>,
     /// The script runtime's argv.
     pub command: Option<Vec<String>>,
+    /// Keys of the profile's `[listen.policy]` (the bounds on runs the user changed).
+    pub policy: Vec<(&'static str, Value)>,
 }
 
 /// Each key's path and value for `profile`.
@@ -44,6 +46,9 @@ pub fn keys_for(profile: &str, wanted: &Wanted) -> Vec<(Vec<String>, Value)> {
     if let Some(cmd) = &wanted.command {
         let arr: toml_edit::Array = cmd.iter().map(String::as_str).collect();
         out.push((at(&["listen", "command"]), Value::Array(arr)));
+    }
+    for (key, v) in &wanted.policy {
+        out.push((at(&["listen", "policy", key]), v.clone()));
     }
     out
 }

@@ -16,6 +16,7 @@
 mod account;
 mod anchor;
 mod args;
+mod bounds;
 mod config_edit;
 mod files;
 mod finish;
@@ -284,6 +285,8 @@ async fn run_setup(args: SetupArgs) -> anyhow::Result<i32> {
         ask,
     )?;
     println!("runtime: {runtime}");
+    // The bounds on runs it will have (issue 38), and whether to keep them.
+    let policy = bounds::choose(&now.policy, ask)?;
 
     // 3. Config: the plan, shown before it is written.
     let wanted = config_edit::Wanted {
@@ -291,6 +294,7 @@ async fn run_setup(args: SetupArgs) -> anyhow::Result<i32> {
         api_key_file: Some(key.file.display().to_string()),
         runtime: Some(runtime.as_str().to_string()),
         command: (runtime == RuntimeKind::Script).then_some(command),
+        policy,
     };
     let keys = config_edit::keys_for(&profile, &wanted);
     let before = config_text.clone().unwrap_or_default();

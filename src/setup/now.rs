@@ -21,6 +21,8 @@ pub struct Current {
     pub base_resumed: bool,
     /// Said when the server or the key comes from a setup stopped halfway, or a kept key file.
     pub resumed: Vec<String>,
+    /// The profile's run policy as the listener would apply it (the bounds setup shows).
+    pub policy: crate::core::policy::Policy,
 }
 
 /// The profile's settings as the listener would resolve them from `config_text` (an empty file
@@ -105,5 +107,6 @@ pub fn read(
         allow_cleartext: s.allow_cleartext,
         base_resumed,
         resumed,
+        policy: s.listen.policy.clone(),
     })
 }

@@ -520,6 +520,7 @@ async fn the_interactive_setup_asks_each_question_and_never_echoes_the_key() {
         ["Do you have an AgentChat API key? [Y/n]: ", "y"],
         ["AgentChat API key (input hidden): ", key],
         ["Runtime (claude-code, codex or script) [claude-code]: ", ""],
+        ["Keep these bounds on runs? [Y/n]: ", ""],
         ["write the identity block? [Y/n]: ", "y"],
         [
             "Install the always-on service for this profile? [Y/n]: ",
@@ -790,6 +791,7 @@ async fn setup_installs_the_service_under_a_live_systemd_and_undo_removes_it() {
     println!("{said}\n{undone}");
 }
 
+mod bounds;
 mod defects;
 mod first_hour;
 /// Where the one-process unit runs this config (`service install --all --one-process`), the

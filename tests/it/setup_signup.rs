@@ -371,6 +371,7 @@ async fn an_interactive_sign_up_asks_email_handle_and_code_and_never_shows_the_k
             "The script's command (program and arguments): ",
             "/bin/true"
         ],
+        ["Keep these bounds on runs? [Y/n]: ", ""],
         ["write the identity block? [Y/n]: ", "n"],
         [
             "Install the always-on service for this profile? [Y/n]: ",
@@ -473,6 +474,7 @@ async fn go_ahead_no_leaves_a_fresh_home_as_it_was() {
         ["Do you have an AgentChat API key? [Y/n]: ", "y"],
         ["AgentChat API key (input hidden): ", w.key()],
         ["Runtime (claude-code, codex or script) [claude-code]: ", ""],
+        ["Keep these bounds on runs? [Y/n]: ", ""],
         ["write the identity block? [Y/n]: ", "y"],
         [
             "Install the always-on service for this profile? [Y/n]: ",

@@ -254,22 +254,10 @@ impl Driver {
                 );
             }
             Effect::SaveLedger(ledger) => {
-                // Without an `fsync`, as `status.json`: it is written right after a run's spawn,
-                // where a slow disk's flush would hold up acks and heartbeats; a machine crash may
-                // leave the file one run behind.
-                let path = io.state.path(super::LEDGER_FILE);
-                let written = serde_json::to_vec(ledger.as_ref())
-                    .map_err(std::io::Error::other)
-                    .and_then(|bytes| {
-                        crate::sys::fs::write_atomic_unsynced(&path, &bytes).map(drop)
-                    });
-                io.ledger_failing = episode(
-                    io.ledger_failing,
-                    written,
-                    log_events::LEDGER_WRITE_FAILED,
-                    log_events::LEDGER_WRITE_RECOVERED,
-                    "ledger.json",
-                );
+                // Written by its own task, off this loop (`driver::ledger`).
+                if let Some(w) = &io.ledger {
+                    w.save(ledger);
+                }
             }
             Effect::WriteStatus(status) => {
                 let result = match io.state.write_status(&status) {
@@ -327,6 +315,10 @@ impl Driver {
             task.abort();
             dying.push(task);
         }
+        // Its last ledger is written before its lock goes.
+        if let Some(w) = io.ledger.take() {
+            dying.push(w.finish());
+        }
         tokio::spawn(async move {
             for t in dying {
                 let _ = t.await;
@@ -378,7 +370,7 @@ fn read_key(io: &mut ProfileIo) -> bool {
 }
 
 /// A write's episode of failure: said once when it begins and once when it ends. The new state.
-fn episode(
+pub(super) fn episode(
     failing: bool,
     written: std::io::Result<()>,
     failed: &'static str,

@@ -53,6 +53,8 @@ pub(super) fn fingerprint(settings: &Settings) -> [u8; 32] {
         metrics_public,
         max_concurrent_runs,
         min_available_memory,
+        host_max_runs_per_day,
+        host_max_cost_per_day_usd,
         claude,
         codex,
         policy,
@@ -150,6 +152,17 @@ pub(super) fn fingerprint(settings: &Settings) -> [u8; 32] {
     f.opt_text(
         "min_available_memory",
         min_available_memory.map(|n| n.to_string()).as_deref(),
+    );
+    f.opt_text(
+        "host_max_runs_per_day",
+        host_max_runs_per_day.map(|n| n.to_string()).as_deref(),
+    );
+    f.bytes(
+        "host_max_cost_per_day_usd",
+        &host_max_cost_per_day_usd
+            .unwrap_or(0.0)
+            .to_bits()
+            .to_le_bytes(),
     );
     f.path("claude.binary", claude_binary.as_deref());
     f.list("claude.extra_args", claude_extra_args);

@@ -343,6 +343,7 @@ fn script_steps() -> Vec<serde_json::Value> {
             "The script's command (program and arguments): ",
             "/bin/true"
         ]),
+        serde_json::json!(["Keep these bounds on runs? [Y/n]: ", ""]),
         serde_json::json!(["write the identity block? [Y/n]: ", "n"]),
         serde_json::json!([
             "Install the always-on service for this profile? [Y/n]: ",

@@ -370,6 +370,14 @@ impl RunPolicy {
         };
     }
 
+    /// The hold in words (`runs wait: max_runs_per_day reached, until 00:00`), in the policy's
+    /// zone: what `listen --once` prints.
+    pub fn hold_said(&self, now_wall: i64) -> Option<String> {
+        self.hold
+            .as_ref()
+            .map(|h| policy::hold_line(&h.hold, now_wall, self.offsets.as_ref()))
+    }
+
     /// Whether a hold is in force.
     pub fn holding(&self) -> bool {
         self.hold.is_some()
