@@ -72,18 +72,28 @@ pub fn check_policy(
     runtime: crate::config::RuntimeKind,
 ) -> Vec<Check> {
     use crate::config::RuntimeKind;
+    use crate::core::policy::{Policy, PolicyLayer};
     let summary = crate::core::policy::summary(policy);
-    let set = *policy != crate::core::policy::Policy::default();
-    let detail = if set {
-        summary
-    } else {
+    let set = *policy != Policy::default();
+    let detail = if !set {
         format!("{summary}: every card wakes a run")
+    } else if *policy == PolicyLayer::default().resolve() {
+        format!("{summary} (the defaults; `0` lifts a cap)")
+    } else {
+        summary
     };
     let mut checks = vec![Check::pass("policy", detail).with("rules", set)];
     let mut warn = |text: String| checks.push(Check::warn("policy", text));
     let runs_capped = policy.max_runs_per_hour.is_some() || policy.max_runs_per_day.is_some();
-    if !runs_capped && policy.max_cost_per_day_usd.is_none() && policy.max_tokens_per_day.is_none()
-    {
+    // A spending cap bounds runs only where the runtime reports what it counts.
+    let spend_capped = match runtime {
+        RuntimeKind::ClaudeCode => {
+            policy.max_cost_per_day_usd.is_some() || policy.max_tokens_per_day.is_some()
+        }
+        RuntimeKind::Codex => policy.max_tokens_per_day.is_some(),
+        RuntimeKind::Script => false,
+    };
+    if !runs_capped && !spend_capped {
         warn(
             "no bound on runs: every card wakes a paid run at any pace, day and night; set \
              `listen.policy.max_runs_per_day` (the default is 500; `0` lifts it)"

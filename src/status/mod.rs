@@ -160,11 +160,28 @@ pub fn waiting_line(held: &Held) -> Option<String> {
             shown.join(", ")
         ))
     };
-    let parts: Vec<String> = [list(&held.cards, "card"), list(&held.invites, "invite")]
+    let mut parts: Vec<String> = [list(&held.cards, "card"), list(&held.invites, "invite")]
         .into_iter()
         .flatten()
         .collect();
+    // What waits past the tray's cut (issue 38 item 5): the conversations the socket named, and
+    // that more may wait unseen.
+    if let Some(unseen) = list(&held.unseen, "conversation") {
+        parts.push(format!("past the tray's cut, heard from: {unseen}"));
+    }
+    if held.truncated {
+        parts.push("more cards wait past the tray's cut than it shows".into());
+    }
     (!parts.is_empty()).then(|| parts.join("; "))
+}
+
+/// Pure: how to let a loop go (issue 38 item 2): a reload of the listener, by the unit when
+/// the profile runs as a service.
+pub fn release_line(profile: &str, pid: u32) -> String {
+    format!(
+        "a reload lets the loop go: `systemctl --user reload agentchat-listen@{profile}` for the \
+         service, or `kill -HUP {pid}`"
+    )
 }
 
 /// Pure: the human view of a status, its times also shown relative to `now`, a hold's end in the
@@ -251,6 +268,9 @@ pub fn render(
         out.push(line);
         if let Some(w) = waiting_line(h) {
             out.push(format!("waiting     {w}"));
+        }
+        if h.reason == "loop_guard" {
+            out.push(format!("release     {}", release_line(profile, pid)));
         }
     }
     out.push(format!("usage       {}", usage_line(&status.usage)));
@@ -592,6 +612,41 @@ mod tests {
             "held        runs wait: max_runs_per_hour reached, until 14:00 (held since 10 min ago)",
             "waiting     7 cards: conv_1, conv_2, conv_3, conv_4, conv_5 and 2 more; 1 invite: inv_1",
             "usage       today: 14 runs, $0.83; this hour: 12 runs",
+        ] {
+            assert!(text.contains(needle), "missing {needle:?} in\n{text}");
+        }
+    }
+
+    /// Issue 38 items 2 and 5: a loop hold names its conversation and how to let it go; what
+    /// waits past the tray's cut is said.
+    #[test]
+    fn render_names_a_loop_and_its_release_and_what_waits_past_the_cut() {
+        let now = humantime::parse_rfc3339("2026-11-30T11:30:00Z").unwrap();
+        let mut s = doc("connected", now);
+        s.held = Some(Held {
+            reason: "loop_guard".into(),
+            key: "loop_guard".into(),
+            until: Some("2026-11-30T12:00:00Z".into()),
+            since: "2026-11-30T11:20:00Z".into(),
+            cards: vec!["conv_bot".into()],
+            unseen: vec!["conv_far".into()],
+            truncated: true,
+            ..Held::default()
+        });
+        let text = render(
+            "work",
+            &s,
+            Liveness::Running,
+            now,
+            ShownZone::machine(&crate::core::policy::FixedOffset(0)),
+        );
+        for needle in [
+            "held        runs wait: loop_guard holds a loop in conv_bot (a reload lets it go), \
+             until 12:00 unless its other side writes again",
+            "waiting     1 card: conv_bot; past the tray's cut, heard from: 1 conversation: \
+             conv_far; more cards wait past the tray's cut than it shows",
+            "release     a reload lets the loop go: `systemctl --user reload \
+             agentchat-listen@work` for the service, or `kill -HUP",
         ] {
             assert!(text.contains(needle), "missing {needle:?} in\n{text}");
         }

@@ -767,10 +767,10 @@ async fn widening_extra_args_fail_reach_naming_the_key() {
 }
 
 /// Issue 26: doctor shows the profile's `[listen.policy]` in one PASS line (never a FAIL: the rules
-/// are the user's choice), a profile's table over the top level's key by key, and says plainly
-/// when there are none.
+/// are the user's choice), a profile's table over the top level's key by key, and says when they
+/// are the defaults (issue 38); a cap the runtime cannot hold is a WARN of its own.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_policy_is_one_pass_line_per_profile_naming_its_rules_or_none() {
+async fn the_policy_is_one_pass_line_per_profile_naming_its_rules_or_its_defaults() {
     let (sim, _, key) = seeded_sim().await;
     let s = Scratch::new(
         "[listen]\nruntime = \"script\"\ncommand = [\"/bin/true\"]\n\n\
@@ -782,7 +782,8 @@ async fn the_policy_is_one_pass_line_per_profile_naming_its_rules_or_none() {
     assert_eq!(out.code, 0, "{}", out.all());
     assert_eq!(
         out.line("policy"),
-        "PASS policy: no rules: every card wakes a run"
+        "PASS policy: at most 60 runs an hour; 500 a day; loop guard 30 runs in 1h (the \
+         defaults; `0` lifts a cap)"
     );
     let paid = s
         .doctor(&sim.api_base, Some(&key), &["--profile", "paid"])
@@ -790,12 +791,19 @@ async fn the_policy_is_one_pass_line_per_profile_naming_its_rules_or_none() {
     assert_eq!(paid.code, 0, "{}", paid.all());
     assert_eq!(
         paid.line("policy"),
-        "PASS policy: quiet 22:00-07:00; at most 12 runs an hour; $5.00 a day; \
+        "PASS policy: quiet 22:00-07:00; at most 12 runs an hour; 500 a day; $5.00 a day; \
          first contact waits; deny @noisy; loop guard 6 runs in 30m"
     );
+    // A script reports no cost unless it prints its own line: the day's dollars may never hold.
     assert_eq!(
         paid.stdout.matches(" policy: ").count(),
-        1,
+        2,
+        "{}",
+        paid.all()
+    );
+    assert!(
+        paid.stdout
+            .contains("WARN policy: `max_cost_per_day_usd` and `max_tokens_per_day` count"),
         "{}",
         paid.all()
     );

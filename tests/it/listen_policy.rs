@@ -215,9 +215,10 @@ async fn deny_holds_a_card_from_a_denied_handle() {
     held_until_a_reload_lifts(r#"deny = ["@ali*"]"#, "deny", false).await;
 }
 
-/// A hostile sender that keeps replying: after two runs in the window its conversation stops
-/// waking runs, while another sender's message still starts one; once the window passes the
-/// held card runs by itself.
+/// A hostile sender that keeps replying: after two runs in the window its conversation is held
+/// as a loop, while another sender's message still starts one; once the sender has been quiet
+/// for the window the loop is over and its last message still starts no run (issue 38 item 2);
+/// a reload lets it go.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_loop_guard_stops_a_sender_that_keeps_replying_while_others_still_wake_runs() {
     let o = opts(r#"loop_guard = { runs = 2, within = "12s" }"#, None);
@@ -263,12 +264,27 @@ async fn the_loop_guard_stops_a_sender_that_keeps_replying_while_others_still_wa
         .bearer_auth(&bob.key)
         .json(&json!({}));
     assert!(read.send().await.unwrap().status().is_success());
-    // Mallory goes on: held again, and once the window passes the card runs by itself.
+    // Mallory goes on: held again; once quiet for the window the loop is over, and the card
+    // still starts no run (its hold has no end any more).
     sim.send(&mallory, &bob, "ping 4").await;
     held(&setup, &l, "loop_guard").await;
     let runs = setup.rec.count();
     assert!(
-        eventually(40.0, || setup.rec.done(runs + 1)).await,
+        eventually(40.0, || setup.status()["held"]["reason"] == "loop_guard"
+            && setup.status()["held"]["until"].is_null())
+        .await,
+        "{}",
+        l.log()
+    );
+    assert_eq!(
+        setup.rec.count(),
+        runs,
+        "the loop's last message started a run"
+    );
+    // The user lets it go: the card runs at once.
+    l.signal(libc::SIGHUP);
+    assert!(
+        eventually(20.0, || setup.rec.done(runs + 1)).await,
         "{}",
         l.log()
     );

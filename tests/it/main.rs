@@ -32,6 +32,7 @@ mod listen;
 mod listen_connect;
 mod listen_policy;
 mod listen_proxy;
+mod listen_spend;
 mod listen_wakes;
 mod listen_wire;
 mod live_systemd;

@@ -3,6 +3,7 @@
 //! at once. What these tests pin needs the clock itself (quiet hours, the caps' hour and day,
 //! backoffs): the real-binary suite cannot move it without a hook in the product.
 
+mod policy;
 mod world;
 
 use super::*;

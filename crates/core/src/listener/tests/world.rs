@@ -54,6 +54,13 @@ pub struct World {
     pub tray_reads: usize,
     /// The tray answers 503 until then (monotonic ms).
     pub tray_down_until: u64,
+    /// What a run reports at its end (cost, tokens).
+    pub run_report: crate::run_report::RunReport,
+    /// Another agent that answers every run of ours in `bot.0` as `bot.1`, `bot.2` ms after
+    /// the run ended: two agents answering each other.
+    pub bot: Option<(String, String, u64)>,
+    /// The bot's answers due (monotonic ms).
+    bot_due: VecDeque<u64>,
 }
 
 impl World {
@@ -82,13 +89,24 @@ impl World {
         ledger: Ledger,
         prepare: impl FnOnce(&mut World),
     ) -> World {
+        World::build_as(start, policy, ledger, RuntimeKind::Script, prepare)
+    }
+
+    /// [`World::build`] with the listener's runtime (`runtime`).
+    pub fn build_as(
+        start: &str,
+        policy: &str,
+        ledger: Ledger,
+        runtime: RuntimeKind,
+        prepare: impl FnOnce(&mut World),
+    ) -> World {
         let now = Now::at(0, World::wall(start));
         let policy = Policy::from_toml(toml::from_str(policy).expect("toml"), "listen.policy")
             .expect("a policy");
         let cfg = ListenerConfig {
             profile: "default".into(),
             api_base: "http://127.0.0.1:9".into(),
-            runtime: RuntimeKind::Script,
+            runtime,
             key_source: "env".into(),
             quiet_window: Duration::from_millis(300),
             max_delay: Duration::from_secs(2),
@@ -131,6 +149,9 @@ impl World {
             limit: 50,
             tray_reads: 0,
             tray_down_until: 0,
+            run_report: Default::default(),
+            bot: None,
+            bot_due: VecDeque::new(),
         };
         prepare(&mut w);
         w.pump();
@@ -228,7 +249,8 @@ impl World {
         let until = self.now.mono_ms + ms;
         loop {
             let next_later = self.later.iter().map(|(t, _)| *t).min();
-            let next = [self.l.next_deadline(), next_later]
+            let next_bot = self.bot_due.iter().copied().min();
+            let next = [self.l.next_deadline(), next_later, next_bot]
                 .into_iter()
                 .flatten()
                 .min()
@@ -237,7 +259,12 @@ impl World {
                 break;
             };
             self.set_time(t.max(self.now.mono_ms));
-            if let Some(i) = self
+            if let Some(i) = self.bot_due.iter().position(|at| *at <= self.now.mono_ms) {
+                self.bot_due.remove(i);
+                if let Some((conv, who, _)) = self.bot.clone() {
+                    self.message(&conv, &who);
+                }
+            } else if let Some(i) = self
                 .later
                 .iter()
                 .position(|(at, _)| *at <= self.now.mono_ms)
@@ -250,6 +277,11 @@ impl World {
             }
         }
         self.set_time(until);
+    }
+
+    /// The wall clock is set by `delta_ms` (back when negative); the monotonic one goes on.
+    pub fn set_wall_by(&mut self, delta_ms: i64) {
+        self.now = Now::at(self.now.mono_ms, self.now.wall_ms + delta_ms);
     }
 
     fn set_time(&mut self, mono: u64) {
@@ -366,6 +398,12 @@ impl World {
                     if self.runs_answer && !refused {
                         self.cards.clear();
                     }
+                    if let Some((_, _, after)) = &self.bot
+                        && !refused
+                    {
+                        self.bot_due
+                            .push_back(self.now.mono_ms + self.run_ms + after);
+                    }
                     self.later.push_back((
                         self.now.mono_ms + self.run_ms,
                         Input::RunEnded {
@@ -373,7 +411,7 @@ impl World {
                             end: RunEnd {
                                 started: true,
                                 outcome: self.run_outcome.clone(),
-                                report: Default::default(),
+                                report: self.run_report,
                                 duration_ms: self.run_ms,
                                 binary: None,
                             },
