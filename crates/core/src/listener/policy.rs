@@ -154,6 +154,7 @@ impl RunPolicy {
             self.offsets.as_ref(),
         );
         self.running = Some(now_wall);
+        self.unsaved = false;
         self.ledger.clone()
     }
 
@@ -210,6 +211,7 @@ impl RunPolicy {
         if let Some(started) = self.running.take() {
             Arc::make_mut(&mut self.ledger).forget_last(started);
         }
+        self.unsaved = false;
         self.ledger.clone()
     }
 
