@@ -38,12 +38,22 @@ pub async fn route(sim: &Sim, r: &Req) -> SimResult<Reply> {
         _ => {}
     }
     let me = sim.lock().auth(r.bearer())?;
-    // An old path switched off answers `410 REMOVED`; one deprecated carries the headers
-    // (contract 7, `old_paths`).
+    // An old path switched off answers `410 REMOVED`; one deprecated carries the headers on
+    // every answer, an error's too (contract 7, `old_paths`).
     let path = format!("/{}", segs.join("/"));
     sim.lock().old_paths.check(&path)?;
-    let reply = agent_route(sim, r, &me, m, &segs).await?;
+    let reply = agent_route(sim, r, &me, m, &segs)
+        .await
+        .unwrap_or_else(Reply::from);
     Ok(sim.lock().old_paths.mark(&path, reply))
+}
+
+/// An answer that used an old value or path of contract 7's table (`id`): refused `REMOVED` once
+/// it is off, else the answer, an error's too, with the deprecation headers.
+fn old(sim: &Sim, id: &str, answer: impl FnOnce() -> SimResult<Reply>) -> SimResult<Reply> {
+    sim.lock().old_paths.check(id)?;
+    let reply = answer().unwrap_or_else(Reply::from);
+    Ok(sim.lock().old_paths.mark(id, reply))
 }
 
 async fn agent_route(sim: &Sim, r: &Req, me: &str, m: &str, segs: &[&str]) -> SimResult<Reply> {
@@ -68,20 +78,33 @@ async fn agent_route(sim: &Sim, r: &Req, me: &str, m: &str, segs: &[&str]) -> Si
         }
         ("POST", ["conversations", conv, "decisions"]) => {
             let body = r.json_object()?;
-            // Deprecated since 2026-11-02 (`no_reply`) and 2026-11-04 (`defer_seconds`).
-            let since = if body.get("decision").and_then(Value::as_str) == Some("no_reply") {
-                Some(1_793_577_600)
+            let decide = || Ok(Reply::json(201, sim.lock().decide(&me, conv, &body)?));
+            // The deprecated values of contract 7: `no_reply`, then `defer_seconds`.
+            if body.get("decision").and_then(Value::as_str) == Some("no_reply") {
+                old(sim, "decision_no_reply", || {
+                    if body.get("defer_seconds").is_some() {
+                        old(sim, "defer_seconds", decide)
+                    } else {
+                        decide()
+                    }
+                })
             } else if body.get("defer_seconds").is_some() {
-                Some(1_793_750_400)
+                old(sim, "defer_seconds", decide)
             } else {
-                None
-            };
-            let reply = Reply::json(201, sim.lock().decide(&me, conv, &body)?);
-            Ok(match since {
-                Some(t) => deprecated(reply, t),
-                None => reply,
-            })
+                decide()
+            }
         }
+        (_, ["reply", ..]) => old(sim, "reply_coord", || {
+            let body = r.json_object()?;
+            let mut s = sim.lock();
+            Ok(Reply::ok(match (m, &segs[2..]) {
+                ("POST", ["claim"]) => s.reply_claim(&me, &body)?,
+                ("POST", ["claim-batch"]) => s.reply_claim_batch(&me, &body)?,
+                ("PUT", ["active"]) => s.reply_active(&me, &body)?,
+                ("DELETE", ["active"]) => s.reply_inactive(&me, &body)?,
+                _ => return Ok(not_found(r)),
+            }))
+        }),
         ("POST", ["conversations", conv, "read"]) => {
             let body = r.json_object()?;
             Ok(Reply::ok(sim.lock().mark_read(&me, conv, &body)?))
@@ -126,25 +149,18 @@ async fn agent_route(sim: &Sim, r: &Req, me: &str, m: &str, segs: &[&str]) -> Si
         }
         ("POST", ["mutes"]) => {
             let body = r.json_object()?;
-            Ok(Reply::json(201, sim.lock().mute(&me, &body, true)?))
+            Ok(Reply::json(201, sim.lock().mute(&me, &body)?))
         }
-        ("DELETE", ["mutes", kind @ ("agent" | "conversation"), target]) => {
-            let key = if *kind == "agent" {
-                "target_handle"
-            } else {
-                "target_id"
-            };
-            let body = json!({"target_kind": kind, key: target});
-            Ok(Reply::ok(sim.lock().mute(&me, &body, false)?))
+        ("GET", ["mutes"]) => Ok(Reply::ok(
+            sim.lock()
+                .list_mutes(&me, r.query.get("kind").map(String::as_str))?,
+        )),
+        ("GET", ["mutes", kind, target]) => {
+            Ok(Reply::ok(sim.lock().mute_status(&me, kind, target)?))
         }
+        ("DELETE", ["mutes", kind, target]) => Ok(Reply::ok(sim.lock().unmute(&me, kind, target)?)),
         _ => Ok(not_found(r)),
     }
-}
-
-/// Contract 7: an answer that used a deprecated value carries the three headers (the sim is
-/// before the switch-off, so the old value still works).
-fn deprecated(r: Reply, since_unix: u64) -> Reply {
-    super::old_paths::headers(r, since_unix)
 }
 
 fn texts_route(sim: &Sim, r: &Req) -> SimResult<Reply> {

@@ -133,10 +133,7 @@ impl Store {
         );
         // An invite from a muted agent, or into a muted group, never wakes (3.3): no frame, no
         // end to a held read, no ladder. It is still listed on the tray.
-        let muted = self
-            .agents
-            .get(&invitee)
-            .is_some_and(|a| a.muted_agents.contains(&inviter) || a.muted_convs.contains(group));
+        let muted = self.muted(&invitee, group, &inviter);
         if muted {
             return Ok(id);
         }

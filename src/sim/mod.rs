@@ -17,7 +17,9 @@ mod http;
 mod invites;
 mod mcp;
 mod model;
+mod mutes;
 mod old_paths;
+mod reply_coord;
 mod restart;
 mod signup;
 mod store;
@@ -200,8 +202,14 @@ async fn tick_loop(sim: http::Sim) {
     every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
-            _ = every.tick() => timers::tick(&mut sim.lock()),
+            _ = every.tick() => tick(&sim),
             _ = shutdown.changed() => return,
         }
     }
+}
+
+/// One look at every server timer: the ticker's every 20 ms, and at once after
+/// `POST /_sim/clock` steps the clock.
+fn tick(sim: &http::Sim) {
+    timers::tick(&mut sim.lock());
 }

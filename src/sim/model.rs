@@ -97,8 +97,9 @@ pub struct Agent {
     /// pause means no live push, an empty tray at once, and `[]` from sync (contract 3.1).
     pub paused: &'static str,
     pub created_at: String,
-    pub muted_convs: BTreeSet<String>,
-    pub muted_agents: BTreeSet<String>,
+    pub mutes: super::mutes::Mutes,
+    /// `/v1/reply/*` claims and leases (contract 7's `reply_coord`).
+    pub reply_coord: super::reply_coord::ReplyCoord,
     pub views: BTreeMap<String, ConvView>,
     pub connects: Vec<Value>,
     pub acks: Vec<Value>,

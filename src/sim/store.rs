@@ -2,7 +2,7 @@
 //! share, so every door answers alike. Callers hold the one lock; nothing here awaits. Pushes to
 //! sockets are non-blocking channel sends. `sockets` and `messages` hold those two sides' operations.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use serde_json::{Value, json};
 use tokio::sync::broadcast;
@@ -151,8 +151,8 @@ impl Store {
                 key_refused: false,
                 paused: "none",
                 created_at: now_iso(),
-                muted_convs: BTreeSet::new(),
-                muted_agents: BTreeSet::new(),
+                mutes: Default::default(),
+                reply_coord: Default::default(),
                 views: BTreeMap::new(),
                 connects: Vec::new(),
                 acks: Vec::new(),

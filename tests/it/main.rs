@@ -49,6 +49,7 @@ mod service;
 mod service_host;
 mod setup;
 mod sim_conformance;
+mod sim_hands;
 mod sim_old_paths;
 mod sim_rest;
 mod sim_socket;

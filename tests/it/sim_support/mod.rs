@@ -440,3 +440,61 @@ impl Ws {
         }
     }
 }
+
+/// What every Python script of `Sim::python` starts with: the official SDK's client
+/// (`client(key)`), the control API (`control(method, path, body)`), an SDK error as a dict
+/// (`err(f)`: `None` when `f` raises nothing), and `BASE`.
+const PY_PRELUDE: &str = r#"
+import json, os, sys, time, urllib.request
+from agentchatme import AgentChatClient
+from agentchatme import errors as E
+BASE = os.environ["BASE"]
+def control(method, path, body=None):
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(BASE + path, method=method, data=data)
+    with urllib.request.urlopen(req) as r:
+        return json.load(r)
+def client(key):
+    return AgentChatClient(api_key=key, base_url=BASE)
+def err(f):
+    try:
+        f()
+    except E.AgentChatError as e:
+        return {"cls": type(e).__name__, "code": e.code, "status": e.status, "details": dict(e.details or {})}
+    return None
+"#;
+
+impl Sim {
+    /// Runs `script` after `PY_PRELUDE` with the interpreter that has the official Python SDK
+    /// (`agentchatme`, `common::test_python`), `BASE` the sim's URL and `env` set; the last line
+    /// it prints, as JSON. `None` (the test skips) where no such interpreter exists outside CI.
+    pub async fn python(&self, script: &str, env: &[(&str, &str)]) -> Option<Value> {
+        let python = crate::common::test_python()?;
+        let mut cmd = tokio::process::Command::new(python);
+        cmd.args(["-c", &format!("{PY_PRELUDE}\n{script}")])
+            .env("BASE", &self.base)
+            .kill_on_drop(true);
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let out = tokio::time::timeout(Duration::from_secs(90), cmd.output())
+            .await
+            .expect("the Python script finishes within 90 s")
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "python failed: {stdout}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Some(serde_json::from_str(stdout.lines().last().unwrap()).unwrap())
+    }
+
+    /// Steps the sim's server clock `ms` forward (`POST /_sim/clock`).
+    pub async fn advance(&self, ms: u64) {
+        let (st, v) = self
+            .post(None, "/_sim/clock", json!({"advance_ms": ms}))
+            .await;
+        assert_eq!(st, 200, "{v}");
+    }
+}
