@@ -38,6 +38,10 @@ pub async fn route(sim: &Sim, r: &Req) -> SimResult<Reply> {
         _ => {}
     }
     let me = sim.lock().auth(r.bearer())?;
+    // A suspended agent can still see itself (`owner`).
+    if (m, &segs[1..]) != ("GET", &["agents", "me"][..]) {
+        sim.lock().refuse_suspended(&me)?;
+    }
     // An old path switched off answers `410 REMOVED`; one deprecated carries the headers on
     // every answer, an error's too (contract 7, `old_paths`).
     let path = format!("/{}", segs.join("/"));
@@ -297,8 +301,12 @@ impl Drop for Parked<'_> {
 fn settle(s: &mut super::store::Store, me: &str, shows: bool) {
     let now = s.now_v();
     let progress = s.progress_recently(me);
-    if let Some(a) = s.agents.get_mut(me) {
+    let low = s.agents.get_mut(me).and_then(|a| {
         a.polls.settle(now, shows, progress);
+        a.polls.low(now)
+    });
+    if let Some(low) = low {
+        s.rate_limit_warning(me, low);
     }
 }
 

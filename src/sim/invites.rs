@@ -139,12 +139,13 @@ impl Store {
         }
         let frame = json!({"type": "group.invite.received", "payload": self.invite_list_item(&id)})
             .to_string();
-        // A full-paused agent is not woken (contract 3.5): no frame; the invite is on the tray.
-        if self
-            .agents
-            .get(&invitee)
-            .is_some_and(|a| a.paused != "full")
+        // An agent asleep (full pause, suspension) is not woken (contract 3.5): the frame waits
+        // for it to wake (`owner`); the invite is on the tray.
+        if let Some(a) = self.agents.get_mut(&invitee)
+            && a.asleep()
         {
+            a.missed_invites.push(id.clone());
+        } else {
             self.push(&invitee, &frame, |_| true);
         }
         self.land(&invitee, Landing::Invite);

@@ -19,7 +19,12 @@ pub async fn route(sim: &Sim, r: &Req) -> Reply {
         ))
         .header("allow", "POST");
     }
-    let me = match sim.lock().auth(r.bearer()) {
+    let authed = {
+        let s = sim.lock();
+        s.auth(r.bearer())
+            .and_then(|h| s.refuse_suspended(&h).map(|()| h))
+    };
+    let me = match authed {
         Ok(h) => h,
         Err(e) => return Reply::from(e).header("www-authenticate", "Bearer"),
     };

@@ -96,6 +96,10 @@ pub struct Agent {
     /// `paused_by_owner`: `none`, `send` or `full` (`POST /_sim/agents/{h}/pause`). A `full`
     /// pause means no live push, an empty tray at once, and `[]` from sync (contract 3.1).
     pub paused: &'static str,
+    /// Suspended by the platform (`POST /_sim/agents/{h}/suspend`, `owner`).
+    pub suspended: bool,
+    /// Invites that came while the agent was asleep (`owner`): pushed when it wakes.
+    pub missed_invites: Vec<String>,
     pub created_at: String,
     pub mutes: super::mutes::Mutes,
     /// `/v1/reply/*` claims and leases (contract 7's `reply_coord`).

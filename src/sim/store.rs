@@ -150,6 +150,8 @@ impl Store {
                 key: key.clone(),
                 key_refused: false,
                 paused: "none",
+                suspended: false,
+                missed_invites: Vec::new(),
                 created_at: now_iso(),
                 mutes: Default::default(),
                 reply_coord: Default::default(),
@@ -256,7 +258,7 @@ impl Store {
         let a = self.agent(h)?;
         Ok(json!({
             "handle": a.handle, "display_name": a.display_name, "description": null, "avatar_url": null,
-            "status": "active", "paused_by_owner": a.paused, "is_system": false,
+            "status": if a.suspended { "suspended" } else { "active" }, "paused_by_owner": a.paused, "is_system": false,
             "settings": {"inbox_mode": "open", "group_invite_policy": "open"},
             "email_masked": format!("{}***@example.invalid", &a.handle[..1]),
             "wake_webhook": null, "created_at": a.created_at,

@@ -17,7 +17,8 @@ pub fn tick(s: &mut Store) {
 fn fire_reminders(s: &mut Store) {
     let now = s.now_v();
     let mut due = Vec::new();
-    for (h, a) in &s.agents {
+    // An agent asleep keeps its reminders due: they fire once it wakes (`owner`).
+    for (h, a) in s.agents.iter().filter(|(_, a)| !a.asleep()) {
         for (conv, v) in &a.views {
             if let Some(d) = &v.defer
                 && d.due_v.is_some_and(|t| t <= now)
@@ -66,7 +67,8 @@ fn run_ladders(s: &mut Store) {
     for h in handles {
         let Some(a) = s.agents.get(&h) else { continue };
         let sent = a.ladder.sent as usize;
-        if a.ladder_off || a.ladder.base_v.is_none() || sent >= RUNGS_MIN.len() {
+        // Asleep: the ladder waits, armed, and sends the latest rung due once it wakes (5).
+        if a.ladder_off || a.asleep() || a.ladder.base_v.is_none() || sent >= RUNGS_MIN.len() {
             continue; // armed only by a new message or invite; after rung 4, nothing more
         }
         // Rungs count from the newest item still unanswered (an answered newer one no longer

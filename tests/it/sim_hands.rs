@@ -320,3 +320,325 @@ async fn the_control_api_takes_every_id_of_contract_7_and_refuses_others_naming_
         "{v}"
     );
 }
+
+/// A Python `RealtimeClient` (the official SDK's socket client, HELLO path, `ack`) for `KEY`
+/// that records every frame of the types in `TYPES` (a JSON list) until it has seen `UNTIL` (a
+/// JSON list of types, each once), then prints `{"frames": [...]}`. It also sends `SEND` (a JSON
+/// list of frames) once connected.
+const PY_EAR: &str = r#"
+import asyncio
+from agentchatme import RealtimeClient
+async def main():
+    types, until, send = json.loads(os.environ["TYPES"]), set(json.loads(os.environ["UNTIL"])), json.loads(os.environ.get("SEND", "[]"))
+    frames, done = [], asyncio.Event()
+    rt = RealtimeClient(api_key=os.environ["KEY"], base_url=os.environ["WS_BASE"], reconnect=False)
+    def record(frame):
+        frames.append(frame)
+        until.discard(frame["type"])
+        if not until:
+            done.set()
+    for t in types:
+        rt.on(t, record)
+    await rt.connect()
+    for _ in range(500):  # connect() returns before hello.ok; send() needs it
+        if rt.is_connected:
+            break
+        await asyncio.sleep(0.02)
+    for f in send:
+        await rt.send(f)
+    await asyncio.wait_for(done.wait(), 30)
+    await asyncio.sleep(0.3)  # let the acks leave
+    await rt.disconnect()
+    print(json.dumps({"frames": frames}))
+asyncio.run(main())
+"#;
+
+#[tokio::test]
+async fn a_message_during_a_full_pause_is_pushed_and_rewoken_after_unpause_and_its_rung_is_not_lost()
+ {
+    let (s, alice, bob, carol) = alice_bob_and_carol(1.0).await;
+    let path = format!("/_sim/agents/{}/pause", bob.handle);
+    let pause = |how: &'static str| s.post(None, &path, json!({"paused_by_owner": how}));
+    assert_eq!(pause("full").await.0, 200);
+    let mut ws = s.ear(&bob, "ack,rewake").await;
+    let Some(py) = s.python_child(
+        PY_EAR,
+        &[
+            ("KEY", &bob.key),
+            ("TYPES", r#"["message.new", "group.invite.received"]"#),
+            ("UNTIL", r#"["message.new", "group.invite.received"]"#),
+        ],
+    ) else {
+        return;
+    };
+    s.wait_sockets(&bob, 2).await;
+    let m = s.send(&alice, &bob, "while you were paused").await;
+    let g = s
+        .make_group(json!({"owner": carol.handle, "name": "crew", "invite": [bob.handle]}))
+        .await;
+    // Two minutes of server time: rung 1 falls due and cannot reach a paused agent.
+    s.advance(2 * 60_000).await;
+    assert!(
+        ws.collect(300).await.is_empty(),
+        "nothing reaches a paused agent"
+    );
+    assert!(s.wakes(&bob).await.is_empty());
+    assert_eq!(pause("none").await.0, 200);
+    let v = crate::sim_support::py_result(py).await;
+    let got: Vec<&Value> = v["frames"].as_array().unwrap().iter().collect();
+    assert_eq!(
+        got[0]["payload"]["id"], m["id"],
+        "the SDK got the message: {v}"
+    );
+    assert!(
+        got[0]["payload"]["delivery_id"].is_string(),
+        "pushed as a reconnect drain"
+    );
+    assert_eq!(got[1]["payload"]["group_id"], g["group_id"]);
+    let f = ws.expect("message.new", 5000).await;
+    assert_eq!(f["payload"]["id"], m["id"]);
+    let w = ws.expect("wake", 5000).await;
+    assert_eq!(
+        (&w["payload"]["reason"], &w["payload"]["step"]),
+        (&json!("unanswered"), &json!(1)),
+        "the latest rung due, once: {w}"
+    );
+    assert_eq!(
+        w["payload"]["conversation_ids"],
+        json!([m["conversation_id"]])
+    );
+    // The ladder goes on from there.
+    s.advance(3 * 60_000).await;
+    let w = ws.expect("wake", 5000).await;
+    assert_eq!(w["payload"]["step"], 2);
+}
+
+#[tokio::test]
+async fn a_send_paused_agent_is_refused_403_agent_paused_by_owner_and_still_receives() {
+    let (s, alice, bob) = alice_and_bob(1.0).await;
+    s.post(
+        None,
+        &format!("/_sim/agents/{}/pause", bob.handle),
+        json!({"paused_by_owner": "send"}),
+    )
+    .await;
+    let m = s.send(&alice, &bob, "you can still read this").await;
+    let script = r#"
+bob = client(os.environ["BOB"])
+print(json.dumps({
+  "send": err(lambda: bob.send_message(to="alice", content={"text": "no"})),
+  "me": bob.get_me()["paused_by_owner"],
+  "tray": [c["preview"]["text"] for c in bob._get("/v1/inbox")["conversations"]],
+}))
+"#;
+    let Some(v) = s.python(script, &[("BOB", &bob.key)]).await else {
+        return;
+    };
+    assert_eq!(
+        (v["send"]["status"].as_u64(), v["send"]["code"].as_str()),
+        (Some(403), Some("AGENT_PAUSED_BY_OWNER")),
+        "{v}"
+    );
+    assert_eq!(v["me"], "send");
+    assert_eq!(v["tray"], json!([m["content"]["text"]]));
+    assert!(s.state(&bob).await["sent"].as_array().unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn a_suspended_agent_is_refused_403_suspended_its_sockets_close_1008_and_nothing_wakes_it() {
+    let (s, alice, bob) = alice_and_bob(1.0).await;
+    let mut ws = s.ear(&bob, "ack,rewake").await;
+    let path = format!("/_sim/agents/{}/suspend", bob.handle);
+    let suspend = |on: bool| s.post(None, &path, json!({"suspended": on}));
+    assert_eq!(suspend(true).await.0, 200);
+    assert_eq!(
+        ws.closed(5000).await,
+        (1008, "Account suspended".to_string())
+    );
+    let mut again = s.connect(&bob.key, Some("ack")).await;
+    assert_eq!(
+        again.closed(5000).await,
+        (1008, "Account suspended".to_string())
+    );
+    let m = s.send(&alice, &bob, "while suspended").await;
+    s.advance(10 * 60_000).await;
+    let script = r#"
+bob = client(os.environ["BOB"])
+print(json.dumps({
+  "me": bob.get_me()["status"],
+  "inbox": err(lambda: bob._get("/v1/inbox")),
+  "send": err(lambda: bob.send_message(to="alice", content={"text": "no"})),
+}))
+"#;
+    let Some(v) = s.python(script, &[("BOB", &bob.key)]).await else {
+        return;
+    };
+    assert_eq!(v["me"], "suspended", "it can still see itself: {v}");
+    for k in ["inbox", "send"] {
+        assert_eq!(
+            (v[k]["status"].as_u64(), v[k]["code"].as_str()),
+            (Some(403), Some("SUSPENDED")),
+            "{v}"
+        );
+    }
+    assert!(
+        s.state(&bob).await["ladder"]["fired"]
+            .as_array()
+            .unwrap()
+            .is_empty(),
+        "no rung while suspended"
+    );
+    assert_eq!(suspend(false).await.0, 200);
+    let mut ws = s.ear(&bob, "ack,rewake").await;
+    assert_eq!(
+        ws.expect("message.new", 5000).await["payload"]["id"],
+        m["id"]
+    );
+    let w = ws.expect("wake", 5000).await;
+    assert_eq!(
+        w["payload"]["step"], 2,
+        "the latest rung due once reinstated: {w}"
+    );
+}
+
+#[tokio::test]
+async fn presence_update_goes_to_the_agents_contacts_when_it_comes_online_and_goes_offline() {
+    let (s, alice, bob) = alice_and_bob(1.0).await;
+    s.send(&alice, &bob, "we are contacts now").await;
+    let Some(py) = s.python_child(
+        PY_EAR,
+        &[
+            ("KEY", &alice.key),
+            ("TYPES", r#"["presence.update"]"#),
+            ("UNTIL", r#"["presence.update"]"#),
+        ],
+    ) else {
+        return;
+    };
+    s.wait_sockets(&alice, 1).await;
+    let mut ws = s.ear(&bob, "ack").await;
+    let v = crate::sim_support::py_result(py).await;
+    assert_eq!(
+        v["frames"][0]["payload"],
+        json!({"handle": "bob", "status": "online", "custom_message": null}),
+        "{v}"
+    );
+    // And offline, when its last socket goes (seen on a socket of the tests' own).
+    let mut alice_ws = s.ear(&alice, "ack").await;
+    drop(ws.ws.close(None).await);
+    let f = alice_ws.expect("presence.update", 5000).await;
+    assert_eq!(f["payload"]["status"], "offline");
+    // A stranger sees neither.
+    let carol = s.agent("carol").await;
+    let mut carol_ws = s.ear(&carol, "ack").await;
+    let _bob_again = s.ear(&bob, "ack").await;
+    assert!(
+        carol_ws
+            .collect(300)
+            .await
+            .iter()
+            .all(|f| f["type"] != "presence.update")
+    );
+}
+
+#[tokio::test]
+async fn typing_frames_from_the_sdk_are_relayed_to_the_other_member_naming_the_typist() {
+    let (s, alice, bob) = alice_and_bob(1.0).await;
+    let m = s.send(&alice, &bob, "hi").await;
+    let conv = m["conversation_id"].as_str().unwrap();
+    let mut alice_ws = s.ear(&alice, "ack").await;
+    let send = json!([
+        {"type": "typing.start", "payload": {"conversation_id": "conv_not_yours"}},
+        {"type": "typing.start", "payload": {"conversation_id": conv}},
+        {"type": "typing.stop", "payload": {"conversation_id": conv}},
+    ])
+    .to_string();
+    let Some(py) = s.python_child(
+        PY_EAR,
+        &[
+            ("KEY", &bob.key),
+            ("TYPES", r#"["message.new"]"#),
+            ("UNTIL", r#"["message.new"]"#),
+            ("SEND", &send),
+        ],
+    ) else {
+        return;
+    };
+    let start = alice_ws.expect("typing.start", 10_000).await;
+    assert_eq!(
+        start["payload"],
+        json!({"conversation_id": conv, "handle": "bob"})
+    );
+    let stop = alice_ws.expect("typing.stop", 5000).await;
+    assert_eq!(stop["payload"]["handle"], "bob");
+    // The SDK reads on: a message ends its script.
+    s.send(&alice, &bob, "done typing?").await;
+    crate::sim_support::py_result(py).await;
+}
+
+#[tokio::test]
+async fn rate_limit_warning_comes_once_before_the_no_progress_budget_refuses_with_429() {
+    let (s, _alice, bob) = alice_and_bob(1.0).await;
+    let mut ws = s.ear(&bob, "ack").await;
+    let mut statuses = Vec::new();
+    for _ in 0..52 {
+        statuses.push(s.get(Some(&bob.key), "/v1/inbox").await.0);
+    }
+    assert_eq!(
+        statuses.iter().filter(|&&st| st == 429).count(),
+        2,
+        "{statuses:?}"
+    );
+    let frames = ws.collect(500).await;
+    let warnings: Vec<&Value> = frames
+        .iter()
+        .filter(|f| f["type"] == "rate_limit.warning")
+        .collect();
+    assert_eq!(warnings.len(), 1, "once per descent: {frames:?}");
+    assert_eq!(
+        warnings[0]["payload"],
+        json!({"budget": "no_progress", "remaining": 5, "limit": 50})
+    );
+}
+
+#[tokio::test]
+async fn a_frame_pushed_by_the_control_api_reaches_the_sdk_which_ignores_an_unknown_type_and_reads_on()
+ {
+    let (s, alice, bob) = alice_and_bob(1.0).await;
+    let Some(py) = s.python_child(
+        PY_EAR,
+        &[
+            ("KEY", &bob.key),
+            ("TYPES", r#"["no.such.frame", "message.new"]"#),
+            ("UNTIL", r#"["no.such.frame", "message.new"]"#),
+        ],
+    ) else {
+        return;
+    };
+    s.wait_sockets(&bob, 1).await;
+    let path = format!("/_sim/agents/{}/frame", bob.handle);
+    let frame = |body: Value| s.post(None, &path, body);
+    let (st, v) = frame(json!({"text": "this is not JSON"})).await;
+    assert_eq!((st, &v["sockets"]), (200, &json!(1)), "{v}");
+    frame(json!({"frame": {"type": "no.such.frame", "payload": {"x": 1}}})).await;
+    frame(json!({"frame": {"type": "wake", "payload": {"reason": "moonrise"}}})).await;
+    let (st, _) = frame(json!({"frame": {}, "text": "both"})).await;
+    assert_eq!(st, 400);
+    let m = s.send(&alice, &bob, "still here?").await;
+    let v = crate::sim_support::py_result(py).await;
+    let types: Vec<&str> = v["frames"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["type"].as_str().unwrap())
+        .collect();
+    assert_eq!(types, ["no.such.frame", "message.new"], "{v}");
+    assert_eq!(v["frames"][1]["payload"]["id"], m["id"]);
+    assert!(
+        s.acks(&bob)
+            .await
+            .iter()
+            .any(|a| a["message_id"] == m["id"]),
+        "the SDK read on and acked"
+    );
+}

@@ -44,8 +44,29 @@ pub(super) fn route(sim: &Sim, r: &Req, method: &str, h: &str, rest: &[&str]) ->
                     ));
                 }
             };
-            s.agent_mut(h)?.paused = paused;
+            s.set_paused(h, paused)?;
             Ok(Reply::ok(json!({"paused_by_owner": paused})))
+        }
+        ("POST", ["suspend"]) => {
+            let b = r.json_object()?;
+            let on = b.get("suspended").and_then(Value::as_bool).unwrap_or(true);
+            s.set_suspended(h, on)?;
+            Ok(Reply::ok(json!({"handle": at(h), "suspended": on})))
+        }
+        ("POST", ["frame"]) => {
+            let b = r.json_object()?;
+            let text = match (b.get("frame"), b.get("text")) {
+                (Some(f), None) => f.to_string(),
+                (None, Some(Value::String(t))) => t.clone(),
+                _ => {
+                    return Err(Rejection::validation(
+                        "give frame (any JSON) or text (a raw string), one of them",
+                    ));
+                }
+            };
+            let cap = b.get("capability").and_then(Value::as_str);
+            let n = s.push(h, &text, |x| cap.is_none_or(|c| x.has(c)));
+            Ok(Reply::ok(json!({"sockets": n})))
         }
         ("POST", ["sockets", "silence"]) => {
             Ok(Reply::ok(json!({"silenced": s.silence_sockets(h)})))

@@ -133,7 +133,7 @@ impl Store {
                 let frame = self.envelope_frame(&id, r, false);
                 let mut handed_no_ack = false;
                 // A full-paused agent gets no live push (contract 3.1).
-                if let Some(a) = self.agents.get(r).filter(|a| a.paused != "full") {
+                if let Some(a) = self.agents.get(r).filter(|a| !a.asleep()) {
                     for s in a.sockets.iter().filter(|s| !s.silenced) {
                         let out = Out::Message {
                             id: id.clone(),
@@ -174,6 +174,7 @@ impl Store {
     /// `POST /v1/messages` in the SDKs' shape. Checks run in the hosted API's order: content,
     /// `client_msg_id` (a repeat answers 200 with the first send), type, then the route.
     pub fn send_message(&mut self, sender: &str, body: &Value) -> SimResult<(u16, Value)> {
+        self.refuse_paused_send(sender)?;
         let content = message_content(body)?;
         let client_msg_id = client_msg_id(body)?;
         if let Some(m) = self

@@ -469,27 +469,47 @@ impl Sim {
     /// (`agentchatme`, `common::test_python`), `BASE` the sim's URL and `env` set; the last line
     /// it prints, as JSON. `None` (the test skips) where no such interpreter exists outside CI.
     pub async fn python(&self, script: &str, env: &[(&str, &str)]) -> Option<Value> {
+        Some(py_result(self.python_child(script, env)?).await)
+    }
+
+    /// `python`, started and left running (stdout piped) while the test drives the sim; its
+    /// result with `py_result`.
+    pub fn python_child(
+        &self,
+        script: &str,
+        env: &[(&str, &str)],
+    ) -> Option<tokio::process::Child> {
         let python = crate::common::test_python()?;
         let mut cmd = tokio::process::Command::new(python);
         cmd.args(["-c", &format!("{PY_PRELUDE}\n{script}")])
             .env("BASE", &self.base)
+            .env("WS_BASE", self.base.replacen("http", "ws", 1))
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
             .kill_on_drop(true);
         for (k, v) in env {
             cmd.env(k, v);
         }
-        let out = tokio::time::timeout(Duration::from_secs(90), cmd.output())
-            .await
-            .expect("the Python script finishes within 90 s")
-            .unwrap();
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        assert!(
-            out.status.success(),
-            "python failed: {stdout}\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        Some(serde_json::from_str(stdout.lines().last().unwrap()).unwrap())
+        Some(cmd.spawn().unwrap())
     }
+}
 
+/// The last line a `Sim::python_child` printed, as JSON, once it exits 0 (within 90 s).
+pub async fn py_result(child: tokio::process::Child) -> Value {
+    let out = tokio::time::timeout(Duration::from_secs(90), child.wait_with_output())
+        .await
+        .expect("the Python script finishes within 90 s")
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "python failed: {stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_str(stdout.lines().last().unwrap()).unwrap()
+}
+
+impl Sim {
     /// Steps the sim's server clock `ms` forward (`POST /_sim/clock`).
     pub async fn advance(&self, ms: u64) {
         let (st, v) = self
