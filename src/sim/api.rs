@@ -38,6 +38,8 @@ pub async fn route(sim: &Sim, r: &Req) -> SimResult<Reply> {
         _ => {}
     }
     let me = sim.lock().auth(r.bearer())?;
+    // Any authenticated call keeps an unanswered rung's webhook back for 2 minutes (5).
+    sim.lock().called(&me);
     // A suspended agent can still see itself (`owner`).
     if (m, &segs[1..]) != ("GET", &["agents", "me"][..]) {
         sim.lock().refuse_suspended(&me)?;
@@ -64,6 +66,16 @@ async fn agent_route(sim: &Sim, r: &Req, me: &str, m: &str, segs: &[&str]) -> Si
     let me = me.to_string();
     match (m, &segs[1..]) {
         ("GET", ["agents", "me"]) => Ok(Reply::ok(sim.lock().me(&me)?)),
+        ("PUT", ["agents", "me", "wake-webhook"]) => {
+            let body = r.json_object()?;
+            Ok(Reply::ok(sim.lock().put_webhook(&me, &body)?))
+        }
+        ("DELETE", ["agents", "me", "wake-webhook"]) => {
+            Ok(Reply::ok(sim.lock().delete_webhook(&me)?))
+        }
+        ("POST", ["agents", "me", "wake-webhook", "test"]) => {
+            Ok(Reply::ok(super::webhook::test(sim, &me).await?))
+        }
         ("POST", ["messages"]) => {
             let body = r.json_object()?;
             let (status, v) = sim.lock().send_message(&me, &body)?;
@@ -254,7 +266,7 @@ pub async fn inbox(
         if wait_ms == 0 || paused || t.shows_something(limit, invites) {
             let shows = t.shows_something(limit, invites);
             let body = t.body(&s, me, limit, (wait_ms > 0).then_some(0));
-            settle(&mut s, me, shows);
+            settle(&mut s, me, shows, wait_ms > 0);
             return Ok(body);
         }
         let a = s.agent_mut(me)?;
@@ -280,7 +292,7 @@ pub async fn inbox(
     let t = tray::build(&s, me);
     let shows = t.shows_something(limit, invites);
     let body = t.body(&s, me, limit, Some(started.elapsed().as_millis() as u64));
-    settle(&mut s, me, shows);
+    settle(&mut s, me, shows, true);
     Ok(body)
 }
 
@@ -298,7 +310,12 @@ impl Drop for Parked<'_> {
     }
 }
 
-fn settle(s: &mut super::store::Store, me: &str, shows: bool) {
+/// After a tray or sync read: the poll budgets (and a `rate_limit.warning` when one runs low);
+/// a held read that returned something keeps the agent present for 60 s (3.5).
+fn settle(s: &mut super::store::Store, me: &str, shows: bool, held: bool) {
+    if held && shows {
+        s.held_answered(me);
+    }
     let now = s.now_v();
     let progress = s.progress_recently(me);
     let low = s.agents.get_mut(me).and_then(|a| {
@@ -339,7 +356,7 @@ async fn sync(sim: &Sim, r: &Req, me: &str) -> SimResult<Reply> {
         let rows = rows_now(&mut s)?;
         if wait_ms == 0 || !rows.is_empty() || s.agent(me)?.paused == "full" {
             let shows = !rows.is_empty();
-            settle(&mut s, me, shows);
+            settle(&mut s, me, shows, wait_ms > 0);
             return Ok(Reply::ok(Value::Array(rows)));
         }
         let a = s.agent_mut(me)?;
@@ -364,7 +381,7 @@ async fn sync(sim: &Sim, r: &Req, me: &str) -> SimResult<Reply> {
     let mut s = sim.lock();
     let rows = rows_now(&mut s)?;
     let shows = !rows.is_empty();
-    settle(&mut s, me, shows);
+    settle(&mut s, me, shows, true);
     Ok(Reply::ok(Value::Array(rows)))
 }
 

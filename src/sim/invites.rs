@@ -149,6 +149,7 @@ impl Store {
             self.push(&invitee, &frame, |_| true);
         }
         self.land(&invitee, Landing::Invite);
+        self.hook_note(&invitee, super::webhook::Note::Invite(id.clone()));
         let now_v = self.now_v();
         if let Some(a) = self.agents.get_mut(&invitee) {
             a.ladder = Ladder {

@@ -24,6 +24,9 @@ pub async fn route(sim: &Sim, r: &Req) -> Reply {
         s.auth(r.bearer())
             .and_then(|h| s.refuse_suspended(&h).map(|()| h))
     };
+    if let Ok(h) = &authed {
+        sim.lock().called(h);
+    }
     let me = match authed {
         Ok(h) => h,
         Err(e) => return Reply::from(e).header("www-authenticate", "Bearer"),

@@ -29,6 +29,7 @@ mod texts;
 mod timers;
 mod tray;
 mod verdicts;
+mod webhook;
 mod ws;
 
 use std::net::SocketAddr;
@@ -185,6 +186,7 @@ pub async fn start(config: SimConfig) -> anyhow::Result<SimHandle> {
         store: Mutex::new(st),
         clock,
         shutdown,
+        hooks: webhook::client(),
     });
     let serve = tokio::spawn(http::serve(sim.clone(), listener));
     let ticker = tokio::spawn(tick_loop(sim));
@@ -211,7 +213,15 @@ async fn tick_loop(sim: http::Sim) {
 }
 
 /// One look at every server timer: the ticker's every 20 ms, and at once after
-/// `POST /_sim/clock` steps the clock.
+/// `POST /_sim/clock` steps the clock. The wake webhook attempts it finds due go out on tasks of
+/// their own, the lock released.
 fn tick(sim: &http::Sim) {
-    timers::tick(&mut sim.lock());
+    let due = {
+        let mut s = sim.lock();
+        timers::tick(&mut s);
+        s.webhook_due()
+    };
+    for a in due {
+        tokio::spawn(webhook::deliver(sim.clone(), a));
+    }
 }

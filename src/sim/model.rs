@@ -102,6 +102,8 @@ pub struct Agent {
     pub missed_invites: Vec<String>,
     pub created_at: String,
     pub mutes: super::mutes::Mutes,
+    /// The wake webhook: subscription, deliveries, presence (contract 3.5).
+    pub hook: super::webhook::Hook,
     /// `/v1/reply/*` claims and leases (contract 7's `reply_coord`).
     pub reply_coord: super::reply_coord::ReplyCoord,
     pub views: BTreeMap<String, ConvView>,

@@ -155,6 +155,7 @@ impl Store {
                 created_at: now_iso(),
                 mutes: Default::default(),
                 reply_coord: Default::default(),
+                hook: Default::default(),
                 views: BTreeMap::new(),
                 connects: Vec::new(),
                 acks: Vec::new(),
@@ -261,7 +262,7 @@ impl Store {
             "status": if a.suspended { "suspended" } else { "active" }, "paused_by_owner": a.paused, "is_system": false,
             "settings": {"inbox_mode": "open", "group_invite_policy": "open"},
             "email_masked": format!("{}***@example.invalid", &a.handle[..1]),
-            "wake_webhook": null, "created_at": a.created_at,
+            "wake_webhook": self.webhook_state(h)?, "created_at": a.created_at,
         }))
     }
 

@@ -58,6 +58,7 @@ fn fire_reminders(s: &mut Store) {
         let frame = json!({"type": "wake", "payload": payload}).to_string();
         let n = s.push(&h, &frame, |_| true);
         s.log_wake(&h, &payload, n);
+        s.hook_note(&h, super::webhook::Note::Reminder(conv));
     }
 }
 
@@ -95,10 +96,19 @@ fn run_ladders(s: &mut Store) {
             .agents
             .get(&h)
             .is_some_and(|a| a.sockets.iter().any(|x| x.has("rewake")));
-        if !has_rewake {
-            continue; // not lost: the next look sends the latest rung due
-        }
         let step = rung + 1;
+        if !has_rewake {
+            // Else a `rewake` webhook takes rungs 2 to 4 (`webhook`); else the rung is not
+            // lost: the next look sends the latest rung due.
+            if s.rung_by_webhook(&h, step as u8)
+                && let Some(a) = s.agents.get_mut(&h)
+            {
+                a.ladder.sent = step as u8;
+                a.ladder.fired.push(json!({"step": step, "at": now_iso(),
+                                           "at_ms": super::clock::unix_ms(), "via": "webhook"}));
+            }
+            continue;
+        }
         let payload =
             json!({"reason": "unanswered", "conversation_ids": ids, "step": step, "at": now_iso()});
         let frame = json!({"type": "wake", "payload": payload}).to_string();

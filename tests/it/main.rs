@@ -53,4 +53,5 @@ mod sim_hands;
 mod sim_old_paths;
 mod sim_rest;
 mod sim_socket;
+mod sim_webhook;
 mod status;

@@ -86,6 +86,7 @@ pub(super) fn route(sim: &Sim, r: &Req, method: &str, h: &str, rest: &[&str]) ->
         ("GET", ["acks"]) => Ok(Reply::ok(
             json!({"handle": at(h), "acks": s.agent(h)?.acks}),
         )),
+        ("GET", ["webhook"]) => Ok(Reply::ok(s.webhook_view(h)?)),
         ("GET", ["wakes"]) => Ok(Reply::ok(
             json!({"handle": at(h), "wakes": s.agent(h)?.wakes}),
         )),

@@ -167,6 +167,9 @@ impl Store {
                     };
                 }
             }
+            if !muted {
+                self.hook_note(r, super::super::webhook::Note::Message);
+            }
         }
         id
     }

@@ -163,6 +163,7 @@ impl Store {
         {
             d.status = "delivered";
             d.delivered_at = Some(now_iso());
+            self.pulled(h);
         }
     }
 }

@@ -484,6 +484,8 @@ impl Sim {
         cmd.args(["-c", &format!("{PY_PRELUDE}\n{script}")])
             .env("BASE", &self.base)
             .env("WS_BASE", self.base.replacen("http", "ws", 1))
+            // Held open: a script that serves until the test ends reads it to its end.
+            .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped())
             .kill_on_drop(true);
