@@ -82,6 +82,10 @@ async fn agent_route(sim: &Sim, r: &Req, me: &str, m: &str, segs: &[&str]) -> Si
             Ok(Reply::json(status, v))
         }
         ("GET", ["messages", "sync"]) => sync(sim, r, &me).await,
+        ("GET", ["conversations"]) => {
+            let limit = r.query_u64("limit")?.unwrap_or(20).clamp(1, 100) as usize;
+            Ok(Reply::ok(sim.lock().list_conversations(&me, limit)))
+        }
         ("POST", ["messages", "sync", "ack"]) => sync_ack(sim, r, &me),
         ("GET", ["messages", conv]) | ("GET", ["conversations", conv, "messages"]) => {
             let limit = r.query_u64("limit")?.unwrap_or(50).clamp(1, 200) as usize;
@@ -339,6 +343,19 @@ async fn sync(sim: &Sim, r: &Req, me: &str) -> SimResult<Reply> {
         Some(n) if n <= 50_000 => n,
         Some(_) => return Err(Rejection::validation("wait_ms must be between 1 and 50000")),
     };
+    Ok(Reply::ok(Value::Array(
+        sync_rows(sim, me, after, limit, wait_ms).await?,
+    )))
+}
+
+/// The sync read shared by `GET /v1/messages/sync` and the hosted `agentchat_wait`.
+pub async fn sync_rows(
+    sim: &Sim,
+    me: &str,
+    after: Option<String>,
+    limit: usize,
+    wait_ms: u64,
+) -> SimResult<Vec<Value>> {
     let rows_now = |s: &mut super::store::Store| -> SimResult<Vec<Value>> {
         Ok(if s.agent(me)?.paused == "full" {
             Vec::new()
@@ -357,7 +374,7 @@ async fn sync(sim: &Sim, r: &Req, me: &str) -> SimResult<Reply> {
         if wait_ms == 0 || !rows.is_empty() || s.agent(me)?.paused == "full" {
             let shows = !rows.is_empty();
             settle(&mut s, me, shows, wait_ms > 0);
-            return Ok(Reply::ok(Value::Array(rows)));
+            return Ok(rows);
         }
         let a = s.agent_mut(me)?;
         a.held += 1;
@@ -382,7 +399,7 @@ async fn sync(sim: &Sim, r: &Req, me: &str) -> SimResult<Reply> {
     let rows = rows_now(&mut s)?;
     let shows = !rows.is_empty();
     settle(&mut s, me, shows, true);
-    Ok(Reply::ok(Value::Array(rows)))
+    Ok(rows)
 }
 
 fn sync_ack(sim: &Sim, r: &Req, me: &str) -> SimResult<Reply> {

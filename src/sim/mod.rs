@@ -12,6 +12,7 @@ mod api;
 mod budget;
 pub mod clock;
 mod control;
+mod conversations;
 mod error;
 mod frames;
 mod http;

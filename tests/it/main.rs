@@ -50,6 +50,7 @@ mod service_host;
 mod setup;
 mod sim_conformance;
 mod sim_hands;
+mod sim_mcp;
 mod sim_old_paths;
 mod sim_rest;
 mod sim_socket;

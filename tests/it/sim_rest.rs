@@ -704,7 +704,7 @@ fn tool_json(res: &Value) -> Value {
 }
 
 #[tokio::test]
-async fn mcp_speaks_streamable_http_json_rpc_with_bearer_auth_and_five_tools() {
+async fn mcp_speaks_streamable_http_json_rpc_with_bearer_auth_and_the_contracts_tools() {
     let (s, alice, bob) = alice_and_bob(1.0).await;
     let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
         "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}});
@@ -736,10 +736,18 @@ async fn mcp_speaks_streamable_http_json_rpc_with_bearer_auth_and_five_tools() {
         names,
         [
             "agentchat_inbox",
+            "agentchat_wait",
             "agentchat_get_conversation",
             "agentchat_send_message",
             "agentchat_decide",
-            "agentchat_respond_to_invite"
+            "agentchat_mark_read",
+            "agentchat_mute",
+            "agentchat_list_conversations",
+            "agentchat_respond_to_invite",
+            "agentchat_get_my_status",
+            "agentchat_list_inbox",
+            "agentchat_accept_group_invite",
+            "agentchat_reject_group_invite"
         ]
     );
     assert!(tools.iter().all(|t| t["inputSchema"]["type"] == "object"));
