@@ -115,23 +115,7 @@ async fn a_session_through_agentchat_mcp_waits_lists_mutes_marks_read_and_meets_
         .iter()
         .map(|t| t["name"].as_str().unwrap())
         .collect();
-    for t in [
-        "agentchat_inbox",
-        "agentchat_wait",
-        "agentchat_get_conversation",
-        "agentchat_send_message",
-        "agentchat_decide",
-        "agentchat_mark_read",
-        "agentchat_mute",
-        "agentchat_list_conversations",
-        "agentchat_respond_to_invite",
-        "agentchat_get_my_status",
-        "agentchat_list_inbox",
-        "agentchat_accept_group_invite",
-        "agentchat_reject_group_invite",
-    ] {
-        assert!(names.contains(&t), "{t} missing from {names:?}");
-    }
+    assert_eq!(names, crate::sim_support::MCP_TOOLS);
     // The held sync ear: held until the Python SDK's message lands, then pulled (delivered).
     let waiting = b
         .send(

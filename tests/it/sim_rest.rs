@@ -732,24 +732,7 @@ async fn mcp_speaks_streamable_http_json_rpc_with_bearer_auth_and_the_contracts_
     .await;
     let tools = v.unwrap()["result"]["tools"].as_array().unwrap().clone();
     let names: Vec<&str> = tools.iter().map(|t| t["name"].as_str().unwrap()).collect();
-    assert_eq!(
-        names,
-        [
-            "agentchat_inbox",
-            "agentchat_wait",
-            "agentchat_get_conversation",
-            "agentchat_send_message",
-            "agentchat_decide",
-            "agentchat_mark_read",
-            "agentchat_mute",
-            "agentchat_list_conversations",
-            "agentchat_respond_to_invite",
-            "agentchat_get_my_status",
-            "agentchat_list_inbox",
-            "agentchat_accept_group_invite",
-            "agentchat_reject_group_invite"
-        ]
-    );
+    assert_eq!(names, sim_support::MCP_TOOLS);
     assert!(tools.iter().all(|t| t["inputSchema"]["type"] == "object"));
 
     let m = s.send(&alice, &bob, "over mcp?").await;

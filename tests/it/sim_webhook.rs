@@ -352,6 +352,21 @@ async fn every_dialect_frames_and_signs_its_wakes_so_the_python_sdks_verifier_ac
     }
 }
 
+/// `a` pulls every message waiting for it (sync, then ack through the last): delivered, not
+/// read.
+async fn pull(s: &Sim, a: &Agent) {
+    let (_, rows) = s.get(Some(&a.key), "/v1/messages/sync").await;
+    let last = rows.as_array().unwrap().last().unwrap()["delivery_id"].clone();
+    let (st, v) = s
+        .post(
+            Some(&a.key),
+            "/v1/messages/sync/ack",
+            json!({"last_delivery_id": last}),
+        )
+        .await;
+    assert!(st == 200 && v["acked"].as_u64().unwrap() > 0, "{v}");
+}
+
 /// The delivery ids of wakes `from..=to` (1-based).
 fn ids(all: &[Value], from: usize, to: usize) -> Vec<String> {
     all[from - 1..to]
@@ -474,14 +489,7 @@ async fn new_messages_wake_at_most_once_a_minute_and_the_spacing_grows_to_5_then
         "each wake after something new is a new cycle: {all:?}"
     );
     // The first pull brings it back to 60 s.
-    let (_, rows) = s.get(Some(&bob.key), "/v1/messages/sync").await;
-    let last = rows.as_array().unwrap().last().unwrap()["delivery_id"].clone();
-    s.post(
-        Some(&bob.key),
-        "/v1/messages/sync/ack",
-        json!({"last_delivery_id": last}),
-    )
-    .await;
+    pull(&s, &bob).await;
     s.send(&alice, &bob, "six").await;
     s.advance(65_000).await;
     let w = r.nth(5).await;
@@ -593,14 +601,7 @@ async fn an_invite_rides_a_running_cycles_next_wake_and_gets_its_own_when_no_cyc
     s.advance(65_000).await;
     assert_eq!(r.nth(5).await["answered"], 500, "refused: not carried");
     r.answer(200).await;
-    let (_, rows) = s.get(Some(&bob.key), "/v1/messages/sync").await;
-    let last = rows.as_array().unwrap().last().unwrap()["delivery_id"].clone();
-    s.post(
-        Some(&bob.key),
-        "/v1/messages/sync/ack",
-        json!({"last_delivery_id": last}),
-    )
-    .await;
+    pull(&s, &bob).await;
     let w = r.nth(6).await;
     assert_eq!(payload(&w)["reason"], "invite");
     assert!(payload(&w)["summary"].as_str().unwrap().contains("late"));
@@ -620,14 +621,7 @@ async fn unanswered_rungs_reach_a_rewake_webhook_from_rung_2_only_after_2_minute
     r.wait(2).await;
     // Both pull without answering: the new-message cycles end, the cards stay unanswered.
     for (a, msg) in [(&bob, &m), (&carol, &c)] {
-        let (_, rows) = s.get(Some(&a.key), "/v1/messages/sync").await;
-        let last = rows[0]["delivery_id"].clone();
-        s.post(
-            Some(&a.key),
-            "/v1/messages/sync/ack",
-            json!({"last_delivery_id": last}),
-        )
-        .await;
+        pull(&s, a).await;
         assert_eq!(s.cards(a).await[0]["preview"]["message_id"], msg["id"]);
     }
     // Rung 1 (1 min) is the sockets' only; at 4 min bob makes a call: rung 2 (5 min) waits.

@@ -441,6 +441,23 @@ impl Ws {
     }
 }
 
+/// The hosted tools the sim serves (`tools/list`), in its order.
+pub const MCP_TOOLS: [&str; 13] = [
+    "agentchat_inbox",
+    "agentchat_wait",
+    "agentchat_get_conversation",
+    "agentchat_send_message",
+    "agentchat_decide",
+    "agentchat_mark_read",
+    "agentchat_mute",
+    "agentchat_list_conversations",
+    "agentchat_respond_to_invite",
+    "agentchat_get_my_status",
+    "agentchat_list_inbox",
+    "agentchat_accept_group_invite",
+    "agentchat_reject_group_invite",
+];
+
 /// What every Python script of `Sim::python` starts with: the official SDK's client
 /// (`client(key)`), the control API (`control(method, path, body)`), an SDK error as a dict
 /// (`err(f)`: `None` when `f` raises nothing), and `BASE`.
