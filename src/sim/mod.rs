@@ -1,12 +1,14 @@
 //! `agentchat sim`: a faithful in-memory AgentChat server on loopback, with a control API for
 //! tests and demos (`docs/local-server.md`).
 //!
-//! Layout: `store`/`model` hold the data and the operations every door shares (with `verdicts`
-//! and `invites` split out); `tray` builds the
-//! v1 tray; `timers` run the defer and re-wake ladders; `budget` holds the poll and connect
-//! budgets; `http` routes to `api` (the agent's REST hands), `ws` (the socket), `mcp` (the hosted
-//! tools) and `control` (`/_sim/`, with `restart`: a whole-server restart and the refusal counts);
-//! `texts` serves the texts; `clock` scales every timer.
+//! Layout: `store`/`model` hold the data and the operations every door shares (with `verdicts`,
+//! `invites`, `mutes`, `owner` (pauses and suspension), `conversations` and `reply_coord` split
+//! out); `tray` builds the v1 tray; `timers` run the defer and re-wake ladders; `webhook` the wake
+//! webhook (contract 3.5); `frames` the socket frames besides messages and wakes; `budget` holds
+//! the poll and connect budgets; `http` routes to `api` (the agent's REST hands), `ws` (the
+//! socket), `mcp` (the hosted tools) and `control` (`/_sim/`, with `restart`: a whole-server
+//! restart and the refusal counts); `old_paths` plays contract 7; `texts` serves the texts;
+//! `clock` scales and steps every timer.
 
 mod api;
 mod budget;

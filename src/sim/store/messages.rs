@@ -1,5 +1,5 @@
 //! The messages' side of the store: envelopes, storing and fanning out a message, sends,
-//! conversations, the stored rows of the sync path, mutes and the wake log.
+//! conversations, the stored rows of the sync path and the wake log.
 
 use serde_json::{Value, json};
 
