@@ -396,11 +396,12 @@ async fn no_wake_webhook_while_a_socket_is_online_or_a_held_request_is_live_or_6
     // Read: bob's cycle is over, so what follows is carol's alone.
     s.read(&bob, m["conversation_id"].as_str().unwrap(), json!({}))
         .await;
-    // A held request live: an invite does not end a held sync, and no webhook goes meanwhile.
+    // A held request live: an invite does not end a held sync, and no webhook goes meanwhile
+    // (held 4 real seconds: the two calls below happen inside it on a loaded machine too).
     let held = s.raw(
         reqwest::Method::GET,
         &carol.key,
-        "/v1/messages/sync?wait_ms=1500",
+        "/v1/messages/sync?wait_ms=4000",
     );
     let held = tokio::spawn(async move { held.send().await.unwrap().status().as_u16() });
     s.wait_state(&carol, "a held sync", |st| st["held_requests"] == 1)
