@@ -33,8 +33,10 @@ impl ReplyCoord {
         self.leases.values().any(|&t| now_v < t)
     }
 
-    /// Claims `id` for `holder`: free, expired or already this holder's.
+    /// Claims `id` for `holder`: free, expired or already this holder's. Expired claims are
+    /// forgotten on the way, so the map holds only live ones.
     fn claim(&mut self, id: &str, holder: &str, now_v: u64) -> bool {
+        self.claims.retain(|_, (_, until)| now_v < *until);
         match self.claims.get(id) {
             Some((h, until)) if h != holder && now_v < *until => false,
             _ => {
@@ -125,11 +127,10 @@ impl Store {
             .and_then(Value::as_u64)
             .unwrap_or(DEFAULT_LEASE_S)
             .clamp(1, 24 * 3600);
-        let until = self.now_v() + ttl * SEC;
-        self.agent_mut(h)?
-            .reply_coord
-            .leases
-            .insert(session.clone(), until);
+        let now_v = self.now_v();
+        let leases = &mut self.agent_mut(h)?.reply_coord.leases;
+        leases.retain(|_, until| now_v < *until);
+        leases.insert(session.clone(), now_v + ttl * SEC);
         Ok(json!({"active": true, "session_id": session, "ttl_seconds": ttl}))
     }
 
