@@ -291,12 +291,16 @@ pub async fn inbox(
             _ = shutdown.changed() => break,
         }
     }
+    let body = {
+        let mut s = sim.lock();
+        let t = tray::build(&s, me);
+        let shows = t.shows_something(limit, invites);
+        let body = t.body(&s, me, limit, Some(started.elapsed().as_millis() as u64));
+        settle(&mut s, me, shows, true);
+        body
+    };
+    // Still counted as held until settled, so no wake webhook slips in between (3.5).
     drop(parked);
-    let mut s = sim.lock();
-    let t = tray::build(&s, me);
-    let shows = t.shows_something(limit, invites);
-    let body = t.body(&s, me, limit, Some(started.elapsed().as_millis() as u64));
-    settle(&mut s, me, shows, true);
     Ok(body)
 }
 
@@ -394,11 +398,15 @@ pub async fn sync_rows(
             _ = shutdown.changed() => break,
         }
     }
+    let rows = {
+        let mut s = sim.lock();
+        let rows = rows_now(&mut s)?;
+        let shows = !rows.is_empty();
+        settle(&mut s, me, shows, true);
+        rows
+    };
+    // Still counted as held until settled, so no wake webhook slips in between (3.5).
     drop(parked);
-    let mut s = sim.lock();
-    let rows = rows_now(&mut s)?;
-    let shows = !rows.is_empty();
-    settle(&mut s, me, shows, true);
     Ok(rows)
 }
 

@@ -383,7 +383,8 @@ async fn no_wake_webhook_while_a_socket_is_online_or_a_held_request_is_live_or_6
         return;
     };
     put(&s, &bob, &r, "agentchat", json!({})).await;
-    put(&s, &carol, &r, "agentchat", json!({})).await;
+    // Without `rewake`: her pending invite's rung 2 would be a wake of its own in the middle.
+    put(&s, &carol, &r, "agentchat", json!({"rewake": false})).await;
     // A socket online: bob's message is pushed there (never acked) and no webhook goes.
     let mut ws = s.ear(&bob, "ack").await;
     let m = s.send(&alice, &bob, "for the socket").await;
