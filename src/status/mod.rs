@@ -287,6 +287,15 @@ pub fn render(
 /// never holds a double quote or a backslash, so a shell can take it out of the JSON with `sed`.
 ///
 /// `restart` is how to restart the listener as this host runs it ([`restart_advice`]).
+/// A line `problem` may carry: no double quotes or backslashes (docs/integrating.md: a shell takes
+/// it out with `sed`), on one line.
+fn one_line(s: &str) -> String {
+    s.chars()
+        .filter(|c| *c != '"' && *c != '\\')
+        .map(|c| if c == '\n' { ' ' } else { c })
+        .collect()
+}
+
 pub fn problem(
     profile: &str,
     status: Option<&Status>,
@@ -413,7 +422,14 @@ pub async fn run_command(args: StatusArgs) -> anyhow::Result<i32> {
         .as_ref()
         .map(|s| assess(s, pid_alive(u64::from(s.pid)), now));
     let restart = restart_advice(&profile, status.as_ref().map_or(0, |s| s.pid));
-    let problem = problem(&profile, status.as_ref(), liveness, now, &restart);
+    let problem = match &config_error {
+        // A config that cannot be read is what a stopped listener needs fixed first: a start
+        // (or a restart) fails on it. A listener that runs keeps the config it read before.
+        Some(e) if liveness != Some(Liveness::Running) => Some(one_line(&format!(
+            "the config of profile {profile} cannot be read: {e}; fix it, then `agentchat doctor              --profile {profile}` checks it"
+        ))),
+        _ => problem(&profile, status.as_ref(), liveness, now, &restart),
+    };
     let usable = problem.is_none();
     if args.json {
         let out = json!({

@@ -1613,7 +1613,12 @@ async fn after_sighup_switches_the_runtime_its_own_cached_texts_run_or_nothing_n
     use listen_support::fake::{self, Fake, WAKE_TEXT};
     use std::os::unix::fs::PermissionsExt;
     let fake = Fake::start("bob", fake::tray("@bob", 1)).await;
-    let opts = Opts::default();
+    // A login the listener can see without asking the CLI (issue 34 item 12 asks `claude auth
+    // status` when none shows): the recorder below stands in for `claude` and counts every call.
+    let opts = Opts {
+        extra_env: vec![("ANTHROPIC_API_KEY".into(), "sk-test".into())],
+        ..Opts::default()
+    };
     let setup = Setup::new(&opts);
     // The recorder stands in for the `claude` binary once the runtime is switched to it.
     let script = &setup.rec.script;

@@ -203,6 +203,9 @@ impl Listener {
             self.rt.health.start_over();
         }
         if let Some(why) = report.unusable.clone() {
+            if self.rt.health.is_usable() {
+                tracing::error!(event = %log_events::RUNTIME_UNUSABLE, cycle_id = %report.last.id, runtime = self.cfg.runtime.as_str(), why = %why, "the runtime cannot be used; no runs until it is fixed: the listener checks it again on a backoff (seconds growing to 10 minutes) and at once on reload (SIGHUP)");
+            }
             self.mark_unusable(why, now);
         }
         if report.last.no_run_reason == Some(NoRunReason::NoTexts) {
