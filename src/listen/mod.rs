@@ -11,6 +11,7 @@
 pub mod admission;
 pub mod agent_lock;
 pub mod driver;
+pub mod history;
 pub mod host;
 pub mod logging;
 pub mod metrics;
