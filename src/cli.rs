@@ -64,6 +64,19 @@ Exit codes:
   1  the config or the status file cannot be read"
 );
 
+const RUNS_HELP: &str = concat!(
+    profile_env!(),
+    "
+
+Each line: when it started, how it ended, how long it took, what it cost, why it was woken, what
+waited (cards and invites, by count and their senders' handles; never a message), what the tray
+showed after it, and its id. The last line sums today (the machine's local day).
+
+Exit codes:
+  0  listed (also when there is nothing to list)
+  1  the config or a history file cannot be read; runs show: no such run"
+);
+
 const DOCTOR_HELP: &str = concat!(
     profile_env!(),
     server_env!(),
@@ -136,6 +149,9 @@ pub enum Command {
     /// Show what the profile's listener is doing (from its status.json).
     #[command(after_help = STATUS_HELP)]
     Status(crate::status::StatusArgs),
+    /// What the agent did: a line per run, hold and queued wait, newest first (`runs show ID`: one).
+    #[command(after_help = RUNS_HELP)]
+    Runs(crate::runs::RunsArgs),
     /// Run a faithful local AgentChat server (in memory, loopback only).
     #[command(after_help = SIM_HELP)]
     Sim(crate::sim::SimArgs),

@@ -22,7 +22,7 @@ use std::time::SystemTime;
 
 mod all;
 mod zone;
-pub use all::{Row, render_rows};
+pub use all::{ProfileDir, Row, profile_dirs, render_rows};
 pub use zone::{MachineZone, PolicyZone};
 
 /// `status` reads the config only to find the profile's state dir, so it takes only the flags

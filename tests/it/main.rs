@@ -41,6 +41,7 @@ mod metrics;
 mod pacing;
 mod packaging;
 mod runner;
+mod runs;
 mod runtimes_cli;
 mod runtimes_confine;
 mod runtimes_contain;

@@ -129,7 +129,9 @@ pub struct HoldNote {
     pub wakes: u32,
 }
 
-/// One line of the history.
+/// One line of the history. `started_at`, `profile`, `reason`, `senders`, `outcome`,
+/// `duration_ms`, `cost_usd`, `tokens` and `log` are always there (`null` when unknown); the
+/// rest only when they say something.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Record {
     /// The cycle's id (`c<ms>-<rand>`), as logs and run files name it.
@@ -161,15 +163,15 @@ pub struct Record {
     pub signal: Option<i32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failure: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub duration_ms: Option<u64>,
     /// The run's own report (`core::run_report`); `None` where its runtime reports none.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub cost_usd: Option<f64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub tokens: Option<u64>,
     /// The run's own log file.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub log: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub after: Option<After>,
