@@ -75,12 +75,15 @@
 //! - [`listen::state_dir`] (the lock, `status.json`, `invites.json`), [`listen::history`] (the
 //!   run history: appended, compacted, read back into the caps' ledger), [`listen::agent_lock`] (one
 //!   listener per agent per machine), [`listen::texts`] (the one texts loader and cache),
-//!   [`listen::logging`], [`listen::metrics`] (the page, the probes, the capped endpoint),
+//!   [`listen::logging`], [`listen::metrics`] (the metrics page, the probes, the capped endpoint),
+//!   [`listen::page`] (the live page of runs and holds, its API and embedded assets),
+//!   [`listen::liveness`] (whether a `status.json`'s listener is alive),
 //!   [`listen::once`] (`listen --once`).
 //!
 //! **Layer 5**, the commands, importing anything below: [`status`] (`all`: `status --all`;
 //! `zone`: the zone a hold's end is told in), [`runs`] (`agentchat runs`: the run history;
-//! `render`),
+//! `render`), [`dashboard`] (`agentchat dashboard`: the page, [`listen::page`], for the config's
+//! profiles),
 //! [`doctor`] (pure [`doctor::checks`], [`doctor::facts`], [`doctor::probes`],
 //! [`doctor::presence`], `reach`, [`doctor::service_checks`], [`doctor::run`](mod@doctor::run):
 //! `doctor --run`), [`service`] (`systemd`, `launchd`, `install`, `manager`, `host` and
@@ -101,6 +104,7 @@ pub mod config;
 pub use agentchat_core as core;
 // The demo and the sim build JSON objects and set their fields by index (serde_json's `IndexMut`
 // panics only on a value that is not an object); neither is the daemon.
+pub mod dashboard;
 #[allow(clippy::indexing_slicing)]
 pub mod demo;
 pub mod doctor;

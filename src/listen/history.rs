@@ -10,7 +10,9 @@
 //! last line. A compaction reads at most [`MAX_BYTES`] and writes at most [`KEEP_BYTES`], about
 //! once every three thousand lines (docs/benchmarks.md measures it).
 
-use crate::core::history::{self, KEEP_BYTES, MAX_BYTES, MAX_LINE_BYTES, MAX_LINES, Record};
+use crate::core::history::{
+    self, Filter, KEEP_BYTES, MAX_BYTES, MAX_LINE_BYTES, MAX_LINES, Record,
+};
 use crate::core::policy::{DayTotal, Ledger, Offsets, RunEntry};
 use crate::listen::state_dir::StateDir;
 use crate::log_events;
@@ -177,6 +179,47 @@ struct OldLedger {
     runs: Vec<RunEntry>,
     #[serde(default)]
     folded: Option<DayTotal>,
+}
+
+/// The machine's own time zone, asked of the C library at each instant: a hold's end is shown
+/// to the person at this machine in its local time. Only [`Offsets::offset_at`] is needed to
+/// say a time; no change is looked for.
+pub struct MachineZone;
+
+impl Offsets for MachineZone {
+    fn offset_at(&self, utc_ms: i64) -> i32 {
+        crate::sys::time::local_offset_secs(utc_ms).unwrap_or(0)
+    }
+    fn next_change(&self, _: i64) -> Option<i64> {
+        None
+    }
+}
+
+/// The records `filter` keeps, newest first, at most `limit` (0: all).
+pub fn newest_first<'a>(records: &'a [Record], filter: &Filter, limit: usize) -> Vec<&'a Record> {
+    let mut kept: Vec<&Record> = records.iter().filter(|r| filter.keeps(r)).collect();
+    kept.sort_by_key(|r| std::cmp::Reverse(r.started_ms().unwrap_or(0)));
+    if limit > 0 {
+        kept.truncate(limit);
+    }
+    kept
+}
+
+/// `2h`, `30m`, `3days` before now; `2026-12-01` (local midnight); an RFC 3339 time.
+pub fn parse_since(s: &str, now_ms: i64) -> anyhow::Result<i64> {
+    let s = s.trim();
+    if let Ok(d) = humantime::parse_duration(s) {
+        let back = i64::try_from(d.as_millis()).unwrap_or(i64::MAX);
+        return Ok(now_ms.saturating_sub(back));
+    }
+    if let Some(t) = history::unix_ms(s) {
+        return Ok(t);
+    }
+    if let Some(midnight_utc) = history::unix_ms(&format!("{s}T00:00:00Z")) {
+        let offset = crate::sys::time::local_offset_secs(midnight_utc).unwrap_or(0);
+        return Ok(midnight_utc - i64::from(offset) * 1000);
+    }
+    anyhow::bail!("--since {s:?}: give a span (2h, 30m, 3days) or a date (2026-12-01)")
 }
 
 /// Complete lines read from a history file.

@@ -8,7 +8,7 @@ mod render;
 
 use crate::config::ConfigArgs;
 use crate::core::history::{self, Filter, Record, Summary};
-use crate::listen::history::{FILE, Tail};
+use crate::listen::history::{FILE, Tail, newest_first, parse_since};
 use crate::listen::state_dir::StateDir;
 use std::io::Write;
 use std::path::PathBuf;
@@ -179,19 +179,9 @@ fn read(tail: &mut Tail, profile: &str) -> anyhow::Result<Vec<Record>> {
     }
 }
 
-/// The records `filter` keeps, newest first, at most `limit` (0: all).
-pub fn newest_first<'a>(records: &'a [Record], filter: &Filter, limit: usize) -> Vec<&'a Record> {
-    let mut kept: Vec<&Record> = records.iter().filter(|r| filter.keeps(r)).collect();
-    kept.sort_by_key(|r| std::cmp::Reverse(r.started_ms().unwrap_or(0)));
-    if limit > 0 {
-        kept.truncate(limit);
-    }
-    kept
-}
-
 /// Today's runs, holds and cost (the machine's local day).
 pub fn today(records: &[Record], now_ms: i64) -> Summary {
-    let zone = crate::status::MachineZone;
+    let zone = crate::listen::history::MachineZone;
     let day = crate::core::policy::local_day(&zone, now_ms);
     let mut s = Summary::default();
     for r in records {
@@ -202,23 +192,6 @@ pub fn today(records: &[Record], now_ms: i64) -> Summary {
         }
     }
     s
-}
-
-/// `2h`, `30m`, `3days` before now; `2026-12-01` (local midnight); an RFC 3339 time.
-pub fn parse_since(s: &str, now_ms: i64) -> anyhow::Result<i64> {
-    let s = s.trim();
-    if let Ok(d) = humantime::parse_duration(s) {
-        let back = i64::try_from(d.as_millis()).unwrap_or(i64::MAX);
-        return Ok(now_ms.saturating_sub(back));
-    }
-    if let Some(t) = history::unix_ms(s) {
-        return Ok(t);
-    }
-    if let Some(midnight_utc) = history::unix_ms(&format!("{s}T00:00:00Z")) {
-        let offset = crate::sys::time::local_offset_secs(midnight_utc).unwrap_or(0);
-        return Ok(midnight_utc - i64::from(offset) * 1000);
-    }
-    anyhow::bail!("--since {s:?}: give a span (2h, 30m, 3days) or a date (2026-12-01)")
 }
 
 fn now_ms() -> i64 {

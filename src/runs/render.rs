@@ -5,7 +5,7 @@ use crate::core::policy::Offsets;
 
 /// A Unix ms time in the machine's local time: `12-03 14:02:11`.
 fn local(at_ms: i64) -> String {
-    let zone = crate::status::MachineZone;
+    let zone = crate::listen::history::MachineZone;
     let shifted = at_ms.saturating_add(i64::from(zone.offset_at(at_ms)) * 1000);
     let s = crate::core::time::rfc3339_ms(shifted);
     // `2026-12-03T14:02:11.000Z` → `12-03 14:02:11`

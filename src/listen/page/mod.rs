@@ -1,0 +1,239 @@
+//! The live page (issue 35): every profile with its handle, state, hold and today's runs and
+//! spend, sorted by what needs attention (stuck, failing, held), paginated and searchable by
+//! handle; a 24-hour timeline per profile of wakes, runs by outcome and holds; the latest runs.
+//! `listen --metrics-addr` serves it at `/` beside the metrics (`listen::metrics::serve`), and
+//! `agentchat dashboard` serves it alone for the config's profiles.
+//!
+//! It reads what `agentchat runs` and `status` read, the profiles' `status.json` and history
+//! files, so it says what they say and the listener keeps nothing for it. **Polling, not
+//! server-sent events**: the page asks `/api/overview` every 2 s while it is visible, and the
+//! endpoint keeps its bounds (one request per connection, each closed within 30 s, at most 32 at
+//! once) that a held event stream would break; the listener's loop does no work for the page, open
+//! or closed. While the page is open the server keeps the files it read ([`Page`]: the new lines
+//! of each history since the last look, a status re-read only when its file changed) and forgets
+//! them a minute after the last request, so nothing is held while nobody looks. The reads run on
+//! tokio's blocking pool, never on the listener's one thread.
+//!
+//! Every asset is embedded in the binary (`assets/`): no CDN, no font, no script from elsewhere,
+//! and a `Content-Security-Policy` that allows none. No message body ever reaches it: the
+//! records hold none, and the page shows no run log (only its path; `agentchat runs show` prints
+//! its tail on the user's terminal).
+
+mod overview;
+
+use crate::core::history::{self, Record};
+use crate::listen::history::{FILE, Tail};
+use crate::listen::state_dir::StateDir;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+
+pub use overview::{Overview, Query};
+
+const INDEX_HTML: &str = include_str!("assets/index.html");
+const APP_JS: &str = include_str!("assets/app.js");
+const APP_CSS: &str = include_str!("assets/app.css");
+
+/// What the server keeps while the page is open is forgotten this long after the last request.
+pub const FORGET_AFTER: Duration = Duration::from_secs(60);
+/// A profile's records kept for the page: the last day's, and at least this many of the newest.
+const KEEP_NEWEST: usize = 20;
+/// The timeline's span.
+pub const DAY_MS: i64 = 24 * 3_600_000;
+
+/// A profile the page shows: its name, where its files are, or why it does not run.
+#[derive(Debug, Clone)]
+pub struct PageProfile {
+    pub name: String,
+    pub state_dir: Option<PathBuf>,
+    /// Why it could not start (its config is wrong), when it could not.
+    pub error: Option<String>,
+}
+
+/// One profile's files as the page last read them.
+#[derive(Debug)]
+struct Seen {
+    tail: Tail,
+    /// Its records, oldest first: the last day's and at least [`KEEP_NEWEST`].
+    records: Vec<Record>,
+    status: Option<(SystemTime, crate::core::status::Status)>,
+}
+
+/// The page's server side: what it read, while it is looked at.
+#[derive(Debug, Default)]
+pub struct Page {
+    seen: Mutex<Option<(Instant, HashMap<PathBuf, Seen>)>>,
+    janitor: Mutex<bool>,
+}
+
+/// An answer: status, content type, body.
+pub struct Answer {
+    pub code: u16,
+    pub content_type: &'static str,
+    pub body: String,
+}
+
+impl Answer {
+    fn ok(content_type: &'static str, body: String) -> Answer {
+        Answer {
+            code: 200,
+            content_type,
+            body,
+        }
+    }
+
+    fn not_found(what: &str) -> Answer {
+        Answer {
+            code: 404,
+            content_type: "text/plain; charset=utf-8",
+            body: format!("{what}\n"),
+        }
+    }
+}
+
+/// The headers every page answer carries: nothing from elsewhere may load, nothing may frame it.
+pub const SECURITY_HEADERS: [(&str, &str); 4] = [
+    (
+        "content-security-policy",
+        "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
+    ),
+    ("x-content-type-options", "nosniff"),
+    ("referrer-policy", "no-referrer"),
+    ("x-frame-options", "DENY"),
+];
+
+/// Whether `path` is the page's (`/`, its assets, `/api/...`).
+pub fn serves(path: &str) -> bool {
+    matches!(path, "/" | "/index.html" | "/app.js" | "/app.css") || path.starts_with("/api/")
+}
+
+impl Page {
+    pub fn new() -> Arc<Page> {
+        Arc::new(Page::default())
+    }
+
+    /// The answer for `path` and its query, for `profiles`. Reads files: run it off the
+    /// listener's loop (`tokio::task::spawn_blocking`).
+    pub fn answer(&self, path: &str, query: &str, profiles: &[PageProfile]) -> Answer {
+        match path {
+            "/" | "/index.html" => Answer::ok("text/html; charset=utf-8", INDEX_HTML.into()),
+            "/app.js" => Answer::ok("text/javascript; charset=utf-8", APP_JS.into()),
+            "/app.css" => Answer::ok("text/css; charset=utf-8", APP_CSS.into()),
+            "/api/overview" => {
+                let q = Query::parse(query);
+                let view = self.read(profiles, |seen, now_ms| {
+                    overview::build(profiles, seen, &q, now_ms)
+                });
+                Answer::ok(
+                    "application/json",
+                    serde_json::to_string(&view).unwrap_or_default(),
+                )
+            }
+            "/api/runs" => {
+                let q = overview::RunsQuery::parse(query);
+                let lines = self.read(profiles, |seen, now_ms| {
+                    overview::runs(profiles, seen, &q, now_ms)
+                });
+                Answer::ok("application/x-ndjson", lines)
+            }
+            _ => match path.strip_prefix("/api/run/") {
+                Some(id) => {
+                    let found = self.read(profiles, |seen, _| overview::run(profiles, seen, id));
+                    match found {
+                        Some(r) => Answer::ok("application/json", r.line()),
+                        None => Answer::not_found("no such run"),
+                    }
+                }
+                None => Answer::not_found("not found"),
+            },
+        }
+    }
+
+    /// Brings each profile's files up to date (new history lines, a changed status) and hands
+    /// them to `f`.
+    fn read<T>(
+        &self,
+        profiles: &[PageProfile],
+        f: impl FnOnce(&HashMap<PathBuf, Seen>, i64) -> T,
+    ) -> T {
+        let now_ms = i64::try_from(crate::sys::time::unix_ms(SystemTime::now())).unwrap_or(0);
+        let mut guard = self.seen.lock().unwrap_or_else(|e| e.into_inner());
+        let (used, seen) = guard.get_or_insert_with(|| (Instant::now(), HashMap::new()));
+        *used = Instant::now();
+        seen.retain(|dir, _| profiles.iter().any(|p| p.state_dir.as_deref() == Some(dir)));
+        for dir in profiles.iter().filter_map(|p| p.state_dir.as_deref()) {
+            let s = seen.entry(dir.to_path_buf()).or_insert_with(|| Seen {
+                tail: Tail::new(&StateDir::at(dir).path(FILE)),
+                records: Vec::new(),
+                status: None,
+            });
+            refresh(s, dir, now_ms);
+        }
+        f(seen, now_ms)
+    }
+
+    /// Forgets what was read once nobody asked for [`FORGET_AFTER`]: a task that sleeps that
+    /// long and looks, started by the first request after a forget, ended by the forget.
+    pub async fn forget_when_idle(self: Arc<Page>) {
+        {
+            let mut running = self.janitor.lock().unwrap_or_else(|e| e.into_inner());
+            if *running {
+                return;
+            }
+            *running = true;
+        }
+        loop {
+            tokio::time::sleep(FORGET_AFTER).await;
+            let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
+            if seen
+                .as_ref()
+                .is_none_or(|(used, _)| used.elapsed() >= FORGET_AFTER)
+            {
+                *seen = None;
+                *self.janitor.lock().unwrap_or_else(|e| e.into_inner()) = false;
+                return;
+            }
+        }
+    }
+
+    /// Whether the page holds anything now (for the tests of its forgetting).
+    pub fn holds_anything(&self) -> bool {
+        self.seen
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_some()
+    }
+}
+
+/// A profile's new history lines and, when its file changed, its status.
+fn refresh(s: &mut Seen, dir: &Path, now_ms: i64) {
+    if let Ok(chunk) = s.tail.read() {
+        let parsed = history::parse(&chunk.bytes);
+        if chunk.from_start {
+            s.records.clear();
+        }
+        for r in parsed.records {
+            match s.records.iter_mut().rev().find(|o| o.id == r.id) {
+                Some(old) => *old = r,
+                None => s.records.push(r),
+            }
+        }
+        let cut = s.records.len().saturating_sub(KEEP_NEWEST);
+        let mut i = 0;
+        s.records.retain(|r| {
+            i += 1;
+            i > cut || r.started_ms().is_some_and(|t| now_ms - t < DAY_MS)
+        });
+    }
+    let state = StateDir::at(dir);
+    let path = state.path(crate::listen::state_dir::STATUS_FILE);
+    let modified = std::fs::metadata(&path).and_then(|m| m.modified()).ok();
+    match modified {
+        Some(m) if s.status.as_ref().is_some_and(|(at, _)| *at == m) => {}
+        Some(m) => {
+            s.status = state.read_status().ok().flatten().map(|st| (m, st));
+        }
+        None => s.status = None,
+    }
+}
