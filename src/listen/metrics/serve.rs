@@ -289,6 +289,28 @@ mod tests {
     use super::*;
     use std::time::Instant;
 
+    #[test]
+    fn only_a_loopback_name_is_a_loopback_host() {
+        for ok in [
+            "127.0.0.1:8077",
+            "localhost",
+            "LOCALHOST:1",
+            "[::1]:9",
+            "127.1.2.3",
+        ] {
+            assert!(loopback_host(ok), "{ok}");
+        }
+        for no in [
+            "attacker.example",
+            "10.0.0.1:80",
+            "",
+            "localhost.example:1",
+            "[::2]",
+        ] {
+            assert!(!loopback_host(no), "{no}");
+        }
+    }
+
     /// Over real HTTP: a wedged loop answers 503 with its reason on one line.
     #[tokio::test]
     async fn the_endpoint_answers_each_path_over_http() {

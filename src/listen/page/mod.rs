@@ -27,7 +27,8 @@ use crate::listen::state_dir::StateDir;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, SystemTime};
+use tokio::time::Instant;
 
 pub use overview::{Overview, Query};
 
@@ -35,7 +36,8 @@ const INDEX_HTML: &str = include_str!("assets/index.html");
 const APP_JS: &str = include_str!("assets/app.js");
 const APP_CSS: &str = include_str!("assets/app.css");
 
-/// What the server keeps while the page is open is forgotten this long after the last request.
+/// What the server keeps while the page is open is forgotten this long after the last request
+/// (on tokio's clock, which the tests step).
 pub const FORGET_AFTER: Duration = Duration::from_secs(60);
 /// A profile's records kept for the page: the last day's, and at least this many of the newest.
 const KEEP_NEWEST: usize = 20;
@@ -235,5 +237,127 @@ fn refresh(s: &mut Seen, dir: &Path, now_ms: i64) {
             s.status = state.read_status().ok().flatten().map(|st| (m, st));
         }
         None => s.status = None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::history::{Kind, Outcome};
+
+    fn profile(dir: &Path, name: &str) -> PageProfile {
+        PageProfile {
+            name: name.into(),
+            state_dir: Some(dir.to_path_buf()),
+            error: None,
+        }
+    }
+
+    fn write(dir: &Path, records: &[Record]) {
+        let mut text = String::new();
+        for r in records {
+            text.push_str(&r.line());
+            text.push('\n');
+        }
+        std::fs::write(dir.join(FILE), text).unwrap();
+    }
+
+    /// The page holds what it read only while it is asked: a minute after the last request it
+    /// holds nothing, and its janitor task is over.
+    #[tokio::test(start_paused = true)]
+    async fn what_the_page_read_is_forgotten_a_minute_after_the_last_request() {
+        let dir = tempfile::tempdir().unwrap();
+        write(
+            dir.path(),
+            &[Record::new(
+                "c1".into(),
+                Kind::Run,
+                "p",
+                0,
+                Outcome::Completed,
+            )],
+        );
+        let page = Page::new();
+        let profiles = [profile(dir.path(), "p")];
+        assert!(!page.holds_anything());
+        let a = page.answer("/api/overview", "", &profiles);
+        assert_eq!(a.code, 200);
+        assert!(page.holds_anything());
+        let janitor = tokio::spawn(page.clone().forget_when_idle());
+        tokio::time::sleep(FORGET_AFTER / 2).await;
+        page.answer("/api/overview", "", &profiles);
+        tokio::time::sleep(FORGET_AFTER).await;
+        assert!(page.holds_anything(), "asked 30 s ago: still held");
+        tokio::time::sleep(FORGET_AFTER).await;
+        assert!(!page.holds_anything(), "a minute after the last request");
+        janitor.await.unwrap();
+    }
+
+    /// Profiles sorted by what needs attention, found by a part of their name, a page at a
+    /// time; the new lines of a history are read, and a profile's runs are the latest.
+    #[test]
+    fn the_overview_sorts_by_attention_searches_pages_and_reads_new_lines() {
+        let dirs: Vec<tempfile::TempDir> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+        let names = ["zed", "amy", "bob"];
+        let profiles: Vec<PageProfile> = dirs
+            .iter()
+            .zip(names)
+            .map(|(d, n)| profile(d.path(), n))
+            .collect();
+        let now = i64::try_from(crate::sys::time::unix_ms(SystemTime::now())).unwrap();
+        let mut failed = Record::new("c2".into(), Kind::Run, "zed", now - 1000, Outcome::Failed);
+        failed.exit = Some(1);
+        write(dirs[0].path(), &[failed]);
+        write(
+            dirs[1].path(),
+            &[Record::new(
+                "c1".into(),
+                Kind::Run,
+                "amy",
+                now - 2000,
+                Outcome::Completed,
+            )],
+        );
+        let page = Page::new();
+        let get = |q: &str| -> serde_json::Value {
+            serde_json::from_str(&page.answer("/api/overview", q, &profiles).body).unwrap()
+        };
+        let o = get("");
+        let order: Vec<&str> = o["profiles"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p["profile"].as_str().unwrap())
+            .collect();
+        // No listener runs for any (no status.json): all stuck, then by name.
+        assert_eq!(order, ["amy", "bob", "zed"]);
+        assert_eq!(o["counts"]["stuck"], 3);
+        assert_eq!(o["today"]["runs"], 2);
+        assert_eq!(o["latest"][0]["id"], "c2", "newest first");
+        assert_eq!(get("q=ZE")["matched"], 1);
+        let paged = get("per=2&page=2");
+        assert_eq!(
+            (
+                paged["pages"].as_u64(),
+                paged["profiles"].as_array().map(Vec::len)
+            ),
+            (Some(2), Some(1))
+        );
+        // A line appended is read at the next request.
+        let mut more = std::fs::OpenOptions::new()
+            .append(true)
+            .open(dirs[2].path().join(FILE))
+            .or_else(|_| std::fs::File::create(dirs[2].path().join(FILE)))
+            .unwrap();
+        use std::io::Write;
+        let r = Record::new("c3".into(), Kind::Hold, "bob", now, Outcome::Held);
+        writeln!(more, "{}", r.line()).unwrap();
+        assert_eq!(get("")["latest"][0]["id"], "c3");
+        let one = page.answer("/api/run/c3", "", &profiles);
+        assert_eq!(
+            (one.code, one.body.contains("\"kind\":\"hold\"")),
+            (200, true)
+        );
+        assert_eq!(page.answer("/api/run/nope", "", &profiles).code, 404);
     }
 }
