@@ -56,15 +56,19 @@ impl Book {
         let parsed = match tail.read() {
             Ok(chunk) => {
                 book.bytes = tail.offset;
-                if chunk.bytes.last().is_some_and(|&b| b != b'\n') {
-                    // A line a crash cut: the next one starts on a line of its own.
+                let mut parsed = history::parse(&chunk.bytes);
+                if chunk.cut {
+                    // A line a crash cut (no listener writes meanwhile: this one holds the lock):
+                    // a bad line, and the next one starts on a line of its own.
+                    parsed.bad += 1;
+                    parsed.lines += 1;
                     let ended =
                         fs::open_append_private(&book.path).and_then(|mut f| f.write_all(b"\n"));
                     if ended.is_ok() {
-                        book.bytes += 1;
+                        book.bytes = std::fs::metadata(&book.path).map_or(book.bytes, |m| m.len());
                     }
                 }
-                history::parse(&chunk.bytes)
+                parsed
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => history::Parsed::default(),
             Err(e) => {
@@ -229,6 +233,8 @@ pub struct Chunk {
     /// The file was read from its start (the first read, or it was compacted or replaced since
     /// the last): what was read before is gone from it.
     pub from_start: bool,
+    /// Bytes after the last complete line: a line being written, or one a crash cut.
+    pub cut: bool,
 }
 
 /// A reader of one history file that reads only what was added since its last read.
@@ -255,13 +261,12 @@ impl Tail {
 
     /// The complete lines added since the last read; the whole file (at most its bound, from its
     /// end) when it is new, replaced or shorter. A line still being written waits for the next
-    /// read, but a cut last line is read at the file's first read (a crash's: a bad line).
+    /// read (`cut` says one is there).
     pub fn read(&mut self) -> std::io::Result<Chunk> {
         let (mut file, meta) = fs::open_regular(&self.path)?;
         let id = (meta.dev(), meta.ino());
         let len = meta.len();
         let from_start = self.file != Some(id) || len < self.offset;
-        let first = self.file.is_none();
         let start = if from_start {
             len.saturating_sub(MAX_READ)
         } else {
@@ -277,14 +282,19 @@ impl Tail {
             skipped = memchr_newline(&bytes).map_or(bytes.len(), |i| i + 1);
             bytes.drain(..skipped);
         }
-        if !first && let Some(end) = bytes.iter().rposition(|&b| b == b'\n') {
-            bytes.truncate(end + 1);
-        } else if !first {
-            bytes.clear();
-        }
+        let whole = bytes
+            .iter()
+            .rposition(|&b| b == b'\n')
+            .map_or(0, |end| end + 1);
+        let cut = bytes.len() > whole;
+        bytes.truncate(whole);
         self.file = Some(id);
         self.offset = start + skipped as u64 + bytes.len() as u64;
-        Ok(Chunk { bytes, from_start })
+        Ok(Chunk {
+            bytes,
+            from_start,
+            cut,
+        })
     }
 }
 
@@ -362,5 +372,14 @@ mod tests {
         let parsed = history::parse(&bytes);
         let c1 = parsed.records.iter().find(|r| r.id == "c1").unwrap();
         assert_eq!(c1.outcome, Outcome::Interrupted);
+        // A crash cut the last line: it costs itself, and the next line is whole.
+        let mut f = fs::open_append_private(&state.path(FILE)).unwrap();
+        f.write_all(b"{\"id\":\"c9\",\"ki").unwrap();
+        let (mut book, ledger) = Book::open(&state, &z, 5_000);
+        assert_eq!(ledger.runs().len(), 3);
+        book.append(&run("c10", 4_500), &z).unwrap();
+        let parsed = history::parse(&std::fs::read(state.path(FILE)).unwrap());
+        assert_eq!(parsed.bad, 1, "the cut line only");
+        assert!(parsed.records.iter().any(|r| r.id == "c10"));
     }
 }

@@ -164,12 +164,13 @@ async fn runs_follow_prints_a_run_as_it_ends() {
         time_scale: 10.0,
         ..Opts::default()
     };
-    let sim = Sim::start(1.0).await;
-    let alice = sim.agent("alice").await;
-    let bob = sim.agent("bob").await;
-    let setup = Setup::new(&o);
-    let l = Listener::start(&sim, &bob, &setup, &o);
-    connect_cycle_ended(&l).await;
+    let Scene {
+        sim,
+        alice,
+        bob,
+        setup,
+        l,
+    } = bob_listening(&o).await;
     let out_path = setup.tmp.path().join("follow.out");
     let mut follow = crate::common::isolated_command(BIN, &[])
         .args(["runs", "--follow", "--json"])
