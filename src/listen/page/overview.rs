@@ -252,13 +252,18 @@ pub(super) fn build(
 ) -> Overview {
     let day = local_day(now_ms);
     let of = |p: &PageProfile| p.state_dir.as_ref().and_then(|d| seen.get(d));
-    let mut rows: Vec<Row> = profiles
+    // Each row beside its profile's records (for the latest runs).
+    let mut rows: Vec<(Row, &[Record])> = profiles
         .iter()
-        .map(|p| row(p, of(p), now_ms, day))
+        .map(|p| {
+            let s = of(p);
+            let records = s.map_or(&[][..], |s| s.records.as_slice());
+            (row(p, s, now_ms, day), records)
+        })
         .collect();
     let mut counts = Counts::default();
     let mut today = Summary::default();
-    for r in &rows {
+    for (r, _) in &rows {
         match r.attention {
             Attention::Stuck => counts.stuck += 1,
             Attention::Failing => counts.failing += 1,
@@ -273,28 +278,25 @@ pub(super) fn build(
     }
     let total = rows.len();
     if !q.q.is_empty() {
-        rows.retain(|r| {
-            r.profile.to_lowercase().contains(&q.q)
+        let q = q.q.trim_start_matches('@');
+        rows.retain(|(r, _)| {
+            r.profile.to_lowercase().contains(q)
                 || r.handle
                     .as_deref()
-                    .is_some_and(|h| h.to_lowercase().contains(q.q.trim_start_matches('@')))
+                    .is_some_and(|h| h.to_lowercase().contains(q))
         });
     }
-    rows.sort_by(|a, b| (a.attention, &a.profile).cmp(&(b.attention, &b.profile)));
+    rows.sort_by(|(a, _), (b, _)| (a.attention, &a.profile).cmp(&(b.attention, &b.profile)));
     let matched = rows.len();
     let mut latest: Vec<Record> = rows
         .iter()
-        .flat_map(|r| {
-            profiles
-                .iter()
-                .find(|p| p.name == r.profile)
-                .and_then(of)
-                .map_or(&[][..], |s| s.records.as_slice())
+        .flat_map(|(r, records)| {
+            records
                 .iter()
                 .rev()
                 .filter(|x| x.kind != Kind::Carried)
                 .take(LATEST)
-                .map(move |x| {
+                .map(|x| {
                     let mut x = x.clone();
                     x.profile.clone_from(&r.profile);
                     x
@@ -307,6 +309,7 @@ pub(super) fn build(
     let page = q.page.min(pages);
     let profiles: Vec<Row> = rows
         .into_iter()
+        .map(|(r, _)| r)
         .skip((page - 1) * q.per)
         .take(q.per)
         .collect();
