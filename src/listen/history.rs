@@ -263,6 +263,12 @@ impl Tail {
     /// end) when it is new, replaced or shorter. A line still being written waits for the next
     /// read (`cut` says one is there).
     pub fn read(&mut self) -> std::io::Result<Chunk> {
+        // Nothing added (the same file, as long as it was): a `stat`, no open.
+        let unchanged = std::fs::metadata(&self.path)
+            .is_ok_and(|m| self.file == Some((m.dev(), m.ino())) && m.len() == self.offset);
+        if unchanged {
+            return Ok(Chunk::default());
+        }
         let (mut file, meta) = fs::open_regular(&self.path)?;
         let id = (meta.dev(), meta.ino());
         let len = meta.len();

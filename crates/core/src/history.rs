@@ -527,14 +527,19 @@ pub struct Summary {
 
 impl Summary {
     pub fn add(&mut self, r: &Record) {
-        match r.kind {
+        self.count(r.kind, r.outcome, r.cost_usd, r.tokens);
+    }
+
+    /// A record by its kind, outcome and what it cost.
+    pub fn count(&mut self, kind: Kind, outcome: Outcome, cost: Option<f64>, tokens: Option<u64>) {
+        match kind {
             Kind::Run => {
                 self.runs += 1;
-                if r.outcome.is_failure() {
+                if outcome.is_failure() {
                     self.failed += 1;
                 }
-                self.cost_usd += r.cost_usd.unwrap_or(0.0);
-                self.tokens = self.tokens.saturating_add(r.tokens.unwrap_or(0));
+                self.cost_usd += cost.unwrap_or(0.0);
+                self.tokens = self.tokens.saturating_add(tokens.unwrap_or(0));
             }
             Kind::Hold => self.holds += 1,
             Kind::Queued | Kind::Carried => {}

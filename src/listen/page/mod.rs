@@ -39,7 +39,7 @@ const APP_CSS: &str = include_str!("assets/app.css");
 /// What the server keeps while the page is open is forgotten this long after the last request
 /// (on tokio's clock, which the tests step).
 pub const FORGET_AFTER: Duration = Duration::from_secs(60);
-/// A profile's records kept for the page: the last day's, and at least this many of the newest.
+/// The newest records of a profile kept whole (for the latest runs and its last).
 const KEEP_NEWEST: usize = 20;
 /// The timeline's span.
 pub const DAY_MS: i64 = 24 * 3_600_000;
@@ -53,12 +53,47 @@ pub struct PageProfile {
     pub error: Option<String>,
 }
 
+/// One record as the page keeps it for the timeline and today's sums (a day of them per
+/// profile: a few dozen bytes each, where a whole record is most of a kilobyte).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Mark {
+    /// `run`, `hold` or `queued`.
+    pub kind: history::Kind,
+    pub outcome: history::Outcome,
+    pub start: i64,
+    /// `None`: not ended.
+    pub end: Option<i64>,
+    pub id: String,
+    #[serde(skip)]
+    pub cost: Option<f64>,
+    #[serde(skip)]
+    pub tokens: Option<u64>,
+}
+
+impl Mark {
+    fn of(r: &Record) -> Option<Mark> {
+        (r.kind != history::Kind::Carried).then_some(())?;
+        Some(Mark {
+            kind: r.kind,
+            outcome: r.outcome,
+            start: r.started_ms()?,
+            end: r.ended_at.as_deref().and_then(history::unix_ms),
+            id: r.id.clone(),
+            cost: r.cost_usd,
+            tokens: r.tokens,
+        })
+    }
+}
+
 /// One profile's files as the page last read them.
 #[derive(Debug)]
 struct Seen {
     tail: Tail,
-    /// Its records, oldest first: the last day's and at least [`KEEP_NEWEST`].
-    records: Vec<Record>,
+    /// The last day's records as marks, oldest first.
+    marks: Vec<Mark>,
+    /// The newest records as their lines, oldest first: (id, start, line), at most
+    /// [`KEEP_NEWEST`].
+    newest: std::collections::VecDeque<(String, i64, String)>,
     status: Option<(SystemTime, crate::core::status::Status)>,
 }
 
@@ -167,7 +202,8 @@ impl Page {
         for dir in profiles.iter().filter_map(|p| p.state_dir.as_deref()) {
             let s = seen.entry(dir.to_path_buf()).or_insert_with(|| Seen {
                 tail: Tail::new(&StateDir::at(dir).path(FILE)),
-                records: Vec::new(),
+                marks: Vec::new(),
+                newest: Default::default(),
                 status: None,
             });
             refresh(s, dir, now_ms);
@@ -193,6 +229,8 @@ impl Page {
                 .is_none_or(|(used, _)| used.elapsed() >= FORGET_AFTER)
             {
                 *seen = None;
+                drop(seen);
+                crate::sys::process::release_free_memory();
                 *self.janitor.lock().unwrap_or_else(|e| e.into_inner()) = false;
                 return;
             }
@@ -211,22 +249,30 @@ impl Page {
 /// A profile's new history lines and, when its file changed, its status.
 fn refresh(s: &mut Seen, dir: &Path, now_ms: i64) {
     if let Ok(chunk) = s.tail.read() {
-        let parsed = history::parse(&chunk.bytes);
         if chunk.from_start {
-            s.records.clear();
+            s.marks.clear();
+            s.newest.clear();
         }
-        for r in parsed.records {
-            match s.records.iter_mut().rev().find(|o| o.id == r.id) {
-                Some(old) => *old = r,
-                None => s.records.push(r),
+        for r in history::parse(&chunk.bytes).records {
+            let Some(mark) = Mark::of(&r) else {
+                continue;
+            };
+            let (id, start) = (mark.id.clone(), mark.start);
+            match s.marks.iter_mut().rev().find(|m| m.id == mark.id) {
+                Some(old) => *old = mark,
+                None => s.marks.push(mark),
+            }
+            let line = r.line();
+            match s.newest.iter_mut().rev().find(|(i, _, _)| *i == id) {
+                Some(old) => old.2 = line,
+                None => s.newest.push_back((id, start, line)),
+            }
+            if s.newest.len() > KEEP_NEWEST {
+                s.newest.pop_front();
             }
         }
-        let cut = s.records.len().saturating_sub(KEEP_NEWEST);
-        let mut i = 0;
-        s.records.retain(|r| {
-            i += 1;
-            i > cut || r.started_ms().is_some_and(|t| now_ms - t < DAY_MS)
-        });
+        s.marks
+            .retain(|m| m.end.is_none_or(|e| now_ms - e < DAY_MS) || now_ms - m.start < DAY_MS);
     }
     let state = StateDir::at(dir);
     let path = state.path(crate::listen::state_dir::STATUS_FILE);

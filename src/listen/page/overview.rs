@@ -2,7 +2,7 @@
 //! a page of them with their timelines, and the latest runs), `/api/runs` (the records as
 //! `agentchat runs --json` prints them), `/api/run/ID` (one).
 
-use super::{DAY_MS, PageProfile, Seen};
+use super::{DAY_MS, Mark, PageProfile, Seen};
 use crate::core::history::{self, Filter, Kind, Record, Summary};
 use crate::core::status::{Held, Status};
 use crate::listen::history::{FILE, Tail};
@@ -107,17 +107,6 @@ pub enum Attention {
     Ok,
 }
 
-/// A mark on a profile's timeline (Unix ms).
-#[derive(Debug, Clone, Serialize)]
-pub struct Mark {
-    /// `run`, `hold` or `queued`.
-    pub kind: Kind,
-    pub outcome: &'static str,
-    pub start: i64,
-    pub end: i64,
-    pub id: String,
-}
-
 /// One profile's row.
 #[derive(Debug, Clone, Serialize)]
 pub struct Row {
@@ -132,7 +121,8 @@ pub struct Row {
     pub today: Summary,
     /// Its newest record.
     pub last: Option<Record>,
-    /// The last day's runs, holds and queued waits; each record's start is a wake.
+    /// The last day's runs, holds and queued waits (Unix ms; an `end` of `null` is not over);
+    /// each record's start is a wake.
     pub timeline: Vec<Mark>,
     pub error: Option<String>,
 }
@@ -163,79 +153,112 @@ pub struct Overview {
     pub latest: Vec<Record>,
 }
 
-/// A row for `p` from what the page read of it.
-fn row(p: &PageProfile, seen: Option<&Seen>, now_ms: i64, day: i64) -> Row {
-    let status: Option<&Status> = seen.and_then(|s| s.status.as_ref()).map(|(_, st)| st);
-    let records: &[Record] = seen.map_or(&[], |s| s.records.as_slice());
-    let liveness = status.map(|st| {
-        assess(
-            st,
-            crate::sys::process::pid_alive(u64::from(st.pid)),
-            SystemTime::now(),
-        )
-    });
-    let running = liveness == Some(Liveness::Running);
-    let mut today = Summary::default();
-    for r in records {
-        if r.started_ms().is_some_and(|t| local_day(t) == day) {
-            today.add(r);
+/// What every profile needs for the order, the search and the sums; a row is made whole only
+/// for the profiles the page shows ([`Light::row`]).
+struct Light<'a> {
+    p: &'a PageProfile,
+    seen: Option<&'a Seen>,
+    status: Option<&'a Status>,
+    liveness: Option<Liveness>,
+    attention: Attention,
+    today: Summary,
+}
+
+impl<'a> Light<'a> {
+    fn of(p: &'a PageProfile, seen: Option<&'a Seen>, day: i64) -> Light<'a> {
+        let status: Option<&Status> = seen.and_then(|s| s.status.as_ref()).map(|(_, st)| st);
+        let marks: &[Mark] = seen.map_or(&[], |s| s.marks.as_slice());
+        let liveness = status.map(|st| {
+            assess(
+                st,
+                crate::sys::process::pid_alive(u64::from(st.pid)),
+                SystemTime::now(),
+            )
+        });
+        let mut today = Summary::default();
+        for m in marks.iter().filter(|m| local_day(m.start) == day) {
+            today.count(m.kind, m.outcome, m.cost, m.tokens);
         }
-    }
-    let last_run = records.iter().rev().find(|r| r.kind == Kind::Run);
-    let failing = last_run.is_some_and(|r| r.outcome.is_failure());
-    let held = status.and_then(|st| st.held.clone());
-    let attention =
-        if p.error.is_some() || !running || status.is_some_and(|st| st.state.needs_the_user()) {
+        let failing = marks
+            .iter()
+            .rev()
+            .find(|m| m.kind == Kind::Run)
+            .is_some_and(|m| m.outcome.is_failure());
+        let running = liveness == Some(Liveness::Running);
+        let attention = if p.error.is_some()
+            || !running
+            || status.is_some_and(|st| st.state.needs_the_user())
+        {
             Attention::Stuck
         } else if failing {
             Attention::Failing
-        } else if held.is_some() {
+        } else if status.is_some_and(|st| st.held.is_some()) {
             Attention::Held
         } else {
             Attention::Ok
         };
-    let timeline = records
-        .iter()
-        .filter(|r| r.kind != Kind::Carried)
-        .filter_map(|r| {
-            let start = r.started_ms()?;
-            let end = r
-                .ended_at
-                .as_deref()
-                .and_then(history::unix_ms)
-                .unwrap_or(now_ms);
-            (end >= now_ms - DAY_MS).then(|| Mark {
-                kind: r.kind,
-                outcome: r.outcome.as_str(),
-                start,
-                end,
-                id: r.id.clone(),
-            })
-        })
-        .collect();
-    let state = match (status, liveness) {
-        (_, Some(Liveness::NotRunning)) => "not_running".to_string(),
-        (_, Some(Liveness::Stale)) => "stale".to_string(),
-        (Some(st), _) => st.state.as_str().to_string(),
-        (None, _) if p.error.is_some() => "config_error".to_string(),
-        (None, _) => "never_ran".to_string(),
-    };
-    Row {
-        profile: p.name.clone(),
-        handle: status.and_then(|st| st.handle.clone()),
-        state,
-        detail: status.and_then(|st| st.detail.clone()),
-        attention,
-        running,
-        held,
-        today,
-        last: records.last().cloned().map(|mut r| {
-            r.profile.clone_from(&p.name);
-            r
-        }),
-        timeline,
-        error: p.error.clone(),
+        Light {
+            p,
+            seen,
+            status,
+            liveness,
+            attention,
+            today,
+        }
     }
+
+    fn handle(&self) -> Option<&str> {
+        self.status.and_then(|st| st.handle.as_deref())
+    }
+
+    /// The newest records' lines, oldest first.
+    fn newest(&self) -> impl DoubleEndedIterator<Item = &'a (String, i64, String)> + 'a {
+        self.seen.into_iter().flat_map(|s| s.newest.iter())
+    }
+
+    /// The row the page shows.
+    fn row(&self, now_ms: i64) -> Row {
+        let state = match (self.status, self.liveness) {
+            (_, Some(Liveness::NotRunning)) => "not_running".to_string(),
+            (_, Some(Liveness::Stale)) => "stale".to_string(),
+            (Some(st), _) => st.state.as_str().to_string(),
+            (None, _) if self.p.error.is_some() => "config_error".to_string(),
+            (None, _) => "never_ran".to_string(),
+        };
+        let timeline = self
+            .seen
+            .map(|s| {
+                s.marks
+                    .iter()
+                    .filter(|m| m.end.unwrap_or(now_ms) >= now_ms - DAY_MS)
+                    .cloned()
+                    .collect()
+            })
+            .unwrap_or_default();
+        Row {
+            profile: self.p.name.clone(),
+            handle: self.handle().map(str::to_string),
+            state,
+            detail: self.status.and_then(|st| st.detail.clone()),
+            attention: self.attention,
+            running: self.liveness == Some(Liveness::Running),
+            held: self.status.and_then(|st| st.held.clone()),
+            today: self.today,
+            last: self
+                .newest()
+                .next_back()
+                .and_then(|(_, _, line)| record(line, &self.p.name)),
+            timeline,
+            error: self.p.error.clone(),
+        }
+    }
+}
+
+/// A kept line as a record of `profile`.
+fn record(line: &str, profile: &str) -> Option<Record> {
+    let mut r: Record = serde_json::from_str(line).ok()?;
+    profile.clone_into(&mut r.profile);
+    Some(r)
 }
 
 /// The machine's local day of a Unix ms time.
@@ -252,66 +275,50 @@ pub(super) fn build(
 ) -> Overview {
     let day = local_day(now_ms);
     let of = |p: &PageProfile| p.state_dir.as_ref().and_then(|d| seen.get(d));
-    // Each row beside its profile's records (for the latest runs).
-    let mut rows: Vec<(Row, &[Record])> = profiles
-        .iter()
-        .map(|p| {
-            let s = of(p);
-            let records = s.map_or(&[][..], |s| s.records.as_slice());
-            (row(p, s, now_ms, day), records)
-        })
-        .collect();
+    let mut lights: Vec<Light> = profiles.iter().map(|p| Light::of(p, of(p), day)).collect();
     let mut counts = Counts::default();
     let mut today = Summary::default();
-    for (r, _) in &rows {
-        match r.attention {
+    for l in &lights {
+        match l.attention {
             Attention::Stuck => counts.stuck += 1,
             Attention::Failing => counts.failing += 1,
             Attention::Held => counts.held += 1,
             Attention::Ok => counts.ok += 1,
         }
-        today.runs += r.today.runs;
-        today.failed += r.today.failed;
-        today.holds += r.today.holds;
-        today.cost_usd += r.today.cost_usd;
-        today.tokens = today.tokens.saturating_add(r.today.tokens);
+        today.runs += l.today.runs;
+        today.failed += l.today.failed;
+        today.holds += l.today.holds;
+        today.cost_usd += l.today.cost_usd;
+        today.tokens = today.tokens.saturating_add(l.today.tokens);
     }
-    let total = rows.len();
+    let total = lights.len();
     if !q.q.is_empty() {
         let q = q.q.trim_start_matches('@');
-        rows.retain(|(r, _)| {
-            r.profile.to_lowercase().contains(q)
-                || r.handle
-                    .as_deref()
-                    .is_some_and(|h| h.to_lowercase().contains(q))
+        lights.retain(|l| {
+            l.p.name.to_lowercase().contains(q)
+                || l.handle().is_some_and(|h| h.to_lowercase().contains(q))
         });
     }
-    rows.sort_by(|(a, _), (b, _)| (a.attention, &a.profile).cmp(&(b.attention, &b.profile)));
-    let matched = rows.len();
-    let mut latest: Vec<Record> = rows
+    lights.sort_by(|a, b| (a.attention, &a.p.name).cmp(&(b.attention, &b.p.name)));
+    let matched = lights.len();
+    // The newest of every matched profile's newest lines, read whole only once chosen.
+    let mut newest: Vec<(&PageProfile, &(String, i64, String))> = lights
         .iter()
-        .flat_map(|(r, records)| {
-            records
-                .iter()
-                .rev()
-                .filter(|x| x.kind != Kind::Carried)
-                .take(LATEST)
-                .map(|x| {
-                    let mut x = x.clone();
-                    x.profile.clone_from(&r.profile);
-                    x
-                })
-        })
+        .flat_map(|l| l.newest().map(move |n| (l.p, n)))
         .collect();
-    latest.sort_by_key(|r| std::cmp::Reverse(r.started_ms().unwrap_or(0)));
-    latest.truncate(LATEST);
+    newest.sort_by_key(|(_, (_, start, _))| std::cmp::Reverse(*start));
+    let latest: Vec<Record> = newest
+        .into_iter()
+        .take(LATEST)
+        .filter_map(|(p, (_, _, line))| record(line, &p.name))
+        .collect();
     let pages = matched.div_ceil(q.per).max(1);
     let page = q.page.min(pages);
-    let profiles: Vec<Row> = rows
-        .into_iter()
-        .map(|(r, _)| r)
+    let profiles: Vec<Row> = lights
+        .iter()
         .skip((page - 1) * q.per)
         .take(q.per)
+        .map(|l| l.row(now_ms))
         .collect();
     Overview {
         now_ms,
@@ -380,12 +387,13 @@ pub(super) fn run(
 ) -> Option<Record> {
     for p in profiles {
         let held = p.state_dir.as_ref().and_then(|d| seen.get(d));
-        let found = held
-            .and_then(|s| s.records.iter().find(|r| r.id == id).cloned())
-            .or_else(|| whole(p).into_iter().find(|r| r.id == id));
-        if let Some(mut r) = found {
-            r.profile.clone_from(&p.name);
-            return Some(r);
+        let kept = held.and_then(|s| s.newest.iter().find(|(i, _, _)| i == id));
+        let found = match kept {
+            Some((_, _, line)) => record(line, &p.name),
+            None => whole(p).into_iter().find(|r| r.id == id),
+        };
+        if found.is_some() {
+            return found;
         }
     }
     None

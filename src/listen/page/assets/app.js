@@ -74,7 +74,7 @@
     for (const m of marks) {
       const cls = m.kind === "hold" ? "k-hold" : m.kind === "queued" ? "k-queued"
         : m.outcome === "completed" ? "k-completed" : m.outcome === "running" ? "k-running" : "k-failed";
-      const x0 = x(m.start), x1 = Math.max(x(m.end), x0 + 2);
+      const x0 = x(m.start), x1 = Math.max(x(m.end == null ? now : m.end), x0 + 2);
       const rect = svg("rect", { class: cls, x: x0, y: m.kind === "hold" ? 0 : 3, width: x1 - x0, height: m.kind === "hold" ? h : h - 6, "data-id": m.id });
       rect.append(svg("title", {}));
       rect.firstChild.textContent = m.kind + " " + m.outcome + " " + when(new Date(m.start).toISOString());
