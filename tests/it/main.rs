@@ -2,12 +2,13 @@
 //! one per file). Filter by module: `cargo test --test it listen::` runs the `listen` module (and
 //! every other test whose path contains `listen::`, such as `runtimes_listen::`).
 //!
-//! Area modules hold tests; `common`, `listen_support`, `sim_support` and `model_server` are the
-//! shared helpers they use.
+//! Area modules hold tests; `common`, `listen_support`, `sim_support`, `model_server` and `browser`
+//! (headless Chromium over its DevTools socket) are the shared helpers they use.
 
 // Tests may unwrap, panic and index: Cargo.toml denies those (restriction lints) in the program only.
 #![allow(clippy::restriction)]
 
+mod browser;
 mod common;
 mod listen_support;
 mod model_server;
@@ -20,6 +21,7 @@ mod config;
 mod conformance;
 mod container;
 mod core_props;
+mod dashboard;
 mod demo;
 mod docs_links;
 mod doctor;
@@ -41,6 +43,7 @@ mod metrics;
 mod pacing;
 mod packaging;
 mod runner;
+mod runs;
 mod runtimes_cli;
 mod runtimes_confine;
 mod runtimes_contain;

@@ -253,22 +253,22 @@ impl Driver {
                     "invites.json",
                 );
             }
-            Effect::SaveLedger(ledger) => {
-                // Without an `fsync`, as `status.json`: it is written right after a run's spawn,
-                // where a slow disk's flush would hold up acks and heartbeats; a machine crash may
-                // leave the file one run behind.
-                let path = io.state.path(super::LEDGER_FILE);
-                let written = serde_json::to_vec(ledger.as_ref())
-                    .map_err(std::io::Error::other)
-                    .and_then(|bytes| {
-                        crate::sys::fs::write_atomic_unsynced(&path, &bytes).map(drop)
-                    });
-                io.ledger_failing = episode(
-                    io.ledger_failing,
+            Effect::Record(line) => {
+                // One appended line (`listen::history`): the run policy's ledger is built from
+                // these at the next start.
+                let utc = crate::core::policy::FixedOffset(0);
+                let zone: &dyn crate::core::policy::Offsets =
+                    match self.host.profile(id).map(|l| &l.config().zone) {
+                        Some(z) => z,
+                        None => &utc,
+                    };
+                let written = io.history.append(&line, zone);
+                io.history_failing = episode(
+                    io.history_failing,
                     written,
-                    log_events::LEDGER_WRITE_FAILED,
-                    log_events::LEDGER_WRITE_RECOVERED,
-                    "ledger.json",
+                    log_events::HISTORY_WRITE_FAILED,
+                    log_events::HISTORY_WRITE_RECOVERED,
+                    crate::listen::history::FILE,
                 );
             }
             Effect::WriteStatus(status) => {

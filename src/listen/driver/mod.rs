@@ -21,7 +21,6 @@ use crate::core::time::Now;
 use crate::listen::metrics::Metrics;
 use crate::listen::state_dir::StateDir;
 use crate::log_events;
-use crate::sys::fs;
 use secrecy::SecretString;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -29,11 +28,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime};
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
-
-/// The ledger's file in the state dir.
-pub const LEDGER_FILE: &str = "ledger.json";
-/// The largest `ledger.json` read.
-const MAX_LEDGER_BYTES: u64 = 16 * 1024 * 1024;
 
 /// One reading of the clocks per step: tokio's (paused in tests) for deadlines, the wall clock
 /// for what is shown and for the run policy.
@@ -155,7 +149,9 @@ struct ProfileIo {
     dying: Vec<JoinHandle<()>>,
     status_file: Option<std::fs::File>,
     notify_status: bool,
-    ledger_failing: bool,
+    /// The history file (`listen::history`) and whether its writes fail.
+    history: crate::listen::history::Book,
+    history_failing: bool,
     invites_failing: bool,
     started: Option<oneshot::Sender<()>>,
     ended: Option<oneshot::Sender<ListenerEnd>>,
@@ -292,14 +288,16 @@ impl Driver {
                 return;
             }
         };
+        let cfg = convert::listener_config(&s.settings, s.notify_status, now.wall_ms);
+        let (history, ledger) =
+            crate::listen::history::Book::open(&s.state, &cfg.zone, now.wall_ms);
         let restored = Restored {
-            ledger: load_ledger(&s.state),
+            ledger,
             invites: s.state.load_invites().unwrap_or_else(|e| {
                 tracing::warn!(event = %log_events::INVITE_MEMORY_DAMAGED, error = %e, "the invite memory could not be read; starting it afresh");
                 Default::default()
             }),
         };
-        let cfg = convert::listener_config(&s.settings, s.notify_status, now.wall_ms);
         let seed = self.host.seed();
         let obs: Arc<dyn crate::core::listener::Observer> = s.metrics.clone();
         let listener = Listener::new(cfg, restored, seed, obs, now);
@@ -324,7 +322,8 @@ impl Driver {
                 dying: Vec::new(),
                 status_file: None,
                 notify_status: s.notify_status,
-                ledger_failing: false,
+                history,
+                history_failing: false,
                 invites_failing: false,
                 started: Some(s.started),
                 ended: Some(s.ended),
@@ -418,24 +417,6 @@ fn say_time_scale(s: &Settings) {
             api_base = %s.api_base,
             "the test time scale is not in effect (any more): every timer runs at contract speed"
         ),
-    }
-}
-
-/// The ledger the state dir keeps (a corrupt or unreadable file is said once and the ledger
-/// starts afresh).
-pub(crate) fn load_ledger(state: &StateDir) -> crate::core::policy::Ledger {
-    use crate::core::policy::Ledger;
-    let path = state.path(LEDGER_FILE);
-    match fs::read_regular_capped(&path, MAX_LEDGER_BYTES) {
-        Ok(bytes) => serde_json::from_slice(&bytes).unwrap_or_else(|e| {
-            tracing::warn!(event = %log_events::LEDGER_UNREADABLE, path = %path.display(), error = %e, "the run ledger is damaged; starting a new one (today's caps count from now)");
-            Ledger::new()
-        }),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ledger::new(),
-        Err(e) => {
-            tracing::warn!(event = %log_events::LEDGER_UNREADABLE, path = %path.display(), error = %e, "the run ledger cannot be read; starting a new one (today's caps count from now)");
-            Ledger::new()
-        }
     }
 }
 

@@ -4,7 +4,7 @@
 
 use super::Io;
 use crate::config::Settings;
-use crate::core::listener::{Input, RunEnd, RunOrder, RunOutcome};
+use crate::core::listener::{Input, ProcessExit, RunEnd, RunOrder, RunOutcome};
 use crate::core::status::Outcome;
 use crate::listen::metrics::Metrics;
 use crate::listen::state_dir::StateDir;
@@ -55,6 +55,7 @@ pub async fn supervise(
                 outcome,
                 report: Default::default(),
                 duration_ms: 0,
+                exit: Default::default(),
                 binary,
             };
         }
@@ -101,11 +102,17 @@ pub async fn supervise(
     }
     r.metrics.run_ended(runtime, &outcome, supervised.duration);
     let binary = unusable_stamp(&r.settings, &outcome);
+    let exit = ProcessExit {
+        code: end.exit_code(),
+        signal: end.signal(),
+        timed_out: matches!(end, crate::sys::process::ProcessEnd::TimedOut),
+    };
     RunEnd {
         started: true,
         outcome,
         report: reported,
         duration_ms,
+        exit,
         binary,
     }
 }

@@ -254,6 +254,7 @@ impl Host {
         let task = async move {
             let outcome = match super::start::prepare(&settings, alone).await {
                 Ok(Prepared { key, state, lock }) => {
+                    metrics.set_state_dir(&state.root);
                     if let Some(stop) = own_endpoint {
                         metrics::spawn_server(&metrics, settings.listen.metrics_addr, stop);
                     }

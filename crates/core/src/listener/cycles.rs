@@ -3,6 +3,7 @@
 //! of the states in which no run can start).
 
 use super::cycle::{self, Ctx, Cycle, Note};
+use super::record;
 use super::{Effect, Listener, Out};
 use crate::engine::WakeCause;
 use crate::log_events;
@@ -120,8 +121,12 @@ impl Listener {
                     conversations,
                 } => {
                     self.status.release();
-                    let ledger = self.policy.run_started(&conversations, now.wall_ms);
-                    self.out.effects.push_back(Effect::SaveLedger(ledger));
+                    self.policy.run_started(&conversations, now.wall_ms);
+                    if let Some(c) = self.cycles.cycle.as_mut() {
+                        c.report.run_started_ms = Some(now.wall_ms);
+                        let line = record::run(&self.cfg.profile, &c.report, false);
+                        self.out.effects.push_back(Effect::Record(Box::new(line)));
+                    }
                     if let Some(c) = self.shown.last_cycle.as_mut() {
                         c.run_started = true;
                         c.run_kind = Some(kind);
@@ -174,21 +179,34 @@ impl Listener {
         self.obs.cycle_ended(&report.last, report.key_refused);
         if report.last.run_started && report.unusable.is_some() {
             // Refused by its runtime before a model was asked: no cap counts it (issue 34 item 12).
-            let ledger = self.policy.run_refused();
-            self.out.effects.push_back(Effect::SaveLedger(ledger));
+            self.policy.run_refused();
         } else if report.last.run_started {
             let (cost, tokens) = report.run_report.as_ref().map_or((None, None), |r| {
                 (r.cost_usd, r.usage.as_ref().map(|u| u.total()))
             });
-            let ledger = self
-                .policy
+            self.policy
                 .run_ended(&report.conversations, cost, tokens, now.wall_ms);
-            self.out.effects.push_back(Effect::SaveLedger(ledger));
             if let Some(r) = &report.run_report {
                 self.obs.run_reported(self.cfg.runtime.as_str(), r);
             }
         }
+        let profile = &self.cfg.profile;
+        let line = match report.run_exit {
+            Some(_) => Some(record::run(profile, &report, true)),
+            None => record::queued(profile, &report),
+        };
+        let held_before = self.policy.current_hold();
         self.policy.seen(&report.policy, now.mono_ms, now.wall_ms);
+        let holds = self.holds.cycle(
+            profile,
+            &report,
+            held_before,
+            self.policy.current_hold(),
+            now.wall_ms,
+        );
+        for line in line.into_iter().chain(holds) {
+            self.out.effects.push_back(Effect::Record(Box::new(line)));
+        }
         if report.last.run_started {
             self.shown.counters.runs += 1;
         }

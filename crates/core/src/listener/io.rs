@@ -5,8 +5,8 @@
 //! is told apart and dropped.
 
 use super::config::ListenerConfig;
+use crate::history::Record;
 use crate::invite_rule::InviteMemory;
-use crate::policy::Ledger;
 use crate::reconnect::CloseKind;
 use crate::run_report::RunReport;
 use crate::status::{ListenerState, RunKind, Status, TextsSource, TextsStatus};
@@ -140,9 +140,22 @@ pub struct RunEnd {
     pub outcome: RunOutcome,
     pub report: RunReport,
     pub duration_ms: u64,
+    /// How its process ended (all empty when it was not started).
+    pub exit: ProcessExit,
     /// The runtime binary's stamp when the run was judged unusable (a changed one gets a new
     /// chance).
     pub binary: Option<u64>,
+}
+
+/// How a run's process ended, for its record (`crate::history`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ProcessExit {
+    /// Its exit code, when it exited by itself.
+    pub code: Option<i32>,
+    /// The signal that ended it.
+    pub signal: Option<i32>,
+    /// `run_timeout` ended it.
+    pub timed_out: bool,
 }
 
 /// How an invite's dismissal went.
@@ -355,7 +368,9 @@ pub enum Effect {
         invite_id: String,
     },
     SaveInvites(InviteMemory),
-    SaveLedger(Arc<Ledger>),
+    /// Append this line to the history (`crate::history`): a run's start or end, a hold's, a
+    /// queued wait's. The run policy's ledger is built from these lines at the next start.
+    Record(Box<Record>),
     WriteStatus(Box<Status>),
     TouchStatus,
     /// Tell systemd the state (`STATUS=`), for the process's one profile.

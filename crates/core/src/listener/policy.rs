@@ -1,6 +1,7 @@
 //! The run policy of one profile (`[listen.policy]`, issue 26), owned by its listener: the rules,
-//! the zone's offsets, the ledger of past runs (kept in the state dir as `ledger.json` by the
-//! driver, so a restart does not reset a cap) and the current hold. A cycle asks it after
+//! the zone's offsets, the ledger of past runs (built at start from the state dir's history,
+//! `crate::history`, which every run's start and end is written to, so a restart does not reset
+//! a cap) and the current hold. A cycle asks it after
 //! `crate::decision` chose a run ([`RunPolicy::judge`]); it hears what the cycle did, and says
 //! when the hold ends, so every hold ends in a read of the tray (a wake of its own,
 //! `hold_ended`). The rules themselves are `crate::policy`; the choices are in docs/decisions.md,
@@ -222,16 +223,21 @@ impl RunPolicy {
         changed && self.hold.is_some()
     }
 
-    /// `held` and `usage` of the status document.
-    pub fn show(&self, status: &mut Status, now_wall: i64) {
-        status.held = self.hold.as_ref().map(|h| Held {
+    /// The hold in force, as the status shows it.
+    pub fn current_hold(&self) -> Option<Held> {
+        self.hold.as_ref().map(|h| Held {
             reason: h.hold.reason.as_str().to_string(),
             key: h.hold.key.to_string(),
             until: h.hold.until.map(rfc3339_ms),
             since: rfc3339_ms(h.since),
             cards: h.hold.cards.clone(),
             invites: h.hold.invites.clone(),
-        });
+        })
+    }
+
+    /// `held` and `usage` of the status document.
+    pub fn show(&self, status: &mut Status, now_wall: i64) {
+        status.held = self.current_hold();
         let totals = |t: policy::Totals| UsageTotals {
             runs: t.runs,
             cost_usd: t.cost_usd,

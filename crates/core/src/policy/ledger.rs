@@ -137,6 +137,18 @@ impl Ledger {
         Ledger::default()
     }
 
+    /// A ledger rebuilt from what the state dir's history kept (`crate::history::ledger`): the
+    /// runs the caps count, oldest first, and the total of a day's runs the history no longer
+    /// holds one by one. Runs past [`MAX_RUNS`] fold into their day's total as they do at
+    /// [`started`](Self::started).
+    pub fn restore(runs: Vec<RunEntry>, folded: Option<DayTotal>, offsets: &dyn Offsets) -> Ledger {
+        let mut ledger = Ledger::from(Stored { runs, folded });
+        while ledger.runs.len() > MAX_RUNS {
+            ledger.fold_oldest(offsets);
+        }
+        ledger
+    }
+
     /// A run starts: it counts from now. `conversations` beyond the cap are not remembered.
     pub fn started(
         &mut self,

@@ -33,7 +33,8 @@ pub struct World {
     /// Answers due later: (when, input).
     later: VecDeque<(u64, Input)>,
     statuses: Vec<Status>,
-    ledger: Option<Arc<Ledger>>,
+    /// Every history line the listener asked to write, in order.
+    pub records: Vec<crate::history::Record>,
     run_ms: u64,
     /// Answers for the next tray reads, before the tray itself.
     pub tray_errors: VecDeque<TrayError>,
@@ -119,7 +120,7 @@ impl World {
             next_msg: 0,
             later: VecDeque::new(),
             statuses: Vec::new(),
-            ledger: None,
+            records: Vec::new(),
             run_ms: 500,
             tray_errors: VecDeque::new(),
             invites: Vec::new(),
@@ -150,8 +151,15 @@ impl World {
         self.statuses.last().cloned().unwrap_or_default()
     }
 
-    pub fn ledger(&self) -> Arc<Ledger> {
-        self.ledger.clone().unwrap_or_default()
+    /// The ledger a restart builds from the history written so far.
+    pub fn ledger(&self) -> Ledger {
+        let mut file = Vec::new();
+        for r in &self.records {
+            file.extend_from_slice(r.line().as_bytes());
+            file.push(b'\n');
+        }
+        let parsed = crate::history::parse(&file);
+        crate::history::ledger(&parsed.records, &OffsetTable::new(0, vec![]))
     }
 
     /// A message from `sender` in `conv`: its card on the tray, and its `message.new` pushed.
@@ -375,6 +383,7 @@ impl World {
                                 outcome: self.run_outcome.clone(),
                                 report: Default::default(),
                                 duration_ms: self.run_ms,
+                                exit: Default::default(),
                                 binary: None,
                             },
                         },
@@ -390,8 +399,8 @@ impl World {
                         result: Dismissal::Dismissed,
                     })
                 }
-                Effect::SaveLedger(l) => {
-                    self.ledger = Some(l);
+                Effect::Record(r) => {
+                    self.records.push(*r);
                     None
                 }
                 Effect::WriteStatus(s) => {
