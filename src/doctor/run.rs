@@ -49,7 +49,7 @@ fn ask_first(runtime: RuntimeKind, yes: bool) -> anyhow::Result<bool> {
     {
         anyhow::bail!("not a terminal, so not asked: give --yes to start the run");
     }
-    crate::setup::confirm("Start it?", false)
+    Ok(crate::sys::text::confirm("Start it?", false)?)
 }
 
 /// What would keep the run from starting, checked before anything is asked or spent: a listener

@@ -3,7 +3,7 @@
 //! the run completed; an error (exit 1) when it could not connect or the run failed. The cycle is
 //! the daemon's own state machine (`core::listener::cycle`), its effects performed one at a time.
 
-use super::driver::{LEDGER_FILE, convert, run};
+use super::driver::{convert, run};
 use super::socket::{self, DialParams};
 use super::start::Prepared;
 use crate::client::{Api, Dismissal as ClientDismissal};
@@ -13,6 +13,7 @@ use crate::core::exit::Exit;
 use crate::core::invite_rule::InviteMemory;
 use crate::core::listener::cycle::{Ctx, Cycle, Note};
 use crate::core::listener::policy::RunPolicy;
+use crate::core::listener::record;
 use crate::core::listener::{Dismissal, Effect, Input, Out, Slot, Timing, Unobserved};
 use crate::core::rng::Rng;
 use crate::core::status::{ListenerState, NoRunReason, Outcome, Status};
@@ -72,7 +73,7 @@ pub async fn run(settings: Settings, prepared: Prepared) -> anyhow::Result<i32> 
     let started_wall = now.wall_ms;
     // `[listen.policy]` holds a one-off run as it holds the daemon's, and counts it.
     let cfg = convert::listener_config(&settings, false, now.wall_ms);
-    let ledger = super::driver::load_ledger_off_loop(&state).await;
+    let (mut history, ledger) = super::driver::open_off_loop(&state, &settings).await;
     let mut policy = RunPolicy::new(cfg.policy.clone(), cfg.zone.clone(), ledger, now.wall_ms);
     let mut invites: InviteMemory = state.load_invites().unwrap_or_default();
     let mut rng = Rng::new(fastrand::u64(..));
@@ -135,8 +136,9 @@ pub async fn run(settings: Settings, prepared: Prepared) -> anyhow::Result<i32> 
                 // A signal gives the run SIGTERM and its grace; the cycle then ends without the
                 // invite rule.
                 let end = {
-                    let fut =
-                        run::supervise(*order, r(), cancel.clone(), |log| started = Some(log));
+                    let fut = run::supervise(*order, r(), cancel.clone(), |log| {
+                        started = Some((log, clock.now().wall_ms))
+                    });
                     tokio::pin!(fut);
                     loop {
                         tokio::select! {
@@ -146,7 +148,8 @@ pub async fn run(settings: Settings, prepared: Prepared) -> anyhow::Result<i32> 
                         }
                     }
                 };
-                if let Some(log) = started {
+                if let Some((log, at)) = started {
+                    cycle.report.run_started_ms = Some(at);
                     feed(
                         &mut cycle,
                         Input::RunStarted { cycle: c, log },
@@ -212,7 +215,7 @@ pub async fn run(settings: Settings, prepared: Prepared) -> anyhow::Result<i32> 
     }
     let now = clock.now();
     cycle.close(now);
-    let report = cycle.report;
+    let mut report = cycle.report;
     // A held run is said as the daemon says it.
     policy.seen(&report.policy, now.mono_ms, now.wall_ms);
     if report.last.run_started {
@@ -224,8 +227,15 @@ pub async fn run(settings: Settings, prepared: Prepared) -> anyhow::Result<i32> 
             .unwrap_or_default();
         policy.run_started(&report.conversations, now.wall_ms);
         policy.run_ended(&report.conversations, spent, now.wall_ms);
+        report.spent = Some(spent);
     }
-    let _ = super::driver::write_ledger(&state.path(LEDGER_FILE), &policy.ledger());
+    // Its lines in the history, as the daemon's: the run (its caps count it), or the hold.
+    let held = policy.current_hold();
+    let lines = record::of_once(&settings.profile, &report, held, now.wall_ms);
+    for line in lines {
+        let _ = history.append(&line, &cfg.zone);
+    }
+    let _ = super::driver::write_memory(&state.path(super::driver::MEMORY_FILE), &policy.ledger());
     // `agentchat status` shows what this run did and what holds the next (issue 38 item 8).
     let mut status = Status {
         state: ListenerState::Stopped,

@@ -17,6 +17,7 @@ pub mod probe;
 pub mod sandbox;
 pub mod script;
 pub mod supervisor;
+pub mod user_cli;
 
 use crate::config::{RuntimeKind, Settings};
 use crate::core::decision::RunKind;

@@ -100,6 +100,12 @@ pub fn add_program(plan: &mut Plan, program: &Path, env: &ListenerEnv) {
     let mut paths = vec![program.to_path_buf()];
     if let Ok(real) = std::fs::canonicalize(program) {
         if let Some(interpreter) = interpreter(&real, env) {
+            // A version manager's shim (pyenv, rbenv, asdf, mise: `<root>/shims/python3`) is a
+            // script that runs the manager to find the real program: the manager's root is what
+            // it reads (`~/.pyenv`: its versions and its own code, no secrets).
+            if let Some(root) = shims_root(&interpreter) {
+                plan.add(root, Access::Read, "the interpreter's version manager");
+            }
             paths.push(interpreter.clone());
             if let Ok(real) = std::fs::canonicalize(&interpreter) {
                 paths.push(real);
@@ -113,6 +119,12 @@ pub fn add_program(plan: &mut Plan, program: &Path, env: &ListenerEnv) {
             plan.add(root, Access::Read, "the program's install");
         }
     }
+}
+
+/// The root of the version manager whose shim `program` is: the folder above a `shims` folder.
+fn shims_root(program: &Path) -> Option<PathBuf> {
+    let dir = program.parent()?;
+    (dir.file_name()? == "shims").then(|| dir.parent().map(Path::to_path_buf))?
 }
 
 /// The program a script's `#!` line runs, found on `PATH` when it is a bare name.
@@ -130,6 +142,17 @@ fn interpreter(script: &Path, env: &ListenerEnv) -> Option<PathBuf> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A script whose `#!/usr/bin/env python3` finds a version manager's shim (pyenv's
+    /// `~/.pyenv/shims/python3`) may read the manager's root, which the shim runs.
+    #[test]
+    fn a_version_managers_shim_lets_the_run_read_the_managers_root() {
+        assert_eq!(
+            shims_root(Path::new("/home/u/.pyenv/shims/python3")),
+            Some(PathBuf::from("/home/u/.pyenv"))
+        );
+        assert_eq!(shims_root(Path::new("/usr/bin/python3")), None);
+    }
 
     #[test]
     fn a_state_dir_that_cannot_be_written_gets_the_scratch_folder_made_in_tmpdir_instead() {

@@ -2,8 +2,9 @@
 //! without an entry, what the manager says of the service) and the first real run offered after
 //! it (`doctor --run`).
 
-use super::{Place, SetupArgs, pick, tty, user_cli, verdict};
+use super::{Place, SetupArgs, pick, tty, verdict};
 use crate::config::ConfigArgs;
+use crate::runtime::user_cli;
 use std::collections::HashMap;
 use std::path::Path;
 
@@ -78,9 +79,4 @@ pub async fn first_run(
             Ok(verdict::EXIT_NOT_YET)
         }
     }
-}
-
-/// A yes/no question on the terminal, for `doctor --run`.
-pub(crate) fn confirm(question: &str, default: bool) -> anyhow::Result<bool> {
-    tty::confirm(question, default)
 }

@@ -157,7 +157,7 @@ impl IdentityRecord {
             let before = self.legacy_before.take();
             self.created = before.is_none();
             self.separator = super::anchor::separator(before.as_deref(), &after).to_string();
-            self.after_sha256 = super::files::sha256(after.as_bytes());
+            self.after_sha256 = crate::sys::capped::sha256(after.as_bytes());
         }
     }
 }

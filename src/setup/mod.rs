@@ -18,7 +18,6 @@ mod anchor;
 mod args;
 mod bounds;
 mod config_edit;
-mod files;
 mod finish;
 mod key;
 mod live;
@@ -30,13 +29,12 @@ mod service_step;
 mod signup;
 mod tty;
 mod undo;
-pub(crate) mod user_cli;
 mod verdict;
 mod wiring;
 
 use crate::config::{self, ConfigArgs, RuntimeKind};
+use crate::sys::capped as files;
 pub use args::{SETUP_HELP, SetupArgs, UNINSTALL_HELP, UninstallArgs};
-pub(crate) use finish::confirm;
 use manifest::{ConfigRecord, Manifest};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -76,17 +74,6 @@ impl Place {
     pub fn config_flag(&self) -> Option<&Path> {
         self.config_explicit.then_some(self.config_path.as_path())
     }
-}
-
-/// The path the user runs agentchat by (a symlink on PATH, not its versioned target), as the
-/// unit's `ExecStart` names it: what the MCP entries and the service subprocess run.
-pub(crate) fn stable_exe() -> anyhow::Result<PathBuf> {
-    let exe = std::env::current_exe()?;
-    Ok(crate::service::stable_program(
-        &exe,
-        std::env::args_os().next().as_deref(),
-        std::env::var_os("PATH").as_deref(),
-    ))
 }
 
 pub async fn run_command(args: SetupArgs) -> anyhow::Result<i32> {
@@ -263,7 +250,7 @@ async fn run_setup(args: SetupArgs) -> anyhow::Result<i32> {
             ask,
         )?,
     };
-    wiring::progress(&format!(
+    crate::sys::text::progress(&format!(
         "key: checking it with {base} (GET /v1/agents/me, at most {} s)...",
         key::CHECK_WAIT.as_secs()
     ));
@@ -380,7 +367,7 @@ async fn run_setup(args: SetupArgs) -> anyhow::Result<i32> {
     // 4. Wiring.
     let mut blocks_unwritten = Vec::new();
     if wire_clis {
-        let exe = stable_exe()?;
+        let exe = crate::service::stable_exe()?;
         let mut argv = vec![
             exe.display().to_string(),
             "mcp".into(),
@@ -429,7 +416,7 @@ async fn run_setup(args: SetupArgs) -> anyhow::Result<i32> {
     }
 
     // 6. Check, and the one screen.
-    wiring::progress(&format!(
+    crate::sys::text::progress(&format!(
         "doctor: checking the key and the texts with {base} (at most {} s), then the runtime...",
         2 * crate::doctor::facts::SERVER_TIMEOUT.as_secs()
     ));

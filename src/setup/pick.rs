@@ -2,8 +2,8 @@
 //! logged in (doctor's own probes), one proposed, or `script` with a command.
 
 use super::tty;
-use super::user_cli::{self, Cli};
 use crate::config::RuntimeKind;
+use crate::runtime::user_cli::{self, Cli};
 use std::path::PathBuf;
 
 /// One CLI found on PATH.

@@ -5,8 +5,9 @@
 //! goes only if setup wrote it. A file still exactly as setup left it gets its earlier bytes back.
 
 use super::manifest::{CliRecord, IdentityRecord, Manifest, StoreRecord};
-use super::user_cli::{self, Cli, Entry};
-use super::{Place, anchor, config_edit, files, live, service_step, tty};
+use super::{Place, anchor, config_edit, live, service_step, tty};
+use crate::runtime::user_cli::{self, Cli, Entry};
+use crate::sys::capped as files;
 use std::path::Path;
 
 pub async fn run(
@@ -43,7 +44,7 @@ pub async fn run(
         if l.shared {
             shared = Some(l);
         } else {
-            super::wiring::progress(&format!(
+            crate::sys::text::progress(&format!(
                 "listener: stopping {} (at most {} s)...",
                 l.describe(),
                 live::STOP_WAIT.as_secs()

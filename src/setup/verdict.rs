@@ -165,7 +165,7 @@ pub fn judge(f: &Facts<'_>) -> Verdict {
 mod tests {
     use super::*;
     use crate::doctor::Check;
-    use crate::setup::user_cli::Cli;
+    use crate::runtime::user_cli::Cli;
     use std::path::PathBuf;
 
     fn claude(logged_in: bool) -> Vec<Found> {

@@ -3,10 +3,11 @@
 //! agent at a time: one wired for another profile (or another `agentchat` server) is left alone
 //! unless `--rewire` asks for it.
 
+use super::anchor;
 use super::manifest::{CliRecord, IdentityRecord, Manifest, StoreRecord};
-use super::user_cli::{self, Cli, Entry, Home};
-use super::{anchor, files};
 use crate::client::Api;
+use crate::runtime::user_cli::{self, Cli, Entry, Home};
+use crate::sys::capped as files;
 use std::collections::HashMap;
 use std::path::Path;
 
@@ -127,7 +128,7 @@ pub async fn wire(w: &WiringRequest<'_>, cli: Cli, binary: &Path, manifest: &mut
             None
         }
         None => {
-            progress(&format!(
+            crate::sys::text::progress(&format!(
                 "{}: reading the identity text from the server (at most {TEXTS_WAIT_SECS} s)...",
                 cli.name()
             ));
@@ -313,13 +314,6 @@ pub async fn wire(w: &WiringRequest<'_>, cli: Cli, binary: &Path, manifest: &mut
         changed,
         block_unwritten,
     }
-}
-
-/// A line said at once (not with the summary), before a wait that may be long.
-pub(super) fn progress(line: &str) {
-    use std::io::Write as _;
-    println!("{line}");
-    let _ = std::io::stdout().flush();
 }
 
 /// Upserts the block (anchor rules) and records what undo needs to take it out: the block, the

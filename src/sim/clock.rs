@@ -1,13 +1,18 @@
 //! One clock for every server timer. Contract durations (45 s heartbeat, 1/5/30/180 min rungs,
-//! 15 min / 24 h defer, budget windows, 5 s HELLO) run on a *server clock* that advances
-//! `time_scale` times faster than real time; bodies keep real wall-clock timestamps.
+//! 15 min / 24 h defer, budget windows, 5 s HELLO, the wake webhook's spacing and 24 h cycle)
+//! run on a *server clock* that advances `time_scale` times faster than real time and can be
+//! stepped forward (`POST /_sim/clock`); bodies keep real wall-clock timestamps.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
 #[derive(Debug, Clone)]
 pub struct SimClock {
     start: Instant,
     scale: f64,
+    /// Server-clock milliseconds added by `advance`, shared by every clone.
+    stepped: Arc<AtomicU64>,
 }
 
 impl SimClock {
@@ -20,7 +25,15 @@ impl SimClock {
         SimClock {
             start: Instant::now(),
             scale,
+            stepped: Arc::new(AtomicU64::new(0)),
         }
+    }
+
+    /// Steps the server clock `ms` forward at once, as if that much server time had passed: every
+    /// timer that falls due in between comes due at the next tick (a test of a 24 h rule need not
+    /// wait 24 h of scaled time). The clock never goes back.
+    pub fn advance(&self, ms: u64) {
+        self.stepped.fetch_add(ms, Ordering::Relaxed);
     }
 
     pub fn scale(&self) -> f64 {
@@ -29,7 +42,8 @@ impl SimClock {
 
     /// Server-clock milliseconds since the sim started (scaled).
     pub fn now_v(&self) -> u64 {
-        (self.start.elapsed().as_secs_f64() * 1000.0 * self.scale) as u64
+        let run = (self.start.elapsed().as_secs_f64() * 1000.0 * self.scale) as u64;
+        run.saturating_add(self.stepped.load(Ordering::Relaxed))
     }
 
     /// The real duration that a contract duration of `ms` server-clock milliseconds takes.

@@ -14,7 +14,7 @@
 
 use crate::config::ConfigArgs;
 use crate::core::policy::{ShownZone, held_line, usage_line};
-use crate::core::status::{Held, ListenerState, Outcome, Status, quiet_allowance};
+use crate::core::status::{Held, ListenerState, Outcome, Status};
 use crate::listen::state_dir::{STATUS_FILE, StateDir};
 use crate::sys::process::pid_alive;
 use serde_json::json;
@@ -22,7 +22,8 @@ use std::time::SystemTime;
 
 mod all;
 mod zone;
-pub use all::{Row, render_rows};
+pub use crate::listen::liveness::{Liveness, assess, last_turn, parse_time};
+pub use all::{ProfileDir, Row, profile_dirs, render_rows};
 pub use zone::{MachineZone, PolicyZone};
 
 /// `status` reads the config only to find the profile's state dir, so it takes only the flags
@@ -57,49 +58,6 @@ impl StatusArgs {
             ..ConfigArgs::default()
         }
     }
-}
-
-/// Whether the listener that wrote a status is alive, from facts gathered by the caller.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Liveness {
-    /// Its pid is alive and the status is fresh.
-    Running,
-    /// Its pid is alive but its main loop has not turned for longer than
-    /// `core::status::quiet_allowance` allows.
-    Stale,
-    /// Its pid is alive and it is stopping (a run may still have its grace).
-    Stopping,
-    /// Its pid is gone, or it said it stopped.
-    NotRunning,
-}
-
-/// Pure: judges liveness from the status, whether its pid is alive, and the time now.
-pub fn assess(status: &Status, pid_alive: bool, now: SystemTime) -> Liveness {
-    match status.state {
-        _ if !pid_alive => return Liveness::NotRunning,
-        ListenerState::Stopped => return Liveness::NotRunning,
-        ListenerState::Stopping => return Liveness::Stopping,
-        _ => {}
-    }
-    let Some(turned) = last_turn(status) else {
-        return Liveness::Stale;
-    };
-    let next_retry = status.next_retry_at.as_deref().and_then(parse_time);
-    if now.duration_since(turned).unwrap_or_default() <= quiet_allowance(turned, next_retry) {
-        Liveness::Running
-    } else {
-        Liveness::Stale
-    }
-}
-
-/// When the listener last showed that its main loop turns: the later of its last write
-/// (`updated_at`) and its last touch of the file (`file_modified`).
-pub fn last_turn(status: &Status) -> Option<SystemTime> {
-    parse_time(&status.updated_at).max(status.file_modified)
-}
-
-fn parse_time(s: &str) -> Option<SystemTime> {
-    humantime::parse_rfc3339_weak(s).ok()
 }
 
 /// A time or text field as shown: `?` when the file had none.
@@ -307,6 +265,15 @@ pub fn render(
 /// never holds a double quote or a backslash, so a shell can take it out of the JSON with `sed`.
 ///
 /// `restart` is how to restart the listener as this host runs it ([`restart_advice`]).
+/// A line `problem` may carry: no double quotes or backslashes (docs/integrating.md: a shell takes
+/// it out with `sed`), on one line.
+fn one_line(s: &str) -> String {
+    s.chars()
+        .filter(|c| *c != '"' && *c != '\\')
+        .map(|c| if c == '\n' { ' ' } else { c })
+        .collect()
+}
+
 pub fn problem(
     profile: &str,
     status: Option<&Status>,
@@ -433,7 +400,14 @@ pub async fn run_command(args: StatusArgs) -> anyhow::Result<i32> {
         .as_ref()
         .map(|s| assess(s, pid_alive(u64::from(s.pid)), now));
     let restart = restart_advice(&profile, status.as_ref().map_or(0, |s| s.pid));
-    let problem = problem(&profile, status.as_ref(), liveness, now, &restart);
+    let problem = match &config_error {
+        // A config that cannot be read is what a stopped listener needs fixed first: a start
+        // (or a restart) fails on it. A listener that runs keeps the config it read before.
+        Some(e) if liveness != Some(Liveness::Running) => Some(one_line(&format!(
+            "the config of profile {profile} cannot be read: {e}; fix it, then `agentchat doctor              --profile {profile}` checks it"
+        ))),
+        _ => problem(&profile, status.as_ref(), liveness, now, &restart),
+    };
     let usable = problem.is_none();
     if args.json {
         let out = json!({

@@ -70,7 +70,7 @@ async fn metrics(l: &Listener) -> String {
 /// A real listener held by `max_runs_per_hour = 1` says so everywhere a person looks: the
 /// status's `held` with the next clock hour as its end, `agentchat status`'s line, `/readyz` still
 /// 200 (a hold is no fault) and `agentchat_held` on `/metrics`; the card stays unread and the
-/// ledger in the state dir counts the first run. When the hour rolls over the card runs with
+/// history in the state dir counts the first run. When the hour rolls over the card runs with
 /// `hold_ended`: that needs the clock itself and is the machine's own test
 /// (`core::listener::tests`), as quiet hours and the day's caps are.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -130,10 +130,19 @@ async fn a_held_listener_says_why_and_until_when_in_status_metrics_and_agentchat
         page.contains("agentchat_held{profile=\"default\",reason=\"quiet_hours\"} 0"),
         "{page}"
     );
-    let ledger: Value =
-        serde_json::from_slice(&std::fs::read(setup.state_dir.join("ledger.json")).unwrap())
-            .unwrap();
-    assert_eq!(ledger["runs"].as_array().map(Vec::len), Some(1), "{ledger}");
+    // The history is the ledger's one file: the run, counted, and the hold it started.
+    let history = std::fs::read_to_string(setup.state_dir.join("history.jsonl")).unwrap();
+    let runs: Vec<Value> = history
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|r| r["kind"] == "run" && r["outcome"] == "completed")
+        .collect();
+    assert_eq!(runs.len(), 1, "{history}");
+    assert!(
+        history.contains("\"reason\":\"runs_per_hour\""),
+        "{history}"
+    );
+    assert!(!setup.state_dir.join("ledger.json").exists());
     // A wake during the hold is acked and costs no run; the hold is said once.
     sim.send(&carol, &bob, "hello?").await;
     assert!(

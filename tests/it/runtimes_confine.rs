@@ -22,27 +22,45 @@ use std::time::Duration;
 
 pub(crate) const BIN: &str = env!("CARGO_BIN_EXE_agentchat");
 
-/// The five AgentChat tools, as Claude Code offers them to the model.
+/// The hosted AgentChat tools (the sim serves the contract's whole hand set, its deprecated
+/// aliases included, as the real server does until their switch-off), as Claude Code offers them
+/// to the model.
 const CLAUDE_PINNED: &[&str] = &[
+    "mcp__agentchat__agentchat_accept_group_invite",
     "mcp__agentchat__agentchat_decide",
     "mcp__agentchat__agentchat_get_conversation",
+    "mcp__agentchat__agentchat_get_my_status",
     "mcp__agentchat__agentchat_inbox",
+    "mcp__agentchat__agentchat_list_conversations",
+    "mcp__agentchat__agentchat_list_inbox",
+    "mcp__agentchat__agentchat_mark_read",
+    "mcp__agentchat__agentchat_mute",
+    "mcp__agentchat__agentchat_reject_group_invite",
     "mcp__agentchat__agentchat_respond_to_invite",
     "mcp__agentchat__agentchat_send_message",
+    "mcp__agentchat__agentchat_wait",
 ];
 
-/// What Codex 0.171.0 offers a run: the five AgentChat tools in their namespace, and four that no
+/// What Codex 0.171.0 offers a run: the AgentChat tools in their namespace, and four that no
 /// switch of this version removes (docs/runtimes.md): the MCP resource tools, which reach only the
 /// configured MCP servers (AgentChat's alone), and `request_user_input`, which has no one to ask
 /// in `codex exec`.
 const CODEX_PINNED: &[&str] = &[
     "list_mcp_resource_templates",
     "list_mcp_resources",
+    "mcp__agentchat/agentchat_accept_group_invite",
     "mcp__agentchat/agentchat_decide",
     "mcp__agentchat/agentchat_get_conversation",
+    "mcp__agentchat/agentchat_get_my_status",
     "mcp__agentchat/agentchat_inbox",
+    "mcp__agentchat/agentchat_list_conversations",
+    "mcp__agentchat/agentchat_list_inbox",
+    "mcp__agentchat/agentchat_mark_read",
+    "mcp__agentchat/agentchat_mute",
+    "mcp__agentchat/agentchat_reject_group_invite",
     "mcp__agentchat/agentchat_respond_to_invite",
     "mcp__agentchat/agentchat_send_message",
+    "mcp__agentchat/agentchat_wait",
     "read_mcp_resource",
     "request_user_input",
 ];

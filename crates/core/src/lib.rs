@@ -18,6 +18,7 @@ pub mod engine;
 pub mod exit;
 pub mod frames;
 pub mod handle;
+pub mod history;
 pub mod host;
 pub mod identity;
 pub mod invite_rule;

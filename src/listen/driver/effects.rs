@@ -253,11 +253,29 @@ impl Driver {
                     "invites.json",
                 );
             }
-            Effect::SaveLedger(ledger) => {
-                // Written by its own task, off this loop (`driver::ledger`).
-                if let Some(w) = &io.ledger {
+            Effect::SavePolicyMemory(ledger) => {
+                // Written by its own task, off this loop (`driver::policy_memory`).
+                if let Some(w) = &io.memory {
                     w.save(ledger);
                 }
+            }
+            Effect::Record(line) => {
+                // One appended line (`listen::history`): the run policy's ledger is built from
+                // these at the next start.
+                let utc = crate::core::policy::FixedOffset(0);
+                let zone: &dyn crate::core::policy::Offsets =
+                    match self.host.profile(id).map(|l| &l.config().zone) {
+                        Some(z) => z,
+                        None => &utc,
+                    };
+                let written = io.history.append(&line, zone);
+                io.history_failing = episode(
+                    io.history_failing,
+                    written,
+                    log_events::HISTORY_WRITE_FAILED,
+                    log_events::HISTORY_WRITE_RECOVERED,
+                    crate::listen::history::FILE,
+                );
             }
             Effect::WriteStatus(status) => {
                 let result = match io.state.write_status(&status) {
@@ -315,8 +333,8 @@ impl Driver {
             task.abort();
             dying.push(task);
         }
-        // Its last ledger is written before its lock goes.
-        if let Some(w) = io.ledger.take() {
+        // What its policy last learnt is written before its lock goes.
+        if let Some(w) = io.memory.take() {
             dying.push(w.finish());
         }
         tokio::spawn(async move {

@@ -11,10 +11,11 @@
 
 pub mod convert;
 mod effects;
-mod ledger;
+mod policy_memory;
 pub(crate) mod run;
 
-pub(crate) use ledger::{LEDGER_FILE, load_ledger_off_loop, write_ledger};
+pub use policy_memory::open_off_loop;
+pub(crate) use policy_memory::{MEMORY_FILE, write_memory};
 
 use crate::config::{self, Settings};
 use crate::core::host::{Host, HostObserver, ProfileId};
@@ -101,8 +102,9 @@ pub struct Start {
     pub ended: oneshot::Sender<ListenerEnd>,
     /// Counts the steps the profile takes, for the process's watchdog.
     pub turns: Arc<AtomicU64>,
-    /// The run policy's ledger the state dir kept, read before the listener joins the loop.
-    pub ledger: crate::core::policy::Ledger,
+    /// The profile's history and the run policy's ledger built from it and its memory, read
+    /// before the listener joins the loop (`policy_memory::open_off_loop`).
+    pub opened: (crate::listen::history::Book, crate::core::policy::Ledger),
 }
 
 /// What the process layer (`listen::host`) tells a profile's listener. The listener owns no
@@ -156,8 +158,11 @@ struct ProfileIo {
     dying: Vec<JoinHandle<()>>,
     status_file: Option<std::fs::File>,
     notify_status: bool,
-    /// Writes `ledger.json` off the loop.
-    ledger: Option<ledger::LedgerWriter>,
+    /// Writes `policy.json` off the loop.
+    memory: Option<policy_memory::MemoryWriter>,
+    /// The history file (`listen::history`) and whether its writes fail.
+    history: crate::listen::history::Book,
+    history_failing: bool,
     invites_failing: bool,
     started: Option<oneshot::Sender<()>>,
     ended: Option<oneshot::Sender<ListenerEnd>>,
@@ -295,18 +300,19 @@ impl Driver {
                 return;
             }
         };
+        let cfg = convert::listener_config(&s.settings, s.notify_status, now.wall_ms);
+        let (history, ledger) = s.opened;
         let restored = Restored {
-            ledger: s.ledger,
+            ledger,
             invites: s.state.load_invites().unwrap_or_else(|e| {
                 tracing::warn!(event = %log_events::INVITE_MEMORY_DAMAGED, error = %e, "the invite memory could not be read; starting it afresh");
                 Default::default()
             }),
         };
-        let cfg = convert::listener_config(&s.settings, s.notify_status, now.wall_ms);
         let seed = self.host.seed();
         let obs: Arc<dyn crate::core::listener::Observer> = s.metrics.clone();
         let listener = Listener::new(cfg, restored, seed, obs, now);
-        let writer = ledger::LedgerWriter::spawn(&s.state, s.span.clone());
+        let writer = policy_memory::MemoryWriter::spawn(&s.state, s.span.clone());
         let id = self.host.add(now, listener, s.span.clone());
         self.by_generation.insert(s.generation, id);
         self.ios.insert(
@@ -328,7 +334,9 @@ impl Driver {
                 dying: Vec::new(),
                 status_file: None,
                 notify_status: s.notify_status,
-                ledger: Some(writer),
+                memory: Some(writer),
+                history,
+                history_failing: false,
                 invites_failing: false,
                 started: Some(s.started),
                 ended: Some(s.ended),

@@ -257,11 +257,13 @@ impl Host {
         let task = async move {
             let outcome = match super::start::prepare(&settings, alone).await {
                 Ok(Prepared { key, state, lock }) => {
+                    metrics.set_state_dir(&state.root);
                     if let Some(stop) = own_endpoint {
                         metrics::spawn_server(&metrics, settings.listen.metrics_addr, stop);
                     }
-                    // A large ledger is read here, not on the loop the other profiles share.
-                    let ledger = crate::listen::driver::load_ledger_off_loop(&state).await;
+                    // The history (up to its bounds) and the policy's memory are read here, not on
+                    // the loop the other profiles share.
+                    let opened = crate::listen::driver::open_off_loop(&state, &settings).await;
                     let (ended_tx, ended) = oneshot::channel();
                     let start = Start {
                         generation,
@@ -276,7 +278,7 @@ impl Host {
                         started: started_tx,
                         ended: ended_tx,
                         turns: task_turns,
-                        ledger,
+                        opened,
                     };
                     let _ = driver.send(DriverCommand::Add(Box::new(start)));
                     // The driver drops the lock only once the listener ended: no other can start

@@ -3,6 +3,7 @@
 //! of the states in which no run can start).
 
 use super::cycle::{self, Ctx, Cycle, Note};
+use super::record;
 use super::{Effect, Listener, Out};
 use crate::engine::WakeCause;
 use crate::log_events;
@@ -124,8 +125,12 @@ impl Listener {
                 } => {
                     self.status.release();
                     self.kept.heard.spend(&cards);
-                    let ledger = self.policy.run_started(&conversations, now.wall_ms);
-                    self.out.effects.push_back(Effect::SaveLedger(ledger));
+                    self.policy.run_started(&conversations, now.wall_ms);
+                    if let Some(c) = self.cycles.cycle.as_mut() {
+                        c.report.run_started_ms = Some(now.wall_ms);
+                        let line = record::run(&self.cfg.profile, &c.report, false);
+                        self.out.effects.push_back(Effect::Record(Box::new(line)));
+                    }
                     if let Some(c) = self.shown.last_cycle.as_mut() {
                         c.run_started = true;
                         c.run_kind = Some(kind);
@@ -173,13 +178,12 @@ impl Listener {
         self.on_cycle_end(now, c.report);
     }
 
-    pub(super) fn on_cycle_end(&mut self, now: Now, report: cycle::Report) {
+    pub(super) fn on_cycle_end(&mut self, now: Now, mut report: cycle::Report) {
         self.shown.flags.cycle_wait = None;
         self.obs.cycle_ended(&report.last, report.key_refused);
         if report.last.run_started && report.unusable.is_some() {
             // Refused by its runtime before a model was asked: no cap counts it (issue 34 item 12).
-            let ledger = self.policy.run_refused();
-            self.out.effects.push_back(Effect::SaveLedger(ledger));
+            self.policy.run_refused();
         } else if report.last.run_started {
             let budgeted = self.cfg.runtime == crate::runtime_kind::RuntimeKind::ClaudeCode;
             let spent = report
@@ -187,15 +191,30 @@ impl Listener {
                 .as_ref()
                 .map(|r| self.policy.spent(r, budgeted))
                 .unwrap_or_default();
-            let ledger = self
-                .policy
+            self.policy
                 .run_ended(&report.conversations, spent, now.wall_ms);
-            self.out.effects.push_back(Effect::SaveLedger(ledger));
+            report.spent = Some(spent);
             if let Some(r) = &report.run_report {
                 self.obs.run_reported(self.cfg.runtime.as_str(), r);
             }
         }
+        let profile = &self.cfg.profile;
+        let line = match report.run_exit {
+            Some(_) => Some(record::run(profile, &report, true)),
+            None => record::queued(profile, &report),
+        };
+        let held_before = self.policy.current_hold();
         self.policy.seen(&report.policy, now.mono_ms, now.wall_ms);
+        let holds = self.holds.cycle(
+            profile,
+            &report,
+            held_before,
+            self.policy.current_hold(),
+            now.wall_ms,
+        );
+        for line in line.into_iter().chain(holds) {
+            self.out.effects.push_back(Effect::Record(Box::new(line)));
+        }
         self.save_policy_memory();
         if report.last.run_started {
             self.shown.counters.runs += 1;
@@ -211,6 +230,9 @@ impl Listener {
             self.rt.health.start_over();
         }
         if let Some(why) = report.unusable.clone() {
+            if self.rt.health.is_usable() {
+                tracing::error!(event = %log_events::RUNTIME_UNUSABLE, cycle_id = %report.last.id, runtime = self.cfg.runtime.as_str(), why = %why, "the runtime cannot be used; no runs until it is fixed: the listener checks it again on a backoff (seconds growing to 10 minutes) and at once on reload (SIGHUP)");
+            }
             self.mark_unusable(why, now);
         }
         if report.last.no_run_reason == Some(NoRunReason::NoTexts) {

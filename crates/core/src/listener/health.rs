@@ -200,9 +200,12 @@ impl Listener {
     pub(super) fn on_runtime_checked(&mut self, now: Now, result: Result<String, String>) {
         let runtime = self.cfg.runtime.as_str();
         if !self.rt.checking {
-            // The presence check at start.
+            // The look at start or reload (the program, and a login no file shows). A run may
+            // have found the runtime unusable first (the login check takes seconds): said once.
             if let Err(why) = result {
-                tracing::error!(event = %log_events::RUNTIME_UNUSABLE, at = "start", runtime, why = %why, "the runtime cannot be used; no runs until it is fixed: the listener checks it again on a backoff (seconds growing to 10 minutes) and at once on reload (SIGHUP)");
+                if self.rt.health.is_usable() {
+                    tracing::error!(event = %log_events::RUNTIME_UNUSABLE, at = "start", runtime, why = %why, "the runtime cannot be used; no runs until it is fixed: the listener checks it again on a backoff (seconds growing to 10 minutes) and at once on reload (SIGHUP)");
+                }
                 self.mark_unusable(why, now);
             }
             self.started_part(now);

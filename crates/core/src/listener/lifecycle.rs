@@ -207,7 +207,7 @@ impl Listener {
     /// The policy's ledger when it changed without a run (`RunPolicy::unsaved`).
     pub(super) fn save_policy_memory(&mut self) {
         if let Some(ledger) = self.policy.unsaved() {
-            self.out.effects.push_back(Effect::SaveLedger(ledger));
+            self.out.effects.push_back(Effect::SavePolicyMemory(ledger));
         }
     }
 

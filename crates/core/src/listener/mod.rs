@@ -25,6 +25,7 @@ pub mod mutes;
 mod parts;
 pub mod policy;
 pub mod reach;
+pub mod record;
 pub mod socket;
 mod status_file;
 
@@ -132,6 +133,8 @@ pub struct Listener {
     rt: Runtime,
     status: status_file::StatusFile,
     policy: policy::RunPolicy,
+    /// The hold whose history record is open.
+    holds: record::Holds,
     /// What earlier cycles taught it (the invite rule's memory, mutes).
     kept: Kept,
     /// The waits of its own: a `429`'s, a removed route's, a refused key's, the texts' day.
@@ -200,6 +203,7 @@ impl Listener {
             },
             status: status_file::StatusFile::new(cfg.notify_status, now),
             policy,
+            holds: record::Holds::default(),
             kept: Kept {
                 invites: restored.invites,
                 mutes: mutes::Mutes::default(),
@@ -503,6 +507,9 @@ impl Listener {
         if self.policy.wake_at().is_some_and(|t| t <= now.mono_ms)
             && self.policy.wake_due(now.mono_ms, now.wall_ms)
         {
+            if let Some(line) = self.holds.ended(now.wall_ms) {
+                self.out.effects.push_back(Effect::Record(Box::new(line)));
+            }
             self.own_wake(ListenerWake::HoldEnded, now);
         }
     }

@@ -1,13 +1,15 @@
 //! The run policy of one profile (`[listen.policy]`, issue 26), owned by its listener: the rules,
-//! the zone's offsets, the ledger of past runs (kept in the state dir as `ledger.json` by the
-//! driver, so a restart does not reset a cap) and the current hold. A cycle asks it after
+//! the zone's offsets, the ledger of past runs (built at start from the state dir's history,
+//! `crate::history`, which every run's start and end is written to, so a restart does not reset
+//! a cap) and the current hold. A cycle asks it after
 //! `crate::decision` chose a run ([`RunPolicy::judge`]); it hears what the cycle did, and says
 //! when the hold ends, so every hold ends in a read of the tray (a wake of its own,
 //! `hold_ended`). The rules themselves are `crate::policy`; the choices are in docs/decisions.md,
 //! "Run policy". Its clock is the wall clock the machine is handed.
 //!
 //! Besides the runs, the ledger keeps what the policy learnt (the loop guard's marks, the
-//! contacts, since when runs are held): a change is saved with the next [`RunPolicy::unsaved`].
+//! contacts, since when runs are held): not runs, so not history; a change is handed to the
+//! driver with the next [`RunPolicy::unsaved`] and kept in the state dir's `policy.json`.
 
 use crate::log_events;
 use crate::policy::{self, Heard, Hold, Ledger, OffsetTable, Policy};
@@ -146,26 +148,19 @@ impl RunPolicy {
         self.policy.allowed_invites(tray, &self.ledger)
     }
 
-    /// A run was handed to the supervisor: it counts from now. The ledger to save.
-    pub fn run_started(&mut self, conversations: &[String], now_wall: i64) -> Arc<Ledger> {
+    /// A run was handed to the supervisor: it counts from now (its history line keeps it).
+    pub fn run_started(&mut self, conversations: &[String], now_wall: i64) {
         Arc::make_mut(&mut self.ledger).started(
             now_wall,
             conversations.to_vec(),
             self.offsets.as_ref(),
         );
         self.running = Some(now_wall);
-        self.unsaved = false;
-        self.ledger.clone()
     }
 
     /// A cycle's run ended: what it spent goes into the ledger (a run whose start was not heard
-    /// counts from now). The ledger to save.
-    pub fn run_ended(
-        &mut self,
-        conversations: &[String],
-        spent: Spent,
-        now_wall: i64,
-    ) -> Arc<Ledger> {
+    /// counts from now; its history line keeps what it spent).
+    pub fn run_ended(&mut self, conversations: &[String], spent: Spent, now_wall: i64) {
         let started = match self.running.take() {
             Some(t) => t,
             None => {
@@ -182,8 +177,6 @@ impl RunPolicy {
             (true, Some(cost)) => ledger.ended_estimated(started, cost, spent.tokens),
             _ => ledger.ended(started, spent.cost_usd, spent.tokens),
         }
-        self.unsaved = false;
-        self.ledger.clone()
     }
 
     /// What a run that ended spent: its runtime's report, or where it reported no cost and ended
@@ -206,13 +199,11 @@ impl RunPolicy {
     }
 
     /// A run its runtime refused (unusable: not logged in, a refused key) cost nothing and did
-    /// not run: it leaves the ledger, and no cap counts it. The ledger to save.
-    pub fn run_refused(&mut self) -> Arc<Ledger> {
+    /// not run: it leaves the ledger, and no cap counts it (its history line says `refused`).
+    pub fn run_refused(&mut self) {
         if let Some(started) = self.running.take() {
             Arc::make_mut(&mut self.ledger).forget_last(started);
         }
-        self.unsaved = false;
-        self.ledger.clone()
     }
 
     /// What the policy said of a cycle's tray sets or ends the hold.
@@ -348,9 +339,9 @@ impl RunPolicy {
         released
     }
 
-    /// `held` and `usage` of the status document.
-    pub fn show(&self, status: &mut Status, now_wall: i64) {
-        status.held = self.hold.as_ref().map(|h| Held {
+    /// The hold in force, as the status shows it.
+    pub fn current_hold(&self) -> Option<Held> {
+        self.hold.as_ref().map(|h| Held {
             reason: h.hold.reason.as_str().to_string(),
             key: h.hold.key.to_string(),
             until: h.hold.until.map(rfc3339_ms),
@@ -359,7 +350,12 @@ impl RunPolicy {
             invites: h.hold.invites.clone(),
             unseen: h.hold.unseen.clone(),
             truncated: h.hold.truncated,
-        });
+        })
+    }
+
+    /// `held` and `usage` of the status document.
+    pub fn show(&self, status: &mut Status, now_wall: i64) {
+        status.held = self.current_hold();
         let totals = |t: policy::Totals| UsageTotals {
             runs: t.runs,
             cost_usd: t.cost_usd,
@@ -470,8 +466,8 @@ mod tests {
             estimated: false,
         };
         p.run_ended(&["c1".to_string()], spent, 2_000);
-        let saved = p.run_ended(&[], Spent::default(), 3_000);
-        assert_eq!(saved.runs().len(), 2);
+        p.run_ended(&[], Spent::default(), 3_000);
+        assert_eq!(p.ledger().runs().len(), 2);
         let mut status = Status::default();
         p.show(&mut status, 4_000);
         assert_eq!(status.usage.today.runs, 2);

@@ -67,6 +67,69 @@ fn max_runs_per_hour_holds_the_next_run_until_the_hour_rolls_over() {
     assert!(w.runs[1].reasons.contains(&"hold_ended".to_string()));
 }
 
+/// Issue 35: each run is a history line at its start and its end, each hold one at its start
+/// (with the held card's sender, from the tray's metadata) and one at its end (the wakes it held
+/// counted), and the caps a restart builds from those lines count what the listener counted.
+#[test]
+fn every_run_and_hold_is_a_history_line_and_a_restart_counts_the_same_runs() {
+    use crate::history::{Kind, Outcome, parse};
+    let mut w = World::new("2026-12-02T10:59:35Z", "max_runs_per_hour = 1");
+    w.message("conv_a", "@alice");
+    w.run_for(3_000);
+    w.message("conv_c", "@carol");
+    w.run_for(2_000);
+    w.message("conv_c", "@carol");
+    w.run_for(2_000);
+    w.run_for(MIN);
+    assert_eq!(w.runs.len(), 2);
+    let kinds: Vec<(Kind, Outcome, bool)> = w
+        .records
+        .iter()
+        .map(|r| (r.kind, r.outcome, r.ended_at.is_some()))
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            (Kind::Run, Outcome::Running, false),
+            (Kind::Run, Outcome::Completed, true),
+            (Kind::Hold, Outcome::Held, false),
+            (Kind::Hold, Outcome::Held, true),
+            (Kind::Run, Outcome::Running, false),
+            (Kind::Run, Outcome::Completed, true),
+        ]
+    );
+    let first = &w.records[1];
+    assert_eq!(first.senders, ["@alice"]);
+    assert_eq!((first.cards, first.invites), (1, 0));
+    assert_eq!(first.reason, "message");
+    assert_eq!(first.log.as_deref(), Some("run.log"));
+    assert_eq!(first.duration_ms, Some(500));
+    let hold = &w.records[3];
+    assert_eq!(hold.senders, ["@carol"]);
+    let note = hold.hold.as_ref().expect("a hold's note");
+    assert_eq!(
+        (note.reason.as_str(), note.key.as_str(), note.wakes),
+        ("runs_per_hour", "max_runs_per_hour", 2)
+    );
+    assert_eq!(note.until.as_deref(), Some("2026-12-02T11:00:00.000Z"));
+    assert_eq!(hold.ended_at.as_deref(), Some("2026-12-02T11:00:00.000Z"));
+    assert!(w.records[5].reason.contains("hold_ended"));
+    let file: Vec<u8> = w
+        .records
+        .iter()
+        .flat_map(|r| format!("{}\n", r.line()).into_bytes())
+        .collect();
+    assert_eq!(parse(&file).records.len(), 3, "two runs and a hold");
+    let rebuilt = w.ledger();
+    assert_eq!(rebuilt.runs().len(), 2);
+    assert_eq!(
+        rebuilt
+            .day(w.now.wall_ms, &crate::policy::FixedOffset(0))
+            .runs,
+        w.status().usage.today.runs
+    );
+}
+
 /// `max_runs_per_day = 1`: the next run waits for local midnight.
 #[test]
 fn max_runs_per_day_holds_the_next_run_until_midnight() {

@@ -91,7 +91,7 @@ pub struct Ledger {
 type Seen = HashMap<String, VecDeque<(u64, i64)>>;
 
 /// A ledger as it is stored: what `Ledger` reads back before it indexes the lists.
-#[derive(Deserialize)]
+#[derive(Deserialize, Default)]
 struct Stored {
     #[serde(default)]
     runs: Vec<RunEntry>,
@@ -132,6 +132,18 @@ impl PartialEq for Ledger {
             && self.contacts == other.contacts
             && self.held_since == other.held_since
     }
+}
+
+/// What the policy learnt besides runs: the loop guard's marks, the contacts, since when runs
+/// are held ([`Ledger::memory`]).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Memory {
+    #[serde(default, skip_serializing_if = "Loops::is_empty")]
+    pub loops: Loops,
+    #[serde(default, skip_serializing_if = "Contacts::is_empty")]
+    pub contacts: Contacts,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub held_since: Option<i64>,
 }
 
 /// Adds `run` to the folded total of its day; a run of an older day than the one folded already
@@ -205,6 +217,20 @@ pub struct Totals {
 impl Ledger {
     pub fn new() -> Ledger {
         Ledger::default()
+    }
+
+    /// A ledger rebuilt from what the state dir's history kept (`crate::history::ledger`): the
+    /// runs the caps count, oldest first, and the total of a day's runs the history no longer
+    /// holds one by one. Runs past [`MAX_RUNS`] fold into their day's total as they do at
+    /// [`started`](Self::started).
+    pub fn restore(runs: Vec<RunEntry>, folded: Option<DayTotal>, offsets: &dyn Offsets) -> Ledger {
+        let mut ledger = Ledger::from(Stored {
+            runs,
+            folded,
+            ..Stored::default()
+        });
+        ledger.fold_excess(offsets);
+        ledger
     }
 
     /// A run starts: it counts from now. `conversations` beyond the cap are not remembered.
@@ -341,6 +367,23 @@ impl Ledger {
 
     pub fn set_held_since(&mut self, since: Option<i64>) {
         self.held_since = since;
+    }
+
+    /// What the policy learnt besides runs, as the state dir's `policy.json` keeps it (the runs
+    /// are in the history, `crate::history`, and never written twice).
+    pub fn memory(&self) -> Memory {
+        Memory {
+            loops: self.loops.clone(),
+            contacts: self.contacts.clone(),
+            held_since: self.held_since,
+        }
+    }
+
+    /// Takes back what [`memory`](Self::memory) kept.
+    pub fn remember(&mut self, memory: Memory) {
+        self.loops = memory.loops;
+        self.contacts = memory.contacts;
+        self.held_since = memory.held_since;
     }
 
     /// Runs, cost and tokens of the runs that started in the local hour of `at_ms` (up to it).

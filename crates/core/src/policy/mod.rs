@@ -25,7 +25,7 @@ pub use clock::{FixedOffset, OffsetTable, Offsets, local_day, local_hour, next_d
 pub use contacts::Contacts;
 pub use heard::{Heard, HeardMessage, Unread, unix_ms};
 pub use judge::{card_sender, gate, loop_conversations, observe};
-pub use ledger::{DayTotal, Ledger, MAX_CONVERSATIONS_PER_RUN, MAX_RUNS, RunEntry, Totals};
+pub use ledger::{DayTotal, Ledger, MAX_CONVERSATIONS_PER_RUN, MAX_RUNS, Memory, RunEntry, Totals};
 pub use loops::{Looping, Loops, Mark};
 pub use parse::{DEFAULTS, KEYS, MAX_LOOP_WINDOW_MS, PolicyError, PolicyLayer};
 pub use say::{ShownZone, dollars, held_line, hold_line, summary, today_line, usage_line};

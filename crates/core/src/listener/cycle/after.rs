@@ -5,6 +5,7 @@ use super::super::Out;
 use super::super::io::{Dismissal, Effect, RunOutcome};
 use super::{Ctx, Cycle, Note, Step};
 use crate::decision;
+use crate::history::After;
 use crate::invite_rule::{InviteVerdict, RunObservation};
 use crate::log_events;
 use crate::time::ms;
@@ -50,6 +51,7 @@ impl Cycle {
             return self.finish(ctx, out);
         };
         let completed = self.outcome == Some(RunOutcome::Completed);
+        self.report.after = Some(changed(&before, &after));
         self.report.follow_up = decision::follow_up(&before, &after, self.follow_ups, completed);
         if self.report.follow_up {
             tracing::info!(event = %log_events::BACKLOG, cycle_id = %self.id, cards = after.conversations.len(), truncated = after.is_truncated(), "more cards wait than the run could see, and the completed run took cards off the tray; the next cycle starts now");
@@ -148,4 +150,23 @@ impl Cycle {
         }
         self.next_verdict(ctx, out);
     }
+}
+
+/// What the tray after a run shows changed: the cards before it (that could wake it) that are
+/// gone, and those still there. Invites dismissed are counted as the dismissals answer.
+fn changed(before: &Tray, after: &Tray) -> After {
+    let waiting = |c: &&crate::tray::Card| !c.is_muted() && !c.is_notices_only();
+    let mut a = After::default();
+    for card in before.conversations.iter().filter(waiting) {
+        if after
+            .conversations
+            .iter()
+            .any(|c| c.conversation_id == card.conversation_id)
+        {
+            a.waiting += 1;
+        } else {
+            a.answered += 1;
+        }
+    }
+    a
 }

@@ -9,10 +9,13 @@ mod after;
 mod run;
 
 use super::config::Timing;
-use super::io::{Effect, LoadedTexts, MissingTexts, RunOutcome, TrayError, TrayErrorKind};
+use super::io::{
+    Effect, LoadedTexts, MissingTexts, ProcessExit, RunOutcome, TrayError, TrayErrorKind,
+};
 use super::policy::{RunPolicy, Seen};
 use super::{Observer, Out};
 use crate::decision::{self, CycleDecision, WakeCauses};
+use crate::history::{After, Waited};
 use crate::invite_rule::{InviteMemory, InviteVerdict};
 use crate::log_events;
 use crate::run_report::RunReport;
@@ -61,6 +64,19 @@ pub struct Report {
     pub conversations: Vec<String>,
     /// The cards the policy let wake the run (past the tray's cut too).
     pub cards: Vec<String>,
+    /// Who and what waited on the tray that decided the cycle (a hold's: the held ones), for
+    /// its record (`crate::history`).
+    pub waited: Waited,
+    /// What the tray after the run shows changed, when it was read.
+    pub after: Option<After>,
+    /// The run waited for a slot: its place when it was queued, and how long it waited (ms).
+    pub queued: Option<(usize, u64)>,
+    /// When the run's process started (wall ms).
+    pub run_started_ms: Option<i64>,
+    /// How the run's process ended and how long it ran (ms), once a run was asked for.
+    pub run_exit: Option<(ProcessExit, u64)>,
+    /// What the run spent as the ledger counts it (`RunPolicy::spent`), once it ended.
+    pub spent: Option<crate::listener::policy::Spent>,
 }
 
 /// Where a cycle stands.
@@ -366,6 +382,7 @@ impl Cycle {
             CycleDecision::Run(kind) => {
                 self.report.handle_ok = true;
                 self.report.conversations = crate::policy::loop_conversations(tray);
+                self.report.waited = Waited::of(tray, None, None);
                 match ctx.policy.judge(tray, kind, ctx.heard, ctx.now.wall_ms) {
                     Ok((kind, cards)) => {
                         self.report.cards = cards;
@@ -374,6 +391,8 @@ impl Cycle {
                         Ok(kind)
                     }
                     Err(hold) => {
+                        self.report.waited =
+                            Waited::of(tray, Some(&hold.cards), Some(&hold.invites));
                         tracing::debug!(event = %log_events::POLICY_HELD, cycle_id = %self.id, reason = hold.reason.as_str(), key = hold.key, cards = hold.cards.len(), invites = hold.invites.len(), "the run policy holds this run");
                         self.report.policy = Seen::Held(hold);
                         Err(NoRunReason::Held)

@@ -43,6 +43,7 @@ impl Cycle {
                     "every run slot is taken (or memory is short): this run waits its turn"
                 );
                 self.queued = true;
+                self.report.queued = Some((place, 0));
                 out.note(Note::Queued(Waiting {
                     place,
                     running,
@@ -52,6 +53,9 @@ impl Cycle {
             Slot::Granted { waited_ms } => {
                 self.slot_held = true;
                 if std::mem::take(&mut self.queued) {
+                    if let Some(q) = self.report.queued.as_mut() {
+                        q.1 = waited_ms;
+                    }
                     tracing::info!(
                         event = %log_events::RUN_DEQUEUED,
                         cycle_id = %self.id,
@@ -132,6 +136,7 @@ impl Cycle {
             self.report.run_report = Some(end.report);
         }
         self.run_ended_wall = ctx.now.wall_ms;
+        self.report.run_exit = Some((end.exit, end.duration_ms));
         let completed = end.outcome == RunOutcome::Completed;
         self.outcome = Some(end.outcome);
         if stopping || !end.started {

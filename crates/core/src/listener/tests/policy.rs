@@ -151,7 +151,7 @@ fn a_restart_keeps_since_when_runs_are_held() {
     w.run_for(MIN);
     let since = w.status().held.expect("held").since;
     assert!(since.starts_with("2026-12-02T23:00"), "{since}");
-    let kept = (*w.ledger()).clone();
+    let kept = w.ledger();
     // The card waits on the server; the new listener's connect reads it.
     let again = World::build("2026-12-02T23:30:00Z", quiet, kept, |w| {
         w.message("conv_a", "@alice");

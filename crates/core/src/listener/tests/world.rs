@@ -33,7 +33,10 @@ pub struct World {
     /// Answers due later: (when, input).
     later: VecDeque<(u64, Input)>,
     statuses: Vec<Status>,
-    ledger: Option<Arc<Ledger>>,
+    /// Every history line the listener asked to write, in order.
+    pub records: Vec<crate::history::Record>,
+    /// What the policy last asked to keep besides runs (`Effect::SavePolicyMemory`).
+    pub memory: Option<crate::policy::Memory>,
     run_ms: u64,
     /// Answers for the next tray reads, before the tray itself.
     pub tray_errors: VecDeque<TrayError>,
@@ -137,7 +140,8 @@ impl World {
             next_msg: 0,
             later: VecDeque::new(),
             statuses: Vec::new(),
-            ledger: None,
+            records: Vec::new(),
+            memory: None,
             run_ms: 500,
             tray_errors: VecDeque::new(),
             invites: Vec::new(),
@@ -171,8 +175,19 @@ impl World {
         self.statuses.last().cloned().unwrap_or_default()
     }
 
-    pub fn ledger(&self) -> Arc<Ledger> {
-        self.ledger.clone().unwrap_or_default()
+    /// The ledger a restart builds from the history written so far.
+    pub fn ledger(&self) -> Ledger {
+        let mut file = Vec::new();
+        for r in &self.records {
+            file.extend_from_slice(r.line().as_bytes());
+            file.push(b'\n');
+        }
+        let parsed = crate::history::parse(&file);
+        let mut ledger = crate::history::ledger(&parsed.records, &OffsetTable::new(0, vec![]));
+        if let Some(m) = &self.memory {
+            ledger.remember(m.clone());
+        }
+        ledger
     }
 
     /// A message from `sender` in `conv`: its card on the tray, and its `message.new` pushed.
@@ -413,6 +428,7 @@ impl World {
                                 outcome: self.run_outcome.clone(),
                                 report: self.run_report,
                                 duration_ms: self.run_ms,
+                                exit: Default::default(),
                                 binary: None,
                             },
                         },
@@ -428,8 +444,12 @@ impl World {
                         result: Dismissal::Dismissed,
                     })
                 }
-                Effect::SaveLedger(l) => {
-                    self.ledger = Some(l);
+                Effect::SavePolicyMemory(l) => {
+                    self.memory = Some(l.memory());
+                    None
+                }
+                Effect::Record(r) => {
+                    self.records.push(*r);
                     None
                 }
                 Effect::WriteStatus(s) => {
