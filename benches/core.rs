@@ -156,18 +156,132 @@ fn main() {
     }
     let now_ms = first_ms + MAX_RUNS as i64 * 20_000;
     let full = Tray::parse(tray_json(50).as_bytes()).unwrap();
+    let heard = policy::Heard::default();
     measure(
-        "policy: gate, 50 cards, full loop ledger",
+        "policy: observe and gate, 50 cards, full loop ledger",
         n(20),
         "gate",
         |_| {
+            policy::observe(&guarded, &full, &mut ledger, black_box(now_ms));
             black_box(policy::gate(
                 &guarded,
                 &full,
                 &ledger,
+                &heard,
                 black_box(now_ms),
                 &utc,
             ));
+        },
+    );
+
+    // Issue 38 item 7: a ledger file far past MAX_RUNS (560,000 runs, about 16 MB, under the
+    // 16 MiB read cap) read back and cut to MAX_RUNS at the first prune, as the listener starts;
+    // before, the cut took one run from the front of a vector at a time (11 minutes here).
+    // A smoke run reads a file just past the cap: the same path, a fraction of the time.
+    let in_file = if measuring {
+        560_000
+    } else {
+        MAX_RUNS as i64 + 10
+    };
+    let runs: Vec<String> = (0..in_file)
+        .map(|i| format!(r#"{{"started_ms":{}}}"#, first_ms + i))
+        .collect();
+    let file = format!(r#"{{"runs":[{}]}}"#, runs.join(","));
+    if measuring {
+        println!("ledger file: {} bytes", file.len());
+    }
+    measure(
+        "ledger: read back and cut, 560,000 runs",
+        n(3),
+        "ledger",
+        |_| {
+            let mut l: Ledger = serde_json::from_str(&file).unwrap();
+            l.prune(first_ms + 600_000, 0, &utc);
+            assert_eq!(l.runs().len(), MAX_RUNS);
+            black_box(l);
+        },
+    );
+    let mut full_ledger = Ledger::new();
+    for i in 0..MAX_RUNS as i64 {
+        full_ledger.started(first_ms + i, vec!["conv_a".into()], &utc);
+    }
+    measure(
+        "ledger: a run starts on a full ledger",
+        n(2000),
+        "run",
+        |i| {
+            full_ledger.started(now_ms + i as i64, vec!["conv_a".into()], &utc);
+        },
+    );
+    history(&n, now_ms);
+}
+
+/// The run history's costs (issue 35): a run's line appended as the driver appends it (open,
+/// one `write`, close; a compaction every few thousand lines included), a full file compacted,
+/// and a listener's start reading a full file back into its ledger.
+fn history(n: &dyn Fn(usize) -> usize, now_ms: i64) {
+    use agentchat::core::history::{self, Kind, MAX_LINES, Outcome, Record};
+    use agentchat::listen::history::{Book, FILE};
+    let utc = FixedOffset(0);
+    let run = |i: usize| {
+        let mut r = Record::new(
+            format!("c{:x}-{:04x}", now_ms + i as i64, i % 65536),
+            Kind::Run,
+            "default",
+            now_ms - 86_400_000 + i as i64 * 10_000,
+            Outcome::Completed,
+        );
+        r.reason = "message".into();
+        r.senders = vec!["@alice".into(), "@bob".into()];
+        r.cards = 2;
+        r.duration_ms = Some(41_000);
+        r.cost_usd = Some(0.04);
+        r.tokens = Some(12_000);
+        r.log = Some(format!(
+            "/home/u/.local/state/agentchat/default/runs/run-{i}.log"
+        ));
+        r.conversations = vec!["conv_Hn4sK0pLq8RzT2vW".into(), "conv_Zx1".into()];
+        r
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let state = agentchat::listen::state_dir::StateDir::at(dir.path());
+    let (mut book, _) = Book::open(&state, &utc, now_ms);
+    let line = run(0).line();
+    measure(
+        &format!("history: append a run's line ({} B)", line.len() + 1),
+        n(20_000),
+        "line",
+        |i| {
+            book.append(&run(i), &utc).unwrap();
+        },
+    );
+    let full: Vec<Record> = (0..MAX_LINES).map(run).collect();
+    let mut text = String::new();
+    for r in &full {
+        text.push_str(&r.line());
+        text.push('\n');
+    }
+    measure(
+        &format!(
+            "history: compact {MAX_LINES} lines ({} KiB)",
+            text.len() / 1024
+        ),
+        n(20),
+        "file",
+        |_| {
+            let kept = history::compact(history::parse(text.as_bytes()).records, &utc);
+            let out: String = kept.iter().map(|r| r.line() + "\n").collect();
+            black_box(out);
+        },
+    );
+    let path = state.path(FILE);
+    measure(
+        &format!("history: a start reads {MAX_LINES} lines into the ledger"),
+        n(20),
+        "start",
+        |_| {
+            std::fs::write(&path, &text).unwrap();
+            black_box(Book::open(&state, &utc, now_ms));
         },
     );
 }

@@ -191,6 +191,7 @@ async fn run(base: &str, n: usize, measuring: bool) {
         };
         let (started_tx, started_rx) = tokio::sync::oneshot::channel();
         let (ended_tx, ended_rx) = tokio::sync::oneshot::channel();
+        let opened = agentchat::listen::driver::open_off_loop(&state, &settings).await;
         let start = Start {
             generation: i as u64,
             source: agentchat::config::Source::One(agentchat::config::ConfigArgs::default()),
@@ -204,6 +205,7 @@ async fn run(base: &str, n: usize, measuring: bool) {
             started: started_tx,
             ended: ended_tx,
             turns: Default::default(),
+            opened,
         };
         driver.send(DriverCommand::Add(Box::new(start))).unwrap();
         started.push(started_rx);

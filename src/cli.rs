@@ -64,6 +64,32 @@ Exit codes:
   1  the config or the status file cannot be read"
 );
 
+const RUNS_HELP: &str = concat!(
+    profile_env!(),
+    "
+
+Each line: when it started, how it ended, how long it took, what it cost, why it was woken, what
+waited (cards and invites, by count and their senders' handles; never a message), what the tray
+showed after it, and its id. The last line sums today (the machine's local day).
+
+Exit codes:
+  0  listed (also when there is nothing to list)
+  1  the config or a history file cannot be read; runs show: no such run"
+);
+
+const DASHBOARD_HELP: &str = "\
+The page: every profile with its handle, state, hold and today's runs and spend, sorted by what
+needs attention (stuck, failing, held); a 24-hour timeline of each one's wakes, runs and holds;
+the latest runs, each with its own view. It asks for news every 2 s while it is shown. Its API:
+GET /api/overview, /api/runs (the lines `agentchat runs --json` prints), /api/run/ID.
+
+Environment:
+  AGENTCHAT_CONFIG  the config file (--config)
+
+Exit codes:
+  0  stopped by SIGINT/SIGTERM
+  1  it could not start: the config, or the address is taken or not loopback (--public)";
+
 const DOCTOR_HELP: &str = concat!(
     profile_env!(),
     server_env!(),
@@ -101,6 +127,12 @@ Exit codes (each command's --help lists its own):
 const SIM_HELP: &str = "\
 Prints one JSON line on stdout when ready: {\"api_base\":\"http://127.0.0.1:PORT\"}.
 
+It sends no mail: the 6-digit codes of a sign-up or a key recovery (`agentchat setup --new`,
+`--recover`) are kept in its outbox, newest last:
+  curl -s http://127.0.0.1:PORT/_sim/outbox      [{\"to\": ..., \"code\": \"123456\", \"purpose\": ...}]
+The control API (agents, sockets, wakes; no auth, loopback only) is under /_sim/; see
+docs/local-server.md.
+
 Exit codes:
   0  stopped by SIGINT/SIGTERM
   1  it could not start (for example the address is taken or not loopback)";
@@ -130,6 +162,12 @@ pub enum Command {
     /// Show what the profile's listener is doing (from its status.json).
     #[command(after_help = STATUS_HELP)]
     Status(crate::status::StatusArgs),
+    /// What the agent did: a line per run, hold and queued wait, newest first (`runs show ID`: one).
+    #[command(after_help = RUNS_HELP)]
+    Runs(crate::runs::RunsArgs),
+    /// Serve the live page of every profile's runs and holds on loopback (what listen serves at /).
+    #[command(after_help = DASHBOARD_HELP)]
+    Dashboard(crate::dashboard::DashboardArgs),
     /// Run a faithful local AgentChat server (in memory, loopback only).
     #[command(after_help = SIM_HELP)]
     Sim(crate::sim::SimArgs),

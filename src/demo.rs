@@ -39,6 +39,10 @@ pub struct DemoArgs {
     /// Also print every listener log line as it comes.
     #[arg(long)]
     pub verbose: bool,
+    /// Run this program as the agent instead of the built-in one: a `script` runtime's program,
+    /// such as `examples/agent.py` (it prints its steps as `agent: ...` lines).
+    #[arg(long, value_name = "FILE")]
+    pub script: Option<PathBuf>,
 }
 
 /// Hidden: the small agent the demo's listener runs as its script runtime.
@@ -134,7 +138,7 @@ async fn with_server(
     );
 
     let scratch = ScratchDir::new()?;
-    let config = write_config(&scratch.0)?;
+    let config = write_config(&scratch.0, args.script.as_deref())?;
     let exe = std::env::current_exe().context("cannot find this program's own path")?;
     let mut cmd = tokio::process::Command::new(&exe);
     cmd.arg("listen")

@@ -26,12 +26,15 @@
 //!   reconnects and pacing ([`core::reconnect`], [`core::pacing`], [`core::recheck`]), the tray and
 //!   texts ([`core::tray`], [`core::texts`]), what a cycle does ([`core::decision`],
 //!   [`core::invite_rule`], [`core::identity`], [`core::handle`]), the run's environment and kind
-//!   ([`core::run_env`], [`core::runtime_kind`]), `listen --all`'s run slots ([`core::admission`]),
-//!   the run policy and what runs cost ([`core::policy`], [`core::run_report`]),
-//!   `status.json`'s vocabulary ([`core::status`]), and the state machines: one profile's
-//!   listener ([`core::listener`]: `socket`, `cycle`, `policy`, `health`, `status_file`, `mutes`,
-//!   its [`core::listener::io`] vocabulary) and the process's profiles, pacer and run slots
-//!   ([`core::host`]), on an injected clock ([`core::time`]) and seed ([`core::rng`]).
+//!   ([`core::run_env`], [`core::runtime_kind`]), the kernel's line around a run and what
+//!   `extra_args` may hold ([`core::sandbox`], [`core::cli_args`]), `listen --all`'s run slots
+//!   ([`core::admission`]), the run policy and what runs cost ([`core::policy`],
+//!   [`core::run_report`]), the run history's records ([`core::history`]), `status.json`'s
+//!   vocabulary ([`core::status`]), and the state
+//!   machines: one profile's listener ([`core::listener`]: `socket`, `cycle`, `policy`, `health`,
+//!   `status_file`, `mutes`, its [`core::listener::io`] vocabulary) and the process's profiles,
+//!   pacer and run slots ([`core::host`]), on an injected clock ([`core::time`]) and seed
+//!   ([`core::rng`]).
 //! - [`sys`]: OS plumbing every layer shares: [`sys::fs`] (atomic and private writes, capped reads
 //!   of the files a user names), [`sys::flock`] (who holds a lock file), [`sys::process`] (a child
 //!   in its own process group, [`sys::process::ProcessEnd`]), [`sys::time`], [`sys::tls`] (the one
@@ -69,13 +72,18 @@
 //!   bursts to the machine and writes the acks it answers with; [`listen::admission`] (the memory
 //!   a run can have, for `listen --all`'s slots); [`listen::workdir`] (a run's working directory
 //!   and identity block, shared with `doctor --run`).
-//! - [`listen::state_dir`] (the lock, `status.json`, `invites.json`), [`listen::agent_lock`] (one
+//! - [`listen::state_dir`] (the lock, `status.json`, `invites.json`), [`listen::history`] (the
+//!   run history: appended, compacted, read back into the caps' ledger), [`listen::agent_lock`] (one
 //!   listener per agent per machine), [`listen::texts`] (the one texts loader and cache),
-//!   [`listen::logging`], [`listen::metrics`] (the page, the probes, the capped endpoint),
+//!   [`listen::logging`], [`listen::metrics`] (the metrics page, the probes, the capped endpoint),
+//!   [`listen::page`] (the live page of runs and holds, its API and embedded assets),
+//!   [`listen::liveness`] (whether a `status.json`'s listener is alive),
 //!   [`listen::once`] (`listen --once`).
 //!
 //! **Layer 5**, the commands, importing anything below: [`status`] (`all`: `status --all`;
-//! `zone`: the zone a hold's end is told in),
+//! `zone`: the zone a hold's end is told in), [`runs`] (`agentchat runs`: the run history;
+//! `render`), [`dashboard`] (`agentchat dashboard`: the page, [`listen::page`], for the config's
+//! profiles),
 //! [`doctor`] (pure [`doctor::checks`], [`doctor::facts`], [`doctor::probes`],
 //! [`doctor::presence`], `reach`, [`doctor::service_checks`], [`doctor::run`](mod@doctor::run):
 //! `doctor --run`), [`service`] (`systemd`, `launchd`, `install`, `manager`, `host` and
@@ -101,12 +109,14 @@ pub mod config;
 pub use agentchat_core as core;
 // The demo and the sim build JSON objects and set their fields by index (serde_json's `IndexMut`
 // panics only on a value that is not an object); neither is the daemon.
+pub mod dashboard;
 #[allow(clippy::indexing_slicing)]
 pub mod demo;
 pub mod doctor;
 pub mod listen;
 pub mod log_events;
 pub mod mcp;
+pub mod runs;
 pub mod runtime;
 pub mod service;
 pub mod setup;

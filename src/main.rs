@@ -13,6 +13,7 @@ fn main() {
     if matches!(
         cli.command,
         Command::Status(_)
+            | Command::Runs(_)
             | Command::Doctor(_)
             | Command::Service(_)
             | Command::Completions(_)
@@ -36,6 +37,8 @@ fn main() {
         match cli.command {
             Command::Listen(a) => agentchat::listen::run_command(a).await,
             Command::Status(a) => agentchat::status::run_command(a).await,
+            Command::Runs(a) => agentchat::runs::run_command(a).await,
+            Command::Dashboard(a) => agentchat::dashboard::run_command(a).await,
             Command::Sim(a) => agentchat::sim::run_command(a).await,
             Command::Service(a) => agentchat::service::run_command(a).await,
             Command::Doctor(a) => agentchat::doctor::run_command(a).await,

@@ -47,6 +47,13 @@ pub(super) fn layer_of_table(
         })?;
     }
     let top = Paths { base, env }.layer(file, "")?;
+    // A profile not in use is not read, but its policy is checked: a mistake there would
+    // otherwise surface only when that profile starts (issue 38 item 8).
+    for (name, t) in profiles.iter().filter(|(name, _)| *name != profile) {
+        if let Some(policy) = policy_table(&t.0) {
+            policy_layer(policy, &format!("profiles.{name}.listen.policy"))?;
+        }
+    }
     if profile == DEFAULT_PROFILE {
         return Ok(top);
     }
@@ -60,6 +67,35 @@ pub(super) fn layer_of_table(
     };
     let chosen = Paths { base, env }.layer(table.1.0, &format!("profiles.{profile}."))?;
     Ok(chosen.over(top))
+}
+
+/// A `policy` table found at `prefix` (`listen.policy`, `profiles.<name>.listen.policy`) as a
+/// layer, every mistake named by its full path, the zone looked up on this system (a
+/// `timezone` the system does not have fails here, named where it is set).
+fn policy_layer(
+    table: toml::Table,
+    prefix: &str,
+) -> Result<crate::core::policy::PolicyLayer, ConfigError> {
+    use crate::core::policy::{PolicyError, PolicyLayer};
+    let layer = PolicyLayer::from_toml(table, prefix).map_err(|e| match e {
+        PolicyError::UnknownKey(k) => ConfigError::UnknownKey(k),
+        PolicyError::BadValue { key, problem } => ConfigError::BadValue { key, problem },
+    })?;
+    if let Some(zone) = &layer.timezone {
+        crate::sys::tz::named(zone).map_err(|e| ConfigError::BadValue {
+            key: format!("{prefix}.timezone"),
+            problem: e.to_string(),
+        })?;
+    }
+    Ok(layer)
+}
+
+/// A profile's `listen.policy` table, when its (already shaped) settings hold one.
+fn policy_table<P>(t: &SettingsTable<P>) -> Option<toml::Table> {
+    t.listen
+        .as_ref()
+        .and_then(|l| l.0.policy.as_ref())
+        .map(|p| p.0.clone())
 }
 
 /// The layer of one profile of `listen --all` (`config::ConfigFile::all`): `own`, the profile's
@@ -206,15 +242,7 @@ impl Paths<'_> {
         let key = |name: &str| format!("{prefix}{name}");
         layer.listen = Some(ListenLayer::take(&mut t, self, prefix)?);
         if let Some(p) = t.policy {
-            let prefix = key("policy");
-            layer.policy = Some(
-                crate::core::policy::PolicyLayer::from_toml(p.0, &prefix).map_err(|e| match e {
-                    crate::core::policy::PolicyError::UnknownKey(k) => ConfigError::UnknownKey(k),
-                    crate::core::policy::PolicyError::BadValue { key, problem } => {
-                        ConfigError::BadValue { key, problem }
-                    }
-                })?,
-            );
+            layer.policy = Some(policy_layer(p.0, &key("policy"))?);
         }
         if let Some(mut c) = t.claude {
             layer.claude = Some(ClaudeLayer::take(&mut c.0, self, &key("claude."))?);
@@ -240,6 +268,15 @@ impl Paths<'_> {
 
     pub(super) fn path(self, raw: String, key: &str) -> Result<std::path::PathBuf, ConfigError> {
         value::path(&raw, self.base, self.env).map_err(|p| bad(key, p))
+    }
+
+    /// A list of paths, each resolved as `path` resolves one.
+    pub(super) fn paths(
+        self,
+        raw: Vec<String>,
+        key: &str,
+    ) -> Result<Vec<std::path::PathBuf>, ConfigError> {
+        raw.iter().map(|r| self.path(r.clone(), key)).collect()
     }
 
     /// `env_pass`: each item a `NAME` or `PREFIX_*` pattern (`core::run_env`).
@@ -348,6 +385,24 @@ impl FromToml for Vec<String> {
                 item.as_str()
                     .map(str::to_string)
                     .ok_or_else(|| format!("item {i} is {}, expected a string", item.type_str()))
+            })
+            .collect()
+    }
+}
+
+/// A list of TCP ports, each 1 to 65535.
+impl FromToml for Vec<u16> {
+    fn from_toml(v: &toml::Value) -> Result<Self, String> {
+        let items = v
+            .as_array()
+            .ok_or_else(|| format!("expected an array of port numbers, found {}", v.type_str()))?;
+        items
+            .iter()
+            .map(|i| {
+                i.as_integer()
+                    .and_then(|n| u16::try_from(n).ok())
+                    .filter(|n| *n > 0)
+                    .ok_or_else(|| format!("expected a port number (1 to 65535), found {i}"))
             })
             .collect()
     }
@@ -475,6 +530,57 @@ impl FromToml for MaxConcurrentRuns {
             .as_integer()
             .ok_or_else(|| format!("expected a number, found {}", v.type_str()))?;
         value::max_concurrent_runs(n).map(MaxConcurrentRuns)
+    }
+}
+
+/// `host_max_runs_per_day`: a whole number from 0 (no cap) up.
+pub(super) struct HostRuns(u32);
+
+impl From<HostRuns> for u32 {
+    fn from(v: HostRuns) -> u32 {
+        v.0
+    }
+}
+
+impl FromToml for HostRuns {
+    fn from_toml(v: &toml::Value) -> Result<Self, String> {
+        let n = v
+            .as_integer()
+            .ok_or_else(|| format!("expected a whole number, found {}", v.type_str()))?;
+        if n < 0 {
+            return Err("expected a whole number from 0 (no cap) up".into());
+        }
+        u32::try_from(n)
+            .map(HostRuns)
+            .map_err(|_| format!("expected at most {} (0 is no cap)", u32::MAX))
+    }
+}
+
+/// `host_max_cost_per_day_usd`: a sum in US dollars from 0 (no cap) up.
+pub(super) struct Dollars(f64);
+
+impl From<Dollars> for f64 {
+    fn from(v: Dollars) -> f64 {
+        v.0
+    }
+}
+
+impl FromToml for Dollars {
+    fn from_toml(v: &toml::Value) -> Result<Self, String> {
+        let n = match v {
+            toml::Value::Integer(i) => *i as f64,
+            toml::Value::Float(f) => *f,
+            other => {
+                return Err(format!(
+                    "expected a number of dollars, found {}",
+                    other.type_str()
+                ));
+            }
+        };
+        if !n.is_finite() || n < 0.0 {
+            return Err("expected a number of dollars from 0 (no cap) up".into());
+        }
+        Ok(Dollars(n))
     }
 }
 
@@ -627,6 +733,57 @@ mod tests {
             e.contains("unknown config key `listen.policy.quiet_hourz`"),
             "{e}"
         );
+        // Issue 38 item 8: a profile's zone is named by its own path.
+        let e = err("[profiles.w.listen.policy]\ntimezone = \"Mars/Olympus_Mons\"\n");
+        assert!(e.contains("`profiles.w.listen.policy.timezone`"), "{e}");
+    }
+
+    /// Issue 38 item 8: the policy of a profile not in use is checked too, so a mistake there
+    /// does not wait for the day that profile starts.
+    #[test]
+    fn a_policy_mistake_in_a_profile_not_in_use_is_found() {
+        let env = HashMap::new();
+        let text = "[profiles.work.listen.policy]\nbogus = 1\n";
+        let e = layer(Path::new("/c.toml"), text, DEFAULT_PROFILE, &env)
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(
+            e.contains("unknown config key `profiles.work.listen.policy.bogus`"),
+            "{e}"
+        );
+        let text = "[profiles.work.listen.policy]\ntimezone = \"Mars/Olympus_Mons\"\n\
+                    [profiles.home]\n";
+        let e = layer(Path::new("/c.toml"), text, "home", &env)
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(e.contains("`profiles.work.listen.policy.timezone`"), "{e}");
+    }
+
+    /// Issue 38 item 8: a profile can clear the top level's `allow` (every handle wakes its
+    /// runs); the top level's own empty list is still refused.
+    #[test]
+    fn a_profile_clears_the_top_levels_allow_with_an_empty_list() {
+        let env = HashMap::new();
+        let text =
+            "[listen.policy]\nallow = [\"@alice\"]\n[profiles.open.listen.policy]\nallow = []\n";
+        let policy = |profile: &str| {
+            let layer = layer(Path::new("/c.toml"), text, profile, &env).unwrap();
+            layer.policy.unwrap_or_default().resolve()
+        };
+        assert!(policy("default").allow.is_some());
+        assert_eq!(policy("open").allow, None);
+        let e = layer(
+            Path::new("/c.toml"),
+            "[listen.policy]\nallow = []\n",
+            DEFAULT_PROFILE,
+            &env,
+        )
+        .err()
+        .unwrap()
+        .to_string();
+        assert!(e.contains("`listen.policy.allow`: lists no handle"), "{e}");
     }
 
     #[test]

@@ -13,11 +13,13 @@ pub(super) fn did_you_mean(path: &str) -> String {
         None => (String::new(), path),
     };
     let (table, name) = rest.rsplit_once('.').unwrap_or(("", rest));
-    let tables: [(&str, &[&str]); 4] = [
+    let tables: [(&str, &[&str]); 6] = [
         ("", super::keys::TOP_KEYS),
         ("listen", super::keys::LISTEN_KEYS),
         ("listen.claude", super::keys::CLAUDE_KEYS),
         ("listen.codex", super::keys::CODEX_KEYS),
+        ("listen.policy", crate::core::policy::KEYS),
+        ("listen.policy.loop_guard", &["runs", "within"]),
     ];
     let joined = |t: &str, k: &str| {
         if t.is_empty() {
@@ -151,6 +153,20 @@ mod tests {
             "; did you mean `api_key_file`?"
         );
         assert_eq!(did_you_mean("listen.colour"), "");
+        // Issue 38 item 8: `[listen.policy]` and its loop guard are tables like the others.
+        assert_eq!(
+            did_you_mean("profiles.w.listen.policy.max_run_per_hour"),
+            "; did you mean `profiles.w.listen.policy.max_runs_per_hour`?"
+        );
+        assert_eq!(did_you_mean("listen.policy.loop_guard.window"), "");
+        assert_eq!(
+            did_you_mean("listen.policy.loop_guard.withn"),
+            "; did you mean `listen.policy.loop_guard.within`?"
+        );
+        assert_eq!(
+            did_you_mean("listen.timezone"),
+            "; did you mean `listen.policy.timezone`?"
+        );
         assert_eq!(did_you_mean("x"), "");
         assert_eq!(edits("qiet", "quiet"), 1);
         assert_eq!(edits("ab", "ba"), 1);

@@ -11,7 +11,8 @@
 //! (`resolve`), the `profiles` subtable (`file`), and the `ConfigArgs` flags (`config`).
 
 use super::file::{
-    ApiBase, LogFilter, MaxConcurrentRuns, Paths, RunLogMaxBytes, RunLogsKeep, Secret, Table, Value,
+    ApiBase, Dollars, HostRuns, LogFilter, MaxConcurrentRuns, Paths, RunLogMaxBytes, RunLogsKeep,
+    Secret, Table, Value,
 };
 use super::layer::{Sourced, layer};
 use super::value::{self, DurationRule};
@@ -246,6 +247,19 @@ keyed_table! {
         /// `listen.tools`: what a run may use beyond the AgentChat tools (Claude Code file
         /// tools, or `shell` for Codex), inside the workdir only; empty by default.
         tools: Vec<String> => Vec<String> = plain, default,
+        /// `listen.sandbox_read`: more paths a run may read beyond the kernel's line
+        /// (`core::sandbox`).
+        sandbox_read: Vec<String> => Vec<PathBuf> = paths, default,
+        /// `listen.sandbox_write`: more paths a run may read and write.
+        sandbox_write: Vec<String> => Vec<PathBuf> = paths, default,
+        /// `listen.sandbox_ports`: more TCP ports a run may connect to.
+        sandbox_ports: Vec<u16> => Vec<u16> = plain, default,
+        /// `listen.sandbox_script`: confine the script runtime's runs too (Claude Code's and
+        /// Codex's always are).
+        sandbox_script: bool => bool = plain, default(true),
+        /// `listen.instructions`: a file whose text every run is told after the identity block,
+        /// read by the listener (`runtime::instructions`).
+        instructions: String => PathBuf = path, optional,
         /// Newest run logs kept.
         run_logs_keep: RunLogsKeep => usize = plain, default(50),
         /// Most bytes of a run's output kept in its log: the first half, then the last half
@@ -269,6 +283,13 @@ keyed_table! {
         /// available (`core::admission::available`). Top level only, like
         /// `max_concurrent_runs`.
         min_available_memory: String => u64 = byte_size, optional,
+        /// `listen.host_max_runs_per_day`: with `--all`, the most runs its profiles start in a
+        /// day together, each profile's own local day (`core::host::HostBudget`); `0` or unset
+        /// is no cap. Top level only, like `max_concurrent_runs`.
+        host_max_runs_per_day: HostRuns => u32 = plain, optional,
+        /// `listen.host_max_cost_per_day_usd`: the same for what their runs cost (reported, or
+        /// estimated at the per-run budget).
+        host_max_cost_per_day_usd: Dollars => f64 = plain, optional,
     }
     tables {
         claude: ClaudeTable => ClaudeSettings,

@@ -20,14 +20,8 @@ pub fn file_reads() -> u64 {
 /// then checked for characters a key cannot have.
 pub(super) fn with_key(mut settings: Settings) -> Result<Settings, ConfigError> {
     absolute_from_cwd(&mut settings);
-    // A zone the system does not know is the config's mistake, said where a bad value is (a
-    // refused start, a reload that keeps the old settings), not a listener that runs on UTC.
-    if let Some(zone) = &settings.listen.policy.timezone {
-        crate::sys::tz::named(zone).map_err(|e| ConfigError::BadValue {
-            key: "listen.policy.timezone".into(),
-            problem: e.to_string(),
-        })?;
-    }
+    // A zone the system does not know was found where the file set it (`config::file`, which
+    // names its full path: a refused start, a reload that keeps the old settings).
     if let KeySource::File(path) = &settings.key_source {
         settings.api_key = Some(read_key_file(path)?);
     }

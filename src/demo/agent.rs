@@ -10,8 +10,9 @@ use secrecy::SecretString;
 use serde_json::{Value, json};
 use std::io::Read;
 
-/// The prefix of every line the agent prints, so the demo can pick them out of a run log.
-pub const LINE_PREFIX: &str = "demo-agent: ";
+/// The prefix of every line the agent prints, so the demo can pick them out of a run log: the
+/// same as the example agent's (`examples/agent.py`), which the demo runs with `--script`.
+pub const LINE_PREFIX: &str = "agent: ";
 
 fn say(line: &str) {
     println!("{LINE_PREFIX}{line}");

@@ -78,15 +78,27 @@ pub(super) fn stop_with_parent(cmd: &mut tokio::process::Command) {
 #[cfg(not(target_os = "linux"))]
 pub(super) fn stop_with_parent(_cmd: &mut tokio::process::Command) {}
 
-/// The listener's config for the demo: the script runtime is this binary's `demo-agent`, and the
-/// coalescer's windows are short so the demo moves quickly. The agent's failure switch is passed
-/// by name: a run inherits nothing else of the listener's environment (`core::run_env`).
-pub(super) fn write_config(dir: &Path) -> anyhow::Result<PathBuf> {
-    let exe = std::env::current_exe().context("cannot find this program's own path")?;
-    let argv = toml::Value::Array(vec![
-        toml::Value::String(exe.to_string_lossy().into_owned()),
-        toml::Value::String("demo-agent".into()),
-    ]);
+/// The listener's config for the demo: the script runtime is this binary's `demo-agent` (or
+/// `script`, the user's program), and the coalescer's windows are short so the demo moves
+/// quickly. The agent's failure switch is passed by name: a run inherits nothing else of the
+/// listener's environment (`core::run_env`).
+pub(super) fn write_config(dir: &Path, script: Option<&Path>) -> anyhow::Result<PathBuf> {
+    let argv = match script {
+        Some(s) => vec![toml::Value::String(
+            std::path::absolute(s)
+                .with_context(|| format!("cannot find {}", s.display()))?
+                .to_string_lossy()
+                .into_owned(),
+        )],
+        None => {
+            let exe = std::env::current_exe().context("cannot find this program's own path")?;
+            vec![
+                toml::Value::String(exe.to_string_lossy().into_owned()),
+                toml::Value::String("demo-agent".into()),
+            ]
+        }
+    };
+    let argv = toml::Value::Array(argv);
     let text = format!(
         "# written by `agentchat demo`\n[listen]\nruntime = \"script\"\ncommand = {argv}\n\
          quiet_window = \"300ms\"\nmax_delay = \"2s\"\nrun_timeout = \"20s\"\nkill_grace = \"2s\"\n\

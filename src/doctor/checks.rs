@@ -64,17 +64,79 @@ pub fn check_advice(advice: &[String]) -> Vec<Check> {
         .collect()
 }
 
-/// `policy`: the profile's `[listen.policy]` in one line (`core::policy::summary`). Never a
-/// WARN or a FAIL: the rules are the user's choice, and a mistake in them fails `config`.
-pub fn check_policy(policy: &crate::core::policy::Policy) -> Check {
+/// `policy`: the profile's `[listen.policy]` in one line (`core::policy::summary`), then what
+/// it leaves unbounded or cannot hold for this runtime (issue 38 items 1 and 6): a WARN each.
+/// A mistake in the rules already fails `config`.
+pub fn check_policy(
+    policy: &crate::core::policy::Policy,
+    runtime: crate::config::RuntimeKind,
+) -> Vec<Check> {
+    use crate::config::RuntimeKind;
+    use crate::core::policy::{Policy, PolicyLayer};
     let summary = crate::core::policy::summary(policy);
-    let set = *policy != crate::core::policy::Policy::default();
-    let detail = if set {
-        summary
-    } else {
+    let set = *policy != Policy::default();
+    let detail = if !set {
         format!("{summary}: every card wakes a run")
+    } else if *policy == PolicyLayer::default().resolve() {
+        format!("{summary} (the defaults; `0` lifts a cap)")
+    } else {
+        summary
     };
-    Check::pass("policy", detail).with("rules", set)
+    let mut checks = vec![Check::pass("policy", detail).with("rules", set)];
+    let mut warn = |text: String| checks.push(Check::warn("policy", text));
+    let runs_capped = policy.max_runs_per_hour.is_some() || policy.max_runs_per_day.is_some();
+    // A spending cap bounds runs only where the runtime reports what it counts.
+    let spend_capped = match runtime {
+        RuntimeKind::ClaudeCode => {
+            policy.max_cost_per_day_usd.is_some() || policy.max_tokens_per_day.is_some()
+        }
+        RuntimeKind::Codex => policy.max_tokens_per_day.is_some(),
+        RuntimeKind::Script => false,
+    };
+    if !runs_capped && !spend_capped {
+        warn(
+            "no bound on runs: every card wakes a paid run at any pace, day and night; set \
+             `listen.policy.max_runs_per_day` (the default is 500; `0` lifts it)"
+                .into(),
+        );
+    }
+    if policy.loop_guard.is_none() {
+        warn(
+            "no loop guard: two agents that answer each other run until a cap holds them; set \
+             `listen.policy.loop_guard` (the default is 30 runs in 1h)"
+                .into(),
+        );
+    }
+    let cost = policy.max_cost_per_day_usd.is_some();
+    let tokens = policy.max_tokens_per_day.is_some();
+    match runtime {
+        RuntimeKind::Script if cost || tokens => warn(
+            "`max_cost_per_day_usd` and `max_tokens_per_day` count a script's runs only when the \
+             script reports its cost (its `agentchat.run_report` line, docs/runtimes.md); \
+             otherwise they never hold"
+                .into(),
+        ),
+        RuntimeKind::Codex if cost => warn(
+            "`max_cost_per_day_usd` never holds with Codex: it reports tokens, no dollars; use \
+             `max_tokens_per_day`"
+                .into(),
+        ),
+        RuntimeKind::ClaudeCode if cost && policy.max_cost_per_run_usd.is_none() => warn(
+            "a Claude Code run that ends before its report (a timeout, a crash) adds the tokens \
+             it streamed but no dollars to `max_cost_per_day_usd`; set \
+             `max_cost_per_run_usd` and such a run counts at that budget"
+                .into(),
+        ),
+        _ => {}
+    }
+    if runtime != RuntimeKind::ClaudeCode && policy.max_cost_per_run_usd.is_some() {
+        warn(format!(
+            "`max_cost_per_run_usd` is Claude Code's own budget for a run; {} takes none, so it \
+             bounds nothing here",
+            runtime.as_str()
+        ));
+    }
+    checks
 }
 
 /// `integration`: `AGENTCHAT_INTEGRATION=off` makes `listen` exit at once.
@@ -831,19 +893,64 @@ mod tests {
     }
 
     #[test]
-    fn the_policy_is_one_pass_line_with_or_without_rules() {
-        use crate::core::policy::Policy;
-        let none = check_policy(&Policy::default());
-        assert_eq!(none.level, Level::Pass);
-        assert_eq!(none.detail, "no rules: every card wakes a run");
-        assert_eq!(none.facts["rules"], false);
-        let p = Policy {
+    fn the_policy_is_a_pass_line_and_a_warn_for_each_bound_missing_or_unheld() {
+        use crate::config::RuntimeKind;
+        use crate::core::policy::{LoopGuard, Policy};
+        let levels = |c: &[Check]| c.iter().map(|c| c.level).collect::<Vec<_>>();
+        let none = check_policy(&Policy::default(), RuntimeKind::ClaudeCode);
+        assert_eq!(none[0].detail, "no rules: every card wakes a run");
+        assert_eq!(none[0].facts["rules"], false);
+        assert_eq!(levels(&none), [Level::Pass, Level::Warn, Level::Warn]);
+        assert!(
+            none[1].detail.starts_with("no bound on runs"),
+            "{}",
+            none[1].detail
+        );
+        assert!(
+            none[2].detail.starts_with("no loop guard"),
+            "{}",
+            none[2].detail
+        );
+        let bounded = Policy {
             max_runs_per_hour: Some(12),
+            loop_guard: Some(LoopGuard {
+                runs: 6,
+                within_ms: 60_000,
+            }),
             ..Policy::default()
         };
-        let some = check_policy(&p);
-        assert_eq!(some.level, Level::Pass);
-        assert_eq!(some.detail, "at most 12 runs an hour");
-        assert_eq!(some.facts["rules"], true);
+        let some = check_policy(&bounded, RuntimeKind::ClaudeCode);
+        assert_eq!(levels(&some), [Level::Pass]);
+        assert_eq!(
+            some[0].detail,
+            "at most 12 runs an hour; loop guard 6 runs in 1m"
+        );
+        assert_eq!(some[0].facts["rules"], true);
+        // Caps a runtime cannot hold (issue 38 item 6).
+        let costly = Policy {
+            max_cost_per_day_usd: Some(5.0),
+            max_tokens_per_day: Some(1000),
+            max_cost_per_run_usd: Some(0.001),
+            ..bounded.clone()
+        };
+        let script = check_policy(&costly, RuntimeKind::Script);
+        assert!(
+            script[0].detail.contains("$0.001 a run"),
+            "{}",
+            script[0].detail
+        );
+        assert_eq!(levels(&script), [Level::Pass, Level::Warn, Level::Warn]);
+        assert!(script[1].detail.contains("agentchat.run_report"));
+        assert!(script[2].detail.contains("script takes none"));
+        let codex = check_policy(&costly, RuntimeKind::Codex);
+        assert!(codex[1].detail.contains("never holds with Codex"));
+        let claude = check_policy(
+            &Policy {
+                max_cost_per_run_usd: None,
+                ..costly
+            },
+            RuntimeKind::ClaudeCode,
+        );
+        assert!(claude[1].detail.contains("set `max_cost_per_run_usd`"));
     }
 }

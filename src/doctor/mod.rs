@@ -230,7 +230,10 @@ fn config_section(
     report
         .checks
         .extend(check_advice(&config::advice(&settings)));
-    report.checks.push(check_policy(&settings.listen.policy));
+    report.checks.extend(check_policy(
+        &settings.listen.policy,
+        settings.listen.runtime,
+    ));
     Some(settings)
 }
 
@@ -334,10 +337,10 @@ fn presence_section(settings: &Settings, strict: bool, report: &mut Report) {
         .checks
         .push(presence::check_listening(&settings.profile, &lock, strict));
     let env = config::process_env();
-    let this = crate::setup::stable_exe().unwrap_or_default();
+    let this = crate::service::stable_exe().unwrap_or_default();
     for (name, cli) in [
-        ("mcp_claude", crate::setup::user_cli::Cli::Claude),
-        ("mcp_codex", crate::setup::user_cli::Cli::Codex),
+        ("mcp_claude", crate::runtime::user_cli::Cli::Claude),
+        ("mcp_codex", crate::runtime::user_cli::Cli::Codex),
     ] {
         let facts = mcp_facts(cli, &env);
         report.checks.extend(presence::check_mcp(
@@ -352,10 +355,10 @@ fn presence_section(settings: &Settings, strict: bool, report: &mut Report) {
 
 /// The CLI's `agentchat` entry, read from its own file (never by running it).
 fn mcp_facts(
-    cli: crate::setup::user_cli::Cli,
+    cli: crate::runtime::user_cli::Cli,
     env: &HashMap<String, String>,
 ) -> presence::McpFacts {
-    use crate::setup::user_cli;
+    use crate::runtime::user_cli;
     let Some(home) = user_cli::home(cli, env) else {
         return presence::McpFacts::Absent;
     };
@@ -393,8 +396,11 @@ async fn runtime_section(settings: &Settings, report: &mut Report) {
             report.checks.extend(cli_runtime(settings, kind).await);
         }
     }
-    let touch = crate::runtime::confine::reach(settings);
-    report.checks.push(reach::check_reach(&touch, &workdir));
+    let support = crate::runtime::landlock::support();
+    report.checks.push(reach::check_confine(settings, support));
+    report
+        .checks
+        .push(reach::check_run_reach(settings, &workdir, support));
 }
 
 /// `runtime` for `script`: the command's program, found from the workdir and `PATH`.

@@ -36,10 +36,11 @@ pub fn reached_tools(runtime: RuntimeKind, output: &[u8]) -> Option<bool> {
 }
 
 fn ask_first(runtime: RuntimeKind, yes: bool) -> anyhow::Result<bool> {
-    println!(
-        "doctor --run starts one real run of {runtime} now, on this agent's tray: it costs one \
-         model call."
-    );
+    let what = match runtime {
+        RuntimeKind::Script => "your own program",
+        _ => "it costs one model call",
+    };
+    println!("doctor --run starts one real run of {runtime} now, on this agent's tray ({what}).");
     if yes {
         return Ok(true);
     }
@@ -48,7 +49,32 @@ fn ask_first(runtime: RuntimeKind, yes: bool) -> anyhow::Result<bool> {
     {
         anyhow::bail!("not a terminal, so not asked: give --yes to start the run");
     }
-    crate::setup::confirm("Start it?", false)
+    Ok(crate::sys::text::confirm("Start it?", false)?)
+}
+
+/// What would keep the run from starting, checked before anything is asked or spent: a listener
+/// holding the profile (it starts runs itself), a runtime that cannot run (its program missing,
+/// its CLI not logged in: `runtime::check::usable`, as the listener's re-check).
+async fn cannot_run(settings: &config::Settings, p: &str) -> Option<String> {
+    let state = StateDir::at(&settings.state_dir);
+    let lock = crate::sys::flock::holder(&state.path(crate::listen::state_dir::LOCK_FILE));
+    if let crate::sys::flock::LockHolder::Held { pid } = lock {
+        return Some(format!(
+            "a listener runs for this profile{}: it starts runs itself, so doctor --run does \
+             not; send the agent a message to see one (`agentchat status{p}` shows it), or stop \
+             that listener first",
+            pid.map(|p| format!(" (pid {p})")).unwrap_or_default()
+        ));
+    }
+    let workdir = state.workdir(settings.listen.workdir.as_deref());
+    match runtime::check::usable(settings, &workdir).await {
+        Ok(_) => None,
+        Err(e) => Some(format!(
+            "{} cannot run now: {}; then `agentchat doctor{p}`",
+            settings.listen.runtime,
+            e.why()
+        )),
+    }
 }
 
 /// Runs it and prints one line per stage; exit 0 when the run started and completed (and,
@@ -67,6 +93,10 @@ pub async fn run_command(config: &config::ConfigArgs, yes: bool) -> anyhow::Resu
         );
     };
     let runtime_kind = settings.listen.runtime;
+    if let Some(why) = cannot_run(&settings, &p).await {
+        println!("doctor --run: no run was started: {why}");
+        return Ok(1);
+    }
     if !ask_first(runtime_kind, yes)? {
         println!("No run was started.");
         return Ok(1);
@@ -114,6 +144,7 @@ pub async fn run_command(config: &config::ConfigArgs, yes: bool) -> anyhow::Resu
         api_key: &key,
         state_dir: &state.root,
         workdir: &workdir,
+        identity_template: texts.identity_line_template.as_deref(),
     };
     let spec = match runtime::prepare(&ctx) {
         Ok(s) => s,
@@ -149,15 +180,19 @@ pub async fn run_command(config: &config::ConfigArgs, yes: bool) -> anyhow::Resu
         }
     );
     let tools = reached_tools(runtime_kind, &output);
+    let outcome = runtime::judge(runtime_kind, &report.end, &output);
+    let completed = outcome == RunOutcome::Completed;
     println!(
         "reached the AgentChat tools: {}",
         match tools {
             Some(true) => "yes",
-            Some(false) => "no (its MCP server did not answer, or the model did not call it)",
+            Some(false) if completed => {
+                "no (its MCP server did not answer, or the model did not call it)"
+            }
+            Some(false) => "no: the run did not complete (below)",
             None => "not told (a script's output is its own)",
         }
     );
-    let outcome = runtime::judge(runtime_kind, &report.end, &output);
     match &outcome {
         RunOutcome::Completed => {
             println!("completed: yes, in {:.1} s", report.duration.as_secs_f64())
@@ -166,22 +201,25 @@ pub async fn run_command(config: &config::ConfigArgs, yes: bool) -> anyhow::Resu
             println!("completed: no: {why}")
         }
     }
-    let ok = started && outcome == RunOutcome::Completed && tools != Some(false);
+    let ok = started && completed && tools != Some(false);
+    let log = log_path.display();
     println!(
         "{}",
-        if ok && tools.is_none() {
-            format!(
+        match &outcome {
+            _ if ok && tools.is_none() => format!(
                 "@{handle}'s run started and completed (whether a script reached AgentChat is \
                  not told)"
-            )
-        } else if ok {
-            format!("@{handle} answers: a run started, reached AgentChat and completed")
-        } else {
-            format!(
-                "not yet: the run did not do all three; its log says why ({}); then \
-                 `agentchat doctor{p}`",
-                log_path.display()
-            )
+            ),
+            _ if ok => format!("@{handle} answers: a run started, reached AgentChat and completed"),
+            RunOutcome::Failed(why) | RunOutcome::Unusable(why) => format!(
+                "not yet: the run did not complete: {why}; its log: {log}; then `agentchat \
+                 doctor{p}`"
+            ),
+            RunOutcome::Completed => format!(
+                "not yet: the run completed without calling the AgentChat tools (its MCP server \
+                 did not answer, or the model did not call them); its log: {log}; then \
+                 `agentchat doctor{p}`"
+            ),
         }
     );
     Ok(if ok { 0 } else { 1 })

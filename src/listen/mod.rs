@@ -11,10 +11,13 @@
 pub mod admission;
 pub mod agent_lock;
 pub mod driver;
+pub mod history;
 pub mod host;
+pub mod liveness;
 pub mod logging;
 pub mod metrics;
 pub mod once;
+pub mod page;
 pub mod socket;
 pub mod start;
 pub mod state_dir;

@@ -3,7 +3,7 @@
 //! the run completed; an error (exit 1) when it could not connect or the run failed. The cycle is
 //! the daemon's own state machine (`core::listener::cycle`), its effects performed one at a time.
 
-use super::driver::{LEDGER_FILE, convert, run};
+use super::driver::{convert, run};
 use super::socket::{self, DialParams};
 use super::start::Prepared;
 use crate::client::{Api, Dismissal as ClientDismissal};
@@ -13,9 +13,11 @@ use crate::core::exit::Exit;
 use crate::core::invite_rule::InviteMemory;
 use crate::core::listener::cycle::{Ctx, Cycle, Note};
 use crate::core::listener::policy::RunPolicy;
+use crate::core::listener::record;
 use crate::core::listener::{Dismissal, Effect, Input, Out, Slot, Timing, Unobserved};
 use crate::core::rng::Rng;
-use crate::core::status::{NoRunReason, Outcome};
+use crate::core::status::{ListenerState, NoRunReason, Outcome, Status};
+use crate::core::time::rfc3339_ms;
 use std::collections::VecDeque;
 use std::time::Duration;
 use tokio::signal::unix::{SignalKind, signal};
@@ -68,9 +70,10 @@ pub async fn run(settings: Settings, prepared: Prepared) -> anyhow::Result<i32> 
 
     let clock = super::driver::Clock::new();
     let now = clock.now();
+    let started_wall = now.wall_ms;
     // `[listen.policy]` holds a one-off run as it holds the daemon's, and counts it.
     let cfg = convert::listener_config(&settings, false, now.wall_ms);
-    let ledger = super::driver::load_ledger(&state);
+    let (mut history, ledger) = super::driver::open_off_loop(&state, &settings).await;
     let mut policy = RunPolicy::new(cfg.policy.clone(), cfg.zone.clone(), ledger, now.wall_ms);
     let mut invites: InviteMemory = state.load_invites().unwrap_or_default();
     let mut rng = Rng::new(fastrand::u64(..));
@@ -78,6 +81,8 @@ pub async fn run(settings: Settings, prepared: Prepared) -> anyhow::Result<i32> 
     let timing = Timing::new(cfg.scale);
     let mut unknown_version_said = false;
     let mut next_req = 0;
+    let mut mutes = crate::core::listener::mutes::Mutes::default();
+    let mut heard = crate::core::policy::Heard::default();
 
     let mut out = Out::new(&mut effects, &mut rng);
     let mut cycle = Cycle::start(
@@ -131,8 +136,9 @@ pub async fn run(settings: Settings, prepared: Prepared) -> anyhow::Result<i32> 
                 // A signal gives the run SIGTERM and its grace; the cycle then ends without the
                 // invite rule.
                 let end = {
-                    let fut =
-                        run::supervise(*order, r(), cancel.clone(), |log| started = Some(log));
+                    let fut = run::supervise(*order, r(), cancel.clone(), |log| {
+                        started = Some((log, clock.now().wall_ms))
+                    });
                     tokio::pin!(fut);
                     loop {
                         tokio::select! {
@@ -142,7 +148,8 @@ pub async fn run(settings: Settings, prepared: Prepared) -> anyhow::Result<i32> 
                         }
                     }
                 };
-                if let Some(log) = started {
+                if let Some((log, at)) = started {
+                    cycle.report.run_started_ms = Some(at);
                     feed(
                         &mut cycle,
                         Input::RunStarted { cycle: c, log },
@@ -158,6 +165,8 @@ pub async fn run(settings: Settings, prepared: Prepared) -> anyhow::Result<i32> 
                             next_req: &mut next_req,
                             clock,
                             stopping,
+                            mutes: &mut mutes,
+                            heard: &mut heard,
                         },
                     );
                 }
@@ -199,25 +208,54 @@ pub async fn run(settings: Settings, prepared: Prepared) -> anyhow::Result<i32> 
                 next_req: &mut next_req,
                 clock,
                 stopping,
+                mutes: &mut mutes,
+                heard: &mut heard,
             },
         );
     }
     let now = clock.now();
     cycle.close(now);
-    let report = cycle.report;
+    let mut report = cycle.report;
     // A held run is said as the daemon says it.
     policy.seen(&report.policy, now.mono_ms, now.wall_ms);
     if report.last.run_started {
-        let (cost, tokens) = report.run_report.as_ref().map_or((None, None), |r| {
-            (r.cost_usd, r.usage.as_ref().map(|u| u.total()))
-        });
+        let budgeted = settings.listen.runtime == crate::config::RuntimeKind::ClaudeCode;
+        let spent = report
+            .run_report
+            .as_ref()
+            .map(|r| policy.spent(r, budgeted))
+            .unwrap_or_default();
         policy.run_started(&report.conversations, now.wall_ms);
-        let ledger = policy.run_ended(&report.conversations, cost, tokens, now.wall_ms);
-        if let Ok(bytes) = serde_json::to_vec(ledger.as_ref()) {
-            let _ = crate::sys::fs::write_atomic_unsynced(&state.path(LEDGER_FILE), &bytes);
-        }
+        policy.run_ended(&report.conversations, spent, now.wall_ms);
+        report.spent = Some(spent);
     }
-    exit(&report)
+    // Its lines in the history, as the daemon's: the run (its caps count it), or the hold.
+    let held = policy.current_hold();
+    let lines = record::of_once(&settings.profile, &report, held, now.wall_ms);
+    for line in lines {
+        let _ = history.append(&line, &cfg.zone);
+    }
+    let _ = super::driver::write_memory(&state.path(super::driver::MEMORY_FILE), &policy.ledger());
+    // `agentchat status` shows what this run did and what holds the next (issue 38 item 8).
+    let mut status = Status {
+        state: ListenerState::Stopped,
+        since: rfc3339_ms(now.wall_ms),
+        pid: std::process::id(),
+        profile: settings.profile.clone(),
+        handle: Some(crate::core::handle::shown(&handle)),
+        api_base: settings.api_base.clone(),
+        runtime: settings.listen.runtime.as_str().to_string(),
+        key_source: cfg.key_source.clone(),
+        updated_at: rfc3339_ms(now.wall_ms),
+        started_at: rfc3339_ms(started_wall),
+        last_cycle: Some(report.last.clone()),
+        ..Status::default()
+    };
+    policy.show(&mut status, now.wall_ms);
+    if let Err(e) = state.write_status(&status) {
+        tracing::warn!(event = %crate::log_events::STATUS_WRITE_FAILED, error = %e, "could not write status.json");
+    }
+    exit(&report, policy.hold_said(now.wall_ms))
 }
 
 /// What feeding the cycle needs.
@@ -233,6 +271,8 @@ struct Env<'a> {
     next_req: &'a mut u64,
     clock: super::driver::Clock,
     stopping: bool,
+    mutes: &'a mut crate::core::listener::mutes::Mutes,
+    heard: &'a mut crate::core::policy::Heard,
 }
 
 fn feed(cycle: &mut Cycle, input: Input, env: &mut Env) {
@@ -249,6 +289,8 @@ fn feed(cycle: &mut Cycle, input: Input, env: &mut Env) {
         unknown_version_said: env.unknown_version_said,
         next_req: env.next_req,
         removed_known: false,
+        mutes: env.mutes,
+        heard: env.heard,
     };
     let mut out: Out<Note> = Out::new(env.effects, env.rng);
     match input {
@@ -266,8 +308,11 @@ fn feed(cycle: &mut Cycle, input: Input, env: &mut Env) {
     }
 }
 
-/// The exit for how the one cycle ended.
-fn exit(report: &crate::core::listener::cycle::Report) -> anyhow::Result<i32> {
+/// The exit for how the one cycle ended; `held`: the hold in words when the policy held it.
+fn exit(
+    report: &crate::core::listener::cycle::Report,
+    held: Option<String>,
+) -> anyhow::Result<i32> {
     let last = &report.last;
     match last.outcome {
         Some(Outcome::Completed) => {
@@ -288,7 +333,10 @@ fn exit(report: &crate::core::listener::cycle::Report) -> anyhow::Result<i32> {
                     | NoRunReason::Held,
                 )
                 | None => {
-                    println!("no run: {why_word}");
+                    match held.filter(|_| why == Some(NoRunReason::Held)) {
+                        Some(line) => println!("no run: held: {line}"),
+                        None => println!("no run: {why_word}"),
+                    }
                     Ok(0)
                 }
                 // Something waited, or may have, and could not get a run.

@@ -19,7 +19,14 @@ pub fn prepare(
     cycle_id: &str,
 ) -> Result<PathBuf, (PathBuf, std::io::Error)> {
     let workdir = state.workdir(settings.listen.workdir.as_deref());
-    if let Err(e) = std::fs::create_dir_all(&workdir) {
+    // The default workdir is in the state dir: a state dir deleted while the listener runs is
+    // made again private (0700), as at the start (issue 38 item 8). A workdir the user named is
+    // theirs, made as their own tools would.
+    let made = match settings.listen.workdir {
+        None => fs::create_private_dir(&workdir),
+        Some(_) => std::fs::create_dir_all(&workdir),
+    };
+    if let Err(e) = made {
         return Err((workdir, e));
     }
     if settings.listen.identity_block

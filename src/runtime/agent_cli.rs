@@ -341,7 +341,7 @@ mod tests {
 pub(crate) mod test_support {
     use crate::config::{ConfigArgs, RuntimeKind, Settings, resolve};
     use crate::core::decision::RunKind;
-    use crate::runtime::RunContext;
+    use crate::runtime::{ListenerEnv, RunContext, RunSpec, RuntimeError};
     use secrecy::SecretString;
     use std::collections::HashMap;
     use std::os::unix::fs::PermissionsExt;
@@ -409,7 +409,20 @@ pub(crate) mod test_support {
                 api_key: &self.key,
                 state_dir: leak_path(self.dir.path(), "state"),
                 workdir: leak_path(self.dir.path(), "work"),
+                identity_template: None,
             }
+        }
+
+        /// The listener's environment the fixture's runs are prepared in: a `HOME` of the
+        /// fixture's own (empty unless a test writes there), never the home of whoever runs the
+        /// tests.
+        pub fn listener(&self) -> ListenerEnv {
+            ListenerEnv::from_vars([("HOME", self.dir.path().join("home"))])
+        }
+
+        /// The spec of a run of the fixture's profile.
+        pub fn prepare(&self) -> Result<RunSpec, RuntimeError> {
+            crate::runtime::prepare_in(&self.ctx(), &self.listener())
         }
     }
 

@@ -120,6 +120,82 @@ pub async fn usable(settings: &Settings, workdir: &Path) -> Result<String, NotUs
     }
 }
 
+/// What the runtime shows at start without starting a process ([`at_start`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StartLook {
+    /// The program is there and, for Claude Code, something shows a login (or cannot show one
+    /// without the CLI: a macOS keychain).
+    Ready(PathBuf),
+    /// Claude Code is there and nothing shows a login ([`claude_login_shows`]): only its own
+    /// check ([`usable`], `claude auth status`) can say whether it is logged in, so the caller
+    /// runs it (off its loop) before the first message can start a run that fails.
+    CheckLogin(PathBuf),
+}
+
+/// At start (and after a reload): [`presence`], then for Claude Code a look for a login that
+/// starts no process, so a listener whose user is logged in pays nothing and one whose user is
+/// not is found before a message starts a run that fails (and counts toward the run caps).
+pub fn at_start(settings: &Settings, workdir: &Path) -> Result<StartLook, NotUsable> {
+    let path = presence(settings, workdir)?;
+    if settings.listen.runtime != RuntimeKind::ClaudeCode {
+        return Ok(StartLook::Ready(path));
+    }
+    let env: std::collections::HashMap<String, String> = std::env::vars().collect();
+    Ok(if claude_login_shows(&env) {
+        StartLook::Ready(path)
+    } else {
+        StartLook::CheckLogin(path)
+    })
+}
+
+/// The variables that log Claude Code in by themselves (a run inherits `ANTHROPIC_*` and
+/// `CLAUDE_CODE_*`: `core::run_env`).
+const CLAUDE_LOGIN_VARIABLES: [&str; 6] = [
+    "ANTHROPIC_API_KEY",
+    "ANTHROPIC_AUTH_TOKEN",
+    "CLAUDE_CODE_OAUTH_TOKEN",
+    "CLAUDE_CODE_USE_BEDROCK",
+    "CLAUDE_CODE_USE_VERTEX",
+    "CLAUDE_CODE_USE_FOUNDRY",
+];
+/// The most of a Claude Code file read for the words that show a login.
+const CLAUDE_FILE_CAP: u64 = 8 << 20;
+
+/// Whether anything in `env` and Claude Code's files shows a login: one of
+/// [`CLAUDE_LOGIN_VARIABLES`], `.credentials.json` in its config dir (`CLAUDE_CONFIG_DIR`, else
+/// `~/.claude`), an `oauthAccount` or `primaryApiKey` in its `.claude.json`, an `apiKeyHelper`
+/// in its `settings.json`. On macOS the login may be in the keychain, which no file shows:
+/// always true there. A false "no" costs one `claude auth status`, never a wrong verdict.
+pub fn claude_login_shows(env: &std::collections::HashMap<String, String>) -> bool {
+    if cfg!(target_os = "macos") {
+        return true;
+    }
+    let set = |k: &str| env.get(k).is_some_and(|v| !v.trim().is_empty());
+    if CLAUDE_LOGIN_VARIABLES.iter().any(|k| set(k)) {
+        return true;
+    }
+    let home = env.get("HOME").filter(|h| !h.is_empty()).map(PathBuf::from);
+    let (dir, state) = match env.get("CLAUDE_CONFIG_DIR").filter(|d| !d.is_empty()) {
+        Some(d) => (
+            Some(PathBuf::from(d)),
+            Some(PathBuf::from(d).join(".claude.json")),
+        ),
+        None => (
+            home.as_ref().map(|h| h.join(".claude")),
+            home.as_ref().map(|h| h.join(".claude.json")),
+        ),
+    };
+    let holds = |file: Option<PathBuf>, words: &[&str]| {
+        file.and_then(|f| crate::sys::fs::read_regular_capped(&f, CLAUDE_FILE_CAP).ok())
+            .map(|bytes| String::from_utf8_lossy(&bytes).into_owned())
+            .is_some_and(|text| words.iter().any(|w| text.contains(w)))
+    };
+    dir.as_ref()
+        .is_some_and(|d| d.join(".credentials.json").is_file())
+        || holds(state, &["\"oauthAccount\"", "\"primaryApiKey\""])
+        || holds(dir.map(|d| d.join("settings.json")), &["\"apiKeyHelper\""])
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -209,5 +285,65 @@ mod tests {
         }
         std::fs::write(&cli, "#!/bin/sh\necho '{\"loggedIn\": true}'\n").unwrap();
         assert!(usable(&s, d.path()).await.is_ok());
+    }
+
+    #[test]
+    fn a_claude_login_shows_in_a_variable_or_a_file_and_its_absence_asks_for_the_cli() {
+        if cfg!(target_os = "macos") {
+            return;
+        }
+        let d = tempfile::tempdir().unwrap();
+        let home = d.path().to_str().unwrap().to_string();
+        let env = |extra: &[(&str, &str)]| {
+            let mut e = HashMap::from([("HOME".to_string(), home.clone())]);
+            e.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+            e
+        };
+        assert!(!claude_login_shows(&env(&[])), "an empty home");
+        assert!(!claude_login_shows(&env(&[("ANTHROPIC_API_KEY", " ")])));
+        assert!(claude_login_shows(&env(&[("ANTHROPIC_API_KEY", "sk-x")])));
+        assert!(claude_login_shows(&env(&[(
+            "CLAUDE_CODE_USE_BEDROCK",
+            "1"
+        )])));
+        // What `claude auth status` writes into a fresh home shows no login.
+        std::fs::write(d.path().join(".claude.json"), r#"{"numStartups":1}"#).unwrap();
+        assert!(!claude_login_shows(&env(&[])));
+        std::fs::write(
+            d.path().join(".claude.json"),
+            r#"{"oauthAccount":{"emailAddress":"x"}}"#,
+        )
+        .unwrap();
+        assert!(claude_login_shows(&env(&[])));
+        let other = d.path().join("cfg");
+        std::fs::create_dir_all(&other).unwrap();
+        let in_other = env(&[("CLAUDE_CONFIG_DIR", other.to_str().unwrap())]);
+        assert!(!claude_login_shows(&in_other), "the config dir moved");
+        std::fs::write(other.join(".credentials.json"), "{}").unwrap();
+        assert!(claude_login_shows(&in_other));
+    }
+
+    #[test]
+    fn at_start_asks_for_claudes_own_check_only_when_nothing_shows_a_login() {
+        let d = tempfile::tempdir().unwrap();
+        let cli = d.path().join("claude");
+        std::fs::write(&cli, "#!/bin/sh\n").unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&cli, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let s = settings(&format!(
+            "[listen]\nruntime = \"claude-code\"\n[listen.claude]\nbinary = \"{}\"\n",
+            cli.display()
+        ));
+        let env: HashMap<String, String> = std::env::vars().collect();
+        let look = at_start(&s, d.path()).unwrap();
+        match claude_login_shows(&env) {
+            true => assert_eq!(look, StartLook::Ready(cli.clone())),
+            false => assert_eq!(look, StartLook::CheckLogin(cli.clone())),
+        }
+        let script = settings("[listen]\nruntime = \"script\"\ncommand = [\"/bin/true\"]\n");
+        assert!(matches!(
+            at_start(&script, d.path()),
+            Ok(StartLook::Ready(_))
+        ));
     }
 }

@@ -7,9 +7,10 @@
 //! not an error; an authentication failure (which Claude prints as assistant text) is `Unusable`.
 
 use super::agent_cli;
-use super::{RunContext, RunOutcome, RunSpec, RuntimeError};
+use super::{ListenerEnv, RunContext, RunOutcome, RunSpec, RuntimeError};
 use crate::config::McpMode;
 use crate::config::RuntimeKind;
+use crate::core::sandbox::Access;
 use crate::sys::process::ProcessEnd;
 use secrecy::ExposeSecret;
 use std::path::{Path, PathBuf};
@@ -34,20 +35,31 @@ pub const NESTED_SESSION_VARS: &[&str] = &[
     "AI_AGENT",
 ];
 
-pub fn prepare(ctx: &RunContext<'_>) -> Result<RunSpec, RuntimeError> {
+pub fn prepare(ctx: &RunContext<'_>, listener: &ListenerEnv) -> Result<RunSpec, RuntimeError> {
     let claude = &ctx.settings.listen.claude;
-    let program = super::cli_binary(ctx.settings, RuntimeKind::ClaudeCode)?;
+    let program = super::cli_binary_in(
+        ctx.settings,
+        RuntimeKind::ClaudeCode,
+        listener.var_os("PATH"),
+    )?;
 
     let mut args: Vec<String> = ["-p", "--output-format", "stream-json", "--verbose"]
         .map(String::from)
         .to_vec();
+    // The user's tuning first, each flag with its one value (`core::cli_args`), so nothing of
+    // theirs can be read as a value of one of ours.
+    args.extend(super::confine::extra_args(ctx.settings)?);
+    let scratch = super::sandbox::fresh_scratch(ctx.state_dir, listener)?;
+    let mut plan = super::sandbox::base_plan(ctx, listener, &scratch);
+    super::sandbox::add_program(&mut plan, &program, listener);
+    let url = agent_cli::mcp_url(&ctx.settings.api_base, claude.mcp_url.as_deref());
     if claude.mcp == McpMode::Listener {
-        let url = agent_cli::mcp_url(&ctx.settings.api_base, claude.mcp_url.as_deref());
         let file = write_mcp_config(ctx.state_dir, &url, ctx.api_key.expose_secret())?;
+        // Variadic: a flag of ours follows it at once.
         args.push("--mcp-config".into());
         args.push(path_arg(&file)?);
+        plan.add(&file, Access::Read, "the listener's MCP config for the run");
     }
-    args.extend(claude.extra_args.iter().cloned());
     // After the user's arguments, so none of them widens what the run is offered.
     args.extend(super::confine::claude_args(ctx.settings)?);
     // The policy's spend for one run (issue 26) is Claude Code's own budget, after the user's
@@ -56,13 +68,16 @@ pub fn prepare(ctx: &RunContext<'_>) -> Result<RunSpec, RuntimeError> {
     if let Some(usd) = ctx.settings.listen.policy.max_cost_per_run_usd {
         args.extend(["--max-budget-usd".to_string(), usd.to_string()]);
     }
-    if let Some(text) = super::confine::claude_md(ctx.workdir)? {
-        args.push("--append-system-prompt".into());
-        args.push(text);
+    // The listener's own copy, attached to its flag so no text of it is read as a flag.
+    if let Some(text) = super::instructions::for_run(ctx) {
+        args.push(format!("--append-system-prompt={text}"));
     }
     // Last, so the variadic flag cannot swallow anything of ours.
     args.push("--allowedTools".into());
     args.push("mcp__agentchat__*".into());
+
+    login_plan(&mut plan, claude.mcp, listener);
+    super::sandbox::add_url_port(&mut plan, &url);
 
     let mut env = super::common_env(ctx);
     // An unattended run must not stop to update itself.
@@ -70,6 +85,9 @@ pub fn prepare(ctx: &RunContext<'_>) -> Result<RunSpec, RuntimeError> {
     // The auto-memory of earlier sessions in this directory (the user's own, when the workdir
     // is their project) is not the stranger's to read (runtime::confine).
     env.push(("CLAUDE_CODE_DISABLE_AUTO_MEMORY".into(), "1".into()));
+    // No git status or commit messages of the workdir in the system prompt (also `--settings`).
+    env.push(("CLAUDE_CODE_DISABLE_GIT_INSTRUCTIONS".into(), "1".into()));
+    env.extend(super::sandbox::tmp_env(&scratch));
 
     let mut env_remove = super::cli_env_remove();
     let mut env_pass = ctx.settings.listen.env_pass.clone();
@@ -91,7 +109,66 @@ pub fn prepare(ctx: &RunContext<'_>) -> Result<RunSpec, RuntimeError> {
         stdin: Some(ctx.prompt.as_bytes().to_vec()),
         cwd: ctx.workdir.to_path_buf(),
         runtime: RuntimeKind::ClaudeCode,
+        sandbox: Some(plan),
+        scratch: Some(scratch),
     })
+}
+
+/// The model endpoints Claude Code may be pointed at by its variables.
+const MODEL_URL_VARS: &[&str] = &[
+    "ANTHROPIC_BASE_URL",
+    "ANTHROPIC_BEDROCK_BASE_URL",
+    "ANTHROPIC_VERTEX_BASE_URL",
+];
+
+/// Claude Code's login and model endpoint in the kernel's line: its credentials file (read,
+/// and rewritten in place when it refreshes a token), HTTPS and the endpoints its variables
+/// name. With `mcp = "user"` also the user settings and global config it then reads (which
+/// hold the user's MCP servers), read only. Nothing else of its home: no transcript, memory,
+/// todo or project store.
+fn login_plan(plan: &mut crate::core::sandbox::Plan, mcp: McpMode, env: &ListenerEnv) {
+    let home = env.home();
+    let (config_dir, global) = match env.var("CLAUDE_CONFIG_DIR") {
+        Some(dir) => (
+            Some(PathBuf::from(dir)),
+            Some(Path::new(dir).join(".claude.json")),
+        ),
+        None => (
+            home.as_ref().map(|h| h.join(".claude")),
+            home.as_ref().map(|h| h.join(".claude.json")),
+        ),
+    };
+    if let Some(dir) = &config_dir {
+        plan.add(
+            dir.join(".credentials.json"),
+            Access::ReadWriteFile,
+            "Claude Code's login",
+        );
+        if mcp == McpMode::User {
+            for file in ["settings.json", "CLAUDE.md"] {
+                plan.add(
+                    dir.join(file),
+                    Access::Read,
+                    "your Claude Code settings (mcp = \"user\")",
+                );
+            }
+        }
+    }
+    if mcp == McpMode::User
+        && let Some(global) = global
+    {
+        plan.add(
+            global,
+            Access::Read,
+            "your Claude Code MCP servers (mcp = \"user\")",
+        );
+    }
+    plan.add_port(443);
+    for var in MODEL_URL_VARS {
+        if let Some(url) = env.var(var) {
+            super::sandbox::add_url_port(plan, url);
+        }
+    }
 }
 
 fn path_arg(p: &Path) -> Result<String, RuntimeError> {
@@ -349,7 +426,7 @@ mod tests {
     #[test]
     fn argv_has_the_documented_shape_and_no_key() {
         let fx = Fixture::new(crate::config::RuntimeKind::ClaudeCode);
-        let spec = prepare(&fx.ctx()).unwrap();
+        let spec = fx.prepare().unwrap();
         let cfg = fx.state_dir().join(MCP_CONFIG_FILE);
         assert_eq!(spec.program, fx.binary.clone());
         assert_eq!(
@@ -359,15 +436,16 @@ mod tests {
                 "--output-format",
                 "stream-json",
                 "--verbose",
-                "--mcp-config",
-                cfg.to_str().unwrap(),
                 "--model",
                 "x",
+                "--mcp-config",
+                cfg.to_str().unwrap(),
                 "--strict-mcp-config",
                 "--setting-sources",
                 "",
                 "--settings",
-                r#"{"disableAllHooks":true}"#,
+                super::super::confine::CLAUDE_SETTINGS,
+                "--no-session-persistence",
                 "--permission-mode",
                 "dontAsk",
                 "--tools",
@@ -375,6 +453,20 @@ mod tests {
                 "--allowedTools",
                 "mcp__agentchat__*",
             ]
+        );
+        // The kernel's line: the workdir and scratch folder writable, the MCP config readable,
+        // nothing of the home but the login file.
+        let plan = spec.sandbox.as_ref().unwrap();
+        let rw: Vec<_> = plan.with_access(Access::ReadWrite).collect();
+        assert_eq!(
+            rw,
+            [fx.workdir().as_path(), spec.scratch.as_deref().unwrap()]
+        );
+        assert!(plan.with_access(Access::Read).any(|p| p == cfg));
+        assert!(
+            plan.ports.contains(&9) && plan.ports.contains(&443),
+            "{:?}",
+            plan.ports
         );
         assert!(spec.args.iter().all(|a| !a.contains(Fixture::KEY)));
         assert!(spec.env.iter().all(|(_, v)| !v.contains(Fixture::KEY)));
@@ -391,11 +483,11 @@ mod tests {
                 .map(|(i, _)| (i, args.get(i + 1).cloned().unwrap_or_default()))
                 .collect()
         };
-        assert_eq!(budget(&prepare(&fx.ctx()).unwrap().args), []);
+        assert_eq!(budget(&fx.prepare().unwrap().args), []);
 
         fx.settings.listen.policy.max_cost_per_run_usd = Some(0.5);
         fx.settings.listen.claude.extra_args = vec!["--max-budget-usd".into(), "9".into()];
-        let args = prepare(&fx.ctx()).unwrap().args;
+        let args = fx.prepare().unwrap().args;
         let found = budget(&args);
         let [(users, nine), (ours, half)] = found.as_slice() else {
             panic!("{args:?}");
@@ -408,7 +500,7 @@ mod tests {
     #[test]
     fn prompt_goes_on_stdin() {
         let fx = Fixture::new(crate::config::RuntimeKind::ClaudeCode);
-        let spec = prepare(&fx.ctx()).unwrap();
+        let spec = fx.prepare().unwrap();
         assert_eq!(spec.stdin.as_deref(), Some(Fixture::PROMPT.as_bytes()));
         assert!(spec.args.iter().all(|a| a != Fixture::PROMPT));
     }
@@ -417,7 +509,7 @@ mod tests {
     fn mcp_config_file_is_0600_and_names_the_agentchat_http_server() {
         use std::os::unix::fs::PermissionsExt;
         let fx = Fixture::new(crate::config::RuntimeKind::ClaudeCode);
-        prepare(&fx.ctx()).unwrap();
+        fx.prepare().unwrap();
         let path = fx.state_dir().join(MCP_CONFIG_FILE);
         let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode, 0o600);
@@ -430,12 +522,19 @@ mod tests {
             server["headers"]["Authorization"],
             format!("Bearer {}", Fixture::KEY)
         );
-        // No stray temporary file is left next to it.
-        let names: Vec<_> = std::fs::read_dir(fx.state_dir())
+        // No stray temporary file is left next to it (the run's scratch folder aside).
+        let mut names: Vec<_> = std::fs::read_dir(fx.state_dir())
             .unwrap()
             .map(|e| e.unwrap().file_name())
             .collect();
-        assert_eq!(names, [std::ffi::OsString::from(MCP_CONFIG_FILE)]);
+        names.sort();
+        assert_eq!(
+            names,
+            [
+                std::ffi::OsString::from(MCP_CONFIG_FILE),
+                std::ffi::OsString::from(crate::runtime::sandbox::SCRATCH_DIR)
+            ]
+        );
     }
 
     #[test]
@@ -445,7 +544,7 @@ mod tests {
         let path = fx.state_dir().join(MCP_CONFIG_FILE);
         std::fs::write(&path, "stale").unwrap();
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
-        prepare(&fx.ctx()).unwrap();
+        fx.prepare().unwrap();
         let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode, 0o600);
         assert!(
@@ -460,17 +559,17 @@ mod tests {
         use std::os::unix::fs::MetadataExt;
         let mut fx = Fixture::new(crate::config::RuntimeKind::ClaudeCode);
         let path = fx.state_dir().join(MCP_CONFIG_FILE);
-        prepare(&fx.ctx()).unwrap();
+        fx.prepare().unwrap();
         let first = std::fs::metadata(&path).unwrap().ino();
         // The atomic write renames a new file into place, so a rewrite is a new inode.
-        prepare(&fx.ctx()).unwrap();
+        fx.prepare().unwrap();
         assert_eq!(
             std::fs::metadata(&path).unwrap().ino(),
             first,
             "unchanged: left as it is"
         );
         fx.settings.listen.claude.mcp_url = Some("http://example.test/other".into());
-        prepare(&fx.ctx()).unwrap();
+        fx.prepare().unwrap();
         assert_ne!(
             std::fs::metadata(&path).unwrap().ino(),
             first,
@@ -484,7 +583,7 @@ mod tests {
     fn configured_mcp_url_wins() {
         let mut fx = Fixture::new(crate::config::RuntimeKind::ClaudeCode);
         fx.settings.listen.claude.mcp_url = Some("http://example.test/custom".into());
-        prepare(&fx.ctx()).unwrap();
+        fx.prepare().unwrap();
         let text = std::fs::read_to_string(fx.state_dir().join(MCP_CONFIG_FILE)).unwrap();
         assert!(text.contains("http://example.test/custom"), "{text}");
     }
@@ -493,7 +592,7 @@ mod tests {
     fn mcp_user_mode_passes_no_mcp_config_and_writes_no_key() {
         let mut fx = Fixture::new(crate::config::RuntimeKind::ClaudeCode);
         fx.settings.listen.claude.mcp = McpMode::User;
-        let spec = prepare(&fx.ctx()).unwrap();
+        let spec = fx.prepare().unwrap();
         assert!(!spec.args.iter().any(|a| a == "--mcp-config"));
         assert!(
             spec.args
@@ -508,7 +607,7 @@ mod tests {
     #[test]
     fn nested_session_vars_are_removed_and_config_dir_is_left_alone() {
         let fx = Fixture::new(crate::config::RuntimeKind::ClaudeCode);
-        let spec = prepare(&fx.ctx()).unwrap();
+        let spec = fx.prepare().unwrap();
         for v in [
             "CLAUDECODE",
             "CLAUDE_CODE_ENTRYPOINT",
@@ -537,7 +636,7 @@ mod tests {
     fn missing_binary_is_unusable() {
         let mut fx = Fixture::new(crate::config::RuntimeKind::ClaudeCode);
         fx.settings.listen.claude.binary = Some(fx.dir.path().join("nope/claude"));
-        assert!(matches!(prepare(&fx.ctx()), Err(RuntimeError::Unusable(_))));
+        assert!(matches!(fx.prepare(), Err(RuntimeError::Unusable(_))));
     }
 
     #[test]

@@ -9,8 +9,9 @@
 //! login is `Unusable`.
 
 use super::agent_cli;
-use super::{RunContext, RunOutcome, RunSpec, RuntimeError};
+use super::{ListenerEnv, RunContext, RunOutcome, RunSpec, RuntimeError};
 use crate::config::RuntimeKind;
+use crate::core::sandbox::Access;
 use crate::sys::process::ProcessEnd;
 use secrecy::ExposeSecret;
 
@@ -21,22 +22,11 @@ pub const KEY_ENV: &str = "AGENTCHAT_API_KEY";
 /// a command must not make its runs think they are sandboxed.
 pub const NESTED_SESSION_VARS: &[&str] = &["CODEX_SANDBOX", "CODEX_SANDBOX_NETWORK_DISABLED"];
 
-pub fn prepare(ctx: &RunContext<'_>) -> Result<RunSpec, RuntimeError> {
-    let user_config = super::confine::codex_config_path(
-        std::env::var_os("CODEX_HOME").as_deref(),
-        std::env::var_os("HOME").as_deref(),
-    );
-    prepare_with(ctx, user_config.as_deref())
-}
-
-/// [`prepare`] with the user's Codex `config.toml` named (`None`: there is none), whose MCP
-/// servers are switched off for the run; the unit tests name a scratch file.
-fn prepare_with(
-    ctx: &RunContext<'_>,
-    user_config: Option<&std::path::Path>,
-) -> Result<RunSpec, RuntimeError> {
+/// The run's own Codex home takes the model settings and the login from the user's
+/// (`codex_home`): `CODEX_HOME`, else `~/.codex`, of the listener's environment.
+pub fn prepare(ctx: &RunContext<'_>, listener: &ListenerEnv) -> Result<RunSpec, RuntimeError> {
     let codex = &ctx.settings.listen.codex;
-    let program = super::cli_binary(ctx.settings, RuntimeKind::Codex)?;
+    let program = super::cli_binary_in(ctx.settings, RuntimeKind::Codex, listener.var_os("PATH"))?;
     let url = agent_cli::mcp_url(&ctx.settings.api_base, codex.mcp_url.as_deref());
     let workdir = ctx.workdir.to_str().ok_or_else(|| {
         RuntimeError::Unusable(format!(
@@ -50,31 +40,55 @@ fn prepare_with(
         .to_vec();
     args.push("-C".into());
     args.push(workdir.to_string());
-    args.extend(codex.extra_args.iter().cloned());
+    args.extend(super::confine::extra_args(ctx.settings)?);
     // After the user's arguments, so none of them widens what the run is offered.
-    let user_servers = super::confine::codex_user_servers_at(user_config)?;
-    args.extend(super::confine::codex_args(
-        ctx.settings,
-        &mcp_server(&url),
-        &user_servers,
-    )?);
+    args.extend(super::confine::codex_args(ctx.settings, &mcp_server(&url))?);
     args.push("--".into());
     args.push(ctx.prompt.to_string());
 
+    let scratch = super::sandbox::fresh_scratch(ctx.state_dir, listener)?;
+    let user_home =
+        super::codex_home::user_home(listener.var_os("CODEX_HOME"), listener.var_os("HOME"));
+    let home = super::codex_home::make(
+        &scratch,
+        user_home.as_deref(),
+        super::instructions::for_run(ctx).as_deref(),
+    )?;
+    let mut plan = super::sandbox::base_plan(ctx, listener, &scratch);
+    super::sandbox::add_program(&mut plan, &program, listener);
+    if let Some(login) = &home.login {
+        plan.add(login, Access::ReadWriteFile, "Codex's login");
+    }
+    if super::confine::reach(ctx.settings).commands {
+        // Codex's shell sandbox (bubblewrap) mounts, which no process may do inside a line
+        // that holds files: with the shell the kernel holds the run's TCP ports, signals and
+        // sockets, and Codex's sandbox its files (writes in the workdir only).
+        plan.files_left_to = Some("Codex's own shell sandbox (bubblewrap)");
+    }
+    // HTTPS (the OpenAI API, a login's refresh), the provider's endpoint, the MCP server.
+    plan.add_port(443);
+    let env_url = listener.var("OPENAI_BASE_URL");
+    for model_url in home.model_urls.iter().map(String::as_str).chain(env_url) {
+        super::sandbox::add_url_port(&mut plan, model_url);
+    }
+    super::sandbox::add_url_port(&mut plan, &url);
+
     let mut env = super::common_env(ctx);
     env.push((KEY_ENV.into(), ctx.api_key.expose_secret().to_string()));
-
-    let env_remove = super::cli_env_remove();
+    env.push(("CODEX_HOME".into(), home.dir.display().to_string()));
+    env.extend(super::sandbox::tmp_env(&scratch));
 
     Ok(RunSpec {
         program,
         args,
         env,
-        env_remove,
+        env_remove: super::cli_env_remove(),
         env_pass: ctx.settings.listen.env_pass.clone(),
         stdin: None,
         cwd: ctx.workdir.to_path_buf(),
         runtime: RuntimeKind::Codex,
+        sandbox: Some(plan),
+        scratch: Some(scratch),
     })
 }
 
@@ -223,54 +237,51 @@ mod tests {
 {"type":"turn.failed","error":{"message":"unexpected status 401 Unauthorized: invalid x-api-key, url: http://127.0.0.1:18401/v1/responses"}}
 "#;
 
-    /// The user's Codex config a test's run reads: a scratch path in the fixture's dir (absent
-    /// unless the test writes it), never the `CODEX_HOME` or `~/.codex` of whoever runs the tests.
-    fn scratch_config(fx: &Fixture) -> std::path::PathBuf {
-        fx.dir.path().join("codex-home/config.toml")
-    }
-
-    fn prepare_scratch(fx: &Fixture) -> Result<RunSpec, RuntimeError> {
-        prepare_with(&fx.ctx(), Some(&scratch_config(fx)))
+    /// The user's Codex home a test's run reads: `~/.codex` of the fixture's listener
+    /// (`Fixture::listener`: absent unless the test writes it).
+    fn scratch_home(fx: &Fixture) -> std::path::PathBuf {
+        fx.dir.path().join("home/.codex")
     }
 
     #[test]
-    fn the_users_codex_servers_in_its_config_are_each_switched_off() {
+    fn the_run_has_a_codex_home_of_its_own_with_the_users_model_settings_and_login() {
         let fx = Fixture::new(RuntimeKind::Codex);
-        let config = scratch_config(&fx);
-        std::fs::create_dir_all(config.parent().unwrap()).unwrap();
+        let user = scratch_home(&fx);
+        std::fs::create_dir_all(&user).unwrap();
         std::fs::write(
-            &config,
-            "model = \"m\"\n[mcp_servers.fs]\ncommand = \"x\"\n\
-             [mcp_servers.agentchat]\nurl = \"u\"\n[mcp_servers.github]\nurl = \"v\"\n",
+            user.join("config.toml"),
+            "model = \"m\"\nnotify = [\"x\"]\n[mcp_servers.fs]\ncommand = \"x\"\n",
         )
         .unwrap();
-        let spec = prepare_scratch(&fx).unwrap();
-        let offs: Vec<&str> = spec
-            .args
-            .windows(2)
-            .filter(|w| w[0] == "-c" && w[1].ends_with(".enabled=false"))
-            .map(|w| w[1].as_str())
-            .collect();
+        std::fs::write(user.join("auth.json"), "{}").unwrap();
+        let spec = fx.prepare().unwrap();
+        let home = spec
+            .env
+            .iter()
+            .find(|(k, _)| k == "CODEX_HOME")
+            .map(|(_, v)| std::path::PathBuf::from(v))
+            .unwrap();
+        assert!(home.starts_with(spec.scratch.as_ref().unwrap()));
         assert_eq!(
-            offs,
-            [
-                "mcp_servers.fs.enabled=false",
-                "mcp_servers.github.enabled=false"
-            ]
+            std::fs::read_to_string(home.join("config.toml")).unwrap(),
+            "model = \"m\"\n"
         );
-        // Without the file (the scratch default), no server is switched off.
-        std::fs::remove_file(&config).unwrap();
-        let spec = prepare_scratch(&fx).unwrap();
-        assert!(!spec.args.iter().any(|a| a.ends_with(".enabled=false")));
+        let plan = spec.sandbox.as_ref().unwrap();
+        assert!(
+            plan.with_access(Access::ReadWriteFile)
+                .any(|p| p == user.join("auth.json"))
+        );
+        // The user's home itself is not in the line.
+        assert!(!plan.paths.iter().any(|r| r.path == user));
     }
 
     #[test]
     fn a_codex_config_that_does_not_parse_is_unusable_naming_the_file() {
         let fx = Fixture::new(RuntimeKind::Codex);
-        let config = scratch_config(&fx);
+        let config = scratch_home(&fx).join("config.toml");
         std::fs::create_dir_all(config.parent().unwrap()).unwrap();
         std::fs::write(&config, "[tui\n").unwrap();
-        match prepare_scratch(&fx) {
+        match fx.prepare() {
             Err(RuntimeError::Unusable(why)) => {
                 assert!(why.contains(&config.display().to_string()), "{why}")
             }
@@ -281,7 +292,7 @@ mod tests {
     #[test]
     fn argv_has_the_documented_shape_with_the_prompt_last() {
         let fx = Fixture::new(RuntimeKind::Codex);
-        let spec = prepare_scratch(&fx).unwrap();
+        let spec = fx.prepare().unwrap();
         let work = fx.workdir();
         assert_eq!(spec.program, fx.binary.clone());
         assert_eq!(
@@ -318,7 +329,7 @@ mod tests {
     #[test]
     fn key_is_only_in_the_named_env_var() {
         let fx = Fixture::new(RuntimeKind::Codex);
-        let spec = prepare_scratch(&fx).unwrap();
+        let spec = fx.prepare().unwrap();
         assert!(spec.args.iter().all(|a| !a.contains(Fixture::KEY)));
         let carriers: Vec<_> = spec
             .env
@@ -333,7 +344,7 @@ mod tests {
     #[test]
     fn both_clis_nested_session_vars_are_removed_and_codex_home_is_left_alone() {
         let fx = Fixture::new(RuntimeKind::Codex);
-        let spec = prepare_scratch(&fx).unwrap();
+        let spec = fx.prepare().unwrap();
         for v in [
             "CODEX_SANDBOX",
             "CODEX_SANDBOX_NETWORK_DISABLED",
@@ -350,7 +361,7 @@ mod tests {
     fn mcp_url_is_toml_quoted() {
         let mut fx = Fixture::new(RuntimeKind::Codex);
         fx.settings.listen.codex.mcp_url = Some(r#"http://h/"q"\x"#.into());
-        let spec = prepare_scratch(&fx).unwrap();
+        let spec = fx.prepare().unwrap();
         let arg = spec
             .args
             .iter()
@@ -367,10 +378,7 @@ mod tests {
     fn missing_binary_is_unusable() {
         let mut fx = Fixture::new(RuntimeKind::Codex);
         fx.settings.listen.codex.binary = Some(fx.dir.path().join("none/codex"));
-        assert!(matches!(
-            prepare_scratch(&fx),
-            Err(RuntimeError::Unusable(_))
-        ));
+        assert!(matches!(fx.prepare(), Err(RuntimeError::Unusable(_))));
     }
 
     #[test]

@@ -7,15 +7,22 @@ pub mod agent_cli;
 pub mod check;
 pub mod claude;
 pub mod codex;
+pub mod codex_home;
 pub mod confine;
+pub mod instructions;
+pub mod landlock;
 mod leftover;
+pub mod listener_env;
 pub mod probe;
+pub mod sandbox;
 pub mod script;
 pub mod supervisor;
+pub mod user_cli;
 
 use crate::config::{RuntimeKind, Settings};
 use crate::core::decision::RunKind;
 use crate::sys::process::ProcessEnd;
+pub use listener_env::ListenerEnv;
 use secrecy::SecretString;
 use std::path::{Path, PathBuf};
 
@@ -50,6 +57,10 @@ pub struct RunContext<'a> {
     pub state_dir: &'a Path,
     /// The resolved working directory (exists).
     pub workdir: &'a Path,
+    /// The served `identity_line_template`, when texts are loaded: the run is told who it is
+    /// from the listener's own rendering of it (`instructions`), never from a file in the
+    /// workdir.
+    pub identity_template: Option<&'a str>,
 }
 
 /// A process to start. The key may appear in `env` (never in `args`).
@@ -70,6 +81,11 @@ pub struct RunSpec {
     /// Whose output events the supervisor reads for the run's own report of cost and tokens
     /// (`core::run_report`; the script runtime's output is not read).
     pub runtime: RuntimeKind,
+    /// The kernel's line around the run (`core::sandbox`), entered between fork and exec;
+    /// `None` only for a script the profile runs unconfined (`listen.sandbox_script = false`).
+    pub sandbox: Option<crate::core::sandbox::Plan>,
+    /// The run's scratch folder (`runtime::sandbox`), removed when the run ends.
+    pub scratch: Option<PathBuf>,
 }
 
 /// How a run ended, as its runtime judges it (the machine's own type: `core::listener`).
@@ -78,7 +94,7 @@ pub use crate::core::listener::RunOutcome;
 /// How one runtime is started and judged: the runtime's module behind a [`RuntimeKind`]. What a
 /// runtime is called, which binary and config key it uses, is `core::runtime_kind`'s table.
 struct Implementation {
-    prepare: fn(&RunContext<'_>) -> Result<RunSpec, RuntimeError>,
+    prepare: fn(&RunContext<'_>, &ListenerEnv) -> Result<RunSpec, RuntimeError>,
     judge: fn(&ProcessEnd, &[u8]) -> RunOutcome,
 }
 
@@ -100,24 +116,72 @@ fn implementation(runtime: RuntimeKind) -> Implementation {
     }
 }
 
-/// Builds the spec for the configured runtime.
+/// Builds the spec for the configured runtime from this process's environment: the listener's
+/// own, which the run inherits.
 pub fn prepare(ctx: &RunContext<'_>) -> Result<RunSpec, RuntimeError> {
-    (implementation(ctx.settings.listen.runtime).prepare)(ctx)
+    prepare_in(ctx, &ListenerEnv::of_process())
+}
+
+/// [`prepare`] from the environment `env` the run's listener has (a test's listener, whose
+/// environment is not the test process's own).
+pub fn prepare_in(ctx: &RunContext<'_>, env: &ListenerEnv) -> Result<RunSpec, RuntimeError> {
+    (implementation(ctx.settings.listen.runtime).prepare)(ctx, env)
+}
+
+/// A run of this profile as it would be started, built by the same code as a real one in a
+/// throwaway state dir (the key a placeholder, nothing started), for `doctor`'s `reach`: its
+/// command line, environment and kernel line. The dir's paths in the plan stand for the
+/// profile's state dir.
+pub fn dry_run(
+    settings: &Settings,
+    workdir: &Path,
+    identity_template: Option<&str>,
+) -> Result<(RunSpec, PathBuf), RuntimeError> {
+    let dir = std::env::temp_dir().join(format!("agentchat-doctor-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    crate::sys::fs::create_private_dir(&dir)?;
+    let key = SecretString::from("doctor-placeholder-key".to_string());
+    let ctx = RunContext {
+        settings,
+        kind: RunKind::Wake,
+        prompt: "",
+        handle: "@doctor",
+        cycle_id: "doctor",
+        wake_reasons: &[],
+        api_key: &key,
+        state_dir: &dir,
+        workdir,
+        identity_template,
+    };
+    let spec = prepare(&ctx);
+    let _ = std::fs::remove_dir_all(&dir);
+    spec.map(|s| (s, dir))
 }
 
 /// The binary a CLI runtime runs: the configured one (`listen.claude.binary`, ...), else the
 /// descriptor's default on `PATH`. A runtime without a CLI (the script runtime, whose program is
 /// the user's own and only found relative to the run's workdir) has none to resolve.
 pub fn cli_binary(settings: &Settings, runtime: RuntimeKind) -> Result<PathBuf, RuntimeError> {
+    let path_var = std::env::var_os("PATH");
+    cli_binary_in(settings, runtime, path_var.as_deref())
+}
+
+/// [`cli_binary`] searching `path_var` (the listener's `PATH`).
+pub fn cli_binary_in(
+    settings: &Settings,
+    runtime: RuntimeKind,
+    path_var: Option<&std::ffi::OsStr>,
+) -> Result<PathBuf, RuntimeError> {
     let d = runtime.descriptor();
     let default = d.binary.ok_or_else(|| {
         RuntimeError::Unusable(format!("the {} runtime runs no CLI of its own", d.name))
     })?;
-    agent_cli::resolve_binary(
+    agent_cli::resolve_binary_in(
         settings.listen.cli_binary(runtime),
         default,
         d.name,
         d.config_key,
+        path_var,
     )
 }
 

@@ -1,7 +1,8 @@
 //! The script runtime: the configured argv, the prompt on stdin, the key in `AGENTCHAT_API_KEY`
 //! unless switched off (it is the user's own program).
 
-use super::{RunContext, RunOutcome, RunSpec, RuntimeError, common_env};
+use super::{ListenerEnv, RunContext, RunOutcome, RunSpec, RuntimeError, common_env};
+use crate::core::sandbox::Access;
 use crate::sys::process::ProcessEnd;
 use secrecy::ExposeSecret;
 use std::path::{Path, PathBuf};
@@ -9,7 +10,7 @@ use std::path::{Path, PathBuf};
 /// Builds the run: `command[0]` (a bare name is looked up on PATH now, so a missing program is a
 /// clear configuration error rather than a failed run), the rest as arguments, the prompt on stdin,
 /// the run's context in the environment, `ctx.workdir` as the working directory.
-pub fn prepare(ctx: &RunContext<'_>) -> Result<RunSpec, RuntimeError> {
+pub fn prepare(ctx: &RunContext<'_>, listener: &ListenerEnv) -> Result<RunSpec, RuntimeError> {
     let command = &ctx.settings.listen.command;
     let Some(first) = command.first() else {
         return Err(RuntimeError::Unusable(
@@ -18,7 +19,7 @@ pub fn prepare(ctx: &RunContext<'_>) -> Result<RunSpec, RuntimeError> {
                 .into(),
         ));
     };
-    let program = locate(first, ctx.workdir, std::env::var_os("PATH").as_deref())?;
+    let program = locate(first, ctx.workdir, listener.var_os("PATH"))?;
 
     let mut env = common_env(ctx);
     let mut env_remove = Vec::new();
@@ -32,15 +33,33 @@ pub fn prepare(ctx: &RunContext<'_>) -> Result<RunSpec, RuntimeError> {
         env_remove.push("AGENTCHAT_API_KEY".into());
     }
 
+    let scratch = super::sandbox::fresh_scratch(ctx.state_dir, listener)?;
+    env.extend(super::sandbox::tmp_env(&scratch));
+    let args = command.get(1..).unwrap_or_default().to_vec();
+    let sandbox = ctx.settings.listen.sandbox_script.then(|| {
+        let mut plan = super::sandbox::base_plan(ctx, listener, &scratch);
+        super::sandbox::add_program(&mut plan, &program, listener);
+        // The files `command` names (`sh /path/agent.sh`), each alone.
+        for arg in &args {
+            let p = Path::new(arg);
+            if p.is_absolute() && p.is_file() {
+                plan.add(p, Access::Read, "a file `command` names");
+            }
+        }
+        plan
+    });
+
     Ok(RunSpec {
         program,
-        args: command.get(1..).unwrap_or_default().to_vec(),
+        args,
         env,
         env_remove,
         env_pass: ctx.settings.listen.env_pass.clone(),
         stdin: Some(ctx.prompt.as_bytes().to_vec()),
         cwd: ctx.workdir.to_path_buf(),
         runtime: crate::config::RuntimeKind::Script,
+        sandbox,
+        scratch: Some(scratch),
     })
 }
 
@@ -100,9 +119,11 @@ mod tests {
         .unwrap()
     }
 
-    fn with_ctx<T>(s: &Settings, f: impl FnOnce(&RunContext<'_>) -> T) -> T {
+    /// `f` of a context and an empty listener environment (the programs named by their paths).
+    fn with_ctx<T>(s: &Settings, f: impl FnOnce(&RunContext<'_>, &ListenerEnv) -> T) -> T {
         let key = SecretString::from("ac_script_key".to_string());
         let reasons = vec!["message".to_string(), "invite".to_string()];
+        let state = tempfile::tempdir().unwrap();
         let ctx = RunContext {
             settings: s,
             kind: RunKind::Invite,
@@ -111,10 +132,11 @@ mod tests {
             cycle_id: "c-42",
             wake_reasons: &reasons,
             api_key: &key,
-            state_dir: Path::new("/state"),
+            state_dir: state.path(),
             workdir: Path::new("/work/dir"),
+            identity_template: None,
         };
-        f(&ctx)
+        f(&ctx, &ListenerEnv::default())
     }
 
     fn env_of(spec: &RunSpec, name: &str) -> Option<String> {
@@ -163,6 +185,17 @@ mod tests {
             Some("ac_script_key")
         );
         assert!(spec.env_remove.is_empty());
+        // Confined by default: the program, the workdir, its scratch folder (TMPDIR).
+        let plan = spec.sandbox.as_ref().unwrap();
+        assert!(
+            plan.with_access(Access::ReadWrite)
+                .any(|p| p == Path::new("/work/dir"))
+        );
+        let tmp = env_of(&spec, "TMPDIR").unwrap();
+        assert!(
+            tmp.starts_with(spec.scratch.as_ref().unwrap().to_str().unwrap()),
+            "{tmp}"
+        );
         assert!(
             !spec.args.iter().any(|a| a.contains("ac_script_key")),
             "key never in argv"
@@ -177,6 +210,10 @@ mod tests {
         let spec = with_ctx(&s, prepare).unwrap();
         assert_eq!(env_of(&spec, "AGENTCHAT_API_KEY"), None);
         assert_eq!(spec.env_remove, vec!["AGENTCHAT_API_KEY".to_string()]);
+        let s = settings(
+            "[listen]\nruntime = \"script\"\ncommand = [\"/bin/sh\"]\nsandbox_script = false\n",
+        );
+        assert!(with_ctx(&s, prepare).unwrap().sandbox.is_none());
     }
 
     #[test]

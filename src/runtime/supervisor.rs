@@ -138,9 +138,13 @@ pub async fn run(
     on_start();
     let (mut log, output_log) = open_run_log(spec, log_path, limits.log_max);
     let mut group = match spawned {
-        Ok(group) => group,
+        Ok((group, confined)) => {
+            note(&mut log, &confined);
+            group
+        }
         Err(msg) => {
             note(&mut log, &format!("run not started: {msg}"));
+            remove_scratch(spec);
             return report(ProcessEnd::SpawnFailed(msg), None);
         }
     };
@@ -171,6 +175,7 @@ pub async fn run(
     // be reused while any member still holds it, so this reaches only the run's own leftovers.
     drop(group);
     let _ = std::fs::remove_file(&group_file);
+    remove_scratch(spec);
     if let Some(f) = feeder {
         f.abort();
     }
@@ -229,9 +234,16 @@ fn open_run_log(spec: &RunSpec, log_path: &Path, max: u64) -> (RunLog, CappedLog
     (log, capped)
 }
 
+fn remove_scratch(spec: &RunSpec) {
+    if let Some(dir) = &spec.scratch {
+        crate::runtime::sandbox::remove_scratch(dir);
+    }
+}
+
 /// Starts the run in its own process group, stdout and stderr piped (to the capped log relay),
-/// the environment cleaned.
-fn spawn(spec: &RunSpec) -> Result<GroupChild, String> {
+/// the environment cleaned, inside the kernel's line of its plan (`runtime::landlock`). With the
+/// process, the run log's line on how it is confined.
+fn spawn(spec: &RunSpec) -> Result<(GroupChild, String), String> {
     let mut cmd = tokio::process::Command::new(&spec.program);
     cmd.args(&spec.args)
         .current_dir(&spec.cwd)
@@ -252,13 +264,36 @@ fn spawn(spec: &RunSpec) -> Result<GroupChild, String> {
         cmd.env_remove(name);
     }
     cmd.envs(spec.env.iter().map(|(k, v)| (k, v)));
-    GroupChild::spawn(&mut cmd).map_err(|e| {
+    // Built before the fork; the child only enters it. Kept until the spawn has returned.
+    let prepared = match &spec.sandbox {
+        Some(plan) => crate::runtime::landlock::prepare(plan)?,
+        None => None,
+    };
+    let confined = match (&spec.sandbox, &prepared) {
+        (None, _) => "not confined by the kernel (listen.sandbox_script = false)".to_string(),
+        (Some(_), None) => format!(
+            "not confined by the kernel: {}",
+            crate::runtime::landlock::Support::None.describe()
+        ),
+        (Some(plan), Some(p)) => format!(
+            "confined by the kernel ({}): {} paths, TCP ports {:?}",
+            p.support.describe(),
+            plan.paths.len(),
+            plan.ports
+        ),
+    };
+    if let Some(p) = &prepared {
+        crate::runtime::landlock::enter_on_exec(&mut cmd, p);
+    }
+    let group = GroupChild::spawn(&mut cmd).map_err(|e| {
         format!(
             "cannot start {} (in {}): {e}",
             spec.program.display(),
             spec.cwd.display()
         )
-    })
+    })?;
+    drop(prepared);
+    Ok((group, confined))
 }
 
 /// Feeds stdin from its own task: a child that never reads must not block the supervisor, and
@@ -651,6 +686,8 @@ mod tests {
             stdin: None,
             cwd: cwd.to_path_buf(),
             runtime: crate::config::RuntimeKind::ClaudeCode,
+            sandbox: None,
+            scratch: None,
         }
     }
 

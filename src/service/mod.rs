@@ -456,6 +456,17 @@ pub fn render_current(
     ))
 }
 
+/// The path the user runs agentchat by (a symlink on PATH, not its versioned target), as the
+/// unit's `ExecStart` names it: what the MCP entries and the service subprocess run.
+pub fn stable_exe() -> anyhow::Result<PathBuf> {
+    let exe = std::env::current_exe()?;
+    Ok(stable_program(
+        &exe,
+        std::env::args_os().next().as_deref(),
+        std::env::var_os("PATH").as_deref(),
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

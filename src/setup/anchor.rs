@@ -91,7 +91,7 @@ mod tests {
             created: before.is_none(),
             separator: separator(before, &after).to_string(),
             block: block_in(&after).unwrap(),
-            after_sha256: super::super::files::sha256(after.as_bytes()),
+            after_sha256: crate::sys::capped::sha256(after.as_bytes()),
             ..IdentityRecord::default()
         }
     }

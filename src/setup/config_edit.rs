@@ -17,6 +17,8 @@ pub struct Wanted {
     pub runtime: Option<String>,
     /// The script runtime's argv.
     pub command: Option<Vec<String>>,
+    /// Keys of the profile's `[listen.policy]` (the bounds on runs the user changed).
+    pub policy: Vec<(&'static str, Value)>,
 }
 
 /// Each key's path and value for `profile`.
@@ -44,6 +46,9 @@ pub fn keys_for(profile: &str, wanted: &Wanted) -> Vec<(Vec<String>, Value)> {
     if let Some(cmd) = &wanted.command {
         let arr: toml_edit::Array = cmd.iter().map(String::as_str).collect();
         out.push((at(&["listen", "command"]), Value::Array(arr)));
+    }
+    for (key, v) in &wanted.policy {
+        out.push((at(&["listen", "policy", key]), v.clone()));
     }
     out
 }
@@ -191,13 +196,17 @@ pub fn revert(
         let Some((name, parents)) = path.split_last() else {
             continue;
         };
-        if let Some(parent) = existing_table(&mut doc, parents)
-            && parent
-                .get(name)
-                .and_then(Item::as_table)
-                .is_some_and(Table::is_empty)
-        {
-            parent.remove(name);
+        let Some(parent) = existing_table(&mut doc, parents) else {
+            continue;
+        };
+        match parent.get_mut(name).and_then(Item::as_table_mut) {
+            Some(t) if t.is_empty() => {
+                parent.remove(name);
+            }
+            // Only tables of the user's own left in it (`[listen.policy]` under setup's
+            // `[listen]`): its header goes, the tables stay.
+            Some(t) if t.iter().all(|(_, item)| item.is_table()) => t.set_implicit(true),
+            _ => {}
         }
     }
     Ok(same_line_endings(text, doc.to_string()))
@@ -312,6 +321,24 @@ mod tests {
         assert_eq!(records.len(), 2);
         assert_eq!(records[1].previous.as_deref(), Some("\"codex\""));
         assert_eq!(revert(&after, &records, &created).unwrap(), USER);
+    }
+
+    #[test]
+    fn a_table_of_the_users_own_under_one_setup_created_stays_without_setups_header() {
+        let keys = keys_for("default", &wanted());
+        let (after, records, created) = apply("", &keys).unwrap();
+        let edited = format!("{after}\n# mine\n[listen.policy]\nmax_runs_per_day = 5\n");
+        let back = revert(&edited, &records, &created).unwrap();
+        assert!(!back.contains("[listen]"), "{back}");
+        assert!(
+            back.contains("# mine\n[listen.policy]\nmax_runs_per_day = 5\n"),
+            "{back}"
+        );
+        let parsed: toml::Table = toml::from_str(&back).unwrap();
+        assert_eq!(
+            parsed["listen"]["policy"]["max_runs_per_day"].as_integer(),
+            Some(5)
+        );
     }
 
     #[test]

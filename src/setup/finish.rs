@@ -2,8 +2,9 @@
 //! without an entry, what the manager says of the service) and the first real run offered after
 //! it (`doctor --run`).
 
-use super::{Place, SetupArgs, pick, tty, user_cli, verdict};
+use super::{Place, SetupArgs, pick, tty, verdict};
 use crate::config::ConfigArgs;
+use crate::runtime::user_cli;
 use std::collections::HashMap;
 use std::path::Path;
 
@@ -37,6 +38,7 @@ pub async fn first_run(
     args: &SetupArgs,
     place: &Place,
     handle: &str,
+    runtime: crate::config::RuntimeKind,
     ask: bool,
 ) -> anyhow::Result<i32> {
     let lock =
@@ -50,10 +52,15 @@ pub async fn first_run(
         }
         return Ok(verdict::EXIT_OK);
     }
+    let cost = if runtime == crate::config::RuntimeKind::Script {
+        ""
+    } else {
+        "; it costs one model call"
+    };
     let wanted = args.run
         || ask
             && tty::confirm(
-                "Try one real run now (`agentchat doctor --run`; it costs one model call)?",
+                &format!("Try one real run now (`agentchat doctor --run`{cost})?"),
                 false,
             )?;
     if !wanted {
@@ -72,9 +79,4 @@ pub async fn first_run(
             Ok(verdict::EXIT_NOT_YET)
         }
     }
-}
-
-/// A yes/no question on the terminal, for `doctor --run`.
-pub(crate) fn confirm(question: &str, default: bool) -> anyhow::Result<bool> {
-    tty::confirm(question, default)
 }

@@ -119,12 +119,18 @@ pub async fn check(api_base: &str, key: &SecretString) -> anyhow::Result<String>
         Ok(handle) => Ok(handle),
         Err(ApiError::Refused(status)) => anyhow::bail!(
             "the server at {api_base} refused this API key (HTTP {status} on GET \
-             /v1/agents/me); nothing was written. Check the key (a fresh one from your \
-             AgentChat account) and run setup again"
+             /v1/agents/me); nothing was written. Check that it is the whole key, for this \
+             server; a lost key is replaced by `agentchat setup --recover --email EMAIL \
+             --handle HANDLE` (a code is emailed; the old key stops working)"
         ),
-        Err(e) => anyhow::bail!(
-            "cannot check the key at {api_base} (GET /v1/agents/me): {e}; nothing was written"
-        ),
+        Err(e) => {
+            let e = e.to_string();
+            anyhow::bail!(
+                "cannot check the key at {api_base} (GET /v1/agents/me): {e}{}; nothing was \
+                 written",
+                super::server::hint(api_base, &e)
+            )
+        }
     }
 }
 

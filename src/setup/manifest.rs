@@ -28,6 +28,33 @@ pub struct Manifest {
     /// `service install` succeeded for this profile.
     #[serde(default)]
     pub service: bool,
+    /// The server setup last used, and the handle it found there: a setup stopped before the
+    /// config was written resumes with them, and undo looks for the agent's listener by them.
+    #[serde(default)]
+    pub api_base: Option<String>,
+    #[serde(default)]
+    pub handle: Option<String>,
+    /// `key_file` holds a key setup got by sign-up or recovery, never shown: its only copy, which
+    /// undo keeps unless told to delete it.
+    #[serde(default)]
+    pub key_only_copy: bool,
+    /// A sign-up or recovery waiting for the code the server emailed (`setup --code`).
+    #[serde(default)]
+    pub pending: Option<PendingCode>,
+}
+
+/// A sign-up (or recovery) started, waiting for its emailed code. The `pending_id` alone gets
+/// nothing: the code is needed too.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct PendingCode {
+    /// Recovery of a lost key, not a sign-up.
+    pub recover: bool,
+    pub api_base: String,
+    pub email: String,
+    pub handle: String,
+    pub pending_id: String,
+    /// When it was asked for (ms since the epoch, this machine's clock).
+    pub sent_at_ms: u64,
 }
 
 /// The config edit: the file's text before setup first touched it (`None`: setup created it),
@@ -47,6 +74,10 @@ pub struct ConfigRecord {
     /// it empty removes it, whichever profile's it is.
     #[serde(default)]
     pub created: bool,
+    /// The file changed between two of setup's runs (a hand edit): `before` no longer stands for
+    /// it, so undo takes out setup's keys one by one and never puts `before` back whole.
+    #[serde(default)]
+    pub edited: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -126,7 +157,7 @@ impl IdentityRecord {
             let before = self.legacy_before.take();
             self.created = before.is_none();
             self.separator = super::anchor::separator(before.as_deref(), &after).to_string();
-            self.after_sha256 = super::files::sha256(after.as_bytes());
+            self.after_sha256 = crate::sys::capped::sha256(after.as_bytes());
         }
     }
 }

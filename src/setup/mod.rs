@@ -15,144 +15,29 @@
 
 mod account;
 mod anchor;
+mod args;
+mod bounds;
 mod config_edit;
-mod files;
 mod finish;
 mod key;
+mod live;
 mod manifest;
+mod now;
 mod pick;
+mod server;
 mod service_step;
 mod signup;
 mod tty;
 mod undo;
-pub(crate) mod user_cli;
 mod verdict;
 mod wiring;
 
 use crate::config::{self, ConfigArgs, RuntimeKind};
-pub(crate) use finish::confirm;
+use crate::sys::capped as files;
+pub use args::{SETUP_HELP, SetupArgs, UNINSTALL_HELP, UninstallArgs};
 use manifest::{ConfigRecord, Manifest};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-
-pub const SETUP_HELP: &str = "\
-The key comes from --api-key-file FILE, else stdin when it is not a terminal, else
-AGENTCHAT_API_KEY, else the profile's key file, else a prompt without echo. Nothing is
-written before the server accepts it (GET /v1/agents/me).
-
-No key yet? In a terminal setup asks \"Do you have an AgentChat API key?\"; answer no to sign
-up with an email and a handle: the server emails a 6-digit code, setup asks for it and stores
-the new agent's key (0600, never shown). --recover gets a new key for an agent whose key is
-lost (the old one stops working). Scripted, the code is read from stdin.
-
-Examples:
-  agentchat setup                                   ask for everything on the terminal
-  agentchat setup --yes --profile work < work.key   scripted: key on stdin, proposals taken
-  agentchat setup --yes --new --email me@example.com --handle my-agent   sign up; code on stdin
-  agentchat setup --yes --recover --email me@example.com --handle my-agent
-  agentchat setup --runtime script -- /home/me/bin/agent --verbose
-  agentchat setup --undo --profile work             remove what setup added
-
-Environment: AGENTCHAT_CONFIG, AGENTCHAT_PROFILE, AGENTCHAT_STATE_DIR (as every command);
-  AGENTCHAT_API_KEY (the key, when neither --api-key-file nor stdin gives one);
-  HOME, CLAUDE_CONFIG_DIR, CODEX_HOME (where Claude Code and Codex keep their config).
-
-Exit codes:
-  0  everything asked for works (the last line says \"@handle answers on this machine\")
-  1  it could not be done: a refused key, a refused sign-up, an unreadable config, \"Go
-     ahead? n\", an undo step that failed
-  3  setup wrote what it could, but something asked for does not work yet: the last line
-     (\"not yet: ...\") says what is missing and what to do";
-
-pub const UNINSTALL_HELP: &str = "\
-Removes what `agentchat setup` recorded for the profile in its state dir (setup.json): the MCP
-entries through the CLIs' own `mcp remove` (Codex's config.toml is put back byte for byte, mode
-included, while it is as setup left it), the identity block, the service (a profile setup added
-to the one-process unit is taken out of the running host), the profile's keys in the config,
-and the key file if setup wrote it. Everything else stays byte for byte. A line ending in
-`...` is said as a wait starts, with its limit.
-
-  $ agentchat uninstall --profile work
-  == undo for profile `work`
-  Claude Code: running `claude mcp remove` (at most 60 s)...
-  Claude Code: MCP server `agentchat` removed (`claude mcp remove`)
-  Claude Code: removed ~/.claude/CLAUDE.md (setup created it)
-  Codex: ~/.codex/config.toml restored byte for byte (as before setup)
-  Codex: removed ~/.codex/AGENTS.md (setup created it)
-  config: removed ~/.config/agentchat/config.toml (setup created it)
-  key: removed ~/.config/agentchat/work.key (setup wrote it)
-
-Exit codes:
-  0  done, or setup never ran for the profile
-  1  a step failed (the manifest is kept, so it can be run again)";
-
-#[derive(Debug, Clone, Default, clap::Args)]
-#[command(group(clap::ArgGroup::new("account").args(["new", "recover"])))]
-pub struct SetupArgs {
-    /// Config file to add the profile to (default: config.toml in the platform config dir)
-    /// [env: AGENTCHAT_CONFIG].
-    #[arg(long, value_name = "FILE")]
-    pub config: Option<PathBuf>,
-    /// The profile to set up (default "default") [env: AGENTCHAT_PROFILE].
-    #[arg(long, value_name = "NAME")]
-    pub profile: Option<String>,
-    /// The agent's runtime (default: the logged-in CLI found on PATH). `script` takes its
-    /// command after `--`.
-    #[arg(long, value_name = "RUNTIME", value_parser = crate::config::value::runtime_parser(), ignore_case = true)]
-    pub runtime: Option<RuntimeKind>,
-    /// The AgentChat server (default: the profile's, else <https://api.agentchat.me>).
-    #[arg(long, value_name = "URL")]
-    pub api_base: Option<String>,
-    /// Use the key in FILE (0600) instead of reading it from stdin or asking.
-    #[arg(long, value_name = "FILE", conflicts_with_all = ["new", "recover"])]
-    pub api_key_file: Option<PathBuf>,
-    /// Sign up a new agent (--email, --handle): the server emails a 6-digit code, read from
-    /// the terminal or stdin; the new key is stored 0600 and never shown.
-    #[arg(long, conflicts_with = "recover")]
-    pub new: bool,
-    /// Get a new key for an agent whose key is lost (--email, --handle): by an emailed code,
-    /// like --new. The old key stops working.
-    #[arg(long)]
-    pub recover: bool,
-    /// The email for --new and --recover (where the code is sent).
-    #[arg(long, value_name = "EMAIL", requires = "account")]
-    pub email: Option<String>,
-    /// The agent's handle for --new and --recover.
-    #[arg(long, value_name = "HANDLE", requires = "account")]
-    pub handle: Option<String>,
-    /// At the end, one real run now (`agentchat doctor --run --yes`): costs one model call. On
-    /// a terminal setup offers it instead.
-    #[arg(long)]
-    pub run: bool,
-    /// Do not install the service.
-    #[arg(long)]
-    pub no_service: bool,
-    /// Do not register the MCP server with Claude Code / Codex or write the identity block.
-    #[arg(long)]
-    pub no_wire: bool,
-    /// Ask nothing: take the proposals.
-    #[arg(long, short = 'y')]
-    pub yes: bool,
-    /// Wire Claude Code / Codex for this profile even where another profile is wired.
-    #[arg(long)]
-    pub rewire: bool,
-    /// Remove what setup added for this profile (the same as `agentchat uninstall`).
-    #[arg(long)]
-    pub undo: bool,
-    /// The script runtime's command: `-- PROGRAM ARGS...`.
-    #[arg(last = true, value_name = "COMMAND")]
-    pub command: Vec<String>,
-}
-
-#[derive(Debug, Clone, Default, clap::Args)]
-pub struct UninstallArgs {
-    /// Config file setup edited [env: AGENTCHAT_CONFIG].
-    #[arg(long, value_name = "FILE")]
-    pub config: Option<PathBuf>,
-    /// The profile to remove (default "default") [env: AGENTCHAT_PROFILE].
-    #[arg(long, value_name = "NAME")]
-    pub profile: Option<String>,
-}
 
 /// The profile, its config file and its state dir, as every other command finds them.
 pub(crate) struct Place {
@@ -191,65 +76,82 @@ impl Place {
     }
 }
 
-/// The path the user runs agentchat by (a symlink on PATH, not its versioned target), as the
-/// unit's `ExecStart` names it: what the MCP entries and the service subprocess run.
-pub(crate) fn stable_exe() -> anyhow::Result<PathBuf> {
-    let exe = std::env::current_exe()?;
-    Ok(crate::service::stable_program(
-        &exe,
-        std::env::args_os().next().as_deref(),
-        std::env::var_os("PATH").as_deref(),
-    ))
-}
-
 pub async fn run_command(args: SetupArgs) -> anyhow::Result<i32> {
     if args.undo {
-        return undo::run(args.config.as_deref(), args.profile.as_deref()).await;
+        return undo::run(
+            args.config.as_deref(),
+            args.profile.as_deref(),
+            args.delete_key,
+        )
+        .await;
     }
     run_setup(args).await
 }
 
 pub async fn run_uninstall(args: UninstallArgs) -> anyhow::Result<i32> {
-    undo::run(args.config.as_deref(), args.profile.as_deref()).await
+    undo::run(
+        args.config.as_deref(),
+        args.profile.as_deref(),
+        args.delete_key,
+    )
+    .await
 }
 
-/// What the profile has now, when the config defines it: its server, key file and runtime.
-struct Current {
-    api_base: String,
-    key: Option<(PathBuf, secrecy::SecretString)>,
-    runtime: Option<(RuntimeKind, Vec<String>)>,
-}
-
-fn current(place: &Place, config_text: Option<&str>, defined: bool) -> Current {
-    let mut env = place.env.clone();
-    env.remove("AGENTCHAT_API_KEY");
-    let args = ConfigArgs {
-        config: Some(place.config_path.clone()),
-        profile: Some(place.profile.clone()),
-        ..Default::default()
-    };
-    let loaded = config_text.and_then(|t| {
-        config::ConfigFile::parse(&args, env.clone(), &place.config_path, t)
-            .and_then(|file| file.settings(None, config::KeyFile::Named))
-            .ok()
-    });
-    let api_base = loaded
-        .as_ref()
-        .map(|s| s.api_base.clone())
-        .or_else(|| env.get("AGENTCHAT_API_BASE").cloned())
-        .unwrap_or_else(|| config::DEFAULT_API_BASE.to_string());
-    let key = loaded.as_ref().and_then(|s| match &s.key_source {
-        config::KeySource::File(p) => config::read_key_file(p).ok().map(|k| (p.clone(), k)),
-        _ => None,
-    });
-    let runtime = loaded
-        .filter(|_| defined)
-        .map(|s| (s.listen.runtime, s.listen.command));
-    Current {
-        api_base,
-        key,
-        runtime,
+/// `agentchat setup` for this profile and config, as the user would type it again.
+fn again(args: &SetupArgs) -> String {
+    let mut line = "agentchat setup".to_string();
+    if let Some(p) = &args.profile {
+        line.push_str(&format!(" --profile {p}"));
     }
+    if let Some(c) = &args.config {
+        line.push_str(&format!(" --config {}", c.display()));
+    }
+    line
+}
+
+/// The server for this run: `--api-base`, else the answer on a terminal, else the profile's.
+/// `Some` when the config must say it (it differs, or a stopped setup's server is resumed).
+fn choose_server(
+    args: &SetupArgs,
+    ask: bool,
+    now: &now::Current,
+) -> anyhow::Result<Option<String>> {
+    let resumed = now.base_resumed;
+    Ok(match &args.api_base {
+        Some(b) => Some(server::parse(b, "--api-base")?),
+        None if ask => {
+            let b = tty::ask("AgentChat server", &now.api_base)?;
+            (b != now.api_base || resumed)
+                .then(|| server::parse(&b, "server"))
+                .transpose()?
+        }
+        None => resumed.then(|| now.api_base.clone()),
+    })
+}
+
+/// Which flow gets the key when there is none: sign-up, recovery, or none (a key is given).
+fn choose_flow(
+    args: &SetupArgs,
+    m: &Manifest,
+    base: &str,
+    has_key: bool,
+) -> anyhow::Result<Option<signup::Flow>> {
+    let waiting = account::waiting(m, None, base);
+    Ok(if args.code.is_some() {
+        Some(match waiting {
+            Some(p) if p.recover => signup::Flow::Recover,
+            _ if args.recover => signup::Flow::Recover,
+            _ => signup::Flow::Register,
+        })
+    } else if args.new {
+        Some(signup::Flow::Register)
+    } else if args.recover {
+        Some(signup::Flow::Recover)
+    } else if tty::interactive() && args.api_key_file.is_none() && !has_key {
+        account::ask_for_flow(waiting)?
+    } else {
+        None
+    })
 }
 
 async fn run_setup(args: SetupArgs) -> anyhow::Result<i32> {
@@ -265,27 +167,28 @@ async fn run_setup(args: SetupArgs) -> anyhow::Result<i32> {
     let config_text = files::read_text(&place.config_path, files::TEXT_CAP)?;
     let defined = profile == config::DEFAULT_PROFILE && config_text.is_some()
         || config_edit::profiles_in(config_text.as_deref().unwrap_or("")).contains(&profile);
-    let now = current(&place, config_text.as_deref(), defined);
     println!(
         "agentchat setup: profile `{profile}`, config {}",
         place.config_path.display()
     );
-
-    // 1. Server and key, checked before anything is written.
-    let api_base = match &args.api_base {
-        Some(b) => {
-            Some(config::value::api_base(b).map_err(|p| anyhow::anyhow!("--api-base: {p}"))?)
-        }
-        None if ask => {
-            let b = tty::ask("AgentChat server", &now.api_base)?;
-            (b != now.api_base)
-                .then(|| config::value::api_base(&b).map_err(|p| anyhow::anyhow!("server: {p}")))
-                .transpose()?
-        }
-        None => None,
-    };
-    let base = api_base.clone().unwrap_or_else(|| now.api_base.clone());
+    // 0. The config as the listener reads it, before any question.
     let target = key::default_key_file(&place.config_path, &profile);
+    let now = now::read(
+        &place,
+        config_text.as_deref(),
+        defined,
+        args.api_base.as_deref(),
+        earlier.as_ref(),
+        &target,
+    )?;
+    for line in &now.resumed {
+        println!("{line}");
+    }
+
+    // 1. Server and key, checked before anything is sent or written.
+    let api_base = choose_server(&args, ask, &now)?;
+    let base = api_base.clone().unwrap_or_else(|| now.api_base.clone());
+    server::refuse_cleartext(&base, now.allow_cleartext)?;
     let existing = now.key.as_ref().map(|(p, k)| (p.as_path(), k));
     // Trimmed as doctor and the listener read it: a stray newline or space is not the key's.
     let env_key = place
@@ -297,32 +200,41 @@ async fn run_setup(args: SetupArgs) -> anyhow::Result<i32> {
     let mut m = earlier.clone().unwrap_or_else(|| Manifest::new(&profile));
     let mut changed = false;
     let mut done: Vec<String> = Vec::new();
-    let flow = if args.new {
-        Some(signup::Flow::Register)
-    } else if args.recover {
-        Some(signup::Flow::Recover)
-    } else if tty::interactive()
-        && args.api_key_file.is_none()
-        && existing.is_none()
-        && env_key.is_none()
-    {
-        account::ask_for_flow()?
-    } else {
-        None
-    };
+    let flow = choose_flow(&args, &m, &base, existing.is_some() || env_key.is_some())?;
+    if let (Some(signup::Flow::Register), Some((file, _))) = (flow, existing) {
+        anyhow::bail!(
+            "profile `{profile}` already has an API key ({}): a sign-up would put another \
+             agent's key in its place, so nothing was asked of the server. Sign the new agent \
+             up under a profile of its own (`agentchat setup --profile NAME --new …`); to \
+             replace this profile's agent, move {} away first (keep it: it is the only way to \
+             that agent, besides `--recover`)",
+            file.display(),
+            file.display()
+        );
+    }
     let key = match flow {
         Some(flow) => {
-            let k = account::obtain(
-                &base,
+            let again = again(&args);
+            let request = account::Request {
+                base: &base,
                 flow,
-                &args,
-                now.key.as_ref().map(|(p, _)| p.as_path()),
-                &target,
-                earlier.as_ref(),
-            )
-            .await?;
+                args: &args,
+                existing: now.key.as_ref().map(|(p, _)| p.as_path()),
+                target: &target,
+                state_dir: &place.state_dir,
+                again: &again,
+            };
+            let k = match account::obtain(&request, &mut m).await? {
+                account::Obtained::Key(k) => k,
+                account::Obtained::Waiting(line) => {
+                    println!("{line}");
+                    return Ok(verdict::EXIT_NOT_YET);
+                }
+            };
             // Stored at once: the server shows a new key only once.
             key::store(&k, &mut m)?;
+            m.key_only_copy = true;
+            m.api_base = Some(base.clone());
             manifest::create_dirs(&place.state_dir, &mut m, true)?;
             m.save(&place.state_dir)?;
             changed = true;
@@ -338,7 +250,7 @@ async fn run_setup(args: SetupArgs) -> anyhow::Result<i32> {
             ask,
         )?,
     };
-    wiring::progress(&format!(
+    crate::sys::text::progress(&format!(
         "key: checking it with {base} (GET /v1/agents/me, at most {} s)...",
         key::CHECK_WAIT.as_secs()
     ));
@@ -360,6 +272,8 @@ async fn run_setup(args: SetupArgs) -> anyhow::Result<i32> {
         ask,
     )?;
     println!("runtime: {runtime}");
+    // The bounds on runs it will have (issue 38), and whether to keep them.
+    let policy = bounds::choose(&now.policy, ask)?;
 
     // 3. Config: the plan, shown before it is written.
     let wanted = config_edit::Wanted {
@@ -367,6 +281,7 @@ async fn run_setup(args: SetupArgs) -> anyhow::Result<i32> {
         api_key_file: Some(key.file.display().to_string()),
         runtime: Some(runtime.as_str().to_string()),
         command: (runtime == RuntimeKind::Script).then_some(command),
+        policy,
     };
     let keys = config_edit::keys_for(&profile, &wanted);
     let before = config_text.clone().unwrap_or_default();
@@ -402,14 +317,17 @@ async fn run_setup(args: SetupArgs) -> anyhow::Result<i32> {
     }
 
     // Writes start here (a key from sign-up or recovery is stored already).
+    let key_written = flow.is_some() || key::store(&key, &mut m)?;
     if flow.is_none() {
-        if key::store(&key, &mut m)? {
+        if key_written {
             changed = true;
             done.push(format!("key: stored in {} (0600)", key.file.display()));
         } else {
             done.push(format!("key: {} (unchanged)", key.file.display()));
         }
     }
+    m.api_base = Some(base.clone());
+    m.handle = Some(handle.clone());
     manifest::create_dirs(&place.state_dir, &mut m, true)?;
     if config_changes {
         if let Some(dir) = place.config_path.parent() {
@@ -435,11 +353,21 @@ async fn run_setup(args: SetupArgs) -> anyhow::Result<i32> {
     }
     manifest::inherit(&mut m, &place.state_dir, &place.config_path);
     m.save(&place.state_dir)?;
+    // A listener that runs for the profile reads the config only at start and on SIGHUP.
+    let mut not_taken = Vec::new();
+    if (config_changes || key_written)
+        && let Some(l) = live::for_profile(&place.state_dir, &profile, None)
+    {
+        match live::reload(&l, runtime.as_str()).await {
+            Ok(line) => done.push(line),
+            Err(why) => not_taken.push(why),
+        }
+    }
 
     // 4. Wiring.
     let mut blocks_unwritten = Vec::new();
     if wire_clis {
-        let exe = stable_exe()?;
+        let exe = crate::service::stable_exe()?;
         let mut argv = vec![
             exe.display().to_string(),
             "mcp".into(),
@@ -488,7 +416,7 @@ async fn run_setup(args: SetupArgs) -> anyhow::Result<i32> {
     }
 
     // 6. Check, and the one screen.
-    wiring::progress(&format!(
+    crate::sys::text::progress(&format!(
         "doctor: checking the key and the texts with {base} (at most {} s), then the runtime...",
         2 * crate::doctor::facts::SERVER_TIMEOUT.as_secs()
     ));
@@ -520,6 +448,11 @@ async fn run_setup(args: SetupArgs) -> anyhow::Result<i32> {
         None => "agentchat setup --undo".to_string(),
     };
     println!("To undo all of it: `{undo}` (or `agentchat uninstall`, same flags).");
+    let listener =
+        live::for_agent(&place.state_dir, (&base, &handle)).map(|l| verdict::Listening {
+            who: l.describe(),
+            problem: l.problem(&profile),
+        });
     let v = verdict::judge(&verdict::Facts {
         profile: &profile,
         handle: &handle,
@@ -536,6 +469,8 @@ async fn run_setup(args: SetupArgs) -> anyhow::Result<i32> {
         } else {
             verdict::Service::NotWanted
         },
+        listener,
+        not_taken,
         doctor: &report,
     });
     for line in &v.missing {
@@ -545,7 +480,7 @@ async fn run_setup(args: SetupArgs) -> anyhow::Result<i32> {
     if v.code != verdict::EXIT_OK {
         return Ok(v.code);
     }
-    finish::first_run(&args, &place, &handle, ask).await
+    finish::first_run(&args, &place, &handle, runtime, ask).await
 }
 
 /// Records the config edit, keeping the first run's "before" for every key.
@@ -559,6 +494,8 @@ fn merge_config(
 ) {
     match &mut m.config {
         Some(c) if c.path == path => {
+            // Not as setup left it: someone else wrote to it since.
+            c.edited |= before.as_deref() != Some(c.after.as_str());
             for r in records {
                 if !c.keys.iter().any(|k| k.path == r.path) {
                     c.keys.push(r);

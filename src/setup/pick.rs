@@ -2,8 +2,8 @@
 //! logged in (doctor's own probes), one proposed, or `script` with a command.
 
 use super::tty;
-use super::user_cli::{self, Cli};
 use crate::config::RuntimeKind;
+use crate::runtime::user_cli::{self, Cli};
 use std::path::PathBuf;
 
 /// One CLI found on PATH.
@@ -126,7 +126,8 @@ pub fn choose(
     Ok((kind, argv))
 }
 
-/// One line per CLI found, for the screen.
+/// One line per CLI found, for the screen. A login problem is said in the probe's own words,
+/// which say how to log in (`runtime::probe`): one instruction per CLI on the screen.
 pub fn describe(found: &[Found]) -> Vec<String> {
     if found.is_empty() {
         return vec!["runtimes: neither `claude` nor `codex` is on PATH".into()];
@@ -134,13 +135,13 @@ pub fn describe(found: &[Found]) -> Vec<String> {
     found
         .iter()
         .map(|f| {
-            let how = if f.logged_in {
-                String::new()
+            let until = if f.logged_in {
+                ""
             } else {
-                format!("; it cannot answer until you log in: {}", login_hint(f.cli))
+                "; it cannot answer until then"
             };
             format!(
-                "runtime {}: {} ({}){how}",
+                "runtime {}: {} ({}){until}",
                 f.cli.runtime(),
                 f.binary.display(),
                 f.login
@@ -149,11 +150,17 @@ pub fn describe(found: &[Found]) -> Vec<String> {
         .collect()
 }
 
-/// How to log a CLI in, said where the runtime is chosen and in setup's last line: a run of a
-/// CLI that is not logged in fails at the first message.
+/// How to log a CLI in, in setup's last line: the same instruction as the login check's
+/// (`runtime::probe`), which doctor and the runtime line above say.
 pub fn login_hint(cli: Cli) -> &'static str {
     match cli {
-        Cli::Claude => "run `claude` and /login (or `claude setup-token`), then `agentchat doctor`",
-        Cli::Codex => "run `codex login`, then `agentchat doctor`",
+        Cli::Claude => {
+            "log in as the listener's user (`claude auth login`), or give the listener \
+             ANTHROPIC_API_KEY; then `agentchat doctor`"
+        }
+        Cli::Codex => {
+            "run `codex login` as the listener's user, or give the listener a provider key; \
+             then `agentchat doctor`"
+        }
     }
 }

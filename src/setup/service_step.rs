@@ -13,7 +13,7 @@ const COME_UP: Duration = Duration::from_secs(15);
 /// The path the user ran agentchat by (`service::stable_program`): the subprocess gets it as its
 /// `argv[0]`, so the unit it writes is the one `service print` and `doctor` render from a shell.
 fn exe() -> anyhow::Result<PathBuf> {
-    super::stable_exe()
+    crate::service::stable_exe()
 }
 
 fn profile_args<'a>(profile: &'a str, config: Option<&'a Path>) -> Vec<String> {

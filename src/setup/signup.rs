@@ -46,6 +46,10 @@ pub struct SignupError {
     pub retry_code: bool,
     /// The handle cannot be had (taken or malformed): another one may work.
     pub retry_handle: bool,
+    /// The email was refused (malformed, or it backs as many agents as it may): another may work.
+    pub retry_email: bool,
+    /// The code can no longer be used (expired, used, no tries left): only a new code helps.
+    pub new_code: bool,
 }
 
 impl SignupError {
@@ -54,6 +58,8 @@ impl SignupError {
             text,
             retry_code: false,
             retry_handle: false,
+            retry_email: false,
+            new_code: false,
         }
     }
 }
@@ -82,13 +88,13 @@ fn explain(status: u16, body: &Value, email: &str, handle: &str) -> SignupError 
             num("limit").map(|n| format!(" ({n})")).unwrap_or_default()
         ),
         "INVALID_CODE" => match num("attempts_left") {
-            Some(0) => "that code is not right, and no tries are left: run setup again for a \
-                        new code"
-                .to_string(),
+            Some(0) => "that code is not right, and no tries are left for it".to_string(),
             Some(n) => format!("that code is not right ({n} tries left)"),
             None => "that code is not right".to_string(),
         },
-        "CODE_EXPIRED" => "the code expired or was used: run setup again for a new one".into(),
+        "CODE_EXPIRED" => {
+            "the code expired (a code is good for 10 minutes) or was used already".into()
+        }
         "HANDLE_REQUIRED" => {
             let hs: Vec<&str> = details
                 .and_then(|d| d.get("handles"))
@@ -118,6 +124,12 @@ fn explain(status: u16, body: &Value, email: &str, handle: &str) -> SignupError 
     });
     e.retry_code = code == "INVALID_CODE" && num("attempts_left") != Some(0);
     e.retry_handle = matches!(code, "HANDLE_TAKEN" | "INVALID_HANDLE");
+    e.retry_email = matches!(
+        code,
+        "EMAIL_LIMIT_REACHED" | "EMAIL_TAKEN" | "EMAIL_EXHAUSTED"
+    ) || code == "VALIDATION_ERROR" && said.to_ascii_lowercase().contains("email");
+    e.new_code =
+        code == "CODE_EXPIRED" || code == "INVALID_CODE" && num("attempts_left") == Some(0);
     e
 }
 
@@ -157,7 +169,12 @@ async fn post(base: &str, path: &str, body: &Value) -> Result<(u16, Value), Sign
                 TIME_LIMIT.as_secs()
             ))
         })?
-        .map_err(|e| SignupError::plain(format!("POST {path} at {base}: {e}")))?;
+        .map_err(|e| {
+            SignupError::plain(format!(
+                "POST {path} at {base}: {e}{}",
+                super::server::hint(base, &e)
+            ))
+        })?;
     let v: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
     Ok((status, v))
 }
@@ -273,7 +290,20 @@ mod tests {
             "a@b.c",
             "alice",
         );
-        assert!(!e.retry_code && e.text.contains("run setup again"));
+        assert!(!e.retry_code && e.new_code && e.text.contains("no tries are left"));
+        let e = explain(
+            400,
+            &json!({"code": "VALIDATION_ERROR", "message": "email must be a valid email address"}),
+            "x",
+            "alice",
+        );
+        assert!(e.retry_email && !e.retry_handle, "{}", e.text);
+        let e = explain(400, &json!({"code": "CODE_EXPIRED"}), "a@b.c", "alice");
+        assert!(
+            e.new_code && !e.retry_code && e.text.contains("expired"),
+            "{}",
+            e.text
+        );
         let e = explain(
             409,
             &json!({"code": "EMAIL_LIMIT_REACHED", "details": {"limit": 3}}),

@@ -33,19 +33,9 @@ pub fn ask(question: &str, default: &str) -> anyhow::Result<String> {
     Ok(if a.is_empty() { default.to_string() } else { a })
 }
 
-/// Asks a yes/no question; an empty answer is `default`.
+/// Asks a yes/no question; an empty answer is `default` (`sys::text`, which `doctor` shares).
 pub fn confirm(question: &str, default: bool) -> anyhow::Result<bool> {
-    loop {
-        let hint = if default { "Y/n" } else { "y/N" };
-        print!("{question} [{hint}]: ");
-        std::io::stdout().flush()?;
-        match read_line()?.to_ascii_lowercase().as_str() {
-            "" => return Ok(default),
-            "y" | "yes" => return Ok(true),
-            "n" | "no" => return Ok(false),
-            _ => println!("Please answer y or n."),
-        }
-    }
+    Ok(crate::sys::text::confirm(question, default)?)
 }
 
 /// The terminal's attributes before echo went off, for the signal handler: set once (every

@@ -5,11 +5,16 @@
 //! goes only if setup wrote it. A file still exactly as setup left it gets its earlier bytes back.
 
 use super::manifest::{CliRecord, IdentityRecord, Manifest, StoreRecord};
-use super::user_cli::{self, Cli, Entry};
-use super::{Place, anchor, config_edit, files, service_step};
+use super::{Place, anchor, config_edit, live, service_step, tty};
+use crate::runtime::user_cli::{self, Cli, Entry};
+use crate::sys::capped as files;
 use std::path::Path;
 
-pub async fn run(config: Option<&Path>, profile: Option<&str>) -> anyhow::Result<i32> {
+pub async fn run(
+    config: Option<&Path>,
+    profile: Option<&str>,
+    delete_key: bool,
+) -> anyhow::Result<i32> {
     let place = Place::find(config, profile)?;
     let Some(m) = Manifest::load(&place.state_dir)? else {
         println!(
@@ -23,10 +28,42 @@ pub async fn run(config: Option<&Path>, profile: Option<&str>) -> anyhow::Result
     };
     // Said first: the steps' own waits (`mcp remove`) are said as they start.
     println!("== undo for profile `{}`", place.profile);
+    // Asked before anything is undone, so the answer is not lost among the steps' lines.
+    let delete_key = delete_key || m.key_only_copy && ask_delete_key(&m)?;
     let mut lines = Vec::new();
     let mut failed = false;
     if m.service {
         lines.push(service_step::uninstall(&place.profile));
+    }
+    // The profile's listener outside the service (a terminal, your own supervisor) is stopped
+    // before the key and the config it runs with go; one in a `listen --all` process with other
+    // profiles drops the profile when the config no longer names it (below).
+    let agent = m.api_base.as_deref().zip(m.handle.as_deref());
+    let mut shared = None;
+    if let Some(l) = live::for_profile(&place.state_dir, &place.profile, agent) {
+        if l.shared {
+            shared = Some(l);
+        } else {
+            crate::sys::text::progress(&format!(
+                "listener: stopping {} (at most {} s)...",
+                l.describe(),
+                live::STOP_WAIT.as_secs()
+            ));
+            match live::stop(&l).await {
+                Ok(line) => lines.push(line),
+                Err(why) => {
+                    for l in &lines {
+                        println!("{l}");
+                    }
+                    println!("listener: {why}");
+                    println!(
+                        "Nothing else was undone while it runs: the manifest {} is kept.",
+                        place.state_dir.join(super::manifest::FILE).display()
+                    );
+                    return Ok(1);
+                }
+            }
+        }
     }
     for (cli, rec) in [(Cli::Claude, &m.claude), (Cli::Codex, &m.codex)] {
         if let Some(rec) = rec {
@@ -51,6 +88,15 @@ pub async fn run(config: Option<&Path>, profile: Option<&str>) -> anyhow::Result
             }
         }
     }
+    if let Some(l) = &shared {
+        match live::leave_host(l).await {
+            Ok(line) => lines.push(line),
+            Err(why) => {
+                failed = true;
+                lines.push(format!("listener: {why}"));
+            }
+        }
+    }
     // The listener's copy of the key for Claude Code runs (src/runtime/claude.rs writes it).
     let mcp_config = place
         .state_dir
@@ -67,12 +113,16 @@ pub async fn run(config: Option<&Path>, profile: Option<&str>) -> anyhow::Result
         }
     }
     if let Some(k) = &m.key_file {
-        match std::fs::remove_file(k) {
-            Ok(()) => lines.push(format!("key: removed {} (setup wrote it)", k.display())),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => {
-                failed = true;
-                lines.push(format!("key: cannot remove {}: {e}", k.display()));
+        if m.key_only_copy && !delete_key {
+            lines.push(kept_key(&m, k));
+        } else {
+            match std::fs::remove_file(k) {
+                Ok(()) => lines.push(removed_key(&m, k)),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => {
+                    failed = true;
+                    lines.push(format!("key: cannot remove {}: {e}", k.display()));
+                }
             }
         }
     }
@@ -216,12 +266,21 @@ async fn undo_entry(
     failed
 }
 
-/// After a rewire over another profile: how to wire that one again, while it exists.
+/// After a rewire over another profile: how to wire that one again, while it exists and the CLI
+/// is not wired for it already (a rewire stopped before it changed the CLI, or a file put back).
 fn advise(cli: Cli, rec: &CliRecord, place: &Place, lines: &mut Vec<String>) {
     let Some(what) = &rec.replaced else {
         return;
     };
     if rec.replaced_entry.is_some() {
+        return;
+    }
+    let now = user_cli::home(cli, &place.env).map(|h| user_cli::current_entry(&h));
+    let wired_for = match &now {
+        Some(Entry::Argv(a)) => user_cli::profile_of(a),
+        _ => None,
+    };
+    if wired_for.is_some() && wired_for == rec.replaced_profile {
         return;
     }
     match &rec.replaced_profile {
@@ -378,7 +437,7 @@ fn undo_config(c: &super::manifest::ConfigRecord) -> anyhow::Result<String> {
     let Some(current) = files::read_text(&c.path, files::TEXT_CAP)? else {
         return Ok(format!("config: {path} is gone; nothing to restore"));
     };
-    let restored = if current == c.after {
+    let restored = if current == c.after && !c.edited {
         c.before.clone()
     } else {
         Some(config_edit::revert(&current, &c.keys, &c.created_tables)?)
@@ -399,5 +458,68 @@ fn undo_config(c: &super::manifest::ConfigRecord) -> anyhow::Result<String> {
                 .map_err(|e| anyhow::anyhow!("cannot remove {path}: {e}"))?;
             Ok(format!("config: removed {path} (setup created it)"))
         }
+    }
+}
+
+/// On a terminal: whether to delete the key setup got by sign-up or recovery (default no).
+fn ask_delete_key(m: &Manifest) -> anyhow::Result<bool> {
+    let (Some(k), true) = (&m.key_file, tty::interactive()) else {
+        return Ok(false);
+    };
+    if !k.exists() {
+        return Ok(false);
+    }
+    tty::confirm(
+        &format!(
+            "{} holds {}'s key, which setup got by email code and never showed: it is the only \
+             copy. Delete it too?",
+            k.display(),
+            who(m)
+        ),
+        false,
+    )
+}
+
+fn who(m: &Manifest) -> String {
+    m.handle
+        .as_deref()
+        .map_or_else(|| "the agent".to_string(), |h| format!("@{h}"))
+}
+
+/// How to get the agent's key back after undo: `setup --recover` by emailed code.
+fn recover_line(m: &Manifest) -> String {
+    let handle = m.handle.as_deref().unwrap_or("HANDLE");
+    format!(
+        "`agentchat setup --recover --email EMAIL --handle {handle}` gets a new key by emailed code"
+    )
+}
+
+fn kept_key(m: &Manifest, k: &Path) -> String {
+    let base = m
+        .api_base
+        .as_deref()
+        .map(|b| format!(" --api-base {b}"))
+        .unwrap_or_default();
+    format!(
+        "key: kept {}: the only copy of {}'s key (setup got it by email code and never showed \
+         it; `--delete-key` deletes it). `agentchat setup --api-key-file {}{base}` uses it \
+         again; `rm` it once you no longer want the agent; if it is lost, {}",
+        k.display(),
+        who(m),
+        k.display(),
+        recover_line(m)
+    )
+}
+
+fn removed_key(m: &Manifest, k: &Path) -> String {
+    if m.key_only_copy {
+        format!(
+            "key: removed {} (setup wrote it; {}'s key has no other copy: {})",
+            k.display(),
+            who(m),
+            recover_line(m)
+        )
+    } else {
+        format!("key: removed {} (setup wrote it)", k.display())
     }
 }

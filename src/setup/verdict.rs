@@ -35,7 +35,20 @@ pub struct Facts<'a> {
     /// The CLIs whose identity block could not be written, and why.
     pub blocks_unwritten: Vec<(&'static str, String)>,
     pub service: Service,
+    /// A listener that runs for the profile now, however it was started (`live`).
+    pub listener: Option<Listening>,
+    /// A running listener that did not take the new config, and what to do.
+    pub not_taken: Vec<String>,
     pub doctor: &'a Report,
+}
+
+/// The listener running for the profile, as the verdict needs it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Listening {
+    /// `pid 4242` (`live::Live::describe`).
+    pub who: String,
+    /// Why it cannot answer, in `agentchat status`'s words; `None` when it can.
+    pub problem: Option<String>,
 }
 
 /// The `missing:` lines and the last line, and the exit code.
@@ -93,16 +106,27 @@ pub fn judge(f: &Facts<'_>) -> Verdict {
             f.handle
         ));
     }
-    let service = match &f.service {
-        Service::Running => "service running".to_string(),
-        Service::Written => "service unit written; AGENTCHAT_SERVICE_DIR is set, so no manager \
-                             was asked to start it"
+    missing.extend(f.not_taken.iter().cloned());
+    if let Some(Listening {
+        who,
+        problem: Some(why),
+    }) = &f.listener
+    {
+        missing.push(format!("the listener ({who}) runs, but {why}"));
+    }
+    // Any listener that runs for the profile answers, the service's or one in a terminal.
+    let answering = f.listener.as_ref().filter(|l| l.problem.is_none());
+    let service = match (&f.service, answering) {
+        (Service::Running, _) => "service running".to_string(),
+        (_, Some(l)) => format!("listener running: {}", l.who),
+        (Service::Written, None) => "service unit written; AGENTCHAT_SERVICE_DIR is set, so no \
+                                     manager was asked to start it"
             .to_string(),
-        Service::NotWanted => format!(
+        (Service::NotWanted, None) => format!(
             "no service: it answers while `agentchat listen{p}` runs, or after `agentchat \
              service install{p}`"
         ),
-        Service::NotRunning(why) => {
+        (Service::NotRunning(why), None) => {
             missing.push(format!(
                 "the service is not running ({why}): `agentchat service status{p}` says why; \
                  until then run `agentchat listen{p}`"
@@ -122,7 +146,7 @@ pub fn judge(f: &Facts<'_>) -> Verdict {
             code: EXIT_NOT_YET,
         };
     }
-    let verb = if f.service == Service::Running {
+    let verb = if f.service == Service::Running || answering.is_some() {
         "answers"
     } else {
         "is ready"
@@ -141,7 +165,7 @@ pub fn judge(f: &Facts<'_>) -> Verdict {
 mod tests {
     use super::*;
     use crate::doctor::Check;
-    use crate::setup::user_cli::Cli;
+    use crate::runtime::user_cli::Cli;
     use std::path::PathBuf;
 
     fn claude(logged_in: bool) -> Vec<Found> {
@@ -162,6 +186,8 @@ mod tests {
             unwired: Vec::new(),
             blocks_unwritten: Vec::new(),
             service,
+            listener: None,
+            not_taken: Vec::new(),
             doctor,
         }
     }
@@ -188,7 +214,11 @@ mod tests {
         assert_eq!(v.code, EXIT_NOT_YET);
         assert!(v.line.starts_with("not yet: "), "{}", v.line);
         assert_eq!(v.missing.len(), 1, "doctor's login FAIL is not said twice");
-        assert!(v.missing[0].contains("/login"), "{:?}", v.missing);
+        assert!(
+            v.missing[0].contains("claude auth login"),
+            "{:?}",
+            v.missing
+        );
     }
 
     #[test]
@@ -233,5 +263,33 @@ mod tests {
         assert_eq!(v.code, EXIT_OK);
         assert!(v.line.starts_with("@alice is ready"), "{}", v.line);
         assert!(v.line.contains("agentchat listen"), "{}", v.line);
+    }
+
+    #[test]
+    fn a_listener_running_without_the_service_answers_and_one_that_cannot_is_missing() {
+        let (found, doctor) = (claude(true), Report::default());
+        let mut f = facts(
+            &found,
+            &doctor,
+            Service::NotRunning("no service manager answers".into()),
+        );
+        f.listener = Some(Listening {
+            who: "pid 42".into(),
+            problem: None,
+        });
+        let v = judge(&f);
+        assert_eq!(v.code, EXIT_OK, "{:?}", v.missing);
+        assert_eq!(
+            v.line,
+            "@alice answers on this machine (claude-code, listener running: pid 42)"
+        );
+        f.listener = Some(Listening {
+            who: "pid 42".into(),
+            problem: Some("the server refuses the API key".into()),
+        });
+        let v = judge(&f);
+        assert_eq!(v.code, EXIT_NOT_YET);
+        assert_eq!(v.missing.len(), 2, "{:?}", v.missing);
+        assert!(v.missing[0].contains("pid 42"), "{:?}", v.missing);
     }
 }

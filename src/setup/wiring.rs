@@ -3,10 +3,11 @@
 //! agent at a time: one wired for another profile (or another `agentchat` server) is left alone
 //! unless `--rewire` asks for it.
 
+use super::anchor;
 use super::manifest::{CliRecord, IdentityRecord, Manifest, StoreRecord};
-use super::user_cli::{self, Cli, Entry, Home};
-use super::{anchor, files};
 use crate::client::Api;
+use crate::runtime::user_cli::{self, Cli, Entry, Home};
+use crate::sys::capped as files;
 use std::collections::HashMap;
 use std::path::Path;
 
@@ -127,7 +128,7 @@ pub async fn wire(w: &WiringRequest<'_>, cli: Cli, binary: &Path, manifest: &mut
             None
         }
         None => {
-            progress(&format!(
+            crate::sys::text::progress(&format!(
                 "{}: reading the identity text from the server (at most {TEXTS_WAIT_SECS} s)...",
                 cli.name()
             ));
@@ -201,6 +202,9 @@ pub async fn wire(w: &WiringRequest<'_>, cli: Cli, binary: &Path, manifest: &mut
                 _ => record.replaced_entry = entry_value.clone(),
             }
         }
+        // Another profile's record of the file stands for it only once this setup has made
+        // its own change: a rewire stopped before that leaves the file that profile's.
+        let took_over = cli == Cli::Codex && record.store.is_none() && other_store.is_some();
         if cli == Cli::Codex && record.store.is_none() {
             record.store = Some(other_store.unwrap_or_else(|| StoreRecord {
                 path: home.mcp_store.clone(),
@@ -217,6 +221,9 @@ pub async fn wire(w: &WiringRequest<'_>, cli: Cli, binary: &Path, manifest: &mut
             st.after_sha256.is_none()
                 || st.after_sha256 == store_before.as_deref().map(|t| files::sha256(t.as_bytes()))
         });
+        if took_over && let Some(st) = &mut record.store {
+            st.after_sha256 = None;
+        }
         // Intent first: the manifest says setup adds this entry before the CLI is asked to, so a
         // setup stopped in between (Ctrl-C, `kill -9`) leaves one that undo still removes.
         record.mcp_added = true;
@@ -307,13 +314,6 @@ pub async fn wire(w: &WiringRequest<'_>, cli: Cli, binary: &Path, manifest: &mut
         changed,
         block_unwritten,
     }
-}
-
-/// A line said at once (not with the summary), before a wait that may be long.
-pub(super) fn progress(line: &str) {
-    use std::io::Write as _;
-    println!("{line}");
-    let _ = std::io::stdout().flush();
 }
 
 /// Upserts the block (anchor rules) and records what undo needs to take it out: the block, the

@@ -38,24 +38,54 @@ pub async fn route(sim: &Sim, r: &Req) -> SimResult<Reply> {
         _ => {}
     }
     let me = sim.lock().auth(r.bearer())?;
-    // An old path switched off answers `410 REMOVED`; one deprecated carries the headers
-    // (contract 7, `old_paths`).
+    // Any authenticated call keeps an unanswered rung's webhook back for 2 minutes (5).
+    sim.lock().called(&me);
+    // A suspended agent can still see itself (`owner`).
+    if (m, &segs[1..]) != ("GET", &["agents", "me"][..]) {
+        sim.lock().refuse_suspended(&me)?;
+    }
+    // An old path switched off answers `410 REMOVED`; one deprecated carries the headers on
+    // every answer, an error's too (contract 7, `old_paths`).
     let path = format!("/{}", segs.join("/"));
     sim.lock().old_paths.check(&path)?;
-    let reply = agent_route(sim, r, &me, m, &segs).await?;
+    let reply = agent_route(sim, r, &me, m, &segs)
+        .await
+        .unwrap_or_else(Reply::from);
     Ok(sim.lock().old_paths.mark(&path, reply))
+}
+
+/// An answer that used an old value or path of contract 7's table (`id`): refused `REMOVED` once
+/// it is off, else the answer, an error's too, with the deprecation headers.
+fn old(sim: &Sim, id: &str, answer: impl FnOnce() -> SimResult<Reply>) -> SimResult<Reply> {
+    sim.lock().old_paths.check(id)?;
+    let reply = answer().unwrap_or_else(Reply::from);
+    Ok(sim.lock().old_paths.mark(id, reply))
 }
 
 async fn agent_route(sim: &Sim, r: &Req, me: &str, m: &str, segs: &[&str]) -> SimResult<Reply> {
     let me = me.to_string();
     match (m, &segs[1..]) {
         ("GET", ["agents", "me"]) => Ok(Reply::ok(sim.lock().me(&me)?)),
+        ("PUT", ["agents", "me", "wake-webhook"]) => {
+            let body = r.json_object()?;
+            Ok(Reply::ok(sim.lock().put_webhook(&me, &body)?))
+        }
+        ("DELETE", ["agents", "me", "wake-webhook"]) => {
+            Ok(Reply::ok(sim.lock().delete_webhook(&me)?))
+        }
+        ("POST", ["agents", "me", "wake-webhook", "test"]) => {
+            Ok(Reply::ok(super::webhook::test(sim, &me).await?))
+        }
         ("POST", ["messages"]) => {
             let body = r.json_object()?;
             let (status, v) = sim.lock().send_message(&me, &body)?;
             Ok(Reply::json(status, v))
         }
         ("GET", ["messages", "sync"]) => sync(sim, r, &me).await,
+        ("GET", ["conversations"]) => {
+            let limit = r.query_u64("limit")?.unwrap_or(20).clamp(1, 100) as usize;
+            Ok(Reply::ok(sim.lock().list_conversations(&me, limit)))
+        }
         ("POST", ["messages", "sync", "ack"]) => sync_ack(sim, r, &me),
         ("GET", ["messages", conv]) | ("GET", ["conversations", conv, "messages"]) => {
             let limit = r.query_u64("limit")?.unwrap_or(50).clamp(1, 200) as usize;
@@ -68,20 +98,33 @@ async fn agent_route(sim: &Sim, r: &Req, me: &str, m: &str, segs: &[&str]) -> Si
         }
         ("POST", ["conversations", conv, "decisions"]) => {
             let body = r.json_object()?;
-            // Deprecated since 2026-11-02 (`no_reply`) and 2026-11-04 (`defer_seconds`).
-            let since = if body.get("decision").and_then(Value::as_str) == Some("no_reply") {
-                Some(1_793_577_600)
+            let decide = || Ok(Reply::json(201, sim.lock().decide(&me, conv, &body)?));
+            // The deprecated values of contract 7: `no_reply`, then `defer_seconds`.
+            if body.get("decision").and_then(Value::as_str) == Some("no_reply") {
+                old(sim, "decision_no_reply", || {
+                    if body.get("defer_seconds").is_some() {
+                        old(sim, "defer_seconds", decide)
+                    } else {
+                        decide()
+                    }
+                })
             } else if body.get("defer_seconds").is_some() {
-                Some(1_793_750_400)
+                old(sim, "defer_seconds", decide)
             } else {
-                None
-            };
-            let reply = Reply::json(201, sim.lock().decide(&me, conv, &body)?);
-            Ok(match since {
-                Some(t) => deprecated(reply, t),
-                None => reply,
-            })
+                decide()
+            }
         }
+        (_, ["reply", ..]) => old(sim, "reply_coord", || {
+            let body = r.json_object()?;
+            let mut s = sim.lock();
+            Ok(Reply::ok(match (m, &segs[2..]) {
+                ("POST", ["claim"]) => s.reply_claim(&me, &body)?,
+                ("POST", ["claim-batch"]) => s.reply_claim_batch(&me, &body)?,
+                ("PUT", ["active"]) => s.reply_active(&me, &body)?,
+                ("DELETE", ["active"]) => s.reply_inactive(&me, &body)?,
+                _ => return Ok(not_found(r)),
+            }))
+        }),
         ("POST", ["conversations", conv, "read"]) => {
             let body = r.json_object()?;
             Ok(Reply::ok(sim.lock().mark_read(&me, conv, &body)?))
@@ -126,25 +169,18 @@ async fn agent_route(sim: &Sim, r: &Req, me: &str, m: &str, segs: &[&str]) -> Si
         }
         ("POST", ["mutes"]) => {
             let body = r.json_object()?;
-            Ok(Reply::json(201, sim.lock().mute(&me, &body, true)?))
+            Ok(Reply::json(201, sim.lock().mute(&me, &body)?))
         }
-        ("DELETE", ["mutes", kind @ ("agent" | "conversation"), target]) => {
-            let key = if *kind == "agent" {
-                "target_handle"
-            } else {
-                "target_id"
-            };
-            let body = json!({"target_kind": kind, key: target});
-            Ok(Reply::ok(sim.lock().mute(&me, &body, false)?))
+        ("GET", ["mutes"]) => Ok(Reply::ok(
+            sim.lock()
+                .list_mutes(&me, r.query.get("kind").map(String::as_str))?,
+        )),
+        ("GET", ["mutes", kind, target]) => {
+            Ok(Reply::ok(sim.lock().mute_status(&me, kind, target)?))
         }
+        ("DELETE", ["mutes", kind, target]) => Ok(Reply::ok(sim.lock().unmute(&me, kind, target)?)),
         _ => Ok(not_found(r)),
     }
-}
-
-/// Contract 7: an answer that used a deprecated value carries the three headers (the sim is
-/// before the switch-off, so the old value still works).
-fn deprecated(r: Reply, since_unix: u64) -> Reply {
-    super::old_paths::headers(r, since_unix)
 }
 
 fn texts_route(sim: &Sim, r: &Req) -> SimResult<Reply> {
@@ -234,7 +270,7 @@ pub async fn inbox(
         if wait_ms == 0 || paused || t.shows_something(limit, invites) {
             let shows = t.shows_something(limit, invites);
             let body = t.body(&s, me, limit, (wait_ms > 0).then_some(0));
-            settle(&mut s, me, shows);
+            settle(&mut s, me, shows, wait_ms > 0);
             return Ok(body);
         }
         let a = s.agent_mut(me)?;
@@ -255,12 +291,16 @@ pub async fn inbox(
             _ = shutdown.changed() => break,
         }
     }
+    let body = {
+        let mut s = sim.lock();
+        let t = tray::build(&s, me);
+        let shows = t.shows_something(limit, invites);
+        let body = t.body(&s, me, limit, Some(started.elapsed().as_millis() as u64));
+        settle(&mut s, me, shows, true);
+        body
+    };
+    // Still counted as held until settled, so no wake webhook slips in between (3.5).
     drop(parked);
-    let mut s = sim.lock();
-    let t = tray::build(&s, me);
-    let shows = t.shows_something(limit, invites);
-    let body = t.body(&s, me, limit, Some(started.elapsed().as_millis() as u64));
-    settle(&mut s, me, shows);
     Ok(body)
 }
 
@@ -278,11 +318,20 @@ impl Drop for Parked<'_> {
     }
 }
 
-fn settle(s: &mut super::store::Store, me: &str, shows: bool) {
+/// After a tray or sync read: the poll budgets (and a `rate_limit.warning` when one runs low);
+/// a held read that returned something keeps the agent present for 60 s (3.5).
+fn settle(s: &mut super::store::Store, me: &str, shows: bool, held: bool) {
+    if held && shows {
+        s.held_answered(me);
+    }
     let now = s.now_v();
     let progress = s.progress_recently(me);
-    if let Some(a) = s.agents.get_mut(me) {
+    let low = s.agents.get_mut(me).and_then(|a| {
         a.polls.settle(now, shows, progress);
+        a.polls.low(now)
+    });
+    if let Some(low) = low {
+        s.rate_limit_warning(me, low);
     }
 }
 
@@ -298,6 +347,19 @@ async fn sync(sim: &Sim, r: &Req, me: &str) -> SimResult<Reply> {
         Some(n) if n <= 50_000 => n,
         Some(_) => return Err(Rejection::validation("wait_ms must be between 1 and 50000")),
     };
+    Ok(Reply::ok(Value::Array(
+        sync_rows(sim, me, after, limit, wait_ms).await?,
+    )))
+}
+
+/// The sync read shared by `GET /v1/messages/sync` and the hosted `agentchat_wait`.
+pub async fn sync_rows(
+    sim: &Sim,
+    me: &str,
+    after: Option<String>,
+    limit: usize,
+    wait_ms: u64,
+) -> SimResult<Vec<Value>> {
     let rows_now = |s: &mut super::store::Store| -> SimResult<Vec<Value>> {
         Ok(if s.agent(me)?.paused == "full" {
             Vec::new()
@@ -315,8 +377,8 @@ async fn sync(sim: &Sim, r: &Req, me: &str) -> SimResult<Reply> {
         let rows = rows_now(&mut s)?;
         if wait_ms == 0 || !rows.is_empty() || s.agent(me)?.paused == "full" {
             let shows = !rows.is_empty();
-            settle(&mut s, me, shows);
-            return Ok(Reply::ok(Value::Array(rows)));
+            settle(&mut s, me, shows, wait_ms > 0);
+            return Ok(rows);
         }
         let a = s.agent_mut(me)?;
         a.held += 1;
@@ -336,12 +398,16 @@ async fn sync(sim: &Sim, r: &Req, me: &str) -> SimResult<Reply> {
             _ = shutdown.changed() => break,
         }
     }
+    let rows = {
+        let mut s = sim.lock();
+        let rows = rows_now(&mut s)?;
+        let shows = !rows.is_empty();
+        settle(&mut s, me, shows, true);
+        rows
+    };
+    // Still counted as held until settled, so no wake webhook slips in between (3.5).
     drop(parked);
-    let mut s = sim.lock();
-    let rows = rows_now(&mut s)?;
-    let shows = !rows.is_empty();
-    settle(&mut s, me, shows);
-    Ok(Reply::ok(Value::Array(rows)))
+    Ok(rows)
 }
 
 fn sync_ack(sim: &Sim, r: &Req, me: &str) -> SimResult<Reply> {

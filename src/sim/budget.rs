@@ -43,6 +43,11 @@ impl Bucket {
             ((1.0 - self.tokens) * self.refill_ms).ceil() as u64
         }
     }
+    /// Whole tokens held at `now` (below zero for an overdrawn no-progress budget).
+    pub fn level(&mut self, now: u64) -> i64 {
+        self.refill(now);
+        self.tokens.floor() as i64
+    }
     pub fn spend(&mut self, now: u64) {
         self.refill(now);
         self.tokens = (self.tokens - 1.0).max(self.floor);
@@ -56,6 +61,9 @@ pub struct PollBudget {
     pub no_progress: Bucket,
     /// Burst 120, one per second, spent by every read before it runs.
     pub ceiling: Bucket,
+    /// A `rate_limit.warning` went out for the budget of that name and it has not refilled past
+    /// the mark since: one warning per descent.
+    warned: [bool; 2],
 }
 
 impl Default for PollBudget {
@@ -63,8 +71,20 @@ impl Default for PollBudget {
         PollBudget {
             no_progress: Bucket::new(50.0, 30.0 * SEC as f64, -170.0),
             ceiling: Bucket::new(120.0, SEC as f64, 0.0),
+            warned: [false; 2],
         }
     }
+}
+
+/// A budget at or below this many reads left earns a `rate_limit.warning` (`frames`).
+pub const WARN_AT: i64 = 5;
+
+/// A poll budget running low: its name, what is left, its burst.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LowBudget {
+    pub budget: &'static str,
+    pub remaining: i64,
+    pub limit: u32,
 }
 
 impl PollBudget {
@@ -80,6 +100,28 @@ impl PollBudget {
         }
         self.ceiling.spend(now);
         Ok(())
+    }
+    /// A budget that has just come down to `WARN_AT` reads or fewer, once per descent: what a
+    /// `rate_limit.warning` frame says before the next read is refused `429`.
+    pub fn low(&mut self, now: u64) -> Option<LowBudget> {
+        let levels = [
+            ("no_progress", self.no_progress.level(now), 50),
+            ("read_ceiling", self.ceiling.level(now), 120),
+        ];
+        let mut out = None;
+        for ((budget, remaining, limit), warned) in levels.into_iter().zip(&mut self.warned) {
+            if remaining > WARN_AT {
+                *warned = false;
+            } else if !*warned {
+                *warned = true;
+                out = out.or(Some(LowBudget {
+                    budget,
+                    remaining,
+                    limit,
+                }));
+            }
+        }
+        out
     }
     /// After the answer: a read that showed nothing while the agent made no progress spends one.
     pub fn settle(&mut self, now: u64, showed_something: bool, progress_recently: bool) {

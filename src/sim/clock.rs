@@ -1,9 +1,12 @@
 //! One clock for every server timer. Contract durations (45 s heartbeat, 1/5/30/180 min rungs,
-//! 15 min / 24 h defer, budget windows, 5 s HELLO) run on a *server clock* that advances
-//! `time_scale` times faster than real time; bodies keep real wall-clock timestamps. The
-//! simulator (`crate::simulate`) runs the store on a virtual clock instead ([`set_virtual`]).
+//! 15 min / 24 h defer, budget windows, 5 s HELLO, the wake webhook's spacing and 24 h cycle)
+//! run on a *server clock* that advances `time_scale` times faster than real time and can be
+//! stepped forward (`POST /_sim/clock`); bodies keep real wall-clock timestamps. The simulator
+//! (`crate::simulate`) runs the store on a virtual clock instead ([`set_virtual`]).
 
 use std::cell::Cell;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
 /// One reading of the simulator's virtual clock: the server clock's milliseconds and the server's
@@ -35,6 +38,8 @@ fn virtual_now() -> Option<VirtualNow> {
 pub struct SimClock {
     start: Instant,
     scale: f64,
+    /// Server-clock milliseconds added by `advance`, shared by every clone.
+    stepped: Arc<AtomicU64>,
 }
 
 impl SimClock {
@@ -47,7 +52,15 @@ impl SimClock {
         SimClock {
             start: Instant::now(),
             scale,
+            stepped: Arc::new(AtomicU64::new(0)),
         }
+    }
+
+    /// Steps the server clock `ms` forward at once, as if that much server time had passed: every
+    /// timer that falls due in between comes due at the next tick (a test of a 24 h rule need not
+    /// wait 24 h of scaled time). The clock never goes back.
+    pub fn advance(&self, ms: u64) {
+        self.stepped.fetch_add(ms, Ordering::Relaxed);
     }
 
     pub fn scale(&self) -> f64 {
@@ -59,7 +72,8 @@ impl SimClock {
         if let Some(v) = virtual_now() {
             return v.server_ms;
         }
-        (self.start.elapsed().as_secs_f64() * 1000.0 * self.scale) as u64
+        let run = (self.start.elapsed().as_secs_f64() * 1000.0 * self.scale) as u64;
+        run.saturating_add(self.stepped.load(Ordering::Relaxed))
     }
 
     /// The real duration that a contract duration of `ms` server-clock milliseconds takes.

@@ -24,6 +24,8 @@ pub struct Shared {
     pub store: Mutex<Store>,
     pub clock: SimClock,
     pub shutdown: watch::Receiver<bool>,
+    /// The HTTP client wake webhooks go out through (`webhook::client`).
+    pub hooks: reqwest::Client,
 }
 
 pub type Sim = Arc<Shared>;

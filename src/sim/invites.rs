@@ -133,24 +133,23 @@ impl Store {
         );
         // An invite from a muted agent, or into a muted group, never wakes (3.3): no frame, no
         // end to a held read, no ladder. It is still listed on the tray.
-        let muted = self
-            .agents
-            .get(&invitee)
-            .is_some_and(|a| a.muted_agents.contains(&inviter) || a.muted_convs.contains(group));
+        let muted = self.muted(&invitee, group, &inviter);
         if muted {
             return Ok(id);
         }
         let frame = json!({"type": "group.invite.received", "payload": self.invite_list_item(&id)})
             .to_string();
-        // A full-paused agent is not woken (contract 3.5): no frame; the invite is on the tray.
-        if self
-            .agents
-            .get(&invitee)
-            .is_some_and(|a| a.paused != "full")
+        // An agent asleep (full pause, suspension) is not woken (contract 3.5): the frame waits
+        // for it to wake (`owner`); the invite is on the tray.
+        if let Some(a) = self.agents.get_mut(&invitee)
+            && a.asleep()
         {
+            a.missed_invites.push(id.clone());
+        } else {
             self.push(&invitee, &frame, |_| true);
         }
         self.land(&invitee, Landing::Invite);
+        self.hook_note(&invitee, super::webhook::Note::Invite(id.clone()));
         let now_v = self.now_v();
         if let Some(a) = self.agents.get_mut(&invitee) {
             a.ladder = Ladder {

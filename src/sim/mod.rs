@@ -2,23 +2,30 @@
 //! tests and demos (`docs/local-server.md`). The simulator (`crate::simulate`) drives the same
 //! store, routes and timers on a virtual clock, without sockets or tokio.
 //!
-//! Layout: `store`/`model` hold the data and the operations every door shares (with `verdicts`
-//! and `invites` split out); `tray` builds the
-//! v1 tray; `timers` run the defer and re-wake ladders; `budget` holds the poll and connect
-//! budgets; `http` routes to `api` (the agent's REST hands), `ws` (the socket), `mcp` (the hosted
-//! tools) and `control` (`/_sim/`, with `restart`: a whole-server restart and the refusal counts);
-//! `texts` serves the texts; `clock` scales every timer.
+//! Layout: `store`/`model` hold the data and the operations every door shares (with `verdicts`,
+//! `invites`, `mutes`, `owner` (pauses and suspension), `conversations` and `reply_coord` split
+//! out); `tray` builds the v1 tray; `timers` run the defer and re-wake ladders; `webhook` the wake
+//! webhook (contract 3.5); `frames` the socket frames besides messages and wakes; `budget` holds
+//! the poll and connect budgets; `http` routes to `api` (the agent's REST hands), `ws` (the
+//! socket), `mcp` (the hosted tools) and `control` (`/_sim/`, with `restart`: a whole-server
+//! restart and the refusal counts); `old_paths` plays contract 7; `texts` serves the texts;
+//! `clock` scales and steps every timer.
 
 mod api;
 mod budget;
 pub mod clock;
 mod control;
+mod conversations;
 mod error;
+mod frames;
 pub(crate) mod http;
 mod invites;
 mod mcp;
 pub(crate) mod model;
+mod mutes;
 mod old_paths;
+mod owner;
+mod reply_coord;
 mod restart;
 mod signup;
 pub(crate) mod store;
@@ -26,6 +33,7 @@ mod texts;
 pub(crate) mod timers;
 mod tray;
 mod verdicts;
+mod webhook;
 pub(crate) mod ws;
 
 use std::net::SocketAddr;
@@ -182,6 +190,7 @@ pub async fn start(config: SimConfig) -> anyhow::Result<SimHandle> {
         store: Mutex::new(st),
         clock,
         shutdown,
+        hooks: webhook::client(),
     });
     let serve = tokio::spawn(http::serve(sim.clone(), listener));
     let ticker = tokio::spawn(tick_loop(sim));
@@ -201,8 +210,22 @@ async fn tick_loop(sim: http::Sim) {
     every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
-            _ = every.tick() => timers::tick(&mut sim.lock()),
+            _ = every.tick() => tick(&sim),
             _ = shutdown.changed() => return,
         }
+    }
+}
+
+/// One look at every server timer: the ticker's every 20 ms, and at once after
+/// `POST /_sim/clock` steps the clock. The wake webhook attempts it finds due go out on tasks of
+/// their own, the lock released.
+fn tick(sim: &http::Sim) {
+    let due = {
+        let mut s = sim.lock();
+        timers::tick(&mut s);
+        s.webhook_due()
+    };
+    for a in due {
+        tokio::spawn(webhook::deliver(sim.clone(), a));
     }
 }

@@ -96,9 +96,16 @@ pub struct Agent {
     /// `paused_by_owner`: `none`, `send` or `full` (`POST /_sim/agents/{h}/pause`). A `full`
     /// pause means no live push, an empty tray at once, and `[]` from sync (contract 3.1).
     pub paused: &'static str,
+    /// Suspended by the platform (`POST /_sim/agents/{h}/suspend`, `owner`).
+    pub suspended: bool,
+    /// Invites that came while the agent was asleep (`owner`): pushed when it wakes.
+    pub missed_invites: Vec<String>,
     pub created_at: String,
-    pub muted_convs: BTreeSet<String>,
-    pub muted_agents: BTreeSet<String>,
+    pub mutes: super::mutes::Mutes,
+    /// The wake webhook: subscription, deliveries, presence (contract 3.5).
+    pub hook: super::webhook::Hook,
+    /// `/v1/reply/*` claims and leases (contract 7's `reply_coord`).
+    pub reply_coord: super::reply_coord::ReplyCoord,
     pub views: BTreeMap<String, ConvView>,
     pub connects: Vec<Value>,
     pub acks: Vec<Value>,

@@ -1,9 +1,11 @@
 //! Old paths and their switch-off (contract 7), set through `POST /_sim/old-paths`: a REST path
 //! the sim answers with the deprecation headers while it still works, or with
 //! `410 {"code": "REMOVED", "details": {old_path, replacement, removed_on, docs}}` once off; and
-//! `socket_without_ack`, which once off closes a socket that did not negotiate `ack` with
-//! `4426 upgrade required`. So a client's handling of each is tested against the sim, not only
-//! against injected closes (issue 29 item 14).
+//! the contract's own ids (`reply_coord`, `socket_without_ack`, `defer_seconds`,
+//! `decision_no_reply`, the three old tools, `chatfather_dm`), deprecated from the start as on the
+//! real server between day R and the switch-off, each refused its own way once off. So a client's
+//! handling of each is tested against the sim, not only against injected closes (issue 29 item
+//! 14, issue 37 item 9).
 
 use std::collections::BTreeMap;
 
@@ -16,6 +18,84 @@ use super::http::Reply;
 pub const SOCKET_WITHOUT_ACK: &str = "socket_without_ack";
 /// Contract 7: deprecated since day R (2026-11-08, as Unix seconds), off at the latest R + 90.
 pub const DAY_R_UNIX: u64 = 1_794_096_000;
+const DAY: u64 = 86_400;
+
+/// One row of contract 7's first table.
+pub struct Row {
+    pub id: &'static str,
+    /// "Use instead".
+    pub replacement: &'static str,
+    /// "Deprecated since", Unix seconds.
+    pub since_unix: u64,
+    /// "Headers: yes": every answer that used it carries the three headers until it is off.
+    pub headers: bool,
+    /// The refusal once off: `410` for a path, `400` for a value, a tool error (`410` shape).
+    pub status: u16,
+}
+
+/// Contract 7's ids, in its order.
+pub const TABLE: [Row; 8] = [
+    Row {
+        id: "reply_coord",
+        replacement: "the tray (GET /v1/inbox) and verdicts (POST /v1/conversations/{id}/decisions); the server re-wakes unanswered cards",
+        since_unix: DAY_R_UNIX,
+        headers: true,
+        status: 410,
+    },
+    Row {
+        id: SOCKET_WITHOUT_ACK,
+        replacement: "negotiate ack and ack each message.new after handling it",
+        since_unix: DAY_R_UNIX,
+        headers: false,
+        status: 4426,
+    },
+    Row {
+        id: "defer_seconds",
+        replacement: "defer alone; the server owns the reminder ladder (+15 min, +24 h, stop)",
+        since_unix: DAY_R_UNIX - 4 * DAY,
+        headers: true,
+        status: 400,
+    },
+    Row {
+        id: "decision_no_reply",
+        replacement: "dismiss",
+        since_unix: DAY_R_UNIX - 6 * DAY,
+        headers: true,
+        status: 400,
+    },
+    Row {
+        id: "tool_agentchat_list_inbox",
+        replacement: "agentchat_list_conversations",
+        since_unix: DAY_R_UNIX - 3 * DAY,
+        headers: false,
+        status: 410,
+    },
+    Row {
+        id: "tool_agentchat_accept_group_invite",
+        replacement: "agentchat_respond_to_invite with response: \"accept\"",
+        since_unix: DAY_R_UNIX - 3 * DAY,
+        headers: false,
+        status: 410,
+    },
+    Row {
+        id: "tool_agentchat_reject_group_invite",
+        replacement: "agentchat_respond_to_invite with response: \"decline\"",
+        since_unix: DAY_R_UNIX - 3 * DAY,
+        headers: false,
+        status: 410,
+    },
+    Row {
+        id: "chatfather_dm",
+        replacement: "the manual, https://agentchat.me/skill.md",
+        since_unix: DAY_R_UNIX - 2 * DAY,
+        headers: false,
+        status: 410,
+    },
+];
+
+fn row(id: &str) -> Option<&'static Row> {
+    TABLE.iter().find(|r| r.id == id)
+}
 pub const SUNSET: &str = "Sat, 06 Feb 2027 00:00:00 GMT";
 pub const DOCS: &str = "https://agentchat.me/contract/v1/#deprecations";
 
@@ -31,22 +111,32 @@ pub enum OldPath {
     },
 }
 
-/// The old paths by REST path (`/v1/inbox`) or `socket_without_ack`.
+/// The old paths set by the control API, by REST path (`/v1/inbox`) or contract id. A contract
+/// id not set here is deprecated since its table date; a REST path not set here is current.
 #[derive(Debug, Default)]
 pub struct OldPaths {
     paths: BTreeMap<String, OldPath>,
 }
 
 impl OldPaths {
-    /// Applies a control body: `{"path", "state": "deprecated" | "removed" | "on",
-    /// "replacement"?, "since"?}`; the path's new state as JSON.
+    /// Applies a control body: `{"path" | "id", "state": "deprecated" | "removed" | "on",
+    /// "replacement"?, "since"?, "removed_on"?}` (`on`: a REST path back to current, a contract
+    /// id back to deprecated); the new state as JSON.
     pub fn set(&mut self, body: &Value) -> Result<Value, Rejection> {
+        let ids: Vec<&str> = TABLE.iter().map(|r| r.id).collect();
         let path = body
             .get("path")
+            .or_else(|| body.get("id"))
             .and_then(Value::as_str)
-            .filter(|p| p.starts_with("/v1/") || *p == SOCKET_WITHOUT_ACK)
-            .ok_or_else(|| Rejection::validation("path must be a /v1/ path or socket_without_ack"))?
+            .filter(|p| p.starts_with("/v1/") || row(p).is_some())
+            .ok_or_else(|| {
+                Rejection::validation(format!(
+                    "path must be a /v1/ path or one of contract 7's ids: {}",
+                    ids.join(", ")
+                ))
+            })?
             .to_string();
+        let table = row(&path);
         match body.get("state").and_then(Value::as_str) {
             Some("on") => {
                 self.paths.remove(&path);
@@ -55,6 +145,7 @@ impl OldPaths {
                 let since_unix = body
                     .get("since")
                     .and_then(Value::as_u64)
+                    .or(table.map(|r| r.since_unix))
                     .unwrap_or(DAY_R_UNIX);
                 self.paths
                     .insert(path.clone(), OldPath::Deprecated { since_unix });
@@ -63,6 +154,7 @@ impl OldPaths {
                 let replacement = body
                     .get("replacement")
                     .and_then(Value::as_str)
+                    .or(table.map(|r| r.replacement))
                     .unwrap_or("see the docs")
                     .to_string();
                 let removed_on = body
@@ -87,31 +179,47 @@ impl OldPaths {
         Ok(json!({"path": path, "state": body.get("state")}))
     }
 
-    /// `Err(410 REMOVED)` for a path that is off, naming its replacement.
+    /// The state of a REST path or contract id: what was set, else a contract id's default
+    /// (deprecated since its date), else `None` (current).
+    fn state(&self, path: &str) -> Option<OldPath> {
+        self.paths.get(path).cloned().or_else(|| {
+            row(path).map(|r| OldPath::Deprecated {
+                since_unix: r.since_unix,
+            })
+        })
+    }
+
+    /// `Err(REMOVED)` for a path or contract id that is off, naming its replacement: `410` for
+    /// a path, `400` for a value (contract 7's "Once off" column).
     pub fn check(&self, path: &str) -> Result<(), Rejection> {
-        match self.paths.get(path) {
+        match self.state(path) {
             Some(OldPath::Removed {
                 replacement,
                 removed_on,
-            }) => Err(Rejection::new(
-                410,
-                "REMOVED",
-                format!("{path} was switched off on {removed_on}; use {replacement}"),
-            )
-            .with_details(json!({
-                "old_path": path,
-                "replacement": replacement,
-                "removed_on": removed_on,
-                "docs": DOCS,
-            }))),
+            }) => {
+                let status = row(path).map(|r| r.status).filter(|s| *s < 1000);
+                Err(Rejection::new(
+                    status.unwrap_or(410),
+                    "REMOVED",
+                    format!("{path} was switched off on {removed_on}; use {replacement}"),
+                )
+                .with_details(json!({
+                    "old_path": path,
+                    "replacement": replacement,
+                    "removed_on": removed_on,
+                    "docs": DOCS,
+                })))
+            }
             _ => Ok(()),
         }
     }
 
-    /// The reply with the deprecation headers when `path` is deprecated.
+    /// The reply (an error answer too) with the deprecation headers while `path` is
+    /// deprecated: a REST path set so, or a contract id whose row says "Headers: yes".
     pub fn mark(&self, path: &str, reply: Reply) -> Reply {
-        match self.paths.get(path) {
-            Some(OldPath::Deprecated { since_unix }) => headers(reply, *since_unix),
+        let headed = row(path).is_none_or(|r| r.headers);
+        match self.state(path) {
+            Some(OldPath::Deprecated { since_unix }) if headed => headers(reply, since_unix),
             _ => reply,
         }
     }

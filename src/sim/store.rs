@@ -2,7 +2,7 @@
 //! share, so every door answers alike. Callers hold the one lock; nothing here awaits. Pushes to
 //! sockets are non-blocking channel sends. `sockets` and `messages` hold those two sides' operations.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use serde_json::{Value, json};
 use tokio::sync::broadcast;
@@ -150,9 +150,12 @@ impl Store {
                 key: key.clone(),
                 key_refused: false,
                 paused: "none",
+                suspended: false,
+                missed_invites: Vec::new(),
                 created_at: now_iso(),
-                muted_convs: BTreeSet::new(),
-                muted_agents: BTreeSet::new(),
+                mutes: Default::default(),
+                reply_coord: Default::default(),
+                hook: Default::default(),
                 views: BTreeMap::new(),
                 connects: Vec::new(),
                 acks: Vec::new(),
@@ -256,10 +259,10 @@ impl Store {
         let a = self.agent(h)?;
         Ok(json!({
             "handle": a.handle, "display_name": a.display_name, "description": null, "avatar_url": null,
-            "status": "active", "paused_by_owner": a.paused, "is_system": false,
+            "status": if a.suspended { "suspended" } else { "active" }, "paused_by_owner": a.paused, "is_system": false,
             "settings": {"inbox_mode": "open", "group_invite_policy": "open"},
             "email_masked": format!("{}***@example.invalid", &a.handle[..1]),
-            "wake_webhook": null, "created_at": a.created_at,
+            "wake_webhook": self.webhook_state(h)?, "created_at": a.created_at,
         }))
     }
 

@@ -24,10 +24,11 @@ pub fn tick_agent(s: &mut Store, h: &str) {
 fn fire_reminders(s: &mut Store, only: Option<&str>) {
     let now = s.now_v();
     let mut due = Vec::new();
+    // An agent asleep keeps its reminders due: they fire once it wakes (`owner`).
     for (h, a) in s
         .agents
         .iter()
-        .filter(|(h, _)| only.is_none_or(|o| o == *h))
+        .filter(|(h, a)| only.is_none_or(|o| o == *h) && !a.asleep())
     {
         for (conv, v) in &a.views {
             if let Some(d) = &v.defer
@@ -68,6 +69,7 @@ fn fire_reminders(s: &mut Store, only: Option<&str>) {
         let frame = json!({"type": "wake", "payload": payload}).to_string();
         let n = s.push(&h, &frame, |_| true);
         s.log_wake(&h, &payload, n);
+        s.hook_note(&h, super::webhook::Note::Reminder(conv));
     }
 }
 
@@ -80,7 +82,8 @@ fn run_ladders(s: &mut Store, only: Option<&str>) {
     for h in handles {
         let Some(a) = s.agents.get(&h) else { continue };
         let sent = a.ladder.sent as usize;
-        if a.ladder_off || a.ladder.base_v.is_none() || sent >= RUNGS_MIN.len() {
+        // Asleep: the ladder waits, armed, and sends the latest rung due once it wakes (5).
+        if a.ladder_off || a.asleep() || a.ladder.base_v.is_none() || sent >= RUNGS_MIN.len() {
             continue; // armed only by a new message or invite; after rung 4, nothing more
         }
         // Rungs count from the newest item still unanswered (an answered newer one no longer
@@ -107,10 +110,19 @@ fn run_ladders(s: &mut Store, only: Option<&str>) {
             .agents
             .get(&h)
             .is_some_and(|a| a.sockets.iter().any(|x| x.has("rewake")));
-        if !has_rewake {
-            continue; // not lost: the next look sends the latest rung due
-        }
         let step = rung + 1;
+        if !has_rewake {
+            // Else a `rewake` webhook takes rungs 2 to 4 (`webhook`); else the rung is not
+            // lost: the next look sends the latest rung due.
+            if s.rung_by_webhook(&h, step as u8)
+                && let Some(a) = s.agents.get_mut(&h)
+            {
+                a.ladder.sent = step as u8;
+                a.ladder.fired.push(json!({"step": step, "at": now_iso(),
+                                           "at_ms": super::clock::unix_ms(), "via": "webhook"}));
+            }
+            continue;
+        }
         let payload =
             json!({"reason": "unanswered", "conversation_ids": ids, "step": step, "at": now_iso()});
         let frame = json!({"type": "wake", "payload": payload}).to_string();

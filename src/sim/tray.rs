@@ -103,7 +103,8 @@ fn slot(s: &Store, agent: &Agent, h: &str, c: &Conversation, now_ms: u64) -> Slo
     let muted_by = preview
         .map(|p| p.sender.as_str())
         .unwrap_or(last_unread.sender.as_str());
-    let muted = agent.muted_convs.contains(&c.id) || agent.muted_agents.contains(muted_by);
+    let now_v = s.now_v();
+    let muted = agent.mutes.conversation(&c.id, now_v) || agent.mutes.agent(muted_by, now_v);
     let newest = msgs.last().copied().unwrap_or(last_unread);
     let pace = |win: u64| {
         msgs.iter()
@@ -259,13 +260,10 @@ impl Tray {
         s: &'a Store,
         h: &str,
     ) -> impl Iterator<Item = &'a super::model::Invite> {
-        let muted = s.agents.get(h).map(|a| (&a.muted_agents, &a.muted_convs));
         self.invites
             .iter()
             .filter_map(|id| s.invites.get(id))
-            .filter(move |i| {
-                muted.is_none_or(|(ma, mc)| !ma.contains(&i.inviter) && !mc.contains(&i.group_id))
-            })
+            .filter(move |i| !s.muted(h, &i.group_id, &i.inviter))
     }
 
     /// Server-clock time of the newest message or invite among the unanswered items: the

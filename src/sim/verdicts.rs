@@ -84,6 +84,7 @@ impl Store {
                 let frame = json!({"type": "message.read", "payload": {"message_id": id, "read_by": h, "read_at": now}});
                 self.push(&sender, &frame.to_string(), |_| true);
             }
+            self.pulled(h);
         }
         n
     }

@@ -172,6 +172,9 @@ pub fn admission(
                         format!("rate_limited; retry_after={}", clock.real_secs_ceil(wait)),
                     ),
                     _ if !good => (Some(h), 1008, "Invalid token".to_string()),
+                    _ if s.agents.get(&h).is_some_and(|a| a.suspended) => {
+                        (Some(h), 1008, "Account suspended".to_string())
+                    }
                     // Contract 7: once `socket_without_ack` is off, a socket that did not
                     // negotiate `ack` is closed `4426` (`old_paths`).
                     _ if !caps.iter().any(|c| c == "ack")
@@ -347,6 +350,8 @@ async fn run(
                         && let Some(mid) = v.get("message_id").and_then(Value::as_str)
                     {
                         sim.lock().record_ack(&handle, mid);
+                    } else {
+                        sim.lock().relay_typing(&handle, &v);
                     }
                 }
                 Some(Ok(Message::Pong(_))) => awaiting_pong = None,

@@ -63,8 +63,14 @@ pub fn muted_past_cut() -> Scenario {
                 on: true,
             },
         },
+        // Its first message shows its card muted on a tray: what the listener can know of the
+        // mute (a `message.new` does not say it).
         Scripted {
-            at_ms: 20_000,
+            at_ms: 15_000,
+            act: Act::Dm { peer: 0, to: 0 },
+        },
+        Scripted {
+            at_ms: 40_000,
             act: Act::SlowTray {
                 who: 0,
                 for_ms: 10 * MIN,

@@ -117,7 +117,12 @@ pub fn perform(w: &mut World, pid: usize, effect: Effect) {
             let up = w.server.latency(t, pid, false, &mut w.rng);
             w.after(up, Ev::Rest(pid, Rest::Dismiss { cycle, invite_id }));
         }
-        Effect::SaveInvites(_) | Effect::SaveLedger(_) | Effect::Notify(_) => {}
+        // The state dir's files are effects the world only records (docs/decisions.md, "The
+        // simulator": a listener restarted is left out).
+        Effect::SaveInvites(_)
+        | Effect::SavePolicyMemory(_)
+        | Effect::Record(_)
+        | Effect::Notify(_) => {}
         Effect::WriteStatus(status) => {
             let full = w.profiles.get(pid).is_some_and(|p| p.disk_full_until > t);
             let result = if full {
@@ -301,7 +306,8 @@ pub fn effect_line(e: &Effect) -> String {
                 .unwrap_or_default()
         ),
         Effect::SaveInvites(_) => "save invites".into(),
-        Effect::SaveLedger(_) => "save ledger".into(),
+        Effect::SavePolicyMemory(_) => "save policy memory".into(),
+        Effect::Record(r) => format!("record {:?} {} {:?}", r.kind, r.id, r.outcome),
         other => {
             let s = format!("{other:?}");
             s.chars().take(120).collect()

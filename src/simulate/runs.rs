@@ -8,7 +8,7 @@
 use super::checks::ServedTray;
 use super::scenario::Act;
 use super::world::{Ev, World};
-use crate::core::listener::{Input, RunEnd, RunOrder, RunOutcome};
+use crate::core::listener::{Input, ProcessExit, RunEnd, RunOrder, RunOutcome};
 use crate::core::run_report::RunReport;
 use serde_json::json;
 
@@ -147,6 +147,27 @@ fn end_in(w: &mut World, pid: usize, cycle: u64, ms: u64, started: bool, outcome
         .and_then(|p| p.run.as_ref())
         .map_or(0, |r| w.t.saturating_sub(r.started_t));
     let cost = started.then(|| 0.01 * (1 + w.rng.below(20)) as f64);
+    // How the process ended, as the driver's supervisor says it.
+    let exit = match &outcome {
+        _ if !started => ProcessExit::default(),
+        RunOutcome::Completed => ProcessExit {
+            code: Some(0),
+            ..ProcessExit::default()
+        },
+        RunOutcome::Failed(why) if why == "timed out" => ProcessExit {
+            signal: Some(libc::SIGKILL),
+            timed_out: true,
+            ..ProcessExit::default()
+        },
+        RunOutcome::Failed(why) if why.contains("SIGTERM") => ProcessExit {
+            signal: Some(libc::SIGTERM),
+            ..ProcessExit::default()
+        },
+        _ => ProcessExit {
+            code: Some(1),
+            ..ProcessExit::default()
+        },
+    };
     if let Some(r) = w.profiles.get_mut(pid).and_then(|p| p.run.as_mut()) {
         r.ending = true;
     }
@@ -162,8 +183,10 @@ fn end_in(w: &mut World, pid: usize, cycle: u64, ms: u64, started: bool, outcome
                     report: RunReport {
                         cost_usd: cost,
                         usage: None,
+                        partial: false,
                     },
                     duration_ms,
+                    exit,
                     binary,
                 },
             },

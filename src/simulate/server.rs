@@ -103,6 +103,11 @@ impl Server {
             store: Mutex::new(Store::new(clock.clone())),
             clock,
             shutdown,
+            // Never used: the simulator's server has no webhook (docs/decisions.md, "The
+            // simulator": left out).
+            hooks: crate::sys::tls::http_client_builder()
+                .build()
+                .unwrap_or_default(),
         });
         Server {
             sim,

@@ -205,6 +205,7 @@ fn today_cell(today: Option<&UsageTotals>) -> String {
         runs: t.runs,
         cost_usd: t.cost_usd,
         tokens: t.tokens,
+        estimated: t.estimated,
     });
     line.strip_prefix("today: ").unwrap_or(&line).to_string()
 }
@@ -287,6 +288,69 @@ pub fn render_rows(
     out.join("\n")
 }
 
+/// A profile `status --all` shows (and `runs --all` and the page read): its state dir, and its
+/// settings when they resolve.
+pub struct ProfileDir {
+    pub name: String,
+    /// Named by the config (else found by its live lock only).
+    pub configured: bool,
+    pub state_dir: std::path::PathBuf,
+    pub settings: Option<crate::config::Settings>,
+    /// Why its settings do not resolve.
+    pub error: Option<String>,
+    /// `listen --all` runs it (the one-process unit would).
+    pub hosted: bool,
+}
+
+/// Every configured profile, then every state dir with a live lock that no configured profile
+/// uses.
+pub fn profile_dirs(args: &crate::config::ConfigArgs) -> anyhow::Result<Vec<ProfileDir>> {
+    // The one read of the config file; every profile asks it.
+    let file = ConfigFile::read(args)?;
+    // `default` is listed as `listen --all` takes it (`ConfigFile::runs_default`): not when the
+    // config's top level names no key of its own (a listener running for it anyway is found by
+    // its lock), and, without a config file, as the one profile there is (no one-process unit
+    // runs it).
+    let default_of_all = file.runs_default();
+    let mut out = Vec::new();
+    for name in file.profile_names() {
+        let hosted = name != crate::config::DEFAULT_PROFILE || default_of_all == Some(true);
+        if default_of_all == Some(false) && name == crate::config::DEFAULT_PROFILE {
+            continue;
+        }
+        let (state_dir, settings, error) = match file.settings(Some(&name), KeyFile::Named) {
+            Ok(settings) => (settings.state_dir.clone(), Some(settings), None),
+            Err(e) => {
+                let dir = crate::config::default_state_base(file.env())
+                    .unwrap_or_default()
+                    .join(&name);
+                (dir, None, Some(e.to_string()))
+            }
+        };
+        out.push(ProfileDir {
+            name,
+            configured: true,
+            state_dir,
+            settings,
+            error,
+            hosted,
+        });
+    }
+    for (name, state_dir) in locked_state_dirs() {
+        if !out.iter().any(|p| p.state_dir == state_dir) {
+            out.push(ProfileDir {
+                name,
+                configured: false,
+                state_dir,
+                settings: None,
+                error: None,
+                hosted: false,
+            });
+        }
+    }
+    Ok(out)
+}
+
 /// `status --all`: a row per configured profile, then per state dir with a live lock that no
 /// configured profile uses. Exit 0 only when every configured profile's listener runs.
 pub(super) fn run_all(args: &StatusArgs) -> anyhow::Result<i32> {
@@ -297,46 +361,14 @@ pub(super) fn run_all(args: &StatusArgs) -> anyhow::Result<i32> {
             "--all reads each profile's own state dir; drop --state-dir and unset AGENTCHAT_STATE_DIR"
         );
     }
-    let mut rows = Vec::new();
-    // The one read of the config file; every row asks it.
-    let file = ConfigFile::read(&args.config_args())?;
-    // `default` is listed as `listen --all` takes it (`ConfigFile::runs_default`): not when the
-    // config's top level names no key of its own (a listener running for it anyway is found by
-    // its lock), and, without a config file, as the one profile there is (no one-process unit
-    // runs it).
-    let default_of_all = file.runs_default();
     let now_ms = i64::try_from(crate::sys::time::unix_ms(SystemTime::now())).unwrap_or(i64::MAX);
-    for profile in file.profile_names() {
-        let hosted = profile != crate::config::DEFAULT_PROFILE || default_of_all == Some(true);
-        if default_of_all == Some(false) && profile == crate::config::DEFAULT_PROFILE {
-            continue;
-        }
-        match file.settings(Some(&profile), KeyFile::Named) {
-            Ok(settings) => {
-                let zone = PolicyZone::of(&settings, now_ms);
-                rows.push(row_for(
-                    &profile,
-                    true,
-                    settings.state_dir,
-                    None,
-                    hosted,
-                    zone,
-                ));
-            }
-            Err(e) => {
-                let dir = crate::config::default_state_base(file.env())
-                    .unwrap_or_default()
-                    .join(&profile);
-                let error = Some(e.to_string());
-                rows.push(row_for(&profile, true, dir, error, hosted, None));
-            }
-        }
-    }
-    for (name, dir) in locked_state_dirs() {
-        if !rows.iter().any(|(r, _)| r.state_dir == dir) {
-            rows.push(row_for(&name, false, dir, None, false, None));
-        }
-    }
+    let rows: Vec<(Row, Option<String>)> = profile_dirs(&args.config_args())?
+        .into_iter()
+        .map(|p| {
+            let zone = p.settings.as_ref().and_then(|s| PolicyZone::of(s, now_ms));
+            row_for(&p.name, p.configured, p.state_dir, p.error, p.hosted, zone)
+        })
+        .collect();
     let manager_error = rows.iter().find_map(|(_, e)| e.clone());
     let rows: Vec<Row> = rows.into_iter().map(|(r, _)| r).collect();
     // A config that gives `listen --all` no profile has nothing running as configured.
@@ -390,6 +422,7 @@ mod tests {
                 runs: 3,
                 cost_usd: 0.25,
                 tokens: 0,
+                ..UsageTotals::default()
             }),
             zone: None,
         }
@@ -480,6 +513,7 @@ mod tests {
             runs: 2,
             cost_usd: 0.0,
             tokens: 1_500,
+            ..UsageTotals::default()
         });
         let mut never = row("new", "@n", "not installed", None);
         never.today = None;

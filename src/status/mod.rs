@@ -14,7 +14,7 @@
 
 use crate::config::ConfigArgs;
 use crate::core::policy::{ShownZone, held_line, usage_line};
-use crate::core::status::{Held, ListenerState, Outcome, Status, quiet_allowance};
+use crate::core::status::{Held, ListenerState, Outcome, Status};
 use crate::listen::state_dir::{STATUS_FILE, StateDir};
 use crate::sys::process::pid_alive;
 use serde_json::json;
@@ -22,7 +22,8 @@ use std::time::SystemTime;
 
 mod all;
 mod zone;
-pub use all::{Row, render_rows};
+pub use crate::listen::liveness::{Liveness, assess, last_turn, parse_time};
+pub use all::{ProfileDir, Row, profile_dirs, render_rows};
 pub use zone::{MachineZone, PolicyZone};
 
 /// `status` reads the config only to find the profile's state dir, so it takes only the flags
@@ -57,49 +58,6 @@ impl StatusArgs {
             ..ConfigArgs::default()
         }
     }
-}
-
-/// Whether the listener that wrote a status is alive, from facts gathered by the caller.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Liveness {
-    /// Its pid is alive and the status is fresh.
-    Running,
-    /// Its pid is alive but its main loop has not turned for longer than
-    /// `core::status::quiet_allowance` allows.
-    Stale,
-    /// Its pid is alive and it is stopping (a run may still have its grace).
-    Stopping,
-    /// Its pid is gone, or it said it stopped.
-    NotRunning,
-}
-
-/// Pure: judges liveness from the status, whether its pid is alive, and the time now.
-pub fn assess(status: &Status, pid_alive: bool, now: SystemTime) -> Liveness {
-    match status.state {
-        _ if !pid_alive => return Liveness::NotRunning,
-        ListenerState::Stopped => return Liveness::NotRunning,
-        ListenerState::Stopping => return Liveness::Stopping,
-        _ => {}
-    }
-    let Some(turned) = last_turn(status) else {
-        return Liveness::Stale;
-    };
-    let next_retry = status.next_retry_at.as_deref().and_then(parse_time);
-    if now.duration_since(turned).unwrap_or_default() <= quiet_allowance(turned, next_retry) {
-        Liveness::Running
-    } else {
-        Liveness::Stale
-    }
-}
-
-/// When the listener last showed that its main loop turns: the later of its last write
-/// (`updated_at`) and its last touch of the file (`file_modified`).
-pub fn last_turn(status: &Status) -> Option<SystemTime> {
-    parse_time(&status.updated_at).max(status.file_modified)
-}
-
-fn parse_time(s: &str) -> Option<SystemTime> {
-    humantime::parse_rfc3339_weak(s).ok()
 }
 
 /// A time or text field as shown: `?` when the file had none.
@@ -160,11 +118,28 @@ pub fn waiting_line(held: &Held) -> Option<String> {
             shown.join(", ")
         ))
     };
-    let parts: Vec<String> = [list(&held.cards, "card"), list(&held.invites, "invite")]
+    let mut parts: Vec<String> = [list(&held.cards, "card"), list(&held.invites, "invite")]
         .into_iter()
         .flatten()
         .collect();
+    // What waits past the tray's cut (issue 38 item 5): the conversations the socket named, and
+    // that more may wait unseen.
+    if let Some(unseen) = list(&held.unseen, "conversation") {
+        parts.push(format!("past the tray's cut, heard from: {unseen}"));
+    }
+    if held.truncated {
+        parts.push("more cards wait past the tray's cut than it shows".into());
+    }
     (!parts.is_empty()).then(|| parts.join("; "))
+}
+
+/// Pure: how to let a loop go (issue 38 item 2): a reload of the listener, by the unit when
+/// the profile runs as a service.
+pub fn release_line(profile: &str, pid: u32) -> String {
+    format!(
+        "a reload lets the loop go: `systemctl --user reload agentchat-listen@{profile}` for the \
+         service, or `kill -HUP {pid}`"
+    )
 }
 
 /// Pure: the human view of a status, its times also shown relative to `now`, a hold's end in the
@@ -252,6 +227,9 @@ pub fn render(
         if let Some(w) = waiting_line(h) {
             out.push(format!("waiting     {w}"));
         }
+        if h.reason == "loop_guard" {
+            out.push(format!("release     {}", release_line(profile, pid)));
+        }
     }
     out.push(format!("usage       {}", usage_line(&status.usage)));
     if let Some(at) = &status.next_retry_at {
@@ -287,6 +265,15 @@ pub fn render(
 /// never holds a double quote or a backslash, so a shell can take it out of the JSON with `sed`.
 ///
 /// `restart` is how to restart the listener as this host runs it ([`restart_advice`]).
+/// A line `problem` may carry: no double quotes or backslashes (docs/integrating.md: a shell takes
+/// it out with `sed`), on one line.
+fn one_line(s: &str) -> String {
+    s.chars()
+        .filter(|c| *c != '"' && *c != '\\')
+        .map(|c| if c == '\n' { ' ' } else { c })
+        .collect()
+}
+
 pub fn problem(
     profile: &str,
     status: Option<&Status>,
@@ -377,33 +364,63 @@ pub async fn run_command(args: StatusArgs) -> anyhow::Result<i32> {
     if args.all {
         return all::run_all(&args);
     }
-    let settings = crate::config::ConfigFile::read(&args.config_args())?
-        .settings(None, crate::config::KeyFile::Named)?;
-    let state = StateDir::at(&settings.state_dir);
+    let config_args = args.config_args();
+    // A config the listener could not start with does not hide a listener that runs: it keeps
+    // the config it read before (a reload keeps it too), and its state dir is found without it.
+    let loaded = crate::config::ConfigFile::read(&config_args)
+        .and_then(|f| f.settings(None, crate::config::KeyFile::Named));
+    let (settings, config_error) = match loaded {
+        Ok(s) => (Some(s), None),
+        Err(e) => (None, Some(e)),
+    };
+    let (profile, state_dir) = match &settings {
+        Some(s) => (s.profile.clone(), s.state_dir.clone()),
+        None => {
+            let env = crate::config::process_env();
+            let profile = crate::config::profile_name(&config_args, &env)?;
+            let dir = crate::config::state_dir(&config_args, &env, &profile)?;
+            (profile, dir)
+        }
+    };
+    let state = StateDir::at(&state_dir);
     let file = state.path(STATUS_FILE);
     let status = state.read_status()?;
+    let config_error = match (config_error, &status) {
+        (Some(e), None) => return Err(e.into()),
+        (e, _) => e.map(|e| e.to_string()),
+    };
     let now = SystemTime::now();
-    let policy_zone = PolicyZone::of(
-        &settings,
-        i64::try_from(crate::sys::time::unix_ms(now)).unwrap_or(i64::MAX),
-    );
+    let policy_zone = settings.as_ref().and_then(|s| {
+        PolicyZone::of(
+            s,
+            i64::try_from(crate::sys::time::unix_ms(now)).unwrap_or(i64::MAX),
+        )
+    });
     let liveness = status
         .as_ref()
         .map(|s| assess(s, pid_alive(u64::from(s.pid)), now));
-    let restart = restart_advice(&settings.profile, status.as_ref().map_or(0, |s| s.pid));
-    let problem = problem(&settings.profile, status.as_ref(), liveness, now, &restart);
+    let restart = restart_advice(&profile, status.as_ref().map_or(0, |s| s.pid));
+    let problem = match &config_error {
+        // A config that cannot be read is what a stopped listener needs fixed first: a start
+        // (or a restart) fails on it. A listener that runs keeps the config it read before.
+        Some(e) if liveness != Some(Liveness::Running) => Some(one_line(&format!(
+            "the config of profile {profile} cannot be read: {e}; fix it, then `agentchat doctor              --profile {profile}` checks it"
+        ))),
+        _ => problem(&profile, status.as_ref(), liveness, now, &restart),
+    };
     let usable = problem.is_none();
     if args.json {
         let out = json!({
             "version": JSON_VERSION,
-            "profile": settings.profile,
-            "state_dir": settings.state_dir,
+            "profile": profile,
+            "state_dir": state_dir,
             "status_file": file,
             "running": liveness == Some(Liveness::Running),
             "stale": liveness == Some(Liveness::Stale),
             "stopping": liveness == Some(Liveness::Stopping),
             "usable": usable,
             "problem": problem,
+            "config_error": config_error,
             "status": status,
         });
         println!("{}", serde_json::to_string_pretty(&out)?);
@@ -412,7 +429,7 @@ pub async fn run_command(args: StatusArgs) -> anyhow::Result<i32> {
             Some(s) => println!(
                 "{}",
                 render(
-                    &settings.profile,
+                    &profile,
                     s,
                     liveness.unwrap_or(Liveness::NotRunning),
                     now,
@@ -423,12 +440,20 @@ pub async fn run_command(args: StatusArgs) -> anyhow::Result<i32> {
                 "profile     {0}\nlistener    never ran here (no {1})\nnext        `agentchat \
                  setup --profile {0}` sets the agent up (key, runtime, service); if it is set \
                  up, `agentchat service install --profile {0}` keeps a listener running",
-                settings.profile,
+                profile,
                 file.display()
             ),
         }
     }
-    Ok(if liveness == Some(Liveness::Running) {
+    if let Some(e) = &config_error {
+        eprintln!(
+            "agentchat status: {e}: the listener shown keeps the config it read before (a reload \
+             keeps it too); a restart fails until the file is fixed (`agentchat doctor` checks it)"
+        );
+    }
+    Ok(if config_error.is_some() {
+        1
+    } else if liveness == Some(Liveness::Running) {
         0
     } else {
         3
@@ -522,7 +547,7 @@ mod tests {
             "c1 at 2026-11-30T01:00:02Z (3 min ago): completed (wake run)",
             "fetched 2026-11-30T01:00:00Z (3 min ago)",
             "runs 1 (0 failed)",
-            "usage       today: 0 runs, $0.00; this hour: 0 runs",
+            "usage       today: 0 runs; this hour: 0 runs",
         ] {
             assert!(text.contains(needle), "missing {needle:?} in\n{text}");
         }
@@ -540,11 +565,13 @@ mod tests {
             since: "2026-11-30T11:20:00Z".into(),
             cards: (1..=7).map(|i| format!("conv_{i}")).collect(),
             invites: vec!["inv_1".into()],
+            ..Held::default()
         });
         s.usage.today = crate::core::status::UsageTotals {
             runs: 14,
             cost_usd: 0.834,
             tokens: 90_000,
+            ..Default::default()
         };
         s.usage.this_hour.runs = 12;
         let east = crate::core::policy::FixedOffset(2 * 3600);
@@ -559,6 +586,41 @@ mod tests {
             "held        runs wait: max_runs_per_hour reached, until 14:00 (held since 10 min ago)",
             "waiting     7 cards: conv_1, conv_2, conv_3, conv_4, conv_5 and 2 more; 1 invite: inv_1",
             "usage       today: 14 runs, $0.83; this hour: 12 runs",
+        ] {
+            assert!(text.contains(needle), "missing {needle:?} in\n{text}");
+        }
+    }
+
+    /// Issue 38 items 2 and 5: a loop hold names its conversation and how to let it go; what
+    /// waits past the tray's cut is said.
+    #[test]
+    fn render_names_a_loop_and_its_release_and_what_waits_past_the_cut() {
+        let now = humantime::parse_rfc3339("2026-11-30T11:30:00Z").unwrap();
+        let mut s = doc("connected", now);
+        s.held = Some(Held {
+            reason: "loop_guard".into(),
+            key: "loop_guard".into(),
+            until: Some("2026-11-30T12:00:00Z".into()),
+            since: "2026-11-30T11:20:00Z".into(),
+            cards: vec!["conv_bot".into()],
+            unseen: vec!["conv_far".into()],
+            truncated: true,
+            ..Held::default()
+        });
+        let text = render(
+            "work",
+            &s,
+            Liveness::Running,
+            now,
+            ShownZone::machine(&crate::core::policy::FixedOffset(0)),
+        );
+        for needle in [
+            "held        runs wait: loop_guard holds a loop in conv_bot (a reload lets it go), \
+             until 12:00 unless its other side writes again",
+            "waiting     1 card: conv_bot; past the tray's cut, heard from: 1 conversation: \
+             conv_far; more cards wait past the tray's cut than it shows",
+            "release     a reload lets the loop go: `systemctl --user reload \
+             agentchat-listen@work` for the service, or `kill -HUP",
         ] {
             assert!(text.contains(needle), "missing {needle:?} in\n{text}");
         }

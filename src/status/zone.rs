@@ -4,19 +4,7 @@
 use crate::config::Settings;
 use crate::core::policy::{OffsetTable, Offsets, ShownZone};
 
-/// The machine's own time zone, asked of the C library at each instant: a hold's end is shown
-/// to the person at this machine in its local time. Only [`Offsets::offset_at`] is needed to
-/// say a time; no change is looked for.
-pub struct MachineZone;
-
-impl Offsets for MachineZone {
-    fn offset_at(&self, utc_ms: i64) -> i32 {
-        crate::sys::time::local_offset_secs(utc_ms).unwrap_or(0)
-    }
-    fn next_change(&self, _: i64) -> Option<i64> {
-        None
-    }
-}
+pub use crate::listen::history::MachineZone;
 
 /// A profile's policy zone: its name and its offsets around the time `status` runs.
 #[derive(Debug, Clone)]

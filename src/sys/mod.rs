@@ -4,6 +4,7 @@
 //! optional deadline or future (`wait`). Imports nothing else of the crate, so any module may use
 //! it.
 
+pub mod capped;
 pub mod flock;
 pub mod fs;
 pub mod process;

@@ -316,6 +316,16 @@ fn help_lists_each_commands_environment_variables_and_exit_codes() {
     }
 }
 
+/// Issue 34: `sim --help` says where the sign-up codes it "emails" go, and `setup --help` how a
+/// script signs up in two steps.
+#[test]
+fn sim_help_says_where_sign_up_codes_go_and_setup_help_the_two_scripted_steps() {
+    let sim = stdout_of(&["sim", "--help"]);
+    assert!(sim.contains("/_sim/outbox"), "{sim}");
+    let setup = stdout_of(&["setup", "--help"]);
+    assert!(setup.contains("--code CODE"), "{setup}");
+}
+
 /// Every variable config reads (`agentchat::config::VARIABLES`) and the flag that stands for it,
 /// if any. A variable added there without a row here fails the test below.
 const FLAG_OF: &[(&str, Option<&str>)] = &[

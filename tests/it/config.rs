@@ -693,11 +693,11 @@ fn shipped_example_config_parses_for_every_profile() {
         KeySource::File(PathBuf::from("/home/u/.config/agentchat/work.key"))
     );
     // Every `[listen.policy]` key has a commented sample beside what it does (the top level sets
-    // none: no rules by default), and the profile's own example parses.
+    // none: the bounded defaults of issue 38), and the profile's own example parses.
     let top = resolve(&ConfigArgs::default(), &env(&[]), Some((&path, &text))).unwrap();
     assert_eq!(
         top.listen.policy,
-        agentchat::core::policy::Policy::default()
+        agentchat::core::policy::PolicyLayer::default().resolve()
     );
     let policy = text
         .split("\n[listen.policy]\n")

@@ -913,7 +913,10 @@ fn policy_cases_hold_or_run_with_reason_and_end() {
         let tray = Tray::parse(case["tray"].to_string().as_bytes()).unwrap();
         let now = instant(&case["now"]);
         let mut failures = Vec::new();
-        let got = policy::gate(&p, &tray, &ledger, now, zone);
+        // The listener takes the tray in (the loop guard's marks, the contacts), then judges it.
+        let heard = policy::Heard::default();
+        policy::observe(&p, &tray, &mut ledger, now);
+        let got = policy::gate(&p, &tray, &ledger, &heard, now, zone);
         if gate_as_json(&got) != case["expect"] {
             failures.push(format!(
                 "expected {}, got {}",
@@ -923,7 +926,8 @@ fn policy_cases_hold_or_run_with_reason_and_end() {
         }
         if let (Some(after), policy::Gate::Held(h)) = (case.get("after_until"), &got) {
             let at = h.until.expect("after_until needs an until");
-            let then = gate_as_json(&policy::gate(&p, &tray, &ledger, at, zone));
+            policy::observe(&p, &tray, &mut ledger, at);
+            let then = gate_as_json(&policy::gate(&p, &tray, &ledger, &heard, at, zone));
             if &then != after {
                 failures.push(format!("at until: expected {after}, got {then}"));
             }

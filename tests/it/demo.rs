@@ -6,8 +6,13 @@ use crate::common::{self, gone_within_blocking};
 use std::process::{Command, Output};
 
 fn run_demo(extra_env: &[(&str, &str)]) -> (Output, u32) {
+    run_demo_with(&[], extra_env)
+}
+
+fn run_demo_with(args: &[&str], extra_env: &[(&str, &str)]) -> (Output, u32) {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_agentchat"));
     cmd.arg("demo")
+        .args(args)
         .env_remove("AGENTCHAT_API_KEY")
         .env_remove("AGENTCHAT_CONFIG");
     for (k, v) in extra_env {
@@ -83,6 +88,31 @@ fn demo_runs_the_whole_loop_and_exits_zero_leaving_nothing_behind() {
     let pos = |s: &str| stdout.find(s).unwrap();
     assert!(pos("recorded reply") < pos("invited @bob"));
     assert!(pos("counted") < pos("dismissed on the server"));
+    assert_nothing_left(demo_pid, listener_pid(&stdout));
+}
+
+/// Issue 34: the example agent shipped for the script runtime (`examples/agent.py`, Python's
+/// standard library only) answers through the REST API in the demo's loop as the built-in agent
+/// does: the answer sent, the verdict recorded, the invite left alone, the tray empty.
+#[test]
+fn the_example_script_agent_answers_through_the_rest_api_in_the_demo() {
+    let example = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/agent.py");
+    let (out, demo_pid) = run_demo_with(&["--script", example], &[]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "demo with the example failed ({}):\n{stdout}\n{stderr}",
+        out.status
+    );
+    for needle in [
+        "run       sent answer",
+        "run       recorded reply",
+        "run       left invite",
+        "@bob's tray is empty: no conversation, no invite",
+    ] {
+        assert!(stdout.contains(needle), "missing {needle:?} in:\n{stdout}");
+    }
     assert_nothing_left(demo_pid, listener_pid(&stdout));
 }
 

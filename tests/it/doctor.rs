@@ -731,8 +731,9 @@ async fn reach_passes_by_default_and_warns_for_a_profile_whose_runs_can_touch_fi
     sim.shutdown().await;
 }
 
-/// Issue 24: `extra_args` that would widen a run make every run `runtime_unusable` naming the
-/// key; doctor says the same, as a FAIL on its `reach` line, before a listener ever starts.
+/// Issues 24 and 33: `extra_args` off the CLI's allowlist make every run `runtime_unusable`
+/// naming the argument; doctor says the same, as a FAIL on its `reach` line, before a listener
+/// ever starts.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn widening_extra_args_fail_reach_naming_the_key() {
     let (sim, _, key) = seeded_sim().await;
@@ -749,17 +750,13 @@ async fn widening_extra_args_fail_reach_naming_the_key() {
     out.assert_line(
         "reach",
         "FAIL reach:",
-        "`listen.claude.extra_args` holds `--allowedTools`",
+        "`--allowedTools` is not one of them",
     );
     let out = s
         .doctor(&sim.api_base, Some(&key), &["--profile", "cx"])
         .await;
     assert_eq!(out.code, 1, "{}", out.all());
-    out.assert_line(
-        "reach",
-        "FAIL reach:",
-        "`listen.codex.extra_args` holds `--sandbox`",
-    );
+    out.assert_line("reach", "FAIL reach:", "`--sandbox` is not one of them");
     // An argument that widens nothing passes.
     let out = s
         .doctor(&sim.api_base, Some(&key), &["--profile", "narrow"])
@@ -770,10 +767,10 @@ async fn widening_extra_args_fail_reach_naming_the_key() {
 }
 
 /// Issue 26: doctor shows the profile's `[listen.policy]` in one PASS line (never a FAIL: the rules
-/// are the user's choice), a profile's table over the top level's key by key, and says plainly
-/// when there are none.
+/// are the user's choice), a profile's table over the top level's key by key, and says when they
+/// are the defaults (issue 38); a cap the runtime cannot hold is a WARN of its own.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_policy_is_one_pass_line_per_profile_naming_its_rules_or_none() {
+async fn the_policy_is_one_pass_line_per_profile_naming_its_rules_or_its_defaults() {
     let (sim, _, key) = seeded_sim().await;
     let s = Scratch::new(
         "[listen]\nruntime = \"script\"\ncommand = [\"/bin/true\"]\n\n\
@@ -785,7 +782,8 @@ async fn the_policy_is_one_pass_line_per_profile_naming_its_rules_or_none() {
     assert_eq!(out.code, 0, "{}", out.all());
     assert_eq!(
         out.line("policy"),
-        "PASS policy: no rules: every card wakes a run"
+        "PASS policy: at most 60 runs an hour; 500 a day; loop guard 30 runs in 1h (the \
+         defaults; `0` lifts a cap)"
     );
     let paid = s
         .doctor(&sim.api_base, Some(&key), &["--profile", "paid"])
@@ -793,12 +791,19 @@ async fn the_policy_is_one_pass_line_per_profile_naming_its_rules_or_none() {
     assert_eq!(paid.code, 0, "{}", paid.all());
     assert_eq!(
         paid.line("policy"),
-        "PASS policy: quiet 22:00-07:00; at most 12 runs an hour; $5.00 a day; \
+        "PASS policy: quiet 22:00-07:00; at most 12 runs an hour; 500 a day; $5.00 a day; \
          first contact waits; deny @noisy; loop guard 6 runs in 30m"
     );
+    // A script reports no cost unless it prints its own line: the day's dollars may never hold.
     assert_eq!(
         paid.stdout.matches(" policy: ").count(),
-        1,
+        2,
+        "{}",
+        paid.all()
+    );
+    assert!(
+        paid.stdout
+            .contains("WARN policy: `max_cost_per_day_usd` and `max_tokens_per_day` count"),
         "{}",
         paid.all()
     );

@@ -9,22 +9,22 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// One profile of a host: its agent and its recorder.
-struct Profile {
-    name: String,
-    agent: Agent,
-    rec: Recorder,
+pub(crate) struct Profile {
+    pub(crate) name: String,
+    pub(crate) agent: Agent,
+    pub(crate) rec: Recorder,
 }
 
 /// A host's files: the config, the key files, the state home, the recorders.
-struct HostSetup {
-    tmp: tempfile::TempDir,
-    config: PathBuf,
-    profiles: Vec<Profile>,
+pub(crate) struct HostSetup {
+    pub(crate) tmp: tempfile::TempDir,
+    pub(crate) config: PathBuf,
+    pub(crate) profiles: Vec<Profile>,
 }
 
 impl HostSetup {
     /// Profiles `names`, each with a new agent of the sim (`key` overrides one's key file).
-    async fn new(sim: &Sim, names: &[&str]) -> HostSetup {
+    pub(crate) async fn new(sim: &Sim, names: &[&str]) -> HostSetup {
         let tmp = tempfile::tempdir().unwrap();
         let mut profiles = Vec::new();
         for name in names {
@@ -62,7 +62,7 @@ impl HostSetup {
     }
 
     /// The config naming `names` (each of this setup's profiles), with `extra` appended.
-    fn write_config(&self, names: &[&str], extra: &str) {
+    pub(crate) fn write_config(&self, names: &[&str], extra: &str) {
         let mut toml = String::from(
             "log_level = \"debug\"\n[listen]\nruntime = \"script\"\nquiet_window = \"300ms\"\n\
              max_delay = \"2s\"\nkill_grace = \"2s\"\nidle_timeout = \"100s\"\n",
@@ -71,16 +71,17 @@ impl HostSetup {
             let p = self.profile(name);
             toml.push_str(&format!(
                 "\n[profiles.{name}]\napi_key_file = \"{key}\"\n[profiles.{name}.listen]\n\
-                 command = [\"/bin/sh\", \"{script}\"]\n",
+                 command = [\"/bin/sh\", \"{script}\"]\nsandbox_write = [\"{rec}\"]\n",
                 key = self.key_path(name).display(),
                 script = p.rec.script.display(),
+                rec = p.rec.dir.display(),
             ));
         }
         toml.push_str(extra);
         std::fs::write(&self.config, toml).unwrap();
     }
 
-    fn profile(&self, name: &str) -> &Profile {
+    pub(crate) fn profile(&self, name: &str) -> &Profile {
         self.profiles.iter().find(|p| p.name == name).unwrap()
     }
 
@@ -104,15 +105,15 @@ impl HostSetup {
         }
     }
 
-    fn state_home(&self) -> PathBuf {
+    pub(crate) fn state_home(&self) -> PathBuf {
         self.tmp.path().join("xdg")
     }
 
-    fn state_dir(&self, name: &str) -> PathBuf {
+    pub(crate) fn state_dir(&self, name: &str) -> PathBuf {
         self.state_home().join("agentchat").join(name)
     }
 
-    fn status(&self, name: &str) -> Value {
+    pub(crate) fn status(&self, name: &str) -> Value {
         std::fs::read_to_string(self.state_dir(name).join("status.json"))
             .ok()
             .and_then(|s| serde_json::from_str(&s).ok())
@@ -120,7 +121,7 @@ impl HostSetup {
     }
 
     /// `agentchat listen --all` for this setup, its environment its own.
-    fn command(&self, sim: &Sim) -> Command {
+    pub(crate) fn command(&self, sim: &Sim) -> Command {
         let mut cmd = isolated(self.tmp.path());
         cmd.args(["listen", "--all", "--log-format", "json"]);
         cmd.env("AGENTCHAT_CONFIG", &self.config)
@@ -134,7 +135,7 @@ impl HostSetup {
         self.spawn(self.command(sim))
     }
 
-    fn spawn(&self, mut cmd: Command) -> Listener {
+    pub(crate) fn spawn(&self, mut cmd: Command) -> Listener {
         let stderr_path = self.tmp.path().join("host.stderr");
         cmd.stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::null())
@@ -154,7 +155,7 @@ fn isolated(home: &Path) -> Command {
 }
 
 /// The JSON lines of `l` whose `event` is `event` and whose `profile` is `profile`.
-fn events_of(l: &Listener, event: &str, profile: &str) -> Vec<Value> {
+pub(crate) fn events_of(l: &Listener, event: &str, profile: &str) -> Vec<Value> {
     l.events(event)
         .into_iter()
         .filter(|v| v["profile"] == profile)
@@ -162,7 +163,7 @@ fn events_of(l: &Listener, event: &str, profile: &str) -> Vec<Value> {
 }
 
 /// Waits until each of `names` has ended its connect cycle.
-async fn each_connect_cycle_ended(l: &Listener, names: &[&str]) {
+pub(crate) async fn each_connect_cycle_ended(l: &Listener, names: &[&str]) {
     for name in names {
         assert!(
             eventually(20.0, || !events_of(l, "cycle_end", name).is_empty()).await,
@@ -1063,12 +1064,10 @@ async fn sighup_looks_again_at_once_at_an_unchanged_profile_whose_runtime_could_
         l.log()
     );
     {
+        // The recorder itself arrives there: the program `command` names is all of the run's
+        // own that the kernel's line lets it read (the recorder's folder aside).
         use std::os::unix::fs::PermissionsExt;
-        std::fs::write(
-            &program,
-            format!("#!/bin/sh\nexec /bin/sh '{}'\n", script.display()),
-        )
-        .unwrap();
+        std::fs::copy(&script, &program).unwrap();
         std::fs::set_permissions(&program, std::fs::Permissions::from_mode(0o755)).unwrap();
     }
     let asked = std::time::Instant::now();

@@ -1145,13 +1145,11 @@ async fn an_unusable_runtime_shows_runtime_unusable_and_runs_nothing_until_sighu
         l,
     } = bob_listening(&opts).await;
     sim.send(&alice, &bob, "hi").await;
+    // Found by the login check at start or by the message's run, whichever came first: said
+    // once either way (the identity block a run writes is pinned by doctor_run and
+    // runtimes_confine, since here no run may have started).
     state_becomes(&setup, &l, "runtime_unusable", 60.0).await;
     assert_eq!(l.count("runtime_unusable"), 1);
-    // The identity block was kept current in the file Claude Code loads, inside the workdir.
-    let claude_md =
-        std::fs::read_to_string(setup.state_dir.join("workdir").join("CLAUDE.md")).unwrap();
-    assert!(claude_md.contains(agentchat::core::identity::START_MARKER));
-    assert!(claude_md.contains("@bob"), "{claude_md}");
 
     // A later wake runs nothing and logs nothing new about the runtime.
     let cycles = l.count("cycle_end");
@@ -1172,9 +1170,14 @@ async fn an_unusable_runtime_shows_runtime_unusable_and_runs_nothing_until_sighu
     l.signal(libc::SIGHUP);
     logged_at_least(&l, "runtime_recovered", 1, 10.0).await;
     assert_eq!(l.events("runtime_recovered")[0]["via"], "reload");
+    // The reload's own look (the login check) and the recovered cycle race: either may find
+    // the runtime unusable again first, so both are awaited.
     logged_at_least(&l, "runtime_unusable", 2, 60.0).await;
     assert!(
-        cycle_reasons(&l).iter().any(|r| r.contains("recovered")),
+        eventually(30.0, || cycle_reasons(&l)
+            .iter()
+            .any(|r| r.contains("recovered")))
+        .await,
         "{}",
         l.log()
     );
@@ -1613,7 +1616,12 @@ async fn after_sighup_switches_the_runtime_its_own_cached_texts_run_or_nothing_n
     use listen_support::fake::{self, Fake, WAKE_TEXT};
     use std::os::unix::fs::PermissionsExt;
     let fake = Fake::start("bob", fake::tray("@bob", 1)).await;
-    let opts = Opts::default();
+    // A login the listener can see without asking the CLI (issue 34 item 12 asks `claude auth
+    // status` when none shows): the recorder below stands in for `claude` and counts every call.
+    let opts = Opts {
+        extra_env: vec![("ANTHROPIC_API_KEY".into(), "sk-test".into())],
+        ..Opts::default()
+    };
     let setup = Setup::new(&opts);
     // The recorder stands in for the `claude` binary once the runtime is switched to it.
     let script = &setup.rec.script;

@@ -70,7 +70,7 @@ async fn metrics(l: &Listener) -> String {
 /// A real listener held by `max_runs_per_hour = 1` says so everywhere a person looks: the
 /// status's `held` with the next clock hour as its end, `agentchat status`'s line, `/readyz` still
 /// 200 (a hold is no fault) and `agentchat_held` on `/metrics`; the card stays unread and the
-/// ledger in the state dir counts the first run. When the hour rolls over the card runs with
+/// history in the state dir counts the first run. When the hour rolls over the card runs with
 /// `hold_ended`: that needs the clock itself and is the machine's own test
 /// (`core::listener::tests`), as quiet hours and the day's caps are.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -130,10 +130,19 @@ async fn a_held_listener_says_why_and_until_when_in_status_metrics_and_agentchat
         page.contains("agentchat_held{profile=\"default\",reason=\"quiet_hours\"} 0"),
         "{page}"
     );
-    let ledger: Value =
-        serde_json::from_slice(&std::fs::read(setup.state_dir.join("ledger.json")).unwrap())
-            .unwrap();
-    assert_eq!(ledger["runs"].as_array().map(Vec::len), Some(1), "{ledger}");
+    // The history is the ledger's one file: the run, counted, and the hold it started.
+    let history = std::fs::read_to_string(setup.state_dir.join("history.jsonl")).unwrap();
+    let runs: Vec<Value> = history
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|r| r["kind"] == "run" && r["outcome"] == "completed")
+        .collect();
+    assert_eq!(runs.len(), 1, "{history}");
+    assert!(
+        history.contains("\"reason\":\"runs_per_hour\""),
+        "{history}"
+    );
+    assert!(!setup.state_dir.join("ledger.json").exists());
     // A wake during the hold is acked and costs no run; the hold is said once.
     sim.send(&carol, &bob, "hello?").await;
     assert!(
@@ -215,9 +224,10 @@ async fn deny_holds_a_card_from_a_denied_handle() {
     held_until_a_reload_lifts(r#"deny = ["@ali*"]"#, "deny", false).await;
 }
 
-/// A hostile sender that keeps replying: after two runs in the window its conversation stops
-/// waking runs, while another sender's message still starts one; once the window passes the
-/// held card runs by itself.
+/// A hostile sender that keeps replying: after two runs in the window its conversation is held
+/// as a loop, while another sender's message still starts one; once the sender has been quiet
+/// for the window the loop is over and its last message still starts no run (issue 38 item 2);
+/// a reload lets it go.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_loop_guard_stops_a_sender_that_keeps_replying_while_others_still_wake_runs() {
     let o = opts(r#"loop_guard = { runs = 2, within = "12s" }"#, None);
@@ -263,12 +273,27 @@ async fn the_loop_guard_stops_a_sender_that_keeps_replying_while_others_still_wa
         .bearer_auth(&bob.key)
         .json(&json!({}));
     assert!(read.send().await.unwrap().status().is_success());
-    // Mallory goes on: held again, and once the window passes the card runs by itself.
+    // Mallory goes on: held again; once quiet for the window the loop is over, and the card
+    // still starts no run (its hold has no end any more).
     sim.send(&mallory, &bob, "ping 4").await;
     held(&setup, &l, "loop_guard").await;
     let runs = setup.rec.count();
     assert!(
-        eventually(40.0, || setup.rec.done(runs + 1)).await,
+        eventually(40.0, || setup.status()["held"]["reason"] == "loop_guard"
+            && setup.status()["held"]["until"].is_null())
+        .await,
+        "{}",
+        l.log()
+    );
+    assert_eq!(
+        setup.rec.count(),
+        runs,
+        "the loop's last message started a run"
+    );
+    // The user lets it go: the card runs at once.
+    l.signal(libc::SIGHUP);
+    assert!(
+        eventually(20.0, || setup.rec.done(runs + 1)).await,
         "{}",
         l.log()
     );
@@ -333,9 +358,10 @@ async fn with_all_a_sighup_that_lifts_a_profiles_rule_runs_its_held_card() {
     let config = format!(
         "log_level = \"debug\"\n[listen]\nruntime = \"script\"\nquiet_window = \"300ms\"\n\
          max_delay = \"2s\"\nidle_timeout = \"100s\"\n[profiles.p]\napi_key_file = \"{}\"\n\
-         [profiles.p.listen]\ncommand = [\"/bin/sh\", \"{}\"]\n",
+         [profiles.p.listen]\ncommand = [\"/bin/sh\", \"{}\"]\nsandbox_write = [\"{}\"]\n",
         key.display(),
-        setup.rec.script.display()
+        setup.rec.script.display(),
+        setup.rec.dir.display()
     );
     std::fs::write(&setup.config, format!("{config}{rule}")).unwrap();
     let xdg = setup.tmp.path().join("xdg");

@@ -18,6 +18,8 @@ fn sh(script: &str, cwd: &Path) -> RunSpec {
         stdin: None,
         cwd: cwd.to_path_buf(),
         runtime: agentchat::config::RuntimeKind::Script,
+        sandbox: None,
+        scratch: None,
     }
 }
 

@@ -8,7 +8,7 @@ use crate::model_server::sim::{Sim, assert_answered};
 use crate::model_server::{Mode, ModelServer};
 use agentchat::config::{McpMode, RuntimeKind, Settings};
 use agentchat::core::decision::RunKind;
-use agentchat::runtime::{self, RunContext, RunOutcome, RunSpec};
+use agentchat::runtime::{self, ListenerEnv, RunContext, RunOutcome, RunSpec};
 use agentchat::sys::process::ProcessEnd;
 use secrecy::SecretString;
 use std::time::Duration;
@@ -60,6 +60,15 @@ impl Setup {
         s
     }
 
+    /// The environment of the listener this test stands in for: the spec is drawn from it (the
+    /// run's Codex home from its `HOME`) and the run inherits it.
+    fn listener_env(&self) -> Vec<(String, String)> {
+        base_env(&self.dir.path().join("home"), &self.model.base_url())
+            .into_iter()
+            .chain(self.extra_env.iter().cloned())
+            .collect()
+    }
+
     fn spec(&self) -> RunSpec {
         let key = SecretString::from(self.key.clone());
         let reasons = vec!["message".to_string()];
@@ -75,8 +84,9 @@ impl Setup {
             api_key: &key,
             state_dir: &state,
             workdir: &work,
+            identity_template: None,
         };
-        runtime::prepare(&ctx).unwrap()
+        runtime::prepare_in(&ctx, &ListenerEnv::from_vars(self.listener_env())).unwrap()
     }
 
     /// Starts the spec exactly as built (env cleared to the test's base env first), waits at
@@ -89,9 +99,8 @@ impl Setup {
             .env_clear()
             // What the supervisor passes of the listener's environment (runtime::inherited).
             .envs(
-                base_env(&self.dir.path().join("home"), &self.model.base_url())
+                self.listener_env()
                     .into_iter()
-                    .chain(self.extra_env.iter().cloned())
                     .filter(|(k, _)| agentchat::core::run_env::passes(k, &spec.env_pass)),
             )
             .envs(spec.env.iter().map(|(k, v)| (k, v)))

@@ -20,67 +20,85 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-const BIN: &str = env!("CARGO_BIN_EXE_agentchat");
+pub(crate) const BIN: &str = env!("CARGO_BIN_EXE_agentchat");
 
-/// The five AgentChat tools, as Claude Code offers them to the model.
+/// The hosted AgentChat tools (the sim serves the contract's whole hand set, its deprecated
+/// aliases included, as the real server does until their switch-off), as Claude Code offers them
+/// to the model.
 const CLAUDE_PINNED: &[&str] = &[
+    "mcp__agentchat__agentchat_accept_group_invite",
     "mcp__agentchat__agentchat_decide",
     "mcp__agentchat__agentchat_get_conversation",
+    "mcp__agentchat__agentchat_get_my_status",
     "mcp__agentchat__agentchat_inbox",
+    "mcp__agentchat__agentchat_list_conversations",
+    "mcp__agentchat__agentchat_list_inbox",
+    "mcp__agentchat__agentchat_mark_read",
+    "mcp__agentchat__agentchat_mute",
+    "mcp__agentchat__agentchat_reject_group_invite",
     "mcp__agentchat__agentchat_respond_to_invite",
     "mcp__agentchat__agentchat_send_message",
+    "mcp__agentchat__agentchat_wait",
 ];
 
-/// What Codex 0.171.0 offers a run: the five AgentChat tools in their namespace, and four that no
+/// What Codex 0.171.0 offers a run: the AgentChat tools in their namespace, and four that no
 /// switch of this version removes (docs/runtimes.md): the MCP resource tools, which reach only the
 /// configured MCP servers (AgentChat's alone), and `request_user_input`, which has no one to ask
 /// in `codex exec`.
 const CODEX_PINNED: &[&str] = &[
     "list_mcp_resource_templates",
     "list_mcp_resources",
+    "mcp__agentchat/agentchat_accept_group_invite",
     "mcp__agentchat/agentchat_decide",
     "mcp__agentchat/agentchat_get_conversation",
+    "mcp__agentchat/agentchat_get_my_status",
     "mcp__agentchat/agentchat_inbox",
+    "mcp__agentchat/agentchat_list_conversations",
+    "mcp__agentchat/agentchat_list_inbox",
+    "mcp__agentchat/agentchat_mark_read",
+    "mcp__agentchat/agentchat_mute",
+    "mcp__agentchat/agentchat_reject_group_invite",
     "mcp__agentchat/agentchat_respond_to_invite",
     "mcp__agentchat/agentchat_send_message",
+    "mcp__agentchat/agentchat_wait",
     "read_mcp_resource",
     "request_user_input",
 ];
 
 /// Secrets in the listener's environment: none may reach a run's model or the server.
-const SECRET_ENV: &[(&str, &str)] = &[
+pub(crate) const SECRET_ENV: &[(&str, &str)] = &[
     ("DEPLOY_TOKEN", "deploy-secret-5b1e77"),
     ("AWS_SECRET_ACCESS_KEY", "aws-secret-c0ffee11"),
     ("GITHUB_TOKEN", "ghp_secret_0a9b8c7d"),
 ];
 
 /// The content of the file outside the workdir.
-const OUTSIDE_SECRET: &str = "OUTSIDE-SECRET-3e8d";
+pub(crate) const OUTSIDE_SECRET: &str = "OUTSIDE-SECRET-3e8d";
 /// The content of the file inside the workdir.
-const INSIDE_TEXT: &str = "INSIDE-WORKDIR-TEXT-91af";
+pub(crate) const INSIDE_TEXT: &str = "INSIDE-WORKDIR-TEXT-91af";
 /// A line of the user's global CLAUDE.md / AGENTS.md outside the identity block.
 const GLOBAL_MARKER: &str = "GLOBAL-INSTRUCTIONS-MARKER-47c2";
 
 #[derive(Clone, Copy, PartialEq)]
-enum Rt {
+pub(crate) enum Rt {
     Claude,
     Codex,
 }
 
 /// The listener and the files of one test; dropping it stops the listener.
-struct Scene {
-    dir: tempfile::TempDir,
+pub(crate) struct Scene {
+    pub(crate) dir: tempfile::TempDir,
     child: Option<Child>,
 }
 
 impl Scene {
-    fn work(&self) -> PathBuf {
+    pub(crate) fn work(&self) -> PathBuf {
         self.dir.path().join("work")
     }
     fn log(&self) -> String {
         std::fs::read_to_string(self.dir.path().join("listener.stderr")).unwrap_or_default()
     }
-    fn status(&self) -> Value {
+    pub(crate) fn status(&self) -> Value {
         std::fs::read_to_string(self.dir.path().join("state/status.json"))
             .ok()
             .and_then(|s| serde_json::from_str(&s).ok())
@@ -89,7 +107,7 @@ impl Scene {
     fn hook_marker(&self) -> PathBuf {
         self.dir.path().join("hook-ran")
     }
-    fn explain(&self) -> String {
+    pub(crate) fn explain(&self) -> String {
         let log = self.log();
         let tail: Vec<&str> = log.lines().rev().take(30).collect();
         format!(
@@ -109,7 +127,7 @@ impl Drop for Scene {
 }
 
 /// The hostile plan for a scene's files (made before the model server starts).
-fn hostile(dir: &Path, fetch_base: &str) -> Hostile {
+pub(crate) fn hostile(dir: &Path, fetch_base: &str) -> Hostile {
     Hostile {
         outside_file: dir.join("private/id_ed25519"),
         inside_file: dir.join("work/notes.txt"),
@@ -126,6 +144,20 @@ fn start(
     sim: &Sim,
     model: &ModelServer,
     listen_extra: &str,
+) -> Scene {
+    start_with(rt, dir, sim, model, listen_extra, "", |_| {})
+}
+
+/// [`start`] with lines for the runtime's `[listen.claude]` or `[listen.codex]` (`cli_extra`) and a last change to the user's set-up (`tweak`, given the scene's dir) before the
+/// listener starts.
+pub(crate) fn start_with(
+    rt: Rt,
+    dir: tempfile::TempDir,
+    sim: &Sim,
+    model: &ModelServer,
+    listen_extra: &str,
+    cli_extra: &str,
+    tweak: impl FnOnce(&Path),
 ) -> Scene {
     let d = dir.path();
     let home = d.join("home");
@@ -172,9 +204,8 @@ fn start(
          [mcp_servers.userfs]\nurl = \"{user_mcp}\"\n"
     );
     std::fs::write(&codex_toml, toml).unwrap();
-    // Codex's hooks file, in the shape of Claude Code's, trusted as a user who reviewed them
-    // would have (`--dangerously-bypass-hook-trust` in extra_args; without `--disable hooks`
-    // Codex runs them).
+    // Codex's hooks file, in the shape of Claude Code's (without `--disable hooks` and the run's
+    // own Codex home, Codex runs a trusted one).
     let codex_hooks = json!({"hooks": settings["hooks"].clone()});
     std::fs::write(home.join(".codex/hooks.json"), codex_hooks.to_string()).unwrap();
     std::fs::write(
@@ -183,9 +214,9 @@ fn start(
     )
     .unwrap();
 
-    let (name, bin) = match rt {
-        Rt::Claude => ("claude-code", claude_bin()),
-        Rt::Codex => ("codex", codex_bin()),
+    let (name, table, bin) = match rt {
+        Rt::Claude => ("claude-code", "claude", claude_bin()),
+        Rt::Codex => ("codex", "codex", codex_bin()),
     };
     let config = d.join("config.toml");
     std::fs::write(
@@ -193,14 +224,13 @@ fn start(
         format!(
             "log_level = \"debug\"\n\n[listen]\nruntime = \"{name}\"\nworkdir = \"{work}\"\n\
              quiet_window = \"200ms\"\nmax_delay = \"1s\"\nrun_timeout = \"60s\"\n\
-             kill_grace = \"2s\"\n{listen_extra}\n\n[listen.claude]\nbinary = \"{bin}\"\n\n\
-             [listen.codex]\nbinary = \"{bin}\"\n\
-             extra_args = [\"--dangerously-bypass-hook-trust\"]\n",
+             kill_grace = \"2s\"\n{listen_extra}\n\n[listen.{table}]\nbinary = \"{bin}\"\n{cli_extra}\n",
             work = work.display(),
             bin = bin.display(),
         ),
     )
     .unwrap();
+    tweak(d);
     let stderr = std::fs::File::create(d.join("listener.stderr")).unwrap();
     let child = Command::new(BIN)
         .args(["listen", "--log-format", "json"])
@@ -226,7 +256,7 @@ fn start(
 
 /// A peer's message wakes the listener; waits until its run has ended (the `reply` verdict is
 /// on the server and the status file shows the cycle's outcome).
-async fn woken_run(scene: &Scene, sim: &Sim, model: &ModelServer, text: &str) -> String {
+pub(crate) async fn woken_run(scene: &Scene, sim: &Sim, model: &ModelServer, text: &str) -> String {
     let sent = sim.peer_sends(text).await;
     let conv = sent["conversation_id"].as_str().unwrap().to_string();
     let done = eventually_async(180, || async {
@@ -264,12 +294,12 @@ async fn woken_run(scene: &Scene, sim: &Sim, model: &ModelServer, text: &str) ->
 /// woken run can touch"): Claude Code's does not (`--setting-sources ""`, the workdir's file given
 /// by the listener); Codex 0.171.0 has no switch that skips `$CODEX_HOME/AGENTS.md` without moving
 /// its home (and with it the login), so Codex's does.
-fn global_instructions_reach(rt: Rt) -> bool {
-    rt == Rt::Codex
+fn global_instructions_reach(_rt: Rt) -> bool {
+    false
 }
 
 /// Everything the run sent the model, and nothing it must not have.
-fn assert_nothing_leaked(rt: Rt, scene: &Scene, model: &ModelServer) {
+pub(crate) fn assert_nothing_leaked(rt: Rt, scene: &Scene, model: &ModelServer) {
     let j = model.journal();
     let all = j.bodies.join("\n");
     for (name, secret) in SECRET_ENV {
@@ -492,7 +522,14 @@ async fn codex_shell_opt_in_writes_only_in_the_workdir_and_sees_no_secret() {
     );
     assert!(
         scene.work().join("written.txt").exists(),
-        "the command could not write in the workdir"
+        "the command could not write in the workdir: {}",
+        j.bodies
+            .iter()
+            .filter_map(|b| b
+                .find("Wall time")
+                .map(|i| b[i..].chars().take(1500).collect::<String>()))
+            .collect::<Vec<_>>()
+            .join("\n---\n")
     );
     assert!(
         !j.requests

@@ -262,3 +262,48 @@ async fn max_cost_per_run_usd_is_claude_codes_own_budget_over_the_users_and_ends
         "{page}"
     );
 }
+
+/// Issue 38 item 6: a Claude Code run cut by the time limit before its `result` (the model
+/// answers its first call, then never again) counts the tokens it streamed and, its cost
+/// unreported, its per-run budget as an estimate: `max_cost_per_day_usd` holds the next run.
+/// Before, such a run added $0 and 0 tokens, and a day of them never met the cap.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claude_run_cut_by_the_time_limit_counts_its_streamed_tokens_and_its_budget() {
+    let sim = Sim::start().await;
+    let model = ModelServer::start(Mode::HangAfter(1)).await;
+    let policy = "\n[listen.policy]\nmax_cost_per_run_usd = 0.4\nmax_cost_per_day_usd = 0.3";
+    let listener = Listener::start_configured(
+        Rt::Claude,
+        &sim,
+        &model,
+        "20s",
+        &Rt::Claude.bin(),
+        0.02,
+        [policy, ""],
+    );
+    sim.peer_sends(PEER_TEXT).await;
+    let failed = eventually_async(120, || async {
+        listener.status()["last_cycle"]["outcome"] == "failed"
+    })
+    .await;
+    assert!(failed, "the run was not cut\n{}", listener.explain());
+    let today = listener.status()["usage"]["today"].clone();
+    assert_eq!(today["runs"], 1, "{today}");
+    assert_eq!(today["cost_usd"].as_f64(), Some(0.4), "{today}");
+    assert_eq!(today["estimated"], 1, "{today}");
+    assert!(
+        today["tokens"].as_u64() > Some(0),
+        "streamed tokens: {today}"
+    );
+    sim.peer_sends("And now?").await;
+    let held = eventually_async(30, || async {
+        listener.status()["held"]["key"] == "max_cost_per_day_usd"
+    })
+    .await;
+    assert!(
+        held,
+        "the day's cost cap did not hold\n{}",
+        listener.explain()
+    );
+    assert_eq!(listener.status()["usage"]["today"]["runs"], 1);
+}

@@ -422,7 +422,21 @@ async fn unusable_runtime_is_tried_again_once_its_binary_changes(installed_at_fi
     if installed_at_first {
         write_wrapper(&wrapper, &claude_bin(), "v1");
     }
-    let listener = Listener::start_with_binary(Rt::Claude, &sim, &model, "120s", &wrapper);
+    // The wrapper runs the real CLI from where the kernel's line would not look for it (the
+    // wrapper's own folder is its install): the profile names it, as docs/runtimes.md's upgrade
+    // notes say.
+    let real = std::fs::canonicalize(claude_bin()).unwrap();
+    let package = real.parent().and_then(|b| b.parent()).unwrap();
+    let listen = format!("sandbox_read = [\"{}\"]", package.display());
+    let listener = Listener::start_configured(
+        Rt::Claude,
+        &sim,
+        &model,
+        "120s",
+        &wrapper,
+        0.02,
+        [&listen, ""],
+    );
     sim.peer_sends("First message.").await;
     let unusable = eventually_async(150, || async {
         listener.status()["state"] == "runtime_unusable"

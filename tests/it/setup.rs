@@ -113,7 +113,8 @@ impl World {
         let mut child = cmd.spawn().unwrap();
         let mut pipe = child.stdin.take().unwrap();
         if let Some(s) = stdin {
-            pipe.write_all(s.as_bytes()).await.unwrap();
+            // A command that refuses at once (a usage error) exits before it reads its stdin.
+            let _ = pipe.write_all(s.as_bytes()).await;
         }
         drop(pipe);
         tokio::time::timeout(
@@ -123,6 +124,25 @@ impl World {
         .await
         .expect("agentchat did not finish within 180 s")
         .unwrap()
+    }
+
+    /// `agentchat setup --yes --api-base SIM ARGS` started with `key` on stdin, its output
+    /// dropped, not waited for (a test that stops it midway).
+    async fn spawn_setup(&self, key: &str, args: &[&str]) -> tokio::process::Child {
+        use tokio::io::AsyncWriteExt;
+        let mut all = vec!["setup", "--yes", "--api-base", self.sim.api_base()];
+        all.extend_from_slice(args);
+        let mut cmd = self.command(Path::new(BIN), &all);
+        cmd.stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null());
+        let mut child = cmd.spawn().unwrap();
+        let mut stdin = child.stdin.take().unwrap();
+        stdin
+            .write_all(format!("{key}\n").as_bytes())
+            .await
+            .unwrap();
+        child
     }
 
     /// `agentchat setup --yes --api-base SIM ARGS` with the key on stdin; must succeed.
@@ -500,6 +520,7 @@ async fn the_interactive_setup_asks_each_question_and_never_echoes_the_key() {
         ["Do you have an AgentChat API key? [Y/n]: ", "y"],
         ["AgentChat API key (input hidden): ", key],
         ["Runtime (claude-code, codex or script) [claude-code]: ", ""],
+        ["Keep these bounds on runs? [Y/n]: ", ""],
         ["write the identity block? [Y/n]: ", "y"],
         [
             "Install the always-on service for this profile? [Y/n]: ",
@@ -770,7 +791,9 @@ async fn setup_installs_the_service_under_a_live_systemd_and_undo_removes_it() {
     println!("{said}\n{undone}");
 }
 
+mod bounds;
 mod defects;
+mod first_hour;
 /// Where the one-process unit runs this config (`service install --all --one-process`), the
 /// service step adds the profile to it (the unit rewritten for the profiles the config names now,
 /// no unit of the profile's own beside it) instead of refusing; run again, it finds it current.

@@ -11,7 +11,7 @@ use std::process::Output;
 use std::time::Duration;
 
 /// The newest code the sim emailed to `to` for `purpose`, waited for.
-async fn code_for(w: &World, to: &str, purpose: &str) -> String {
+pub(super) async fn code_for(w: &World, to: &str, purpose: &str) -> String {
     let url = format!("{}/_sim/outbox", w.sim.api_base());
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
     loop {
@@ -35,7 +35,7 @@ async fn code_for(w: &World, to: &str, purpose: &str) -> String {
 }
 
 /// The handle a key authenticates as on the sim, or the HTTP status.
-async fn whoami(w: &World, key: &str) -> Result<String, u16> {
+pub(super) async fn whoami(w: &World, key: &str) -> Result<String, u16> {
     let r = reqwest::Client::new()
         .get(format!("{}/v1/agents/me", w.sim.api_base()))
         .bearer_auth(key)
@@ -51,7 +51,7 @@ async fn whoami(w: &World, key: &str) -> Result<String, u16> {
 
 /// `agentchat setup --yes --api-base SIM ARGS`, answering the emailed code (for `to`,
 /// `purpose`) on stdin once the server has sent it.
-async fn setup_with_code(w: &World, args: &[&str], to: &str, purpose: &str) -> Output {
+pub(super) async fn setup_with_code(w: &World, args: &[&str], to: &str, purpose: &str) -> Output {
     use tokio::io::AsyncWriteExt;
     let mut all = vec!["setup", "--yes", "--api-base", w.sim.api_base()];
     all.extend_from_slice(args);
@@ -73,11 +73,11 @@ async fn setup_with_code(w: &World, args: &[&str], to: &str, purpose: &str) -> O
         .unwrap()
 }
 
-fn last_line(text: &str) -> &str {
+pub(super) fn last_line(text: &str) -> &str {
     text.trim_end().lines().last().unwrap_or("")
 }
 
-const SCRIPT: [&str; 6] = [
+pub(super) const SCRIPT: [&str; 6] = [
     "--no-wire",
     "--no-service",
     "--runtime",
@@ -241,11 +241,13 @@ async fn the_key_from_the_environment_is_trimmed_and_never_reaches_the_clis() {
 }
 
 /// Drives a command in a pseudo-terminal, as `setup.rs`'s driver does, plus: an answer `@CODE`
-/// is the newest code in `$OUTBOX` (the sim's outbox), `^C` types Ctrl-C (no Enter). At the end
+/// is the newest code in `$OUTBOX` (the sim's outbox), `@EXPIRED:S` the same code once the
+/// outbox's stamp says it was sent S seconds ago (a code past its life on a time-scaled sim),
+/// `^C` types Ctrl-C (no Enter). At the end
 /// it prints whether the terminal echoes (`ECHO=on`/`ECHO=off`) and exits with the command's
 /// status (128+N for a signal).
 const PTY_DRIVER: &str = r#"
-import json, os, pty, select, sys, termios, time, urllib.request
+import datetime, json, os, pty, select, sys, termios, time, urllib.request
 steps = json.loads(sys.argv[1])
 pid, fd = pty.fork()
 if pid == 0:
@@ -278,15 +280,29 @@ for prompt, answer in steps:
         time.sleep(0.3)
         os.write(fd, b"\x03")
         continue
-    if answer == "@CODE":
+    if answer == "@CODE" or answer.startswith("@EXPIRED:"):
         box = json.load(urllib.request.urlopen(os.environ["OUTBOX"]))
+        if answer.startswith("@EXPIRED:"):
+            sent = datetime.datetime.fromisoformat(box[-1]["at"].replace("Z", "+00:00"))
+            time.sleep(max(0.0, sent.timestamp() + float(answer[9:]) - time.time()))
         answer = box[-1]["code"]
     os.write(fd, answer.encode() + b"\r")
 deadline = time.time() + 180
 while time.time() < deadline and read_some(1) is not None:
     pass
 sys.stdout.write(seen.decode(errors="replace"))
-_, status = os.waitpid(pid, 0)
+# The terminal closed (or the time is up): the command exits now, or is killed as hung.
+deadline = time.time() + 10
+while True:
+    done, status = os.waitpid(pid, os.WNOHANG)
+    if done != 0:
+        break
+    if time.time() > deadline:
+        sys.stdout.write("\n[pty driver: still running after its output; killed]\n")
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
+        sys.exit(98)
+    time.sleep(0.05)
 echo = termios.tcgetattr(fd)[3] & termios.ECHO
 sys.stdout.write("\nECHO=%s\n" % ("on" if echo else "off"))
 code = os.waitstatus_to_exitcode(status)
@@ -294,7 +310,17 @@ sys.exit(128 - code if code < 0 else code)
 "#;
 
 /// Runs `argv` under the PTY driver with `steps`; returns the transcript and the exit code.
-async fn in_pty(w: &World, steps: serde_json::Value, argv: &[&str]) -> (String, i32) {
+pub(super) async fn in_pty(w: &World, steps: serde_json::Value, argv: &[&str]) -> (String, i32) {
+    in_pty_at(w, w.sim.api_base(), steps, argv).await
+}
+
+/// [`in_pty`] with the codes read from the sim at `sim_base`.
+pub(super) async fn in_pty_at(
+    w: &World,
+    sim_base: &str,
+    steps: serde_json::Value,
+    argv: &[&str],
+) -> (String, i32) {
     let python = std::env::var("AGENTCHAT_TEST_PYTHON")
         .ok()
         .filter(|p| Path::new(p).exists())
@@ -306,7 +332,7 @@ async fn in_pty(w: &World, steps: serde_json::Value, argv: &[&str]) -> (String, 
     args.extend_from_slice(argv);
     let out = w
         .command(Path::new(&python), &args)
-        .env("OUTBOX", format!("{}/_sim/outbox", w.sim.api_base()))
+        .env("OUTBOX", format!("{sim_base}/_sim/outbox"))
         .output()
         .await
         .unwrap();
@@ -345,6 +371,7 @@ async fn an_interactive_sign_up_asks_email_handle_and_code_and_never_shows_the_k
             "The script's command (program and arguments): ",
             "/bin/true"
         ],
+        ["Keep these bounds on runs? [Y/n]: ", ""],
         ["write the identity block? [Y/n]: ", "n"],
         [
             "Install the always-on service for this profile? [Y/n]: ",
@@ -352,7 +379,7 @@ async fn an_interactive_sign_up_asks_email_handle_and_code_and_never_shows_the_k
         ],
         ["Go ahead? [Y/n]: ", "y"],
         [
-            "Try one real run now (`agentchat doctor --run`; it costs one model call)? [y/N]: ",
+            "Try one real run now (`agentchat doctor --run`)? [y/N]: ",
             "y"
         ],
     ]);
@@ -447,6 +474,7 @@ async fn go_ahead_no_leaves_a_fresh_home_as_it_was() {
         ["Do you have an AgentChat API key? [Y/n]: ", "y"],
         ["AgentChat API key (input hidden): ", w.key()],
         ["Runtime (claude-code, codex or script) [claude-code]: ", ""],
+        ["Keep these bounds on runs? [Y/n]: ", ""],
         ["write the identity block? [Y/n]: ", "y"],
         [
             "Install the always-on service for this profile? [Y/n]: ",

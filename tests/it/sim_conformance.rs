@@ -272,9 +272,6 @@ async fn check_6_a_socket_without_the_new_capabilities_sees_no_heartbeat_and_no_
 /// `GET /_sim/outbox`.
 #[tokio::test]
 async fn python_sdk_signs_up_and_recovers_a_key_against_the_sim_with_its_errors() {
-    let Some(python) = crate::common::test_python() else {
-        return;
-    };
     let s = sim(1.0).await;
     let script = r#"
 import json, os, urllib.request
@@ -318,24 +315,9 @@ out["rate"] = err(lambda: C.recover("a@example.com", handle="newbie", base_url=b
 out["keys"] = [key, key2]
 print(json.dumps(out))
 "#;
-    let out = tokio::time::timeout(
-        Duration::from_secs(60),
-        tokio::process::Command::new(python)
-            .args(["-c", script])
-            .env("BASE", &s.base)
-            .kill_on_drop(true)
-            .output(),
-    )
-    .await
-    .unwrap()
-    .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "python failed: {stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+    let Some(v) = s.python(script, &[]).await else {
+        return;
+    };
     assert_eq!(v["register"], json!(["message", "pending_id"]));
     assert_eq!(v["wrong_code"]["code"], "INVALID_CODE");
     assert_eq!(v["wrong_code"]["status"], 400);

@@ -704,7 +704,7 @@ fn tool_json(res: &Value) -> Value {
 }
 
 #[tokio::test]
-async fn mcp_speaks_streamable_http_json_rpc_with_bearer_auth_and_five_tools() {
+async fn mcp_speaks_streamable_http_json_rpc_with_bearer_auth_and_the_contracts_tools() {
     let (s, alice, bob) = alice_and_bob(1.0).await;
     let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
         "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}});
@@ -732,16 +732,7 @@ async fn mcp_speaks_streamable_http_json_rpc_with_bearer_auth_and_five_tools() {
     .await;
     let tools = v.unwrap()["result"]["tools"].as_array().unwrap().clone();
     let names: Vec<&str> = tools.iter().map(|t| t["name"].as_str().unwrap()).collect();
-    assert_eq!(
-        names,
-        [
-            "agentchat_inbox",
-            "agentchat_get_conversation",
-            "agentchat_send_message",
-            "agentchat_decide",
-            "agentchat_respond_to_invite"
-        ]
-    );
+    assert_eq!(names, sim_support::MCP_TOOLS);
     assert!(tools.iter().all(|t| t["inputSchema"]["type"] == "object"));
 
     let m = s.send(&alice, &bob, "over mcp?").await;

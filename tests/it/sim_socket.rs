@@ -698,9 +698,6 @@ async fn defer_6_a_reminder_on_a_muted_conversation_wakes_nothing_and_the_card_c
 /// wrote, connects over the HELLO path, receives a `message.new` and acks it.
 #[tokio::test]
 async fn python_sdk_realtime_client_receives_a_message_and_acks_it() {
-    let Some(python) = crate::common::test_python() else {
-        return;
-    };
     let (s, alice, bob) = alice_and_bob(1.0).await;
     let script = r#"
 import asyncio, json, os, sys
@@ -723,16 +720,9 @@ async def main():
 
 asyncio.run(main())
 "#;
-    let ws_base = s.base.replacen("http", "ws", 1);
-    let child = tokio::process::Command::new(python)
-        .args(["-c", script])
-        .env("KEY", &bob.key)
-        .env("WS_BASE", &ws_base)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
+    let Some(child) = s.python_child(script, &[("KEY", &bob.key)]) else {
+        return;
+    };
     let st = s
         .wait_state(&bob, "the SDK's socket", |st| {
             st["sockets"].as_array().unwrap().len() == 1
@@ -742,17 +732,7 @@ asyncio.run(main())
     assert_eq!(st["sockets"][0]["capabilities"], json!(["ack"]));
     // Give the SDK its hello.ok before the push (it drops frames that come before it).
     let m = s.send(&alice, &bob, "hello from the sim").await;
-    let out = tokio::time::timeout(Duration::from_secs(30), child.wait_with_output())
-        .await
-        .unwrap()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "python failed: {stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let last: Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+    let last = crate::sim_support::py_result(child).await;
     assert_eq!(last["received"][0], m["id"]);
     let acks = s.acks(&bob).await;
     assert!(

@@ -56,15 +56,18 @@ impl WakeCauses {
         }
     }
 
-    /// Every wake was a new message in a conversation this tray shows muted: nothing the agent
-    /// asked to be woken for came, whatever else waits (its own wakes cover it).
-    fn only_muted_messages(&self, tray: &Tray) -> bool {
+    /// Every wake was a new message in a conversation this tray shows muted, or, for one past
+    /// the tray's cut, that `known` (the listener's memory of earlier trays) says is muted:
+    /// nothing the agent asked to be woken for came, whatever else waits (its own wakes cover
+    /// it).
+    fn only_muted_messages(&self, tray: &Tray, known: &dyn Fn(&str) -> Option<bool>) -> bool {
         !self.other
             && !self.messages.is_empty()
             && self.messages.iter().all(|id| {
-                tray.conversations
-                    .iter()
-                    .any(|c| c.conversation_id == *id && c.is_muted())
+                match tray.conversations.iter().find(|c| c.conversation_id == *id) {
+                    Some(c) => c.is_muted(),
+                    None => known(id) == Some(true),
+                }
             })
     }
 }
@@ -95,12 +98,24 @@ pub fn decide(tray: &Tray, own_handle: &str) -> CycleDecision {
 /// `invites_truncated`: it starts no run by itself, because the invite rule can never count or
 /// dismiss an invite it cannot name.
 pub fn decide_woken(tray: &Tray, own_handle: &str, causes: &WakeCauses) -> CycleDecision {
+    decide_knowing(tray, own_handle, causes, &|_| None)
+}
+
+/// [`decide_woken`], with what earlier trays said of the conversations this one does not show
+/// (`known`: muted or not, `None` when never seen): a wake for a message in a conversation past
+/// the tray's cut that an earlier tray showed muted is a wake for muted mail (issue 37 item 3).
+pub fn decide_knowing(
+    tray: &Tray,
+    own_handle: &str,
+    causes: &WakeCauses,
+    known: &dyn Fn(&str) -> Option<bool>,
+) -> CycleDecision {
     if let Some(you) = &tray.you
         && !super::handle::same(you, own_handle)
     {
         return CycleDecision::NoRun(NoRunReason::HandleMismatch);
     }
-    if causes.only_muted_messages(tray) {
+    if causes.only_muted_messages(tray, known) {
         return CycleDecision::NoRun(NoRunReason::OnlyMuted);
     }
     let all_shown_muted =

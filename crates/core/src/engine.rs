@@ -48,6 +48,8 @@ pub struct FrameAction {
     pub malformed: Option<super::frames::FrameError>,
     /// The frame's type; `None` when it was malformed.
     pub frame_type: Option<FrameType>,
+    /// A new message that wakes, as the run policy keeps it (sender, mentions; never its body).
+    pub heard: Option<super::policy::HeardMessage>,
 }
 
 /// The default size of the dedupe memory (the SDKs keep 2048 ids).
@@ -129,6 +131,26 @@ impl Engine {
         }
     }
 
+    /// What the run policy keeps of a new message: its conversation and sender (both needed),
+    /// whether its `context.mentions` names this agent, when and where it was said.
+    fn heard(&self, meta: &super::frames::MessageMeta) -> Option<super::policy::HeardMessage> {
+        let conversation = meta.conversation_id.clone().filter(|c| !c.is_empty())?;
+        let sender = meta.sender.as_deref().map(super::handle::normalize)?;
+        let mentions_me = meta.mentions.as_ref().map(|m| {
+            !self.own_handle.is_empty()
+                && m.iter()
+                    .any(|h| super::handle::normalize(h) == self.own_handle)
+        });
+        Some(super::policy::HeardMessage {
+            id: meta.id.clone(),
+            conversation,
+            sender,
+            mentions_me,
+            at_ms: meta.created_at.as_deref().and_then(super::policy::unix_ms),
+            group: meta.conversation_type.as_deref().map(|t| t == "group"),
+        })
+    }
+
     /// Decides what one inbound text frame asks for. Every `message.new` is acked (a duplicate
     /// again: the previous ack may have been lost); only a new message from someone else that is
     /// not a system notice wakes. `wake` and `group.invite.received` wake and are never acked.
@@ -153,9 +175,11 @@ impl Engine {
                 let wakes = fresh
                     && !self.is_own(meta.sender.as_deref())
                     && meta.kind.as_deref() != Some("system");
+                let heard = wakes.then(|| self.heard(&meta)).flatten();
                 FrameAction {
                     ack: Some(meta.id),
                     wake: wakes.then_some(WakeCause::Message(meta.conversation_id)),
+                    heard,
                     ..FrameAction::default()
                 }
             }

@@ -21,6 +21,13 @@ pub struct MessageMeta {
     /// Message type (`text`, `system`, ...).
     pub kind: Option<String>,
     pub delivery_id: Option<String>,
+    /// `context.mentions`: the bare lowercase handles the message mentions (platform-authored
+    /// metadata, not the text); `None` when the envelope has none (an old message).
+    pub mentions: Option<Vec<String>>,
+    /// `created_at`, as sent.
+    pub created_at: Option<String>,
+    /// `context.conversation.type`: `group`, `direct`, or `None` when not said.
+    pub conversation_type: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -138,6 +145,9 @@ impl ServerFrame {
                     sender,
                     kind: p.kind,
                     delivery_id: p.delivery_id,
+                    mentions: p.context_mentions,
+                    created_at: p.created_at,
+                    conversation_type: p.context_conversation_type,
                 })
             }
             "wake" => {
@@ -194,12 +204,25 @@ mod wire {
         pub invite_id: Option<String>,
         /// `context.sender.handle`.
         pub context_sender_handle: Option<String>,
+        /// `context.mentions`.
+        pub context_mentions: Option<Vec<String>>,
+        /// `context.conversation.type`.
+        pub context_conversation_type: Option<String>,
+        pub created_at: Option<String>,
     }
 
-    /// `context`: only `sender.handle` is read.
+    /// `context`: `sender.handle`, `mentions` and `conversation.type` are read.
     #[derive(Default)]
     pub struct Context {
         sender_handle: Option<String>,
+        mentions: Option<Vec<String>>,
+        conversation_type: Option<String>,
+    }
+
+    /// `context.conversation`: only `type` is read.
+    #[derive(Default)]
+    pub struct Conversation {
+        kind: Option<String>,
     }
 
     #[derive(Default)]
@@ -248,13 +271,17 @@ mod wire {
                 "delivery_id" => &mut self.delivery_id,
                 "reason" => &mut self.reason,
                 "invite_id" => &mut self.invite_id,
+                "created_at" => &mut self.created_at,
                 "step" => {
                     self.step = map.next_value::<U64>()?.0;
                     return Ok(());
                 }
                 "context" => {
-                    let context = map.next_value::<Obj<Context>>()?.0;
-                    self.context_sender_handle = context.and_then(|c| c.sender_handle);
+                    if let Some(c) = map.next_value::<Obj<Context>>()?.0 {
+                        self.context_sender_handle = c.sender_handle;
+                        self.context_mentions = c.mentions;
+                        self.context_conversation_type = c.conversation_type;
+                    }
                     return Ok(());
                 }
                 _ => return skip(map),
@@ -270,11 +297,32 @@ mod wire {
             key: &str,
             map: &mut A,
         ) -> Result<(), A::Error> {
-            if key != "sender" {
+            match key {
+                "sender" => {
+                    let sender = map.next_value::<Obj<Sender>>()?.0;
+                    self.sender_handle = sender.and_then(|s| s.handle);
+                }
+                "mentions" => self.mentions = map.next_value::<Strings>()?.0,
+                "conversation" => {
+                    let c = map.next_value::<Obj<Conversation>>()?.0;
+                    self.conversation_type = c.and_then(|c| c.kind);
+                }
+                _ => skip(map)?,
+            }
+            Ok(())
+        }
+    }
+
+    impl Fields for Conversation {
+        fn field<'de, A: MapAccess<'de>>(
+            &mut self,
+            key: &str,
+            map: &mut A,
+        ) -> Result<(), A::Error> {
+            if key != "type" {
                 return skip(map);
             }
-            let sender = map.next_value::<Obj<Sender>>()?.0;
-            self.sender_handle = sender.and_then(|s| s.handle);
+            self.kind = map.next_value::<Str>()?.0;
             Ok(())
         }
     }
@@ -534,12 +582,26 @@ mod tests {
                         )
                     })
                     .map(|s| s.trim().trim_start_matches('@').to_owned());
+                let context = payload.get("context");
                 ServerFrame::MessageNew(MessageMeta {
                     id,
                     conversation_id: str_field(Some(payload), "conversation_id"),
                     sender,
                     kind: str_field(Some(payload), "type"),
                     delivery_id: str_field(Some(payload), "delivery_id"),
+                    mentions: context
+                        .and_then(|c| c.get("mentions"))
+                        .and_then(Value::as_array)
+                        .map(|a| {
+                            a.iter()
+                                .filter_map(|v| v.as_str().map(str::to_owned))
+                                .collect()
+                        }),
+                    created_at: str_field(Some(payload), "created_at"),
+                    conversation_type: str_field(
+                        context.and_then(|c| c.get("conversation")),
+                        "type",
+                    ),
                 })
             }
             "wake" => ServerFrame::Wake {
@@ -727,8 +789,25 @@ mod tests {
                 sender: Some("Scout".into()),
                 kind: Some("text".into()),
                 delivery_id: None,
+                mentions: None,
+                created_at: None,
+                conversation_type: None,
             })
         );
+    }
+
+    /// Issue 38 item 3: who a message mentions and where it was said come from the envelope's
+    /// platform-written `context`, never from its text.
+    #[test]
+    fn message_new_keeps_the_contexts_mentions_and_conversation_type() {
+        let text = r#"{"type":"message.new","payload":{"id":"m","sender":"x","created_at":"2026-01-01T00:00:00Z","content":{"text":"@bob hi"},"context":{"sender":{"handle":"x"},"conversation":{"type":"group","group_name":"g"},"mentions":["bob",7]}}}"#;
+        let Ok(ServerFrame::MessageNew(m)) = ServerFrame::parse(text) else {
+            panic!("a message")
+        };
+        assert_eq!(m.mentions, Some(vec!["bob".to_string()]));
+        assert_eq!(m.conversation_type.as_deref(), Some("group"));
+        assert_eq!(m.created_at.as_deref(), Some("2026-01-01T00:00:00Z"));
+        assert_eq!(ServerFrame::parse(text), parse_via_value(text));
     }
 
     #[test]

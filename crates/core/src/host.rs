@@ -60,6 +60,15 @@ struct Slots {
     memory_short: bool,
 }
 
+/// `listen --all`'s budget for the whole host (issue 38 item 6): runs and dollars of every
+/// profile's local day together (`listen.host_max_runs_per_day`,
+/// `listen.host_max_cost_per_day_usd`). `None`: no cap.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct HostBudget {
+    pub max_runs_per_day: Option<u32>,
+    pub max_cost_per_day_usd: Option<f64>,
+}
+
 /// The process's profiles, pacer and slots.
 #[derive(Debug)]
 pub struct Host {
@@ -79,6 +88,7 @@ pub struct Host {
     host_out: VecDeque<HostEffect>,
     rng: Rng,
     obs: std::sync::Arc<dyn HostObserver>,
+    budget: HostBudget,
 }
 
 impl Host {
@@ -112,7 +122,39 @@ impl Host {
             host_out: VecDeque::new(),
             rng: Rng::new(seed),
             obs,
+            budget: HostBudget::default(),
         }
+    }
+
+    /// The host's daily budget (a reload may change it).
+    pub fn set_budget(&mut self, budget: HostBudget) {
+        self.budget = budget;
+    }
+
+    /// Whether the host's budget is spent for a run of profile `id` at `now`: the cap that
+    /// holds it, and when its day ends (the asking profile's local midnight).
+    fn over_budget(&self, now: Now, id: ProfileId) -> Option<Slot> {
+        let b = self.budget;
+        if b.max_runs_per_day.is_none() && b.max_cost_per_day_usd.is_none() {
+            return None;
+        }
+        let (runs, cost) = self
+            .profiles
+            .values()
+            .map(|l| l.spent_today(now.wall_ms))
+            .fold((0u64, 0.0f64), |(r, c), t| {
+                (r.saturating_add(t.runs), c + t.cost_usd)
+            });
+        use crate::policy::HoldReason;
+        let (reason, key) = if b.max_runs_per_day.is_some_and(|cap| runs >= u64::from(cap)) {
+            (HoldReason::RunsPerDay, "host_max_runs_per_day")
+        } else if b.max_cost_per_day_usd.is_some_and(|cap| cost >= cap) {
+            (HoldReason::CostPerDay, "host_max_cost_per_day_usd")
+        } else {
+            return None;
+        };
+        let until = self.profiles.get(&id)?.tomorrow(now.wall_ms);
+        Some(Slot::OverBudget { reason, key, until })
     }
 
     /// A seed for a new profile's listener, drawn from the host's.
@@ -329,8 +371,13 @@ impl Host {
         }
     }
 
-    /// A cycle's run asks for a slot: at once without slots (a single `listen`).
+    /// A cycle's run asks for a slot: at once without slots (a single `listen`); never while the
+    /// host's budget is spent.
     fn ask_slot(&mut self, now: Now, id: ProfileId, cycle: u64) {
+        if let Some(over) = self.over_budget(now, id) {
+            self.answer_slot(now, id, cycle, over);
+            return;
+        }
         let Some(s) = self.slots.as_mut() else {
             self.answer_slot(now, id, cycle, Slot::Granted { waited_ms: 0 });
             return;

@@ -11,12 +11,14 @@
 //! a section number in a comment anywhere in this crate ("contract 3.4") refers to it.
 
 pub mod admission;
+pub mod cli_args;
 pub mod coalescer;
 pub mod decision;
 pub mod engine;
 pub mod exit;
 pub mod frames;
 pub mod handle;
+pub mod history;
 pub mod host;
 pub mod identity;
 pub mod invite_rule;
@@ -31,6 +33,7 @@ pub mod run_env;
 pub mod run_report;
 pub mod runtime_health;
 pub mod runtime_kind;
+pub mod sandbox;
 pub mod shown;
 pub mod status;
 pub mod texts;

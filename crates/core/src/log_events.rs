@@ -27,6 +27,10 @@ pub const HANDLE: &str = "handle";
 pub const HANDLE_MISMATCH: &str = "handle_mismatch";
 pub const HANDLE_MISMATCH_CLEARED: &str = "handle_mismatch_cleared";
 pub const HELLO: &str = "hello";
+pub const HISTORY_COMPACTED: &str = "history_compacted";
+pub const HISTORY_UNREADABLE: &str = "history_unreadable";
+pub const HISTORY_WRITE_FAILED: &str = "history_write_failed";
+pub const HISTORY_WRITE_RECOVERED: &str = "history_write_recovered";
 pub const HOLD_CLEARED: &str = "hold_cleared";
 pub const HOST_START: &str = "host_start";
 pub const HTTP_CLIENT_FAILED: &str = "http_client_failed";
@@ -46,14 +50,12 @@ pub const INVITE_SILENT_PACED: &str = "invite_silent_paced";
 pub const KEY_CHANGED: &str = "key_changed";
 pub const KEY_REFUSED: &str = "key_refused";
 pub const KEY_RETRY: &str = "key_retry";
-pub const LEDGER_UNREADABLE: &str = "ledger_unreadable";
-pub const LEDGER_WRITE_FAILED: &str = "ledger_write_failed";
-pub const LEDGER_WRITE_RECOVERED: &str = "ledger_write_recovered";
 pub const LEFTOVER_RUN: &str = "leftover_run";
 pub const LEFTOVER_RUN_STOPPED: &str = "leftover_run_stopped";
 pub const LEFTOVER_RUN_UNREADABLE: &str = "leftover_run_unreadable";
 pub const LISTENER_START: &str = "listener_start";
 pub const LOCK_PID_UNWRITTEN: &str = "lock_pid_unwritten";
+pub const LOOP_RELEASED: &str = "loop_released";
 pub const METRICS_ACCEPT_FAILED: &str = "metrics_accept_failed";
 pub const METRICS_BIND_FAILED: &str = "metrics_bind_failed";
 pub const METRICS_CONNECTIONS_FULL: &str = "metrics_connections_full";
@@ -62,6 +64,9 @@ pub const NO_RUN: &str = "no_run";
 pub const NO_TEXTS: &str = "no_texts";
 pub const OPEN_FILES_LIMIT: &str = "open_files_limit";
 pub const POLICY_HELD: &str = "policy_held";
+pub const POLICY_MEMORY_UNREADABLE: &str = "policy_memory_unreadable";
+pub const POLICY_MEMORY_WRITE_FAILED: &str = "policy_memory_write_failed";
+pub const POLICY_MEMORY_WRITE_RECOVERED: &str = "policy_memory_write_recovered";
 pub const PROFILE_ADDED: &str = "profile_added";
 pub const PROFILE_CONFIG_ERROR: &str = "profile_config_error";
 pub const PROFILE_ENDED: &str = "profile_ended";
@@ -89,6 +94,7 @@ pub const RUN_QUEUED: &str = "run_queued";
 pub const RUN_START: &str = "run_start";
 pub const RUNTIME_BINARY_CHANGED: &str = "runtime_binary_changed";
 pub const RUNTIME_CHECK: &str = "runtime_check";
+pub const RUNTIME_PARKED: &str = "runtime_parked";
 pub const RUNTIME_RECOVERED: &str = "runtime_recovered";
 pub const RUNTIME_UNUSABLE: &str = "runtime_unusable";
 pub const SERVER_UNREACHABLE: &str = "server_unreachable";
@@ -152,6 +158,10 @@ pub const ALL: &[&str] = &[
     HANDLE_MISMATCH,
     HANDLE_MISMATCH_CLEARED,
     HELLO,
+    HISTORY_COMPACTED,
+    HISTORY_UNREADABLE,
+    HISTORY_WRITE_FAILED,
+    HISTORY_WRITE_RECOVERED,
     HOLD_CLEARED,
     HOST_START,
     HTTP_CLIENT_FAILED,
@@ -171,14 +181,12 @@ pub const ALL: &[&str] = &[
     KEY_CHANGED,
     KEY_REFUSED,
     KEY_RETRY,
-    LEDGER_UNREADABLE,
-    LEDGER_WRITE_FAILED,
-    LEDGER_WRITE_RECOVERED,
     LEFTOVER_RUN,
     LEFTOVER_RUN_STOPPED,
     LEFTOVER_RUN_UNREADABLE,
     LISTENER_START,
     LOCK_PID_UNWRITTEN,
+    LOOP_RELEASED,
     METRICS_ACCEPT_FAILED,
     METRICS_BIND_FAILED,
     METRICS_CONNECTIONS_FULL,
@@ -187,6 +195,9 @@ pub const ALL: &[&str] = &[
     NO_TEXTS,
     OPEN_FILES_LIMIT,
     POLICY_HELD,
+    POLICY_MEMORY_UNREADABLE,
+    POLICY_MEMORY_WRITE_FAILED,
+    POLICY_MEMORY_WRITE_RECOVERED,
     PROFILE_ADDED,
     PROFILE_CONFIG_ERROR,
     PROFILE_ENDED,
@@ -214,6 +225,7 @@ pub const ALL: &[&str] = &[
     RUN_START,
     RUNTIME_BINARY_CHANGED,
     RUNTIME_CHECK,
+    RUNTIME_PARKED,
     RUNTIME_RECOVERED,
     RUNTIME_UNUSABLE,
     SERVER_UNREACHABLE,

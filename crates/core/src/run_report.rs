@@ -1,6 +1,9 @@
 //! What a run reports it cost, from its own output events (issue 26): Claude Code's final
 //! `result` event (`total_cost_usd`, `modelUsage`, else `usage`) and Codex's `turn.completed` (`usage`; Codex
-//! reports no cost). Only those events are read, and only their numbers: a line that is not one
+//! reports no cost). A Claude Code run that ends before its `result` (a timeout, a crash) still
+//! counts what it streamed: each `assistant` event's `message.usage`, once per message (issue 38
+//! item 6). A script reports its own cost with a line of its own ([`SCRIPT_REPORT`],
+//! docs/runtimes.md). Only those events are read, and only their numbers: a line that is not one
 //! of them is skipped before it is parsed, and the typed shapes below have no field for the
 //! `result` text or any other message content. The sample lines in
 //! `conformance/run-report.*.jsonl` were printed by the pinned CLIs under the project's scripted
@@ -45,6 +48,39 @@ impl Usage {
 pub struct RunReport {
     pub cost_usd: Option<f64>,
     pub usage: Option<Usage>,
+    /// No final event came, and `usage` is what the run streamed before it ended.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub partial: bool,
+}
+
+/// The `type` of the line a script prints to report its own cost (docs/runtimes.md, "What a
+/// script's run costs"): `{"type":"agentchat.run_report","cost_usd":0.0123,"input_tokens":1200,
+/// "cached_input_tokens":0,"output_tokens":340}`, every number optional; the last such line wins.
+pub const SCRIPT_REPORT: &str = "agentchat.run_report";
+
+#[derive(Deserialize)]
+struct ScriptReport {
+    #[serde(rename = "type")]
+    kind: String,
+    cost_usd: Option<f64>,
+    input_tokens: Option<u64>,
+    cached_input_tokens: Option<u64>,
+    output_tokens: Option<u64>,
+}
+
+/// Claude Code's `assistant` event: one per content block of a model message, each with the
+/// message's usage so far.
+#[derive(Deserialize)]
+struct ClaudeAssistant {
+    #[serde(rename = "type")]
+    kind: String,
+    message: Option<ClaudeMessage>,
+}
+
+#[derive(Deserialize)]
+struct ClaudeMessage {
+    id: Option<String>,
+    usage: Option<ClaudeTokens>,
 }
 
 #[derive(Deserialize)]
@@ -105,10 +141,16 @@ struct CodexUsage {
 }
 
 /// Reads a run's output line by line as it comes (stdout, JSON lines).
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct Reader {
     runtime: RuntimeKind,
     report: RunReport,
+    /// A final event was read.
+    done: bool,
+    /// What Claude Code streamed: the messages before the current one, summed, and the current
+    /// one's id and latest usage (its events come together, each with its usage so far).
+    streamed: Usage,
+    current: Option<(String, Usage)>,
 }
 
 impl Reader {
@@ -116,6 +158,32 @@ impl Reader {
         Reader {
             runtime,
             report: RunReport::default(),
+            done: false,
+            streamed: Usage::default(),
+            current: None,
+        }
+    }
+
+    /// One `assistant` event's usage, counted once per message.
+    fn assistant(&mut self, line: &[u8]) {
+        let Ok(a) = serde_json::from_slice::<ClaudeAssistant>(line) else {
+            return;
+        };
+        let Some((id, usage)) = a
+            .message
+            .filter(|_| a.kind == "assistant")
+            .and_then(|m| Some((m.id.unwrap_or_default(), m.usage?.usage())))
+        else {
+            return;
+        };
+        match &mut self.current {
+            Some((current, latest)) if *current == id && !id.is_empty() => *latest = usage,
+            _ => {
+                if let Some((_, done)) = self.current.take() {
+                    self.streamed = self.streamed.plus(done);
+                }
+                self.current = Some((id, usage));
+            }
         }
     }
 
@@ -125,10 +193,28 @@ impl Reader {
             return;
         }
         match self.runtime {
+            RuntimeKind::ClaudeCode if contains(line, br#""type":"assistant""#) => {
+                self.assistant(line);
+            }
+            RuntimeKind::Script if contains(line, SCRIPT_REPORT.as_bytes()) => {
+                if let Ok(r) = serde_json::from_slice::<ScriptReport>(line)
+                    && r.kind == SCRIPT_REPORT
+                {
+                    self.done = true;
+                    self.report.cost_usd = r.cost_usd.filter(|c| c.is_finite() && *c >= 0.0);
+                    let tokens = [r.input_tokens, r.cached_input_tokens, r.output_tokens];
+                    self.report.usage = tokens.iter().any(Option::is_some).then(|| Usage {
+                        input: r.input_tokens.unwrap_or(0),
+                        cached_input: r.cached_input_tokens.unwrap_or(0),
+                        output: r.output_tokens.unwrap_or(0),
+                    });
+                }
+            }
             RuntimeKind::ClaudeCode if contains(line, br#""type":"result""#) => {
                 if let Ok(r) = serde_json::from_slice::<ClaudeResult>(line)
                     && r.kind == "result"
                 {
+                    self.done = true;
                     // The last result event is the run's (there is one).
                     self.report.cost_usd = r.total_cost_usd.filter(|c| c.is_finite() && *c >= 0.0);
                     self.report.usage = match r.model_usage.filter(|m| !m.is_empty()) {
@@ -146,6 +232,7 @@ impl Reader {
                     && t.kind == "turn.completed"
                     && let Some(u) = t.usage
                 {
+                    self.done = true;
                     // One turn per `exec`; were there more, each adds its own.
                     let turn = Usage {
                         input: u.input_tokens,
@@ -159,15 +246,22 @@ impl Reader {
         }
     }
 
+    /// The report so far: the final event's, or (none yet) what the run streamed, `partial`.
     pub fn report(&self) -> RunReport {
-        self.report
+        match &self.current {
+            Some((_, latest)) if !self.done => RunReport {
+                cost_usd: None,
+                usage: Some(self.streamed.plus(*latest)),
+                partial: true,
+            },
+            _ => self.report,
+        }
     }
 }
 
 /// A run's stdout as it streams, in chunks of any size, cut into lines for a [`Reader`]. It holds
 /// at most [`MAX_LINE`] bytes of an unfinished line (a longer line is skipped to its end), so what
-/// it keeps never grows with the output. For the script runtime, which reports nothing, it keeps
-/// nothing at all.
+/// it keeps never grows with the output.
 #[derive(Debug)]
 pub struct Lines {
     reader: Reader,
@@ -188,9 +282,6 @@ impl Lines {
 
     /// The next bytes of output.
     pub fn push(&mut self, mut chunk: &[u8]) {
-        if self.reader.runtime == RuntimeKind::Script {
-            return;
-        }
         while let Some(end) = memchr::memchr(b'\n', chunk) {
             let (line, rest) = chunk.split_at_checked(end).unwrap_or((chunk, &[]));
             if self.skipping {
@@ -253,9 +344,56 @@ mod tests {
     }
 
     #[test]
-    fn the_script_runtime_reports_nothing() {
+    fn a_script_reports_only_with_its_own_line_and_the_last_one_wins() {
         let out = br#"{"type":"result","total_cost_usd":1.0}"#;
         assert_eq!(parse(RuntimeKind::Script, out), RunReport::default());
+        let out = b"hello\n{\"type\":\"agentchat.run_report\",\"cost_usd\":0.5}\n\
+            {\"type\":\"agentchat.run_report\",\"cost_usd\":0.001,\"input_tokens\":100,\"output_tokens\":20}\n";
+        let r = parse(RuntimeKind::Script, out);
+        assert_eq!(r.cost_usd, Some(0.001));
+        assert_eq!(r.usage.map(|u| u.total()), Some(120));
+        assert!(!r.partial);
+        // Another runtime's output that happens to print the line is not read for it.
+        assert_eq!(parse(RuntimeKind::ClaudeCode, out), RunReport::default());
+    }
+
+    /// Issue 38 item 6: a Claude Code run cut short (a timeout, a crash) before its `result`
+    /// counts the tokens its `assistant` events streamed, each message once, however many
+    /// content blocks it had.
+    #[test]
+    fn a_claude_run_that_ends_before_its_result_counts_what_it_streamed() {
+        let event = |id: &str, input: u64, output: u64| {
+            format!(
+                r#"{{"type":"assistant","message":{{"id":"{id}","content":[{{"type":"text","text":"hi"}}],"usage":{{"input_tokens":{input},"cache_read_input_tokens":5,"output_tokens":{output}}}}}}}"#
+            )
+        };
+        let out = [
+            event("m1", 10, 1),
+            event("m1", 10, 4),
+            event("m2", 20, 2),
+            event("m2", 20, 3),
+        ]
+        .join("\n");
+        let r = parse(RuntimeKind::ClaudeCode, out.as_bytes());
+        assert!(r.partial);
+        assert_eq!(r.cost_usd, None);
+        // m1: 15 in, 4 out; m2: 25 in, 3 out.
+        assert_eq!(
+            r.usage,
+            Some(Usage {
+                input: 40,
+                cached_input: 10,
+                output: 7
+            })
+        );
+        // Its result, when it comes, is the report.
+        let whole = format!("{out}\n{}", String::from_utf8_lossy(RESULT));
+        let r = parse(RuntimeKind::ClaudeCode, whole.as_bytes());
+        assert!(!r.partial);
+        assert_eq!(
+            (r.cost_usd, r.usage.map(|u| u.total())),
+            (Some(0.25), Some(12))
+        );
     }
 
     #[test]

@@ -13,6 +13,9 @@ pub enum RuntimeHealth<B> {
         /// Looks of the last unusable stretch: a runtime that flaps backs off further; a run that
         /// works or a reload starts over ([`RuntimeHealth::start_over`]).
         looks: u32,
+        /// Usable only on the word of a check (or a server wake while parked): the next run is
+        /// the trial, and a refusal of it parks the runtime instead of looking again.
+        trial: bool,
     },
     Unusable {
         why: String,
@@ -21,6 +24,10 @@ pub enum RuntimeHealth<B> {
         recheck: Recheck,
         /// A check is under way that started in this stretch: its pass ends it.
         checking: bool,
+        /// Refused again by the run right after a check passed: the check cannot tell, so no
+        /// look of the listener's own comes any more (contract 4: no retry ladder of its own);
+        /// a server wake, a reload or a changed binary gives the next chance.
+        parked: bool,
     },
 }
 
@@ -37,7 +44,10 @@ pub enum CheckEnd {
 
 impl<B> Default for RuntimeHealth<B> {
     fn default() -> Self {
-        RuntimeHealth::Usable { looks: 0 }
+        RuntimeHealth::Usable {
+            looks: 0,
+            trial: false,
+        }
     }
 }
 
@@ -55,43 +65,80 @@ impl<B: PartialEq> RuntimeHealth<B> {
     }
 
     /// The runtime cannot work (the check at start, or a run refused by it): no run until it is
-    /// fixed, and a look again on the backoff. While already unusable the newest why and binary
-    /// are kept and the look already set stays.
-    pub fn mark_unusable(&mut self, why: String, binary: Option<B>, now: u64, factor: f64) {
+    /// fixed, and a look again on the backoff; or, when the run refused was the trial of a check
+    /// that passed (or of a server wake while parked), parked: no look of its own. While already
+    /// unusable the newest why and binary are kept and the look already set stays. True when it
+    /// parked.
+    pub fn mark_unusable(&mut self, why: String, binary: Option<B>, now: u64, factor: f64) -> bool {
         match self {
-            RuntimeHealth::Usable { looks } => {
+            RuntimeHealth::Usable { looks, trial } => {
+                let parked = *trial;
                 let mut recheck = Recheck::after_looks(*looks);
-                recheck.schedule(now, factor);
+                if !parked {
+                    recheck.schedule(now, factor);
+                }
                 *self = RuntimeHealth::Unusable {
                     why,
                     binary,
                     recheck,
                     checking: false,
+                    parked,
                 };
+                parked
             }
             RuntimeHealth::Unusable {
                 why: w,
                 binary: b,
                 recheck,
+                parked,
                 ..
             } => {
                 *w = why;
                 *b = binary;
-                recheck.schedule(now, factor);
+                if !*parked {
+                    recheck.schedule(now, factor);
+                }
+                *parked
             }
         }
+    }
+
+    /// Usable on the word of a check (or a server wake while parked): the next run is the trial.
+    pub fn is_trial(&self) -> bool {
+        matches!(self, RuntimeHealth::Usable { trial: true, .. })
+            || matches!(self, RuntimeHealth::Unusable { parked: true, .. })
+    }
+
+    /// Parked: refused again right after a check passed, and waiting for a server wake, a reload
+    /// or a changed binary.
+    pub fn is_parked(&self) -> bool {
+        matches!(self, RuntimeHealth::Unusable { parked: true, .. })
+    }
+
+    /// A wake of the server's while parked: one more trial (usable, the run that comes is it).
+    /// Why it was not, if it left.
+    pub fn server_wake(&mut self) -> Option<String> {
+        if !self.is_parked() {
+            return None;
+        }
+        let was = self.leave();
+        if let RuntimeHealth::Usable { trial, .. } = self {
+            *trial = true;
+        }
+        was
     }
 
     /// Usable again (a reload, a passed check, a changed binary): why it was not, if it was not.
     pub fn leave(&mut self) -> Option<String> {
         match std::mem::take(self) {
-            RuntimeHealth::Usable { looks } => {
-                *self = RuntimeHealth::Usable { looks };
+            RuntimeHealth::Usable { looks, trial } => {
+                *self = RuntimeHealth::Usable { looks, trial };
                 None
             }
             RuntimeHealth::Unusable { why, recheck, .. } => {
                 *self = RuntimeHealth::Usable {
                     looks: recheck.attempt(),
+                    trial: false,
                 };
                 Some(why)
             }
@@ -102,7 +149,10 @@ impl<B: PartialEq> RuntimeHealth<B> {
     /// delay. A look already set stays set.
     pub fn start_over(&mut self) {
         match self {
-            RuntimeHealth::Usable { looks } => *looks = 0,
+            RuntimeHealth::Usable { looks, trial } => {
+                *looks = 0;
+                *trial = false;
+            }
             RuntimeHealth::Unusable { recheck, .. } => recheck.forget_looks(),
         }
     }
@@ -110,7 +160,7 @@ impl<B: PartialEq> RuntimeHealth<B> {
     /// When the next look is due.
     pub fn recheck_at(&self) -> Option<u64> {
         match self {
-            RuntimeHealth::Usable { .. } => None,
+            RuntimeHealth::Usable { .. } | RuntimeHealth::Unusable { parked: true, .. } => None,
             RuntimeHealth::Unusable { recheck, .. } => recheck.at(),
         }
     }
@@ -119,7 +169,11 @@ impl<B: PartialEq> RuntimeHealth<B> {
     pub fn recheck_now(&mut self, now: u64) -> bool {
         match self {
             RuntimeHealth::Usable { .. } => false,
-            RuntimeHealth::Unusable { recheck, .. } => {
+            RuntimeHealth::Unusable {
+                recheck, parked, ..
+            } => {
+                // A person asked: a parked runtime is looked at too.
+                *parked = false;
                 recheck.now(now);
                 true
             }
@@ -159,7 +213,14 @@ impl<B: PartialEq> RuntimeHealth<B> {
             return CheckEnd::Nothing;
         }
         match self.leave() {
-            Some(was) => CheckEnd::Recovered { was },
+            Some(was) => {
+                // The check cannot tell a login from a refused model call: the run that comes is
+                // its trial.
+                if let RuntimeHealth::Usable { trial, .. } = self {
+                    *trial = true;
+                }
+                CheckEnd::Recovered { was }
+            }
             None => CheckEnd::Nothing,
         }
     }

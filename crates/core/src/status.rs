@@ -452,6 +452,13 @@ pub struct Held {
     pub cards: Vec<String>,
     /// The invites that wait.
     pub invites: Vec<String>,
+    /// Conversations past the tray's cut that the socket heard from and that wait too.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unseen: Vec<String>,
+    /// The tray was cut short: more cards wait than it showed, judged only where the socket
+    /// named them.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub truncated: bool,
 }
 
 /// `usage`: runs and spending in the local hour and the local day.
@@ -473,6 +480,14 @@ pub struct UsageTotals {
     pub cost_usd: f64,
     /// Tokens the runs reported (input and output, cached included).
     pub tokens: u64,
+    /// Of `runs`, those that ended before they reported a cost and count at the per-run budget
+    /// (`listen.policy.max_cost_per_run_usd`) instead.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub estimated: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// Counts since the listener started.

@@ -36,7 +36,7 @@ pub fn listener_config(s: &Settings, notify_status: bool, now_ms: i64) -> Listen
 /// The policy's zone as a table around `now_ms`: `timezone`, else the machine's own (`TZ`, else
 /// `/etc/localtime`). A zone that cannot be read is said and UTC used: a named zone was checked
 /// when the config was read (`config::load`), so this is a file gone since, or the machine's.
-fn zone(s: &Settings, now_ms: i64) -> OffsetTable {
+pub(crate) fn zone(s: &Settings, now_ms: i64) -> OffsetTable {
     let read = match &s.listen.policy.timezone {
         Some(name) => tz::named(name),
         None => tz::local(std::env::var("TZ").ok().as_deref()),

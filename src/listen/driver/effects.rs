@@ -145,13 +145,36 @@ impl Driver {
                 let settings = io.settings.clone();
                 let workdir = io.state.workdir(settings.listen.workdir.as_deref());
                 if presence_only {
-                    // Only the program's presence, which starts no process: the login check
-                    // (`claude auth status` is a Node process of about 290 MB for 2 s) would cost
-                    // every listener's start that; it runs only while the runtime is unusable.
-                    let result = crate::runtime::check::presence(&settings, &workdir)
-                        .map(|p| p.display().to_string())
-                        .map_err(|e| e.why().to_string());
+                    // At start and on reload: the program's presence, and for Claude Code a look
+                    // for a login that starts no process (`check::at_start`). Only when no file
+                    // or variable shows one does `claude auth status` run (a Node process of
+                    // about 290 MB for 2 s), off the loop: its failure marks the runtime unusable
+                    // before a message starts a run that fails (issue 34 item 12).
+                    let look = crate::runtime::check::at_start(&settings, &workdir);
                     let binary = super::binary_stamp(&settings);
+                    let result = match look {
+                        Err(e) => Err(e.why().to_string()),
+                        Ok(crate::runtime::check::StartLook::Ready(p)) => {
+                            Ok(p.display().to_string())
+                        }
+                        Ok(crate::runtime::check::StartLook::CheckLogin(p)) => {
+                            let login = chan.clone();
+                            tokio::spawn(
+                                async move {
+                                    if let Err(e) =
+                                        crate::runtime::check::usable(&settings, &workdir).await
+                                    {
+                                        login.send(Input::RuntimeChecked {
+                                            result: Err(e.why().to_string()),
+                                            binary,
+                                        });
+                                    }
+                                }
+                                .instrument(span),
+                            );
+                            Ok(p.display().to_string())
+                        }
+                    };
                     return Some(Input::RuntimeChecked { result, binary });
                 }
                 tokio::spawn(
@@ -230,22 +253,28 @@ impl Driver {
                     "invites.json",
                 );
             }
-            Effect::SaveLedger(ledger) => {
-                // Without an `fsync`, as `status.json`: it is written right after a run's spawn,
-                // where a slow disk's flush would hold up acks and heartbeats; a machine crash may
-                // leave the file one run behind.
-                let path = io.state.path(super::LEDGER_FILE);
-                let written = serde_json::to_vec(ledger.as_ref())
-                    .map_err(std::io::Error::other)
-                    .and_then(|bytes| {
-                        crate::sys::fs::write_atomic_unsynced(&path, &bytes).map(drop)
-                    });
-                io.ledger_failing = episode(
-                    io.ledger_failing,
+            Effect::SavePolicyMemory(ledger) => {
+                // Written by its own task, off this loop (`driver::policy_memory`).
+                if let Some(w) = &io.memory {
+                    w.save(ledger);
+                }
+            }
+            Effect::Record(line) => {
+                // One appended line (`listen::history`): the run policy's ledger is built from
+                // these at the next start.
+                let utc = crate::core::policy::FixedOffset(0);
+                let zone: &dyn crate::core::policy::Offsets =
+                    match self.host.profile(id).map(|l| &l.config().zone) {
+                        Some(z) => z,
+                        None => &utc,
+                    };
+                let written = io.history.append(&line, zone);
+                io.history_failing = episode(
+                    io.history_failing,
                     written,
-                    log_events::LEDGER_WRITE_FAILED,
-                    log_events::LEDGER_WRITE_RECOVERED,
-                    "ledger.json",
+                    log_events::HISTORY_WRITE_FAILED,
+                    log_events::HISTORY_WRITE_RECOVERED,
+                    crate::listen::history::FILE,
                 );
             }
             Effect::WriteStatus(status) => {
@@ -304,6 +333,10 @@ impl Driver {
             task.abort();
             dying.push(task);
         }
+        // What its policy last learnt is written before its lock goes.
+        if let Some(w) = io.memory.take() {
+            dying.push(w.finish());
+        }
         tokio::spawn(async move {
             for t in dying {
                 let _ = t.await;
@@ -355,7 +388,7 @@ fn read_key(io: &mut ProfileIo) -> bool {
 }
 
 /// A write's episode of failure: said once when it begins and once when it ends. The new state.
-fn episode(
+pub(super) fn episode(
     failing: bool,
     written: std::io::Result<()>,
     failed: &'static str,

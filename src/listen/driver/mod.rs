@@ -11,7 +11,11 @@
 
 pub mod convert;
 mod effects;
+mod policy_memory;
 pub(crate) mod run;
+
+pub use policy_memory::open_off_loop;
+pub(crate) use policy_memory::{MEMORY_FILE, write_memory};
 
 use crate::config::{self, Settings};
 use crate::core::host::{Host, HostObserver, ProfileId};
@@ -21,7 +25,6 @@ use crate::core::time::Now;
 use crate::listen::metrics::Metrics;
 use crate::listen::state_dir::StateDir;
 use crate::log_events;
-use crate::sys::fs;
 use secrecy::SecretString;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -29,11 +32,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime};
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
-
-/// The ledger's file in the state dir.
-pub const LEDGER_FILE: &str = "ledger.json";
-/// The largest `ledger.json` read.
-const MAX_LEDGER_BYTES: u64 = 16 * 1024 * 1024;
 
 /// One reading of the clocks per step: tokio's (paused in tests) for deadlines, the wall clock
 /// for what is shown and for the run policy.
@@ -104,6 +102,9 @@ pub struct Start {
     pub ended: oneshot::Sender<ListenerEnd>,
     /// Counts the steps the profile takes, for the process's watchdog.
     pub turns: Arc<AtomicU64>,
+    /// The profile's history and the run policy's ledger built from it and its memory, read
+    /// before the listener joins the loop (`policy_memory::open_off_loop`).
+    pub opened: (crate::listen::history::Book, crate::core::policy::Ledger),
 }
 
 /// What the process layer (`listen::host`) tells a profile's listener. The listener owns no
@@ -129,6 +130,8 @@ pub enum HostCommand {
 /// What the process layer tells the driver.
 pub enum DriverCommand {
     Add(Box<Start>),
+    /// The host's daily budget (`listen --all`).
+    Budget(crate::core::host::HostBudget),
     /// A command for the profile of this generation.
     To(u64, HostCommand),
 }
@@ -155,7 +158,11 @@ struct ProfileIo {
     dying: Vec<JoinHandle<()>>,
     status_file: Option<std::fs::File>,
     notify_status: bool,
-    ledger_failing: bool,
+    /// Writes `policy.json` off the loop.
+    memory: Option<policy_memory::MemoryWriter>,
+    /// The history file (`listen::history`) and whether its writes fail.
+    history: crate::listen::history::Book,
+    history_failing: bool,
     invites_failing: bool,
     started: Option<oneshot::Sender<()>>,
     ended: Option<oneshot::Sender<ListenerEnd>>,
@@ -240,6 +247,7 @@ impl Driver {
 
     fn command(&mut self, cmd: DriverCommand) {
         match cmd {
+            DriverCommand::Budget(budget) => self.host.set_budget(budget),
             DriverCommand::Add(start) => {
                 let generation = start.generation;
                 self.add(*start);
@@ -292,17 +300,19 @@ impl Driver {
                 return;
             }
         };
+        let cfg = convert::listener_config(&s.settings, s.notify_status, now.wall_ms);
+        let (history, ledger) = s.opened;
         let restored = Restored {
-            ledger: load_ledger(&s.state),
+            ledger,
             invites: s.state.load_invites().unwrap_or_else(|e| {
                 tracing::warn!(event = %log_events::INVITE_MEMORY_DAMAGED, error = %e, "the invite memory could not be read; starting it afresh");
                 Default::default()
             }),
         };
-        let cfg = convert::listener_config(&s.settings, s.notify_status, now.wall_ms);
         let seed = self.host.seed();
         let obs: Arc<dyn crate::core::listener::Observer> = s.metrics.clone();
         let listener = Listener::new(cfg, restored, seed, obs, now);
+        let writer = policy_memory::MemoryWriter::spawn(&s.state, s.span.clone());
         let id = self.host.add(now, listener, s.span.clone());
         self.by_generation.insert(s.generation, id);
         self.ios.insert(
@@ -324,7 +334,9 @@ impl Driver {
                 dying: Vec::new(),
                 status_file: None,
                 notify_status: s.notify_status,
-                ledger_failing: false,
+                memory: Some(writer),
+                history,
+                history_failing: false,
                 invites_failing: false,
                 started: Some(s.started),
                 ended: Some(s.ended),
@@ -418,24 +430,6 @@ fn say_time_scale(s: &Settings) {
             api_base = %s.api_base,
             "the test time scale is not in effect (any more): every timer runs at contract speed"
         ),
-    }
-}
-
-/// The ledger the state dir keeps (a corrupt or unreadable file is said once and the ledger
-/// starts afresh).
-pub(crate) fn load_ledger(state: &StateDir) -> crate::core::policy::Ledger {
-    use crate::core::policy::Ledger;
-    let path = state.path(LEDGER_FILE);
-    match fs::read_regular_capped(&path, MAX_LEDGER_BYTES) {
-        Ok(bytes) => serde_json::from_slice(&bytes).unwrap_or_else(|e| {
-            tracing::warn!(event = %log_events::LEDGER_UNREADABLE, path = %path.display(), error = %e, "the run ledger is damaged; starting a new one (today's caps count from now)");
-            Ledger::new()
-        }),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ledger::new(),
-        Err(e) => {
-            tracing::warn!(event = %log_events::LEDGER_UNREADABLE, path = %path.display(), error = %e, "the run ledger cannot be read; starting a new one (today's caps count from now)");
-            Ledger::new()
-        }
     }
 }
 

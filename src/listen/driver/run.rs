@@ -4,7 +4,7 @@
 
 use super::Io;
 use crate::config::Settings;
-use crate::core::listener::{Input, RunEnd, RunOrder, RunOutcome};
+use crate::core::listener::{Input, ProcessExit, RunEnd, RunOrder, RunOutcome};
 use crate::core::status::Outcome;
 use crate::listen::metrics::Metrics;
 use crate::listen::state_dir::StateDir;
@@ -55,6 +55,7 @@ pub async fn supervise(
                 outcome,
                 report: Default::default(),
                 duration_ms: 0,
+                exit: Default::default(),
                 binary,
             };
         }
@@ -96,15 +97,22 @@ pub async fn supervise(
         RunOutcome::Failed(why) => {
             tracing::warn!(event = %log_events::RUN_END, cycle_id = %id, outcome = Outcome::Failed.as_str(), end = end.word(), exit_code = end.exit_code(), signal = end.signal(), why = %why, duration_ms, cost_usd = reported.cost_usd, tokens, "run failed");
         }
-        RunOutcome::Unusable(why) => log_unusable(&r.settings, id, why),
+        // The machine says it, once, when the cycle ends (`core::listener::cycles`).
+        RunOutcome::Unusable(_) => {}
     }
     r.metrics.run_ended(runtime, &outcome, supervised.duration);
     let binary = unusable_stamp(&r.settings, &outcome);
+    let exit = ProcessExit {
+        code: end.exit_code(),
+        signal: end.signal(),
+        timed_out: matches!(end, crate::sys::process::ProcessEnd::TimedOut),
+    };
     RunEnd {
         started: true,
         outcome,
         report: reported,
         duration_ms,
+        exit,
         binary,
     }
 }
@@ -137,12 +145,13 @@ fn prepare(order: &RunOrder, r: &RunIo) -> Result<RunSpec, RunOutcome> {
         api_key: &r.key,
         state_dir: &r.state.root,
         workdir: &workdir,
+        identity_template: order
+            .texts
+            .as_deref()
+            .and_then(|t| t.identity_line_template.as_deref()),
     };
     runtime::prepare(&ctx).map_err(|e| match e {
-        runtime::RuntimeError::Unusable(why) => {
-            log_unusable(&r.settings, id, &why);
-            RunOutcome::Unusable(why)
-        }
+        runtime::RuntimeError::Unusable(why) => RunOutcome::Unusable(why),
         e => {
             tracing::error!(event = %log_events::RUN_FAILED, cycle_id = %id, error = %e, "could not prepare the run");
             RunOutcome::Failed(e.to_string())
@@ -155,10 +164,6 @@ fn unusable_stamp(settings: &Settings, outcome: &RunOutcome) -> Option<u64> {
     matches!(outcome, RunOutcome::Unusable(_))
         .then(|| super::binary_stamp(settings))
         .flatten()
-}
-
-fn log_unusable(settings: &Settings, cycle_id: &str, why: &str) {
-    tracing::error!(event = %log_events::RUNTIME_UNUSABLE, cycle_id = %cycle_id, runtime = settings.listen.runtime.as_str(), why = %why, "the runtime cannot be used; no runs until it is fixed: the listener checks it again on a backoff (seconds growing to 10 minutes) and at once on reload (SIGHUP)");
 }
 
 fn read_log(path: &std::path::Path) -> Vec<u8> {

@@ -121,6 +121,7 @@ pub(super) async fn run_all(
         Some((slots.max(), slots.min_memory)),
         Some(registry.clone()),
     );
+    let _ = host.driver.send(DriverCommand::Budget(top.budget));
     host.slots = slots;
     if let Some(addr) = addr {
         tokio::spawn(metrics::serve(registry, addr, host.endpoint.subscribe()));
@@ -138,6 +139,8 @@ pub(super) async fn run_all(
         profiles = host.profiles.len(),
         max_concurrent_runs = slots.max(),
         min_available_memory = slots.min_memory,
+        host_max_runs_per_day = top.budget.max_runs_per_day,
+        host_max_cost_per_day_usd = top.budget.max_cost_per_day_usd,
         "listening for {} profiles in one process",
         host.profiles.len()
     );
@@ -254,9 +257,13 @@ impl Host {
         let task = async move {
             let outcome = match super::start::prepare(&settings, alone).await {
                 Ok(Prepared { key, state, lock }) => {
+                    metrics.set_state_dir(&state.root);
                     if let Some(stop) = own_endpoint {
                         metrics::spawn_server(&metrics, settings.listen.metrics_addr, stop);
                     }
+                    // The history (up to its bounds) and the policy's memory are read here, not on
+                    // the loop the other profiles share.
+                    let opened = crate::listen::driver::open_off_loop(&state, &settings).await;
                     let (ended_tx, ended) = oneshot::channel();
                     let start = Start {
                         generation,
@@ -271,6 +278,7 @@ impl Host {
                         started: started_tx,
                         ended: ended_tx,
                         turns: task_turns,
+                        opened,
                     };
                     let _ = driver.send(DriverCommand::Add(Box::new(start)));
                     // The driver drops the lock only once the listener ended: no other can start

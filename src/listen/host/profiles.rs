@@ -41,6 +41,11 @@ pub(super) fn fingerprint(settings: &Settings) -> [u8; 32] {
         identity_block,
         env_pass,
         tools,
+        sandbox_read,
+        sandbox_write,
+        sandbox_ports,
+        sandbox_script,
+        instructions,
         run_logs_keep,
         run_log_max_bytes,
         idle_timeout,
@@ -48,6 +53,8 @@ pub(super) fn fingerprint(settings: &Settings) -> [u8; 32] {
         metrics_public,
         max_concurrent_runs,
         min_available_memory,
+        host_max_runs_per_day,
+        host_max_cost_per_day_usd,
         claude,
         codex,
         policy,
@@ -105,6 +112,24 @@ pub(super) fn fingerprint(settings: &Settings) -> [u8; 32] {
     f.flag("identity_block", *identity_block);
     f.list("env_pass", env_pass);
     f.list("tools", tools);
+    for (name, paths) in [
+        ("sandbox_read", sandbox_read),
+        ("sandbox_write", sandbox_write),
+    ] {
+        f.list(
+            name,
+            &paths
+                .iter()
+                .map(|p| p.display().to_string())
+                .collect::<Vec<_>>(),
+        );
+    }
+    f.list(
+        "sandbox_ports",
+        &sandbox_ports.iter().map(u16::to_string).collect::<Vec<_>>(),
+    );
+    f.flag("sandbox_script", *sandbox_script);
+    f.path("instructions", instructions.as_deref());
     // The summary names every rule exactly but rounds dollars to cents: their bits go too.
     f.text("policy", &crate::core::policy::summary(policy));
     for (name, usd) in [
@@ -127,6 +152,17 @@ pub(super) fn fingerprint(settings: &Settings) -> [u8; 32] {
     f.opt_text(
         "min_available_memory",
         min_available_memory.map(|n| n.to_string()).as_deref(),
+    );
+    f.opt_text(
+        "host_max_runs_per_day",
+        host_max_runs_per_day.map(|n| n.to_string()).as_deref(),
+    );
+    f.bytes(
+        "host_max_cost_per_day_usd",
+        &host_max_cost_per_day_usd
+            .unwrap_or(0.0)
+            .to_bits()
+            .to_le_bytes(),
     );
     f.path("claude.binary", claude_binary.as_deref());
     f.list("claude.extra_args", claude_extra_args);

@@ -83,6 +83,8 @@ pub(in crate::listen) struct Top {
     /// The connect pacer, which all profiles share, runs by it.
     pub(super) scale: TestTimeScale,
     pub(super) slots: RunSlots,
+    /// The host's daily budget (`listen.host_max_runs_per_day`, `..._cost_per_day_usd`).
+    pub(super) budget: crate::core::host::HostBudget,
 }
 
 impl Top {
@@ -91,6 +93,10 @@ impl Top {
             metrics_addr: s.listen.metrics_addr,
             scale: s.time_scale,
             slots: RunSlots::of(s),
+            budget: crate::core::host::HostBudget {
+                max_runs_per_day: s.listen.host_max_runs_per_day.filter(|n| *n > 0),
+                max_cost_per_day_usd: s.listen.host_max_cost_per_day_usd.filter(|c| *c > 0.0),
+            },
         }
     }
 }
@@ -103,6 +109,7 @@ impl Default for Top {
             metrics_addr: None,
             scale: TestTimeScale::Off,
             slots: RunSlots::default(),
+            budget: Default::default(),
         }
     }
 }

@@ -38,7 +38,7 @@ mod serve;
 
 pub use probes::Probe;
 pub use registry::{Registry, Verdict};
-pub use serve::{is_loopback, serve, serve_listener, spawn_server};
+pub use serve::{Site, is_loopback, serve, serve_listener, serve_site, spawn_server};
 
 use crate::core::engine::WakeCause;
 use crate::core::reconnect::CloseKind;
@@ -136,6 +136,9 @@ pub struct Metrics {
     profile: String,
     started_at: SystemTime,
     inner: Mutex<Inner>,
+    /// The profile's state dir, once its start holds it: where the page reads its status and
+    /// history (`listen::page`).
+    state_dir: std::sync::OnceLock<std::path::PathBuf>,
 }
 
 impl Metrics {
@@ -169,6 +172,7 @@ impl Metrics {
             profile: profile.to_string(),
             started_at: SystemTime::now(),
             inner: Mutex::new(inner),
+            state_dir: Default::default(),
         })
     }
 
@@ -179,7 +183,17 @@ impl Metrics {
             profile: String::new(),
             started_at: SystemTime::now(),
             inner: Mutex::new(Inner::default()),
+            state_dir: Default::default(),
         })
+    }
+
+    /// The profile's state dir, for the page (set once its start holds it).
+    pub fn set_state_dir(&self, dir: &std::path::Path) {
+        let _ = self.state_dir.set(dir.to_path_buf());
+    }
+
+    pub fn state_dir(&self) -> Option<&std::path::Path> {
+        self.state_dir.get().map(std::path::PathBuf::as_path)
     }
 
     pub fn enabled(&self) -> bool {

@@ -34,6 +34,8 @@ pub struct Registry {
     profiles: Mutex<BTreeMap<String, Entry>>,
     /// The process's run queue (`listen --all` only).
     pub queue: super::queue::QueueSamples,
+    /// The page's reads while it is looked at (`listen::page`).
+    pub page: std::sync::Arc<crate::listen::page::Page>,
 }
 
 /// One profile's part of an answer.
@@ -130,6 +132,25 @@ impl Registry {
     /// `profile` is gone (removed from the config and stopped): off the page and the probes.
     pub fn remove(&self, profile: &str) {
         self.lock().remove(profile);
+    }
+
+    /// The profiles as the page reads them: each running one's state dir, each failed one's
+    /// reason.
+    pub fn page_profiles(&self) -> Vec<crate::listen::page::PageProfile> {
+        self.lock()
+            .iter()
+            .map(|(name, e)| crate::listen::page::PageProfile {
+                name: name.clone(),
+                state_dir: match e {
+                    Entry::Running(m) => m.state_dir().map(std::path::Path::to_path_buf),
+                    Entry::Failed(_) => None,
+                },
+                error: match e {
+                    Entry::Running(_) => None,
+                    Entry::Failed(why) => Some(why.clone()),
+                },
+            })
+            .collect()
     }
 
     /// The profiles' names, sorted.

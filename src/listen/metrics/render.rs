@@ -347,6 +347,7 @@ mod tests {
             &RunReport {
                 cost_usd: Some(0.25),
                 usage: usage(100, 10),
+                partial: false,
             },
         );
         m.run_reported(
@@ -354,6 +355,7 @@ mod tests {
             &RunReport {
                 cost_usd: Some(0.125),
                 usage: usage(50, 5),
+                partial: false,
             },
         );
         m.run_reported(
@@ -361,6 +363,7 @@ mod tests {
             &RunReport {
                 cost_usd: None,
                 usage: usage(7, 3),
+                partial: false,
             },
         );
         m.run_reported("script", &RunReport::default());

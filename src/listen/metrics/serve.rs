@@ -1,4 +1,5 @@
-//! The loopback HTTP endpoint: `/metrics`, `/healthz`, `/readyz`.
+//! The loopback HTTP endpoint: `/metrics`, `/healthz`, `/readyz`, and the page (`listen::page`:
+//! `/`, `/api/...`), which `agentchat dashboard` serves alone ([`Site`]).
 //!
 //! Any local user can connect to it, so it holds little for anyone (docs/decisions.md,
 //! "Bounded answers and connections"): at most `MAX_CONNECTIONS` at once (one more is closed at
@@ -8,6 +9,7 @@
 //! its answer included). Half-sent requests can then never eat the listener's descriptors.
 
 use super::{Metrics, Registry, Verdict};
+use crate::listen::page::{self, Page, PageProfile};
 use crate::log_events;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -60,15 +62,53 @@ pub async fn serve(
     serve_listener(registry, listener, shutdown).await
 }
 
+/// What an endpoint serves: a listener's metrics, probes and the page of its profiles, or
+/// `agentchat dashboard`'s page of the config's profiles.
+pub enum Site {
+    Listener(Arc<Registry>),
+    Dashboard {
+        page: Arc<Page>,
+        profiles: Vec<PageProfile>,
+    },
+}
+
+impl Site {
+    fn page(&self) -> &Arc<Page> {
+        match self {
+            Site::Listener(r) => &r.page,
+            Site::Dashboard { page, .. } => page,
+        }
+    }
+
+    fn profiles(&self) -> Vec<PageProfile> {
+        match self {
+            Site::Listener(r) => r.page_profiles(),
+            Site::Dashboard { profiles, .. } => profiles.clone(),
+        }
+    }
+}
+
 /// Serves the endpoint on a bound socket until `shutdown` turns true.
 pub async fn serve_listener(
     registry: Arc<Registry>,
     listener: tokio::net::TcpListener,
-    mut shutdown: tokio::sync::watch::Receiver<bool>,
+    shutdown: tokio::sync::watch::Receiver<bool>,
 ) {
     if let Ok(local) = listener.local_addr() {
-        tracing::info!(event = %log_events::METRICS_SERVING, addr = %local, "serving /metrics, /healthz and /readyz");
+        tracing::info!(event = %log_events::METRICS_SERVING, addr = %local, "serving /metrics, /healthz, /readyz and the page at /");
     }
+    serve_site(Arc::new(Site::Listener(registry)), listener, shutdown).await
+}
+
+/// Serves `site` on a bound socket until `shutdown` turns true. Bound to loopback, the page
+/// answers only requests that name a loopback host (`Host:`), so a web page elsewhere cannot
+/// read it through a name that resolves to 127.0.0.1 (DNS rebinding).
+pub async fn serve_site(
+    site: Arc<Site>,
+    listener: tokio::net::TcpListener,
+    mut shutdown: tokio::sync::watch::Receiver<bool>,
+) {
+    let loopback = listener.local_addr().is_ok_and(|a| is_loopback(&a));
     let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
     let mut refused_said = false;
     loop {
@@ -91,11 +131,11 @@ pub async fn serve_listener(
             drop(stream);
             continue;
         };
-        let m = registry.clone();
+        let site = site.clone();
         tokio::spawn(async move {
             let svc = hyper::service::service_fn(move |req| {
-                let m = m.clone();
-                async move { Ok::<_, std::convert::Infallible>(answer(&m, &req)) }
+                let site = site.clone();
+                async move { Ok::<_, std::convert::Infallible>(answer(site, loopback, &req).await) }
             });
             let conn = hyper::server::conn::http1::Builder::new()
                 .timer(hyper_util::rt::TokioTimer::new())
@@ -111,7 +151,11 @@ pub async fn serve_listener(
 
 type Body = http_body_util::Full<hyper::body::Bytes>;
 
-fn answer<B>(m: &Registry, req: &hyper::Request<B>) -> hyper::Response<Body> {
+async fn answer<B>(
+    site: Arc<Site>,
+    loopback: bool,
+    req: &hyper::Request<B>,
+) -> hyper::Response<Body> {
     let reply = |code: u16, ctype: &str, body: String| {
         hyper::Response::builder()
             .status(code)
@@ -123,16 +167,80 @@ fn answer<B>(m: &Registry, req: &hyper::Request<B>) -> hyper::Response<Body> {
     if req.method() != hyper::Method::GET && req.method() != hyper::Method::HEAD {
         return reply(405, "text/plain", "only GET\n".into());
     }
-    match req.uri().path() {
+    let path = req.uri().path();
+    if page::serves(path) {
+        return page_answer(site, loopback, req).await;
+    }
+    let Site::Listener(m) = site.as_ref() else {
+        return reply(404, "text/plain", "not found: GET / (the page)\n".into());
+    };
+    match path {
         "/metrics" => reply(200, TEXT_FORMAT, m.render()),
         "/healthz" => probe(reply, req, m.health(), false),
         "/readyz" => probe(reply, req, m.readiness(), true),
         _ => reply(
             404,
             "text/plain",
-            "not found: GET /metrics, /healthz or /readyz\n".into(),
+            "not found: GET /metrics, /healthz, /readyz or / (the page)\n".into(),
         ),
     }
+}
+
+/// The page's answer, read on tokio's blocking pool (it reads files); a Host that is not
+/// loopback's is refused while the endpoint is bound to loopback.
+async fn page_answer<B>(
+    site: Arc<Site>,
+    loopback: bool,
+    req: &hyper::Request<B>,
+) -> hyper::Response<Body> {
+    let host = req
+        .headers()
+        .get(hyper::header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .unwrap_or("");
+    if loopback && !loopback_host(host) {
+        return hyper::Response::builder()
+            .status(421)
+            .header("content-type", "text/plain")
+            .body(Body::from(
+                "the page answers only on a loopback name (127.0.0.1, localhost, [::1])\n",
+            ))
+            .unwrap_or_default();
+    }
+    let path = req.uri().path().to_string();
+    let query = req.uri().query().unwrap_or("").to_string();
+    tokio::spawn(site.page().clone().forget_when_idle());
+    let answered = tokio::task::spawn_blocking(move || {
+        let profiles = site.profiles();
+        site.page().answer(&path, &query, &profiles)
+    })
+    .await;
+    let a = answered.unwrap_or_else(|_| page::Answer {
+        code: 500,
+        content_type: "text/plain",
+        body: "the page could not be read\n".into(),
+    });
+    let mut b = hyper::Response::builder()
+        .status(a.code)
+        .header("content-type", a.content_type)
+        .header("cache-control", "no-store");
+    for (k, v) in page::SECURITY_HEADERS {
+        b = b.header(k, v);
+    }
+    b.body(Body::from(a.body)).unwrap_or_default()
+}
+
+/// Whether a `Host` header names this machine's loopback: `127.x.y.z`, `localhost`, `[::1]`,
+/// with or without a port.
+fn loopback_host(host: &str) -> bool {
+    let name = match host.strip_prefix('[') {
+        Some(rest) => rest.split(']').next().unwrap_or(""),
+        None => host.rsplit_once(':').map_or(host, |(h, _)| h),
+    };
+    name.eq_ignore_ascii_case("localhost")
+        || name
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
 }
 
 /// A probe's answer: JSON with `?format=json` or `Accept: application/json`, else the text
@@ -180,6 +288,28 @@ pub fn spawn_server(
 mod tests {
     use super::*;
     use std::time::Instant;
+
+    #[test]
+    fn only_a_loopback_name_is_a_loopback_host() {
+        for ok in [
+            "127.0.0.1:8077",
+            "localhost",
+            "LOCALHOST:1",
+            "[::1]:9",
+            "127.1.2.3",
+        ] {
+            assert!(loopback_host(ok), "{ok}");
+        }
+        for no in [
+            "attacker.example",
+            "10.0.0.1:80",
+            "",
+            "localhost.example:1",
+            "[::2]",
+        ] {
+            assert!(!loopback_host(no), "{no}");
+        }
+    }
 
     /// Over real HTTP: a wedged loop answers 503 with its reason on one line.
     #[tokio::test]

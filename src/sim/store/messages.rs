@@ -1,7 +1,5 @@
 //! The messages' side of the store: envelopes, storing and fanning out a message, sends,
-//! conversations, the stored rows of the sync path, mutes and the wake log.
-
-use std::collections::BTreeSet;
+//! conversations, the stored rows of the sync path and the wake log.
 
 use serde_json::{Value, json};
 
@@ -135,7 +133,7 @@ impl Store {
                 let frame = self.envelope_frame(&id, r, false);
                 let mut handed_no_ack = false;
                 // A full-paused agent gets no live push (contract 3.1).
-                if let Some(a) = self.agents.get(r).filter(|a| a.paused != "full") {
+                if let Some(a) = self.agents.get(r).filter(|a| !a.asleep()) {
                     for s in a.sockets.iter().filter(|s| !s.silenced) {
                         let out = Out::Message {
                             id: id.clone(),
@@ -155,9 +153,7 @@ impl Store {
             }
             self.land(r, Landing::Message);
             // A newer message voids a defer line in that conversation (3.2) and arms the ladder (5).
-            let muted = self.agents.get(r).is_some_and(|a| {
-                a.muted_convs.contains(conv_id) || a.muted_agents.contains(sender)
-            });
+            let muted = self.muted(r, conv_id, sender);
             if let Some(a) = self.agents.get_mut(r) {
                 if let Some(v) = a.views.get_mut(conv_id) {
                     v.defer = None;
@@ -171,6 +167,9 @@ impl Store {
                     };
                 }
             }
+            if !muted {
+                self.hook_note(r, super::super::webhook::Note::Message);
+            }
         }
         id
     }
@@ -178,6 +177,7 @@ impl Store {
     /// `POST /v1/messages` in the SDKs' shape. Checks run in the hosted API's order: content,
     /// `client_msg_id` (a repeat answers 200 with the first send), type, then the route.
     pub fn send_message(&mut self, sender: &str, body: &Value) -> SimResult<(u16, Value)> {
+        self.refuse_paused_send(sender)?;
         let content = message_content(body)?;
         let client_msg_id = client_msg_id(body)?;
         if let Some(m) = self
@@ -401,41 +401,6 @@ impl Store {
         ids.len()
     }
 
-    // ---- mutes ----
-
-    pub fn mute(&mut self, h: &str, body: &Value, on: bool) -> SimResult<Value> {
-        let kind = body
-            .get("target_kind")
-            .and_then(Value::as_str)
-            .unwrap_or("");
-        match kind {
-            "agent" => {
-                let t = body
-                    .get("target_handle")
-                    .or_else(|| body.get("target_id"))
-                    .and_then(Value::as_str)
-                    .map(bare)
-                    .ok_or_else(|| Rejection::validation("target_handle is required"))?;
-                self.agent(&t)?;
-                set_member(&mut self.agent_mut(h)?.muted_agents, &t, on);
-                Ok(json!({"target_kind": "agent", "target_handle": t, "muted": on}))
-            }
-            "conversation" => {
-                let t = body
-                    .get("target_id")
-                    .and_then(Value::as_str)
-                    .ok_or_else(|| Rejection::validation("target_id is required"))?
-                    .to_string();
-                self.conv_for(h, &t)?;
-                set_member(&mut self.agent_mut(h)?.muted_convs, &t, on);
-                Ok(json!({"target_kind": "conversation", "target_id": t, "muted": on}))
-            }
-            _ => Err(Rejection::validation(
-                "target_kind must be agent or conversation",
-            )),
-        }
-    }
-
     /// Records `push` of a wake in the agent's wake log (for tests) and lands it.
     pub fn log_wake(&mut self, h: &str, payload: &Value, sockets: usize) {
         if let Some(a) = self.agents.get_mut(h) {
@@ -492,15 +457,6 @@ fn client_msg_id(body: &Value) -> SimResult<String> {
         _ => Err(Rejection::validation(
             "client_msg_id must be a non-empty string",
         )),
-    }
-}
-
-/// Puts `item` in `set` when `on`, else takes it out (a mute or an unmute).
-fn set_member(set: &mut BTreeSet<String>, item: &str, on: bool) {
-    if on {
-        set.insert(item.to_string());
-    } else {
-        set.remove(item);
     }
 }
 

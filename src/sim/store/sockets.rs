@@ -37,6 +37,9 @@ impl Store {
         for s in a.sockets.drain(..) {
             let _ = s.tx.send(Out::Close(code, reason.to_string()));
         }
+        if n > 0 {
+            self.presence_changed(h, false);
+        }
         n
     }
 
@@ -72,14 +75,32 @@ impl Store {
     /// Registers an accepted socket and queues its backlog: every `stored` delivery, with
     /// `delivery_id` (the reconnect drain: unacked messages are pushed again, contract 3.4).
     pub fn attach_socket(&mut self, h: &str, entry: SocketEntry) {
-        let ack = entry.has("ack");
-        let tx = entry.tx.clone();
-        // A full-paused agent gets no push, the backlog's neither (contract 3.1).
-        let paused = self.agents.get(h).is_some_and(|a| a.paused == "full");
+        // A full-paused agent gets no push, the backlog's neither (contract 3.1): `owner`
+        // pushes it when the pause ends.
+        if self.agents.get(h).is_some_and(|a| !a.asleep()) {
+            self.push_backlog(h, &entry.tx, entry.has("ack"));
+        }
+        let first = self.agents.get_mut(h).is_some_and(|a| {
+            a.sockets.push(entry);
+            a.sockets.len() == 1
+        });
+        if first {
+            self.presence_changed(h, true);
+        }
+    }
+
+    /// Queues every `stored` delivery of `h`, oldest first, as `message.new` with `delivery_id`
+    /// on one socket; a socket without `ack` has them delivered once handed over.
+    pub(in crate::sim) fn push_backlog(
+        &mut self,
+        h: &str,
+        tx: &tokio::sync::mpsc::UnboundedSender<Out>,
+        ack: bool,
+    ) {
         let mut backlog: Vec<(u64, String)> = self
             .messages
             .values()
-            .filter(|m| !paused && m.recipients.get(h).is_some_and(|d| d.status == "stored"))
+            .filter(|m| m.recipients.get(h).is_some_and(|d| d.status == "stored"))
             .map(|m| (m.ord, m.id.clone()))
             .collect();
         backlog.sort();
@@ -93,14 +114,16 @@ impl Store {
                 self.mark_delivered(&id, h);
             }
         }
-        if let Some(a) = self.agents.get_mut(h) {
-            a.sockets.push(entry);
-        }
     }
 
     pub fn detach_socket(&mut self, h: &str, id: u64) {
-        if let Some(a) = self.agents.get_mut(h) {
+        let last = self.agents.get_mut(h).is_some_and(|a| {
+            let before = a.sockets.len();
             a.sockets.retain(|s| s.id != id);
+            before > 0 && a.sockets.is_empty()
+        });
+        if last {
+            self.presence_changed(h, false);
         }
     }
 
@@ -140,6 +163,7 @@ impl Store {
         {
             d.status = "delivered";
             d.delivered_at = Some(now_iso());
+            self.pulled(h);
         }
     }
 }

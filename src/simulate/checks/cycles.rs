@@ -31,6 +31,8 @@ struct Tokens {
     messages: u32,
     /// Of `messages`, those in a conversation (or from an agent) the user muted.
     muted: u32,
+    /// Their conversations.
+    muted_convs: BTreeSet<String>,
     invites: u32,
     wakes: BTreeSet<String>,
     connects: u32,
@@ -92,6 +94,9 @@ pub struct Per {
     tray_failed: bool,
     seen: BTreeSet<String>,
     seen_order: VecDeque<String>,
+    /// Each conversation a tray served to this profile showed, muted or not as the last one
+    /// said: what the listener can know of a mute (a `message.new` does not say it).
+    shown_muted: BTreeMap<String, bool>,
 }
 
 fn per(w: &mut World, pid: usize) -> Option<&mut Per> {
@@ -150,6 +155,9 @@ pub fn burst(
                 }
                 p.pending.messages += 1;
                 p.pending.muted += u32::from(muted);
+                if muted && let Some(conv) = &m.conversation_id {
+                    p.pending.muted_convs.insert(conv.clone());
+                }
                 p.external_since_run = true;
             }
             Some(ServerFrame::Wake { reason, .. }) => {
@@ -333,9 +341,20 @@ pub fn tray_served(
     let Some(tray) = tray else {
         return;
     };
+    let shown: Vec<(String, bool)> = tray
+        .conversations
+        .iter()
+        .map(|c| (c.conversation_id.clone(), c.is_muted()))
+        .collect();
     let tray = served(w, tray, t);
-    let muted_cut =
-        tray.truncated && per(w, pid).is_some_and(|p| p.cycle.only_muted() && !p.run_live);
+    let muted_cut = tray.truncated
+        && per(w, pid).is_some_and(|p| {
+            p.cycle.only_muted()
+                && !p.run_live
+                && p.cycle.muted_convs.iter().all(|c| {
+                    p.shown_muted.get(c) == Some(&true) && !shown.iter().any(|(s, _)| s == c)
+                })
+        });
     if muted_cut {
         w.checks.reached.insert(MUTED_PAST_CUT);
     }
@@ -344,6 +363,7 @@ pub fn tray_served(
     };
     p.tray_failed = false;
     p.cycle_truncated |= tray.truncated;
+    p.shown_muted.extend(shown);
     if let Some((c, completed, end_wall)) = p.run_end
         && c == cycle
     {
@@ -438,7 +458,15 @@ pub fn start_run(w: &mut World, pid: usize, order: &RunOrder) {
                 order.reasons.join(",")
             ),
         ));
-    } else if p.cycle.only_muted() {
+    } else if p.cycle.only_muted()
+        && p.cycle
+            .muted_convs
+            .iter()
+            .all(|c| p.shown_muted.get(c) == Some(&true))
+    {
+        // Muted as far as the listener can know: a tray showed each conversation muted (this
+        // one or an earlier one). One never shown, past the cut, cannot be told from an unmuted
+        // one (a `message.new` does not say it), and a run for it is what an unmuted one needs.
         broken = Some((
             "muted_wakes_run_nothing",
             format!(

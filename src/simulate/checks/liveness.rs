@@ -5,7 +5,7 @@
 //! wakes each listener), every hold ended and every slow re-check done, nothing may be left.
 
 use super::Muted;
-use crate::core::policy::{HoldReason, Ledger, Verdict};
+use crate::core::policy::{Heard, HoldReason, Ledger, Verdict};
 use crate::simulate::world::World;
 use std::collections::BTreeMap;
 
@@ -71,7 +71,6 @@ pub fn liveness(w: &mut World) {
     if w.checks.obligations.open.is_empty() {
         return;
     }
-    let wall = w.now().wall_ms;
     let pids: Vec<usize> = w.checks.obligations.open.keys().map(|(p, _)| *p).collect();
     let mut held_convs: BTreeMap<usize, Vec<String>> = BTreeMap::new();
     for pid in pids {
@@ -93,7 +92,7 @@ pub fn liveness(w: &mut World) {
                     .iter()
                     .filter(|c| {
                         matches!(
-                            policy.card(c, &Ledger::new(), wall),
+                            policy.card(c, &Ledger::new(), &Heard::default()),
                             Verdict::Held {
                                 reason: HoldReason::NotAllowed,
                                 ..

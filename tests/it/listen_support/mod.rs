@@ -383,6 +383,7 @@ impl Setup {
 [listen]
 runtime = "script"
 command = ["/bin/sh", "{script}"]
+sandbox_write = ["{rec}"]
 quiet_window = "{q}"
 max_delay = "{m}"
 run_timeout = "{rt}"
@@ -391,6 +392,9 @@ idle_timeout = "{it}"
 "#,
             top = opts.top_toml,
             script = rec.script.display(),
+            // The recorder's folder, outside the workdir: the kernel's line lets the script
+            // write there and nowhere else (runtime::sandbox).
+            rec = rec.dir.display(),
             q = opts.quiet,
             m = opts.max_delay,
             rt = opts.run_timeout,

@@ -152,7 +152,8 @@ impl Live {
     }
 
     /// Writes the config: bob's key file, the sim, the recording run with `marker` as its
-    /// argument (so a reload's new command is told from the old one), then `extra` TOML.
+    /// argument (so a reload's new command is told from the old one) and its records' folder in
+    /// the kernel's line (`sandbox_write`), then `extra` TOML.
     pub fn write_config(&self, marker: &str, extra: &str) {
         let d = self.dir.path().display();
         std::fs::write(
@@ -160,8 +161,10 @@ impl Live {
             format!(
                 "api_base = \"{base}\"\napi_key_file = \"{d}/bob.key\"\n{extra}\n[listen]\n\
                  runtime = \"script\"\ncommand = [\"/bin/sh\", \"{d}/run.sh\", \"{marker}\"]\n\
+                 sandbox_write = [\"{rec}\"]\n\
                  quiet_window = \"200ms\"\nmax_delay = \"1s\"\nkill_grace = \"3s\"\n",
                 base = self.sim.api_base,
+                rec = self.rec.display(),
             ),
         )
         .unwrap();
@@ -329,8 +332,16 @@ echo "$$" > "$d/pid.$n"
 cat /proc/self/cgroup > "$d/cgroup.$n"
 echo "$1" > "$d/arg.$n"
 cat > /dev/null
+# Whether a process of the previous run's group is left, read from /proc: the kernel's line
+# keeps a run from signalling (so from `kill -0`) any process outside it.
 if p=$(cat "$d/pid.$((n - 1))" 2>/dev/null); then
-  if kill -0 -- "-$p" 2>/dev/null; then echo alive; else echo gone; fi > "$d/previous.$n"
+  left=gone
+  for s in /proc/[0-9]*/stat; do
+    fields=$(cat "$s" 2>/dev/null) || continue
+    set -- ${{fields##*) }}
+    [ "$3" = "$p" ] && left=alive
+  done
+  echo "$left" > "$d/previous.$n"
 fi
 : > "$d/started.$n"
 if [ -f "$d/escape" ]; then

@@ -11,7 +11,8 @@
 //! calls) get plain text.
 //!
 //! Modes: `Normal`, `Unauthorized` (every model call answers 401, as for an invalid key),
-//! `UnauthorizedOnce` (the first one does) and `Hang` (model calls are never answered).
+//! `UnauthorizedOnce` (the first one does), `Hang` (model calls are never answered) and
+//! `HangAfter(n)` (the agent's first `n` model calls are answered, the rest hang).
 
 pub mod cli;
 pub mod hostile;
@@ -40,6 +41,9 @@ pub enum Mode {
     /// The first model call answers 401 as `Unauthorized` does, every later one as `Normal`: a
     /// key refused for a moment.
     UnauthorizedOnce,
+    /// The first `n` model calls that offer the AgentChat tools are answered as `Normal`, every
+    /// later one as `Hang`: a run that streamed some of its usage and then never ends by itself.
+    HangAfter(usize),
 }
 
 /// What the server saw and did, for assertions.
@@ -201,6 +205,8 @@ async fn handle(
             Mode::Normal
         }
         Mode::UnauthorizedOnce => Mode::Unauthorized,
+        Mode::HangAfter(n) if journal.lock().unwrap().offered.len() > n => Mode::Hang,
+        Mode::HangAfter(_) => Mode::Normal,
         other => other,
     };
     match mode {
@@ -217,7 +223,8 @@ async fn handle(
                 .insert("x-should-retry", "false".parse().unwrap());
             Ok(resp)
         }
-        Mode::Hang => {
+        // Resolved above: `HangAfter` is `Normal` or `Hang` by then.
+        Mode::Hang | Mode::HangAfter(_) => {
             journal.lock().unwrap().steps.push("hang".into());
             // Never answers; only the server's shutdown ends the wait.
             let _ = shutdown.wait_for(|s| *s).await;

@@ -180,30 +180,9 @@ async fn a_setup_killed_after_mcp_add_leaves_no_child_and_undo_removes_the_entry
     )
     .unwrap();
     std::fs::set_permissions(bin.join("claude"), std::fs::Permissions::from_mode(0o755)).unwrap();
-    let mut cmd = w.command(
-        Path::new(BIN),
-        &[
-            "setup",
-            "--yes",
-            "--api-base",
-            w.sim.api_base(),
-            "--runtime",
-            "claude-code",
-            "--no-service",
-        ],
-    );
-    cmd.stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null());
-    let mut setup = cmd.spawn().unwrap();
-    {
-        use tokio::io::AsyncWriteExt;
-        let mut stdin = setup.stdin.take().unwrap();
-        stdin
-            .write_all(format!("{}\n", w.key()).as_bytes())
-            .await
-            .unwrap();
-    }
+    let mut setup = w
+        .spawn_setup(w.key(), &["--runtime", "claude-code", "--no-service"])
+        .await;
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(150);
     while !pid_file.exists() {
         assert!(

@@ -440,3 +440,100 @@ impl Ws {
         }
     }
 }
+
+/// The hosted tools the sim serves (`tools/list`), in its order.
+pub const MCP_TOOLS: [&str; 13] = [
+    "agentchat_inbox",
+    "agentchat_wait",
+    "agentchat_get_conversation",
+    "agentchat_send_message",
+    "agentchat_decide",
+    "agentchat_mark_read",
+    "agentchat_mute",
+    "agentchat_list_conversations",
+    "agentchat_respond_to_invite",
+    "agentchat_get_my_status",
+    "agentchat_list_inbox",
+    "agentchat_accept_group_invite",
+    "agentchat_reject_group_invite",
+];
+
+/// What every Python script of `Sim::python` starts with: the official SDK's client
+/// (`client(key)`), the control API (`control(method, path, body)`), an SDK error as a dict
+/// (`err(f)`: `None` when `f` raises nothing), and `BASE`.
+const PY_PRELUDE: &str = r#"
+import json, os, sys, time, urllib.request
+from agentchatme import AgentChatClient
+from agentchatme import errors as E
+BASE = os.environ["BASE"]
+def control(method, path, body=None):
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(BASE + path, method=method, data=data)
+    with urllib.request.urlopen(req) as r:
+        return json.load(r)
+def client(key):
+    return AgentChatClient(api_key=key, base_url=BASE)
+def err(f):
+    try:
+        f()
+    except E.AgentChatError as e:
+        return {"cls": type(e).__name__, "code": e.code, "status": e.status, "details": dict(e.details or {})}
+    return None
+"#;
+
+impl Sim {
+    /// Runs `script` after `PY_PRELUDE` with the interpreter that has the official Python SDK
+    /// (`agentchatme`, `common::test_python`), `BASE` the sim's URL and `env` set; the last line
+    /// it prints, as JSON. `None` (the test skips) where no such interpreter exists outside CI.
+    pub async fn python(&self, script: &str, env: &[(&str, &str)]) -> Option<Value> {
+        Some(py_result(self.python_child(script, env)?).await)
+    }
+
+    /// `python`, started and left running (stdout piped) while the test drives the sim; its
+    /// result with `py_result`.
+    pub fn python_child(
+        &self,
+        script: &str,
+        env: &[(&str, &str)],
+    ) -> Option<tokio::process::Child> {
+        let python = crate::common::test_python()?;
+        let mut cmd = tokio::process::Command::new(python);
+        cmd.args(["-c", &format!("{PY_PRELUDE}\n{script}")])
+            .env("BASE", &self.base)
+            .env("WS_BASE", self.base.replacen("http", "ws", 1))
+            // Held open: a script that serves until the test ends reads it to its end.
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .kill_on_drop(true);
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        Some(cmd.spawn().unwrap())
+    }
+}
+
+/// The last line a `Sim::python_child` printed, as JSON, once it exits 0 (within 90 s).
+pub async fn py_result(child: tokio::process::Child) -> Value {
+    let out = tokio::time::timeout(Duration::from_secs(90), child.wait_with_output())
+        .await
+        .expect("the Python script finishes within 90 s")
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "python failed: {stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_str(stdout.lines().last().unwrap()).unwrap()
+}
+
+impl Sim {
+    /// Steps the sim's server clock `ms` forward (`POST /_sim/clock`).
+    pub async fn advance(&self, ms: u64) {
+        let (st, v) = self
+            .post(None, "/_sim/clock", json!({"advance_ms": ms}))
+            .await;
+        assert_eq!(st, 200, "{v}");
+    }
+}

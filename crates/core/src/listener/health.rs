@@ -95,17 +95,17 @@ impl TextsInUse {
 impl Listener {
     /// The texts refresh (the day's, a reload's, the recovery's), unless one is under way.
     pub(super) fn refresh_texts(&mut self) {
-        if self.texts_req.is_some() {
+        if self.cycles.texts_req.is_some() {
             return;
         }
-        self.next_req += 1;
-        self.texts_req = Some(self.next_req);
+        self.cycles.next_req += 1;
+        self.cycles.texts_req = Some(self.cycles.next_req);
         let use_cache = self
             .texts
             .current(self.cfg.runtime.texts_runtime())
             .is_none();
-        self.effects.push_back(Effect::FetchTexts {
-            req: self.next_req,
+        self.out.effects.push_back(Effect::FetchTexts {
+            req: self.cycles.next_req,
             use_cache,
             quiet: false,
         });
@@ -118,14 +118,14 @@ impl Listener {
         req: u64,
         result: Result<LoadedTexts, MissingTexts>,
     ) {
-        if self.texts_req == Some(req) {
-            self.texts_req = None;
+        if self.cycles.texts_req == Some(req) {
+            self.cycles.texts_req = None;
             self.take_texts(result, now);
             self.status.changed();
             self.started_part(now);
             return;
         }
-        if let Some(seq) = self.cycle.as_ref().map(|c| c.seq) {
+        if let Some(seq) = self.cycles.cycle.as_ref().map(|c| c.seq) {
             self.with_cycle(now, seq, |c, ctx, out| {
                 c.on_texts(ctx, req, result, out);
             });
@@ -143,18 +143,44 @@ impl Listener {
 
     /// The runtime cannot work: no run until it is fixed, and a look again on the backoff.
     pub(super) fn mark_unusable(&mut self, why: String, now: Now) {
-        // The stamp of the binary that failed comes with the next cycle's look
-        // (`on_runtime_binary`); until then none is known.
-        let binary = self.runtime_stamp;
-        self.runtime
+        let binary = self.rt.stamp;
+        let why = if self.rt.health.is_trial() {
+            format!(
+                "{why} (refused again right after its check passed: the next message, a reload \
+                 or a new binary tries it again)"
+            )
+        } else {
+            why
+        };
+        let parked = self
+            .rt
+            .health
             .mark_unusable(why, binary, now.mono_ms, self.timing.scale);
+        if parked {
+            // The check passed and the run was refused all the same (a model refusing the key
+            // while the CLI says it is logged in): looking again would start paid runs on the
+            // listener's own backoff for ever (contract 4: no retry ladder of its own).
+            tracing::warn!(
+                event = %log_events::RUNTIME_PARKED,
+                runtime = self.cfg.runtime.as_str(),
+                "the runtime refused the run right after its check passed: no more checks of the listener's own; the next message, a reload (SIGHUP) or a new binary tries it again"
+            );
+        }
         self.status.changed();
+    }
+
+    /// A wake of the server's while the runtime is parked: it gets one more trial, this wake's
+    /// cycle.
+    pub(super) fn wake_parked_runtime(&mut self, now: Now) {
+        if let Some(was) = self.rt.health.server_wake() {
+            self.said_recovered("wake", &was, false, now);
+        }
     }
 
     /// The runtime is usable again (`via`: `reload`, `recheck`, `binary_changed`): said once, and
     /// unless a cycle starts now anyway (`wake`), the tray is read at once.
     pub(super) fn leave_unusable(&mut self, via: &'static str, wake: bool, now: Now) {
-        if let Some(was) = self.runtime.leave() {
+        if let Some(was) = self.rt.health.leave() {
             self.said_recovered(via, &was, wake, now);
         }
     }
@@ -173,18 +199,22 @@ impl Listener {
     /// changes nothing.
     pub(super) fn on_runtime_checked(&mut self, now: Now, result: Result<String, String>) {
         let runtime = self.cfg.runtime.as_str();
-        if !self.runtime_checking {
-            // The presence check at start.
+        if !self.rt.checking {
+            // The look at start or reload (the program, and a login no file shows). A run may
+            // have found the runtime unusable first (the login check takes seconds): said once.
             if let Err(why) = result {
-                tracing::error!(event = %log_events::RUNTIME_UNUSABLE, at = "start", runtime, why = %why, "the runtime cannot be used; no runs until it is fixed: the listener checks it again on a backoff (seconds growing to 10 minutes) and at once on reload (SIGHUP)");
+                if self.rt.health.is_usable() {
+                    tracing::error!(event = %log_events::RUNTIME_UNUSABLE, at = "start", runtime, why = %why, "the runtime cannot be used; no runs until it is fixed: the listener checks it again on a backoff (seconds growing to 10 minutes) and at once on reload (SIGHUP)");
+                }
                 self.mark_unusable(why, now);
             }
             self.started_part(now);
             return;
         }
-        self.runtime_checking = false;
+        self.rt.checking = false;
         let end = self
-            .runtime
+            .rt
+            .health
             .check_ended(result.is_ok(), now.mono_ms, self.timing.scale);
         match (end, result) {
             (CheckEnd::Recovered { was }, Ok(ok)) => {
@@ -199,10 +229,11 @@ impl Listener {
     }
 
     /// SIGHUP found this profile's settings unchanged: a runtime that cannot work is checked
-    /// now, missing texts are fetched now, a refused key's file is read now. A profile that can
-    /// run does nothing.
+    /// now, missing texts are fetched now, a refused key's file is read now, the loops the guard
+    /// holds are let go. A profile that can run does nothing else.
     pub(super) fn recheck_now(&mut self, now: Now) {
-        if self.runtime.recheck_now(now.mono_ms) {
+        self.release_loops(now);
+        if self.rt.health.recheck_now(now.mono_ms) {
             tracing::info!(event = %log_events::RECHECK, what = "runtime", "SIGHUP: checking the runtime again now");
         }
         if self
@@ -213,8 +244,8 @@ impl Listener {
             tracing::info!(event = %log_events::RECHECK, what = "texts", "SIGHUP: fetching the texts again now");
             self.texts.recheck_now(now.mono_ms);
         }
-        if self.view.state == crate::status::SocketState::KeyRefused {
-            self.effects.push_back(Effect::ReadKey);
+        if self.shown.view.state == crate::status::SocketState::KeyRefused {
+            self.out.effects.push_back(Effect::ReadKey);
         }
     }
 

@@ -5,6 +5,7 @@
 //! is told apart and dropped.
 
 use super::config::ListenerConfig;
+use crate::history::Record;
 use crate::invite_rule::InviteMemory;
 use crate::policy::Ledger;
 use crate::reconnect::CloseKind;
@@ -140,9 +141,22 @@ pub struct RunEnd {
     pub outcome: RunOutcome,
     pub report: RunReport,
     pub duration_ms: u64,
+    /// How its process ended (all empty when it was not started).
+    pub exit: ProcessExit,
     /// The runtime binary's stamp when the run was judged unusable (a changed one gets a new
     /// chance).
     pub binary: Option<u64>,
+}
+
+/// How a run's process ended, for its record (`crate::history`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ProcessExit {
+    /// Its exit code, when it exited by itself.
+    pub code: Option<i32>,
+    /// The signal that ended it.
+    pub signal: Option<i32>,
+    /// `run_timeout` ended it.
+    pub timed_out: bool,
 }
 
 /// How an invite's dismissal went.
@@ -282,6 +296,12 @@ pub enum Slot {
         running: usize,
         max: usize,
     },
+    /// No run: the host's daily budget is spent (`listen --all`), until its day ends.
+    OverBudget {
+        reason: crate::policy::HoldReason,
+        key: &'static str,
+        until: i64,
+    },
 }
 
 /// What the machine asks the driver (or the host) to do.
@@ -355,7 +375,12 @@ pub enum Effect {
         invite_id: String,
     },
     SaveInvites(InviteMemory),
-    SaveLedger(Arc<Ledger>),
+    /// Append this line to the history (`crate::history`): a run's start or end, a hold's, a
+    /// queued wait's. The run policy's ledger is built from these lines at the next start.
+    Record(Box<Record>),
+    /// Keep what the run policy learnt besides runs (the loop guard's marks, the contacts, since
+    /// when runs are held) in the state dir: its runs are in the history, never in this.
+    SavePolicyMemory(Arc<Ledger>),
     WriteStatus(Box<Status>),
     TouchStatus,
     /// Tell systemd the state (`STATUS=`), for the process's one profile.

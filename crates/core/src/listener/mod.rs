@@ -21,13 +21,17 @@ mod frames_log;
 mod health;
 pub mod io;
 mod lifecycle;
+pub mod mutes;
+mod parts;
 pub mod policy;
 pub mod reach;
+pub mod record;
 pub mod socket;
 mod status_file;
 
 pub use config::{ListenerConfig, Timing};
 pub use io::*;
+use parts::{Cycles, Flags, Kept, Life, Outbox, Runtime, Shown, SocketView, Stopping, Waits};
 
 use crate::engine::WakeCause;
 use crate::invite_rule::InviteMemory;
@@ -36,7 +40,6 @@ use crate::recheck::Recheck;
 use crate::rng::Rng;
 use crate::run_report::RunReport;
 use crate::runtime_health::RuntimeHealth;
-use crate::shown::{Phase, Waiting};
 use crate::status::{Counters, LastCycle, ListenerWake, SocketState, Status};
 use crate::time::Now;
 use crate::wakes::{Wakes, Windows};
@@ -111,96 +114,32 @@ pub struct Restored {
     pub invites: InviteMemory,
 }
 
-/// What the socket last said, kept as it came: formatted into the status only when it is
-/// written.
-#[derive(Debug)]
-struct SocketView {
-    state: SocketState,
-    /// Its words on its state; a tray read whose key was refused says so in their place until
-    /// the socket says its next state.
-    detail: Option<String>,
-    next_retry_at: Option<i64>,
-    last_connected: Option<i64>,
-    last_frame: Option<i64>,
-}
-
-/// What the listener itself stands in, shown on top of the socket's state (`crate::shown`).
-#[derive(Debug, Default)]
-struct Flags {
-    phase: Phase,
-    /// The tray belongs to this agent, not to this key's handle: no runs until it matches.
-    mismatch: Option<String>,
-    /// The tray's route answered `REMOVED` (contract 7): `upgrade_required` until a tray is read.
-    removed: Option<String>,
-    /// The cycle's run waits for a slot of the process.
-    queued: Option<Waiting>,
-    /// The running cycle waits out the server's `429 Retry-After` until then (wall ms).
-    cycle_wait: Option<i64>,
-}
-
-/// How a stop goes.
-#[derive(Debug, Clone, Copy, PartialEq)]
-struct Stopping {
-    /// When the run's grace and the slack are over (monotonic ms).
-    deadline: u64,
-}
-
-/// One profile's listener.
+/// One profile's listener: each part owns its state (the listener routes inputs to them and acts
+/// on what they say).
 #[derive(Debug)]
 pub struct Listener {
     cfg: ListenerConfig,
     timing: Timing,
-    rng: Rng,
-    /// The seed `rng` started from: logged, so a run can be replayed.
-    seed: u64,
+    /// What it asks of the world, and its seeded draws.
+    out: Outbox,
     obs: Arc<dyn Observer>,
-    effects: VecDeque<Effect>,
-    started_wall: i64,
-    /// Waiting for the first texts and the runtime's presence before the socket starts.
-    starting: u8,
-    flags: Flags,
+    /// Its start and its stop.
+    life: Life,
     socket: socket::Socket,
-    view: SocketView,
-    handle: Option<String>,
-    /// A handle whose agent lock is being taken.
-    pending_handle: Option<String>,
-    counters: Counters,
-    last_cycle: Option<LastCycle>,
+    /// What `status.json` shows beyond the parts' own.
+    shown: Shown,
     wakes: Wakes,
     texts: health::TextsInUse,
-    runtime: RuntimeHealth<u64>,
-    /// A check of the runtime is under way.
-    runtime_checking: bool,
-    /// The runtime binary's stamp as last seen (a check's, or an unusable run's).
-    runtime_stamp: Option<u64>,
+    rt: Runtime,
     status: status_file::StatusFile,
     policy: policy::RunPolicy,
-    invites: InviteMemory,
-    /// No tray read before this: a `429`'s `Retry-After` outlasted a cycle's retries; and its
-    /// end on the wall clock, which the status shows.
-    tray_not_before: Recheck,
-    not_before_wall: Option<i64>,
-    /// The next tray read while its route answers `REMOVED`.
-    removed_recheck: Recheck,
-    cycle: Option<cycle::Cycle>,
-    /// A cycle is due and waits for the runtime binary's stamp (an unusable runtime).
-    stamping: Option<u64>,
-    next_seq: u64,
-    next_req: u64,
-    /// The texts refresh in flight, and when the next is due.
-    texts_req: Option<u64>,
-    texts_refresh_at: u64,
-    key_check_at: Option<u64>,
-    stopping: Option<Stopping>,
-    /// The socket was asked to stop, or its connection dropped by a second signal.
-    socket_stopping: bool,
-    socket_dropped: bool,
-    /// What the server's `hello.ok` did not accept of what was asked.
-    capabilities_refused: Vec<String>,
-    /// How the listener ends when it does.
-    end: ListenerEnd,
-    ended: bool,
-    unknown_version_said: bool,
+    /// The hold whose history record is open.
+    holds: record::Holds,
+    /// What earlier cycles taught it (the invite rule's memory, mutes).
+    kept: Kept,
+    /// The waits of its own: a `429`'s, a removed route's, a refused key's, the texts' day.
+    waits: Waits,
+    cycles: Cycles,
 }
 
 impl Listener {
@@ -223,50 +162,61 @@ impl Listener {
         );
         let mut l = Listener {
             timing,
-            rng: Rng::new(seed),
-            seed,
-            obs,
-            effects: VecDeque::new(),
-            started_wall: now.wall_ms,
-            starting: 2,
-            flags: Flags::default(),
-            socket: socket::Socket::new(now),
-            view: SocketView {
-                state: SocketState::Connecting,
-                detail: None,
-                next_retry_at: None,
-                last_connected: None,
-                last_frame: None,
+            out: Outbox {
+                effects: VecDeque::new(),
+                rng: Rng::new(seed),
+                seed,
             },
-            handle: None,
-            pending_handle: None,
-            counters: Counters::default(),
-            last_cycle: None,
+            obs,
+            life: Life {
+                started_wall: now.wall_ms,
+                starting: 2,
+                stopping: None,
+                socket_stopping: false,
+                socket_dropped: false,
+                end: ListenerEnd::Stopped,
+                ended: false,
+            },
+            socket: socket::Socket::new(now),
+            shown: Shown {
+                flags: Flags::default(),
+                view: SocketView {
+                    state: SocketState::Connecting,
+                    detail: None,
+                    next_retry_at: None,
+                    last_connected: None,
+                    last_frame: None,
+                },
+                handle: None,
+                pending_handle: None,
+                counters: Counters::default(),
+                last_cycle: None,
+                capabilities_refused: Vec::new(),
+                unknown_version_said: false,
+            },
             wakes: Wakes::new(windows),
             texts: health::TextsInUse::default(),
-            runtime: RuntimeHealth::default(),
-            runtime_checking: false,
-            runtime_stamp: None,
+            rt: Runtime {
+                health: RuntimeHealth::default(),
+                checking: false,
+                stamp: None,
+            },
             status: status_file::StatusFile::new(cfg.notify_status, now),
             policy,
-            invites: restored.invites,
-            tray_not_before: Recheck::default(),
-            not_before_wall: None,
-            removed_recheck: Recheck::default(),
-            cycle: None,
-            stamping: None,
-            next_seq: 0,
-            next_req: 0,
-            texts_req: None,
-            texts_refresh_at: now.after(timing.of(TEXTS_REFRESH)),
-            key_check_at: None,
-            stopping: None,
-            socket_stopping: false,
-            socket_dropped: false,
-            capabilities_refused: Vec::new(),
-            end: ListenerEnd::Stopped,
-            ended: false,
-            unknown_version_said: false,
+            holds: record::Holds::default(),
+            kept: Kept {
+                invites: restored.invites,
+                mutes: mutes::Mutes::default(),
+                heard: Default::default(),
+            },
+            waits: Waits {
+                tray_not_before: Recheck::default(),
+                not_before_wall: None,
+                removed_recheck: Recheck::default(),
+                key_check_at: None,
+                texts_refresh_at: now.after(timing.of(TEXTS_REFRESH)),
+            },
+            cycles: Cycles::default(),
             cfg,
         };
         l.announce_start(now);
@@ -275,12 +225,12 @@ impl Listener {
 
     /// The next effect to perform, in the order they were asked for.
     pub fn poll_effect(&mut self) -> Option<Effect> {
-        self.effects.pop_front()
+        self.out.effects.pop_front()
     }
 
     /// Whether the listener has ended (its [`Effect::Ended`] was given).
     pub fn is_ended(&self) -> bool {
-        self.ended
+        self.life.ended
     }
 
     /// The settings in use.
@@ -288,14 +238,24 @@ impl Listener {
         &self.cfg
     }
 
+    /// Today's runs and spending by its policy's ledger (the host's budget sums them).
+    pub fn spent_today(&self, now_wall: i64) -> crate::policy::Totals {
+        self.policy.today(now_wall)
+    }
+
+    /// The next midnight of its policy's zone.
+    pub fn tomorrow(&self, now_wall: i64) -> i64 {
+        self.policy.tomorrow(now_wall)
+    }
+
     /// The bare handle of this key's agent, once known.
     pub fn agent_handle(&self) -> Option<&str> {
-        self.handle.as_deref()
+        self.shown.handle.as_deref()
     }
 
     /// Whether a cycle is under way.
     pub fn cycle_running(&self) -> bool {
-        self.cycle.is_some() || self.stamping.is_some()
+        self.cycles.cycle.is_some() || self.cycles.stamping.is_some()
     }
 
     /// The status document as it would be written now.
@@ -305,28 +265,29 @@ impl Listener {
 
     /// The next time the listener must be stepped ([`Listener::tick`]), monotonic ms.
     pub fn next_deadline(&self) -> Option<u64> {
-        let due = if self.cycle_running() || self.tray_not_before.at().is_some() {
+        let due = if self.cycle_running() || self.waits.tray_not_before.at().is_some() {
             None
         } else {
             self.wakes.due()
         };
         let key = self
+            .waits
             .key_check_at
-            .filter(|_| self.view.state == SocketState::KeyRefused);
-        let runtime = self.runtime.recheck_at().filter(|_| !self.runtime_checking);
+            .filter(|_| self.shown.view.state == SocketState::KeyRefused);
+        let runtime = self.rt.health.recheck_at().filter(|_| !self.rt.checking);
         [
             due,
             self.socket.deadline(),
-            self.cycle.as_ref().and_then(cycle::Cycle::deadline),
+            self.cycles.cycle.as_ref().and_then(cycle::Cycle::deadline),
             key,
-            Some(self.texts_refresh_at),
+            Some(self.waits.texts_refresh_at),
             runtime,
             self.status.deadline(),
-            self.tray_not_before.at(),
-            self.removed_recheck.at(),
+            self.waits.tray_not_before.at(),
+            self.waits.removed_recheck.at(),
             self.texts.recheck_at(),
             self.policy.wake_at(),
-            self.stopping.map(|s| s.deadline),
+            self.life.stopping.map(|s| s.deadline),
         ]
         .into_iter()
         .flatten()
@@ -335,7 +296,7 @@ impl Listener {
 
     /// Time passed (a deadline came, or the host's watchdog probes the loop).
     pub fn tick(&mut self, now: Now) {
-        if self.ended {
+        if self.life.ended {
             return;
         }
         self.on_time(now);
@@ -344,7 +305,7 @@ impl Listener {
 
     /// One input at `now`.
     pub fn handle(&mut self, now: Now, input: Input) {
-        if self.ended {
+        if self.life.ended {
             return;
         }
         match input {
@@ -359,46 +320,46 @@ impl Listener {
             Input::Recheck => self.recheck_now(now),
             Input::KeyChanged => self.key_changed(now),
             Input::Me { req, result } => {
-                let mut out = Out::new(&mut self.effects, &mut self.rng);
+                let mut out = self.out.out();
                 let p = socket_params(&self.cfg, self.timing, self.obs.as_ref());
                 self.socket.on_me(now, req, result, &p, &mut out);
                 let notes = out.notes;
                 self.socket_notes(now, notes);
             }
             Input::Paced => {
-                let mut out = Out::new(&mut self.effects, &mut self.rng);
+                let mut out = self.out.out();
                 self.socket.on_paced(&mut out);
             }
             Input::Dialed { conn, result } => {
-                let mut out = Out::new(&mut self.effects, &mut self.rng);
+                let mut out = self.out.out();
                 let p = socket_params(&self.cfg, self.timing, self.obs.as_ref());
                 self.socket.on_dialed(now, conn, result, &p, &mut out);
                 let notes = out.notes;
                 self.socket_notes(now, notes);
             }
             Input::Burst { conn, frames, lost } => {
-                let mut out = Out::new(&mut self.effects, &mut self.rng);
+                let mut out = self.out.out();
                 let p = socket_params(&self.cfg, self.timing, self.obs.as_ref());
                 self.socket.on_burst(now, conn, frames, lost, &p, &mut out);
                 let notes = out.notes;
                 self.socket_notes(now, notes);
             }
             Input::AcksSent { conn, result } => {
-                let mut out = Out::new(&mut self.effects, &mut self.rng);
+                let mut out = self.out.out();
                 let p = socket_params(&self.cfg, self.timing, self.obs.as_ref());
                 self.socket.on_acks_sent(now, conn, result, &p, &mut out);
                 let notes = out.notes;
                 self.socket_notes(now, notes);
             }
             Input::ConnLost { conn, lost } => {
-                let mut out = Out::new(&mut self.effects, &mut self.rng);
+                let mut out = self.out.out();
                 let p = socket_params(&self.cfg, self.timing, self.obs.as_ref());
                 self.socket.on_lost(now, conn, lost, &p, &mut out);
                 let notes = out.notes;
                 self.socket_notes(now, notes);
             }
             Input::Closed { conn } => {
-                let mut out = Out::new(&mut self.effects, &mut self.rng);
+                let mut out = self.out.out();
                 let p = socket_params(&self.cfg, self.timing, self.obs.as_ref());
                 self.socket.on_closed(now, conn, &p, &mut out);
                 let notes = out.notes;
@@ -410,10 +371,10 @@ impl Listener {
             }
             Input::Texts { req, result } => self.on_texts_answer(now, req, result),
             Input::Slot { cycle, slot } => {
-                if self.cycle.as_ref().is_some_and(|c| c.seq == cycle) {
+                if self.cycles.cycle.as_ref().is_some_and(|c| c.seq == cycle) {
                     self.with_cycle(now, cycle, |c, ctx, out| c.on_slot(ctx, slot, out));
                 } else if let Slot::Granted { .. } = slot {
-                    self.effects.push_back(Effect::ReleaseSlot);
+                    self.out.effects.push_back(Effect::ReleaseSlot);
                 }
             }
             Input::RunStarted { cycle, log } => {
@@ -421,9 +382,9 @@ impl Listener {
             }
             Input::RunEnded { cycle, end } => {
                 if end.binary.is_some() {
-                    self.runtime_stamp = end.binary;
+                    self.rt.stamp = end.binary;
                 }
-                let stopping = self.stopping.is_some();
+                let stopping = self.life.stopping.is_some();
                 self.with_cycle(now, cycle, |c, ctx, out| {
                     c.on_run_ended(ctx, end, stopping, out)
                 });
@@ -437,7 +398,7 @@ impl Listener {
             }),
             Input::RuntimeBinary { cycle, stamp } => self.on_runtime_binary(now, cycle, stamp),
             Input::RuntimeChecked { result, binary } => {
-                self.runtime_stamp = binary;
+                self.rt.stamp = binary;
                 self.on_runtime_checked(now, result)
             }
             Input::StatusWritten { result } => {
@@ -455,12 +416,12 @@ impl Listener {
     /// After every step: what changed is written (unless a cycle is on its way to its run),
     /// the file is touched when due, and a cycle due now starts.
     fn after_step(&mut self, now: Now) {
-        if self.ended {
+        if self.life.ended {
             return;
         }
         self.start_due_cycle(now);
         self.stop_progress(now);
-        if self.ended {
+        if self.life.ended {
             return;
         }
         if self.status.due(now) {
@@ -469,43 +430,47 @@ impl Listener {
         self.obs.turned();
         let every = self.timing.at_least(TOUCH_EVERY, TOUCH_EVERY_MIN);
         if self.status.touch_due(now, every) {
-            self.effects.push_back(Effect::TouchStatus);
+            self.out.effects.push_back(Effect::TouchStatus);
         }
     }
 
     /// Every deadline that came.
     fn on_time(&mut self, now: Now) {
         {
-            let mut out = Out::new(&mut self.effects, &mut self.rng);
+            let mut out = self.out.out();
             let p = socket_params(&self.cfg, self.timing, self.obs.as_ref());
             self.socket.on_time(now, &p, &mut out);
             let notes = out.notes;
             self.socket_notes(now, notes);
         }
-        if let Some(seq) = self.cycle.as_ref().map(|c| c.seq) {
+        if let Some(seq) = self.cycles.cycle.as_ref().map(|c| c.seq) {
             self.with_cycle(now, seq, |c, _, out| c.on_time(now, out));
         }
-        if let Some(s) = self.stopping
+        if let Some(s) = self.life.stopping
             && s.deadline <= now.mono_ms
         {
             self.abandon_cycle(now);
         }
-        if self.view.state == SocketState::KeyRefused
-            && self.key_check_at.is_some_and(|t| t <= now.mono_ms)
+        if self.shown.view.state == SocketState::KeyRefused
+            && self.waits.key_check_at.is_some_and(|t| t <= now.mono_ms)
         {
-            self.key_check_at = Some(now.after(KEY_CHECK));
-            self.effects.push_back(Effect::ReadKey);
+            self.waits.key_check_at = Some(now.after(KEY_CHECK));
+            self.out.effects.push_back(Effect::ReadKey);
         }
-        if self.texts_refresh_at <= now.mono_ms {
-            self.texts_refresh_at = now.after(self.timing.of(TEXTS_REFRESH));
+        if self.waits.texts_refresh_at <= now.mono_ms {
+            self.waits.texts_refresh_at = now.after(self.timing.of(TEXTS_REFRESH));
             self.refresh_texts();
         }
-        if !self.runtime_checking
-            && self.runtime.recheck_at().is_some_and(|t| t <= now.mono_ms)
-            && self.runtime.begin_check()
+        if !self.rt.checking
+            && self
+                .rt
+                .health
+                .recheck_at()
+                .is_some_and(|t| t <= now.mono_ms)
+            && self.rt.health.begin_check()
         {
-            self.runtime_checking = true;
-            self.effects.push_back(Effect::CheckRuntime {
+            self.rt.checking = true;
+            self.out.effects.push_back(Effect::CheckRuntime {
                 presence_only: false,
             });
         }
@@ -513,15 +478,25 @@ impl Listener {
             self.write_status(now);
         }
         self.status.hold_over(now);
-        if self.tray_not_before.at().is_some_and(|t| t <= now.mono_ms) {
-            self.tray_not_before.reset();
-            self.not_before_wall = None;
+        if self
+            .waits
+            .tray_not_before
+            .at()
+            .is_some_and(|t| t <= now.mono_ms)
+        {
+            self.waits.tray_not_before.reset();
+            self.waits.not_before_wall = None;
             self.status.changed();
             self.own_wake(ListenerWake::Recovered, now);
         }
-        if self.removed_recheck.at().is_some_and(|t| t <= now.mono_ms) {
-            self.removed_recheck.clear();
-            if self.flags.removed.is_some() {
+        if self
+            .waits
+            .removed_recheck
+            .at()
+            .is_some_and(|t| t <= now.mono_ms)
+        {
+            self.waits.removed_recheck.clear();
+            if self.shown.flags.removed.is_some() {
                 self.own_wake(ListenerWake::Recovered, now);
             }
         }
@@ -532,12 +507,18 @@ impl Listener {
         if self.policy.wake_at().is_some_and(|t| t <= now.mono_ms)
             && self.policy.wake_due(now.mono_ms, now.wall_ms)
         {
+            if let Some(line) = self.holds.ended(now.wall_ms) {
+                self.out.effects.push_back(Effect::Record(Box::new(line)));
+            }
             self.own_wake(ListenerWake::HoldEnded, now);
         }
     }
 
     /// `frames` wakes of one cause: counted in the metrics, owed a cycle, shown.
     fn record(&mut self, cause: &WakeCause, frames: u64, now: Now) {
+        if !matches!(cause, WakeCause::Listener(_)) {
+            self.wake_parked_runtime(now);
+        }
         self.obs.wake(cause, frames);
         self.wakes
             .record(cause, frames, now.mono_ms, now.wall_u64());

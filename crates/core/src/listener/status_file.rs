@@ -165,18 +165,19 @@ impl Listener {
     /// Every source of the shown state and detail, as they stand.
     fn sources(&self) -> Sources<'_> {
         Sources {
-            phase: self.flags.phase,
-            socket: Some(self.view.state),
-            socket_detail: self.view.detail.as_deref(),
+            phase: self.shown.flags.phase,
+            socket: Some(self.shown.view.state),
+            socket_detail: self.shown.view.detail.as_deref(),
             cycle_wait_until: None,
-            unusable: self.runtime.why(),
+            unusable: self.rt.health.why(),
             mismatch: self
+                .shown
                 .flags
                 .mismatch
                 .as_deref()
-                .map(|you| (you, self.handle.as_deref())),
-            removed: self.flags.removed.as_deref(),
-            waiting: self.flags.queued,
+                .map(|you| (you, self.shown.handle.as_deref())),
+            removed: self.shown.flags.removed.as_deref(),
+            waiting: self.shown.flags.queued,
         }
     }
 
@@ -184,12 +185,13 @@ impl Listener {
     pub(super) fn write_status(&mut self, now: Now) {
         let state = self.sources().state();
         if let Some(e) = self.status.show(state, now) {
-            self.effects.push_back(e);
+            self.out.effects.push_back(e);
         }
         let status = self.render(now);
         self.obs.observe_status(&status);
         self.status.writing(now);
-        self.effects
+        self.out
+            .effects
             .push_back(Effect::WriteStatus(Box::new(status)));
     }
 
@@ -198,9 +200,10 @@ impl Listener {
         let (state, since) = self.status.shown;
         // A cycle's `429` wait, or the not-before time a long one left (no cycle runs then).
         let cycle_wait = self
+            .shown
             .flags
             .cycle_wait
-            .or(self.not_before_wall)
+            .or(self.waits.not_before_wall)
             .map(rfc3339_ms);
         let sources = Sources {
             cycle_wait_until: cycle_wait.as_deref(),
@@ -210,36 +213,37 @@ impl Listener {
         let mut status = Status {
             state,
             since: rfc3339_ms(since),
-            socket: Some(self.view.state),
+            socket: Some(self.shown.view.state),
             pid: c.pid,
             profile: c.profile.clone(),
-            handle: self.handle.as_deref().map(crate::handle::shown),
+            handle: self.shown.handle.as_deref().map(crate::handle::shown),
             api_base: c.api_base.clone(),
             runtime: c.runtime.as_str().to_string(),
             key_source: c.key_source.clone(),
             updated_at: rfc3339_ms(now.wall_ms),
-            started_at: rfc3339_ms(self.started_wall),
-            last_frame_at: self.view.last_frame.map(rfc3339_ms),
-            last_connected_at: self.view.last_connected.map(rfc3339_ms),
+            started_at: rfc3339_ms(self.life.started_wall),
+            last_frame_at: self.shown.view.last_frame.map(rfc3339_ms),
+            last_connected_at: self.shown.view.last_connected.map(rfc3339_ms),
             last_wake: self.wakes.last().map(|w| LastWake {
                 at: rfc3339_ms(i64::try_from(w.at_ms).unwrap_or(i64::MAX)),
                 reasons: w.reasons.clone(),
             }),
-            last_cycle: self.last_cycle.clone(),
+            last_cycle: self.shown.last_cycle.clone(),
             next_retry_at: self
+                .shown
                 .view
                 .next_retry_at
-                .or(self.not_before_wall)
+                .or(self.waits.not_before_wall)
                 .map(rfc3339_ms),
             detail: sources.detail(),
             texts: self.texts.status(),
             counters: Counters {
                 wakes: self.wakes.count(),
-                ..self.counters.clone()
+                ..self.shown.counters.clone()
             },
             held: None,
             usage: Usage::default(),
-            capabilities_refused: self.capabilities_refused.clone(),
+            capabilities_refused: self.shown.capabilities_refused.clone(),
             file_modified: None,
         };
         self.policy.show(&mut status, now.wall_ms);

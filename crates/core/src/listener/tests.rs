@@ -3,6 +3,7 @@
 //! at once. What these tests pin needs the clock itself (quiet hours, the caps' hour and day,
 //! backoffs): the real-binary suite cannot move it without a hook in the product.
 
+mod policy;
 mod world;
 
 use super::*;
@@ -64,6 +65,69 @@ fn max_runs_per_hour_holds_the_next_run_until_the_hour_rolls_over() {
     w.run_for(MIN);
     assert_eq!(w.runs.len(), 2);
     assert!(w.runs[1].reasons.contains(&"hold_ended".to_string()));
+}
+
+/// Issue 35: each run is a history line at its start and its end, each hold one at its start
+/// (with the held card's sender, from the tray's metadata) and one at its end (the wakes it held
+/// counted), and the caps a restart builds from those lines count what the listener counted.
+#[test]
+fn every_run_and_hold_is_a_history_line_and_a_restart_counts_the_same_runs() {
+    use crate::history::{Kind, Outcome, parse};
+    let mut w = World::new("2026-12-02T10:59:35Z", "max_runs_per_hour = 1");
+    w.message("conv_a", "@alice");
+    w.run_for(3_000);
+    w.message("conv_c", "@carol");
+    w.run_for(2_000);
+    w.message("conv_c", "@carol");
+    w.run_for(2_000);
+    w.run_for(MIN);
+    assert_eq!(w.runs.len(), 2);
+    let kinds: Vec<(Kind, Outcome, bool)> = w
+        .records
+        .iter()
+        .map(|r| (r.kind, r.outcome, r.ended_at.is_some()))
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            (Kind::Run, Outcome::Running, false),
+            (Kind::Run, Outcome::Completed, true),
+            (Kind::Hold, Outcome::Held, false),
+            (Kind::Hold, Outcome::Held, true),
+            (Kind::Run, Outcome::Running, false),
+            (Kind::Run, Outcome::Completed, true),
+        ]
+    );
+    let first = &w.records[1];
+    assert_eq!(first.senders, ["@alice"]);
+    assert_eq!((first.cards, first.invites), (1, 0));
+    assert_eq!(first.reason, "message");
+    assert_eq!(first.log.as_deref(), Some("run.log"));
+    assert_eq!(first.duration_ms, Some(500));
+    let hold = &w.records[3];
+    assert_eq!(hold.senders, ["@carol"]);
+    let note = hold.hold.as_ref().expect("a hold's note");
+    assert_eq!(
+        (note.reason.as_str(), note.key.as_str(), note.wakes),
+        ("runs_per_hour", "max_runs_per_hour", 2)
+    );
+    assert_eq!(note.until.as_deref(), Some("2026-12-02T11:00:00.000Z"));
+    assert_eq!(hold.ended_at.as_deref(), Some("2026-12-02T11:00:00.000Z"));
+    assert!(w.records[5].reason.contains("hold_ended"));
+    let file: Vec<u8> = w
+        .records
+        .iter()
+        .flat_map(|r| format!("{}\n", r.line()).into_bytes())
+        .collect();
+    assert_eq!(parse(&file).records.len(), 3, "two runs and a hold");
+    let rebuilt = w.ledger();
+    assert_eq!(rebuilt.runs().len(), 2);
+    assert_eq!(
+        rebuilt
+            .day(w.now.wall_ms, &crate::policy::FixedOffset(0))
+            .runs,
+        w.status().usage.today.runs
+    );
 }
 
 /// `max_runs_per_day = 1`: the next run waits for local midnight.
@@ -249,4 +313,110 @@ fn an_invite_from_a_muted_inviter_starts_no_run_on_reconnect() {
     }
     assert!(w.runs.is_empty(), "{:?}", w.runs);
     assert!(w.dismissed.is_empty());
+}
+
+/// Issue 37 item 1 (issue 36's first finding): a run the runtime refuses although its login
+/// check passes is tried once more after the check (`recovered`), then no more on the
+/// listener's own: only a server wake (or a reload, or a new binary) tries it again. Before, the
+/// check's backoff re-ran it for ever with no server wake (runs at 0.4, 1.2, 2.2, 3.8 s ... at
+/// scale 20: about 150 paid runs a day).
+#[test]
+fn a_run_refused_after_its_check_passed_waits_for_a_server_wake_not_a_retry_ladder() {
+    let mut w = World::build("2026-12-02T12:00:00Z", "", Ledger::new(), |w| {
+        w.run_outcome = RunOutcome::Unusable("the model answered 401".into());
+        w.runs_answer = false;
+    });
+    w.message("conv_a", "@alice");
+    w.run_for(2 * MIN);
+    // The message's run, refused; the check (5 s later) passes; its one trial, refused.
+    assert_eq!(w.runs.len(), 2, "{:?}", w.runs);
+    assert!(w.runs[1].reasons.contains(&"recovered".to_string()));
+    w.run_for(24 * 60 * MIN);
+    assert_eq!(
+        w.runs.len(),
+        2,
+        "no run without a server wake: {:?}",
+        w.runs
+    );
+    let s = w.status();
+    assert_eq!(s.state, ListenerState::RuntimeUnusable);
+    assert!(
+        s.detail
+            .as_deref()
+            .is_some_and(|d| d.contains("next message")),
+        "{:?}",
+        s.detail
+    );
+    // A server wake is one more trial, and one only.
+    w.message("conv_b", "@carol");
+    w.run_for(60 * MIN);
+    assert_eq!(w.runs.len(), 3, "{:?}", w.runs);
+    assert!(w.runs[2].reasons.contains(&"message".to_string()));
+    // Refused before a model was asked: none counts toward a cap (issue 34 item 12).
+    assert!(w.ledger().runs().is_empty(), "{:?}", w.ledger().runs());
+}
+
+/// Issue 37 item 2 (issue 36's second finding): a hold that ends while the tray cannot be read
+/// reads it as every cycle does (three tries) and then leaves it to the server's re-wakes.
+/// Before, a look every minute re-read it for as long as the outage lasted.
+#[test]
+fn a_hold_that_ends_while_the_tray_is_unreadable_does_not_reread_it_every_minute() {
+    let mut w = World::new("2026-12-02T06:59:00Z", r#"quiet_hours = ["22:00-07:00"]"#);
+    w.message("conv_a", "@alice");
+    w.run_for(10_000);
+    assert!(w.status().held.is_some());
+    // The server fails every read from 06:59:30 for an hour.
+    w.tray_down_until = w.now.mono_ms + 60 * MIN;
+    let reads = w.tray_reads;
+    w.run_for(60 * MIN);
+    assert!(
+        w.tray_reads - reads <= 3,
+        "{} reads during the outage",
+        w.tray_reads - reads
+    );
+    assert!(w.runs.is_empty());
+}
+
+/// Issue 37 item 3 (issue 36's third finding): a `message.new` in a conversation the agent
+/// muted, whose card is past the tray's cut, starts no run for the other cards: an earlier tray
+/// showed it muted.
+#[test]
+fn a_message_in_a_muted_conversation_past_the_cut_starts_no_run() {
+    let mut w = World::build("2026-12-02T12:00:00Z", "", Ledger::new(), |w| {
+        w.runs_answer = false;
+        w.limit = 2;
+    });
+    // An earlier look saw the muted conversation.
+    w.message_muted("conv_m", "@mallory", true);
+    w.run_for(MIN);
+    assert!(w.runs.is_empty(), "{:?}", w.runs);
+    // Two unmuted cards the server re-wakes for come after it, unanswered: the muted card is
+    // now past the cut.
+    w.cards.push((
+        "conv_x".into(),
+        serde_json::json!({"conversation_id": "conv_x", "muted": false}),
+    ));
+    w.cards.push((
+        "conv_y".into(),
+        serde_json::json!({"conversation_id": "conv_y", "muted": false}),
+    ));
+    // A new message in the muted conversation (its card stays where it was).
+    let pos = w.cards.iter().position(|(c, _)| c == "conv_m").unwrap();
+    let m = w.cards.remove(pos);
+    w.cards.insert(0, m);
+    let frame = serde_json::json!({"type": "message.new", "payload": {
+        "id": "msg_late", "conversation_id": "conv_m", "sender": "@mallory", "type": "text"}})
+    .to_string();
+    let conn = w.connection().unwrap();
+    w.input(Input::Burst {
+        conn,
+        frames: vec![InFrame::Text(frame)],
+        lost: None,
+    });
+    w.run_for(MIN);
+    assert!(w.runs.is_empty(), "{:?}", w.runs);
+    assert_eq!(
+        w.status().last_cycle.and_then(|c| c.no_run_reason),
+        Some(NoRunReason::OnlyMuted)
+    );
 }

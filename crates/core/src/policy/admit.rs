@@ -2,11 +2,12 @@
 //! with which prompt, or what holds it. [`gate`] judges the cards; this adds what the
 //! cycle needs around it (docs/decisions.md, "Run policy").
 
-use super::{Gate, Hold, Ledger, Offsets, Policy, gate};
+use super::{Gate, Heard, Hold, Ledger, Offsets, Policy, gate};
 use crate::status::RunKind;
 use crate::tray::Tray;
 
-/// `Ok(kind)`: the run starts with that prompt; `Err(hold)`: no run, and why.
+/// `Ok((kind, cards))`: the run starts with that prompt, for those cards (past the tray's cut
+/// too); `Err(hold)`: no run, and why.
 ///
 /// `decided` is `core::decision`'s choice. When only invites may wake the run (every card is
 /// held by a sender rule) the run gets the invite prompt, as a tray of invites alone would: the
@@ -16,11 +17,12 @@ pub fn admit(
     policy: &Policy,
     tray: &Tray,
     ledger: &Ledger,
+    heard: &Heard,
     now_ms: i64,
     offsets: &dyn Offsets,
     decided: RunKind,
-) -> Result<RunKind, Hold> {
-    match gate(policy, tray, ledger, now_ms, offsets) {
+) -> Result<(RunKind, Vec<String>), Hold> {
+    match gate(policy, tray, ledger, heard, now_ms, offsets) {
         Gate::Held(hold) => Err(hold),
         Gate::Run {
             cards,
@@ -31,21 +33,16 @@ pub fn admit(
                 && !beyond_cut
                 && !invites.is_empty()
                 && tray.skipped_cards.is_empty();
-            Ok(if invites_only {
+            let kind = if invites_only {
                 RunKind::Invite
             } else {
                 decided
-            })
+            };
+            Ok((kind, cards))
         }
         Gate::Nothing => match policy.may_start(ledger, now_ms, offsets) {
-            Some((reason, key, until)) => Err(Hold {
-                reason,
-                key,
-                until,
-                cards: Vec::new(),
-                invites: Vec::new(),
-            }),
-            None => Ok(decided),
+            Some((reason, key, until)) => Err(Hold::by_time(reason, key, until)),
+            None => Ok((decided, Vec::new())),
         },
     }
 }
@@ -76,12 +73,13 @@ mod tests {
         let t = tray(json!({"conversations": [card("c1", "@stranger")],
             "invites": [{"invite_id": "i1", "invited_by": "@friend"}]}));
         let z = FixedOffset(0);
-        let kind = admit(&p, &t, &Ledger::new(), 0, &z, RunKind::Wake);
-        assert_eq!(kind, Ok(RunKind::Invite));
+        let h = Heard::default();
+        let kind = admit(&p, &t, &Ledger::new(), &h, 0, &z, RunKind::Wake);
+        assert_eq!(kind, Ok((RunKind::Invite, vec![])));
         let t = tray(json!({"conversations": [card("c1", "@friend")], "invites": []}));
         assert_eq!(
-            admit(&p, &t, &Ledger::new(), 0, &z, RunKind::Wake),
-            Ok(RunKind::Wake)
+            admit(&p, &t, &Ledger::new(), &h, 0, &z, RunKind::Wake),
+            Ok((RunKind::Wake, vec!["c1".to_string()]))
         );
     }
 
@@ -91,7 +89,16 @@ mod tests {
         let p = policy(r#"quiet_hours = ["11:00-13:00"]"#);
         let t = tray(json!({"conversations": [], "truncated": true, "invites": []}));
         let noon = 12 * 3_600_000;
-        let held = admit(&p, &t, &Ledger::new(), noon, &FixedOffset(0), RunKind::Wake);
+        let h = Heard::default();
+        let held = admit(
+            &p,
+            &t,
+            &Ledger::new(),
+            &h,
+            noon,
+            &FixedOffset(0),
+            RunKind::Wake,
+        );
         let hold = held.unwrap_err();
         assert_eq!(hold.reason, HoldReason::QuietHours);
         assert_eq!(hold.until, Some(13 * 3_600_000));
@@ -99,10 +106,11 @@ mod tests {
             &policy(""),
             &t,
             &Ledger::new(),
+            &h,
             noon,
             &FixedOffset(0),
             RunKind::Wake,
         );
-        assert_eq!(free, Ok(RunKind::Wake));
+        assert_eq!(free, Ok((RunKind::Wake, vec![])));
     }
 }

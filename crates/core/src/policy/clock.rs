@@ -120,7 +120,7 @@ pub(super) fn next_hour(offsets: &dyn Offsets, utc_ms: i64) -> i64 {
 }
 
 /// `next_rollover` for the local day.
-pub(super) fn next_day(offsets: &dyn Offsets, utc_ms: i64) -> i64 {
+pub fn next_day(offsets: &dyn Offsets, utc_ms: i64) -> i64 {
     next_rollover(offsets, utc_ms, DAY_MS)
 }
 

@@ -1,10 +1,15 @@
 //! The listener's own memory of its runs, for the caps and the loop guard: when each run
 //! started, what it reported it cost (`core::run_report`), and which conversations its tray
-//! showed moving. Never a message body. Bounded: at most [`MAX_RUNS`] runs in detail; older runs
-//! are folded into one total for their local day, and conversation lists are dropped once the loop
-//! guard's window has passed.
+//! showed moving, and besides the runs what the policy learnt on the way (the loop guard's marks,
+//! `policy::loops`; the contacts the trays showed, `policy::contacts`; since when runs are held).
+//! Never a message body. Bounded: at most [`MAX_RUNS`] runs in detail; older runs are folded into
+//! one total for their local day, in one pass however many there are (a file read back with more
+//! is cut the same way, so a huge file costs its parse and no more: issue 38 item 7), and
+//! conversation lists are dropped once the loop guard's window has passed.
 
 use super::clock::{self, Offsets};
+use super::contacts::Contacts;
+use super::loops::Loops;
 use serde::{Deserialize, Serialize};
 use std::collections::{HashMap, VecDeque};
 
@@ -26,6 +31,10 @@ pub struct RunEntry {
     /// Its own report of the tokens it used (input and output, `core::run_report`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tokens: Option<u64>,
+    /// `cost_usd` is not the run's report but an estimate: it ended before its runtime reported
+    /// (a timeout, a crash), and its cost is counted as its per-run budget.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub estimated: bool,
     /// The conversations its tray showed that the loop guard counts (see
     /// `policy::loop_conversations`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -39,6 +48,13 @@ pub struct DayTotal {
     pub runs: u64,
     pub cost_usd: f64,
     pub tokens: u64,
+    /// Of `runs`, those whose cost is an estimate.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub estimated: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// What the policy remembers of past runs. Serialisable, so the daemon can keep it in the state
@@ -50,6 +66,15 @@ pub struct Ledger {
     runs: Vec<RunEntry>,
     #[serde(skip_serializing_if = "Option::is_none")]
     folded: Option<DayTotal>,
+    /// The conversations the loop guard saw loop.
+    #[serde(skip_serializing_if = "Loops::is_empty")]
+    loops: Loops,
+    /// The handles the trays showed as contacts (for `first_contact` where no card tells).
+    #[serde(skip_serializing_if = "Contacts::is_empty")]
+    contacts: Contacts,
+    /// Since when runs are held (Unix ms), so a restart does not make the hold look new.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    held_since: Option<i64>,
     /// An id for each run, in step with `runs` and rising: what the index names a run by (two
     /// runs may share a start time).
     #[serde(skip)]
@@ -66,19 +91,31 @@ pub struct Ledger {
 type Seen = HashMap<String, VecDeque<(u64, i64)>>;
 
 /// A ledger as it is stored: what `Ledger` reads back before it indexes the lists.
-#[derive(Deserialize)]
+#[derive(Deserialize, Default)]
 struct Stored {
     #[serde(default)]
     runs: Vec<RunEntry>,
     #[serde(default)]
     folded: Option<DayTotal>,
+    #[serde(default)]
+    loops: Loops,
+    #[serde(default)]
+    contacts: Contacts,
+    #[serde(default)]
+    held_since: Option<i64>,
 }
 
+/// A ledger read back, indexed in one pass. A file with more than [`MAX_RUNS`] runs (written
+/// by hand, or by another program) is cut to them by the first [`Ledger::prune`], which knows
+/// the zone their days are folded in.
 impl From<Stored> for Ledger {
     fn from(stored: Stored) -> Ledger {
         let mut ledger = Ledger {
             runs: stored.runs,
             folded: stored.folded,
+            loops: stored.loops,
+            contacts: stored.contacts,
+            held_since: stored.held_since,
             ..Ledger::default()
         };
         ledger.reindex();
@@ -86,11 +123,51 @@ impl From<Stored> for Ledger {
     }
 }
 
-/// Two ledgers are equal when they remember the same runs (the index follows from them).
+/// Two ledgers are equal when they remember the same things (the index follows from them).
 impl PartialEq for Ledger {
     fn eq(&self, other: &Ledger) -> bool {
-        self.runs == other.runs && self.folded == other.folded
+        self.runs == other.runs
+            && self.folded == other.folded
+            && self.loops == other.loops
+            && self.contacts == other.contacts
+            && self.held_since == other.held_since
     }
+}
+
+/// What the policy learnt besides runs: the loop guard's marks, the contacts, since when runs
+/// are held ([`Ledger::memory`]).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Memory {
+    #[serde(default, skip_serializing_if = "Loops::is_empty")]
+    pub loops: Loops,
+    #[serde(default, skip_serializing_if = "Contacts::is_empty")]
+    pub contacts: Contacts,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub held_since: Option<i64>,
+}
+
+/// Adds `run` to the folded total of its day; a run of an older day than the one folded already
+/// counts nowhere any more.
+fn fold(folded: &mut Option<DayTotal>, run: &RunEntry, offsets: &dyn Offsets) {
+    let day = clock::local_day(offsets, run.started_ms);
+    let total = match folded.take() {
+        Some(f) if f.day == day => f,
+        Some(f) if f.day > day => {
+            *folded = Some(f);
+            return;
+        }
+        _ => DayTotal {
+            day,
+            ..DayTotal::default()
+        },
+    };
+    *folded = Some(DayTotal {
+        day,
+        runs: total.runs.saturating_add(1),
+        cost_usd: total.cost_usd + run.cost_usd.unwrap_or(0.0),
+        tokens: total.tokens.saturating_add(run.tokens.unwrap_or(0)),
+        estimated: total.estimated.saturating_add(u64::from(run.estimated)),
+    });
 }
 
 /// Each conversation a run's list names, once (a list may repeat a name; the run counts once).
@@ -110,11 +187,14 @@ fn index(seen: &mut Seen, id: u64, run: &RunEntry) {
     }
 }
 
-/// Takes run `id` out of its conversations' entries (each sorted by id).
+/// Takes run `id` out of its conversations' entries (each sorted by id; the oldest run, the one
+/// a fold takes, is at the front, so that removal is O(1)).
 fn unindex(seen: &mut Seen, id: u64, run: &RunEntry) {
     for c in distinct(&run.conversations) {
         if let Some(entries) = seen.get_mut(c) {
-            if let Ok(at) = entries.binary_search_by_key(&id, |e| e.0) {
+            if entries.front().is_some_and(|e| e.0 == id) {
+                entries.pop_front();
+            } else if let Ok(at) = entries.binary_search_by_key(&id, |e| e.0) {
                 entries.remove(at);
             }
             if entries.is_empty() {
@@ -130,11 +210,27 @@ pub struct Totals {
     pub runs: u64,
     pub cost_usd: f64,
     pub tokens: u64,
+    /// Of `runs`, those whose cost is an estimate (`RunEntry::estimated`).
+    pub estimated: u64,
 }
 
 impl Ledger {
     pub fn new() -> Ledger {
         Ledger::default()
+    }
+
+    /// A ledger rebuilt from what the state dir's history kept (`crate::history::ledger`): the
+    /// runs the caps count, oldest first, and the total of a day's runs the history no longer
+    /// holds one by one. Runs past [`MAX_RUNS`] fold into their day's total as they do at
+    /// [`started`](Self::started).
+    pub fn restore(runs: Vec<RunEntry>, folded: Option<DayTotal>, offsets: &dyn Offsets) -> Ledger {
+        let mut ledger = Ledger::from(Stored {
+            runs,
+            folded,
+            ..Stored::default()
+        });
+        ledger.fold_excess(offsets);
+        ledger
     }
 
     /// A run starts: it counts from now. `conversations` beyond the cap are not remembered.
@@ -149,26 +245,49 @@ impl Ledger {
             started_ms,
             cost_usd: None,
             tokens: None,
+            estimated: false,
             conversations,
         };
         self.push(run);
-        while self.runs.len() > MAX_RUNS {
-            self.fold_oldest(offsets);
-        }
+        self.fold_excess(offsets);
     }
 
     /// The run that started at `started_ms` ended with this report (either part may be missing:
     /// Codex reports no cost). A run not found (folded already) is ignored.
     pub fn ended(&mut self, started_ms: i64, cost_usd: Option<f64>, tokens: Option<u64>) {
+        self.ended_as(started_ms, cost_usd, tokens, false);
+    }
+
+    /// [`ended`](Self::ended) for a run that ended before its runtime reported its cost:
+    /// `cost_usd` is the estimate the listener counts for it (its per-run budget).
+    pub fn ended_estimated(&mut self, started_ms: i64, cost_usd: f64, tokens: Option<u64>) {
+        self.ended_as(started_ms, Some(cost_usd), tokens, true);
+    }
+
+    fn ended_as(&mut self, started_ms: i64, cost: Option<f64>, tokens: Option<u64>, est: bool) {
         if let Some(run) = self
             .runs
             .iter_mut()
             .rev()
             .find(|r| r.started_ms == started_ms)
         {
-            run.cost_usd = cost_usd.filter(|c| c.is_finite() && *c >= 0.0);
+            run.cost_usd = cost.filter(|c| c.is_finite() && *c >= 0.0);
             run.tokens = tokens;
+            run.estimated = est && run.cost_usd.is_some();
         }
+    }
+
+    /// The run that started at `started_ms` did not run after all (its runtime refused it
+    /// before a model was asked: not logged in, a refused key): forgotten when it is the last
+    /// one, so it counts toward no cap. True when it was.
+    pub fn forget_last(&mut self, started_ms: i64) -> bool {
+        if self.runs.last().is_none_or(|r| r.started_ms != started_ms) {
+            return false;
+        }
+        if let (Some(run), Some(id)) = (self.runs.pop(), self.ids.pop()) {
+            unindex(&mut self.seen, id, &run);
+        }
+        true
     }
 
     /// The runs kept in detail, oldest first.
@@ -178,7 +297,16 @@ impl Ledger {
 
     /// Forgets what no rule can need at `now_ms`: conversation lists older than `keep_lists_ms`
     /// (the loop guard's window), runs before yesterday (local), and a folded total of another day.
+    /// A run stamped after `now_ms` was stamped by a clock that was ahead and has been set back:
+    /// it happened before now, so it counts from now (in today's caps, not a later day's).
     pub fn prune(&mut self, now_ms: i64, keep_lists_ms: i64, offsets: &dyn Offsets) {
+        self.fold_excess(offsets);
+        if self.runs.iter().any(|r| r.started_ms > now_ms) {
+            for run in &mut self.runs {
+                run.started_ms = run.started_ms.min(now_ms);
+            }
+            self.reindex();
+        }
         let today = clock::local_day(offsets, now_ms);
         let runs = std::mem::take(&mut self.runs);
         let ids = std::mem::take(&mut self.ids);
@@ -209,8 +337,53 @@ impl Ledger {
             totals.runs = totals.runs.saturating_add(f.runs);
             totals.cost_usd += f.cost_usd;
             totals.tokens = totals.tokens.saturating_add(f.tokens);
+            totals.estimated = totals.estimated.saturating_add(f.estimated);
         }
         totals
+    }
+
+    /// The loop guard's marks.
+    pub fn loops(&self) -> &Loops {
+        &self.loops
+    }
+
+    pub fn loops_mut(&mut self) -> &mut Loops {
+        &mut self.loops
+    }
+
+    /// The handles the trays showed as contacts.
+    pub fn contacts(&self) -> &Contacts {
+        &self.contacts
+    }
+
+    pub fn contacts_mut(&mut self) -> &mut Contacts {
+        &mut self.contacts
+    }
+
+    /// Since when runs are held, as the ledger kept it across a restart.
+    pub fn held_since(&self) -> Option<i64> {
+        self.held_since
+    }
+
+    pub fn set_held_since(&mut self, since: Option<i64>) {
+        self.held_since = since;
+    }
+
+    /// What the policy learnt besides runs, as the state dir's `policy.json` keeps it (the runs
+    /// are in the history, `crate::history`, and never written twice).
+    pub fn memory(&self) -> Memory {
+        Memory {
+            loops: self.loops.clone(),
+            contacts: self.contacts.clone(),
+            held_since: self.held_since,
+        }
+    }
+
+    /// Takes back what [`memory`](Self::memory) kept.
+    pub fn remember(&mut self, memory: Memory) {
+        self.loops = memory.loops;
+        self.contacts = memory.contacts;
+        self.held_since = memory.held_since;
     }
 
     /// Runs, cost and tokens of the runs that started in the local hour of `at_ms` (up to it).
@@ -232,6 +405,22 @@ impl Ledger {
             .map(|&(_, t)| t)
             .filter(|&t| t <= now_ms && now_ms - t < within_ms)
             .collect()
+    }
+
+    /// [`saw`](Self::saw) as the loop guard counts it: only the runs after the user last let the
+    /// conversation go (`policy::loops`).
+    pub(super) fn saw_since_release(
+        &self,
+        conversation: &str,
+        now_ms: i64,
+        within_ms: i64,
+    ) -> Vec<i64> {
+        let after = self.loops.released_at(conversation);
+        let mut seen = self.saw(conversation, now_ms, within_ms);
+        if let Some(at) = after {
+            seen.retain(|t| *t > at);
+        }
+        seen
     }
 
     /// [`saw`](Self::saw) by a scan of every run: what the index must agree with.
@@ -271,39 +460,24 @@ impl Ledger {
                 totals.runs = totals.runs.saturating_add(1);
                 totals.cost_usd += r.cost_usd.unwrap_or(0.0);
                 totals.tokens = totals.tokens.saturating_add(r.tokens.unwrap_or(0));
+                totals.estimated = totals.estimated.saturating_add(u64::from(r.estimated));
             }
         }
         totals
     }
 
-    fn fold_oldest(&mut self, offsets: &dyn Offsets) {
-        if self.runs.is_empty() {
+    /// Folds the runs past [`MAX_RUNS`], oldest first, into their day's total: one pass over the
+    /// runs kept, however many go.
+    fn fold_excess(&mut self, offsets: &dyn Offsets) {
+        let excess = self.runs.len().saturating_sub(MAX_RUNS);
+        if excess == 0 {
             return;
         }
-        let run = self.runs.remove(0);
-        if !self.ids.is_empty() {
-            let id = self.ids.remove(0);
+        let ids: Vec<u64> = self.ids.drain(..excess.min(self.ids.len())).collect();
+        for (run, id) in self.runs.drain(..excess).zip(ids) {
             unindex(&mut self.seen, id, &run);
+            fold(&mut self.folded, &run, offsets);
         }
-        let day = clock::local_day(offsets, run.started_ms);
-        let total = match self.folded.take() {
-            Some(f) if f.day == day => f,
-            Some(f) if f.day > day => {
-                // An older day than the one already folded: it no longer counts anywhere.
-                self.folded = Some(f);
-                return;
-            }
-            _ => DayTotal {
-                day,
-                ..DayTotal::default()
-            },
-        };
-        self.folded = Some(DayTotal {
-            day,
-            runs: total.runs.saturating_add(1),
-            cost_usd: total.cost_usd + run.cost_usd.unwrap_or(0.0),
-            tokens: total.tokens.saturating_add(run.tokens.unwrap_or(0)),
-        });
     }
 }
 

@@ -1,12 +1,48 @@
 //! `[listen.policy]` from the config file's TOML: the shape as serde types with
 //! `deny_unknown_fields`, read through `serde_path_to_error` so every error names its key path,
 //! each value read as any TOML value and converted by a rule of its own whose problem never
-//! quotes the value (as `config::file` does for the other keys). Not yet read by the config
-//! loader: `config::file` will hand this the `policy` table of `[listen]` and of each
-//! `[profiles.<name>.listen]`, then [`PolicyLayer::over`] the top level's.
+//! quotes the value (as `config::file` does for the other keys). `config::file` hands this the
+//! `policy` table of `[listen]` and of each `[profiles.<name>.listen]`, then
+//! [`PolicyLayer::over`] the top level's; [`PolicyLayer::resolve`] fills what no table set from
+//! [`DEFAULTS`].
 
 use super::{FirstContact, Groups, HandlePattern, LoopGuard, Policy, QuietRange};
 use serde::Deserialize;
+
+/// The bounds every profile has until its config says otherwise (issue 38: safe spend by
+/// default). Chosen so that ordinary use never meets them and a loop between two agents does at
+/// once; the reasons are in docs/decisions.md ("Run policy"). `0` lifts a cap; `loop_guard =
+/// { runs = 0 }` turns the guard off.
+pub struct Defaults {
+    pub max_runs_per_hour: u32,
+    pub max_runs_per_day: u32,
+    pub loop_guard: LoopGuard,
+}
+
+pub const DEFAULTS: Defaults = Defaults {
+    max_runs_per_hour: 60,
+    max_runs_per_day: 500,
+    loop_guard: LoopGuard {
+        runs: 30,
+        within_ms: 3_600_000,
+    },
+};
+
+/// The keys of a `policy` table, for "did you mean" (`config::hint`).
+pub const KEYS: &[&str] = &[
+    "quiet_hours",
+    "timezone",
+    "max_runs_per_hour",
+    "max_runs_per_day",
+    "max_cost_per_day_usd",
+    "max_tokens_per_day",
+    "max_cost_per_run_usd",
+    "first_contact",
+    "groups",
+    "allow",
+    "deny",
+    "loop_guard",
+];
 
 /// A mistake in `[listen.policy]`, naming the key by its full path. Never quotes a value.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -32,7 +68,8 @@ pub struct PolicyLayer {
     pub max_cost_per_run_usd: Option<f64>,
     pub first_contact: Option<FirstContact>,
     pub groups: Option<Groups>,
-    pub allow: Option<Vec<HandlePattern>>,
+    /// `Some(None)`: a profile's `allow = []`, which clears the top level's list.
+    pub allow: Option<Option<Vec<HandlePattern>>>,
     pub deny: Option<Vec<HandlePattern>>,
     pub loop_guard: Option<Option<LoopGuard>>,
 }
@@ -128,8 +165,10 @@ impl PolicyLayer {
             )?,
             first_contact: read(t.first_contact, key("first_contact"), first_contact)?,
             groups: read(t.groups, key("groups"), groups)?,
-            allow: read(t.allow, key("allow"), |v| handles(v, true))?,
-            deny: read(t.deny, key("deny"), |v| handles(v, false))?,
+            allow: read(t.allow, key("allow"), |v| {
+                allow(v, prefix.starts_with("profiles."))
+            })?,
+            deny: read(t.deny, key("deny"), handles)?,
             loop_guard: t
                 .loop_guard
                 .map(|g| loop_guard(g.0, &key("loop_guard")))
@@ -156,24 +195,28 @@ impl PolicyLayer {
         }
     }
 
-    /// The policy, defaults filling what no table set: no rule, every card wakes as before.
-    /// A cap of 0 is no cap.
+    /// The policy, [`DEFAULTS`] filling what no table set: runs an hour and a day and the loop
+    /// guard bounded, no other rule. A cap of 0 is no cap.
     pub fn resolve(self) -> Policy {
-        let nonzero_u32 = |v: Option<u32>| v.filter(|n| *n > 0);
+        let nonzero_u32 = |v: u32| Some(v).filter(|n| *n > 0);
         let positive = |v: Option<f64>| v.filter(|n| *n > 0.0);
         Policy {
             quiet_hours: self.quiet_hours.unwrap_or_default(),
             timezone: self.timezone,
-            max_runs_per_hour: nonzero_u32(self.max_runs_per_hour),
-            max_runs_per_day: nonzero_u32(self.max_runs_per_day),
+            max_runs_per_hour: nonzero_u32(
+                self.max_runs_per_hour.unwrap_or(DEFAULTS.max_runs_per_hour),
+            ),
+            max_runs_per_day: nonzero_u32(
+                self.max_runs_per_day.unwrap_or(DEFAULTS.max_runs_per_day),
+            ),
             max_cost_per_day_usd: positive(self.max_cost_per_day_usd),
             max_tokens_per_day: self.max_tokens_per_day.filter(|n| *n > 0),
             max_cost_per_run_usd: positive(self.max_cost_per_run_usd),
             first_contact: self.first_contact.unwrap_or_default(),
             groups: self.groups.unwrap_or_default(),
-            allow: self.allow,
+            allow: self.allow.flatten(),
             deny: self.deny.unwrap_or_default(),
-            loop_guard: self.loop_guard.flatten(),
+            loop_guard: self.loop_guard.unwrap_or(Some(DEFAULTS.loop_guard)),
         }
     }
 }
@@ -239,12 +282,22 @@ fn whole(v: &toml::Value) -> Result<i64, String> {
         .ok_or_else(|| format!("expected a whole number, found {}", v.type_str()))
 }
 
+/// A whole number from 0 up to `T`'s largest, each end said when it is missed.
+fn bounded<T: TryFrom<i64> + std::fmt::Display>(v: &toml::Value, max: T) -> Result<T, String> {
+    let n = whole(v)?;
+    if n < 0 {
+        return Err("expected a whole number from 0 (no cap) up".into());
+    }
+    T::try_from(n).map_err(|_| format!("expected at most {max} (0 is no cap)"))
+}
+
 fn count(v: &toml::Value) -> Result<u32, String> {
-    u32::try_from(whole(v)?).map_err(|_| "expected a whole number from 0 (no cap) up".into())
+    bounded(v, u32::MAX)
 }
 
 fn tokens(v: &toml::Value) -> Result<u64, String> {
-    u64::try_from(whole(v)?).map_err(|_| "expected a whole number from 0 (no cap) up".into())
+    // TOML's integers are i64: any that is not negative fits.
+    bounded(v, u64::MAX)
 }
 
 /// A sum in US dollars: a number (`5`, `0.5`) from 0 (no cap) up.
@@ -281,19 +334,27 @@ fn groups(v: &toml::Value) -> Result<Groups, String> {
     }
 }
 
-/// `allow` / `deny`: handles, `*` matching any run of characters. An empty `allow` would let no
-/// card wake a run, which is stopping the listener by another name: refused, with what to do.
-fn handles(v: &toml::Value, is_allow: bool) -> Result<Vec<HandlePattern>, String> {
-    let items = v
-        .as_array()
-        .ok_or_else(|| format!("expected a list of handles, found {}", v.type_str()))?;
-    if items.is_empty() && is_allow {
-        return Err(
+/// `allow`: at the top level an empty list would let no card wake a run, which is stopping the
+/// listener by another name: refused, with what to do. In a profile's table it clears the top
+/// level's list (issue 38 item 8): every handle may wake that profile's runs.
+fn allow(v: &toml::Value, in_profile: bool) -> Result<Option<Vec<HandlePattern>>, String> {
+    let empty = v.as_array().is_some_and(Vec::is_empty);
+    match (empty, in_profile) {
+        (true, true) => Ok(None),
+        (true, false) => Err(
             "lists no handle, so nothing could wake a run; leave `allow` out to let every handle \
              wake one, or stop the listener"
                 .into(),
-        );
+        ),
+        (false, _) => handles(v).map(Some),
     }
+}
+
+/// `allow` / `deny`: handles, `*` matching any run of characters.
+fn handles(v: &toml::Value) -> Result<Vec<HandlePattern>, String> {
+    let items = v
+        .as_array()
+        .ok_or_else(|| format!("expected a list of handles, found {}", v.type_str()))?;
     items
         .iter()
         .enumerate()
@@ -306,7 +367,7 @@ fn handles(v: &toml::Value, is_allow: bool) -> Result<Vec<HandlePattern>, String
         .collect()
 }
 
-/// `loop_guard = { runs = 6, within = "30m" }`; `runs = 0` turns it off.
+/// `loop_guard = { runs = 6, within = "30m" }`; `runs = 0` turns it off (and needs no window).
 fn loop_guard(t: toml::Table, prefix: &str) -> Result<Option<LoopGuard>, PolicyError> {
     let bad = |name: &str, problem: String| PolicyError::BadValue {
         key: format!("{prefix}.{name}"),
@@ -316,6 +377,9 @@ fn loop_guard(t: toml::Table, prefix: &str) -> Result<Option<LoopGuard>, PolicyE
         Some(v) => count(v).map_err(|p| bad("runs", p))?,
         None => return Err(bad("runs", "is required: how many runs".into())),
     };
+    if runs == 0 && !t.contains_key("within") {
+        return Ok(None);
+    }
     let within = match t.get("within") {
         Some(v) => within(v).map_err(|p| bad("within", p))?,
         None => {

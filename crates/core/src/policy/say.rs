@@ -30,13 +30,13 @@ pub fn summary(p: &Policy) -> String {
         parts.push(format!("{n} a day"));
     }
     if let Some(c) = p.max_cost_per_day_usd {
-        parts.push(format!("${c:.2} a day"));
+        parts.push(format!("{} a day", dollars(c)));
     }
     if let Some(n) = p.max_tokens_per_day {
         parts.push(format!("{n} tokens a day"));
     }
     if let Some(c) = p.max_cost_per_run_usd {
-        parts.push(format!("${c:.2} a run"));
+        parts.push(format!("{} a run", dollars(c)));
     }
     if p.first_contact == FirstContact::Wait {
         parts.push("first contact waits".into());
@@ -63,6 +63,17 @@ pub fn summary(p: &Policy) -> String {
     }
 }
 
+/// A sum in dollars as written: to the cent when that is exact (`$5.00`), else as many decimals
+/// as it has (`$0.001`, not `$0.00`: issue 38 item 6).
+pub fn dollars(x: f64) -> String {
+    let cents = x * 100.0;
+    if (cents - cents.round()).abs() < 1e-9 {
+        return format!("${x:.2}");
+    }
+    let text = format!("{x:.6}");
+    format!("${}", text.trim_end_matches('0'))
+}
+
 fn handles(list: &[super::HandlePattern]) -> String {
     let shown: Vec<String> = list.iter().map(|p| format!("@{}", p.0)).collect();
     shown.join(" ")
@@ -79,13 +90,23 @@ pub fn hold_line(hold: &Hold, now_ms: i64, offsets: &dyn Offsets) -> String {
         Some(hold.reason),
         hold.reason.as_str(),
         hold.key,
-        hold.cards.len(),
+        &hold.cards,
         hold.invites.len(),
+        hold.until.is_some(),
     );
     if let Some(until) = hold.until {
         let _ = write!(line, ", until {}", local_time(until, now_ms, offsets));
+        line.push_str(loop_tail(Some(hold.reason)));
     }
     line
+}
+
+/// After a loop hold's end: what moves it.
+fn loop_tail(reason: Option<HoldReason>) -> &'static str {
+    match reason {
+        Some(HoldReason::LoopGuard) => " unless its other side writes again",
+        _ => "",
+    }
 }
 
 /// The zone `status` tells a hold's end in: the policy's own `timezone` when it could read it,
@@ -130,8 +151,9 @@ pub fn held_line(held: &Held, now_ms: i64, zone: ShownZone<'_>) -> String {
         reason,
         &held.reason,
         &held.key,
-        held.cards.len(),
+        &held.cards,
         held.invites.len(),
+        held.until.is_some(),
     );
     if let Some(until) = held.until.as_deref().filter(|u| !u.is_empty()) {
         let shown = humantime::parse_rfc3339_weak(until)
@@ -149,6 +171,7 @@ pub fn held_line(held: &Held, now_ms: i64, zone: ShownZone<'_>) -> String {
                 },
             );
         let _ = write!(line, ", until {shown}");
+        line.push_str(loop_tail(reason));
     }
     line
 }
@@ -163,22 +186,37 @@ const ALL_REASONS: [HoldReason; 6] = [
 ];
 
 /// A hold's line before its `until`; `raw` and `key` name a reason this version does not know.
+/// A loop guard's line names its conversations and how the hold ends (issue 38 item 2).
 fn reason_words(
     reason: Option<HoldReason>,
     raw: &str,
     key: &str,
-    cards: usize,
+    card_ids: &[String],
     invites: usize,
+    ends: bool,
 ) -> String {
+    let cards = card_ids.len();
     match reason {
         Some(HoldReason::QuietHours) => "runs wait: quiet hours".to_string(),
         Some(HoldReason::RunsPerHour | HoldReason::RunsPerDay | HoldReason::CostPerDay) => {
             format!("runs wait: {key} reached")
         }
-        Some(HoldReason::LoopGuard) => format!(
-            "runs wait: loop_guard holds {}",
-            count(cards, "conversation")
-        ),
+        Some(HoldReason::LoopGuard) => {
+            let shown: Vec<&str> = card_ids.iter().take(3).map(String::as_str).collect();
+            let more = match cards.saturating_sub(3) {
+                0 => String::new(),
+                n => format!(" and {n} more"),
+            };
+            let which = format!("{}{more}", shown.join(", "));
+            if ends {
+                format!("runs wait: loop_guard holds a loop in {which} (a reload lets it go)")
+            } else {
+                format!(
+                    "runs wait: loop_guard: the loop in {which} is over; its last message wakes \
+                     no run until a newer one comes (a reload lets it go)"
+                )
+            }
+        }
         Some(HoldReason::NotAllowed) => {
             let mut what = Vec::new();
             if cards > 0 {
@@ -207,10 +245,24 @@ fn count(n: usize, what: &str) -> String {
 /// `today: 14 runs, $0.83` (and the tokens when a run reported tokens but no cost).
 pub fn today_line(day: &Totals) -> String {
     let runs = count(usize::try_from(day.runs).unwrap_or(usize::MAX), "run");
-    if day.cost_usd > 0.0 || day.tokens == 0 {
-        format!("today: {runs}, ${:.2}", day.cost_usd)
-    } else {
+    // Nothing reported (no run yet, or a script's runs, which report no cost): no "$0.00".
+    if day.cost_usd > 0.0 {
+        let shown = if day.cost_usd < 0.005 {
+            dollars(day.cost_usd)
+        } else {
+            format!("${:.2}", day.cost_usd)
+        };
+        match day.estimated {
+            0 => format!("today: {runs}, {shown}"),
+            n => format!(
+                "today: {runs}, {shown} ({} ended before reporting: counted at the per-run budget)",
+                count(usize::try_from(n).unwrap_or(usize::MAX), "run")
+            ),
+        }
+    } else if day.tokens > 0 {
         format!("today: {runs}, {} tokens", day.tokens)
+    } else {
+        format!("today: {runs}")
     }
 }
 
@@ -221,6 +273,7 @@ pub fn usage_line(usage: &Usage) -> String {
         runs: usage.today.runs,
         cost_usd: usage.today.cost_usd,
         tokens: usage.today.tokens,
+        estimated: usage.today.estimated,
     };
     let hour = count(
         usize::try_from(usage.this_hour.runs).unwrap_or(usize::MAX),
@@ -268,6 +321,16 @@ mod tests {
     #[test]
     fn the_summary_names_each_rule_set_or_says_there_is_none() {
         assert_eq!(summary(&Policy::default()), "no rules");
+        let cheap = Policy {
+            max_cost_per_run_usd: Some(0.001),
+            max_cost_per_day_usd: Some(0.5),
+            ..Policy::default()
+        };
+        assert_eq!(
+            summary(&cheap),
+            "$0.50 a day; $0.001 a run",
+            "issue 38 item 6"
+        );
         let p = Policy::from_toml(
             toml::from_str(
                 r#"quiet_hours = ["22:00-07:00"]
@@ -283,8 +346,8 @@ mod tests {
         .unwrap();
         assert_eq!(
             summary(&p),
-            "quiet 22:00-07:00; at most 12 runs an hour; $5.00 a day; first contact waits; \
-             allow @alice @ops-*; loop guard 6 runs in 30m"
+            "quiet 22:00-07:00; at most 12 runs an hour; 500 a day; $5.00 a day; \
+             first contact waits; allow @alice @ops-*; loop guard 6 runs in 30m"
         );
     }
 
@@ -297,6 +360,8 @@ mod tests {
             until: Some(12 * 3_600_000), // 14:00 local
             cards: vec!["c".into()],
             invites: vec![],
+            unseen: vec![],
+            truncated: false,
         };
         assert_eq!(
             hold_line(&hold, 11 * 3_600_000, &z),
@@ -314,11 +379,9 @@ mod tests {
             "runs wait: quiet hours, until 2026-10-25 07:00"
         );
         let refused = Hold {
-            reason: HoldReason::NotAllowed,
-            key: "allow",
-            until: None,
             cards: vec!["a".into(), "b".into()],
             invites: vec!["i".into()],
+            ..Hold::by_time(HoldReason::NotAllowed, "allow", None)
         };
         assert_eq!(
             hold_line(&refused, 0, &z),
@@ -332,9 +395,14 @@ mod tests {
             runs,
             cost_usd,
             tokens,
+            estimated: 0,
         };
         assert_eq!(today_line(&t(14, 0.834, 0)), "today: 14 runs, $0.83");
-        assert_eq!(today_line(&t(1, 0.0, 0)), "today: 1 run, $0.00");
+        assert_eq!(
+            today_line(&t(1, 0.0, 0)),
+            "today: 1 run",
+            "a script reports no cost"
+        );
         assert_eq!(today_line(&t(3, 0.0, 1200)), "today: 3 runs, 1200 tokens");
     }
 
@@ -345,7 +413,7 @@ mod tests {
             until: until.map(String::from),
             since: "2026-11-30T11:40:00Z".into(),
             cards: vec!["conv_a".into(), "conv_b".into()],
-            invites: vec![],
+            ..Held::default()
         }
     }
 
@@ -382,10 +450,18 @@ mod tests {
             held_line(&cost, now, ShownZone::machine(&east)),
             "runs wait: max_tokens_per_day reached"
         );
-        let guard = held("loop_guard", "loop_guard", None);
+        let guard = held("loop_guard", "loop_guard", Some("2026-11-30T12:00:00Z"));
         assert_eq!(
             held_line(&guard, now, ShownZone::machine(&east)),
-            "runs wait: loop_guard holds 2 conversations"
+            "runs wait: loop_guard holds a loop in conv_a, conv_b (a reload lets it go), until \
+             14:00 unless its other side writes again"
+        );
+        let over = held("loop_guard", "loop_guard", None);
+        assert!(
+            held_line(&over, now, ShownZone::machine(&east))
+                .contains("the loop in conv_a, conv_b is over"),
+            "{}",
+            held_line(&over, now, ShownZone::machine(&east))
         );
         let refused = held("not_allowed", "first_contact", None);
         assert_eq!(
@@ -476,6 +552,7 @@ mod tests {
             runs,
             cost_usd,
             tokens,
+            estimated: 0,
         };
         assert_eq!(
             usage_line(&usage(t(14, 0.834, 52_000), 3)),
@@ -487,7 +564,7 @@ mod tests {
         );
         assert_eq!(
             usage_line(&Usage::default()),
-            "today: 0 runs, $0.00; this hour: 0 runs"
+            "today: 0 runs; this hour: 0 runs"
         );
     }
 }

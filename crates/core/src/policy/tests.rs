@@ -1,4 +1,5 @@
 use super::*;
+use crate::tray::Tray;
 use serde_json::json;
 
 const H: i64 = 3_600_000;
@@ -63,7 +64,28 @@ fn every_key_is_read_and_a_cap_of_zero_is_no_cap() {
             within_ms: 30 * 60_000
         })
     );
-    assert_eq!(policy(""), Policy::default());
+    // Nothing set: the bounded defaults (issue 38 item 1), and `0` lifts each of them.
+    let none = policy("");
+    assert_eq!(
+        (none.max_runs_per_hour, none.max_runs_per_day),
+        (Some(60), Some(500))
+    );
+    assert_eq!(
+        none.loop_guard,
+        Some(LoopGuard {
+            runs: 30,
+            within_ms: 3_600_000
+        })
+    );
+    let lifted = policy("max_runs_per_hour = 0\nmax_runs_per_day = 0\nloop_guard = { runs = 0 }");
+    assert_eq!(
+        (
+            lifted.max_runs_per_hour,
+            lifted.max_runs_per_day,
+            lifted.loop_guard
+        ),
+        (None, None, None)
+    );
 }
 
 #[test]
@@ -106,6 +128,19 @@ fn errors_name_the_key_path_and_never_quote_the_value() {
         ("allow = []", "`listen.policy.allow`: lists no handle"),
         ("deny = [\"two words secret\"]", "`listen.policy.deny`"),
         ("timezone = \"../secret\"", "`listen.policy.timezone`"),
+        // Issue 38 item 8: a sign is no hour, and a cap too large says the largest.
+        (
+            "quiet_hours = [\"+9:00-17:00\"]",
+            "`listen.policy.quiet_hours`",
+        ),
+        (
+            "quiet_hours = [\"09:+0-17:00\"]",
+            "`listen.policy.quiet_hours`",
+        ),
+        (
+            "max_runs_per_hour = 99999999999",
+            "expected at most 4294967295 (0 is no cap)",
+        ),
     ];
     for (text, want) in cases {
         let e = error(text).to_string();
@@ -161,7 +196,7 @@ fn a_card_is_judged_by_its_metadata_in_rule_order() {
     let keys: Vec<_> = t
         .conversations
         .iter()
-        .map(|c| match p.card(c, &l, 0) {
+        .map(|c| match p.card(c, &l, &Heard::default()) {
             Verdict::Wakes => "wakes",
             Verdict::Never => "never",
             Verdict::Held { key, .. } => key,
@@ -170,55 +205,243 @@ fn a_card_is_judged_by_its_metadata_in_rule_order() {
     assert_eq!(
         keys,
         [
-            "wakes",
-            "deny",
-            "allow",
-            "first_contact",
-            "groups",
-            "wakes",
-            "never"
+            "wakes", "deny", "allow",
+            // `@amy` is in `allow`: known to the user, no stranger (issue 38 item 8).
+            "wakes", "groups", "wakes", "never"
         ]
+    );
+    let p = policy("first_contact = \"wait\"");
+    assert_eq!(
+        p.card(&t.conversations[3], &l, &Heard::default()),
+        Verdict::Held {
+            reason: HoldReason::NotAllowed,
+            key: "first_contact",
+            until: None
+        }
     );
 }
 
+/// Issue 38 item 2: a conversation the guard saw loop is held until its other side has been quiet
+/// for the window (each new message moves the end), then its last message wakes no run (only a
+/// newer one does); another conversation still wakes runs all along.
 #[test]
-fn the_loop_guard_holds_a_conversation_until_its_oldest_counted_run_leaves_the_window() {
+fn the_loop_guard_holds_a_loop_until_the_other_side_is_quiet_and_its_last_message_stays_unrun() {
     let p = policy("loop_guard = { runs = 3, within = \"30m\" }");
     let z = FixedOffset(0);
-    let t = tray(json!({"conversations": [direct("loop", "@bot"), direct("other", "@carol")]}));
+    let h = Heard::default();
+    let card = |newest: &str| {
+        let mut c = direct("loop", "@bot");
+        c["last_message_id"] = json!(newest);
+        c
+    };
+    let both = tray(json!({"conversations": [card("m1"), direct("other", "@carol")]}));
     let mut l = Ledger::new();
     for at in [0, 10 * 60_000, 20 * 60_000] {
         l.started(at, vec!["loop".into()], &z);
     }
     let now = 25 * 60_000;
-    assert_eq!(
-        p.card(&t.conversations[0], &l, now),
-        Verdict::Held {
-            reason: HoldReason::LoopGuard,
-            key: "loop_guard",
-            until: Some(30 * 60_000)
-        }
-    );
-    // Another conversation still wakes the run.
-    match gate(&p, &t, &l, now, &z) {
+    assert!(observe(&p, &both, &mut l, now));
+    match gate(&p, &both, &l, &h, now, &z) {
         Gate::Run { cards, .. } => assert_eq!(cards, ["other"]),
         other => panic!("{other:?}"),
     }
-    let alone = tray(json!({"conversations": [direct("loop", "@bot")]}));
-    match gate(&p, &alone, &l, now, &z) {
-        Gate::Held(h) => {
+    let alone = tray(json!({"conversations": [card("m1")]}));
+    let held = |l: &Ledger, at| match gate(&p, &alone, l, &h, at, &z) {
+        Gate::Held(hold) => (hold.reason, hold.until, hold.cards),
+        other => panic!("{other:?}"),
+    };
+    let loop_card = vec!["loop".to_string()];
+    assert_eq!(
+        held(&l, now),
+        (HoldReason::LoopGuard, Some(55 * 60_000), loop_card.clone())
+    );
+    // The oldest counted run leaving the window (at 30 min) frees nothing now.
+    observe(&p, &alone, &mut l, 31 * 60_000);
+    assert_eq!(held(&l, 31 * 60_000).1, Some(55 * 60_000));
+    // The other side writes again at 40 min: the end moves to 70 min.
+    let again = tray(json!({"conversations": [card("m2")]}));
+    observe(&p, &again, &mut l, 40 * 60_000);
+    let held_again = |l: &Ledger, at| match gate(&p, &again, l, &h, at, &z) {
+        Gate::Held(hold) => hold.until,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(held_again(&l, 40 * 60_000), Some(70 * 60_000));
+    // Quiet for the window: the loop is over; m2 still starts no run, and no time ends that.
+    observe(&p, &again, &mut l, 70 * 60_000);
+    assert_eq!(held_again(&l, 70 * 60_000), None);
+    assert_eq!(held_again(&l, 10 * 70 * 60_000), None);
+    // A newer message is a new conversation for the guard.
+    let later = tray(json!({"conversations": [card("m3")]}));
+    observe(&p, &later, &mut l, 80 * 60_000);
+    assert!(matches!(
+        gate(&p, &later, &l, &h, 80 * 60_000, &z),
+        Gate::Run { .. }
+    ));
+}
+
+/// Issue 38 item 2: the user lets a loop go (a reload): only runs from then on count.
+#[test]
+fn a_released_loop_counts_only_the_runs_after_the_release() {
+    let p = policy("loop_guard = { runs = 2, within = \"30m\" }");
+    let z = FixedOffset(0);
+    let t = tray(json!({"conversations": [direct("loop", "@bot")]}));
+    let mut l = Ledger::new();
+    l.started(0, vec!["loop".into()], &z);
+    l.started(60_000, vec!["loop".into()], &z);
+    observe(&p, &t, &mut l, 2 * 60_000);
+    assert!(l.loops_mut().release_all(3 * 60_000));
+    observe(&p, &t, &mut l, 3 * 60_000);
+    let h = Heard::default();
+    assert!(matches!(
+        gate(&p, &t, &l, &h, 3 * 60_000, &z),
+        Gate::Run { .. }
+    ));
+    l.started(4 * 60_000, vec!["loop".into()], &z);
+    l.started(5 * 60_000, vec!["loop".into()], &z);
+    observe(&p, &t, &mut l, 6 * 60_000);
+    assert!(matches!(
+        gate(&p, &t, &l, &h, 6 * 60_000, &z),
+        Gate::Held(_)
+    ));
+}
+
+fn heard_msg(id: &str, conv: &str, sender: &str, mentions_me: bool, group: bool) -> HeardMessage {
+    HeardMessage {
+        id: id.into(),
+        conversation: conv.into(),
+        sender: sender.into(),
+        mentions_me: Some(mentions_me),
+        at_ms: None,
+        group: Some(group),
+    }
+}
+
+/// Issue 38 item 3: a group card is judged by every unread message's sender the socket heard,
+/// each with its own mention: an allowed member's mention before a denied member's message still
+/// wakes a run; a denied member's mention before anyone's plain message does not.
+#[test]
+fn a_group_card_is_judged_by_every_sender_the_socket_heard_not_only_the_newest() {
+    let p = policy("groups = \"mentions\"\ndeny = [\"@x\"]");
+    let l = Ledger::new();
+    let group = |newest: &str, sender: &str| {
+        tray(
+            json!({"conversations": [{"conversation_id": "g", "type": "group",
+            "relationship": "group", "mentioned_you": true, "unread": 2,
+            "preview": {"message_id": newest, "sender": sender}, "last_sender": sender}]}),
+        )
+    };
+    let mut h = Heard::default();
+    h.hear(heard_msg("m1", "g", "ally", true, true), None);
+    h.hear(heard_msg("m2", "g", "x", false, true), None);
+    let t = group("m2", "@x");
+    assert_eq!(p.card(&t.conversations[0], &l, &h), Verdict::Wakes);
+    let mut h = Heard::default();
+    h.hear(heard_msg("m1", "g", "x", true, true), None);
+    h.hear(heard_msg("m2", "g", "anyone", false, true), None);
+    let t = group("m2", "@anyone");
+    assert_eq!(
+        p.card(&t.conversations[0], &l, &h),
+        Verdict::Held {
+            reason: HoldReason::NotAllowed,
+            key: "groups",
+            until: None
+        }
+    );
+    // Nothing heard (the messages came while no socket was up): the card alone, as before.
+    assert_eq!(
+        p.card(&t.conversations[0], &l, &Heard::default()),
+        Verdict::Wakes
+    );
+}
+
+/// Issue 38 item 4: under `first_contact = "wait"` an invite from a handle no tray showed as a
+/// contact waits like a stranger's message; a contact's, or one `allow` lists, wakes a run.
+#[test]
+fn an_invite_from_a_stranger_waits_under_first_contact() {
+    let p = policy("first_contact = \"wait\"");
+    let z = FixedOffset(0);
+    let h = Heard::default();
+    let mut l = Ledger::new();
+    let t = tray(json!({"conversations": [
+        {"conversation_id": "dm", "type": "direct", "relationship": "first_contact",
+         "counterparty": {"handle": "@stranger"}, "preview": {"sender": "@stranger"}}],
+        "invites": [{"invite_id": "i1", "invited_by": "@stranger"}]}));
+    observe(&p, &t, &mut l, 0);
+    match gate(&p, &t, &l, &h, 0, &z) {
+        Gate::Held(hold) => {
             assert_eq!(
-                (h.reason, h.until),
-                (HoldReason::LoopGuard, Some(30 * 60_000))
+                (hold.reason, hold.key),
+                (HoldReason::NotAllowed, "first_contact")
             );
-            assert_eq!(h.cards, ["loop"]);
+            assert_eq!(
+                (hold.cards, hold.invites),
+                (vec!["dm".to_string()], vec!["i1".to_string()])
+            );
         }
         other => panic!("{other:?}"),
     }
+    let from_contact = tray(json!({"conversations": [direct("c", "@friend")],
+        "invites": [{"invite_id": "i2", "invited_by": "@friend"}]}));
+    observe(&p, &from_contact, &mut l, 0);
+    let only_invite = tray(json!({"conversations": [],
+        "invites": [{"invite_id": "i2", "invited_by": "@Friend"}]}));
     assert!(matches!(
-        gate(&p, &alone, &l, 30 * 60_000, &z),
+        gate(&p, &only_invite, &l, &h, 0, &z),
         Gate::Run { .. }
     ));
+    let allowed = policy("first_contact = \"wait\"\nallow = [\"@stranger\"]");
+    assert_eq!(
+        allowed.invite(&t.invites.as_ref().unwrap()[0], &l),
+        Verdict::Wakes
+    );
+}
+
+/// Issue 38 item 5: a contact's message whose card a flood of strangers pushed past the tray's
+/// cut is judged by what the socket heard, and wakes a run; a stranger's past the cut waits and
+/// the hold names it as unseen.
+#[test]
+fn a_contact_past_the_cut_wakes_a_run_and_a_stranger_past_it_is_named_unseen() {
+    let p = policy("first_contact = \"wait\"");
+    let z = FixedOffset(0);
+    let mut l = Ledger::new();
+    observe(
+        &p,
+        &tray(json!({"conversations": [direct("c_friend", "@friend")]})),
+        &mut l,
+        0,
+    );
+    let strangers: Vec<serde_json::Value> = (0..50)
+        .map(|i| {
+            json!({"conversation_id": format!("s{i}"), "type": "direct",
+            "relationship": "first_contact", "counterparty": {"handle": format!("@s{i}")},
+            "preview": {"sender": format!("@s{i}")}})
+        })
+        .collect();
+    let flood = tray(json!({"conversations": strangers, "truncated": true}));
+    let mut h = Heard::default();
+    h.hear(heard_msg("mf", "c_friend", "friend", false, false), None);
+    observe(&p, &flood, &mut l, 1_000);
+    match gate(&p, &flood, &l, &h, 1_000, &z) {
+        Gate::Run {
+            cards, beyond_cut, ..
+        } => {
+            assert_eq!(cards, ["c_friend"]);
+            assert!(beyond_cut);
+        }
+        other => panic!("{other:?}"),
+    }
+    // Its run had its chance: spent, it does not wake again.
+    h.spend(&["c_friend".into()]);
+    h.hear(heard_msg("mx", "c_late", "nobody", false, false), None);
+    match gate(&p, &flood, &l, &h, 2_000, &z) {
+        Gate::Held(hold) => {
+            assert_eq!(hold.key, "first_contact");
+            assert_eq!(hold.unseen, ["c_late"]);
+            assert!(hold.truncated);
+            assert_eq!(hold.cards.len(), 50);
+        }
+        other => panic!("{other:?}"),
+    }
 }
 
 #[test]
@@ -240,18 +463,22 @@ fn quiet_hours_across_midnight_hold_until_their_end_then_a_cap_until_the_hour_ro
     let mut l = Ledger::new();
     // 23:30 local = 21:30Z.
     let now = 21 * H + 30 * 60_000;
-    match gate(&p, &t, &l, now, &z) {
+    let heard = Heard::default();
+    match gate(&p, &t, &l, &heard, now, &z) {
         Gate::Held(h) => {
             assert_eq!((h.reason, h.key), (HoldReason::QuietHours, "quiet_hours"));
             assert_eq!(h.until, Some(D + 5 * H)); // 07:00 local next day
         }
         other => panic!("{other:?}"),
     }
-    assert!(matches!(gate(&p, &t, &l, D + 5 * H, &z), Gate::Run { .. }));
+    assert!(matches!(
+        gate(&p, &t, &l, &heard, D + 5 * H, &z),
+        Gate::Run { .. }
+    ));
     // Quiet hours that end inside a day whose cap is reached hold until the day rolls over.
     let p = policy("quiet_hours = [\"22:00-23:00\"]\nmax_runs_per_day = 1");
     l.started(19 * H, vec![], &z); // 21:00 local
-    match gate(&p, &t, &l, 20 * H + 30 * 60_000, &z) {
+    match gate(&p, &t, &l, &heard, 20 * H + 30 * 60_000, &z) {
         Gate::Held(h) => {
             assert_eq!(
                 (h.reason, h.until),
@@ -269,15 +496,16 @@ fn only_a_truncated_tray_without_sender_rules_runs_for_cards_past_the_cut() {
     let t = tray(
         json!({"truncated": true, "conversations": [{"conversation_id": "m", "muted": true}]}),
     );
+    let h = Heard::default();
     assert!(matches!(
-        gate(&Policy::default(), &t, &l, 0, &z),
+        gate(&Policy::default(), &t, &l, &h, 0, &z),
         Gate::Run {
             beyond_cut: true,
             ..
         }
     ));
     assert_eq!(
-        gate(&policy("groups = \"mentions\""), &t, &l, 0, &z),
+        gate(&policy("groups = \"mentions\""), &t, &l, &h, 0, &z),
         Gate::Nothing
     );
 }
@@ -289,7 +517,7 @@ fn invites_are_judged_by_who_invited() {
     let t = tray(json!({"conversations": [], "invites": [
         {"invite_id": "i1", "invited_by": "@spammer"},
     ]}));
-    match gate(&p, &t, &Ledger::new(), 0, &z) {
+    match gate(&p, &t, &Ledger::new(), &Heard::default(), 0, &z) {
         Gate::Held(h) => assert_eq!(
             (h.reason, h.key, h.invites.clone()),
             (HoldReason::NotAllowed, "deny", vec!["i1".to_string()])

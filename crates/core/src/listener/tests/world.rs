@@ -33,7 +33,10 @@ pub struct World {
     /// Answers due later: (when, input).
     later: VecDeque<(u64, Input)>,
     statuses: Vec<Status>,
-    ledger: Option<Arc<Ledger>>,
+    /// Every history line the listener asked to write, in order.
+    pub records: Vec<crate::history::Record>,
+    /// What the policy last asked to keep besides runs (`Effect::SavePolicyMemory`).
+    pub memory: Option<crate::policy::Memory>,
     run_ms: u64,
     /// Answers for the next tray reads, before the tray itself.
     pub tray_errors: VecDeque<TrayError>,
@@ -45,6 +48,22 @@ pub struct World {
     pub dismissed: Vec<String>,
     /// Whether a run answers the cards it saw.
     pub runs_answer: bool,
+    /// How a run ends, and what a check of the runtime says.
+    pub run_outcome: RunOutcome,
+    pub check: Result<String, String>,
+    /// The tray shows at most this many cards (newest first), `truncated` past it.
+    pub limit: usize,
+    /// Tray reads asked for.
+    pub tray_reads: usize,
+    /// The tray answers 503 until then (monotonic ms).
+    pub tray_down_until: u64,
+    /// What a run reports at its end (cost, tokens).
+    pub run_report: crate::run_report::RunReport,
+    /// Another agent that answers every run of ours in `bot.0` as `bot.1`, `bot.2` ms after
+    /// the run ended: two agents answering each other.
+    pub bot: Option<(String, String, u64)>,
+    /// The bot's answers due (monotonic ms).
+    bot_due: VecDeque<u64>,
 }
 
 impl World {
@@ -73,17 +92,29 @@ impl World {
         ledger: Ledger,
         prepare: impl FnOnce(&mut World),
     ) -> World {
+        World::build_as(start, policy, ledger, RuntimeKind::Script, prepare)
+    }
+
+    /// [`World::build`] with the listener's runtime (`runtime`).
+    pub fn build_as(
+        start: &str,
+        policy: &str,
+        ledger: Ledger,
+        runtime: RuntimeKind,
+        prepare: impl FnOnce(&mut World),
+    ) -> World {
         let now = Now::at(0, World::wall(start));
         let policy = Policy::from_toml(toml::from_str(policy).expect("toml"), "listen.policy")
             .expect("a policy");
         let cfg = ListenerConfig {
             profile: "default".into(),
             api_base: "http://127.0.0.1:9".into(),
-            runtime: RuntimeKind::Script,
+            runtime,
             key_source: "env".into(),
             quiet_window: Duration::from_millis(300),
             max_delay: Duration::from_secs(2),
-            idle_timeout: Duration::from_secs(100),
+            // No heartbeats in this world: the watchdog never drops the socket unasked.
+            idle_timeout: Duration::from_secs(7 * 24 * 3600),
             kill_grace: Duration::from_secs(2),
             scale: 1.0,
             policy,
@@ -109,13 +140,22 @@ impl World {
             next_msg: 0,
             later: VecDeque::new(),
             statuses: Vec::new(),
-            ledger: None,
+            records: Vec::new(),
+            memory: None,
             run_ms: 500,
             tray_errors: VecDeque::new(),
             invites: Vec::new(),
             capabilities: vec!["ack", "heartbeat", "rewake"],
             dismissed: Vec::new(),
             runs_answer: true,
+            run_outcome: RunOutcome::Completed,
+            check: Ok("logged in".into()),
+            limit: 50,
+            tray_reads: 0,
+            tray_down_until: 0,
+            run_report: Default::default(),
+            bot: None,
+            bot_due: VecDeque::new(),
         };
         prepare(&mut w);
         w.pump();
@@ -135,12 +175,28 @@ impl World {
         self.statuses.last().cloned().unwrap_or_default()
     }
 
-    pub fn ledger(&self) -> Arc<Ledger> {
-        self.ledger.clone().unwrap_or_default()
+    /// The ledger a restart builds from the history written so far.
+    pub fn ledger(&self) -> Ledger {
+        let mut file = Vec::new();
+        for r in &self.records {
+            file.extend_from_slice(r.line().as_bytes());
+            file.push(b'\n');
+        }
+        let parsed = crate::history::parse(&file);
+        let mut ledger = crate::history::ledger(&parsed.records, &OffsetTable::new(0, vec![]));
+        if let Some(m) = &self.memory {
+            ledger.remember(m.clone());
+        }
+        ledger
     }
 
     /// A message from `sender` in `conv`: its card on the tray, and its `message.new` pushed.
     pub fn message(&mut self, conv: &str, sender: &str) {
+        self.message_muted(conv, sender, false);
+    }
+
+    /// The same in a conversation that is `muted` or not.
+    pub fn message_muted(&mut self, conv: &str, sender: &str, muted: bool) {
         self.next_msg += 1;
         let id = format!("msg_{}", self.next_msg);
         let at = crate::time::rfc3339_ms(self.now.wall_ms);
@@ -152,7 +208,7 @@ impl World {
             "last_sender": sender, "last_message_id": id, "last_message_at": at,
             "your_last_message_at": null, "pace": {"last_60s": 1, "last_10m": 1},
             "preview": {"message_id": id, "sender": sender, "text": "hi", "at": at},
-            "your_last_decision": null, "muted": false, "reminder": null
+            "your_last_decision": null, "muted": muted, "reminder": null
         });
         self.cards.retain(|(c, _)| c != conv);
         self.cards.push((conv.to_string(), card));
@@ -170,6 +226,11 @@ impl World {
         }
     }
 
+    /// The connection open now.
+    pub fn connection(&self) -> Option<u64> {
+        self.conn
+    }
+
     /// The connection drops under the listener.
     pub fn drop_socket(&mut self) {
         if let Some(conn) = self.conn.take() {
@@ -183,6 +244,8 @@ impl World {
     fn tray(&self) -> Tray {
         let mut cards: Vec<Value> = self.cards.iter().map(|(_, c)| c.clone()).collect();
         cards.reverse();
+        let truncated = cards.len() > self.limit;
+        cards.truncate(self.limit);
         let invites: Vec<Value> = self
             .invites
             .iter()
@@ -190,7 +253,7 @@ impl World {
             .collect();
         let v = json!({
             "version": 1, "you": "@bob", "question": "q", "categories": [],
-            "conversations": cards, "deferred": 0, "truncated": false,
+            "conversations": cards, "deferred": 0, "truncated": truncated,
             "invites": invites, "invites_truncated": false, "waited_ms": null
         });
         Tray::parse(v.to_string().as_bytes()).expect("a tray")
@@ -201,7 +264,8 @@ impl World {
         let until = self.now.mono_ms + ms;
         loop {
             let next_later = self.later.iter().map(|(t, _)| *t).min();
-            let next = [self.l.next_deadline(), next_later]
+            let next_bot = self.bot_due.iter().copied().min();
+            let next = [self.l.next_deadline(), next_later, next_bot]
                 .into_iter()
                 .flatten()
                 .min()
@@ -210,7 +274,12 @@ impl World {
                 break;
             };
             self.set_time(t.max(self.now.mono_ms));
-            if let Some(i) = self
+            if let Some(i) = self.bot_due.iter().position(|at| *at <= self.now.mono_ms) {
+                self.bot_due.remove(i);
+                if let Some((conv, who, _)) = self.bot.clone() {
+                    self.message(&conv, &who);
+                }
+            } else if let Some(i) = self
                 .later
                 .iter()
                 .position(|(at, _)| *at <= self.now.mono_ms)
@@ -223,6 +292,11 @@ impl World {
             }
         }
         self.set_time(until);
+    }
+
+    /// The wall clock is set by `delta_ms` (back when negative); the monotonic one goes on.
+    pub fn set_wall_by(&mut self, delta_ms: i64) {
+        self.now = Now::at(self.now.mono_ms, self.now.wall_ms + delta_ms);
     }
 
     fn set_time(&mut self, mono: u64) {
@@ -282,13 +356,18 @@ impl World {
                     taken: true,
                     holder: None,
                 }),
-                Effect::ReadTray { cycle } => Some(Input::Tray {
-                    cycle,
-                    result: match self.tray_errors.pop_front() {
+                Effect::ReadTray { cycle } => {
+                    self.tray_reads += 1;
+                    let result = match self.tray_errors.pop_front() {
                         Some(e) => Err(e),
+                        None if self.now.mono_ms < self.tray_down_until => Err(TrayError {
+                            kind: TrayErrorKind::Transient,
+                            detail: "HTTP 503".into(),
+                        }),
                         None => Ok(self.tray()),
-                    },
-                }),
+                    };
+                    Some(Input::Tray { cycle, result })
+                }
                 Effect::FetchTexts { req, .. } => Some(Input::Texts {
                     req,
                     result: Ok(LoadedTexts {
@@ -304,7 +383,7 @@ impl World {
                     }),
                 }),
                 Effect::CheckRuntime { .. } => Some(Input::RuntimeChecked {
-                    result: Ok("there".into()),
+                    result: self.check.clone(),
                     binary: Some(1),
                 }),
                 Effect::StatRuntimeBinary { cycle } => Some(Input::RuntimeBinary {
@@ -328,9 +407,17 @@ impl World {
                             log: "run.log".into(),
                         },
                     );
-                    // The run answers every card it saw (invites it leaves alone).
-                    if self.runs_answer {
+                    // The run answers every card it saw (invites it leaves alone); a refused one
+                    // answers nothing.
+                    let refused = matches!(self.run_outcome, RunOutcome::Unusable(_));
+                    if self.runs_answer && !refused {
                         self.cards.clear();
+                    }
+                    if let Some((_, _, after)) = &self.bot
+                        && !refused
+                    {
+                        self.bot_due
+                            .push_back(self.now.mono_ms + self.run_ms + after);
                     }
                     self.later.push_back((
                         self.now.mono_ms + self.run_ms,
@@ -338,9 +425,10 @@ impl World {
                             cycle: order.cycle,
                             end: RunEnd {
                                 started: true,
-                                outcome: RunOutcome::Completed,
-                                report: Default::default(),
+                                outcome: self.run_outcome.clone(),
+                                report: self.run_report,
                                 duration_ms: self.run_ms,
+                                exit: Default::default(),
                                 binary: None,
                             },
                         },
@@ -356,8 +444,12 @@ impl World {
                         result: Dismissal::Dismissed,
                     })
                 }
-                Effect::SaveLedger(l) => {
-                    self.ledger = Some(l);
+                Effect::SavePolicyMemory(l) => {
+                    self.memory = Some(l.memory());
+                    None
+                }
+                Effect::Record(r) => {
+                    self.records.push(*r);
                     None
                 }
                 Effect::WriteStatus(s) => {

@@ -5,8 +5,8 @@
 //! The entry setup adds runs `agentchat mcp --profile P` (src/mcp.rs), so neither CLI's config
 //! ever holds the key.
 
-use super::files::{self, FileError};
-use crate::doctor::probes::{Probe, probe, sanitize};
+use crate::runtime::probe::{Probe, probe, sanitize};
+use crate::sys::capped::{self as files, FileError};
 use crate::sys::process::{GroupChild, ProcessEnd};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -253,7 +253,7 @@ const OUTPUT_CAP: usize = 64 * 1024;
 
 async fn run_cli(cli: Cli, binary: &Path, args: &[&str]) -> Result<Probe, String> {
     // Said before the wait, so a CLI that hangs is not a silent minute.
-    super::wiring::progress(&format!(
+    crate::sys::text::progress(&format!(
         "{}: running `{} {}` (at most {} s)...",
         cli.name(),
         cli.program(),
@@ -366,10 +366,10 @@ pub async fn login(cli: Cli, binary: &Path) -> (bool, String) {
     let Some(args) = cli.runtime().descriptor().login_check else {
         return (true, String::new());
     };
-    let p = probe(binary, args, &[], &[], crate::doctor::probes::PROBE_TIMEOUT).await;
+    let p = probe(binary, args, &[], &[], crate::runtime::probe::PROBE_TIMEOUT).await;
     match cli {
-        Cli::Claude => crate::doctor::probes::judge_claude_login(&p),
-        Cli::Codex => crate::doctor::probes::judge_codex_login(&p),
+        Cli::Claude => crate::runtime::probe::judge_claude_login(&p),
+        Cli::Codex => crate::runtime::probe::judge_codex_login(&p),
     }
 }
 

@@ -5,15 +5,18 @@
 //! (`crate::invite_rule`) with its dismissals. Each step is a state; the I/O is an effect whose
 //! answer moves it on. It ends in one [`Report`], the value the status is written from.
 
+mod after;
+mod run;
+
 use super::config::Timing;
 use super::io::{
-    Dismissal, Effect, LoadedTexts, MissingTexts, RunEnd, RunOrder, RunOutcome, Slot, TrayError,
-    TrayErrorKind,
+    Effect, LoadedTexts, MissingTexts, ProcessExit, RunOutcome, TrayError, TrayErrorKind,
 };
 use super::policy::{RunPolicy, Seen};
 use super::{Observer, Out};
 use crate::decision::{self, CycleDecision, WakeCauses};
-use crate::invite_rule::{InviteMemory, InviteVerdict, RunObservation};
+use crate::history::{After, Waited};
+use crate::invite_rule::{InviteMemory, InviteVerdict};
 use crate::log_events;
 use crate::run_report::RunReport;
 use crate::shown::Waiting;
@@ -59,6 +62,21 @@ pub struct Report {
     pub policy: Seen,
     /// The conversations the tray before the run showed moving (`policy::loop_conversations`).
     pub conversations: Vec<String>,
+    /// The cards the policy let wake the run (past the tray's cut too).
+    pub cards: Vec<String>,
+    /// Who and what waited on the tray that decided the cycle (a hold's: the held ones), for
+    /// its record (`crate::history`).
+    pub waited: Waited,
+    /// What the tray after the run shows changed, when it was read.
+    pub after: Option<After>,
+    /// The run waited for a slot: its place when it was queued, and how long it waited (ms).
+    pub queued: Option<(usize, u64)>,
+    /// When the run's process started (wall ms).
+    pub run_started_ms: Option<i64>,
+    /// How the run's process ended and how long it ran (ms), once a run was asked for.
+    pub run_exit: Option<(ProcessExit, u64)>,
+    /// What the run spent as the ledger counts it (`RunPolicy::spent`), once it ended.
+    pub spent: Option<crate::listener::policy::Spent>,
 }
 
 /// Where a cycle stands.
@@ -126,6 +144,8 @@ pub enum Note {
         kind: RunKind,
         log: String,
         conversations: Vec<String>,
+        /// The cards that woke it.
+        cards: Vec<String>,
     },
     /// The cycle waits out the server's `429 Retry-After` until then (wall ms).
     Wait { until_wall: i64 },
@@ -151,6 +171,10 @@ pub struct Ctx<'a> {
     pub next_req: &'a mut u64,
     /// The listener knows the tray's route is switched off (`REMOVED`): said at ERROR once.
     pub removed_known: bool,
+    /// What earlier trays said of mutes.
+    pub mutes: &'a mut super::mutes::Mutes,
+    /// What the socket heard of unread messages.
+    pub heard: &'a mut crate::policy::Heard,
 }
 
 impl Cycle {
@@ -338,7 +362,11 @@ impl Cycle {
 
     /// Steps 2 and 3 and the policy: `Ok(kind)` when a run is due and may start.
     fn decide(&mut self, ctx: &mut Ctx, tray: &Tray) -> Result<RunKind, NoRunReason> {
-        match decision::decide_woken(tray, ctx.handle, &self.causes) {
+        let mutes = &*ctx.mutes;
+        let decided = decision::decide_knowing(tray, ctx.handle, &self.causes, &|c| mutes.get(c));
+        ctx.mutes.see(tray);
+        ctx.heard.see(tray);
+        match decided {
             CycleDecision::NoRun(NoRunReason::HandleMismatch) => {
                 let you = tray.you.clone().unwrap_or_default();
                 // The listener logs the error once per mismatch episode, not once per cycle.
@@ -354,13 +382,17 @@ impl Cycle {
             CycleDecision::Run(kind) => {
                 self.report.handle_ok = true;
                 self.report.conversations = crate::policy::loop_conversations(tray);
-                match ctx.policy.judge(tray, kind, ctx.now.wall_ms) {
-                    Ok(kind) => {
+                self.report.waited = Waited::of(tray, None, None);
+                match ctx.policy.judge(tray, kind, ctx.heard, ctx.now.wall_ms) {
+                    Ok((kind, cards)) => {
+                        self.report.cards = cards;
                         self.report.policy = Seen::Clear;
                         self.allowed_invites = ctx.policy.allowed_invites(tray);
                         Ok(kind)
                     }
                     Err(hold) => {
+                        self.report.waited =
+                            Waited::of(tray, Some(&hold.cards), Some(&hold.invites));
                         tracing::debug!(event = %log_events::POLICY_HELD, cycle_id = %self.id, reason = hold.reason.as_str(), key = hold.key, cards = hold.cards.len(), invites = hold.invites.len(), "the run policy holds this run");
                         self.report.policy = Seen::Held(hold);
                         Err(NoRunReason::Held)
@@ -401,6 +433,8 @@ impl Cycle {
             unknown_version_said: ctx.unknown_version_said,
             next_req: ctx.next_req,
             removed_known: ctx.removed_known,
+            mutes: ctx.mutes,
+            heard: ctx.heard,
         };
         self.with_texts(&mut inner, out);
         true
@@ -429,261 +463,6 @@ impl Cycle {
                 self.end_no_run(NoRunReason::NoPrompt, out);
             }
         }
-    }
-
-    /// The host answered the slot request.
-    pub fn on_slot(&mut self, ctx: &mut Ctx, slot: Slot, out: &mut Out<Note>) {
-        let Step::Slot { asked_at } = self.step else {
-            if let Slot::Granted { .. } = slot {
-                // A slot for a cycle that gave up meanwhile goes back at once.
-                out.effect(Effect::ReleaseSlot);
-            }
-            return;
-        };
-        match slot {
-            Slot::Queued {
-                place,
-                running,
-                max,
-            } => {
-                tracing::info!(
-                    event = %log_events::RUN_QUEUED,
-                    cycle_id = %self.id,
-                    place,
-                    running,
-                    max_concurrent_runs = max,
-                    "every run slot is taken (or memory is short): this run waits its turn"
-                );
-                self.queued = true;
-                out.note(Note::Queued(Waiting {
-                    place,
-                    running,
-                    max,
-                }))
-            }
-            Slot::Granted { waited_ms } => {
-                self.slot_held = true;
-                if std::mem::take(&mut self.queued) {
-                    tracing::info!(
-                        event = %log_events::RUN_DEQUEUED,
-                        cycle_id = %self.id,
-                        waited_ms,
-                        "this run's turn came"
-                    );
-                }
-                out.note(Note::LeftQueue);
-                let waited = waited_ms.max(ctx.now.mono_ms.saturating_sub(asked_at));
-                if !self.rereading && waited > ms(ctx.timing.of(STALE_DECISION)) {
-                    // The tray that decided this run is that old: the card may be answered
-                    // elsewhere, an invite declined. Decide again on the tray as it is now (the
-                    // slot is kept meanwhile).
-                    tracing::info!(event = %log_events::TRAY_REREAD, cycle_id = %self.id, waited_ms = waited, "this run waited long for its slot: reading the tray again before it starts");
-                    self.rereading = true;
-                    self.step = Step::Read {
-                        after: false,
-                        attempt: 1,
-                    };
-                    out.effect(Effect::ReadTray { cycle: self.seq });
-                } else {
-                    self.start_run(ctx, out);
-                }
-            }
-        }
-    }
-
-    /// Step 5: the run.
-    fn start_run(&mut self, ctx: &mut Ctx, out: &mut Out<Note>) {
-        let (Some(kind), Some(prompt)) = (self.kind, self.prompt.clone()) else {
-            return;
-        };
-        self.report.last.run_started = true;
-        self.report.last.run_kind = Some(kind);
-        self.step = Step::Running;
-        out.effect(Effect::StartRun(Box::new(RunOrder {
-            cycle: self.seq,
-            cycle_id: self.id.clone(),
-            kind,
-            prompt,
-            reasons: self.reasons.clone(),
-            handle: ctx.handle.to_string(),
-            texts: ctx.texts.map(|t| t.texts.clone()),
-        })));
-    }
-
-    /// The run's process started.
-    pub fn on_run_started(&mut self, log: String, out: &mut Out<Note>) {
-        if self.step != Step::Running {
-            return;
-        }
-        self.report.last.run_log = Some(log.clone());
-        out.note(Note::RunStarting {
-            kind: self.report.last.run_kind.unwrap_or(RunKind::Wake),
-            log,
-            conversations: self.report.conversations.clone(),
-        });
-    }
-
-    /// The run ended: step 6 unless the listener stops.
-    pub fn on_run_ended(
-        &mut self,
-        ctx: &mut Ctx,
-        end: RunEnd,
-        stopping: bool,
-        out: &mut Out<Note>,
-    ) {
-        if self.step != Step::Running {
-            return;
-        }
-        self.release_slot(out);
-        if !end.started {
-            // It could not be prepared or spawned: no run is counted.
-            self.report.last.run_started = false;
-            self.report.last.run_kind = None;
-        } else {
-            self.report.run_report = Some(end.report);
-        }
-        self.run_ended_wall = ctx.now.wall_ms;
-        let completed = end.outcome == RunOutcome::Completed;
-        self.outcome = Some(end.outcome);
-        if stopping || !end.started {
-            return self.finish(ctx, out);
-        }
-        self.after_run(ctx, completed, out);
-    }
-
-    /// Step 6: the single-run invite rule (contract 4, last paragraph). A failed run counts
-    /// nothing, but the memory still forgets invites that are gone, so the after-tray is read
-    /// either way. A tray cut short before the run is read again too, to tell whether the next
-    /// cycle follows at once.
-    fn after_run(&mut self, ctx: &mut Ctx, _completed: bool, out: &mut Out<Note>) {
-        let Some(before) = &self.before else {
-            return self.finish(ctx, out);
-        };
-        if self.counted_invites(before).is_empty() {
-            // No invite the run may count waited. Invites the memory still holds that a complete
-            // list no longer shows were answered: forget them.
-            if before.invites_complete() {
-                let gone = ctx.invites.forget_unlisted(&before.invite_ids(), true);
-                if !gone.is_empty() {
-                    tracing::debug!(event = %log_events::INVITE_FORGOTTEN, count = gone.len(), "invites answered");
-                    self.invites_changed = true;
-                }
-            }
-            if !before.is_truncated() {
-                // Nothing waited beyond what the run saw either: no second tray read.
-                return self.finish(ctx, out);
-            }
-        }
-        self.step = Step::Read {
-            after: true,
-            attempt: 1,
-        };
-        out.effect(Effect::ReadTray { cycle: self.seq });
-    }
-
-    /// The tray after the run: the follow-up, then the invite rule.
-    fn after_tray(&mut self, ctx: &mut Ctx, after: Tray, out: &mut Out<Note>) {
-        let Some(before) = self.before.take() else {
-            return self.finish(ctx, out);
-        };
-        let completed = self.outcome == Some(RunOutcome::Completed);
-        self.report.follow_up = decision::follow_up(&before, &after, self.follow_ups, completed);
-        if self.report.follow_up {
-            tracing::info!(event = %log_events::BACKLOG, cycle_id = %self.id, cards = after.conversations.len(), truncated = after.is_truncated(), "more cards wait than the run could see, and the completed run took cards off the tray; the next cycle starts now");
-        }
-        let before_ids = self.counted_invites(&before);
-        if before_ids.is_empty() {
-            return self.finish(ctx, out);
-        }
-        let after_ids = after.invite_ids();
-        let obs = RunObservation {
-            before: &before_ids,
-            after: &after_ids,
-            after_complete: after.invites_complete(),
-            run_completed: completed,
-            run_ended_at_ms: u64::try_from(self.run_ended_wall).unwrap_or(0),
-        };
-        let pace = ms(ctx.timing.of(Duration::from_millis(
-            crate::invite_rule::SINGLE_RUN_PACE_MS,
-        )));
-        self.pending = ctx.invites.apply_run(&obs, pace).into();
-        self.invites_changed = true;
-        self.step = Step::Dismissing;
-        self.next_verdict(ctx, out);
-    }
-
-    /// The invites on the tray before the run that the invite rule may count: the ones the run
-    /// policy let wake it (a held invite is left as the run found it).
-    fn counted_invites(&self, before: &Tray) -> Vec<String> {
-        before
-            .invite_ids()
-            .into_iter()
-            .filter(|id| self.allowed_invites.contains(id))
-            .collect()
-    }
-
-    /// Acts on the verdicts in order; a dismissal waits for its answer.
-    fn next_verdict(&mut self, ctx: &mut Ctx, out: &mut Out<Note>) {
-        while let Some((invite_id, verdict)) = self.pending.front().cloned() {
-            match verdict {
-                // Forget the invite only once the dismissal is confirmed (crate::invite_rule):
-                // a failed call keeps its count, so the next completed run dismisses it again.
-                InviteVerdict::Dismiss => {
-                    out.effect(Effect::DismissInvite {
-                        cycle: self.seq,
-                        invite_id,
-                    });
-                    return;
-                }
-                InviteVerdict::Counted => {
-                    ctx.obs.invite_counted();
-                    tracing::info!(event = %log_events::INVITE_COUNTED, cycle_id = %self.id, invite_id = %invite_id, "invite left pending by a run: counted")
-                }
-                InviteVerdict::SilentPaced => {
-                    tracing::info!(event = %log_events::INVITE_SILENT_PACED, cycle_id = %self.id, invite_id = %invite_id, "invite left pending again too soon after the counted run")
-                }
-                InviteVerdict::Forgotten => {
-                    tracing::debug!(event = %log_events::INVITE_FORGOTTEN, cycle_id = %self.id, invite_id = %invite_id, "invite answered")
-                }
-                InviteVerdict::NotCounted => {
-                    tracing::debug!(event = %log_events::INVITE_NOT_COUNTED, cycle_id = %self.id, invite_id = %invite_id, "invite not counted")
-                }
-            }
-            self.pending.pop_front();
-        }
-        self.finish(ctx, out);
-    }
-
-    /// A dismissal answered.
-    pub fn on_dismissed(
-        &mut self,
-        ctx: &mut Ctx,
-        invite_id: &str,
-        result: Dismissal,
-        out: &mut Out<Note>,
-    ) {
-        if self.step != Step::Dismissing
-            || self.pending.front().map(|(id, _)| id.as_str()) != Some(invite_id)
-        {
-            return;
-        }
-        self.pending.pop_front();
-        let id = &self.id;
-        match result {
-            Dismissal::Dismissed => {
-                ctx.invites.confirm_dismissed(invite_id);
-                tracing::info!(event = %log_events::INVITE_DISMISSED, cycle_id = %id, invite_id = %invite_id, "invite left pending by two runs: dismissed");
-                self.report.last.invites_dismissed += 1;
-            }
-            Dismissal::NotPending => {
-                ctx.invites.confirm_dismissed(invite_id);
-                tracing::info!(event = %log_events::INVITE_NOT_PENDING, cycle_id = %id, invite_id = %invite_id, "invite no longer pending (404 INVITE_NOT_FOUND): nothing to dismiss, forgotten");
-            }
-            Dismissal::Failed(e) => {
-                tracing::warn!(event = %log_events::INVITE_DISMISS_FAILED, cycle_id = %id, invite_id = %invite_id, error = %e, "could not dismiss the invite; it stays on the tray, and the next completed run that leaves it pending dismisses it again");
-            }
-        }
-        self.next_verdict(ctx, out);
     }
 
     /// The listener stops: a cycle short of its run ends now (`stopped`); one after its run
