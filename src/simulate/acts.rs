@@ -238,6 +238,8 @@ pub fn act(w: &mut World, act: Act) {
             w.checks.clock_moved(t);
             if by_ms > 0 {
                 w.checks.stepped_forward(t);
+            } else {
+                w.checks.stepped_back();
             }
         }
         Act::Reload { who } => reload(w, who),

@@ -353,6 +353,12 @@ pub fn rest(w: &mut World, pid: usize, r: Rest) {
                     a.judged(client::TEXTS)
                         .map_err(|e| e.to_string())
                         .and_then(|b| Texts::parse(b).map_err(|e| e.to_string()))
+                        // Texts without a prompt are refused like missing ones and the last
+                        // good copy stays in use, as `listen::texts::load` does.
+                        .and_then(|t| match t.unusable() {
+                            Some(why) => Err(format!("the served texts are refused: {why}")),
+                            None => Ok(t),
+                        })
                 }
             };
             let wall = w.now().wall_ms;

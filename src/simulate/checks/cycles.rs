@@ -97,6 +97,16 @@ pub struct Per {
     /// Each conversation a tray served to this profile showed, muted or not as the last one
     /// said: what the listener can know of a mute (a `message.new` does not say it).
     shown_muted: BTreeMap<String, bool>,
+    /// The wall clock was stepped back while a hold was judged: the hold is judged again
+    /// (issue 38 item 8), which may end it once.
+    clock_back: bool,
+}
+
+/// The wall clock was stepped back (`Checks::stepped_back`).
+pub fn clock_back(p: &mut Per) {
+    if p.hold.is_some() {
+        p.clock_back = true;
+    }
 }
 
 fn per(w: &mut World, pid: usize) -> Option<&mut Per> {
@@ -256,7 +266,8 @@ fn own_wake(w: &mut World, pid: usize, why: ListenerWake, wall: i64) {
                 None => false,
             };
             p.hold_claims += 1;
-            if p.hold_claims > 1 && !p.reloaded {
+            let clock_back = std::mem::take(&mut p.clock_back);
+            if p.hold_claims > 1 && !p.reloaded && !clock_back {
                 let context = if p.run_live {
                     "a run started since is still going"
                 } else if p.tray_failed {
@@ -276,8 +287,8 @@ fn own_wake(w: &mut World, pid: usize, why: ListenerWake, wall: i64) {
                 return;
             }
             (
-                ended || p.reloaded,
-                "a `hold_ended` wake with no hold judged whose end came, and no reload".to_string(),
+                ended || p.reloaded || clock_back,
+                "a `hold_ended` wake with no hold judged whose end came, no reload and no clock set back".to_string(),
             )
         }
     };

@@ -216,6 +216,14 @@ impl Checks {
         self.forward_steps.push(t);
     }
 
+    /// The wall clock was stepped back: a hold judged before it is judged again (its end was
+    /// reckoned on a clock that was ahead), which may end it: one `hold_ended` per profile.
+    pub fn stepped_back(&mut self) {
+        for p in &mut self.per {
+            cycles::clock_back(p);
+        }
+    }
+
     fn stepped_forward_since(&self, t: u64) -> bool {
         self.forward_steps.last().is_some_and(|&m| m >= t)
     }
