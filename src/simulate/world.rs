@@ -314,8 +314,14 @@ impl World {
                     .profiles
                     .iter()
                     .filter_map(|p| {
-                        let d = self.host.profile(p.id)?.next_deadline()?;
-                        (d + self.machine.slept <= self.t).then(|| p.name.clone())
+                        let l = self.host.profile(p.id)?;
+                        let stuck: Vec<&str> = l
+                            .deadlines()
+                            .into_iter()
+                            .filter(|(_, d)| d + self.machine.slept <= self.t)
+                            .map(|(name, _)| name)
+                            .collect();
+                        (!stuck.is_empty()).then(|| format!("{} ({})", p.name, stuck.join(", ")))
                     })
                     .collect();
                 self.note(format_args!(

@@ -192,6 +192,22 @@ fn a_seed_replays_the_listener_exactly() {
     assert!(a.1 >= 5, "{}", a.1);
 }
 
+/// A wake that came just before a stop owes no cycle once the listener stops: its deadline is
+/// not left due, which the driver would step at once again and again while the stop winds down
+/// (the simulator's `deadlines_advance`, seed 394).
+#[test]
+fn a_wake_pending_at_a_stop_leaves_no_deadline_due() {
+    let mut w = World::new("2026-12-02T12:00:00Z", "");
+    w.message("conv_a", "@alice");
+    assert!(w.l.deadlines().iter().any(|(n, _)| *n == "cycle_due"));
+    w.input(Input::Stop {
+        now: false,
+        cause: "test",
+    });
+    let due: Vec<_> = w.l.deadlines();
+    assert!(!due.iter().any(|(n, _)| *n == "cycle_due"), "{due:?}");
+}
+
 /// A stop while connected: the socket closes with 1000, the status says `stopped`, the listener
 /// ends.
 #[test]
