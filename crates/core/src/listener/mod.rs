@@ -518,13 +518,18 @@ impl Listener {
             self.texts.fetching();
             self.refresh_texts();
         }
-        if self.policy.wake_at().is_some_and(|t| t <= now.mono_ms)
-            && self.policy.wake_due(now.mono_ms, now.wall_ms)
-        {
-            if let Some(line) = self.holds.ended(now.wall_ms) {
+        if self.policy.wake_at().is_some_and(|t| t <= now.mono_ms) {
+            let held = self.policy.holding();
+            let wake = self.policy.wake_due(now.mono_ms, now.wall_ms);
+            if held
+                && !self.policy.holding()
+                && let Some(line) = self.holds.ended(now.wall_ms)
+            {
                 self.out.effects.push_back(Effect::Record(Box::new(line)));
             }
-            self.own_wake(ListenerWake::HoldEnded, now);
+            if wake {
+                self.own_wake(ListenerWake::HoldEnded, now);
+            }
         }
     }
 
