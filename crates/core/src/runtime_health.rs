@@ -109,6 +109,14 @@ impl<B: PartialEq> RuntimeHealth<B> {
             || matches!(self, RuntimeHealth::Unusable { parked: true, .. })
     }
 
+    /// The next run is a trial (it came on the listener's own word, not the server's): refused,
+    /// the runtime parks instead of being looked at on the backoff.
+    pub fn as_trial(&mut self) {
+        if let RuntimeHealth::Usable { trial, .. } = self {
+            *trial = true;
+        }
+    }
+
     /// Parked: refused again right after a check passed, and waiting for a server wake, a reload
     /// or a changed binary.
     pub fn is_parked(&self) -> bool {
@@ -255,6 +263,14 @@ mod tests {
     use super::*;
 
     type Health = RuntimeHealth<&'static str>;
+
+    #[test]
+    fn a_run_of_the_listeners_own_wake_is_a_trial_and_its_refusal_parks() {
+        let mut h = Health::default();
+        h.as_trial();
+        assert!(h.mark_unusable("refused".into(), None, 0, 1.0));
+        assert_eq!(h.recheck_at(), None, "no look of its own");
+    }
 
     #[test]
     fn a_reload_of_a_parked_runtime_makes_its_run_the_trial_and_a_refusal_parks_it_again() {
