@@ -331,9 +331,11 @@ pub fn heal(w: &mut World, h: Heal) {
                 &json!({"refuse": false}),
             );
         }
-        Heal::KeyWritten(who, key) => {
+        Heal::KeyWritten(who, _rotated) => {
+            // The user copies the key the server holds now: of two rotations close together,
+            // the later one's key, whichever write comes last.
             if let Some(p) = w.profiles.get_mut(who) {
-                p.key_file = key;
+                p.key_file = p.server_key.clone();
             }
         }
         Heal::Texts => {

@@ -1,13 +1,15 @@
 //! Liveness: every message for a profile's agent is seen by a run (its card on the tray the run
 //! was started from, built after the message came), unless the user muted its conversation or
-//! sender, or the user's policy holds its sender for good (`allow`, `deny`, `groups`). Checked
+//! sender, the user's policy holds its sender for good (`allow`, `deny`, `groups`), or the loop
+//! guard held its conversation (a loop's messages wait for a newer one or for the user: issue
+//! 38 item 2; which conversations is the status's word, shown to the user). Checked
 //! once the settle is over: with every fault healed and every socket dropped once (a connect
 //! wakes each listener), every hold ended and every slow re-check done, nothing may be left.
 
 use super::Muted;
 use crate::core::policy::{Heard, HoldReason, Ledger, Verdict};
 use crate::simulate::world::World;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 #[derive(Debug)]
 struct Obligation {
@@ -21,6 +23,15 @@ struct Obligation {
 #[derive(Debug, Default)]
 pub struct Obligations {
     open: BTreeMap<(usize, String), Obligation>,
+    /// The conversations a profile's status showed held by the loop guard.
+    loops: BTreeSet<(usize, String)>,
+}
+
+/// A status showed these conversations held by the loop guard.
+pub fn loop_held(w: &mut World, pid: usize, cards: &[String]) {
+    for c in cards {
+        w.checks.obligations.loops.insert((pid, c.clone()));
+    }
 }
 
 /// A message for profile `pid`'s agent was stored.
@@ -111,6 +122,7 @@ pub fn liveness(w: &mut World) {
         .open
         .iter()
         .filter(|((pid, _), o)| !held_convs.get(pid).is_some_and(|h| h.contains(&o.conv)))
+        .filter(|((pid, _), o)| !w.checks.obligations.loops.contains(&(*pid, o.conv.clone())))
         .map(|((pid, id), o)| (*pid, id.clone(), o.t, o.conv.clone()))
         .collect();
     if let Some((pid, id, t, conv)) = left.first().cloned() {

@@ -31,6 +31,9 @@ pub fn written(w: &mut World, pid: usize, s: &Status) {
     if let Some(p) = w.checks.per.get_mut(pid) {
         p.hold = until;
     }
+    if let Some(h) = s.held.as_ref().filter(|h| h.reason == "loop_guard") {
+        super::liveness::loop_held(w, pid, &h.cards);
+    }
     let up = w
         .checks
         .sockets
