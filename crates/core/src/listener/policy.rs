@@ -343,6 +343,10 @@ impl RunPolicy {
             .release_all(now_wall);
         if released {
             self.unsaved = true;
+            // The caller wakes a cycle for it: the hold's end wakes no second one.
+            if let Some(h) = self.hold.as_mut() {
+                h.woken = true;
+            }
             tracing::info!(event = %log_events::LOOP_RELEASED, "SIGHUP: the conversations the loop guard held are let go");
         }
         released
