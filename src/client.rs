@@ -222,54 +222,27 @@ impl Api {
             .map_err(|e| ApiError::Network(network_problem(&e)))?;
         let status = resp.status().as_u16();
         let content_type = content_type(resp.headers());
-        let not_json = content_type
-            .as_deref()
-            .is_some_and(|t| !answer::is_json_media_type(t));
-        if status == 407 || ((status == 401 || status == 403) && not_json) {
-            return Err(ApiError::ProxyRefused {
-                status,
-                content_type,
-            });
-        }
-        if status == 401 || status == 403 {
-            return Err(ApiError::Refused(status));
-        }
-        if status == 429 {
-            let wait = resp
-                .headers()
-                .get(reqwest::header::RETRY_AFTER)
-                .and_then(|v| v.to_str().ok())
-                .and_then(parse_retry_after_header)
-                .unwrap_or(Duration::from_secs(5));
-            return Err(ApiError::RateLimited(wait));
-        }
+        let retry_after = resp
+            .headers()
+            .get(reqwest::header::RETRY_AFTER)
+            .and_then(|v| v.to_str().ok());
+        judge_status(status, content_type.as_deref(), retry_after)?;
         deprecation::note_headers(route, resp.headers());
         let body = answer::read_body(resp, route, status).await?;
-        if matches!(status, 400 | 410)
-            && let Some(removed) = deprecation::removed(route, status, &body)
-        {
-            return Err(removed);
-        }
-        judge_answer(status, content_type, &body)?;
+        judge_body(route, status, content_type, &body)?;
         Ok(body)
     }
 
     /// `GET /v1/agents/me`: this agent's handle, bare as the server sends it there.
     pub async fn me(&self) -> Result<String, ApiError> {
         let body = self.get("/v1/agents/me", ME).await?;
-        let v: serde_json::Value =
-            serde_json::from_slice(&body).map_err(|e| ApiError::Body(format!("agents/me: {e}")))?;
-        v.get("handle")
-            .and_then(|h| h.as_str())
-            .map(|h| h.trim_start_matches('@').to_string())
-            .filter(|h| !h.is_empty())
-            .ok_or_else(|| ApiError::Body("agents/me has no handle".into()))
+        me_handle(&body)
     }
 
     /// `GET /v1/inbox?invites=1&limit=50`: the tray, invites included (contract 3.1).
     pub async fn inbox(&self) -> Result<Tray, ApiError> {
-        let body = self.get("/v1/inbox?invites=1&limit=50", INBOX).await?;
-        Tray::parse(&body).map_err(|e| ApiError::Body(format!("tray: {e}")))
+        let body = self.get(INBOX_PATH, INBOX).await?;
+        tray_of(&body)
     }
 
     /// `GET /v1/texts?runtime=`: the parsed texts and the exact bytes (for the cache).
@@ -297,13 +270,81 @@ impl Api {
             .post(url)
             .header("Idempotency-Key", idempotency_key(invite_id))
             .json(&serde_json::json!({}));
-        match self.send(req, DISMISS).await {
-            Ok(_) => Ok(Dismissal::Dismissed),
-            Err(ApiError::Status { status: 404, code }) if code == INVITE_NOT_FOUND => {
-                Ok(Dismissal::NotPending)
-            }
-            Err(e) => Err(e),
+        dismissal(self.send(req, DISMISS).await.map(drop))
+    }
+}
+
+/// The tray's path and query: invites included, the most cards a tray shows (contract 3.1).
+pub const INBOX_PATH: &str = "/v1/inbox?invites=1&limit=50";
+
+/// What an answer's status and headers say before its body is read: a proxy that refused, the
+/// key refused, or a wait the server asked for (`429` and its `Retry-After`, 5 s without one).
+/// The simulator (`crate::simulate`) judges its server's answers with this and [`judge_body`].
+pub fn judge_status(
+    status: u16,
+    content_type: Option<&str>,
+    retry_after: Option<&str>,
+) -> Result<(), ApiError> {
+    let not_json = content_type.is_some_and(|t| !answer::is_json_media_type(t));
+    if status == 407 || ((status == 401 || status == 403) && not_json) {
+        return Err(ApiError::ProxyRefused {
+            status,
+            content_type: content_type.map(str::to_string),
+        });
+    }
+    if status == 401 || status == 403 {
+        return Err(ApiError::Refused(status));
+    }
+    if status == 429 {
+        let wait = retry_after
+            .and_then(parse_retry_after_header)
+            .unwrap_or(Duration::from_secs(5));
+        return Err(ApiError::RateLimited(wait));
+    }
+    Ok(())
+}
+
+/// What a read body says for `route`: contract 7's `REMOVED`, AgentChat's error or something
+/// else's answer, or `Ok`.
+pub fn judge_body(
+    route: Route,
+    status: u16,
+    content_type: Option<String>,
+    body: &[u8],
+) -> Result<(), ApiError> {
+    if matches!(status, 400 | 410)
+        && let Some(removed) = deprecation::removed(route, status, body)
+    {
+        return Err(removed);
+    }
+    judge_answer(status, content_type, body)
+}
+
+/// The handle `GET /v1/agents/me` answered, bare.
+pub fn me_handle(body: &[u8]) -> Result<String, ApiError> {
+    let v: serde_json::Value =
+        serde_json::from_slice(body).map_err(|e| ApiError::Body(format!("agents/me: {e}")))?;
+    v.get("handle")
+        .and_then(|h| h.as_str())
+        .map(|h| h.trim_start_matches('@').to_string())
+        .filter(|h| !h.is_empty())
+        .ok_or_else(|| ApiError::Body("agents/me has no handle".into()))
+}
+
+/// The tray `GET /v1/inbox` answered.
+pub fn tray_of(body: &[u8]) -> Result<Tray, ApiError> {
+    Tray::parse(body).map_err(|e| ApiError::Body(format!("tray: {e}")))
+}
+
+/// A dismissal's answer: only `404 INVITE_NOT_FOUND` means the invite is no longer pending
+/// (contract 3.3).
+pub fn dismissal(answer: Result<(), ApiError>) -> Result<Dismissal, ApiError> {
+    match answer {
+        Ok(()) => Ok(Dismissal::Dismissed),
+        Err(ApiError::Status { status: 404, code }) if code == INVITE_NOT_FOUND => {
+            Ok(Dismissal::NotPending)
         }
+        Err(e) => Err(e),
     }
 }
 

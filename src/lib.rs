@@ -97,6 +97,11 @@
 //! **Apart**, [`sim`]: the local AgentChat server (imports [`core`] and [`sys`] only): REST, the
 //! socket, MCP, the `/_sim/` control API, sign-up, restarts, budgets and its clock. It is a server,
 //! not a listener.
+//!
+//! **Apart**, [`simulate`]: the simulator (`scripts/simulate`, `examples/simulate.rs`): the real
+//! [`core::host`] and [`core::listener`] against [`sim`]'s store on a virtual clock, judged by
+//! [`client`] and converted by [`listen::driver::convert`] as the daemon's are, with its invariants
+//! (`checks`). Nothing else imports it, and the binary never links it.
 
 pub mod cli;
 pub mod client;
@@ -117,5 +122,6 @@ pub mod service;
 pub mod setup;
 #[allow(clippy::indexing_slicing)]
 pub mod sim;
+pub mod simulate;
 pub mod status;
 pub mod sys;

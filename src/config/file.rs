@@ -567,20 +567,7 @@ impl From<Dollars> for f64 {
 
 impl FromToml for Dollars {
     fn from_toml(v: &toml::Value) -> Result<Self, String> {
-        let n = match v {
-            toml::Value::Integer(i) => *i as f64,
-            toml::Value::Float(f) => *f,
-            other => {
-                return Err(format!(
-                    "expected a number of dollars, found {}",
-                    other.type_str()
-                ));
-            }
-        };
-        if !n.is_finite() || n < 0.0 {
-            return Err("expected a number of dollars from 0 (no cap) up".into());
-        }
-        Ok(Dollars(n))
+        crate::core::policy::dollars_of(v).map(Dollars)
     }
 }
 

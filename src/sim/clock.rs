@@ -1,11 +1,38 @@
 //! One clock for every server timer. Contract durations (45 s heartbeat, 1/5/30/180 min rungs,
 //! 15 min / 24 h defer, budget windows, 5 s HELLO, the wake webhook's spacing and 24 h cycle)
 //! run on a *server clock* that advances `time_scale` times faster than real time and can be
-//! stepped forward (`POST /_sim/clock`); bodies keep real wall-clock timestamps.
+//! stepped forward (`POST /_sim/clock`); bodies keep real wall-clock timestamps. The simulator
+//! (`crate::simulate`) runs the store on a virtual clock instead ([`set_virtual`]).
 
+use std::cell::Cell;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime};
+
+/// One reading of the simulator's virtual clock: the server clock's milliseconds and the server's
+/// wall clock (Unix ms).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct VirtualNow {
+    pub server_ms: u64,
+    pub wall_ms: u64,
+}
+
+thread_local! {
+    /// The virtual time of the simulation running on this thread, if one is: the store is a
+    /// plain value driven by one thread there, so the server clock and every time a body shows
+    /// follow it instead of the real clocks.
+    static VIRTUAL: Cell<Option<VirtualNow>> = const { Cell::new(None) };
+}
+
+/// Puts this thread's server on a virtual clock at `now` (the simulator moves it step by step),
+/// or back on the real clocks (`None`).
+pub fn set_virtual(now: Option<VirtualNow>) {
+    VIRTUAL.with(|v| v.set(now));
+}
+
+fn virtual_now() -> Option<VirtualNow> {
+    VIRTUAL.with(Cell::get)
+}
 
 #[derive(Debug, Clone)]
 pub struct SimClock {
@@ -42,6 +69,9 @@ impl SimClock {
 
     /// Server-clock milliseconds since the sim started (scaled).
     pub fn now_v(&self) -> u64 {
+        if let Some(v) = virtual_now() {
+            return v.server_ms;
+        }
         let run = (self.start.elapsed().as_secs_f64() * 1000.0 * self.scale) as u64;
         run.saturating_add(self.stepped.load(Ordering::Relaxed))
     }
@@ -64,18 +94,29 @@ pub const HOUR: u64 = 60 * MIN;
 
 /// Now, as bodies show times: RFC 3339 UTC with milliseconds, e.g. `2026-11-08T09:12:41.902Z`.
 pub fn now_iso() -> String {
-    crate::sys::time::rfc3339(SystemTime::now())
+    crate::sys::time::rfc3339(wall_now())
+}
+
+/// The server's wall clock now: the real one, or the virtual one's.
+pub fn wall_now() -> SystemTime {
+    match virtual_now() {
+        Some(v) => SystemTime::UNIX_EPOCH + Duration::from_millis(v.wall_ms),
+        None => SystemTime::now(),
+    }
 }
 
 /// Real Unix time in milliseconds (for the control API's precise logs).
 pub fn unix_ms() -> u64 {
-    crate::sys::time::unix_ms(SystemTime::now())
+    crate::sys::time::unix_ms(wall_now())
 }
 
 /// Microseconds on the system's monotonic clock (`CLOCK_MONOTONIC`, the clock Python's
 /// `time.monotonic_ns()` reads on Linux), for the control API's send and ack logs: a benchmark in
 /// another process can line its own times up with them, and no wall-clock step moves them.
 pub fn mono_us() -> u64 {
+    if let Some(v) = virtual_now() {
+        return v.server_ms.saturating_mul(1000);
+    }
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,

@@ -246,7 +246,7 @@ async fn handle(sim: Sim, req: Request<Incoming>, peer: SocketAddr) -> Response<
     into_response(reply)
 }
 
-async fn route(sim: &Sim, r: &Req) -> Reply {
+pub(crate) async fn route(sim: &Sim, r: &Req) -> Reply {
     let first = r.segs.first().map(String::as_str);
     match first {
         Some("v1") => api::route(sim, r).await.unwrap_or_else(Reply::from),

@@ -1,5 +1,6 @@
 //! `agentchat sim`: a faithful in-memory AgentChat server on loopback, with a control API for
-//! tests and demos (`docs/local-server.md`).
+//! tests and demos (`docs/local-server.md`). The simulator (`crate::simulate`) drives the same
+//! store, routes and timers on a virtual clock, without sockets or tokio.
 //!
 //! Layout: `store`/`model` hold the data and the operations every door shares (with `verdicts`,
 //! `invites`, `mutes`, `owner` (pauses and suspension), `conversations` and `reply_coord` split
@@ -17,23 +18,23 @@ mod control;
 mod conversations;
 mod error;
 mod frames;
-mod http;
+pub(crate) mod http;
 mod invites;
 mod mcp;
-mod model;
+pub(crate) mod model;
 mod mutes;
 mod old_paths;
 mod owner;
 mod reply_coord;
 mod restart;
 mod signup;
-mod store;
+pub(crate) mod store;
 mod texts;
-mod timers;
+pub(crate) mod timers;
 mod tray;
 mod verdicts;
 mod webhook;
-mod ws;
+pub(crate) mod ws;
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};

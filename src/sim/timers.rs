@@ -10,15 +10,26 @@ use super::tray;
 
 /// Runs every timer that is due at the current server-clock time.
 pub fn tick(s: &mut Store) {
-    fire_reminders(s);
-    run_ladders(s);
+    fire_reminders(s, None);
+    run_ladders(s, None);
 }
 
-fn fire_reminders(s: &mut Store) {
+/// Runs the timers of agent `h` that are due now: the simulator (`crate::simulate`) looks only
+/// at the agents whose timers it knows are due.
+pub fn tick_agent(s: &mut Store, h: &str) {
+    fire_reminders(s, Some(h));
+    run_ladders(s, Some(h));
+}
+
+fn fire_reminders(s: &mut Store, only: Option<&str>) {
     let now = s.now_v();
     let mut due = Vec::new();
     // An agent asleep keeps its reminders due: they fire once it wakes (`owner`).
-    for (h, a) in s.agents.iter().filter(|(_, a)| !a.asleep()) {
+    for (h, a) in s
+        .agents
+        .iter()
+        .filter(|(h, a)| only.is_none_or(|o| o == *h) && !a.asleep())
+    {
         for (conv, v) in &a.views {
             if let Some(d) = &v.defer
                 && d.due_v.is_some_and(|t| t <= now)
@@ -62,9 +73,12 @@ fn fire_reminders(s: &mut Store) {
     }
 }
 
-fn run_ladders(s: &mut Store) {
+fn run_ladders(s: &mut Store, only: Option<&str>) {
     let now = s.now_v();
-    let handles: Vec<String> = s.agents.keys().cloned().collect();
+    let handles: Vec<String> = match only {
+        Some(h) => vec![h.to_string()],
+        None => s.agents.keys().cloned().collect(),
+    };
     for h in handles {
         let Some(a) = s.agents.get(&h) else { continue };
         let sent = a.ladder.sent as usize;

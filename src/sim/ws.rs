@@ -23,6 +23,7 @@ use super::clock::{SEC, now_iso};
 use super::error::Rejection;
 use super::http::Sim;
 use super::model::{Out, SocketEntry};
+use super::store::Store;
 
 pub const KNOWN_CAPS: [&str; 3] = ["ack", "heartbeat", "rewake"];
 pub const HEARTBEAT_MS: u64 = 45 * SEC;
@@ -111,7 +112,7 @@ enum Auth {
     Refused,
 }
 
-/// Checks the budget and the key; closes the socket and logs the attempt when refused.
+/// Checks the budget and the key; closes the socket when refused.
 async fn admit(
     sim: &Sim,
     ws: &mut Ws,
@@ -120,65 +121,81 @@ async fn admit(
     path: &'static str,
     caps: &[String],
 ) -> Option<String> {
-    let refusal = {
-        let mut s = sim.lock();
-        let now = s.now_v();
-        let clock = s.clock.clone();
-        if let Err(wait) = s.ip_budgets.attempt(ip, now) {
-            Some((
-                None,
-                1013,
-                format!("rate_limited; retry_after={}", clock.real_secs_ceil(wait)),
-            ))
-        } else {
-            match s.key_owner(key) {
-                None => Some((None, 1008, "Invalid token".to_string())),
-                // HELLO path: the budget is checked right after authentication, so a refused
-                // key never reaches it. Bearer path: checked before the key is looked up, so
-                // every attempt counts (3.4).
-                Some((h, false)) if path == "hello" => {
-                    Some((Some(h), 1008, "Invalid token".to_string()))
-                }
-                Some((h, good)) => {
-                    let budget = s.agents.get_mut(&h).map(|a| a.connect_budget.attempt(now));
-                    match budget {
-                        Some(Err(wait)) => Some((
-                            Some(h),
-                            1013,
-                            format!("rate_limited; retry_after={}", clock.real_secs_ceil(wait)),
-                        )),
-                        _ if !good => Some((Some(h), 1008, "Invalid token".to_string())),
-                        _ if s.agents.get(&h).is_some_and(|a| a.suspended) => {
-                            Some((Some(h), 1008, "Account suspended".to_string()))
-                        }
-                        // Contract 7: once `socket_without_ack` is off, a socket that did not
-                        // negotiate `ack` is closed `4426` (`old_paths`).
-                        _ if !caps.iter().any(|c| c == "ack")
-                            && s.old_paths.socket_without_ack_off() =>
-                        {
-                            Some((Some(h), 4426, "upgrade required".to_string()))
-                        }
-                        _ => {
-                            s.log_connect(&h, path, "accepted", None, caps);
-                            return Some(h);
-                        }
+    let refusal = match admission(&mut sim.lock(), ip, key, path, caps) {
+        Ok(handle) => return Some(handle),
+        Err(r) => r,
+    };
+    tracing::info!("sim: socket refused: {} {}", refusal.code, refusal.reason);
+    close(ws, refusal.code, &refusal.reason).await;
+    None
+}
+
+/// An upgrade the server accepted and closes at once: the close code and its reason.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal {
+    pub code: u16,
+    pub reason: String,
+}
+
+/// Whether a socket opening from `ip` with `key` may stay (contract 3.4, 7): the budgets (per IP
+/// first, then per agent), the key, and `4426` for a socket without `ack` once that is switched
+/// off. The attempt is counted and logged either way; the agent on success. The simulator
+/// (`crate::simulate`) opens its sockets through this too.
+pub fn admission(
+    s: &mut Store,
+    ip: IpAddr,
+    key: &str,
+    path: &'static str,
+    caps: &[String],
+) -> Result<String, Refusal> {
+    let now = s.now_v();
+    let clock = s.clock.clone();
+    let refusal = if let Err(wait) = s.ip_budgets.attempt(ip, now) {
+        (
+            None,
+            1013,
+            format!("rate_limited; retry_after={}", clock.real_secs_ceil(wait)),
+        )
+    } else {
+        match s.key_owner(key) {
+            None => (None, 1008, "Invalid token".to_string()),
+            // HELLO path: the budget is checked right after authentication, so a refused
+            // key never reaches it. Bearer path: checked before the key is looked up, so
+            // every attempt counts (3.4).
+            Some((h, false)) if path == "hello" => (Some(h), 1008, "Invalid token".to_string()),
+            Some((h, good)) => {
+                let budget = s.agents.get_mut(&h).map(|a| a.connect_budget.attempt(now));
+                match budget {
+                    Some(Err(wait)) => (
+                        Some(h),
+                        1013,
+                        format!("rate_limited; retry_after={}", clock.real_secs_ceil(wait)),
+                    ),
+                    _ if !good => (Some(h), 1008, "Invalid token".to_string()),
+                    _ if s.agents.get(&h).is_some_and(|a| a.suspended) => {
+                        (Some(h), 1008, "Account suspended".to_string())
+                    }
+                    // Contract 7: once `socket_without_ack` is off, a socket that did not
+                    // negotiate `ack` is closed `4426` (`old_paths`).
+                    _ if !caps.iter().any(|c| c == "ack")
+                        && s.old_paths.socket_without_ack_off() =>
+                    {
+                        (Some(h), 4426, "upgrade required".to_string())
+                    }
+                    _ => {
+                        s.log_connect(&h, path, "accepted", None, caps);
+                        return Ok(h);
                     }
                 }
             }
         }
     };
-    if let Some((h, code, reason)) = refusal {
-        {
-            let mut s = sim.lock();
-            s.count_refused(code);
-            if let Some(h) = h {
-                s.log_connect(&h, path, "refused", Some(&reason), caps);
-            }
-        }
-        tracing::info!("sim: socket refused: {code} {reason}");
-        close(ws, code, &reason).await;
+    let (h, code, reason) = refusal;
+    s.count_refused(code);
+    if let Some(h) = h {
+        s.log_connect(&h, path, "refused", Some(&reason), caps);
     }
-    None
+    Err(Refusal { code, reason })
 }
 
 async fn authenticate(

@@ -109,6 +109,14 @@ impl<B: PartialEq> RuntimeHealth<B> {
             || matches!(self, RuntimeHealth::Unusable { parked: true, .. })
     }
 
+    /// The next run is a trial (it came on the listener's own word, not the server's): refused,
+    /// the runtime parks instead of being looked at on the backoff.
+    pub fn as_trial(&mut self) {
+        if let RuntimeHealth::Usable { trial, .. } = self {
+            *trial = true;
+        }
+    }
+
     /// Parked: refused again right after a check passed, and waiting for a server wake, a reload
     /// or a changed binary.
     pub fn is_parked(&self) -> bool {
@@ -143,6 +151,21 @@ impl<B: PartialEq> RuntimeHealth<B> {
                 Some(why)
             }
         }
+    }
+
+    /// A reload (a person acted): usable again, its looks from the first delay; why it was not,
+    /// if it was not. A runtime parked before it (its login check passes and runs are refused
+    /// all the same) gets the reload's run as its trial: refused again, it parks again rather
+    /// than looking on its own and starting a second run that the check cannot vouch for
+    /// (contract 4; the simulator's `no_private_retry_ladder`, seed 133).
+    pub fn reload(&mut self) -> Option<String> {
+        let parked = self.is_parked();
+        self.start_over();
+        let was = self.leave();
+        if parked && let RuntimeHealth::Usable { trial, .. } = self {
+            *trial = true;
+        }
+        was
     }
 
     /// A person acted (a reload), or a run worked: the next stretch's looks start from the first
@@ -240,6 +263,39 @@ mod tests {
     use super::*;
 
     type Health = RuntimeHealth<&'static str>;
+
+    #[test]
+    fn a_run_of_the_listeners_own_wake_is_a_trial_and_its_refusal_parks() {
+        let mut h = Health::default();
+        h.as_trial();
+        assert!(h.mark_unusable("refused".into(), None, 0, 1.0));
+        assert_eq!(h.recheck_at(), None, "no look of its own");
+    }
+
+    #[test]
+    fn a_reload_of_a_parked_runtime_makes_its_run_the_trial_and_a_refusal_parks_it_again() {
+        let mut h = Health::default();
+        h.mark_unusable("refused".into(), None, 0, 1.0);
+        assert!(h.begin_check());
+        h.check_ended(true, 1_000, 1.0);
+        assert!(
+            h.mark_unusable("refused".into(), None, 2_000, 1.0),
+            "the trial parks"
+        );
+        assert_eq!(h.reload(), Some("refused".into()));
+        assert!(h.is_usable() && h.is_trial());
+        assert!(
+            h.mark_unusable("refused".into(), None, 3_000, 1.0),
+            "refused again: parked, no look of its own"
+        );
+        assert_eq!(h.recheck_at(), None);
+        // Unusable but not parked (its checks fail): a reload's run is no trial.
+        let mut h = Health::default();
+        h.mark_unusable("not logged in".into(), None, 0, 1.0);
+        h.reload();
+        assert!(!h.mark_unusable("not logged in".into(), None, 1_000, 1.0));
+        assert!(h.recheck_at().is_some());
+    }
 
     #[test]
     fn an_unusable_runtime_is_looked_at_on_the_backoff_until_a_check_passes() {

@@ -86,7 +86,7 @@ impl Store {
             .cloned()
             .collect();
         let ord = self.ord();
-        let now = std::time::SystemTime::now();
+        let now = super::super::clock::wall_now();
         let msg = Message {
             id: id.clone(),
             conversation_id: conv_id.to_string(),

@@ -233,6 +233,14 @@ impl Listener {
             if self.rt.health.is_usable() {
                 tracing::error!(event = %log_events::RUNTIME_UNUSABLE, cycle_id = %report.last.id, runtime = self.cfg.runtime.as_str(), why = %why, "the runtime cannot be used; no runs until it is fixed: the listener checks it again on a backoff (seconds growing to 10 minutes) and at once on reload (SIGHUP)");
             }
+            // A run the listener's own wake alone started (`recovered`, `backlog`, `hold_ended`)
+            // and its runtime refused is the trial: no look of the listener's own follows it,
+            // whose pass would start a second run with no new cause (contract 4; the
+            // simulator's `no_private_retry_ladder`, seed 544). The next server wake, a reload
+            // or a new binary tries again.
+            if report.last.run_started && own_wakes_only(&report.last.reasons) {
+                self.rt.health.as_trial();
+            }
             self.mark_unusable(why, now);
         }
         if report.last.no_run_reason == Some(NoRunReason::NoTexts) {
@@ -297,4 +305,13 @@ impl Listener {
             );
         }
     }
+}
+
+/// Whether a cycle's reasons are only the listener's own wakes (no server wake, message,
+/// invite or connect).
+fn own_wakes_only(reasons: &[String]) -> bool {
+    !reasons.is_empty()
+        && reasons
+            .iter()
+            .all(|r| matches!(r.as_str(), "recovered" | "backlog" | "hold_ended"))
 }

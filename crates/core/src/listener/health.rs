@@ -185,6 +185,14 @@ impl Listener {
         }
     }
 
+    /// A reload: the runtime gets a new chance at once (`RuntimeHealth::reload`: a parked one's
+    /// run is its trial), said once, and the tray is read.
+    pub(super) fn reload_runtime(&mut self, now: Now) {
+        if let Some(was) = self.rt.health.reload() {
+            self.said_recovered("reload", &was, true, now);
+        }
+    }
+
     fn said_recovered(&mut self, via: &'static str, was: &str, wake: bool, now: Now) {
         tracing::info!(event = %log_events::RUNTIME_RECOVERED, via, runtime = self.cfg.runtime.as_str(), was = %was, "the runtime may work again; reading the tray now");
         if wake {

@@ -159,8 +159,7 @@ impl Listener {
         // A person acted: the runtime gets a new chance at once, and its looks start over; it
         // is looked at as at the start (for Claude Code a login no file shows is checked), so a
         // runtime that still cannot work is found now, not by the next run.
-        self.rt.health.start_over();
-        self.leave_unusable("reload", true, now);
+        self.reload_runtime(now);
         self.out.effects.push_back(Effect::CheckRuntime {
             presence_only: true,
         });

@@ -265,7 +265,18 @@ impl Listener {
 
     /// The next time the listener must be stepped ([`Listener::tick`]), monotonic ms.
     pub fn next_deadline(&self) -> Option<u64> {
-        let due = if self.cycle_running() || self.waits.tray_not_before.at().is_some() {
+        self.deadlines().into_iter().map(|(_, at)| at).min()
+    }
+
+    /// Each deadline set, by what it is for: the simulator names the one a busy loop is stuck
+    /// on (`deadlines_advance`).
+    pub fn deadlines(&self) -> Vec<(&'static str, u64)> {
+        // No cycle starts while one runs, a 429's wait lasts, or the listener stops
+        // (`start_due_cycle`): a wake owed then is no deadline.
+        let due = if self.cycle_running()
+            || self.waits.tray_not_before.at().is_some()
+            || self.life.stopping.is_some()
+        {
             None
         } else {
             self.wakes.due()
@@ -276,22 +287,25 @@ impl Listener {
             .filter(|_| self.shown.view.state == SocketState::KeyRefused);
         let runtime = self.rt.health.recheck_at().filter(|_| !self.rt.checking);
         [
-            due,
-            self.socket.deadline(),
-            self.cycles.cycle.as_ref().and_then(cycle::Cycle::deadline),
-            key,
-            Some(self.waits.texts_refresh_at),
-            runtime,
-            self.status.deadline(),
-            self.waits.tray_not_before.at(),
-            self.waits.removed_recheck.at(),
-            self.texts.recheck_at(),
-            self.policy.wake_at(),
-            self.life.stopping.map(|s| s.deadline),
+            ("cycle_due", due),
+            ("socket", self.socket.deadline()),
+            (
+                "cycle",
+                self.cycles.cycle.as_ref().and_then(cycle::Cycle::deadline),
+            ),
+            ("key_check", key),
+            ("texts_refresh", Some(self.waits.texts_refresh_at)),
+            ("runtime_recheck", runtime),
+            ("status", self.status.deadline()),
+            ("tray_not_before", self.waits.tray_not_before.at()),
+            ("removed_recheck", self.waits.removed_recheck.at()),
+            ("texts_recheck", self.texts.recheck_at()),
+            ("policy", self.policy.wake_at()),
+            ("stopping", self.life.stopping.map(|s| s.deadline)),
         ]
         .into_iter()
-        .flatten()
-        .min()
+        .filter_map(|(name, at)| Some((name, at?)))
+        .collect()
     }
 
     /// Time passed (a deadline came, or the host's watchdog probes the loop).
@@ -504,13 +518,18 @@ impl Listener {
             self.texts.fetching();
             self.refresh_texts();
         }
-        if self.policy.wake_at().is_some_and(|t| t <= now.mono_ms)
-            && self.policy.wake_due(now.mono_ms, now.wall_ms)
-        {
-            if let Some(line) = self.holds.ended(now.wall_ms) {
+        if self.policy.wake_at().is_some_and(|t| t <= now.mono_ms) {
+            let held = self.policy.holding();
+            let wake = self.policy.wake_due(now.mono_ms, now.wall_ms);
+            if held
+                && !self.policy.holding()
+                && let Some(line) = self.holds.ended(now.wall_ms)
+            {
                 self.out.effects.push_back(Effect::Record(Box::new(line)));
             }
-            self.own_wake(ListenerWake::HoldEnded, now);
+            if wake {
+                self.own_wake(ListenerWake::HoldEnded, now);
+            }
         }
     }
 

@@ -45,6 +45,10 @@ struct CurrentHold {
     hold: Hold,
     since: i64,
     judged: i64,
+    /// A reload that changed the rules already woke a cycle for this hold: its end, should it
+    /// come before a cycle judges the tray again, ends it without a second wake (contract 4: a
+    /// hold's end wakes one cycle; the simulator's `hold_end_once`, seed 95).
+    woken: bool,
 }
 
 /// What a run spent, as the ledger counts it.
@@ -266,6 +270,7 @@ impl RunPolicy {
             hold,
             since,
             judged: now_wall,
+            woken: false,
         });
     }
 
@@ -298,9 +303,9 @@ impl RunPolicy {
         match until {
             Some(u) if u <= now_wall => {
                 self.wake = None;
-                self.hold = None;
-                tracing::debug!(event = %log_events::HOLD_CLEARED, "the hold's end came");
-                true
+                let woken = self.hold.take().is_some_and(|h| h.woken);
+                tracing::debug!(event = %log_events::HOLD_CLEARED, woken, "the hold's end came");
+                !woken
             }
             Some(u) => {
                 self.wake = Some(timer_for(u, now_mono, now_wall));
@@ -319,7 +324,11 @@ impl RunPolicy {
         let changed = *policy != self.policy;
         self.policy = policy.clone();
         self.offsets = Arc::new(zone);
-        changed && self.hold.is_some()
+        let lifted = changed && self.hold.is_some();
+        if lifted && let Some(h) = self.hold.as_mut() {
+            h.woken = true;
+        }
+        lifted
     }
 
     /// The user lets every loop go (any SIGHUP: `listen.policy.loop_guard`'s way out, issue 38
@@ -334,6 +343,10 @@ impl RunPolicy {
             .release_all(now_wall);
         if released {
             self.unsaved = true;
+            // The caller wakes a cycle for it: the hold's end wakes no second one.
+            if let Some(h) = self.hold.as_mut() {
+                h.woken = true;
+            }
             tracing::info!(event = %log_events::LOOP_RELEASED, "SIGHUP: the conversations the loop guard held are let go");
         }
         released

@@ -192,6 +192,22 @@ fn a_seed_replays_the_listener_exactly() {
     assert!(a.1 >= 5, "{}", a.1);
 }
 
+/// A wake that came just before a stop owes no cycle once the listener stops: its deadline is
+/// not left due, which the driver would step at once again and again while the stop winds down
+/// (the simulator's `deadlines_advance`, seed 394).
+#[test]
+fn a_wake_pending_at_a_stop_leaves_no_deadline_due() {
+    let mut w = World::new("2026-12-02T12:00:00Z", "");
+    w.message("conv_a", "@alice");
+    assert!(w.l.deadlines().iter().any(|(n, _)| *n == "cycle_due"));
+    w.input(Input::Stop {
+        now: false,
+        cause: "test",
+    });
+    let due: Vec<_> = w.l.deadlines();
+    assert!(!due.iter().any(|(n, _)| *n == "cycle_due"), "{due:?}");
+}
+
 /// A stop while connected: the socket closes with 1000, the status says `stopped`, the listener
 /// ends.
 #[test]
@@ -241,6 +257,54 @@ fn a_long_429_on_the_tray_is_shown_in_the_status_until_its_end() {
     assert_eq!(w.runs.len(), 1, "read again at the wait's end");
     assert!(w.runs[0].reasons.contains(&"recovered".to_string()));
     assert_eq!(w.status().next_retry_at, None);
+}
+
+/// A `429` on the tray read after a run holds the next cycle's read as one before the run does
+/// (the simulator's `no_read_in_429_wait`, seed 32: the next cycle read at once).
+#[test]
+fn a_long_429_on_the_tray_after_a_run_holds_the_next_read_until_its_end() {
+    let mut w = World::new("2026-12-02T12:00:00Z", "");
+    // A pending invite makes the cycle read the tray after its run (the invite rule).
+    w.invites.push(("inv_1".into(), "@carol".into()));
+    w.message("conv_a", "@alice");
+    w.run_for(400);
+    assert_eq!(w.runs.len(), 1, "the run is under way: {:#?}", w.trace);
+    w.tray_errors.push_back(TrayError {
+        kind: TrayErrorKind::RateLimited(Duration::from_secs(600)),
+        detail: "rate limited; retry after 600s".into(),
+    });
+    w.run_for(2_000);
+    let reads = w.tray_reads;
+    w.message("conv_b", "@dave");
+    w.run_for(5 * MIN);
+    assert_eq!(w.tray_reads, reads, "no read inside the 429's wait");
+    w.run_for(6 * MIN);
+    assert!(w.tray_reads > reads, "read again at the wait's end");
+}
+
+/// A tray after a run that cannot be read (503s past the cycle's attempts) leaves the next
+/// message's cycle to read it as usual.
+#[test]
+fn an_unreadable_tray_after_a_run_leaves_the_next_message_its_cycle() {
+    let mut w = World::new("2026-12-02T12:00:00Z", "");
+    w.invites.push(("inv_1".into(), "@carol".into()));
+    w.message("conv_a", "@alice");
+    w.run_for(400);
+    assert_eq!(w.runs.len(), 1);
+    for _ in 0..3 {
+        w.tray_errors.push_back(TrayError {
+            kind: TrayErrorKind::Transient,
+            detail: "HTTP 503".into(),
+        });
+    }
+    w.run_for(10_000);
+    let reads = w.tray_reads;
+    w.message("conv_b", "@dave");
+    w.run_for(MIN);
+    assert!(
+        w.tray_reads > reads,
+        "the next message's cycle read the tray"
+    );
 }
 
 /// Issue 37 item 4: a `Retry-After` is honoured up to the contract's own longest read wait

@@ -27,7 +27,7 @@ pub use heard::{Heard, HeardMessage, Unread, unix_ms};
 pub use judge::{card_sender, gate, loop_conversations, observe};
 pub use ledger::{DayTotal, Ledger, MAX_CONVERSATIONS_PER_RUN, MAX_RUNS, Memory, RunEntry, Totals};
 pub use loops::{Looping, Loops, Mark};
-pub use parse::{DEFAULTS, KEYS, MAX_LOOP_WINDOW_MS, PolicyError, PolicyLayer};
+pub use parse::{DEFAULTS, KEYS, MAX_LOOP_WINDOW_MS, PolicyError, PolicyLayer, dollars_of};
 pub use say::{ShownZone, dollars, held_line, hold_line, summary, today_line, usage_line};
 
 use super::handle;

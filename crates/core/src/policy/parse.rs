@@ -155,13 +155,13 @@ impl PolicyLayer {
             max_cost_per_day_usd: read(
                 t.max_cost_per_day_usd,
                 key("max_cost_per_day_usd"),
-                dollars,
+                dollars_of,
             )?,
             max_tokens_per_day: read(t.max_tokens_per_day, key("max_tokens_per_day"), tokens)?,
             max_cost_per_run_usd: read(
                 t.max_cost_per_run_usd,
                 key("max_cost_per_run_usd"),
-                dollars,
+                dollars_of,
             )?,
             first_contact: read(t.first_contact, key("first_contact"), first_contact)?,
             groups: read(t.groups, key("groups"), groups)?,
@@ -300,8 +300,9 @@ fn tokens(v: &toml::Value) -> Result<u64, String> {
     bounded(v, u64::MAX)
 }
 
-/// A sum in US dollars: a number (`5`, `0.5`) from 0 (no cap) up.
-fn dollars(v: &toml::Value) -> Result<f64, String> {
+/// A sum in US dollars: a number (`5`, `0.5`) from 0 (no cap) up. The config's other dollar
+/// keys (`[listen] daily_budget_usd`) read it the same way.
+pub fn dollars_of(v: &toml::Value) -> Result<f64, String> {
     let n = match v {
         toml::Value::Integer(i) => *i as f64,
         toml::Value::Float(f) => *f,

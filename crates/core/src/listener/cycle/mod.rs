@@ -305,6 +305,10 @@ impl Cycle {
                         until: ctx.now.after(wait),
                     };
                 } else if after {
+                    // The wait is the server's for every read, the next cycle's too.
+                    if let TrayErrorKind::RateLimited(wait) = e.kind {
+                        self.report.not_before = Some(wait);
+                    }
                     tracing::warn!(event = %log_events::TRAY_UNREADABLE, cycle_id = %self.id, error = %e.detail, "the tray after the run could not be read; the invite rule counts nothing this time");
                     self.finish(ctx, out);
                 } else {

@@ -158,3 +158,35 @@ fn a_restart_keeps_since_when_runs_are_held() {
     });
     assert_eq!(again.status().held.expect("held").since, since);
 }
+
+/// A reload that changes the rules wakes a cycle for the hold; when that cycle cannot read the
+/// tray (a long 429) and the hold's end comes before one can, the end wakes nothing more: one
+/// wake per hold's end (the simulator's `hold_end_once`, seed 95). Before, the end woke a second
+/// cycle (`hold_ended` twice).
+#[test]
+fn a_hold_a_reload_woke_for_ends_without_a_second_wake() {
+    let quiet = r#"quiet_hours = ["22:00-07:00"]"#;
+    let mut w = World::new("2026-12-02T23:00:00Z", quiet);
+    w.message("conv_a", "@alice");
+    w.run_for(MIN);
+    assert!(w.status().held.is_some());
+    let mut cfg = w.l.config().clone();
+    cfg.policy.max_runs_per_day = Some(400);
+    w.tray_errors.push_back(TrayError {
+        kind: TrayErrorKind::RateLimited(std::time::Duration::from_secs(9 * 3600)),
+        detail: "rate limited; retry after 32400s".into(),
+    });
+    w.input(Input::Reload {
+        config: Ok(Box::new(cfg)),
+        endpoint_changed: false,
+    });
+    // Past 07:00, and past the 429's wait: the card runs once the tray can be read.
+    w.run_for(10 * 60 * MIN);
+    assert_eq!(w.runs.len(), 1, "{:#?}", w.runs);
+    assert!(
+        !w.runs[0].reasons.contains(&"hold_ended".to_string()),
+        "the hold's end woke a second cycle: {:?}",
+        w.runs[0].reasons
+    );
+    assert!(w.status().held.is_none());
+}
