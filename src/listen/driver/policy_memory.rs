@@ -48,7 +48,7 @@ pub(crate) fn open(
     (book, ledger)
 }
 
-/// [`open`] on tokio's blocking threads, for a profile of `settings`.
+/// `open` on tokio's blocking threads, for a profile of `settings`.
 pub async fn open_off_loop(
     state: &StateDir,
     settings: &crate::config::Settings,
@@ -56,8 +56,8 @@ pub async fn open_off_loop(
     let (state, fallback) = (state.clone(), state.clone());
     let settings = settings.clone();
     tokio::task::spawn_blocking(move || {
-        let now_ms = i64::try_from(crate::sys::time::unix_ms(std::time::SystemTime::now()))
-            .unwrap_or(i64::MAX);
+        // The driver's clock, as the listener that joins will read it.
+        let now_ms = super::Clock::new().now().wall_ms;
         let zone = super::convert::zone(&settings, now_ms);
         open(&state, &zone, now_ms)
     })

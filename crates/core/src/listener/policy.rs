@@ -285,7 +285,7 @@ impl RunPolicy {
     /// retry ladder of the listener's own; until issue 37 a look every minute re-read the tray
     /// for as long as it could not be read).
     ///
-    /// A wall clock set back before the hold was judged (by more than [`LOOK_MIN`]) ends it too:
+    /// A wall clock set back before the hold was judged (by more than `LOOK_MIN`) ends it too:
     /// its `until` was reckoned on a clock that was ahead, and the tray is judged again.
     pub fn wake_due(&mut self, now_mono: u64, now_wall: i64) -> bool {
         let back = crate::time::ms(LOOK_MIN) as i64;
