@@ -9,6 +9,7 @@
 //! one run at a time, the recoveries, holds, mutes, the invite rule, the tray's waits and
 //! budget), `status` (`status.json`), `liveness` (every message reaches a run).
 
+mod caps;
 mod cycles;
 mod liveness;
 mod socket;
@@ -26,7 +27,7 @@ use crate::core::tray::Tray;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 /// Every invariant by name, with what it says.
-pub const INVARIANTS: [(&str, &str); 21] = [
+pub const INVARIANTS: [(&str, &str); 22] = [
     (
         "message_runs",
         "every message for the agent leads to a run whose tray shows its card, unless it is muted or the policy holds its sender (checked after the settle)",
@@ -108,6 +109,10 @@ pub const INVARIANTS: [(&str, &str); 21] = [
         "the machine's next deadline moves on: no step asked for at one instant a thousand times",
     ),
     (
+        "runs_within_caps",
+        "no run starts past the hour's or the day's cap on runs (60 and 500 unless the policy says otherwise)",
+    ),
+    (
         "stops_cleanly",
         "every listener ends within its kill grace and the stop's slack after SIGTERM",
     ),
@@ -145,6 +150,7 @@ pub enum Muted {
 pub struct Checks {
     violation: Option<Violation>,
     per: Vec<cycles::Per>,
+    caps: Vec<caps::Per>,
     sockets: Vec<socket::Per>,
     statuses: Vec<status::Per>,
     pub obligations: liveness::Obligations,
@@ -167,6 +173,7 @@ impl Checks {
         Checks {
             violation: None,
             per: (0..n).map(|_| cycles::Per::default()).collect(),
+            caps: (0..n).map(|_| caps::Per::default()).collect(),
             sockets: (0..n).map(|_| socket::Per::default()).collect(),
             statuses: (0..n).map(|_| status::Per::default()).collect(),
             obligations: liveness::Obligations::default(),
@@ -267,17 +274,30 @@ pub fn before_input(w: &mut World, pid: usize, input: &Input, parsed: &[Option<S
             result: Err(_),
         } => socket::conn_over(w, pid, *conn),
         Input::Tray { result: Err(e), .. } => cycles::tray_error(w, pid, e),
-        Input::Reload { .. } => cycles::reload(w, pid),
+        Input::Reload { .. } => {
+            cycles::reload(w, pid);
+            caps::reload(w, pid);
+        }
         Input::RuntimeChecked { result: Ok(_), .. }
         | Input::RuntimeBinary { .. }
         | Input::KeyChanged => cycles::recovery_token(w, pid),
-        Input::RunEnded { cycle, end } => cycles::run_ended(w, pid, *cycle, end),
+        Input::RunEnded { cycle, end } => {
+            // Refused by its runtime, or never spawned: no cap counts it.
+            if !end.started || matches!(end.outcome, crate::core::listener::RunOutcome::Unusable(_))
+            {
+                caps::run_not_counted(w, pid, *cycle);
+            }
+            cycles::run_ended(w, pid, *cycle, end);
+        }
         _ => {}
     }
 }
 
 /// What a listener told its observer.
 pub fn heard(w: &mut World, pid: usize, h: Heard) {
+    if matches!(h, Heard::CycleStarted) {
+        caps::cycle_started(w, pid);
+    }
     cycles::heard(w, pid, h);
 }
 
@@ -292,6 +312,7 @@ pub fn effect(w: &mut World, pid: usize, e: &Effect) {
         Effect::ReadTray { .. } => cycles::read_tray(w, pid),
         Effect::StartRun(order) => {
             cycles::start_run(w, pid, order);
+            caps::run_started(w, pid, order.cycle);
             liveness::run_started(w, pid, order.cycle);
         }
         Effect::DismissInvite { invite_id, .. } => cycles::dismiss(w, pid, invite_id),
