@@ -194,13 +194,16 @@ fn end_in(w: &mut World, pid: usize, cycle: u64, ms: u64, started: bool, outcome
     );
 }
 
-pub fn step(w: &mut World, pid: usize, cycle: u64, step: Step) {
-    let live = w
-        .profiles
+/// Whether profile `pid`'s run is the one of `cycle` (an answer for another is dropped).
+fn live(w: &World, pid: usize, cycle: u64) -> bool {
+    w.profiles
         .get(pid)
         .and_then(|p| p.run.as_ref())
-        .is_some_and(|r| r.cycle == cycle);
-    if !live {
+        .is_some_and(|r| r.cycle == cycle)
+}
+
+pub fn step(w: &mut World, pid: usize, cycle: u64, step: Step) {
+    if !live(w, pid, cycle) {
         return;
     }
     match step {
@@ -308,12 +311,7 @@ fn act(w: &mut World, pid: usize) {
 /// The listener gives the run up: SIGTERM (it ends within its grace), or its group killed (no
 /// word comes back).
 pub fn cancel(w: &mut World, pid: usize, cycle: u64, now: bool) {
-    let live = w
-        .profiles
-        .get(pid)
-        .and_then(|p| p.run.as_ref())
-        .is_some_and(|r| r.cycle == cycle);
-    if !live {
+    if !live(w, pid, cycle) {
         return;
     }
     if now {

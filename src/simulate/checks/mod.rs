@@ -23,7 +23,6 @@ use super::scenario::Scenario;
 use super::world::{Heard, World};
 use crate::core::frames::ServerFrame;
 use crate::core::listener::{Effect, Input};
-use crate::core::tray::Tray;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 /// Every invariant by name, with what it says.
@@ -323,15 +322,7 @@ pub fn effect(w: &mut World, pid: usize, e: &Effect) {
 
 /// A tray read was answered by the server (or a fault in front of it): refused by the server's
 /// own poll budget, or the tray.
-pub fn tray_served(
-    w: &mut World,
-    pid: usize,
-    cycle: u64,
-    budget_refused: bool,
-    tray: Option<&Tray>,
-) {
-    cycles::tray_served(w, pid, cycle, budget_refused, tray);
-}
+pub use cycles::tray_served;
 
 /// Texts were answered: texts back are a way out.
 pub fn texts_answered(w: &mut World, pid: usize, ok: bool) {
