@@ -11,7 +11,7 @@ use crate::log_events;
 use crate::pacing::{Admit, Pacing, PacingPolicy};
 use crate::rng::Rng;
 use crate::time::Now;
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::Duration;
 
 /// How often memory is read again while it holds the queue back; with a memory threshold set,
@@ -73,6 +73,10 @@ pub struct HostBudget {
 #[derive(Debug)]
 pub struct Host {
     profiles: BTreeMap<ProfileId, Listener>,
+    /// Each profile's next deadline, kept after every step of it, so a tick and the host's
+    /// next deadline cost a lookup, not a pass over a thousand profiles (`listen --all`).
+    due: BTreeSet<(u64, ProfileId)>,
+    due_of: BTreeMap<ProfileId, u64>,
     /// Each profile's span: its lines carry its name (`listen --all`).
     spans: BTreeMap<ProfileId, tracing::Span>,
     next_id: ProfileId,
@@ -102,6 +106,8 @@ impl Host {
     ) -> Host {
         Host {
             profiles: BTreeMap::new(),
+            due: BTreeSet::new(),
+            due_of: BTreeMap::new(),
             spans: BTreeMap::new(),
             next_id: 0,
             pacing: Pacing::new(pacing),
@@ -170,6 +176,7 @@ impl Host {
         self.profiles.insert(id, listener);
         self.spans.insert(id, span);
         self.drain(now, id);
+        self.reindex(id);
         id
     }
 
@@ -177,7 +184,9 @@ impl Host {
     pub fn remove(&mut self, id: ProfileId) -> Option<Listener> {
         self.leave(id);
         self.spans.remove(&id);
-        self.profiles.remove(&id)
+        let l = self.profiles.remove(&id);
+        self.reindex(id);
+        l
     }
 
     /// Steps profile `id` inside its span.
@@ -186,14 +195,28 @@ impl Host {
         if let Some(l) = self.profiles.get_mut(&id) {
             f(l);
         }
+        self.reindex(id);
+    }
+
+    /// Files profile `id` under its next deadline again (none once it is gone).
+    fn reindex(&mut self, id: ProfileId) {
+        if let Some(old) = self.due_of.remove(&id) {
+            self.due.remove(&(old, id));
+        }
+        if let Some(at) = self.profiles.get(&id).and_then(Listener::next_deadline) {
+            self.due.insert((at, id));
+            self.due_of.insert(id, at);
+        }
     }
 
     pub fn profile(&self, id: ProfileId) -> Option<&Listener> {
         self.profiles.get(&id)
     }
 
-    pub fn profile_mut(&mut self, id: ProfileId) -> Option<&mut Listener> {
-        self.profiles.get_mut(&id)
+    /// The watchdog's probe of one profile (`listen` alone): it takes a step.
+    pub fn probe_one(&mut self, now: Now, id: ProfileId) {
+        self.step(id, |l| l.tick(now));
+        self.drain(now, id);
     }
 
     pub fn ids(&self) -> impl Iterator<Item = ProfileId> + '_ {
@@ -224,10 +247,9 @@ impl Host {
     /// Time passed: every profile whose deadline came, the pacer and the slots.
     pub fn tick(&mut self, now: Now) {
         let due: Vec<ProfileId> = self
-            .profiles
-            .iter()
-            .filter(|(_, l)| l.next_deadline().is_some_and(|t| t <= now.mono_ms))
-            .map(|(id, _)| *id)
+            .due
+            .range(..=(now.mono_ms, ProfileId::MAX))
+            .map(|(_, id)| *id)
             .collect();
         for id in due {
             self.step(id, |l| l.tick(now));
@@ -261,11 +283,7 @@ impl Host {
 
     /// The next time the host must tick.
     pub fn next_deadline(&self) -> Option<u64> {
-        let profiles = self
-            .profiles
-            .values()
-            .filter_map(Listener::next_deadline)
-            .min();
+        let profiles = self.due.first().map(|(at, _)| *at);
         let slots = self.slots.as_ref().and_then(|s| s.recheck_at);
         [profiles, self.pacer_at, slots].into_iter().flatten().min()
     }

@@ -277,9 +277,7 @@ impl Driver {
                             io.turns.fetch_add(1, Ordering::Relaxed);
                         }
                         let _g = self.ios.get(&id).map(|io| io.span.clone().entered());
-                        if let Some(l) = self.host.profile_mut(id) {
-                            l.tick(now);
-                        }
+                        self.host.probe_one(now, id);
                         self.host.tick(now);
                     }
                 }

@@ -265,12 +265,24 @@ impl Listener {
 
     /// The next time the listener must be stepped ([`Listener::tick`]), monotonic ms.
     pub fn next_deadline(&self) -> Option<u64> {
-        self.deadlines().into_iter().map(|(_, at)| at).min()
+        self.each_deadline()
+            .into_iter()
+            .filter_map(|(_, at)| at)
+            .min()
     }
 
     /// Each deadline set, by what it is for: the simulator names the one a busy loop is stuck
     /// on (`deadlines_advance`).
     pub fn deadlines(&self) -> Vec<(&'static str, u64)> {
+        self.each_deadline()
+            .into_iter()
+            .filter_map(|(name, at)| Some((name, at?)))
+            .collect()
+    }
+
+    /// Every deadline the listener keeps, set or not: the host asks for the earliest after
+    /// each step of each profile, so this allocates nothing.
+    fn each_deadline(&self) -> [(&'static str, Option<u64>); 12] {
         // No cycle starts while one runs, a 429's wait lasts, or the listener stops
         // (`start_due_cycle`): a wake owed then is no deadline.
         let due = if self.cycle_running()
@@ -303,9 +315,6 @@ impl Listener {
             ("policy", self.policy.wake_at()),
             ("stopping", self.life.stopping.map(|s| s.deadline)),
         ]
-        .into_iter()
-        .filter_map(|(name, at)| Some((name, at?)))
-        .collect()
     }
 
     /// Time passed (a deadline came, or the host's watchdog probes the loop).
