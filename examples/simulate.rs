@@ -3,7 +3,8 @@
 //!
 //! `--seed S` runs one seed and prints its steps, simulated hours and trace hash (`--trace`: the
 //! whole trace too); `--seeds N` runs seeds 1..N on every core and ends with the first failure
-//! (its invariant and the trace's last lines) or `N seeds, every invariant held`.
+//! (its invariant and the trace's last lines) or `N seeds, every invariant held`; `--storm N`
+//! starts N profiles in one host and restarts the server (`agentchat::simulate::storm`).
 
 use agentchat::simulate::{self, Options, Report};
 use std::io::Write;
@@ -14,7 +15,7 @@ use std::time::Instant;
 
 fn usage() -> ExitCode {
     eprintln!(
-        "usage: scripts/simulate --seed S [--trace] | --seeds N [--from S] [--threads T] | --invariants"
+        "usage: scripts/simulate --seed S [--trace] | --seeds N [--from S] [--threads T] | --storm N | --invariants"
     );
     ExitCode::from(2)
 }
@@ -41,6 +42,24 @@ fn main() -> ExitCode {
         keep_trace: args.iter().any(|a| a == "--trace"),
         skip,
     };
+    if let Some(n) = value("--storm") {
+        let started = Instant::now();
+        let (r, verdict) = simulate::storm::run(usize::try_from(n).unwrap_or(usize::MAX));
+        return match verdict {
+            Ok(line) => {
+                println!(
+                    "{line}; {} steps in {:.1} s",
+                    r.steps,
+                    started.elapsed().as_secs_f64()
+                );
+                ExitCode::SUCCESS
+            }
+            Err(why) => {
+                println!("storm of {n}: {why}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     if let Some(seed) = value("--seed") {
         return one(seed, &opts);
     }

@@ -148,6 +148,9 @@ pub fn act(w: &mut World, act: Act) {
             }
         }
         Act::Drop { who } => drop_sockets(w, who),
+        Act::Restart => {
+            control(w, "/_sim/restart", &json!({}));
+        }
         Act::Close { who, code, reason } => {
             let h = handle(w, who);
             control(

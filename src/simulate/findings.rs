@@ -1,5 +1,6 @@
 //! The scenarios built by hand around issue 36's three findings: each puts one listener in the
-//! situation the finding needs, at fixed times, with nothing drawn (`tests`).
+//! situation the finding needs, at fixed times, with nothing drawn (`tests`); and the connect
+//! storm of a thousand profiles.
 
 use super::scenario::{Act, HOUR, MIN, Scenario, Scripted};
 
@@ -85,5 +86,25 @@ pub fn muted_past_cut() -> Scenario {
             act: Act::Flood { to: 0, peers: 61 },
         },
     ];
+    s
+}
+
+/// When `storm` restarts the server (ms): after the start's storm is paced out
+/// (`PacingPolicy::time_for(1000)` is 245 s at the defaults; more profiles start later).
+pub fn restart_at_ms(n: usize) -> u64 {
+    5 * MIN + super::storm::paced_ms(n)
+}
+
+/// `n` quiet profiles in one host; the server restarts once they are all connected, and the
+/// settle drops every socket once more: three storms of `n` connects from one IP.
+pub fn storm(n: usize) -> Scenario {
+    let mut s = Scenario::quiet(n, 1);
+    let restart = restart_at_ms(n);
+    s.script = vec![Scripted {
+        at_ms: restart,
+        act: Act::Restart,
+    }];
+    s.chaos_ms = restart + 5 * MIN + super::storm::paced_ms(n);
+    s.settle_ms = 5 * MIN + super::storm::paced_ms(n);
     s
 }

@@ -28,6 +28,7 @@ mod profile;
 mod runs;
 mod scenario;
 mod server;
+pub mod storm;
 mod trace;
 mod world;
 
@@ -54,6 +55,10 @@ pub struct Report {
     /// Situations reached (`checks::RUN_REFUSED`, ...): a scenario built around a fault says
     /// it got there.
     pub reached: Vec<&'static str>,
+    /// The most socket attempts from the one IP in any minute (contract 3.4 allows 300).
+    pub ip_peak: u64,
+    /// Each dial the server's budgets let through: when (simulated ms), and the profile's index.
+    pub accepted_dials: Vec<(u64, usize)>,
 }
 
 /// An invariant that did not hold.

@@ -18,6 +18,9 @@ pub enum Shape {
     HoldEndsInOutage,
     /// A muted conversation's message whose card a flood pushes past the tray's cut (the third).
     MutedPastCut,
+    /// This many profiles in one host start, then the server restarts (every socket closed at
+    /// once): the connect storm of `listen --all` (`scripts/simulate --storm N`).
+    Storm(usize),
 }
 
 /// One scripted act at a fixed time (ms from the start).
@@ -47,6 +50,8 @@ pub enum Act {
     },
     /// The server drops every socket of the agent without a close (1006 to the client).
     Drop { who: usize },
+    /// The whole server restarts (`/_sim/restart`): every socket of every agent closed at once.
+    Restart,
     /// The server closes the agent's sockets with this code and reason.
     Close {
         who: usize,
@@ -201,6 +206,7 @@ impl Scenario {
             Shape::RefusedRuntime => super::findings::refused_runtime(),
             Shape::HoldEndsInOutage => super::findings::hold_ends_in_outage(),
             Shape::MutedPastCut => super::findings::muted_past_cut(),
+            Shape::Storm(n) => super::findings::storm(*n),
         }
     }
 

@@ -67,3 +67,12 @@ fn every_invariant_is_described_in_the_decisions_page() {
         );
     }
 }
+
+/// The connect storm at a size a debug build runs in seconds (`scripts/simulate --storm 1000`
+/// runs the thousand): past the pacer's burst, every profile back within its time.
+#[test]
+fn a_storm_of_sixty_profiles_comes_back_after_a_server_restart_within_the_pacers_bound_and_time() {
+    let (r, verdict) = super::storm::run(60);
+    assert!(verdict.is_ok(), "{verdict:?}");
+    assert!(r.ip_peak > 20, "past the burst: {}", r.ip_peak);
+}

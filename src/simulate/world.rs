@@ -555,6 +555,8 @@ impl World {
             all_lines: self.trace.all().map(<[String]>::to_vec),
             skipped: self.checks.skipped(),
             reached: self.checks.reached.iter().copied().collect(),
+            ip_peak: u64::try_from(self.checks.ip_peak).unwrap_or(u64::MAX),
+            accepted_dials: self.checks.accepted_dials.clone(),
         }
     }
 }

@@ -154,6 +154,10 @@ pub struct Checks {
     statuses: Vec<status::Per>,
     pub obligations: liveness::Obligations,
     ip_attempts: VecDeque<u64>,
+    /// The most socket attempts from the one IP in any minute (`Report::ip_peak`).
+    pub ip_peak: usize,
+    /// Each dial the server's budgets let through: when (true ms), and whose.
+    pub accepted_dials: Vec<(u64, usize)>,
     slots: Option<usize>,
     /// Times a wall clock step or a suspend happened (true ms).
     clock_moves: Vec<u64>,
@@ -177,6 +181,8 @@ impl Checks {
             statuses: (0..n).map(|_| status::Per::default()).collect(),
             obligations: liveness::Obligations::default(),
             ip_attempts: VecDeque::new(),
+            ip_peak: 0,
+            accepted_dials: Vec::new(),
             slots: plan.slots,
             clock_moves: Vec::new(),
             forward_steps: Vec::new(),

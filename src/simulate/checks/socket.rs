@@ -155,6 +155,10 @@ pub fn dial_at_server(w: &mut World, pid: usize, allowed: bool) {
         w.checks.ip_attempts.push_back(t);
         within(&mut w.checks.ip_attempts, t, MINUTE)
     };
+    w.checks.ip_peak = w.checks.ip_peak.max(ip);
+    if allowed {
+        w.checks.accepted_dials.push((t, pid));
+    }
     let Some(p) = w.checks.sockets.get_mut(pid) else {
         return;
     };
