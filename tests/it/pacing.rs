@@ -405,10 +405,49 @@ fn host_profiles() -> usize {
         .unwrap_or(1_000)
 }
 
-/// The time scale of the host test: the sim's budget minute and the pacer's minute are both
-/// 60 s / 10 = 6 s of real time (at 20 a debug build of 1,000 profiles on a shared 2-core
-/// machine misses the sim's scaled pong deadline now and then, which costs reconnects).
-const HOST_SCALE: f64 = 10.0;
+/// The time scale of the host test: the pacer's minute is 60 s / 20 = 3 s of real time.
+const HOST_SCALE: f64 = 20.0;
+
+/// The binary the host test runs, the host and the sim alike: the release build when
+/// scripts/test built it (`AGENTCHAT_TEST_RELEASE_BIN`), a thousand profiles at the speed users
+/// run them; else the test build's.
+fn host_binary() -> String {
+    std::env::var("AGENTCHAT_TEST_RELEASE_BIN").unwrap_or_else(|_| ls::BIN.to_string())
+}
+
+/// An `agentchat sim` child process, killed when dropped (its stdout kept open meanwhile).
+struct SimChild(
+    std::process::Child,
+    #[allow(dead_code)] std::io::BufReader<std::process::ChildStdout>,
+);
+
+impl Drop for SimChild {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// `agentchat sim` as a child of this test, at `scale`: its api_base once it said so.
+fn spawn_sim(binary: &str, scale: f64) -> (SimChild, String) {
+    use std::io::BufRead;
+    let mut child = std::process::Command::new(binary)
+        .args(["sim", "--listen", "127.0.0.1:0", "--time-scale"])
+        .arg(scale.to_string())
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("the sim starts");
+    let mut line = String::new();
+    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+    out.read_line(&mut line).unwrap();
+    let ready: Value = serde_json::from_str(&line).expect("the sim's ready line");
+    (
+        SimChild(child, out),
+        ready["api_base"].as_str().unwrap().to_string(),
+    )
+}
 
 /// The sim's count for 127.0.0.1: (attempts, refused by the per-IP budget, peak in a minute).
 fn loopback_counts(r: &Value) -> (u64, u64, u64) {
@@ -423,20 +462,22 @@ fn loopback_counts(r: &Value) -> (u64, u64, u64) {
     (n("attempts"), n("refused"), n("peak_per_minute"))
 }
 
-/// The goal of connect pacing (issue 20): `listen --all` with 1,000 profiles (each its own
-/// agent, key file and state dir) starts, then the sim restarts (`1012` to every socket), and
-/// every profile is connected after each with **no `1013`**; the sim's own count of attempts in
-/// its busiest minute stays under the budget of 300 (the pacer's bound is 260 a minute; the
-/// margin is for dials bunching on their way to the server). Times, attempts and the busiest
-/// minute are printed, never asserted.
+/// The goal of connect pacing (issue 20) in a real process: `listen --all` with 1,000 profiles
+/// (each its own agent, key file and state dir, a thousand sockets in one process) starts, then
+/// the sim restarts (`1012` to every socket), and every profile is connected again. What the
+/// storm may cost the budget (no `1013`, the busiest minute under the pacer's bound, everyone
+/// back within the pacer's time) is held on the virtual clock, where no busy machine can move
+/// it: `scripts/simulate --storm 1000` (`agentchat::simulate::storm`), run by scripts/test.
+/// Here the sim's counts and the times are printed, never asserted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_thousand_profiles_start_and_come_back_after_a_sim_restart_with_no_1013() {
-    use agentchat::core::pacing::{PacingPolicy, WINDOW_MS};
+async fn a_thousand_profiles_in_one_process_start_and_come_back_after_a_sim_restart() {
     use std::os::unix::fs::PermissionsExt;
-    // 1,000 server sockets in this process, besides the host's own 1,000 (which raises its own).
+    // 1,000 server sockets in the sim, besides the host's own 1,000 (which raises its own).
     let _ = agentchat::sys::fs::raise_open_files_limit();
     let n = host_profiles();
-    let sim = ls::Sim::start(HOST_SCALE).await;
+    let binary = host_binary();
+    let (_sim_child, api_base) = spawn_sim(&binary, HOST_SCALE);
+    let sim = ls::Sim::external(&api_base);
     let tmp = tempfile::tempdir().unwrap();
     let mut toml = String::from(
         "log_level = \"info\"\n[listen]\nruntime = \"script\"\ncommand = [\"/bin/true\"]\n\
@@ -457,7 +498,7 @@ async fn a_thousand_profiles_start_and_come_back_after_a_sim_restart_with_no_101
     let config = tmp.path().join("config.toml");
     std::fs::write(&config, toml).unwrap();
 
-    let mut cmd = crate::common::isolated_command(ls::BIN, &["NOTIFY_SOCKET"]);
+    let mut cmd = crate::common::isolated_command(&binary, &["NOTIFY_SOCKET"]);
     cmd.args(["listen", "--all", "--log-format", "json"]);
     cmd.env("HOME", tmp.path())
         .env("XDG_STATE_HOME", tmp.path().join("xdg"))
@@ -499,6 +540,10 @@ async fn a_thousand_profiles_start_and_come_back_after_a_sim_restart_with_no_101
     );
     let after = sim.get("/_sim/refusals").await;
     let (attempts, refused, peak) = loopback_counts(&after);
+    assert!(
+        attempts_start >= n as u64 && attempts >= 2 * n as u64,
+        "{after}"
+    );
 
     // The times, from the server's own log of accepted connects: the last first connect, and
     // the last connect after the restart.
@@ -519,35 +564,24 @@ async fn a_thousand_profiles_start_and_come_back_after_a_sim_restart_with_no_101
     }
     let start_s = last_start.saturating_sub(spawned_ms) as f64 / 1000.0;
     let restart_s = last_restart.saturating_sub(restart_ms) as f64 / 1000.0;
-
     let policy = PacingPolicy::default().scaled(HOST_SCALE);
-    let window = (WINDOW_MS as f64 / HOST_SCALE) as u64;
-    let bound = policy.max_in_window(window);
     let paced_s = policy.time_for(n as u64) as f64 / 1000.0;
     eprintln!(
-        "pacing: {n} profiles, time scale {HOST_SCALE}: start-up to all connected {start_s:.1} s \
-         ({:.0} s at contract speed), restart to all reconnected {restart_s:.1} s ({:.0} s); \
-         the pacer's own time {paced_s:.1} s ({:.0} s); socket attempts {attempts_start} at \
-         start, {} after the restart; 1013s {}; attempts in the busiest budget minute \
-         {peak_start} at start, {peak} overall (pacer bound {bound}, budget 300)",
+        "pacing: {n} profiles ({binary}), time scale {HOST_SCALE}: start-up to all connected \
+         {start_s:.1} s ({:.0} s at contract speed), restart to all reconnected {restart_s:.1} s \
+         ({:.0} s); the pacer's own time {paced_s:.1} s ({:.0} s); socket attempts \
+         {attempts_start} at start, {} after the restart; 1013s {}, refused {}; attempts in the \
+         busiest budget minute {peak_start} at start, {peak} overall (the pacer's bound {} a \
+         minute, budget 300)",
         start_s * HOST_SCALE,
         restart_s * HOST_SCALE,
         paced_s * HOST_SCALE,
         attempts - attempts_start,
-        refusals_1013(&after)
+        refusals_1013(&after),
+        refused_start + refused,
+        PacingPolicy::default().max_in_window(WINDOW_MS),
     );
-    assert_eq!(refusals_1013(&after), 0, "{after}");
-    assert_eq!((refused_start, refused), (0, 0), "{after}");
-    assert!(
-        peak < 300,
-        "the busiest minute held {peak} attempts: {after}"
-    );
-    assert!(
-        attempts_start >= n as u64 && attempts >= 2 * n as u64,
-        "{after}"
-    );
-    // Why any profile took more than one attempt a phase (printed: a slow, loaded machine can
-    // miss the sim's scaled pong deadline): the listener's own words.
+    // Why any profile took more than one attempt a phase: the listener's own words.
     let mut why = std::collections::BTreeMap::<String, usize>::new();
     for e in host.events("backoff") {
         let d = e["detail"]
