@@ -534,16 +534,27 @@ async fn a_refused_key_shows_key_refused_and_retries_on_a_growing_backoff() {
     sim.refuse_key(&bob).await;
     sim.close_sockets(&bob, 1008, "Invalid token").await;
     state_becomes(&setup, &l, "key_refused", 10.0).await;
-    // It is tried again (from seconds, here scaled), never in a tight loop: in 4 s at most the
-    // first dozen retries (their lowest draws add up to 5.1 s by the ninth).
+    // It is tried again (from seconds, here scaled), never in a tight loop: each wait the
+    // listener chooses (`retry_in_ms`) is drawn from the upper half of a ceiling that doubles,
+    // so none is shorter than the one before, and the sixth is 16 times the first or more (15 here,
+    // for the rounding of a scaled wait to whole ms).
     assert!(
-        eventually(10.0, || l.count("key_refused") >= 4).await,
+        eventually(10.0, || l.count("key_refused") >= 6).await,
         "{}",
         l.log()
     );
-    let refused_logs = l.count("key_refused");
-    tokio::time::sleep(std::time::Duration::from_secs(4)).await;
-    assert!(l.count("key_refused") <= refused_logs + 6, "{}", l.log());
+    let waits: Vec<u64> = l
+        .events("key_refused")
+        .iter()
+        .filter_map(|e| e["retry_in_ms"].as_u64())
+        .take(6)
+        .collect();
+    assert_eq!(waits.len(), 6, "{}", l.log());
+    eprintln!("the waits chosen after a refused key: {waits:?} ms");
+    assert!(
+        waits.windows(2).all(|w| w[1] >= w[0]) && waits[5] >= 15 * waits[0],
+        "the waits chosen: {waits:?}"
+    );
     // One ERROR for the refusal; the retries say it at INFO.
     let errors = l
         .events("key_refused")
