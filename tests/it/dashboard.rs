@@ -22,11 +22,15 @@ async fn the_page_shows_every_profile_by_attention_and_a_new_run_without_a_reloa
     let alice = sim.agent("alice").await;
     let names = ["ada", "bea", "cy"];
     let setup = HostSetup::new(&sim, &names).await;
-    // bea's runs fail; cy's policy holds every run (quiet all day).
+    // bea's runs fail; cy's policy holds every run (quiet all day but the minute before
+    // midnight, in a zone where that minute is half a day away).
     setup.profile("bea").rec.set("exit", "2");
     setup.write_config(
         &names,
-        "\n[profiles.cy.listen.policy]\nquiet_hours = [\"00:00-23:59\"]\n",
+        &format!(
+            "\n[profiles.cy.listen.policy]\nquiet_hours = [\"00:00-23:59\"]\ntimezone = \"{}\"\n",
+            crate::common::zone_at_noon()
+        ),
     );
     let mut cmd = setup.command(&sim);
     cmd.args(["--metrics-addr", "127.0.0.1:0"])

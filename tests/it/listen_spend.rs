@@ -454,7 +454,12 @@ async fn a_huge_old_ledger_is_taken_in_at_the_start_and_holds_up_no_ack() {
     write_config(
         &setup,
         &["/bin/sh", setup.rec.script.to_str().unwrap()],
-        "[listen.policy]\nmax_runs_per_hour = 0\nmax_runs_per_day = 0",
+        // The policy's day is one where it is now noon: the runs dated 50 minutes ago are
+        // today's whenever the test runs.
+        &format!(
+            "[listen.policy]\nmax_runs_per_hour = 0\nmax_runs_per_day = 0\ntimezone = \"{}\"",
+            crate::common::zone_at_noon()
+        ),
     );
     std::fs::create_dir_all(&setup.state_dir).unwrap();
     std::fs::set_permissions(

@@ -130,6 +130,23 @@ pub fn test_python() -> Option<String> {
     }
 }
 
+/// A fixed-offset zone (`Etc/GMT+11` is UTC-11) where it is now between 12:00 and 13:00: a
+/// policy that counts a local day, or quiet hours that leave a minute before midnight open,
+/// cannot see its day end while a test runs, whenever the suite runs.
+pub fn zone_at_noon() -> String {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    // Local time is UTC minus `west` hours (the Etc zones' sign is POSIX's, west positive).
+    let west = ((now / 3600) % 24) as i64 - 12;
+    match west {
+        0 => "Etc/GMT".to_string(),
+        w if w > 0 => format!("Etc/GMT+{w}"),
+        w => format!("Etc/GMT-{}", -w),
+    }
+}
+
 /// `http://127.0.0.1:PORT` of a port that was just free: nothing listens there.
 pub fn closed_port_base() -> String {
     let port = std::net::TcpListener::bind("127.0.0.1:0")
