@@ -100,11 +100,12 @@ pub fn restart_at_ms(n: usize) -> u64 {
 pub fn storm(n: usize) -> Scenario {
     let mut s = Scenario::quiet(n, 1);
     let restart = restart_at_ms(n);
+    let storm = 5 * MIN + super::storm::paced_ms(n);
     s.script = vec![Scripted {
         at_ms: restart,
         act: Act::Restart,
     }];
-    s.chaos_ms = restart + 5 * MIN + super::storm::paced_ms(n);
-    s.settle_ms = 5 * MIN + super::storm::paced_ms(n);
+    s.chaos_ms = restart + storm;
+    s.settle_ms = storm;
     s
 }

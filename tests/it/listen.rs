@@ -543,12 +543,7 @@ async fn a_refused_key_shows_key_refused_and_retries_on_a_growing_backoff() {
         "{}",
         l.log()
     );
-    let waits: Vec<u64> = l
-        .events("key_refused")
-        .iter()
-        .filter_map(|e| e["retry_in_ms"].as_u64())
-        .take(6)
-        .collect();
+    let waits: Vec<u64> = l.waits_chosen("key_refused").into_iter().take(6).collect();
     assert_eq!(waits.len(), 6, "{}", l.log());
     eprintln!("the waits chosen after a refused key: {waits:?} ms");
     assert!(
@@ -2557,48 +2552,6 @@ async fn a_connect_storm_answered_by_1013_never_comes_back_before_retry_after_no
     );
 }
 
-/// `agentchat sim` as a child process: it can be killed with SIGKILL and started again on the same
-/// port, as a server restart looks to a listener.
-struct SimProcess {
-    child: std::process::Child,
-    api_base: String,
-}
-
-impl SimProcess {
-    fn start(listen: &str) -> SimProcess {
-        use std::io::BufRead;
-        let mut child = std::process::Command::new(BIN)
-            .args(["sim", "--listen", listen])
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .expect("agentchat sim starts");
-        let mut line = String::new();
-        let stdout = child.stdout.take().expect("piped stdout");
-        std::io::BufReader::new(stdout)
-            .read_line(&mut line)
-            .expect("the sim prints its api_base");
-        let v: Value = serde_json::from_str(&line).expect("one JSON line");
-        SimProcess {
-            child,
-            api_base: v["api_base"].as_str().expect("api_base").to_string(),
-        }
-    }
-
-    /// SIGKILL: no close frame, no goodbye.
-    fn kill(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for SimProcess {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sim_killed_and_started_again_on_the_same_port_gives_one_reconnect_one_connect_wake_and_one_run()
  {
@@ -2694,10 +2647,9 @@ async fn refusals_of_retry_after_1_in_a_row_each_wait_one_second_plus_at_most_te
     // the choice, not a real-time window a loaded machine stretches (the simulator's
     // `retry_after_honoured` holds the waits themselves on its virtual clock).
     let waits: Vec<u64> = l
-        .events("connect_budget")
-        .iter()
+        .waits_chosen("connect_budget")
+        .into_iter()
         .take(7)
-        .map(|e| e["retry_in_ms"].as_u64().unwrap())
         .collect();
     assert_eq!(waits.len(), 7, "{}", l.log());
     assert!(

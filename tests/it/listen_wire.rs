@@ -52,11 +52,7 @@ async fn a_socket_closed_right_after_the_upgrade_is_retried_ever_more_slowly_for
             l.log()
         );
         let at = refused();
-        let delays: Vec<u64> = l
-            .events(event)
-            .iter()
-            .filter_map(|e| e["retry_in_ms"].as_u64())
-            .collect();
+        let delays = l.waits_chosen(event);
         eprintln!(
             "{code}: waits chosen {delays:?} ms, gaps {:?} ms",
             gaps(&at)

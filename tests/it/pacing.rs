@@ -415,40 +415,6 @@ fn host_binary() -> String {
     std::env::var("AGENTCHAT_TEST_RELEASE_BIN").unwrap_or_else(|_| ls::BIN.to_string())
 }
 
-/// An `agentchat sim` child process, killed when dropped (its stdout kept open meanwhile).
-struct SimChild(
-    std::process::Child,
-    #[allow(dead_code)] std::io::BufReader<std::process::ChildStdout>,
-);
-
-impl Drop for SimChild {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// `agentchat sim` as a child of this test, at `scale`: its api_base once it said so.
-fn spawn_sim(binary: &str, scale: f64) -> (SimChild, String) {
-    use std::io::BufRead;
-    let mut child = std::process::Command::new(binary)
-        .args(["sim", "--listen", "127.0.0.1:0", "--time-scale"])
-        .arg(scale.to_string())
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("the sim starts");
-    let mut line = String::new();
-    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
-    out.read_line(&mut line).unwrap();
-    let ready: Value = serde_json::from_str(&line).expect("the sim's ready line");
-    (
-        SimChild(child, out),
-        ready["api_base"].as_str().unwrap().to_string(),
-    )
-}
-
 /// The sim's count for 127.0.0.1: (attempts, refused by the per-IP budget, peak in a minute).
 fn loopback_counts(r: &Value) -> (u64, u64, u64) {
     let ip = r["ips"]
@@ -476,8 +442,12 @@ async fn a_thousand_profiles_in_one_process_start_and_come_back_after_a_sim_rest
     let _ = agentchat::sys::fs::raise_open_files_limit();
     let n = host_profiles();
     let binary = host_binary();
-    let (_sim_child, api_base) = spawn_sim(&binary, HOST_SCALE);
-    let sim = ls::Sim::external(&api_base);
+    let scale = HOST_SCALE.to_string();
+    let sim_process = ls::SimProcess::spawn(
+        &binary,
+        &["--listen", "127.0.0.1:0", "--time-scale", &scale],
+    );
+    let sim = ls::Sim::external(&sim_process.api_base);
     let tmp = tempfile::tempdir().unwrap();
     let mut toml = String::from(
         "log_level = \"info\"\n[listen]\nruntime = \"script\"\ncommand = [\"/bin/true\"]\n\

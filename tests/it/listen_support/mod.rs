@@ -491,6 +491,15 @@ impl Listener {
         self.events(event).len()
     }
 
+    /// The waits the listener chose, in order: `retry_in_ms` of its `event` lines (`backoff`,
+    /// `key_refused`, `connect_budget`), the decision rather than a wall-clock gap.
+    pub fn waits_chosen(&self, event: &str) -> Vec<u64> {
+        self.events(event)
+            .iter()
+            .filter_map(|e| e["retry_in_ms"].as_u64())
+            .collect()
+    }
+
     pub fn signal(&self, sig: i32) {
         crate::common::signal(self.pid(), sig);
     }
@@ -572,5 +581,54 @@ pub async fn bob_listening_with(opts: &Opts, rec: &[(&str, &str)]) -> Scene {
         bob,
         setup,
         l,
+    }
+}
+
+/// `agentchat sim` as a child process: it can be killed with SIGKILL and started again on the same
+/// port, as a server restart looks to a listener; killed when dropped.
+pub struct SimProcess {
+    child: Child,
+    pub api_base: String,
+}
+
+impl SimProcess {
+    /// The test build's sim on `listen`.
+    pub fn start(listen: &str) -> SimProcess {
+        SimProcess::spawn(BIN, &["--listen", listen])
+    }
+
+    /// `binary sim ARGS`, once it printed its api_base.
+    pub fn spawn(binary: &str, args: &[&str]) -> SimProcess {
+        use std::io::BufRead;
+        let mut child = Command::new(binary)
+            .arg("sim")
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("agentchat sim starts");
+        let mut line = String::new();
+        let stdout = child.stdout.take().expect("piped stdout");
+        std::io::BufReader::new(stdout)
+            .read_line(&mut line)
+            .expect("the sim prints its api_base");
+        let v: Value = serde_json::from_str(&line).expect("one JSON line");
+        SimProcess {
+            child,
+            api_base: v["api_base"].as_str().expect("api_base").to_string(),
+        }
+    }
+
+    /// SIGKILL: no close frame, no goodbye.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for SimProcess {
+    fn drop(&mut self) {
+        self.kill();
     }
 }
