@@ -43,6 +43,7 @@ mod mcp_bridge;
 mod metrics;
 mod pacing;
 mod packaging;
+mod release_layout;
 mod runner;
 mod runs;
 mod runtimes_cli;
