@@ -227,7 +227,7 @@ impl Api {
             .get(reqwest::header::RETRY_AFTER)
             .and_then(|v| v.to_str().ok());
         judge_status(status, content_type.as_deref(), retry_after)?;
-        deprecation::note_headers(route, resp.headers());
+        deprecation::note_headers(&self.base, route, resp.headers());
         let body = answer::read_body(resp, route, status).await?;
         judge_body(route, status, content_type, &body)?;
         Ok(body)

@@ -7,27 +7,33 @@ use crate::log_events;
 use std::collections::BTreeSet;
 use std::sync::Mutex;
 
-/// Routes whose deprecation the log already told, for the process's life.
-static TOLD: Mutex<BTreeSet<&'static str>> = Mutex::new(BTreeSet::new());
+/// The servers and routes whose deprecation the log already told, for the process's life: a
+/// log line, not a profile's state. Keyed by the server too, so under `listen --all` one
+/// profile's server deprecating a route never silences another server's word on it.
+static TOLD: Mutex<BTreeSet<(String, &'static str)>> = Mutex::new(BTreeSet::new());
 
-/// Logs `route_deprecated` the first time `route`'s answer carries `Deprecation` (with its
-/// `Sunset` when sent). Header values are the server's: only printable ASCII, at most 80
-/// characters, reach the log.
-pub fn note_headers(route: Route, headers: &reqwest::header::HeaderMap) {
+/// Whether `route` on `base` is told for the first time (and remembers that it now is).
+fn first_telling(base: &str, route: &'static str) -> bool {
+    TOLD.lock()
+        .map(|mut told| told.insert((base.to_string(), route)))
+        .unwrap_or(false)
+}
+
+/// Logs `route_deprecated` the first time `route`'s answer from `base` carries `Deprecation`
+/// (with its `Sunset` when sent). Header values are the server's: only printable ASCII, at most
+/// 80 characters, reach the log.
+pub fn note_headers(base: &str, route: Route, headers: &reqwest::header::HeaderMap) {
     let Some(deprecation) = header(headers, "deprecation") else {
         return;
     };
-    let first = TOLD
-        .lock()
-        .map(|mut told| told.insert(route.label))
-        .unwrap_or(false);
-    if !first {
+    if !first_telling(base, route.label) {
         return;
     }
     let sunset = header(headers, "sunset").unwrap_or_else(|| "not given".into());
     tracing::warn!(
         event = %log_events::ROUTE_DEPRECATED,
         route = %route.label,
+        api_base = %base,
         deprecation = %deprecation,
         sunset = %sunset,
         "the server marks {} deprecated (contract 7): it will be switched off, at the latest at {}; update agentchat before then",
@@ -73,6 +79,18 @@ pub fn removed(route: Route, status: u16, body: &[u8]) -> Option<ApiError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_deprecation_is_told_once_per_server_and_route_so_one_server_never_silences_another() {
+        let (a, b) = ("http://a.test:1", "http://b.test:1");
+        assert!(first_telling(a, "GET /v1/inbox"));
+        assert!(!first_telling(a, "GET /v1/inbox"), "told once");
+        assert!(
+            first_telling(b, "GET /v1/inbox"),
+            "another server's word is told too"
+        );
+        assert!(first_telling(a, "GET /v1/texts"), "and another route's");
+    }
 
     #[test]
     fn removed_names_the_route_and_the_replacement_and_nothing_else_is_removed() {

@@ -452,6 +452,10 @@ async fn deprecation_headers_are_said_once_per_route_with_the_sunset() {
     assert_eq!(said.len(), 1, "{}", l.log());
     assert_eq!(said[0]["level"], "WARN");
     assert_eq!(said[0]["route"], "GET /v1/inbox");
+    assert_eq!(
+        said[0]["api_base"], sim.api_base,
+        "the server that said it is named"
+    );
     assert_eq!(said[0]["sunset"], "Sat, 06 Feb 2027 00:00:00 GMT");
     assert_eq!(said[0]["deprecation"], "@1794096000");
 }
