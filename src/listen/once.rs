@@ -142,6 +142,7 @@ pub async fn run(settings: Settings, prepared: Prepared) -> anyhow::Result<i32> 
                     tokio::pin!(fut);
                     loop {
                         tokio::select! {
+                            biased;
                             end = &mut fut => break end,
                             _ = sigterm.recv() => { stopping = true; let _ = cancel_tx.send(true); }
                             _ = sigint.recv() => { stopping = true; let _ = cancel_tx.send(true); }

@@ -323,6 +323,8 @@ async fn supervise(
         }
     };
     let (end, why) = tokio::select! {
+        // An exit that came with the time limit or the stop is an exit, not a kill.
+        biased;
         status = group.child.wait() => {
             return match status {
                 Ok(status) => ProcessEnd::from_status(status),
@@ -424,6 +426,7 @@ async fn relay_output(
         reported.send_if_modified(|r| std::mem::replace(r, now) != now);
     };
     while out.is_some() || err.is_some() {
+        // Unbiased on purpose: fair between the two pipes, whose order the OS decides anyway.
         tokio::select! {
             n = read_some(&mut out, &mut out_buf) => match n {
                 Some(n) => {

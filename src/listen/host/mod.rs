@@ -491,6 +491,7 @@ impl Host {
         ));
         loop {
             tokio::select! {
+                biased;
                 _ = &mut tasks => break,
                 second = signals.stop() => {
                     for tx in &senders {

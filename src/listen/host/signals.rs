@@ -28,7 +28,9 @@ impl Signals {
 
     /// The next signal.
     pub(super) async fn next(&mut self) -> Asked {
+        // A stop that comes with a reload wins over it.
         tokio::select! {
+            biased;
             _ = self.term.recv() => Asked::Stop("SIGTERM"),
             _ = self.int.recv() => Asked::Stop("SIGINT"),
             _ = self.hup.recv() => Asked::Reload,
@@ -38,6 +40,7 @@ impl Signals {
     /// The next SIGTERM or SIGINT (while stopping); which of the two.
     pub(super) async fn stop(&mut self) -> &'static str {
         tokio::select! {
+            biased;
             _ = self.term.recv() => "SIGTERM",
             _ = self.int.recv() => "SIGINT",
         }

@@ -53,8 +53,9 @@ pub async fn serve(
                     logged = true;
                 }
                 tokio::select! {
-                    _ = tokio::time::sleep(Duration::from_secs(10)) => {}
+                    biased;
                     _ = shutdown.wait_for(|s| *s) => return,
+                    _ = tokio::time::sleep(Duration::from_secs(10)) => {}
                 }
             }
         }
@@ -113,8 +114,9 @@ pub async fn serve_site(
     let mut refused_said = false;
     loop {
         let accepted = tokio::select! {
-            r = listener.accept() => r,
+            biased;
             _ = shutdown.wait_for(|s| *s) => return,
+            r = listener.accept() => r,
         };
         let stream = match accepted {
             Ok((stream, _)) => stream,

@@ -59,6 +59,8 @@ pub async fn run(
     mut cmds: mpsc::UnboundedReceiver<ConnCmd>,
 ) {
     let dialed = tokio::select! {
+        // A dial that is done is reported; the machine drops an answer it no longer wants.
+        biased;
         r = Box::pin(connect(&params)) => r,
         _ = cmds.recv() => return,
     };
@@ -78,6 +80,8 @@ pub async fn run(
     });
     loop {
         let first = tokio::select! {
+            // The machine's acks and closes go out before more frames are read.
+            biased;
             cmd = cmds.recv() => {
                 if !command(&mut ws, cmd, conn, &io).await {
                     return;
