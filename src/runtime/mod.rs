@@ -14,6 +14,7 @@ pub mod landlock;
 mod leftover;
 pub mod listener_env;
 pub mod probe;
+mod run_output;
 pub mod sandbox;
 pub mod script;
 pub mod supervisor;
